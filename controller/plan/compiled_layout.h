@@ -1,0 +1,76 @@
+// The one internal representation of a side's layout: every tensor as a list
+// of fragments (rank, global box, buffer, byte offset, strides). Both spec
+// forms (DTensor-style mesh placements, explicit fragments) compile to it, and
+// the planner only ever sees this form.
+#ifndef WSYNC_CONTROLLER_PLAN_COMPILED_LAYOUT_H_
+#define WSYNC_CONTROLLER_PLAN_COMPILED_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/box.h"
+#include "common/dtype.h"
+#include "wsync/v1/layout.pb.h"
+
+namespace wsync::plan {
+
+struct CompiledFragment {
+  int32_t rank = 0;  // side-local rank index
+  BoxNd box;         // global coordinates of the tensor
+  int32_t buffer = 0;  // index into CompiledSide::buffer_names
+  int64_t byte_offset = 0;  // of box.offset inside the buffer
+  std::vector<int64_t> strides;  // element strides in the buffer, per dim
+  int32_t partial_group = 0;     // 0: full values; else reduce the group
+  v1::ReduceOp partial_op = v1::REDUCE_SUM;
+};
+
+struct CompiledTensor {
+  std::string name;
+  DType dtype = v1::DTYPE_UNSPECIFIED;
+  std::vector<int64_t> shape;
+  std::vector<CompiledFragment> fragments;  // sorted by (box, rank)
+};
+
+struct CompiledSide {
+  std::string name;
+  std::vector<int32_t> workers;    // rank -> global worker id
+  std::vector<std::string> nodes;  // rank -> node name
+  std::vector<std::string> buffer_names;
+  std::vector<CompiledTensor> tensors;
+  absl::flat_hash_map<std::string, int32_t> tensor_index;  // name -> tensors[i]
+
+  const CompiledTensor* Find(const std::string& name) const {
+    auto it = tensor_index.find(name);
+    return it == tensor_index.end() ? nullptr : &tensors[it->second];
+  }
+};
+
+enum class SideRole { kSource, kDestination };
+
+// Compiles and validates one side. Errors name the side, tensor, rank and box:
+// empty side, duplicate worker or tensor names, unknown ranks, bad shapes or
+// dtypes, placements that do not fit the mesh, boxes out of range, strided
+// views that overflow nothing they claim, and (destination only) overlapping
+// boxes on one rank or partial placements.
+absl::StatusOr<CompiledSide> CompileSide(const v1::Side& side, SideRole role);
+
+// The per-dim global intervals that make up rank `coord`'s local shard under
+// DTensor placements (exposed for tests and builders).
+struct Interval {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+absl::StatusOr<std::vector<std::vector<Interval>>> MeshLocalIntervals(
+    const std::vector<int64_t>& shape, const std::vector<int64_t>& mesh_shape,
+    const std::vector<int64_t>& mesh_coord, const std::vector<v1::Placement>& placements);
+
+// torch.chunk: chunk size ceil(n / parts); chunk i is [i*cs, min((i+1)*cs, n)),
+// possibly empty.
+Interval ChunkInterval(int64_t n, int64_t parts, int64_t index);
+
+}  // namespace wsync::plan
+
+#endif  // WSYNC_CONTROLLER_PLAN_COMPILED_LAYOUT_H_

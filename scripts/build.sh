@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Configures and builds wsync into ${WSYNC_BUILD_DIR:-build} (host-only unless
+# WSYNC_WITH_CUDA=ON is passed through CMAKE_ARGS).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${WSYNC_BUILD_DIR:-build}
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} "${launcher[@]}" ${CMAKE_ARGS:-} >/dev/null
+ninja -C "$build" -j"${JOBS:-$(nproc)}"

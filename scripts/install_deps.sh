@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages wsync builds and tests with (idempotent).
+set -euo pipefail
+pkgs=(cmake ninja-build g++ ccache pkg-config
+      libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+      libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
+      libgloo-dev prometheus python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

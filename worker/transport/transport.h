@@ -1,0 +1,58 @@
+// The one interface every data-plane backend implements (host: Gloo over TCP;
+// GPU: NCCL). It only moves bytes between workers; packing, casting and
+// reducing belong to the op-list interpreter, shared by all backends.
+#ifndef WSYNC_WORKER_TRANSPORT_TRANSPORT_H_
+#define WSYNC_WORKER_TRANSPORT_TRANSPORT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace wsync::transport {
+
+// Where the bytes a transport moves must live.
+enum class MemorySpace { kHost, kCuda };
+
+struct SendRequest {
+  int32_t peer = 0;   // transport rank of the receiver
+  int64_t tag = 0;    // the bucket id; identical on both sides
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+
+struct RecvRequest {
+  int32_t peer = 0;   // transport rank of the sender
+  int64_t tag = 0;
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual std::string Name() const = 0;
+  virtual MemorySpace memory_space() const = 0;
+  virtual int32_t rank() const = 0;
+  virtual int32_t size() const = 0;
+
+  // Posts every send and receive of one round together (one NCCL group) and
+  // returns once all completed. Between one pair of ranks, requests are
+  // matched by tag; callers list them in the same (peer, tag) order on both
+  // sides. Past `deadline` the transport aborts (the communicator is unusable
+  // afterwards) and returns DEADLINE_EXCEEDED naming the pending peers.
+  virtual absl::Status RunRound(absl::Span<const SendRequest> sends,
+                                absl::Span<const RecvRequest> recvs, absl::Time deadline) = 0;
+
+  // Makes any RunRound in flight (on another thread) fail promptly; the
+  // transport must be rebuilt afterwards. Safe to call more than once.
+  virtual void Abort(const std::string& reason) = 0;
+};
+
+}  // namespace wsync::transport
+
+#endif  // WSYNC_WORKER_TRANSPORT_TRANSPORT_H_

@@ -45,6 +45,21 @@ class Transport {
   // matched by tag; callers list them in the same (peer, tag) order on both
   // sides. Past `deadline` the transport aborts (the communicator is unusable
   // afterwards) and returns DEADLINE_EXCEEDED naming the pending peers.
+  //
+  // Semantics every backend shares (ValidateRoundRequests checks the static
+  // ones; tests/worker/transport/transport_conformance.h tests all of them):
+  //  * bytes == 0 completes at once without communication (both sides know
+  //    the size from the plan, so both skip it); data may then be null.
+  //  * peer == rank() is INVALID_ARGUMENT: local bytes move through the data
+  //    ops (COPY), never through the transport. So are peers outside
+  //    [0, size()), null data with bytes > 0, and a (peer, tag) listed twice
+  //    in the same direction within one round.
+  //  * A lost peer connection may end the round before the deadline with
+  //    UNAVAILABLE naming the peer; Abort() ends it with CANCELLED.
+  //  * After any failed round the transport is unusable: later rounds return
+  //    CANCELLED (after Abort) or FAILED_PRECONDITION, without communicating.
+  //  * When RunRound returns, the transport no longer touches any request's
+  //    memory, whatever the outcome.
   virtual absl::Status RunRound(absl::Span<const SendRequest> sends,
                                 absl::Span<const RecvRequest> recvs, absl::Time deadline) = 0;
 
@@ -52,6 +67,10 @@ class Transport {
   // transport must be rebuilt afterwards. Safe to call more than once.
   virtual void Abort(const std::string& reason) = 0;
 };
+
+// The static request checks of RunRound (see above), for every backend.
+absl::Status ValidateRoundRequests(int32_t rank, int32_t size, absl::Span<const SendRequest> sends,
+                                   absl::Span<const RecvRequest> recvs);
 
 }  // namespace wsync::transport
 

@@ -1,6 +1,17 @@
+// CompileSide driver: side/tensor checks, explicit fragments, buffer
+// interning, sorting. Mesh placements live in mesh_layout.cc, cross-fragment
+// checks in validate_layout.cc.
 #include "controller/plan/compiled_layout.h"
 
 #include <algorithm>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "controller/plan/layout_internal.h"
 
 namespace wsync::plan {
 
@@ -9,6 +20,240 @@ Interval ChunkInterval(int64_t n, int64_t parts, int64_t index) {
   const int64_t begin = std::min(n, index * chunk);
   const int64_t end = std::min(n, (index + 1) * chunk);
   return {begin, end};
+}
+
+namespace internal {
+
+std::string Where(const std::string& side, const std::string& tensor) {
+  return absl::StrCat("side \"", side, "\" tensor \"", tensor, "\"");
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::Where;
+
+class BufferInterner {
+ public:
+  explicit BufferInterner(std::vector<std::string>* names) : names_(names) {}
+  int32_t Intern(const std::string& name) {
+    auto [it, inserted] = ids_.try_emplace(name, static_cast<int32_t>(names_->size()));
+    if (inserted) names_->push_back(name);
+    return it->second;
+  }
+
+ private:
+  absl::flat_hash_map<std::string, int32_t> ids_;
+  std::vector<std::string>* names_;
+};
+
+// Element strides never let two elements of one fragment share an address:
+// sorted by stride, every dim must step over the whole extent of the smaller
+// ones (torch's non-overlapping condition). Zero strides only on length-1 dims.
+bool SelfAliases(const CompiledFragment& f) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, length)
+  for (int d = 0; d < f.box.rank(); ++d) {
+    if (f.box.length[d] > 1) dims.push_back({f.strides[d], f.box.length[d]});
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1;  // elements covered by the smaller dims
+  for (const auto& [stride, length] : dims) {
+    if (stride < span) return true;
+    span = stride * (length - 1) + span;
+  }
+  return false;
+}
+
+absl::Status CompileExplicit(const std::string& where, const v1::TensorLayout& t,
+                             int32_t num_ranks, SideRole role, BufferInterner* buffers,
+                             std::vector<CompiledFragment>* out) {
+  const int ndim = t.shape_size();
+  const int64_t elem_size = DTypeSize(t.dtype());
+  const auto& frags = t.fragments().fragments();
+  // partial_group -> index (into `out`) of its first fragment, to check that
+  // all fragments of a group describe the same box with the same op.
+  absl::flat_hash_map<int32_t, size_t> group_first;
+  absl::flat_hash_set<std::pair<int32_t, int32_t>> group_rank;
+  for (int i = 0; i < frags.size(); ++i) {
+    const v1::Fragment& in = frags[i];
+    auto err = [&](auto&&... args) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " fragment ", i, " (rank ", in.rank(), "): ", args...));
+    };
+    if (in.rank() < 0 || in.rank() >= num_ranks) {
+      return err("rank out of range: the side has ", num_ranks, " ranks");
+    }
+    if (in.box().offset_size() != ndim || in.box().length_size() != ndim) {
+      return err("box has ", in.box().offset_size(), " offsets and ", in.box().length_size(),
+                 " lengths but the tensor has ", ndim, " dims");
+    }
+    CompiledFragment f;
+    f.rank = in.rank();
+    f.box.offset.assign(in.box().offset().begin(), in.box().offset().end());
+    f.box.length.assign(in.box().length().begin(), in.box().length().end());
+    for (int d = 0; d < ndim; ++d) {
+      if (f.box.offset[d] < 0 || f.box.length[d] < 0 ||
+          f.box.length[d] > t.shape(d) - f.box.offset[d]) {
+        return err("box ", f.box.ToString(), " (offset ", f.box.offset[d], ", length ",
+                   f.box.length[d], " on dim ", d, ") is outside shape [",
+                   absl::StrJoin(t.shape(), ", "), "]");
+      }
+    }
+    if (in.strides_size() == 0) {
+      f.strides = RowMajorStrides(f.box.length);
+    } else if (in.strides_size() != ndim) {
+      return err("box ", f.box.ToString(), ": ", in.strides_size(), " strides for a ", ndim,
+                 "-d tensor");
+    } else {
+      f.strides.assign(in.strides().begin(), in.strides().end());
+    }
+    for (int d = 0; d < ndim; ++d) {
+      if (f.strides[d] < 0) {
+        return err("box ", f.box.ToString(), ": negative stride ", f.strides[d], " on dim ", d);
+      }
+    }
+    if (in.byte_offset() < 0) {
+      return err("box ", f.box.ToString(), ": negative byte_offset ", in.byte_offset());
+    }
+    if (f.box.Empty()) continue;  // holds nothing; the planner never needs it
+    if (SelfAliases(f)) {
+      return err("box ", f.box.ToString(), ": strides [", absl::StrJoin(f.strides, ", "),
+                 "] map two elements to the same address");
+    }
+    f.byte_offset = in.byte_offset();
+    int64_t extent = 0;
+    if (absl::Status s = internal::ByteExtent(f, elem_size, &extent); !s.ok()) {
+      return err(s.message());
+    }
+    if (extent > INT64_MAX - f.byte_offset) {
+      return err("box ", f.box.ToString(), ": byte range overflows int64");
+    }
+    f.buffer = buffers->Intern(in.buffer().empty() ? t.name() : in.buffer());
+    if (in.partial_group() < 0) {
+      return err("box ", f.box.ToString(), ": negative partial_group ", in.partial_group());
+    }
+    if (in.partial_group() != 0) {
+      if (role == SideRole::kDestination) {
+        return err("box ", f.box.ToString(), ": partial_group ", in.partial_group(),
+                   " on a destination (a destination cannot hold partial values)");
+      }
+      f.partial_group = in.partial_group();
+      f.partial_op = in.partial_op();
+      auto [it, inserted] = group_first.try_emplace(f.partial_group, out->size());
+      if (!inserted) {
+        const CompiledFragment& g = (*out)[it->second];
+        if (g.box != f.box || g.partial_op != f.partial_op) {
+          return err("box ", f.box.ToString(), " op ", v1::ReduceOp_Name(f.partial_op),
+                     ": partial_group ", f.partial_group, " already holds box ", g.box.ToString(),
+                     " op ", v1::ReduceOp_Name(g.partial_op), " (rank ", g.rank,
+                     "); a group must share one box and op");
+        }
+      }
+      if (!group_rank.insert({f.partial_group, f.rank}).second) {
+        return err("box ", f.box.ToString(), ": rank appears twice in partial_group ",
+                   f.partial_group);
+      }
+    }
+    out->push_back(std::move(f));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTensorHeader(const std::string& where, const v1::TensorLayout& t) {
+  if (t.name().empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": empty name"));
+  if (DTypeSize(t.dtype()) <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": dtype ", v1::DType_Name(t.dtype()), " is not a concrete type"));
+  }
+  // Bytes of the whole tensor must fit in int64 so that no offset overflows.
+  int64_t bytes = DTypeSize(t.dtype());
+  for (int d = 0; d < t.shape_size(); ++d) {
+    if (t.shape(d) < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": shape [", absl::StrJoin(t.shape(), ", "), "] has negative dim ",
+                       d));
+    }
+    if (t.shape(d) > 0 && bytes > INT64_MAX / t.shape(d)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": shape [", absl::StrJoin(t.shape(), ", "), "] is too large (bytes overflow)"));
+    }
+    bytes *= t.shape(d);
+  }
+  if (t.layout_case() == v1::TensorLayout::LAYOUT_NOT_SET) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": no layout (needs \"mesh\" or \"fragments\")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CompiledSide> CompileSide(const v1::Side& side, SideRole role) {
+  const std::string side_desc = absl::StrCat(
+      role == SideRole::kSource ? "source" : "destination", " side \"", side.name(), "\"");
+  if (side.ranks_size() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(side_desc, ": no ranks"));
+  }
+  if (side.tensors_size() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(side_desc, ": no tensors"));
+  }
+  CompiledSide out;
+  out.name = side.name();
+  out.workers.reserve(side.ranks_size());
+  out.nodes.reserve(side.ranks_size());
+  absl::flat_hash_map<int32_t, int32_t> worker_rank;
+  for (int r = 0; r < side.ranks_size(); ++r) {
+    const v1::RankInfo& info = side.ranks(r);
+    if (info.worker() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(side_desc, ": rank ", r, " has negative worker id ", info.worker()));
+    }
+    auto [it, inserted] = worker_rank.try_emplace(info.worker(), r);
+    if (!inserted) {
+      return absl::InvalidArgumentError(absl::StrCat(side_desc, ": ranks ", it->second, " and ",
+                                                     r, " both have worker id ", info.worker()));
+    }
+    out.workers.push_back(info.worker());
+    out.nodes.push_back(info.node());
+  }
+
+  BufferInterner buffers(&out.buffer_names);
+  std::vector<bool> from_mesh;
+  out.tensors.reserve(side.tensors_size());
+  out.tensor_index.reserve(side.tensors_size());
+  for (const v1::TensorLayout& t : side.tensors()) {
+    const std::string where = Where(side.name(), t.name());
+    RETURN_IF_ERROR(CheckTensorHeader(where, t));
+    if (!out.tensor_index.try_emplace(t.name(), static_cast<int32_t>(out.tensors.size()))
+             .second) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": duplicate tensor name"));
+    }
+    CompiledTensor ct;
+    ct.name = t.name();
+    ct.dtype = t.dtype();
+    ct.shape.assign(t.shape().begin(), t.shape().end());
+    if (t.has_mesh()) {
+      const int32_t buf = buffers.Intern(t.mesh().buffer().empty() ? t.name() : t.mesh().buffer());
+      RETURN_IF_ERROR(internal::AppendMeshFragments(where, t, side.ranks_size(), role, buf,
+                                                    &ct.fragments));
+    } else {
+      RETURN_IF_ERROR(
+          CompileExplicit(where, t, side.ranks_size(), role, &buffers, &ct.fragments));
+    }
+    std::sort(ct.fragments.begin(), ct.fragments.end(),
+              [](const CompiledFragment& a, const CompiledFragment& b) {
+                return std::tie(a.box, a.rank, a.buffer, a.byte_offset) <
+                       std::tie(b.box, b.rank, b.buffer, b.byte_offset);
+              });
+    from_mesh.push_back(t.has_mesh());
+    out.tensors.push_back(std::move(ct));
+  }
+  if (role == SideRole::kDestination) {
+    RETURN_IF_ERROR(internal::CheckDestinationBoxOverlaps(out, from_mesh));
+  }
+  RETURN_IF_ERROR(internal::CheckByteOverlaps(out, from_mesh, role));
+  return out;
 }
 
 }  // namespace wsync::plan

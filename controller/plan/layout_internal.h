@@ -1,0 +1,46 @@
+// Pieces of CompileSide shared between compiled_layout.cc (driver, explicit
+// fragments), mesh_layout.cc (DTensor placements) and validate_layout.cc
+// (cross-fragment checks). Not part of the planner's contract.
+#ifndef WSYNC_CONTROLLER_PLAN_LAYOUT_INTERNAL_H_
+#define WSYNC_CONTROLLER_PLAN_LAYOUT_INTERNAL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "controller/plan/compiled_layout.h"
+#include "wsync/v1/layout.pb.h"
+
+namespace wsync::plan::internal {
+
+// `side "s" tensor "t"` prefix for error messages.
+std::string Where(const std::string& side, const std::string& tensor);
+
+// Appends the fragments that mesh layout `t.mesh()` puts on each rank (all in
+// buffer `buffer_id`). Validates the mesh against `num_ranks` and `role`.
+absl::Status AppendMeshFragments(const std::string& where, const v1::TensorLayout& t,
+                                 int32_t num_ranks, SideRole role, int32_t buffer_id,
+                                 std::vector<CompiledFragment>* out);
+
+// Rejects two fragments (of any tensors) on one rank whose bytes in one buffer
+// overlap. `from_mesh[t]`: tensor t came from a mesh layout, whose fragments on
+// one rank are disjoint by construction and need no pairwise check. On a
+// source, exact aliases (same bytes, same view shape) are allowed: reading
+// the same memory twice is harmless (tied weights).
+absl::Status CheckByteOverlaps(const CompiledSide& side, const std::vector<bool>& from_mesh,
+                               SideRole role);
+
+// Destination only: no two fragments of one tensor on one rank may share an
+// element (the planner would write it twice). Mesh tensors are skipped: they
+// give each rank one shard whose fragments are disjoint by construction.
+absl::Status CheckDestinationBoxOverlaps(const CompiledSide& side,
+                                         const std::vector<bool>& from_mesh);
+
+// Number of bytes from a fragment's first to one past its last byte; 0 when
+// the box is empty. Error on int64 overflow.
+absl::Status ByteExtent(const CompiledFragment& f, int64_t elem_size, int64_t* extent);
+
+}  // namespace wsync::plan::internal
+
+#endif  // WSYNC_CONTROLLER_PLAN_LAYOUT_INTERNAL_H_

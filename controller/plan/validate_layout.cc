@@ -1,0 +1,226 @@
+// Cross-fragment checks of a compiled side. Both are sweeps over fragments
+// sorted by (rank, start), so a side with N fragments costs O(N log N) plus the
+// pairs whose ranges actually overlap, never O(N^2) per tensor.
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/dtype.h"
+#include "controller/plan/layout_internal.h"
+
+namespace wsync::plan::internal {
+namespace {
+
+struct ByteRange {
+  int32_t rank;
+  int32_t buffer;
+  int64_t begin;
+  int64_t end;
+  int32_t tensor;
+  int32_t frag;
+};
+
+bool IsDense(const CompiledFragment& f, int64_t elem_size, int64_t extent) {
+  return extent == f.box.NumElements() * elem_size;
+}
+
+// Exact test for two fragments whose byte ranges overlap. Returns true when
+// they share a byte or when disjointness cannot be proven cheaply.
+//
+// Idea: when all strides used (in bytes) form a divisibility chain, every byte
+// offset decodes to unique coordinates in that chain (a virtual row-major
+// parent array), and a fragment that does not wrap a level is a box there; two
+// such boxes share an element iff they intersect. This covers the common
+// cases: column blocks of one row-major buffer, views of a shared flat buffer.
+bool MayShareBytes(const CompiledFragment& a, const CompiledFragment& b, int64_t es) {
+  std::vector<int64_t> chain = {es};
+  auto add_levels = [&](const CompiledFragment& f) {
+    for (int d = 0; d < f.box.rank(); ++d) {
+      if (f.box.length[d] > 1) chain.push_back(f.strides[d] * es);
+    }
+  };
+  add_levels(a);
+  add_levels(b);
+  std::sort(chain.begin(), chain.end(), std::greater<int64_t>());
+  chain.erase(std::unique(chain.begin(), chain.end()), chain.end());
+  for (size_t k = 0; k + 1 < chain.size(); ++k) {
+    if (chain[k] % chain[k + 1] != 0) return true;
+  }
+  const size_t levels = chain.size();
+  struct Decoded {
+    std::vector<int64_t> lo, hi;
+    int64_t rem;
+  };
+  auto decode = [&](const CompiledFragment& f, Decoded* out) -> bool {
+    out->lo.assign(levels, 0);
+    out->hi.assign(levels, 0);
+    int64_t r = f.byte_offset;
+    for (size_t k = 0; k < levels; ++k) {
+      out->lo[k] = r / chain[k];
+      r %= chain[k];
+      out->hi[k] = out->lo[k] + 1;
+    }
+    out->rem = r;
+    for (int d = 0; d < f.box.rank(); ++d) {
+      if (f.box.length[d] <= 1) continue;
+      const size_t k = std::find(chain.begin(), chain.end(), f.strides[d] * es) - chain.begin();
+      if (out->hi[k] != out->lo[k] + 1) return false;  // two dims on one level
+      out->hi[k] = out->lo[k] + f.box.length[d];
+    }
+    for (size_t k = 1; k < levels; ++k) {
+      if (out->hi[k] > chain[k - 1] / chain[k]) return false;  // wraps into the next level
+    }
+    return true;
+  };
+  Decoded da, db;
+  if (!decode(a, &da) || !decode(b, &db) || da.rem != db.rem) return true;
+  for (size_t k = 0; k < levels; ++k) {
+    if (da.hi[k] <= db.lo[k] || db.hi[k] <= da.lo[k]) return false;
+  }
+  return true;
+}
+
+bool ExactAlias(const CompiledFragment& a, const CompiledFragment& b, int64_t esa, int64_t esb) {
+  return esa == esb && a.byte_offset == b.byte_offset && a.strides == b.strides &&
+         a.box.length == b.box.length;
+}
+
+}  // namespace
+
+absl::Status ByteExtent(const CompiledFragment& f, int64_t elem_size, int64_t* extent) {
+  int64_t last = 0;  // element offset of the last element
+  for (int d = 0; d < f.box.rank(); ++d) {
+    if (f.box.length[d] == 0) {
+      *extent = 0;
+      return absl::OkStatus();
+    }
+    int64_t step = 0;
+    if (__builtin_mul_overflow(f.box.length[d] - 1, f.strides[d], &step) ||
+        __builtin_add_overflow(last, step, &last)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", f.rank, " box ", f.box.ToString(), ": strides [",
+                       absl::StrJoin(f.strides, ", "), "] overflow int64"));
+    }
+  }
+  if (__builtin_add_overflow(last, 1, &last) ||
+      __builtin_mul_overflow(last, elem_size, extent)) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", f.rank, " box ", f.box.ToString(),
+                                                   ": byte extent overflows int64"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckByteOverlaps(const CompiledSide& side, const std::vector<bool>& from_mesh,
+                               SideRole role) {
+  // A buffer used by one mesh tensor alone needs no check: on each rank that
+  // tensor's fragments tile the buffer exactly. This is the common case and
+  // keeps large sides free of a global sort.
+  constexpr int32_t kUnused = -1, kShared = -2;
+  std::vector<int32_t> owner(side.buffer_names.size(), kUnused);
+  for (size_t ti = 0; ti < side.tensors.size(); ++ti) {
+    for (const CompiledFragment& f : side.tensors[ti].fragments) {
+      int32_t& o = owner[f.buffer];
+      if (o == kUnused) {
+        o = from_mesh[ti] ? static_cast<int32_t>(ti) : kShared;
+      } else if (o != static_cast<int32_t>(ti)) {
+        o = kShared;
+      }
+    }
+  }
+  std::vector<ByteRange> ranges;
+  std::vector<int64_t> elem_size(side.tensors.size());
+  for (size_t ti = 0; ti < side.tensors.size(); ++ti) {
+    const CompiledTensor& t = side.tensors[ti];
+    elem_size[ti] = DTypeSize(t.dtype);
+    for (size_t fi = 0; fi < t.fragments.size(); ++fi) {
+      if (owner[t.fragments[fi].buffer] != kShared) continue;
+      const CompiledFragment& f = t.fragments[fi];
+      int64_t extent = 0;
+      absl::Status s = ByteExtent(f, elem_size[ti], &extent);
+      if (!s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Where(side.name, t.name), ": ", s.message()));
+      }
+      if (extent == 0) continue;
+      ranges.push_back({f.rank, f.buffer, f.byte_offset, f.byte_offset + extent,
+                        static_cast<int32_t>(ti), static_cast<int32_t>(fi)});
+    }
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const ByteRange& a, const ByteRange& b) {
+    return std::tie(a.rank, a.buffer, a.begin, a.end, a.tensor, a.frag) <
+           std::tie(b.rank, b.buffer, b.begin, b.end, b.tensor, b.frag);
+  });
+  std::vector<const ByteRange*> active;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const ByteRange& e = ranges[i];
+    if (i == 0 || e.rank != ranges[i - 1].rank || e.buffer != ranges[i - 1].buffer) {
+      active.clear();
+    }
+    active.erase(std::remove_if(active.begin(), active.end(),
+                                [&](const ByteRange* a) { return a->end <= e.begin; }),
+                 active.end());
+    const CompiledTensor& te = side.tensors[e.tensor];
+    const CompiledFragment& fe = te.fragments[e.frag];
+    for (const ByteRange* a : active) {
+      // Fragments of one mesh tensor on one rank tile its local buffer.
+      if (a->tensor == e.tensor && from_mesh[e.tensor]) continue;
+      const CompiledTensor& ta = side.tensors[a->tensor];
+      const CompiledFragment& fa = ta.fragments[a->frag];
+      const int64_t esa = elem_size[a->tensor], ese = elem_size[e.tensor];
+      if (role == SideRole::kSource && ExactAlias(fa, fe, esa, ese)) continue;
+      const bool both_dense =
+          IsDense(fa, esa, a->end - a->begin) && IsDense(fe, ese, e.end - e.begin);
+      if (!both_dense && esa == ese && !MayShareBytes(fa, fe, esa)) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "side \"", side.name, "\" rank ", e.rank, " buffer \"", side.buffer_names[e.buffer],
+          "\": bytes [", a->begin, ", ", a->end, ") of tensor \"", ta.name, "\" box ",
+          fa.box.ToString(), " overlap bytes [", e.begin, ", ", e.end, ") of tensor \"",
+          te.name, "\" box ", fe.box.ToString()));
+    }
+    active.push_back(&e);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDestinationBoxOverlaps(const CompiledSide& side,
+                                         const std::vector<bool>& from_mesh) {
+  std::vector<const CompiledFragment*> order;
+  for (size_t ti = 0; ti < side.tensors.size(); ++ti) {
+    if (from_mesh[ti]) continue;  // a mesh gives each rank one disjoint shard
+    const CompiledTensor& t = side.tensors[ti];
+    order.clear();
+    for (const CompiledFragment& f : t.fragments) order.push_back(&f);
+    const bool scalar = t.shape.empty();
+    auto lo = [&](const CompiledFragment* f) { return scalar ? 0 : f->box.offset[0]; };
+    auto hi = [&](const CompiledFragment* f) {
+      return scalar ? 1 : f->box.offset[0] + f->box.length[0];
+    };
+    std::sort(order.begin(), order.end(), [&](const CompiledFragment* a, const CompiledFragment* b) {
+      return a->rank != b->rank ? a->rank < b->rank : lo(a) < lo(b);
+    });
+    std::vector<const CompiledFragment*> active;
+    for (size_t i = 0; i < order.size(); ++i) {
+      const CompiledFragment* f = order[i];
+      if (i > 0 && order[i - 1]->rank != f->rank) active.clear();
+      active.erase(std::remove_if(active.begin(), active.end(),
+                                  [&](const CompiledFragment* a) { return hi(a) <= lo(f); }),
+                   active.end());
+      for (const CompiledFragment* a : active) {
+        if (scalar || Intersect(a->box, f->box).has_value()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              Where(side.name, t.name), ": rank ", f->rank, " holds boxes ", a->box.ToString(),
+              " and ", f->box.ToString(), " which overlap (a destination element must have one "
+              "home per rank)"));
+        }
+      }
+      active.push_back(f);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace wsync::plan::internal

@@ -1,0 +1,166 @@
+#include "worker/exec/bound_plan.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/worker/exec/plan_builder.h"
+
+namespace wsync::exec {
+namespace {
+
+using testing::Piece;
+using testing::PlanBuilder;
+using testing::View;
+
+class BindTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Reg(BufferSide::kSource, "w", src_, v1::FP32);
+    Reg(BufferSide::kDestination, "w", dst_, v1::BF16);
+  }
+  void Reg(BufferSide side, const std::string& name, std::vector<uint8_t>& mem, v1::DType dtype) {
+    mem.assign(64 * 4, 0);
+    RegisteredBuffer r{mem.data(), static_cast<int64_t>(mem.size()), dtype};
+    ASSERT_TRUE(registry_.Register(side, name, r).ok());
+  }
+  absl::Status Bind(const v1::Plan& plan, int32_t worker) {
+    return BindPlan(plan, worker, registry_, MemorySpace::kHost).status();
+  }
+  std::vector<uint8_t> src_, dst_;
+  BufferRegistry registry_;
+};
+
+void ExpectError(const absl::Status& s, absl::StatusCode code,
+                 std::initializer_list<const char*> parts) {
+  EXPECT_EQ(s.code(), code) << s;
+  for (const char* p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << p << " in " << s;
+}
+
+TEST_F(BindTest, GoodPlanBindsBothSides) {
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("w", 0, {8, 8}, v1::FP32), View("w", 0, {8, 8}, v1::BF16), v1::BF16)});
+  const v1::Plan plan = pb.Build();
+  auto sender = BindPlan(plan, 0, registry_, MemorySpace::kHost);
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  ASSERT_EQ((*sender)->rounds.size(), 1u);
+  const BoundRound& r = (*sender)->rounds[0];
+  ASSERT_EQ(r.pack.size(), 1u);
+  EXPECT_EQ(r.pack[0].src.ndim, 1);  // [8,8] row-major coalesced to [64]
+  EXPECT_EQ(r.pack[0].src.shape[0], 64);
+  EXPECT_EQ(r.staging_bytes, 128);
+  EXPECT_TRUE(BindPlan(plan, 1, registry_, MemorySpace::kHost).ok());
+  // A worker with no part binds to an empty plan.
+  auto idle = BindPlan(plan, 5, registry_, MemorySpace::kHost);
+  ASSERT_TRUE(idle.ok());
+  EXPECT_TRUE((*idle)->rounds.empty());
+}
+
+TEST_F(BindTest, ViewOutOfRangeNamesBufferBucketPiece) {
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("w", 0, {4}, v1::FP32), View("w", 0, {4}, v1::BF16), v1::BF16),
+                Piece(View("w", 60 * 4, {2, 4}, v1::FP32), View("w", 0, {2, 4}, v1::BF16),
+                      v1::BF16)});
+  ExpectError(Bind(pb.Build(), 0), absl::StatusCode::kOutOfRange,
+              {"worker 0", "round 0", "bucket 0", "piece 1", "source buffer 'w'", "256 bytes"});
+}
+
+TEST_F(BindTest, StridedExtentCountsLastElementOnly) {
+  PlanBuilder pb;
+  // 4 x 4 with row stride 16: last element at (3*16 + 3) * 4 = 204..208 <= 256: fits.
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("w", 0, {4, 4}, v1::FP32, {16, 1}), View("w", 0, {4, 4}, v1::BF16),
+                      v1::BF16)});
+  EXPECT_TRUE(Bind(pb.Build(), 0).ok());
+  PlanBuilder bad;
+  bad.AddBucket(0, 1, 0,
+                {Piece(View("w", 4, {4, 4}, v1::FP32, {20, 1}), View("w", 0, {4, 4}, v1::BF16),
+                       v1::BF16)});
+  ExpectError(Bind(bad.Build(), 0), absl::StatusCode::kOutOfRange, {"outside"});
+}
+
+TEST_F(BindTest, DtypeMismatchIsAnError) {
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("w", 0, {4}, v1::FP32), View("w", 0, {4}, v1::FP16), v1::BF16)});
+  ExpectError(Bind(pb.Build(), 1), absl::StatusCode::kInvalidArgument,
+              {"RECV bucket 0", "piece 0", "fp16", "registered as bf16"});
+}
+
+TEST_F(BindTest, UnregisteredBufferIsNotFound) {
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("nope", 0, {4}, v1::FP32), View("w", 0, {4}, v1::BF16), v1::BF16)});
+  ExpectError(Bind(pb.Build(), 0), absl::StatusCode::kNotFound, {"'nope'", "bucket 0"});
+}
+
+TEST_F(BindTest, IntegerCastIsRefused) {
+  std::vector<uint8_t> ints;
+  Reg(BufferSide::kSource, "i", ints, v1::INT32);
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("i", 0, {4}, v1::INT32), View("w", 0, {4}, v1::BF16), v1::FP32)});
+  ExpectError(Bind(pb.Build(), 0), absl::StatusCode::kInvalidArgument, {"int32", "fp32"});
+}
+
+TEST_F(BindTest, StagingBeyondGrantIsRefused) {
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("w", 0, {16}, v1::FP32), View("w", 0, {16}, v1::BF16), v1::BF16)});
+  v1::Plan plan = pb.Build();
+  plan.mutable_ranks(0)->mutable_rounds(0)->set_staging_bytes(16);
+  ExpectError(Bind(plan, 0), absl::StatusCode::kInvalidArgument, {"need 32", "grants 16"});
+}
+
+TEST_F(BindTest, BucketMissingFromOpsIsRefused) {
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("w", 0, {4}, v1::FP32), View("w", 0, {4}, v1::BF16), v1::BF16)});
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("w", 16, {4}, v1::FP32), View("w", 8, {4}, v1::BF16), v1::BF16)});
+  v1::Plan plan = pb.Build();
+  plan.mutable_ranks(1)->mutable_rounds(0)->mutable_ops()->RemoveLast();
+  ExpectError(Bind(plan, 1), absl::StatusCode::kInvalidArgument, {"bucket 1", "no op"});
+}
+
+TEST_F(BindTest, ZeroCopyNeedsContiguousSameDtype) {
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("w", 0, {4}, v1::FP32), View("w", 0, {4}, v1::BF16), v1::BF16)},
+               /*zero_copy=*/true);
+  ExpectError(Bind(pb.Build(), 0), absl::StatusCode::kInvalidArgument, {"zero-copy"});
+}
+
+TEST_F(BindTest, PartialWithoutReduceIsRefused) {
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("w", 0, {4}, v1::FP32), View("w", 0, {4}, v1::BF16), v1::FP32, 7)});
+  ExpectError(Bind(pb.Build(), 1), absl::StatusCode::kInvalidArgument, {"consumed by no reduce"});
+}
+
+TEST(CoalesceTest, MergesOnlyWhereAllViewsAllow) {
+  auto a = MakeStridedView(nullptr, v1::FP32, std::vector<int64_t>{2, 1, 3, 4},
+                           std::vector<int64_t>{12, 99, 4, 1});
+  auto b = MakeStridedView(nullptr, v1::FP32, std::vector<int64_t>{2, 1, 3, 4},
+                           std::vector<int64_t>{40, 7, 8, 1});
+  ASSERT_TRUE(a.ok() && b.ok());
+  StridedView one = *a;
+  StridedView* single[] = {&one};
+  CoalesceViews(single);
+  EXPECT_EQ(one.ndim, 1);
+  EXPECT_EQ(one.shape[0], 24);
+  StridedView x = *a, y = *b;
+  StridedView* both[] = {&x, &y};
+  CoalesceViews(both);
+  // b's dim 2 is not contiguous with dim 3 (stride 8 != 4), dims 0,2 (40 = 5 * 8) neither.
+  ASSERT_EQ(x.ndim, 3);
+  EXPECT_EQ(y.strides[0], 40);
+  EXPECT_EQ(x.shape[2], 4);
+  EXPECT_FALSE(MakeStridedView(nullptr, v1::FP32, std::vector<int64_t>{2, -1},
+                               std::vector<int64_t>{1, 1})
+                   .ok());
+}
+
+}  // namespace
+}  // namespace wsync::exec

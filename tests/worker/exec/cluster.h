@@ -1,0 +1,118 @@
+// Test harness: N workers as threads of this process, each with host
+// buffers, a BufferRegistry, a Gloo transport over loopback, HostDataOps and
+// an Executor.
+#ifndef WSYNC_TESTS_WORKER_EXEC_CLUSTER_H_
+#define WSYNC_TESTS_WORKER_EXEC_CLUSTER_H_
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/exec/bound_plan.h"
+#include "worker/exec/executor.h"
+#include "worker/exec/host_data_ops.h"
+#include "worker/transport/gloo_transport.h"
+#include "worker/transport/kv_store.h"
+
+namespace wsync::exec::testing {
+
+constexpr uint8_t kSentinel = 0xEE;
+
+class Cluster {
+ public:
+  explicit Cluster(int n) : n_(n), workers_(n) {}
+
+  // A host buffer of `numel` elements filled with kSentinel bytes, registered.
+  std::vector<uint8_t>& Add(int worker, BufferSide side, const std::string& name, DType dtype,
+                            int64_t numel) {
+    auto& buf = workers_[worker].buffers[{side, name}];
+    buf.assign(static_cast<size_t>(numel * DTypeSize(dtype)), kSentinel);
+    RegisteredBuffer r;
+    r.data = buf.data();
+    r.bytes = static_cast<int64_t>(buf.size());
+    r.dtype = dtype;
+    const absl::Status s = workers_[worker].registry.Register(side, name, r);
+    if (!s.ok()) ADD_FAILURE() << s;
+    return buf;
+  }
+  template <typename T>
+  T* Data(int worker, BufferSide side, const std::string& name) {
+    return reinterpret_cast<T*>(workers_[worker].buffers.at({side, name}).data());
+  }
+  BufferRegistry& registry(int worker) { return workers_[worker].registry; }
+  Executor& executor(int worker) { return *workers_[worker].executor; }
+
+  absl::Status Connect(ExecutorOptions options = {}) {
+    static std::atomic<int> counter{0};
+    const std::string prefix = absl::StrCat("exec/", getpid(), "/", counter++);
+    std::vector<absl::Status> status(n_);
+    std::vector<std::thread> threads;
+    for (int w = 0; w < n_; ++w) {
+      threads.emplace_back([&, w] {
+        transport::GlooTransportOptions o;
+        o.rank = w;
+        o.size = n_;
+        o.store = &store_;
+        o.prefix = prefix;
+        o.connect_timeout = absl::Seconds(30);
+        auto t = transport::GlooTransport::Create(o);
+        status[w] = t.status();
+        if (t.ok()) workers_[w].transport = std::move(*t);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int w = 0; w < n_; ++w) {
+      if (!status[w].ok()) return status[w];
+      workers_[w].executor =
+          std::make_unique<Executor>(workers_[w].transport.get(), &workers_[w].ops, options);
+    }
+    return absl::OkStatus();
+  }
+
+  // Binds and runs `plan` on every worker not in `silent` (those keep their
+  // transport but never post anything). Returns each worker's result.
+  std::vector<absl::StatusOr<SyncStats>> Run(const v1::Plan& plan, absl::Duration timeout,
+                                             const std::set<int>& silent = {},
+                                             const ProgressCallback& progress = nullptr) {
+    std::vector<absl::StatusOr<SyncStats>> out(n_, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int w = 0; w < n_; ++w) {
+      if (silent.count(w)) continue;
+      threads.emplace_back([&, w] {
+        auto bound = BindPlan(plan, w, workers_[w].registry, MemorySpace::kHost);
+        if (!bound.ok()) {
+          out[w] = bound.status();
+          return;
+        }
+        out[w] = workers_[w].executor->Run(**bound, workers_[w].registry.generation(),
+                                           absl::Now() + timeout, progress);
+      });
+    }
+    for (auto& t : threads) t.join();
+    return out;
+  }
+
+ private:
+  struct Worker {
+    std::map<std::pair<BufferSide, std::string>, std::vector<uint8_t>> buffers;
+    BufferRegistry registry;
+    HostDataOps ops;
+    std::unique_ptr<transport::Transport> transport;
+    std::unique_ptr<Executor> executor;
+  };
+  const int n_;
+  transport::InMemoryKvStore store_;
+  std::vector<Worker> workers_;
+};
+
+}  // namespace wsync::exec::testing
+
+#endif  // WSYNC_TESTS_WORKER_EXEC_CLUSTER_H_

@@ -1,0 +1,70 @@
+// A plan bound to one worker's buffers: every view resolved to memory and
+// checked (inside its buffer, dtype as registered), every op turned into the
+// data-op items and transport requests the executor replays. Bind once per
+// (plan, registry generation); replay on every sync.
+#ifndef WSYNC_WORKER_EXEC_BOUND_PLAN_H_
+#define WSYNC_WORKER_EXEC_BOUND_PLAN_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/exec/buffer_registry.h"
+#include "worker/exec/data_ops.h"
+#include "wsync/v1/plan.pb.h"
+
+namespace wsync::exec {
+
+// One network bucket on this worker: staged at staging_offset, or (zero-copy)
+// sent from / received into `direct` in the tensor itself.
+struct BoundTransfer {
+  int64_t bucket = 0;
+  int32_t peer = 0;  // worker id = transport rank
+  int32_t seq = 0;
+  int64_t bytes = 0;
+  bool zero_copy = false;
+  int64_t staging_offset = 0;
+  void* direct = nullptr;
+};
+
+struct BoundRound {
+  int32_t index = 0;
+  int64_t plan_staging_bytes = 0;  // Round.staging_bytes
+  int64_t staging_bytes = 0;       // used by this binding (<= plan_staging_bytes)
+  std::vector<BoundTransfer> sends;  // in (peer, seq) order
+  std::vector<BoundTransfer> recvs;  // in (peer, seq) order
+  std::vector<PackItem> pack;
+  std::vector<UnpackItem> unpack;
+  std::vector<CopyItem> copies;
+  std::vector<ReduceInput> reduce_inputs;
+  std::vector<ReduceItem> reduces;
+  std::vector<int64_t> copy_buckets;  // for messages
+  std::vector<int64_t> reduce_ids;    // for messages
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  int64_t bytes_local = 0;  // wire bytes of local (COPY) buckets
+};
+
+struct BoundPlan {
+  std::string key;
+  int32_t worker = 0;
+  uint64_t registry_generation = 0;
+  MemorySpace space = MemorySpace::kHost;
+  std::vector<BoundRound> rounds;  // increasing index
+  int64_t max_staging_bytes = 0;
+  int64_t total_bytes = 0;  // sent + received + local, over all rounds
+};
+
+// Binds `worker`'s part of `plan` (a full plan or ExtractRankPlan's output).
+// Errors name the worker, round, op, bucket, piece and buffer at fault.
+// Views must live in `space` (the data ops' memory) and the transport ranks
+// are the worker ids.
+absl::StatusOr<std::shared_ptr<const BoundPlan>> BindPlan(const v1::Plan& plan, int32_t worker,
+                                                          const BufferRegistry& registry,
+                                                          MemorySpace space);
+
+}  // namespace wsync::exec
+
+#endif  // WSYNC_WORKER_EXEC_BOUND_PLAN_H_

@@ -1,0 +1,195 @@
+#include "worker/exec/executor.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace wsync::exec {
+namespace {
+
+std::string RoundWhere(const BoundPlan& plan, const BoundRound& round) {
+  return absl::StrCat("worker ", plan.worker, " round ", round.index);
+}
+
+// "peer 1: send 4,5 recv 7; peer 2: ..." (bounded).
+std::string TransfersByPeer(const BoundRound& round) {
+  std::map<int32_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> by_peer;
+  for (const BoundTransfer& t : round.sends) by_peer[t.peer].first.push_back(t.bucket);
+  for (const BoundTransfer& t : round.recvs) by_peer[t.peer].second.push_back(t.bucket);
+  std::vector<std::string> parts;
+  for (const auto& [peer, lists] : by_peer) {
+    if (parts.size() == 8) {
+      parts.push_back("...");
+      break;
+    }
+    std::string s = absl::StrCat("peer ", peer, ":");
+    auto list = [](const std::vector<int64_t>& v) {
+      if (v.size() <= 6) return absl::StrJoin(v, ",");
+      return absl::StrCat(absl::StrJoin(v.begin(), v.begin() + 6, ","), ",... (", v.size(), ")");
+    };
+    if (!lists.first.empty()) absl::StrAppend(&s, " send buckets ", list(lists.first));
+    if (!lists.second.empty()) absl::StrAppend(&s, " recv buckets ", list(lists.second));
+    parts.push_back(s);
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+absl::Status Wrap(const absl::Status& s, const std::string& where) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
+}
+
+double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+}  // namespace
+
+Executor::Executor(transport::Transport* transport, DataOps* ops, ExecutorOptions options)
+    : transport_(transport), ops_(ops), options_(options) {}
+
+void Executor::Abort(const std::string& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (abort_reason_.empty()) abort_reason_ = reason;
+  }
+  aborted_.store(true);
+  transport_->Abort(reason);
+}
+
+void Executor::ReleaseStaging() {
+  staging_.Reset();
+  allocated_staging_.store(0);
+}
+
+absl::Status Executor::CheckAborted(const BoundPlan& plan, const BoundRound& round,
+                                    const char* phase) {
+  if (!aborted_.load()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  return absl::CancelledError(
+      absl::StrCat(RoundWhere(plan, round), " ", phase, ": aborted: ", abort_reason_));
+}
+
+absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry_generation,
+                                        absl::Time deadline, const ProgressCallback& progress) {
+  const absl::Time start = absl::Now();
+  if (plan.registry_generation != registry_generation) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", plan.worker, ": plan '", plan.key, "' was bound against registry generation ",
+        plan.registry_generation, ", the registry is at ", registry_generation, "; rebind it"));
+  }
+  if (plan.space != ops_->memory_space() || plan.space != transport_->memory_space()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", plan.worker, ": plan bound for another memory space than the data ops (",
+        ops_->Name(), ") or the transport (", transport_->Name(), ")"));
+  }
+  if (transport_->rank() != plan.worker) {
+    return absl::FailedPreconditionError(absl::StrCat("plan bound for worker ", plan.worker,
+                                                      " but the transport is rank ",
+                                                      transport_->rank()));
+  }
+  if (staging_.bytes() < plan.max_staging_bytes) {
+    staging_.Reset();  // free first: never hold old and new together
+    allocated_staging_.store(0);
+    ASSIGN_OR_RETURN(staging_, ops_->AllocateStaging(plan.max_staging_bytes));
+    allocated_staging_.store(staging_.bytes());
+  }
+  SyncStats stats;
+  Progress p;
+  p.worker = plan.worker;
+  p.rounds_total = static_cast<int32_t>(plan.rounds.size());
+  p.bytes_total = plan.total_bytes;
+  for (const BoundRound& round : plan.rounds) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          RoundWhere(plan, round), ": the sync deadline passed before the round started"));
+    }
+    RoundStats rs;
+    current_staging_.store(round.staging_bytes);
+    const absl::Status s = RunRound(plan, round, deadline, rs);
+    current_staging_.store(0);
+    if (!s.ok()) return s;
+    stats.bytes_sent += rs.bytes_sent;
+    stats.bytes_received += rs.bytes_received;
+    stats.bytes_local += rs.bytes_local;
+    stats.peak_staging_bytes = std::max(stats.peak_staging_bytes, rs.staging_bytes);
+    stats.rounds.push_back(rs);
+    p.round_index = round.index;
+    ++p.rounds_done;
+    p.bytes_done += rs.bytes_sent + rs.bytes_received + rs.bytes_local;
+    if (progress) progress(p);
+  }
+  stats.seconds = Seconds(start);
+  return stats;
+}
+
+absl::Status Executor::RunRound(const BoundPlan& plan, const BoundRound& round,
+                                absl::Time deadline, RoundStats& rs) {
+  const std::string where = RoundWhere(plan, round);
+  rs.index = round.index;
+  rs.staging_bytes = round.staging_bytes;
+  rs.sends = static_cast<int32_t>(round.sends.size());
+  rs.recvs = static_cast<int32_t>(round.recvs.size());
+  rs.copies = static_cast<int32_t>(round.copy_buckets.size());
+  rs.reduces = static_cast<int32_t>(round.reduces.size());
+  uint8_t* staging = static_cast<uint8_t*>(staging_.data());
+
+  RETURN_IF_ERROR(CheckAborted(plan, round, "pack"));
+  absl::Time t = absl::Now();
+  if (!round.pack.empty()) {
+    RETURN_IF_ERROR(Wrap(ops_->Pack(round.pack, staging), absl::StrCat(where, ": pack")));
+    RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": pack")));
+  }
+  rs.pack_seconds = Seconds(t);
+
+  RETURN_IF_ERROR(CheckAborted(plan, round, "transfer"));
+  t = absl::Now();
+  if (!round.sends.empty() || !round.recvs.empty()) {
+    send_reqs_.clear();
+    recv_reqs_.clear();
+    for (const BoundTransfer& x : round.sends) {
+      send_reqs_.push_back({x.peer, x.bucket, x.zero_copy ? x.direct : staging + x.staging_offset,
+                            static_cast<size_t>(x.bytes)});
+    }
+    for (const BoundTransfer& x : round.recvs) {
+      recv_reqs_.push_back({x.peer, x.bucket, x.zero_copy ? x.direct : staging + x.staging_offset,
+                            static_cast<size_t>(x.bytes)});
+    }
+    const absl::Time round_deadline = std::min(deadline, absl::Now() + options_.round_timeout);
+    const absl::Status s = transport_->RunRound(send_reqs_, recv_reqs_, round_deadline);
+    if (!s.ok()) {
+      if (aborted_.load()) RETURN_IF_ERROR(CheckAborted(plan, round, "transfer"));
+      return absl::Status(s.code(), absl::StrCat(where, ": transfer (", TransfersByPeer(round),
+                                                 ") failed: ", s.message()));
+    }
+    rs.bytes_sent = round.bytes_sent;
+    rs.bytes_received = round.bytes_received;
+  }
+  rs.transfer_seconds = Seconds(t);
+
+  RETURN_IF_ERROR(CheckAborted(plan, round, "unpack"));
+  t = absl::Now();
+  if (!round.unpack.empty()) {
+    RETURN_IF_ERROR(Wrap(ops_->Unpack(staging, round.unpack), absl::StrCat(where, ": unpack")));
+  }
+  rs.unpack_seconds = Seconds(t);
+  t = absl::Now();
+  if (!round.copies.empty()) {
+    RETURN_IF_ERROR(Wrap(ops_->Copy(round.copies),
+                         absl::StrCat(where, ": copy buckets ",
+                                      absl::StrJoin(round.copy_buckets, ","))));
+  }
+  rs.copy_seconds = Seconds(t);
+  t = absl::Now();
+  if (!round.reduces.empty()) {
+    RETURN_IF_ERROR(Wrap(ops_->Reduce(round.reduce_inputs, round.reduces, staging),
+                         absl::StrCat(where, ": reduces ", absl::StrJoin(round.reduce_ids, ","))));
+  }
+  RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": finishing the round")));
+  rs.reduce_seconds = Seconds(t);
+  rs.bytes_local = round.bytes_local;
+  return absl::OkStatus();
+}
+
+}  // namespace wsync::exec

@@ -1,0 +1,116 @@
+// The op-list interpreter: runs one worker's bound plan round by round over a
+// Transport and DataOps. Within a round:
+//   1. pack every staged SEND bucket (cast to the wire dtype), synchronize;
+//   2. post all sends and receives in one Transport::RunRound, in (peer, seq)
+//      order with tag = bucket id (zero-copy buckets go straight from / into
+//      the tensors);
+//   3. unpack received buckets, run COPYs, then REDUCEs; synchronize.
+// Staging is one allocation of the plan's peak, reused across rounds and
+// syncs; a round uses at most its Round.staging_bytes of it.
+//
+// A failed sync leaves destination buffers partly written: the caller must
+// not publish them (staged commit comes later). Any failure also leaves the
+// transport unusable (see Transport::RunRound).
+#ifndef WSYNC_WORKER_EXEC_EXECUTOR_H_
+#define WSYNC_WORKER_EXEC_EXECUTOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker/exec/bound_plan.h"
+#include "worker/exec/data_ops.h"
+#include "worker/transport/transport.h"
+
+namespace wsync::exec {
+
+struct ExecutorOptions {
+  // Each round's transfer must finish within this (and within the sync's
+  // deadline).
+  absl::Duration round_timeout = absl::Seconds(60);
+};
+
+struct Progress {
+  int32_t worker = 0;
+  int32_t round_index = 0;   // the round just finished
+  int32_t rounds_done = 0;
+  int32_t rounds_total = 0;
+  int64_t bytes_done = 0;    // sent + received + copied so far
+  int64_t bytes_total = 0;
+};
+using ProgressCallback = std::function<void(const Progress&)>;
+
+struct RoundStats {
+  int32_t index = 0;
+  double pack_seconds = 0;
+  double transfer_seconds = 0;
+  double unpack_seconds = 0;
+  double copy_seconds = 0;
+  double reduce_seconds = 0;
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  int64_t bytes_local = 0;
+  int64_t staging_bytes = 0;
+  int32_t sends = 0;
+  int32_t recvs = 0;
+  int32_t copies = 0;
+  int32_t reduces = 0;
+};
+
+struct SyncStats {
+  std::vector<RoundStats> rounds;
+  double seconds = 0;
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  int64_t bytes_local = 0;
+  int64_t peak_staging_bytes = 0;
+};
+
+class Executor {
+ public:
+  // Not owned; both must outlive the executor. The transport's ranks are
+  // worker ids.
+  Executor(transport::Transport* transport, DataOps* ops, ExecutorOptions options = {});
+
+  // Runs one sync. `registry_generation` is the registry's current generation:
+  // a plan bound against another generation is refused (FAILED_PRECONDITION:
+  // rebind). Errors name the round, phase, buckets and peers.
+  absl::StatusOr<SyncStats> Run(const BoundPlan& plan, uint64_t registry_generation,
+                                absl::Time deadline, const ProgressCallback& progress = nullptr);
+
+  // From any thread: ends a Run in flight promptly (CANCELLED) and every later
+  // one; the transport is aborted too and must be rebuilt with the executor.
+  void Abort(const std::string& reason);
+
+  // Staging in use by the round in flight (0 between rounds) and allocated.
+  int64_t current_staging_bytes() const { return current_staging_.load(); }
+  int64_t allocated_staging_bytes() const { return allocated_staging_.load(); }
+  // Frees the staging allocation (e.g. while idle between syncs).
+  void ReleaseStaging();
+
+ private:
+  absl::Status RunRound(const BoundPlan& plan, const BoundRound& round, absl::Time deadline,
+                        RoundStats& stats);
+  absl::Status CheckAborted(const BoundPlan& plan, const BoundRound& round, const char* phase);
+
+  transport::Transport* const transport_;
+  DataOps* const ops_;
+  const ExecutorOptions options_;
+  StagingBuffer staging_;
+  std::atomic<int64_t> current_staging_{0};
+  std::atomic<int64_t> allocated_staging_{0};
+  std::atomic<bool> aborted_{false};
+  absl::Mutex mu_;
+  std::string abort_reason_ ABSL_GUARDED_BY(mu_);
+  std::vector<transport::SendRequest> send_reqs_;
+  std::vector<transport::RecvRequest> recv_reqs_;
+};
+
+}  // namespace wsync::exec
+
+#endif  // WSYNC_WORKER_EXEC_EXECUTOR_H_

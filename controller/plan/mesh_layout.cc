@@ -231,6 +231,7 @@ absl::Status AppendMeshFragments(const std::string& where, const v1::TensorLayou
   std::vector<int64_t> local_start;  // per interval, its local position
   std::vector<size_t> first(ndim);   // index of dim d's first interval in local_start
   std::vector<size_t> pick(ndim);
+  std::vector<int64_t> offset(ndim), length(ndim), strides(ndim);
   std::vector<std::vector<Interval>> iv;
   std::vector<Interval> scratch;
   out->reserve(out->size() + product);
@@ -263,26 +264,28 @@ absl::Status AppendMeshFragments(const std::string& where, const v1::TensorLayou
       }
       group = group_ids.try_emplace(key, static_cast<int32_t>(group_ids.size() + 1)).first->second;
     }
-    const std::vector<int64_t> strides = RowMajorStrides(local_shape);
+    for (int d = ndim - 1; d >= 0; --d) {
+      strides[d] = d == ndim - 1 ? 1 : strides[d + 1] * local_shape[d + 1];
+    }
     std::fill(pick.begin(), pick.end(), 0);
     while (true) {  // cartesian product of the per-dim intervals
-      CompiledFragment f;
-      f.rank = m.ranks(static_cast<int>(i));
-      f.buffer = buffer_id;
-      f.partial_group = group;
-      f.partial_op = has_partial ? op : v1::REDUCE_SUM;
-      f.box.offset.resize(ndim);
-      f.box.length.resize(ndim);
       int64_t elem_offset = 0;
       for (int d = 0; d < ndim; ++d) {
         const Interval& x = iv[d][pick[d]];
-        f.box.offset[d] = x.begin;
-        f.box.length[d] = x.end - x.begin;
+        offset[d] = x.begin;
+        length[d] = x.end - x.begin;
         elem_offset += local_start[first[d] + pick[d]] * strides[d];
       }
+      // Built in place: this loop makes every fragment of a large side.
+      CompiledFragment& f = out->emplace_back();
+      f.rank = m.ranks(static_cast<int>(i));
+      f.box.offset = offset;
+      f.box.length = length;
+      f.buffer = buffer_id;
       f.byte_offset = elem_offset * elem_size;
       f.strides = strides;
-      out->push_back(std::move(f));
+      f.partial_group = group;
+      f.partial_op = has_partial ? op : v1::REDUCE_SUM;
       int d = ndim - 1;
       for (; d >= 0; --d) {
         if (++pick[d] < iv[d].size()) break;

@@ -1,0 +1,96 @@
+// Plan simulator: predicts how long a v1::Plan takes under a link model, and
+// the lower bound that no schedule of the same traffic can beat.
+//
+// Model (one H100/H200-class GPU per worker):
+//  * Each worker has, per direction, one NVLink port (nvlink_bytes_per_second,
+//    used for peers on the same node) and one NIC (nic_bytes_per_second, peers
+//    on other nodes); the two run in parallel. Local buckets (sender ==
+//    receiver) are HBM copies at local_copy_bytes_per_second.
+//  * A round ends at a barrier. Worker w's time in round r is
+//      max(nvlink_out/nvlink, nic_out/nic, nvlink_in/nvlink, nic_in/nic, local/hbm)
+//    over the bucket bytes it sends, receives and copies in r. The round takes
+//    the max over workers plus round_latency_seconds; makespan = sum of rounds.
+//  * Reduces, packing and unpacking are not charged (they overlap transfers).
+//
+// Lower bound: for every worker and each of its five links (NVLink out/in,
+// NIC out/in, HBM copy) the plan's total bytes on that link over all rounds
+// divided by the link's bandwidth; the bound is the max over workers and
+// links. Any schedule of the same per-worker traffic needs at least that
+// long, whatever the rounds; makespan >= lower bound always holds, and
+// makespan / bound measures what the round structure costs. It is a bound for
+// the plan's routing choices (which source feeds which destination, relays),
+// not over all possible routings.
+#ifndef WSYNC_CONTROLLER_PLAN_SIMULATOR_H_
+#define WSYNC_CONTROLLER_PLAN_SIMULATOR_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "wsync/v1/layout.pb.h"
+#include "wsync/v1/plan.pb.h"
+
+namespace wsync::plan {
+
+// worker id -> node name.
+using WorkerNodes = absl::flat_hash_map<int32_t, std::string>;
+
+struct LinkBytes {
+  int64_t nvlink_out = 0;
+  int64_t nvlink_in = 0;
+  int64_t nic_out = 0;
+  int64_t nic_in = 0;
+  int64_t local = 0;
+};
+
+struct LinkRates {
+  double nvlink = 0;
+  double nic = 0;
+  double local = 0;
+  double round_latency = 0;
+};
+
+struct WorkerLoad {
+  int32_t worker = 0;
+  LinkBytes bytes;           // totals over all rounds
+  double bound_seconds = 0;  // its busiest link's bytes / bandwidth
+  double busy_seconds = 0;   // sum over rounds of its time in the round
+};
+
+struct RoundTiming {
+  int32_t round = 0;
+  double seconds = 0;            // including round latency
+  int32_t critical_worker = -1;  // -1 for a round without traffic
+};
+
+struct SimulationResult {
+  double makespan_seconds = 0;
+  double lower_bound_seconds = 0;
+  int32_t bound_worker = -1;
+  std::string bound_link;           // "nvlink_out", "nvlink_in", "nic_out", "nic_in", "local"
+  std::vector<RoundTiming> rounds;  // one per plan round
+  std::vector<WorkerLoad> workers;  // every worker with traffic, by worker id
+};
+
+// Zero or negative fields take the defaults: NVLink 370e9 B/s, NIC 50e9 B/s,
+// HBM copy 2e12 B/s, round latency 0.
+LinkRates EffectiveRates(const v1::LinkModel& model);
+
+// Seconds a worker needs to move `bytes` over its links (the max over links).
+double BusiestLinkSeconds(const LinkBytes& bytes, const LinkRates& rates,
+                          std::string* busiest = nullptr);
+
+// Errors: a bucket whose sender or receiver has no node, a round outside
+// [0, num_rounds), negative bytes, or a transport that contradicts
+// sender/receiver (LOCAL with two workers, NETWORK with one).
+absl::StatusOr<SimulationResult> SimulatePlan(const v1::Plan& plan, const WorkerNodes& nodes,
+                                              const v1::LinkModel& model);
+
+// The node map of a spec (both sides). Error if one worker is given two nodes.
+absl::StatusOr<WorkerNodes> WorkerNodesFromSpec(const v1::TransferSpec& spec);
+
+}  // namespace wsync::plan
+
+#endif  // WSYNC_CONTROLLER_PLAN_SIMULATOR_H_

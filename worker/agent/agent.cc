@@ -1,0 +1,323 @@
+#include "worker/agent/agent.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace wsync::agent {
+
+namespace {
+std::vector<std::string> GroupsOf(const AgentOptions& o) {
+  std::vector<std::string> groups;
+  for (const auto& m : o.memberships) groups.push_back(m.group());
+  return groups;
+}
+
+std::string Roles(const AgentOptions& o) {
+  std::string out;
+  for (const auto& m : o.memberships) {
+    absl::StrAppend(&out, out.empty() ? "" : "+", m.group(), "/", m.rank());
+  }
+  return out;
+}
+
+std::chrono::system_clock::time_point In(absl::Duration d) {
+  return absl::ToChronoTime(absl::Now() + d);
+}
+}  // namespace
+
+void EventQueue::Push(const v1::SyncEvent& e) {
+  absl::MutexLock lock(&mu_);
+  events_.push_back(e);
+}
+
+bool EventQueue::Pop(v1::SyncEvent* e, absl::Duration wait) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !events_.empty(); };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), wait)) return false;
+  *e = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
+WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
+    : options_(std::move(options)),
+      metrics_(metrics),
+      tensors_(GroupsOf(options_)),
+      runner_(&tensors_, metrics, RunnerOptions{options_.data_address, options_.round_timeout}) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);  // op lists can be large
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  channel_ = grpc::CreateCustomChannel(options_.controller, grpc::InsecureChannelCredentials(),
+                                       args);
+  stub_ = v1::WorkerService::NewStub(channel_);
+}
+
+WorkerAgent::~WorkerAgent() { Stop(); }
+
+void WorkerAgent::Start() {
+  session_ = std::thread([this] { SessionLoop(); });
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  exec_ = std::thread([this] { ExecLoop(); });
+}
+
+void WorkerAgent::Stop() {
+  if (stop_.exchange(true)) return;
+  runner_.Abort("", "worker is stopping");
+  {
+    absl::MutexLock lock(&mu_);
+    if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+  }
+  for (std::thread* t : {&session_, &heartbeat_, &exec_}) {
+    if (t->joinable()) t->join();
+  }
+}
+
+std::string WorkerAgent::lease() const {
+  absl::MutexLock lock(&mu_);
+  return lease_id_;
+}
+
+void WorkerAgent::SessionLoop() {
+  absl::Duration backoff = absl::Milliseconds(50);
+  while (!stop_.load()) {
+    v1::RegisterWorkerRequest req;
+    req.set_instance_id(options_.instance_id);
+    for (const auto& m : options_.memberships) *req.add_memberships() = m;
+    req.set_node(options_.node);
+    req.set_device_uuid(options_.device_uuid);
+    for (const auto& c : options_.capabilities) req.add_capabilities(c);
+    req.set_data_address(options_.data_address);
+    req.set_pid(getpid());
+    for (auto& b : tensors_.BufferInfos()) *req.add_buffers() = std::move(b);
+    v1::RegisterWorkerResponse resp;
+    grpc::ClientContext rctx;
+    rctx.set_deadline(In(absl::Seconds(5)));
+    grpc::Status s = stub_->RegisterWorker(&rctx, req, &resp);
+    if (!s.ok()) {
+      std::fprintf(stderr, "[worker %s] register: %s (retrying)\n", Roles(options_).c_str(),
+                   s.error_message().c_str());
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(1));
+      continue;
+    }
+    backoff = absl::Milliseconds(50);
+    grpc::ClientContext ctx;
+    uint64_t epoch;
+    {
+      absl::MutexLock lock(&mu_);
+      lease_id_ = resp.lease_id();
+      epoch = ++lease_epoch_;
+      heartbeat_interval_ = absl::Milliseconds(std::max<int64_t>(10, resp.heartbeat_interval_ms()));
+      stream_ctx_ = &ctx;
+      if (stop_.load()) ctx.TryCancel();
+    }
+    std::fprintf(stderr, "[worker %s] registered, lease %s\n", Roles(options_).c_str(),
+                 resp.lease_id().c_str());
+    v1::AssignmentsRequest areq;
+    areq.set_lease_id(resp.lease_id());
+    auto reader = stub_->Assignments(&ctx, areq);
+    v1::Assignment a;
+    while (reader->Read(&a)) OnAssignment(a, resp.lease_id(), epoch);
+    s = reader->Finish();
+    {
+      absl::MutexLock lock(&mu_);
+      stream_ctx_ = nullptr;
+      lease_id_.clear();
+      queue_.clear();  // their syncs failed with the lease
+    }
+    // Whatever runs belonged to the lost lease; the controller failed it.
+    runner_.Abort("", "lease lost: " + s.error_message());
+    if (!stop_.load()) {
+      std::fprintf(stderr, "[worker %s] assignment stream ended (%s); registering again\n",
+                   Roles(options_).c_str(), s.error_message().c_str());
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+}
+
+void WorkerAgent::HeartbeatLoop() {
+  while (!stop_.load()) {
+    std::string lease_id;
+    absl::Duration interval;
+    {
+      absl::MutexLock lock(&mu_);
+      lease_id = lease_id_;
+      interval = heartbeat_interval_;
+    }
+    if (!lease_id.empty()) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(In(interval));
+      v1::HeartbeatRequest req;
+      req.set_lease_id(lease_id);
+      v1::HeartbeatResponse resp;
+      grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
+      if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+        // The controller forgot us (restart or expiry): end the stream, re-register.
+        absl::MutexLock lock(&mu_);
+        if (lease_id_ == lease_id && stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+      }
+    }
+    for (absl::Duration slept; slept < interval && !stop_.load(); slept += absl::Milliseconds(20)) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+}
+
+void WorkerAgent::OnAssignment(const v1::Assignment& a, const std::string& lease_id,
+                               uint64_t epoch) {
+  if (a.has_sync()) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(Queued{a.sync(), lease_id, epoch});
+    return;
+  }
+  if (!a.has_abort()) return;
+  const std::string& id = a.abort().sync_id();
+  bool dropped = false;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      if (it->assignment.sync_id() == id) {
+        queue_.erase(it);
+        dropped = true;
+        break;
+      }
+    }
+  }
+  std::fprintf(stderr, "[worker %s] abort of sync %s: %s\n", Roles(options_).c_str(), id.c_str(),
+               a.abort().reason().c_str());
+  if (!dropped) runner_.Abort(id, a.abort().reason());
+}
+
+void WorkerAgent::Report(v1::ReportResultRequest r, const std::string& lease_id) {
+  r.set_lease_id(lease_id);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(absl::Seconds(5)));
+  v1::ReportResultResponse resp;
+  grpc::Status s = stub_->ReportResult(&ctx, r, &resp);
+  if (!s.ok()) {
+    std::fprintf(stderr, "[worker %s] report of %s not delivered: %s\n", Roles(options_).c_str(),
+                 r.sync_id().c_str(), s.error_message().c_str());
+  }
+}
+
+void WorkerAgent::ExecLoop() {
+  uint64_t epoch_seen = 0;
+  while (!stop_.load()) {
+    Queued q;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !queue_.empty(); };
+      if (!mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100))) continue;
+      q = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    if (q.lease_epoch != epoch_seen) {
+      // A new lease means new transfer generations: old sockets are useless.
+      runner_.DropTransports();
+      epoch_seen = q.lease_epoch;
+    }
+    const v1::SyncAssignment& a = q.assignment;
+    v1::SyncEvent ev;
+    ev.set_kind(v1::SyncEvent::STARTED);
+    ev.set_sync_id(a.sync_id());
+    ev.set_transfer(a.transfer());
+    ev.set_version(a.version());
+    Publish(ev);
+    absl::Time last_progress = absl::InfinitePast();
+    auto progress = [&](int32_t done, int32_t total, int64_t bytes) {
+      // Throttled: the controller needs a trend, not every round.
+      if (done < total && absl::Now() - last_progress < absl::Milliseconds(100)) return;
+      last_progress = absl::Now();
+      v1::ReportProgressRequest p;
+      p.set_lease_id(q.lease_id);
+      p.set_sync_id(a.sync_id());
+      p.set_rounds_done(done);
+      p.set_rounds_total(total);
+      p.set_bytes_done(bytes);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(In(absl::Seconds(2)));
+      v1::ReportProgressResponse resp;
+      stub_->ReportProgress(&ctx, p, &resp);  // best effort
+    };
+    v1::ReportResultRequest r = runner_.Run(a, stub_, q.lease_id, progress);
+    const bool ok = r.code() == 0;
+    if (!ok) {
+      std::fprintf(stderr, "[worker %s] sync %s failed: %s\n", Roles(options_).c_str(),
+                   a.sync_id().c_str(), r.message().c_str());
+    }
+    Report(r, q.lease_id);
+    {
+      absl::MutexLock lock(&mu_);
+      if (ok) {
+        ++syncs_ok_;
+        last_version_ = std::max(last_version_, a.version());
+      } else {
+        ++syncs_failed_;
+      }
+    }
+    ev.set_kind(v1::SyncEvent::FINISHED);
+    ev.set_ok(ok);
+    ev.set_error(r.message());
+    Publish(ev);
+  }
+}
+
+void WorkerAgent::Publish(const v1::SyncEvent& e) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& q : subscribers_) q->Push(e);
+}
+
+absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterTensors(
+    const v1::RegisterTensorsRequest& req) {
+  auto resp = tensors_.Register(req);
+  if (!resp.ok()) return resp;
+  const std::string lease_id = lease();
+  if (!lease_id.empty()) {
+    // The controller checks plans against these before a sync starts.
+    v1::UpdateBuffersRequest u;
+    u.set_lease_id(lease_id);
+    for (auto& b : tensors_.BufferInfos()) *u.add_buffers() = std::move(b);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(absl::Seconds(5)));
+    v1::UpdateBuffersResponse ur;
+    grpc::Status s = stub_->UpdateBuffers(&ctx, u, &ur);
+    if (!s.ok()) {
+      // Registered locally; the next registration with the controller carries them.
+      std::fprintf(stderr, "[worker %s] UpdateBuffers: %s\n", Roles(options_).c_str(),
+                   s.error_message().c_str());
+    }
+  }
+  return resp;
+}
+
+std::shared_ptr<EventQueue> WorkerAgent::Subscribe() {
+  auto q = std::make_shared<EventQueue>();
+  absl::MutexLock lock(&mu_);
+  subscribers_.push_back(q);
+  return q;
+}
+
+void WorkerAgent::Unsubscribe(const std::shared_ptr<EventQueue>& q) {
+  absl::MutexLock lock(&mu_);
+  subscribers_.erase(std::remove(subscribers_.begin(), subscribers_.end(), q),
+                     subscribers_.end());
+}
+
+v1::LocalStatusResponse WorkerAgent::Status() {
+  absl::MutexLock lock(&mu_);
+  v1::LocalStatusResponse s;
+  s.set_registered(!lease_id_.empty());
+  s.set_lease_id(lease_id_);
+  s.set_last_version(last_version_);
+  s.set_syncs_ok(syncs_ok_);
+  s.set_syncs_failed(syncs_failed_);
+  return s;
+}
+
+}  // namespace wsync::agent

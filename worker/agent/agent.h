@@ -1,0 +1,105 @@
+// The worker agent: holds a controller lease (register, heartbeat, re-register
+// after a controller restart or a lost stream), receives assignments on the
+// Assignments stream, runs syncs one at a time on its own thread with the
+// SyncRunner, reports progress and results, and tells local subscribers (the
+// owner process) when a sync starts and finishes.
+#ifndef WSYNC_WORKER_AGENT_AGENT_H_
+#define WSYNC_WORKER_AGENT_AGENT_H_
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "worker/agent/sync_runner.h"
+#include "worker/agent/tensor_table.h"
+#include "worker/agent/worker_metrics.h"
+#include "wsync/v1/controller.grpc.pb.h"
+#include "wsync/v1/worker_local.pb.h"
+
+namespace wsync::agent {
+
+struct AgentOptions {
+  std::string controller;  // host:port
+  std::vector<v1::Membership> memberships;
+  std::string node;
+  std::string device_uuid;
+  std::string data_address = "127.0.0.1";
+  std::vector<std::string> capabilities = {"gloo"};
+  std::string instance_id;
+  absl::Duration round_timeout = absl::Seconds(60);
+};
+
+// Events for one local subscriber (SyncEvents stream).
+class EventQueue {
+ public:
+  void Push(const v1::SyncEvent& e);
+  // Waits up to `wait`; false when nothing arrived.
+  bool Pop(v1::SyncEvent* e, absl::Duration wait);
+
+ private:
+  absl::Mutex mu_;
+  std::deque<v1::SyncEvent> events_ ABSL_GUARDED_BY(mu_);
+};
+
+class WorkerAgent {
+ public:
+  WorkerAgent(AgentOptions options, WorkerMetrics* metrics);
+  ~WorkerAgent();
+
+  void Start();
+  void Stop();  // aborts a running sync, ends threads (bounded)
+
+  // Local API.
+  absl::StatusOr<v1::RegisterTensorsResponse> RegisterTensors(
+      const v1::RegisterTensorsRequest& req);
+  std::shared_ptr<EventQueue> Subscribe();
+  void Unsubscribe(const std::shared_ptr<EventQueue>& q);
+  v1::LocalStatusResponse Status();
+
+ private:
+  struct Queued {
+    v1::SyncAssignment assignment;
+    std::string lease_id;
+    uint64_t lease_epoch = 0;
+  };
+
+  void SessionLoop();
+  void HeartbeatLoop();
+  void ExecLoop();
+  void Publish(const v1::SyncEvent& e);
+  void OnAssignment(const v1::Assignment& a, const std::string& lease_id, uint64_t epoch);
+  void Report(v1::ReportResultRequest r, const std::string& lease_id);
+  std::string lease() const;
+
+  const AgentOptions options_;
+  WorkerMetrics* const metrics_;
+  TensorTable tensors_;
+  SyncRunner runner_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<v1::WorkerService::Stub> stub_;
+
+  std::atomic<bool> stop_{false};
+  std::thread session_;
+  std::thread heartbeat_;
+  std::thread exec_;
+
+  mutable absl::Mutex mu_;
+  std::string lease_id_ ABSL_GUARDED_BY(mu_);
+  uint64_t lease_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<EventQueue>> subscribers_ ABSL_GUARDED_BY(mu_);
+  int64_t last_version_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t syncs_ok_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t syncs_failed_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace wsync::agent
+
+#endif  // WSYNC_WORKER_AGENT_AGENT_H_

@@ -1,0 +1,246 @@
+#include "worker/agent/sync_runner.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "worker/agent/controller_kv_store.h"
+#include "worker/transport/gloo_transport.h"
+
+namespace wsync::agent {
+
+namespace {
+double Since(absl::Time t) { return absl::ToDoubleSeconds(absl::Now() - t); }
+}  // namespace
+
+absl::Status LocalOnlyTransport::RunRound(absl::Span<const transport::SendRequest> sends,
+                                          absl::Span<const transport::RecvRequest> recvs,
+                                          absl::Time) {
+  if (sends.empty() && recvs.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "worker ", rank_, ": the plan moves no network bytes, yet this round has ", sends.size(),
+      " sends and ", recvs.size(), " receives"));
+}
+
+absl::Status SyncRunner::RefreshRegistry() {
+  const uint64_t version = tensors_->version();
+  if (have_snapshot_ && snapshot_.version == version) return absl::OkStatus();
+  TensorSnapshot snap = tensors_->Snapshot();
+  exec::BufferRegistry fresh;
+  for (const TensorEntry& e : snap.tensors) {
+    exec::RegisteredBuffer b;
+    b.data = e.data;
+    b.bytes = e.bytes;
+    b.dtype = e.reg.dtype();
+    b.space = transport::MemorySpace::kHost;
+    // Plan buffer names carry the group ("<group>/<name>"), so one buffer is
+    // found whichever side a view names.
+    const std::string name = absl::StrCat(e.group, "/", e.reg.name());
+    absl::Status s = fresh.Register(exec::BufferSide::kSource, name, b);
+    if (s.ok()) s = fresh.Register(exec::BufferSide::kDestination, name, b);
+    if (!s.ok()) return s;
+  }
+  registry_ = std::move(fresh);
+  snapshot_ = std::move(snap);
+  have_snapshot_ = true;
+  bound_.clear();  // bound against the old memory
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SyncRunner::Channel*> SyncRunner::EnsureChannel(
+    const v1::SyncAssignment& a, std::shared_ptr<v1::WorkerService::Stub> stub,
+    const std::string& lease_id) {
+  const bool network = a.has_transport() && a.transport().size() > 0;
+  const std::string key = network ? a.transfer() : a.transfer() + "#local";
+  std::unique_ptr<Channel>& ch = channels_[key];
+  if (!network) {
+    if (ch == nullptr || ch->transport->rank() != a.worker()) {
+      ch = std::make_unique<Channel>();
+      ch->transport = std::make_unique<LocalOnlyTransport>(a.worker(), a.worker() + 1);
+      exec::ExecutorOptions eo;
+      eo.round_timeout = options_.round_timeout;
+      ch->executor = std::make_unique<exec::Executor>(ch->transport.get(), &ch->ops, eo);
+    }
+    return ch.get();
+  }
+  const v1::TransportSetup& ts = a.transport();
+  if (ch != nullptr && ch->generation == ts.generation() && ch->transport->rank() == ts.rank()) {
+    return ch.get();
+  }
+  ch.reset();  // the old generation's sockets close before the new rendezvous
+  if (ts.kind() != "gloo") {
+    return absl::UnimplementedError(
+        absl::StrCat("transport kind '", ts.kind(), "' is not available on this worker"));
+  }
+  ControllerKvStore kv(std::move(stub), lease_id, &aborted_);
+  transport::GlooTransportOptions go;
+  go.rank = ts.rank();
+  go.size = ts.size();
+  go.store = &kv;
+  go.prefix = ts.kv_prefix();
+  go.hostname = options_.data_address;
+  const absl::Time deadline = absl::FromUnixMillis(a.deadline_unix_ms());
+  go.connect_timeout = std::max(absl::Milliseconds(1), deadline - absl::Now());
+  auto t = transport::GlooTransport::Create(go);
+  if (!t.ok()) {
+    return absl::Status(t.status().code(),
+                        absl::StrCat("transport setup (generation ", ts.generation(), ", rank ",
+                                     ts.rank(), "/", ts.size(), "): ", t.status().message()));
+  }
+  auto fresh = std::make_unique<Channel>();
+  fresh->generation = ts.generation();
+  fresh->transport = *std::move(t);
+  exec::ExecutorOptions eo;
+  eo.round_timeout = options_.round_timeout;
+  fresh->executor = std::make_unique<exec::Executor>(fresh->transport.get(), &fresh->ops, eo);
+  ch = std::move(fresh);
+  return ch.get();
+}
+
+v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
+                                        std::shared_ptr<v1::WorkerService::Stub> stub,
+                                        const std::string& lease_id, const ProgressFn& progress) {
+  const absl::Time start = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    running_ = a.sync_id();
+    running_executor_ = nullptr;
+    abort_reason_.clear();
+    aborted_.store(false);
+    auto it = early_aborts_.find(a.sync_id());
+    if (it != early_aborts_.end()) {
+      abort_reason_ = it->second;
+      aborted_.store(true);
+      early_aborts_.erase(it);
+    }
+  }
+  v1::ReportResultRequest r;
+  r.set_sync_id(a.sync_id());
+  r.set_round(-1);
+  r.set_op(-1);
+  r.set_peer(-1);
+  const std::string plan_id = absl::StrCat(a.plan_key(), "/", a.worker());
+  int32_t rounds_done = 0;
+  const exec::BoundPlan* bound_plan = nullptr;
+  auto finish = [&](const absl::Status& s) {
+    if (!s.ok()) {
+      r.set_code(static_cast<int32_t>(s.code()));
+      r.set_message(std::string(s.message()));
+      if (bound_plan != nullptr && rounds_done < static_cast<int32_t>(bound_plan->rounds.size())) {
+        r.set_round(bound_plan->rounds[rounds_done].index);
+      }
+      if (metrics_ != nullptr) metrics_->Error(s.code());
+    }
+    if (metrics_ != nullptr) metrics_->Sync(Since(start));
+    absl::MutexLock lock(&mu_);
+    running_.clear();
+    running_executor_ = nullptr;
+    return r;
+  };
+
+  // 1. The op list: sent once per plan key, cached afterwards.
+  if (a.has_plan()) {
+    plans_[plan_id] = std::make_shared<const v1::Plan>(a.plan());
+    bound_.erase(plan_id);
+  }
+  auto pit = plans_.find(plan_id);
+  if (pit == plans_.end()) {
+    return finish(absl::FailedPreconditionError(
+        absl::StrCat("worker ", a.worker(), ": no cached op list for plan ", plan_id)));
+  }
+  if (aborted_.load()) {
+    return finish(absl::AbortedError(absl::StrCat("aborted before it started: ", AbortReason())));
+  }
+  // 2. Bind to the registered buffers (once per plan and registration).
+  absl::Time t = absl::Now();
+  absl::Status st = RefreshRegistry();
+  if (!st.ok()) return finish(st);
+  auto bit = bound_.find(plan_id);
+  if (bit == bound_.end()) {
+    auto b = exec::BindPlan(*pit->second, a.worker(), registry_, transport::MemorySpace::kHost);
+    if (!b.ok()) return finish(b.status());
+    bit = bound_.emplace(plan_id, *b).first;
+  }
+  bound_plan = bit->second.get();
+  r.set_bind_seconds(Since(t));
+  // 3. The data plane of this transfer generation.
+  t = absl::Now();
+  auto ch = EnsureChannel(a, stub, lease_id);
+  r.set_setup_seconds(Since(t));
+  if (!ch.ok()) {
+    channels_.erase(a.transfer());
+    return finish(ch.status());
+  }
+  Channel* channel = *ch;
+  bool aborted_before_run;
+  {
+    absl::MutexLock lock(&mu_);
+    aborted_before_run = aborted_.load();
+    if (!aborted_before_run) running_executor_ = channel->executor.get();
+  }
+  if (aborted_before_run) {
+    channels_.erase(a.transfer());
+    return finish(
+        absl::AbortedError(absl::StrCat("aborted before the first round: ", AbortReason())));
+  }
+  // 4. Replay.
+  t = absl::Now();
+  int64_t into_me = 0;
+  std::map<int32_t, const exec::BoundRound*> by_index;
+  for (const exec::BoundRound& br : bound_plan->rounds) by_index[br.index] = &br;
+  auto on_progress = [&](const exec::Progress& p) {
+    rounds_done = p.rounds_done;
+    auto it = by_index.find(p.round_index);
+    if (it != by_index.end()) {
+      into_me += it->second->bytes_received + it->second->bytes_local;
+      if (metrics_ != nullptr) {
+        metrics_->AddBytes(static_cast<double>(it->second->bytes_sent),
+                           static_cast<double>(it->second->bytes_received));
+      }
+    }
+    if (progress) progress(p.rounds_done, p.rounds_total, into_me);
+  };
+  auto stats = channel->executor->Run(*bound_plan, registry_.generation(),
+                                      absl::FromUnixMillis(a.deadline_unix_ms()), on_progress);
+  r.set_execute_seconds(Since(t));
+  r.set_bytes_done(into_me);
+  if (metrics_ != nullptr) {
+    metrics_->Staging(static_cast<double>(channel->executor->allocated_staging_bytes()));
+  }
+  if (!stats.ok()) {
+    // A failed or aborted run leaves the transport unusable.
+    channels_.erase(a.transfer());
+    channels_.erase(a.transfer() + "#local");
+    return finish(stats.status());
+  }
+  r.set_bytes_sent(stats->bytes_sent);
+  if (metrics_ != nullptr) {
+    for (const exec::RoundStats& rs : stats->rounds) {
+      metrics_->Round(rs.pack_seconds + rs.transfer_seconds + rs.unpack_seconds +
+                      rs.copy_seconds + rs.reduce_seconds);
+    }
+  }
+  return finish(absl::OkStatus());
+}
+
+void SyncRunner::Abort(const std::string& sync_id, const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (!sync_id.empty() && sync_id != running_) {
+    if (early_aborts_.size() > 64) early_aborts_.clear();
+    early_aborts_[sync_id] = reason;
+    return;
+  }
+  if (running_.empty()) return;
+  abort_reason_ = reason;
+  aborted_.store(true);
+  if (running_executor_ != nullptr) running_executor_->Abort(reason);
+}
+
+std::string SyncRunner::AbortReason() {
+  absl::MutexLock lock(&mu_);
+  return abort_reason_;
+}
+
+void SyncRunner::DropTransports() { channels_.clear(); }
+
+}  // namespace wsync::agent

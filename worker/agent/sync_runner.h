@@ -1,0 +1,108 @@
+// Runs the syncs assigned to this worker, one at a time: looks up (or caches)
+// the op list by plan key, binds it to the owner-registered buffers, builds
+// the transfer's transport (Gloo, rendezvous through the controller) once per
+// generation, and replays the op list with the Executor. Abort() may come
+// from any thread.
+#ifndef WSYNC_WORKER_AGENT_SYNC_RUNNER_H_
+#define WSYNC_WORKER_AGENT_SYNC_RUNNER_H_
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "worker/agent/tensor_table.h"
+#include "worker/agent/worker_metrics.h"
+#include "worker/exec/buffer_registry.h"
+#include "worker/exec/executor.h"
+#include "worker/exec/host_data_ops.h"
+#include "worker/transport/transport.h"
+#include "wsync/v1/controller.grpc.pb.h"
+
+namespace wsync::agent {
+
+// The transport of a plan that moves nothing over the network (only local
+// copies, or nothing at all for this worker): it has a rank but refuses any
+// request, so a plan that needs a network never runs on it silently.
+class LocalOnlyTransport : public transport::Transport {
+ public:
+  LocalOnlyTransport(int32_t rank, int32_t size) : rank_(rank), size_(size) {}
+  std::string Name() const override { return "local-only"; }
+  transport::MemorySpace memory_space() const override { return transport::MemorySpace::kHost; }
+  int32_t rank() const override { return rank_; }
+  int32_t size() const override { return size_; }
+  absl::Status RunRound(absl::Span<const transport::SendRequest> sends,
+                        absl::Span<const transport::RecvRequest> recvs,
+                        absl::Time deadline) override;
+  void Abort(const std::string& reason) override {}
+
+ private:
+  const int32_t rank_;
+  const int32_t size_;
+};
+
+struct RunnerOptions {
+  std::string data_address = "127.0.0.1";  // Gloo listen/advertise address
+  absl::Duration round_timeout = absl::Seconds(60);
+};
+
+class SyncRunner {
+ public:
+  // progress(rounds_done, rounds_total, bytes_into_this_worker)
+  using ProgressFn = std::function<void(int32_t, int32_t, int64_t)>;
+
+  SyncRunner(TensorTable* tensors, WorkerMetrics* metrics, RunnerOptions options)
+      : tensors_(tensors), metrics_(metrics), options_(std::move(options)) {}
+
+  // Runs one assignment to the end (success, failure, abort or deadline) and
+  // returns the report for the controller (lease id left empty).
+  v1::ReportResultRequest Run(const v1::SyncAssignment& a,
+                              std::shared_ptr<v1::WorkerService::Stub> stub,
+                              const std::string& lease_id, const ProgressFn& progress);
+
+  // Aborts sync `sync_id` if it is running (empty: whatever runs).
+  void Abort(const std::string& sync_id, const std::string& reason);
+
+  // Drops every transport (e.g. after the lease was lost).
+  void DropTransports();
+
+ private:
+  struct Channel {  // one transfer's data plane
+    int64_t generation = -1;
+    std::unique_ptr<transport::Transport> transport;
+    exec::HostDataOps ops;
+    std::unique_ptr<exec::Executor> executor;
+  };
+
+  absl::Status RefreshRegistry();
+  std::string AbortReason();
+  absl::StatusOr<Channel*> EnsureChannel(const v1::SyncAssignment& a,
+                                         std::shared_ptr<v1::WorkerService::Stub> stub,
+                                         const std::string& lease_id);
+
+  TensorTable* const tensors_;
+  WorkerMetrics* const metrics_;
+  const RunnerOptions options_;
+
+  // Owned by the running thread.
+  std::map<std::string, std::shared_ptr<const v1::Plan>> plans_;  // "<key>/<worker>"
+  exec::BufferRegistry registry_;
+  TensorSnapshot snapshot_;  // keeps mappings alive for the registry
+  bool have_snapshot_ = false;
+  std::map<std::string, std::shared_ptr<const exec::BoundPlan>> bound_;  // "<key>/<worker>"
+  std::map<std::string, std::unique_ptr<Channel>> channels_;  // by transfer (+ "#local")
+
+  absl::Mutex mu_;
+  std::string running_ ABSL_GUARDED_BY(mu_);
+  exec::Executor* running_executor_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::string abort_reason_ ABSL_GUARDED_BY(mu_);
+  // Aborts that arrived before their sync started running.
+  std::map<std::string, std::string> early_aborts_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace wsync::agent
+
+#endif  // WSYNC_WORKER_AGENT_SYNC_RUNNER_H_

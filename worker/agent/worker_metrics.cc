@@ -1,0 +1,64 @@
+#include "worker/agent/worker_metrics.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace wsync::agent {
+
+WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  const prometheus::Histogram::BucketBoundaries seconds = {
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+  bytes_sent_ = &prometheus::BuildCounter()
+                     .Name("wsync_worker_bytes_sent_total")
+                     .Help("Bytes this worker sent over the data plane.")
+                     .Register(*registry_)
+                     .Add({});
+  bytes_received_ = &prometheus::BuildCounter()
+                         .Name("wsync_worker_bytes_received_total")
+                         .Help("Bytes this worker received over the data plane.")
+                         .Register(*registry_)
+                         .Add({});
+  round_duration_ = &prometheus::BuildHistogram()
+                         .Name("wsync_worker_round_duration_seconds")
+                         .Help("Wall time of one plan round on this worker.")
+                         .Register(*registry_)
+                         .Add({}, seconds);
+  sync_duration_ = &prometheus::BuildHistogram()
+                        .Name("wsync_worker_sync_duration_seconds")
+                        .Help("Wall time of this worker's part of a sync (setup included).")
+                        .Register(*registry_)
+                        .Add({}, seconds);
+  staging_bytes_ = &prometheus::BuildGauge()
+                        .Name("wsync_worker_staging_bytes")
+                        .Help("Staging memory allocated by this worker's executors.")
+                        .Register(*registry_)
+                        .Add({});
+  errors_ = &prometheus::BuildCounter()
+                 .Name("wsync_worker_errors_total")
+                 .Help("Syncs this worker ended with an error, by status code.")
+                 .Register(*registry_);
+}
+
+absl::Status WorkerMetrics::Serve(const std::string& bind_address) {
+  // prometheus-cpp reports bind failures only by throwing.
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(bind_address);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on ", bind_address, ": ", e.what()));
+  }
+  exposer_->RegisterCollectable(registry_);
+  return absl::OkStatus();
+}
+
+int WorkerMetrics::port() const {
+  if (!exposer_) return 0;
+  auto ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : ports[0];
+}
+
+void WorkerMetrics::Error(absl::StatusCode code) {
+  errors_->Add({{"code", absl::AsciiStrToLower(absl::StatusCodeToString(code))}}).Increment();
+}
+
+}  // namespace wsync::agent

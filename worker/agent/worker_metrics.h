@@ -1,0 +1,47 @@
+// The worker's Prometheus metrics (pull exposer on /metrics). Base units; the
+// only label is the error's status code name.
+#ifndef WSYNC_WORKER_AGENT_WORKER_METRICS_H_
+#define WSYNC_WORKER_AGENT_WORKER_METRICS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace wsync::agent {
+
+class WorkerMetrics {
+ public:
+  WorkerMetrics();
+  absl::Status Serve(const std::string& bind_address);
+  int port() const;
+
+  void AddBytes(double sent, double received) {
+    bytes_sent_->Increment(sent);
+    bytes_received_->Increment(received);
+  }
+  void Round(double seconds) { round_duration_->Observe(seconds); }
+  void Sync(double seconds) { sync_duration_->Observe(seconds); }
+  void Staging(double bytes) { staging_bytes_->Set(bytes); }
+  void Error(absl::StatusCode code);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  prometheus::Counter* bytes_sent_;
+  prometheus::Counter* bytes_received_;
+  prometheus::Histogram* round_duration_;
+  prometheus::Histogram* sync_duration_;
+  prometheus::Gauge* staging_bytes_;
+  prometheus::Family<prometheus::Counter>* errors_;
+};
+
+}  // namespace wsync::agent
+
+#endif  // WSYNC_WORKER_AGENT_WORKER_METRICS_H_

@@ -1,0 +1,151 @@
+// wsync-worker: one per device. Holds a controller lease, executes its part of
+// every sync over the data plane, serves the owner process on a Unix socket.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "controller/server/env_flags.h"
+#include "grpcpp/grpcpp.h"
+#include "worker/agent/agent.h"
+#include "worker/agent/local_service.h"
+
+ABSL_FLAG(std::string, controller, "127.0.0.1:50051",
+          "Controller address host:port. Env: WSYNC_CONTROLLER.");
+ABSL_FLAG(std::string, groups, "",
+          "Comma-separated memberships group:rank:size, e.g. 'trainer:0:4' or, for a worker "
+          "colocated in two groups, 'trainer:1:4,inference:1:2'. Env: WSYNC_GROUPS.");
+ABSL_FLAG(std::string, node, "", "Node name for topology (default: hostname). Env: WSYNC_NODE.");
+ABSL_FLAG(std::string, device_uuid, "", "Device UUID reported to the controller. Env: "
+          "WSYNC_DEVICE_UUID.");
+ABSL_FLAG(std::string, data_address, "127.0.0.1",
+          "Address the data plane (Gloo TCP) listens on and advertises. Env: "
+          "WSYNC_DATA_ADDRESS.");
+ABSL_FLAG(std::string, local_socket, "",
+          "Unix socket path of the local API for the owner process (default "
+          "/tmp/wsync-worker-<group>-<rank>.sock of the first group). Env: WSYNC_LOCAL_SOCKET.");
+ABSL_FLAG(int32_t, metrics_port, 0,
+          "Port of the Prometheus /metrics endpoint (0: any free port, -1: disabled). Env: "
+          "WSYNC_METRICS_PORT.");
+ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address /metrics binds to. Env: "
+          "WSYNC_METRICS_HOST.");
+ABSL_FLAG(absl::Duration, round_timeout, absl::Seconds(60),
+          "Longest one plan round may take on the data plane. Env: WSYNC_ROUND_TIMEOUT.");
+ABSL_FLAG(std::string, instance_id, "",
+          "Identity of this process for re-registration (default: random). Env: "
+          "WSYNC_INSTANCE_ID.");
+ABSL_FLAG(std::string, port_file, "",
+          "When set, write 'metrics_port=M' and 'local_socket=P' lines here once serving. Env: "
+          "WSYNC_PORT_FILE.");
+
+namespace {
+bool ParseGroups(const std::string& text, std::vector<wsync::v1::Membership>* out,
+                 std::string* error) {
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::vector<std::string> parts = absl::StrSplit(item, ':');
+    wsync::v1::Membership m;
+    int32_t rank = -1;
+    int32_t size = -1;
+    if (parts.size() != 3 || parts[0].empty() || !absl::SimpleAtoi(parts[1], &rank) ||
+        !absl::SimpleAtoi(parts[2], &size) || rank < 0 || size <= 0 || rank >= size) {
+      *error = absl::StrCat("bad membership '", item, "' (want group:rank:size)");
+      return false;
+    }
+    m.set_group(parts[0]);
+    m.set_rank(rank);
+    m.set_group_size(size);
+    out->push_back(m);
+  }
+  if (out->empty()) *error = "--groups is required";
+  return !out->empty();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  wsync::ParseFlagsWithEnv(
+      argc, argv,
+      "wsync-worker: executes its part of every weight sync; serves the owner process on a "
+      "Unix socket.\nFlags also read WSYNC_<FLAG> environment variables; the command line wins.",
+      "worker/agent/",
+      {"controller", "groups", "node", "device_uuid", "data_address", "local_socket",
+       "metrics_port", "metrics_host", "round_timeout", "instance_id", "port_file"});
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  wsync::agent::AgentOptions options;
+  std::string error;
+  if (!ParseGroups(absl::GetFlag(FLAGS_groups), &options.memberships, &error)) {
+    std::fprintf(stderr, "wsync-worker: %s\n", error.c_str());
+    return 2;
+  }
+  options.controller = absl::GetFlag(FLAGS_controller);
+  options.node = absl::GetFlag(FLAGS_node);
+  if (options.node.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    options.node = host;
+  }
+  options.device_uuid = absl::GetFlag(FLAGS_device_uuid);
+  options.data_address = absl::GetFlag(FLAGS_data_address);
+  options.round_timeout = absl::GetFlag(FLAGS_round_timeout);
+  options.instance_id = absl::GetFlag(FLAGS_instance_id);
+  if (options.instance_id.empty()) {
+    std::random_device rd;
+    options.instance_id = absl::StrFormat("%08x%08x-%d", rd(), rd(), getpid());
+  }
+  std::string socket_path = absl::GetFlag(FLAGS_local_socket);
+  if (socket_path.empty()) {
+    socket_path = absl::StrCat("/tmp/wsync-worker-", options.memberships[0].group(), "-",
+                               options.memberships[0].rank(), ".sock");
+  }
+
+  wsync::agent::WorkerMetrics metrics;
+  const int32_t metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (metrics_port >= 0) {
+    absl::Status s =
+        metrics.Serve(absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":", metrics_port));
+    if (!s.ok()) {
+      std::fprintf(stderr, "wsync-worker: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  wsync::agent::WorkerAgent agent(options, &metrics);
+  wsync::agent::LocalServiceImpl local(&agent);
+  unlink(socket_path.c_str());  // a stale socket of an earlier run
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
+  builder.RegisterService(&local);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    std::fprintf(stderr, "wsync-worker: cannot serve the local API on %s\n", socket_path.c_str());
+    return 1;
+  }
+  agent.Start();
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    {
+      std::ofstream out(port_file + ".tmp");
+      out << "metrics_port=" << metrics.port() << "\nlocal_socket=" << socket_path << "\n";
+    }
+    std::rename((port_file + ".tmp").c_str(), port_file.c_str());
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "[worker] signal %d: stopping\n", sig);
+  agent.Stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  unlink(socket_path.c_str());
+  return 0;
+}

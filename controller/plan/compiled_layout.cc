@@ -75,6 +75,7 @@ absl::Status CompileExplicit(const std::string& where, const v1::TensorLayout& t
   // all fragments of a group describe the same box with the same op.
   absl::flat_hash_map<int32_t, size_t> group_first;
   absl::flat_hash_set<std::pair<int32_t, int32_t>> group_rank;
+  out->reserve(out->size() + frags.size());
   for (int i = 0; i < frags.size(); ++i) {
     const v1::Fragment& in = frags[i];
     auto err = [&](auto&&... args) {
@@ -117,7 +118,7 @@ absl::Status CompileExplicit(const std::string& where, const v1::TensorLayout& t
       return err("box ", f.box.ToString(), ": negative byte_offset ", in.byte_offset());
     }
     if (f.box.Empty()) continue;  // holds nothing; the planner never needs it
-    if (SelfAliases(f)) {
+    if (in.strides_size() != 0 && SelfAliases(f)) {  // row-major never aliases
       return err("box ", f.box.ToString(), ": strides [", absl::StrJoin(f.strides, ", "),
                  "] map two elements to the same address");
     }
@@ -171,6 +172,18 @@ bool FragmentLess(const CompiledFragment& a, const CompiledFragment& b) {
     if (a.box.length[d] != b.box.length[d]) return a.box.length[d] < b.box.length[d];
   }
   return std::tie(a.rank, a.buffer, a.byte_offset) < std::tie(b.rank, b.buffer, b.byte_offset);
+}
+
+// Sorts through an index permutation: each fragment moves once.
+void SortFragments(std::vector<CompiledFragment>* frags) {
+  std::vector<uint32_t> order(frags->size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return FragmentLess((*frags)[a], (*frags)[b]); });
+  std::vector<CompiledFragment> sorted;
+  sorted.reserve(frags->size());
+  for (uint32_t i : order) sorted.push_back(std::move((*frags)[i]));
+  frags->swap(sorted);
 }
 
 absl::Status CheckTensorHeader(const std::string& where, const v1::TensorLayout& t) {
@@ -257,7 +270,7 @@ absl::StatusOr<CompiledSide> CompileSide(const v1::Side& side, SideRole role) {
     // Meshes often yield fragments already in order (row-major coordinates of
     // plain Shard placements); checking first skips most of the sorting.
     if (!std::is_sorted(ct.fragments.begin(), ct.fragments.end(), FragmentLess)) {
-      std::sort(ct.fragments.begin(), ct.fragments.end(), FragmentLess);
+      SortFragments(&ct.fragments);
     }
     from_mesh.push_back(t.has_mesh());
     out.tensors.push_back(std::move(ct));

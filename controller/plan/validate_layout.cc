@@ -150,10 +150,26 @@ absl::Status CheckByteOverlaps(const CompiledSide& side, const std::vector<bool>
                         static_cast<int32_t>(ti), static_cast<int32_t>(fi)});
     }
   }
-  std::sort(ranges.begin(), ranges.end(), [](const ByteRange& a, const ByteRange& b) {
-    return std::tie(a.rank, a.buffer, a.begin, a.end, a.tensor, a.frag) <
-           std::tie(b.rank, b.buffer, b.begin, b.end, b.tensor, b.frag);
-  });
+  // Stable bucketing by rank, then (buffer, begin) within a rank. Ranges are
+  // produced in tensor order, which in packed flat buffers is usually already
+  // offset order, so most buckets need no sort at all.
+  std::vector<size_t> rank_start(side.workers.size() + 1, 0);
+  for (const ByteRange& r : ranges) ++rank_start[r.rank + 1];
+  for (size_t r = 1; r < rank_start.size(); ++r) rank_start[r] += rank_start[r - 1];
+  {
+    std::vector<ByteRange> bucketed(ranges.size());
+    std::vector<size_t> fill(rank_start.begin(), rank_start.end() - 1);
+    for (const ByteRange& r : ranges) bucketed[fill[r.rank]++] = r;
+    ranges.swap(bucketed);
+  }
+  auto less = [](const ByteRange& a, const ByteRange& b) {
+    return std::tie(a.buffer, a.begin, a.end, a.tensor, a.frag) <
+           std::tie(b.buffer, b.begin, b.end, b.tensor, b.frag);
+  };
+  for (size_t r = 0; r + 1 < rank_start.size(); ++r) {
+    auto first = ranges.begin() + rank_start[r], last = ranges.begin() + rank_start[r + 1];
+    if (!std::is_sorted(first, last, less)) std::sort(first, last, less);
+  }
   std::vector<const ByteRange*> active;
   for (size_t i = 0; i < ranges.size(); ++i) {
     const ByteRange& e = ranges[i];

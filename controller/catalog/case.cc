@@ -143,7 +143,7 @@ absl::StatusOr<v1::TransferSpec> BuildCase(const CaseOptions& o) {
                                 ? ExpertStyle::kStacked
                                 : ExpertStyle::kSeparate;
   v1::TransferSpec spec;
-  spec.set_name(absl::StrCat(model.name, " ", SourceToString(o.source), " -> ",
+  spec.set_name(absl::StrCat(model.name, " ", SourceToString(o.source), " to ",
                              DestinationToString(o.destination), o.colocated ? " colocated" : ""));
   const int64_t S = o.source.NumRanks();
   const int64_t D = o.destination.tp * o.destination.replicas;

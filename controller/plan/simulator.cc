@@ -97,7 +97,8 @@ absl::StatusOr<SimulationResult> SimulatePlan(const v1::Plan& plan, const Worker
       return absl::InvalidArgumentError(absl::StrCat(where, ": no node known for worker ",
                                                      s == nodes.end() ? b.sender() : b.receiver()));
     }
-    const bool nvlink = s->second == r->second;
+    // An unnamed node is an unknown placement: assume the slower NIC.
+    const bool nvlink = !s->second.empty() && s->second == r->second;
     Event out{b.round(), worker_index(b.sender()), {}};
     Event in{b.round(), worker_index(b.receiver()), {}};
     (nvlink ? out.bytes.nvlink_out : out.bytes.nic_out) = b.bytes();

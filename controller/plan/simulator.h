@@ -3,7 +3,7 @@
 //
 // Model (one H100/H200-class GPU per worker):
 //  * Each worker has, per direction, one NVLink port (nvlink_bytes_per_second,
-//    used for peers on the same node) and one NIC (nic_bytes_per_second, peers
+//    used for peers on the same non-empty node name) and one NIC (nic_bytes_per_second, peers
 //    on other nodes); the two run in parallel. Local buckets (sender ==
 //    receiver) are HBM copies at local_copy_bytes_per_second.
 //  * A round ends at a barrier. Worker w's time in round r is

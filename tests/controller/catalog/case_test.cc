@@ -79,7 +79,7 @@ TEST(CaseTest, DisjointPlacementOnNodes) {
   o.trainer_dtype = v1::FP32;
   auto spec = BuildCase(o);
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_EQ(spec->name(), "tiny-llama fsdp:4 -> vllm-tp:2x2");
+  EXPECT_EQ(spec->name(), "tiny-llama fsdp:4 to vllm-tp:2x2");
   ASSERT_EQ(spec->source().ranks_size(), 4);
   ASSERT_EQ(spec->destination().ranks_size(), 4);
   EXPECT_EQ(spec->source().ranks(3).worker(), 3);

@@ -1,0 +1,95 @@
+#include "controller/server/metrics.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace wsync::controller {
+
+namespace {
+prometheus::Histogram::BucketBoundaries SecondsBuckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+}
+}  // namespace
+
+ControllerMetrics::ControllerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  syncs_total_ = &prometheus::BuildCounter()
+                      .Name("wsync_syncs_total")
+                      .Help("Weight syncs that ended, by outcome (succeeded, failed, cancelled).")
+                      .Register(*registry_);
+  for (const char* outcome : {"succeeded", "failed", "cancelled"}) {
+    syncs_total_->Add({{"outcome", outcome}});
+  }
+  sync_duration_ = &prometheus::BuildHistogram()
+                        .Name("wsync_sync_duration_seconds")
+                        .Help("Trigger to last worker report, successful syncs.")
+                        .Register(*registry_)
+                        .Add({}, SecondsBuckets());
+  sync_bytes_ = &prometheus::BuildGauge()
+                     .Name("wsync_sync_bytes")
+                     .Help("Destination bytes written by the last successful sync.")
+                     .Register(*registry_)
+                     .Add({});
+  workers_registered_ = &prometheus::BuildGauge()
+                             .Name("wsync_workers_registered")
+                             .Help("Worker leases known to the controller.")
+                             .Register(*registry_)
+                             .Add({});
+  workers_alive_ = &prometheus::BuildGauge()
+                        .Name("wsync_workers_alive")
+                        .Help("Worker leases with a recent heartbeat and an open stream.")
+                        .Register(*registry_)
+                        .Add({});
+  plan_duration_ = &prometheus::BuildHistogram()
+                        .Name("wsync_plan_duration_seconds")
+                        .Help("Wall time of building a plan (cache misses).")
+                        .Register(*registry_)
+                        .Add({}, SecondsBuckets());
+  cache_hits_ = &prometheus::BuildCounter()
+                     .Name("wsync_plan_cache_hits_total")
+                     .Help("Plan lookups answered from the plan cache.")
+                     .Register(*registry_)
+                     .Add({});
+  cache_misses_ = &prometheus::BuildCounter()
+                       .Name("wsync_plan_cache_misses_total")
+                       .Help("Plan lookups that had to plan.")
+                       .Register(*registry_)
+                       .Add({});
+  weight_version_ = &prometheus::BuildGauge()
+                         .Name("wsync_weight_version")
+                         .Help("Last successfully synced weight version, per transfer.")
+                         .Register(*registry_);
+}
+
+absl::Status ControllerMetrics::Serve(const std::string& bind_address) {
+  // prometheus-cpp reports bind failures only by throwing; turn that into a
+  // Status at this one boundary.
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(bind_address);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on ", bind_address, ": ", e.what()));
+  }
+  exposer_->RegisterCollectable(registry_);
+  return absl::OkStatus();
+}
+
+int ControllerMetrics::port() const {
+  if (!exposer_) return 0;
+  auto ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : ports[0];
+}
+
+void ControllerMetrics::SyncFinished(const std::string& outcome, double seconds, double bytes) {
+  syncs_total_->Add({{"outcome", outcome}}).Increment();
+  if (outcome == "succeeded") {
+    sync_duration_->Observe(seconds);
+    sync_bytes_->Set(bytes);
+  }
+}
+
+void ControllerMetrics::PlanBuilt(double seconds) { plan_duration_->Observe(seconds); }
+
+void ControllerMetrics::SetWeightVersion(const std::string& transfer, double version) {
+  weight_version_->Add({{"transfer", transfer}}).Set(version);
+}
+
+}  // namespace wsync::controller

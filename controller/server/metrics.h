@@ -1,0 +1,55 @@
+// The controller's Prometheus metrics (pull exposer on /metrics). Base units,
+// no tensor names or peer pairs as labels.
+#ifndef WSYNC_CONTROLLER_SERVER_METRICS_H_
+#define WSYNC_CONTROLLER_SERVER_METRICS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace wsync::controller {
+
+class ControllerMetrics {
+ public:
+  ControllerMetrics();
+
+  // Serves /metrics on `bind_address` ("127.0.0.1:0" picks a port).
+  absl::Status Serve(const std::string& bind_address);
+  int port() const;  // 0 when not serving
+
+  void SyncFinished(const std::string& outcome, double seconds, double bytes);
+  void PlanBuilt(double seconds);
+  void PlanCacheHit() { cache_hits_->Increment(); }
+  void PlanCacheMiss() { cache_misses_->Increment(); }
+  void SetWorkers(int registered, int alive) {
+    workers_registered_->Set(registered);
+    workers_alive_->Set(alive);
+  }
+  void SetWeightVersion(const std::string& transfer, double version);
+
+  prometheus::Registry& registry() { return *registry_; }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  prometheus::Family<prometheus::Counter>* syncs_total_;
+  prometheus::Histogram* sync_duration_;
+  prometheus::Gauge* sync_bytes_;
+  prometheus::Gauge* workers_registered_;
+  prometheus::Gauge* workers_alive_;
+  prometheus::Histogram* plan_duration_;
+  prometheus::Counter* cache_hits_;
+  prometheus::Counter* cache_misses_;
+  prometheus::Family<prometheus::Gauge>* weight_version_;
+};
+
+}  // namespace wsync::controller
+
+#endif  // WSYNC_CONTROLLER_SERVER_METRICS_H_

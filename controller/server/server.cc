@@ -1,0 +1,62 @@
+#include "controller/server/server.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace wsync::controller {
+
+absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(ServerOptions options) {
+  std::unique_ptr<ControllerServer> s(new ControllerServer());
+  if (!options.metrics_address.empty()) {
+    absl::Status st = s->metrics_.Serve(options.metrics_address);
+    if (!st.ok()) return st;
+  }
+  s->state_ = std::make_unique<ControllerState>(options.config, &s->metrics_, &s->plans_);
+  s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->state_.get());
+  s->trainer_service_ = std::make_unique<TrainerServiceImpl>(s->state_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.RegisterService(s->worker_service_.get());
+  builder.RegisterService(s->trainer_service_.get());
+  const int max = static_cast<int>(std::min<int64_t>(options.max_message_bytes, INT32_MAX));
+  builder.SetMaxReceiveMessageSize(max);
+  builder.SetMaxSendMessageSize(max);
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("controller: cannot listen on ", options.listen_address));
+  }
+  grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
+  health->SetServingStatus(false);
+
+  ControllerServer* self = s.get();
+  s->ticker_ = std::thread([self] {
+    while (!self->stop_.load()) {
+      self->state_->Tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+  });
+  self->state_->Tick();
+  health->SetServingStatus(true);
+  return s;
+}
+
+void ControllerServer::Shutdown() {
+  if (stop_.exchange(true)) return;
+  if (server_ != nullptr) server_->GetHealthCheckService()->SetServingStatus(false);
+  state_->Shutdown();
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  if (ticker_.joinable()) ticker_.join();
+}
+
+ControllerServer::~ControllerServer() { Shutdown(); }
+
+}  // namespace wsync::controller

@@ -1,0 +1,53 @@
+// A running controller: gRPC server (worker + trainer services, grpc.health.v1,
+// reflection), Prometheus exposer and the housekeeping thread.
+#ifndef WSYNC_CONTROLLER_SERVER_SERVER_H_
+#define WSYNC_CONTROLLER_SERVER_SERVER_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "controller/server/metrics.h"
+#include "controller/server/plan_source.h"
+#include "controller/server/services.h"
+#include "controller/server/state.h"
+#include "grpcpp/grpcpp.h"
+
+namespace wsync::controller {
+
+struct ServerOptions {
+  std::string listen_address = "0.0.0.0:50051";  // port 0: pick one
+  std::string metrics_address = "0.0.0.0:9464";  // empty: no metrics endpoint
+  int64_t max_message_bytes = 256ll << 20;
+  ControllerConfig config;
+};
+
+class ControllerServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<ControllerServer>> Start(ServerOptions options);
+  ~ControllerServer();
+
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_.port(); }
+  // Health NOT_SERVING, streams and waits end, server stops (bounded).
+  void Shutdown();
+
+ private:
+  ControllerServer() = default;
+
+  ControllerMetrics metrics_;
+  PlanSource plans_;
+  std::unique_ptr<ControllerState> state_;
+  std::unique_ptr<WorkerServiceImpl> worker_service_;
+  std::unique_ptr<TrainerServiceImpl> trainer_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread ticker_;
+};
+
+}  // namespace wsync::controller
+
+#endif  // WSYNC_CONTROLLER_SERVER_SERVER_H_

@@ -1,0 +1,68 @@
+// gRPC adapters of ControllerState: the worker and trainer services.
+#ifndef WSYNC_CONTROLLER_SERVER_SERVICES_H_
+#define WSYNC_CONTROLLER_SERVER_SERVICES_H_
+
+#include "absl/status/status.h"
+#include "controller/server/state.h"
+#include "grpcpp/grpcpp.h"
+#include "wsync/v1/controller.grpc.pb.h"
+
+namespace wsync::controller {
+
+inline grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+class WorkerServiceImpl final : public v1::WorkerService::Service {
+ public:
+  explicit WorkerServiceImpl(ControllerState* state) : state_(state) {}
+
+  grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* req,
+                              v1::RegisterWorkerResponse* resp) override;
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override;
+  grpc::Status UpdateBuffers(grpc::ServerContext*, const v1::UpdateBuffersRequest* req,
+                             v1::UpdateBuffersResponse* resp) override;
+  grpc::Status Assignments(grpc::ServerContext* ctx, const v1::AssignmentsRequest* req,
+                           grpc::ServerWriter<v1::Assignment>* writer) override;
+  grpc::Status ReportProgress(grpc::ServerContext*, const v1::ReportProgressRequest* req,
+                              v1::ReportProgressResponse* resp) override;
+  grpc::Status ReportResult(grpc::ServerContext*, const v1::ReportResultRequest* req,
+                            v1::ReportResultResponse* resp) override;
+  grpc::Status KvSet(grpc::ServerContext*, const v1::KvSetRequest* req,
+                     v1::KvSetResponse* resp) override;
+  grpc::Status KvGet(grpc::ServerContext*, const v1::KvGetRequest* req,
+                     v1::KvGetResponse* resp) override;
+
+ private:
+  ControllerState* const state_;
+};
+
+class TrainerServiceImpl final : public v1::TrainerService::Service {
+ public:
+  explicit TrainerServiceImpl(ControllerState* state) : state_(state) {}
+
+  grpc::Status DefineTransfer(grpc::ServerContext*, const v1::DefineTransferRequest* req,
+                              v1::DefineTransferResponse* resp) override;
+  grpc::Status Plan(grpc::ServerContext*, const v1::PlanRequest* req,
+                    v1::PlanResponse* resp) override;
+  grpc::Status Sync(grpc::ServerContext*, const v1::SyncRequest* req,
+                    v1::SyncResponse* resp) override;
+  grpc::Status WaitSync(grpc::ServerContext* ctx, const v1::WaitSyncRequest* req,
+                        v1::SyncStatus* resp) override;
+  grpc::Status WatchSync(grpc::ServerContext* ctx, const v1::WatchSyncRequest* req,
+                         grpc::ServerWriter<v1::SyncStatus>* writer) override;
+  grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest* req,
+                         v1::GetStatusResponse* resp) override;
+  grpc::Status Cancel(grpc::ServerContext*, const v1::CancelRequest* req,
+                      v1::SyncStatus* resp) override;
+  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest* req,
+                           v1::ListWorkersResponse* resp) override;
+
+ private:
+  ControllerState* const state_;
+};
+
+}  // namespace wsync::controller
+
+#endif  // WSYNC_CONTROLLER_SERVER_SERVICES_H_

@@ -1,0 +1,100 @@
+// wsync-controller: the control plane of weight syncs (see docs/api.md).
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "controller/server/env_flags.h"
+#include "controller/server/server.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
+          "gRPC listen address host:port of the worker and trainer services (port 0: any free "
+          "port, see --port_file). Env: WSYNC_LISTEN.");
+ABSL_FLAG(int32_t, metrics_port, 9464,
+          "Port of the Prometheus /metrics endpoint (0: any free port, -1: disabled). Env: "
+          "WSYNC_METRICS_PORT.");
+ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
+          "Address the /metrics endpoint binds to. Env: WSYNC_METRICS_HOST.");
+ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(10),
+          "Worker lease time-to-live: a worker without a heartbeat for this long is dead and "
+          "its syncs fail. Workers heartbeat every TTL/4. Env: WSYNC_LEASE_TTL.");
+ABSL_FLAG(absl::Duration, sync_deadline, absl::Seconds(120),
+          "Default deadline of a sync (trigger to every worker's report); a Sync request may "
+          "set its own. Past it the sync fails and workers get an abort. Env: "
+          "WSYNC_SYNC_DEADLINE.");
+ABSL_FLAG(int64_t, max_message_bytes, 256ll << 20,
+          "Largest gRPC message the controller accepts or sends (full plans, op lists). "
+          "Larger requests fail with RESOURCE_EXHAUSTED. Env: WSYNC_MAX_MESSAGE_BYTES.");
+ABSL_FLAG(std::string, port_file, "",
+          "When set, write 'grpc_port=N' and 'metrics_port=M' lines to this file once serving "
+          "(written to a temporary name, then renamed). Env: WSYNC_PORT_FILE.");
+
+int main(int argc, char** argv) {
+  wsync::ParseFlagsWithEnv(
+      argc, argv,
+      "wsync-controller: control plane of wsync weight syncs (gRPC, package wsync.v1).\n"
+      "Flags also read WSYNC_<FLAG> environment variables; the command line wins.",
+      "controller/server/",
+      {"listen", "metrics_port", "metrics_host", "lease_ttl", "sync_deadline",
+       "max_message_bytes", "port_file"});
+
+  // Signals are taken by sigwait below, never by an asynchronous handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  wsync::controller::ServerOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  const int32_t metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (metrics_port >= 0) {
+    options.metrics_address = absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":", metrics_port);
+  } else {
+    options.metrics_address.clear();
+  }
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.config.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
+  options.config.sync_deadline = absl::GetFlag(FLAGS_sync_deadline);
+  if (options.config.lease_ttl <= absl::ZeroDuration() ||
+      options.config.sync_deadline <= absl::ZeroDuration() || options.max_message_bytes <= 0) {
+    std::fprintf(stderr, "wsync-controller: --lease_ttl, --sync_deadline and "
+                         "--max_message_bytes must be positive\n");
+    return 2;
+  }
+  std::random_device rd;
+  options.config.instance = absl::StrFormat("%08x", rd());
+
+  auto server = wsync::controller::ControllerServer::Start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "wsync-controller: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "[controller] instance %s serving gRPC on port %d, metrics on port %d\n",
+               options.config.instance.c_str(), (*server)->port(), (*server)->metrics_port());
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << "grpc_port=" << (*server)->port() << "\nmetrics_port=" << (*server)->metrics_port()
+          << "\n";
+    }
+    if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
+      std::fprintf(stderr, "wsync-controller: cannot write %s\n", port_file.c_str());
+      return 1;
+    }
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "[controller] signal %d: shutting down\n", sig);
+  (*server)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,269 @@
+#include "tools/demo/layout_data.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/cast.h"
+#include "common/dtype.h"
+
+namespace wsync::demo {
+
+namespace {
+
+uint64_t Fnv(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Writes `v` as one element of `dtype` at `p`.
+void Encode(v1::DType dtype, double v, uint8_t* p) {
+  switch (dtype) {
+    case v1::FP32: {
+      const float f = static_cast<float>(v);
+      std::memcpy(p, &f, 4);
+      return;
+    }
+    case v1::BF16: {
+      const uint16_t h = FloatToBf16(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      return;
+    }
+    case v1::FP16: {
+      const uint16_t h = FloatToFp16(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      return;
+    }
+    case v1::FP8_E4M3:
+      *p = FloatToFp8E4M3(static_cast<float>(v));
+      return;
+    case v1::FP8_E5M2:
+      *p = FloatToFp8E5M2(static_cast<float>(v));
+      return;
+    case v1::INT8:
+    case v1::UINT8:
+    case v1::BOOL:
+      *p = static_cast<uint8_t>(static_cast<int8_t>(v));
+      return;
+    case v1::INT32: {
+      const int32_t i = static_cast<int32_t>(v);
+      std::memcpy(p, &i, 4);
+      return;
+    }
+    case v1::INT64: {
+      const int64_t i = static_cast<int64_t>(v);
+      std::memcpy(p, &i, 8);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+double Decode(v1::DType dtype, const uint8_t* p) {
+  switch (dtype) {
+    case v1::FP32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case v1::BF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return Bf16ToFloat(h);
+    }
+    case v1::FP16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return Fp16ToFloat(h);
+    }
+    case v1::FP8_E4M3:
+      return Fp8E4M3ToFloat(*p);
+    case v1::FP8_E5M2:
+      return Fp8E5M2ToFloat(*p);
+    case v1::INT8:
+      return static_cast<int8_t>(*p);
+    case v1::UINT8:
+    case v1::BOOL:
+      return *p;
+    case v1::INT32: {
+      int32_t i;
+      std::memcpy(&i, p, 4);
+      return i;
+    }
+    case v1::INT64: {
+      int64_t i;
+      std::memcpy(&i, p, 8);
+      return static_cast<double>(i);
+    }
+    default:
+      return 0;
+  }
+}
+
+// Calls fn(global index, byte offset in buffer) for every element of `f`.
+template <typename Fn>
+void ForEachElement(const plan::CompiledFragment& f, int64_t elem_size, Fn fn) {
+  const int n = f.box.rank();
+  for (int64_t len : f.box.length) {
+    if (len <= 0) return;
+  }
+  std::vector<int64_t> i(n, 0);
+  std::vector<int64_t> g(f.box.offset);
+  while (true) {
+    int64_t off = 0;
+    for (int d = 0; d < n; ++d) off += i[d] * f.strides[d];
+    fn(g, f.byte_offset + elem_size * off);
+    int d = n - 1;
+    for (; d >= 0; --d) {
+      if (++i[d] < f.box.length[d]) {
+        ++g[d];
+        break;
+      }
+      i[d] = 0;
+      g[d] = f.box.offset[d];
+    }
+    if (d < 0) return;
+  }
+}
+
+int64_t Linear(const std::vector<int64_t>& idx, const std::vector<int64_t>& shape) {
+  int64_t l = 0;
+  for (size_t d = 0; d < shape.size(); ++d) l = l * shape[d] + idx[d];
+  return l;
+}
+
+}  // namespace
+
+double SourceValue(const std::string& tensor, int64_t linear, int64_t version) {
+  const uint64_t h = Fnv(tensor) % 97;
+  return static_cast<double>(
+             (h + static_cast<uint64_t>(linear) * 7 + static_cast<uint64_t>(version) * 13) % 199) -
+         99.0;
+}
+
+std::vector<std::vector<BufferSpec>> BuffersPerRank(const plan::CompiledSide& side) {
+  std::vector<std::map<std::string, BufferSpec>> per(side.workers.size());
+  for (const plan::CompiledTensor& t : side.tensors) {
+    const int64_t es = DTypeSize(t.dtype);
+    for (const plan::CompiledFragment& f : t.fragments) {
+      int64_t last = 0;
+      bool empty = false;
+      for (int d = 0; d < f.box.rank(); ++d) {
+        if (f.box.length[d] <= 0) empty = true;
+        last += (f.box.length[d] - 1) * f.strides[d];
+      }
+      const std::string& name = side.buffer_names[f.buffer];
+      BufferSpec& b = per[f.rank][name];
+      b.name = name;
+      b.dtype = t.dtype;
+      if (!empty) b.bytes = std::max(b.bytes, f.byte_offset + es * (last + 1));
+    }
+  }
+  std::vector<std::vector<BufferSpec>> out(per.size());
+  for (size_t r = 0; r < per.size(); ++r) {
+    for (auto& [name, b] : per[r]) out[r].push_back(b);
+  }
+  return out;
+}
+
+absl::Status FillSource(const plan::CompiledSide& side, int32_t rank, int64_t version,
+                        const BufferMap& buffers) {
+  for (const plan::CompiledTensor& t : side.tensors) {
+    const int64_t es = DTypeSize(t.dtype);
+    for (const plan::CompiledFragment& f : t.fragments) {
+      if (f.rank != rank) continue;
+      if (f.partial_group != 0) {
+        return absl::UnimplementedError(
+            absl::StrCat("tensor '", t.name, "': partial fragments are not filled by the demo"));
+      }
+      auto it = buffers.find(side.buffer_names[f.buffer]);
+      if (it == buffers.end()) {
+        return absl::NotFoundError(absl::StrCat("no memory for buffer '",
+                                                side.buffer_names[f.buffer], "' of rank ", rank));
+      }
+      uint8_t* base = it->second;
+      ForEachElement(f, es, [&](const std::vector<int64_t>& g, int64_t off) {
+        Encode(t.dtype, SourceValue(t.name, Linear(g, t.shape), version), base + off);
+      });
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<VerifyResult> VerifyDestination(const v1::TransferSpec& spec,
+                                               const plan::CompiledSide& destination,
+                                               const plan::CompiledSide& source, int32_t rank,
+                                               int64_t version, const BufferMap& buffers) {
+  std::map<std::string, std::vector<const v1::TensorMapping*>> maps;
+  for (const v1::TensorMapping& m : spec.mappings()) maps[m.dst()].push_back(&m);
+  VerifyResult r;
+  for (const plan::CompiledTensor& t : destination.tensors) {
+    const int64_t es = DTypeSize(t.dtype);
+    const auto mit = maps.find(t.name);
+    for (const plan::CompiledFragment& f : t.fragments) {
+      if (f.rank != rank) continue;
+      auto it = buffers.find(destination.buffer_names[f.buffer]);
+      if (it == buffers.end()) {
+        return absl::NotFoundError(absl::StrCat("no memory for buffer '",
+                                                destination.buffer_names[f.buffer], "'"));
+      }
+      const uint8_t* base = it->second;
+      std::vector<int64_t> src_idx;
+      ForEachElement(f, es, [&](const std::vector<int64_t>& g, int64_t off) {
+        ++r.elements;
+        r.bytes += es;
+        std::string src_name = t.name;
+        src_idx = g;
+        bool mapped = mit == maps.end();
+        if (!mapped) {
+          for (const v1::TensorMapping* m : mit->second) {
+            bool inside = true;
+            for (size_t d = 0; d < g.size() && inside; ++d) {
+              const int64_t rel = g[d] - m->dst_offset(static_cast<int>(d));
+              inside = rel >= 0 && rel < m->src_box().length(static_cast<int>(d));
+              if (inside) src_idx[d] = m->src_box().offset(static_cast<int>(d)) + rel;
+            }
+            if (inside) {
+              src_name = m->src();
+              mapped = true;
+              break;
+            }
+          }
+        }
+        const plan::CompiledTensor* st = mapped ? source.Find(src_name) : nullptr;
+        uint8_t want[8] = {};
+        if (st != nullptr) {
+          // The source holds the value in its dtype; the sync casts that.
+          uint8_t held[8] = {};
+          Encode(st->dtype, SourceValue(src_name, Linear(src_idx, st->shape), version), held);
+          Encode(t.dtype, Decode(st->dtype, held), want);
+        }
+        if (st == nullptr || std::memcmp(want, base + off, es) != 0) {
+          if (++r.wrong_elements == 1) {
+            r.first_error = st == nullptr
+                                ? absl::StrCat("tensor '", t.name, "' element [",
+                                               absl::StrJoin(g, ","), "]: no source maps to it")
+                                : absl::StrCat("tensor '", t.name, "' rank ", rank, " element [",
+                                               absl::StrJoin(g, ","), "] (from '", src_name, "' [",
+                                               absl::StrJoin(src_idx, ","), "]): expected ",
+                                               Decode(t.dtype, want), ", found ",
+                                               Decode(t.dtype, base + off));
+          }
+        }
+      });
+    }
+  }
+  return r;
+}
+
+void Poison(const std::vector<BufferSpec>& buffers, const BufferMap& memory) {
+  for (const BufferSpec& b : buffers) {
+    auto it = memory.find(b.name);
+    if (it != memory.end()) std::memset(it->second, 0xA5, static_cast<size_t>(b.bytes));
+  }
+}
+
+}  // namespace wsync::demo

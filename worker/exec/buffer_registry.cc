@@ -1,8 +1,15 @@
 #include "worker/exec/buffer_registry.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 
 namespace wsync::exec {
+
+uint64_t BufferRegistry::NextGeneration() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
 
 const char* BufferSideName(BufferSide side) {
   return side == BufferSide::kSource ? "source" : "destination";
@@ -20,7 +27,7 @@ absl::Status BufferRegistry::Register(BufferSide side, const std::string& name,
     return absl::AlreadyExistsError(
         absl::StrCat(BufferSideName(side), " buffer '", name, "' is already registered"));
   }
-  ++generation_;
+  generation_ = NextGeneration();
   return absl::OkStatus();
 }
 
@@ -29,7 +36,7 @@ absl::Status BufferRegistry::Unregister(BufferSide side, const std::string& name
     return absl::NotFoundError(
         absl::StrCat(BufferSideName(side), " buffer '", name, "' is not registered"));
   }
-  ++generation_;
+  generation_ = NextGeneration();
   return absl::OkStatus();
 }
 

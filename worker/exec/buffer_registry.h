@@ -4,7 +4,9 @@
 // may reuse names, hence the side in the key.
 //
 // Not thread-safe: the worker agent owns it and binds plans on one thread.
-// Every change bumps generation(); plans bound earlier must be rebound.
+// Every change moves generation() to a value unique in the process (never
+// reused, also across registry instances); plans bound earlier must be
+// rebound.
 #ifndef WSYNC_WORKER_EXEC_BUFFER_REGISTRY_H_
 #define WSYNC_WORKER_EXEC_BUFFER_REGISTRY_H_
 
@@ -43,7 +45,8 @@ class BufferRegistry {
 
  private:
   std::map<std::pair<BufferSide, std::string>, RegisteredBuffer> buffers_;
-  uint64_t generation_ = 0;
+  uint64_t generation_ = NextGeneration();
+  static uint64_t NextGeneration();
 };
 
 }  // namespace wsync::exec

@@ -282,6 +282,13 @@ absl::Status Binder::BindCopy(const v1::Bucket& b, int32_t round, BoundRound& ou
       return absl::InvalidArgumentError(absl::StrCat(
           pw, ": no conversion from ", DTypeName(src->dtype), " to ", DTypeName(dst->dtype)));
     }
+    // The plan's semantics are src -> wire -> dst; one direct conversion is
+    // the same only when the wire dtype is one of the two.
+    if (p.wire_dtype() != src->dtype && p.wire_dtype() != dst->dtype) {
+      return absl::UnimplementedError(absl::StrCat(
+          pw, ": local copy through a third dtype (", DTypeName(src->dtype), " -> ",
+          DTypeName(p.wire_dtype()), " -> ", DTypeName(dst->dtype), ") is not supported"));
+    }
     StridedView* both[] = {&*src, &*dst};
     CoalesceViews(both);
     out.copies.push_back(CopyItem{*src, *dst});

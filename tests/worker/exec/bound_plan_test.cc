@@ -139,6 +139,16 @@ TEST_F(BindTest, PartialWithoutReduceIsRefused) {
   ExpectError(Bind(pb.Build(), 1), absl::StatusCode::kInvalidArgument, {"consumed by no reduce"});
 }
 
+TEST_F(BindTest, LocalCopyThroughThirdDtypeIsRefused) {
+  std::vector<uint8_t> half;
+  Reg(BufferSide::kDestination, "h", half, v1::FP16);
+  PlanBuilder pb;
+  pb.AddBucket(0, 0, 0,
+               {Piece(View("w", 0, {4}, v1::FP32), View("h", 0, {4}, v1::FP16), v1::BF16)});
+  ExpectError(Bind(pb.Build(), 0), absl::StatusCode::kUnimplemented,
+              {"COPY bucket 0", "fp32 -> bf16 -> fp16"});
+}
+
 TEST(CoalesceTest, MergesOnlyWhereAllViewsAllow) {
   auto a = MakeStridedView(nullptr, v1::FP32, std::vector<int64_t>{2, 1, 3, 4},
                            std::vector<int64_t>{12, 99, 4, 1});

@@ -1,0 +1,20 @@
+// Fill and checksum kernels for the sync benchmark's end-to-end check.
+#ifndef WSYNC_BENCH_GPU_BENCH_KERNELS_H_
+#define WSYNC_BENCH_GPU_BENCH_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace wsync::bench {
+
+// 16-bit elements i of [p, p + n): a hash of (seed, i), never zero.
+cudaError_t Fill16(void* p, int64_t n, uint64_t seed, cudaStream_t stream);
+// *sum += sum over 16-bit elements v != 0 of mix(v): order-independent, so a
+// resharded copy of the same elements gives the same sum (zeros, e.g. never
+// written padding, count nothing). *sum must be device memory.
+cudaError_t Checksum16(const void* p, int64_t n, unsigned long long* sum, cudaStream_t stream);
+
+}  // namespace wsync::bench
+
+#endif  // WSYNC_BENCH_GPU_BENCH_KERNELS_H_

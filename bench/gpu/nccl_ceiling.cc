@@ -1,0 +1,140 @@
+// The ceiling every GPU number is measured against: raw NCCL send/recv between
+// two GPUs, one process each (blocking communicator, no wsync code on the
+// data path). Also: both directions at once, many pieces in one group (what a
+// plan of small zero-copy buckets would cost), and device-to-device copy
+// bandwidth (cudaMemcpyAsync and wsync's batched kernel) for local-copy bounds.
+//
+//   wsync_bench_nccl_ceiling [--iters N]
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "bench/gpu/bench_util.h"
+#include "worker/cuda/batched_kernels.h"
+#include "worker/cuda/piece_table.h"
+#include "worker/transport/kv_store.h"
+#include "worker/transport/nccl_transport.h"
+
+namespace wsync::bench {
+namespace {
+
+#define CK(x)                                                                       \
+  do {                                                                              \
+    auto e_ = (x);                                                                  \
+    if (e_ != 0) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s failed: %d\n", __FILE__, __LINE__, #x, (int)e_); \
+      return 3;                                                                     \
+    }                                                                               \
+  } while (0)
+
+int iters = 20;
+
+int RankMain(int rank, const std::string& dir) {
+  CK(cudaSetDevice(rank));
+  transport::FileKvStore store(dir);
+  ncclUniqueId id;
+  if (rank == 0) {
+    CK(ncclGetUniqueId(&id));
+    if (!store.Set("id", transport::UniqueIdToBytes(id)).ok()) return 4;
+  } else {
+    auto b = store.Get("id", absl::Now() + absl::Seconds(60));
+    if (!b.ok()) return 4;
+    std::memcpy(&id, b->data(), sizeof(id));
+  }
+  const double t_init = Now();
+  ncclComm_t comm;
+  CK(ncclCommInitRank(&comm, 2, id, rank));
+  const double init_s = Now() - t_init;
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const size_t max_bytes = size_t{2} << 30;
+  void *a = nullptr, *b = nullptr;
+  CK(cudaMalloc(&a, max_bytes));
+  CK(cudaMalloc(&b, max_bytes));
+  CK(cudaMemset(a, rank + 1, max_bytes));
+  CK(cudaDeviceSynchronize());
+  const int peer = 1 - rank;
+
+  // pieces == 1: one send of `bytes`; else `bytes` cut into equal pieces,
+  // all in one group. both: each rank sends and receives.
+  auto run = [&](size_t bytes, size_t pieces, bool both, const char* name) -> int {
+    const size_t piece = bytes / pieces;
+    std::vector<double> times;
+    for (int it = 0; it < iters + 3; ++it) {
+      const double t0 = Now();
+      CK(ncclGroupStart());
+      for (size_t p = 0; p < pieces; ++p) {
+        char* off_a = static_cast<char*>(a) + p * piece;
+        char* off_b = static_cast<char*>(b) + p * piece;
+        if (rank == 0 || both) CK(ncclSend(off_a, piece, ncclUint8, peer, comm, stream));
+        if (rank == 1 || both) CK(ncclRecv(off_b, piece, ncclUint8, peer, comm, stream));
+      }
+      CK(ncclGroupEnd());
+      CK(cudaStreamSynchronize(stream));
+      if (it >= 3) times.push_back(Now() - t0);
+    }
+    const double med = Median(times);
+    if (rank == 1) {
+      Result(absl::StrFormat(
+          R"({"bench":"nccl_ceiling","case":"%s","bytes":%d,"pieces":%d,"both_directions":%s,"median_s":%.6f,"min_s":%.6f,"gbps":%.1f,"iters":%d})",
+          name, bytes, pieces, both ? "true" : "false", med,
+          *std::min_element(times.begin(), times.end()), piece * pieces / med / 1e9, iters));
+    }
+    return 0;
+  };
+  int rc = 0;
+  rc |= run(size_t{1} << 30, 1, false, "sendrecv_1GiB");
+  rc |= run(size_t{256} << 20, 1, false, "sendrecv_256MiB");
+  rc |= run(size_t{16} << 20, 1, false, "sendrecv_16MiB");
+  rc |= run(size_t{2} << 30, 1, false, "sendrecv_2GiB");
+  rc |= run(size_t{1} << 30, 1, true, "bidirectional_1GiB");
+  rc |= run(size_t{3} << 29, 512, false, "group_512x3MiB");
+  rc |= run(size_t{1} << 30, 64, false, "group_64x16MiB");
+  rc |= run(size_t{1} << 30, 4, false, "group_4x256MiB");
+
+  // Local copy bandwidth on this GPU (bytes copied / time; each byte is read
+  // and written once).
+  std::vector<double> t_memcpy, t_kernel;
+  const size_t cb = size_t{1} << 30;
+  auto kernels = cuda::BatchedKernels::Create(rank);
+  if (!kernels.ok()) return 5;
+  cuda::PieceTable table;
+  const int64_t shape[] = {static_cast<int64_t>(cb / 2)};
+  const int64_t st[] = {1};
+  if (!table.AddCopy({a, v1::BF16, st}, {b, v1::BF16, st}, shape, 1, "copy").ok()) return 5;
+  for (int it = 0; it < iters + 3; ++it) {
+    double t0 = Now();
+    CK(cudaMemcpyAsync(b, a, cb, cudaMemcpyDeviceToDevice, stream));
+    CK(cudaStreamSynchronize(stream));
+    if (it >= 3) t_memcpy.push_back(Now() - t0);
+    t0 = Now();
+    if (!(*kernels)->Launch(table, stream).ok()) return 5;
+    CK(cudaStreamSynchronize(stream));
+    if (it >= 3) t_kernel.push_back(Now() - t0);
+  }
+  Result(absl::StrFormat(
+      R"({"bench":"device_copy","rank":%d,"bytes":%d,"memcpy_median_s":%.6f,"memcpy_gbps":%.1f,"kernel_median_s":%.6f,"kernel_gbps":%.1f})",
+      rank, cb, Median(t_memcpy), cb / Median(t_memcpy) / 1e9, Median(t_kernel),
+      cb / Median(t_kernel) / 1e9));
+  if (rank == 0) {
+    Result(absl::StrFormat(R"({"bench":"nccl_ceiling","case":"comm_init","seconds":%.3f})",
+                           init_s));
+  }
+  ncclCommDestroy(comm);
+  cudaFree(a);
+  cudaFree(b);
+  return rc;
+}
+
+}  // namespace
+}  // namespace wsync::bench
+
+int main(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--iters") == 0) wsync::bench::iters = std::atoi(argv[i + 1]);
+  }
+  const std::string dir = wsync::bench::MakeStoreDir("ceiling");
+  return wsync::bench::ForkRanks(2, [&](int r) { return wsync::bench::RankMain(r, dir); });
+}

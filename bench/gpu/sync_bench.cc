@@ -1,0 +1,375 @@
+// wsync end to end on two GPUs, one process per GPU (as in production): a
+// catalog model's TransferSpec -> BuildPlan -> BindPlan -> the shared
+// Executor over CudaDataOps + NcclTransport.
+//   --mode tp1        trainer (FSDP, 1 rank) on GPU0 -> vLLM TP=1 on GPU1
+//   --mode colocated  FSDP2 Shard(0) over both GPUs -> vLLM TP=2 on the same GPUs
+// Reports time to first sync (communicator init, binding, first run) apart
+// from the steady state (median of --iters syncs), and checks every sync end
+// to end with an order-independent checksum of all destination elements.
+//
+//   wsync_bench_gpu_sync --model llama3-8b [--mode tp1,colocated] [--iters 5]
+//       [--bucket-mib 256] [--staging-mib 2048] [--zero-copy-mib 32]
+//       [--nvlink-gbps 368] [--bidir-gbps 354] [--copy-gbps 2071]
+//       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "bench/gpu/bench_kernels.h"
+#include "bench/gpu/bench_util.h"
+#include "controller/catalog/case.h"
+#include "controller/plan/compiled_layout.h"
+#include "controller/plan/planner.h"
+#include "worker/cuda/cuda_data_ops.h"
+#include "worker/exec/bound_plan.h"
+#include "worker/exec/buffer_registry.h"
+#include "worker/exec/executor.h"
+#include "worker/transport/kv_store.h"
+#include "worker/transport/nccl_transport.h"
+
+namespace wsync::bench {
+namespace {
+
+struct Flags {
+  std::string model = "llama3-8b";
+  std::vector<std::string> modes = {"tp1", "colocated"};
+  int iters = 5;
+  int64_t bucket_mib = 256, staging_mib = 2048, zero_copy_mib = 32;
+  double nvlink_gbps = 368, bidir_gbps = 354, copy_gbps = 2071;
+  std::string dump_shapes;
+};
+
+int Fail(const std::string& what, const absl::Status& s) {
+  std::fprintf(stderr, "sync_bench: %s: %s\n", what.c_str(), s.ToString().c_str());
+  return 3;
+}
+
+#define CUDA_OK(x, what)                                                          \
+  do {                                                                            \
+    cudaError_t e_ = (x);                                                         \
+    if (e_ != cudaSuccess) return Fail(what, absl::InternalError(cudaGetErrorString(e_))); \
+  } while (0)
+
+// Bytes each (rank, buffer) of a side needs, from its compiled fragments.
+struct BufferNeed {
+  int64_t bytes = 0;
+  DType dtype = v1::DTYPE_UNSPECIFIED;
+};
+absl::StatusOr<std::map<std::string, BufferNeed>> BuffersOf(const v1::Side& side,
+                                                            plan::SideRole role, int32_t worker) {
+  std::map<std::string, BufferNeed> out;
+  int32_t rank = -1;
+  for (int i = 0; i < side.ranks_size(); ++i) {
+    if (side.ranks(i).worker() == worker) rank = i;
+  }
+  if (rank < 0) return out;
+  auto compiled = plan::CompileSide(side, role);
+  if (!compiled.ok()) return compiled.status();
+  for (const auto& t : compiled->tensors) {
+    const int64_t es = DTypeSize(t.dtype);
+    for (const auto& f : t.fragments) {
+      if (f.rank != rank || f.box.Empty()) continue;
+      int64_t last = 0;
+      for (size_t d = 0; d < f.strides.size(); ++d) last += (f.box.length[d] - 1) * f.strides[d];
+      BufferNeed& need = out[compiled->buffer_names[f.buffer]];
+      need.bytes = std::max(need.bytes, f.byte_offset + (last + 1) * es);
+      if (need.dtype == v1::DTYPE_UNSPECIFIED) need.dtype = t.dtype;
+    }
+  }
+  return out;
+}
+
+// One slab per side, carved into 256-byte aligned buffers (as a caching
+// allocator would hand them out).
+struct Slab {
+  void* base = nullptr;
+  std::vector<std::pair<std::string, exec::RegisteredBuffer>> buffers;
+  int64_t bytes = 0;
+  ~Slab() {
+    if (base) cudaFree(base);
+  }
+};
+
+absl::Status MakeSlab(const std::map<std::string, BufferNeed>& need, Slab& slab) {
+  int64_t total = 0;
+  for (const auto& [name, n] : need) total += (n.bytes + 255) / 256 * 256;
+  slab.bytes = total;
+  if (total == 0) return absl::OkStatus();
+  if (cudaMalloc(&slab.base, total) != cudaSuccess) {
+    return absl::ResourceExhaustedError(absl::StrCat("cudaMalloc of ", total, " bytes"));
+  }
+  int64_t off = 0;
+  for (const auto& [name, n] : need) {
+    exec::RegisteredBuffer r;
+    r.data = static_cast<char*>(slab.base) + off;
+    r.bytes = n.bytes;
+    r.dtype = n.dtype;
+    r.space = transport::MemorySpace::kCuda;
+    slab.buffers.emplace_back(name, r);
+    off += (n.bytes + 255) / 256 * 256;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<unsigned long long> SlabChecksum(const Slab& slab, cudaStream_t stream) {
+  if (slab.bytes == 0) return 0ull;
+  unsigned long long* d = nullptr;
+  if (cudaMalloc(&d, sizeof(*d)) != cudaSuccess) return absl::InternalError("cudaMalloc");
+  cudaMemsetAsync(d, 0, sizeof(*d), stream);
+  for (const auto& [name, b] : slab.buffers) Checksum16(b.data, b.bytes / 2, d, stream);
+  unsigned long long h = 0;
+  cudaMemcpyAsync(&h, d, sizeof(h), cudaMemcpyDeviceToHost, stream);
+  const cudaError_t e = cudaStreamSynchronize(stream);
+  cudaFree(d);
+  if (e != cudaSuccess) return absl::InternalError(cudaGetErrorString(e));
+  return h;
+}
+
+struct Case {
+  std::string mode;
+  v1::TransferSpec spec;
+  v1::Plan plan;
+  double plan_seconds = 0;
+};
+
+absl::StatusOr<Case> MakeCase(const Flags& f, const std::string& mode) {
+  catalog::CaseOptions o;
+  o.model = f.model;
+  if (mode == "tp1") {
+    o.source.shards = 1;
+    o.destination.tp = 1;
+  } else if (mode == "colocated") {
+    o.source.shards = 2;
+    o.destination.tp = 2;
+    o.colocated = true;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown mode ", mode));
+  }
+  Case c;
+  c.mode = mode;
+  auto spec = catalog::BuildCase(o);
+  if (!spec.ok()) return spec.status();
+  c.spec = std::move(*spec);
+  // Both GPUs of the test machine share one node (NVLink).
+  for (auto* side : {c.spec.mutable_source(), c.spec.mutable_destination()}) {
+    for (auto& r : *side->mutable_ranks()) r.set_node("node0");
+  }
+  auto* opt = c.spec.mutable_options();
+  opt->set_bucket_bytes(f.bucket_mib << 20);
+  opt->set_staging_cap_bytes(f.staging_mib << 20);
+  opt->set_zero_copy_min_bytes(f.zero_copy_mib << 20);
+  const double t0 = Now();
+  auto plan = plan::BuildPlan(c.spec);
+  if (!plan.ok()) return plan.status();
+  c.plan_seconds = Now() - t0;
+  c.plan = std::move(*plan);
+  return c;
+}
+
+int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) {
+  CUDA_OK(cudaSetDevice(worker), "cudaSetDevice");
+  transport::FileKvStore store(dir);
+  const std::string tag = absl::StrCat(c.mode, "/");
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+
+  // Buffers (a trainer's parameters and vLLM's weights in production).
+  auto src_need = BuffersOf(c.spec.source(), plan::SideRole::kSource, worker);
+  if (!src_need.ok()) return Fail("source buffers", src_need.status());
+  auto dst_need = BuffersOf(c.spec.destination(), plan::SideRole::kDestination, worker);
+  if (!dst_need.ok()) return Fail("destination buffers", dst_need.status());
+  Slab src, dst;
+  if (auto s = MakeSlab(*src_need, src); !s.ok()) return Fail("source slab", s);
+  if (auto s = MakeSlab(*dst_need, dst); !s.ok()) return Fail("destination slab", s);
+  uint64_t seed = 1000 * worker;
+  for (const auto& [name, b] : src.buffers) Fill16(b.data, b.bytes / 2, ++seed, stream);
+  if (dst.bytes) cudaMemsetAsync(dst.base, 0, dst.bytes, stream);
+  CUDA_OK(cudaStreamSynchronize(stream), "fill");
+  auto src_sum = SlabChecksum(src, stream);
+  if (!src_sum.ok()) return Fail("checksum", src_sum.status());
+  exec::BufferRegistry registry;
+  for (const auto& [name, b] : src.buffers) {
+    if (auto s = registry.Register(exec::BufferSide::kSource, name, b); !s.ok()) return Fail(name, s);
+  }
+  for (const auto& [name, b] : dst.buffers) {
+    if (auto s = registry.Register(exec::BufferSide::kDestination, name, b); !s.ok()) {
+      return Fail(name, s);
+    }
+  }
+
+  // Time to first sync: communicator, binding, first run (staging, tables).
+  double t0 = Now();
+  auto transport = transport::NcclTransport::Create(
+      store, tag + "nccl", {.device = worker, .rank = worker, .size = 2});
+  if (!transport.ok()) return Fail("NCCL transport", transport.status());
+  const double comm_init_s = Now() - t0;
+  t0 = Now();
+  auto rank_plan = plan::ExtractRankPlan(c.plan, worker);
+  if (!rank_plan.ok()) return Fail("extract", rank_plan.status());
+  auto bound = exec::BindPlan(*rank_plan, worker, registry, transport::MemorySpace::kCuda);
+  if (!bound.ok()) return Fail("bind", bound.status());
+  const double bind_s = Now() - t0;
+  auto ops = cuda::CudaDataOps::Create({.device = worker});
+  if (!ops.ok()) return Fail("data ops", ops.status());
+  exec::Executor executor(transport->get(), ops->get());
+
+  // Barrier: a one-byte exchange over the transport itself.
+  void* token = nullptr;
+  CUDA_OK(cudaMalloc(&token, 2), "token");
+  auto barrier = [&]() {
+    const int peer = 1 - worker;
+    transport::SendRequest s{peer, 1 << 30, token, 1};
+    transport::RecvRequest r{peer, 1 << 30, static_cast<char*>(token) + 1, 1};
+    return (*transport)->RunRound({&s, 1}, {&r, 1}, absl::Now() + absl::Seconds(60));
+  };
+  if (auto s = barrier(); !s.ok()) return Fail("barrier", s);
+  t0 = Now();
+  auto first = executor.Run(**bound, registry.generation(), absl::Now() + absl::Seconds(120));
+  if (!first.ok()) return Fail("first sync", first.status());
+  const double first_run_s = Now() - t0;
+  std::vector<double> times;
+  exec::SyncStats last;
+  for (int i = 0; i < f.iters; ++i) {
+    if (auto s = barrier(); !s.ok()) return Fail("barrier", s);
+    t0 = Now();
+    auto st = executor.Run(**bound, registry.generation(), absl::Now() + absl::Seconds(120));
+    if (!st.ok()) return Fail("sync", st.status());
+    times.push_back(Now() - t0);
+    last = *st;
+  }
+  auto dst_sum = SlabChecksum(dst, stream);
+  if (!dst_sum.ok()) return Fail("checksum", dst_sum.status());
+  double pack = 0, transfer = 0, unpack = 0, copy = 0;
+  for (const auto& r : last.rounds) {
+    pack += r.pack_seconds;
+    transfer += r.transfer_seconds;
+    unpack += r.unpack_seconds;
+    copy += r.copy_seconds;
+  }
+  (void)store.Set(absl::StrCat(tag, "sums/", worker), absl::StrCat(*src_sum, " ", *dst_sum));
+  const auto& rs = c.plan.summary();
+  Result(absl::StrFormat(
+      R"({"bench":"wsync_sync","model":"%s","mode":"%s","worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d})",
+      f.model, c.mode, worker, f.iters, Median(times),
+      times.empty() ? 0 : *std::min_element(times.begin(), times.end()),
+      comm_init_s + bind_s + first_run_s, comm_init_s, bind_s, first_run_s, c.plan_seconds,
+      last.bytes_sent, last.bytes_received, last.bytes_local, last.rounds.size(), pack, transfer,
+      unpack, copy, (*ops)->launches(), (*ops)->table_cache_hits(), rs.num_buckets(),
+      rs.num_pieces(), rs.destination_bytes()));
+  if (worker == 0) {
+    unsigned long long s_total = 0, d_total = 0;
+    for (int w = 0; w < 2; ++w) {
+      auto v = store.Get(absl::StrCat(tag, "sums/", w), absl::Now() + absl::Seconds(60));
+      if (!v.ok()) return Fail("sums", v.status());
+      std::vector<std::string> parts = absl::StrSplit(*v, ' ');
+      s_total += std::stoull(parts[0]);
+      d_total += std::stoull(parts[1]);
+    }
+    // Lower bound from this run's measured link rates: every worker's bytes
+    // on its busiest link (NVLink per direction, or HBM copies).
+    double bound = 0;
+    for (const auto& r : rs.ranks()) {
+      const bool both = r.bytes_out() > 0 && r.bytes_in() > 0;
+      const double link = (both ? f.bidir_gbps : f.nvlink_gbps) * 1e9;
+      bound = std::max({bound, std::max(r.bytes_out(), r.bytes_in()) / link,
+                        r.bytes_local() / (f.copy_gbps * 1e9)});
+    }
+    Result(absl::StrFormat(
+        R"({"bench":"wsync_sync_check","model":"%s","mode":"%s","checksum_match":%s,"destination_bytes":%d,"network_bytes":%d,"local_bytes":%d,"lower_bound_s":%.6f,"nvlink_gbps":%.1f,"bidir_gbps":%.1f,"copy_gbps":%.1f})",
+        f.model, c.mode, s_total == d_total ? "true" : "false", rs.destination_bytes(),
+        rs.network_bytes(), rs.local_bytes(), bound, f.nvlink_gbps, f.bidir_gbps, f.copy_gbps));
+    if (s_total != d_total) return 6;
+  }
+  cudaFree(token);
+  return 0;
+}
+
+int DumpShapes(const Flags& f) {
+  auto c = MakeCase(f, "tp1");
+  if (!c.ok()) return Fail("case", c.status());
+  std::ofstream out(f.dump_shapes);
+  out << "[\n";
+  const auto& ts = c->spec.source().tensors();
+  for (int i = 0; i < ts.size(); ++i) {
+    out << "  [\"" << ts[i].name() << "\", [" << absl::StrJoin(ts[i].shape(), ", ") << "]]"
+        << (i + 1 < ts.size() ? ",\n" : "\n");
+  }
+  out << "]\n";
+  return out.good() ? 0 : 4;
+}
+
+}  // namespace
+}  // namespace wsync::bench
+
+int main(int argc, char** argv) {
+  using namespace wsync::bench;
+  namespace exec = wsync::exec;
+  namespace plan = wsync::plan;
+  namespace transport = wsync::transport;
+  Flags f;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--model") f.model = v;
+    else if (k == "--mode") f.modes = absl::StrSplit(v, ',');
+    else if (k == "--iters") f.iters = std::stoi(v);
+    else if (k == "--bucket-mib") f.bucket_mib = std::stoll(v);
+    else if (k == "--staging-mib") f.staging_mib = std::stoll(v);
+    else if (k == "--zero-copy-mib") f.zero_copy_mib = std::stoll(v);
+    else if (k == "--nvlink-gbps") f.nvlink_gbps = std::stod(v);
+    else if (k == "--bidir-gbps") f.bidir_gbps = std::stod(v);
+    else if (k == "--copy-gbps") f.copy_gbps = std::stod(v);
+    else if (k == "--dump-shapes") f.dump_shapes = v;
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (!f.dump_shapes.empty()) return DumpShapes(f);
+  int rc = 0;
+  for (const std::string& mode : f.modes) {
+    auto c = MakeCase(f, mode);
+    if (!c.ok()) return Fail("case " + mode, c.status());
+    const auto& sm = c->plan.summary();
+    Result(absl::StrFormat(
+        R"({"bench":"wsync_plan","model":"%s","mode":"%s","plan_s":%.3f,"rounds":%d,"buckets":%d,"pieces":%d,"ops":%d,"network_bytes":%d,"local_bytes":%d,"peak_staging_bytes":%d,"predicted_s":%.6f,"model_lower_bound_s":%.6f})",
+        f.model, mode, c->plan_seconds, sm.num_rounds(), sm.num_buckets(), sm.num_pieces(),
+        sm.num_ops(), sm.network_bytes(), sm.local_bytes(), sm.peak_staging_bytes(),
+        sm.predicted_seconds(), sm.lower_bound_seconds()));
+    if (std::getenv("WSYNC_BENCH_PLAN_ONLY") != nullptr) {
+      // CPU-only check that both workers' parts bind (fake, never touched
+      // addresses; binding only checks bounds, dtypes and layouts).
+      for (int w = 0; w < 2; ++w) {
+        exec::BufferRegistry reg;
+        char* next = reinterpret_cast<char*>(uintptr_t{1} << 40);
+        for (auto [side, role, bside] :
+             {std::tuple{&c->spec.source(), plan::SideRole::kSource, exec::BufferSide::kSource},
+              std::tuple{&c->spec.destination(), plan::SideRole::kDestination,
+                         exec::BufferSide::kDestination}}) {
+          auto need = BuffersOf(*side, role, w);
+          if (!need.ok()) return Fail("buffers", need.status());
+          for (const auto& [name, n] : *need) {
+            (void)reg.Register(bside, name, {next, n.bytes, n.dtype, transport::MemorySpace::kCuda});
+            next += (n.bytes + 255) / 256 * 256;
+          }
+        }
+        auto rp = plan::ExtractRankPlan(c->plan, w);
+        if (!rp.ok()) return Fail("extract", rp.status());
+        auto b = exec::BindPlan(*rp, w, reg, transport::MemorySpace::kCuda);
+        std::printf("bind %s worker %d: %s\n", mode.c_str(), w,
+                    b.ok() ? "ok" : b.status().ToString().c_str());
+        if (!b.ok()) rc = 1;
+      }
+      continue;
+    }
+    const std::string dir = MakeStoreDir("sync");
+    std::fflush(stdout);
+    rc |= ForkRanks(2, [&](int r) { return RankMain(f, *c, r, dir); });
+  }
+  return rc;
+}

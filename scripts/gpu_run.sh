@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# GPU tests and benchmarks in two steps:
+#   scripts/gpu_run.sh build     here: Release build with CUDA into build-gpu
+#                                (WSYNC_BUILD_DIR overrides), then bundle the GPU
+#                                binaries and the libraries the GPU machine lacks
+#                                into .devbundle (/work/shared/gpu/bundle.sh).
+#   scripts/gpu_run.sh device    on the GPU machine, from the repo root: every GPU
+#                                test, then every GPU benchmark; logs and results
+#                                go to $OUT (default ./gpu-out).
+# One device call (the `run` tool), carrying .devbundle:
+#   bash scripts/gpu_run.sh device
+# Environment: WSYNC_GPU_SKIP_TESTS=1 / WSYNC_GPU_SKIP_BENCH=1 / WSYNC_GPU_SKIP_PEERS=1,
+# WSYNC_BENCH_MODELS (default "llama3-8b qwen3-30b-a3b"), WSYNC_BENCH_ITERS (5).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+bundle=.devbundle
+gpu_bins="wsync_gpu_piece_table_test wsync_gpu_data_ops_test wsync_gpu_nccl_transport_test
+  wsync_gpu_nccl_conformance_test wsync_gpu_ipc_registry_test wsync_gpu_executor_test
+  wsync_bench_nccl_ceiling wsync_bench_gpu_sync"
+
+case "$mode" in
+build)
+  set -e
+  build=${WSYNC_BUILD_DIR:-build-gpu}
+  launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWSYNC_WITH_CUDA=ON \
+    "${launcher[@]}" >/dev/null
+  targets=()
+  for b in $gpu_bins; do
+    ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$b:" && targets+=("$b")
+  done
+  ninja -C "$build" -j"${JOBS:-2}" "${targets[@]}"
+  rm -rf "$bundle"
+  exes=()
+  for b in "${targets[@]}"; do exes+=("$(find "$build" -type f -name "$b" -perm -u+x | head -1)"); done
+  bash /work/shared/gpu/bundle.sh "$bundle" "${exes[@]}"
+  ;;
+device)
+  OUT=${OUT:-$PWD/gpu-out}
+  mkdir -p "$OUT"
+  export LD_LIBRARY_PATH=$PWD/$bundle/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # NVLink multicast must stay off on the shared GPU hosts.
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  export PYTHONUNBUFFERED=1
+  {
+    date -u +"date: %Y-%m-%dT%H:%M:%SZ"
+    nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
+    nvidia-smi topo -m
+    ls /usr/local/cuda/lib64 | grep -E 'libnccl\.so\.[0-9.]+$' | sed 's/^/nccl lib: /'
+    python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' 2>&1
+  } >"$OUT/env.txt" 2>&1
+  ngpu=$(nvidia-smi -L | wc -l)
+  rc=0
+  if [ "${WSYNC_GPU_SKIP_TESTS:-0}" != 1 ]; then
+    for t in $bundle/bin/wsync_gpu_*_test; do
+      filter='*'
+      # The shared suite's silent-peer case needs 3 ranks: NCCL needs one GPU each.
+      [ "$ngpu" -lt 3 ] && filter='-*SilentPeerGivesDeadlineExceededNamingPeer*'
+      echo "=== $t" >>"$OUT/tests.log"
+      timeout 240 "$t" --gtest_filter="$filter" >>"$OUT/tests.log" 2>&1 || { rc=1; echo "FAILED: $t" >>"$OUT/tests.log"; }
+    done
+    grep -E '^(=== |\[  (PASSED|FAILED|SKIPPED) |FAILED:)' "$OUT/tests.log"
+  fi
+  if [ "${WSYNC_GPU_SKIP_BENCH:-0}" != 1 ]; then
+    timeout 200 $bundle/bin/wsync_bench_nccl_ceiling --iters "${WSYNC_BENCH_ITERS:-10}" \
+      >"$OUT/ceiling.log" 2>&1 || rc=1
+    grep RESULT "$OUT/ceiling.log"
+    # This run's own ceilings feed the sync bench's lower bounds.
+    rates=$(python3 - "$OUT/ceiling.log" <<'PY'
+import json, sys
+r = {}
+for line in open(sys.argv[1]):
+    if line.startswith("RESULT "):
+        j = json.loads(line[7:])
+        if j.get("case") == "sendrecv_1GiB": r["nv"] = j["gbps"]
+        if j.get("case") == "bidirectional_1GiB": r["bi"] = j["gbps"]
+        if j.get("bench") == "device_copy": r["cp"] = min(r.get("cp", 1e9), j["memcpy_gbps"])
+print(f"--nvlink-gbps {r.get('nv', 368)} --bidir-gbps {r.get('bi', 354)} --copy-gbps {r.get('cp', 2071)}")
+PY
+)
+    if [ -x $bundle/bin/wsync_bench_gpu_sync ]; then
+      for m in ${WSYNC_BENCH_MODELS:-llama3-8b qwen3-30b-a3b}; do
+        timeout 240 $bundle/bin/wsync_bench_gpu_sync --model "$m" --iters "${WSYNC_BENCH_ITERS:-5}" $rates ${WSYNC_SYNC_FLAGS:-} \
+          >>"$OUT/sync.log" 2>&1 || { rc=1; echo "FAILED: sync $m" >>"$OUT/sync.log"; }
+      done
+      grep -E 'RESULT|FAILED|rror' "$OUT/sync.log"
+    fi
+    if [ "${WSYNC_GPU_SKIP_PEERS:-0}" != 1 ] && [ -f bench/gpu/peers.py ]; then
+      for m in ${WSYNC_BENCH_MODELS:-llama3-8b qwen3-30b-a3b}; do
+        timeout 200 torchrun --standalone --nproc_per_node=2 bench/gpu/peers.py --model "$m" \
+          --iters "${WSYNC_BENCH_ITERS:-5}" >>"$OUT/peers.log" 2>&1 || { rc=1; echo "FAILED: peers $m" >>"$OUT/peers.log"; }
+      done
+      grep -E 'RESULT|FAILED|Error' "$OUT/peers.log"
+    fi
+  fi
+  grep -h RESULT "$OUT"/*.log 2>/dev/null | sed 's/^RESULT //' >"$OUT/results.jsonl"
+  exit $rc
+  ;;
+*)
+  echo "usage: $0 build|device" >&2
+  exit 2
+  ;;
+esac

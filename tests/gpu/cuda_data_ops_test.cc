@@ -1,0 +1,341 @@
+// CudaDataOps against HostDataOps (the reference, common/cast.h rounding):
+// every result compared bit for bit over whole buffers, so writes outside a
+// view are caught too.
+#include "worker/cuda/cuda_data_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "common/cast.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "worker/exec/host_data_ops.h"
+
+namespace wsync::cuda {
+namespace {
+
+using exec::StridedView;
+using testing::FirstDiff;
+using testing::TwinBuffer;
+using testing::View;
+
+constexpr DType kFloats[] = {v1::FP32, v1::BF16, v1::FP16, v1::FP8_E4M3, v1::FP8_E5M2};
+
+// A view described by offsets, resolved against the host or device buffer.
+struct ViewSpec {
+  int64_t offset = 0;
+  DType dtype = v1::BF16;
+  std::vector<int64_t> shape, strides;
+  StridedView On(void* base) const { return View(base, offset, dtype, shape, strides); }
+  int64_t Elements() const {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    return n;
+  }
+  // Bytes from the first to one past the last element.
+  int64_t Extent() const {
+    int64_t last = 0;
+    for (size_t d = 0; d < shape.size(); ++d) last += (shape[d] - 1) * strides[d];
+    return (last + 1) * DTypeSize(dtype);
+  }
+};
+
+// Random strided view: a box of a random parent shape, sometimes transposed.
+ViewSpec RandomView(std::mt19937& rng, DType dtype, int64_t max_elems) {
+  ViewSpec v;
+  v.dtype = dtype;
+  const int nd = 1 + static_cast<int>(rng() % 3);
+  std::vector<int64_t> parent(nd);
+  int64_t budget = max_elems;
+  for (int d = 0; d < nd; ++d) {
+    v.shape.push_back(1 + static_cast<int64_t>(rng() % std::max<int64_t>(1, std::min<int64_t>(budget, 64))));
+    budget = std::max<int64_t>(1, budget / v.shape.back());
+    parent[d] = v.shape[d] + static_cast<int64_t>(rng() % 3);
+  }
+  std::vector<int64_t> rm(nd, 1);
+  for (int d = nd - 2; d >= 0; --d) rm[d] = rm[d + 1] * parent[d + 1];
+  v.strides = rm;
+  if (nd >= 2 && rng() % 4 == 0) {  // column-major over the parent (a transpose)
+    v.strides[0] = 1;
+    for (int d = 1; d < nd; ++d) v.strides[d] = v.strides[d - 1] * parent[d - 1];
+  }
+  return v;
+}
+
+class CudaDataOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    WSYNC_REQUIRE_GPUS(1);
+    auto ops = CudaDataOps::Create({.device = 0});
+    ASSERT_TRUE(ops.ok()) << ops.status();
+    ops_ = std::move(*ops);
+  }
+  exec::HostDataOps host_;
+  std::unique_ptr<CudaDataOps> ops_;
+};
+
+TEST_F(CudaDataOpsTest, PackThousandsOfPiecesInOneLaunchMatchesHost) {
+  std::mt19937 rng(7);
+  TwinBuffer src(0, 8 << 20, 1), staging(0, 16 << 20, 2);
+  std::vector<ViewSpec> views;
+  std::vector<DType> wires;
+  std::vector<int64_t> offsets;
+  int64_t pos = 0;
+  const DType dtypes[] = {v1::FP32, v1::BF16, v1::FP16, v1::FP8_E4M3, v1::INT32, v1::INT64};
+  for (int i = 0; i < 3000; ++i) {
+    const DType sd = dtypes[rng() % 6];
+    DType wd = sd;
+    if (IsFloatingPoint(sd) && rng() % 2) wd = kFloats[rng() % 5];
+    ViewSpec v = RandomView(rng, sd, 512);
+    const int64_t es = DTypeSize(sd);
+    v.offset = (static_cast<int64_t>(rng() % (src.size() - v.Extent() - 64)) / es) * es;
+    if (rng() % 2) v.offset &= ~int64_t{15};  // half of them 16-byte aligned
+    const int64_t ws = DTypeSize(wd);
+    pos = (pos + ws - 1) / ws * ws + (rng() % 3 == 0 ? ws : 0);
+    views.push_back(v);
+    wires.push_back(wd);
+    offsets.push_back(pos);
+    pos += v.Elements() * ws;
+  }
+  ASSERT_LT(pos, static_cast<int64_t>(staging.size()));
+  auto items = [&](void* base) {
+    std::vector<exec::PackItem> out;
+    for (size_t i = 0; i < views.size(); ++i) {
+      out.push_back(exec::PackItem{views[i].On(base), offsets[i], wires[i]});
+    }
+    return out;
+  };
+  ASSERT_TRUE(host_.Pack(items(src.host()), staging.host()).ok());
+  const int64_t launches = ops_->launches();
+  ASSERT_TRUE(ops_->Pack(items(src.dev()), staging.dev()).ok());
+  ASSERT_TRUE(ops_->Synchronize().ok());
+  EXPECT_EQ(ops_->launches() - launches, 1) << "3000 pieces must be one kernel launch";
+  EXPECT_EQ(FirstDiff(staging.Download(), staging.host_bytes()), -1);
+
+  // Replaying the same items reuses the resident table.
+  staging.Upload();  // device staging back to the expected bytes before the replay
+  const int64_t hits = ops_->table_cache_hits();
+  ASSERT_TRUE(ops_->Pack(items(src.dev()), staging.dev()).ok());
+  ASSERT_TRUE(ops_->Synchronize().ok());
+  EXPECT_EQ(ops_->table_cache_hits() - hits, 1);
+  EXPECT_EQ(FirstDiff(staging.Download(), staging.host_bytes()), -1);
+}
+
+TEST_F(CudaDataOpsTest, UnpackIntoDisjointStridedViewsMatchesHost) {
+  std::mt19937 rng(11);
+  TwinBuffer staging(0, 8 << 20, 3), dst(0, 16 << 20, 4);
+  std::vector<exec::UnpackItem> proto;
+  std::vector<ViewSpec> views;
+  int64_t spos = 0, dpos = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const DType dd = kFloats[rng() % 3];
+    const DType wd = rng() % 2 ? dd : kFloats[rng() % 5];
+    ViewSpec v = RandomView(rng, dd, 700);
+    const int64_t es = DTypeSize(dd);
+    dpos = (dpos + 15) / 16 * 16 + (rng() % 2) * es;
+    v.offset = dpos;
+    dpos += v.Extent();
+    const int64_t ws = DTypeSize(wd);
+    spos = (spos + ws - 1) / ws * ws;
+    proto.push_back(exec::UnpackItem{spos, wd, {}});
+    views.push_back(v);
+    spos += v.Elements() * ws;
+  }
+  ASSERT_LT(dpos, static_cast<int64_t>(dst.size()));
+  ASSERT_LT(spos, static_cast<int64_t>(staging.size()));
+  auto items = [&](void* base) {
+    std::vector<exec::UnpackItem> out = proto;
+    for (size_t i = 0; i < out.size(); ++i) out[i].dst = views[i].On(base);
+    return out;
+  };
+  ASSERT_TRUE(host_.Unpack(staging.host(), items(dst.host())).ok());
+  ASSERT_TRUE(ops_->Unpack(staging.dev(), items(dst.dev())).ok());
+  ASSERT_TRUE(ops_->Synchronize().ok());
+  EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
+}
+
+TEST_F(CudaDataOpsTest, FusedQkvGateUpAndRowShardCopiesMatchHost) {
+  // Colocated TP=2 rank 0: q/k/v/gate/up rows [0, n/2) into fused buffers,
+  // o_proj columns [0, H/2) (strided source), plus a fp32 -> bf16 cast.
+  const int64_t H = 256, Q = 256, KV = 64, I = 512;
+  TwinBuffer src(0, 8 << 20, 5), dst(0, 8 << 20, 6);
+  auto items = [&](void* s, void* d) {
+    std::vector<exec::CopyItem> out;
+    int64_t so = 0, dof = 0;
+    auto add_rows = [&](int64_t rows, DType sdt, DType ddt) {
+      const int64_t half = rows / 2;
+      out.push_back({View(s, so, sdt, {half, H}, {H, 1}), View(d, dof, ddt, {half, H}, {H, 1})});
+      so += rows * H * DTypeSize(sdt);
+      dof += half * H * DTypeSize(ddt);
+    };
+    add_rows(Q, v1::BF16, v1::BF16);   // q
+    add_rows(KV, v1::BF16, v1::BF16);  // k
+    add_rows(KV, v1::BF16, v1::BF16);  // v
+    add_rows(I, v1::FP32, v1::BF16);   // gate (fp32 trainer)
+    add_rows(I, v1::FP32, v1::BF16);   // up
+    // o_proj [H, Q]: this rank's columns [0, Q/2): strided source rows.
+    out.push_back({View(s, so, v1::BF16, {H, Q / 2}, {Q, 1}),
+                   View(d, dof, v1::BF16, {H, Q / 2}, {Q / 2, 1})});
+    so += H * Q * 2;
+    dof += H * (Q / 2) * 2;
+    // Differing shapes: [24] -> [2,3,4] (refinable), [6,4] -> [4,6] strided (scratch).
+    out.push_back({View(s, so, v1::FP16, {24}, {1}), View(d, dof, v1::BF16, {2, 3, 4}, {12, 4, 1})});
+    dof += 64;
+    out.push_back({View(s, so, v1::FP16, {6, 4}, {8, 1}), View(d, dof, v1::FP32, {4, 6}, {6, 1})});
+    return out;
+  };
+  ASSERT_TRUE(host_.Copy(items(src.host(), dst.host())).ok());
+  const int64_t launches = ops_->launches();
+  ASSERT_TRUE(ops_->Copy(items(src.dev(), dst.dev())).ok());
+  ASSERT_TRUE(ops_->Synchronize().ok());
+  EXPECT_LE(ops_->launches() - launches, 2);
+  EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
+}
+
+// Every 16-bit code of bf16 and fp16 to every float dtype, and fp32 patterns
+// around every exponent (ties, NaN payloads, subnormals) to every narrow one.
+TEST_F(CudaDataOpsTest, ConversionsMatchHostExhaustively) {
+  const int64_t n16 = 65536;
+  std::vector<uint32_t> f32;
+  for (uint32_t sign = 0; sign < 2; ++sign) {
+    for (uint32_t e = 0; e < 256; ++e) {
+      for (uint32_t m : {0u, 1u, 0x7FFFu, 0x8000u, 0x8001u, 0x18000u, 0xFFFFu, 0x10000u, 0x3FFFFFu,
+                         0x400000u, 0x7FFFFFu, 0x0FFFFFu, 0x100000u, 0x080000u, 0x0FF000u}) {
+        f32.push_back((sign << 31) | (e << 23) | m);
+      }
+    }
+  }
+  const int64_t nf = static_cast<int64_t>(f32.size());
+  const size_t bytes = n16 * 2 * 2 + nf * 4 + (1 << 20) * 4;
+  TwinBuffer src(0, bytes, 8), dst(0, n16 * 4 * 10 + nf * 4 * 4 + 4096, 9);
+  for (int64_t i = 0; i < n16; ++i) {
+    const uint16_t c = static_cast<uint16_t>(i);
+    std::memcpy(src.host() + 2 * i, &c, 2);
+    std::memcpy(src.host() + 2 * n16 + 2 * i, &c, 2);
+  }
+  std::memcpy(src.host() + 4 * n16, f32.data(), nf * 4);
+  src.Upload();
+  auto items = [&](void* s, void* d) {
+    std::vector<exec::CopyItem> out;
+    int64_t dof = 0;
+    for (DType to : kFloats) {
+      for (auto [from, off] : {std::pair{v1::BF16, int64_t{0}}, std::pair{v1::FP16, 2 * n16}}) {
+        out.push_back({View(s, off, from, {n16}, {1}), View(d, dof, to, {n16}, {1})});
+        dof += n16 * DTypeSize(to);
+      }
+      out.push_back({View(s, 4 * n16, v1::FP32, {nf}, {1}), View(d, dof, to, {nf}, {1})});
+      dof += nf * DTypeSize(to);
+    }
+    return out;
+  };
+  ASSERT_TRUE(host_.Copy(items(src.host(), dst.host())).ok());
+  ASSERT_TRUE(ops_->Copy(items(src.dev(), dst.dev())).ok());
+  ASSERT_TRUE(ops_->Synchronize().ok());
+  EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
+}
+
+TEST_F(CudaDataOpsTest, PartialReduceMatchesHost) {
+  // Finite values only: NaN propagation through an fp32 add is not specified
+  // bit for bit across CPUs and GPUs.
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> val(-8.f, 8.f);
+  const int64_t n = 1 << 16;
+  TwinBuffer in(0, n * 4 * 8, 10), staging(0, n * 4 * 4, 11), dst(0, n * 4 * 4, 12);
+  auto fill = [&](TwinBuffer& b, int64_t off, DType dt, int64_t count) {
+    std::vector<float> f(count);
+    for (auto& x : f) x = val(rng);
+    ASSERT_TRUE(ConvertElements(f.data(), v1::FP32, b.host() + off, dt, count).ok());
+  };
+  fill(in, 0, v1::FP32, 2 * n);
+  fill(in, 8 * n, v1::BF16, 2 * n);
+  fill(staging, 0, v1::BF16, n);
+  fill(staging, 2 * n, v1::FP32, n);
+  {
+    std::vector<int32_t> ints(n);
+    for (auto& x : ints) x = static_cast<int32_t>(rng());
+    std::memcpy(in.host() + 12 * n, ints.data(), n * 4);
+    std::memcpy(in.host() + 16 * n, ints.data(), n * 4);
+  }
+  in.Upload();
+  staging.Upload();
+  const int64_t rows = 128, cols = n / 128;
+  auto build = [&](void* ib, void* db, std::vector<exec::ReduceInput>& inputs) {
+    std::vector<exec::ReduceItem> items;
+    // 1) SUM in bf16 of: staged bf16, strided fp32 (transposed), contiguous bf16 -> fp16 dst.
+    inputs.push_back({View(nullptr, 0, v1::BF16, {n}, {1}), 0});
+    inputs.push_back({View(ib, 0, v1::FP32, {rows, cols}, {1, rows}), -1});
+    inputs.push_back({View(ib, 8 * n, v1::BF16, {rows, cols}, {cols, 1}), -1});
+    items.push_back({v1::REDUCE_SUM, v1::BF16, View(db, 0, v1::FP16, {rows, cols}, {cols, 1}), 0, 3});
+    // 2) AVG in fp32 of staged fp32 + fp32 view into a strided bf16 dst.
+    inputs.push_back({View(nullptr, 0, v1::FP32, {n}, {1}), 2 * n});
+    inputs.push_back({View(ib, 4 * n, v1::FP32, {n}, {1}), -1});
+    items.push_back({v1::REDUCE_AVG, v1::FP32, View(db, 2 * n, v1::BF16, {rows, cols / 2}, {cols, 1}), 3, 2});
+    // 3) int32 SUM wraps.
+    inputs.push_back({View(ib, 12 * n, v1::INT32, {n}, {1}), -1});
+    inputs.push_back({View(ib, 16 * n, v1::INT32, {n}, {1}), -1});
+    items.push_back({v1::REDUCE_SUM, v1::INT32, View(db, 8 * n, v1::INT32, {n}, {1}), 5, 2});
+    return items;
+  };
+  // Item 2's dst takes half the elements: give it matching inputs.
+  std::vector<exec::ReduceInput> hin, din;
+  auto hitems = build(in.host(), dst.host(), hin);
+  auto ditems = build(in.dev(), dst.dev(), din);
+  for (auto* v : {&hin, &din}) {
+    (*v)[3].view.shape[0] = n / 2;
+    (*v)[4].view.shape[0] = n / 2;
+  }
+  ASSERT_TRUE(host_.Reduce(hin, hitems, staging.host()).ok());
+  ASSERT_TRUE(ops_->Reduce(din, ditems, staging.dev()).ok());
+  ASSERT_TRUE(ops_->Synchronize().ok());
+  EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
+}
+
+TEST_F(CudaDataOpsTest, LargeAlignedAndMisalignedCopiesMatchHost) {
+  const int64_t bytes = 64 << 20;
+  TwinBuffer src(0, bytes + 64, 13), dst(0, bytes + 64, 14);
+  auto items = [&](void* s, void* d) {
+    return std::vector<exec::CopyItem>{
+        {View(s, 0, v1::BF16, {bytes / 4}, {1}), View(d, 0, v1::BF16, {bytes / 4}, {1})},
+        {View(s, bytes / 2 + 2, v1::BF16, {bytes / 8 - 3}, {1}),
+         View(d, bytes / 2 + 6, v1::BF16, {bytes / 8 - 3}, {1})}};
+  };
+  ASSERT_TRUE(host_.Copy(items(src.host(), dst.host())).ok());
+  ASSERT_TRUE(ops_->Copy(items(src.dev(), dst.dev())).ok());
+  ASSERT_TRUE(ops_->Synchronize().ok());
+  EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
+}
+
+TEST_F(CudaDataOpsTest, BadItemsAreErrorsNamingTheItem) {
+  TwinBuffer buf(0, 4096, 15);
+  std::vector<exec::CopyItem> bad_cast = {
+      {View(buf.dev(), 0, v1::INT32, {4}, {1}), View(buf.dev(), 64, v1::FP32, {4}, {1})}};
+  absl::Status s = ops_->Copy(bad_cast);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  std::vector<exec::CopyItem> bad_count = {
+      {View(buf.dev(), 0, v1::BF16, {4}, {1}), View(buf.dev(), 64, v1::BF16, {5}, {1})}};
+  s = ops_->Copy(bad_count);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("copy item 0"), std::string::npos) << s;
+  std::vector<exec::PackItem> null_staging = {{View(buf.dev(), 0, v1::BF16, {4}, {1}), 0, v1::BF16}};
+  EXPECT_EQ(ops_->Pack(null_staging, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ops_->Synchronize().ok());
+}
+
+TEST_F(CudaDataOpsTest, StagingIsPooledAndAligned) {
+  void* first = nullptr;
+  {
+    auto a = ops_->AllocateStaging(100 << 20);
+    ASSERT_TRUE(a.ok()) << a.status();
+    first = a->data();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 256, 0u);
+  }
+  auto b = ops_->AllocateStaging(90 << 20);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->data(), first) << "a freed staging buffer is reused";
+  auto c = ops_->AllocateStaging(int64_t{1} << 50);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted) << c.status();
+}
+
+}  // namespace
+}  // namespace wsync::cuda

@@ -1,0 +1,66 @@
+// Uploads a PieceTable to the device and runs it with one kernel launch.
+// Table uploads go through a small ring of pinned/device slots, each guarded by
+// an event, so consecutive launches never overwrite a table still in use.
+#ifndef WSYNC_WORKER_CUDA_BATCHED_KERNELS_H_
+#define WSYNC_WORKER_CUDA_BATCHED_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/cuda/cuda_handles.h"
+#include "worker/cuda/piece_table.h"
+
+namespace wsync::cuda {
+
+// Where each part of a serialized table lies (16-byte aligned parts).
+struct TableLayout {
+  size_t pieces_offset = 0;
+  size_t tasks_offset = 0;
+  size_t inputs_offset = 0;
+  size_t total = 0;
+  int64_t num_tasks = 0;
+  static TableLayout Of(const PieceTable& table);
+};
+
+class BatchedKernels {
+ public:
+  static absl::StatusOr<std::unique_ptr<BatchedKernels>> Create(int device);
+
+  // Enqueues the whole table on `stream` (one H2D upload, one launch) and
+  // returns without waiting for it. With `resident`, the table is uploaded
+  // into *resident (reallocated to fit) and stays there for LaunchResident.
+  absl::Status Launch(const PieceTable& table, cudaStream_t stream,
+                      DeviceBuffer* resident = nullptr);
+
+  // Launches a table kept on the device by an earlier Launch: no upload.
+  absl::Status LaunchResident(const void* device_table, const TableLayout& layout,
+                              cudaStream_t stream);
+
+  int device() const { return device_; }
+  int64_t launches() const { return launches_; }
+
+ private:
+  struct Slot {
+    PinnedBuffer host;
+    DeviceBuffer dev;
+    Event done;
+    bool pending = false;
+  };
+  static constexpr int kSlots = 4;
+
+  BatchedKernels() = default;
+
+  int device_ = 0;
+  int max_blocks_ = 0;
+  int next_ = 0;
+  int64_t launches_ = 0;
+  std::array<Slot, kSlots> slots_;
+};
+
+}  // namespace wsync::cuda
+
+#endif  // WSYNC_WORKER_CUDA_BATCHED_KERNELS_H_

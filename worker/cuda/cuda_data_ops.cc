@@ -1,0 +1,524 @@
+#include "worker/cuda/cuda_data_ops.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/cuda/cuda_status.h"
+
+namespace wsync::cuda {
+
+// Staging memory for one device. Buffers go back to the pool, not the driver:
+// cudaMalloc/cudaFree of gigabytes per round would cost milliseconds and
+// synchronize the device. Shared with the StagingBuffers' free functions so a
+// buffer may outlive its CudaDataOps.
+class StagingPool {
+ public:
+  explicit StagingPool(int device) : device_(device) {}
+  ~StagingPool() {
+    DeviceGuard guard(device_);
+    for (auto& [ptr, block] : blocks_) cudaFree(ptr);
+  }
+
+  absl::StatusOr<void*> Get(int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    void* best = nullptr;
+    int64_t best_size = 0;
+    for (auto& [ptr, block] : blocks_) {
+      // Smallest free block that fits without wasting more than its request.
+      if (!block.in_use && block.size >= bytes && block.size <= 2 * bytes + (int64_t{2} << 20) &&
+          (best == nullptr || block.size < best_size)) {
+        best = ptr;
+        best_size = block.size;
+      }
+    }
+    if (best != nullptr) {
+      blocks_[best].in_use = true;
+      return best;
+    }
+    constexpr int64_t kGranule = int64_t{2} << 20;
+    const int64_t size = (bytes + kGranule - 1) / kGranule * kGranule;
+    DeviceGuard guard(device_);
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, static_cast<size_t>(size));
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear the sticky-free allocation error
+      TrimLocked();
+      err = cudaMalloc(&p, static_cast<size_t>(size));
+    }
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return CudaStatus(err, absl::StrCat("staging allocation of ", bytes, " bytes on device ",
+                                          device_));
+    }
+    blocks_[p] = Block{size, true};
+    return p;
+  }
+
+  void Put(void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blocks_.find(p);
+    if (it != blocks_.end()) it->second.in_use = false;
+  }
+
+ private:
+  struct Block {
+    int64_t size = 0;
+    bool in_use = false;
+  };
+  void TrimLocked() {
+    DeviceGuard guard(device_);
+    for (auto it = blocks_.begin(); it != blocks_.end();) {
+      if (!it->second.in_use) {
+        cudaFree(it->first);
+        it = blocks_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  const int device_;
+  std::mutex mu_;
+  std::map<void*, Block> blocks_;
+};
+
+namespace {
+
+using exec::StridedView;
+
+absl::Status CheckView(const StridedView& v, const char* what) {
+  if (DTypeSize(v.dtype) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": no dtype"));
+  }
+  if (v.ndim < 1 || v.ndim > exec::kMaxViewDims) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": bad ndim ", v.ndim));
+  }
+  if (v.data == nullptr && v.num_elements() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": null data"));
+  }
+  return absl::OkStatus();
+}
+
+void RowMajor(const int64_t* shape, int ndim, int64_t* strides) {
+  int64_t s = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    strides[d] = s;
+    s *= shape[d];
+  }
+}
+
+absl::Status Annotate(const absl::Status& s, const char* what, size_t index) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(what, " item ", index, ": ", s.message()));
+}
+
+template <typename T>
+void AppendRaw(std::string& key, const T& v) {
+  key.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+// Cache keys are built field by field: raw struct bytes would include
+// padding, which differs between equal items.
+void AppendView(std::string& key, const StridedView& v) {
+  AppendRaw(key, v.data);
+  AppendRaw(key, static_cast<int32_t>(v.dtype));
+  AppendRaw(key, v.ndim);
+  const int n = std::clamp<int>(v.ndim, 0, exec::kMaxViewDims);
+  key.append(reinterpret_cast<const char*>(v.shape.data()), n * sizeof(int64_t));
+  key.append(reinterpret_cast<const char*>(v.strides.data()), n * sizeof(int64_t));
+}
+
+}  // namespace
+
+bool CommonShape(const StridedView& a, const StridedView& b, int64_t* shape, int64_t* a_strides,
+                 int64_t* b_strides, int* ndim) {
+  // Walk both shapes from the innermost dim, splitting the larger dim by the
+  // smaller one; output is built innermost first, then reversed.
+  int64_t out_shape[kMaxRequestDims], out_a[kMaxRequestDims], out_b[kMaxRequestDims];
+  int n = 0;
+  int i = a.ndim - 1, j = b.ndim - 1;
+  auto next_a = [&](int64_t& size, int64_t& stride) {
+    while (i >= 0 && a.shape[i] == 1) --i;
+    if (i < 0) return false;
+    size = a.shape[i];
+    stride = a.strides[i];
+    return true;
+  };
+  auto next_b = [&](int64_t& size, int64_t& stride) {
+    while (j >= 0 && b.shape[j] == 1) --j;
+    if (j < 0) return false;
+    size = b.shape[j];
+    stride = b.strides[j];
+    return true;
+  };
+  int64_t sa = 0, ta = 0, sb = 0, tb = 0;
+  bool have_a = next_a(sa, ta), have_b = next_b(sb, tb);
+  while (have_a && have_b) {
+    if (n == kMaxRequestDims) return false;
+    const int64_t m = std::min(sa, sb);
+    if (std::max(sa, sb) % m != 0) return false;
+    out_shape[n] = m;
+    out_a[n] = ta;
+    out_b[n] = tb;
+    ++n;
+    if (sa == m) {
+      --i;
+      have_a = next_a(sa, ta);
+    } else {
+      sa /= m;
+      ta *= m;
+    }
+    if (sb == m) {
+      --j;
+      have_b = next_b(sb, tb);
+    } else {
+      sb /= m;
+      tb *= m;
+    }
+  }
+  if (have_a || have_b) return false;  // element counts differ
+  if (n == 0) {
+    out_shape[0] = 1;
+    out_a[0] = out_b[0] = 1;
+    n = 1;
+  }
+  for (int k = 0; k < n; ++k) {
+    shape[k] = out_shape[n - 1 - k];
+    a_strides[k] = out_a[n - 1 - k];
+    b_strides[k] = out_b[n - 1 - k];
+  }
+  *ndim = n;
+  return true;
+}
+
+absl::StatusOr<std::unique_ptr<CudaDataOps>> CudaDataOps::Create(const Options& options) {
+  std::unique_ptr<CudaDataOps> ops(new CudaDataOps());
+  ops->device_ = options.device;
+  ops->table_cache_bytes_ = options.table_cache_bytes;
+  auto stream = Stream::Create(options.device);
+  if (!stream.ok()) return stream.status();
+  ops->stream_ = std::move(*stream);
+  auto kernels = BatchedKernels::Create(options.device);
+  if (!kernels.ok()) return kernels.status();
+  ops->kernels_ = std::move(*kernels);
+  ops->pool_ = std::make_shared<StagingPool>(options.device);
+  return ops;
+}
+
+CudaDataOps::~CudaDataOps() {
+  // Resident tables and scratch may still be read by queued kernels.
+  if (stream_.get() != nullptr) cudaStreamSynchronize(stream_.get());
+}
+
+std::string CudaDataOps::Name() const { return absl::StrCat("cuda:", device_); }
+
+absl::StatusOr<exec::StagingBuffer> CudaDataOps::AllocateStaging(int64_t bytes) {
+  if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("negative staging size ", bytes));
+  if (bytes == 0) return exec::StagingBuffer();
+  auto p = pool_->Get(bytes);
+  if (!p.ok()) return p.status();
+  std::shared_ptr<StagingPool> pool = pool_;
+  return exec::StagingBuffer(*p, bytes, [pool](void* q) { pool->Put(q); });
+}
+
+absl::StatusOr<char*> CudaDataOps::Scratch(int64_t bytes) {
+  // Callers reserve the whole call's scratch first (scratch_ never moves
+  // while a table refers to it), then carve it here.
+  const int64_t aligned = (bytes + 255) / 256 * 256;
+  if (scratch_used_ + aligned > static_cast<int64_t>(scratch_.size())) {
+    return absl::InternalError("scratch carve past its reservation");
+  }
+  char* p = static_cast<char*>(scratch_.data()) + scratch_used_;
+  scratch_used_ += aligned;
+  return p;
+}
+
+absl::Status CudaDataOps::Run(std::string key) {
+  if (table_.empty()) return absl::OkStatus();
+  if (key.empty()) return kernels_->Launch(table_, stream_.get());
+  CachedTable entry;
+  const TableLayout layout = TableLayout::Of(table_);
+  if (cache_device_bytes_ + static_cast<int64_t>(layout.total) > table_cache_bytes_) {
+    cache_.clear();  // cudaFree waits for kernels still reading them
+    cache_device_bytes_ = 0;
+  }
+  absl::Status s = kernels_->Launch(table_, stream_.get(), &entry.table);
+  if (!s.ok()) return s;
+  entry.layout = layout;
+  cache_device_bytes_ += static_cast<int64_t>(entry.table.size());
+  entry.key = key;
+  cache_[std::move(key)] = std::move(entry);
+  return absl::OkStatus();
+}
+
+absl::Status CudaDataOps::AddCopyItem(const StridedView& src, const StridedView& dst,
+                                      const char* what, size_t index) {
+  int64_t shape[kMaxRequestDims], ss[kMaxRequestDims], ds[kMaxRequestDims];
+  int n = 0;
+  if (!CommonShape(src, dst, shape, ss, ds, &n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " item ", index, ": shapes have no common refinement"));
+  }
+  char label[64];
+  snprintf(label, sizeof(label), "%s item %zu", what, index);
+  return table_.AddCopy(ViewRef{src.data, src.dtype, ss}, ViewRef{dst.data, dst.dtype, ds}, shape,
+                        n, label);
+}
+
+absl::Status CudaDataOps::Pack(absl::Span<const exec::PackItem> items, void* staging_base) {
+  std::string key;
+  key.reserve(16 + items.size() * 64);
+  key.push_back('P');
+  AppendRaw(key, staging_base);
+  for (const exec::PackItem& it : items) {
+    AppendView(key, it.src);
+    AppendRaw(key, it.staging_offset);
+    AppendRaw(key, static_cast<int32_t>(it.wire_dtype));
+  }
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    ++cache_hits_;
+    return kernels_->LaunchResident(it->second.table.data(), it->second.layout, stream_.get());
+  }
+  table_.Clear();
+  for (size_t i = 0; i < items.size(); ++i) {
+    const exec::PackItem& it = items[i];
+    absl::Status s = CheckView(it.src, "pack source");
+    const int64_t n = it.src.num_elements();
+    if (s.ok() && staging_base == nullptr && n > 0) s = absl::InvalidArgumentError("null staging");
+    if (!s.ok()) return Annotate(s, "pack", i);
+    if (n == 0) continue;
+    int64_t strides[kMaxRequestDims];
+    RowMajor(it.src.shape.data(), it.src.ndim, strides);
+    char label[32];
+    snprintf(label, sizeof(label), "pack item %zu", i);
+    s = table_.AddCopy(ViewRef{it.src.data, it.src.dtype, it.src.strides.data()},
+                       ViewRef{static_cast<char*>(staging_base) + it.staging_offset,
+                               it.wire_dtype, strides},
+                       it.src.shape.data(), it.src.ndim, label);
+    if (!s.ok()) return s;
+  }
+  return Run(std::move(key));
+}
+
+absl::Status CudaDataOps::Unpack(const void* staging_base,
+                                 absl::Span<const exec::UnpackItem> items) {
+  std::string key;
+  key.reserve(16 + items.size() * 64);
+  key.push_back('U');
+  AppendRaw(key, staging_base);
+  for (const exec::UnpackItem& it : items) {
+    AppendView(key, it.dst);
+    AppendRaw(key, it.staging_offset);
+    AppendRaw(key, static_cast<int32_t>(it.wire_dtype));
+  }
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    ++cache_hits_;
+    return kernels_->LaunchResident(it->second.table.data(), it->second.layout, stream_.get());
+  }
+  table_.Clear();
+  for (size_t i = 0; i < items.size(); ++i) {
+    const exec::UnpackItem& it = items[i];
+    absl::Status s = CheckView(it.dst, "unpack destination");
+    const int64_t n = it.dst.num_elements();
+    if (s.ok() && staging_base == nullptr && n > 0) s = absl::InvalidArgumentError("null staging");
+    if (!s.ok()) return Annotate(s, "unpack", i);
+    if (n == 0) continue;
+    int64_t strides[kMaxRequestDims];
+    RowMajor(it.dst.shape.data(), it.dst.ndim, strides);
+    char label[32];
+    snprintf(label, sizeof(label), "unpack item %zu", i);
+    s = table_.AddCopy(ViewRef{static_cast<const char*>(staging_base) + it.staging_offset,
+                               it.wire_dtype, strides},
+                       ViewRef{it.dst.data, it.dst.dtype, it.dst.strides.data()},
+                       it.dst.shape.data(), it.dst.ndim, label);
+    if (!s.ok()) return s;
+  }
+  return Run(std::move(key));
+}
+
+absl::Status CudaDataOps::Copy(absl::Span<const exec::CopyItem> items) {
+  std::string key;
+  key.reserve(8 + items.size() * 96);
+  key.push_back('C');
+  for (const exec::CopyItem& it : items) {
+    AppendView(key, it.src);
+    AppendView(key, it.dst);
+  }
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    ++cache_hits_;
+    return kernels_->LaunchResident(it->second.table.data(), it->second.layout, stream_.get());
+  }
+  table_.Clear();
+  pre_table_.Clear();
+  // Items whose shapes have no common refinement go through a contiguous
+  // scratch copy in the source dtype: reserve that scratch first.
+  int64_t scratch_bytes = 0;
+  std::vector<size_t> via_scratch;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const exec::CopyItem& it = items[i];
+    absl::Status s = CheckView(it.src, "copy source");
+    if (s.ok()) s = CheckView(it.dst, "copy destination");
+    if (s.ok() && it.src.num_elements() != it.dst.num_elements()) {
+      s = absl::InvalidArgumentError(absl::StrCat("element count mismatch: ",
+                                                  it.src.num_elements(), " vs ",
+                                                  it.dst.num_elements()));
+    }
+    if (!s.ok()) return Annotate(s, "copy", i);
+    if (it.src.num_elements() == 0) continue;
+    int64_t shape[kMaxRequestDims], ss[kMaxRequestDims], ds[kMaxRequestDims];
+    int n = 0;
+    if (!CommonShape(it.src, it.dst, shape, ss, ds, &n)) {
+      via_scratch.push_back(i);
+      scratch_bytes += (it.src.num_elements() * DTypeSize(it.src.dtype) + 255) / 256 * 256;
+    }
+  }
+  if (scratch_bytes > static_cast<int64_t>(scratch_.size())) {
+    RETURN_IF_ERROR(stream_.Synchronize());
+    scratch_.Reset();
+    ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(device_, scratch_bytes));
+  }
+  scratch_used_ = 0;
+  size_t next_scratch = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const exec::CopyItem& it = items[i];
+    if (it.src.num_elements() == 0) continue;
+    if (next_scratch < via_scratch.size() && via_scratch[next_scratch] == i) {
+      ++next_scratch;
+      ASSIGN_OR_RETURN(char* tmp, Scratch(it.src.num_elements() * DTypeSize(it.src.dtype)));
+      StridedView mid_src = it.src;  // contiguous, src shape
+      mid_src.data = tmp;
+      RowMajor(mid_src.shape.data(), mid_src.ndim, mid_src.strides.data());
+      std::swap(table_, pre_table_);
+      absl::Status s = AddCopyItem(it.src, mid_src, "copy", i);
+      std::swap(table_, pre_table_);
+      if (!s.ok()) return s;
+      StridedView mid_dst = it.dst;  // contiguous, dst shape, src dtype
+      mid_dst.data = tmp;
+      mid_dst.dtype = it.src.dtype;
+      RowMajor(mid_dst.shape.data(), mid_dst.ndim, mid_dst.strides.data());
+      RETURN_IF_ERROR(AddCopyItem(mid_dst, it.dst, "copy", i));
+      continue;
+    }
+    RETURN_IF_ERROR(AddCopyItem(it.src, it.dst, "copy", i));
+  }
+  if (!pre_table_.empty()) {
+    RETURN_IF_ERROR(kernels_->Launch(pre_table_, stream_.get()));
+    return Run(std::string());  // refers to scratch: not cached
+  }
+  return Run(std::move(key));
+}
+
+absl::Status CudaDataOps::Reduce(absl::Span<const exec::ReduceInput> inputs,
+                                 absl::Span<const exec::ReduceItem> items,
+                                 const void* staging_base) {
+  table_.Clear();
+  pre_table_.Clear();
+  // Pass 1: validate, and size the scratch for inputs that are strided or not
+  // in the accumulate dtype (converted first, like the host does).
+  int64_t scratch_bytes = 0;
+  std::vector<StridedView> views(inputs.size());
+  std::vector<char> convert(inputs.size(), 0);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const exec::ReduceItem& it = items[i];
+    RETURN_IF_ERROR(Annotate(CheckView(it.dst, "reduce destination"), "reduce", i));
+    if (it.num_inputs < 1 || it.input_begin < 0 ||
+        static_cast<size_t>(it.input_begin) + it.num_inputs > inputs.size()) {
+      return Annotate(absl::InvalidArgumentError(absl::StrCat("inputs [", it.input_begin, ", +",
+                                                              it.num_inputs, ") outside ",
+                                                              inputs.size())),
+                      "reduce", i);
+    }
+    const DType acc = it.accumulate_dtype;
+    const int64_t n = it.dst.num_elements();
+    if (!KernelSupportsCast(acc, it.dst.dtype)) {
+      return Annotate(absl::InvalidArgumentError(absl::StrCat("no conversion from ",
+                                                              DTypeName(acc), " to ",
+                                                              DTypeName(it.dst.dtype))),
+                      "reduce", i);
+    }
+    for (int k = 0; k < it.num_inputs; ++k) {
+      const size_t idx = it.input_begin + k;
+      const exec::ReduceInput& in = inputs[idx];
+      StridedView v = in.view;
+      if (in.staging_offset >= 0) {
+        if (staging_base == nullptr && n > 0) {
+          return Annotate(absl::InvalidArgumentError("staged reduce input but null staging"),
+                          "reduce", i);
+        }
+        v.data = const_cast<char*>(static_cast<const char*>(staging_base)) + in.staging_offset;
+        v.ndim = 1;
+        v.shape[0] = n;
+        v.strides[0] = 1;
+      }
+      RETURN_IF_ERROR(Annotate(CheckView(v, "reduce input"), "reduce", i));
+      if (v.num_elements() != n) {
+        return Annotate(absl::InvalidArgumentError(absl::StrCat(
+                            "input ", k, " has ", v.num_elements(), " elements, destination ", n)),
+                        "reduce", i);
+      }
+      if (!KernelSupportsCast(v.dtype, acc)) {
+        return Annotate(absl::InvalidArgumentError(absl::StrCat("input ", k,
+                                                                ": no conversion from ",
+                                                                DTypeName(v.dtype), " to ",
+                                                                DTypeName(acc))),
+                        "reduce", i);
+      }
+      views[idx] = v;
+      if (!(v.contiguous() && v.dtype == acc)) {
+        convert[idx] = 1;
+        scratch_bytes += (n * DTypeSize(acc) + 255) / 256 * 256;
+      }
+    }
+  }
+  if (scratch_bytes > static_cast<int64_t>(scratch_.size())) {
+    RETURN_IF_ERROR(stream_.Synchronize());
+    scratch_.Reset();
+    ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(device_, scratch_bytes));
+  }
+  scratch_used_ = 0;
+  std::vector<const void*> ptrs;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const exec::ReduceItem& it = items[i];
+    const DType acc = it.accumulate_dtype;
+    const int64_t n = it.dst.num_elements();
+    if (n == 0) continue;
+    ptrs.clear();
+    for (int k = 0; k < it.num_inputs; ++k) {
+      const size_t idx = it.input_begin + k;
+      const StridedView& v = views[idx];
+      if (!convert[idx]) {
+        ptrs.push_back(v.data);
+        continue;
+      }
+      ASSIGN_OR_RETURN(char* tmp, Scratch(n * DTypeSize(acc)));
+      StridedView conv = v;  // contiguous in acc, v's shape
+      conv.data = tmp;
+      conv.dtype = acc;
+      RowMajor(conv.shape.data(), conv.ndim, conv.strides.data());
+      std::swap(table_, pre_table_);
+      absl::Status s = AddCopyItem(v, conv, "reduce input of", i);
+      std::swap(table_, pre_table_);
+      if (!s.ok()) return s;
+      ptrs.push_back(tmp);
+    }
+    char label[32];
+    snprintf(label, sizeof(label), "reduce item %zu", i);
+    RETURN_IF_ERROR(table_.AddReduce(ptrs.data(), static_cast<int>(ptrs.size()), acc, acc, it.op,
+                                     ViewRef{it.dst.data, it.dst.dtype, it.dst.strides.data()},
+                                     it.dst.shape.data(), it.dst.ndim, label));
+  }
+  if (!pre_table_.empty()) RETURN_IF_ERROR(kernels_->Launch(pre_table_, stream_.get()));
+  return Run(std::string());
+}
+
+absl::Status CudaDataOps::Synchronize() {
+  return CudaStatus(cudaStreamSynchronize(stream_.get()),
+                    absl::StrCat("data ops on device ", device_,
+                                 " (a pack/unpack/copy/reduce kernel failed)"));
+}
+
+}  // namespace wsync::cuda

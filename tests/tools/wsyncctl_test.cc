@@ -1,0 +1,162 @@
+// Runs the real wsyncctl binary on small specs and checks output and exit codes.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "wsync/v1/plan.pb.h"
+
+namespace wsync::tools {
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout and stderr
+};
+
+Result Ctl(const std::string& args) {
+  const std::string cmd = absl::StrCat(WSYNCCTL_PATH, " ", args, " 2>&1");
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+Result CtlStdout(const std::string& args) {
+  const std::string cmd = absl::StrCat(WSYNCCTL_PATH, " ", args, " 2>/dev/null");
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string TempPath(const std::string& name) {
+  return absl::StrCat(::testing::TempDir(), "/wsyncctl_test_", name);
+}
+
+void Write(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+constexpr char kTinyCase[] =
+    "--model tiny-llama --source fsdp:2 --destination vllm-tp:2x2 --gpus-per-node 2 "
+    "--trainer-dtype fp32";
+
+TEST(WsyncctlTest, UsageAndUnknownCommand) {
+  Result r = Ctl("");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("commands:"), std::string::npos) << r.out;
+  r = Ctl("frobnicate");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("unknown command 'frobnicate'"), std::string::npos) << r.out;
+  EXPECT_EQ(Ctl("--help").code, 0);
+  EXPECT_EQ(Ctl("plan --help").code, 0);
+}
+
+TEST(WsyncctlTest, CatalogThenPlanAndVerify) {
+  const std::string spec = TempPath("tiny.json");
+  Result r = Ctl(absl::StrCat("catalog ", kTinyCase, " --out ", spec));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = Ctl(absl::StrCat("plan ", spec, " --verify --top 3"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("'tiny-llama fsdp:2 to vllm-tp:2x2'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rounds"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("lower bound"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("top 3 of 6 workers"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("verify: OK"), std::string::npos) << r.out;
+  // The same case straight from flags.
+  r = Ctl(absl::StrCat("plan ", kTinyCase, " --verify"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("verify: OK"), std::string::npos) << r.out;
+}
+
+TEST(WsyncctlTest, JsonIsTheCompletePlan) {
+  Result r = CtlStdout(absl::StrCat("plan --json ", kTinyCase));
+  ASSERT_EQ(r.code, 0);
+  v1::Plan plan;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &plan).ok()) << r.out;
+  EXPECT_FALSE(plan.key().empty());
+  EXPECT_GT(plan.buckets_size(), 0);
+  EXPECT_EQ(plan.buckets_size(), plan.summary().num_buckets());
+  EXPECT_EQ(plan.num_rounds(), plan.summary().num_rounds());
+  EXPECT_NE(r.out.find("\"bucketOffset\""), std::string::npos);  // proto3 JSON names
+}
+
+TEST(WsyncctlTest, BadInputsAreClearErrors) {
+  Result r = Ctl("plan /nonexistent/spec.json");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("cannot read spec '/nonexistent/spec.json'"), std::string::npos) << r.out;
+
+  const std::string bad = TempPath("bad.json");
+  Write(bad, "{\"source\": [1, 2");
+  r = Ctl("plan " + bad);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("not a valid TransferSpec JSON"), std::string::npos) << r.out;
+
+  const std::string empty = TempPath("empty.json");
+  Write(empty, "  \n");
+  r = Ctl("plan " + empty);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("is empty"), std::string::npos) << r.out;
+
+  r = Ctl(absl::StrCat("plan ", kTinyCase, " --bogus"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("unknown flag --bogus"), std::string::npos) << r.out;
+
+  r = Ctl("catalog --model tiny-llama --source fsdp:zero --destination vllm-tp:2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--source: bad fsdp shard count 'zero'"), std::string::npos) << r.out;
+
+  r = Ctl("catalog --model nosuch --source fsdp:2 --destination vllm-tp:2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("unknown model 'nosuch'"), std::string::npos) << r.out;
+
+  r = Ctl("catalog --model tiny-llama --source fsdp:2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--destination is required"), std::string::npos) << r.out;
+
+  r = Ctl(absl::StrCat("plan x.json ", kTinyCase));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("exactly one of"), std::string::npos) << r.out;
+}
+
+TEST(WsyncctlTest, PlannerRejectionExitsOne) {
+  // Valid JSON, but the mapping names a source tensor that does not exist.
+  const std::string spec = TempPath("unmapped.json");
+  Write(spec, R"({"source": {"ranks": [{"worker": 0, "node": "a"}],
+    "tensors": [{"name": "w", "dtype": "BF16", "shape": [4],
+                 "mesh": {"mesh_shape": [1], "ranks": [0], "placements": [{"replicate": {}}]}}]},
+  "destination": {"ranks": [{"worker": 1, "node": "a"}],
+    "tensors": [{"name": "v", "dtype": "BF16", "shape": [4],
+                 "mesh": {"mesh_shape": [1], "ranks": [0], "placements": [{"replicate": {}}]}}]},
+  "mappings": [{"dst": "v", "dst_offset": [0], "src": "missing", "src_box": {"offset": [0], "length": [4]}}]})");
+  Result r = Ctl("plan " + spec);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("missing"), std::string::npos) << r.out;
+}
+
+TEST(WsyncctlTest, VerifyRefusesHugeModels) {
+  Result r =
+      Ctl("plan --model llama3-70b --source fsdp:8 --destination vllm-tp:8 --verify "
+          "--verify-max-gib 1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("host memory"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace wsync::tools

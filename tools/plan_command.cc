@@ -1,0 +1,184 @@
+// `wsyncctl plan`: plan a TransferSpec (a JSON file or a catalog case) and
+// print its summary, the whole plan as JSON (--json), and/or replay it on host
+// memory with the planner's replay oracle (--verify).
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "absl/strings/str_format.h"
+#include "controller/plan/compiled_layout.h"
+#include "controller/plan/planner.h"
+#include "controller/plan/replay.h"
+#include "controller/plan/simulator.h"
+#include "tools/args.h"
+#include "tools/case_flags.h"
+#include "tools/spec_io.h"
+#include "tools/subcommands.h"
+
+namespace wsync::tools {
+namespace {
+
+void PlanUsage(FILE* out) {
+  std::fprintf(out,
+               "usage: wsyncctl plan SPEC.json|- [--json [--pretty]] [--verify] [--top N]\n"
+               "       wsyncctl plan --model M --source S --destination D [case flags] [...]\n"
+               "  --json            print the complete plan (proto3 JSON, docs/plan-format.md)\n"
+               "  --verify          replay every op on host arrays and check every destination\n"
+               "                    element (needs the buffers of both sides in host memory)\n"
+               "  --verify-max-gib  refuse --verify above this much host memory (default 16)\n"
+               "  --top N           workers listed in the summary (default 10)\n\ncase flags:\n%s",
+               CaseFlagsUsage().c_str());
+}
+
+// Seconds with a unit that keeps 3-4 significant digits.
+std::string Seconds(double s) {
+  if (s >= 1) return absl::StrFormat("%.3f s", s);
+  if (s >= 1e-3) return absl::StrFormat("%.3f ms", s * 1e3);
+  return absl::StrFormat("%.1f us", s * 1e6);
+}
+
+int Fail(int code, const absl::Status& status) {
+  std::fprintf(stderr, "wsyncctl plan: %s\n", std::string(status.message()).c_str());
+  return code;
+}
+
+std::string Bytes(int64_t b) {
+  if (b >= (1ll << 30)) return absl::StrFormat("%.2f GiB", b / double(1ll << 30));
+  if (b >= (1ll << 20)) return absl::StrFormat("%.2f MiB", b / double(1ll << 20));
+  if (b >= (1ll << 10)) return absl::StrFormat("%.2f KiB", b / double(1ll << 10));
+  return absl::StrFormat("%d B", b);
+}
+
+// Host bytes the replay oracle allocates: every fragment of both sides.
+absl::StatusOr<int64_t> ReplayBytes(const v1::TransferSpec& spec) {
+  int64_t total = 0;
+  for (auto [side, role] : {std::make_pair(&spec.source(), plan::SideRole::kSource),
+                            std::make_pair(&spec.destination(), plan::SideRole::kDestination)}) {
+    auto compiled = plan::CompileSide(*side, role);
+    if (!compiled.ok()) return compiled.status();
+    for (const plan::CompiledTensor& t : compiled->tensors) {
+      for (const plan::CompiledFragment& f : t.fragments) {
+        total += f.box.NumElements() * DTypeSize(t.dtype);
+      }
+    }
+  }
+  return total;
+}
+
+void PrintSummary(const v1::TransferSpec& spec, const v1::Plan& plan,
+                  const plan::SimulationResult* sim, const plan::WorkerNodes& nodes, int64_t top) {
+  const v1::PlanSummary& s = plan.summary();
+  std::printf("plan %s  '%s'\n", plan.key().c_str(), spec.name().c_str());
+  std::printf("  ranks            %d source, %d destination\n", spec.source().ranks_size(),
+              spec.destination().ranks_size());
+  std::printf("  bytes            destination %s, network %s, local %s\n",
+              Bytes(s.destination_bytes()).c_str(), Bytes(s.network_bytes()).c_str(),
+              Bytes(s.local_bytes()).c_str());
+  std::printf(
+      "  ops              %lld ops, %d rounds, %lld buckets, %lld pieces (%lld relayed), "
+      "%d reduces\n",
+      static_cast<long long>(s.num_ops()), s.num_rounds(), static_cast<long long>(s.num_buckets()),
+      static_cast<long long>(s.num_pieces()), static_cast<long long>(s.num_relay_pieces()),
+      plan.reduces_size());
+  std::printf("  per-worker max   out %s, in %s, peak staging %s\n",
+              Bytes(s.max_rank_bytes_out()).c_str(), Bytes(s.max_rank_bytes_in()).c_str(),
+              Bytes(s.peak_staging_bytes()).c_str());
+  std::printf("  time             predicted %s, lower bound %s (ratio %.3f)\n",
+              Seconds(s.predicted_seconds()).c_str(), Seconds(s.lower_bound_seconds()).c_str(),
+              s.lower_bound_seconds() > 0 ? s.predicted_seconds() / s.lower_bound_seconds() : 0.0);
+  if (sim != nullptr) {
+    std::printf("  simulator        makespan %s, bound %s (worker %d %s)\n",
+                Seconds(sim->makespan_seconds).c_str(), Seconds(sim->lower_bound_seconds).c_str(),
+                sim->bound_worker, sim->bound_link.c_str());
+  }
+  std::printf("  plan time        %s\n", Seconds(s.plan_seconds()).c_str());
+  std::vector<v1::RankSummary> ranks(s.ranks().begin(), s.ranks().end());
+  std::sort(ranks.begin(), ranks.end(), [](const v1::RankSummary& a, const v1::RankSummary& b) {
+    const int64_t ma = std::max(a.bytes_in(), a.bytes_out());
+    const int64_t mb = std::max(b.bytes_in(), b.bytes_out());
+    return ma != mb ? ma > mb : a.worker() < b.worker();
+  });
+  if (ranks.empty() || top <= 0) return;
+  std::printf("  top %lld of %zu workers by max(bytes in, bytes out):\n",
+              static_cast<long long>(std::min<int64_t>(top, ranks.size())), ranks.size());
+  std::printf("    %6s %-8s %12s %12s %12s %8s %12s %9s\n", "worker", "node", "out", "in", "local",
+              "ops", "peak stage", "busy");
+  for (int64_t i = 0; i < top && i < static_cast<int64_t>(ranks.size()); ++i) {
+    const v1::RankSummary& r = ranks[i];
+    auto node = nodes.find(r.worker());
+    std::printf("    %6d %-8s %12s %12s %12s %8lld %12s %9s\n", r.worker(),
+                node == nodes.end() ? "?" : node->second.c_str(), Bytes(r.bytes_out()).c_str(),
+                Bytes(r.bytes_in()).c_str(), Bytes(r.bytes_local()).c_str(),
+                static_cast<long long>(r.ops()), Bytes(r.peak_staging_bytes()).c_str(),
+                Seconds(r.busy_seconds()).c_str());
+  }
+}
+
+}  // namespace
+
+int RunPlanCommand(const std::vector<std::string>& argv) {
+  FlagSpec flags{{"top", "verify-max-gib"}, {"json", "pretty", "verify", "help"}};
+  AddCaseFlags(&flags);
+  auto args = ParseArgs(argv, flags);
+  if (!args.ok()) {
+    Fail(kExitUsage, args.status());
+    PlanUsage(stderr);
+    return kExitUsage;
+  }
+  if (args->Has("help")) {
+    PlanUsage(stdout);
+    return kExitOk;
+  }
+  auto top = args->IntValue("top", 10);
+  if (!top.ok()) return Fail(kExitUsage, top.status());
+  auto max_gib = args->IntValue("verify-max-gib", 16);
+  if (!max_gib.ok()) return Fail(kExitUsage, max_gib.status());
+  const bool from_case = HasCaseFlags(*args);
+  if (from_case == (args->positional().size() == 1) || args->positional().size() > 1) {
+    std::fprintf(stderr,
+                 "wsyncctl plan: give exactly one of SPEC.json or --model/--source/"
+                 "--destination\n");
+    PlanUsage(stderr);
+    return kExitUsage;
+  }
+  absl::StatusOr<v1::TransferSpec> spec =
+      from_case ? SpecFromCaseFlags(*args) : ReadSpecFile(args->positional()[0]);
+  if (!spec.ok()) return Fail(kExitUsage, spec.status());
+
+  auto plan = plan::BuildPlan(*spec);
+  if (!plan.ok()) return Fail(kExitFailed, plan.status());
+
+  if (args->Has("json")) {
+    auto json = ToJson(*plan, args->Has("pretty"));
+    if (!json.ok()) return Fail(kExitFailed, json.status());
+    std::cout << *json << "\n";
+  } else {
+    auto nodes = plan::WorkerNodesFromSpec(*spec);
+    if (!nodes.ok()) return Fail(kExitFailed, nodes.status());
+    auto sim = plan::SimulatePlan(*plan, *nodes, plan::EffectiveLinkModel(spec->options()));
+    if (!sim.ok()) return Fail(kExitFailed, sim.status());
+    PrintSummary(*spec, *plan, &*sim, *nodes, *top);
+  }
+  if (args->Has("verify")) {
+    auto need = ReplayBytes(*spec);
+    if (!need.ok()) return Fail(kExitFailed, need.status());
+    if (*need > (*max_gib << 30)) {
+      return Fail(kExitFailed,
+                  absl::ResourceExhaustedError(absl::StrFormat(
+                      "--verify needs %s of host memory for both sides' buffers, above "
+                      "--verify-max-gib %d; verify a scaled-down case (tiny-* models) instead",
+                      Bytes(*need), *max_gib)));
+    }
+    absl::Status verified = plan::VerifyPlan(*spec, *plan);
+    if (!verified.ok()) {
+      return Fail(kExitFailed, absl::Status(verified.code(),
+                                            absl::StrCat("verify FAILED: ", verified.message())));
+    }
+    std::fprintf(args->Has("json") ? stderr : stdout,
+                 "verify: OK (%lld buckets replayed, every destination element checked)\n",
+                 static_cast<long long>(plan->buckets_size()));
+  }
+  return kExitOk;
+}
+
+}  // namespace wsync::tools

@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Independent replayer of a wsync plan, written only from docs/plan-format.md
+and docs/layout-spec.md (pure Python, no wsync code): fills the source side of
+a TransferSpec with synthetic integers, replays every op of the plan JSON
+(`wsyncctl plan SPEC --json`) round by round, and checks every destination
+element against the spec's mappings.
+
+  replay_plan.py SPEC.json PLAN.json      -> exit 0 and "replay: OK ..." or exit 1
+
+Supports the layouts the catalog produces: mesh form with Shard/Replicate and
+explicit row-major or strided fragments; dtypes fp32, bf16, fp16, int32, int64.
+"""
+import json
+import struct
+import sys
+import zlib
+
+SIZE = {"FP32": 4, "BF16": 2, "FP16": 2, "INT32": 4, "INT64": 8}
+
+
+def encode(value, dtype):
+    if dtype == "FP32":
+        return struct.pack("<f", value)
+    if dtype == "BF16":
+        bits = struct.unpack("<I", struct.pack("<f", value))[0]
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round to nearest even
+        return struct.pack("<H", bits & 0xFFFF)
+    if dtype == "FP16":
+        return struct.pack("<e", value)
+    if dtype == "INT32":
+        return struct.pack("<i", int(value))
+    if dtype == "INT64":
+        return struct.pack("<q", int(value))
+    raise ValueError("unsupported dtype " + dtype)
+
+
+def decode(raw, dtype):
+    if dtype == "FP32":
+        return struct.unpack("<f", raw)[0]
+    if dtype == "BF16":
+        return struct.unpack("<f", struct.pack("<I", struct.unpack("<H", raw)[0] << 16))[0]
+    if dtype == "FP16":
+        return struct.unpack("<e", raw)[0]
+    if dtype == "INT32":
+        return struct.unpack("<i", raw)[0]
+    if dtype == "INT64":
+        return struct.unpack("<q", raw)[0]
+    raise ValueError("unsupported dtype " + dtype)
+
+
+def ints(xs):
+    return [int(x) for x in xs]
+
+
+def row_major(shape):
+    strides, acc = [0] * len(shape), 1
+    for d in range(len(shape) - 1, -1, -1):
+        strides[d] = acc
+        acc *= shape[d]
+    return strides
+
+
+def indices(shape):
+    """Row-major multi-indices of `shape`."""
+    if any(n == 0 for n in shape):
+        return
+    idx = [0] * len(shape)
+    while True:
+        yield tuple(idx)
+        d = len(shape) - 1
+        while d >= 0:
+            idx[d] += 1
+            if idx[d] < shape[d]:
+                break
+            idx[d] = 0
+            d -= 1
+        if d < 0:
+            return
+
+
+def value(tensor, linear):
+    """Synthetic value in [-100, 100]: exact in bf16/fp16/fp32 and integers."""
+    return float((zlib.crc32(tensor.encode()) + linear * 2654435761) % 201 - 100)
+
+
+def chunk(n, parts, i):
+    cs = -(-n // parts)
+    return min(n, i * cs), min(n, (i + 1) * cs)
+
+
+def fragments(side):
+    """(tensor, dtype, shape, rank, offset, length, buffer, byte_offset, strides) per fragment."""
+    out = []
+    for t in side.get("tensors", []):
+        name, dtype, shape = t["name"], t["dtype"], ints(t.get("shape", []))
+        if "mesh" in t:
+            m = t["mesh"]
+            mesh, ranks = ints(m.get("meshShape", [])), ints(m.get("ranks", []))
+            for pos, rank in enumerate(ranks):
+                coord, rem = [], pos
+                for n in reversed(mesh):
+                    coord.append(rem % n)
+                    rem //= n
+                coord.reverse()
+                lo, hi = [0] * len(shape), list(shape)
+                for md, p in enumerate(m.get("placements", [])):
+                    if "shard" in p:
+                        d = int(p["shard"].get("dim", 0))
+                        b, e = chunk(hi[d] - lo[d], mesh[md], coord[md])
+                        lo[d], hi[d] = lo[d] + b, lo[d] + e
+                    elif "replicate" not in p:
+                        raise ValueError("placement %s not supported by this replayer" % p)
+                length = [h - l for l, h in zip(lo, hi)]
+                if any(x == 0 for x in length):
+                    continue
+                out.append((name, dtype, shape, rank, lo, length, m.get("buffer") or name, 0,
+                            row_major(length)))
+        else:
+            for f in t["fragments"].get("fragments", []):
+                box = f.get("box", {})
+                length = ints(box.get("length", []))
+                strides = ints(f.get("strides", [])) or row_major(length)
+                out.append((name, dtype, shape, int(f.get("rank", 0)), ints(box.get("offset", [])),
+                            length, f.get("buffer") or name, int(f.get("byteOffset", 0)), strides))
+    return out
+
+
+class Memory:
+    def __init__(self):
+        self.buffers = {}
+
+    def ensure(self, key, size):
+        b = self.buffers.setdefault(key, bytearray())
+        if len(b) < size:
+            b.extend(b"\0" * (size - len(b)))
+        return b
+
+    def view_offsets(self, view):
+        es = SIZE[view["dtype"]]
+        shape, strides = ints(view.get("shape", [])), ints(view.get("strides", []))
+        base = int(view.get("byteOffset", 0))
+        for i in indices(shape):
+            yield base + es * sum(a * b for a, b in zip(i, strides))
+
+
+def main(spec_path, plan_path):
+    spec = json.load(open(spec_path))
+    plan = json.load(open(plan_path))
+    workers = {}
+    for side in ("source", "destination"):
+        workers[side] = [int(r.get("worker", 0)) for r in spec[side].get("ranks", [])]
+    mem = Memory()
+    src_frags = fragments(spec["source"])
+    dst_frags = fragments(spec["destination"])
+    # 1. allocate (and grow for any view the plan reaches), 2. fill the source.
+    for side, frags in (("SOURCE_BUFFER", src_frags), ("DESTINATION_BUFFER", dst_frags)):
+        for (name, dtype, shape, rank, off, length, buf, bo, strides) in frags:
+            extent = bo + SIZE[dtype] * (1 + sum((n - 1) * s for n, s in zip(length, strides)))
+            worker = workers["source" if side == "SOURCE_BUFFER" else "destination"][rank]
+            mem.ensure((worker, side, buf), extent)
+    gstr = {}
+    for (name, dtype, shape, rank, off, length, buf, bo, strides) in src_frags:
+        g = gstr.setdefault(name, row_major(shape))
+        b = mem.buffers[(workers["source"][rank], "SOURCE_BUFFER", buf)]
+        for i in indices(length):
+            linear = sum((o + x) * s for o, x, s in zip(off, i, g))
+            at = bo + SIZE[dtype] * sum(x * s for x, s in zip(i, strides))
+            b[at:at + SIZE[dtype]] = encode(value(name, linear), dtype)
+
+    buckets = plan.get("buckets", [])
+    reduces = plan.get("reduces", [])
+    for r in range(int(plan.get("numRounds", 0))):
+        wire = {}
+        for b in buckets:  # pack everything first
+            if int(b.get("round", 0)) != r:
+                continue
+            data = bytearray(int(b.get("bytes", 0)))
+            for p in b.get("pieces", []):
+                src, wd = p["src"], p["wireDtype"]
+                key = (int(b.get("sender", 0)), src.get("side", "SOURCE_BUFFER"), src["buffer"])
+                buf = mem.buffers[key]
+                at = int(p.get("bucketOffset", 0))
+                for o in mem.view_offsets(src):
+                    raw = bytes(buf[o:o + SIZE[src["dtype"]]])
+                    data[at:at + SIZE[wd]] = encode(decode(raw, src["dtype"]), wd)
+                    at += SIZE[wd]
+            wire[int(b.get("id", 0))] = data
+        for b in buckets:  # then unpack
+            if int(b.get("round", 0)) != r:
+                continue
+            data = wire[int(b.get("id", 0))]
+            for p in b.get("pieces", []):
+                if int(p.get("reduceId", 0)) != 0:
+                    continue
+                dst, wd = p["dst"], p["wireDtype"]
+                key = (int(b.get("receiver", 0)), dst.get("side", "SOURCE_BUFFER"), dst["buffer"])
+                buf = mem.ensure(key, 0)
+                at = int(p.get("bucketOffset", 0))
+                for o in mem.view_offsets(dst):
+                    v = decode(bytes(data[at:at + SIZE[wd]]), wd)
+                    buf[o:o + SIZE[dst["dtype"]]] = encode(v, dst["dtype"])
+                    at += SIZE[wd]
+        for red in reduces:
+            if int(red.get("round", 0)) != r:
+                continue
+            acc_dtype, sums, count = red["accumulateDtype"], None, 0
+            for inp in red.get("inputs", []):
+                b = buckets[int(inp.get("bucket", 0))]
+                p = b["pieces"][int(inp.get("piece", 0))]
+                data, wd, at = wire[int(b.get("id", 0))], p["wireDtype"], int(p.get("bucketOffset", 0))
+                n = 1
+                for x in ints(p["src"].get("shape", [])):
+                    n *= x
+                vals = [decode(encode(decode(bytes(data[at + k * SIZE[wd]:at + (k + 1) * SIZE[wd]]), wd),
+                                      acc_dtype), acc_dtype) for k in range(n)]
+                sums = vals if sums is None else [a + v for a, v in zip(sums, vals)]
+                count += 1
+            if red.get("op", "REDUCE_SUM") == "REDUCE_AVG":
+                sums = [s / count for s in sums]
+            dst = red["dst"]
+            buf = mem.ensure((int(red.get("worker", 0)), dst.get("side", "SOURCE_BUFFER"), dst["buffer"]), 0)
+            for o, v in zip(mem.view_offsets(dst), sums):
+                buf[o:o + SIZE[dst["dtype"]]] = encode(decode(encode(v, acc_dtype), acc_dtype), dst["dtype"])
+
+    # 4. check every destination element through the mappings.
+    maps = {}
+    for m in spec.get("mappings", []):
+        maps.setdefault(m["dst"], []).append(m)
+    src_dtype = {t["name"]: t["dtype"] for t in spec["source"].get("tensors", [])}
+    src_shape = {t["name"]: ints(t.get("shape", [])) for t in spec["source"].get("tensors", [])}
+    checked = 0
+    for (name, dtype, shape, rank, off, length, buf, bo, strides) in dst_frags:
+        worker = workers["destination"][rank]
+        b = mem.buffers[(worker, "DESTINATION_BUFFER", buf)]
+        entries = maps.get(name) or [{"dst": name, "dstOffset": [0] * len(shape), "src": name,
+                                      "srcBox": {"offset": [0] * len(shape), "length": shape}}]
+        for i in indices(length):
+            g = [o + x for o, x in zip(off, i)]
+            for m in entries:
+                do = ints(m.get("dstOffset", []))
+                so, sl = ints(m["srcBox"].get("offset", [])), ints(m["srcBox"].get("length", []))
+                rel = [x - d for x, d in zip(g, do)]
+                if all(0 <= x < n for x, n in zip(rel, sl)):
+                    break
+            else:
+                print("replay: FAILED: %s %s on worker %d is fed by no mapping" % (name, g, worker))
+                return 1
+            src = m["src"]
+            linear = sum((s + x) * st for s, x, st in zip(so, rel, row_major(src_shape[src])))
+            want = decode(encode(decode(encode(value(src, linear), src_dtype[src]), src_dtype[src]),
+                                 dtype), dtype)
+            at = bo + SIZE[dtype] * sum(x * s for x, s in zip(i, strides))
+            got = decode(bytes(b[at:at + SIZE[dtype]]), dtype)
+            if got != want:
+                print("replay: FAILED: %s %s on worker %d is %r, expected %r (from %s index %d)"
+                      % (name, g, worker, got, want, src, linear))
+                return 1
+            checked += 1
+    print("replay: OK (%d buckets, %d reduces, %d destination elements checked)"
+          % (len(buckets), len(reduces), checked))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        print(__doc__)
+        sys.exit(2)
+    sys.exit(main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,43 @@
+// wsyncctl: command-line front end of wsync (planning, catalog, ...).
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tools/subcommands.h"
+
+namespace wsync::tools {
+namespace {
+
+constexpr Subcommand kSubcommands[] = {
+    {"plan", "plan a transfer spec (file or catalog case); print summary, JSON, or verify",
+     RunPlanCommand},
+    {"catalog", "emit the TransferSpec JSON of a catalog case, or --list the models",
+     RunCatalogCommand},
+};
+
+void Usage(FILE* out) {
+  std::fprintf(out,
+               "usage: wsyncctl <command> [args]   (wsyncctl <command> --help)\n\ncommands:\n");
+  for (const Subcommand& c : kSubcommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+}
+
+int Main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
+    Usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? kExitUsage : kExitOk;
+  }
+  for (const Subcommand& c : kSubcommands) {
+    if (c.name == std::string(argv[1])) {
+      return c.run(std::vector<std::string>(argv + 2, argv + argc));
+    }
+  }
+  std::fprintf(stderr, "wsyncctl: unknown command '%s'\n", argv[1]);
+  Usage(stderr);
+  return kExitUsage;
+}
+
+}  // namespace
+}  // namespace wsync::tools
+
+int main(int argc, char** argv) { return wsync::tools::Main(argc, argv); }

@@ -28,8 +28,9 @@ build)
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWSYNC_WITH_CUDA=ON \
     "${launcher[@]}" >/dev/null
   targets=()
+  all_targets=$(ninja -C "$build" -t targets all 2>/dev/null)
   for b in $gpu_bins; do
-    ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$b:" && targets+=("$b")
+    grep -q "^$b:" <<<"$all_targets" && targets+=("$b")
   done
   ninja -C "$build" -j"${JOBS:-2}" "${targets[@]}"
   rm -rf "$bundle"
@@ -85,6 +86,12 @@ PY
         timeout 240 $bundle/bin/wsync_bench_gpu_sync --model "$m" --iters "${WSYNC_BENCH_ITERS:-5}" $rates ${WSYNC_SYNC_FLAGS:-} \
           >>"$OUT/sync.log" 2>&1 || { rc=1; echo "FAILED: sync $m" >>"$OUT/sync.log"; }
       done
+      # Fewer, larger rounds for the many-expert model (staging cap 8 GiB).
+      if [ -n "${WSYNC_SYNC_SWEEP:-1}" ]; then
+        timeout 200 $bundle/bin/wsync_bench_gpu_sync --model qwen3-30b-a3b --mode tp1 \
+          --bucket-mib 1024 --staging-mib 8192 --iters "${WSYNC_BENCH_ITERS:-5}" $rates \
+          >>"$OUT/sync.log" 2>&1 || { rc=1; echo "FAILED: sync sweep" >>"$OUT/sync.log"; }
+      fi
       grep -E 'RESULT|FAILED|rror' "$OUT/sync.log"
     fi
     if [ "${WSYNC_GPU_SKIP_PEERS:-0}" != 1 ] && [ -f bench/gpu/peers.py ]; then

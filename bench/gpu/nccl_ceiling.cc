@@ -119,8 +119,11 @@ int RankMain(int rank, const std::string& dir) {
       rank, cb, Median(t_memcpy), cb / Median(t_memcpy) / 1e9, Median(t_kernel),
       cb / Median(t_kernel) / 1e9));
   if (rank == 0) {
-    Result(absl::StrFormat(R"({"bench":"nccl_ceiling","case":"comm_init","seconds":%.3f})",
-                           init_s));
+    int version = 0;
+    ncclGetVersion(&version);
+    Result(absl::StrFormat(
+        R"({"bench":"nccl_ceiling","case":"comm_init","seconds":%.3f,"nccl_runtime_version":%d})",
+        init_s, version));
   }
   ncclCommDestroy(comm);
   cudaFree(a);

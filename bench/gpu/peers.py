@@ -58,6 +58,50 @@ def tp_slice(name, full, rank, tp):
     return full.narrow(dim, rank * n, n)
 
 
+def broadcast_cases(shapes, cases, rank, iters, report):
+    """GPU0 -> GPU1; locals (60 GB for the big models) are freed on return."""
+    tensors = [torch.empty(s, dtype=torch.bfloat16, device="cuda") for _, s in shapes]
+    if rank == 0:
+        for t in tensors:
+            t.normal_()
+    if "per_tensor_broadcast" in cases:
+        def per_tensor():
+            for t in tensors:
+                dist.broadcast(t, src=0)
+        report("per_tensor_broadcast", *timed(per_tensor, iters))
+    if "bucketed_broadcast" in cases:
+        bucket = torch.empty(BUCKET // 2, dtype=torch.bfloat16, device="cuda")
+        groups, cur, size = [], [], 0
+        for t in tensors:
+            n = t.numel()
+            if cur and size + n > bucket.numel():
+                groups.append(cur)
+                cur, size = [], 0
+            cur.append(t)
+            size += n
+        if cur:
+            groups.append(cur)
+
+        def bucketed():
+            for g in groups:
+                if sum(t.numel() for t in g) > bucket.numel():  # one huge tensor
+                    dist.broadcast(g[0], src=0)
+                    continue
+                off = 0
+                views = []
+                for t in g:
+                    v = bucket[off:off + t.numel()]
+                    if rank == 0:
+                        v.copy_(t.view(-1))
+                    views.append((v, t))
+                    off += t.numel()
+                dist.broadcast(bucket[:off], src=0)
+                if rank != 0:
+                    for v, t in views:
+                        t.view(-1).copy_(v)
+        report("bucketed_broadcast", *timed(bucketed, iters), {"bucket_bytes": BUCKET})
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="llama3-8b")
@@ -89,47 +133,7 @@ def main():
             print("RESULT " + json.dumps(r), flush=True)
 
     if "per_tensor_broadcast" in cases or "bucketed_broadcast" in cases:
-        tensors = [torch.empty(s, dtype=torch.bfloat16, device="cuda") for _, s in shapes]
-        if rank == 0:
-            for t in tensors:
-                t.normal_()
-        if "per_tensor_broadcast" in cases:
-            def per_tensor():
-                for t in tensors:
-                    dist.broadcast(t, src=0)
-            report("per_tensor_broadcast", *timed(per_tensor, args.iters))
-        if "bucketed_broadcast" in cases:
-            bucket = torch.empty(BUCKET // 2, dtype=torch.bfloat16, device="cuda")
-            groups, cur, size = [], [], 0
-            for t in tensors:
-                n = t.numel()
-                if cur and size + n > bucket.numel():
-                    groups.append(cur)
-                    cur, size = [], 0
-                cur.append(t)
-                size += n
-            if cur:
-                groups.append(cur)
-
-            def bucketed():
-                for g in groups:
-                    if sum(t.numel() for t in g) > bucket.numel():  # one huge tensor
-                        dist.broadcast(g[0], src=0)
-                        continue
-                    off = 0
-                    views = []
-                    for t in g:
-                        v = bucket[off:off + t.numel()]
-                        if rank == 0:
-                            v.copy_(t.view(-1))
-                        views.append((v, t))
-                        off += t.numel()
-                    dist.broadcast(bucket[:off], src=0)
-                    if rank != 0:
-                        for v, t in views:
-                            t.view(-1).copy_(v)
-            report("bucketed_broadcast", *timed(bucketed, args.iters), {"bucket_bytes": BUCKET})
-        del tensors
+        broadcast_cases(shapes, cases, rank, args.iters, report)
         torch.cuda.empty_cache()
 
     if "allgather_slice" in cases:

@@ -35,6 +35,7 @@ struct Case {
   const char* destination;
   bool colocated;
   v1::DType trainer_dtype;
+  const char* experts = "";  // "" = catalog default (separate for FSDP, stacked for Megatron)
 };
 
 const Case kCases[] = {
@@ -49,6 +50,7 @@ const Case kCases[] = {
     {"deepseek-v3", "megatron:tp8,pp4,dp8,ep8", "vllm-tp:16x8,ep", false, v1::BF16},
     {"kimi-k2", "megatron:tp8,pp4,dp8,ep8", "vllm-tp:16x8,ep", false, v1::BF16},
     {"kimi-k2", "megatron:tp8,pp4,dp8,ep8", "vllm-tp:16x8,ep", true, v1::BF16},
+    {"kimi-k2", "fsdp:256", "vllm-tp:16x8,ep", false, v1::BF16, "stacked"},
 };
 
 struct Result {
@@ -62,7 +64,8 @@ struct Result {
 
 std::string Name(const Case& c) {
   return absl::StrCat(c.model, " ", c.source, " -> ", c.destination, c.colocated ? " colo" : "",
-                      c.trainer_dtype == v1::FP32 ? " fp32" : "");
+                      c.trainer_dtype == v1::FP32 ? " fp32" : "",
+                      c.experts[0] != 0 ? absl::StrCat(" ", c.experts, " experts") : "");
 }
 
 // Bytes each destination node must take in through its NICs when no source
@@ -103,6 +106,10 @@ void RunCase(const Case& c, Result* r) {
   o.colocated = c.colocated;
   o.gpus_per_node = 8;
   o.trainer_dtype = c.trainer_dtype;
+  if (c.experts[0] != 0) {
+    o.expert_style = *catalog::ParseExpertStyle(c.experts);
+    o.expert_style_set = true;
+  }
   auto t0 = std::chrono::steady_clock::now();
   auto spec = catalog::BuildCase(o);
   auto t1 = std::chrono::steady_clock::now();

@@ -1,5 +1,6 @@
 #include "controller/catalog/case.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -59,6 +60,7 @@ absl::StatusOr<TrainerParallel> ParseSource(absl::string_view text) {
   }
   if (absl::ConsumePrefix(&rest, "megatron:")) {
     p.kind = TrainerParallel::Kind::kMegatron;
+    std::vector<const int64_t*> seen;
     for (absl::string_view f : absl::StrSplit(rest, ',')) {
       int64_t* slot = nullptr;
       absl::string_view value = f;
@@ -74,6 +76,11 @@ absl::StatusOr<TrainerParallel> ParseSource(absl::string_view text) {
         return absl::InvalidArgumentError(
             absl::StrCat("bad megatron factor '", f, "' in '", text, "': ", usage));
       }
+      if (std::find(seen.begin(), seen.end(), slot) != seen.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("megatron factor '", f, "' given twice in '", text, "'"));
+      }
+      seen.push_back(slot);
       ASSIGN_OR_RETURN(*slot, PositiveInt(value, "megatron factor", text));
     }
     return p;
@@ -147,6 +154,12 @@ absl::StatusOr<v1::TransferSpec> BuildCase(const CaseOptions& o) {
                              DestinationToString(o.destination), o.colocated ? " colocated" : ""));
   const int64_t S = o.source.NumRanks();
   const int64_t D = o.destination.tp * o.destination.replicas;
+  constexpr int64_t kMaxRanks = 1 << 16;
+  if (S > kMaxRanks || D > kMaxRanks) {
+    return absl::InvalidArgumentError(absl::StrCat("case has ", S, " trainer and ", D,
+                                                   " inference ranks; at most ", kMaxRanks,
+                                                   " per side are supported"));
+  }
   const int64_t G = o.gpus_per_node;
   v1::Side* src = spec.mutable_source();
   src->set_name("trainer");

@@ -53,8 +53,11 @@ absl::StatusOr<SimulationResult> SimulatePlan(const v1::Plan& plan, const Worker
                                               const v1::LinkModel& model) {
   const LinkRates rates = EffectiveRates(model);
   const int32_t num_rounds = plan.num_rounds();
-  if (num_rounds < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("plan has ", num_rounds, " rounds"));
+  // Every round of a real plan moves at least one bucket; the cap keeps a
+  // corrupt round count from allocating gigabytes of round timings.
+  if (num_rounds < 0 || num_rounds > std::max<int64_t>(plan.buckets_size(), 1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat("plan has ", num_rounds, " rounds for ",
+                                                   plan.buckets_size(), " buckets"));
   }
   // Dense worker index: per-round accumulators are vectors, not maps, so that
   // a 100k-bucket plan simulates in milliseconds.

@@ -22,7 +22,7 @@ TEST(CaseTest, ParsesSources) {
   EXPECT_EQ(m->ep, 2);
   EXPECT_EQ(SourceToString(*m), "megatron:tp2,pp2,dp4,ep2");
   for (const char* bad :
-       {"fsdp:", "fsdp:0", "fsdp:x", "hsdp:8", "megatron:tp2,qq2", "megatron:tp-1", "ddp:8", ""}) {
+       {"fsdp:", "fsdp:0", "fsdp:x", "hsdp:8", "megatron:tp2,qq2", "megatron:tp-1", "megatron:tp2,tp4", "ddp:8", ""}) {
     auto s = ParseSource(bad);
     EXPECT_FALSE(s.ok()) << bad;
     EXPECT_NE(s.status().message().find("'"), std::string::npos) << s.status();
@@ -156,6 +156,12 @@ TEST(CaseTest, ClearErrors) {
   EXPECT_NE(s.status().message().find("qkv_proj"), std::string::npos) << s.status();
   o.destination = *ParseDestination("vllm-tp:2,ep");
   EXPECT_FALSE(BuildCase(o).ok());  // dense model
+  o.source = *ParseSource("megatron:tp512,dp512");  // 262144 ranks
+  o.destination = *ParseDestination("vllm-tp:2");
+  s = BuildCase(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("at most"), std::string::npos) << s.status();
+  o.source = *ParseSource("fsdp:2");
   o.model = "nope";
   EXPECT_EQ(BuildCase(o).status().code(), absl::StatusCode::kNotFound);
 }

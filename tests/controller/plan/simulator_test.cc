@@ -119,6 +119,9 @@ TEST(SimulatorTest, BadPlansAreErrors) {
   plan.mutable_buckets(2)->set_transport(v1::TRANSPORT_NETWORK);
   EXPECT_FALSE(SimulatePlan(plan, Nodes(), Slow()).ok());
   plan = TwoRounds();
+  plan.set_num_rounds(2000000000);
+  EXPECT_FALSE(SimulatePlan(plan, Nodes(), Slow()).ok());
+  plan = TwoRounds();
   plan.mutable_buckets(1)->set_bytes(-5);
   EXPECT_FALSE(SimulatePlan(plan, Nodes(), Slow()).ok());
 }

@@ -62,7 +62,7 @@ OwnerRank::~OwnerRank() {
   shm_unlink(shm_name_.c_str());
 }
 
-absl::Status OwnerRank::Register() {
+v1::RegisterTensorsRequest OwnerRank::Request() const {
   v1::RegisterTensorsRequest req;
   req.set_group(group_);
   req.set_replace(true);
@@ -76,6 +76,11 @@ absl::Status OwnerRank::Register() {
     t->mutable_shm()->set_offset(offsets_[i]);
     t->mutable_shm()->set_size(b.bytes);
   }
+  return req;
+}
+
+absl::Status OwnerRank::Register() {
+  const v1::RegisterTensorsRequest req = Request();
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   ctx.set_wait_for_ready(true);  // the worker may still be starting

@@ -24,6 +24,8 @@ class OwnerRank {
 
   // RegisterTensors on the worker (replace: drop the group's earlier ones).
   absl::Status Register();
+  // The request Register() sends.
+  v1::RegisterTensorsRequest Request() const;
   const BufferMap& memory() const { return memory_; }
   const std::vector<BufferSpec>& buffers() const { return buffers_; }
   int64_t bytes() const { return size_; }

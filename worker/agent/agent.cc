@@ -94,6 +94,7 @@ void WorkerAgent::SessionLoop() {
     for (const auto& c : options_.capabilities) req.add_capabilities(c);
     req.set_data_address(options_.data_address);
     req.set_pid(getpid());
+    const uint64_t buffers_version = tensors_.version();
     for (auto& b : tensors_.BufferInfos()) *req.add_buffers() = std::move(b);
     v1::RegisterWorkerResponse resp;
     grpc::ClientContext rctx;
@@ -119,6 +120,9 @@ void WorkerAgent::SessionLoop() {
     }
     std::fprintf(stderr, "[worker %s] registered, lease %s\n", Roles(options_).c_str(),
                  resp.lease_id().c_str());
+    // An owner that registered tensors while we were registering saw no lease
+    // and could not forward them: send the current list now.
+    if (tensors_.version() != buffers_version) PushBuffers(resp.lease_id());
     v1::AssignmentsRequest areq;
     areq.set_lease_id(resp.lease_id());
     auto reader = stub_->Assignments(&ctx, areq);
@@ -278,22 +282,24 @@ absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterTensors(
   auto resp = tensors_.Register(req);
   if (!resp.ok()) return resp;
   const std::string lease_id = lease();
-  if (!lease_id.empty()) {
-    // The controller checks plans against these before a sync starts.
-    v1::UpdateBuffersRequest u;
-    u.set_lease_id(lease_id);
-    for (auto& b : tensors_.BufferInfos()) *u.add_buffers() = std::move(b);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(In(absl::Seconds(5)));
-    v1::UpdateBuffersResponse ur;
-    grpc::Status s = stub_->UpdateBuffers(&ctx, u, &ur);
-    if (!s.ok()) {
-      // Registered locally; the next registration with the controller carries them.
-      std::fprintf(stderr, "[worker %s] UpdateBuffers: %s\n", Roles(options_).c_str(),
-                   s.error_message().c_str());
-    }
-  }
+  if (!lease_id.empty()) PushBuffers(lease_id);
   return resp;
+}
+
+void WorkerAgent::PushBuffers(const std::string& lease_id) {
+  // The controller checks plans against these before a sync starts.
+  v1::UpdateBuffersRequest u;
+  u.set_lease_id(lease_id);
+  for (auto& b : tensors_.BufferInfos()) *u.add_buffers() = std::move(b);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(absl::Seconds(5)));
+  v1::UpdateBuffersResponse ur;
+  grpc::Status s = stub_->UpdateBuffers(&ctx, u, &ur);
+  if (!s.ok()) {
+    // Registered locally; the next registration with the controller carries them.
+    std::fprintf(stderr, "[worker %s] UpdateBuffers: %s\n", Roles(options_).c_str(),
+                 s.error_message().c_str());
+  }
 }
 
 std::shared_ptr<EventQueue> WorkerAgent::Subscribe() {

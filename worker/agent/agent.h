@@ -74,6 +74,7 @@ class WorkerAgent {
   void Publish(const v1::SyncEvent& e);
   void OnAssignment(const v1::Assignment& a, const std::string& lease_id, uint64_t epoch);
   void Report(v1::ReportResultRequest r, const std::string& lease_id);
+  void PushBuffers(const std::string& lease_id);
   std::string lease() const;
 
   const AgentOptions options_;

@@ -37,6 +37,14 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                  .Name("wsync_worker_errors_total")
                  .Help("Syncs this worker ended with an error, by status code.")
                  .Register(*registry_);
+  // Zero series for the usual codes, so that rates work before the first error.
+  for (absl::StatusCode c :
+       {absl::StatusCode::kAborted, absl::StatusCode::kCancelled,
+        absl::StatusCode::kDeadlineExceeded, absl::StatusCode::kUnavailable,
+        absl::StatusCode::kFailedPrecondition, absl::StatusCode::kInvalidArgument,
+        absl::StatusCode::kInternal}) {
+    errors_->Add({{"code", absl::AsciiStrToLower(absl::StatusCodeToString(c))}});
+  }
 }
 
 absl::Status WorkerMetrics::Serve(const std::string& bind_address) {

@@ -1,0 +1,124 @@
+// Failures with real processes: a worker killed in the middle of a sync, a
+// worker that stops heartbeating, a controller restart.
+#include <signal.h>
+
+#include "gtest/gtest.h"
+#include "tests/integration/harness.h"
+#include "wsync/v1/worker_local.grpc.pb.h"
+
+namespace wsync::integration {
+namespace {
+
+v1::LocalStatusResponse LocalStatus(demo::OwnerRank& owner) {
+  v1::LocalStatusRequest req;
+  v1::LocalStatusResponse resp;
+  Call([&](grpc::ClientContext* c) { return owner.stub().Status(c, req, &resp); });
+  return resp;
+}
+
+TEST(FailureIntegration, WorkerKilledMidSyncFailsNamingItThenRecovers) {
+  demo::ClusterOptions options = DefaultClusterOptions();
+  auto run_or = CaseRun::Start(Case("fsdp:4", "vllm-tp:2"), options);
+  ASSERT_TRUE(run_or.ok()) << run_or.status();
+  CaseRun& run = **run_or;
+  ASSERT_TRUE(run.Define("t").ok());
+  run.Fill(1);
+  // Freeze inference rank 1 so that the sync is certainly in flight when it
+  // dies: its peers are then waiting for it in the rendezvous or a round.
+  const int victim = run.dst_worker[1];
+  ASSERT_EQ(kill(run.cluster->worker(victim).child.pid(), SIGSTOP), 0);
+  v1::SyncRequest req;
+  req.set_transfer("t");
+  req.set_version(1);
+  req.set_deadline_ms(8000);
+  v1::SyncResponse started;
+  ASSERT_TRUE(Call([&](grpc::ClientContext* c) {
+                return run.cluster->trainer().Sync(c, req, &started);
+              }).ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  const absl::Time killed = absl::Now();
+  run.cluster->KillWorker(victim);
+  v1::SyncStatus st;
+  ASSERT_TRUE(run.Wait(started.sync_id(), &st).ok());
+  EXPECT_EQ(st.phase(), v1::SYNC_FAILED);
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(8)) << "must fail within the sync deadline";
+  EXPECT_EQ(st.failed_group(), "inference");
+  EXPECT_EQ(st.failed_rank(), 1);
+  EXPECT_NE(st.error().find("inference/1"), std::string::npos) << st.error();
+  // The controller is up and the other workers aborted cleanly (each reports
+  // one failed sync and stays registered).
+  for (int r = 0; r < 4; ++r) {
+    const absl::Time until = absl::Now() + absl::Seconds(10);
+    while (LocalStatus(*run.src_owner[r]).syncs_failed() < 1 && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    v1::LocalStatusResponse ls = LocalStatus(*run.src_owner[r]);
+    EXPECT_EQ(ls.syncs_failed(), 1) << "trainer rank " << r;
+    EXPECT_TRUE(ls.registered()) << "trainer rank " << r;
+  }
+  // The worker comes back, its owner registers again, the next version works.
+  ASSERT_TRUE(run.cluster->RestartWorker(victim).ok());
+  ASSERT_TRUE(run.dst_owner[1]->Register().ok());
+  ASSERT_TRUE(run.cluster->WaitForWorkers(run.cluster->num_workers(), absl::Seconds(20)).ok());
+  run.Fill(2);
+  grpc::Status s2 = run.SyncAndWait("t", 2, &st);
+  ASSERT_TRUE(s2.ok()) << s2.error_message();
+  ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  std::string first;
+  EXPECT_EQ(run.Verify(2, &first), 0) << first;
+}
+
+TEST(FailureIntegration, SilentWorkerLeaseExpiresAndFailsSync) {
+  demo::ClusterOptions options = DefaultClusterOptions();
+  options.lease_ttl = absl::Milliseconds(800);
+  auto run_or = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), options);
+  ASSERT_TRUE(run_or.ok()) << run_or.status();
+  CaseRun& run = **run_or;
+  ASSERT_TRUE(run.Define("t").ok());
+  run.Fill(1);
+  const int frozen = run.src_worker[0];
+  const pid_t pid = run.cluster->worker(frozen).child.pid();
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  v1::SyncStatus st;
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(run.SyncAndWait("t", 1, &st, /*deadline_ms=*/15000).ok());
+  EXPECT_EQ(st.phase(), v1::SYNC_FAILED);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "lease expiry, not the deadline";
+  EXPECT_EQ(st.failed_group(), "trainer");
+  EXPECT_EQ(st.failed_rank(), 0);
+  EXPECT_NE(st.error().find("lease expired"), std::string::npos) << st.error();
+  // Resumed, the worker notices, registers again and the next version works.
+  ASSERT_EQ(kill(pid, SIGCONT), 0);
+  ASSERT_TRUE(run.cluster->WaitForWorkers(run.cluster->num_workers(), absl::Seconds(20)).ok());
+  run.Fill(2);
+  grpc::Status s2 = run.SyncAndWait("t", 2, &st);
+  ASSERT_TRUE(s2.ok()) << s2.error_message();
+  EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  std::string first;
+  EXPECT_EQ(run.Verify(2, &first), 0) << first;
+}
+
+TEST(FailureIntegration, WorkersReRegisterAfterControllerRestart) {
+  auto run_or = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), DefaultClusterOptions());
+  ASSERT_TRUE(run_or.ok()) << run_or.status();
+  CaseRun& run = **run_or;
+  ASSERT_TRUE(run.Define("t").ok());
+  run.Fill(1);
+  v1::SyncStatus st;
+  ASSERT_TRUE(run.SyncAndWait("t", 1, &st).ok());
+  ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  run.cluster->KillController();
+  ASSERT_TRUE(run.cluster->StartController().ok());
+  // Workers come back by themselves, with the buffers their owners registered.
+  ASSERT_TRUE(run.cluster->WaitForWorkers(run.cluster->num_workers(), absl::Seconds(20)).ok());
+  ASSERT_TRUE(run.Define("t").ok());
+  run.Fill(2);
+  grpc::Status s2 = run.SyncAndWait("t", 2, &st);
+  ASSERT_TRUE(s2.ok()) << s2.error_message();
+  ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  std::string first;
+  EXPECT_EQ(run.Verify(2, &first), 0) << first;
+}
+
+}  // namespace
+}  // namespace wsync::integration

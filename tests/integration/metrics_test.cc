@@ -1,0 +1,118 @@
+// The controller's and a worker's /metrics scraped over plain HTTP and
+// checked with `promtool check metrics`; grpc.health.v1 answers SERVING.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "gtest/gtest.h"
+#include "tests/integration/harness.h"
+
+namespace wsync::integration {
+namespace {
+
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(fd);
+  const size_t body = out.find("\r\n\r\n");
+  return body == std::string::npos ? "" : out.substr(body + 4);
+}
+
+// promtool's exit status on `text`.
+int Promtool(const std::string& text, std::string* output) {
+  const std::string file = absl::StrCat(::testing::TempDir(), "/", UniqueName("metrics"), ".txt");
+  std::ofstream(file) << text;
+  FILE* p = popen(("/usr/bin/promtool check metrics < " + file + " 2>&1").c_str(), "r");
+  char buf[512];
+  while (fgets(buf, sizeof(buf), p) != nullptr) *output += buf;
+  return pclose(p);
+}
+
+TEST(MetricsIntegration, ControllerAndWorkerMetricsPassPromtool) {
+  auto run_or = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), DefaultClusterOptions());
+  ASSERT_TRUE(run_or.ok()) << run_or.status();
+  CaseRun& run = **run_or;
+  ASSERT_TRUE(run.Define("t").ok());
+  for (int v = 1; v <= 2; ++v) {
+    run.Fill(v);
+    v1::SyncStatus st;
+    ASSERT_TRUE(run.SyncAndWait("t", v, &st).ok());
+    ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  }
+  const std::string controller = HttpGet(run.cluster->controller_metrics_port(), "/metrics");
+  for (const char* needle :
+       {"wsync_syncs_total{outcome=\"succeeded\"} 2", "wsync_sync_duration_seconds_bucket",
+        "wsync_sync_bytes ", "wsync_workers_registered 4", "wsync_workers_alive 4",
+        "wsync_plan_duration_seconds_count 1", "wsync_plan_cache_hits_total",
+        "wsync_plan_cache_misses_total 1", "wsync_weight_version{transfer=\"t\"} 2"}) {
+    EXPECT_NE(controller.find(needle), std::string::npos) << needle << "\n" << controller;
+  }
+  std::string out;
+  EXPECT_EQ(Promtool(controller, &out), 0) << out;
+  const std::string worker =
+      HttpGet(run.cluster->worker(run.src_worker[0]).metrics_port, "/metrics");
+  for (const char* needle :
+       {"wsync_worker_bytes_sent_total", "wsync_worker_bytes_received_total",
+        "wsync_worker_round_duration_seconds_bucket", "wsync_worker_sync_duration_seconds_count 2",
+        "wsync_worker_staging_bytes", "wsync_worker_errors_total"}) {
+    EXPECT_NE(worker.find(needle), std::string::npos) << needle << "\n" << worker;
+  }
+  out.clear();
+  EXPECT_EQ(Promtool(worker, &out), 0) << out;
+}
+
+TEST(MetricsIntegration, HealthServiceServes) {
+  demo::ClusterOptions options = DefaultClusterOptions();
+  auto cluster = demo::Cluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto channel =
+      grpc::CreateChannel((*cluster)->controller_address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  // HealthCheckRequest{service: ""} is the empty message.
+  grpc::Slice empty_slice("");
+  grpc::ByteBuffer request(&empty_slice, 1);
+  grpc::ByteBuffer response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   std::lock_guard<std::mutex> lock(mu);
+                   status = s;
+                   done = true;
+                   cv.notify_all();
+                 });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2)) << "HealthCheckResponse{status: SERVING}";
+}
+
+}  // namespace
+}  // namespace wsync::integration

@@ -26,7 +26,9 @@ void PlanUsage(FILE* out) {
                "  --verify          replay every op on host arrays and check every destination\n"
                "                    element (needs the buffers of both sides in host memory)\n"
                "  --verify-max-gib  refuse --verify above this much host memory (default 16)\n"
-               "  --top N           workers listed in the summary (default 10)\n\ncase flags:\n%s",
+               "  --top N           workers listed in the summary (default 10)\n"
+               "  --rounds          also list every round's simulated time and critical worker\n"
+               "\ncase flags:\n%s",
                CaseFlagsUsage().c_str());
 }
 
@@ -117,7 +119,7 @@ void PrintSummary(const v1::TransferSpec& spec, const v1::Plan& plan,
 }  // namespace
 
 int RunPlanCommand(const std::vector<std::string>& argv) {
-  FlagSpec flags{{"top", "verify-max-gib"}, {"json", "pretty", "verify", "help"}};
+  FlagSpec flags{{"top", "verify-max-gib"}, {"json", "pretty", "verify", "rounds", "help"}};
   AddCaseFlags(&flags);
   auto args = ParseArgs(argv, flags);
   if (!args.ok()) {
@@ -158,6 +160,13 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
     auto sim = plan::SimulatePlan(*plan, *nodes, plan::EffectiveLinkModel(spec->options()));
     if (!sim.ok()) return Fail(kExitFailed, sim.status());
     PrintSummary(*spec, *plan, &*sim, *nodes, *top);
+    if (args->Has("rounds")) {
+      std::printf("  rounds (simulated, including round latency):\n");
+      for (const plan::RoundTiming& r : sim->rounds) {
+        std::printf("    round %4d  %10s  critical worker %d\n", r.round,
+                    Seconds(r.seconds).c_str(), r.critical_worker);
+      }
+    }
   }
   if (args->Has("verify")) {
     auto need = ReplayBytes(*spec);

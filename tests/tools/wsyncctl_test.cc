@@ -79,6 +79,10 @@ TEST(WsyncctlTest, CatalogThenPlanAndVerify) {
   EXPECT_NE(r.out.find("lower bound"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("top 3 of 6 workers"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("verify: OK"), std::string::npos) << r.out;
+  r = Ctl(absl::StrCat("plan ", spec, " --rounds"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("round    0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("critical worker"), std::string::npos) << r.out;
   // The same case straight from flags.
   r = Ctl(absl::StrCat("plan ", kTinyCase, " --verify"));
   EXPECT_EQ(r.code, 0) << r.out;

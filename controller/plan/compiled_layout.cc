@@ -38,14 +38,18 @@ class BufferInterner {
  public:
   explicit BufferInterner(std::vector<std::string>* names) : names_(names) {}
   int32_t Intern(const std::string& name) {
+    // Consecutive fragments usually name the same buffer: skip the hash.
+    if (last_ >= 0 && (*names_)[last_] == name) return last_;
     auto [it, inserted] = ids_.try_emplace(name, static_cast<int32_t>(names_->size()));
     if (inserted) names_->push_back(name);
-    return it->second;
+    last_ = it->second;
+    return last_;
   }
 
  private:
   absl::flat_hash_map<std::string, int32_t> ids_;
   std::vector<std::string>* names_;
+  int32_t last_ = -1;
 };
 
 // Element strides never let two elements of one fragment share an address:

@@ -69,8 +69,8 @@ bool SelfAliases(const CompiledFragment& f) {
   return false;
 }
 
-absl::Status CompileExplicit(const std::string& where, const v1::TensorLayout& t,
-                             int32_t num_ranks, SideRole role, BufferInterner* buffers,
+absl::Status CompileExplicit(const std::string& where, const v1::TensorLayout& t, int32_t num_ranks,
+                             SideRole role, BufferInterner* buffers,
                              std::vector<CompiledFragment>* out) {
   const int ndim = t.shape_size();
   const int64_t elem_size = DTypeSize(t.dtype());
@@ -121,7 +121,7 @@ absl::Status CompileExplicit(const std::string& where, const v1::TensorLayout& t
     if (in.byte_offset() < 0) {
       return err("box ", f.box.ToString(), ": negative byte_offset ", in.byte_offset());
     }
-    if (f.box.Empty()) continue;  // holds nothing; the planner never needs it
+    if (f.box.Empty()) continue;                     // holds nothing; the planner never needs it
     if (in.strides_size() != 0 && SelfAliases(f)) {  // row-major never aliases
       return err("box ", f.box.ToString(), ": strides [", absl::StrJoin(f.strides, ", "),
                  "] map two elements to the same address");
@@ -200,9 +200,8 @@ absl::Status CheckTensorHeader(const std::string& where, const v1::TensorLayout&
   int64_t bytes = DTypeSize(t.dtype());
   for (int d = 0; d < t.shape_size(); ++d) {
     if (t.shape(d) < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": shape [", absl::StrJoin(t.shape(), ", "), "] has negative dim ",
-                       d));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": shape [", absl::StrJoin(t.shape(), ", "), "] has negative dim ", d));
     }
     if (t.shape(d) > 0 && bytes > INT64_MAX / t.shape(d)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -220,8 +219,8 @@ absl::Status CheckTensorHeader(const std::string& where, const v1::TensorLayout&
 }  // namespace
 
 absl::StatusOr<CompiledSide> CompileSide(const v1::Side& side, SideRole role) {
-  const std::string side_desc = absl::StrCat(
-      role == SideRole::kSource ? "source" : "destination", " side \"", side.name(), "\"");
+  const std::string side_desc = absl::StrCat(role == SideRole::kSource ? "source" : "destination",
+                                             " side \"", side.name(), "\"");
   if (side.ranks_size() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(side_desc, ": no ranks"));
   }
@@ -241,8 +240,8 @@ absl::StatusOr<CompiledSide> CompileSide(const v1::Side& side, SideRole role) {
     }
     auto [it, inserted] = worker_rank.try_emplace(info.worker(), r);
     if (!inserted) {
-      return absl::InvalidArgumentError(absl::StrCat(side_desc, ": ranks ", it->second, " and ",
-                                                     r, " both have worker id ", info.worker()));
+      return absl::InvalidArgumentError(absl::StrCat(side_desc, ": ranks ", it->second, " and ", r,
+                                                     " both have worker id ", info.worker()));
     }
     out.workers.push_back(info.worker());
     out.nodes.push_back(info.node());
@@ -255,8 +254,7 @@ absl::StatusOr<CompiledSide> CompileSide(const v1::Side& side, SideRole role) {
   for (const v1::TensorLayout& t : side.tensors()) {
     const std::string where = Where(side.name(), t.name());
     RETURN_IF_ERROR(CheckTensorHeader(where, t));
-    if (!out.tensor_index.try_emplace(t.name(), static_cast<int32_t>(out.tensors.size()))
-             .second) {
+    if (!out.tensor_index.try_emplace(t.name(), static_cast<int32_t>(out.tensors.size())).second) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": duplicate tensor name"));
     }
     CompiledTensor ct;
@@ -265,11 +263,10 @@ absl::StatusOr<CompiledSide> CompileSide(const v1::Side& side, SideRole role) {
     ct.shape.assign(t.shape().begin(), t.shape().end());
     if (t.has_mesh()) {
       const int32_t buf = buffers.Intern(t.mesh().buffer().empty() ? t.name() : t.mesh().buffer());
-      RETURN_IF_ERROR(internal::AppendMeshFragments(where, t, side.ranks_size(), role, buf,
-                                                    &ct.fragments));
-    } else {
       RETURN_IF_ERROR(
-          CompileExplicit(where, t, side.ranks_size(), role, &buffers, &ct.fragments));
+          internal::AppendMeshFragments(where, t, side.ranks_size(), role, buf, &ct.fragments));
+    } else {
+      RETURN_IF_ERROR(CompileExplicit(where, t, side.ranks_size(), role, &buffers, &ct.fragments));
     }
     // Meshes often yield fragments already in order (row-major coordinates of
     // plain Shard placements); checking first skips most of the sorting.

@@ -79,8 +79,8 @@ absl::Status CheckPlacement(const v1::Placement& p, int md, int ndim) {
     case v1::Placement::kStridedShard:
       dim = p.strided_shard().dim();
       if (p.strided_shard().split_factor() < 1) {
-        return absl::InvalidArgumentError(absl::StrCat("placement ", md, " ", PlacementName(p),
-                                                       ": split_factor must be >= 1"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("placement ", md, " ", PlacementName(p), ": split_factor must be >= 1"));
       }
       break;
     case v1::Placement::kReplicate:
@@ -92,8 +92,7 @@ absl::Status CheckPlacement(const v1::Placement& p, int md, int ndim) {
   }
   if (dim < 0 || dim >= ndim) {
     return absl::InvalidArgumentError(absl::StrCat("placement ", md, " ", PlacementName(p),
-                                                   ": dim out of range for a ", ndim,
-                                                   "-d tensor"));
+                                                   ": dim out of range for a ", ndim, "-d tensor"));
   }
   return absl::OkStatus();
 }
@@ -108,9 +107,9 @@ absl::Status LocalIntervalsInto(const std::vector<int64_t>& shape,
                                 std::vector<Interval>* scratch) {
   const int ndim = static_cast<int>(shape.size());
   if (mesh_coord.size() != mesh_shape.size() || placements.size() != mesh_shape.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mesh has ", mesh_shape.size(), " dims but ", placements.size(), " placements and a ",
-        mesh_coord.size(), "-d coordinate"));
+    return absl::InvalidArgumentError(absl::StrCat("mesh has ", mesh_shape.size(), " dims but ",
+                                                   placements.size(), " placements and a ",
+                                                   mesh_coord.size(), "-d coordinate"));
   }
   iv->resize(ndim);
   for (int d = 0; d < ndim; ++d) {
@@ -124,8 +123,8 @@ absl::Status LocalIntervalsInto(const std::vector<int64_t>& shape,
     const int64_t parts = mesh_shape[md];
     const int64_t index = mesh_coord[md];
     if (parts < 1 || index < 0 || index >= parts) {
-      return absl::InvalidArgumentError(absl::StrCat("mesh coordinate ", index, " on mesh dim ",
-                                                     md, " of size ", parts, " is invalid"));
+      return absl::InvalidArgumentError(absl::StrCat("mesh coordinate ", index, " on mesh dim ", md,
+                                                     " of size ", parts, " is invalid"));
     }
     const v1::Placement& p = placements[md];
     RETURN_IF_ERROR(CheckPlacement(p, static_cast<int>(md), ndim));
@@ -211,8 +210,8 @@ absl::Status AppendMeshFragments(const std::string& where, const v1::TensorLayou
                  ": a destination cannot hold partial values");
     }
     if (has_partial && p.partial().op() != op) {
-      return err("Partial placements disagree on the reduce op (",
-                 v1::ReduceOp_Name(op), " vs ", v1::ReduceOp_Name(p.partial().op()), ")");
+      return err("Partial placements disagree on the reduce op (", v1::ReduceOp_Name(op), " vs ",
+                 v1::ReduceOp_Name(p.partial().op()), ")");
     }
     has_partial = true;
     op = p.partial().op();

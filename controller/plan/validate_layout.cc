@@ -101,15 +101,14 @@ absl::Status ByteExtent(const CompiledFragment& f, int64_t elem_size, int64_t* e
     int64_t step = 0;
     if (__builtin_mul_overflow(f.box.length[d] - 1, f.strides[d], &step) ||
         __builtin_add_overflow(last, step, &last)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", f.rank, " box ", f.box.ToString(), ": strides [",
-                       absl::StrJoin(f.strides, ", "), "] overflow int64"));
+      return absl::InvalidArgumentError(absl::StrCat("rank ", f.rank, " box ", f.box.ToString(),
+                                                     ": strides [", absl::StrJoin(f.strides, ", "),
+                                                     "] overflow int64"));
     }
   }
-  if (__builtin_add_overflow(last, 1, &last) ||
-      __builtin_mul_overflow(last, elem_size, extent)) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", f.rank, " box ", f.box.ToString(),
-                                                   ": byte extent overflows int64"));
+  if (__builtin_add_overflow(last, 1, &last) || __builtin_mul_overflow(last, elem_size, extent)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", f.rank, " box ", f.box.ToString(), ": byte extent overflows int64"));
   }
   return absl::OkStatus();
 }
@@ -194,8 +193,8 @@ absl::Status CheckByteOverlaps(const CompiledSide& side, const std::vector<bool>
       return absl::InvalidArgumentError(absl::StrCat(
           "side \"", side.name, "\" rank ", e.rank, " buffer \"", side.buffer_names[e.buffer],
           "\": bytes [", a->begin, ", ", a->end, ") of tensor \"", ta.name, "\" box ",
-          fa.box.ToString(), " overlap bytes [", e.begin, ", ", e.end, ") of tensor \"",
-          te.name, "\" box ", fe.box.ToString()));
+          fa.box.ToString(), " overlap bytes [", e.begin, ", ", e.end, ") of tensor \"", te.name,
+          "\" box ", fe.box.ToString()));
     }
     active.push_back(&e);
   }
@@ -215,9 +214,10 @@ absl::Status CheckDestinationBoxOverlaps(const CompiledSide& side,
     auto hi = [&](const CompiledFragment* f) {
       return scalar ? 1 : f->box.offset[0] + f->box.length[0];
     };
-    std::sort(order.begin(), order.end(), [&](const CompiledFragment* a, const CompiledFragment* b) {
-      return a->rank != b->rank ? a->rank < b->rank : lo(a) < lo(b);
-    });
+    std::sort(order.begin(), order.end(),
+              [&](const CompiledFragment* a, const CompiledFragment* b) {
+                return a->rank != b->rank ? a->rank < b->rank : lo(a) < lo(b);
+              });
     std::vector<const CompiledFragment*> active;
     for (size_t i = 0; i < order.size(); ++i) {
       const CompiledFragment* f = order[i];
@@ -227,10 +227,11 @@ absl::Status CheckDestinationBoxOverlaps(const CompiledSide& side,
                    active.end());
       for (const CompiledFragment* a : active) {
         if (scalar || Intersect(a->box, f->box).has_value()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              Where(side.name, t.name), ": rank ", f->rank, " holds boxes ", a->box.ToString(),
-              " and ", f->box.ToString(), " which overlap (a destination element must have one "
-              "home per rank)"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(Where(side.name, t.name), ": rank ", f->rank, " holds boxes ",
+                           a->box.ToString(), " and ", f->box.ToString(),
+                           " which overlap (a destination element must have one "
+                           "home per rank)"));
         }
       }
       active.push_back(f);

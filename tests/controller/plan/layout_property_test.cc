@@ -3,8 +3,8 @@
 // _StridedShard._split_tensor), plus a Kimi-K2-sized timing check.
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <numeric>
 #include <random>
 
@@ -215,7 +215,9 @@ TEST(LayoutPropertyTest, PartialKeepsBoxesAndGroupsByOtherDims) {
       EXPECT_EQ(r.fragments[k].rank, p.fragments[k].rank);
       EXPECT_EQ(r.fragments[k].byte_offset, p.fragments[k].byte_offset);
       EXPECT_EQ(p.fragments[k].partial_group != 0, any_partial);
-      if (any_partial) EXPECT_EQ(p.fragments[k].partial_op, v1::REDUCE_AVG);
+      if (any_partial) {
+        EXPECT_EQ(p.fragments[k].partial_op, v1::REDUCE_AVG);
+      }
     }
     if (!any_partial) continue;
     // Coordinates of each rank, then the group relation.
@@ -279,8 +281,7 @@ TEST(LayoutPropertyTest, KimiScaleCompilesFast) {
     auto c = CompileSide(side, SideRole::kSource);
     const double cpu = cpu_ms() - cpu_start;
     const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count();
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     ASSERT_TRUE(c.ok()) << c.status();
     size_t frags = 0;
     for (const auto& t : c->tensors) frags += t.fragments.size();

@@ -64,8 +64,8 @@ TEST(LayoutValidationTest, NoLayout) {
 TEST(LayoutValidationTest, MeshProductMismatch) {
   v1::Side side = MakeSide(4);
   AddMesh(&side, "w", {4}, {2, 2}, {S(0), R()}, {0, 1, 2});
-  EXPECT_THAT(Error(side), AllOf(HasSubstr("tensor \"w\""), HasSubstr("needs 4 ranks"),
-                                 HasSubstr("lists 3")));
+  EXPECT_THAT(Error(side),
+              AllOf(HasSubstr("tensor \"w\""), HasSubstr("needs 4 ranks"), HasSubstr("lists 3")));
 }
 
 TEST(LayoutValidationTest, PlacementCountMismatch) {
@@ -77,8 +77,8 @@ TEST(LayoutValidationTest, PlacementCountMismatch) {
 TEST(LayoutValidationTest, MeshRankOutOfRange) {
   v1::Side side = MakeSide(2);
   AddMesh(&side, "w", {4}, {2}, {S(0)}, {0, 5});
-  EXPECT_THAT(Error(side), AllOf(HasSubstr("tensor \"w\""), HasSubstr("rank 5"),
-                                 HasSubstr("out of range")));
+  EXPECT_THAT(Error(side),
+              AllOf(HasSubstr("tensor \"w\""), HasSubstr("rank 5"), HasSubstr("out of range")));
 }
 
 TEST(LayoutValidationTest, MeshRankTwice) {
@@ -118,8 +118,8 @@ TEST(LayoutValidationTest, PartialOpsDisagree) {
 TEST(LayoutValidationTest, FragmentRankOutOfRange) {
   v1::Side side = MakeSide(2);
   AddFragment(AddTensor(&side, "w", {4}), 2, B({0}, {4}));
-  EXPECT_THAT(Error(side), AllOf(HasSubstr("tensor \"w\""), HasSubstr("rank 2"),
-                                 HasSubstr("out of range")));
+  EXPECT_THAT(Error(side),
+              AllOf(HasSubstr("tensor \"w\""), HasSubstr("rank 2"), HasSubstr("out of range")));
 }
 
 TEST(LayoutValidationTest, BoxOutOfTensor) {
@@ -132,8 +132,8 @@ TEST(LayoutValidationTest, BoxOutOfTensor) {
 TEST(LayoutValidationTest, BoxWrongRank) {
   v1::Side side = MakeSide(1);
   AddFragment(AddTensor(&side, "w", {4, 4}), 0, B({0}, {4}));
-  EXPECT_THAT(Error(side), AllOf(HasSubstr("tensor \"w\""), HasSubstr("rank 0"),
-                                 HasSubstr("has 2 dims")));
+  EXPECT_THAT(Error(side),
+              AllOf(HasSubstr("tensor \"w\""), HasSubstr("rank 0"), HasSubstr("has 2 dims")));
 }
 
 TEST(LayoutValidationTest, NegativeOffsetOrLength) {
@@ -151,8 +151,8 @@ TEST(LayoutValidationTest, NegativeOffsetOrLength) {
 TEST(LayoutValidationTest, StridesCountMismatch) {
   v1::Side side = MakeSide(1);
   AddFragment(AddTensor(&side, "w", {4, 4}), 0, B({0, 0}, {4, 4}), "", 0, {4});
-  EXPECT_THAT(Error(side), AllOf(HasSubstr("tensor \"w\""), HasSubstr("[0:4, 0:4]"),
-                                 HasSubstr("1 strides")));
+  EXPECT_THAT(Error(side),
+              AllOf(HasSubstr("tensor \"w\""), HasSubstr("[0:4, 0:4]"), HasSubstr("1 strides")));
 }
 
 TEST(LayoutValidationTest, SelfAliasingStrides) {
@@ -178,8 +178,8 @@ TEST(LayoutValidationTest, InterleavedColumnsThatCollide) {
   v1::TensorLayout* t = AddTensor(&side, "w", {4, 6});
   AddFragment(t, 0, B({0, 0}, {4, 3}), "flat", 0, {6, 1});
   AddFragment(t, 0, B({0, 3}, {4, 3}), "flat", 2 * 4, {6, 1});  // starts at column 2
-  EXPECT_THAT(Error(side), AllOf(HasSubstr("rank 0"), HasSubstr("[0:4, 0:3]"),
-                                 HasSubstr("[0:4, 3:6]")));
+  EXPECT_THAT(Error(side),
+              AllOf(HasSubstr("rank 0"), HasSubstr("[0:4, 0:3]"), HasSubstr("[0:4, 3:6]")));
 }
 
 TEST(LayoutValidationTest, TwoMeshTensorsInOneBuffer) {
@@ -220,8 +220,8 @@ TEST(LayoutValidationTest, PartialGroupMustShareBox) {
   v1::TensorLayout* t = AddTensor(&side, "w", {4});
   AddFragment(t, 0, B({0}, {4}))->set_partial_group(1);
   AddFragment(t, 1, B({0}, {2}))->set_partial_group(1);
-  EXPECT_THAT(Error(side), AllOf(HasSubstr("tensor \"w\""), HasSubstr("rank 1"),
-                                 HasSubstr("partial_group 1")));
+  EXPECT_THAT(Error(side),
+              AllOf(HasSubstr("tensor \"w\""), HasSubstr("rank 1"), HasSubstr("partial_group 1")));
 }
 
 TEST(LayoutValidationTest, MeshLocalIntervalsRejectsBadCoordinate) {

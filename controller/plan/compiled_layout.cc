@@ -143,6 +143,10 @@ absl::Status CompileExplicit(const std::string& where, const v1::TensorLayout& t
         return err("box ", f.box.ToString(), ": partial_group ", in.partial_group(),
                    " on a destination (a destination cannot hold partial values)");
       }
+      if (!v1::ReduceOp_IsValid(in.partial_op())) {
+        return err("box ", f.box.ToString(), ": unknown partial_op ",
+                   static_cast<int>(in.partial_op()));
+      }
       f.partial_group = in.partial_group();
       f.partial_op = in.partial_op();
       auto [it, inserted] = group_first.try_emplace(f.partial_group, out->size());
@@ -193,8 +197,11 @@ void SortFragments(std::vector<CompiledFragment>* frags) {
 absl::Status CheckTensorHeader(const std::string& where, const v1::TensorLayout& t) {
   if (t.name().empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": empty name"));
   if (DTypeSize(t.dtype()) <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": dtype ", v1::DType_Name(t.dtype()), " is not a concrete type"));
+    return absl::InvalidArgumentError(absl::StrCat(where, ": dtype ",
+                                                   v1::DType_IsValid(t.dtype())
+                                                       ? v1::DType_Name(t.dtype())
+                                                       : absl::StrCat(static_cast<int>(t.dtype())),
+                                                   " is not a concrete type"));
   }
   // Bytes of the whole tensor must fit in int64 so that no offset overflows.
   int64_t bytes = DTypeSize(t.dtype());

@@ -84,7 +84,12 @@ absl::Status CheckPlacement(const v1::Placement& p, int md, int ndim) {
       }
       break;
     case v1::Placement::kReplicate:
+      return absl::OkStatus();
     case v1::Placement::kPartial:
+      if (!v1::ReduceOp_IsValid(p.partial().op())) {
+        return absl::InvalidArgumentError(absl::StrCat("placement ", md, " Partial: unknown op ",
+                                                       static_cast<int>(p.partial().op())));
+      }
       return absl::OkStatus();
     default:
       return absl::InvalidArgumentError(

@@ -49,6 +49,21 @@ TEST(LayoutValidationTest, DtypeUnspecified) {
   EXPECT_THAT(Error(side), AllOf(HasSubstr("tensor \"w\""), HasSubstr("DTYPE_UNSPECIFIED")));
 }
 
+TEST(LayoutValidationTest, UnknownEnumValues) {
+  v1::Side side = MakeSide(2);
+  AddMesh(&side, "w", {4}, {1}, {R()}, {}, static_cast<v1::DType>(99));
+  EXPECT_THAT(Error(side), AllOf(HasSubstr("tensor \"w\""), HasSubstr("dtype 99")));
+  v1::Side op = MakeSide(2);
+  AddMesh(&op, "p", {4}, {2}, {P(static_cast<v1::ReduceOp>(7))});
+  EXPECT_THAT(Error(op), AllOf(HasSubstr("tensor \"p\""), HasSubstr("unknown op 7")));
+  v1::Side frag = MakeSide(2);
+  v1::Fragment* f = AddFragment(AddTensor(&frag, "f", {4}), 1, B({0}, {4}));
+  f->set_partial_group(1);
+  f->set_partial_op(static_cast<v1::ReduceOp>(7));
+  EXPECT_THAT(Error(frag), AllOf(HasSubstr("tensor \"f\""), HasSubstr("rank 1"),
+                                 HasSubstr("unknown partial_op 7")));
+}
+
 TEST(LayoutValidationTest, NegativeShape) {
   v1::Side side = MakeSide(1);
   AddMesh(&side, "w", {4, -1}, {1}, {R()});

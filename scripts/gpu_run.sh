@@ -87,7 +87,7 @@ PY
           >>"$OUT/sync.log" 2>&1 || { rc=1; echo "FAILED: sync $m" >>"$OUT/sync.log"; }
       done
       # Fewer, larger rounds for the many-expert model (staging cap 8 GiB).
-      if [ -n "${WSYNC_SYNC_SWEEP:-1}" ]; then
+      if [ "${WSYNC_SYNC_SWEEP:-1}" != 0 ]; then
         timeout 200 $bundle/bin/wsync_bench_gpu_sync --model qwen3-30b-a3b --mode tp1 \
           --bucket-mib 1024 --staging-mib 8192 --iters "${WSYNC_BENCH_ITERS:-5}" $rates \
           >>"$OUT/sync.log" 2>&1 || { rc=1; echo "FAILED: sync sweep" >>"$OUT/sync.log"; }

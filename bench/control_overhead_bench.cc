@@ -17,7 +17,8 @@
 ABSL_FLAG(int32_t, workers, 64, "Worker processes (half trainer, half inference).");
 ABSL_FLAG(int32_t, syncs, 200, "Measured syncs.");
 ABSL_FLAG(int32_t, warmup, 10, "Unmeasured syncs first.");
-ABSL_FLAG(int64_t, elements, 0, "Elements of the one tensor (0: empty payload).");
+ABSL_FLAG(std::string, controller_bin, WSYNC_CONTROLLER_BIN, "wsync-controller binary.");
+ABSL_FLAG(std::string, worker_bin, WSYNC_WORKER_BIN, "wsync-worker binary.");
 
 namespace {
 
@@ -44,8 +45,8 @@ int main(int argc, char** argv) {
   const int n = absl::GetFlag(FLAGS_workers);
   const int half = n / 2;
   wsync::demo::ClusterOptions opt;
-  opt.controller_bin = WSYNC_CONTROLLER_BIN;
-  opt.worker_bin = WSYNC_WORKER_BIN;
+  opt.controller_bin = absl::GetFlag(FLAGS_controller_bin);
+  opt.worker_bin = absl::GetFlag(FLAGS_worker_bin);
   opt.work_dir = absl::StrCat("/tmp/wsync-bench-", getpid());
   opt.lease_ttl = absl::Seconds(20);
   opt.worker_flags = {"--metrics_port=-1"};
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
   def.set_name("bench");
   def.set_source_group("trainer");
   def.set_destination_group("inference");
-  const int64_t elements = absl::GetFlag(FLAGS_elements);
+  const int64_t elements = 0;  // empty payload: no data plane, pure control
   *def.mutable_spec()->mutable_source()->add_tensors() = Tensor(half, true, elements);
   *def.mutable_spec()->mutable_destination()->add_tensors() = Tensor(n - half, false, elements);
   wsync::v1::DefineTransferResponse defined;

@@ -88,6 +88,10 @@ class ControllerState {
     absl::Time died_at;
     uint64_t stream_token = 0;  // 0: no stream open
     std::deque<v1::Assignment> outbox;
+    // Its stream handler waits here (not on cv_): a report from one worker
+    // must not wake every other worker's stream thread.
+    absl::CondVar cv;
+    int waiters = 0;
     absl::flat_hash_set<std::string> plans_sent;  // "<plan key>/<worker id>"
   };
   struct Participant {
@@ -154,7 +158,7 @@ class ControllerState {
   PlanSource* const plans_;
 
   absl::Mutex mu_;
-  absl::CondVar cv_;  // any change: assignments, kv, syncs
+  absl::CondVar cv_;  // kv and sync changes (streams wait on Worker::cv)
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<std::string, std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);

@@ -145,7 +145,7 @@ absl::StatusOr<uint64_t> ControllerState::OpenStream(const std::string& lease_id
   }
   w->stream_token = next_id_++;
   w->last_heartbeat = absl::Now();
-  cv_.SignalAll();  // an older stream of this lease ends
+  w->cv.SignalAll();  // an older stream of this lease ends
   return w->stream_token;
 }
 
@@ -165,7 +165,10 @@ absl::StatusOr<std::optional<v1::Assignment>> ControllerState::NextAssignment(
       w->outbox.pop_front();
       return std::optional<v1::Assignment>(std::move(a));
     }
-    if (cv_.WaitWithDeadline(&mu_, until)) return std::optional<v1::Assignment>();
+    ++w->waiters;
+    const bool timed_out = w->cv.WaitWithDeadline(&mu_, until);
+    --w->waiters;
+    if (timed_out) return std::optional<v1::Assignment>();
   }
 }
 
@@ -180,7 +183,7 @@ void ControllerState::CloseStream(const std::string& lease_id, uint64_t token,
 
 void ControllerState::PushLocked(Worker& w, v1::Assignment a) {
   w.outbox.push_back(std::move(a));
-  cv_.SignalAll();
+  w.cv.Signal();
 }
 
 void ControllerState::MarkDeadLocked(Worker& w, const std::string& reason) {
@@ -191,6 +194,7 @@ void ControllerState::MarkDeadLocked(Worker& w, const std::string& reason) {
   w.alive = false;
   w.died_at = absl::Now();
   w.outbox.clear();
+  w.cv.SignalAll();
   for (const auto& m : w.info.memberships()) {
     auto it = ranks_.find(RankKey(m.group(), m.rank()));
     if (it != ranks_.end() && it->second == w.lease_id) ranks_.erase(it);
@@ -278,7 +282,9 @@ void ControllerState::Tick() {
       MarkDeadLocked(*w, absl::StrCat("lease expired: no heartbeat for ",
                                       absl::ToInt64Milliseconds(now - w->last_heartbeat), " ms"));
     }
-    if (!w->alive && now - w->died_at > 5 * config_.lease_ttl) prune.push_back(lease);
+    if (!w->alive && w->waiters == 0 && now - w->died_at > 5 * config_.lease_ttl) {
+      prune.push_back(lease);
+    }
     ++registered;
     if (w->alive) ++alive;
   }
@@ -311,6 +317,7 @@ void ControllerState::Shutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_ = true;
   cv_.SignalAll();
+  for (auto& [lease, w] : workers_) w->cv.SignalAll();
 }
 
 v1::ListWorkersResponse ControllerState::ListWorkers(const std::string& group) {

@@ -1,0 +1,119 @@
+// Stage 7: pack transfers per (sender, receiver) into buckets of at most
+// bucket_bytes. Transfers of one relay generation and partial contributions
+// get buckets of their own so that round constraints stay local. A transfer
+// that is contiguous on both sides, uncast and at least zero_copy_min_bytes
+// becomes a zero-copy bucket of its own (no staging). Local transfers
+// (sender == receiver) are buckets like any other, with TRANSPORT_LOCAL: a
+// self-copy is never dropped.
+#include <algorithm>
+
+#include "controller/plan/planner_internal.h"
+
+namespace wsync::plan::planner_detail {
+namespace {
+
+bool ZeroCopyEligible(const Work& w, const Xfer& x) {
+  if (x.reduce != 0 || x.bytes < w.opt.zero_copy_min) return false;
+  const Cell& c = w.cells[x.cell];
+  const MapEntry& m = w.maps[c.map];
+  const CompiledTensor& st = w.src->tensors[m.src_tensor];
+  const CompiledTensor& dt = w.dst->tensors[m.dst_tensor];
+  if (st.dtype != dt.dtype || x.wire != dt.dtype) return false;
+  int64_t doff[kMaxDims], dlen[kMaxDims];
+  SrcToDst(m, w.boxes.offset(c.box), w.boxes.length(c.box), doff, dlen);
+  const CompiledFragment& df = dt.fragments[x.dst_frag];
+  if (!Contiguous(m.dst_rank, dlen, df.strides.data())) return false;
+  if (x.relay) return Contiguous(m.dst_rank, dlen, dt.fragments[x.src_frag].strides.data());
+  return Contiguous(m.src_rank, w.boxes.length(c.box), st.fragments[x.src_frag].strides.data());
+}
+
+}  // namespace
+
+absl::Status PackBuckets(Work* w) {
+  const size_t nw = w->worker_ids.size();
+  const size_t nx = w->xfers.size();
+  // Stable counting sorts: by receiver, then by sender -> (sender, receiver)
+  // runs in creation order, O(n).
+  std::vector<int32_t> by_recv(nx), order(nx);
+  {
+    std::vector<int32_t> start(nw + 1, 0);
+    for (const Xfer& x : w->xfers) ++start[x.receiver + 1];
+    for (size_t i = 0; i < nw; ++i) start[i + 1] += start[i];
+    for (size_t i = 0; i < nx; ++i) by_recv[start[w->xfers[i].receiver]++] = static_cast<int32_t>(i);
+  }
+  {
+    std::vector<int32_t> start(nw + 1, 0);
+    for (const Xfer& x : w->xfers) ++start[x.sender + 1];
+    for (size_t i = 0; i < nw; ++i) start[i + 1] += start[i];
+    for (int32_t i : by_recv) order[start[w->xfers[i].sender]++] = i;
+  }
+  w->bucket_xfers.reserve(nx);
+  std::vector<int32_t> run;
+  auto open_bucket = [&](const Xfer& x) {
+    BucketRec b;
+    b.sender = x.sender;
+    b.receiver = x.receiver;
+    b.local = x.sender == x.receiver;
+    b.xfer_begin = static_cast<int32_t>(w->bucket_xfers.size());
+    w->buckets.push_back(b);
+  };
+  auto add = [&](int32_t xi, int64_t offset) {
+    Xfer& x = w->xfers[xi];
+    BucketRec& b = w->buckets.back();
+    x.bucket = static_cast<int32_t>(w->buckets.size()) - 1;
+    x.bucket_offset = offset;
+    b.bytes = offset + x.bytes;
+    ++b.xfer_count;
+    w->bucket_xfers.push_back(xi);
+  };
+  for (size_t i = 0; i < nx;) {
+    size_t e = i;
+    while (e < nx && w->xfers[order[e]].sender == w->xfers[order[i]].sender &&
+           w->xfers[order[e]].receiver == w->xfers[order[i]].receiver) {
+      ++e;
+    }
+    // One class at a time: (generation, partial) in a fixed order.
+    run.assign(order.begin() + i, order.begin() + e);
+    std::stable_sort(run.begin(), run.end(), [&](int32_t a, int32_t b) {
+      const Xfer& xa = w->xfers[a];
+      const Xfer& xb = w->xfers[b];
+      if (xa.gen != xb.gen) return xa.gen < xb.gen;
+      return (xa.reduce != 0) < (xb.reduce != 0);
+    });
+    bool open = false;
+    int cls_gen = -1, cls_partial = -1;
+    int64_t limit = 0;
+    for (int32_t xi : run) {
+      const Xfer& x = w->xfers[xi];
+      if (ZeroCopyEligible(*w, x)) {
+        open_bucket(x);
+        add(xi, 0);
+        w->buckets.back().zero_copy = true;
+        open = false;
+        continue;
+      }
+      const bool partial = x.reduce != 0;
+      const int64_t x_limit =
+          partial ? std::min(w->opt.bucket_bytes,
+                             std::max(x.bytes, w->opt.staging_cap /
+                                                   (w->reduces[x.reduce - 1].members + 1)))
+                  : w->opt.bucket_bytes;
+      const int64_t align = DTypeSize(x.wire);
+      int64_t offset = open ? (w->buckets.back().bytes + align - 1) / align * align : 0;
+      if (!open || x.gen != cls_gen || static_cast<int>(partial) != cls_partial ||
+          offset + x.bytes > limit) {
+        open_bucket(x);
+        open = true;
+        cls_gen = x.gen;
+        cls_partial = partial;
+        limit = x_limit;
+        offset = 0;
+      }
+      add(xi, offset);
+    }
+    i = e;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace wsync::plan::planner_detail

@@ -1,0 +1,65 @@
+#include "controller/plan/plan_cache.h"
+
+#include <utility>
+
+namespace wsync::plan {
+
+absl::StatusOr<std::shared_ptr<const v1::Plan>> PlanCache::GetOrBuild(
+    const v1::TransferSpec& spec) {
+  const std::string key = PlanKey(spec);
+  {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      auto it = entries_.find(key);
+      if (it == entries_.end()) break;
+      if (!it->second.building) {
+        ++hits_;
+        return it->second.plan;
+      }
+      auto ready = [this, &key]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        auto e = entries_.find(key);
+        return e == entries_.end() || !e->second.building;
+      };
+      mu_.Await(absl::Condition(&ready));
+    }
+    ++misses_;
+    entries_[key].building = true;
+  }
+  absl::StatusOr<v1::Plan> built = BuildPlan(spec);
+  absl::MutexLock lock(&mu_);
+  if (!built.ok()) {
+    entries_.erase(key);
+    return built.status();
+  }
+  auto plan = std::make_shared<const v1::Plan>(*std::move(built));
+  Entry& e = entries_[key];
+  e.plan = plan;
+  e.building = false;
+  order_.push_back(key);
+  while (order_.size() > capacity_) {
+    entries_.erase(order_.front());
+    order_.pop_front();
+  }
+  return plan;
+}
+
+std::shared_ptr<const v1::Plan> PlanCache::Lookup(const std::string& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  return it == entries_.end() || it->second.building ? nullptr : it->second.plan;
+}
+
+int64_t PlanCache::hits() const {
+  absl::MutexLock lock(&mu_);
+  return hits_;
+}
+int64_t PlanCache::misses() const {
+  absl::MutexLock lock(&mu_);
+  return misses_;
+}
+size_t PlanCache::size() const {
+  absl::MutexLock lock(&mu_);
+  return order_.size();
+}
+
+}  // namespace wsync::plan

@@ -1,0 +1,54 @@
+// Plans are computed once per (source, destination, mappings, options) and
+// replayed every weight version: a thread-safe cache keyed by PlanKey.
+#ifndef WSYNC_CONTROLLER_PLAN_PLAN_CACHE_H_
+#define WSYNC_CONTROLLER_PLAN_PLAN_CACHE_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "controller/plan/planner.h"
+#include "wsync/v1/layout.pb.h"
+#include "wsync/v1/plan.pb.h"
+
+namespace wsync::plan {
+
+class PlanCache {
+ public:
+  // Keeps at most `capacity` plans; the oldest inserted goes first.
+  explicit PlanCache(size_t capacity = 16) : capacity_(capacity == 0 ? 1 : capacity) {}
+
+  // The cached plan for `spec`, building it on a miss. Concurrent misses on
+  // one key build once: later callers wait for the first. Errors are not
+  // cached.
+  absl::StatusOr<std::shared_ptr<const v1::Plan>> GetOrBuild(const v1::TransferSpec& spec);
+
+  // nullptr when absent.
+  std::shared_ptr<const v1::Plan> Lookup(const std::string& key) const;
+
+  int64_t hits() const;
+  int64_t misses() const;
+  size_t size() const;
+
+ private:
+  struct Entry {
+    std::shared_ptr<const v1::Plan> plan;
+    bool building = false;
+  };
+
+  const size_t capacity_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);
+  int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace wsync::plan
+
+#endif  // WSYNC_CONTROLLER_PLAN_PLAN_CACHE_H_

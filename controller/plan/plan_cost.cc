@@ -1,0 +1,90 @@
+#include "controller/plan/plan_cost.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+
+namespace wsync::plan {
+
+double LinkSeconds(const v1::LinkModel& lm, LinkClass c, int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  switch (c) {
+    case LinkClass::kLocal: return b / lm.local_copy_bytes_per_second();
+    case LinkClass::kNvlink: return b / lm.nvlink_bytes_per_second();
+    case LinkClass::kNic: return b / lm.nic_bytes_per_second();
+  }
+  return 0;
+}
+
+CostModel::CostModel(const v1::LinkModel& lm, int32_t num_workers, int32_t num_rounds)
+    : lm_(lm),
+      num_workers_(num_workers),
+      num_rounds_(num_rounds),
+      load_(static_cast<size_t>(num_rounds) * num_workers * kNumLinkDirs, 0.0),
+      total_(static_cast<size_t>(num_workers) * kNumLinkDirs, 0.0) {}
+
+void CostModel::Add(int32_t round, int32_t sender, int32_t receiver, LinkClass c,
+                    int64_t bytes) {
+  const double t = LinkSeconds(lm_, c, bytes);
+  auto add = [&](int32_t worker, int dir) {
+    load_[(static_cast<size_t>(round) * num_workers_ + worker) * kNumLinkDirs + dir] += t;
+    total_[static_cast<size_t>(worker) * kNumLinkDirs + dir] += t;
+  };
+  switch (c) {
+    case LinkClass::kLocal: add(sender, kLocalCopy); break;
+    case LinkClass::kNvlink: add(sender, kNvlOut); add(receiver, kNvlIn); break;
+    case LinkClass::kNic: add(sender, kNicOut); add(receiver, kNicIn); break;
+  }
+}
+
+CostReport CostModel::Report() const {
+  CostReport r;
+  r.worker_busy_seconds.assign(num_workers_, 0.0);
+  for (int32_t w = 0; w < num_workers_; ++w) {
+    for (int d = 0; d < kNumLinkDirs; ++d) {
+      r.worker_busy_seconds[w] =
+          std::max(r.worker_busy_seconds[w], total_[static_cast<size_t>(w) * kNumLinkDirs + d]);
+    }
+    r.lower_bound_seconds = std::max(r.lower_bound_seconds, r.worker_busy_seconds[w]);
+  }
+  for (int32_t round = 0; round < num_rounds_; ++round) {
+    const double* base = &load_[static_cast<size_t>(round) * num_workers_ * kNumLinkDirs];
+    const double m = *std::max_element(base, base + static_cast<size_t>(num_workers_) * kNumLinkDirs);
+    r.predicted_seconds += m + lm_.round_latency_seconds();
+  }
+  return r;
+}
+
+absl::StatusOr<CostReport> EvaluatePlanCost(const v1::Plan& plan, const v1::LinkModel& lm) {
+  absl::flat_hash_map<int32_t, int32_t> dense;
+  std::vector<std::string> nodes;
+  for (const v1::WorkerInfo& wi : plan.workers()) {
+    dense.emplace(wi.worker(), static_cast<int32_t>(nodes.size()));
+    nodes.push_back(wi.node());
+  }
+  CostModel model(lm, static_cast<int32_t>(nodes.size()), std::max(1, plan.num_rounds()));
+  for (const v1::Bucket& b : plan.buckets()) {
+    auto s = dense.find(b.sender());
+    auto r = dense.find(b.receiver());
+    if (s == dense.end() || r == dense.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("bucket ", b.id(), ": worker ", b.sender(),
+                                                     " or ", b.receiver(),
+                                                     " missing from plan.workers"));
+    }
+    if (b.round() < 0 || b.round() >= plan.num_rounds()) {
+      return absl::InvalidArgumentError(absl::StrCat("bucket ", b.id(), ": round ", b.round(),
+                                                     " out of range"));
+    }
+    LinkClass c = LinkClass::kNic;
+    if (b.sender() == b.receiver()) {
+      c = LinkClass::kLocal;
+    } else if (!nodes[s->second].empty() && nodes[s->second] == nodes[r->second]) {
+      c = LinkClass::kNvlink;
+    }
+    model.Add(b.round(), s->second, r->second, c, b.bytes());
+  }
+  return model.Report();
+}
+
+}  // namespace wsync::plan

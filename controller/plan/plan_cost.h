@@ -1,0 +1,53 @@
+// Link-model cost of a plan: the lower bound (busiest link of the busiest
+// worker: nvlink in/out, NIC in/out, local copies, each a separate resource)
+// and the round-barrier prediction (each round lasts as long as its busiest
+// worker link, plus the round latency). Shared by the planner, its tests and
+// the simulator.
+#ifndef WSYNC_CONTROLLER_PLAN_PLAN_COST_H_
+#define WSYNC_CONTROLLER_PLAN_PLAN_COST_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "wsync/v1/layout.pb.h"
+#include "wsync/v1/plan.pb.h"
+
+namespace wsync::plan {
+
+enum class LinkClass : uint8_t { kLocal, kNvlink, kNic };
+
+// Per-worker link resources; a transfer occupies the sender's *_OUT and the
+// receiver's *_IN of its class; a local copy occupies kLocalCopy once.
+enum LinkDir : int { kNvlOut = 0, kNvlIn, kNicOut, kNicIn, kLocalCopy, kNumLinkDirs };
+
+double LinkSeconds(const v1::LinkModel& lm, LinkClass c, int64_t bytes);
+
+struct CostReport {
+  double lower_bound_seconds = 0;
+  double predicted_seconds = 0;
+  std::vector<double> worker_busy_seconds;  // per dense worker: its busiest link
+};
+
+// Accumulates transfers per (round, worker, link) and evaluates both costs.
+class CostModel {
+ public:
+  CostModel(const v1::LinkModel& lm, int32_t num_workers, int32_t num_rounds);
+  void Add(int32_t round, int32_t sender, int32_t receiver, LinkClass c, int64_t bytes);
+  CostReport Report() const;
+
+ private:
+  v1::LinkModel lm_;
+  int32_t num_workers_;
+  int32_t num_rounds_;
+  std::vector<double> load_;   // [round][worker][dir]
+  std::vector<double> total_;  // [worker][dir]
+};
+
+// Cost of a full plan, with links from plan.workers (same node = NVLink).
+// Error when a bucket names a worker missing from plan.workers.
+absl::StatusOr<CostReport> EvaluatePlanCost(const v1::Plan& plan, const v1::LinkModel& lm);
+
+}  // namespace wsync::plan
+
+#endif  // WSYNC_CONTROLLER_PLAN_PLAN_COST_H_

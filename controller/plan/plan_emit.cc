@@ -1,0 +1,299 @@
+// Stage 9: the v1::Plan. Bucket ids are dense in (round, sender, receiver,
+// packing order); seq counts buckets of one (sender, receiver, round) by id;
+// reduce ids are dense from 1 in (round, worker) order. Per worker and round,
+// ops go SEND/RECV by (peer, seq), then COPY, then REDUCE.
+#include <algorithm>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "controller/plan/planner_internal.h"
+
+namespace wsync::plan::planner_detail {
+namespace {
+
+struct OpRec {
+  int32_t worker;
+  int32_t round;
+  int8_t cls;   // 0 send/recv, 1 copy, 2 reduce
+  int32_t peer;
+  int32_t seq;
+  int8_t kind;  // v1::Op::Kind
+  int64_t id;   // bucket or reduce id
+  bool operator<(const OpRec& o) const {
+    return std::tie(worker, round, cls, peer, seq, kind, id) <
+           std::tie(o.worker, o.round, o.cls, o.peer, o.seq, o.kind, o.id);
+  }
+};
+
+class Emitter {
+ public:
+  Emitter(const Work& w, v1::Plan* plan) : w_(w), plan_(plan) {}
+
+  absl::Status Run(bool summary_only) {
+    Order();
+    if (!summary_only) {
+      EmitBuckets();
+      EmitReduces();
+    }
+    EmitRanksAndSummary(summary_only);
+    return absl::OkStatus();
+  }
+
+ private:
+  void Order() {
+    const int32_t nb = static_cast<int32_t>(w_.buckets.size());
+    bucket_order_.resize(nb);
+    std::iota(bucket_order_.begin(), bucket_order_.end(), 0);
+    std::sort(bucket_order_.begin(), bucket_order_.end(), [&](int32_t a, int32_t b) {
+      const BucketRec& x = w_.buckets[a];
+      const BucketRec& y = w_.buckets[b];
+      return std::tie(x.round, x.sender, x.receiver, a) < std::tie(y.round, y.sender, y.receiver, b);
+    });
+    bucket_id_.resize(nb);
+    seq_.resize(nb);
+    for (int32_t i = 0; i < nb; ++i) {
+      const int32_t b = bucket_order_[i];
+      bucket_id_[b] = i;
+      const BucketRec& x = w_.buckets[b];
+      if (i > 0) {
+        const BucketRec& p = w_.buckets[bucket_order_[i - 1]];
+        seq_[b] = (p.round == x.round && p.sender == x.sender && p.receiver == x.receiver)
+                      ? seq_[bucket_order_[i - 1]] + 1
+                      : 0;
+      } else {
+        seq_[b] = 0;
+      }
+    }
+    const int32_t nr = static_cast<int32_t>(w_.reduces.size());
+    reduce_order_.resize(nr);
+    std::iota(reduce_order_.begin(), reduce_order_.end(), 0);
+    std::sort(reduce_order_.begin(), reduce_order_.end(), [&](int32_t a, int32_t b) {
+      const ReduceRec& x = w_.reduces[a];
+      const ReduceRec& y = w_.reduces[b];
+      return std::tie(x.round, x.receiver, a) < std::tie(y.round, y.receiver, b);
+    });
+    reduce_id_.resize(nr);
+    for (int32_t i = 0; i < nr; ++i) reduce_id_[reduce_order_[i]] = i + 1;
+  }
+
+  void FillView(bool dst_side, const CompiledTensor& t, int32_t frag, const int64_t* off,
+                const int64_t* len, int rank, v1::TensorView* v) const {
+    const CompiledFragment& f = t.fragments[frag];
+    v->set_buffer(dst_side ? w_.dst->buffer_names[f.buffer] : w_.src->buffer_names[f.buffer]);
+    v->set_byte_offset(ViewByteOffset(f, off, DTypeSize(t.dtype)));
+    for (int d = 0; d < rank; ++d) v->add_shape(len[d]);
+    for (int d = 0; d < rank; ++d) v->add_strides(f.strides[d]);
+    v->set_dtype(t.dtype);
+    v->set_side(dst_side ? v1::DESTINATION_BUFFER : v1::SOURCE_BUFFER);
+  }
+
+  void FillPiece(const Xfer& x, v1::Piece* p) const {
+    const Cell& c = w_.cells[x.cell];
+    const MapEntry& m = w_.maps[c.map];
+    const CompiledTensor& st = w_.src->tensors[m.src_tensor];
+    const CompiledTensor& dt = w_.dst->tensors[m.dst_tensor];
+    const int64_t* so = w_.boxes.offset(c.box);
+    const int64_t* sl = w_.boxes.length(c.box);
+    int64_t doff[kMaxDims], dlen[kMaxDims];
+    SrcToDst(m, so, sl, doff, dlen);
+    p->set_tensor(st.name);
+    for (int d = 0; d < m.src_rank; ++d) p->mutable_box()->add_offset(so[d]);
+    for (int d = 0; d < m.src_rank; ++d) p->mutable_box()->add_length(sl[d]);
+    if (x.relay) {
+      FillView(true, dt, x.src_frag, doff, dlen, m.dst_rank, p->mutable_src());
+      p->set_relay(true);
+    } else {
+      FillView(false, st, x.src_frag, so, sl, m.src_rank, p->mutable_src());
+    }
+    FillView(true, dt, x.dst_frag, doff, dlen, m.dst_rank, p->mutable_dst());
+    p->set_bucket_offset(x.bucket_offset);
+    p->set_wire_dtype(x.wire);
+    if (x.reduce != 0) p->set_reduce_id(reduce_id_[x.reduce - 1]);
+  }
+
+  void EmitBuckets() {
+    auto* buckets = plan_->mutable_buckets();
+    buckets->Reserve(static_cast<int>(bucket_order_.size()));
+    for (int32_t b : bucket_order_) {
+      const BucketRec& bk = w_.buckets[b];
+      v1::Bucket* out = buckets->Add();
+      out->set_id(bucket_id_[b]);
+      out->set_sender(w_.worker_ids[bk.sender]);
+      out->set_receiver(w_.worker_ids[bk.receiver]);
+      out->set_round(bk.round);
+      out->set_bytes(bk.bytes);
+      out->set_transport(bk.local ? v1::TRANSPORT_LOCAL : v1::TRANSPORT_NETWORK);
+      out->set_zero_copy(bk.zero_copy);
+      out->set_seq(seq_[b]);
+      out->mutable_pieces()->Reserve(bk.xfer_count);
+      for (int32_t i = 0; i < bk.xfer_count; ++i) {
+        FillPiece(w_.xfers[w_.bucket_xfers[bk.xfer_begin + i]], out->add_pieces());
+      }
+    }
+  }
+
+  void EmitReduces() {
+    // Inputs: (bucket id, piece index), found through the packing order.
+    std::vector<std::vector<std::pair<int64_t, int32_t>>> inputs(w_.reduces.size());
+    for (size_t b = 0; b < w_.buckets.size(); ++b) {
+      const BucketRec& bk = w_.buckets[b];
+      for (int32_t i = 0; i < bk.xfer_count; ++i) {
+        const Xfer& x = w_.xfers[w_.bucket_xfers[bk.xfer_begin + i]];
+        if (x.reduce != 0) inputs[x.reduce - 1].emplace_back(bucket_id_[b], i);
+      }
+    }
+    auto* reduces = plan_->mutable_reduces();
+    reduces->Reserve(static_cast<int>(reduce_order_.size()));
+    for (int32_t r : reduce_order_) {
+      const ReduceRec& rr = w_.reduces[r];
+      const Cell& c = w_.cells[rr.cell];
+      const MapEntry& m = w_.maps[c.map];
+      const CompiledTensor& st = w_.src->tensors[m.src_tensor];
+      const CompiledTensor& dt = w_.dst->tensors[m.dst_tensor];
+      int64_t doff[kMaxDims], dlen[kMaxDims];
+      SrcToDst(m, w_.boxes.offset(c.box), w_.boxes.length(c.box), doff, dlen);
+      v1::Reduce* out = reduces->Add();
+      out->set_id(reduce_id_[r]);
+      out->set_worker(w_.worker_ids[rr.receiver]);
+      out->set_round(rr.round);
+      out->set_op(rr.op);
+      out->set_accumulate_dtype(st.dtype);
+      FillView(true, dt, rr.dst_frag, doff, dlen, m.dst_rank, out->mutable_dst());
+      std::sort(inputs[r].begin(), inputs[r].end());
+      for (auto [bucket, piece] : inputs[r]) {
+        v1::ReduceInput* in = out->add_inputs();
+        in->set_bucket(bucket);
+        in->set_piece(piece);
+      }
+    }
+  }
+
+  void EmitRanksAndSummary(bool summary_only) {
+    const int32_t nw = static_cast<int32_t>(w_.worker_ids.size());
+    const int32_t nr = std::max(1, w_.num_rounds);
+    std::vector<int64_t> out_b(nw, 0), in_b(nw, 0), local_b(nw, 0), ops(nw, 0), peak(nw, 0);
+    std::vector<int64_t> staged(static_cast<size_t>(nr) * nw, 0);
+    CostModel cost(w_.opt.link, nw, nr);
+    v1::PlanSummary* s = plan_->mutable_summary();
+    int64_t network = 0, local = 0, dest = 0, relays = 0;
+    std::vector<OpRec> recs;
+    if (!summary_only) recs.reserve(w_.buckets.size() * 2 + w_.reduces.size());
+    for (size_t b = 0; b < w_.buckets.size(); ++b) {
+      const BucketRec& bk = w_.buckets[b];
+      cost.Add(bk.round, bk.sender, bk.receiver, w_.Link(bk.sender, bk.receiver), bk.bytes);
+      if (bk.local) {
+        local += bk.bytes;
+        local_b[bk.sender] += bk.bytes;
+        ++ops[bk.sender];
+        if (!summary_only) {
+          recs.push_back({bk.sender, bk.round, 1, 0, 0, v1::Op::COPY, bucket_id_[b]});
+        }
+        continue;
+      }
+      network += bk.bytes;
+      out_b[bk.sender] += bk.bytes;
+      in_b[bk.receiver] += bk.bytes;
+      ++ops[bk.sender];
+      ++ops[bk.receiver];
+      if (!bk.zero_copy) {
+        staged[static_cast<size_t>(bk.round) * nw + bk.sender] += bk.bytes;
+        staged[static_cast<size_t>(bk.round) * nw + bk.receiver] += bk.bytes;
+      }
+      if (!summary_only) {
+        recs.push_back({bk.sender, bk.round, 0, w_.worker_ids[bk.receiver], seq_[b], v1::Op::SEND,
+                        bucket_id_[b]});
+        recs.push_back({bk.receiver, bk.round, 0, w_.worker_ids[bk.sender], seq_[b], v1::Op::RECV,
+                        bucket_id_[b]});
+      }
+    }
+    for (size_t r = 0; r < w_.reduces.size(); ++r) {
+      const ReduceRec& rr = w_.reduces[r];
+      ++ops[rr.receiver];
+      const CompiledTensor& dt = w_.dst->tensors[w_.DstTensorOf(w_.cells[rr.cell])];
+      dest += w_.cells[rr.cell].elems * DTypeSize(dt.dtype);
+      if (!summary_only) recs.push_back({rr.receiver, rr.round, 2, 0, 0, v1::Op::REDUCE, reduce_id_[r]});
+    }
+    for (const Xfer& x : w_.xfers) {
+      if (x.relay) ++relays;
+      if (x.reduce != 0) continue;
+      const CompiledTensor& dt = w_.dst->tensors[w_.DstTensorOf(w_.cells[x.cell])];
+      dest += w_.cells[x.cell].elems * DTypeSize(dt.dtype);
+    }
+    int64_t peak_all = 0;
+    for (int32_t r = 0; r < nr; ++r) {
+      for (int32_t k = 0; k < nw; ++k) {
+        peak[k] = std::max(peak[k], staged[static_cast<size_t>(r) * nw + k]);
+        peak_all = std::max(peak_all, peak[k]);
+      }
+    }
+    if (!summary_only) {
+      std::sort(recs.begin(), recs.end());
+      v1::RankPlan* rp = nullptr;
+      v1::Round* round = nullptr;
+      for (const OpRec& o : recs) {
+        if (rp == nullptr || rp->worker() != w_.worker_ids[o.worker]) {
+          rp = plan_->add_ranks();
+          rp->set_worker(w_.worker_ids[o.worker]);
+          round = nullptr;
+        }
+        if (round == nullptr || round->index() != o.round) {
+          round = rp->add_rounds();
+          round->set_index(o.round);
+          round->set_staging_bytes(staged[static_cast<size_t>(o.round) * nw + o.worker]);
+        }
+        v1::Op* op = round->add_ops();
+        op->set_kind(static_cast<v1::Op::Kind>(o.kind));
+        if (o.kind == v1::Op::REDUCE) {
+          op->set_reduce(o.id);
+        } else {
+          op->set_bucket(o.id);
+          if (o.kind != v1::Op::COPY) op->set_peer(o.peer);
+        }
+      }
+    }
+    const CostReport rep = cost.Report();
+    plan_->set_num_rounds(w_.num_rounds);
+    for (int32_t k = 0; k < nw; ++k) {
+      v1::WorkerInfo* wi = plan_->add_workers();
+      wi->set_worker(w_.worker_ids[k]);
+      wi->set_node(w_.node_names[w_.worker_node[k]]);
+    }
+    s->set_destination_bytes(dest);
+    s->set_network_bytes(network);
+    s->set_local_bytes(local);
+    s->set_num_rounds(w_.num_rounds);
+    s->set_num_buckets(static_cast<int64_t>(w_.buckets.size()));
+    s->set_num_pieces(static_cast<int64_t>(w_.xfers.size()));
+    int64_t total_ops = 0;
+    for (int64_t o : ops) total_ops += o;
+    s->set_num_ops(total_ops);
+    s->set_num_relay_pieces(relays);
+    s->set_max_rank_bytes_out(*std::max_element(out_b.begin(), out_b.end()));
+    s->set_max_rank_bytes_in(*std::max_element(in_b.begin(), in_b.end()));
+    s->set_peak_staging_bytes(peak_all);
+    s->set_predicted_seconds(w_.num_rounds == 0 ? 0 : rep.predicted_seconds);
+    s->set_lower_bound_seconds(rep.lower_bound_seconds);
+    for (int32_t k = 0; k < nw; ++k) {
+      v1::RankSummary* rs = s->add_ranks();
+      rs->set_worker(w_.worker_ids[k]);
+      rs->set_bytes_out(out_b[k]);
+      rs->set_bytes_in(in_b[k]);
+      rs->set_bytes_local(local_b[k]);
+      rs->set_peak_staging_bytes(peak[k]);
+      rs->set_ops(ops[k]);
+      rs->set_busy_seconds(rep.worker_busy_seconds[k]);
+    }
+  }
+
+  const Work& w_;
+  v1::Plan* plan_;
+  std::vector<int32_t> bucket_order_, bucket_id_, seq_, reduce_order_, reduce_id_;
+};
+
+}  // namespace
+
+absl::Status Emit(const Work& w, bool summary_only, v1::Plan* plan) {
+  return Emitter(w, plan).Run(summary_only);
+}
+
+}  // namespace wsync::plan::planner_detail

@@ -1,0 +1,354 @@
+// Stage 8: buckets -> rounds. Every round ends at a barrier, so the cost of a
+// plan is the sum over rounds of the busiest worker link in that round. The
+// assignment is a greedy best fit over "units" (buckets bound together by a
+// reduce, which must share a round), largest first: each unit goes to the
+// round where it raises that round's maximum least, subject to the per-worker
+// staging cap and to relay order (a relay bucket comes after every bucket
+// that brought its data). If a unit fits nowhere, a round is appended; if the
+// order constraints forbid that, the whole assignment restarts with more
+// rounds.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "controller/plan/planner_internal.h"
+
+namespace wsync::plan::planner_detail {
+namespace {
+
+int32_t Find(std::vector<int32_t>& p, int32_t x) {
+  while (p[x] != x) {
+    p[x] = p[p[x]];
+    x = p[x];
+  }
+  return x;
+}
+
+struct LoadEntry {
+  int32_t worker;
+  int32_t dir;
+  double seconds;
+};
+struct StageEntry {
+  int32_t worker;
+  int64_t bytes;
+};
+
+class RoundAssigner {
+ public:
+  explicit RoundAssigner(Work* w) : w_(w), nw_(static_cast<int32_t>(w->worker_ids.size())) {}
+
+  absl::Status Run() {
+    BuildUnits();
+    for (const StageEntry& e : stage_entries_) {
+      if (e.bytes > w_->opt.staging_cap) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "worker ", w_->worker_ids[e.worker], " must stage ", e.bytes,
+            " bytes of buckets that share a round (the contributions of one reduce), more than "
+            "staging_cap_bytes (", w_->opt.staging_cap, ")"));
+      }
+    }
+    // Relay chains need more rounds than their depth to pipeline; try a few
+    // round counts and keep the cheapest (sum of round maxima + latency).
+    const int32_t base = InitialRounds();
+    int32_t depth = 0;
+    for (int32_t d : depth_) depth = std::max(depth, d);
+    std::vector<int32_t> candidates = {base};
+    if (depth > 0) {
+      candidates.push_back(std::max(base, 2 * (depth + 1)));
+      candidates.push_back(std::max(base, 4 * (depth + 1)));
+    }
+    double best_cost = INFINITY;
+    std::vector<int32_t> best_round_of;
+    int32_t best_rounds = 0;
+    for (int32_t rounds : candidates) {
+      bool placed = false;
+      for (int attempt = 0; attempt < 3 && !placed; ++attempt) {
+        placed = Place(rounds, order_);
+        if (!placed) rounds = rounds + std::max(1, rounds / 2);
+      }
+      // Parents before children always succeeds (a child can append rounds).
+      if (!placed) placed = Place(rounds, topo_order_);
+      if (!placed) continue;
+      double cost = 0;
+      for (int32_t r = 0; r < rounds_; ++r) {
+        if (max_[r] > 0) cost += max_[r] + w_->opt.link.round_latency_seconds();
+      }
+      if (cost < best_cost * (1 - 1e-9)) {
+        best_cost = cost;
+        best_round_of = round_of_;
+        best_rounds = rounds_;
+      }
+    }
+    if (best_round_of.empty() && num_units_ > 0) {
+      return absl::InternalError("round assignment failed to converge");
+    }
+    round_of_ = std::move(best_round_of);
+    rounds_ = best_rounds;
+    return Finish();
+  }
+
+ private:
+  void BuildUnits() {
+    const int32_t nb = static_cast<int32_t>(w_->buckets.size());
+    std::vector<int32_t> parent(nb);
+    std::iota(parent.begin(), parent.end(), 0);
+    std::vector<int32_t> first(w_->reduces.size() + 1, -1);
+    for (const Xfer& x : w_->xfers) {
+      if (x.reduce == 0) continue;
+      if (first[x.reduce] < 0) {
+        first[x.reduce] = x.bucket;
+      } else {
+        parent[Find(parent, x.bucket)] = Find(parent, first[x.reduce]);
+      }
+    }
+    unit_of_.assign(nb, -1);
+    for (int32_t b = 0; b < nb; ++b) {
+      const int32_t r = Find(parent, b);
+      if (unit_of_[r] < 0) unit_of_[r] = num_units_++;
+      unit_of_[b] = unit_of_[r];
+    }
+    // Loads per unit, aggregated per (worker, dir).
+    std::vector<std::vector<LoadEntry>> loads(num_units_);
+    std::vector<std::vector<StageEntry>> stage(num_units_);
+    auto add_load = [](std::vector<LoadEntry>* v, int32_t worker, int dir, double s) {
+      for (LoadEntry& e : *v) {
+        if (e.worker == worker && e.dir == dir) {
+          e.seconds += s;
+          return;
+        }
+      }
+      v->push_back({worker, dir, s});
+    };
+    auto add_stage = [](std::vector<StageEntry>* v, int32_t worker, int64_t bytes) {
+      for (StageEntry& e : *v) {
+        if (e.worker == worker) {
+          e.bytes += bytes;
+          return;
+        }
+      }
+      v->push_back({worker, bytes});
+    };
+    for (int32_t b = 0; b < nb; ++b) {
+      const BucketRec& bk = w_->buckets[b];
+      const int32_t u = unit_of_[b];
+      const LinkClass l = w_->Link(bk.sender, bk.receiver);
+      const double t = LinkSeconds(w_->opt.link, l, bk.bytes);
+      if (l == LinkClass::kLocal) {
+        add_load(&loads[u], bk.sender, kLocalCopy, t);
+        continue;
+      }
+      add_load(&loads[u], bk.sender, l == LinkClass::kNvlink ? kNvlOut : kNicOut, t);
+      add_load(&loads[u], bk.receiver, l == LinkClass::kNvlink ? kNvlIn : kNicIn, t);
+      if (!bk.zero_copy) {
+        add_stage(&stage[u], bk.sender, bk.bytes);
+        add_stage(&stage[u], bk.receiver, bk.bytes);
+      }
+    }
+    load_begin_.assign(num_units_ + 1, 0);
+    stage_begin_.assign(num_units_ + 1, 0);
+    weight_.assign(num_units_, 0.0);
+    for (int32_t u = 0; u < num_units_; ++u) {
+      load_begin_[u + 1] = load_begin_[u] + static_cast<int32_t>(loads[u].size());
+      stage_begin_[u + 1] = stage_begin_[u] + static_cast<int32_t>(stage[u].size());
+      for (const LoadEntry& e : loads[u]) {
+        load_entries_.push_back(e);
+        weight_[u] = std::max(weight_[u], e.seconds);
+      }
+      for (const StageEntry& e : stage[u]) stage_entries_.push_back(e);
+    }
+    stage_total_.assign(nw_, 0);
+    for (const StageEntry& e : stage_entries_) stage_total_[e.worker] += e.bytes;
+    // Relay dependencies between units (parents' buckets -> child bucket).
+    std::vector<std::pair<int32_t, int32_t>> edges;
+    for (const Xfer& x : w_->xfers) {
+      if (x.parent < 0) continue;
+      const int32_t pu = unit_of_[w_->xfers[x.parent].bucket];
+      const int32_t cu = unit_of_[x.bucket];
+      if (pu != cu) edges.emplace_back(pu, cu);
+    }
+    std::sort(edges.begin(), edges.end());
+    edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+    children_.assign(num_units_, {});
+    parents_.assign(num_units_, {});
+    for (auto [p, c] : edges) {
+      children_[p].push_back(c);
+      parents_[c].push_back(p);
+    }
+    // Depth (longest chain above) and height (below); units of a higher relay
+    // generation only depend on lower ones, so generation order is topological.
+    std::vector<int32_t> topo(num_units_);
+    std::iota(topo.begin(), topo.end(), 0);
+    std::vector<int32_t> gen(num_units_, 0);
+    for (const Xfer& x : w_->xfers) gen[unit_of_[x.bucket]] = std::max<int32_t>(gen[unit_of_[x.bucket]], x.gen);
+    std::stable_sort(topo.begin(), topo.end(), [&](int32_t a, int32_t b) { return gen[a] < gen[b]; });
+    depth_.assign(num_units_, 0);
+    height_.assign(num_units_, 0);
+    for (int32_t u : topo) {
+      for (int32_t c : children_[u]) depth_[c] = std::max(depth_[c], depth_[u] + 1);
+    }
+    for (auto it = topo.rbegin(); it != topo.rend(); ++it) {
+      for (int32_t p : parents_[*it]) height_[p] = std::max(height_[p], height_[*it] + 1);
+    }
+    order_.resize(num_units_);
+    std::iota(order_.begin(), order_.end(), 0);
+    std::stable_sort(order_.begin(), order_.end(),
+                     [&](int32_t a, int32_t b) { return weight_[a] > weight_[b]; });
+    topo_order_ = order_;
+    std::stable_sort(topo_order_.begin(), topo_order_.end(),
+                     [&](int32_t a, int32_t b) { return depth_[a] < depth_[b]; });
+  }
+
+  int32_t InitialRounds() const {
+    int64_t peak = 0;
+    for (int64_t s : stage_total_) peak = std::max(peak, s);
+    int32_t depth = 0;
+    for (int32_t d : depth_) depth = std::max(depth, d);
+    int64_t r = (peak + w_->opt.staging_cap - 1) / w_->opt.staging_cap;
+    if (r > 1) r = r + (r + 9) / 10;  // slack for packing
+    return static_cast<int32_t>(std::max<int64_t>({1, r, depth + 1}));
+  }
+
+  void AddRound() {
+    ++rounds_;
+    load_.resize(static_cast<size_t>(rounds_) * nw_ * kNumLinkDirs, 0.0);
+    staged_.resize(static_cast<size_t>(rounds_) * nw_, 0);
+    max_.push_back(0.0);
+  }
+
+  bool Place(int32_t rounds, const std::vector<int32_t>& order) {
+    rounds_ = 0;
+    load_.clear();
+    staged_.clear();
+    max_.clear();
+    for (int32_t r = 0; r < rounds; ++r) AddRound();
+    round_of_.assign(num_units_, -1);
+    lo_ = depth_;
+    hi_fix_.assign(num_units_, INT32_MAX);
+    const int64_t cap = w_->opt.staging_cap;
+    for (int32_t u : order) {
+      const int32_t lo = lo_[u];
+      int32_t hi = std::min(rounds_ - 1 - height_[u], hi_fix_[u]);
+      int32_t best = -1;
+      double best_inc = INFINITY, best_max = INFINITY;
+      for (int32_t r = lo; r <= hi; ++r) {
+        bool fits = true;
+        for (int32_t i = stage_begin_[u]; i < stage_begin_[u + 1] && fits; ++i) {
+          const StageEntry& e = stage_entries_[i];
+          if (staged_[static_cast<size_t>(r) * nw_ + e.worker] + e.bytes > cap) fits = false;
+        }
+        if (!fits) continue;
+        double m = 0;
+        for (int32_t i = load_begin_[u]; i < load_begin_[u + 1]; ++i) {
+          const LoadEntry& e = load_entries_[i];
+          m = std::max(m, LoadAt(r, e.worker, e.dir) + e.seconds);
+        }
+        const double inc = std::max(0.0, m - max_[r]);
+        if (inc < best_inc - 1e-15 || (inc <= best_inc + 1e-15 && m < best_max)) {
+          best = r;
+          best_inc = inc;
+          best_max = m;
+        }
+      }
+      if (best < 0) {
+        if (hi_fix_[u] != INT32_MAX) return false;
+        AddRound();
+        best = rounds_ - 1;
+        if (best < lo) return false;
+      }
+      Commit(u, best);
+    }
+    return true;
+  }
+
+  double& LoadAt(int32_t r, int32_t worker, int dir) {
+    return load_[(static_cast<size_t>(r) * nw_ + worker) * kNumLinkDirs + dir];
+  }
+
+  void Commit(int32_t u, int32_t r) {
+    round_of_[u] = r;
+    for (int32_t i = load_begin_[u]; i < load_begin_[u + 1]; ++i) {
+      const LoadEntry& e = load_entries_[i];
+      double& l = LoadAt(r, e.worker, e.dir);
+      l += e.seconds;
+      max_[r] = std::max(max_[r], l);
+    }
+    for (int32_t i = stage_begin_[u]; i < stage_begin_[u + 1]; ++i) {
+      staged_[static_cast<size_t>(r) * nw_ + stage_entries_[i].worker] += stage_entries_[i].bytes;
+    }
+    // Propagate order constraints to unplaced relatives.
+    std::vector<std::pair<int32_t, int32_t>> stack;
+    for (int32_t c : children_[u]) stack.emplace_back(c, r + 1);
+    while (!stack.empty()) {
+      auto [v, lo] = stack.back();
+      stack.pop_back();
+      if (lo <= lo_[v]) continue;
+      lo_[v] = lo;
+      for (int32_t c : children_[v]) stack.emplace_back(c, lo + 1);
+    }
+    for (int32_t p : parents_[u]) stack.emplace_back(p, r - 1);
+    while (!stack.empty()) {
+      auto [v, hi] = stack.back();
+      stack.pop_back();
+      if (hi >= hi_fix_[v]) continue;
+      hi_fix_[v] = hi;
+      for (int32_t p : parents_[v]) stack.emplace_back(p, hi - 1);
+    }
+  }
+
+  absl::Status Finish() {
+    // Drop empty rounds, keeping order.
+    std::vector<int32_t> used(rounds_, 0), remap(rounds_, -1);
+    for (int32_t u = 0; u < num_units_; ++u) used[round_of_[u]] = 1;
+    int32_t n = 0;
+    for (int32_t r = 0; r < rounds_; ++r) {
+      if (used[r]) remap[r] = n++;
+    }
+    for (size_t b = 0; b < w_->buckets.size(); ++b) {
+      w_->buckets[b].round = remap[round_of_[unit_of_[b]]];
+    }
+    for (const Xfer& x : w_->xfers) {
+      if (x.reduce != 0) w_->reduces[x.reduce - 1].round = w_->buckets[x.bucket].round;
+    }
+    w_->num_rounds = n;
+    return absl::OkStatus();
+  }
+
+  Work* w_;
+  int32_t nw_;
+  int32_t num_units_ = 0;
+  std::vector<int32_t> unit_of_;
+  std::vector<LoadEntry> load_entries_;
+  std::vector<StageEntry> stage_entries_;
+  std::vector<int32_t> load_begin_, stage_begin_;
+  std::vector<double> weight_;
+  std::vector<int64_t> stage_total_;
+  std::vector<std::vector<int32_t>> children_, parents_;
+  std::vector<int32_t> depth_, height_, order_, topo_order_;
+  // Assignment state.
+  int32_t rounds_ = 0;
+  std::vector<double> load_;
+  std::vector<int64_t> staged_;
+  std::vector<double> max_;
+  std::vector<int32_t> round_of_, lo_, hi_fix_;
+};
+
+}  // namespace
+
+absl::Status AssignRounds(Work* w) {
+  if (w->buckets.empty()) {
+    w->num_rounds = 0;
+    return absl::OkStatus();
+  }
+  for (const BucketRec& b : w->buckets) {
+    if (!b.local && !b.zero_copy && b.bytes > w->opt.staging_cap) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a bucket of ", b.bytes, " bytes from worker ", w->worker_ids[b.sender], " to worker ",
+          w->worker_ids[b.receiver], " exceeds staging_cap_bytes (", w->opt.staging_cap, ")"));
+    }
+  }
+  return RoundAssigner(w).Run();
+}
+
+}  // namespace wsync::plan::planner_detail

@@ -1,0 +1,317 @@
+// Stages 3-5: who sends each cell to each destination.
+//  * A destination worker that holds the cell itself copies locally.
+//  * Otherwise the least-loaded replica (cost = the later of the sender's
+//    egress and the receiver's ingress on the link class they share, so
+//    same-node holders win) sends it; cells go largest first (LPT), so every
+//    replica sends and no rank funnels.
+//  * Fan-out relays: when the best holder would push past the ingress bound
+//    (more destinations than holders can feed at balance), a destination that
+//    already has the cell forwards it in a later round. Only members of one
+//    DstGroup relay to each other, so the dtype always matches.
+//  * Cells held only as partial groups are reduced at the receiver: every
+//    member's contribution travels in the source dtype.
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "controller/plan/planner_internal.h"
+
+namespace wsync::plan::planner_detail {
+namespace {
+
+constexpr int kMaxRelayGen = 8;
+
+int OutDir(LinkClass c) {
+  return c == LinkClass::kLocal ? kLocalCopy : c == LinkClass::kNvlink ? kNvlOut : kNicOut;
+}
+int InDir(LinkClass c) {
+  return c == LinkClass::kLocal ? kLocalCopy : c == LinkClass::kNvlink ? kNvlIn : kNicIn;
+}
+
+class Chooser {
+ public:
+  explicit Chooser(Work* w)
+      : w_(w),
+        load_(w->worker_ids.size() * kNumLinkDirs, 0.0),
+        reserve_(w->worker_ids.size() * kNumLinkDirs, 0.0) {}
+
+  absl::Status Run() {
+    const double target = IngressTarget();
+    for (int32_t c : LptOrder()) Assign(c, target);
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Served {
+    int32_t worker;
+    int32_t dst_frag;
+    int32_t xfer;
+    uint8_t gen;
+  };
+
+  double& L(int32_t worker, int dir) { return load_[static_cast<size_t>(worker) * kNumLinkDirs + dir]; }
+
+  static bool Better(double cost, double out, double best, double best_out) {
+    if (std::isinf(best)) return !std::isinf(cost);
+    const double eps = 1e-12 * std::max(1.0, best);
+    if (cost < best - eps) return true;
+    if (cost > best + eps) return false;
+    return out < best_out - 1e-12 * std::max(1.0, best_out);
+  }
+
+  double Seconds(LinkClass c, int64_t bytes) const { return LinkSeconds(w_->opt.link, c, bytes); }
+
+  // Cells by size, largest first; counting sort on log2 size keeps it O(n).
+  std::vector<int32_t> LptOrder() const {
+    std::vector<int32_t> count(65, 0);
+    std::vector<uint8_t> cls(w_->cells.size());
+    for (size_t i = 0; i < w_->cells.size(); ++i) {
+      const int64_t e = std::max<int64_t>(1, w_->cells[i].elems);
+      cls[i] = static_cast<uint8_t>(64 - __builtin_clzll(static_cast<uint64_t>(e)));
+      ++count[cls[i]];
+    }
+    std::vector<int32_t> start(65, 0);
+    int32_t acc = 0;
+    for (int k = 64; k >= 0; --k) {
+      start[k] = acc;
+      acc += count[k];
+    }
+    std::vector<int32_t> order(w_->cells.size());
+    for (size_t i = 0; i < w_->cells.size(); ++i) order[start[cls[i]]++] = static_cast<int32_t>(i);
+    return order;
+  }
+
+  void GatherHolders(const Cell& c) {
+    full_.clear();
+    parts_.clear();
+    for (int32_t i = 0; i < c.hg_count; ++i) {
+      const HolderGroup& hg = w_->holder_groups[w_->cell_holders[c.hg_begin + i]];
+      for (int32_t k = 0; k < hg.full_count; ++k) full_.push_back(w_->holder_frags[hg.full_begin + k]);
+      for (int32_t k = 0; k < hg.part_count; ++k) parts_.push_back(w_->holder_parts[hg.part_begin + k]);
+    }
+  }
+
+  // The ingress each destination worker cannot avoid (best link per cell),
+  // as the budget beyond which a holder should hand fan-out to relays.
+  double IngressTarget() {
+    std::vector<double> in(w_->worker_ids.size(), 0.0);
+    for (const Cell& c : w_->cells) {
+      GatherHolders(c);
+      const CompiledTensor& st = w_->src->tensors[w_->SrcTensorOf(c)];
+      const CompiledTensor& dt = w_->dst->tensors[w_->DstTensorOf(c)];
+      const int64_t bytes = c.elems * DTypeSize(WireDType(st.dtype, dt.dtype));
+      const DstGroup& g = w_->dst_groups[c.dst_group];
+      for (int32_t m = 0; m < g.frag_count; ++m) {
+        const int32_t wd = w_->dst_rank_worker[dt.fragments[g.frag_begin + m].rank];
+        LinkClass best = LinkClass::kNic;
+        for (int32_t f : full_) {
+          const LinkClass l = w_->Link(w_->src_rank_worker[st.fragments[f].rank], wd);
+          if (l == LinkClass::kLocal) best = l;
+          if (l == LinkClass::kNvlink && best == LinkClass::kNic) best = l;
+        }
+        if (best != LinkClass::kLocal) in[wd] += Seconds(best, bytes);
+      }
+      Reserve(c, +1);
+    }
+    double t = 0;
+    for (double x : in) t = std::max(t, x);
+    return t;
+  }
+
+  // Every cell must leave its holders at least once (split over its full
+  // replicas): that egress is reserved up front so that early cells do not
+  // spend a holder's budget on fan-out that relays could carry.
+  void Reserve(const Cell& c, int sign) {
+    if (full_.empty()) return;
+    const CompiledTensor& st = w_->src->tensors[w_->SrcTensorOf(c)];
+    const CompiledTensor& dt = w_->dst->tensors[w_->DstTensorOf(c)];
+    const DstGroup& g = w_->dst_groups[c.dst_group];
+    const int32_t wd = w_->dst_rank_worker[dt.fragments[g.frag_begin].rank];
+    const int64_t bytes = c.elems * DTypeSize(WireDType(st.dtype, dt.dtype));
+    for (int32_t f : full_) {
+      const int32_t hw = w_->src_rank_worker[st.fragments[f].rank];
+      const LinkClass l = w_->Link(hw, wd);
+      if (l == LinkClass::kLocal) continue;
+      reserve_[static_cast<size_t>(hw) * kNumLinkDirs + OutDir(l)] +=
+          sign * Seconds(l, bytes) / static_cast<double>(full_.size());
+    }
+  }
+
+  double Reserved(int32_t worker, int dir) const {
+    return std::max(0.0, reserve_[static_cast<size_t>(worker) * kNumLinkDirs + dir]);
+  }
+
+  int32_t AddXfer(const Cell& c, int32_t cell, int32_t dst_frag, int32_t src_frag, int32_t sender,
+                  int32_t receiver, v1::DType wire, int32_t reduce) {
+    Xfer x;
+    x.cell = cell;
+    x.dst_frag = dst_frag;
+    x.src_frag = src_frag;
+    x.sender = sender;
+    x.receiver = receiver;
+    x.wire = wire;
+    x.reduce = reduce;
+    x.bytes = c.elems * DTypeSize(wire);
+    const LinkClass l = w_->Link(sender, receiver);
+    const double t = Seconds(l, x.bytes);
+    L(sender, OutDir(l)) += t;
+    if (l != LinkClass::kLocal) L(receiver, InDir(l)) += t;
+    w_->xfers.push_back(x);
+    return static_cast<int32_t>(w_->xfers.size()) - 1;
+  }
+
+  void Assign(int32_t ci, double target) {
+    const Cell& c = w_->cells[ci];
+    GatherHolders(c);
+    Reserve(c, -1);
+    const CompiledTensor& st = w_->src->tensors[w_->SrcTensorOf(c)];
+    const CompiledTensor& dt = w_->dst->tensors[w_->DstTensorOf(c)];
+    const DstGroup& g = w_->dst_groups[c.dst_group];
+    const v1::DType wire = WireDType(st.dtype, dt.dtype);
+    const int64_t direct_bytes = c.elems * DTypeSize(wire);
+    const int64_t relay_bytes = c.elems * DTypeSize(dt.dtype);
+    served_.clear();
+    pending_.clear();
+    // Local copies first: a colocated holder never uses the network.
+    for (int32_t m = 0; m < g.frag_count; ++m) {
+      const int32_t df = g.frag_begin + m;
+      const int32_t wd = w_->dst_rank_worker[dt.fragments[df].rank];
+      int32_t local = -1;
+      for (int32_t f : full_) {
+        if (w_->src_rank_worker[st.fragments[f].rank] == wd) {
+          local = f;
+          break;
+        }
+      }
+      if (local >= 0) {
+        const int32_t x = AddXfer(c, ci, df, local, wd, wd, wire, 0);
+        served_.push_back({wd, df, x, 0});
+      } else {
+        pending_.push_back(df);
+      }
+    }
+    for (int32_t df : pending_) {
+      const int32_t wd = w_->dst_rank_worker[dt.fragments[df].rank];
+      // Best direct holder.
+      // Primary: the later of sender egress and receiver ingress after the
+      // transfer; secondary: the sender's egress alone, so that replicas tie
+      // on the receiver's ingress spread the load instead of funnelling.
+      double best = INFINITY, best_out = INFINITY;
+      int32_t best_f = -1;
+      LinkClass best_l = LinkClass::kNic;
+      for (int32_t f : full_) {
+        const int32_t hw = w_->src_rank_worker[st.fragments[f].rank];
+        const LinkClass l = w_->Link(hw, wd);
+        const double t = Seconds(l, direct_bytes);
+        const double out = L(hw, OutDir(l)) + t + Reserved(hw, OutDir(l));
+        const double cost = std::max(out, L(wd, InDir(l)) + t);
+        if (Better(cost, out, best, best_out)) {
+          best = cost;
+          best_out = out;
+          best_f = f;
+          best_l = l;
+        }
+      }
+      // Best partial group (only when no full holder exists).
+      int32_t best_p = -1;
+      if (full_.empty()) {
+        const int64_t pbytes = c.elems * DTypeSize(st.dtype);
+        for (int32_t p : parts_) {
+          const PartialGroup& pg = w_->partial_groups[p];
+          double in_add[kNumLinkDirs] = {0, 0, 0, 0, 0};
+          double cost = 0;
+          for (int32_t k = 0; k < pg.frag_count; ++k) {
+            const int32_t mw = w_->src_rank_worker[st.fragments[w_->holder_frags[pg.frag_begin + k]].rank];
+            const LinkClass l = w_->Link(mw, wd);
+            const double t = Seconds(l, pbytes);
+            cost = std::max(cost, L(mw, OutDir(l)) + t);
+            if (l != LinkClass::kLocal) in_add[InDir(l)] += t;
+          }
+          for (int d = 0; d < kNumLinkDirs; ++d) {
+            if (in_add[d] > 0) cost = std::max(cost, L(wd, d) + in_add[d]);
+          }
+          if (cost < best) {
+            best = cost;
+            best_p = p;
+          }
+        }
+      }
+      // Best relay from a destination that has the cell already.
+      int32_t best_r = -1;
+      double best_rc = INFINITY, best_rout = INFINITY;
+      LinkClass best_rl = LinkClass::kNic;
+      if (w_->opt.relay) {
+        for (size_t s = 0; s < served_.size(); ++s) {
+          if (served_[s].gen >= kMaxRelayGen) continue;
+          const LinkClass l = w_->Link(served_[s].worker, wd);
+          const double t = Seconds(l, relay_bytes);
+          const double out = L(served_[s].worker, OutDir(l)) + t + Reserved(served_[s].worker, OutDir(l));
+          const double cost = std::max(out, L(wd, InDir(l)) + t);
+          if (Better(cost, out, best_rc, best_rout) ||
+              (!Better(best_rc, best_rout, cost, out) && served_[s].gen < served_[best_r].gen)) {
+            best_rc = cost;
+            best_rout = out;
+            best_r = static_cast<int32_t>(s);
+            best_rl = l;
+          }
+        }
+      }
+      const bool partial = best_f < 0;
+      bool use_relay = false;
+      if (best_r >= 0) {
+        if (partial) {
+          // One relayed copy is cheaper than another full set of contributions.
+          use_relay = best_rc <= best * (1 + 1e-9);
+        } else if (best_out > target * (1 + 1e-9)) {
+          // The holder would pass the ingress bound: fan out through relays.
+          use_relay = best_rc <= best * (1 + 1e-9);
+        } else {
+          // Within budget: relay only to move a NIC hop onto NVLink.
+          use_relay = best_rl == LinkClass::kNvlink && best_l == LinkClass::kNic && best_rc < best;
+        }
+      }
+      if (use_relay) {
+        const Served from = served_[best_r];
+        const int32_t x = AddXfer(c, ci, df, from.dst_frag, from.worker, wd, dt.dtype, 0);
+        w_->xfers[x].relay = true;
+        w_->xfers[x].parent = from.xfer;
+        w_->xfers[x].gen = static_cast<uint8_t>(from.gen + 1);
+        served_.push_back({wd, df, x, static_cast<uint8_t>(from.gen + 1)});
+      } else if (!partial) {
+        const int32_t x =
+            AddXfer(c, ci, df, best_f, w_->src_rank_worker[st.fragments[best_f].rank], wd, wire, 0);
+        served_.push_back({wd, df, x, 0});
+      } else {
+        const PartialGroup& pg = w_->partial_groups[best_p];
+        ReduceRec r;
+        r.cell = ci;
+        r.dst_frag = df;
+        r.receiver = wd;
+        r.op = pg.op;
+        r.members = pg.frag_count;
+        w_->reduces.push_back(r);
+        const int32_t id = static_cast<int32_t>(w_->reduces.size());
+        int32_t first = -1;
+        for (int32_t k = 0; k < pg.frag_count; ++k) {
+          const int32_t f = w_->holder_frags[pg.frag_begin + k];
+          const int32_t x = AddXfer(c, ci, df, f, w_->src_rank_worker[st.fragments[f].rank], wd,
+                                    st.dtype, id);
+          if (first < 0) first = x;
+        }
+        served_.push_back({wd, df, first, 0});
+      }
+    }
+  }
+
+  Work* w_;
+  std::vector<double> load_;
+  std::vector<double> reserve_;
+  std::vector<int32_t> full_, parts_, pending_;
+  std::vector<Served> served_;
+};
+
+}  // namespace
+
+absl::Status ChooseSources(Work* w) { return Chooser(w).Run(); }
+
+}  // namespace wsync::plan::planner_detail

@@ -1,0 +1,239 @@
+#include "controller/plan/planner.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "controller/plan/planner_internal.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+
+namespace wsync::plan {
+namespace planner_detail {
+
+absl::Status ResolveOptions(const v1::PlanOptions& in, Options* out) {
+  out->bucket_bytes = in.bucket_bytes() > 0 ? in.bucket_bytes() : kDefaultBucketBytes;
+  out->staging_cap = in.staging_cap_bytes() > 0 ? in.staging_cap_bytes() : kDefaultStagingCapBytes;
+  out->zero_copy_min = in.zero_copy_min_bytes() > 0 ? in.zero_copy_min_bytes()
+                                                    : kDefaultZeroCopyMinBytes;
+  out->relay = !in.disable_relay();
+  out->link = EffectiveLinkModel(in);
+  if (in.bucket_bytes() < 0 || in.staging_cap_bytes() < 0 || in.zero_copy_min_bytes() < 0) {
+    return absl::InvalidArgumentError("options: bucket_bytes, staging_cap_bytes and "
+                                      "zero_copy_min_bytes must not be negative");
+  }
+  if (out->bucket_bytes > out->staging_cap) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options: bucket_bytes (", out->bucket_bytes, ") exceeds staging_cap_bytes (",
+        out->staging_cap, "): a full bucket could never be staged"));
+  }
+  const v1::LinkModel& lm = out->link;
+  if (lm.nvlink_bytes_per_second() < 0 || lm.nic_bytes_per_second() < 0 ||
+      lm.local_copy_bytes_per_second() < 0 || lm.round_latency_seconds() < 0) {
+    return absl::InvalidArgumentError("options.link_model: negative bandwidth or latency");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status IndexWorkers(Work* w) {
+  std::vector<std::pair<int32_t, std::string>> all;
+  for (const CompiledSide* side : {w->src, w->dst}) {
+    for (size_t r = 0; r < side->workers.size(); ++r) {
+      all.emplace_back(side->workers[r], r < side->nodes.size() ? side->nodes[r] : "");
+    }
+  }
+  std::sort(all.begin(), all.end());
+  absl::flat_hash_map<std::string, int32_t> node_index;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i > 0 && all[i].first == all[i - 1].first) {
+      if (all[i].second != all[i - 1].second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "worker ", all[i].first, " is on node '", all[i - 1].second, "' on one side and '",
+            all[i].second, "' on the other"));
+      }
+      continue;
+    }
+    w->worker_ids.push_back(all[i].first);
+    const std::string& node = all[i].second;
+    int32_t idx;
+    if (node.empty()) {  // unknown node: a node of its own (network only)
+      idx = static_cast<int32_t>(w->node_names.size());
+      w->node_names.push_back("");
+    } else {
+      auto [it, inserted] = node_index.emplace(node, static_cast<int32_t>(w->node_names.size()));
+      if (inserted) w->node_names.push_back(node);
+      idx = it->second;
+    }
+    w->worker_node.push_back(idx);
+  }
+  auto dense = [&](int32_t id) {
+    return static_cast<int32_t>(std::lower_bound(w->worker_ids.begin(), w->worker_ids.end(), id) -
+                                w->worker_ids.begin());
+  };
+  for (int32_t id : w->src->workers) w->src_rank_worker.push_back(dense(id));
+  for (int32_t id : w->dst->workers) w->dst_rank_worker.push_back(dense(id));
+  return absl::OkStatus();
+}
+
+v1::DType WireDType(v1::DType src, v1::DType dst) {
+  return DTypeSize(src) < DTypeSize(dst) ? src : dst;
+}
+
+void SrcToDst(const MapEntry& m, const int64_t* src_off, const int64_t* src_len, int64_t* dst_off,
+              int64_t* dst_len) {
+  const int n = std::min(m.src_rank, m.dst_rank);
+  const int ls = m.src_rank - n, ld = m.dst_rank - n;
+  for (int d = 0; d < ld; ++d) {
+    dst_off[d] = m.dst_offset[d];
+    dst_len[d] = 1;
+  }
+  for (int d = 0; d < n; ++d) {
+    dst_off[ld + d] = src_off[ls + d] - m.src_offset[ls + d] + m.dst_offset[ld + d];
+    dst_len[ld + d] = src_len[ls + d];
+  }
+}
+
+int64_t ViewByteOffset(const CompiledFragment& f, const int64_t* box_offset, int64_t elem_size) {
+  int64_t e = 0;
+  for (int d = 0; d < f.box.rank(); ++d) e += (box_offset[d] - f.box.offset[d]) * f.strides[d];
+  return f.byte_offset + e * elem_size;
+}
+
+bool Contiguous(int rank, const int64_t* shape, const int64_t* strides) {
+  int64_t expect = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    if (strides[d] != expect) return false;
+    expect *= shape[d];
+  }
+  return true;
+}
+
+}  // namespace planner_detail
+
+v1::LinkModel EffectiveLinkModel(const v1::PlanOptions& options) {
+  v1::LinkModel lm = options.link_model();
+  if (lm.nvlink_bytes_per_second() <= 0) lm.set_nvlink_bytes_per_second(kDefaultNvlinkBytesPerSecond);
+  if (lm.nic_bytes_per_second() <= 0) lm.set_nic_bytes_per_second(kDefaultNicBytesPerSecond);
+  if (lm.local_copy_bytes_per_second() <= 0) {
+    lm.set_local_copy_bytes_per_second(kDefaultLocalCopyBytesPerSecond);
+  }
+  return lm;
+}
+
+namespace {
+
+std::string DeterministicBytes(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::io::StringOutputStream sos(&out);
+  google::protobuf::io::CodedOutputStream cos(&sos);
+  cos.SetSerializationDeterministic(true);
+  m.SerializeToCodedStream(&cos);
+  cos.Trim();
+  return out;
+}
+
+void Fnv1a(const std::string& bytes, uint64_t* h) {
+  for (unsigned char c : bytes) {
+    *h ^= c;
+    *h *= 1099511628211ull;
+  }
+}
+
+}  // namespace
+
+std::string PlanKey(const v1::TransferSpec& spec) {
+  uint64_t h = 14695981039346656037ull;
+  // Each part is length-prefixed so that field boundaries cannot shift.
+  auto part = [&](const google::protobuf::Message& m) {
+    const std::string bytes = DeterministicBytes(m);
+    Fnv1a(absl::StrCat(bytes.size(), ":"), &h);
+    Fnv1a(bytes, &h);
+  };
+  part(spec.source());
+  part(spec.destination());
+  for (const v1::TensorMapping& m : spec.mappings()) part(m);
+  Fnv1a("|", &h);
+  part(spec.options());
+  return absl::StrFormat("%016x", h);
+}
+
+absl::StatusOr<v1::Plan> BuildPlanFromCompiled(const v1::TransferSpec& spec,
+                                               const CompiledSide& source,
+                                               const CompiledSide& destination,
+                                               const BuildOptions& build) {
+  using namespace planner_detail;  // NOLINT
+  const auto start = std::chrono::steady_clock::now();
+  Work w;
+  w.spec = &spec;
+  w.src = &source;
+  w.dst = &destination;
+  RETURN_IF_ERROR(ResolveOptions(spec.options(), &w.opt));
+  if (source.tensors.empty() || source.workers.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("source side '", source.name,
+                                                   "' is empty (no ranks or no tensors)"));
+  }
+  if (destination.tensors.empty() || destination.workers.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("destination side '", destination.name,
+                                                   "' is empty (no ranks or no tensors)"));
+  }
+  RETURN_IF_ERROR(IndexWorkers(&w));
+  RETURN_IF_ERROR(ValidateAndMap(&w));
+  RETURN_IF_ERROR(BuildCells(&w));
+  RETURN_IF_ERROR(ChooseSources(&w));
+  RETURN_IF_ERROR(PackBuckets(&w));
+  RETURN_IF_ERROR(AssignRounds(&w));
+  v1::Plan plan;
+  plan.set_key(PlanKey(spec));
+  RETURN_IF_ERROR(Emit(w, build.summary_only, &plan));
+  if (build.record_plan_seconds) {
+    plan.mutable_summary()->set_plan_seconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return plan;
+}
+
+absl::StatusOr<v1::Plan> BuildPlan(const v1::TransferSpec& spec, const BuildOptions& build) {
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(CompiledSide source, CompileSide(spec.source(), SideRole::kSource));
+  ASSIGN_OR_RETURN(CompiledSide destination,
+                   CompileSide(spec.destination(), SideRole::kDestination));
+  ASSIGN_OR_RETURN(v1::Plan plan, BuildPlanFromCompiled(spec, source, destination, build));
+  if (build.record_plan_seconds) {
+    plan.mutable_summary()->set_plan_seconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return plan;
+}
+
+absl::StatusOr<v1::Plan> ExtractRankPlan(const v1::Plan& plan, int32_t worker) {
+  v1::Plan out;
+  out.set_key(plan.key());
+  out.set_num_rounds(plan.num_rounds());
+  bool found = false;
+  for (const v1::RankPlan& rp : plan.ranks()) {
+    if (rp.worker() == worker) {
+      *out.add_ranks() = rp;
+      found = true;
+    }
+  }
+  if (!found) {
+    return absl::NotFoundError(absl::StrCat("worker ", worker, " has no part in plan ", plan.key()));
+  }
+  for (const v1::Bucket& b : plan.buckets()) {
+    if (b.sender() == worker || b.receiver() == worker) *out.add_buckets() = b;
+  }
+  for (const v1::Reduce& r : plan.reduces()) {
+    if (r.worker() == worker) *out.add_reduces() = r;
+  }
+  for (const v1::RankSummary& rs : plan.summary().ranks()) {
+    if (rs.worker() == worker) *out.mutable_summary()->add_ranks() = rs;
+  }
+  *out.mutable_workers() = plan.workers();
+  return out;
+}
+
+}  // namespace wsync::plan

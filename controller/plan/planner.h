@@ -1,0 +1,63 @@
+// The reshard planner: turns a TransferSpec (both sides' layouts, mappings,
+// options) into a v1::Plan of per-worker rounds of bucketed send/recv/copy/
+// reduce ops. Pure function of its input (byte-identical output for identical
+// input, except summary.plan_seconds, the wall time).
+//
+// Stages (one file each): plan_validate.cc (spec checks), plan_mapping.cc
+// (destination regions -> source cells), plan_sources.cc (replica choice,
+// relays, partial reduces), plan_buckets.cc, plan_rounds.cc, plan_emit.cc.
+#ifndef WSYNC_CONTROLLER_PLAN_PLANNER_H_
+#define WSYNC_CONTROLLER_PLAN_PLANNER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "controller/plan/compiled_layout.h"
+#include "wsync/v1/layout.pb.h"
+#include "wsync/v1/plan.pb.h"
+
+namespace wsync::plan {
+
+// Defaults of PlanOptions fields left at 0.
+inline constexpr int64_t kDefaultBucketBytes = 256ll << 20;
+inline constexpr int64_t kDefaultStagingCapBytes = 2ll << 30;
+inline constexpr int64_t kDefaultZeroCopyMinBytes = 32ll << 20;
+inline constexpr double kDefaultNvlinkBytesPerSecond = 370e9;
+inline constexpr double kDefaultNicBytesPerSecond = 50e9;
+inline constexpr double kDefaultLocalCopyBytesPerSecond = 2e12;
+
+struct BuildOptions {
+  // Fill only key, num_rounds and summary (no buckets, reduces or rank
+  // plans): the same decisions, without materializing per-piece protos.
+  bool summary_only = false;
+  // Record wall time in summary.plan_seconds (the one nondeterministic field).
+  bool record_plan_seconds = true;
+};
+
+absl::StatusOr<v1::Plan> BuildPlan(const v1::TransferSpec& spec,
+                                   const BuildOptions& build = BuildOptions());
+
+// Same, for sides compiled already (CompileSide). `spec` supplies mappings,
+// options and the key; its sides are not read again.
+absl::StatusOr<v1::Plan> BuildPlanFromCompiled(const v1::TransferSpec& spec,
+                                               const CompiledSide& source,
+                                               const CompiledSide& destination,
+                                               const BuildOptions& build = BuildOptions());
+
+// Hex FNV-1a-64 over the deterministic serialization of source, destination,
+// mappings and options (the name is not part of the key).
+std::string PlanKey(const v1::TransferSpec& spec);
+
+// The part of `plan` that `worker` executes: its RankPlan, every bucket it
+// sends or receives (ids unchanged), every reduce it runs, key and num_rounds.
+// The summary keeps only that worker's RankSummary. Error if the worker has
+// no part in the plan.
+absl::StatusOr<v1::Plan> ExtractRankPlan(const v1::Plan& plan, int32_t worker);
+
+// Link model with defaults filled in for zero fields.
+v1::LinkModel EffectiveLinkModel(const v1::PlanOptions& options);
+
+}  // namespace wsync::plan
+
+#endif  // WSYNC_CONTROLLER_PLAN_PLANNER_H_

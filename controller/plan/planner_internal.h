@@ -1,0 +1,215 @@
+// Working state shared by the planner stages. Everything is flat vectors of
+// small PODs indexed by int32 ids (no per-piece allocations, no strings), so a
+// 1T-parameter plan with millions of pieces stays within time and memory.
+#ifndef WSYNC_CONTROLLER_PLAN_PLANNER_INTERNAL_H_
+#define WSYNC_CONTROLLER_PLAN_PLANNER_INTERNAL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "controller/plan/compiled_layout.h"
+#include "controller/plan/plan_cost.h"
+#include "wsync/v1/layout.pb.h"
+#include "wsync/v1/plan.pb.h"
+
+namespace wsync::plan::planner_detail {
+
+inline constexpr int kMaxDims = 8;
+
+// Boxes live in one int64 arena: [rank, offset..., length...].
+class BoxArena {
+ public:
+  int32_t Add(int rank, const int64_t* offset, const int64_t* length) {
+    const int32_t id = static_cast<int32_t>(data_.size());
+    data_.push_back(rank);
+    data_.insert(data_.end(), offset, offset + rank);
+    data_.insert(data_.end(), length, length + rank);
+    return id;
+  }
+  int rank(int32_t id) const { return static_cast<int>(data_[id]); }
+  const int64_t* offset(int32_t id) const { return &data_[id + 1]; }
+  const int64_t* length(int32_t id) const { return &data_[id + 1 + data_[id]]; }
+  int64_t elems(int32_t id) const {
+    int64_t n = 1;
+    for (int d = 0; d < rank(id); ++d) n *= length(id)[d];
+    return n;
+  }
+  BoxNd ToBox(int32_t id) const {
+    BoxNd b;
+    b.offset.assign(offset(id), offset(id) + rank(id));
+    b.length.assign(length(id), length(id) + rank(id));
+    return b;
+  }
+
+ private:
+  std::vector<int64_t> data_;
+};
+
+// One mapping entry: destination region fed by a source box. Ranks may
+// differ by leading unit dims (stacked experts): the trailing min(rank) dims
+// translate, the extra leading dims are fixed coordinates of length 1.
+struct MapEntry {
+  int32_t src_tensor = 0;
+  int32_t dst_tensor = 0;
+  int src_rank = 0;
+  int dst_rank = 0;
+  std::vector<int64_t> src_offset, src_length;  // src_rank
+  std::vector<int64_t> dst_offset;              // dst_rank
+  std::vector<int64_t> dst_length;              // region length in dst coords
+};
+
+// Unique box of a source tensor with every fragment holding it.
+struct HolderGroup {
+  int32_t box = 0;         // arena id
+  int32_t full_begin = 0;  // into Work::holder_frags
+  int32_t full_count = 0;
+  int32_t part_begin = 0;  // into Work::holder_parts (PartialGroup ids)
+  int32_t part_count = 0;
+};
+
+struct PartialGroup {
+  int32_t frag_begin = 0;  // into Work::holder_frags
+  int32_t frag_count = 0;
+  v1::ReduceOp op = v1::REDUCE_SUM;
+};
+
+// Per source tensor: holder groups sorted by offset along `key_dim`, with the
+// running max of their end along it for binary search.
+struct SourceIndex {
+  int key_dim = 0;
+  std::vector<int32_t> groups;  // HolderGroup ids
+  std::vector<int64_t> begin;   // offset along key_dim
+  std::vector<int64_t> max_end; // prefix max of end along key_dim
+};
+
+// Destination fragments of one tensor with an identical box.
+struct DstGroup {
+  int32_t dst_tensor = 0;
+  int32_t frag_begin = 0;  // index range into the tensor's fragments
+  int32_t frag_count = 0;
+};
+
+// A source-coordinate box every member of a DstGroup needs, with its holders.
+struct Cell {
+  int32_t map = 0;        // MapEntry id
+  int32_t dst_group = 0;
+  int32_t box = 0;        // arena id, source coordinates
+  int32_t hg_begin = 0;   // into Work::cell_holders (HolderGroup ids)
+  int32_t hg_count = 0;
+  int64_t elems = 0;
+};
+
+// One delivery of a cell to one destination fragment (or one partial
+// contribution to it).
+struct Xfer {
+  int32_t cell = 0;
+  int32_t dst_frag = 0;  // receiver's fragment in the destination tensor
+  int32_t src_frag = 0;  // sender's fragment: source tensor, or (relay) destination tensor
+  int32_t sender = 0;    // dense worker index
+  int32_t receiver = 0;
+  int32_t reduce = 0;    // 1-based internal reduce id; 0 = direct write
+  int32_t parent = -1;   // relay: the xfer that brought the data to the sender
+  int32_t bucket = -1;
+  int64_t bytes = 0;     // wire bytes
+  int64_t bucket_offset = 0;
+  v1::DType wire = v1::DTYPE_UNSPECIFIED;
+  bool relay = false;
+  uint8_t gen = 0;       // relay generation (0 = from a source holder)
+};
+
+struct ReduceRec {
+  int32_t cell = 0;
+  int32_t dst_frag = 0;
+  int32_t receiver = 0;
+  v1::ReduceOp op = v1::REDUCE_SUM;
+  int32_t members = 0;  // contributions
+  int32_t round = 0;
+};
+
+struct BucketRec {
+  int32_t sender = 0;
+  int32_t receiver = 0;
+  int32_t xfer_begin = 0;  // into Work::bucket_xfers
+  int32_t xfer_count = 0;
+  int64_t bytes = 0;
+  int32_t round = 0;
+  bool local = false;
+  bool zero_copy = false;
+};
+
+// Resolved options.
+struct Options {
+  int64_t bucket_bytes = 0;
+  int64_t staging_cap = 0;
+  int64_t zero_copy_min = 0;
+  bool relay = true;
+  v1::LinkModel link;
+};
+
+struct Work {
+  const v1::TransferSpec* spec = nullptr;
+  const CompiledSide* src = nullptr;
+  const CompiledSide* dst = nullptr;
+  Options opt;
+
+  // Dense workers (sorted global ids) and their nodes.
+  std::vector<int32_t> worker_ids;
+  std::vector<int32_t> worker_node;  // node index; unique per worker if unnamed
+  std::vector<std::string> node_names;
+  std::vector<int32_t> src_rank_worker;  // source rank -> dense worker
+  std::vector<int32_t> dst_rank_worker;
+
+  BoxArena boxes;
+  std::vector<MapEntry> maps;
+  std::vector<std::vector<int32_t>> maps_of_dst;  // dst tensor -> MapEntry ids
+  std::vector<HolderGroup> holder_groups;
+  std::vector<int32_t> holder_frags;  // source fragment ids (within the tensor)
+  std::vector<int32_t> holder_parts;  // PartialGroup ids
+  std::vector<PartialGroup> partial_groups;
+  std::vector<SourceIndex> source_index;  // per source tensor
+  std::vector<DstGroup> dst_groups;
+  std::vector<Cell> cells;
+  std::vector<int32_t> cell_holders;
+
+  std::vector<Xfer> xfers;
+  std::vector<ReduceRec> reduces;  // reduces[i] has internal id i + 1
+  std::vector<BucketRec> buckets;
+  std::vector<int32_t> bucket_xfers;
+  int32_t num_rounds = 0;
+
+  int32_t SrcTensorOf(const Cell& c) const { return maps[c.map].src_tensor; }
+  int32_t DstTensorOf(const Cell& c) const { return maps[c.map].dst_tensor; }
+  LinkClass Link(int32_t sender, int32_t receiver) const {
+    if (sender == receiver) return LinkClass::kLocal;
+    return worker_node[sender] == worker_node[receiver] ? LinkClass::kNvlink : LinkClass::kNic;
+  }
+};
+
+// Stage entry points, in pipeline order.
+absl::Status ResolveOptions(const v1::PlanOptions& in, Options* out);
+absl::Status IndexWorkers(Work* w);
+absl::Status ValidateAndMap(Work* w);   // plan_validate.cc: casts, mappings
+absl::Status BuildCells(Work* w);       // plan_mapping.cc
+absl::Status ChooseSources(Work* w);    // plan_sources.cc
+absl::Status PackBuckets(Work* w);      // plan_buckets.cc
+absl::Status AssignRounds(Work* w);     // plan_rounds.cc
+absl::Status Emit(const Work& w, bool summary_only, v1::Plan* plan);  // plan_emit.cc
+
+// Helpers shared by stages.
+// The dtype that travels: the narrower of the two (cast once, at the side
+// that makes the wire narrower); equal sizes travel as the destination dtype.
+v1::DType WireDType(v1::DType src, v1::DType dst);
+// Source box -> destination box through a mapping entry (out arrays of the
+// destination rank).
+void SrcToDst(const MapEntry& m, const int64_t* src_off, const int64_t* src_len, int64_t* dst_off,
+              int64_t* dst_len);
+// Byte offset of element `box_offset` inside fragment `f`.
+int64_t ViewByteOffset(const CompiledFragment& f, const int64_t* box_offset, int64_t elem_size);
+// Whether a view of `shape` with `strides` is one contiguous row-major run.
+bool Contiguous(int rank, const int64_t* shape, const int64_t* strides);
+
+}  // namespace wsync::plan::planner_detail
+
+#endif  // WSYNC_CONTROLLER_PLAN_PLANNER_INTERNAL_H_

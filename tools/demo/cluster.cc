@@ -163,6 +163,8 @@ absl::Status Cluster::WaitForWorkers(int n, absl::Duration timeout) {
 }
 
 void Cluster::StopAll() {
+  // All workers at once, so that the grace periods overlap.
+  for (auto& w : workers_) w->child.Terminate();
   for (auto& w : workers_) w->child.Stop(absl::Seconds(3));
   controller_.Stop(absl::Seconds(3));
 }

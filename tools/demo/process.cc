@@ -79,6 +79,10 @@ void Child::Kill() {
   pid_ = -1;
 }
 
+void Child::Terminate() {
+  if (running()) kill(-pid_, SIGTERM);
+}
+
 int Child::Stop(absl::Duration grace) {
   if (!running()) return status_;
   kill(-pid_, SIGTERM);

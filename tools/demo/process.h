@@ -31,6 +31,8 @@ class Child {
   int exit_status() const { return status_; }
   // SIGKILL now (the test's crash), reaped.
   void Kill();
+  // SIGTERM to its group, without waiting (stop many in parallel, then Stop).
+  void Terminate();
   // SIGTERM to the group, SIGKILL after `grace`; reaped. Returns the wait status.
   int Stop(absl::Duration grace);
 

@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     int64_t iters = 0;
-    if (ParseInt(argv[i], "--bytes", &a.bytes) || ParseInt(argv[i], "--bucket", &a.bucket)) continue;
+    if (ParseInt(argv[i], "--bytes", &a.bytes) || ParseInt(argv[i], "--bucket", &a.bucket))
+      continue;
     if (ParseInt(argv[i], "--iters", &iters)) {
       a.iters = static_cast<int>(iters);
       continue;

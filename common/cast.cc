@@ -143,12 +143,23 @@ void ConvertLoop(const void* src, void* dst, int64_t n) {
 template <typename S>
 bool ConvertFrom(const void* src, void* dst, DType dst_dtype, int64_t n) {
   switch (dst_dtype) {
-    case v1::FP32: ConvertLoop<S, F32>(src, dst, n); return true;
-    case v1::BF16: ConvertLoop<S, B16>(src, dst, n); return true;
-    case v1::FP16: ConvertLoop<S, F16>(src, dst, n); return true;
-    case v1::FP8_E4M3: ConvertLoop<S, E4M3>(src, dst, n); return true;
-    case v1::FP8_E5M2: ConvertLoop<S, E5M2>(src, dst, n); return true;
-    default: return false;
+    case v1::FP32:
+      ConvertLoop<S, F32>(src, dst, n);
+      return true;
+    case v1::BF16:
+      ConvertLoop<S, B16>(src, dst, n);
+      return true;
+    case v1::FP16:
+      ConvertLoop<S, F16>(src, dst, n);
+      return true;
+    case v1::FP8_E4M3:
+      ConvertLoop<S, E4M3>(src, dst, n);
+      return true;
+    case v1::FP8_E5M2:
+      ConvertLoop<S, E5M2>(src, dst, n);
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -221,16 +232,27 @@ absl::Status ConvertElements(const void* src, DType src_dtype, void* dst, DType 
   }
   bool done = false;
   switch (src_dtype) {
-    case v1::FP32: done = ConvertFrom<F32>(src, dst, dst_dtype, n); break;
-    case v1::BF16: done = ConvertFrom<B16>(src, dst, dst_dtype, n); break;
-    case v1::FP16: done = ConvertFrom<F16>(src, dst, dst_dtype, n); break;
-    case v1::FP8_E4M3: done = ConvertFrom<E4M3>(src, dst, dst_dtype, n); break;
-    case v1::FP8_E5M2: done = ConvertFrom<E5M2>(src, dst, dst_dtype, n); break;
-    default: break;
+    case v1::FP32:
+      done = ConvertFrom<F32>(src, dst, dst_dtype, n);
+      break;
+    case v1::BF16:
+      done = ConvertFrom<B16>(src, dst, dst_dtype, n);
+      break;
+    case v1::FP16:
+      done = ConvertFrom<F16>(src, dst, dst_dtype, n);
+      break;
+    case v1::FP8_E4M3:
+      done = ConvertFrom<E4M3>(src, dst, dst_dtype, n);
+      break;
+    case v1::FP8_E5M2:
+      done = ConvertFrom<E5M2>(src, dst, dst_dtype, n);
+      break;
+    default:
+      break;
   }
   if (!done) {
-    return absl::InternalError(absl::StrCat("unhandled conversion ", DTypeName(src_dtype), " -> ",
-                                            DTypeName(dst_dtype)));
+    return absl::InternalError(
+        absl::StrCat("unhandled conversion ", DTypeName(src_dtype), " -> ", DTypeName(dst_dtype)));
   }
   return absl::OkStatus();
 }
@@ -244,11 +266,21 @@ absl::Status ReduceElements(absl::Span<const void* const> inputs, DType dtype, v
   }
   if (IsFloatingPoint(dtype)) {
     switch (dtype) {
-      case v1::FP32: ReduceFloat<F32>(inputs, op, dst, n); break;
-      case v1::BF16: ReduceFloat<B16>(inputs, op, dst, n); break;
-      case v1::FP16: ReduceFloat<F16>(inputs, op, dst, n); break;
-      case v1::FP8_E4M3: ReduceFloat<E4M3>(inputs, op, dst, n); break;
-      default: ReduceFloat<E5M2>(inputs, op, dst, n); break;
+      case v1::FP32:
+        ReduceFloat<F32>(inputs, op, dst, n);
+        break;
+      case v1::BF16:
+        ReduceFloat<B16>(inputs, op, dst, n);
+        break;
+      case v1::FP16:
+        ReduceFloat<F16>(inputs, op, dst, n);
+        break;
+      case v1::FP8_E4M3:
+        ReduceFloat<E4M3>(inputs, op, dst, n);
+        break;
+      default:
+        ReduceFloat<E5M2>(inputs, op, dst, n);
+        break;
     }
     return absl::OkStatus();
   }
@@ -257,10 +289,18 @@ absl::Status ReduceElements(absl::Span<const void* const> inputs, DType dtype, v
                                                    "defined for dtype ", DTypeName(dtype)));
   }
   switch (dtype) {
-    case v1::INT8: ReduceIntSum<int8_t>(inputs, dst, n); break;
-    case v1::UINT8: ReduceIntSum<uint8_t>(inputs, dst, n); break;
-    case v1::INT32: ReduceIntSum<int32_t>(inputs, dst, n); break;
-    default: ReduceIntSum<int64_t>(inputs, dst, n); break;
+    case v1::INT8:
+      ReduceIntSum<int8_t>(inputs, dst, n);
+      break;
+    case v1::UINT8:
+      ReduceIntSum<uint8_t>(inputs, dst, n);
+      break;
+    case v1::INT32:
+      ReduceIntSum<int32_t>(inputs, dst, n);
+      break;
+    default:
+      ReduceIntSum<int64_t>(inputs, dst, n);
+      break;
   }
   return absl::OkStatus();
 }

@@ -71,7 +71,8 @@ TEST(CastTest, RoundsToNearestEvenBetweenEveryAdjacentPair) {
       EXPECT_EQ(c.from_float(mid), even) << c.name << " mid of " << lo;
       EXPECT_EQ(c.from_float(-mid), even | sign_bit) << c.name << " -mid of " << lo;
       EXPECT_EQ(c.from_float(std::nextafter(mid, 0.0f)), lo) << c.name << " below mid " << lo;
-      EXPECT_EQ(c.from_float(std::nextafter(mid, std::numeric_limits<float>::infinity())), lo + 1) << c.name << " above mid " << lo;
+      EXPECT_EQ(c.from_float(std::nextafter(mid, std::numeric_limits<float>::infinity())), lo + 1)
+          << c.name << " above mid " << lo;
       ++checked;
     }
     EXPECT_GT(checked, 100) << c.name;
@@ -81,10 +82,10 @@ TEST(CastTest, RoundsToNearestEvenBetweenEveryAdjacentPair) {
 TEST(CastTest, KnownValues) {
   EXPECT_EQ(FloatToBf16(1.0f), 0x3F80);
   EXPECT_EQ(FloatToBf16(-2.0f), 0xC000);
-  EXPECT_EQ(FloatToBf16(1.0f + 0x1p-8f), 0x3F80);         // tie -> even
-  EXPECT_EQ(FloatToBf16(1.0f + 3 * 0x1p-8f), 0x3F82);     // tie -> even (up)
+  EXPECT_EQ(FloatToBf16(1.0f + 0x1p-8f), 0x3F80);                     // tie -> even
+  EXPECT_EQ(FloatToBf16(1.0f + 3 * 0x1p-8f), 0x3F82);                 // tie -> even (up)
   EXPECT_EQ(FloatToBf16(std::numeric_limits<float>::max()), 0x7F80);  // overflow -> inf
-  EXPECT_EQ(FloatToBf16(FromBits(0x00010000)), 0x0001);  // fp32 subnormal kept
+  EXPECT_EQ(FloatToBf16(FromBits(0x00010000)), 0x0001);               // fp32 subnormal kept
   EXPECT_EQ(FloatToBf16(FromBits(0x7FA00001)), 0x7FE0);  // NaN: quiet, payload top bits
   EXPECT_EQ(FloatToBf16(FromBits(0xFF800001)) & 0xFF80, 0xFF80);
 
@@ -95,7 +96,7 @@ TEST(CastTest, KnownValues) {
   EXPECT_EQ(FloatToFp16(0x1p-24f), 0x0001);  // smallest subnormal
   EXPECT_EQ(FloatToFp16(0x1p-25f), 0x0000);  // tie with 0 -> even (0)
   EXPECT_EQ(FloatToFp16(0x1.8p-25f), 0x0001);
-  EXPECT_EQ(FloatToFp16(0x1p-14f), 0x0400);  // smallest normal
+  EXPECT_EQ(FloatToFp16(0x1p-14f), 0x0400);      // smallest normal
   EXPECT_EQ(FloatToFp16(0x1.ffcp-15f), 0x0400);  // subnormal rounding carries into normal
   EXPECT_EQ(FloatToFp16(-std::numeric_limits<float>::infinity()), 0xFC00);
   EXPECT_EQ(FloatToFp16(-0.0f), 0x8000);
@@ -111,7 +112,7 @@ TEST(CastTest, KnownValues) {
   EXPECT_EQ(FloatToFp8E4M3(-std::numeric_limits<float>::infinity()), 0xFE);
   EXPECT_EQ(FloatToFp8E4M3(std::nanf("")), 0x7F);
   EXPECT_EQ(FloatToFp8E4M3(-std::nanf("")), 0xFF);
-  EXPECT_EQ(FloatToFp8E4M3(0x1p-9f), 0x01);  // smallest subnormal
+  EXPECT_EQ(FloatToFp8E4M3(0x1p-9f), 0x01);   // smallest subnormal
   EXPECT_EQ(FloatToFp8E4M3(0x1p-10f), 0x00);  // tie -> 0
   EXPECT_EQ(Fp8E4M3ToFloat(0x7E), 448.0f);
   EXPECT_TRUE(std::isnan(Fp8E4M3ToFloat(0x7F)));
@@ -127,8 +128,17 @@ TEST(CastTest, KnownValues) {
 }
 
 TEST(CastTest, ConvertElementsAllFloatPairsMatchScalar) {
-  const std::vector<float> values = {0.0f, -0.0f, 1.0f, -1.5f, 3.14159f, 1e-3f, -250.0f,
-                                     448.0f, 6e4f, 1e-7f, std::numeric_limits<float>::infinity()};
+  const std::vector<float> values = {0.0f,
+                                     -0.0f,
+                                     1.0f,
+                                     -1.5f,
+                                     3.14159f,
+                                     1e-3f,
+                                     -250.0f,
+                                     448.0f,
+                                     6e4f,
+                                     1e-7f,
+                                     std::numeric_limits<float>::infinity()};
   const DType floats[] = {v1::FP32, v1::BF16, v1::FP16, v1::FP8_E4M3, v1::FP8_E5M2};
   for (DType from : floats) {
     std::vector<uint8_t> src(values.size() * DTypeSize(from));

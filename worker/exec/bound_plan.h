@@ -31,8 +31,8 @@ struct BoundTransfer {
 
 struct BoundRound {
   int32_t index = 0;
-  int64_t plan_staging_bytes = 0;  // Round.staging_bytes
-  int64_t staging_bytes = 0;       // used by this binding (<= plan_staging_bytes)
+  int64_t plan_staging_bytes = 0;    // Round.staging_bytes
+  int64_t staging_bytes = 0;         // used by this binding (<= plan_staging_bytes)
   std::vector<BoundTransfer> sends;  // in (peer, seq) order
   std::vector<BoundTransfer> recvs;  // in (peer, seq) order
   std::vector<PackItem> pack;

@@ -19,9 +19,10 @@ absl::Status BufferRegistry::Register(BufferSide side, const std::string& name,
                                       const RegisteredBuffer& buffer) {
   if (buffer.bytes < 0 || (buffer.data == nullptr && buffer.bytes > 0) ||
       DTypeSize(buffer.dtype) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        BufferSideName(side), " buffer '", name, "': invalid registration (", buffer.bytes,
-        " bytes at ", buffer.data == nullptr ? "null" : "non-null", ", dtype ", DTypeName(buffer.dtype), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(BufferSideName(side), " buffer '", name, "': invalid registration (",
+                     buffer.bytes, " bytes at ", buffer.data == nullptr ? "null" : "non-null",
+                     ", dtype ", DTypeName(buffer.dtype), ")"));
   }
   if (!buffers_.emplace(std::make_pair(side, name), buffer).second) {
     return absl::AlreadyExistsError(

@@ -40,8 +40,8 @@ absl::StatusOr<StridedView> MakeStridedView(void* data, DType dtype,
                                             absl::Span<const int64_t> shape,
                                             absl::Span<const int64_t> strides) {
   if (shape.size() != strides.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("view has ", shape.size(), " dims but ",
-                                                   strides.size(), " strides"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("view has ", shape.size(), " dims but ", strides.size(), " strides"));
   }
   if (shape.size() > static_cast<size_t>(kMaxViewDims)) {
     return absl::InvalidArgumentError(absl::StrCat("view shape [", absl::StrJoin(shape, ","),

@@ -85,9 +85,8 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
         ops_->Name(), ") or the transport (", transport_->Name(), ")"));
   }
   if (transport_->rank() != plan.worker) {
-    return absl::FailedPreconditionError(absl::StrCat("plan bound for worker ", plan.worker,
-                                                      " but the transport is rank ",
-                                                      transport_->rank()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "plan bound for worker ", plan.worker, " but the transport is rank ", transport_->rank()));
   }
   if (staging_.bytes() < plan.max_staging_bytes) {
     staging_.Reset();  // free first: never hold old and new together
@@ -124,8 +123,8 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   return stats;
 }
 
-absl::Status Executor::RunRound(const BoundPlan& plan, const BoundRound& round,
-                                absl::Time deadline, RoundStats& rs) {
+absl::Status Executor::RunRound(const BoundPlan& plan, const BoundRound& round, absl::Time deadline,
+                                RoundStats& rs) {
   const std::string where = RoundWhere(plan, round);
   rs.index = round.index;
   rs.staging_bytes = round.staging_bytes;
@@ -176,9 +175,9 @@ absl::Status Executor::RunRound(const BoundPlan& plan, const BoundRound& round,
   rs.unpack_seconds = Seconds(t);
   t = absl::Now();
   if (!round.copies.empty()) {
-    RETURN_IF_ERROR(Wrap(ops_->Copy(round.copies),
-                         absl::StrCat(where, ": copy buckets ",
-                                      absl::StrJoin(round.copy_buckets, ","))));
+    RETURN_IF_ERROR(
+        Wrap(ops_->Copy(round.copies),
+             absl::StrCat(where, ": copy buckets ", absl::StrJoin(round.copy_buckets, ","))));
   }
   rs.copy_seconds = Seconds(t);
   t = absl::Now();

@@ -37,10 +37,10 @@ struct ExecutorOptions {
 
 struct Progress {
   int32_t worker = 0;
-  int32_t round_index = 0;   // the round just finished
+  int32_t round_index = 0;  // the round just finished
   int32_t rounds_done = 0;
   int32_t rounds_total = 0;
-  int64_t bytes_done = 0;    // sent + received + copied so far
+  int64_t bytes_done = 0;  // sent + received + copied so far
   int64_t bytes_total = 0;
 };
 using ProgressCallback = std::function<void(const Progress&)>;

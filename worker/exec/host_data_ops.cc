@@ -75,10 +75,18 @@ void Gather(const StridedView& v, int64_t begin, int64_t count, uint8_t* out) {
       std::memcpy(out, p, len * esize);
     } else {
       switch (esize) {
-        case 1: StridedGather<uint8_t>(p, len, stride, out); break;
-        case 2: StridedGather<uint16_t>(p, len, stride, out); break;
-        case 4: StridedGather<uint32_t>(p, len, stride, out); break;
-        default: StridedGather<uint64_t>(p, len, stride, out); break;
+        case 1:
+          StridedGather<uint8_t>(p, len, stride, out);
+          break;
+        case 2:
+          StridedGather<uint16_t>(p, len, stride, out);
+          break;
+        case 4:
+          StridedGather<uint32_t>(p, len, stride, out);
+          break;
+        default:
+          StridedGather<uint64_t>(p, len, stride, out);
+          break;
       }
     }
     out += len * esize;
@@ -93,10 +101,18 @@ void Scatter(const uint8_t* in, const StridedView& v, int64_t begin, int64_t cou
       std::memcpy(p, in, len * esize);
     } else {
       switch (esize) {
-        case 1: StridedScatter<uint8_t>(in, len, stride, p); break;
-        case 2: StridedScatter<uint16_t>(in, len, stride, p); break;
-        case 4: StridedScatter<uint32_t>(in, len, stride, p); break;
-        default: StridedScatter<uint64_t>(in, len, stride, p); break;
+        case 1:
+          StridedScatter<uint8_t>(in, len, stride, p);
+          break;
+        case 2:
+          StridedScatter<uint16_t>(in, len, stride, p);
+          break;
+        case 4:
+          StridedScatter<uint32_t>(in, len, stride, p);
+          break;
+        default:
+          StridedScatter<uint64_t>(in, len, stride, p);
+          break;
       }
     }
     in += len * esize;
@@ -127,8 +143,8 @@ absl::StatusOr<StagingBuffer> HostDataOps::AllocateStaging(int64_t bytes) {
   const int64_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   void* p = std::aligned_alloc(kAlign, static_cast<size_t>(rounded));
   if (p == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes,
-                                                     " bytes of host staging"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes of host staging"));
   }
   return StagingBuffer(p, bytes, [](void* q) { std::free(q); });
 }
@@ -136,12 +152,12 @@ absl::StatusOr<StagingBuffer> HostDataOps::AllocateStaging(int64_t bytes) {
 absl::Status HostDataOps::Transfer(const StridedView& src, const StridedView& dst) {
   const int64_t n = src.num_elements();
   if (n != dst.num_elements()) {
-    return absl::InvalidArgumentError(absl::StrCat("element count mismatch: ", n, " vs ",
-                                                   dst.num_elements()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("element count mismatch: ", n, " vs ", dst.num_elements()));
   }
   if (!CanConvert(src.dtype, dst.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("no conversion from ", DTypeName(src.dtype),
-                                                   " to ", DTypeName(dst.dtype)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("no conversion from ", DTypeName(src.dtype), " to ", DTypeName(dst.dtype)));
   }
   const bool sc = src.contiguous(), dc = dst.contiguous();
   if (sc && dc) return ConvertElements(src.data, src.dtype, dst.data, dst.dtype, n);
@@ -240,8 +256,8 @@ absl::Status HostDataOps::Reduce(absl::Span<const ReduceInput> inputs,
       }
       RETURN_IF_ERROR(fail(CheckView(v, "reduce input")));
       if (v.num_elements() != n) {
-        return fail(absl::InvalidArgumentError(absl::StrCat(
-            "input ", k, " has ", v.num_elements(), " elements, destination ", n)));
+        return fail(absl::InvalidArgumentError(
+            absl::StrCat("input ", k, " has ", v.num_elements(), " elements, destination ", n)));
       }
       if (!CanConvert(v.dtype, acc)) {
         return fail(absl::InvalidArgumentError(absl::StrCat(
@@ -251,8 +267,8 @@ absl::Status HostDataOps::Reduce(absl::Span<const ReduceInput> inputs,
     }
     if (scratch_inputs_.size() < views.size()) scratch_inputs_.resize(views.size());
     if (!CanConvert(acc, it.dst.dtype)) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(
-          "no conversion from ", DTypeName(acc), " to ", DTypeName(it.dst.dtype))));
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("no conversion from ", DTypeName(acc), " to ", DTypeName(it.dst.dtype))));
     }
     std::vector<const void*> ptrs(views.size());
     EnsureSize(scratch_dst_, kChunkElements * asize);

@@ -64,9 +64,10 @@ class StoreAdapter : public gloo::rendezvous::Store {
 
 std::chrono::milliseconds Remaining(absl::Time deadline) {
   // Gloo treats -1 ms as "use the context default"; never pass a negative.
-  const absl::Duration left = std::clamp(deadline - absl::Now(), absl::ZeroDuration(),
-                                         absl::Hours(24 * 30));
-  return std::chrono::milliseconds(absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))));
+  const absl::Duration left =
+      std::clamp(deadline - absl::Now(), absl::ZeroDuration(), absl::Hours(24 * 30));
+  return std::chrono::milliseconds(
+      absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))));
 }
 
 struct Pending {
@@ -91,8 +92,8 @@ std::string PendingSummary(const std::vector<Pending>& ops) {
     peers.insert(p.peer);
     if (first.size() < 8) first.push_back(Describe(p));
   }
-  return absl::StrCat("pending peers [", absl::StrJoin(peers, ","), "]: ",
-                      absl::StrJoin(first, "; "), first.size() < 8 ? "" : "; ...");
+  return absl::StrCat("pending peers [", absl::StrJoin(peers, ","),
+                      "]: ", absl::StrJoin(first, "; "), first.size() < 8 ? "" : "; ...");
 }
 
 }  // namespace
@@ -156,7 +157,8 @@ absl::Status GlooTransport::RunRound(absl::Span<const SendRequest> sends,
   {
     absl::MutexLock lock(&mu_);
     if (aborted_) {
-      return absl::CancelledError(absl::StrCat("gloo transport rank ", rank_, ": ", broken_reason_));
+      return absl::CancelledError(
+          absl::StrCat("gloo transport rank ", rank_, ": ", broken_reason_));
     }
     if (!broken_reason_.empty()) {
       return absl::FailedPreconditionError(
@@ -204,9 +206,8 @@ absl::Status GlooTransport::RunRound(absl::Span<const SendRequest> sends,
                                   : p.buffer->waitRecv(Remaining(deadline));
         if (!ok) {
           absl::MutexLock lock(&mu_);
-          status = absl::CancelledError(absl::StrCat(
-              "gloo transport rank ", rank_, " aborted (", broken_reason_, "); ",
-              PendingSummary(ops)));
+          status = absl::CancelledError(absl::StrCat("gloo transport rank ", rank_, " aborted (",
+                                                     broken_reason_, "); ", PendingSummary(ops)));
           break;
         }
         p.done = true;

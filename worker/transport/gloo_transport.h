@@ -44,8 +44,7 @@ class GlooTransport : public Transport {
  public:
   // Rendezvous with every other rank. DEADLINE_EXCEEDED naming the ranks
   // that did not show up within connect_timeout.
-  static absl::StatusOr<std::unique_ptr<GlooTransport>> Create(
-      const GlooTransportOptions& options);
+  static absl::StatusOr<std::unique_ptr<GlooTransport>> Create(const GlooTransportOptions& options);
   ~GlooTransport() override;
 
   std::string Name() const override { return "gloo-tcp"; }

@@ -21,9 +21,9 @@ absl::Status CheckSide(int32_t rank, int32_t size, absl::Span<const Request> req
                                                      r.peer, " outside [0, ", size, ")"));
     }
     if (r.peer == rank) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " ", i, " (tag ", r.tag, "): peer ", r.peer,
-          " is this rank; local bytes go through the data ops, not the transport"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " ", i, " (tag ", r.tag, "): peer ", r.peer,
+                       " is this rank; local bytes go through the data ops, not the transport"));
     }
     if (r.data == nullptr && r.bytes > 0) {
       return absl::InvalidArgumentError(

@@ -18,14 +18,14 @@ namespace wsync::transport {
 enum class MemorySpace { kHost, kCuda };
 
 struct SendRequest {
-  int32_t peer = 0;   // transport rank of the receiver
-  int64_t tag = 0;    // the bucket id; identical on both sides
+  int32_t peer = 0;  // transport rank of the receiver
+  int64_t tag = 0;   // the bucket id; identical on both sides
   const void* data = nullptr;
   size_t bytes = 0;
 };
 
 struct RecvRequest {
-  int32_t peer = 0;   // transport rank of the sender
+  int32_t peer = 0;  // transport rank of the sender
   int64_t tag = 0;
   void* data = nullptr;
   size_t bytes = 0;

@@ -23,8 +23,8 @@ TEST(HostDataOpsTest, PackUnpackStridedWithCastAcrossChunks) {
   auto staging = ops.AllocateStaging(16 + 150 * 400 * 2);
   ASSERT_TRUE(staging.ok());
   ASSERT_TRUE(ops.Pack({PackItem{src, 16, v1::BF16}}, staging->data()).ok());
-  const uint16_t* packed = reinterpret_cast<const uint16_t*>(
-      static_cast<const uint8_t*>(staging->data()) + 16);
+  const uint16_t* packed =
+      reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(staging->data()) + 16);
   for (int r = 0; r < 150; ++r) {
     for (int c = 0; c < 400; c += 37) {
       ASSERT_EQ(packed[r * 400 + c], FloatToBf16(m[2 * r * 500 + 7 + c])) << r << "," << c;
@@ -54,9 +54,9 @@ TEST(HostDataOpsTest, CopySameDtypeStridedBothSides) {
   }
   // Integer -> float is refused, not reinterpreted.
   std::vector<float> f(16);
-  EXPECT_FALSE(ops.Copy({CopyItem{V(a.data(), v1::INT32, {16}, {1}),
-                                  V(f.data(), v1::FP32, {16}, {1})}})
-                   .ok());
+  EXPECT_FALSE(
+      ops.Copy({CopyItem{V(a.data(), v1::INT32, {16}, {1}), V(f.data(), v1::FP32, {16}, {1})}})
+          .ok());
 }
 
 TEST(HostDataOpsTest, ReduceMixesStagedAndStridedInputs) {

@@ -12,8 +12,8 @@
 #ifndef WSYNC_TESTS_WORKER_TRANSPORT_TRANSPORT_CONFORMANCE_H_
 #define WSYNC_TESTS_WORKER_TRANSPORT_TRANSPORT_CONFORMANCE_H_
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -132,8 +132,8 @@ TEST_P(TransportConformanceTest, PairwiseSizes) {
     });
     for (int r = 0; r < 2; ++r) {
       ASSERT_TRUE(st[r].ok()) << "rank " << r << " bytes " << bytes << ": " << st[r];
-      EXPECT_TRUE(Holds(r, recv[r].get(), 100 + (1 - r) + bytes, bytes)) << "rank " << r << " "
-                                                                          << bytes;
+      EXPECT_TRUE(Holds(r, recv[r].get(), 100 + (1 - r) + bytes, bytes))
+          << "rank " << r << " " << bytes;
     }
   }
 }

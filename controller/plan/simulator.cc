@@ -56,8 +56,8 @@ absl::StatusOr<SimulationResult> SimulatePlan(const v1::Plan& plan, const Worker
   // Every round of a real plan moves at least one bucket; the cap keeps a
   // corrupt round count from allocating gigabytes of round timings.
   if (num_rounds < 0 || num_rounds > std::max<int64_t>(plan.buckets_size(), 1 << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat("plan has ", num_rounds, " rounds for ",
-                                                   plan.buckets_size(), " buckets"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan has ", num_rounds, " rounds for ", plan.buckets_size(), " buckets"));
   }
   // Dense worker index: per-round accumulators are vectors, not maps, so that
   // a 100k-bucket plan simulates in milliseconds.
@@ -169,6 +169,17 @@ absl::StatusOr<WorkerNodes> WorkerNodesFromSpec(const v1::TransferSpec& spec) {
   WorkerNodes nodes;
   if (absl::Status s = AddSide(spec.source(), &nodes); !s.ok()) return s;
   if (absl::Status s = AddSide(spec.destination(), &nodes); !s.ok()) return s;
+  return nodes;
+}
+
+absl::StatusOr<WorkerNodes> WorkerNodesFromPlan(const v1::Plan& plan) {
+  WorkerNodes nodes;
+  for (const v1::WorkerInfo& w : plan.workers()) {
+    if (!nodes.emplace(w.worker(), w.node()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan lists worker ", w.worker(), " twice in workers"));
+    }
+  }
   return nodes;
 }
 

@@ -90,6 +90,8 @@ absl::StatusOr<SimulationResult> SimulatePlan(const v1::Plan& plan, const Worker
 
 // The node map of a spec (both sides). Error if one worker is given two nodes.
 absl::StatusOr<WorkerNodes> WorkerNodesFromSpec(const v1::TransferSpec& spec);
+// The node map a plan carries (plan.workers). Error on a repeated worker.
+absl::StatusOr<WorkerNodes> WorkerNodesFromPlan(const v1::Plan& plan);
 
 }  // namespace wsync::plan
 

@@ -145,5 +145,21 @@ TEST(SimulatorTest, WorkerNodesFromSpec) {
   EXPECT_FALSE(WorkerNodesFromSpec(spec).ok());
 }
 
+TEST(SimulatorTest, WorkerNodesFromPlan) {
+  v1::Plan plan = TwoRounds();
+  for (const auto& [w, node] : Nodes()) {
+    v1::WorkerInfo* info = plan.add_workers();
+    info->set_worker(w);
+    info->set_node(node);
+  }
+  auto nodes = WorkerNodesFromPlan(plan);
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  auto r = SimulatePlan(plan, *nodes, Slow());
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->makespan_seconds, 12.0);
+  *plan.add_workers() = plan.workers(0);
+  EXPECT_FALSE(WorkerNodesFromPlan(plan).ok());
+}
+
 }  // namespace
 }  // namespace wsync::plan

@@ -1,17 +1,14 @@
-// Plans for the controller: one BuildPlan per distinct spec (keyed by the
-// planner's PlanKey), shared by every later sync. Unchanged layouts are never
-// re-planned; hits and misses are counted.
+// Plans for the controller: the planner's PlanCache (one BuildPlan per
+// distinct bound spec, concurrent misses build once), plus whether each
+// lookup hit, for metrics and SyncResponse.plan_cache_hit.
 #ifndef WSYNC_CONTROLLER_SERVER_PLAN_SOURCE_H_
 #define WSYNC_CONTROLLER_SERVER_PLAN_SOURCE_H_
 
 #include <cstdint>
-#include <deque>
 #include <memory>
-#include <string>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "controller/plan/plan_cache.h"
 #include "wsync/v1/layout.pb.h"
 #include "wsync/v1/plan.pb.h"
 
@@ -25,22 +22,15 @@ class PlanSource {
     double seconds = 0;  // planning wall time (0 on a hit)
   };
 
-  explicit PlanSource(size_t capacity = 64) : capacity_(capacity) {}
+  explicit PlanSource(size_t capacity = 64) : cache_(capacity) {}
 
-  // Concurrent callers for the same new key may both plan; the first result
-  // stays. Planning runs without holding the cache lock.
   absl::StatusOr<Result> Get(const v1::TransferSpec& spec);
 
-  int64_t hits() const;
-  int64_t misses() const;
+  int64_t hits() const { return cache_.hits(); }
+  int64_t misses() const { return cache_.misses(); }
 
  private:
-  const size_t capacity_;
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<const v1::Plan>> plans_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);  // insertion order, for eviction
-  int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
+  plan::PlanCache cache_;
 };
 
 }  // namespace wsync::controller

@@ -82,6 +82,7 @@ absl::Status PackBuckets(Work* w) {
     });
     bool open = false;
     int cls_gen = -1, cls_partial = -1;
+    int32_t cls_reduce = -1;
     int64_t limit = 0;
     for (int32_t xi : run) {
       const Xfer& x = w->xfers[xi];
@@ -94,19 +95,22 @@ absl::Status PackBuckets(Work* w) {
       }
       const bool partial = x.reduce != 0;
       const int64_t x_limit =
-          partial ? std::min(w->opt.bucket_bytes,
+          partial ? std::min(w->opt.pack_bytes,
                              std::max(x.bytes, w->opt.staging_cap /
                                                    (w->reduces[x.reduce - 1].members + 1)))
-                  : w->opt.bucket_bytes;
+                  : w->opt.pack_bytes;
       const int64_t align = DTypeSize(x.wire);
       int64_t offset = open ? (w->buckets.back().bytes + align - 1) / align * align : 0;
+      // One reduce per partial bucket: a reduce's buckets share a round, so
+      // mixing reduces would chain them into units beyond the staging cap.
       if (!open || x.gen != cls_gen || static_cast<int>(partial) != cls_partial ||
-          offset + x.bytes > limit) {
+          (partial && x.reduce != cls_reduce) || offset + x.bytes > limit) {
         open_bucket(x);
         open = true;
         cls_gen = x.gen;
         cls_partial = partial;
         limit = x_limit;
+        cls_reduce = x.reduce;
         offset = 0;
       }
       add(xi, offset);

@@ -336,7 +336,7 @@ class CellBuilder {
     const MapEntry& m = w_->maps[map];
     const int64_t es = std::max(DTypeSize(w_->src->tensors[m.src_tensor].dtype),
                                 DTypeSize(w_->dst->tensors[m.dst_tensor].dtype));
-    int64_t limit = w_->opt.bucket_bytes;
+    int64_t limit = w_->opt.pack_bytes;
     bool full = false;
     int32_t members = 1;
     for (int32_t g : holders) {

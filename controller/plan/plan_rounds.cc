@@ -54,22 +54,22 @@ class RoundAssigner {
     const int32_t base = InitialRounds();
     int32_t depth = 0;
     for (int32_t d : depth_) depth = std::max(depth, d);
-    std::vector<int32_t> candidates = {base};
+    std::vector<int32_t> candidates = {base, 2 * base};
     if (depth > 0) {
-      candidates.push_back(std::max(base, 2 * (depth + 1)));
-      candidates.push_back(std::max(base, 4 * (depth + 1)));
+      for (int k : {2, 4, 8}) candidates.push_back(std::max(base, k * (depth + 1)));
     }
+    // Large plans: one candidate (the search is for small, relay-bound ones).
+    if (num_units_ > 50000) candidates.resize(1);
+    std::sort(candidates.begin(), candidates.end());
+    candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
     double best_cost = INFINITY;
     std::vector<int32_t> best_round_of;
     int32_t best_rounds = 0;
     for (int32_t rounds : candidates) {
-      bool placed = false;
-      for (int attempt = 0; attempt < 3 && !placed; ++attempt) {
-        placed = Place(rounds, order_);
-        if (!placed) rounds = rounds + std::max(1, rounds / 2);
-      }
-      // Parents before children always succeeds (a child can append rounds).
-      if (!placed) placed = Place(rounds, topo_order_);
+     for (int mode = num_units_ > 50000 ? 1 : 0; mode < 2; ++mode) {
+      // Parents before children (largest first within a generation) always
+      // succeeds: a child can append rounds.
+      const bool placed = Place(rounds, topo_order_, mode);
       if (!placed) continue;
       double cost = 0;
       for (int32_t r = 0; r < rounds_; ++r) {
@@ -80,6 +80,7 @@ class RoundAssigner {
         best_round_of = round_of_;
         best_rounds = rounds_;
       }
+     }
     }
     if (best_round_of.empty() && num_units_ > 0) {
       return absl::InternalError("round assignment failed to converge");
@@ -217,7 +218,10 @@ class RoundAssigner {
     max_.push_back(0.0);
   }
 
-  bool Place(int32_t rounds, const std::vector<int32_t>& order) {
+  // mode 0: best fit (the round whose maximum grows least, then the least
+  // loaded); mode 1: worst fit (the round where the unit's busiest link ends
+  // lowest), which spreads every worker evenly over the rounds.
+  bool Place(int32_t rounds, const std::vector<int32_t>& order, int mode) {
     rounds_ = 0;
     load_.clear();
     staged_.clear();
@@ -244,7 +248,7 @@ class RoundAssigner {
           const LoadEntry& e = load_entries_[i];
           m = std::max(m, LoadAt(r, e.worker, e.dir) + e.seconds);
         }
-        const double inc = std::max(0.0, m - max_[r]);
+        const double inc = mode == 0 ? std::max(0.0, m - max_[r]) : 0.0;
         if (inc < best_inc - 1e-15 || (inc <= best_inc + 1e-15 && m < best_max)) {
           best = r;
           best_inc = inc;

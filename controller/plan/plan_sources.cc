@@ -190,6 +190,22 @@ class Chooser {
         pending_.push_back(df);
       }
     }
+    // Start with the least-loaded receiver and go round from there, so that
+    // the one that takes the cell over the network (the others relay it over
+    // NVLink) rotates among the replicas.
+    if (pending_.size() > 1) {
+      size_t start = 0;
+      double least = INFINITY;
+      for (size_t i = 0; i < pending_.size(); ++i) {
+        const int32_t wd = w_->dst_rank_worker[dt.fragments[pending_[i]].rank];
+        const double in = L(wd, kNicIn) + L(wd, kNvlIn);
+        if (in < least) {
+          least = in;
+          start = i;
+        }
+      }
+      std::rotate(pending_.begin(), pending_.begin() + start, pending_.end());
+    }
     for (int32_t df : pending_) {
       const int32_t wd = w_->dst_rank_worker[dt.fragments[df].rank];
       // Best direct holder.

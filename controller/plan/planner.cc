@@ -181,6 +181,22 @@ absl::StatusOr<v1::Plan> BuildPlanFromCompiled(const v1::TransferSpec& spec,
                                                    "' is empty (no ranks or no tensors)"));
   }
   RETURN_IF_ERROR(IndexWorkers(&w));
+  {
+    // Bytes the busiest destination worker receives, and the rounds the
+    // staging cap forces on it (in + relayed out): aim for >= 16 buckets per
+    // worker and round, but never below 4 MiB (nor above bucket_bytes).
+    std::vector<int64_t> need(w.worker_ids.size(), 0);
+    for (const CompiledTensor& t : destination.tensors) {
+      for (const CompiledFragment& f : t.fragments) {
+        need[w.dst_rank_worker[f.rank]] += f.box.NumElements() * DTypeSize(t.dtype);
+      }
+    }
+    int64_t most = 0;
+    for (int64_t n : need) most = std::max(most, n);
+    const int64_t rounds = std::max<int64_t>(1, (2 * most + w.opt.staging_cap - 1) / w.opt.staging_cap);
+    w.opt.pack_bytes = std::min(w.opt.bucket_bytes,
+                                std::max<int64_t>(4ll << 20, most / (rounds * 16)));
+  }
   RETURN_IF_ERROR(ValidateAndMap(&w));
   RETURN_IF_ERROR(BuildCells(&w));
   RETURN_IF_ERROR(ChooseSources(&w));

@@ -142,6 +142,9 @@ struct BucketRec {
 // Resolved options.
 struct Options {
   int64_t bucket_bytes = 0;
+  // Working bucket size (<= bucket_bytes): small enough that every worker
+  // has many buckets per round, which is what lets rounds balance.
+  int64_t pack_bytes = 0;
   int64_t staging_cap = 0;
   int64_t zero_copy_min = 0;
   bool relay = true;

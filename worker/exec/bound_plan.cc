@@ -38,16 +38,15 @@ class Binder {
     bool consumed = false;
   };
 
-  // Which side's buffer a view names. Until TensorView carries its side, a
-  // name registered on one side only resolves there (relays read destination
-  // buffers); a name on both sides takes the role's default.
-  BufferSide SideOf(const v1::TensorView& v, BufferSide role) const {
-    const bool s = registry_.Has(BufferSide::kSource, v.buffer());
-    const bool d = registry_.Has(BufferSide::kDestination, v.buffer());
-    if (s != d) return s ? BufferSide::kSource : BufferSide::kDestination;
-    return role;
+  // Which side's buffer a view names: the view says (a colocated worker has
+  // both sides, possibly with the same names; a relay reads a destination
+  // buffer), never the op's role.
+  static BufferSide SideOf(const v1::TensorView& v) {
+    return v.side() == v1::DESTINATION_BUFFER ? BufferSide::kDestination : BufferSide::kSource;
   }
 
+  // role: kDestination for views written (piece / reduce dst), kSource for
+  // views read.
   absl::StatusOr<StridedView> Resolve(const v1::TensorView& v, BufferSide role,
                                       const char* which) const;
   std::string Where(int32_t round, const char* op, const v1::Bucket& b) const {
@@ -79,9 +78,14 @@ class Binder {
 
 absl::StatusOr<StridedView> Binder::Resolve(const v1::TensorView& v, BufferSide role,
                                             const char* which) const {
-  const BufferSide side = SideOf(v, role);
-  const std::string what = absl::StrCat(which, " view of ", BufferSideName(side), " buffer '",
-                                        v.buffer(), "'");
+  const BufferSide side = SideOf(v);
+  const std::string what =
+      absl::StrCat(which, " view of ", BufferSideName(side), " buffer '", v.buffer(), "'");
+  // Writes only ever go to destination buffers: never into the trainer's.
+  if (role == BufferSide::kDestination && side != BufferSide::kDestination) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": a written view must name a ", "destination buffer"));
+  }
   const RegisteredBuffer* buf = registry_.Find(side, v.buffer());
   if (buf == nullptr) return absl::NotFoundError(absl::StrCat(what, ": buffer not registered"));
   if (v.dtype() != buf->dtype) {
@@ -108,7 +112,8 @@ absl::StatusOr<StridedView> Binder::Resolve(const v1::TensorView& v, BufferSide 
     }
     if (n == 0) empty = true;
     int64_t step;
-    if (n > 0 && (__builtin_mul_overflow(n - 1, s, &step) || __builtin_add_overflow(last, step, &last))) {
+    if (n > 0 &&
+        (__builtin_mul_overflow(n - 1, s, &step) || __builtin_add_overflow(last, step, &last))) {
       return absl::OutOfRangeError(absl::StrCat(what, ": extent overflows"));
     }
   }
@@ -214,7 +219,8 @@ absl::Status Binder::BindRecv(const v1::Bucket& b, BoundTransfer& t, BoundRound&
     RETURN_IF_ERROR(Annotate(CheckSameCount(p), pw));
     if (p.reduce_id() != 0) {
       if (b.zero_copy()) {
-        return absl::InvalidArgumentError(absl::StrCat(pw, ": partial piece in a zero-copy bucket"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(pw, ": partial piece in a zero-copy bucket"));
       }
       int64_t numel = 1;
       for (int64_t n : p.dst().shape()) numel *= n;
@@ -261,9 +267,9 @@ absl::Status Binder::BindCopy(const v1::Bucket& b, int32_t round, BoundRound& ou
       // A local partial is read straight from the source by the reduce; its
       // value must not pass through a narrower wire dtype first.
       if (src->dtype != p.wire_dtype()) {
-        return absl::UnimplementedError(absl::StrCat(
-            pw, ": local partial with a cast (", DTypeName(src->dtype), " -> ",
-            DTypeName(p.wire_dtype()), ") before the reduce is not supported"));
+        return absl::UnimplementedError(
+            absl::StrCat(pw, ": local partial with a cast (", DTypeName(src->dtype), " -> ",
+                         DTypeName(p.wire_dtype()), ") before the reduce is not supported"));
       }
       Partial part;
       part.input.view = *src;
@@ -302,8 +308,8 @@ absl::Status Binder::BindReduce(const v1::Reduce& r, int32_t round, BoundRound& 
                                 std::map<std::pair<int64_t, int32_t>, Partial>& partials) {
   const std::string where = absl::StrCat("worker ", worker_, " round ", round, ": REDUCE ", r.id());
   if (r.worker() != worker_ || r.round() != round) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": the reduce belongs to worker ",
-                                                   r.worker(), " round ", r.round()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": the reduce belongs to worker ", r.worker(), " round ", r.round()));
   }
   if (r.inputs_size() == 0) return absl::InvalidArgumentError(absl::StrCat(where, ": no inputs"));
   auto dst = Resolve(r.dst(), BufferSide::kDestination, "dst");
@@ -311,8 +317,7 @@ absl::Status Binder::BindReduce(const v1::Reduce& r, int32_t round, BoundRound& 
   const DType acc = r.accumulate_dtype();
   if (!CanConvert(acc, dst->dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": no conversion from accumulate dtype ",
-                                                   DTypeName(acc), " to ",
-                                                   DTypeName(dst->dtype)));
+                                                   DTypeName(acc), " to ", DTypeName(dst->dtype)));
   }
   ReduceItem item;
   item.op = r.op();
@@ -324,9 +329,9 @@ absl::Status Binder::BindReduce(const v1::Reduce& r, int32_t round, BoundRound& 
     const v1::ReduceInput& in = r.inputs(k);
     auto it = partials.find({in.bucket(), in.piece()});
     if (it == partials.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": input ", k, " (bucket ", in.bucket(), " piece ", in.piece(),
-          ") is not a partial piece this worker receives or copies in round ", round));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": input ", k, " (bucket ", in.bucket(), " piece ", in.piece(),
+                       ") is not a partial piece this worker receives or copies in round ", round));
     }
     const v1::Bucket& b = *buckets_.at(in.bucket());
     if (b.pieces(in.piece()).reduce_id() != r.id()) {
@@ -385,7 +390,8 @@ absl::Status Binder::BindRound(const v1::Round& round, BoundRound& out) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": unknown reduce ", op.reduce()));
       }
       if (!seen_reduces_.insert(op.reduce()).second) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": reduce ", op.reduce(), " runs twice"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": reduce ", op.reduce(), " runs twice"));
       }
       reduces.push_back(it->second);
       continue;
@@ -455,9 +461,9 @@ absl::Status Binder::BindRound(const v1::Round& round, BoundRound& out) {
     if (offset <= out.plan_staging_bytes) break;
   }
   if (out.staging_bytes > out.plan_staging_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker ", worker_, " round ", out.index, ": staged buckets need ", out.staging_bytes,
-        " bytes but the plan grants ", out.plan_staging_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", worker_, " round ", out.index, ": staged buckets need ",
+                     out.staging_bytes, " bytes but the plan grants ", out.plan_staging_bytes));
   }
   std::map<std::pair<int64_t, int32_t>, Partial> partials;
   for (auto& [t, b] : sends) {
@@ -501,7 +507,8 @@ absl::StatusOr<std::shared_ptr<const BoundPlan>> Binder::Bind() {
   for (const v1::RankPlan& rp : plan_.ranks()) {
     if (rp.worker() != worker_) continue;
     if (rank != nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("plan has two rank plans for worker ", worker_));
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan has two rank plans for worker ", worker_));
     }
     rank = &rp;
   }
@@ -509,8 +516,8 @@ absl::StatusOr<std::shared_ptr<const BoundPlan>> Binder::Bind() {
     int32_t prev = -1;
     for (const v1::Round& round : rank->rounds()) {
       if (round.index() <= prev) {
-        return absl::InvalidArgumentError(absl::StrCat("worker ", worker_, ": round ",
-                                                       round.index(), " follows round ", prev));
+        return absl::InvalidArgumentError(
+            absl::StrCat("worker ", worker_, ": round ", round.index(), " follows round ", prev));
       }
       prev = round.index();
       BoundRound br;
@@ -524,10 +531,9 @@ absl::StatusOr<std::shared_ptr<const BoundPlan>> Binder::Bind() {
   // that silently skips one corrupts data on the other.
   for (const v1::Bucket& b : plan_.buckets()) {
     if ((b.sender() == worker_ || b.receiver() == worker_) && !seen_buckets_.count(b.id())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bucket ", b.id(), " (worker ", b.sender(), " -> ", b.receiver(),
-                       ", round ", b.round(), ") involves worker ", worker_,
-                       " but no op of its rank plan runs it"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bucket ", b.id(), " (worker ", b.sender(), " -> ", b.receiver(), ", round ", b.round(),
+          ") involves worker ", worker_, " but no op of its rank plan runs it"));
     }
   }
   for (const v1::Reduce& r : plan_.reduces()) {

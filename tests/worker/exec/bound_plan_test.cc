@@ -58,10 +58,10 @@ TEST_F(BindTest, GoodPlanBindsBothSides) {
 
 TEST_F(BindTest, ViewOutOfRangeNamesBufferBucketPiece) {
   PlanBuilder pb;
-  pb.AddBucket(0, 1, 0,
-               {Piece(View("w", 0, {4}, v1::FP32), View("w", 0, {4}, v1::BF16), v1::BF16),
-                Piece(View("w", 60 * 4, {2, 4}, v1::FP32), View("w", 0, {2, 4}, v1::BF16),
-                      v1::BF16)});
+  pb.AddBucket(
+      0, 1, 0,
+      {Piece(View("w", 0, {4}, v1::FP32), View("w", 0, {4}, v1::BF16), v1::BF16),
+       Piece(View("w", 60 * 4, {2, 4}, v1::FP32), View("w", 0, {2, 4}, v1::BF16), v1::BF16)});
   ExpectError(Bind(pb.Build(), 0), absl::StatusCode::kOutOfRange,
               {"worker 0", "round 0", "bucket 0", "piece 1", "source buffer 'w'", "256 bytes"});
 }
@@ -69,14 +69,14 @@ TEST_F(BindTest, ViewOutOfRangeNamesBufferBucketPiece) {
 TEST_F(BindTest, StridedExtentCountsLastElementOnly) {
   PlanBuilder pb;
   // 4 x 4 with row stride 16: last element at (3*16 + 3) * 4 = 204..208 <= 256: fits.
-  pb.AddBucket(0, 1, 0,
-               {Piece(View("w", 0, {4, 4}, v1::FP32, {16, 1}), View("w", 0, {4, 4}, v1::BF16),
-                      v1::BF16)});
+  pb.AddBucket(
+      0, 1, 0,
+      {Piece(View("w", 0, {4, 4}, v1::FP32, {16, 1}), View("w", 0, {4, 4}, v1::BF16), v1::BF16)});
   EXPECT_TRUE(Bind(pb.Build(), 0).ok());
   PlanBuilder bad;
-  bad.AddBucket(0, 1, 0,
-                {Piece(View("w", 4, {4, 4}, v1::FP32, {20, 1}), View("w", 0, {4, 4}, v1::BF16),
-                       v1::BF16)});
+  bad.AddBucket(
+      0, 1, 0,
+      {Piece(View("w", 4, {4, 4}, v1::FP32, {20, 1}), View("w", 0, {4, 4}, v1::BF16), v1::BF16)});
   ExpectError(Bind(bad.Build(), 0), absl::StatusCode::kOutOfRange, {"outside"});
 }
 
@@ -126,8 +126,7 @@ TEST_F(BindTest, BucketMissingFromOpsIsRefused) {
 
 TEST_F(BindTest, ZeroCopyNeedsContiguousSameDtype) {
   PlanBuilder pb;
-  pb.AddBucket(0, 1, 0,
-               {Piece(View("w", 0, {4}, v1::FP32), View("w", 0, {4}, v1::BF16), v1::BF16)},
+  pb.AddBucket(0, 1, 0, {Piece(View("w", 0, {4}, v1::FP32), View("w", 0, {4}, v1::BF16), v1::BF16)},
                /*zero_copy=*/true);
   ExpectError(Bind(pb.Build(), 0), absl::StatusCode::kInvalidArgument, {"zero-copy"});
 }
@@ -149,6 +148,16 @@ TEST_F(BindTest, LocalCopyThroughThirdDtypeIsRefused) {
               {"COPY bucket 0", "fp32 -> bf16 -> fp16"});
 }
 
+TEST_F(BindTest, WritingIntoASourceBufferIsRefused) {
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("w", 0, {4}, v1::FP32), View("w", 0, {4}, v1::BF16), v1::BF16)});
+  v1::Plan plan = pb.Build();
+  plan.mutable_buckets(0)->mutable_pieces(0)->mutable_dst()->set_side(v1::SOURCE_BUFFER);
+  ExpectError(Bind(plan, 1), absl::StatusCode::kInvalidArgument,
+              {"RECV bucket 0", "must name a destination buffer"});
+}
+
 TEST(CoalesceTest, MergesOnlyWhereAllViewsAllow) {
   auto a = MakeStridedView(nullptr, v1::FP32, std::vector<int64_t>{2, 1, 3, 4},
                            std::vector<int64_t>{12, 99, 4, 1});
@@ -167,9 +176,9 @@ TEST(CoalesceTest, MergesOnlyWhereAllViewsAllow) {
   ASSERT_EQ(x.ndim, 3);
   EXPECT_EQ(y.strides[0], 40);
   EXPECT_EQ(x.shape[2], 4);
-  EXPECT_FALSE(MakeStridedView(nullptr, v1::FP32, std::vector<int64_t>{2, -1},
-                               std::vector<int64_t>{1, 1})
-                   .ok());
+  EXPECT_FALSE(
+      MakeStridedView(nullptr, v1::FP32, std::vector<int64_t>{2, -1}, std::vector<int64_t>{1, 1})
+          .ok());
 }
 
 }  // namespace

@@ -12,6 +12,7 @@ namespace wsync::exec {
 namespace {
 
 using testing::Cluster;
+using testing::Dst;
 using testing::kSentinel;
 using testing::Piece;
 using testing::PlanBuilder;
@@ -74,9 +75,9 @@ TEST(ExecutorTest, LocalCopyWithCast) {
   FillFloats(src, 12, -2.0f);
   PlanBuilder pb;
   // dst[j][i] = src[i][j]: src row-major [3,4]; dst viewed as [3,4] with strides {1,3}.
-  pb.AddBucket(0, 0, 0,
-               {Piece(View("a", 0, {3, 4}, v1::FP32), View("a", 0, {3, 4}, v1::FP16, {1, 3}),
-                      v1::FP32)});
+  pb.AddBucket(
+      0, 0, 0,
+      {Piece(View("a", 0, {3, 4}, v1::FP32), View("a", 0, {3, 4}, v1::FP16, {1, 3}), v1::FP32)});
   ASSERT_TRUE(c.Connect().ok());
   auto results = c.Run(pb.Build(), absl::Seconds(30));
   ExpectAllOk(results);
@@ -104,8 +105,8 @@ TEST(ExecutorTest, ZeroCopyBothDirections) {
                  {Piece(View("x", 0, {half}, v1::BF16), View("x", 0, {half}, v1::BF16), v1::BF16)},
                  /*zero_copy=*/true);
     pb.AddBucket(w, 1 - w, 0,
-                 {Piece(View("x", half * 2, {half}, v1::BF16), View("x", half * 2, {half}, v1::BF16),
-                        v1::BF16)});
+                 {Piece(View("x", half * 2, {half}, v1::BF16),
+                        View("x", half * 2, {half}, v1::BF16), v1::BF16)});
   }
   const v1::Plan plan = pb.Build();
   for (const v1::RankPlan& rp : plan.ranks()) {
@@ -163,7 +164,7 @@ TEST(ExecutorTest, RelayThroughDestination) {
   pb.AddBucket(0, 1, 0,
                {Piece(View("r", 0, {kN}, v1::FP32), View("r", 0, {kN}, v1::BF16), v1::BF16)});
   pb.AddBucket(1, 2, 1,
-               {Piece(View("r", 0, {kN}, v1::BF16), View("r", 0, {kN}, v1::BF16), v1::BF16)});
+               {Piece(Dst(View("r", 0, {kN}, v1::BF16)), View("r", 0, {kN}, v1::BF16), v1::BF16)});
   ASSERT_TRUE(c.Connect().ok());
   ExpectAllOk(c.Run(pb.Build(), absl::Seconds(30)));
   const float* src = c.Data<float>(0, kSrc, "r");
@@ -191,10 +192,10 @@ TEST(ExecutorTest, TinyStagingCapManyRounds) {
   for (int k = 0; k < kChunks; ++k) {
     for (int w = 0; w < kWorkers; ++w) {
       const int to = (w + 1 + k % 3) % kWorkers;
-      pb.AddBucket(w, to, k,
-                   {Piece(View("t", k * kChunk * 4, {kChunk}, v1::FP32),
-                          View("t", (w * kChunks + k) * kChunk * 4, {kChunk}, v1::FP32),
-                          v1::FP32)});
+      pb.AddBucket(
+          w, to, k,
+          {Piece(View("t", k * kChunk * 4, {kChunk}, v1::FP32),
+                 View("t", (w * kChunks + k) * kChunk * 4, {kChunk}, v1::FP32), v1::FP32)});
     }
   }
   const v1::Plan plan = pb.Build();
@@ -223,8 +224,8 @@ TEST(ExecutorTest, TinyStagingCapManyRounds) {
         }
       }
       ASSERT_NE(granted, nullptr);
-      EXPECT_LE(rs.staging_bytes, granted->staging_bytes()) << "worker " << w << " round "
-                                                             << rs.index;
+      EXPECT_LE(rs.staging_bytes, granted->staging_bytes())
+          << "worker " << w << " round " << rs.index;
     }
     EXPECT_LE(c.executor(w).allocated_staging_bytes(), peak);
     EXPECT_EQ(c.executor(w).current_staging_bytes(), 0);
@@ -313,7 +314,8 @@ TEST(ExecutorTest, RefusesPlanBoundAgainstOldRegistry) {
   c.Add(0, kSrc, "a", v1::FP32, 4);
   c.Add(0, kDst, "a", v1::FP32, 4);
   PlanBuilder pb;
-  pb.AddBucket(0, 0, 0, {Piece(View("a", 0, {4}, v1::FP32), View("a", 0, {4}, v1::FP32), v1::FP32)});
+  pb.AddBucket(0, 0, 0,
+               {Piece(View("a", 0, {4}, v1::FP32), View("a", 0, {4}, v1::FP32), v1::FP32)});
   ASSERT_TRUE(c.Connect().ok());
   auto bound = BindPlan(pb.Build(), 0, c.registry(0), MemorySpace::kHost);
   ASSERT_TRUE(bound.ok()) << bound.status();

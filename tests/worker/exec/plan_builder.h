@@ -42,13 +42,20 @@ inline int64_t NumElements(const v1::TensorView& v) {
   return n;
 }
 
-// bucket_offset < 0: placed after the bucket's previous pieces.
+// The same view in the worker's destination buffers (what a relay reads).
+inline v1::TensorView Dst(v1::TensorView v) {
+  v.set_side(v1::DESTINATION_BUFFER);
+  return v;
+}
+
+// bucket_offset < 0: placed after the bucket's previous pieces. dst always
+// names a destination buffer.
 inline v1::Piece Piece(const v1::TensorView& src, const v1::TensorView& dst, v1::DType wire,
                        int64_t reduce_id = 0, int64_t bucket_offset = -1) {
   v1::Piece p;
   p.set_tensor(src.buffer());
   *p.mutable_src() = src;
-  *p.mutable_dst() = dst;
+  *p.mutable_dst() = Dst(dst);
   p.set_wire_dtype(wire);
   p.set_reduce_id(reduce_id);
   p.set_bucket_offset(bucket_offset);
@@ -69,7 +76,8 @@ class PlanBuilder {
     int64_t offset = 0;
     for (v1::Piece& p : pieces) {
       if (p.bucket_offset() < 0) p.set_bucket_offset(offset);
-      offset = std::max(offset, p.bucket_offset() + NumElements(p.src()) * DTypeSize(p.wire_dtype()));
+      offset =
+          std::max(offset, p.bucket_offset() + NumElements(p.src()) * DTypeSize(p.wire_dtype()));
       *b->add_pieces() = p;
     }
     b->set_bytes(offset);
@@ -84,7 +92,7 @@ class PlanBuilder {
     r->set_round(round);
     r->set_op(op);
     r->set_accumulate_dtype(acc);
-    *r->mutable_dst() = dst;
+    *r->mutable_dst() = Dst(dst);
     for (auto [bucket, piece] : inputs) {
       v1::ReduceInput* in = r->add_inputs();
       in->set_bucket(bucket);

@@ -120,10 +120,10 @@ int main(int argc, char** argv) {
     std::sort(v.begin(), v.end());
     return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
   };
-  std::printf("trigger -> all %d workers reported -> WaitSync returned (ms): p50 %.2f  p90 %.2f  "
-              "p99 %.2f  max %.2f\n",
-              n, pct(client_ms, 0.5), pct(client_ms, 0.9), pct(client_ms, 0.99),
-              pct(client_ms, 1.0));
+  std::printf(
+      "trigger -> all %d workers reported -> WaitSync returned (ms): p50 %.2f  p90 %.2f  "
+      "p99 %.2f  max %.2f\n",
+      n, pct(client_ms, 0.5), pct(client_ms, 0.9), pct(client_ms, 0.99), pct(client_ms, 1.0));
   std::printf("controller-side trigger -> last report (ms): p50 %.2f  p90 %.2f  p99 %.2f\n",
               pct(controller_ms, 0.5), pct(controller_ms, 0.9), pct(controller_ms, 0.99));
   cluster.StopAll();

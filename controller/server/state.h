@@ -50,8 +50,7 @@ class ControllerState {
   // nullopt means nothing yet; an error ends the stream.
   absl::StatusOr<uint64_t> OpenStream(const std::string& lease_id);
   absl::StatusOr<std::optional<v1::Assignment>> NextAssignment(const std::string& lease_id,
-                                                               uint64_t token,
-                                                               absl::Duration wait);
+                                                               uint64_t token, absl::Duration wait);
   // A stream that ends kills its lease: a worker that lost its stream must
   // re-register (this is how a dead process is noticed in milliseconds).
   void CloseStream(const std::string& lease_id, uint64_t token, const std::string& why);
@@ -124,8 +123,8 @@ class ControllerState {
   };
   // The transfer bound to the workers registered now.
   struct Resolved {
-    v1::TransferSpec spec;              // ranks and buffer names filled in
-    std::vector<std::string> leases;    // worker id -> lease
+    v1::TransferSpec spec;                           // ranks and buffer names filled in
+    std::vector<std::string> leases;                 // worker id -> lease
     std::vector<std::vector<v1::Membership>> roles;  // worker id -> roles
   };
   struct PlanForSync {

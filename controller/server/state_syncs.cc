@@ -21,13 +21,13 @@ absl::StatusOr<v1::SyncResponse> ControllerState::StartSync(const v1::SyncReques
     if (req.version() <= t.last_success_version) {
       return absl::FailedPreconditionError(
           absl::StrCat("Sync: version ", req.version(), " of transfer '", t.name,
-                       "' is not newer than the last successful version ",
-                       t.last_success_version));
+                       "' is not newer than the last successful version ", t.last_success_version));
     }
     return absl::OkStatus();
   };
   if (req.deadline_ms() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("Sync: negative deadline_ms ", req.deadline_ms()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Sync: negative deadline_ms ", req.deadline_ms()));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -236,7 +236,7 @@ void ControllerState::FinishLocked(SyncRecord& sync, v1::SyncPhase phase, int32_
       PushLocked(*w, std::move(a));
     }
   }
-  const char* outcome = phase == v1::SYNC_SUCCEEDED ? "succeeded"
+  const char* outcome = phase == v1::SYNC_SUCCEEDED   ? "succeeded"
                         : phase == v1::SYNC_CANCELLED ? "cancelled"
                                                       : "failed";
   if (metrics_ != nullptr) {
@@ -294,8 +294,8 @@ absl::StatusOr<v1::SyncStatus> ControllerState::Cancel(const std::string& sync_i
   auto it = syncs_.find(sync_id);
   if (it == syncs_.end()) return absl::NotFoundError(absl::StrCat("unknown sync '", sync_id, "'"));
   FinishLocked(*it->second, v1::SYNC_CANCELLED, static_cast<int32_t>(absl::StatusCode::kCancelled),
-               absl::StrCat("cancelled by the trainer", reason.empty() ? "" : ": ", reason), -1,
-               -1, -1, -1);
+               absl::StrCat("cancelled by the trainer", reason.empty() ? "" : ": ", reason), -1, -1,
+               -1, -1);
   return SnapshotLocked(*it->second);
 }
 

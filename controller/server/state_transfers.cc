@@ -33,8 +33,8 @@ int64_t ViewEnd(const v1::TensorView& v) {
 }  // namespace
 
 absl::StatusOr<ControllerState::Resolved> ControllerState::ResolveLocked(
-    const std::string& name, const std::string& source_group,
-    const std::string& destination_group, const v1::TransferSpec& spec) {
+    const std::string& name, const std::string& source_group, const std::string& destination_group,
+    const v1::TransferSpec& spec) {
   Resolved r;
   r.spec = spec;
   if (r.spec.name().empty()) r.spec.set_name(name);
@@ -111,9 +111,8 @@ absl::StatusOr<ControllerState::PlanForSync> ControllerState::GetPlan(
     const v1::TransferSpec& spec) {
   absl::StatusOr<PlanSource::Result> got = plans_->Get(spec);
   if (!got.ok()) {
-    return absl::Status(got.status().code(),
-                        absl::StrCat("planning transfer '", spec.name(), "': ",
-                                     got.status().message()));
+    return absl::Status(got.status().code(), absl::StrCat("planning transfer '", spec.name(),
+                                                          "': ", got.status().message()));
   }
   if (metrics_ != nullptr) {
     if (got->cache_hit) {
@@ -155,8 +154,8 @@ absl::StatusOr<std::shared_ptr<const v1::Plan>> ControllerState::WorkerPart(cons
 
 absl::Status ControllerState::CheckBuffersLocked(const v1::Plan& part, int32_t worker,
                                                  const Worker& w, bool require_all) {
-  absl::flat_hash_map<std::string, int64_t> need;       // buffer -> end byte
-  absl::flat_hash_map<std::string, v1::DType> dtypes;   // buffer -> a view dtype
+  absl::flat_hash_map<std::string, int64_t> need;      // buffer -> end byte
+  absl::flat_hash_map<std::string, v1::DType> dtypes;  // buffer -> a view dtype
   auto use = [&](const v1::TensorView& v) {
     int64_t& end = need[v.buffer()];
     end = std::max(end, ViewEnd(v));
@@ -183,9 +182,9 @@ absl::Status ControllerState::CheckBuffersLocked(const v1::Plan& part, int32_t w
     const std::string who = absl::StrCat(DescribeLocked(w.lease_id), " [worker ", worker, "]");
     if (found == nullptr) {
       if (!require_all && !group_has_buffers) continue;
-      return absl::FailedPreconditionError(
-          absl::StrCat(who, " has no buffer '", gn.second, "' registered in group '", gn.first,
-                       "' (the plan uses ", end, " bytes of it)"));
+      return absl::FailedPreconditionError(absl::StrCat(who, " has no buffer '", gn.second,
+                                                        "' registered in group '", gn.first,
+                                                        "' (the plan uses ", end, " bytes of it)"));
     }
     if (found->bytes() < end) {
       return absl::InvalidArgumentError(
@@ -195,10 +194,9 @@ absl::Status ControllerState::CheckBuffersLocked(const v1::Plan& part, int32_t w
     const v1::DType want = dtypes.at(buffer);
     if (found->dtype() != v1::DTYPE_UNSPECIFIED && found->dtype() != v1::UINT8 &&
         found->dtype() != want) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(who, ": buffer '", gn.second, "' of group '", gn.first,
-                       "' is registered as ", DTypeName(found->dtype()), " but the layout says ",
-                       DTypeName(want)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, ": buffer '", gn.second, "' of group '", gn.first, "' is registered as ",
+          DTypeName(found->dtype()), " but the layout says ", DTypeName(want)));
     }
   }
   return absl::OkStatus();
@@ -215,9 +213,9 @@ absl::StatusOr<v1::DefineTransferResponse> ControllerState::DefineTransfer(
     absl::MutexLock lock(&mu_);
     auto it = transfers_.find(req.name());
     if (it != transfers_.end() && !it->second.in_flight.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "DefineTransfer: transfer '", req.name(), "' has sync ", it->second.in_flight,
-          " in flight"));
+      return absl::FailedPreconditionError(absl::StrCat("DefineTransfer: transfer '", req.name(),
+                                                        "' has sync ", it->second.in_flight,
+                                                        " in flight"));
     }
     auto r = ResolveLocked(req.name(), req.source_group(), req.destination_group(), req.spec());
     if (!r.ok()) return r.status();

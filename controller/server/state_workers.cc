@@ -78,9 +78,9 @@ absl::StatusOr<v1::RegisterWorkerResponse> ControllerState::RegisterWorker(
       if (!w->alive || w->info.instance_id() == req.instance_id()) continue;
       for (const auto& other : w->info.memberships()) {
         if (other.group() == m.group() && other.group_size() != m.group_size()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "group '", m.group(), "' has size ", other.group_size(), " (", DescribeLocked(lease),
-              ") but this worker says ", m.group_size()));
+          return absl::InvalidArgumentError(
+              absl::StrCat("group '", m.group(), "' has size ", other.group_size(), " (",
+                           DescribeLocked(lease), ") but this worker says ", m.group_size()));
         }
       }
     }
@@ -257,8 +257,8 @@ absl::StatusOr<v1::KvGetResponse> ControllerState::KvGet(const v1::KvGetRequest&
     if (missing.empty()) return resp;
     if (cv_.WaitWithDeadline(&mu_, until)) {
       return absl::DeadlineExceededError(
-          absl::StrCat("KvGet: after ", req.timeout_ms(), " ms still missing keys: ",
-                       absl::StrJoin(missing, ", ")));
+          absl::StrCat("KvGet: after ", req.timeout_ms(),
+                       " ms still missing keys: ", absl::StrJoin(missing, ", ")));
     }
   }
 }
@@ -298,11 +298,11 @@ void ControllerState::Tick() {
       if (first < 0) first = p.worker;
       pending.push_back(absl::StrCat(DescribeLocked(p.lease_id), " [worker ", p.worker, "]"));
     }
-    FinishLocked(*sync, v1::SYNC_FAILED, static_cast<int32_t>(absl::StatusCode::kDeadlineExceeded),
-                 absl::StrCat("sync deadline of ",
-                              absl::FormatDuration(sync->deadline - sync->start),
-                              " exceeded; not done: ", absl::StrJoin(pending, ", ")),
-                 first, -1, -1, -1);
+    FinishLocked(
+        *sync, v1::SYNC_FAILED, static_cast<int32_t>(absl::StatusCode::kDeadlineExceeded),
+        absl::StrCat("sync deadline of ", absl::FormatDuration(sync->deadline - sync->start),
+                     " exceeded; not done: ", absl::StrJoin(pending, ", ")),
+        first, -1, -1, -1);
   }
   while (sync_order_.size() > 256) {
     auto it = syncs_.find(sync_order_.front());

@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
       "wsync-controller: control plane of wsync weight syncs (gRPC, package wsync.v1).\n"
       "Flags also read WSYNC_<FLAG> environment variables; the command line wins.",
       "controller/server/",
-      {"listen", "metrics_port", "metrics_host", "lease_ttl", "sync_deadline",
-       "max_message_bytes", "port_file"});
+      {"listen", "metrics_port", "metrics_host", "lease_ttl", "sync_deadline", "max_message_bytes",
+       "port_file"});
 
   // Signals are taken by sigwait below, never by an asynchronous handler.
   sigset_t signals;
@@ -65,8 +65,9 @@ int main(int argc, char** argv) {
   options.config.sync_deadline = absl::GetFlag(FLAGS_sync_deadline);
   if (options.config.lease_ttl <= absl::ZeroDuration() ||
       options.config.sync_deadline <= absl::ZeroDuration() || options.max_message_bytes <= 0) {
-    std::fprintf(stderr, "wsync-controller: --lease_ttl, --sync_deadline and "
-                         "--max_message_bytes must be positive\n");
+    std::fprintf(stderr,
+                 "wsync-controller: --lease_ttl, --sync_deadline and "
+                 "--max_message_bytes must be positive\n");
     return 2;
   }
   std::random_device rd;

@@ -105,8 +105,7 @@ class CaseRun {
       absl::Status st = o->Register();
       if (!st.ok()) return st;
     }
-    absl::Status st =
-        c->cluster->WaitForWorkers(c->cluster->num_workers(), absl::Seconds(20));
+    absl::Status st = c->cluster->WaitForWorkers(c->cluster->num_workers(), absl::Seconds(20));
     if (!st.ok()) return st;
     return c;
   }
@@ -125,8 +124,8 @@ class CaseRun {
 
   void Fill(int64_t version) {
     for (size_t r = 0; r < src_owner.size(); ++r) {
-      ASSERT_TRUE(demo::FillSource(src, static_cast<int32_t>(r), version, src_owner[r]->memory())
-                      .ok());
+      ASSERT_TRUE(
+          demo::FillSource(src, static_cast<int32_t>(r), version, src_owner[r]->memory()).ok());
     }
     for (size_t r = 0; r < dst_owner.size(); ++r) {
       demo::Poison(dst_buffers[r], dst_owner[r]->memory());
@@ -151,8 +150,9 @@ class CaseRun {
   grpc::Status Wait(const std::string& sync_id, v1::SyncStatus* status) {
     v1::WaitSyncRequest w;
     w.set_sync_id(sync_id);
-    return Call([&](grpc::ClientContext* ctx) { return cluster->trainer().WaitSync(ctx, w, status); },
-                absl::Seconds(60));
+    return Call(
+        [&](grpc::ClientContext* ctx) { return cluster->trainer().WaitSync(ctx, w, status); },
+        absl::Seconds(60));
   }
 
   // Wrong elements over every destination rank (error text in *first).

@@ -24,15 +24,14 @@ grpc::Status Define(CaseRun& run, const std::string& name, const std::string& sr
   req.set_destination_group("inference");
   *req.mutable_spec() = spec;
   v1::DefineTransferResponse resp;
-  return Call([&](grpc::ClientContext* c) {
-    return run.cluster->trainer().DefineTransfer(c, req, &resp);
-  });
+  return Call(
+      [&](grpc::ClientContext* c) { return run.cluster->trainer().DefineTransfer(c, req, &resp); });
 }
 
-#define EXPECT_CODE_MENTIONS(status, code, text)                                  \
-  do {                                                                            \
-    const grpc::Status s_ = (status);                                             \
-    EXPECT_EQ(s_.error_code(), grpc::StatusCode::code) << s_.error_message();     \
+#define EXPECT_CODE_MENTIONS(status, code, text)                                       \
+  do {                                                                                 \
+    const grpc::Status s_ = (status);                                                  \
+    EXPECT_EQ(s_.error_code(), grpc::StatusCode::code) << s_.error_message();          \
     EXPECT_NE(s_.error_message().find(text), std::string::npos) << s_.error_message(); \
   } while (0)
 
@@ -65,10 +64,9 @@ TEST(InvalidRequests, BadSpecsAreRefusedAndChangeNothing) {
   sync.set_transfer("t");
   sync.set_version(1);
   v1::SyncResponse resp;
-  EXPECT_CODE_MENTIONS(Call([&](grpc::ClientContext* c) {
-                         return run.cluster->trainer().Sync(c, sync, &resp);
-                       }),
-                       NOT_FOUND, "'t'");
+  EXPECT_CODE_MENTIONS(
+      Call([&](grpc::ClientContext* c) { return run.cluster->trainer().Sync(c, sync, &resp); }),
+      NOT_FOUND, "'t'");
   EXPECT_EQ(Status(run).transfers_size(), 0) << "nothing was defined";
   // The valid spec still works afterwards.
   ASSERT_TRUE(run.Define("t").ok());
@@ -85,7 +83,8 @@ TEST(InvalidRequests, BuffersThatDoNotMatchTheLayout) {
   ASSERT_TRUE(run.Define("t").ok());
   v1::RegisterTensorsResponse resp;
   auto send = [&](const v1::RegisterTensorsRequest& req) {
-    return Call([&](grpc::ClientContext* c) { return owner.stub().RegisterTensors(c, req, &resp); });
+    return Call(
+        [&](grpc::ClientContext* c) { return owner.stub().RegisterTensors(c, req, &resp); });
   };
   // The worker refuses a shape that does not fit the registered bytes ...
   v1::RegisterTensorsRequest req = owner.Request();
@@ -163,10 +162,9 @@ TEST(InvalidRequests, DuplicateRanksOldVersionsAndOversizedMessages) {
     sync.set_transfer("t");
     sync.set_version(v);
     v1::SyncResponse resp;
-    EXPECT_CODE_MENTIONS(Call([&](grpc::ClientContext* c) {
-                           return run.cluster->trainer().Sync(c, sync, &resp);
-                         }),
-                         FAILED_PRECONDITION, "not newer");
+    EXPECT_CODE_MENTIONS(
+        Call([&](grpc::ClientContext* c) { return run.cluster->trainer().Sync(c, sync, &resp); }),
+        FAILED_PRECONDITION, "not newer");
   }
   // A request over --max_message_bytes.
   v1::DefineTransferRequest big;

@@ -45,8 +45,8 @@ TEST(SyncIntegration, FsdpToVllmTpWithFusedQkvAndGateUp) {
 }
 
 TEST(SyncIntegration, ColocatedGroupsCopyLocally) {
-  auto run = CaseRun::Start(Case("fsdp:2", "vllm-tp:2", /*colocated=*/true),
-                            DefaultClusterOptions());
+  auto run =
+      CaseRun::Start(Case("fsdp:2", "vllm-tp:2", /*colocated=*/true), DefaultClusterOptions());
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ((*run)->cluster->num_workers(), 2);  // each worker is in both groups
   v1::PlanSummary summary;

@@ -32,8 +32,8 @@ absl::StatusOr<std::map<std::string, std::string>> ReadPortFile(const std::strin
       return kv;
     }
     if (child != nullptr && !child->running()) {
-      return absl::InternalError(absl::StrCat("process exited (wait status ",
-                                              child->exit_status(), ") before writing ", path));
+      return absl::InternalError(absl::StrCat("process exited (wait status ", child->exit_status(),
+                                              ") before writing ", path));
     }
     if (absl::Now() > until) {
       return absl::DeadlineExceededError(absl::StrCat("port file ", path, " did not appear"));
@@ -126,8 +126,8 @@ absl::StatusOr<int> Cluster::AddWorker(const std::vector<std::string>& groups) {
     m.set_group_size(size);
     w->groups.push_back(m);
   }
-  w->name = absl::StrCat("worker", workers_.size(), "-", w->groups[0].group(), "-",
-                         w->groups[0].rank());
+  w->name =
+      absl::StrCat("worker", workers_.size(), "-", w->groups[0].group(), "-", w->groups[0].rank());
   w->socket = absl::StrCat(options_.work_dir, "/", w->name, ".sock");
   absl::Status s = SpawnWorker(*w);
   if (!s.ok()) return s;

@@ -207,8 +207,8 @@ absl::StatusOr<VerifyResult> VerifyDestination(const v1::TransferSpec& spec,
       if (f.rank != rank) continue;
       auto it = buffers.find(destination.buffer_names[f.buffer]);
       if (it == buffers.end()) {
-        return absl::NotFoundError(absl::StrCat("no memory for buffer '",
-                                                destination.buffer_names[f.buffer], "'"));
+        return absl::NotFoundError(
+            absl::StrCat("no memory for buffer '", destination.buffer_names[f.buffer], "'"));
       }
       const uint8_t* base = it->second;
       std::vector<int64_t> src_idx;
@@ -243,14 +243,14 @@ absl::StatusOr<VerifyResult> VerifyDestination(const v1::TransferSpec& spec,
         }
         if (st == nullptr || std::memcmp(want, base + off, es) != 0) {
           if (++r.wrong_elements == 1) {
-            r.first_error = st == nullptr
-                                ? absl::StrCat("tensor '", t.name, "' element [",
-                                               absl::StrJoin(g, ","), "]: no source maps to it")
-                                : absl::StrCat("tensor '", t.name, "' rank ", rank, " element [",
-                                               absl::StrJoin(g, ","), "] (from '", src_name, "' [",
-                                               absl::StrJoin(src_idx, ","), "]): expected ",
-                                               Decode(t.dtype, want), ", found ",
-                                               Decode(t.dtype, base + off));
+            r.first_error =
+                st == nullptr
+                    ? absl::StrCat("tensor '", t.name, "' element [", absl::StrJoin(g, ","),
+                                   "]: no source maps to it")
+                    : absl::StrCat("tensor '", t.name, "' rank ", rank, " element [",
+                                   absl::StrJoin(g, ","), "] (from '", src_name, "' [",
+                                   absl::StrJoin(src_idx, ","), "]): expected ",
+                                   Decode(t.dtype, want), ", found ", Decode(t.dtype, base + off));
           }
         }
       });

@@ -4,9 +4,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -15,8 +15,7 @@
 
 namespace wsync::demo {
 
-absl::StatusOr<std::unique_ptr<OwnerRank>> OwnerRank::Create(std::string socket,
-                                                             std::string group,
+absl::StatusOr<std::unique_ptr<OwnerRank>> OwnerRank::Create(std::string socket, std::string group,
                                                              std::vector<BufferSpec> buffers,
                                                              std::string shm_name) {
   std::unique_ptr<OwnerRank> o(new OwnerRank());
@@ -39,8 +38,8 @@ absl::StatusOr<std::unique_ptr<OwnerRank>> OwnerRank::Create(std::string socket,
     const int err = errno;
     close(fd);
     shm_unlink(o->shm_name_.c_str());
-    return absl::InternalError(absl::StrCat("ftruncate('", o->shm_name_, "', ", o->size_,
-                                            "): ", std::strerror(err)));
+    return absl::InternalError(
+        absl::StrCat("ftruncate('", o->shm_name_, "', ", o->size_, "): ", std::strerror(err)));
   }
   void* p = mmap(nullptr, o->size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);

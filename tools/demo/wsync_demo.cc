@@ -141,10 +141,10 @@ int Run() {
     for (int r = 0; r < n; ++r) {
       const std::string group = side == 0 ? "trainer" : "inference";
       auto& owner = side == 0 ? src_owner[r] : dst_owner[r];
-      auto o = demo::OwnerRank::Create(
-          cluster.worker(side == 0 ? src_worker[r] : dst_worker[r]).socket, group,
-          side == 0 ? src_buffers[r] : dst_buffers[r],
-          absl::StrCat("/wsync-demo-", getpid(), "-", group, "-", r));
+      auto o =
+          demo::OwnerRank::Create(cluster.worker(side == 0 ? src_worker[r] : dst_worker[r]).socket,
+                                  group, side == 0 ? src_buffers[r] : dst_buffers[r],
+                                  absl::StrCat("/wsync-demo-", getpid(), "-", group, "-", r));
       if (!o.ok()) {
         std::fprintf(stderr, "demo: owner: %s\n", o.status().ToString().c_str());
         return 1;
@@ -181,9 +181,8 @@ int Run() {
   def.set_destination_group("inference");
   *def.mutable_spec() = *spec;
   v1::DefineTransferResponse defined;
-  grpc::Status gs = Call([&](grpc::ClientContext* c) {
-    return cluster.trainer().DefineTransfer(c, def, &defined);
-  });
+  grpc::Status gs = Call(
+      [&](grpc::ClientContext* c) { return cluster.trainer().DefineTransfer(c, def, &defined); });
   int failures = 0;
   if (!gs.ok()) {
     std::fprintf(stderr, "demo: DefineTransfer: %s\n", gs.error_message().c_str());
@@ -261,9 +260,9 @@ int Run() {
         v, sresp.sync_id().c_str(), st.bytes_total() / 1048576.0, wall * 1e3,
         st.bytes_total() / 1048576.0 / wall, st.plan_seconds() * 1e3,
         sresp.plan_cache_hit() ? "hit" : "miss", st.dispatch_seconds() * 1e3,
-        st.max_setup_seconds() * 1e3, st.max_execute_seconds() * 1e3,
-        st.elapsed_seconds() * 1e3, fill_s * 1e3, verify_s * 1e3,
-        static_cast<long long>(checked), static_cast<long long>(wrong));
+        st.max_setup_seconds() * 1e3, st.max_execute_seconds() * 1e3, st.elapsed_seconds() * 1e3,
+        fill_s * 1e3, verify_s * 1e3, static_cast<long long>(checked),
+        static_cast<long long>(wrong));
     if (wrong != 0) {
       std::fprintf(stderr, "demo: WRONG BYTES in v%d: %s\n", v, first.c_str());
       ++failures;
@@ -282,13 +281,15 @@ int Run() {
     if (gs.error_code() != grpc::StatusCode::FAILED_PRECONDITION) ++failures;
     v1::GetStatusRequest sr;
     v1::GetStatusResponse status;
-    if (Call([&](grpc::ClientContext* c) { return cluster.trainer().GetStatus(c, sr, &status); })
-            .ok()) {
-      std::printf("plan cache: %lld hits, %lld misses; %d workers alive; sync events seen by "
-                  "inference rank 0's owner: %d\n",
-                  static_cast<long long>(status.plan_cache_hits()),
-                  static_cast<long long>(status.plan_cache_misses()), status.workers_alive(),
-                  events.load());
+    if (Call([&](grpc::ClientContext* c) {
+          return cluster.trainer().GetStatus(c, sr, &status);
+        }).ok()) {
+      std::printf(
+          "plan cache: %lld hits, %lld misses; %d workers alive; sync events seen by "
+          "inference rank 0's owner: %d\n",
+          static_cast<long long>(status.plan_cache_hits()),
+          static_cast<long long>(status.plan_cache_misses()), status.workers_alive(),
+          events.load());
     }
   }
   events_ctx.TryCancel();

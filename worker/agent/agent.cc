@@ -53,8 +53,8 @@ WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
   args.SetMaxReceiveMessageSize(-1);  // op lists can be large
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  channel_ = grpc::CreateCustomChannel(options_.controller, grpc::InsecureChannelCredentials(),
-                                       args);
+  channel_ =
+      grpc::CreateCustomChannel(options_.controller, grpc::InsecureChannelCredentials(), args);
   stub_ = v1::WorkerService::NewStub(channel_);
 }
 
@@ -311,8 +311,7 @@ std::shared_ptr<EventQueue> WorkerAgent::Subscribe() {
 
 void WorkerAgent::Unsubscribe(const std::shared_ptr<EventQueue>& q) {
   absl::MutexLock lock(&mu_);
-  subscribers_.erase(std::remove(subscribers_.begin(), subscribers_.end(), q),
-                     subscribers_.end());
+  subscribers_.erase(std::remove(subscribers_.begin(), subscribers_.end(), q), subscribers_.end());
 }
 
 v1::LocalStatusResponse WorkerAgent::Status() {

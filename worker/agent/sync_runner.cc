@@ -17,9 +17,9 @@ absl::Status LocalOnlyTransport::RunRound(absl::Span<const transport::SendReques
                                           absl::Span<const transport::RecvRequest> recvs,
                                           absl::Time) {
   if (sends.empty() && recvs.empty()) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "worker ", rank_, ": the plan moves no network bytes, yet this round has ", sends.size(),
-      " sends and ", recvs.size(), " receives"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("worker ", rank_, ": the plan moves no network bytes, yet this round has ",
+                   sends.size(), " sends and ", recvs.size(), " receives"));
 }
 
 absl::Status SyncRunner::RefreshRegistry() {
@@ -216,8 +216,8 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   r.set_bytes_sent(stats->bytes_sent);
   if (metrics_ != nullptr) {
     for (const exec::RoundStats& rs : stats->rounds) {
-      metrics_->Round(rs.pack_seconds + rs.transfer_seconds + rs.unpack_seconds +
-                      rs.copy_seconds + rs.reduce_seconds);
+      metrics_->Round(rs.pack_seconds + rs.transfer_seconds + rs.unpack_seconds + rs.copy_seconds +
+                      rs.reduce_seconds);
     }
   }
   return finish(absl::OkStatus());

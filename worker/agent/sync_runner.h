@@ -92,7 +92,7 @@ class SyncRunner {
   TensorSnapshot snapshot_;  // keeps mappings alive for the registry
   bool have_snapshot_ = false;
   std::map<std::string, std::shared_ptr<const exec::BoundPlan>> bound_;  // "<key>/<worker>"
-  std::map<std::string, std::unique_ptr<Channel>> channels_;  // by transfer (+ "#local")
+  std::map<std::string, std::unique_ptr<Channel>> channels_;             // by transfer (+ "#local")
 
   absl::Mutex mu_;
   std::string running_ ABSL_GUARDED_BY(mu_);

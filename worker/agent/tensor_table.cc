@@ -18,8 +18,7 @@ namespace wsync::agent {
 absl::StatusOr<std::shared_ptr<ShmMapping>> ShmMapping::Open(const std::string& name) {
   const int fd = shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) {
-    return absl::NotFoundError(
-        absl::StrCat("shm_open('", name, "'): ", std::strerror(errno)));
+    return absl::NotFoundError(absl::StrCat("shm_open('", name, "'): ", std::strerror(errno)));
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
@@ -46,9 +45,9 @@ ShmMapping::~ShmMapping() { munmap(data_, static_cast<size_t>(size_)); }
 absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::Register(
     const v1::RegisterTensorsRequest& req) {
   if (std::find(groups_.begin(), groups_.end(), req.group()) == groups_.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("RegisterTensors: this worker is not in group '",
-                                                   req.group(), "' (its groups: ",
-                                                   absl::StrJoin(groups_, ", "), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("RegisterTensors: this worker is not in group '", req.group(),
+                     "' (its groups: ", absl::StrJoin(groups_, ", "), ")"));
   }
   // Validate and map everything first: a bad entry changes nothing.
   std::vector<TensorEntry> fresh;
@@ -85,20 +84,19 @@ absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::Register(
     }
     if (mapping == nullptr) {
       auto m = ShmMapping::Open(shm.name());
-      if (!m.ok()) return absl::Status(m.status().code(), absl::StrCat(what, ": ", m.status().message()));
+      if (!m.ok())
+        return absl::Status(m.status().code(), absl::StrCat(what, ": ", m.status().message()));
       mapping = *m;
     }
     opened[shm.name()] = mapping;
     if (shm.offset() + shm.size() > mapping->size()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": shm '", shm.name(), "' has ",
-                                                     mapping->size(), " bytes, the tensor needs [",
-                                                     shm.offset(), ", ", shm.offset() + shm.size(),
-                                                     ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": shm '", shm.name(), "' has ", mapping->size(), " bytes, the tensor needs [",
+          shm.offset(), ", ", shm.offset() + shm.size(), ")"));
     }
     if (!req.replace()) {
       auto it = tensors_.find({req.group(), t.name()});
-      if (it != tensors_.end() &&
-          it->second.reg.SerializeAsString() != t.SerializeAsString()) {
+      if (it != tensors_.end() && it->second.reg.SerializeAsString() != t.SerializeAsString()) {
         return absl::AlreadyExistsError(
             absl::StrCat(what, " is already registered with another location or shape"));
       }

@@ -38,11 +38,10 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                  .Help("Syncs this worker ended with an error, by status code.")
                  .Register(*registry_);
   // Zero series for the usual codes, so that rates work before the first error.
-  for (absl::StatusCode c :
-       {absl::StatusCode::kAborted, absl::StatusCode::kCancelled,
-        absl::StatusCode::kDeadlineExceeded, absl::StatusCode::kUnavailable,
-        absl::StatusCode::kFailedPrecondition, absl::StatusCode::kInvalidArgument,
-        absl::StatusCode::kInternal}) {
+  for (absl::StatusCode c : {absl::StatusCode::kAborted, absl::StatusCode::kCancelled,
+                             absl::StatusCode::kDeadlineExceeded, absl::StatusCode::kUnavailable,
+                             absl::StatusCode::kFailedPrecondition,
+                             absl::StatusCode::kInvalidArgument, absl::StatusCode::kInternal}) {
     errors_->Add({{"code", absl::AsciiStrToLower(absl::StatusCodeToString(c))}});
   }
 }

@@ -25,7 +25,8 @@ ABSL_FLAG(std::string, groups, "",
           "Comma-separated memberships group:rank:size, e.g. 'trainer:0:4' or, for a worker "
           "colocated in two groups, 'trainer:1:4,inference:1:2'. Env: WSYNC_GROUPS.");
 ABSL_FLAG(std::string, node, "", "Node name for topology (default: hostname). Env: WSYNC_NODE.");
-ABSL_FLAG(std::string, device_uuid, "", "Device UUID reported to the controller. Env: "
+ABSL_FLAG(std::string, device_uuid, "",
+          "Device UUID reported to the controller. Env: "
           "WSYNC_DEVICE_UUID.");
 ABSL_FLAG(std::string, data_address, "127.0.0.1",
           "Address the data plane (Gloo TCP) listens on and advertises. Env: "
@@ -36,7 +37,8 @@ ABSL_FLAG(std::string, local_socket, "",
 ABSL_FLAG(int32_t, metrics_port, 0,
           "Port of the Prometheus /metrics endpoint (0: any free port, -1: disabled). Env: "
           "WSYNC_METRICS_PORT.");
-ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address /metrics binds to. Env: "
+ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
+          "Address /metrics binds to. Env: "
           "WSYNC_METRICS_HOST.");
 ABSL_FLAG(absl::Duration, round_timeout, absl::Seconds(60),
           "Longest one plan round may take on the data plane. Env: WSYNC_ROUND_TIMEOUT.");

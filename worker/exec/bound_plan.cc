@@ -168,7 +168,11 @@ absl::Status CheckSameCount(const v1::Piece& p) {
   return absl::OkStatus();
 }
 
-absl::Status CheckZeroCopy(const v1::Bucket& b, const StridedView& v) {
+// A row block of a row-major tensor arrives as an N-d view; it is contiguous
+// once its dims are merged, so coalesce before judging.
+absl::Status CheckZeroCopy(const v1::Bucket& b, StridedView v) {
+  StridedView* one[] = {&v};
+  CoalesceViews(one);
   if (b.pieces_size() != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("zero-copy bucket has ", b.pieces_size(), " pieces, needs exactly 1"));

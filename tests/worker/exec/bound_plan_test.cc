@@ -131,6 +131,27 @@ TEST_F(BindTest, ZeroCopyNeedsContiguousSameDtype) {
   ExpectError(Bind(pb.Build(), 0), absl::StatusCode::kInvalidArgument, {"zero-copy"});
 }
 
+// A block of whole rows of a row-major 2-D tensor is contiguous memory: it
+// must pass as zero-copy; a column block of the same tensor must not.
+TEST_F(BindTest, ZeroCopyAcceptsRowBlocksRefusesColumnBlocks) {
+  std::vector<uint8_t> z;
+  Reg(BufferSide::kDestination, "z", z, v1::FP32);
+  PlanBuilder rows;
+  rows.AddBucket(0, 1, 0,
+                 {Piece(View("w", 32, {2, 8}, v1::FP32, {8, 1}),
+                        View("z", 64, {2, 8}, v1::FP32, {8, 1}), v1::FP32)},
+                 /*zero_copy=*/true);
+  EXPECT_TRUE(Bind(rows.Build(), 0).ok()) << Bind(rows.Build(), 0);
+  EXPECT_TRUE(Bind(rows.Build(), 1).ok()) << Bind(rows.Build(), 1);
+
+  PlanBuilder cols;
+  cols.AddBucket(0, 1, 0,
+                 {Piece(View("w", 0, {4, 2}, v1::FP32, {8, 1}),
+                        View("z", 0, {4, 2}, v1::FP32, {8, 1}), v1::FP32)},
+                 /*zero_copy=*/true);
+  ExpectError(Bind(cols.Build(), 0), absl::StatusCode::kInvalidArgument, {"zero-copy", "strided"});
+}
+
 TEST_F(BindTest, PartialWithoutReduceIsRefused) {
   PlanBuilder pb;
   pb.AddBucket(0, 1, 0,

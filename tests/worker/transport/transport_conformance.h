@@ -247,6 +247,7 @@ TEST_P(TransportConformanceTest, RejectsSelfPeerRangeNullAndDuplicates) {
 
 // A peer that never posts its side: DEADLINE_EXCEEDED naming it, on time.
 TEST_P(TransportConformanceTest, SilentPeerGivesDeadlineExceededNamingPeer) {
+  if (factory().max_group_size() < 3) GTEST_SKIP() << "needs 3 ranks";
   auto group = Group(3);
   ASSERT_EQ(group.size(), 3u);
   auto src = Filled(0, 1, 4096);

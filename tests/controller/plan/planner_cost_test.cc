@@ -1,0 +1,41 @@
+// The planner's summary costs agree with the simulator (same link model),
+// and the plan-level cost helper agrees with both.
+#include "controller/plan/plan_cost.h"
+#include "controller/plan/planner.h"
+#include "controller/plan/simulator.h"
+#include "gtest/gtest.h"
+#include "tests/controller/plan/planner_test_util.h"
+
+namespace wsync::plan {
+namespace {
+
+using namespace planner_testing;  // NOLINT
+
+TEST(PlannerCostTest, SummaryMatchesSimulator) {
+  v1::Side src = Side("trainer", Range(0, 8), 4);
+  v1::Side dst = Side("infer", Range(4, 8), 4);  // partly colocated, two nodes each
+  for (int t = 0; t < 6; ++t) {
+    const std::string n = "t" + std::to_string(t);
+    Mesh(&src, n, {64, 48}, {2, 4}, {Rep(), Sh(0)});
+    Mesh(&dst, n, {64, 48}, {2, 4}, {Rep(), Sh(1)});
+  }
+  v1::TransferSpec spec = Spec(src, dst);
+  spec.mutable_options()->set_bucket_bytes(4096);
+  spec.mutable_options()->set_staging_cap_bytes(16384);
+  spec.mutable_options()->mutable_link_model()->set_round_latency_seconds(1e-6);
+  v1::Plan plan = BuildAndVerify(spec);
+  absl::StatusOr<WorkerNodes> nodes = WorkerNodesFromSpec(spec);
+  ASSERT_TRUE(nodes.ok());
+  absl::StatusOr<SimulationResult> sim = SimulatePlan(plan, *nodes, spec.options().link_model());
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_NEAR(plan.summary().predicted_seconds(), sim->makespan_seconds, 1e-12);
+  EXPECT_NEAR(plan.summary().lower_bound_seconds(), sim->lower_bound_seconds, 1e-12);
+  absl::StatusOr<CostReport> cost = EvaluatePlanCost(plan, EffectiveLinkModel(spec.options()));
+  ASSERT_TRUE(cost.ok());
+  EXPECT_NEAR(cost->predicted_seconds, sim->makespan_seconds, 1e-12);
+  EXPECT_NEAR(cost->lower_bound_seconds, sim->lower_bound_seconds, 1e-12);
+  EXPECT_GT(plan.num_rounds(), 1);
+}
+
+}  // namespace
+}  // namespace wsync::plan

@@ -88,27 +88,45 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     return absl::FailedPreconditionError(absl::StrCat(
         "plan bound for worker ", plan.worker, " but the transport is rank ", transport_->rank()));
   }
-  if (staging_.bytes() < plan.max_staging_bytes) {
+  const PipelineSchedule& sched = ScheduleFor(plan);
+  const bool pipeline = options_.pipeline;
+  const int64_t need = pipeline ? sched.staging_bytes : plan.max_staging_bytes;
+  if (staging_.bytes() < need) {
     staging_.Reset();  // free first: never hold old and new together
     allocated_staging_.store(0);
-    ASSIGN_OR_RETURN(staging_, ops_->AllocateStaging(plan.max_staging_bytes));
+    ASSIGN_OR_RETURN(staging_, ops_->AllocateStaging(need));
     allocated_staging_.store(staging_.bytes());
   }
+  uint8_t* const sets[2] = {
+      static_cast<uint8_t*>(staging_.data()),
+      static_cast<uint8_t*>(staging_.data()) + (pipeline ? sched.second_set_offset : 0)};
   SyncStats stats;
   Progress p;
   p.worker = plan.worker;
   p.rounds_total = static_cast<int32_t>(plan.rounds.size());
   p.bytes_total = plan.total_bytes;
-  for (const BoundRound& round : plan.rounds) {
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          RoundWhere(plan, round), ": the sync deadline passed before the round started"));
-    }
+  bool packed = false;  // the next round was packed ahead
+  for (size_t i = 0; i < plan.rounds.size(); ++i) {
+    const BoundRound& round = plan.rounds[i];
+    absl::Status s;
     RoundStats rs;
-    current_staging_.store(round.staging_bytes);
-    const absl::Status s = RunRound(plan, round, deadline, rs);
-    current_staging_.store(0);
-    if (!s.ok()) return s;
+    if (absl::Now() >= deadline) {
+      s = absl::DeadlineExceededError(absl::StrCat(
+          RoundWhere(plan, round), ": the sync deadline passed before the round started"));
+    } else {
+      bool packed_next = false;
+      s = RunRound(plan, i, packed, sets[i % 2], sets[(i + 1) % 2], deadline, rs, &packed_next,
+                   stats);
+      packed = packed_next;
+    }
+    if (!s.ok()) {
+      // Nothing the data ops still run may outlive the sync (the staging may
+      // be freed or reused next); their own error is secondary to `s`.
+      ops_->Synchronize().IgnoreError();
+      current_staging_.store(0);
+      return s;
+    }
+    current_staging_.store(packed ? plan.rounds[i + 1].staging_bytes : 0);
     stats.bytes_sent += rs.bytes_sent;
     stats.bytes_received += rs.bytes_received;
     stats.bytes_local += rs.bytes_local;
@@ -119,12 +137,30 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     p.bytes_done += rs.bytes_sent + rs.bytes_received + rs.bytes_local;
     if (progress) progress(p);
   }
+  current_staging_.store(0);
   stats.seconds = Seconds(start);
   return stats;
 }
 
-absl::Status Executor::RunRound(const BoundPlan& plan, const BoundRound& round, absl::Time deadline,
-                                RoundStats& rs) {
+const PipelineSchedule& Executor::ScheduleFor(const BoundPlan& plan) {
+  if (schedule_plan_ != &plan || schedule_key_ != plan.key ||
+      schedule_generation_ != plan.registry_generation ||
+      schedule_.rounds.size() != plan.rounds.size()) {
+    schedule_ = BuildPipelineSchedule(plan);
+    schedule_plan_ = &plan;
+    schedule_key_ = plan.key;
+    schedule_generation_ = plan.registry_generation;
+  }
+  return schedule_;
+}
+
+absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, uint8_t* staging,
+                                uint8_t* next_staging, absl::Time deadline, RoundStats& rs,
+                                bool* packed_next, SyncStats& sync) {
+  const BoundRound& round = plan.rounds[i];
+  const RoundSchedule& sched = schedule_.rounds[i];
+  const bool pipeline = options_.pipeline;
+  const bool local_early = pipeline && sched.local_early;
   const std::string where = RoundWhere(plan, round);
   rs.index = round.index;
   rs.staging_bytes = round.staging_bytes;
@@ -132,15 +168,57 @@ absl::Status Executor::RunRound(const BoundPlan& plan, const BoundRound& round, 
   rs.recvs = static_cast<int32_t>(round.recvs.size());
   rs.copies = static_cast<int32_t>(round.copy_buckets.size());
   rs.reduces = static_cast<int32_t>(round.reduces.size());
-  uint8_t* staging = static_cast<uint8_t*>(staging_.data());
+  current_staging_.store(round.staging_bytes);
 
   RETURN_IF_ERROR(CheckAborted(plan, round, "pack"));
   absl::Time t = absl::Now();
-  if (!round.pack.empty()) {
+  if (!packed && !round.pack.empty()) {
     RETURN_IF_ERROR(Wrap(ops_->Pack(round.pack, staging), absl::StrCat(where, ": pack")));
+  }
+  // Also finishes a pack issued during the previous round's transfer.
+  if (packed || !round.pack.empty()) {
     RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": pack")));
   }
   rs.pack_seconds = Seconds(t);
+
+  auto run_local = [&]() -> absl::Status {
+    absl::Time tc = absl::Now();
+    if (!round.copies.empty()) {
+      RETURN_IF_ERROR(
+          Wrap(ops_->Copy(round.copies),
+               absl::StrCat(where, ": copy buckets ", absl::StrJoin(round.copy_buckets, ","))));
+    }
+    rs.copy_seconds += Seconds(tc);
+    tc = absl::Now();
+    if (!sched.local_reduces.empty()) {
+      RETURN_IF_ERROR(
+          Wrap(ops_->Reduce(round.reduce_inputs, sched.local_reduces, staging),
+               absl::StrCat(where, ": reduces ", absl::StrJoin(round.reduce_ids, ","))));
+    }
+    rs.reduce_seconds += Seconds(tc);
+    return absl::OkStatus();
+  };
+  // Asynchronous data ops run these during the transfer below.
+  if (local_early) {
+    RETURN_IF_ERROR(CheckAborted(plan, round, "copy"));
+    RETURN_IF_ERROR(run_local());
+    ++sync.rounds_local_early;
+  }
+  int64_t in_use = round.staging_bytes;
+  if (pipeline && i + 1 < plan.rounds.size() && schedule_.rounds[i + 1].pack_ahead) {
+    const BoundRound& next = plan.rounds[i + 1];
+    RETURN_IF_ERROR(CheckAborted(plan, next, "pack"));
+    in_use += next.staging_bytes;
+    current_staging_.store(in_use);
+    const absl::Time tp = absl::Now();
+    RETURN_IF_ERROR(
+        Wrap(ops_->Pack(next.pack, next_staging),
+             absl::StrCat(RoundWhere(plan, next), ": pack (during round ", round.index, ")")));
+    rs.pack_seconds += Seconds(tp);
+    *packed_next = true;
+    ++sync.rounds_packed_ahead;
+  }
+  sync.peak_staging_bytes = std::max(sync.peak_staging_bytes, in_use);
 
   RETURN_IF_ERROR(CheckAborted(plan, round, "transfer"));
   t = absl::Now();
@@ -173,20 +251,14 @@ absl::Status Executor::RunRound(const BoundPlan& plan, const BoundRound& round, 
     RETURN_IF_ERROR(Wrap(ops_->Unpack(staging, round.unpack), absl::StrCat(where, ": unpack")));
   }
   rs.unpack_seconds = Seconds(t);
+  if (!local_early) RETURN_IF_ERROR(run_local());
   t = absl::Now();
-  if (!round.copies.empty()) {
-    RETURN_IF_ERROR(
-        Wrap(ops_->Copy(round.copies),
-             absl::StrCat(where, ": copy buckets ", absl::StrJoin(round.copy_buckets, ","))));
-  }
-  rs.copy_seconds = Seconds(t);
-  t = absl::Now();
-  if (!round.reduces.empty()) {
-    RETURN_IF_ERROR(Wrap(ops_->Reduce(round.reduce_inputs, round.reduces, staging),
+  if (!sched.staged_reduces.empty()) {
+    RETURN_IF_ERROR(Wrap(ops_->Reduce(round.reduce_inputs, sched.staged_reduces, staging),
                          absl::StrCat(where, ": reduces ", absl::StrJoin(round.reduce_ids, ","))));
   }
   RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": finishing the round")));
-  rs.reduce_seconds = Seconds(t);
+  rs.reduce_seconds += Seconds(t);
   rs.bytes_local = round.bytes_local;
   return absl::OkStatus();
 }

@@ -5,8 +5,17 @@
 //      order with tag = bucket id (zero-copy buckets go straight from / into
 //      the tensors);
 //   3. unpack received buckets, run COPYs, then REDUCEs; synchronize.
-// Staging is one allocation of the plan's peak, reused across rounds and
-// syncs; a round uses at most its Round.staging_bytes of it.
+// Pipelined (ExecutorOptions::pipeline, the default), with the data ops'
+// calls being asynchronous (a device stream), the interpreter overlaps:
+//   * a round's local COPYs and all-local REDUCEs are issued between 1 and 2
+//     so they run during the transfer;
+//   * round r+1 is packed into the second staging set between 1 and 2 of
+//     round r, so packing runs during round r's transfer.
+// Each only where pipeline_schedule.h proves it touches no memory the round
+// writes later (relays re-sending what round r received are packed after).
+// Staging is then two sets (even / odd rounds), at most twice the plan's
+// peak; without pipelining one allocation of the plan's peak. Both are
+// reused across rounds and syncs.
 //
 // A failed sync leaves destination buffers partly written: the caller must
 // not publish them (staged commit comes later). Any failure also leaves the
@@ -25,6 +34,7 @@
 #include "absl/time/time.h"
 #include "worker/exec/bound_plan.h"
 #include "worker/exec/data_ops.h"
+#include "worker/exec/pipeline_schedule.h"
 #include "worker/transport/transport.h"
 
 namespace wsync::exec {
@@ -33,6 +43,9 @@ struct ExecutorOptions {
   // Each round's transfer must finish within this (and within the sync's
   // deadline).
   absl::Duration round_timeout = absl::Seconds(60);
+  // Overlap packing and local work with transfers (see above); off: plain
+  // round order with half the staging memory.
+  bool pipeline = true;
 };
 
 struct Progress {
@@ -68,7 +81,9 @@ struct SyncStats {
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
   int64_t bytes_local = 0;
-  int64_t peak_staging_bytes = 0;
+  int64_t peak_staging_bytes = 0;  // most staging in use at once (two rounds when pipelined)
+  int32_t rounds_packed_ahead = 0;
+  int32_t rounds_local_early = 0;
 };
 
 class Executor {
@@ -87,15 +102,20 @@ class Executor {
   // one; the transport is aborted too and must be rebuilt with the executor.
   void Abort(const std::string& reason);
 
-  // Staging in use by the round in flight (0 between rounds) and allocated.
+  // Staging in use (the round in flight, plus the next one while it is packed
+  // ahead; 0 outside Run) and allocated.
   int64_t current_staging_bytes() const { return current_staging_.load(); }
   int64_t allocated_staging_bytes() const { return allocated_staging_.load(); }
   // Frees the staging allocation (e.g. while idle between syncs).
   void ReleaseStaging();
 
  private:
-  absl::Status RunRound(const BoundPlan& plan, const BoundRound& round, absl::Time deadline,
-                        RoundStats& stats);
+  // Runs plan.rounds[i] with staging at `base`; packs round i+1 at
+  // `next_base` when the schedule allows (sets *packed_next).
+  absl::Status RunRound(const BoundPlan& plan, size_t i, bool packed, uint8_t* base,
+                        uint8_t* next_base, absl::Time deadline, RoundStats& stats,
+                        bool* packed_next, SyncStats& sync);
+  const PipelineSchedule& ScheduleFor(const BoundPlan& plan);
   absl::Status CheckAborted(const BoundPlan& plan, const BoundRound& round, const char* phase);
 
   transport::Transport* const transport_;
@@ -109,6 +129,11 @@ class Executor {
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   std::vector<transport::SendRequest> send_reqs_;
   std::vector<transport::RecvRequest> recv_reqs_;
+  // The schedule of the last plan run (keyed by its identity and binding).
+  const BoundPlan* schedule_plan_ = nullptr;
+  std::string schedule_key_;
+  uint64_t schedule_generation_ = 0;
+  PipelineSchedule schedule_;
 };
 
 }  // namespace wsync::exec

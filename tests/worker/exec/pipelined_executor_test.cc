@@ -1,0 +1,402 @@
+// The executor's pipelining (pack-ahead into the second staging set, local
+// work during the transfer) over Gloo on loopback: many rounds with staging
+// caps of exactly one round's buckets, relays that re-send what the previous
+// round received (staged and zero-copy), local copies, local and mixed
+// reduces; every destination byte checked, peak staging bounded by two
+// rounds, abort mid-pipeline.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/worker/exec/cluster.h"
+#include "worker/exec/pipeline_schedule.h"
+
+namespace wsync::exec {
+namespace {
+
+using testing::Cluster;
+using testing::kSentinel;
+
+constexpr int kWorkers = 3;
+constexpr int64_t kSrcNumel = 4096;
+constexpr int64_t kDstNumel = 32768;
+
+float SrcValue(int w, int64_t i) { return static_cast<float>(w * 100000 + i); }
+
+v1::TensorView View(int w, bool dst, int64_t off, int64_t n, int64_t stride) {
+  v1::TensorView v;
+  v.set_buffer(absl::StrCat(dst ? "d" : "s", w));
+  v.set_side(dst ? v1::DESTINATION_BUFFER : v1::SOURCE_BUFFER);
+  v.set_byte_offset(off * 4);
+  v.add_shape(n);
+  v.add_strides(stride);
+  v.set_dtype(v1::FP32);
+  return v;
+}
+
+struct PieceSpec {
+  v1::TensorView src, dst;
+  int64_t reduce_id = 0;
+  bool relay = false;
+};
+
+// Builds a plan and the values every destination element must end with.
+class PlanGen {
+ public:
+  explicit PlanGen(uint32_t seed) : rng_(seed), expect_(kWorkers) {
+    for (auto& e : expect_) e.assign(kDstNumel, 0.0f);
+    written_.assign(kWorkers, std::vector<bool>(kDstNumel, false));
+    cursor_.assign(kWorkers, 0);
+  }
+
+  // A fresh piece from w's source (stride `stride`) into a new region of v's
+  // destination (dst_off < 0) or the given one.
+  PieceSpec Fresh(int w, int v, int64_t n, int64_t stride, int64_t* dst_off = nullptr) {
+    std::uniform_int_distribution<int64_t> d(0, kSrcNumel - 1 - (n - 1) * stride);
+    const int64_t off = d(rng_);
+    const int64_t at = Claim(v, n);
+    for (int64_t k = 0; k < n; ++k) Set(v, at + k, SrcValue(w, off + k * stride));
+    if (dst_off) *dst_off = at;
+    return {View(w, false, off, n, stride), View(v, true, at, n, 1)};
+  }
+  // Re-sends v's destination region [a, a + n) (received earlier) to u.
+  PieceSpec Relay(int v, int64_t a, int64_t n, int u, int64_t* dst_off = nullptr) {
+    const int64_t at = Claim(u, n);
+    for (int64_t k = 0; k < n; ++k) Set(u, at + k, expect_[v][a + k]);
+    if (dst_off) *dst_off = at;
+    PieceSpec p{View(v, true, a, n, 1), View(u, true, at, n, 1)};
+    p.relay = true;
+    return p;
+  }
+
+  int64_t Bucket(int s, int r, int round, bool zero_copy, std::vector<PieceSpec> pieces) {
+    v1::Bucket* b = plan_.add_buckets();
+    b->set_id(plan_.buckets_size() - 1);
+    b->set_sender(s);
+    b->set_receiver(r);
+    b->set_round(round);
+    b->set_transport(s == r ? v1::TRANSPORT_LOCAL : v1::TRANSPORT_NETWORK);
+    b->set_zero_copy(zero_copy);
+    b->set_seq(seq_[{s, r, round}]++);
+    int64_t bytes = 0;
+    for (const PieceSpec& ps : pieces) {
+      v1::Piece* p = b->add_pieces();
+      p->set_tensor("t");
+      *p->mutable_src() = ps.src;
+      *p->mutable_dst() = ps.dst;
+      p->set_bucket_offset(bytes);
+      p->set_wire_dtype(v1::FP32);
+      p->set_reduce_id(ps.reduce_id);
+      p->set_relay(ps.relay);
+      bytes += ps.src.shape(0) * 4;
+    }
+    b->set_bytes(bytes);
+    auto op = [&](int w, v1::Op::Kind kind, int peer) {
+      v1::Op o;
+      o.set_kind(kind);
+      o.set_peer(peer);
+      o.set_bucket(b->id());
+      ops_[{w, round}].push_back(o);
+    };
+    if (s == r) {
+      op(s, v1::Op::COPY, s);
+    } else {
+      op(s, v1::Op::SEND, r);
+      op(r, v1::Op::RECV, s);
+      if (!zero_copy) {
+        staging_[{s, round}] += bytes;
+        staging_[{r, round}] += bytes;
+      }
+    }
+    return b->id();
+  }
+
+  // A SUM reduce on w into a new region of n elements: one partial from
+  // each (sender, source offset) in `from` (sender == w: a local partial).
+  void Reduce(int w, int round, int64_t n, const std::vector<int>& from) {
+    const int64_t at = Claim(w, n);
+    const int64_t id = plan_.reduces_size() + 1;
+    v1::Reduce* r = plan_.add_reduces();
+    r->set_id(id);
+    r->set_worker(w);
+    r->set_round(round);
+    r->set_op(v1::REDUCE_SUM);
+    r->set_accumulate_dtype(v1::FP32);
+    *r->mutable_dst() = View(w, true, at, n, 1);
+    std::vector<float> sum(n, 0.0f);
+    for (int s : from) {
+      std::uniform_int_distribution<int64_t> d(0, kSrcNumel - n);
+      const int64_t off = d(rng_);
+      for (int64_t k = 0; k < n; ++k) sum[k] += SrcValue(s, off + k);
+      PieceSpec p{View(s, false, off, n, 1), View(w, true, at, n, 1)};
+      p.reduce_id = id;
+      v1::ReduceInput* in = r->add_inputs();
+      in->set_bucket(Bucket(s, w, round, false, {p}));
+      in->set_piece(0);
+    }
+    for (int64_t k = 0; k < n; ++k) Set(w, at + k, sum[k]);
+    v1::Op o;
+    o.set_kind(v1::Op::REDUCE);
+    o.set_reduce(id);
+    reduce_ops_[{w, round}].push_back(o);
+  }
+
+  v1::Plan Build(int num_rounds) {
+    plan_.set_key(absl::StrCat("pipelined-", plan_.buckets_size()));
+    plan_.set_num_rounds(num_rounds);
+    for (int w = 0; w < kWorkers; ++w) {
+      v1::RankPlan* rp = plan_.add_ranks();
+      rp->set_worker(w);
+      for (int round = 0; round < num_rounds; ++round) {
+        auto& ops = ops_[{w, round}];
+        auto& red = reduce_ops_[{w, round}];
+        if (ops.empty() && red.empty()) continue;
+        v1::Round* r = rp->add_rounds();
+        r->set_index(round);
+        r->set_staging_bytes(staging_[{w, round}]);  // exactly the round's buckets
+        for (const auto& o : ops) *r->add_ops() = o;
+        for (const auto& o : red) *r->add_ops() = o;
+      }
+    }
+    return plan_;
+  }
+
+  const std::vector<float>& expect(int w) const { return expect_[w]; }
+  bool written(int w, int64_t i) const { return written_[w][i]; }
+
+ private:
+  int64_t Claim(int w, int64_t n) {
+    const int64_t at = cursor_[w];
+    cursor_[w] += n + 3;  // gaps stay sentinel: checks stray writes
+    EXPECT_LE(cursor_[w], kDstNumel);
+    return at;
+  }
+  void Set(int w, int64_t i, float v) {
+    expect_[w][i] = v;
+    written_[w][i] = true;
+  }
+
+  std::mt19937 rng_;
+  v1::Plan plan_;
+  std::vector<std::vector<float>> expect_;
+  std::vector<std::vector<bool>> written_;
+  std::vector<int64_t> cursor_;
+  std::map<std::tuple<int, int, int>, int> seq_;
+  std::map<std::pair<int, int>, std::vector<v1::Op>> ops_, reduce_ops_;
+  std::map<std::pair<int, int>, int64_t> staging_;
+};
+
+constexpr int kRounds = 16;
+
+// Rounds of staged sends to both peers, zero-copy sends, relays of what the
+// previous round received (every 4th round), local copies, local-only and
+// mixed reduces.
+v1::Plan MakePlan(PlanGen& g) {
+  struct Received {
+    int v;
+    int64_t off, n;
+    bool zero_copy;
+  };
+  std::vector<Received> prev;
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<Received> now;
+    for (int w = 0; w < kWorkers; ++w) {
+      const int v = (w + 1) % kWorkers, u = (w + 2) % kWorkers;
+      int64_t at = 0;
+      PieceSpec a = g.Fresh(w, v, 37 + round, 1, &at);
+      g.Bucket(w, v, round, false, {a, g.Fresh(w, v, 20, 3)});
+      now.push_back({v, at, 37 + round, false});
+      g.Bucket(w, u, round, false, {g.Fresh(w, u, 11 + round, 2)});
+      if (round % 3 == 1) {
+        g.Bucket(w, v, round, true, {g.Fresh(w, v, 64, 1, &at)});
+        now.push_back({v, at, 64, true});
+      }
+      g.Bucket(w, w, round, false, {g.Fresh(w, w, 50, 1), g.Fresh(w, w, 17, 5)});
+      if (round % 2 == 0) g.Reduce(w, round, 23, {w, u});
+      if (round % 3 == 0) g.Reduce(w, round, 19, {w, w});
+    }
+    if (round % 4 == 2) {
+      for (const Received& r : prev) {
+        const int to = (r.v + 1) % kWorkers;
+        if (r.zero_copy) {
+          g.Bucket(r.v, to, round, true, {g.Relay(r.v, r.off, r.n, to)});
+        } else {
+          g.Bucket(r.v, to, round, false, {g.Relay(r.v, r.off, r.n, to)});
+        }
+      }
+    }
+    prev = now;
+  }
+  return g.Build(kRounds);
+}
+
+class PipelinedExecutorTest : public ::testing::Test {
+ protected:
+  void SetUpCluster(ExecutorOptions options) {
+    for (int w = 0; w < kWorkers; ++w) {
+      cluster_.Add(w, BufferSide::kSource, absl::StrCat("s", w), v1::FP32, kSrcNumel);
+      cluster_.Add(w, BufferSide::kDestination, absl::StrCat("d", w), v1::FP32, kDstNumel);
+      float* s = cluster_.Data<float>(w, BufferSide::kSource, absl::StrCat("s", w));
+      for (int64_t i = 0; i < kSrcNumel; ++i) s[i] = SrcValue(w, i);
+    }
+    ASSERT_TRUE(cluster_.Connect(options).ok());
+  }
+  void ClearDestinations() {
+    for (int w = 0; w < kWorkers; ++w) {
+      std::memset(cluster_.Data<uint8_t>(w, BufferSide::kDestination, absl::StrCat("d", w)),
+                  kSentinel, kDstNumel * 4);
+    }
+  }
+  void CheckDestinations(const PlanGen& g) {
+    for (int w = 0; w < kWorkers; ++w) {
+      const uint8_t* d = cluster_.Data<uint8_t>(w, BufferSide::kDestination, absl::StrCat("d", w));
+      int bad = 0;
+      for (int64_t i = 0; i < kDstNumel && bad < 5; ++i) {
+        if (g.written(w, i)) {
+          float got;
+          std::memcpy(&got, d + i * 4, 4);
+          if (got != g.expect(w)[i]) {
+            ++bad;
+            ADD_FAILURE() << "worker " << w << " element " << i << ": " << got
+                          << " != " << g.expect(w)[i];
+          }
+        } else {
+          for (int k = 0; k < 4; ++k) {
+            if (d[i * 4 + k] != kSentinel) {
+              ++bad;
+              ADD_FAILURE() << "worker " << w << " unwritten element " << i << " was written";
+              break;
+            }
+          }
+        }
+      }
+    }
+  }
+
+  Cluster cluster_{kWorkers};
+};
+
+// The largest staging of two consecutive rounds of worker w's binding.
+int64_t TwoRoundPeak(const BoundPlan& b) {
+  int64_t peak = 0;
+  for (size_t i = 0; i < b.rounds.size(); ++i) {
+    peak = std::max(peak, b.rounds[i].staging_bytes +
+                              (i + 1 < b.rounds.size() ? b.rounds[i + 1].staging_bytes : 0));
+  }
+  return peak;
+}
+
+TEST_F(PipelinedExecutorTest, EveryByteRightWithRelaysCopiesReducesAndTinyStaging) {
+  PlanGen g(7);
+  const v1::Plan plan = MakePlan(g);
+  SetUpCluster({});
+  std::vector<std::atomic<int64_t>> sampled(kWorkers);
+  for (auto& s : sampled) s.store(0);
+  for (int sync = 0; sync < 2; ++sync) {  // the second replays the cached schedule
+    ClearDestinations();
+    std::atomic<bool> done{false};
+    std::thread sampler([&] {
+      while (!done.load()) {
+        for (int w = 0; w < kWorkers; ++w) {
+          const int64_t c = cluster_.executor(w).current_staging_bytes();
+          if (c > sampled[w].load()) sampled[w].store(c);
+        }
+      }
+    });
+    auto out = cluster_.Run(plan, absl::Seconds(60));
+    done.store(true);
+    sampler.join();
+    for (int w = 0; w < kWorkers; ++w) {
+      ASSERT_TRUE(out[w].ok()) << "worker " << w << ": " << out[w].status();
+      auto bound = BindPlan(plan, w, cluster_.registry(w), MemorySpace::kHost);
+      ASSERT_TRUE(bound.ok()) << bound.status();
+      const BoundPlan& b = **bound;
+      const SyncStats& st = *out[w];
+      EXPECT_EQ(st.rounds.size(), static_cast<size_t>(kRounds));
+      EXPECT_LE(st.peak_staging_bytes, TwoRoundPeak(b)) << "worker " << w;
+      EXPECT_LE(st.peak_staging_bytes, 2 * b.max_staging_bytes);
+      EXPECT_GT(st.peak_staging_bytes, b.max_staging_bytes) << "never packed ahead";
+      EXPECT_LE(sampled[w].load(), TwoRoundPeak(b)) << "worker " << w;
+      EXPECT_LE(cluster_.executor(w).allocated_staging_bytes(), 2 * b.max_staging_bytes + 255);
+      EXPECT_EQ(cluster_.executor(w).current_staging_bytes(), 0);
+      // Relays (every 4th round from 2 on) are packed after the round before.
+      EXPECT_GT(st.rounds_packed_ahead, 0);
+      EXPECT_EQ(st.rounds_packed_ahead, kRounds - 1 - 4) << "relay rounds 2, 6, 10, 14 wait";
+      EXPECT_EQ(st.rounds_local_early, kRounds);
+    }
+    CheckDestinations(g);
+  }
+}
+
+TEST_F(PipelinedExecutorTest, PipelineOffGivesTheSameBytesWithOneRoundOfStaging) {
+  PlanGen g(11);
+  const v1::Plan plan = MakePlan(g);
+  ExecutorOptions o;
+  o.pipeline = false;
+  SetUpCluster(o);
+  ClearDestinations();
+  auto out = cluster_.Run(plan, absl::Seconds(60));
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_TRUE(out[w].ok()) << out[w].status();
+    auto bound = BindPlan(plan, w, cluster_.registry(w), MemorySpace::kHost);
+    ASSERT_TRUE(bound.ok());
+    EXPECT_EQ(out[w]->peak_staging_bytes, (*bound)->max_staging_bytes);
+    EXPECT_EQ(out[w]->rounds_packed_ahead, 0);
+    EXPECT_EQ(out[w]->rounds_local_early, 0);
+  }
+  CheckDestinations(g);
+}
+
+TEST_F(PipelinedExecutorTest, ScheduleHoldsBackRelayRoundsOnly) {
+  PlanGen g(3);
+  const v1::Plan plan = MakePlan(g);
+  SetUpCluster({});
+  for (int w = 0; w < kWorkers; ++w) {
+    auto bound = BindPlan(plan, w, cluster_.registry(w), MemorySpace::kHost);
+    ASSERT_TRUE(bound.ok()) << bound.status();
+    const PipelineSchedule s = BuildPipelineSchedule(**bound);
+    ASSERT_EQ(s.rounds.size(), static_cast<size_t>(kRounds));
+    EXPECT_FALSE(s.rounds[0].pack_ahead);
+    for (int r = 1; r < kRounds; ++r) {
+      // Relay rounds read what the round before received.
+      EXPECT_EQ(s.rounds[r].pack_ahead, r % 4 != 2) << "worker " << w << " round " << r;
+      EXPECT_TRUE(s.rounds[r].local_early) << "worker " << w << " round " << r;
+    }
+    EXPECT_EQ(s.rounds[0].local_reduces.size(), 1u);   // {w, w}
+    EXPECT_EQ(s.rounds[0].staged_reduces.size(), 1u);  // {w, u}
+    EXPECT_EQ(s.second_set_offset % 256, 0);
+    EXPECT_LE(s.staging_bytes, 2 * (*bound)->max_staging_bytes + 255);
+  }
+}
+
+TEST_F(PipelinedExecutorTest, AbortMidPipelineEndsEveryWorkerPromptly) {
+  PlanGen g(5);
+  const v1::Plan plan = MakePlan(g);
+  ExecutorOptions o;
+  o.round_timeout = absl::Seconds(30);
+  SetUpCluster(o);
+  std::atomic<bool> aborted{false};
+  const absl::Time start = absl::Now();
+  auto out = cluster_.Run(plan, absl::Seconds(60), {}, [&](const Progress& p) {
+    if (p.worker == 0 && p.rounds_done == 5 && !aborted.exchange(true)) {
+      for (int w = 0; w < kWorkers; ++w) cluster_.executor(w).Abort("test abort");
+    }
+  });
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_TRUE(aborted.load());
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_FALSE(out[w].ok()) << "worker " << w;
+    EXPECT_EQ(out[w].status().code(), absl::StatusCode::kCancelled) << out[w].status();
+    EXPECT_EQ(cluster_.executor(w).current_staging_bytes(), 0);
+  }
+  EXPECT_NE(out[0].status().message().find("test abort"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace wsync::exec

@@ -1,0 +1,128 @@
+#include "worker/exec/pipeline_schedule.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/dtype.h"
+
+namespace wsync::exec {
+namespace {
+
+// Half-open byte ranges [first, second).
+using Range = std::pair<uintptr_t, uintptr_t>;
+
+void AddView(const StridedView& v, std::vector<Range>& out) {
+  const int64_t n = v.num_elements();
+  if (n <= 0 || v.data == nullptr) return;
+  const int64_t esz = DTypeSize(v.dtype);
+  int64_t last = 0;
+  for (int d = 0; d < v.ndim; ++d) last += (v.shape[d] - 1) * v.strides[d];
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(v.data);
+  out.emplace_back(lo, lo + static_cast<uintptr_t>((last + 1) * esz));
+}
+
+void AddRaw(const void* p, int64_t bytes, std::vector<Range>& out) {
+  if (p == nullptr || bytes <= 0) return;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p);
+  out.emplace_back(lo, lo + static_cast<uintptr_t>(bytes));
+}
+
+// Sorted, merged copy of `r`.
+std::vector<Range> Merge(std::vector<Range> r) {
+  std::sort(r.begin(), r.end());
+  std::vector<Range> out;
+  for (const Range& x : r) {
+    if (!out.empty() && x.first < out.back().second) {
+      out.back().second = std::max(out.back().second, x.second);
+    } else {
+      out.push_back(x);
+    }
+  }
+  return out;
+}
+
+// `merged` from Merge().
+bool Overlaps(const std::vector<Range>& merged, const std::vector<Range>& probe) {
+  for (const Range& x : probe) {
+    // The first merged range ending after x starts.
+    auto it = std::upper_bound(merged.begin(), merged.end(), x.first,
+                               [](uintptr_t v, const Range& m) { return v < m.second; });
+    if (it != merged.end() && it->first < x.second) return true;
+  }
+  return false;
+}
+
+bool AllUnstaged(const BoundRound& round, const ReduceItem& item) {
+  for (int32_t k = item.input_begin; k < item.input_begin + item.num_inputs; ++k) {
+    if (round.reduce_inputs[k].staging_offset >= 0) return false;
+  }
+  return true;
+}
+
+int64_t Align256(int64_t v) { return (v + 255) / 256 * 256; }
+
+}  // namespace
+
+PipelineSchedule BuildPipelineSchedule(const BoundPlan& plan) {
+  PipelineSchedule s;
+  s.rounds.resize(plan.rounds.size());
+  // Memory each round writes from its transfer's start on (for the next
+  // round's pack-ahead decision).
+  std::vector<Range> prev_late_writes;
+  int64_t max_even = 0, max_odd = 0;
+  for (size_t i = 0; i < plan.rounds.size(); ++i) {
+    const BoundRound& round = plan.rounds[i];
+    RoundSchedule& rs = s.rounds[i];
+    (i % 2 == 0 ? max_even : max_odd) =
+        std::max(i % 2 == 0 ? max_even : max_odd, round.staging_bytes);
+
+    std::vector<Range> local_reads, local_writes, net_writes, zc_send_reads;
+    for (const ReduceItem& item : round.reduces) {
+      if (AllUnstaged(round, item)) {
+        rs.local_reduces.push_back(item);
+        AddView(item.dst, local_writes);
+        for (int32_t k = item.input_begin; k < item.input_begin + item.num_inputs; ++k) {
+          AddView(round.reduce_inputs[k].view, local_reads);
+        }
+      } else {
+        rs.staged_reduces.push_back(item);
+      }
+    }
+    for (const CopyItem& c : round.copies) {
+      AddView(c.src, local_reads);
+      AddView(c.dst, local_writes);
+    }
+    for (const UnpackItem& u : round.unpack) AddView(u.dst, net_writes);
+    for (const BoundTransfer& t : round.recvs) {
+      if (t.zero_copy) AddRaw(t.direct, t.bytes, net_writes);
+    }
+    for (const BoundTransfer& t : round.sends) {
+      if (t.zero_copy) AddRaw(t.direct, t.bytes, zc_send_reads);
+    }
+    const std::vector<Range> net_w = Merge(net_writes);
+    const bool has_local = !round.copies.empty() || !rs.local_reduces.empty();
+    rs.local_early = has_local && !Overlaps(net_w, local_reads) && !Overlaps(net_w, local_writes) &&
+                     !Overlaps(Merge(zc_send_reads), local_writes);
+
+    if (i > 0) {
+      std::vector<Range> pack_reads;
+      for (const PackItem& p : round.pack) AddView(p.src, pack_reads);
+      rs.pack_ahead = !pack_reads.empty() && !Overlaps(prev_late_writes, pack_reads);
+    }
+
+    std::vector<Range> late = std::move(net_writes);
+    for (const ReduceItem& item : rs.staged_reduces) AddView(item.dst, late);
+    if (!rs.local_early) late.insert(late.end(), local_writes.begin(), local_writes.end());
+    prev_late_writes = Merge(std::move(late));
+  }
+  if (plan.rounds.size() < 2 || max_odd == 0) {
+    s.second_set_offset = 0;
+    s.staging_bytes = plan.max_staging_bytes;
+  } else {
+    s.second_set_offset = Align256(max_even);
+    s.staging_bytes = s.second_set_offset + max_odd;
+  }
+  return s;
+}
+
+}  // namespace wsync::exec

@@ -1,0 +1,46 @@
+// Which parts of a bound plan's rounds the executor may run out of their
+// plain order (pack, transfer, unpack, copy, reduce), decided once per bound
+// plan from the memory the items touch:
+//  * a round's local work (COPYs and REDUCEs with only unstaged inputs) may
+//    be issued before its transfer when it neither reads nor writes memory
+//    the transfer or the unpack writes, nor writes memory a zero-copy send
+//    reads;
+//  * round i+1 may be packed (into the other staging set) while round i
+//    transfers when no pack item of i+1 reads memory that round i writes
+//    after its transfer started (receives, unpack, reduces, deferred local
+//    work). This is what keeps relays right: a piece re-sent in round i+1
+//    reads what round i received, so that round is packed after round i.
+// Overlap is judged on each view's address extent [first byte, last byte],
+// which can only over-report conflicts, never miss one.
+#ifndef WSYNC_WORKER_EXEC_PIPELINE_SCHEDULE_H_
+#define WSYNC_WORKER_EXEC_PIPELINE_SCHEDULE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "worker/exec/bound_plan.h"
+#include "worker/exec/data_ops.h"
+
+namespace wsync::exec {
+
+struct RoundSchedule {
+  bool local_early = false;                // issue local_reduces and the copies before the transfer
+  bool pack_ahead = false;                 // may be packed during the previous round's transfer
+  std::vector<ReduceItem> local_reduces;   // every input unstaged
+  std::vector<ReduceItem> staged_reduces;  // at least one input from staging
+};
+
+struct PipelineSchedule {
+  std::vector<RoundSchedule> rounds;  // parallel to BoundPlan::rounds
+  // Staging layout with two sets: rounds at even positions use offset 0,
+  // odd positions second_set_offset (256-aligned). staging_bytes covers both;
+  // it is at most 2 * plan.max_staging_bytes + 255.
+  int64_t second_set_offset = 0;
+  int64_t staging_bytes = 0;
+};
+
+PipelineSchedule BuildPipelineSchedule(const BoundPlan& plan);
+
+}  // namespace wsync::exec
+
+#endif  // WSYNC_WORKER_EXEC_PIPELINE_SCHEDULE_H_

@@ -4,12 +4,6 @@
 
 namespace wsync::controller {
 
-namespace {
-prometheus::Histogram::BucketBoundaries SecondsBuckets() {
-  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
-}
-}  // namespace
-
 ControllerMetrics::ControllerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   syncs_total_ = &prometheus::BuildCounter()
                       .Name("wsync_syncs_total")
@@ -22,7 +16,7 @@ ControllerMetrics::ControllerMetrics() : registry_(std::make_shared<prometheus::
                         .Name("wsync_sync_duration_seconds")
                         .Help("Trigger to last worker report, successful syncs.")
                         .Register(*registry_)
-                        .Add({}, SecondsBuckets());
+                        .Add({}, DurationSecondsBuckets());
   sync_bytes_ = &prometheus::BuildGauge()
                      .Name("wsync_sync_bytes")
                      .Help("Destination bytes written by the last successful sync.")
@@ -42,7 +36,7 @@ ControllerMetrics::ControllerMetrics() : registry_(std::make_shared<prometheus::
                         .Name("wsync_plan_duration_seconds")
                         .Help("Wall time of building a plan (cache misses).")
                         .Register(*registry_)
-                        .Add({}, SecondsBuckets());
+                        .Add({}, DurationSecondsBuckets());
   cache_hits_ = &prometheus::BuildCounter()
                      .Name("wsync_plan_cache_hits_total")
                      .Help("Plan lookups answered from the plan cache.")
@@ -60,23 +54,10 @@ ControllerMetrics::ControllerMetrics() : registry_(std::make_shared<prometheus::
 }
 
 absl::Status ControllerMetrics::Serve(const std::string& bind_address) {
-  // prometheus-cpp reports bind failures only by throwing; turn that into a
-  // Status at this one boundary.
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(bind_address);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("metrics: cannot listen on ", bind_address, ": ", e.what()));
-  }
-  exposer_->RegisterCollectable(registry_);
-  return absl::OkStatus();
+  return endpoint_.Serve(bind_address, registry_);
 }
 
-int ControllerMetrics::port() const {
-  if (!exposer_) return 0;
-  auto ports = exposer_->GetListeningPorts();
-  return ports.empty() ? 0 : ports[0];
-}
+int ControllerMetrics::port() const { return endpoint_.port(); }
 
 void ControllerMetrics::SyncFinished(const std::string& outcome, double seconds, double bytes) {
   syncs_total_->Add({{"outcome", outcome}}).Increment();

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/metrics_endpoint.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -38,7 +38,7 @@ class ControllerMetrics {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  MetricsEndpoint endpoint_;
   prometheus::Family<prometheus::Counter>* syncs_total_;
   prometheus::Histogram* sync_duration_;
   prometheus::Gauge* sync_bytes_;

@@ -47,22 +47,10 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
 }
 
 absl::Status WorkerMetrics::Serve(const std::string& bind_address) {
-  // prometheus-cpp reports bind failures only by throwing.
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(bind_address);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("metrics: cannot listen on ", bind_address, ": ", e.what()));
-  }
-  exposer_->RegisterCollectable(registry_);
-  return absl::OkStatus();
+  return endpoint_.Serve(bind_address, registry_);
 }
 
-int WorkerMetrics::port() const {
-  if (!exposer_) return 0;
-  auto ports = exposer_->GetListeningPorts();
-  return ports.empty() ? 0 : ports[0];
-}
+int WorkerMetrics::port() const { return endpoint_.port(); }
 
 void WorkerMetrics::Error(absl::StatusCode code) {
   errors_->Add({{"code", absl::AsciiStrToLower(absl::StatusCodeToString(code))}}).Increment();

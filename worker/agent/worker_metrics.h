@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/metrics_endpoint.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -33,7 +33,7 @@ class WorkerMetrics {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  MetricsEndpoint endpoint_;
   prometheus::Counter* bytes_sent_;
   prometheus::Counter* bytes_received_;
   prometheus::Histogram* round_duration_;

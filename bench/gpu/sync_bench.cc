@@ -8,7 +8,7 @@
 // to end with an order-independent checksum of all destination elements.
 //
 //   wsync_bench_gpu_sync --model llama3-8b [--mode tp1,colocated] [--iters 5]
-//       [--bucket-mib 256] [--staging-mib 2048] [--zero-copy-mib 32]
+//       [--bucket-mib 256] [--staging-mib 2048] [--zero-copy-mib 32] [--pipeline 1]
 //       [--nvlink-gbps 368] [--bidir-gbps 354] [--copy-gbps 2071]
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
 #include <cuda_runtime_api.h>
@@ -43,6 +43,7 @@ struct Flags {
   int64_t bucket_mib = 256, staging_mib = 2048, zero_copy_mib = 32;
   double nvlink_gbps = 368, bidir_gbps = 354, copy_gbps = 2071;
   std::string dump_shapes;
+  bool pipeline = true;  // ExecutorOptions::pipeline (0: the unpipelined baseline)
 };
 
 int Fail(const std::string& what, const absl::Status& s) {
@@ -273,7 +274,9 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   const double bind_s = Now() - t0;
   auto ops = cuda::CudaDataOps::Create({.device = worker});
   if (!ops.ok()) return Fail("data ops", ops.status());
-  exec::Executor executor(transport->get(), ops->get());
+  exec::ExecutorOptions eo;
+  eo.pipeline = f.pipeline;
+  exec::Executor executor(transport->get(), ops->get(), eo);
 
   // Barrier: a one-byte exchange over the transport itself.
   void* token = nullptr;
@@ -316,8 +319,9 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   (void)store.Set(absl::StrCat(tag, "sums/", worker), absl::StrCat(*src_sum, " ", *dst_sum));
   const auto& rs = c.plan.summary();
   Result(absl::StrFormat(
-      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d})",
-      f.model, c.mode, f.bucket_mib, f.staging_mib, f.zero_copy_mib, worker, f.iters, Median(times),
+      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d})",
+      f.model, c.mode, f.bucket_mib, f.staging_mib, f.zero_copy_mib, f.pipeline ? 1 : 0,
+      last.peak_staging_bytes, worker, f.iters, Median(times),
       times.empty() ? 0 : *std::min_element(times.begin(), times.end()),
       comm_init_s + bind_s + first_run_s, comm_init_s, bind_s, first_run_s, c.plan_seconds,
       last.bytes_sent, last.bytes_received, last.bytes_local, last.rounds.size(), pack, transfer,
@@ -386,6 +390,7 @@ int main(int argc, char** argv) {
     else if (k == "--bidir-gbps") f.bidir_gbps = std::stod(v);
     else if (k == "--copy-gbps") f.copy_gbps = std::stod(v);
     else if (k == "--dump-shapes") f.dump_shapes = v;
+    else if (k == "--pipeline") f.pipeline = v != "0";
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;

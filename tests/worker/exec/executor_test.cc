@@ -227,7 +227,9 @@ TEST(ExecutorTest, TinyStagingCapManyRounds) {
       EXPECT_LE(rs.staging_bytes, granted->staging_bytes())
           << "worker " << w << " round " << rs.index;
     }
-    EXPECT_LE(c.executor(w).allocated_staging_bytes(), peak);
+    // The pipelined executor (default) holds two rounds' staging sets: round
+    // r+1 is packed while round r transfers; each set is 256-byte aligned.
+    EXPECT_LE(c.executor(w).allocated_staging_bytes(), 2 * peak + 255);
     EXPECT_EQ(c.executor(w).current_staging_bytes(), 0);
   }
   for (int k = 0; k < kChunks; ++k) {

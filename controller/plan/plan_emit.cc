@@ -1,7 +1,8 @@
 // Stage 9: the v1::Plan. Bucket ids are dense in (round, sender, receiver,
 // packing order); seq counts buckets of one (sender, receiver, round) by id;
 // reduce ids are dense from 1 in (round, worker) order. Per worker and round,
-// ops go SEND/RECV by (peer, seq), then COPY, then REDUCE.
+// ops go SEND/RECV by (peer, seq), then COPY, then REDUCE. Back-to-back
+// transfers of a bucket that join into one box become one piece (MergePieces).
 #include <algorithm>
 #include <numeric>
 
@@ -24,6 +25,72 @@ struct OpRec {
            std::tie(o.worker, o.round, o.cls, o.peer, o.seq, o.kind, o.id);
   }
 };
+
+// One emitted piece: a run of transfers of one bucket merged into one box.
+// Consecutive transfers merge when they read the same fragment, write the
+// same fragment, lie back to back in the bucket and their boxes join along
+// one dim with every dim before it of length 1 (so the union, packed row
+// major, is the first box's bytes followed by the second's). Replicated
+// destinations fed from many row blocks otherwise cost one piece per block
+// per relay hop, which dominated plan time and memory for FSDP sources.
+struct MergedPiece {
+  int32_t first = 0;  // index into the bucket's transfers
+  int32_t count = 0;
+  int rank = 0;
+  int64_t off[kMaxDims];
+  int64_t len[kMaxDims];
+};
+
+bool MergeInto(const Work& w, const Xfer& a, int64_t a_end, MergedPiece* cur, const Xfer& b) {
+  if (a.reduce != 0 || b.reduce != 0 || a.relay != b.relay || a.wire != b.wire ||
+      a.src_frag != b.src_frag || a.dst_frag != b.dst_frag || b.bucket_offset != a_end) {
+    return false;
+  }
+  const Cell& ca = w.cells[a.cell];
+  const Cell& cb = w.cells[b.cell];
+  if (ca.map != cb.map || w.boxes.rank(cb.box) != cur->rank) return false;
+  const int64_t* bo = w.boxes.offset(cb.box);
+  const int64_t* bl = w.boxes.length(cb.box);
+  int d = -1;
+  for (int k = 0; k < cur->rank; ++k) {
+    if (bo[k] == cur->off[k] && bl[k] == cur->len[k]) continue;
+    if (d >= 0 || bo[k] != cur->off[k] + cur->len[k]) return false;
+    d = k;
+  }
+  if (d < 0) return false;
+  for (int k = 0; k < d; ++k) {
+    if (cur->len[k] != 1) return false;
+  }
+  cur->len[d] += bl[d];
+  return true;
+}
+
+// Pieces of bucket `bk` (appended to `out`, which is cleared first).
+void MergePieces(const Work& w, const BucketRec& bk, std::vector<MergedPiece>* out) {
+  out->clear();
+  int64_t end = 0;
+  for (int32_t i = 0; i < bk.xfer_count; ++i) {
+    const Xfer& x = w.xfers[w.bucket_xfers[bk.xfer_begin + i]];
+    if (!out->empty()) {
+      MergedPiece& cur = out->back();
+      const Xfer& prev = w.xfers[w.bucket_xfers[bk.xfer_begin + i - 1]];
+      if (MergeInto(w, prev, end, &cur, x)) {
+        ++cur.count;
+        end = x.bucket_offset + x.bytes;
+        continue;
+      }
+    }
+    MergedPiece p;
+    p.first = i;
+    p.count = 1;
+    const int32_t box = w.cells[x.cell].box;
+    p.rank = w.boxes.rank(box);
+    std::copy(w.boxes.offset(box), w.boxes.offset(box) + p.rank, p.off);
+    std::copy(w.boxes.length(box), w.boxes.length(box) + p.rank, p.len);
+    out->push_back(p);
+    end = x.bucket_offset + x.bytes;
+  }
+}
 
 class Emitter {
  public:
@@ -87,13 +154,13 @@ class Emitter {
     v->set_side(dst_side ? v1::DESTINATION_BUFFER : v1::SOURCE_BUFFER);
   }
 
-  void FillPiece(const Xfer& x, v1::Piece* p) const {
+  void FillPiece(const Xfer& x, const MergedPiece& mp, v1::Piece* p) const {
     const Cell& c = w_.cells[x.cell];
     const MapEntry& m = w_.maps[c.map];
     const CompiledTensor& st = w_.src->tensors[m.src_tensor];
     const CompiledTensor& dt = w_.dst->tensors[m.dst_tensor];
-    const int64_t* so = w_.boxes.offset(c.box);
-    const int64_t* sl = w_.boxes.length(c.box);
+    const int64_t* so = mp.off;
+    const int64_t* sl = mp.len;
     int64_t doff[kMaxDims], dlen[kMaxDims];
     SrcToDst(m, so, sl, doff, dlen);
     p->set_tensor(st.name);
@@ -125,9 +192,10 @@ class Emitter {
       out->set_transport(bk.local ? v1::TRANSPORT_LOCAL : v1::TRANSPORT_NETWORK);
       out->set_zero_copy(bk.zero_copy);
       out->set_seq(seq_[b]);
-      out->mutable_pieces()->Reserve(bk.xfer_count);
-      for (int32_t i = 0; i < bk.xfer_count; ++i) {
-        FillPiece(w_.xfers[w_.bucket_xfers[bk.xfer_begin + i]], out->add_pieces());
+      MergePieces(w_, bk, &merged_);
+      out->mutable_pieces()->Reserve(static_cast<int>(merged_.size()));
+      for (const MergedPiece& mp : merged_) {
+        FillPiece(w_.xfers[w_.bucket_xfers[bk.xfer_begin + mp.first]], mp, out->add_pieces());
       }
     }
   }
@@ -135,11 +203,14 @@ class Emitter {
   void EmitReduces() {
     // Inputs: (bucket id, piece index), found through the packing order.
     std::vector<std::vector<std::pair<int64_t, int32_t>>> inputs(w_.reduces.size());
+    // Reduce contributions are never merged, but other transfers before them
+    // in a bucket may be: index by emitted piece.
     for (size_t b = 0; b < w_.buckets.size(); ++b) {
       const BucketRec& bk = w_.buckets[b];
-      for (int32_t i = 0; i < bk.xfer_count; ++i) {
-        const Xfer& x = w_.xfers[w_.bucket_xfers[bk.xfer_begin + i]];
-        if (x.reduce != 0) inputs[x.reduce - 1].emplace_back(bucket_id_[b], i);
+      MergePieces(w_, bk, &merged_);
+      for (size_t i = 0; i < merged_.size(); ++i) {
+        const Xfer& x = w_.xfers[w_.bucket_xfers[bk.xfer_begin + merged_[i].first]];
+        if (x.reduce != 0) inputs[x.reduce - 1].emplace_back(bucket_id_[b], static_cast<int32_t>(i));
       }
     }
     auto* reduces = plan_->mutable_reduces();
@@ -213,8 +284,15 @@ class Emitter {
       dest += w_.cells[rr.cell].elems * DTypeSize(dt.dtype);
       if (!summary_only) recs.push_back({rr.receiver, rr.round, 2, 0, 0, v1::Op::REDUCE, reduce_id_[r]});
     }
+    int64_t pieces = 0;
+    for (const BucketRec& bk : w_.buckets) {
+      MergePieces(w_, bk, &merged_);
+      pieces += static_cast<int64_t>(merged_.size());
+      for (const MergedPiece& mp : merged_) {
+        if (w_.xfers[w_.bucket_xfers[bk.xfer_begin + mp.first]].relay) ++relays;
+      }
+    }
     for (const Xfer& x : w_.xfers) {
-      if (x.relay) ++relays;
       if (x.reduce != 0) continue;
       const CompiledTensor& dt = w_.dst->tensors[w_.DstTensorOf(w_.cells[x.cell])];
       dest += w_.cells[x.cell].elems * DTypeSize(dt.dtype);
@@ -263,7 +341,7 @@ class Emitter {
     s->set_local_bytes(local);
     s->set_num_rounds(w_.num_rounds);
     s->set_num_buckets(static_cast<int64_t>(w_.buckets.size()));
-    s->set_num_pieces(static_cast<int64_t>(w_.xfers.size()));
+    s->set_num_pieces(pieces);
     int64_t total_ops = 0;
     for (int64_t o : ops) total_ops += o;
     s->set_num_ops(total_ops);
@@ -288,6 +366,7 @@ class Emitter {
   const Work& w_;
   v1::Plan* plan_;
   std::vector<int32_t> bucket_order_, bucket_id_, seq_, reduce_order_, reduce_id_;
+  mutable std::vector<MergedPiece> merged_;
 };
 
 }  // namespace

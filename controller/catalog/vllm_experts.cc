@@ -2,31 +2,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
+#include "controller/catalog/fragment_builders.h"
 #include "controller/catalog/vllm_layout.h"
 
 namespace wsync::catalog {
 namespace {
-
-void AddBoxFragment(v1::TensorLayout* t, int64_t rank, const std::vector<int64_t>& offset,
-                    const std::vector<int64_t>& length, const std::string& buffer,
-                    int64_t byte_offset) {
-  v1::Fragment* f = t->mutable_fragments()->add_fragments();
-  f->set_rank(static_cast<int32_t>(rank));
-  for (int64_t o : offset) f->mutable_box()->add_offset(o);
-  for (int64_t l : length) f->mutable_box()->add_length(l);
-  f->set_buffer(buffer);
-  f->set_byte_offset(byte_offset);
-}
-
-v1::TensorLayout NewTensor(const std::string& name, v1::DType dtype,
-                           const std::vector<int64_t>& shape) {
-  v1::TensorLayout t;
-  t.set_name(name);
-  t.set_dtype(dtype);
-  for (int64_t d : shape) t.add_shape(d);
-  t.mutable_fragments();
-  return t;
-}
 
 void Map(BuiltGroup* g, const std::string& dst, const std::vector<int64_t>& dst_offset,
          const std::string& src, const std::vector<int64_t>& src_length) {
@@ -93,8 +73,7 @@ absl::StatusOr<BuiltGroup> TensorParallelExperts(const std::string& prefix, int6
         std::vector<int64_t> offset(shape.size(), 0), length = shape;
         offset.back() = r * i;
         length.back() = i;
-        AddBoxFragment(&t, group.rank(rep, r), offset, length, n.w2,
-                       stacked ? 0 : e * H * i * elem);
+        AddFragment(&t, group.rank(rep, r), offset, length, n.w2, stacked ? 0 : e * H * i * elem);
       }
     }
     Map(&out, w2, std::vector<int64_t>(shape.size(), 0), n.Down(prefix, style, e), shape);
@@ -119,8 +98,8 @@ absl::StatusOr<BuiltGroup> ExpertParallelExperts(const std::string& prefix, int6
     v1::TensorLayout w2 = NewTensor(n.w2, dtype, {E, H, I});
     for (int64_t rep = 0; rep < group.replicas; ++rep) {
       for (int64_t r = 0; r < group.tp; ++r) {
-        AddBoxFragment(&w13, group.rank(rep, r), {r * el, 0, 0}, {el, 2 * I, H}, n.w13, 0);
-        AddBoxFragment(&w2, group.rank(rep, r), {r * el, 0, 0}, {el, H, I}, n.w2, 0);
+        AddFragment(&w13, group.rank(rep, r), {r * el, 0, 0}, {el, 2 * I, H}, n.w13, 0);
+        AddFragment(&w2, group.rank(rep, r), {r * el, 0, 0}, {el, H, I}, n.w2, 0);
       }
     }
     Map(&out, n.w13, {0, 0, 0}, n.Gate(prefix, style, 0), {E, I, H});
@@ -135,8 +114,8 @@ absl::StatusOr<BuiltGroup> ExpertParallelExperts(const std::string& prefix, int6
     v1::TensorLayout w13 = NewTensor(absl::StrCat(n.w13, ".", e), dtype, {2 * I, H});
     v1::TensorLayout w2 = NewTensor(absl::StrCat(n.w2, ".", e), dtype, {H, I});
     for (int64_t rep = 0; rep < group.replicas; ++rep) {
-      AddBoxFragment(&w13, group.rank(rep, r), {0, 0}, {2 * I, H}, n.w13, local * 2 * I * H * elem);
-      AddBoxFragment(&w2, group.rank(rep, r), {0, 0}, {H, I}, n.w2, local * H * I * elem);
+      AddFragment(&w13, group.rank(rep, r), {0, 0}, {2 * I, H}, n.w13, local * 2 * I * H * elem);
+      AddFragment(&w2, group.rank(rep, r), {0, 0}, {H, I}, n.w2, local * H * I * elem);
     }
     Map(&out, w13.name(), {0, 0}, n.Gate(prefix, style, e), {I, H});
     Map(&out, w13.name(), {I, 0}, n.Up(prefix, style, e), {I, H});

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
+#include "controller/catalog/fragment_builders.h"
 
 namespace wsync::catalog {
 namespace {
@@ -16,27 +17,6 @@ absl::Status CheckDivides(const std::string& what, int64_t n, int64_t parts) {
                                                    " (vLLM requires even tensor-parallel shards)"));
   }
   return absl::OkStatus();
-}
-
-v1::TensorLayout NewTensor(const std::string& name, v1::DType dtype,
-                           const std::vector<int64_t>& shape) {
-  v1::TensorLayout t;
-  t.set_name(name);
-  t.set_dtype(dtype);
-  for (int64_t d : shape) t.add_shape(d);
-  t.mutable_fragments();
-  return t;
-}
-
-void AddFragment(v1::TensorLayout* t, int64_t rank, const std::vector<int64_t>& offset,
-                 const std::vector<int64_t>& length, const std::string& buffer,
-                 int64_t byte_offset) {
-  v1::Fragment* f = t->mutable_fragments()->add_fragments();
-  f->set_rank(static_cast<int32_t>(rank));
-  for (int64_t o : offset) f->mutable_box()->add_offset(o);
-  for (int64_t l : length) f->mutable_box()->add_length(l);
-  f->set_buffer(buffer);
-  f->set_byte_offset(byte_offset);
 }
 
 void AddMapping(BuiltGroup* g, const std::string& dst, const std::vector<int64_t>& dst_offset,

@@ -51,8 +51,8 @@ class StagingPool {
     }
     if (err != cudaSuccess) {
       cudaGetLastError();
-      return CudaStatus(err, absl::StrCat("staging allocation of ", bytes, " bytes on device ",
-                                          device_));
+      return CudaStatus(
+          err, absl::StrCat("staging allocation of ", bytes, " bytes on device ", device_));
     }
     blocks_[p] = Block{size, true};
     return p;
@@ -202,6 +202,9 @@ absl::StatusOr<std::unique_ptr<CudaDataOps>> CudaDataOps::Create(const Options& 
   auto stream = Stream::Create(options.device);
   if (!stream.ok()) return stream.status();
   ops->stream_ = std::move(*stream);
+  auto fence = Event::Create(options.device);
+  if (!fence.ok()) return fence.status();
+  ops->fence_ = std::move(*fence);
   auto kernels = BatchedKernels::Create(options.device);
   if (!kernels.ok()) return kernels.status();
   ops->kernels_ = std::move(*kernels);
@@ -295,10 +298,10 @@ absl::Status CudaDataOps::Pack(absl::Span<const exec::PackItem> items, void* sta
     RowMajor(it.src.shape.data(), it.src.ndim, strides);
     char label[32];
     snprintf(label, sizeof(label), "pack item %zu", i);
-    s = table_.AddCopy(ViewRef{it.src.data, it.src.dtype, it.src.strides.data()},
-                       ViewRef{static_cast<char*>(staging_base) + it.staging_offset,
-                               it.wire_dtype, strides},
-                       it.src.shape.data(), it.src.ndim, label);
+    s = table_.AddCopy(
+        ViewRef{it.src.data, it.src.dtype, it.src.strides.data()},
+        ViewRef{static_cast<char*>(staging_base) + it.staging_offset, it.wire_dtype, strides},
+        it.src.shape.data(), it.src.ndim, label);
     if (!s.ok()) return s;
   }
   return Run(std::move(key));
@@ -331,10 +334,10 @@ absl::Status CudaDataOps::Unpack(const void* staging_base,
     RowMajor(it.dst.shape.data(), it.dst.ndim, strides);
     char label[32];
     snprintf(label, sizeof(label), "unpack item %zu", i);
-    s = table_.AddCopy(ViewRef{static_cast<const char*>(staging_base) + it.staging_offset,
-                               it.wire_dtype, strides},
-                       ViewRef{it.dst.data, it.dst.dtype, it.dst.strides.data()},
-                       it.dst.shape.data(), it.dst.ndim, label);
+    s = table_.AddCopy(
+        ViewRef{static_cast<const char*>(staging_base) + it.staging_offset, it.wire_dtype, strides},
+        ViewRef{it.dst.data, it.dst.dtype, it.dst.strides.data()}, it.dst.shape.data(), it.dst.ndim,
+        label);
     if (!s.ok()) return s;
   }
   return Run(std::move(key));
@@ -363,9 +366,8 @@ absl::Status CudaDataOps::Copy(absl::Span<const exec::CopyItem> items) {
     absl::Status s = CheckView(it.src, "copy source");
     if (s.ok()) s = CheckView(it.dst, "copy destination");
     if (s.ok() && it.src.num_elements() != it.dst.num_elements()) {
-      s = absl::InvalidArgumentError(absl::StrCat("element count mismatch: ",
-                                                  it.src.num_elements(), " vs ",
-                                                  it.dst.num_elements()));
+      s = absl::InvalidArgumentError(absl::StrCat("element count mismatch: ", it.src.num_elements(),
+                                                  " vs ", it.dst.num_elements()));
     }
     if (!s.ok()) return Annotate(s, "copy", i);
     if (it.src.num_elements() == 0) continue;
@@ -427,17 +429,16 @@ absl::Status CudaDataOps::Reduce(absl::Span<const exec::ReduceInput> inputs,
     RETURN_IF_ERROR(Annotate(CheckView(it.dst, "reduce destination"), "reduce", i));
     if (it.num_inputs < 1 || it.input_begin < 0 ||
         static_cast<size_t>(it.input_begin) + it.num_inputs > inputs.size()) {
-      return Annotate(absl::InvalidArgumentError(absl::StrCat("inputs [", it.input_begin, ", +",
-                                                              it.num_inputs, ") outside ",
-                                                              inputs.size())),
-                      "reduce", i);
+      return Annotate(
+          absl::InvalidArgumentError(absl::StrCat("inputs [", it.input_begin, ", +", it.num_inputs,
+                                                  ") outside ", inputs.size())),
+          "reduce", i);
     }
     const DType acc = it.accumulate_dtype;
     const int64_t n = it.dst.num_elements();
     if (!KernelSupportsCast(acc, it.dst.dtype)) {
-      return Annotate(absl::InvalidArgumentError(absl::StrCat("no conversion from ",
-                                                              DTypeName(acc), " to ",
-                                                              DTypeName(it.dst.dtype))),
+      return Annotate(absl::InvalidArgumentError(absl::StrCat("no conversion from ", DTypeName(acc),
+                                                              " to ", DTypeName(it.dst.dtype))),
                       "reduce", i);
     }
     for (int k = 0; k < it.num_inputs; ++k) {
@@ -461,11 +462,10 @@ absl::Status CudaDataOps::Reduce(absl::Span<const exec::ReduceInput> inputs,
                         "reduce", i);
       }
       if (!KernelSupportsCast(v.dtype, acc)) {
-        return Annotate(absl::InvalidArgumentError(absl::StrCat("input ", k,
-                                                                ": no conversion from ",
-                                                                DTypeName(v.dtype), " to ",
-                                                                DTypeName(acc))),
-                        "reduce", i);
+        return Annotate(
+            absl::InvalidArgumentError(absl::StrCat("input ", k, ": no conversion from ",
+                                                    DTypeName(v.dtype), " to ", DTypeName(acc))),
+            "reduce", i);
       }
       views[idx] = v;
       if (!(v.contiguous() && v.dtype == acc)) {
@@ -516,9 +516,19 @@ absl::Status CudaDataOps::Reduce(absl::Span<const exec::ReduceInput> inputs,
 }
 
 absl::Status CudaDataOps::Synchronize() {
-  return CudaStatus(cudaStreamSynchronize(stream_.get()),
-                    absl::StrCat("data ops on device ", device_,
-                                 " (a pack/unpack/copy/reduce kernel failed)"));
+  return CudaStatus(
+      cudaStreamSynchronize(stream_.get()),
+      absl::StrCat("data ops on device ", device_, " (a pack/unpack/copy/reduce kernel failed)"));
+}
+
+absl::Status CudaDataOps::RecordFence() { return fence_.Record(stream_.get()); }
+
+absl::Status CudaDataOps::WaitFence() {
+  const absl::Status s = fence_.Synchronize();
+  if (s.ok()) return s;
+  return absl::Status(s.code(),
+                      absl::StrCat("data ops on device ", device_,
+                                   " (a pack/unpack/copy/reduce kernel failed): ", s.message()));
 }
 
 }  // namespace wsync::cuda

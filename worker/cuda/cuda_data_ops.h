@@ -48,6 +48,8 @@ class CudaDataOps : public exec::DataOps {
                       absl::Span<const exec::ReduceItem> items,
                       const void* staging_base) override;
   absl::Status Synchronize() override;
+  absl::Status RecordFence() override;
+  absl::Status WaitFence() override;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_.get(); }
@@ -72,6 +74,7 @@ class CudaDataOps : public exec::DataOps {
   int device_ = 0;
   int64_t table_cache_bytes_ = 0;
   Stream stream_;
+  Event fence_;
   std::unique_ptr<BatchedKernels> kernels_;
   std::shared_ptr<StagingPool> pool_;
   PieceTable table_;

@@ -105,7 +105,8 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   p.worker = plan.worker;
   p.rounds_total = static_cast<int32_t>(plan.rounds.size());
   p.bytes_total = plan.total_bytes;
-  bool packed = false;  // the next round was packed ahead
+  bool packed = false;    // the next round was packed ahead
+  bool deferred = false;  // the last round's post-transfer work may still run
   for (size_t i = 0; i < plan.rounds.size(); ++i) {
     const BoundRound& round = plan.rounds[i];
     absl::Status s;
@@ -115,8 +116,8 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
           RoundWhere(plan, round), ": the sync deadline passed before the round started"));
     } else {
       bool packed_next = false;
-      s = RunRound(plan, i, packed, sets[i % 2], sets[(i + 1) % 2], deadline, rs, &packed_next,
-                   stats);
+      s = RunRound(plan, i, packed, deferred, sets[i % 2], sets[(i + 1) % 2], deadline, rs,
+                   &packed_next, &deferred, stats);
       packed = packed_next;
     }
     if (!s.ok()) {
@@ -154,9 +155,10 @@ const PipelineSchedule& Executor::ScheduleFor(const BoundPlan& plan) {
   return schedule_;
 }
 
-absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, uint8_t* staging,
-                                uint8_t* next_staging, absl::Time deadline, RoundStats& rs,
-                                bool* packed_next, SyncStats& sync) {
+absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bool prev_deferred,
+                                uint8_t* staging, uint8_t* next_staging, absl::Time deadline,
+                                RoundStats& rs, bool* packed_next, bool* deferred,
+                                SyncStats& sync) {
   const BoundRound& round = plan.rounds[i];
   const RoundSchedule& sched = schedule_.rounds[i];
   const bool pipeline = options_.pipeline;
@@ -172,11 +174,17 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, ui
 
   RETURN_IF_ERROR(CheckAborted(plan, round, "pack"));
   absl::Time t = absl::Now();
+  *deferred = false;
   if (!packed && !round.pack.empty()) {
+    // Queued behind whatever the previous round left running: wait for all.
     RETURN_IF_ERROR(Wrap(ops_->Pack(round.pack, staging), absl::StrCat(where, ": pack")));
-  }
-  // Also finishes a pack issued during the previous round's transfer.
-  if (packed || !round.pack.empty()) {
+    RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": pack")));
+  } else if (prev_deferred) {
+    // Everything issued up to the previous transfer's end: this round's pack
+    // (issued ahead), and the unpack that last read this round's staging set.
+    // The previous round's own unpack keeps running during this transfer.
+    RETURN_IF_ERROR(Wrap(ops_->WaitFence(), absl::StrCat(where, ": pack")));
+  } else if (packed) {
     RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": pack")));
   }
   rs.pack_seconds = Seconds(t);
@@ -204,11 +212,16 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, ui
     RETURN_IF_ERROR(run_local());
     ++sync.rounds_local_early;
   }
-  int64_t in_use = round.staging_bytes;
+  // The other set holds the previous round's received bytes until its
+  // unpack ran, then the next round's packed bytes (in that order).
+  int64_t other_set = prev_deferred ? plan.rounds[i - 1].staging_bytes : 0;
+  int64_t in_use = round.staging_bytes + other_set;
+  current_staging_.store(in_use);
   if (pipeline && i + 1 < plan.rounds.size() && schedule_.rounds[i + 1].pack_ahead) {
     const BoundRound& next = plan.rounds[i + 1];
     RETURN_IF_ERROR(CheckAborted(plan, next, "pack"));
-    in_use += next.staging_bytes;
+    other_set = std::max(other_set, next.staging_bytes);
+    in_use = round.staging_bytes + other_set;
     current_staging_.store(in_use);
     const absl::Time tp = absl::Now();
     RETURN_IF_ERROR(
@@ -247,6 +260,10 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, ui
 
   RETURN_IF_ERROR(CheckAborted(plan, round, "unpack"));
   t = absl::Now();
+  const bool finish_async = pipeline && sched.finish_async && i + 1 < plan.rounds.size();
+  if (finish_async) {
+    RETURN_IF_ERROR(Wrap(ops_->RecordFence(), absl::StrCat(where, ": fence")));
+  }
   if (!round.unpack.empty()) {
     RETURN_IF_ERROR(Wrap(ops_->Unpack(staging, round.unpack), absl::StrCat(where, ": unpack")));
   }
@@ -257,7 +274,12 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, ui
     RETURN_IF_ERROR(Wrap(ops_->Reduce(round.reduce_inputs, sched.staged_reduces, staging),
                          absl::StrCat(where, ": reduces ", absl::StrJoin(round.reduce_ids, ","))));
   }
-  RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": finishing the round")));
+  if (finish_async) {
+    *deferred = true;  // the next round waits for its fence instead
+    ++sync.rounds_finished_async;
+  } else {
+    RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": finishing the round")));
+  }
   rs.reduce_seconds += Seconds(t);
   rs.bytes_local = round.bytes_local;
   return absl::OkStatus();

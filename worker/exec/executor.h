@@ -10,7 +10,9 @@
 //   * a round's local COPYs and all-local REDUCEs are issued between 1 and 2
 //     so they run during the transfer;
 //   * round r+1 is packed into the second staging set between 1 and 2 of
-//     round r, so packing runs during round r's transfer.
+//     round r, so packing runs during round r's transfer;
+//   * round r's step 3 is left running (no synchronize) while round r+1
+//     transfers; round r+1 waits only for a fence recorded before it.
 // Each only where pipeline_schedule.h proves it touches no memory the round
 // writes later (relays re-sending what round r received are packed after).
 // Staging is then two sets (even / odd rounds), at most twice the plan's
@@ -84,6 +86,7 @@ struct SyncStats {
   int64_t peak_staging_bytes = 0;  // most staging in use at once (two rounds when pipelined)
   int32_t rounds_packed_ahead = 0;
   int32_t rounds_local_early = 0;
+  int32_t rounds_finished_async = 0;  // post-transfer work overlapped the next transfer
 };
 
 class Executor {
@@ -112,9 +115,11 @@ class Executor {
  private:
   // Runs plan.rounds[i] with staging at `base`; packs round i+1 at
   // `next_base` when the schedule allows (sets *packed_next).
-  absl::Status RunRound(const BoundPlan& plan, size_t i, bool packed, uint8_t* base,
-                        uint8_t* next_base, absl::Time deadline, RoundStats& stats,
-                        bool* packed_next, SyncStats& sync);
+  // `prev_deferred`: round i-1's post-transfer work may still be running;
+  // sets *deferred when round i's is left running in turn.
+  absl::Status RunRound(const BoundPlan& plan, size_t i, bool packed, bool prev_deferred,
+                        uint8_t* base, uint8_t* next_base, absl::Time deadline,
+                        RoundStats& stats, bool* packed_next, bool* deferred, SyncStats& sync);
   const PipelineSchedule& ScheduleFor(const BoundPlan& plan);
   absl::Status CheckAborted(const BoundPlan& plan, const BoundRound& round, const char* phase);
 

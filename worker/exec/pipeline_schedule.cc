@@ -69,6 +69,9 @@ PipelineSchedule BuildPipelineSchedule(const BoundPlan& plan) {
   // Memory each round writes from its transfer's start on (for the next
   // round's pack-ahead decision).
   std::vector<Range> prev_late_writes;
+  // What the previous round reads and writes after its transfer returned
+  // (for its finish_async decision, made once this round's transfer is known).
+  std::vector<Range> prev_after_writes, prev_after_rw;
   int64_t max_even = 0, max_odd = 0;
   for (size_t i = 0; i < plan.rounds.size(); ++i) {
     const BoundRound& round = plan.rounds[i];
@@ -109,6 +112,34 @@ PipelineSchedule BuildPipelineSchedule(const BoundPlan& plan) {
       for (const PackItem& p : round.pack) AddView(p.src, pack_reads);
       rs.pack_ahead = !pack_reads.empty() && !Overlaps(prev_late_writes, pack_reads);
     }
+
+    std::vector<Range> zc_recv_writes;
+    for (const BoundTransfer& t : round.recvs) {
+      if (t.zero_copy) AddRaw(t.direct, t.bytes, zc_recv_writes);
+    }
+    if (i > 0) {
+      s.rounds[i - 1].finish_async =
+          !Overlaps(prev_after_writes, zc_send_reads) && !Overlaps(prev_after_rw, zc_recv_writes);
+    }
+
+    std::vector<Range> after_writes, after_reads;
+    for (const UnpackItem& u : round.unpack) AddView(u.dst, after_writes);
+    for (const ReduceItem& item : rs.staged_reduces) {
+      AddView(item.dst, after_writes);
+      for (int32_t k = item.input_begin; k < item.input_begin + item.num_inputs; ++k) {
+        if (round.reduce_inputs[k].staging_offset < 0) {
+          AddView(round.reduce_inputs[k].view, after_reads);
+        }
+      }
+    }
+    if (!rs.local_early) {
+      after_writes.insert(after_writes.end(), local_writes.begin(), local_writes.end());
+      after_reads.insert(after_reads.end(), local_reads.begin(), local_reads.end());
+    }
+    std::vector<Range> after_rw = after_writes;
+    after_rw.insert(after_rw.end(), after_reads.begin(), after_reads.end());
+    prev_after_writes = Merge(after_writes);
+    prev_after_rw = Merge(std::move(after_rw));
 
     std::vector<Range> late = std::move(net_writes);
     for (const ReduceItem& item : rs.staged_reduces) AddView(item.dst, late);

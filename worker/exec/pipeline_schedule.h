@@ -10,6 +10,13 @@
 //    after its transfer started (receives, unpack, reduces, deferred local
 //    work). This is what keeps relays right: a piece re-sent in round i+1
 //    reads what round i received, so that round is packed after round i.
+//  * round i's work after its transfer (unpack, late COPYs, staged REDUCEs)
+//    may still run while round i+1 transfers ("finish_async") when round
+//    i+1's zero-copy sends read nothing that work writes and its zero-copy
+//    receives write nothing that work reads or writes. Staging needs no
+//    check: round i+1 transfers through the other set, and round i+2 (same
+//    set as i) transfers only after every call issued by the end of round
+//    i+1's transfer has finished, round i's unpack included.
 // Overlap is judged on each view's address extent [first byte, last byte],
 // which can only over-report conflicts, never miss one.
 #ifndef WSYNC_WORKER_EXEC_PIPELINE_SCHEDULE_H_
@@ -26,6 +33,7 @@ namespace wsync::exec {
 struct RoundSchedule {
   bool local_early = false;                // issue local_reduces and the copies before the transfer
   bool pack_ahead = false;                 // may be packed during the previous round's transfer
+  bool finish_async = false;               // post-transfer work may overlap the next transfer
   std::vector<ReduceItem> local_reduces;   // every input unstaged
   std::vector<ReduceItem> staged_reduces;  // at least one input from staging
 };

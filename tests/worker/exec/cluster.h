@@ -1,6 +1,7 @@
 // Test harness: N workers as threads of this process, each with host
-// buffers, a BufferRegistry, a Gloo transport over loopback, HostDataOps and
-// an Executor.
+// buffers, a BufferRegistry, a Gloo transport over loopback, HostDataOps (or,
+// with `lazy_ops`, LazyDataOps: every call deferred as far as allowed) and an
+// Executor.
 #ifndef WSYNC_TESTS_WORKER_EXEC_CLUSTER_H_
 #define WSYNC_TESTS_WORKER_EXEC_CLUSTER_H_
 
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/worker/exec/lazy_data_ops.h"
 #include "worker/exec/bound_plan.h"
 #include "worker/exec/executor.h"
 #include "worker/exec/host_data_ops.h"
@@ -28,7 +30,7 @@ constexpr uint8_t kSentinel = 0xEE;
 
 class Cluster {
  public:
-  explicit Cluster(int n) : n_(n), workers_(n) {}
+  explicit Cluster(int n, bool lazy_ops = false) : n_(n), lazy_ops_(lazy_ops), workers_(n) {}
 
   // A host buffer of `numel` elements filled with kSentinel bytes, registered.
   std::vector<uint8_t>& Add(int worker, BufferSide side, const std::string& name, DType dtype,
@@ -49,6 +51,7 @@ class Cluster {
   }
   BufferRegistry& registry(int worker) { return workers_[worker].registry; }
   Executor& executor(int worker) { return *workers_[worker].executor; }
+  LazyDataOps& lazy_ops(int worker) { return workers_[worker].lazy; }
 
   absl::Status Connect(ExecutorOptions options = {}) {
     static std::atomic<int> counter{0};
@@ -71,8 +74,9 @@ class Cluster {
     for (auto& t : threads) t.join();
     for (int w = 0; w < n_; ++w) {
       if (!status[w].ok()) return status[w];
-      workers_[w].executor =
-          std::make_unique<Executor>(workers_[w].transport.get(), &workers_[w].ops, options);
+      workers_[w].executor = std::make_unique<Executor>(
+          workers_[w].transport.get(),
+          lazy_ops_ ? static_cast<DataOps*>(&workers_[w].lazy) : &workers_[w].ops, options);
     }
     return absl::OkStatus();
   }
@@ -105,10 +109,12 @@ class Cluster {
     std::map<std::pair<BufferSide, std::string>, std::vector<uint8_t>> buffers;
     BufferRegistry registry;
     HostDataOps ops;
+    LazyDataOps lazy;
     std::unique_ptr<transport::Transport> transport;
     std::unique_ptr<Executor> executor;
   };
   const int n_;
+  const bool lazy_ops_;
   transport::InMemoryKvStore store_;
   std::vector<Worker> workers_;
 };

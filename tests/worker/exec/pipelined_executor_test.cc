@@ -195,8 +195,8 @@ class PlanGen {
 constexpr int kRounds = 16;
 
 // Rounds of staged sends to both peers, zero-copy sends, relays of what the
-// previous round received (every 4th round), local copies, local-only and
-// mixed reduces.
+// previous round received (every 4th round; rounds 3 and 11 zero-copy),
+// local copies, local-only and mixed reduces.
 v1::Plan MakePlan(PlanGen& g) {
   struct Received {
     int v;
@@ -229,6 +229,15 @@ v1::Plan MakePlan(PlanGen& g) {
         } else {
           g.Bucket(r.v, to, round, false, {g.Relay(r.v, r.off, r.n, to)});
         }
+      }
+    }
+    // Rounds 3 and 11 send what the round before unpacked straight from the
+    // tensor (nothing else in them waits for that unpack).
+    if (round % 8 == 3) {
+      for (const Received& r : prev) {
+        if (r.zero_copy) continue;
+        const int other = (r.v + 2) % kWorkers;
+        g.Bucket(r.v, other, round, true, {g.Relay(r.v, r.off, r.n, other)});
       }
     }
     prev = now;
@@ -279,8 +288,14 @@ class PipelinedExecutorTest : public ::testing::Test {
     }
   }
 
-  Cluster cluster_{kWorkers};
+  // Lazy data ops: whatever the executor leaves running runs as late as it
+  // could, so an unsafe overlap gives wrong bytes.
+  Cluster cluster_{kWorkers, /*lazy_ops=*/true};
 };
+
+// Rounds whose unpack must finish before the next transfer: 2 and 10 (rounds
+// 3 and 11 send what they unpacked, zero-copy) and the last.
+bool FinishesAsync(int round) { return round != 2 && round != 10 && round != kRounds - 1; }
 
 // The largest staging of two consecutive rounds of worker w's binding.
 int64_t TwoRoundPeak(const BoundPlan& b) {
@@ -329,6 +344,8 @@ TEST_F(PipelinedExecutorTest, EveryByteRightWithRelaysCopiesReducesAndTinyStagin
       EXPECT_GT(st.rounds_packed_ahead, 0);
       EXPECT_EQ(st.rounds_packed_ahead, kRounds - 1 - 4) << "relay rounds 2, 6, 10, 14 wait";
       EXPECT_EQ(st.rounds_local_early, kRounds);
+      EXPECT_EQ(st.rounds_finished_async, kRounds - 3);
+      EXPECT_GT(cluster_.lazy_ops(w).ran_with_work_pending(), 0) << "nothing overlapped";
     }
     CheckDestinations(g);
   }
@@ -349,6 +366,7 @@ TEST_F(PipelinedExecutorTest, PipelineOffGivesTheSameBytesWithOneRoundOfStaging)
     EXPECT_EQ(out[w]->peak_staging_bytes, (*bound)->max_staging_bytes);
     EXPECT_EQ(out[w]->rounds_packed_ahead, 0);
     EXPECT_EQ(out[w]->rounds_local_early, 0);
+    EXPECT_EQ(out[w]->rounds_finished_async, 0);
   }
   CheckDestinations(g);
 }
@@ -367,6 +385,9 @@ TEST_F(PipelinedExecutorTest, ScheduleHoldsBackRelayRoundsOnly) {
       // Relay rounds read what the round before received.
       EXPECT_EQ(s.rounds[r].pack_ahead, r % 4 != 2) << "worker " << w << " round " << r;
       EXPECT_TRUE(s.rounds[r].local_early) << "worker " << w << " round " << r;
+    }
+    for (int r = 0; r < kRounds; ++r) {
+      EXPECT_EQ(s.rounds[r].finish_async, FinishesAsync(r)) << "worker " << w << " round " << r;
     }
     EXPECT_EQ(s.rounds[0].local_reduces.size(), 1u);   // {w, w}
     EXPECT_EQ(s.rounds[0].staged_reduces.size(), 1u);  // {w, u}

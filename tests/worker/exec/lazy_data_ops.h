@@ -1,0 +1,87 @@
+// Test double with the most asynchrony DataOps allows: every call is queued
+// and runs only when the interpreter forces it (Synchronize runs everything,
+// WaitFence everything before the last RecordFence). Work the interpreter
+// leaves running therefore runs as late as it possibly could on a device,
+// after any transfer it was allowed to overlap, so an overlap that is not
+// safe shows up as wrong bytes on the host. The arithmetic is HostDataOps'.
+#ifndef WSYNC_TESTS_WORKER_EXEC_LAZY_DATA_OPS_H_
+#define WSYNC_TESTS_WORKER_EXEC_LAZY_DATA_OPS_H_
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <vector>
+
+#include "worker/exec/host_data_ops.h"
+
+namespace wsync::exec::testing {
+
+class LazyDataOps : public DataOps {
+ public:
+  std::string Name() const override { return "lazy-host"; }
+  MemorySpace memory_space() const override { return MemorySpace::kHost; }
+  absl::StatusOr<StagingBuffer> AllocateStaging(int64_t bytes) override {
+    return host_.AllocateStaging(bytes);
+  }
+
+  // Items are copied: callers may reuse theirs after the call returns.
+  absl::Status Pack(absl::Span<const PackItem> items, void* staging_base) override {
+    std::vector<PackItem> v(items.begin(), items.end());
+    return Enqueue([this, v = std::move(v), staging_base] { return host_.Pack(v, staging_base); });
+  }
+  absl::Status Unpack(const void* staging_base, absl::Span<const UnpackItem> items) override {
+    std::vector<UnpackItem> v(items.begin(), items.end());
+    return Enqueue(
+        [this, v = std::move(v), staging_base] { return host_.Unpack(staging_base, v); });
+  }
+  absl::Status Copy(absl::Span<const CopyItem> items) override {
+    std::vector<CopyItem> v(items.begin(), items.end());
+    return Enqueue([this, v = std::move(v)] { return host_.Copy(v); });
+  }
+  absl::Status Reduce(absl::Span<const ReduceInput> inputs, absl::Span<const ReduceItem> items,
+                      const void* staging_base) override {
+    std::vector<ReduceInput> in(inputs.begin(), inputs.end());
+    std::vector<ReduceItem> it(items.begin(), items.end());
+    return Enqueue([this, in = std::move(in), it = std::move(it), staging_base] {
+      return host_.Reduce(in, it, staging_base);
+    });
+  }
+  absl::Status Synchronize() override { return RunUntil(queue_.size()); }
+  absl::Status RecordFence() override {
+    fence_ = queue_.size();
+    return absl::OkStatus();
+  }
+  absl::Status WaitFence() override { return RunUntil(fence_); }
+
+  // Calls that ran while later ones were still queued (the overlap the
+  // interpreter asked for).
+  int64_t ran_with_work_pending() const { return ran_with_work_pending_; }
+
+ private:
+  absl::Status Enqueue(std::function<absl::Status()> fn) {
+    queue_.push_back(std::move(fn));
+    return absl::OkStatus();
+  }
+  // Runs the first `n` queued calls in order; the first error wins.
+  absl::Status RunUntil(size_t n) {
+    absl::Status first;
+    n = std::min(n, queue_.size());
+    for (size_t i = 0; i < n; ++i) {
+      absl::Status s = queue_.front()();
+      queue_.pop_front();
+      if (first.ok()) first = s;
+    }
+    if (n > 0 && !queue_.empty()) ++ran_with_work_pending_;
+    fence_ = fence_ >= n ? fence_ - n : 0;
+    return first;
+  }
+
+  HostDataOps host_;
+  std::deque<std::function<absl::Status()>> queue_;
+  size_t fence_ = 0;  // calls before the fence, counted from the queue's front
+  int64_t ran_with_work_pending_ = 0;
+};
+
+}  // namespace wsync::exec::testing
+
+#endif  // WSYNC_TESTS_WORKER_EXEC_LAZY_DATA_OPS_H_

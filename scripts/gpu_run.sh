@@ -10,7 +10,9 @@
 # One device call (the `run` tool), carrying .devbundle:
 #   bash scripts/gpu_run.sh device
 # Environment: WSYNC_GPU_SKIP_TESTS=1 / WSYNC_GPU_SKIP_BENCH=1 / WSYNC_GPU_SKIP_PEERS=1,
-# WSYNC_BENCH_MODELS (default "llama3-8b qwen3-30b-a3b"), WSYNC_BENCH_ITERS (5).
+# WSYNC_BENCH_MODELS (default "llama3-8b qwen3-30b-a3b"), WSYNC_BENCH_ITERS (5),
+# WSYNC_SYNC_MODES (default: tp1,colocated, plus fanout_tp2,fanout_dp2,colocated4
+# on 4 or more GPUs), WSYNC_SYNC_FLAGS (extra sync-bench flags).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -65,7 +67,11 @@ device)
     grep -E '^(=== |\[  (PASSED|FAILED|SKIPPED) |FAILED:)' "$OUT/tests.log"
   fi
   if [ "${WSYNC_GPU_SKIP_BENCH:-0}" != 1 ]; then
-    timeout 200 $bundle/bin/wsync_bench_nccl_ceiling --iters "${WSYNC_BENCH_ITERS:-10}" \
+    gpus=2
+    [ "$ngpu" -ge 4 ] && gpus=4
+    modes=${WSYNC_SYNC_MODES:-tp1,colocated}
+    [ -z "${WSYNC_SYNC_MODES:-}" ] && [ "$gpus" -ge 4 ] && modes="$modes,fanout_tp2,fanout_dp2,colocated4"
+    timeout 200 $bundle/bin/wsync_bench_nccl_ceiling --iters "${WSYNC_BENCH_ITERS:-10}" --gpus "$gpus" \
       >"$OUT/ceiling.log" 2>&1 || rc=1
     grep RESULT "$OUT/ceiling.log"
     # This run's own ceilings feed the sync bench's lower bounds.
@@ -83,7 +89,7 @@ PY
 )
     if [ -x $bundle/bin/wsync_bench_gpu_sync ]; then
       for m in ${WSYNC_BENCH_MODELS:-llama3-8b qwen3-30b-a3b}; do
-        timeout 240 $bundle/bin/wsync_bench_gpu_sync --model "$m" --iters "${WSYNC_BENCH_ITERS:-5}" $rates ${WSYNC_SYNC_FLAGS:-} \
+        timeout 400 $bundle/bin/wsync_bench_gpu_sync --model "$m" --mode "$modes" --iters "${WSYNC_BENCH_ITERS:-5}" $rates ${WSYNC_SYNC_FLAGS:-} \
           >>"$OUT/sync.log" 2>&1 || { rc=1; echo "FAILED: sync $m" >>"$OUT/sync.log"; }
       done
       # Fewer, larger rounds for the many-expert model (staging cap 8 GiB).
@@ -99,6 +105,12 @@ PY
         timeout 200 torchrun --standalone --nproc_per_node=2 bench/gpu/peers.py --model "$m" \
           --iters "${WSYNC_BENCH_ITERS:-5}" >>"$OUT/peers.log" 2>&1 || { rc=1; echo "FAILED: peers $m" >>"$OUT/peers.log"; }
       done
+      if [ "$gpus" -ge 4 ]; then
+        for m in ${WSYNC_BENCH_MODELS:-llama3-8b qwen3-30b-a3b}; do
+          timeout 400 torchrun --standalone --nproc_per_node=4 bench/gpu/peers.py --model "$m" \
+            --iters "${WSYNC_BENCH_ITERS:-5}" >>"$OUT/peers.log" 2>&1 || { rc=1; echo "FAILED: peers4 $m" >>"$OUT/peers.log"; }
+        done
+      fi
       grep -E 'RESULT|FAILED|Error' "$OUT/peers.log"
     fi
   fi

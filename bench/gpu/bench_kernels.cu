@@ -29,7 +29,46 @@ __global__ void ChecksumKernel(const uint16_t* p, int64_t n, unsigned long long*
   if ((threadIdx.x & 31) == 0) atomicAdd(sum, local);
 }
 
+__global__ void FillStridedKernel(uint16_t* p, int64_t rows, int64_t cols, int64_t row_stride,
+                                  uint64_t seed) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint16_t v = static_cast<uint16_t>(Mix(seed * 0x100000001B3ull + i));
+    p[(i / cols) * row_stride + i % cols] = v == 0 ? 1 : v;
+  }
+}
+
+__global__ void ChecksumStridedKernel(const uint16_t* p, int64_t rows, int64_t cols,
+                                      int64_t row_stride, unsigned long long* sum) {
+  const int64_t n = rows * cols;
+  unsigned long long local = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const uint16_t v = p[(i / cols) * row_stride + i % cols];
+    if (v != 0) local += Mix(v);
+  }
+  for (int o = 16; o > 0; o >>= 1) local += __shfl_down_sync(0xffffffffu, local, o);
+  if ((threadIdx.x & 31) == 0) atomicAdd(sum, local);
+}
+
 }  // namespace
+
+cudaError_t Fill16Strided(void* p, int64_t rows, int64_t cols, int64_t row_stride, uint64_t seed,
+                          cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  FillStridedKernel<<<1024, 256, 0, stream>>>(static_cast<uint16_t*>(p), rows, cols, row_stride,
+                                              seed);
+  return cudaGetLastError();
+}
+
+cudaError_t Checksum16Strided(const void* p, int64_t rows, int64_t cols, int64_t row_stride,
+                              unsigned long long* sum, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  ChecksumStridedKernel<<<1024, 256, 0, stream>>>(static_cast<const uint16_t*>(p), rows, cols,
+                                                  row_stride, sum);
+  return cudaGetLastError();
+}
 
 cudaError_t Fill16(void* p, int64_t n, uint64_t seed, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;

@@ -15,6 +15,13 @@ cudaError_t Fill16(void* p, int64_t n, uint64_t seed, cudaStream_t stream);
 // written padding, count nothing). *sum must be device memory.
 cudaError_t Checksum16(const void* p, int64_t n, unsigned long long* sum, cudaStream_t stream);
 
+// The same over a 2-D strided view: rows × cols 16-bit elements, row r at
+// p + r * row_stride elements; element (r, c) is number r * cols + c.
+cudaError_t Fill16Strided(void* p, int64_t rows, int64_t cols, int64_t row_stride, uint64_t seed,
+                          cudaStream_t stream);
+cudaError_t Checksum16Strided(const void* p, int64_t rows, int64_t cols, int64_t row_stride,
+                              unsigned long long* sum, cudaStream_t stream);
+
 }  // namespace wsync::bench
 
 #endif  // WSYNC_BENCH_GPU_BENCH_KERNELS_H_

@@ -4,7 +4,13 @@
 // plan of small zero-copy buckets would cost), and device-to-device copy
 // bandwidth (cudaMemcpyAsync and wsync's batched kernel) for local-copy bounds.
 //
-//   wsync_bench_nccl_ceiling [--iters N]
+// With --gpus 4 (or more) the two-GPU cases run on GPUs 0-1 and the
+// multi-GPU patterns of the 4-GPU benchmark follow: two pairs at once (0->2,
+// 1->3), two senders into one GPU (0->2, 1->2), one GPU into two (0->2,
+// 0->3), and every GPU to every other; each reports the rate through its
+// busiest GPU (max of its bytes in and out / time).
+//
+//   wsync_bench_nccl_ceiling [--iters N] [--gpus 2]
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -20,16 +26,22 @@
 namespace wsync::bench {
 namespace {
 
-#define CK(x)                                                                       \
-  do {                                                                              \
-    auto e_ = (x);                                                                  \
-    if (e_ != 0) {                                                                  \
+#define CK(x)                                                                         \
+  do {                                                                                \
+    auto e_ = (x);                                                                    \
+    if (e_ != 0) {                                                                    \
       std::fprintf(stderr, "%s:%d %s failed: %d\n", __FILE__, __LINE__, #x, (int)e_); \
-      return 3;                                                                     \
-    }                                                                               \
+      return 3;                                                                       \
+    }                                                                                 \
   } while (0)
 
 int iters = 20;
+int world = 2;
+
+struct Flow {
+  int from, to;
+  size_t bytes;
+};
 
 int RankMain(int rank, const std::string& dir) {
   CK(cudaSetDevice(rank));
@@ -45,7 +57,7 @@ int RankMain(int rank, const std::string& dir) {
   }
   const double t_init = Now();
   ncclComm_t comm;
-  CK(ncclCommInitRank(&comm, 2, id, rank));
+  CK(ncclCommInitRank(&comm, world, id, rank));
   const double init_s = Now() - t_init;
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -55,11 +67,12 @@ int RankMain(int rank, const std::string& dir) {
   CK(cudaMalloc(&b, max_bytes));
   CK(cudaMemset(a, rank + 1, max_bytes));
   CK(cudaDeviceSynchronize());
-  const int peer = 1 - rank;
+  const int peer = rank < 2 ? 1 - rank : -1;  // the two-GPU cases use GPUs 0-1
 
   // pieces == 1: one send of `bytes`; else `bytes` cut into equal pieces,
   // all in one group. both: each rank sends and receives.
   auto run = [&](size_t bytes, size_t pieces, bool both, const char* name) -> int {
+    if (peer < 0) return 0;
     const size_t piece = bytes / pieces;
     std::vector<double> times;
     for (int it = 0; it < iters + 3; ++it) {
@@ -94,6 +107,66 @@ int RankMain(int rank, const std::string& dir) {
   rc |= run(size_t{1} << 30, 64, false, "group_64x16MiB");
   rc |= run(size_t{1} << 30, 4, false, "group_4x256MiB");
 
+  // Multi-GPU patterns: all ranks take part in every iteration (a one-element
+  // all-reduce lines them up), each posting its flows in one group.
+  void* sync_buf = nullptr;
+  CK(cudaMalloc(&sync_buf, 4));
+  auto pattern = [&](const std::vector<Flow>& flows, const char* name) -> int {
+    std::vector<size_t> in(world, 0), out(world, 0);
+    for (const Flow& f : flows) {
+      out[f.from] += f.bytes;
+      in[f.to] += f.bytes;
+    }
+    int busiest = 0;
+    for (int r = 0; r < world; ++r) {
+      if (std::max(in[r], out[r]) > std::max(in[busiest], out[busiest])) busiest = r;
+    }
+    std::vector<double> times;
+    for (int it = 0; it < iters + 3; ++it) {
+      CK(ncclAllReduce(sync_buf, sync_buf, 1, ncclFloat, ncclSum, comm, stream));
+      CK(cudaStreamSynchronize(stream));
+      const double t0 = Now();
+      CK(ncclGroupStart());
+      size_t off_out = 0, off_in = 0;
+      for (const Flow& f : flows) {
+        if (f.from == rank) {
+          CK(ncclSend(static_cast<char*>(a) + off_out, f.bytes, ncclUint8, f.to, comm, stream));
+          off_out += f.bytes;
+        }
+        if (f.to == rank) {
+          CK(ncclRecv(static_cast<char*>(b) + off_in, f.bytes, ncclUint8, f.from, comm, stream));
+          off_in += f.bytes;
+        }
+      }
+      CK(ncclGroupEnd());
+      CK(cudaStreamSynchronize(stream));
+      if (it >= 3) times.push_back(Now() - t0);
+    }
+    if (rank == busiest) {
+      const double med = Median(times);
+      Result(absl::StrFormat(
+          R"({"bench":"nccl_ceiling","case":"%s","gpus":%d,"busiest_gpu":%d,"busiest_bytes_in":%d,"busiest_bytes_out":%d,"median_s":%.6f,"gbps":%.1f,"iters":%d})",
+          name, world, busiest, in[busiest], out[busiest], med,
+          std::max(in[busiest], out[busiest]) / med / 1e9, iters));
+    }
+    return 0;
+  };
+  if (world >= 4) {
+    const size_t g = size_t{1} << 30;
+    rc |= pattern({{0, 2, g}, {1, 3, g}}, "pairs_0to2_1to3_1GiB");
+    rc |= pattern({{0, 2, g}, {1, 2, g}}, "fanin_0to2_1to2_1GiB");
+    rc |= pattern({{0, 2, g}, {0, 3, g}}, "fanout_0to2_0to3_1GiB");
+    rc |= pattern({{0, 2, g}, {0, 3, g}, {1, 2, g}, {1, 3, g}}, "bipartite_01to23_1GiB");
+    std::vector<Flow> all;
+    for (int i = 0; i < world; ++i) {
+      for (int j = 0; j < world; ++j) {
+        if (i != j) all.push_back({i, j, g / (world - 1) / 256 * 256});
+      }
+    }
+    rc |= pattern(all, "all_to_all_1GiB_per_gpu");
+  }
+  cudaFree(sync_buf);
+
   // Local copy bandwidth on this GPU (bytes copied / time; each byte is read
   // and written once).
   std::vector<double> t_memcpy, t_kernel;
@@ -122,7 +195,7 @@ int RankMain(int rank, const std::string& dir) {
   // the next round's packing) while NCCL transfers. Sizes of the Llama-3-8B
   // colocated case per GPU (1.21 GB each way, 6.82 GB local) and of one 2 GiB
   // Qwen round (send 2 GiB while packing / unpacking 2 GiB).
-  {
+  if (peer >= 0 && world == 2) {
     const size_t net = 1208225792, local = 6822301696, round = size_t{2} << 30;
     void *c = nullptr, *d = nullptr;
     CK(cudaMalloc(&c, local));
@@ -191,7 +264,13 @@ int RankMain(int rank, const std::string& dir) {
 int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--iters") == 0) wsync::bench::iters = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--gpus") == 0) wsync::bench::world = std::atoi(argv[i + 1]);
+  }
+  if (wsync::bench::world < 2) {
+    std::fprintf(stderr, "--gpus must be at least 2\n");
+    return 2;
   }
   const std::string dir = wsync::bench::MakeStoreDir("ceiling");
-  return wsync::bench::ForkRanks(2, [&](int r) { return wsync::bench::RankMain(r, dir); });
+  return wsync::bench::ForkRanks(wsync::bench::world,
+                                 [&](int r) { return wsync::bench::RankMain(r, dir); });
 }

@@ -1,11 +1,16 @@
-// wsync end to end on two GPUs, one process per GPU (as in production): a
+// wsync end to end on 2-8 GPUs, one process per GPU (as in production): a
 // catalog model's TransferSpec -> BuildPlan -> BindPlan -> the shared
-// Executor over CudaDataOps + NcclTransport.
-//   --mode tp1        trainer (FSDP, 1 rank) on GPU0 -> vLLM TP=1 on GPU1
-//   --mode colocated  FSDP2 Shard(0) over both GPUs -> vLLM TP=2 on the same GPUs
+// Executor over CudaDataOps + NcclTransport. Cases (--mode, comma-separated):
+//   tp1          trainer (FSDP, 1 rank) on GPU0 -> vLLM TP=1 on GPU1
+//   colocated    FSDP2 Shard(0) over GPUs 0-1 -> vLLM TP=2 on the same GPUs
+//   fanout_tp2   Megatron TP=2 on GPUs 0-1 -> two vLLM TP=1 replicas on GPUs 2-3
+//   fanout_dp2   Megatron DP=2 (two full replicas) on GPUs 0-1 -> two vLLM TP=1
+//                replicas on GPUs 2-3 (every trainer replica sends)
+//   colocated4   FSDP2 over GPUs 0-3 -> two vLLM TP=2 replicas on the same GPUs
 // Reports time to first sync (communicator init, binding, first run) apart
-// from the steady state (median of --iters syncs), and checks every sync end
-// to end with an order-independent checksum of all destination elements.
+// from the steady state (median of --iters syncs), per-GPU bytes in / out, the
+// planner's simulated time under this run's measured link rates, and checks
+// every sync end to end (bench/gpu/fragment_check.h).
 //
 //   wsync_bench_gpu_sync --model llama3-8b [--mode tp1,colocated] [--iters 5]
 //       [--bucket-mib 256] [--staging-mib 2048] [--zero-copy-mib 32] [--pipeline 1]
@@ -23,6 +28,8 @@
 #include "absl/strings/str_split.h"
 #include "bench/gpu/bench_kernels.h"
 #include "bench/gpu/bench_util.h"
+#include "bench/gpu/fragment_check.h"
+#include "common/status_macros.h"
 #include "controller/catalog/case.h"
 #include "controller/plan/compiled_layout.h"
 #include "controller/plan/planner.h"
@@ -51,9 +58,9 @@ int Fail(const std::string& what, const absl::Status& s) {
   return 3;
 }
 
-#define CUDA_OK(x, what)                                                          \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
+#define CUDA_OK(x, what)                                                                   \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
     if (e_ != cudaSuccess) return Fail(what, absl::InternalError(cudaGetErrorString(e_))); \
   } while (0)
 
@@ -118,20 +125,6 @@ absl::Status MakeSlab(const std::map<std::string, BufferNeed>& need, Slab& slab)
   return absl::OkStatus();
 }
 
-absl::StatusOr<unsigned long long> SlabChecksum(const Slab& slab, cudaStream_t stream) {
-  if (slab.bytes == 0) return 0ull;
-  unsigned long long* d = nullptr;
-  if (cudaMalloc(&d, sizeof(*d)) != cudaSuccess) return absl::InternalError("cudaMalloc");
-  cudaMemsetAsync(d, 0, sizeof(*d), stream);
-  for (const auto& [name, b] : slab.buffers) Checksum16(b.data, b.bytes / 2, d, stream);
-  unsigned long long h = 0;
-  cudaMemcpyAsync(&h, d, sizeof(h), cudaMemcpyDeviceToHost, stream);
-  const cudaError_t e = cudaStreamSynchronize(stream);
-  cudaFree(d);
-  if (e != cudaSuccess) return absl::InternalError(cudaGetErrorString(e));
-  return h;
-}
-
 // Workaround, not a semantic change: BindPlan (worker/exec/bound_plan.cc)
 // checks a zero-copy bucket's view for contiguity before coalescing it, so a
 // row-major [rows, cols] view is refused as "strided". The same bytes as a 1-D
@@ -139,7 +132,8 @@ absl::StatusOr<unsigned long long> SlabChecksum(const Slab& slab, cudaStream_t s
 void FlattenZeroCopyViews(v1::Plan& plan) {
   for (v1::Bucket& b : *plan.mutable_buckets()) {
     if (!b.zero_copy() || b.pieces_size() != 1) continue;
-    for (v1::TensorView* v : {b.mutable_pieces(0)->mutable_src(), b.mutable_pieces(0)->mutable_dst()}) {
+    for (v1::TensorView* v :
+         {b.mutable_pieces(0)->mutable_src(), b.mutable_pieces(0)->mutable_dst()}) {
       int64_t expect = 1, n = 1;
       bool row_major = true;
       for (int d = v->shape_size() - 1; d >= 0; --d) {
@@ -156,57 +150,39 @@ void FlattenZeroCopyViews(v1::Plan& plan) {
   }
 }
 
-absl::StatusOr<unsigned long long> DuplicateCopiesChecksum(const v1::Side& side, int32_t worker,
-                                                           const exec::BufferRegistry& registry,
-                                                           cudaStream_t stream) {
-  auto compiled = plan::CompileSide(side, plan::SideRole::kDestination);
-  if (!compiled.ok()) return compiled.status();
-  unsigned long long* d = nullptr;
-  if (cudaMalloc(&d, sizeof(*d)) != cudaSuccess) return absl::InternalError("cudaMalloc");
-  cudaMemsetAsync(d, 0, sizeof(*d), stream);
-  for (const auto& t : compiled->tensors) {
-    int32_t first_rank = -1;
-    for (const auto& f : t.fragments) {
-      if (f.box.length != t.shape) continue;  // not a full copy
-      if (first_rank < 0 || f.rank < first_rank) first_rank = f.rank;
-    }
-    for (const auto& f : t.fragments) {
-      if (f.box.length != t.shape || f.rank == first_rank) continue;
-      if (side.ranks(f.rank).worker() != worker) continue;
-      const auto* b = registry.Find(exec::BufferSide::kDestination,
-                                    compiled->buffer_names[f.buffer]);
-      if (b == nullptr) continue;
-      Checksum16(static_cast<char*>(b->data) + f.byte_offset, f.box.NumElements(), d, stream);
-    }
-  }
-  unsigned long long h = 0;
-  cudaMemcpyAsync(&h, d, sizeof(h), cudaMemcpyDeviceToHost, stream);
-  const cudaError_t e = cudaStreamSynchronize(stream);
-  cudaFree(d);
-  if (e != cudaSuccess) return absl::InternalError(cudaGetErrorString(e));
-  return h;
-}
-
 struct Case {
   std::string mode;
   v1::TransferSpec spec;
   v1::Plan plan;
   double plan_seconds = 0;
+  int workers = 0;
+};
+
+struct CaseLayout {
+  const char* mode;
+  const char* source;
+  const char* destination;
+  bool colocated;
+};
+constexpr CaseLayout kCases[] = {
+    {"tp1", "fsdp:1", "vllm-tp:1", false},
+    {"colocated", "fsdp:2", "vllm-tp:2", true},
+    {"fanout_tp2", "megatron:tp2", "vllm-tp:1x2", false},
+    {"fanout_dp2", "megatron:tp1,dp2", "vllm-tp:1x2", false},
+    {"colocated4", "fsdp:4", "vllm-tp:2x2", true},
 };
 
 absl::StatusOr<Case> MakeCase(const Flags& f, const std::string& mode) {
   catalog::CaseOptions o;
   o.model = f.model;
-  if (mode == "tp1") {
-    o.source.shards = 1;
-    o.destination.tp = 1;
-  } else if (mode == "colocated") {
-    o.source.shards = 2;
-    o.destination.tp = 2;
-    o.colocated = true;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("unknown mode ", mode));
+  const CaseLayout* layout = nullptr;
+  for (const CaseLayout& l : kCases) {
+    if (mode == l.mode) layout = &l;
   }
+  if (layout == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown mode ", mode));
+  ASSIGN_OR_RETURN(o.source, catalog::ParseSource(layout->source));
+  ASSIGN_OR_RETURN(o.destination, catalog::ParseDestination(layout->destination));
+  o.colocated = layout->colocated;
   Case c;
   c.mode = mode;
   auto spec = catalog::BuildCase(o);
@@ -216,7 +192,13 @@ absl::StatusOr<Case> MakeCase(const Flags& f, const std::string& mode) {
   for (auto* side : {c.spec.mutable_source(), c.spec.mutable_destination()}) {
     for (auto& r : *side->mutable_ranks()) r.set_node("node0");
   }
+  for (const auto* side : {&c.spec.source(), &c.spec.destination()}) {
+    for (const auto& r : side->ranks()) c.workers = std::max(c.workers, r.worker() + 1);
+  }
   auto* opt = c.spec.mutable_options();
+  // The simulator's prediction under this run's measured rates (same node).
+  opt->mutable_link_model()->set_nvlink_bytes_per_second(f.nvlink_gbps * 1e9);
+  opt->mutable_link_model()->set_local_copy_bytes_per_second(f.copy_gbps * 1e9);
   opt->set_bucket_bytes(f.bucket_mib << 20);
   opt->set_staging_cap_bytes(f.staging_mib << 20);
   opt->set_zero_copy_min_bytes(f.zero_copy_mib << 20);
@@ -244,26 +226,29 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   Slab src, dst;
   if (auto s = MakeSlab(*src_need, src); !s.ok()) return Fail("source slab", s);
   if (auto s = MakeSlab(*dst_need, dst); !s.ok()) return Fail("destination slab", s);
-  uint64_t seed = 1000 * worker;
-  for (const auto& [name, b] : src.buffers) Fill16(b.data, b.bytes / 2, ++seed, stream);
   if (dst.bytes) cudaMemsetAsync(dst.base, 0, dst.bytes, stream);
-  CUDA_OK(cudaStreamSynchronize(stream), "fill");
-  auto src_sum = SlabChecksum(src, stream);
-  if (!src_sum.ok()) return Fail("checksum", src_sum.status());
+  if (src.bytes) cudaMemsetAsync(src.base, 0, src.bytes, stream);
   exec::BufferRegistry registry;
   for (const auto& [name, b] : src.buffers) {
-    if (auto s = registry.Register(exec::BufferSide::kSource, name, b); !s.ok()) return Fail(name, s);
+    if (auto s = registry.Register(exec::BufferSide::kSource, name, b); !s.ok())
+      return Fail(name, s);
   }
   for (const auto& [name, b] : dst.buffers) {
     if (auto s = registry.Register(exec::BufferSide::kDestination, name, b); !s.ok()) {
       return Fail(name, s);
     }
   }
+  if (auto s = FillSourceFragments(c.spec.source(), worker, registry, stream); !s.ok()) {
+    return Fail("fill", s);
+  }
+  CUDA_OK(cudaStreamSynchronize(stream), "fill");
+  auto src_sum = SideChecksum(c.spec.source(), plan::SideRole::kSource, worker, registry, stream);
+  if (!src_sum.ok()) return Fail("checksum", src_sum.status());
 
   // Time to first sync: communicator, binding, first run (staging, tables).
   double t0 = Now();
   auto transport = transport::NcclTransport::Create(
-      store, tag + "nccl", {.device = worker, .rank = worker, .size = 2});
+      store, tag + "nccl", {.device = worker, .rank = worker, .size = c.workers});
   if (!transport.ok()) return Fail("NCCL transport", transport.status());
   const double comm_init_s = Now() - t0;
   t0 = Now();
@@ -278,14 +263,18 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   eo.pipeline = f.pipeline;
   exec::Executor executor(transport->get(), ops->get(), eo);
 
-  // Barrier: a one-byte exchange over the transport itself.
-  void* token = nullptr;
-  CUDA_OK(cudaMalloc(&token, 2), "token");
+  // Barrier: one byte to and from every other worker over the transport.
+  char* token = nullptr;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&token), 2 * c.workers), "token");
   auto barrier = [&]() {
-    const int peer = 1 - worker;
-    transport::SendRequest s{peer, 1 << 30, token, 1};
-    transport::RecvRequest r{peer, 1 << 30, static_cast<char*>(token) + 1, 1};
-    return (*transport)->RunRound({&s, 1}, {&r, 1}, absl::Now() + absl::Seconds(60));
+    std::vector<transport::SendRequest> sends;
+    std::vector<transport::RecvRequest> recvs;
+    for (int peer = 0; peer < c.workers; ++peer) {
+      if (peer == worker) continue;
+      sends.push_back({peer, 1 << 30, token + peer, 1});
+      recvs.push_back({peer, 1 << 30, token + c.workers + peer, 1});
+    }
+    return (*transport)->RunRound(sends, recvs, absl::Now() + absl::Seconds(60));
   };
   if (auto s = barrier(); !s.ok()) return Fail("barrier", s);
   t0 = Now();
@@ -302,13 +291,9 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
     times.push_back(Now() - t0);
     last = *st;
   }
-  auto dst_sum = SlabChecksum(dst, stream);
+  auto dst_sum =
+      SideChecksum(c.spec.destination(), plan::SideRole::kDestination, worker, registry, stream);
   if (!dst_sum.ok()) return Fail("checksum", dst_sum.status());
-  // Replicated destination tensors (norms, routers under TP) hold the same
-  // source elements on several ranks: count only the lowest rank's copy.
-  auto dup = DuplicateCopiesChecksum(c.spec.destination(), worker, registry, stream);
-  if (!dup.ok()) return Fail("replica checksum", dup.status());
-  *dst_sum -= *dup;
   double pack = 0, transfer = 0, unpack = 0, copy = 0;
   for (const auto& r : last.rounds) {
     pack += r.pack_seconds;
@@ -319,17 +304,18 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   (void)store.Set(absl::StrCat(tag, "sums/", worker), absl::StrCat(*src_sum, " ", *dst_sum));
   const auto& rs = c.plan.summary();
   Result(absl::StrFormat(
-      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d})",
+      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d})",
       f.model, c.mode, f.bucket_mib, f.staging_mib, f.zero_copy_mib, f.pipeline ? 1 : 0,
       last.peak_staging_bytes, worker, f.iters, Median(times),
       times.empty() ? 0 : *std::min_element(times.begin(), times.end()),
       comm_init_s + bind_s + first_run_s, comm_init_s, bind_s, first_run_s, c.plan_seconds,
       last.bytes_sent, last.bytes_received, last.bytes_local, last.rounds.size(), pack, transfer,
       unpack, copy, (*ops)->launches(), (*ops)->table_cache_hits(), rs.num_buckets(),
-      rs.num_pieces(), rs.destination_bytes()));
+      rs.num_pieces(), rs.destination_bytes(), last.rounds_packed_ahead, last.rounds_local_early,
+      last.rounds_finished_async));
   if (worker == 0) {
     unsigned long long s_total = 0, d_total = 0;
-    for (int w = 0; w < 2; ++w) {
+    for (int w = 0; w < c.workers; ++w) {
       auto v = store.Get(absl::StrCat(tag, "sums/", w), absl::Now() + absl::Seconds(60));
       if (!v.ok()) return Fail("sums", v.status());
       std::vector<std::string> parts = absl::StrSplit(*v, ' ');
@@ -346,9 +332,15 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
                         r.bytes_local() / (f.copy_gbps * 1e9)});
     }
     Result(absl::StrFormat(
-        R"({"bench":"wsync_sync_check","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"checksum_match":%s,"destination_bytes":%d,"network_bytes":%d,"local_bytes":%d,"lower_bound_s":%.6f,"nvlink_gbps":%.1f,"bidir_gbps":%.1f,"copy_gbps":%.1f})",
-        f.model, c.mode, f.bucket_mib, f.staging_mib, s_total == d_total ? "true" : "false", rs.destination_bytes(),
-        rs.network_bytes(), rs.local_bytes(), bound, f.nvlink_gbps, f.bidir_gbps, f.copy_gbps));
+        R"({"bench":"wsync_sync_check","model":"%s","mode":"%s","workers":%d,"bucket_mib":%d,"staging_mib":%d,"checksum_match":%s,"destination_bytes":%d,"network_bytes":%d,"local_bytes":%d,"lower_bound_s":%.6f,"simulated_s":%.6f,"nvlink_gbps":%.1f,"bidir_gbps":%.1f,"copy_gbps":%.1f,"ranks":[%s]})",
+        f.model, c.mode, c.workers, f.bucket_mib, f.staging_mib,
+        s_total == d_total ? "true" : "false", rs.destination_bytes(), rs.network_bytes(),
+        rs.local_bytes(), bound, rs.predicted_seconds(), f.nvlink_gbps, f.bidir_gbps, f.copy_gbps,
+        absl::StrJoin(rs.ranks(), ",", [](std::string* out, const v1::RankSummary& r) {
+          absl::StrAppend(out, "{\"worker\":", r.worker(), ",\"bytes_in\":", r.bytes_in(),
+                          ",\"bytes_out\":", r.bytes_out(), ",\"bytes_local\":", r.bytes_local(),
+                          "}");
+        })));
     if (s_total != d_total) return 6;
   }
   cudaFree(token);
@@ -380,17 +372,28 @@ int main(int argc, char** argv) {
   Flags f;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--model") f.model = v;
-    else if (k == "--mode") f.modes = absl::StrSplit(v, ',');
-    else if (k == "--iters") f.iters = std::stoi(v);
-    else if (k == "--bucket-mib") f.bucket_mib = std::stoll(v);
-    else if (k == "--staging-mib") f.staging_mib = std::stoll(v);
-    else if (k == "--zero-copy-mib") f.zero_copy_mib = std::stoll(v);
-    else if (k == "--nvlink-gbps") f.nvlink_gbps = std::stod(v);
-    else if (k == "--bidir-gbps") f.bidir_gbps = std::stod(v);
-    else if (k == "--copy-gbps") f.copy_gbps = std::stod(v);
-    else if (k == "--dump-shapes") f.dump_shapes = v;
-    else if (k == "--pipeline") f.pipeline = v != "0";
+    if (k == "--model")
+      f.model = v;
+    else if (k == "--mode")
+      f.modes = absl::StrSplit(v, ',');
+    else if (k == "--iters")
+      f.iters = std::stoi(v);
+    else if (k == "--bucket-mib")
+      f.bucket_mib = std::stoll(v);
+    else if (k == "--staging-mib")
+      f.staging_mib = std::stoll(v);
+    else if (k == "--zero-copy-mib")
+      f.zero_copy_mib = std::stoll(v);
+    else if (k == "--nvlink-gbps")
+      f.nvlink_gbps = std::stod(v);
+    else if (k == "--bidir-gbps")
+      f.bidir_gbps = std::stod(v);
+    else if (k == "--copy-gbps")
+      f.copy_gbps = std::stod(v);
+    else if (k == "--dump-shapes")
+      f.dump_shapes = v;
+    else if (k == "--pipeline")
+      f.pipeline = v != "0";
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
@@ -404,13 +407,13 @@ int main(int argc, char** argv) {
     const auto& sm = c->plan.summary();
     Result(absl::StrFormat(
         R"({"bench":"wsync_plan","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"plan_s":%.3f,"rounds":%d,"buckets":%d,"pieces":%d,"ops":%d,"network_bytes":%d,"local_bytes":%d,"peak_staging_bytes":%d,"predicted_s":%.6f,"model_lower_bound_s":%.6f})",
-        f.model, mode, f.bucket_mib, f.staging_mib, c->plan_seconds, sm.num_rounds(), sm.num_buckets(), sm.num_pieces(),
-        sm.num_ops(), sm.network_bytes(), sm.local_bytes(), sm.peak_staging_bytes(),
-        sm.predicted_seconds(), sm.lower_bound_seconds()));
+        f.model, mode, f.bucket_mib, f.staging_mib, c->plan_seconds, sm.num_rounds(),
+        sm.num_buckets(), sm.num_pieces(), sm.num_ops(), sm.network_bytes(), sm.local_bytes(),
+        sm.peak_staging_bytes(), sm.predicted_seconds(), sm.lower_bound_seconds()));
     if (std::getenv("WSYNC_BENCH_PLAN_ONLY") != nullptr) {
       // CPU-only check that both workers' parts bind (fake, never touched
       // addresses; binding only checks bounds, dtypes and layouts).
-      for (int w = 0; w < 2; ++w) {
+      for (int w = 0; w < c->workers; ++w) {
         exec::BufferRegistry reg;
         char* next = reinterpret_cast<char*>(uintptr_t{1} << 40);
         for (auto [side, role, bside] :
@@ -420,7 +423,8 @@ int main(int argc, char** argv) {
           auto need = BuffersOf(*side, role, w);
           if (!need.ok()) return Fail("buffers", need.status());
           for (const auto& [name, n] : *need) {
-            (void)reg.Register(bside, name, {next, n.bytes, n.dtype, transport::MemorySpace::kCuda});
+            (void)reg.Register(bside, name,
+                               {next, n.bytes, n.dtype, transport::MemorySpace::kCuda});
             next += (n.bytes + 255) / 256 * 256;
           }
         }
@@ -435,7 +439,7 @@ int main(int argc, char** argv) {
     }
     const std::string dir = MakeStoreDir("sync");
     std::fflush(stdout);
-    rc |= ForkRanks(2, [&](int r) { return RankMain(f, *c, r, dir); });
+    rc |= ForkRanks(c->workers, [&](int r) { return RankMain(f, *c, r, dir); });
   }
   return rc;
 }

@@ -2,6 +2,7 @@
 one process per GPU, on the tensors wsync syncs (shapes from the catalog:
 `wsync_bench_gpu_sync --model M --dump-shapes FILE`, or --shapes FILE).
 
+Two GPUs (default --cases when WORLD_SIZE is 2):
   GPU0 -> GPU1 (trainer -> vLLM TP=1):
     per_tensor_broadcast   one dist.broadcast per tensor (veRL / OpenRLHF style)
     bucketed_broadcast     512 MiB buckets: pack, broadcast, unpack
@@ -9,29 +10,80 @@ one process per GPU, on the tensors wsync syncs (shapes from the catalog:
     allgather_slice        per tensor: all_gather_into_tensor of the full tensor,
                            then copy this rank's TP slice into its parameter
 
+Four GPUs (default --cases when WORLD_SIZE is 4):
+  fanout_tp2             Megatron TP=2 trainer on ranks 0,1 -> two vLLM TP=1 replicas
+                         on ranks 2,3: per tensor, all_gather the TP shards in {0,1}
+                         (row-parallel halves interleaved back along dim 1), then
+                         dist.broadcast from rank 0 to {0,2,3}
+  fanout_tp2_bucketed    same gathers; broadcast in 512 MiB packed buckets
+  fanout_dp2             two full trainer replicas (DP=2) on ranks 0,1 -> two vLLM
+                         TP=1 replicas on ranks 2,3: rank 0 broadcasts every tensor to
+                         {0,2,3}; rank 1 idles (its replica is not even allocated)
+  fanout_dp2_bucketed    same in 512 MiB packed buckets
+  colocated4             FSDP2 Shard(0) over 4 ranks -> two vLLM TP=2 replicas on the
+                         same ranks (ranks 0,1 and 2,3; TP rank = rank % 2): per tensor,
+                         all_gather_into_tensor over the 4 ranks, copy this rank's slice
+
 torchrun --standalone --nproc_per_node=2 bench/gpu/peers.py --model llama3-8b --iters 5
+torchrun --standalone --nproc_per_node=4 bench/gpu/peers.py --model qwen3-30b-a3b --iters 5
 Prints one `RESULT {json}` line per case (rank 0).
+
+The 4-GPU cases fill every source with integers that are a function of (tensor index,
+element index) (exact in bf16), check after the first iteration (the warm-up, reported
+as first_s) that every receiver holds exactly the expected values ("correct",
+"mismatched_elements" per receiver), and time each iteration as the slowest rank's
+(torch.cuda.synchronize + dist.barrier before, synchronize after); median_s is the
+median of --iters such iterations. Each rank holds its sources, its destinations
+(one allocation each) and one tensor / bucket of scratch; a case that would not fit
+(torch.cuda.mem_get_info, less --mem-margin-gib) prints a RESULT with "skipped". Each case agrees on its phases across ranks (plan and
+memory check, setup, run), so an exception or a shortfall of memory on one rank
+prints `FAILED case ...` / a `skipped` RESULT and the next case still runs; an
+exception inside the NCCL calls of the run itself cannot be recovered from on the
+other ranks, which then abort after --pg-timeout-s.
 """
 import argparse
+import gc
 import json
+import math
 import os
 import statistics
 import subprocess
+import sys
 import time
+import traceback
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 BUCKET = 512 << 20
+GIB = 1 << 30
+OLD_CASES = ("per_tensor_broadcast", "bucketed_broadcast", "allgather_slice")
+NEW_CASES = ("fanout_tp2", "fanout_tp2_bucketed", "fanout_dp2", "fanout_dp2_bucketed",
+             "colocated4")
+FILL_CHUNK = 1 << 24  # elements per step of the pattern fill (bounds its int64 temporaries)
+ALIGN = 128  # elements (256 bytes) between tensors carved from one arena
 
 
 def load_shapes(args):
     path = args.shapes
     if not path:
         path = f"/tmp/wsync-shapes-{args.model}.json"
+        err = ""
         if int(os.environ.get("LOCAL_RANK", "0")) == 0 and not os.path.exists(path):
-            subprocess.check_call([args.sync_bench, "--model", args.model, "--dump-shapes", path])
-        dist.barrier()
+            tmp = f"{path}.tmp{os.getpid()}"  # no half-written file left for the next run
+            try:
+                subprocess.check_call([args.sync_bench, "--model", args.model,
+                                       "--dump-shapes", tmp])
+                os.replace(tmp, path)
+            except Exception:
+                err = traceback.format_exc()
+                print(f"FAILED dump-shapes ({args.sync_bench}):\n{err}", flush=True)
+        # Every rank learns whether the dump worked (a bare barrier would hang on failure).
+        ok = torch.tensor([0 if err else 1], dtype=torch.int32, device="cuda")
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        if ok.item() != 1:
+            raise SystemExit(f"no shapes for {args.model}: --dump-shapes failed on rank 0")
     with open(path) as f:
         return [(n, tuple(s)) for n, s in json.load(f)]
 
@@ -48,12 +100,19 @@ def timed(fn, iters):
     return times[0], statistics.median(times[1:])
 
 
+def tp_dim(name, ndim):
+    """Dim a tensor is split along under TP (None: replicated)."""
+    if ndim == 1 or "norm" in name or "router" in name or name.endswith("mlp.gate.weight"):
+        return None
+    row_parallel = any(k in name for k in ("o_proj", "down_proj"))
+    return 1 if row_parallel else 0
+
+
 def tp_slice(name, full, rank, tp):
     """This rank's part of a full tensor under vLLM TP (fusion only moves it)."""
-    if full.dim() == 1 or "norm" in name or "router" in name or name.endswith("mlp.gate.weight"):
+    dim = tp_dim(name, full.dim())
+    if dim is None:
         return full
-    row_parallel = any(k in name for k in ("o_proj", "down_proj"))
-    dim = 1 if row_parallel else 0
     n = full.shape[dim] // tp
     return full.narrow(dim, rank * n, n)
 
@@ -102,30 +161,449 @@ def broadcast_cases(shapes, cases, rank, iters, report):
         report("bucketed_broadcast", *timed(bucketed, iters), {"bucket_bytes": BUCKET})
 
 
+# ---------------------------------------------------------------------------
+# Four-GPU cases.
+
+
+def fill_pattern(flat, tidx, base=0):
+    """flat[k] = element base+k of tensor tidx: integers in [-125, 125], exact in bf16,
+    different between neighbouring tensors and not periodic in 251 elements."""
+    n = flat.numel()
+    for s in range(0, n, FILL_CHUNK):
+        e = min(n, s + FILL_CHUNK)
+        i = torch.arange(base + s, base + e, dtype=torch.int64, device=flat.device)
+        v = (i + torch.div(i, 251, rounding_mode="floor") * 3
+             + torch.div(i, 63001, rounding_mode="floor") * 5 + tidx * 7)
+        flat[s:e].copy_(v.remainder_(251).sub_(125))
+
+
+def arena_elems(numels):
+    return sum((n + ALIGN - 1) // ALIGN * ALIGN for n in numels)
+
+
+class Arena:
+    """One allocation carved into contiguous, aligned tensors (no allocator rounding per
+    tensor, so what a rank needs is known before allocating)."""
+
+    def __init__(self, shapes):
+        numels = [math.prod(s) for s in shapes]
+        self.buf = torch.empty(max(arena_elems(numels), 1), dtype=torch.bfloat16, device="cuda")
+        self.views, off = [], 0
+        for s, n in zip(shapes, numels):
+            self.views.append(self.buf[off:off + n].view(s))
+            off += (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def empty_flat(n):
+    return torch.empty(max(n, 1), dtype=torch.bfloat16, device="cuda")
+
+
+def make_buckets(numels, cap):
+    """(direct, indices): consecutive tensors packed up to cap elements; a tensor over cap
+    goes alone and direct (broadcast from its own buffer), as in bucketed_broadcast."""
+    out, cur, size = [], [], 0
+    for i, n in enumerate(numels):
+        if n > cap:
+            if cur:
+                out.append((False, cur))
+                cur, size = [], 0
+            out.append((True, [i]))
+            continue
+        if cur and size + n > cap:
+            out.append((False, cur))
+            cur, size = [], 0
+        cur.append(i)
+        size += n
+    if cur:
+        out.append((False, cur))
+    return out
+
+
+def interleave(dst, gathered, shape):
+    """dst (flat, the full tensor of `shape`) <- the two dim-1 halves that an
+    all_gather_into_tensor of row-parallel shards left in gathered ([2, a, b/2, ...])."""
+    a, b, rest = shape[0], shape[1], tuple(shape[2:])
+    dst.view((a, 2, b // 2) + rest).copy_(gathered.view((2, a, b // 2) + rest).transpose(0, 1))
+
+
+class Fanout:
+    """Trainer on ranks 0,1 (TP=2 shards, or two DP replicas) -> two vLLM TP=1 replicas on
+    ranks 2,3, each receiving every full tensor by a broadcast from rank 0 to {0,2,3}."""
+
+    def __init__(self, ctx, tp, bucketed):
+        self.ctx, self.tp, self.bucketed = ctx, tp, bucketed
+        shapes, numels, rank = ctx.shapes, ctx.numels, ctx.rank
+        self.dims = [None] * len(shapes)  # dim of the TP split; None: whole on both TP ranks
+        if tp == 2:
+            for i, (name, s) in enumerate(shapes):
+                d = tp_dim(name, len(s))
+                if d is not None and s[d] % 2 == 0:
+                    self.dims[i] = d
+        self.buckets = make_buckets(numels, BUCKET // 2) if bucketed else None
+        self.bucket_tot = ([sum(numels[i] for i in idx) for _, idx in self.buckets]
+                           if bucketed else None)
+        if rank == 0:
+            self.role = "send"
+        elif rank == 1:
+            self.role = "tp_peer" if tp == 2 else "idle"
+        else:
+            self.role = "recv"
+        sharded = [numels[i] for i, d in enumerate(self.dims) if d is not None]
+        self.gather_numel = max(sharded, default=0)
+        # Row-parallel tensors broadcast from their own buffer need one to interleave into;
+        # in a bucket they are interleaved straight into their slot.
+        direct = (range(len(shapes)) if not bucketed
+                  else [idx[0] for dr, idx in self.buckets if dr])
+        self.perm_numel = max((numels[i] for i in direct if self.dims[i] == 1), default=0)
+        self.src_shapes = []
+        for (name, s), d in zip(shapes, self.dims):
+            s = list(s)
+            if d is not None:
+                s[d] //= 2
+            self.src_shapes.append(tuple(s))
+        self.full_max = max(numels)
+        self.scratch_numel = max(self.full_max, BUCKET // 2 if bucketed else 0)
+        src = arena_elems([math.prod(s) for s in self.src_shapes])
+        need = {"send": src + self.gather_numel + self.perm_numel
+                        + (BUCKET // 2 if bucketed else 0),
+                "tp_peer": src + self.gather_numel,
+                "recv": arena_elems(numels) + self.scratch_numel,
+                "idle": 0}[self.role]
+        self.need_bytes = need * 2
+        half = sum(n // 2 for n in sharded) * 2
+        self.received = {0: half, 1: half, 2: ctx.total, 3: ctx.total}
+        self.dest_bytes = {2: ctx.total, 3: ctx.total}
+        src_desc = ("megatron tp2 on ranks 0,1 (all_gather in {0,1})" if tp == 2
+                    else "2 full replicas (dp2) on ranks 0,1, rank 1 idle")
+        self.extra = {"source": src_desc,
+                      "destination": "2 vllm tp1 replicas on ranks 2,3 (broadcast from rank 0"
+                                     " to {0,2,3})"}
+        if tp == 2:  # tensors both TP ranks hold whole (norms, router, odd split dims)
+            self.extra["replicated_tensors"] = sum(d is None for d in self.dims)
+        if bucketed:
+            self.extra["bucket_bytes"] = BUCKET
+
+    def setup(self):
+        ctx = self.ctx
+        if self.role in ("send", "tp_peer"):
+            self.g = empty_flat(self.gather_numel)
+            self.src = Arena(self.src_shapes)
+            for i, (name, s) in enumerate(ctx.shapes):
+                d, t = self.dims[i], self.src.views[i]
+                if d is None:
+                    fill_pattern(t.view(-1), i)
+                    continue
+                full = self.g[:ctx.numels[i]]
+                fill_pattern(full, i)
+                h = s[d] // 2
+                t.copy_(full.view(s).narrow(d, ctx.rank * h, h))
+            if self.role == "send":
+                self.perm = empty_flat(self.perm_numel)
+                if self.bucketed:
+                    self.bucket = empty_flat(BUCKET // 2)
+        elif self.role == "recv":
+            self.dst = Arena([s for _, s in ctx.shapes])
+            self.dst.buf.zero_()  # no stale bytes of an earlier case pass the check
+            self.scratch = empty_flat(self.scratch_numel)
+
+    def _send_one(self, i):
+        """Rank 0: tensor i whole, from its own buffer, to {0,2,3}."""
+        ctx = self.ctx
+        d = self.dims[i]
+        if d is None:
+            dist.broadcast(self.src.views[i], src=0, group=ctx.bcast_group)
+            return
+        n = ctx.numels[i]
+        out = self.g[:n]
+        dist.all_gather_into_tensor(out, self.src.views[i], group=ctx.tp_group)
+        if d == 1:
+            interleave(self.perm[:n], out, ctx.shapes[i][1])
+            out = self.perm[:n]
+        dist.broadcast(out, src=0, group=ctx.bcast_group)
+
+    def step(self):
+        ctx = self.ctx
+        numels = ctx.numels
+        if self.role == "tp_peer":  # same gathers, in the same (index) order as rank 0
+            for i, d in enumerate(self.dims):
+                if d is not None:
+                    dist.all_gather_into_tensor(self.g[:numels[i]], self.src.views[i],
+                                                group=ctx.tp_group)
+        elif self.role == "send" and not self.bucketed:
+            for i in range(len(numels)):
+                self._send_one(i)
+        elif self.role == "send":
+            for (direct, idx), tot in zip(self.buckets, self.bucket_tot):
+                if direct:
+                    self._send_one(idx[0])
+                    continue
+                off = 0
+                for i in idx:
+                    n, d = numels[i], self.dims[i]
+                    slot = self.bucket[off:off + n]
+                    if d is None:
+                        slot.copy_(self.src.views[i].view(-1))
+                    elif d == 0:
+                        dist.all_gather_into_tensor(slot, self.src.views[i], group=ctx.tp_group)
+                    else:
+                        dist.all_gather_into_tensor(self.g[:n], self.src.views[i],
+                                                    group=ctx.tp_group)
+                        interleave(slot, self.g[:n], ctx.shapes[i][1])
+                    off += n
+                dist.broadcast(self.bucket[:tot], src=0, group=ctx.bcast_group)
+        elif self.role == "recv" and not self.bucketed:
+            for t in self.dst.views:
+                dist.broadcast(t, src=0, group=ctx.bcast_group)
+        elif self.role == "recv":
+            for (direct, idx), tot in zip(self.buckets, self.bucket_tot):
+                if direct:
+                    dist.broadcast(self.dst.views[idx[0]], src=0, group=ctx.bcast_group)
+                    continue
+                buf = self.scratch[:tot]
+                dist.broadcast(buf, src=0, group=ctx.bcast_group)
+                off = 0
+                for i in idx:
+                    self.dst.views[i].view(-1).copy_(buf[off:off + numels[i]])
+                    off += numels[i]
+
+    def verify(self):
+        """Mismatched elements among this rank's destinations (-1: holds none)."""
+        if self.role != "recv":
+            return -1
+        bad = torch.zeros((), dtype=torch.int64, device="cuda")
+        for i, t in enumerate(self.dst.views):
+            exp = self.scratch[:self.ctx.numels[i]]
+            fill_pattern(exp, i)
+            bad += (t.view(-1) != exp).sum()
+        return int(bad.item())
+
+
+class Colocated4:
+    """FSDP2 Shard(0) over the 4 ranks -> two vLLM TP=2 replicas on the same ranks."""
+
+    WORLD, TP = 4, 2
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        w = self.WORLD
+        self.tpr = ctx.rank % self.TP
+        self.rows, self.inner, self.slice_shapes = [], [], {0: [], 1: []}
+        for name, s in ctx.shapes:
+            self.rows.append((s[0] + w - 1) // w)  # torch.chunk's chunk size; tail chunks padded
+            self.inner.append(math.prod(s[1:]))
+            meta = torch.empty(s, device="meta")
+            for r in (0, 1):
+                self.slice_shapes[r].append(tuple(tp_slice(name, meta, r, self.TP).shape))
+        self.shard_shapes = [(r,) + tuple(s[1:]) for r, (_, s) in zip(self.rows, ctx.shapes)]
+        self.gather_numel = max(r * w * n for r, n in zip(self.rows, self.inner))
+        shard = arena_elems([r * n for r, n in zip(self.rows, self.inner)])
+        dst = arena_elems([math.prod(s) for s in self.slice_shapes[self.tpr]])
+        self.need_bytes = (shard + dst + self.gather_numel) * 2
+        recv = sum((w - 1) * r * n for r, n in zip(self.rows, self.inner)) * 2
+        self.received = {r: recv for r in range(w)}
+        self.dest_bytes = {r: sum(math.prod(s) for s in self.slice_shapes[r % 2]) * 2
+                           for r in range(w)}
+        self.extra = {"source": "fsdp2 Shard(0) over ranks 0-3 (padded chunks)",
+                      "destination": "2 vllm tp2 replicas on ranks 0,1 and 2,3 (colocated)"}
+
+    def setup(self):
+        ctx, w = self.ctx, self.WORLD
+        self.g = empty_flat(self.gather_numel)
+        self.src = Arena(self.shard_shapes)
+        for i, (_, s) in enumerate(ctx.shapes):
+            rows, inner = self.rows[i], self.inner[i]
+            valid = max(0, min(rows, s[0] - ctx.rank * rows))
+            flat = self.src.views[i].view(-1)
+            flat[valid * inner:].zero_()
+            fill_pattern(flat[:valid * inner], i, base=ctx.rank * rows * inner)
+        self.dst = Arena(self.slice_shapes[self.tpr])
+        self.dst.buf.zero_()
+
+    def step(self):
+        ctx, w = self.ctx, self.WORLD
+        for i, (name, s) in enumerate(ctx.shapes):
+            rows = self.rows[i]
+            out = self.g[:rows * w * self.inner[i]]
+            dist.all_gather_into_tensor(out, self.src.views[i])
+            full = out.view((rows * w,) + tuple(s[1:]))[:s[0]]
+            self.dst.views[i].copy_(tp_slice(name, full, self.tpr, self.TP))
+
+    def verify(self):
+        ctx = self.ctx
+        bad = torch.zeros((), dtype=torch.int64, device="cuda")
+        for i, (name, s) in enumerate(ctx.shapes):
+            exp = self.g[:ctx.numels[i]]
+            fill_pattern(exp, i)
+            bad += (self.dst.views[i] != tp_slice(name, exp.view(s), self.tpr, self.TP)).sum()
+        return int(bad.item())
+
+
+def make_case(ctx, case):
+    if case == "fanout_tp2":
+        return Fanout(ctx, tp=2, bucketed=False)
+    if case == "fanout_tp2_bucketed":
+        return Fanout(ctx, tp=2, bucketed=True)
+    if case == "fanout_dp2":
+        return Fanout(ctx, tp=1, bucketed=False)
+    if case == "fanout_dp2_bucketed":
+        return Fanout(ctx, tp=1, bucketed=True)
+    if case == "colocated4":
+        return Colocated4(ctx)
+    raise ValueError(f"unknown case {case}")
+
+
+def exchange(ctx, vals):
+    """Every rank's list of floats (same length on all ranks), on every rank."""
+    t = torch.tensor([float(v) for v in vals], dtype=torch.float64, device="cuda")
+    out = torch.empty(ctx.world * len(vals), dtype=torch.float64, device="cuda")
+    dist.all_gather_into_tensor(out, t)
+    return out.view(ctx.world, len(vals)).tolist()
+
+
+def agree_failed(ctx, case, phase, err, rows):
+    """True (on every rank) when this phase raised on any rank; rows[r][0] is r's flag."""
+    if err:
+        print(f"FAILED case {case} rank {ctx.rank} ({phase}):\n{err}", flush=True)
+    bad = [r for r, row in enumerate(rows) if row[0] != 0]
+    if bad and ctx.rank == 0:
+        print(f"FAILED case {case}: {phase} raised on rank(s) {bad}", flush=True)
+    return bool(bad)
+
+
+def one_iteration(step):
+    torch.cuda.synchronize()
+    dist.barrier()
+    t0 = time.perf_counter()
+    step()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def run_case(ctx, case):
+    """Every rank runs this for every case, reaching the same collectives in the same
+    order whatever raised where (bar an exception between the NCCL calls of step)."""
+    base = {"bench": "peer", "impl": ctx.impl, "model": ctx.model, "case": case,
+            "world_size": ctx.world, "tensors": len(ctx.shapes), "bytes": ctx.total}
+    if ctx.world != 4:
+        if ctx.rank == 0:
+            print("RESULT " + json.dumps(dict(base, skipped=f"needs world_size 4, has "
+                                                           f"{ctx.world}")), flush=True)
+        return True
+    # Plan (shape arithmetic only) and memory check.
+    err, c, need = "", None, 0
+    try:
+        c = make_case(ctx, case)
+        need = c.need_bytes
+    except Exception:
+        err = traceback.format_exc()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    free += torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+    rows = exchange(ctx, [1 if err else 0, need, free])
+    if agree_failed(ctx, case, "plan", err, rows):
+        return False
+    margin = ctx.margin_gib * GIB
+    short = [(r, n, f) for r, (_, n, f) in enumerate(rows) if n + margin > f]
+    if short:
+        if ctx.rank == 0:
+            r, n, f = max(short, key=lambda x: x[1] + margin - x[2])
+            print("RESULT " + json.dumps(dict(
+                base, skipped=f"needs {(n + margin) / GIB:.1f} GiB, has {f / GIB:.1f} GiB "
+                              f"(rank {r}; {ctx.margin_gib} GiB margin)",
+                need_gib={str(q): round(x[1] / GIB, 2) for q, x in enumerate(rows)},
+                free_gib={str(q): round(x[2] / GIB, 2) for q, x in enumerate(rows)})),
+                flush=True)
+        return True
+    # Setup: allocate sources, destinations and scratch once; fill the sources.
+    try:
+        c.setup()
+        torch.cuda.synchronize()
+    except Exception:
+        err = traceback.format_exc()
+    rows = exchange(ctx, [1 if err else 0])
+    if agree_failed(ctx, case, "setup", err, rows):
+        return False
+    # Run: one first iteration, the check, then --iters timed ones.
+    times, bad, verr = [0.0] * (ctx.iters + 1), -1, ""
+    try:
+        times[0] = one_iteration(c.step)
+        try:  # local only: a failing check must not skip this rank's iterations
+            bad = c.verify()
+        except Exception:
+            verr = traceback.format_exc()
+            bad = -2
+            print(f"FAILED case {case} rank {ctx.rank} (check):\n{verr}", flush=True)
+        for k in range(1, ctx.iters + 1):
+            times[k] = one_iteration(c.step)
+    except Exception:
+        err = traceback.format_exc()
+    rows = exchange(ctx, [1 if err else 0, bad] + times)
+    if agree_failed(ctx, case, "run", err, rows):
+        return False
+    if ctx.rank == 0:
+        slowest = [max(row[2 + k] for row in rows) for k in range(ctx.iters + 1)]
+        med = statistics.median(slowest[1:]) if ctx.iters > 0 else slowest[0]
+        checked = {r: int(row[1]) for r, row in enumerate(rows) if row[1] != -1}
+        correct = bool(checked) and all(v == 0 for v in checked.values())
+        r = dict(base, iters=ctx.iters, first_s=round(slowest[0], 6), median_s=round(med, 6),
+                 gbps=round(ctx.total / med / 1e9, 1) if med > 0 else None,
+                 process_group_init_s=round(ctx.init_s, 3), correct=correct,
+                 mismatched_elements={str(q): v for q, v in checked.items()},
+                 received_bytes={str(q): v for q, v in c.received.items()},
+                 destination_bytes={str(q): v for q, v in c.dest_bytes.items()},
+                 rank0_median_s=round(statistics.median(rows[0][3:]), 6)
+                 if ctx.iters > 0 else None)
+        r.update(c.extra)
+        print("RESULT " + json.dumps(r), flush=True)
+    return not any(row[1] == -2 for row in rows)
+
+
+class Ctx:
+    pass
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="llama3-8b")
     p.add_argument("--shapes", default="")
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--sync-bench", default=".devbundle/bin/wsync_bench_gpu_sync")
-    p.add_argument("--cases", default="per_tensor_broadcast,bucketed_broadcast,allgather_slice")
+    p.add_argument("--cases", default="",
+                   help="comma-separated; default: " + ",".join(OLD_CASES)
+                   + " with 2 ranks, " + ",".join(NEW_CASES) + " with 4")
+    p.add_argument("--pg-timeout-s", type=int, default=300,
+                   help="NCCL collective timeout: a rank stuck this long aborts (no endless hang)")
+    p.add_argument("--mem-margin-gib", type=float, default=3.0,
+                   help="4-GPU cases: headroom kept free (NCCL, fill temporaries, check)")
     args = p.parse_args()
     rank = int(os.environ["RANK"])
     torch.cuda.set_device(rank)
     t0 = time.perf_counter()
-    dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
+    dist.init_process_group("nccl", device_id=torch.device("cuda", rank),
+                            timeout=timedelta(seconds=args.pg_timeout_s))
     x = torch.ones(1, device="cuda")
     dist.all_reduce(x)
     torch.cuda.synchronize()
     init_s = time.perf_counter() - t0
+    world = dist.get_world_size()
+    if args.cases:
+        cases = args.cases.split(",")
+    else:
+        cases = list(NEW_CASES if world == 4 else OLD_CASES)
+    unknown = [c for c in cases if c not in OLD_CASES + NEW_CASES]
+    if unknown:  # same arguments on every rank: all leave here together
+        if rank == 0:
+            print(f"FAILED unknown case(s) {unknown}; known: {OLD_CASES + NEW_CASES}", flush=True)
+        dist.destroy_process_group()
+        sys.exit(2)
     shapes = load_shapes(args)
     total = sum(torch.Size(s).numel() * 2 for _, s in shapes)
-    cases = args.cases.split(",")
+    impl = f"torch {torch.__version__} nccl " + ".".join(map(str, torch.cuda.nccl.version()))
 
     def report(case, first, med, extra=None):
         if rank == 0:
-            r = {"bench": "peer", "impl": f"torch {torch.__version__} nccl "
-                 + ".".join(map(str, torch.cuda.nccl.version())), "model": args.model,
+            r = {"bench": "peer", "impl": impl, "model": args.model,
                  "case": case, "tensors": len(shapes), "bytes": total, "iters": args.iters,
                  "first_s": round(first, 6), "median_s": round(med, 6),
                  "gbps": round(total / med / 1e9, 1), "process_group_init_s": round(init_s, 3)}
@@ -137,7 +615,6 @@ def main():
         torch.cuda.empty_cache()
 
     if "allgather_slice" in cases:
-        world = dist.get_world_size()
         shards, outs = [], []
         for name, s in shapes:
             full = torch.Size(s)
@@ -157,8 +634,31 @@ def main():
                 full = g.view((shard.shape[0] * world,) + tuple(shard.shape[1:]))[:s[0]]
                 out.copy_(tp_slice(name, full, rank, world))
         report("allgather_slice", *timed(allgather_slice, args.iters))
+        del shards, outs, gather, allgather_slice
+        torch.cuda.empty_cache()
+
+    new = [c for c in cases if c in NEW_CASES]
+    ok = True
+    if new:
+        ctx = Ctx()
+        ctx.rank, ctx.world, ctx.iters, ctx.model = rank, world, args.iters, args.model
+        ctx.shapes = shapes
+        ctx.numels = [math.prod(s) for _, s in shapes]
+        ctx.total, ctx.init_s, ctx.impl = total, init_s, impl
+        ctx.margin_gib = args.mem_margin_gib
+        ctx.tp_group = ctx.bcast_group = None
+        if world == 4:  # every rank creates every group, in this order
+            ctx.tp_group = dist.new_group([0, 1])
+            ctx.bcast_group = dist.new_group([0, 2, 3])
+        for case in new:
+            ok = run_case(ctx, case) and ok
+            gc.collect()
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
 
     dist.destroy_process_group()
+    if not ok:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

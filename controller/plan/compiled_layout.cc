@@ -287,6 +287,7 @@ absl::StatusOr<CompiledSide> CompileSide(const v1::Side& side, SideRole role) {
     RETURN_IF_ERROR(internal::CheckDestinationBoxOverlaps(out, from_mesh));
   }
   RETURN_IF_ERROR(internal::CheckByteOverlaps(out, from_mesh, role));
+  RETURN_IF_ERROR(internal::ResolveBlockQuantization(side, role, &out));
   return out;
 }
 

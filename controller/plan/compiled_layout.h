@@ -32,6 +32,16 @@ struct CompiledTensor {
   DType dtype = v1::DTYPE_UNSPECIFIED;
   std::vector<int64_t> shape;
   std::vector<CompiledFragment> fragments;  // sorted by (box, rank)
+  // Destination only, block fp8 quantization (TensorLayout.block_quantization):
+  // on the quantized tensor, its scale tensor's index, the block over the
+  // last two dims, and per fragment the scale tensor's fragment (same rank)
+  // whose box holds that fragment's blocks; on the scale tensor, the index of
+  // the tensor it scales.
+  int32_t scale_tensor = -1;
+  int64_t quant_block[2] = {0, 0};
+  std::vector<int32_t> scale_fragment;
+  int32_t scales_for = -1;
+  bool quantized() const { return scale_tensor >= 0; }
 };
 
 struct CompiledSide {

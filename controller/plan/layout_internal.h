@@ -37,6 +37,14 @@ absl::Status CheckByteOverlaps(const CompiledSide& side, const std::vector<bool>
 absl::Status CheckDestinationBoxOverlaps(const CompiledSide& side,
                                          const std::vector<bool>& from_mesh);
 
+// Block fp8 quantization (block_quant_layout.cc): resolves every tensor's
+// block_quantization into CompiledTensor's quantization fields and checks it:
+// destination only, FP8_E4M3 tensor of rank >= 2, positive blocks, an FP32
+// scale tensor of the block-grid shape used by one tensor only, fragments
+// aligned to the block grid, and on every rank scale fragments that hold
+// exactly the blocks of that rank's fragments.
+absl::Status ResolveBlockQuantization(const v1::Side& side, SideRole role, CompiledSide* out);
+
 // Number of bytes from a fragment's first to one past its last byte; 0 when
 // the box is empty. Error on int64 overflow.
 absl::Status ByteExtent(const CompiledFragment& f, int64_t elem_size, int64_t* extent);

@@ -78,7 +78,7 @@ absl::Status PackBuckets(Work* w) {
       const Xfer& xa = w->xfers[a];
       const Xfer& xb = w->xfers[b];
       if (xa.gen != xb.gen) return xa.gen < xb.gen;
-      return (xa.reduce != 0) < (xb.reduce != 0);
+      return (xa.reduce != 0 || xa.quantize != 0) < (xb.reduce != 0 || xb.quantize != 0);
     });
     bool open = false;
     int cls_gen = -1, cls_partial = -1;
@@ -93,24 +93,28 @@ absl::Status PackBuckets(Work* w) {
         open = false;
         continue;
       }
-      const bool partial = x.reduce != 0;
+      // Inputs of one reduce or of one receiver-side quantization share a
+      // round: one of them per bucket.
+      const bool partial = x.reduce != 0 || x.quantize != 0;
+      const int32_t unit_key = x.reduce != 0 ? x.reduce : -x.quantize;
       const int64_t x_limit =
-          partial ? std::min(w->opt.pack_bytes,
+          x.reduce != 0 ? std::min(w->opt.pack_bytes,
                              std::max(x.bytes, w->opt.staging_cap /
                                                    (w->reduces[x.reduce - 1].members + 1)))
                   : w->opt.pack_bytes;
-      const int64_t align = DTypeSize(x.wire);
+      // Sender-quantized deliveries carry fp32 scales after their fp8 bytes.
+      const int64_t align = w->cells[x.cell].quant == kQuantSender ? 4 : DTypeSize(x.wire);
       int64_t offset = open ? (w->buckets.back().bytes + align - 1) / align * align : 0;
       // One reduce per partial bucket: a reduce's buckets share a round, so
       // mixing reduces would chain them into units beyond the staging cap.
       if (!open || x.gen != cls_gen || static_cast<int>(partial) != cls_partial ||
-          (partial && x.reduce != cls_reduce) || offset + x.bytes > limit) {
+          (partial && unit_key != cls_reduce) || offset + x.bytes > limit) {
         open_bucket(x);
         open = true;
         cls_gen = x.gen;
         cls_partial = partial;
         limit = x_limit;
-        cls_reduce = x.reduce;
+        cls_reduce = unit_key;
         offset = 0;
       }
       add(xi, offset);

@@ -15,7 +15,7 @@ namespace {
 struct OpRec {
   int32_t worker;
   int32_t round;
-  int8_t cls;   // 0 send/recv, 1 copy, 2 reduce
+  int8_t cls;   // 0 send/recv, 1 copy, 2 reduce, 3 quantize
   int32_t peer;
   int32_t seq;
   int8_t kind;  // v1::Op::Kind
@@ -42,7 +42,9 @@ struct MergedPiece {
 };
 
 bool MergeInto(const Work& w, const Xfer& a, int64_t a_end, MergedPiece* cur, const Xfer& b) {
-  if (a.reduce != 0 || b.reduce != 0 || a.relay != b.relay || a.wire != b.wire ||
+  if (a.reduce != 0 || b.reduce != 0 || a.quantize != 0 || b.quantize != 0 ||
+      w.cells[a.cell].quant != 0 || w.cells[b.cell].quant != 0 || a.relay != b.relay ||
+      a.wire != b.wire ||
       a.src_frag != b.src_frag || a.dst_frag != b.dst_frag || b.bucket_offset != a_end) {
     return false;
   }
@@ -92,6 +94,13 @@ void MergePieces(const Work& w, const BucketRec& bk, std::vector<MergedPiece>* o
   }
 }
 
+// Pieces a merged piece becomes: a sender-quantized delivery is its fp8
+// piece followed by its scale piece.
+int32_t PieceCount(const Work& w, const BucketRec& bk, const MergedPiece& mp) {
+  return w.cells[w.xfers[w.bucket_xfers[bk.xfer_begin + mp.first]].cell].quant == kQuantSender ? 2
+                                                                                              : 1;
+}
+
 class Emitter {
  public:
   Emitter(const Work& w, v1::Plan* plan) : w_(w), plan_(plan) {}
@@ -100,7 +109,9 @@ class Emitter {
     Order();
     if (!summary_only) {
       EmitBuckets();
+      qinputs_.assign(w_.quants.size(), {});
       EmitReduces();
+      EmitQuantizes();
     }
     EmitRanksAndSummary(summary_only);
     return absl::OkStatus();
@@ -141,6 +152,16 @@ class Emitter {
     });
     reduce_id_.resize(nr);
     for (int32_t i = 0; i < nr; ++i) reduce_id_[reduce_order_[i]] = i + 1;
+    const int32_t nq = static_cast<int32_t>(w_.quants.size());
+    quant_order_.resize(nq);
+    std::iota(quant_order_.begin(), quant_order_.end(), 0);
+    std::sort(quant_order_.begin(), quant_order_.end(), [&](int32_t a, int32_t b) {
+      const QuantRec& x = w_.quants[a];
+      const QuantRec& y = w_.quants[b];
+      return std::tie(x.round, x.receiver, a) < std::tie(y.round, y.receiver, b);
+    });
+    quant_id_.resize(nq);
+    for (int32_t i = 0; i < nq; ++i) quant_id_[quant_order_[i]] = i + 1;
   }
 
   void FillView(bool dst_side, const CompiledTensor& t, int32_t frag, const int64_t* off,
@@ -152,6 +173,29 @@ class Emitter {
     for (int d = 0; d < rank; ++d) v->add_strides(f.strides[d]);
     v->set_dtype(t.dtype);
     v->set_side(dst_side ? v1::DESTINATION_BUFFER : v1::SOURCE_BUFFER);
+  }
+
+  // The scale piece of sender-quantized delivery `x`, packed by piece `index`.
+  void FillScalePiece(const Xfer& x, int32_t index, v1::Piece* p) const {
+    const Cell& c = w_.cells[x.cell];
+    const MapEntry& m = w_.maps[c.map];
+    const CompiledTensor& dt = w_.dst->tensors[m.dst_tensor];
+    const CompiledTensor& sc = w_.dst->tensors[dt.scale_tensor];
+    int64_t doff[kMaxDims], dlen[kMaxDims], boff[kMaxDims], blen[kMaxDims];
+    SrcToDst(m, w_.boxes.offset(c.box), w_.boxes.length(c.box), doff, dlen);
+    BlockBoxOf(dt, m.dst_rank, doff, dlen, boff, blen);
+    p->set_tensor(sc.name);
+    for (int d = 0; d < m.dst_rank; ++d) p->mutable_box()->add_offset(boff[d]);
+    for (int d = 0; d < m.dst_rank; ++d) p->mutable_box()->add_length(blen[d]);
+    if (x.relay) {
+      FillView(true, sc, dt.scale_fragment[x.src_frag], boff, blen, m.dst_rank, p->mutable_src());
+      p->set_relay(true);
+    } else {
+      p->set_scales_of(index + 1);
+    }
+    FillView(true, sc, dt.scale_fragment[x.dst_frag], boff, blen, m.dst_rank, p->mutable_dst());
+    p->set_bucket_offset(x.bucket_offset + QuantScaleOffset(c.elems));
+    p->set_wire_dtype(v1::FP32);
   }
 
   void FillPiece(const Xfer& x, const MergedPiece& mp, v1::Piece* p) const {
@@ -176,6 +220,11 @@ class Emitter {
     p->set_bucket_offset(x.bucket_offset);
     p->set_wire_dtype(x.wire);
     if (x.reduce != 0) p->set_reduce_id(reduce_id_[x.reduce - 1]);
+    if (x.quantize != 0) p->set_quantize_id(quant_id_[x.quantize - 1]);
+    if (c.quant == kQuantSender && !x.relay) {
+      p->add_quant_block(dt.quant_block[0]);
+      p->add_quant_block(dt.quant_block[1]);
+    }
   }
 
   void EmitBuckets() {
@@ -195,7 +244,10 @@ class Emitter {
       MergePieces(w_, bk, &merged_);
       out->mutable_pieces()->Reserve(static_cast<int>(merged_.size()));
       for (const MergedPiece& mp : merged_) {
-        FillPiece(w_.xfers[w_.bucket_xfers[bk.xfer_begin + mp.first]], mp, out->add_pieces());
+        const Xfer& x = w_.xfers[w_.bucket_xfers[bk.xfer_begin + mp.first]];
+        const int32_t index = out->pieces_size();
+        FillPiece(x, mp, out->add_pieces());
+        if (w_.cells[x.cell].quant == kQuantSender) FillScalePiece(x, index, out->add_pieces());
       }
     }
   }
@@ -208,9 +260,14 @@ class Emitter {
     for (size_t b = 0; b < w_.buckets.size(); ++b) {
       const BucketRec& bk = w_.buckets[b];
       MergePieces(w_, bk, &merged_);
+      int32_t piece = 0;
       for (size_t i = 0; i < merged_.size(); ++i) {
         const Xfer& x = w_.xfers[w_.bucket_xfers[bk.xfer_begin + merged_[i].first]];
-        if (x.reduce != 0) inputs[x.reduce - 1].emplace_back(bucket_id_[b], static_cast<int32_t>(i));
+        if (x.reduce != 0) inputs[x.reduce - 1].emplace_back(bucket_id_[b], piece);
+        if (x.quantize != 0) {
+          qinputs_[x.quantize - 1].push_back({bucket_id_[b], piece, x.cell});
+        }
+        piece += PieceCount(w_, bk, merged_[i]);
       }
     }
     auto* reduces = plan_->mutable_reduces();
@@ -235,6 +292,44 @@ class Emitter {
         v1::ReduceInput* in = out->add_inputs();
         in->set_bucket(bucket);
         in->set_piece(piece);
+      }
+    }
+  }
+
+  void EmitQuantizes() {
+    auto* quants = plan_->mutable_quantizes();
+    quants->Reserve(static_cast<int>(quant_order_.size()));
+    for (int32_t q : quant_order_) {
+      const QuantRec& qr = w_.quants[q];
+      const QuantGroup& g = w_.qgroups[qr.qgroup];
+      const CompiledTensor& dt = w_.dst->tensors[w_.dst_groups[g.dst_group].dst_tensor];
+      const CompiledTensor& sc = w_.dst->tensors[dt.scale_tensor];
+      const int rank = w_.boxes.rank(g.box);
+      const int64_t* goff = w_.boxes.offset(g.box);
+      const int64_t* glen = w_.boxes.length(g.box);
+      int64_t boff[kMaxDims], blen[kMaxDims];
+      BlockBoxOf(dt, rank, goff, glen, boff, blen);
+      v1::Quantize* out = quants->Add();
+      out->set_id(quant_id_[q]);
+      out->set_worker(w_.worker_ids[qr.receiver]);
+      out->set_round(qr.round);
+      out->add_block(dt.quant_block[0]);
+      out->add_block(dt.quant_block[1]);
+      FillView(true, dt, qr.dst_frag, goff, glen, rank, out->mutable_dst());
+      FillView(true, sc, dt.scale_fragment[qr.dst_frag], boff, blen, rank, out->mutable_scale_dst());
+      std::vector<QInput>& in = qinputs_[q];
+      std::sort(in.begin(), in.end(), [](const QInput& a, const QInput& b) {
+        return std::tie(a.bucket, a.piece) < std::tie(b.bucket, b.piece);
+      });
+      for (const QInput& i : in) {
+        v1::QuantizeInput* qi = out->add_inputs();
+        qi->set_bucket(i.bucket);
+        qi->set_piece(i.piece);
+        const Cell& c = w_.cells[i.cell];
+        const MapEntry& m = w_.maps[c.map];
+        int64_t doff[kMaxDims], dlen[kMaxDims];
+        SrcToDst(m, w_.boxes.offset(c.box), w_.boxes.length(c.box), doff, dlen);
+        for (int d = 0; d < rank; ++d) qi->add_offset(doff[d] - goff[d]);
       }
     }
   }
@@ -284,18 +379,35 @@ class Emitter {
       dest += w_.cells[rr.cell].elems * DTypeSize(dt.dtype);
       if (!summary_only) recs.push_back({rr.receiver, rr.round, 2, 0, 0, v1::Op::REDUCE, reduce_id_[r]});
     }
+    for (size_t q = 0; q < w_.quants.size(); ++q) {
+      const QuantRec& qr = w_.quants[q];
+      ++ops[qr.receiver];
+      const QuantGroup& g = w_.qgroups[qr.qgroup];
+      const CompiledTensor& dt = w_.dst->tensors[w_.dst_groups[g.dst_group].dst_tensor];
+      const int rank = w_.boxes.rank(g.box);
+      int64_t boff[kMaxDims], blen[kMaxDims];
+      BlockBoxOf(dt, rank, w_.boxes.offset(g.box), w_.boxes.length(g.box), boff, blen);
+      int64_t blocks = 1;
+      for (int d = 0; d < rank; ++d) blocks *= blen[d];
+      dest += w_.boxes.elems(g.box) * DTypeSize(dt.dtype) + blocks * 4;
+      if (!summary_only) {
+        recs.push_back({qr.receiver, qr.round, 3, 0, 0, v1::Op::QUANTIZE, quant_id_[q]});
+      }
+    }
     int64_t pieces = 0;
     for (const BucketRec& bk : w_.buckets) {
       MergePieces(w_, bk, &merged_);
-      pieces += static_cast<int64_t>(merged_.size());
       for (const MergedPiece& mp : merged_) {
-        if (w_.xfers[w_.bucket_xfers[bk.xfer_begin + mp.first]].relay) ++relays;
+        const int32_t n = PieceCount(w_, bk, mp);
+        pieces += n;
+        if (w_.xfers[w_.bucket_xfers[bk.xfer_begin + mp.first]].relay) relays += n;
       }
     }
     for (const Xfer& x : w_.xfers) {
-      if (x.reduce != 0) continue;
-      const CompiledTensor& dt = w_.dst->tensors[w_.DstTensorOf(w_.cells[x.cell])];
-      dest += w_.cells[x.cell].elems * DTypeSize(dt.dtype);
+      if (x.reduce != 0 || x.quantize != 0) continue;
+      const Cell& c = w_.cells[x.cell];
+      const CompiledTensor& dt = w_.dst->tensors[w_.DstTensorOf(c)];
+      dest += c.elems * DTypeSize(dt.dtype) + c.scales * 4;
     }
     int64_t peak_all = 0;
     for (int32_t r = 0; r < nr; ++r) {
@@ -323,6 +435,8 @@ class Emitter {
         op->set_kind(static_cast<v1::Op::Kind>(o.kind));
         if (o.kind == v1::Op::REDUCE) {
           op->set_reduce(o.id);
+        } else if (o.kind == v1::Op::QUANTIZE) {
+          op->set_quantize(o.id);
         } else {
           op->set_bucket(o.id);
           if (o.kind != v1::Op::COPY) op->set_peer(o.peer);
@@ -346,6 +460,7 @@ class Emitter {
     for (int64_t o : ops) total_ops += o;
     s->set_num_ops(total_ops);
     s->set_num_relay_pieces(relays);
+    s->set_num_quantizes(static_cast<int64_t>(w_.quants.size()));
     s->set_max_rank_bytes_out(*std::max_element(out_b.begin(), out_b.end()));
     s->set_max_rank_bytes_in(*std::max_element(in_b.begin(), in_b.end()));
     s->set_peak_staging_bytes(peak_all);
@@ -366,6 +481,13 @@ class Emitter {
   const Work& w_;
   v1::Plan* plan_;
   std::vector<int32_t> bucket_order_, bucket_id_, seq_, reduce_order_, reduce_id_;
+  std::vector<int32_t> quant_order_, quant_id_;
+  struct QInput {
+    int64_t bucket;
+    int32_t piece;
+    int32_t cell;
+  };
+  std::vector<std::vector<QInput>> qinputs_;
   mutable std::vector<MergedPiece> merged_;
 };
 

@@ -158,6 +158,7 @@ absl::Status BuildHolderGroups(Work* w) {
 void BuildDstGroups(Work* w) {
   for (size_t t = 0; t < w->dst->tensors.size(); ++t) {
     const CompiledTensor& ct = w->dst->tensors[t];
+    if (ct.scales_for >= 0) continue;  // written by quantization, fed by no mapping
     const bool scalar = ct.shape.empty();
     for (size_t f = 0; f < ct.fragments.size();) {
       size_t e = f + 1;
@@ -224,6 +225,12 @@ class CellBuilder {
         }
       }
       if (covered != dbox.Elems()) return Uncovered(g, dbox);
+      if (dt.quantized()) {
+        if (absl::Status st = EmitQuantCells(w_, static_cast<int32_t>(gi), &quant_); !st.ok()) {
+          return st;
+        }
+        quant_.clear();
+      }
     }
     return absl::OkStatus();
   }
@@ -353,6 +360,17 @@ class CellBuilder {
   }
 
   void Emit(int32_t group, int32_t map, const Region& c, const std::vector<int32_t>& holders) {
+    const MapEntry& me = w_->maps[map];
+    if (w_->dst->tensors[me.dst_tensor].quantized()) {
+      // Split by the block grid once the whole group is known.
+      QuantCandidate q;
+      q.map = map;
+      q.rank = me.dst_rank;
+      SrcToDst(me, c.off, c.len, q.off, q.len);
+      q.holders = holders;
+      quant_.push_back(std::move(q));
+      return;
+    }
     split_.clear();
     SplitRegion(c, CellLimitElems(map, holders), &split_);
     const int32_t hb = static_cast<int32_t>(w_->cell_holders.size());
@@ -444,6 +462,7 @@ class CellBuilder {
   std::vector<int32_t> hit_groups_;
   std::vector<Region> split_;
   std::vector<int32_t> one_ = {0};
+  std::vector<QuantCandidate> quant_;
 };
 
 }  // namespace

@@ -45,7 +45,8 @@ class RoundAssigner {
       if (e.bytes > w_->opt.staging_cap) {
         return absl::InvalidArgumentError(absl::StrCat(
             "worker ", w_->worker_ids[e.worker], " must stage ", e.bytes,
-            " bytes of buckets that share a round (the contributions of one reduce), more than "
+            " bytes of buckets that share a round (the contributions of one reduce or the parts "
+            "of one receiver-side quantization), more than "
             "staging_cap_bytes (", w_->opt.staging_cap, ")"));
       }
     }
@@ -96,12 +97,14 @@ class RoundAssigner {
     std::vector<int32_t> parent(nb);
     std::iota(parent.begin(), parent.end(), 0);
     std::vector<int32_t> first(w_->reduces.size() + 1, -1);
+    std::vector<int32_t> first_q(w_->quants.size() + 1, -1);
     for (const Xfer& x : w_->xfers) {
-      if (x.reduce == 0) continue;
-      if (first[x.reduce] < 0) {
-        first[x.reduce] = x.bucket;
+      if (x.reduce == 0 && x.quantize == 0) continue;
+      int32_t& f = x.reduce != 0 ? first[x.reduce] : first_q[x.quantize];
+      if (f < 0) {
+        f = x.bucket;
       } else {
-        parent[Find(parent, x.bucket)] = Find(parent, first[x.reduce]);
+        parent[Find(parent, x.bucket)] = Find(parent, f);
       }
     }
     unit_of_.assign(nb, -1);
@@ -314,6 +317,7 @@ class RoundAssigner {
     }
     for (const Xfer& x : w_->xfers) {
       if (x.reduce != 0) w_->reduces[x.reduce - 1].round = w_->buckets[x.bucket].round;
+      if (x.quantize != 0) w_->quants[x.quantize - 1].round = w_->buckets[x.bucket].round;
     }
     w_->num_rounds = n;
     return absl::OkStatus();

@@ -61,6 +61,31 @@ class Chooser {
 
   double Seconds(LinkClass c, int64_t bytes) const { return LinkSeconds(w_->opt.link, c, bytes); }
 
+  // Cast once, on the side that makes the wire narrower: block fp8 at the
+  // sender when it holds whole blocks, else the source dtype (the receiver
+  // quantizes).
+  static v1::DType CellWire(const Cell& c, const CompiledTensor& st, const CompiledTensor& dt) {
+    if (c.quant == kQuantSender) return v1::FP8_E4M3;
+    if (c.quant == kQuantReceiver) return st.dtype;
+    return WireDType(st.dtype, dt.dtype);
+  }
+
+  // The receiver-side quantization `x` feeds (QuantRec id, created on first use).
+  int32_t QuantOf(const Cell& c, int32_t dst_frag, int32_t receiver) {
+    const QuantGroup& q = w_->qgroups[c.qgroup];
+    const DstGroup& g = w_->dst_groups[c.dst_group];
+    int32_t& id = w_->qgroup_recs[q.rec_begin + (dst_frag - g.frag_begin)];
+    if (id == 0) {
+      QuantRec r;
+      r.qgroup = c.qgroup;
+      r.dst_frag = dst_frag;
+      r.receiver = receiver;
+      w_->quants.push_back(r);
+      id = static_cast<int32_t>(w_->quants.size());
+    }
+    return id;
+  }
+
   // Cells by size, largest first; counting sort on log2 size keeps it O(n).
   std::vector<int32_t> LptOrder() const {
     std::vector<int32_t> count(65, 0);
@@ -99,7 +124,7 @@ class Chooser {
       GatherHolders(c);
       const CompiledTensor& st = w_->src->tensors[w_->SrcTensorOf(c)];
       const CompiledTensor& dt = w_->dst->tensors[w_->DstTensorOf(c)];
-      const int64_t bytes = c.elems * DTypeSize(WireDType(st.dtype, dt.dtype));
+      const int64_t bytes = CellWireBytes(*w_, c, CellWire(c, st, dt));
       const DstGroup& g = w_->dst_groups[c.dst_group];
       for (int32_t m = 0; m < g.frag_count; ++m) {
         const int32_t wd = w_->dst_rank_worker[dt.fragments[g.frag_begin + m].rank];
@@ -127,7 +152,7 @@ class Chooser {
     const CompiledTensor& dt = w_->dst->tensors[w_->DstTensorOf(c)];
     const DstGroup& g = w_->dst_groups[c.dst_group];
     const int32_t wd = w_->dst_rank_worker[dt.fragments[g.frag_begin].rank];
-    const int64_t bytes = c.elems * DTypeSize(WireDType(st.dtype, dt.dtype));
+    const int64_t bytes = CellWireBytes(*w_, c, CellWire(c, st, dt));
     for (int32_t f : full_) {
       const int32_t hw = w_->src_rank_worker[st.fragments[f].rank];
       const LinkClass l = w_->Link(hw, wd);
@@ -151,7 +176,8 @@ class Chooser {
     x.receiver = receiver;
     x.wire = wire;
     x.reduce = reduce;
-    x.bytes = c.elems * DTypeSize(wire);
+    x.bytes = CellWireBytes(*w_, c, wire);
+    if (c.quant == kQuantReceiver) x.quantize = QuantOf(c, dst_frag, receiver);
     const LinkClass l = w_->Link(sender, receiver);
     const double t = Seconds(l, x.bytes);
     L(sender, OutDir(l)) += t;
@@ -167,9 +193,10 @@ class Chooser {
     const CompiledTensor& st = w_->src->tensors[w_->SrcTensorOf(c)];
     const CompiledTensor& dt = w_->dst->tensors[w_->DstTensorOf(c)];
     const DstGroup& g = w_->dst_groups[c.dst_group];
-    const v1::DType wire = WireDType(st.dtype, dt.dtype);
-    const int64_t direct_bytes = c.elems * DTypeSize(wire);
-    const int64_t relay_bytes = c.elems * DTypeSize(dt.dtype);
+    const v1::DType wire = CellWire(c, st, dt);
+    const int64_t direct_bytes = CellWireBytes(*w_, c, wire);
+    // A relay forwards what the destination holds (fp8 + scales when quantized).
+    const int64_t relay_bytes = CellWireBytes(*w_, c, dt.dtype);
     served_.clear();
     pending_.clear();
     // Local copies first: a colocated holder never uses the network.
@@ -256,7 +283,9 @@ class Chooser {
       int32_t best_r = -1;
       double best_rc = INFINITY, best_rout = INFINITY;
       LinkClass best_rl = LinkClass::kNic;
-      if (w_->opt.relay) {
+      // Receiver-quantized parts are consumed by the receiver's Quantize, never
+      // forwarded.
+      if (w_->opt.relay && c.quant != kQuantReceiver) {
         for (size_t s = 0; s < served_.size(); ++s) {
           if (served_[s].gen >= kMaxRelayGen) continue;
           const LinkClass l = w_->Link(served_[s].worker, wd);

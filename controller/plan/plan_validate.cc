@@ -64,6 +64,16 @@ absl::Status AddEntry(Work* w, int index, const std::string& src_name, const std
   }
   const CompiledTensor& s = w->src->tensors[si->second];
   const CompiledTensor& d = w->dst->tensors[di->second];
+  if (d.scales_for >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": destination tensor '", d.name, "' is the scale tensor of block-quantized '",
+        w->dst->tensors[d.scales_for].name, "': quantization writes it, no mapping may feed it"));
+  }
+  if (d.quantized() && s.dtype != v1::BF16 && s.dtype != v1::FP16 && s.dtype != v1::FP32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": destination tensor '", d.name, "' is block-fp8 quantized, source tensor '",
+        s.name, "' is ", DTypeName(s.dtype), " (block quantization reads bf16, fp16 or fp32)"));
+  }
   MapEntry m;
   m.src_tensor = si->second;
   m.dst_tensor = di->second;
@@ -122,7 +132,10 @@ absl::Status AddEntry(Work* w, int index, const std::string& src_name, const std
         ", destination tensor '", d.name, "' is ", DTypeName(d.dtype),
         " (integer/float changes are never cast)"));
   }
-  if (absl::Status st = CheckCast(*w, s, d); !st.ok()) return st;
+  // block_quantization is the declaration of a quantized tensor's cast.
+  if (!d.quantized()) {
+    if (absl::Status st = CheckCast(*w, s, d); !st.ok()) return st;
+  }
   w->maps_of_dst[m.dst_tensor].push_back(static_cast<int32_t>(w->maps.size()));
   w->maps.push_back(std::move(m));
   return absl::OkStatus();
@@ -192,6 +205,7 @@ absl::Status ValidateAndMap(Work* w) {
   for (size_t t = 0; t < w->dst->tensors.size(); ++t) {
     if (!w->maps_of_dst[t].empty()) continue;
     const CompiledTensor& d = w->dst->tensors[t];
+    if (d.scales_for >= 0) continue;  // written by its tensor's quantization
     auto si = w->src->tensor_index.find(d.name);
     std::vector<int64_t> zero(d.shape.size(), 0);
     const std::vector<int64_t>& shape =

@@ -99,6 +99,31 @@ struct Cell {
   int32_t hg_begin = 0;   // into Work::cell_holders (HolderGroup ids)
   int32_t hg_count = 0;
   int64_t elems = 0;
+  // Block fp8 destinations: kQuantSender = whole blocks, quantized by the
+  // sender (fp8 + scales on the wire); kQuantReceiver = part of the blocks of
+  // QuantGroup `qgroup`, shipped in the source dtype and quantized by the
+  // receiver's Quantize once every part has arrived.
+  uint8_t quant = 0;
+  int32_t qgroup = -1;
+  int64_t scales = 0;  // kQuantSender: blocks (= scale values) it carries
+};
+inline constexpr uint8_t kQuantSender = 1;
+inline constexpr uint8_t kQuantReceiver = 2;
+
+// A block-aligned destination box (destination coordinates) of one DstGroup
+// whose blocks no single holder has whole: each member of the group
+// quantizes it after receiving its parts (QuantRec).
+struct QuantGroup {
+  int32_t dst_group = 0;
+  int32_t box = 0;       // arena id, destination coordinates
+  int32_t rec_begin = 0; // into Work::qgroup_recs, one per DstGroup member (-1 until used)
+};
+
+struct QuantRec {
+  int32_t qgroup = 0;
+  int32_t dst_frag = 0;
+  int32_t receiver = 0;
+  int32_t round = 0;
 };
 
 // One delivery of a cell to one destination fragment (or one partial
@@ -110,6 +135,7 @@ struct Xfer {
   int32_t sender = 0;    // dense worker index
   int32_t receiver = 0;
   int32_t reduce = 0;    // 1-based internal reduce id; 0 = direct write
+  int32_t quantize = 0;  // 1-based internal QuantRec id: an input of that quantization
   int32_t parent = -1;   // relay: the xfer that brought the data to the sender
   int32_t bucket = -1;
   int64_t bytes = 0;     // wire bytes
@@ -178,6 +204,9 @@ struct Work {
 
   std::vector<Xfer> xfers;
   std::vector<ReduceRec> reduces;  // reduces[i] has internal id i + 1
+  std::vector<QuantGroup> qgroups;
+  std::vector<int32_t> qgroup_recs;  // QuantRec id (1-based) per (qgroup, member); 0 = none
+  std::vector<QuantRec> quants;      // quants[i] has internal id i + 1
   std::vector<BucketRec> buckets;
   std::vector<int32_t> bucket_xfers;
   int32_t num_rounds = 0;
@@ -201,6 +230,27 @@ absl::Status AssignRounds(Work* w);     // plan_rounds.cc
 absl::Status Emit(const Work& w, bool summary_only, v1::Plan* plan);  // plan_emit.cc
 
 // Helpers shared by stages.
+// Block fp8 (plan_quant.cc): splits the candidate regions of one DstGroup of
+// a quantized tensor (destination coordinates, with their map entry and
+// holders) into sender-quantized cells of whole blocks and receiver-quantized
+// cells of QuantGroups, and appends them to w->cells.
+struct QuantCandidate {
+  int32_t map = 0;
+  int rank = 0;
+  int64_t off[kMaxDims];  // destination coordinates
+  int64_t len[kMaxDims];
+  std::vector<int32_t> holders;
+};
+absl::Status EmitQuantCells(Work* w, int32_t dst_group, std::vector<QuantCandidate>* cands);
+// Blocks of a destination box of quantized tensor `t` (scale coordinates).
+void BlockBoxOf(const CompiledTensor& t, int rank, const int64_t* off, const int64_t* len,
+                int64_t* boff, int64_t* blen);
+// Wire bytes of one delivery of cell `c` in `wire` (fp8 + aligned scales for
+// sender-quantized cells).
+int64_t CellWireBytes(const Work& w, const Cell& c, v1::DType wire);
+// Byte offset of the scales inside a sender-quantized delivery.
+inline int64_t QuantScaleOffset(int64_t elems) { return (elems + 3) / 4 * 4; }
+
 // The dtype that travels: the narrower of the two (cast once, at the side
 // that makes the wire narrower); equal sizes travel as the destination dtype.
 v1::DType WireDType(v1::DType src, v1::DType dst);

@@ -273,6 +273,13 @@ absl::Status CudaDataOps::AddCopyItem(const StridedView& src, const StridedView&
 }
 
 absl::Status CudaDataOps::Pack(absl::Span<const exec::PackItem> items, void* staging_base) {
+  // Block fp8 quantization has a host reference only (HostDataOps) so far.
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].quant_block_rows > 0) {
+      return absl::UnimplementedError(absl::StrCat(
+          "pack item ", i, ": block fp8 quantization at the sender is not implemented on CUDA"));
+    }
+  }
   std::string key;
   key.reserve(16 + items.size() * 64);
   key.push_back('P');

@@ -65,6 +65,15 @@ class Binder {
                         std::map<std::pair<int64_t, int32_t>, Partial>& partials);
   absl::Status BindReduce(const v1::Reduce& r, int32_t round, BoundRound& out,
                           std::map<std::pair<int64_t, int32_t>, Partial>& partials);
+  struct QuantPart {
+    QuantizeInput input;
+    std::string where;
+    bool consumed = false;
+  };
+  absl::Status BindQuantize(const v1::Quantize& q, int32_t round, BoundRound& out);
+  std::map<std::pair<int64_t, int32_t>, QuantPart> qparts_;  // this round's inputs
+  std::unordered_map<int64_t, const v1::Quantize*> quantizes_;
+  std::set<int64_t> seen_quantizes_;
 
   const v1::Plan& plan_;
   const int32_t worker_;
@@ -188,14 +197,95 @@ absl::Status CheckZeroCopy(const v1::Bucket& b, StridedView v) {
   return absl::OkStatus();
 }
 
+struct QuantGridInfo {
+  int64_t outer = 1, rows = 0, cols = 0, block_rows = 0, block_cols = 0;
+  int scale_piece = -1;
+};
+
+// Piece i of b is sender-quantized: its grid (from its dst shape) and the
+// piece carrying its scales.
+absl::StatusOr<QuantGridInfo> QuantGrid(const v1::Bucket& b, int i) {
+  const v1::Piece& p = b.pieces(i);
+  QuantGridInfo g;
+  const int nd = p.dst().shape_size();
+  if (p.quant_block_size() != 2 || nd < 2 || p.quant_block(0) <= 0 || p.quant_block(1) <= 0 ||
+      p.wire_dtype() != v1::FP8_E4M3) {
+    return absl::InvalidArgumentError(
+        "quantized piece needs 2 positive blocks, a destination of >= 2 dims and wire FP8_E4M3");
+  }
+  for (int d = 0; d + 2 < nd; ++d) g.outer *= p.dst().shape(d);
+  g.rows = p.dst().shape(nd - 2);
+  g.cols = p.dst().shape(nd - 1);
+  g.block_rows = p.quant_block(0);
+  g.block_cols = p.quant_block(1);
+  for (int k = 0; k < b.pieces_size(); ++k) {
+    if (b.pieces(k).scales_of() == i + 1) {
+      if (g.scale_piece >= 0) return absl::InvalidArgumentError("two scale pieces");
+      g.scale_piece = k;
+    }
+  }
+  if (g.scale_piece < 0) return absl::InvalidArgumentError("no scale piece");
+  const v1::Piece& sp = b.pieces(g.scale_piece);
+  const int64_t blocks = g.outer * ((g.rows + g.block_rows - 1) / g.block_rows) *
+                         ((g.cols + g.block_cols - 1) / g.block_cols);
+  if (sp.wire_dtype() != v1::FP32 || sp.bucket_offset() < 0 ||
+      sp.bucket_offset() + 4 * blocks > b.bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("scale piece ", g.scale_piece,
+                                                   " is not ", blocks, " fp32 values in the bucket"));
+  }
+  return g;
+}
+
+absl::Status CheckScalePiece(const v1::Bucket& b, int i) {
+  const int q = b.pieces(i).scales_of() - 1;
+  if (q < 0 || q >= b.pieces_size() || b.pieces(q).quant_block_size() == 0) {
+    return absl::InvalidArgumentError("scales_of names no quantized piece of the bucket");
+  }
+  return QuantGrid(b, q).status();
+}
+
+// The input's box inside its quantization region: shape from the piece's
+// dst view (the region's dims); the offset comes from the Quantize.
+absl::Status SetPartBox(const v1::Piece& p, QuantizeInput& in) {
+  if (p.dst().shape_size() < 2 || p.dst().shape_size() > kMaxViewDims) {
+    return absl::InvalidArgumentError("quantize input needs a destination view of 2..8 dims");
+  }
+  for (int d = 0; d < p.dst().shape_size(); ++d) in.shape[d] = p.dst().shape(d);
+  return absl::OkStatus();
+}
+
 absl::Status Binder::BindSend(const v1::Bucket& b, BoundTransfer& t, BoundRound& out) {
   const std::string where = Where(out.index, "SEND", b);
   for (int i = 0; i < b.pieces_size(); ++i) {
     const v1::Piece& p = b.pieces(i);
     const std::string pw = PieceWhere(where, i, p);
+    if (p.scales_of() != 0) {
+      // Written by the pack of its quantized piece.
+      RETURN_IF_ERROR(Annotate(CheckScalePiece(b, i), pw));
+      continue;
+    }
     RETURN_IF_ERROR(Annotate(CheckSameCount(p), pw));
     auto src = Resolve(p.src(), BufferSide::kSource, "src");
     if (!src.ok()) return Annotate(src.status(), pw);
+    if (p.quant_block_size() != 0) {
+      if (b.zero_copy()) {
+        return absl::InvalidArgumentError(absl::StrCat(pw, ": quantized piece in a zero-copy bucket"));
+      }
+      RETURN_IF_ERROR(Annotate(CheckPacked(b, p, src->num_elements()), pw));
+      PackItem item{*src, t.staging_offset + p.bucket_offset(), p.wire_dtype()};
+      auto grid = QuantGrid(b, i);
+      if (!grid.ok()) return Annotate(grid.status(), pw);
+      item.quant_outer = grid->outer;
+      item.quant_rows = grid->rows;
+      item.quant_cols = grid->cols;
+      item.quant_block_rows = grid->block_rows;
+      item.quant_block_cols = grid->block_cols;
+      item.scale_offset = t.staging_offset + b.pieces(grid->scale_piece).bucket_offset();
+      StridedView* one[] = {&item.src};
+      CoalesceViews(one);
+      out.pack.push_back(item);
+      continue;
+    }
     if (b.zero_copy()) {
       RETURN_IF_ERROR(Annotate(CheckZeroCopy(b, *src), pw));
       t.direct = src->data;
@@ -220,7 +310,29 @@ absl::Status Binder::BindRecv(const v1::Bucket& b, BoundTransfer& t, BoundRound&
   for (int i = 0; i < b.pieces_size(); ++i) {
     const v1::Piece& p = b.pieces(i);
     const std::string pw = PieceWhere(where, i, p);
-    RETURN_IF_ERROR(Annotate(CheckSameCount(p), pw));
+    if (p.scales_of() != 0) {
+      RETURN_IF_ERROR(Annotate(CheckScalePiece(b, i), pw));
+    } else {
+      RETURN_IF_ERROR(Annotate(CheckSameCount(p), pw));
+    }
+    if (p.quantize_id() != 0) {
+      if (b.zero_copy()) {
+        return absl::InvalidArgumentError(absl::StrCat(pw, ": quantize input in a zero-copy bucket"));
+      }
+      int64_t numel = 1;
+      for (int64_t n : p.dst().shape()) numel *= n;
+      RETURN_IF_ERROR(Annotate(CheckPacked(b, p, numel), pw));
+      QuantPart part;
+      part.input.staging_offset = t.staging_offset + p.bucket_offset();
+      part.input.view.dtype = p.wire_dtype();
+      part.input.view.ndim = 1;
+      part.input.view.shape[0] = numel;
+      part.input.view.strides[0] = 1;
+      RETURN_IF_ERROR(Annotate(SetPartBox(p, part.input), pw));
+      part.where = pw;
+      qparts_[{b.id(), i}] = part;
+      continue;
+    }
     if (p.reduce_id() != 0) {
       if (b.zero_copy()) {
         return absl::InvalidArgumentError(
@@ -265,8 +377,46 @@ absl::Status Binder::BindCopy(const v1::Bucket& b, int32_t round, BoundRound& ou
   for (int i = 0; i < b.pieces_size(); ++i) {
     const v1::Piece& p = b.pieces(i);
     const std::string pw = PieceWhere(where, i, p);
+    if (p.scales_of() != 0) {
+      // Written by the local quantization of its quantized piece.
+      RETURN_IF_ERROR(Annotate(CheckScalePiece(b, i), pw));
+      continue;
+    }
     auto src = Resolve(p.src(), BufferSide::kSource, "src");
     if (!src.ok()) return Annotate(src.status(), pw);
+    if (p.quantize_id() != 0) {
+      QuantPart part;
+      part.input.view = *src;
+      RETURN_IF_ERROR(Annotate(CheckSameCount(p), pw));
+      RETURN_IF_ERROR(Annotate(SetPartBox(p, part.input), pw));
+      part.where = pw;
+      qparts_[{b.id(), i}] = part;
+      continue;
+    }
+    if (p.quant_block_size() != 0) {
+      // A local delivery of whole blocks: quantize src straight into dst.
+      RETURN_IF_ERROR(Annotate(CheckSameCount(p), pw));
+      auto grid = QuantGrid(b, i);
+      if (!grid.ok()) return Annotate(grid.status(), pw);
+      auto dst = Resolve(p.dst(), BufferSide::kDestination, "dst");
+      if (!dst.ok()) return Annotate(dst.status(), pw);
+      auto sdst = Resolve(b.pieces(grid->scale_piece).dst(), BufferSide::kDestination, "scale dst");
+      if (!sdst.ok()) return Annotate(sdst.status(), pw);
+      QuantizeItem item;
+      item.dst = *dst;
+      item.scale_dst = *sdst;
+      item.block_rows = grid->block_rows;
+      item.block_cols = grid->block_cols;
+      item.input_begin = static_cast<int32_t>(out.quantize_inputs.size());
+      item.num_inputs = 1;
+      QuantizeInput in;
+      in.view = *src;
+      for (int d = 0; d < dst->ndim; ++d) in.shape[d] = dst->shape[d];
+      out.quantize_inputs.push_back(in);
+      out.quantizes.push_back(item);
+      out.quantize_ids.push_back(-b.id() - 1);
+      continue;
+    }
     if (p.reduce_id() != 0) {
       // A local partial is read straight from the source by the reduce; its
       // value must not pass through a narrower wire dtype first.
@@ -378,12 +528,78 @@ absl::Status Binder::BindReduce(const v1::Reduce& r, int32_t round, BoundRound& 
   return absl::OkStatus();
 }
 
+absl::Status Binder::BindQuantize(const v1::Quantize& q, int32_t round, BoundRound& out) {
+  const std::string where =
+      absl::StrCat("worker ", worker_, " round ", round, ": QUANTIZE ", q.id());
+  if (q.worker() != worker_ || q.round() != round) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": the quantize belongs to worker ", q.worker(), " round ", q.round()));
+  }
+  auto dst = Resolve(q.dst(), BufferSide::kDestination, "dst");
+  if (!dst.ok()) return Annotate(dst.status(), where);
+  auto sdst = Resolve(q.scale_dst(), BufferSide::kDestination, "scale dst");
+  if (!sdst.ok()) return Annotate(sdst.status(), where);
+  if (q.block_size() != 2 || q.block(0) <= 0 || q.block(1) <= 0 || dst->ndim < 2 ||
+      dst->dtype != v1::FP8_E4M3 || sdst->dtype != v1::FP32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": needs 2 positive blocks, an FP8_E4M3 destination of >= 2 dims, FP32 scales"));
+  }
+  QuantizeItem item;
+  item.dst = *dst;
+  item.scale_dst = *sdst;
+  item.block_rows = q.block(0);
+  item.block_cols = q.block(1);
+  item.input_begin = static_cast<int32_t>(out.quantize_inputs.size());
+  item.num_inputs = q.inputs_size();
+  int64_t covered = 0;
+  for (int k = 0; k < q.inputs_size(); ++k) {
+    const v1::QuantizeInput& in = q.inputs(k);
+    auto it = qparts_.find({in.bucket(), in.piece()});
+    if (it == qparts_.end() || buckets_.at(in.bucket())->pieces(in.piece()).quantize_id() != q.id()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": input ", k, " (bucket ", in.bucket(), " piece ", in.piece(),
+          ") is not a part of it this worker receives or copies in round ", round));
+    }
+    if (it->second.consumed) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": input ", k, " (", it->second.where, ") is used twice"));
+    }
+    it->second.consumed = true;
+    QuantizeInput qi = it->second.input;
+    if (in.offset_size() != dst->ndim) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": input ", k, " offset has ",
+                                                     in.offset_size(), " dims, the region ",
+                                                     dst->ndim));
+    }
+    int64_t m = 1;
+    for (int d = 0; d < dst->ndim; ++d) {
+      qi.offset[d] = in.offset(d);
+      if (qi.offset[d] < 0 || qi.offset[d] + qi.shape[d] > dst->shape[d]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": input ", k, " (", it->second.where, ") lies outside the region"));
+      }
+      m *= qi.shape[d];
+    }
+    covered += m;
+    out.quantize_inputs.push_back(qi);
+  }
+  if (covered != dst->num_elements()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": inputs hold ", covered,
+                                                   " elements, the region ", dst->num_elements()));
+  }
+  out.quantizes.push_back(item);
+  out.quantize_ids.push_back(q.id());
+  return absl::OkStatus();
+}
+
 absl::Status Binder::BindRound(const v1::Round& round, BoundRound& out) {
   out.index = round.index();
   out.plan_staging_bytes = round.staging_bytes();
   std::vector<std::pair<BoundTransfer, const v1::Bucket*>> sends, recvs;
   std::vector<const v1::Bucket*> copies;
   std::vector<const v1::Reduce*> reduces;
+  std::vector<const v1::Quantize*> quants;
+  qparts_.clear();
   for (int o = 0; o < round.ops_size(); ++o) {
     const v1::Op& op = round.ops(o);
     const std::string where = absl::StrCat("worker ", worker_, " round ", round.index(), " op ", o,
@@ -398,6 +614,18 @@ absl::Status Binder::BindRound(const v1::Round& round, BoundRound& out) {
             absl::StrCat(where, ": reduce ", op.reduce(), " runs twice"));
       }
       reduces.push_back(it->second);
+      continue;
+    }
+    if (op.kind() == v1::Op::QUANTIZE) {
+      auto it = quantizes_.find(op.quantize());
+      if (it == quantizes_.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": unknown quantize ", op.quantize()));
+      }
+      if (!seen_quantizes_.insert(op.quantize()).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": quantize ", op.quantize(), " runs twice"));
+      }
+      quants.push_back(it->second);
       continue;
     }
     auto it = buckets_.find(op.bucket());
@@ -482,6 +710,13 @@ absl::Status Binder::BindRound(const v1::Round& round, BoundRound& out) {
   }
   for (const v1::Bucket* b : copies) RETURN_IF_ERROR(BindCopy(*b, out.index, out, partials));
   for (const v1::Reduce* r : reduces) RETURN_IF_ERROR(BindReduce(*r, out.index, out, partials));
+  for (const v1::Quantize* q : quants) RETURN_IF_ERROR(BindQuantize(*q, out.index, out));
+  for (const auto& [key, part] : qparts_) {
+    if (!part.consumed) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(part.where, ": quantize input consumed by no quantize of this round"));
+    }
+  }
   for (const auto& [key, part] : partials) {
     if (!part.consumed) {
       return absl::InvalidArgumentError(
@@ -500,6 +735,11 @@ absl::StatusOr<std::shared_ptr<const BoundPlan>> Binder::Bind() {
   for (const v1::Reduce& r : plan_.reduces()) {
     if (!reduces_.emplace(r.id(), &r).second) {
       return absl::InvalidArgumentError(absl::StrCat("plan lists reduce ", r.id(), " twice"));
+    }
+  }
+  for (const v1::Quantize& q : plan_.quantizes()) {
+    if (!quantizes_.emplace(q.id(), &q).second) {
+      return absl::InvalidArgumentError(absl::StrCat("plan lists quantize ", q.id(), " twice"));
     }
   }
   auto bound = std::make_shared<BoundPlan>();
@@ -538,6 +778,12 @@ absl::StatusOr<std::shared_ptr<const BoundPlan>> Binder::Bind() {
       return absl::InvalidArgumentError(absl::StrCat(
           "bucket ", b.id(), " (worker ", b.sender(), " -> ", b.receiver(), ", round ", b.round(),
           ") involves worker ", worker_, " but no op of its rank plan runs it"));
+    }
+  }
+  for (const v1::Quantize& q : plan_.quantizes()) {
+    if (q.worker() == worker_ && !seen_quantizes_.count(q.id())) {
+      return absl::InvalidArgumentError(absl::StrCat("quantize ", q.id(), " of worker ", worker_,
+                                                     " is run by no op of its rank plan"));
     }
   }
   for (const v1::Reduce& r : plan_.reduces()) {

@@ -42,6 +42,11 @@ struct BoundRound {
   std::vector<ReduceItem> reduces;
   std::vector<int64_t> copy_buckets;  // for messages
   std::vector<int64_t> reduce_ids;    // for messages
+  // Block fp8: receiver-side Quantize ops and quantizing local copies, run
+  // after the round's reduces.
+  std::vector<QuantizeInput> quantize_inputs;
+  std::vector<QuantizeItem> quantizes;
+  std::vector<int64_t> quantize_ids;  // for messages (local copies: -bucket - 1)
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
   int64_t bytes_local = 0;  // wire bytes of local (COPY) buckets

@@ -28,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/dtype.h"
 #include "worker/transport/transport.h"
@@ -63,6 +64,16 @@ struct PackItem {
   StridedView src;
   int64_t staging_offset = 0;
   DType wire_dtype = v1::DTYPE_UNSPECIFIED;
+  // Block fp8 at the sender (quant_block_rows > 0, wire_dtype FP8_E4M3):
+  // src's elements, read row-major and laid out as [quant_outer, quant_rows,
+  // quant_cols], are quantized in blocks (common/block_fp8.h); the fp8 bytes
+  // go to staging_offset, the fp32 scales to scale_offset.
+  int64_t quant_outer = 0;
+  int64_t quant_rows = 0;
+  int64_t quant_cols = 0;
+  int64_t quant_block_rows = 0;
+  int64_t quant_block_cols = 0;
+  int64_t scale_offset = 0;
 };
 
 // staging_base + staging_offset (contiguous, wire_dtype, dst.num_elements()
@@ -97,6 +108,31 @@ struct ReduceItem {
   v1::ReduceOp op = v1::REDUCE_SUM;
   DType accumulate_dtype = v1::DTYPE_UNSPECIFIED;
   StridedView dst;
+  int32_t input_begin = 0;
+  int32_t num_inputs = 0;
+};
+
+// One part of a block fp8 quantization: its elements, read row-major from
+// `view` (strided, staging_offset < 0) or from packed bytes at staging_base +
+// staging_offset (contiguous in view.dtype, view.num_elements() elements),
+// fill the box [offset, offset + shape) of the item's region.
+struct QuantizeInput {
+  StridedView view;
+  int64_t staging_offset = -1;
+  std::array<int64_t, kMaxViewDims> offset{};
+  std::array<int64_t, kMaxViewDims> shape{};  // dst.ndim dims
+};
+
+// The region `dst` (FP8_E4M3, ndim >= 2, not coalesced: blocks cut its last
+// two dims) is assembled from inputs[input_begin, input_begin + num_inputs),
+// which tile it, and quantized block by block (common/block_fp8.h): fp8 into
+// dst, the scales (row-major over [outer, row blocks, col blocks]) into
+// scale_dst.
+struct QuantizeItem {
+  StridedView dst;
+  StridedView scale_dst;
+  int64_t block_rows = 0;
+  int64_t block_cols = 0;
   int32_t input_begin = 0;
   int32_t num_inputs = 0;
 };
@@ -157,6 +193,16 @@ class DataOps {
   virtual absl::Status Reduce(absl::Span<const ReduceInput> inputs,
                               absl::Span<const ReduceItem> items, const void* staging_base) = 0;
   virtual absl::Status Synchronize() = 0;
+  // Block fp8 quantization at the receiver (and local quantizing copies).
+  // Implementations without it refuse plans that need it.
+  virtual absl::Status Quantize(absl::Span<const QuantizeInput> inputs,
+                                absl::Span<const QuantizeItem> items, const void* staging_base) {
+    (void)inputs;
+    (void)staging_base;
+    if (items.empty()) return absl::OkStatus();
+    return absl::UnimplementedError(
+        absl::StrCat(Name(), " data ops cannot block-quantize (block fp8 destinations)"));
+  }
 
   // A fence over the calls issued so far: WaitFence() returns once every call
   // issued before the last RecordFence() finished (and reports their errors),

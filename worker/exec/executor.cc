@@ -274,6 +274,11 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bo
     RETURN_IF_ERROR(Wrap(ops_->Reduce(round.reduce_inputs, sched.staged_reduces, staging),
                          absl::StrCat(where, ": reduces ", absl::StrJoin(round.reduce_ids, ","))));
   }
+  if (!round.quantizes.empty()) {
+    RETURN_IF_ERROR(
+        Wrap(ops_->Quantize(round.quantize_inputs, round.quantizes, staging),
+             absl::StrCat(where, ": quantizes ", absl::StrJoin(round.quantize_ids, ","))));
+  }
   if (finish_async) {
     *deferred = true;  // the next round waits for its fence instead
     ++sync.rounds_finished_async;

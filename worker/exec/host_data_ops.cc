@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/block_fp8.h"
 #include "common/cast.h"
 #include "common/status_macros.h"
 
@@ -194,7 +195,9 @@ absl::Status HostDataOps::Pack(absl::Span<const PackItem> items, void* staging_b
     absl::Status s = CheckView(it.src, "pack source");
     const int64_t n = it.src.num_elements();
     if (s.ok() && staging_base == nullptr && n > 0) s = absl::InvalidArgumentError("null staging");
-    if (s.ok()) {
+    if (s.ok() && it.quant_block_rows > 0) {
+      s = PackQuantized(it, staging_base);
+    } else if (s.ok()) {
       s = Transfer(it.src,
                    ContiguousView(Bytes(staging_base) + it.staging_offset, it.wire_dtype, n));
     }
@@ -299,6 +302,111 @@ absl::Status HostDataOps::Reduce(absl::Span<const ReduceInput> inputs,
       RETURN_IF_ERROR(fail(ConvertElements(scratch_dst_.data(), acc, out, it.dst.dtype, len)));
       if (!it.dst.contiguous()) Scatter(out, it.dst, pos, len);
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostDataOps::PackQuantized(const PackItem& it, void* staging_base) {
+  BlockGrid g;
+  g.outer = it.quant_outer;
+  g.rows = it.quant_rows;
+  g.cols = it.quant_cols;
+  g.block_rows = it.quant_block_rows;
+  g.block_cols = it.quant_block_cols;
+  const int64_t n = it.src.num_elements();
+  if (it.wire_dtype != v1::FP8_E4M3 || g.num_elements() != n || g.block_cols <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "quantized pack of ", n, " elements as [", g.outer, ", ", g.rows, ", ", g.cols,
+        "] to ", DTypeName(it.wire_dtype), ": needs FP8_E4M3 and a matching grid"));
+  }
+  quant_in_.resize(n);
+  RETURN_IF_ERROR(Transfer(it.src, ContiguousView(quant_in_.data(), v1::FP32, n)));
+  // Scales may sit unaligned in staging: quantize into scratch, then copy.
+  quant_scales_.resize(g.num_blocks());
+  RETURN_IF_ERROR(QuantizeBlocksFp8E4M3(quant_in_.data(), g,
+                                        Bytes(staging_base) + it.staging_offset,
+                                        quant_scales_.data()));
+  std::memcpy(Bytes(staging_base) + it.scale_offset, quant_scales_.data(),
+              quant_scales_.size() * sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::Status HostDataOps::Quantize(absl::Span<const QuantizeInput> inputs,
+                                   absl::Span<const QuantizeItem> items,
+                                   const void* staging_base) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    const QuantizeItem& q = items[i];
+    auto fail = [&](const absl::Status& s) {
+      return absl::Status(s.code(), absl::StrCat("quantize item ", i, ": ", s.message()));
+    };
+    const int nd = q.dst.ndim;
+    if (q.dst.dtype != v1::FP8_E4M3 || nd < 2 || q.scale_dst.dtype != v1::FP32 ||
+        q.input_begin < 0 || q.num_inputs < 0 ||
+        static_cast<size_t>(q.input_begin) + q.num_inputs > inputs.size()) {
+      return fail(absl::InvalidArgumentError(
+          "needs an FP8_E4M3 destination of >= 2 dims, FP32 scales and inputs in range"));
+    }
+    BlockGrid g;
+    for (int d = 0; d + 2 < nd; ++d) g.outer *= q.dst.shape[d];
+    g.rows = q.dst.shape[nd - 2];
+    g.cols = q.dst.shape[nd - 1];
+    g.block_rows = q.block_rows;
+    g.block_cols = q.block_cols;
+    const int64_t n = g.num_elements();
+    if (q.scale_dst.num_elements() != g.num_blocks()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "scale destination holds ", q.scale_dst.num_elements(), " values for ", g.num_blocks(),
+          " blocks")));
+    }
+    quant_in_.assign(n, 0.0f);
+    int64_t filled = 0;
+    for (int32_t k = q.input_begin; k < q.input_begin + q.num_inputs; ++k) {
+      const QuantizeInput& in = inputs[k];
+      StridedView v = in.view;
+      if (in.staging_offset >= 0) {
+        if (staging_base == nullptr) return fail(absl::InvalidArgumentError("null staging"));
+        v = ContiguousView(Bytes(staging_base) + in.staging_offset, in.view.dtype,
+                           in.view.num_elements());
+      }
+      int64_t m = 1;
+      for (int d = 0; d < nd; ++d) {
+        if (in.offset[d] < 0 || in.shape[d] < 0 || in.offset[d] + in.shape[d] > q.dst.shape[d]) {
+          return fail(absl::InvalidArgumentError(absl::StrCat("input ", k, " lies outside")));
+        }
+        m *= in.shape[d];
+      }
+      if (m != v.num_elements()) {
+        return fail(absl::InvalidArgumentError(
+            absl::StrCat("input ", k, " has ", v.num_elements(), " elements for a box of ", m)));
+      }
+      // The input's box inside the row-major region: a strided fp32 view.
+      StridedView place;
+      place.dtype = v1::FP32;
+      place.ndim = nd;
+      int64_t stride = 1, first = 0;
+      for (int d = nd - 1; d >= 0; --d) {
+        place.shape[d] = in.shape[d];
+        place.strides[d] = stride;
+        first += in.offset[d] * stride;
+        stride *= q.dst.shape[d];
+      }
+      place.data = quant_in_.data() + first;
+      RETURN_IF_ERROR(Transfer(v, place));
+      filled += m;
+    }
+    if (filled != n) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("inputs fill ", filled, " of the region's ", n, " elements")));
+    }
+    quant_out_.resize(n);
+    quant_scales_.resize(g.num_blocks());
+    RETURN_IF_ERROR(QuantizeBlocksFp8E4M3(quant_in_.data(), g, quant_out_.data(),
+                                          quant_scales_.data()));
+    absl::Status s = Transfer(ContiguousView(quant_out_.data(), v1::FP8_E4M3, n), q.dst);
+    if (s.ok()) {
+      s = Transfer(ContiguousView(quant_scales_.data(), v1::FP32, g.num_blocks()), q.scale_dst);
+    }
+    if (!s.ok()) return fail(s);
   }
   return absl::OkStatus();
 }

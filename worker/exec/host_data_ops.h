@@ -23,6 +23,8 @@ class HostDataOps : public DataOps {
   absl::Status Reduce(absl::Span<const ReduceInput> inputs, absl::Span<const ReduceItem> items,
                       const void* staging_base) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::Status Quantize(absl::Span<const QuantizeInput> inputs,
+                        absl::Span<const QuantizeItem> items, const void* staging_base) override;
 
  private:
   // src -> dst element-wise in row-major order, converting dtypes.
@@ -32,6 +34,11 @@ class HostDataOps : public DataOps {
   std::vector<uint8_t> scratch_dst_;
   std::vector<uint8_t> scratch_out_;
   std::vector<std::vector<uint8_t>> scratch_inputs_;
+  // Block fp8: the assembled region in fp32, its fp8 bytes and its scales.
+  absl::Status PackQuantized(const PackItem& it, void* staging_base);
+  std::vector<float> quant_in_;
+  std::vector<uint8_t> quant_out_;
+  std::vector<float> quant_scales_;
 };
 
 }  // namespace wsync::exec

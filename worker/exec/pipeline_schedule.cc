@@ -132,6 +132,16 @@ PipelineSchedule BuildPipelineSchedule(const BoundPlan& plan) {
         }
       }
     }
+    // Block fp8 quantizations run after the staged reduces.
+    for (const QuantizeItem& q : round.quantizes) {
+      AddView(q.dst, after_writes);
+      AddView(q.scale_dst, after_writes);
+      for (int32_t k = q.input_begin; k < q.input_begin + q.num_inputs; ++k) {
+        if (round.quantize_inputs[k].staging_offset < 0) {
+          AddView(round.quantize_inputs[k].view, after_reads);
+        }
+      }
+    }
     if (!rs.local_early) {
       after_writes.insert(after_writes.end(), local_writes.begin(), local_writes.end());
       after_reads.insert(after_reads.end(), local_reads.begin(), local_reads.end());
@@ -143,6 +153,10 @@ PipelineSchedule BuildPipelineSchedule(const BoundPlan& plan) {
 
     std::vector<Range> late = std::move(net_writes);
     for (const ReduceItem& item : rs.staged_reduces) AddView(item.dst, late);
+    for (const QuantizeItem& q : round.quantizes) {
+      AddView(q.dst, late);
+      AddView(q.scale_dst, late);
+    }
     if (!rs.local_early) late.insert(late.end(), local_writes.begin(), local_writes.end());
     prev_late_writes = Merge(std::move(late));
   }

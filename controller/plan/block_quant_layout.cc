@@ -1,0 +1,155 @@
+// CompileSide's block fp8 quantization checks (see layout_internal.h). The
+// planner relies on them: a quantized fragment covers whole blocks (edge
+// blocks included), so a receiver always quantizes blocks it holds entirely,
+// and its scales have exactly one home on the same rank.
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "controller/plan/layout_internal.h"
+
+namespace wsync::plan::internal {
+namespace {
+
+std::string VecStr(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) absl::StrAppend(&s, i ? ", " : "", v[i]);
+  return s + "]";
+}
+
+// The fragment's blocks in the scale tensor's coordinates.
+BoxNd BlockBox(const CompiledTensor& t, const BoxNd& box) {
+  BoxNd b = box;
+  const int r = box.rank();
+  for (int k = 0; k < 2; ++k) {
+    const int d = r - 2 + k;
+    const int64_t bs = t.quant_block[k];
+    const int64_t lo = box.offset[d] / bs;
+    const int64_t hi = (box.offset[d] + box.length[d] + bs - 1) / bs;
+    b.offset[d] = lo;
+    b.length[d] = hi - lo;
+  }
+  return b;
+}
+
+bool Contains(const BoxNd& outer, const BoxNd& inner) {
+  for (int d = 0; d < inner.rank(); ++d) {
+    if (inner.offset[d] < outer.offset[d] ||
+        inner.offset[d] + inner.length[d] > outer.offset[d] + outer.length[d]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status ResolveBlockQuantization(const v1::Side& side, SideRole role, CompiledSide* out) {
+  for (const v1::TensorLayout& t : side.tensors()) {
+    if (!t.has_block_quantization()) continue;
+    const std::string where = Where(side.name(), t.name());
+    if (role != SideRole::kDestination) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": block_quantization is a destination declaration"));
+    }
+    const v1::BlockQuantization& q = t.block_quantization();
+    CompiledTensor& w = out->tensors[out->tensor_index.at(t.name())];
+    if (w.dtype != v1::FP8_E4M3) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": block_quantization needs dtype ",
+                                                     "FP8_E4M3, the tensor is ",
+                                                     DTypeName(w.dtype)));
+    }
+    if (w.shape.size() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": block_quantization needs at least 2 dims (blocks cut the last two), shape ",
+          VecStr(w.shape)));
+    }
+    if (q.block_size() != 0 && q.block_size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": block_quantization.block has ", q.block_size(),
+                       " entries, want 2 (rows, cols) or none for 128x128"));
+    }
+    for (int k = 0; k < 2; ++k) {
+      w.quant_block[k] = q.block_size() == 0 ? 128 : q.block(k);
+      if (w.quant_block[k] <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": block_quantization.block must be positive"));
+      }
+    }
+    auto si = out->tensor_index.find(q.scale_tensor());
+    if (q.scale_tensor().empty() || si == out->tensor_index.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": scale tensor '", q.scale_tensor(),
+                                                     "' is not a tensor of this side"));
+    }
+    const int32_t wi = out->tensor_index.at(t.name());
+    CompiledTensor& s = out->tensors[si->second];
+    if (si->second == wi || s.scales_for >= 0 || s.scale_tensor >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": scale tensor '", s.name,
+          "' is the tensor itself, another tensor's scale tensor, or quantized itself"));
+    }
+    std::vector<int64_t> want = w.shape;
+    for (int k = 0; k < 2; ++k) {
+      int64_t& d = want[want.size() - 2 + k];
+      d = (d + w.quant_block[k] - 1) / w.quant_block[k];
+    }
+    if (s.dtype != v1::FP32 || s.shape != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": scale tensor '", s.name, "' must be FP32 of shape ", VecStr(want),
+          " (one scale per ", w.quant_block[0], "x", w.quant_block[1], " block), it is ",
+          DTypeName(s.dtype), " ", VecStr(s.shape)));
+    }
+    w.scale_tensor = si->second;
+    s.scales_for = wi;
+    // Every fragment whole blocks; its blocks inside one scale fragment of its rank.
+    std::map<int32_t, std::vector<int32_t>> scale_frags;  // rank -> fragments
+    std::map<int32_t, int64_t> scale_elems, block_elems;
+    for (size_t i = 0; i < s.fragments.size(); ++i) {
+      if (s.fragments[i].box.Empty()) continue;
+      scale_frags[s.fragments[i].rank].push_back(static_cast<int32_t>(i));
+      scale_elems[s.fragments[i].rank] += s.fragments[i].box.NumElements();
+    }
+    w.scale_fragment.assign(w.fragments.size(), -1);
+    for (size_t i = 0; i < w.fragments.size(); ++i) {
+      const CompiledFragment& f = w.fragments[i];
+      if (f.box.Empty()) continue;
+      const int r = f.box.rank();
+      for (int k = 0; k < 2; ++k) {
+        const int d = r - 2 + k;
+        const int64_t bs = w.quant_block[k];
+        const int64_t end = f.box.offset[d] + f.box.length[d];
+        if (f.box.offset[d] % bs != 0 || (end % bs != 0 && end != w.shape[d])) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, " rank ", f.rank, " box ", f.box.ToString(), ": dim ", d,
+              " is not aligned to the quantization block (", bs,
+              "); every destination fragment of a block-quantized tensor must hold whole "
+              "blocks (edge blocks included), as vLLM requires of its shards"));
+        }
+      }
+      const BoxNd bb = BlockBox(w, f.box);
+      block_elems[f.rank] += bb.NumElements();
+      for (int32_t j : scale_frags[f.rank]) {
+        if (Contains(s.fragments[j].box, bb)) {
+          w.scale_fragment[i] = j;
+          break;
+        }
+      }
+      if (w.scale_fragment[i] < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, " rank ", f.rank, " box ", f.box.ToString(), ": no fragment of scale tensor '",
+            s.name, "' on that rank holds its blocks ", bb.ToString()));
+      }
+    }
+    for (const auto& [rank, n] : scale_elems) {
+      if (block_elems[rank] != n) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Where(side.name(), s.name), " rank ", rank, ": holds ", n,
+            " scales, but the rank holds ", block_elems[rank], " blocks of '", w.name,
+            "' (a scale fragment must hold exactly the blocks of its rank's fragments)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace wsync::plan::internal

@@ -36,6 +36,7 @@ struct Case {
   bool colocated;
   v1::DType trainer_dtype;
   const char* experts = "";  // "" = catalog default (separate for FSDP, stacked for Megatron)
+  bool fp8_block = false;    // vLLM fp8 serving (--fp8-block): block-quantized linear weights
 };
 
 const Case kCases[] = {
@@ -51,6 +52,8 @@ const Case kCases[] = {
     {"kimi-k2", "megatron:tp8,pp4,dp8,ep8", "vllm-tp:16x8,ep", false, v1::BF16},
     {"kimi-k2", "megatron:tp8,pp4,dp8,ep8", "vllm-tp:16x8,ep", true, v1::BF16},
     {"kimi-k2", "fsdp:256", "vllm-tp:16x8,ep", false, v1::BF16, "stacked"},
+    {"deepseek-v3", "megatron:tp8,pp4,dp8,ep8", "vllm-tp:16x8,ep", false, v1::BF16, "", true},
+    {"kimi-k2", "megatron:tp8,pp4,dp8,ep8", "vllm-tp:16x8,ep", false, v1::BF16, "", true},
 };
 
 struct Result {
@@ -65,7 +68,8 @@ struct Result {
 std::string Name(const Case& c) {
   return absl::StrCat(c.model, " ", c.source, " -> ", c.destination, c.colocated ? " colo" : "",
                       c.trainer_dtype == v1::FP32 ? " fp32" : "",
-                      c.experts[0] != 0 ? absl::StrCat(" ", c.experts, " experts") : "");
+                      c.experts[0] != 0 ? absl::StrCat(" ", c.experts, " experts") : "",
+                      c.fp8_block ? " fp8-block" : "");
 }
 
 // Bytes each destination node must take in through its NICs when no source
@@ -106,6 +110,7 @@ void RunCase(const Case& c, Result* r) {
   o.colocated = c.colocated;
   o.gpus_per_node = 8;
   o.trainer_dtype = c.trainer_dtype;
+  o.fp8_block = c.fp8_block;
   if (c.experts[0] != 0) {
     o.expert_style = *catalog::ParseExpertStyle(c.experts);
     o.expert_style_set = true;

@@ -21,13 +21,14 @@ absl::Status FlagError(const std::string& flag, const absl::Status& s) {
 void AddCaseFlags(FlagSpec* spec) {
   for (const char* f : kValueFlags) spec->value_flags.push_back(f);
   spec->bool_flags.push_back("colocated");
+  spec->bool_flags.push_back("fp8-block");
 }
 
 bool HasCaseFlags(const Args& args) {
   for (const char* f : kValueFlags) {
     if (args.Has(f)) return true;
   }
-  return args.Has("colocated");
+  return args.Has("colocated") || args.Has("fp8-block");
 }
 
 std::string CaseFlagsUsage() {
@@ -40,6 +41,8 @@ std::string CaseFlagsUsage() {
       "  --colocated             inference rank i shares trainer rank i's GPU\n"
       "  --trainer-dtype T       fp32 | bf16 (default bf16)\n"
       "  --inference-dtype T     bf16 (default)\n"
+      "  --fp8-block             vLLM fp8 serving: linear weights block-quantized to fp8 e4m3\n"
+      "                          with an fp32 scale per 128x128 block (weight_scale_inv)\n"
       "  --experts S             separate (HF tensors) | stacked; default separate for\n"
       "                          fsdp/hsdp, stacked for megatron\n");
 }
@@ -63,6 +66,7 @@ absl::StatusOr<v1::TransferSpec> SpecFromCaseFlags(const Args& args) {
     return absl::InvalidArgumentError("--gpus-per-node: must be >= 1");
   }
   o.colocated = args.Has("colocated");
+  o.fp8_block = args.Has("fp8-block");
   if (args.Has("trainer-dtype")) {
     auto d = ParseDType(args.Value("trainer-dtype"));
     if (!d.ok()) return FlagError("trainer-dtype", d.status());

@@ -82,6 +82,10 @@ void PrintSummary(const v1::TransferSpec& spec, const v1::Plan& plan,
       static_cast<long long>(s.num_ops()), s.num_rounds(), static_cast<long long>(s.num_buckets()),
       static_cast<long long>(s.num_pieces()), static_cast<long long>(s.num_relay_pieces()),
       plan.reduces_size());
+  if (s.num_quantizes() > 0) {
+    std::printf("  block fp8        %lld receiver-side quantizations (blocks cut by source shards)\n",
+                static_cast<long long>(s.num_quantizes()));
+  }
   std::printf("  per-worker max   out %s, in %s, peak staging %s\n",
               Bytes(s.max_rank_bytes_out()).c_str(), Bytes(s.max_rank_bytes_in()).c_str(),
               Bytes(s.peak_staging_bytes()).c_str());

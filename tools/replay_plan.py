@@ -8,14 +8,72 @@ element against the spec's mappings.
   replay_plan.py SPEC.json PLAN.json      -> exit 0 and "replay: OK ..." or exit 1
 
 Supports the layouts the catalog produces: mesh form with Shard/Replicate and
-explicit row-major or strided fragments; dtypes fp32, bf16, fp16, int32, int64.
+explicit row-major or strided fragments; dtypes fp32, bf16, fp16, int32, int64,
+fp8_e4m3 (block-quantized destinations: sender-side quantized pieces, their
+scale pieces and receiver-side Quantize ops, checked against a reference
+quantization written here from docs/layout-spec.md).
 """
 import json
 import struct
 import sys
 import zlib
 
-SIZE = {"FP32": 4, "BF16": 2, "FP16": 2, "INT32": 4, "INT64": 8}
+SIZE = {"FP32": 4, "BF16": 2, "FP16": 2, "INT32": 4, "INT64": 8, "FP8_E4M3": 1}
+
+
+def e4m3_value(code):
+    """e4m3fn: 1 sign, 4 exponent bits (bias 7), 3 mantissa bits; no inf, S.1111.111 is NaN."""
+    sign, e, m = code >> 7, (code >> 3) & 15, code & 7
+    if e == 15 and m == 7:
+        return float("nan")
+    mag = (m / 8.0) * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7)
+    return -mag if sign else mag
+
+
+E4M3_POS = sorted((e4m3_value(c), c) for c in range(127))  # finite codes >= 0
+
+
+def e4m3_code(x):
+    """Round to nearest, ties to the even code; beyond 448 saturate (no inf)."""
+    if x != x:
+        return 0x7F
+    sign = 0x80 if (x < 0 or (x == 0 and struct.pack("<f", x)[3] & 0x80)) else 0
+    a = abs(x)
+    best, best_err = 0, None
+    for v, c in E4M3_POS:
+        err = abs(v - a)
+        if best_err is None or err < best_err or (err == best_err and c % 2 == 0 and best % 2 == 1):
+            best, best_err = c, err
+    return sign | best
+
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def quantize_blocks(vals, shape, block):
+    """Block fp8 of row-major `vals` laid out in `shape` (blocks over the last two
+    dims): scale = amax / 448 in fp32 (1 for an all-zero block), code =
+    e4m3(x / scale). Returns (codes, scales row-major over the block grid)."""
+    rows, cols = shape[-2], shape[-1]
+    outer = 1
+    for n in shape[:-2]:
+        outer *= n
+    br, bc = block
+    nbr, nbc = -(-rows // br), -(-cols // bc)
+    codes, scales = [0] * len(vals), []
+    for o in range(outer):
+        for bi in range(nbr):
+            for bj in range(nbc):
+                cells = [o * rows * cols + r * cols + c
+                         for r in range(bi * br, min(rows, (bi + 1) * br))
+                         for c in range(bj * bc, min(cols, (bj + 1) * bc))]
+                amax = max(abs(vals[k]) for k in cells)
+                scale = 1.0 if amax == 0 else f32(f32(amax) / 448.0)
+                scales.append(scale)
+                for k in cells:
+                    codes[k] = e4m3_code(f32(f32(vals[k]) / scale))
+    return codes, scales
 
 
 def encode(value, dtype):
@@ -31,6 +89,8 @@ def encode(value, dtype):
         return struct.pack("<i", int(value))
     if dtype == "INT64":
         return struct.pack("<q", int(value))
+    if dtype == "FP8_E4M3":
+        return bytes([e4m3_code(f32(value))])
     raise ValueError("unsupported dtype " + dtype)
 
 
@@ -45,6 +105,8 @@ def decode(raw, dtype):
         return struct.unpack("<i", raw)[0]
     if dtype == "INT64":
         return struct.unpack("<q", raw)[0]
+    if dtype == "FP8_E4M3":
+        return e4m3_value(raw[0])
     raise ValueError("unsupported dtype " + dtype)
 
 
@@ -175,11 +237,30 @@ def main(spec_path, plan_path):
             if int(b.get("round", 0)) != r:
                 continue
             data = bytearray(int(b.get("bytes", 0)))
-            for p in b.get("pieces", []):
+            pieces = b.get("pieces", [])
+            for k, p in enumerate(pieces):
+                if int(p.get("scalesOf", 0)) != 0:
+                    continue  # written with the piece it names
                 src, wd = p["src"], p["wireDtype"]
                 key = (int(b.get("sender", 0)), src.get("side", "SOURCE_BUFFER"), src["buffer"])
                 buf = mem.buffers[key]
                 at = int(p.get("bucketOffset", 0))
+                if p.get("quantBlock"):
+                    vals = [decode(bytes(buf[o:o + SIZE[src["dtype"]]]), src["dtype"])
+                            for o in mem.view_offsets(src)]
+                    codes, scales = quantize_blocks(vals, ints(p["dst"]["shape"]),
+                                                    ints(p["quantBlock"]))
+                    data[at:at + len(codes)] = bytes(codes)
+                    sp = [q for q in pieces if int(q.get("scalesOf", 0)) == k + 1]
+                    if len(sp) != 1:
+                        print("replay: FAILED: bucket %s piece %d has %d scale pieces"
+                              % (b.get("id", 0), k, len(sp)))
+                        return 1
+                    sat = int(sp[0].get("bucketOffset", 0))
+                    for v in scales:
+                        data[sat:sat + 4] = encode(v, "FP32")
+                        sat += 4
+                    continue
                 for o in mem.view_offsets(src):
                     raw = bytes(buf[o:o + SIZE[src["dtype"]]])
                     data[at:at + SIZE[wd]] = encode(decode(raw, src["dtype"]), wd)
@@ -190,7 +271,7 @@ def main(spec_path, plan_path):
                 continue
             data = wire[int(b.get("id", 0))]
             for p in b.get("pieces", []):
-                if int(p.get("reduceId", 0)) != 0:
+                if int(p.get("reduceId", 0)) != 0 or int(p.get("quantizeId", 0)) != 0:
                     continue
                 dst, wd = p["dst"], p["wireDtype"]
                 key = (int(b.get("receiver", 0)), dst.get("side", "SOURCE_BUFFER"), dst["buffer"])
@@ -222,18 +303,66 @@ def main(spec_path, plan_path):
             for o, v in zip(mem.view_offsets(dst), sums):
                 buf[o:o + SIZE[dst["dtype"]]] = encode(decode(encode(v, acc_dtype), acc_dtype), dst["dtype"])
 
+        for q in plan.get("quantizes", []):
+            if int(q.get("round", 0)) != r:
+                continue
+            shape = ints(q["dst"]["shape"])
+            region = {}
+            for inp in q.get("inputs", []):
+                b = buckets[int(inp.get("bucket", 0))]
+                p = b["pieces"][int(inp.get("piece", 0))]
+                data, wd, at = wire[int(b.get("id", 0))], p["wireDtype"], int(p.get("bucketOffset", 0))
+                off = ints(inp.get("offset", []))
+                for i in indices(ints(p["dst"]["shape"])):
+                    g = tuple(a + x for a, x in zip(off, i))
+                    if g in region:
+                        print("replay: FAILED: quantize %s: inputs overlap" % q.get("id"))
+                        return 1
+                    region[g] = decode(bytes(data[at:at + SIZE[wd]]), wd)
+                    at += SIZE[wd]
+            cells = list(indices(shape))
+            if set(region) != set(cells):
+                print("replay: FAILED: quantize %s: inputs do not cover its region" % q.get("id"))
+                return 1
+            codes, scales = quantize_blocks([region[tuple(i)] for i in cells], shape,
+                                            ints(q["block"]))
+            w = int(q.get("worker", 0))
+            for view, vals in ((q["dst"], [bytes([c]) for c in codes]),
+                               (q["scaleDst"], [encode(v, "FP32") for v in scales])):
+                buf = mem.ensure((w, view.get("side", "SOURCE_BUFFER"), view["buffer"]), 0)
+                for o, raw in zip(mem.view_offsets(view), vals):
+                    buf[o:o + len(raw)] = raw
+
     # 4. check every destination element through the mappings.
     maps = {}
     for m in spec.get("mappings", []):
         maps.setdefault(m["dst"], []).append(m)
     src_dtype = {t["name"]: t["dtype"] for t in spec["source"].get("tensors", [])}
     src_shape = {t["name"]: ints(t.get("shape", [])) for t in spec["source"].get("tensors", [])}
+    quant = {t["name"]: t["blockQuantization"] for t in spec["destination"].get("tensors", [])
+             if t.get("blockQuantization")}
+    scale_of = {q["scaleTensor"]: w for w, q in quant.items()}
+    want_scales = {}  # (worker, scale tensor, block index) -> scale
     checked = 0
-    for (name, dtype, shape, rank, off, length, buf, bo, strides) in dst_frags:
+    order = sorted(dst_frags, key=lambda f: f[0] in scale_of)  # scales after their weights
+    for (name, dtype, shape, rank, off, length, buf, bo, strides) in order:
         worker = workers["destination"][rank]
         b = mem.buffers[(worker, "DESTINATION_BUFFER", buf)]
+        if name in scale_of:
+            for i in indices(length):
+                g = tuple(o + x for o, x in zip(off, i))
+                want = want_scales.get((worker, name, g))
+                at = bo + 4 * sum(x * s for x, s in zip(i, strides))
+                got = decode(bytes(b[at:at + 4]), "FP32")
+                if want is None or got != want:
+                    print("replay: FAILED: scale %s %s on worker %d is %r, expected %r"
+                          % (name, list(g), worker, got, want))
+                    return 1
+                checked += 1
+            continue
         entries = maps.get(name) or [{"dst": name, "dstOffset": [0] * len(shape), "src": name,
                                       "srcBox": {"offset": [0] * len(shape), "length": shape}}]
+        wants = []
         for i in indices(length):
             g = [o + x for o, x in zip(off, i)]
             for m in entries:
@@ -247,6 +376,9 @@ def main(spec_path, plan_path):
                 return 1
             src = m["src"]
             linear = sum((s + x) * st for s, x, st in zip(so, rel, row_major(src_shape[src])))
+            if name in quant:  # the source value; quantized below, fragment-wise
+                wants.append(decode(encode(value(src, linear), src_dtype[src]), src_dtype[src]))
+                continue
             want = decode(encode(decode(encode(value(src, linear), src_dtype[src]), src_dtype[src]),
                                  dtype), dtype)
             at = bo + SIZE[dtype] * sum(x * s for x, s in zip(i, strides))
@@ -256,6 +388,23 @@ def main(spec_path, plan_path):
                       % (name, g, worker, got, want, src, linear))
                 return 1
             checked += 1
+        if name in quant:
+            # Fragments of a quantized tensor hold whole blocks: quantize the
+            # fragment's source values and compare codes and scales.
+            block = ints(quant[name].get("block", [])) or [128, 128]
+            codes, scales = quantize_blocks(wants, length, block)
+            for k, i in enumerate(indices(length)):
+                at = bo + sum(x * s for x, s in zip(i, strides))
+                if b[at] != codes[k]:
+                    print("replay: FAILED: %s %s on worker %d is fp8 0x%02x, expected 0x%02x"
+                          % (name, [o + x for o, x in zip(off, i)], worker, b[at], codes[k]))
+                    return 1
+                checked += 1
+            grid = list(length[:-2]) + [-(-length[-2] // block[0]), -(-length[-1] // block[1])]
+            goff = list(off[:-2]) + [off[-2] // block[0], off[-1] // block[1]]
+            for k, i in enumerate(indices(grid)):
+                g = tuple(o + x for o, x in zip(goff, i))
+                want_scales[(worker, quant[name]["scaleTensor"], g)] = scales[k]
     print("replay: OK (%d buckets, %d reduces, %d destination elements checked)"
           % (len(buckets), len(reduces), checked))
     return 0

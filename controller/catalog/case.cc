@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
+#include "controller/catalog/vllm_fp8.h"
 
 namespace wsync::catalog {
 namespace {
@@ -140,7 +141,7 @@ absl::StatusOr<v1::TransferSpec> BuildCase(const CaseOptions& o) {
   if (o.inference_dtype != v1::BF16 && o.inference_dtype != v1::FP16 &&
       o.inference_dtype != v1::FP32) {
     return absl::InvalidArgumentError(
-        "inference dtype must be bf16, fp16 or fp32 (block-fp8 is not supported by the planner)");
+        "inference dtype must be bf16, fp16 or fp32 (for block fp8 serving add --fp8-block)");
   }
   if (o.trainer_dtype != v1::BF16 && o.trainer_dtype != v1::FP32 && o.trainer_dtype != v1::FP16) {
     return absl::InvalidArgumentError("trainer dtype must be fp32, bf16 or fp16");
@@ -151,7 +152,8 @@ absl::StatusOr<v1::TransferSpec> BuildCase(const CaseOptions& o) {
                                 : ExpertStyle::kSeparate;
   v1::TransferSpec spec;
   spec.set_name(absl::StrCat(model.name, " ", SourceToString(o.source), " to ",
-                             DestinationToString(o.destination), o.colocated ? " colocated" : ""));
+                             DestinationToString(o.destination), o.colocated ? " colocated" : "",
+                             o.fp8_block ? " fp8-block" : ""));
   const int64_t S = o.source.NumRanks();
   const int64_t D = o.destination.tp * o.destination.replicas;
   constexpr int64_t kMaxRanks = 1 << 16;
@@ -185,6 +187,7 @@ absl::StatusOr<v1::TransferSpec> BuildCase(const CaseOptions& o) {
   }
   ASSIGN_OR_RETURN(BuiltGroup vllm,
                    BuildVllmTensors(model, style, o.destination, o.inference_dtype));
+  if (o.fp8_block) RETURN_IF_ERROR(QuantizeLinearWeightsBlockFp8(&vllm));
   for (v1::TensorLayout& t : vllm.tensors) *dst->add_tensors() = std::move(t);
   for (v1::TensorMapping& m : vllm.mappings) *spec.add_mappings() = std::move(m);
 

@@ -2,7 +2,7 @@
 // named the way the CLI names it:
 //   --model llama3-8b --source fsdp:8 --destination vllm-tp:2x4
 //   --source hsdp:2x8 | megatron:tp2,pp2,dp2[,ep2]   --destination vllm-tp:16x8,ep
-//   --gpus-per-node 8 --colocated --trainer-dtype fp32 --experts stacked|separate
+//   --gpus-per-node 8 --colocated --trainer-dtype fp32 --experts stacked|separate --fp8-block
 #ifndef WSYNC_CONTROLLER_CATALOG_CASE_H_
 #define WSYNC_CONTROLLER_CATALOG_CASE_H_
 
@@ -26,6 +26,9 @@ struct CaseOptions {
   bool colocated = false;  // inference rank i runs on trainer worker i
   v1::DType trainer_dtype = v1::BF16;
   v1::DType inference_dtype = v1::BF16;
+  // vLLM fp8 serving: linear weights block-quantized (FP8_E4M3 + fp32 scale
+  // per 128x128 block, vllm_fp8.h); the rest stays in inference_dtype.
+  bool fp8_block = false;
   // Unset: separate (HF) experts for FSDP, stacked (grouped GEMM) for Megatron.
   bool expert_style_set = false;
   ExpertStyle expert_style = ExpertStyle::kSeparate;

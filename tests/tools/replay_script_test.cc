@@ -65,5 +65,69 @@ TEST(ReplayScriptTest, OutsideReplayerFollowsTheDocs) {
   EXPECT_NE(out.find("replay: FAILED"), std::string::npos) << out;
 }
 
+// Block fp8 serving: sender-side quantized pieces with their scale pieces,
+// relays of fp8 + scales, and receiver-side Quantize ops (fused parts cut
+// blocks), replayed and checked against the script's own quantizer.
+TEST(ReplayScriptTest, OutsideReplayerQuantizesBlockFp8) {
+  std::string ignored;
+  if (Shell("python3 --version", &ignored) != 0) GTEST_SKIP() << "python3 not installed";
+  const std::string dir = ::testing::TempDir();
+  const std::string spec = dir + "/replay_fp8_spec.json", plan = dir + "/replay_fp8_plan.json";
+  const std::string script = std::string(WSYNC_SOURCE_DIR) + "/tools/replay_plan.py";
+  std::string out;
+  ASSERT_EQ(Shell(absl::StrCat(WSYNCCTL_PATH,
+                               " catalog --model tiny-mla --source fsdp:1 --destination vllm-tp:1x3"
+                               " --fp8-block --out ",
+                               spec),
+                  &out),
+            0)
+      << out;
+  ASSERT_EQ(Shell(absl::StrCat(WSYNCCTL_PATH, " plan ", spec, " --json > ", plan), &out), 0) << out;
+  std::ifstream in(plan);
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::Plan p;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(text.str(), &p).ok());
+  int quantized = 0;
+  v1::Piece* scale_piece = nullptr;
+  for (v1::Bucket& b : *p.mutable_buckets()) {
+    for (v1::Piece& piece : *b.mutable_pieces()) {
+      quantized += piece.quant_block_size() > 0;
+      if (piece.scales_of() != 0 && scale_piece == nullptr) scale_piece = &piece;
+    }
+  }
+  ASSERT_GT(quantized, 0);
+  ASSERT_GT(p.quantizes_size(), 0);
+  ASSERT_NE(scale_piece, nullptr);
+  out.clear();
+  EXPECT_EQ(Shell(absl::StrCat("python3 ", script, " ", spec, " ", plan), &out), 0) << out;
+  EXPECT_NE(out.find("replay: OK"), std::string::npos) << out;
+
+  // Scales written one element off, or a quantize input moved: both caught.
+  for (int mutation = 0; mutation < 2; ++mutation) {
+    v1::Plan bad_plan = p;
+    if (mutation == 0) {
+      for (v1::Bucket& b : *bad_plan.mutable_buckets()) {
+        for (v1::Piece& piece : *b.mutable_pieces()) {
+          if (piece.scales_of() != 0) {
+            piece.mutable_dst()->set_byte_offset(piece.dst().byte_offset() + 4);
+            break;
+          }
+        }
+      }
+    } else {
+      v1::QuantizeInput* in0 = bad_plan.mutable_quantizes(0)->mutable_inputs(0);
+      in0->set_offset(in0->offset_size() - 1, in0->offset(in0->offset_size() - 1) + 1);
+    }
+    auto json = ToJson(bad_plan, false);
+    ASSERT_TRUE(json.ok());
+    const std::string bad = absl::StrCat(dir, "/replay_fp8_bad", mutation, ".json");
+    std::ofstream(bad) << *json;
+    out.clear();
+    EXPECT_EQ(Shell(absl::StrCat("python3 ", script, " ", spec, " ", bad), &out), 1) << out;
+    EXPECT_NE(out.find("replay: FAILED"), std::string::npos) << out;
+  }
+}
+
 }  // namespace
 }  // namespace wsync::tools

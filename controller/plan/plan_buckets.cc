@@ -78,7 +78,12 @@ absl::Status PackBuckets(Work* w) {
       const Xfer& xa = w->xfers[a];
       const Xfer& xb = w->xfers[b];
       if (xa.gen != xb.gen) return xa.gen < xb.gen;
-      return (xa.reduce != 0 || xa.quantize != 0) < (xb.reduce != 0 || xb.quantize != 0);
+      const bool pa = xa.reduce != 0 || xa.quantize != 0, pb = xb.reduce != 0 || xb.quantize != 0;
+      if (pa != pb) return pb;
+      // Parts of one quantization batch next to each other: they share buckets.
+      const int32_t ba = xa.quantize != 0 ? w->quants[xa.quantize - 1].batch : -1;
+      const int32_t bb = xb.quantize != 0 ? w->quants[xb.quantize - 1].batch : -1;
+      return ba < bb;
     });
     bool open = false;
     int cls_gen = -1, cls_partial = -1;
@@ -96,14 +101,15 @@ absl::Status PackBuckets(Work* w) {
       // Inputs of one reduce or of one receiver-side quantization share a
       // round: one of them per bucket.
       const bool partial = x.reduce != 0 || x.quantize != 0;
-      const int32_t unit_key = x.reduce != 0 ? x.reduce : -x.quantize;
+      const int32_t unit_key =
+          x.reduce != 0 ? x.reduce : -1 - (x.quantize != 0 ? w->quants[x.quantize - 1].batch : 0);
       const int64_t x_limit =
           x.reduce != 0 ? std::min(w->opt.pack_bytes,
                              std::max(x.bytes, w->opt.staging_cap /
                                                    (w->reduces[x.reduce - 1].members + 1)))
                   : w->opt.pack_bytes;
       // Sender-quantized deliveries carry fp32 scales after their fp8 bytes.
-      const int64_t align = w->cells[x.cell].quant == kQuantSender ? 4 : DTypeSize(x.wire);
+      const int64_t align = CarriesScales(w->cells[x.cell]) ? 4 : DTypeSize(x.wire);
       int64_t offset = open ? (w->buckets.back().bytes + align - 1) / align * align : 0;
       // One reduce per partial bucket: a reduce's buckets share a round, so
       // mixing reduces would chain them into units beyond the staging cap.

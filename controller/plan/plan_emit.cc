@@ -97,8 +97,7 @@ void MergePieces(const Work& w, const BucketRec& bk, std::vector<MergedPiece>* o
 // Pieces a merged piece becomes: a sender-quantized delivery is its fp8
 // piece followed by its scale piece.
 int32_t PieceCount(const Work& w, const BucketRec& bk, const MergedPiece& mp) {
-  return w.cells[w.xfers[w.bucket_xfers[bk.xfer_begin + mp.first]].cell].quant == kQuantSender ? 2
-                                                                                              : 1;
+  return CarriesScales(w.cells[w.xfers[w.bucket_xfers[bk.xfer_begin + mp.first]].cell]) ? 2 : 1;
 }
 
 class Emitter {
@@ -182,7 +181,7 @@ class Emitter {
     const CompiledTensor& dt = w_.dst->tensors[m.dst_tensor];
     const CompiledTensor& sc = w_.dst->tensors[dt.scale_tensor];
     int64_t doff[kMaxDims], dlen[kMaxDims], boff[kMaxDims], blen[kMaxDims];
-    SrcToDst(m, w_.boxes.offset(c.box), w_.boxes.length(c.box), doff, dlen);
+    DstBox(c, doff, dlen);
     BlockBoxOf(dt, m.dst_rank, doff, dlen, boff, blen);
     p->set_tensor(sc.name);
     for (int d = 0; d < m.dst_rank; ++d) p->mutable_box()->add_offset(boff[d]);
@@ -198,8 +197,37 @@ class Emitter {
     p->set_wire_dtype(v1::FP32);
   }
 
+  // A cell's destination box (a kQuantGroup cell's box is one already).
+  void DstBox(const Cell& c, int64_t* doff, int64_t* dlen) const {
+    if (c.quant == kQuantGroup) {
+      std::copy(w_.boxes.offset(c.box), w_.boxes.offset(c.box) + w_.boxes.rank(c.box), doff);
+      std::copy(w_.boxes.length(c.box), w_.boxes.length(c.box) + w_.boxes.rank(c.box), dlen);
+      return;
+    }
+    SrcToDst(w_.maps[c.map], w_.boxes.offset(c.box), w_.boxes.length(c.box), doff, dlen);
+  }
+
+  // A quantized region forwarded by a member that quantized it: fp8 piece
+  // (its scale piece follows).
+  void FillGroupPiece(const Xfer& x, v1::Piece* p) const {
+    const Cell& c = w_.cells[x.cell];
+    const CompiledTensor& dt = w_.dst->tensors[w_.maps[c.map].dst_tensor];
+    const int rank = w_.boxes.rank(c.box);
+    int64_t doff[kMaxDims], dlen[kMaxDims];
+    DstBox(c, doff, dlen);
+    p->set_tensor(dt.name);
+    for (int d = 0; d < rank; ++d) p->mutable_box()->add_offset(doff[d]);
+    for (int d = 0; d < rank; ++d) p->mutable_box()->add_length(dlen[d]);
+    FillView(true, dt, x.src_frag, doff, dlen, rank, p->mutable_src());
+    p->set_relay(true);
+    FillView(true, dt, x.dst_frag, doff, dlen, rank, p->mutable_dst());
+    p->set_bucket_offset(x.bucket_offset);
+    p->set_wire_dtype(x.wire);
+  }
+
   void FillPiece(const Xfer& x, const MergedPiece& mp, v1::Piece* p) const {
     const Cell& c = w_.cells[x.cell];
+    if (c.quant == kQuantGroup) return FillGroupPiece(x, p);
     const MapEntry& m = w_.maps[c.map];
     const CompiledTensor& st = w_.src->tensors[m.src_tensor];
     const CompiledTensor& dt = w_.dst->tensors[m.dst_tensor];
@@ -247,7 +275,7 @@ class Emitter {
         const Xfer& x = w_.xfers[w_.bucket_xfers[bk.xfer_begin + mp.first]];
         const int32_t index = out->pieces_size();
         FillPiece(x, mp, out->add_pieces());
-        if (w_.cells[x.cell].quant == kQuantSender) FillScalePiece(x, index, out->add_pieces());
+        if (CarriesScales(w_.cells[x.cell])) FillScalePiece(x, index, out->add_pieces());
       }
     }
   }

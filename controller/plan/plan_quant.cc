@@ -119,7 +119,7 @@ void BlockBoxOf(const CompiledTensor& t, int rank, const int64_t* off, const int
 }
 
 int64_t CellWireBytes(const Work& w, const Cell& c, v1::DType wire) {
-  if (c.quant == kQuantSender) return QuantScaleOffset(c.elems) + c.scales * 4;
+  if (CarriesScales(c)) return QuantScaleOffset(c.elems) + c.scales * 4;
   return c.elems * DTypeSize(wire);
 }
 
@@ -205,11 +205,16 @@ absl::Status EmitQuantCells(Work* w, int32_t gi, std::vector<QuantCandidate>* ca
       std::sort(cuts[d].begin(), cuts[d].end());
       cuts[d].erase(std::unique(cuts[d].begin(), cuts[d].end()), cuts[d].end());
     }
-    const int64_t es = std::max<int64_t>(1, DTypeSize(v1::FP32));
+    // A region's parts arrive in their source dtypes and share one round on
+    // the receiver: keep each region within one working bucket of them.
+    int64_t es = 1;
+    for (const QuantCandidate& c : *cands) {
+      es = std::max(es, DTypeSize(w->src->tensors[w->maps[c.map].src_tensor].dtype));
+    }
     const int64_t limit = std::max<int64_t>(dt.quant_block[0] * dt.quant_block[1],
                                             w->opt.pack_bytes / es);
     std::vector<size_t> idx(rank, 0);
-    std::vector<BoxR> parts;
+    std::vector<BoxR> cells;  // grid cells in the union, row-major order
     while (true) {
       BoxR cell;
       cell.rank = rank;
@@ -220,21 +225,62 @@ absl::Status EmitQuantCells(Work* w, int32_t gi, std::vector<QuantCandidate>* ca
       bool in = false;
       for (const BoxR& r : rem) in = in || Inside(r, cell);
       if (in) {
-        parts.clear();
-        SplitBlocks(dt, cell, limit, &parts);
-        for (const BoxR& p : parts) {
-          const BoxR e = ToElements(dt, p);
-          QuantGroup q;
-          q.dst_group = gi;
-          q.box = w->boxes.Add(rank, e.off, e.len);
-          q.rec_begin = static_cast<int32_t>(w->qgroup_recs.size());
-          w->qgroup_recs.resize(w->qgroup_recs.size() + g.frag_count, 0);
-          w->qgroups.push_back(q);
+        // Join a cell to the previous one when they are adjacent along one
+        // dim and equal in the others (row strips cut by consecutive shard
+        // boundaries), up to the limit: fewer, larger regions.
+        bool joined = false;
+        if (!cells.empty()) {
+          BoxR& last = cells.back();
+          int along = -1, differ = 0;
+          for (int d = 0; d < rank; ++d) {
+            if (last.off[d] == cell.off[d] && last.len[d] == cell.len[d]) continue;
+            ++differ;
+            along = d;
+          }
+          if (differ == 1 && last.off[along] + last.len[along] == cell.off[along]) {
+            BoxR grown = last;
+            grown.len[along] += cell.len[along];
+            if (ToElements(dt, grown).Elems() <= limit) {
+              last = grown;
+              joined = true;
+            }
+          }
         }
+        if (!joined) cells.push_back(cell);
       }
       int d = rank - 1;
       while (d >= 0 && ++idx[d] + 1 >= cuts[d].size()) idx[d--] = 0;
       if (d < 0) break;
+    }
+    std::vector<BoxR> parts;
+    for (const BoxR& cell : cells) {
+      parts.clear();
+      SplitBlocks(dt, cell, limit, &parts);
+      for (const BoxR& p : parts) {
+        const BoxR e = ToElements(dt, p);
+        QuantGroup q;
+        q.dst_group = gi;
+        q.box = w->boxes.Add(rank, e.off, e.len);
+        q.rec_begin = static_cast<int32_t>(w->qgroup_recs.size());
+        q.rooted = w->opt.relay && g.frag_count > 1;
+        w->qgroup_recs.resize(w->qgroup_recs.size() + g.frag_count, 0);
+        w->qgroups.push_back(q);
+        if (q.rooted) {
+          // The quantized region, forwarded from the root to the others.
+          Cell cell;
+          cell.map = (*cands)[0].map;
+          cell.dst_group = gi;
+          cell.box = q.box;
+          cell.elems = e.Elems();
+          cell.quant = kQuantGroup;
+          cell.qgroup = static_cast<int32_t>(w->qgroups.size()) - 1;
+          BoxR bb;
+          bb.rank = rank;
+          BlockBoxOf(dt, rank, e.off, e.len, bb.off, bb.len);
+          cell.scales = bb.Elems();
+          w->cells.push_back(cell);
+        }
+      }
     }
   }
   const int32_t end_group = static_cast<int32_t>(w->qgroups.size());

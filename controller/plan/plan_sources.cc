@@ -33,11 +33,20 @@ class Chooser {
   explicit Chooser(Work* w)
       : w_(w),
         load_(w->worker_ids.size() * kNumLinkDirs, 0.0),
-        reserve_(w->worker_ids.size() * kNumLinkDirs, 0.0) {}
+        reserve_(w->worker_ids.size() * kNumLinkDirs, 0.0),
+        batch_of_(w->worker_ids.size(), -1),
+        batch_bytes_(w->worker_ids.size(), 0) {}
 
   absl::Status Run() {
     const double target = IngressTarget();
-    for (int32_t c : LptOrder()) Assign(c, target);
+    const std::vector<int32_t> order = LptOrder();
+    // Quantized regions are forwarded once their root has all the parts.
+    for (int32_t c : order) {
+      if (w_->cells[c].quant != kQuantGroup) Assign(c, target);
+    }
+    for (int32_t c : order) {
+      if (w_->cells[c].quant == kQuantGroup) AssignGroupRelays(c);
+    }
     return absl::OkStatus();
   }
 
@@ -65,7 +74,7 @@ class Chooser {
   // sender when it holds whole blocks, else the source dtype (the receiver
   // quantizes).
   static v1::DType CellWire(const Cell& c, const CompiledTensor& st, const CompiledTensor& dt) {
-    if (c.quant == kQuantSender) return v1::FP8_E4M3;
+    if (CarriesScales(c)) return v1::FP8_E4M3;
     if (c.quant == kQuantReceiver) return st.dtype;
     return WireDType(st.dtype, dt.dtype);
   }
@@ -80,6 +89,17 @@ class Chooser {
       r.qgroup = c.qgroup;
       r.dst_frag = dst_frag;
       r.receiver = receiver;
+      // Parts arrive in source dtypes of at most 4 bytes.
+      const int64_t bytes = w_->boxes.elems(q.box) * 4;
+      if (batch_bytes_[receiver] > 0 && batch_bytes_[receiver] + bytes > w_->opt.pack_bytes) {
+        batch_of_[receiver] = -1;
+      }
+      if (batch_of_[receiver] < 0) {
+        batch_of_[receiver] = num_batches_++;
+        batch_bytes_[receiver] = 0;
+      }
+      r.batch = batch_of_[receiver];
+      batch_bytes_[receiver] += bytes;
       w_->quants.push_back(r);
       id = static_cast<int32_t>(w_->quants.size());
     }
@@ -121,12 +141,14 @@ class Chooser {
   double IngressTarget() {
     std::vector<double> in(w_->worker_ids.size(), 0.0);
     for (const Cell& c : w_->cells) {
+      if (c.quant == kQuantGroup) continue;  // relays among members
       GatherHolders(c);
       const CompiledTensor& st = w_->src->tensors[w_->SrcTensorOf(c)];
       const CompiledTensor& dt = w_->dst->tensors[w_->DstTensorOf(c)];
       const int64_t bytes = CellWireBytes(*w_, c, CellWire(c, st, dt));
       const DstGroup& g = w_->dst_groups[c.dst_group];
-      for (int32_t m = 0; m < g.frag_count; ++m) {
+      const bool rooted = c.quant == kQuantReceiver && w_->qgroups[c.qgroup].rooted;
+      for (int32_t m = 0; m < (rooted ? 1 : g.frag_count); ++m) {
         const int32_t wd = w_->dst_rank_worker[dt.fragments[g.frag_begin + m].rank];
         LinkClass best = LinkClass::kNic;
         for (int32_t f : full_) {
@@ -178,6 +200,9 @@ class Chooser {
     x.reduce = reduce;
     x.bytes = CellWireBytes(*w_, c, wire);
     if (c.quant == kQuantReceiver) x.quantize = QuantOf(c, dst_frag, receiver);
+    if (x.quantize != 0 && w_->quants[x.quantize - 1].first_xfer < 0) {
+      w_->quants[x.quantize - 1].first_xfer = static_cast<int32_t>(w_->xfers.size());
+    }
     const LinkClass l = w_->Link(sender, receiver);
     const double t = Seconds(l, x.bytes);
     L(sender, OutDir(l)) += t;
@@ -199,8 +224,29 @@ class Chooser {
     const int64_t relay_bytes = CellWireBytes(*w_, c, dt.dtype);
     served_.clear();
     pending_.clear();
+    // A rooted quantized region: only its root receives the parts.
+    int32_t only = -1;
+    if (c.quant == kQuantReceiver && w_->qgroups[c.qgroup].rooted) {
+      QuantGroup& q = w_->qgroups[c.qgroup];
+      if (q.root < 0) {
+        // The least-loaded member, preferring one with a local holder.
+        double least = INFINITY;
+        for (int32_t m = 0; m < g.frag_count; ++m) {
+          const int32_t wd = w_->dst_rank_worker[dt.fragments[g.frag_begin + m].rank];
+          bool local = false;
+          for (int32_t f : full_) local = local || w_->src_rank_worker[st.fragments[f].rank] == wd;
+          const double in = local ? -1.0 : L(wd, kNicIn) + L(wd, kNvlIn);
+          if (in < least) {
+            least = in;
+            q.root = m;
+          }
+        }
+      }
+      only = q.root;
+    }
     // Local copies first: a colocated holder never uses the network.
     for (int32_t m = 0; m < g.frag_count; ++m) {
+      if (only >= 0 && m != only) continue;
       const int32_t df = g.frag_begin + m;
       const int32_t wd = w_->dst_rank_worker[dt.fragments[df].rank];
       int32_t local = -1;
@@ -348,9 +394,52 @@ class Chooser {
     }
   }
 
+  // A quantized region's root forwards fp8 + scales to the other members
+  // (relay trees as for any cell; each hop after the previous one's round).
+  void AssignGroupRelays(int32_t ci) {
+    const Cell& c = w_->cells[ci];
+    const QuantGroup& q = w_->qgroups[c.qgroup];
+    const DstGroup& g = w_->dst_groups[c.dst_group];
+    const CompiledTensor& dt = w_->dst->tensors[w_->DstTensorOf(c)];
+    const int32_t rec = w_->qgroup_recs[q.rec_begin + q.root];
+    served_.clear();
+    served_.push_back({w_->dst_rank_worker[dt.fragments[g.frag_begin + q.root].rank],
+                       g.frag_begin + q.root, w_->quants[rec - 1].first_xfer, 0});
+    const int64_t bytes = CellWireBytes(*w_, c, dt.dtype);
+    for (int32_t m = 0; m < g.frag_count; ++m) {
+      if (m == q.root) continue;
+      const int32_t df = g.frag_begin + m;
+      const int32_t wd = w_->dst_rank_worker[dt.fragments[df].rank];
+      int32_t best_r = -1;
+      double best_rc = INFINITY, best_rout = INFINITY;
+      for (size_t s = 0; s < served_.size(); ++s) {
+        if (served_[s].gen >= kMaxRelayGen) continue;
+        const LinkClass l = w_->Link(served_[s].worker, wd);
+        const double t = Seconds(l, bytes);
+        const double out = L(served_[s].worker, OutDir(l)) + t + Reserved(served_[s].worker, OutDir(l));
+        const double cost = std::max(out, L(wd, InDir(l)) + t);
+        if (Better(cost, out, best_rc, best_rout)) {
+          best_rc = cost;
+          best_rout = out;
+          best_r = static_cast<int32_t>(s);
+        }
+      }
+      if (best_r < 0) best_r = 0;  // every server at the generation limit: the root
+      const Served from = served_[best_r];
+      const int32_t x = AddXfer(c, ci, df, from.dst_frag, from.worker, wd, dt.dtype, 0);
+      w_->xfers[x].relay = true;
+      w_->xfers[x].parent = from.xfer;
+      w_->xfers[x].gen = static_cast<uint8_t>(from.gen + 1);
+      served_.push_back({wd, df, x, static_cast<uint8_t>(from.gen + 1)});
+    }
+  }
+
   Work* w_;
   std::vector<double> load_;
   std::vector<double> reserve_;
+  std::vector<int32_t> batch_of_;     // per receiver: its open quantization batch
+  std::vector<int64_t> batch_bytes_;
+  int32_t num_batches_ = 0;
   std::vector<int32_t> full_, parts_, pending_;
   std::vector<Served> served_;
 };

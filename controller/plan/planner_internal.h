@@ -105,10 +105,15 @@ struct Cell {
   // receiver's Quantize once every part has arrived.
   uint8_t quant = 0;
   int32_t qgroup = -1;
-  int64_t scales = 0;  // kQuantSender: blocks (= scale values) it carries
+  int64_t scales = 0;  // kQuantSender / kQuantGroup: blocks (= scale values) it carries
 };
 inline constexpr uint8_t kQuantSender = 1;
 inline constexpr uint8_t kQuantReceiver = 2;
+// The whole region of QuantGroup `qgroup` once its root member quantized it:
+// forwarded as fp8 + scales to the group's other members (relays only).
+// Its `box` is in destination coordinates.
+inline constexpr uint8_t kQuantGroup = 3;
+inline bool CarriesScales(const Cell& c) { return c.quant == kQuantSender || c.quant == kQuantGroup; }
 
 // A block-aligned destination box (destination coordinates) of one DstGroup
 // whose blocks no single holder has whole: each member of the group
@@ -117,6 +122,10 @@ struct QuantGroup {
   int32_t dst_group = 0;
   int32_t box = 0;       // arena id, destination coordinates
   int32_t rec_begin = 0; // into Work::qgroup_recs, one per DstGroup member (-1 until used)
+  // With relays and several members: only member `root` receives the parts
+  // and quantizes; the others get the result through a kQuantGroup cell.
+  bool rooted = false;
+  int32_t root = -1;     // member index, chosen with the first part
 };
 
 struct QuantRec {
@@ -124,6 +133,10 @@ struct QuantRec {
   int32_t dst_frag = 0;
   int32_t receiver = 0;
   int32_t round = 0;
+  int32_t first_xfer = -1;  // an input: the parent of relays of the result
+  // Quantizations of one receiver are batched (inputs of one batch may share
+  // buckets, so a batch shares a round); a batch stays within a working bucket.
+  int32_t batch = 0;
 };
 
 // One delivery of a cell to one destination fragment (or one partial

@@ -150,6 +150,20 @@ TEST(BlockFp8PlanTest, ColumnShardsThroughBlocksReplicasAndRelays) {
   v1::Plan plan = BuildAndVerify(spec);
   EXPECT_GT(plan.quantizes_size(), 0);
   EXPECT_GT(plan.num_rounds(), 1);
+  // One replica quantizes each cut region and forwards fp8 + scales to the
+  // other: half the Quantize ops of a plan without relays, and fewer bytes.
+  v1::TransferSpec no_relay = spec;
+  no_relay.mutable_options()->set_disable_relay(true);
+  v1::Plan direct = BuildAndVerify(no_relay);
+  EXPECT_EQ(2 * plan.quantizes_size(), direct.quantizes_size());
+  EXPECT_LT(plan.summary().network_bytes(), direct.summary().network_bytes());
+  int64_t forwarded = 0;
+  for (const v1::Bucket& b : plan.buckets()) {
+    for (const v1::Piece& p : b.pieces()) {
+      if (p.relay() && p.wire_dtype() == v1::FP8_E4M3 && p.quant_block_size() == 0) ++forwarded;
+    }
+  }
+  EXPECT_GT(forwarded, 0);
 }
 
 TEST(BlockFp8PlanTest, SenderSideRelaysForwardScales) {

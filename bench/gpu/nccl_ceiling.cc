@@ -106,6 +106,7 @@ int RankMain(int rank, const std::string& dir) {
   rc |= run(size_t{3} << 29, 512, false, "group_512x3MiB");
   rc |= run(size_t{1} << 30, 64, false, "group_64x16MiB");
   rc |= run(size_t{1} << 30, 4, false, "group_4x256MiB");
+  rc |= run(size_t{2} << 30, 32, false, "group_32x64MiB");
 
   // Multi-GPU patterns: all ranks take part in every iteration (a one-element
   // all-reduce lines them up), each posting its flows in one group.

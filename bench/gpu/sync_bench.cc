@@ -14,6 +14,7 @@
 //
 //   wsync_bench_gpu_sync --model llama3-8b [--mode tp1,colocated] [--iters 5]
 //       [--bucket-mib 256] [--staging-mib 2048] [--zero-copy-mib 32] [--pipeline 1]
+//       [--blocks-per-sm 8]
 //       [--nvlink-gbps 368] [--bidir-gbps 354] [--copy-gbps 2071]
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
 #include <cuda_runtime_api.h>
@@ -50,7 +51,8 @@ struct Flags {
   int64_t bucket_mib = 256, staging_mib = 2048, zero_copy_mib = 32;
   double nvlink_gbps = 368, bidir_gbps = 354, copy_gbps = 2071;
   std::string dump_shapes;
-  bool pipeline = true;  // ExecutorOptions::pipeline (0: the unpipelined baseline)
+  bool pipeline = true;   // ExecutorOptions::pipeline (0: the unpipelined baseline)
+  int blocks_per_sm = 8;  // CudaDataOps::Options::blocks_per_sm
 };
 
 int Fail(const std::string& what, const absl::Status& s) {
@@ -257,7 +259,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   auto bound = exec::BindPlan(*rank_plan, worker, registry, transport::MemorySpace::kCuda);
   if (!bound.ok()) return Fail("bind", bound.status());
   const double bind_s = Now() - t0;
-  auto ops = cuda::CudaDataOps::Create({.device = worker});
+  auto ops = cuda::CudaDataOps::Create({.device = worker, .blocks_per_sm = f.blocks_per_sm});
   if (!ops.ok()) return Fail("data ops", ops.status());
   exec::ExecutorOptions eo;
   eo.pipeline = f.pipeline;
@@ -304,9 +306,9 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   (void)store.Set(absl::StrCat(tag, "sums/", worker), absl::StrCat(*src_sum, " ", *dst_sum));
   const auto& rs = c.plan.summary();
   Result(absl::StrFormat(
-      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d})",
+      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d})",
       f.model, c.mode, f.bucket_mib, f.staging_mib, f.zero_copy_mib, f.pipeline ? 1 : 0,
-      last.peak_staging_bytes, worker, f.iters, Median(times),
+      f.blocks_per_sm, last.peak_staging_bytes, worker, f.iters, Median(times),
       times.empty() ? 0 : *std::min_element(times.begin(), times.end()),
       comm_init_s + bind_s + first_run_s, comm_init_s, bind_s, first_run_s, c.plan_seconds,
       last.bytes_sent, last.bytes_received, last.bytes_local, last.rounds.size(), pack, transfer,
@@ -345,6 +347,22 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   }
   cudaFree(token);
   return 0;
+}
+
+// [sender, receiver, bytes, buckets] per worker pair with network traffic.
+std::string NetworkPairs(const v1::Plan& plan) {
+  std::map<std::pair<int32_t, int32_t>, std::pair<int64_t, int64_t>> pairs;
+  for (const v1::Bucket& b : plan.buckets()) {
+    if (b.sender() == b.receiver()) continue;
+    auto& p = pairs[{b.sender(), b.receiver()}];
+    p.first += b.bytes();
+    ++p.second;
+  }
+  std::vector<std::string> out;
+  for (const auto& [k, v] : pairs) {
+    out.push_back(absl::StrCat("[", k.first, ",", k.second, ",", v.first, ",", v.second, "]"));
+  }
+  return absl::StrJoin(out, ",");
 }
 
 int DumpShapes(const Flags& f) {
@@ -394,6 +412,8 @@ int main(int argc, char** argv) {
       f.dump_shapes = v;
     else if (k == "--pipeline")
       f.pipeline = v != "0";
+    else if (k == "--blocks-per-sm")
+      f.blocks_per_sm = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
@@ -406,10 +426,11 @@ int main(int argc, char** argv) {
     if (!c.ok()) return Fail("case " + mode, c.status());
     const auto& sm = c->plan.summary();
     Result(absl::StrFormat(
-        R"({"bench":"wsync_plan","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"plan_s":%.3f,"rounds":%d,"buckets":%d,"pieces":%d,"ops":%d,"network_bytes":%d,"local_bytes":%d,"peak_staging_bytes":%d,"predicted_s":%.6f,"model_lower_bound_s":%.6f})",
+        R"({"bench":"wsync_plan","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"plan_s":%.3f,"rounds":%d,"buckets":%d,"pieces":%d,"ops":%d,"network_bytes":%d,"local_bytes":%d,"peak_staging_bytes":%d,"predicted_s":%.6f,"model_lower_bound_s":%.6f,"network_pairs":[%s]})",
         f.model, mode, f.bucket_mib, f.staging_mib, c->plan_seconds, sm.num_rounds(),
         sm.num_buckets(), sm.num_pieces(), sm.num_ops(), sm.network_bytes(), sm.local_bytes(),
-        sm.peak_staging_bytes(), sm.predicted_seconds(), sm.lower_bound_seconds()));
+        sm.peak_staging_bytes(), sm.predicted_seconds(), sm.lower_bound_seconds(),
+        NetworkPairs(c->plan)));
     if (std::getenv("WSYNC_BENCH_PLAN_ONLY") != nullptr) {
       // CPU-only check that both workers' parts bind (fake, never touched
       // addresses; binding only checks bounds, dtypes and layouts).

@@ -15,8 +15,11 @@ double Since(absl::Time t) { return absl::ToDoubleSeconds(absl::Now() - t); }
 
 absl::Status LocalOnlyTransport::RunRound(absl::Span<const transport::SendRequest> sends,
                                           absl::Span<const transport::RecvRequest> recvs,
-                                          absl::Time) {
-  if (sends.empty() && recvs.empty()) return absl::OkStatus();
+                                          absl::Time, const std::function<void()>& on_posted) {
+  if (sends.empty() && recvs.empty()) {
+    if (on_posted) on_posted();
+    return absl::OkStatus();
+  }
   return absl::FailedPreconditionError(
       absl::StrCat("worker ", rank_, ": the plan moves no network bytes, yet this round has ",
                    sends.size(), " sends and ", recvs.size(), " receives"));

@@ -33,9 +33,10 @@ class LocalOnlyTransport : public transport::Transport {
   transport::MemorySpace memory_space() const override { return transport::MemorySpace::kHost; }
   int32_t rank() const override { return rank_; }
   int32_t size() const override { return size_; }
+  using transport::Transport::RunRound;
   absl::Status RunRound(absl::Span<const transport::SendRequest> sends,
-                        absl::Span<const transport::RecvRequest> recvs,
-                        absl::Time deadline) override;
+                        absl::Span<const transport::RecvRequest> recvs, absl::Time deadline,
+                        const std::function<void()>& on_posted) override;
   void Abort(const std::string& reason) override {}
 
  private:

@@ -23,7 +23,12 @@ TableLayout TableLayout::Of(const PieceTable& table) {
   return l;
 }
 
-absl::StatusOr<std::unique_ptr<BatchedKernels>> BatchedKernels::Create(int device) {
+absl::StatusOr<std::unique_ptr<BatchedKernels>> BatchedKernels::Create(int device,
+                                                                       int blocks_per_sm) {
+  if (blocks_per_sm < 1 || blocks_per_sm > 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("blocks per SM must be in [1, 8], got ", blocks_per_sm));
+  }
   std::unique_ptr<BatchedKernels> k(new BatchedKernels());
   k->device_ = device;
   int sms = 0;
@@ -31,7 +36,7 @@ absl::StatusOr<std::unique_ptr<BatchedKernels>> BatchedKernels::Create(int devic
                              absl::StrCat("multiprocessor count of device ", device));
   // 8 blocks of 256 threads per SM keep enough loads in flight to reach HBM
   // bandwidth; more only adds scheduling overhead.
-  k->max_blocks_ = sms * 8;
+  k->max_blocks_ = sms * blocks_per_sm;
   for (Slot& s : k->slots_) {
     auto ev = Event::Create(device);
     if (!ev.ok()) return ev.status();
@@ -88,11 +93,10 @@ absl::Status BatchedKernels::LaunchResident(const void* device_table, const Tabl
                                             cudaStream_t stream) {
   const char* d = static_cast<const char*>(device_table);
   WSYNC_CUDA_RETURN_IF_ERROR(
-      LaunchPieceKernel(reinterpret_cast<const PieceDesc*>(d + layout.pieces_offset),
-                        reinterpret_cast<const TaskDesc*>(d + layout.tasks_offset),
-                        layout.num_tasks,
-                        reinterpret_cast<const uint64_t*>(d + layout.inputs_offset), max_blocks_,
-                        stream),
+      LaunchPieceKernel(
+          reinterpret_cast<const PieceDesc*>(d + layout.pieces_offset),
+          reinterpret_cast<const TaskDesc*>(d + layout.tasks_offset), layout.num_tasks,
+          reinterpret_cast<const uint64_t*>(d + layout.inputs_offset), max_blocks_, stream),
       absl::StrCat("piece kernel launch (", layout.num_tasks, " tasks) on device ", device_));
   ++launches_;
   return absl::OkStatus();

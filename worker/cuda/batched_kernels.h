@@ -28,7 +28,10 @@ struct TableLayout {
 
 class BatchedKernels {
  public:
-  static absl::StatusOr<std::unique_ptr<BatchedKernels>> Create(int device);
+  // Kernels use at most blocks_per_sm blocks of 256 threads per SM (8 fills
+  // an SM; fewer leave HBM bandwidth and SM slots to kernels running beside
+  // them, such as NCCL's).
+  static absl::StatusOr<std::unique_ptr<BatchedKernels>> Create(int device, int blocks_per_sm = 8);
 
   // Enqueues the whole table on `stream` (one H2D upload, one launch) and
   // returns without waiting for it. With `resident`, the table is uploaded

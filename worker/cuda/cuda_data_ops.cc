@@ -202,10 +202,7 @@ absl::StatusOr<std::unique_ptr<CudaDataOps>> CudaDataOps::Create(const Options& 
   auto stream = Stream::Create(options.device);
   if (!stream.ok()) return stream.status();
   ops->stream_ = std::move(*stream);
-  auto fence = Event::Create(options.device);
-  if (!fence.ok()) return fence.status();
-  ops->fence_ = std::move(*fence);
-  auto kernels = BatchedKernels::Create(options.device);
+  auto kernels = BatchedKernels::Create(options.device, options.blocks_per_sm);
   if (!kernels.ok()) return kernels.status();
   ops->kernels_ = std::move(*kernels);
   ops->pool_ = std::make_shared<StagingPool>(options.device);
@@ -526,16 +523,6 @@ absl::Status CudaDataOps::Synchronize() {
   return CudaStatus(
       cudaStreamSynchronize(stream_.get()),
       absl::StrCat("data ops on device ", device_, " (a pack/unpack/copy/reduce kernel failed)"));
-}
-
-absl::Status CudaDataOps::RecordFence() { return fence_.Record(stream_.get()); }
-
-absl::Status CudaDataOps::WaitFence() {
-  const absl::Status s = fence_.Synchronize();
-  if (s.ok()) return s;
-  return absl::Status(s.code(),
-                      absl::StrCat("data ops on device ", device_,
-                                   " (a pack/unpack/copy/reduce kernel failed): ", s.message()));
 }
 
 }  // namespace wsync::cuda

@@ -32,6 +32,8 @@ class CudaDataOps : public exec::DataOps {
     int device = 0;
     // Device bytes the resident table cache may hold before it is cleared.
     int64_t table_cache_bytes = int64_t{256} << 20;
+    // Grid size of the batched kernels (BatchedKernels::Create).
+    int blocks_per_sm = 8;
   };
   static absl::StatusOr<std::unique_ptr<CudaDataOps>> Create(const Options& options);
   ~CudaDataOps() override;
@@ -41,15 +43,11 @@ class CudaDataOps : public exec::DataOps {
 
   absl::StatusOr<exec::StagingBuffer> AllocateStaging(int64_t bytes) override;
   absl::Status Pack(absl::Span<const exec::PackItem> items, void* staging_base) override;
-  absl::Status Unpack(const void* staging_base,
-                      absl::Span<const exec::UnpackItem> items) override;
+  absl::Status Unpack(const void* staging_base, absl::Span<const exec::UnpackItem> items) override;
   absl::Status Copy(absl::Span<const exec::CopyItem> items) override;
   absl::Status Reduce(absl::Span<const exec::ReduceInput> inputs,
-                      absl::Span<const exec::ReduceItem> items,
-                      const void* staging_base) override;
+                      absl::Span<const exec::ReduceItem> items, const void* staging_base) override;
   absl::Status Synchronize() override;
-  absl::Status RecordFence() override;
-  absl::Status WaitFence() override;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_.get(); }
@@ -74,7 +72,6 @@ class CudaDataOps : public exec::DataOps {
   int device_ = 0;
   int64_t table_cache_bytes_ = 0;
   Stream stream_;
-  Event fence_;
   std::unique_ptr<BatchedKernels> kernels_;
   std::shared_ptr<StagingPool> pool_;
   PieceTable table_;

@@ -12,9 +12,8 @@
 //
 // Ordering: calls on one DataOps execute in call order and may be
 // asynchronous; Synchronize() returns once all of them finished (and reports
-// any deferred error); WaitFence() waits for the calls before the last
-// RecordFence() only. The interpreter waits before handing packed staging to
-// the transport and before a round's staging is reused.
+// any deferred error). The interpreter calls Synchronize() before handing
+// packed staging to the transport and before a round's staging is reused.
 //
 // Element conversions (pack / unpack / copy with differing dtypes) and the
 // reduction arithmetic must match common/cast.h bit for bit.
@@ -203,14 +202,6 @@ class DataOps {
     return absl::UnimplementedError(
         absl::StrCat(Name(), " data ops cannot block-quantize (block fp8 destinations)"));
   }
-
-  // A fence over the calls issued so far: WaitFence() returns once every call
-  // issued before the last RecordFence() finished (and reports their errors),
-  // while calls issued after it may still run. This lets the interpreter start
-  // round r+1's transfer while round r's unpack is still running. Defaults
-  // (a full Synchronize) are right for synchronous implementations.
-  virtual absl::Status RecordFence() { return absl::OkStatus(); }
-  virtual absl::Status WaitFence() { return Synchronize(); }
 };
 
 }  // namespace wsync::exec

@@ -44,6 +44,55 @@ absl::Status Wrap(const absl::Status& s, const std::string& where) {
 
 double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
 
+// One transport message per run of consecutive staged buckets with one peer:
+// NCCL moves a few large messages per group near the link rate, dozens of
+// 64 MiB ones at ~70 % of it (bench/results). The binder lays out each
+// direction's staging in (peer, seq) order, each bucket aligned to 64 bytes or
+// to 1, so after a bucket whose size is a multiple of 64 the next one follows
+// without a gap under either rule. Both sides see the same buckets (sizes,
+// zero-copy flags, order) and so cut the same runs; the tag is the run's
+// first bucket.
+template <typename Request, typename Data>
+absl::Status AppendMessages(const std::vector<BoundTransfer>& list, uint8_t* staging,
+                            std::vector<Request>& out) {
+  constexpr int64_t kJoinableMultiple = 64;
+  for (size_t k = 0; k < list.size();) {
+    const BoundTransfer& first = list[k];
+    if (first.zero_copy) {
+      out.push_back({first.peer, first.bucket, static_cast<Data>(first.direct),
+                     static_cast<size_t>(first.bytes)});
+      ++k;
+      continue;
+    }
+    int64_t bytes = first.bytes;
+    size_t e = k + 1;
+    for (; e < list.size(); ++e) {
+      const BoundTransfer& prev = list[e - 1];
+      const BoundTransfer& x = list[e];
+      if (x.peer != first.peer || x.zero_copy || prev.bytes % kJoinableMultiple != 0) break;
+      if (x.staging_offset != prev.staging_offset + prev.bytes) {
+        return absl::InternalError(
+            absl::StrCat("buckets ", prev.bucket, " and ", x.bucket, " with peer ", x.peer,
+                         " are not back to back in staging (", prev.staging_offset, "+", prev.bytes,
+                         " vs ", x.staging_offset, "): the binder's layout rule changed"));
+      }
+      bytes += x.bytes;
+    }
+    out.push_back({first.peer, first.bucket, static_cast<Data>(staging + first.staging_offset),
+                   static_cast<size_t>(bytes)});
+    k = e;
+  }
+  return absl::OkStatus();
+}
+absl::Status AppendMessages(const std::vector<BoundTransfer>& list, uint8_t* staging,
+                            std::vector<transport::SendRequest>& out) {
+  return AppendMessages<transport::SendRequest, const void*>(list, staging, out);
+}
+absl::Status AppendMessages(const std::vector<BoundTransfer>& list, uint8_t* staging,
+                            std::vector<transport::RecvRequest>& out) {
+  return AppendMessages<transport::RecvRequest, void*>(list, staging, out);
+}
+
 }  // namespace
 
 Executor::Executor(transport::Transport* transport, DataOps* ops, ExecutorOptions options)
@@ -155,8 +204,55 @@ const PipelineSchedule& Executor::ScheduleFor(const BoundPlan& plan) {
   return schedule_;
 }
 
+absl::Status Executor::IssueLocal(const BoundPlan& plan, size_t j, uint8_t* staging,
+                                  RoundStats& rs) {
+  const BoundRound& round = plan.rounds[j];
+  const RoundSchedule& sched = schedule_.rounds[j];
+  const std::string where = RoundWhere(plan, round);
+  absl::Time t = absl::Now();
+  if (!round.copies.empty()) {
+    RETURN_IF_ERROR(
+        Wrap(ops_->Copy(round.copies),
+             absl::StrCat(where, ": copy buckets ", absl::StrJoin(round.copy_buckets, ","))));
+  }
+  rs.copy_seconds += Seconds(t);
+  t = absl::Now();
+  if (!sched.local_reduces.empty()) {
+    RETURN_IF_ERROR(Wrap(ops_->Reduce(round.reduce_inputs, sched.local_reduces, staging),
+                         absl::StrCat(where, ": reduces ", absl::StrJoin(round.reduce_ids, ","))));
+  }
+  rs.reduce_seconds += Seconds(t);
+  return absl::OkStatus();
+}
+
+absl::Status Executor::IssueAfterTransfer(const BoundPlan& plan, size_t j, uint8_t* staging,
+                                          RoundStats& rs) {
+  const BoundRound& round = plan.rounds[j];
+  const RoundSchedule& sched = schedule_.rounds[j];
+  const std::string where = RoundWhere(plan, round);
+  RETURN_IF_ERROR(CheckAborted(plan, round, "unpack"));
+  absl::Time t = absl::Now();
+  if (!round.unpack.empty()) {
+    RETURN_IF_ERROR(Wrap(ops_->Unpack(staging, round.unpack), absl::StrCat(where, ": unpack")));
+  }
+  rs.unpack_seconds += Seconds(t);
+  if (!(options_.pipeline && sched.local_early)) RETURN_IF_ERROR(IssueLocal(plan, j, staging, rs));
+  t = absl::Now();
+  if (!sched.staged_reduces.empty()) {
+    RETURN_IF_ERROR(Wrap(ops_->Reduce(round.reduce_inputs, sched.staged_reduces, staging),
+                         absl::StrCat(where, ": reduces ", absl::StrJoin(round.reduce_ids, ","))));
+  }
+  if (!round.quantizes.empty()) {
+    RETURN_IF_ERROR(
+        Wrap(ops_->Quantize(round.quantize_inputs, round.quantizes, staging),
+             absl::StrCat(where, ": quantizes ", absl::StrJoin(round.quantize_ids, ","))));
+  }
+  rs.reduce_seconds += Seconds(t);
+  return absl::OkStatus();
+}
+
 absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bool prev_deferred,
-                                uint8_t* staging, uint8_t* next_staging, absl::Time deadline,
+                                uint8_t* staging, uint8_t* other_staging, absl::Time deadline,
                                 RoundStats& rs, bool* packed_next, bool* deferred,
                                 SyncStats& sync) {
   const BoundRound& round = plan.rounds[i];
@@ -170,84 +266,73 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bo
   rs.recvs = static_cast<int32_t>(round.recvs.size());
   rs.copies = static_cast<int32_t>(round.copy_buckets.size());
   rs.reduces = static_cast<int32_t>(round.reduces.size());
-  current_staging_.store(round.staging_bytes);
+  *deferred = false;
 
   RETURN_IF_ERROR(CheckAborted(plan, round, "pack"));
   absl::Time t = absl::Now();
-  *deferred = false;
   if (!packed && !round.pack.empty()) {
-    // Queued behind whatever the previous round left running: wait for all.
     RETURN_IF_ERROR(Wrap(ops_->Pack(round.pack, staging), absl::StrCat(where, ": pack")));
-    RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": pack")));
-  } else if (prev_deferred) {
-    // Everything issued up to the previous transfer's end: this round's pack
-    // (issued ahead), and the unpack that last read this round's staging set.
-    // The previous round's own unpack keeps running during this transfer.
-    RETURN_IF_ERROR(Wrap(ops_->WaitFence(), absl::StrCat(where, ": pack")));
-  } else if (packed) {
-    RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": pack")));
   }
+  // Everything issued so far: this round's pack, the previous round's early
+  // local work, and the unpack that last read this round's staging set. (A
+  // deferred unpack of the previous round is not issued yet.)
+  RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": pack")));
   rs.pack_seconds = Seconds(t);
 
-  auto run_local = [&]() -> absl::Status {
-    absl::Time tc = absl::Now();
-    if (!round.copies.empty()) {
-      RETURN_IF_ERROR(
-          Wrap(ops_->Copy(round.copies),
-               absl::StrCat(where, ": copy buckets ", absl::StrJoin(round.copy_buckets, ","))));
-    }
-    rs.copy_seconds += Seconds(tc);
-    tc = absl::Now();
-    if (!sched.local_reduces.empty()) {
-      RETURN_IF_ERROR(
-          Wrap(ops_->Reduce(round.reduce_inputs, sched.local_reduces, staging),
-               absl::StrCat(where, ": reduces ", absl::StrJoin(round.reduce_ids, ","))));
-    }
-    rs.reduce_seconds += Seconds(tc);
-    return absl::OkStatus();
-  };
-  // Asynchronous data ops run these during the transfer below.
-  if (local_early) {
-    RETURN_IF_ERROR(CheckAborted(plan, round, "copy"));
-    RETURN_IF_ERROR(run_local());
-    ++sync.rounds_local_early;
-  }
   // The other set holds the previous round's received bytes until its
   // unpack ran, then the next round's packed bytes (in that order).
   int64_t other_set = prev_deferred ? plan.rounds[i - 1].staging_bytes : 0;
   int64_t in_use = round.staging_bytes + other_set;
   current_staging_.store(in_use);
-  if (pipeline && i + 1 < plan.rounds.size() && schedule_.rounds[i + 1].pack_ahead) {
-    const BoundRound& next = plan.rounds[i + 1];
-    RETURN_IF_ERROR(CheckAborted(plan, next, "pack"));
-    other_set = std::max(other_set, next.staging_bytes);
+  const bool pack_next =
+      pipeline && i + 1 < plan.rounds.size() && schedule_.rounds[i + 1].pack_ahead;
+  if (pack_next) {
+    other_set = std::max(other_set, plan.rounds[i + 1].staging_bytes);
     in_use = round.staging_bytes + other_set;
-    current_staging_.store(in_use);
-    const absl::Time tp = absl::Now();
-    RETURN_IF_ERROR(
-        Wrap(ops_->Pack(next.pack, next_staging),
-             absl::StrCat(RoundWhere(plan, next), ": pack (during round ", round.index, ")")));
-    rs.pack_seconds += Seconds(tp);
-    *packed_next = true;
-    ++sync.rounds_packed_ahead;
   }
   sync.peak_staging_bytes = std::max(sync.peak_staging_bytes, in_use);
+
+  // Work that overlaps the transfer, issued once the transfer is posted. In
+  // stream order: the previous round's deferred unpack (it reads the other
+  // set), this round's early local work, then the next round's pack (it
+  // overwrites the other set).
+  absl::Status overlap_status;
+  bool posted = false;
+  auto on_posted = [&]() {
+    posted = true;
+    overlap_status = [&]() -> absl::Status {
+      if (prev_deferred) RETURN_IF_ERROR(IssueAfterTransfer(plan, i - 1, other_staging, rs));
+      if (local_early) {
+        RETURN_IF_ERROR(CheckAborted(plan, round, "copy"));
+        RETURN_IF_ERROR(IssueLocal(plan, i, staging, rs));
+        ++sync.rounds_local_early;
+      }
+      if (pack_next) {
+        const BoundRound& next = plan.rounds[i + 1];
+        RETURN_IF_ERROR(CheckAborted(plan, next, "pack"));
+        current_staging_.store(in_use);
+        const absl::Time tp = absl::Now();
+        RETURN_IF_ERROR(
+            Wrap(ops_->Pack(next.pack, other_staging),
+                 absl::StrCat(RoundWhere(plan, next), ": pack (during round ", round.index, ")")));
+        rs.pack_seconds += Seconds(tp);
+        *packed_next = true;
+        ++sync.rounds_packed_ahead;
+      }
+      return absl::OkStatus();
+    }();
+  };
 
   RETURN_IF_ERROR(CheckAborted(plan, round, "transfer"));
   t = absl::Now();
   if (!round.sends.empty() || !round.recvs.empty()) {
     send_reqs_.clear();
     recv_reqs_.clear();
-    for (const BoundTransfer& x : round.sends) {
-      send_reqs_.push_back({x.peer, x.bucket, x.zero_copy ? x.direct : staging + x.staging_offset,
-                            static_cast<size_t>(x.bytes)});
-    }
-    for (const BoundTransfer& x : round.recvs) {
-      recv_reqs_.push_back({x.peer, x.bucket, x.zero_copy ? x.direct : staging + x.staging_offset,
-                            static_cast<size_t>(x.bytes)});
-    }
+    RETURN_IF_ERROR(Wrap(AppendMessages(round.sends, staging, send_reqs_), where));
+    RETURN_IF_ERROR(Wrap(AppendMessages(round.recvs, staging, recv_reqs_), where));
+    rs.messages = static_cast<int32_t>(send_reqs_.size() + recv_reqs_.size());
     const absl::Time round_deadline = std::min(deadline, absl::Now() + options_.round_timeout);
-    const absl::Status s = transport_->RunRound(send_reqs_, recv_reqs_, round_deadline);
+    const absl::Status s = transport_->RunRound(send_reqs_, recv_reqs_, round_deadline, on_posted);
     if (!s.ok()) {
       if (aborted_.load()) RETURN_IF_ERROR(CheckAborted(plan, round, "transfer"));
       return absl::Status(s.code(), absl::StrCat(where, ": transfer (", TransfersByPeer(round),
@@ -256,36 +341,19 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bo
     rs.bytes_sent = round.bytes_sent;
     rs.bytes_received = round.bytes_received;
   }
+  if (!posted) on_posted();  // nothing to transfer
+  RETURN_IF_ERROR(overlap_status);
   rs.transfer_seconds = Seconds(t);
 
-  RETURN_IF_ERROR(CheckAborted(plan, round, "unpack"));
-  t = absl::Now();
-  const bool finish_async = pipeline && sched.finish_async && i + 1 < plan.rounds.size();
-  if (finish_async) {
-    RETURN_IF_ERROR(Wrap(ops_->RecordFence(), absl::StrCat(where, ": fence")));
-  }
-  if (!round.unpack.empty()) {
-    RETURN_IF_ERROR(Wrap(ops_->Unpack(staging, round.unpack), absl::StrCat(where, ": unpack")));
-  }
-  rs.unpack_seconds = Seconds(t);
-  if (!local_early) RETURN_IF_ERROR(run_local());
-  t = absl::Now();
-  if (!sched.staged_reduces.empty()) {
-    RETURN_IF_ERROR(Wrap(ops_->Reduce(round.reduce_inputs, sched.staged_reduces, staging),
-                         absl::StrCat(where, ": reduces ", absl::StrJoin(round.reduce_ids, ","))));
-  }
-  if (!round.quantizes.empty()) {
-    RETURN_IF_ERROR(
-        Wrap(ops_->Quantize(round.quantize_inputs, round.quantizes, staging),
-             absl::StrCat(where, ": quantizes ", absl::StrJoin(round.quantize_ids, ","))));
-  }
-  if (finish_async) {
-    *deferred = true;  // the next round waits for its fence instead
+  if (pipeline && sched.finish_async && i + 1 < plan.rounds.size()) {
+    *deferred = true;  // issued by the next round once its transfer is posted
     ++sync.rounds_finished_async;
   } else {
+    RETURN_IF_ERROR(IssueAfterTransfer(plan, i, staging, rs));
+    t = absl::Now();
     RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": finishing the round")));
+    rs.reduce_seconds += Seconds(t);
   }
-  rs.reduce_seconds += Seconds(t);
   rs.bytes_local = round.bytes_local;
   return absl::OkStatus();
 }

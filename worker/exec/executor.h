@@ -11,8 +11,10 @@
 //     so they run during the transfer;
 //   * round r+1 is packed into the second staging set between 1 and 2 of
 //     round r, so packing runs during round r's transfer;
-//   * round r's step 3 is left running (no synchronize) while round r+1
-//     transfers; round r+1 waits only for a fence recorded before it.
+//   * round r's step 3 is issued during round r+1's transfer.
+// Overlapping work is issued once the transfer is posted (Transport::RunRound's
+// on_posted), so a GPU runs NCCL's kernels first and the data ops' kernels
+// beside them.
 // Each only where pipeline_schedule.h proves it touches no memory the round
 // writes later (relays re-sending what round r received are packed after).
 // Staging is then two sets (even / odd rounds), at most twice the plan's
@@ -73,6 +75,7 @@ struct RoundStats {
   int64_t staging_bytes = 0;
   int32_t sends = 0;
   int32_t recvs = 0;
+  int32_t messages = 0;  // transport messages posted (runs of buckets with one peer)
   int32_t copies = 0;
   int32_t reduces = 0;
 };
@@ -113,13 +116,18 @@ class Executor {
   void ReleaseStaging();
 
  private:
-  // Runs plan.rounds[i] with staging at `base`; packs round i+1 at
-  // `next_base` when the schedule allows (sets *packed_next).
-  // `prev_deferred`: round i-1's post-transfer work may still be running;
-  // sets *deferred when round i's is left running in turn.
+  // Runs plan.rounds[i] with staging at `base`; `other_base` is the other
+  // set (round i-1's and i+1's). `prev_deferred`: round i-1's post-transfer
+  // work is still to be issued (during this transfer); sets *deferred when
+  // round i's is left to round i+1 in turn.
   absl::Status RunRound(const BoundPlan& plan, size_t i, bool packed, bool prev_deferred,
-                        uint8_t* base, uint8_t* next_base, absl::Time deadline,
-                        RoundStats& stats, bool* packed_next, bool* deferred, SyncStats& sync);
+                        uint8_t* base, uint8_t* other_base, absl::Time deadline, RoundStats& stats,
+                        bool* packed_next, bool* deferred, SyncStats& sync);
+  // Round j's COPYs and all-local REDUCEs.
+  absl::Status IssueLocal(const BoundPlan& plan, size_t j, uint8_t* staging, RoundStats& rs);
+  // Round j's work after its transfer: unpack, late local work, staged REDUCEs.
+  absl::Status IssueAfterTransfer(const BoundPlan& plan, size_t j, uint8_t* staging,
+                                  RoundStats& rs);
   const PipelineSchedule& ScheduleFor(const BoundPlan& plan);
   absl::Status CheckAborted(const BoundPlan& plan, const BoundRound& round, const char* phase);
 

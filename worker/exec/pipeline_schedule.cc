@@ -107,19 +107,19 @@ PipelineSchedule BuildPipelineSchedule(const BoundPlan& plan) {
     rs.local_early = has_local && !Overlaps(net_w, local_reads) && !Overlaps(net_w, local_writes) &&
                      !Overlaps(Merge(zc_send_reads), local_writes);
 
-    if (i > 0) {
-      std::vector<Range> pack_reads;
-      for (const PackItem& p : round.pack) AddView(p.src, pack_reads);
-      rs.pack_ahead = !pack_reads.empty() && !Overlaps(prev_late_writes, pack_reads);
-    }
+    std::vector<Range> pack_reads;
+    for (const PackItem& p : round.pack) AddView(p.src, pack_reads);
+    if (i > 0) rs.pack_ahead = !pack_reads.empty() && !Overlaps(prev_late_writes, pack_reads);
 
     std::vector<Range> zc_recv_writes;
     for (const BoundTransfer& t : round.recvs) {
       if (t.zero_copy) AddRaw(t.direct, t.bytes, zc_recv_writes);
     }
     if (i > 0) {
-      s.rounds[i - 1].finish_async =
-          !Overlaps(prev_after_writes, zc_send_reads) && !Overlaps(prev_after_rw, zc_recv_writes);
+      // This round's own pack is issued before the deferred work.
+      s.rounds[i - 1].finish_async = !Overlaps(prev_after_writes, zc_send_reads) &&
+                                     !Overlaps(prev_after_rw, zc_recv_writes) &&
+                                     !Overlaps(prev_after_writes, pack_reads);
     }
 
     std::vector<Range> after_writes, after_reads;

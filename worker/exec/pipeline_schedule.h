@@ -2,7 +2,7 @@
 // plain order (pack, transfer, unpack, copy, reduce), decided once per bound
 // plan from the memory the items touch:
 //  * a round's local work (COPYs and REDUCEs with only unstaged inputs) may
-//    be issued before its transfer when it neither reads nor writes memory
+//    be issued during its transfer when it neither reads nor writes memory
 //    the transfer or the unpack writes, nor writes memory a zero-copy send
 //    reads;
 //  * round i+1 may be packed (into the other staging set) while round i
@@ -11,12 +11,12 @@
 //    work). This is what keeps relays right: a piece re-sent in round i+1
 //    reads what round i received, so that round is packed after round i.
 //  * round i's work after its transfer (unpack, late COPYs, staged REDUCEs)
-//    may still run while round i+1 transfers ("finish_async") when round
-//    i+1's zero-copy sends read nothing that work writes and its zero-copy
-//    receives write nothing that work reads or writes. Staging needs no
-//    check: round i+1 transfers through the other set, and round i+2 (same
-//    set as i) transfers only after every call issued by the end of round
-//    i+1's transfer has finished, round i's unpack included.
+//    is issued during round i+1's transfer ("finish_async") when round
+//    i+1's pack and zero-copy sends read nothing that work writes and its
+//    zero-copy receives write nothing that work reads or writes. Staging needs no
+//    check: round i+1 transfers through the other set, round i's unpack is
+//    issued before round i+2's pack into that set, and round i+2 starts by
+//    waiting for every call issued so far.
 // Overlap is judged on each view's address extent [first byte, last byte],
 // which can only over-report conflicts, never miss one.
 #ifndef WSYNC_WORKER_EXEC_PIPELINE_SCHEDULE_H_
@@ -31,9 +31,9 @@
 namespace wsync::exec {
 
 struct RoundSchedule {
-  bool local_early = false;                // issue local_reduces and the copies before the transfer
+  bool local_early = false;                // issue local_reduces and the copies during the transfer
   bool pack_ahead = false;                 // may be packed during the previous round's transfer
-  bool finish_async = false;               // post-transfer work may overlap the next transfer
+  bool finish_async = false;               // post-transfer work is issued during the next transfer
   std::vector<ReduceItem> local_reduces;   // every input unstaged
   std::vector<ReduceItem> staged_reduces;  // at least one input from staging
 };

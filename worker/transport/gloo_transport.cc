@@ -144,7 +144,8 @@ GlooTransport::GlooTransport(int32_t rank, int32_t size, std::shared_ptr<gloo::C
 GlooTransport::~GlooTransport() = default;
 
 absl::Status GlooTransport::RunRound(absl::Span<const SendRequest> sends,
-                                     absl::Span<const RecvRequest> recvs, absl::Time deadline) {
+                                     absl::Span<const RecvRequest> recvs, absl::Time deadline,
+                                     const std::function<void()>& on_posted) {
   RETURN_IF_ERROR(ValidateRoundRequests(rank_, size_, sends, recvs));
   std::vector<Pending> ops;
   ops.reserve(sends.size() + recvs.size());
@@ -165,7 +166,10 @@ absl::Status GlooTransport::RunRound(absl::Span<const SendRequest> sends,
           absl::StrCat("gloo transport rank ", rank_, " is unusable: ", broken_reason_));
     }
   }
-  if (ops.empty()) return absl::OkStatus();
+  if (ops.empty()) {
+    if (on_posted) on_posted();
+    return absl::OkStatus();
+  }
 
   // Builds buffers and posts every operation, then waits for each against the
   // one deadline. Any failure breaks the transport (pairs closed) before the
@@ -201,6 +205,7 @@ absl::Status GlooTransport::RunRound(absl::Span<const SendRequest> sends,
           p.buffer->recv(p.peer, slot, 0, p.bytes);
         }
       }
+      if (on_posted) on_posted();
       for (Pending& p : ops) {
         const bool ok = p.is_send ? p.buffer->waitSend(Remaining(deadline))
                                   : p.buffer->waitRecv(Remaining(deadline));

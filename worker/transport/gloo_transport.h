@@ -52,8 +52,9 @@ class GlooTransport : public Transport {
   int32_t rank() const override { return rank_; }
   int32_t size() const override { return size_; }
 
+  using Transport::RunRound;
   absl::Status RunRound(absl::Span<const SendRequest> sends, absl::Span<const RecvRequest> recvs,
-                        absl::Time deadline) override;
+                        absl::Time deadline, const std::function<void()>& on_posted) override;
   void Abort(const std::string& reason) override;
 
  private:

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,10 +18,14 @@ absl::Status NcclStatus(ncclResult_t r, const std::string& what) {
   const std::string msg = absl::StrCat(what, ": ", ncclGetErrorString(r));
   switch (r) {
     case ncclInvalidArgument:
-    case ncclInvalidUsage: return absl::InvalidArgumentError(msg);
-    case ncclRemoteError: return absl::UnavailableError(msg);
-    case ncclSystemError: return absl::UnavailableError(msg);
-    default: return absl::InternalError(msg);
+    case ncclInvalidUsage:
+      return absl::InvalidArgumentError(msg);
+    case ncclRemoteError:
+      return absl::UnavailableError(msg);
+    case ncclSystemError:
+      return absl::UnavailableError(msg);
+    default:
+      return absl::InternalError(msg);
   }
 }
 
@@ -118,7 +122,11 @@ absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(
   t->device_ = opts.device;
   t->rank_ = opts.rank;
   t->size_ = opts.size;
-  auto stream = cuda::Stream::Create(opts.device);
+  // Highest priority: when SMs free up, NCCL's blocks are scheduled before
+  // the data ops' pack / unpack / copy blocks.
+  int least_priority = 0, greatest_priority = 0;
+  cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority);
+  auto stream = cuda::Stream::Create(opts.device, greatest_priority);
   if (!stream.ok()) return stream.status();
   t->stream_ = std::move(*stream);
   auto event = cuda::Event::Create(opts.device);
@@ -131,16 +139,15 @@ absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(
   ncclComm_t comm = nullptr;
   const ncclResult_t r = ncclCommInitRankConfig(&comm, opts.size, id, opts.rank, &config);
   t->comm_ = NcclComm(comm);
-  const std::string what =
-      absl::StrCat("NCCL communicator init (rank ", opts.rank, " of ", opts.size, ", device ",
-                   opts.device, ")");
+  const std::string what = absl::StrCat("NCCL communicator init (rank ", opts.rank, " of ",
+                                        opts.size, ", device ", opts.device, ")");
   if (r != ncclSuccess && r != ncclInProgress) return NcclStatus(r, what);
   absl::Status s = t->Wait(absl::Now() + opts.init_timeout, nullptr, what);
   if (!s.ok()) {
     if (absl::IsDeadlineExceeded(s)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          what, " did not complete within ", absl::FormatDuration(opts.init_timeout),
-          ": some rank did not join"));
+      return absl::DeadlineExceededError(absl::StrCat(what, " did not complete within ",
+                                                      absl::FormatDuration(opts.init_timeout),
+                                                      ": some rank did not join"));
     }
     return s;
   }
@@ -200,7 +207,7 @@ void NcclTransport::Abort(const std::string& reason) {
 }
 
 absl::Status NcclTransport::Wait(absl::Time deadline, const cuda::Event* event,
-                                 const std::string& what) {
+                                 const std::string& what, const std::function<void()>& on_issued) {
   bool issued = false;  // the group has left ncclInProgress
   for (uint64_t spin = 0;; ++spin) {
     ncclResult_t state = ncclSuccess;
@@ -213,10 +220,14 @@ absl::Status NcclTransport::Wait(absl::Time deadline, const cuda::Event* event,
     }
     if (state == ncclSuccess && !issued) {
       issued = true;
-      if (event == nullptr) return absl::OkStatus();
+      if (event == nullptr) {
+        if (on_issued) on_issued();
+        return absl::OkStatus();
+      }
       // Nonblocking groups enqueue their kernels only once the communicator
       // leaves ncclInProgress: record completion after that point.
       if (absl::Status s = event->Record(stream_.get()); !s.ok()) return s;
+      if (on_issued) on_issued();
     }
     if (issued) {
       auto done = event->Query();
@@ -246,14 +257,14 @@ absl::Status NcclTransport::Wait(absl::Time deadline, const cuda::Event* event,
 }
 
 absl::Status NcclTransport::RunRound(absl::Span<const SendRequest> sends,
-                                     absl::Span<const RecvRequest> recvs, absl::Time deadline) {
+                                     absl::Span<const RecvRequest> recvs, absl::Time deadline,
+                                     const std::function<void()>& on_posted) {
   std::lock_guard<std::mutex> lock(mu_);
   if (aborted_.load() || comm_.get() == nullptr || abort_requested_.load()) {
     std::lock_guard<std::mutex> rl(reason_mu_);
     const std::string msg = absl::StrCat("NCCL transport of rank ", rank_, " is unusable (",
                                          abort_reason_, "); rebuild it");
-    return abort_requested_.load() ? absl::CancelledError(msg)
-                                   : absl::FailedPreconditionError(msg);
+    return abort_requested_.load() ? absl::CancelledError(msg) : absl::FailedPreconditionError(msg);
   }
   if (absl::Status st = ValidateRoundRequests(rank_, size_, sends, recvs); !st.ok()) return st;
   std::vector<const SendRequest*> s;
@@ -266,7 +277,10 @@ absl::Status NcclTransport::RunRound(absl::Span<const SendRequest> sends,
   for (const auto& x : recvs) {
     if (x.bytes > 0) r.push_back(&x);
   }
-  if (s.empty() && r.empty()) return absl::OkStatus();
+  if (s.empty() && r.empty()) {
+    if (on_posted) on_posted();
+    return absl::OkStatus();
+  }
   SortByPeerTag(s);
   SortByPeerTag(r);
 
@@ -298,7 +312,7 @@ absl::Status NcclTransport::RunRound(absl::Span<const SendRequest> sends,
     AbortLocked(std::string(err.message()));
     return err;
   }
-  return Wait(deadline, &done_, what);
+  return Wait(deadline, &done_, what, on_posted);
 }
 
 }  // namespace wsync::transport

@@ -78,8 +78,9 @@ class NcclTransport : public Transport {
   int32_t rank() const override { return rank_; }
   int32_t size() const override { return size_; }
 
+  using Transport::RunRound;
   absl::Status RunRound(absl::Span<const SendRequest> sends, absl::Span<const RecvRequest> recvs,
-                        absl::Time deadline) override;
+                        absl::Time deadline, const std::function<void()>& on_posted) override;
   void Abort(const std::string& reason) override;
 
   int device() const { return device_; }
@@ -90,7 +91,10 @@ class NcclTransport : public Transport {
   NcclTransport() = default;
   // Polls until the communicator leaves ncclInProgress (and, with `event`,
   // until the event completes); aborts past the deadline or on Abort().
-  absl::Status Wait(absl::Time deadline, const cuda::Event* event, const std::string& what);
+  // Polls until the group is issued (then records `event`, if any, and runs
+  // `on_issued`) and, with an event, until the event completes.
+  absl::Status Wait(absl::Time deadline, const cuda::Event* event, const std::string& what,
+                    const std::function<void()>& on_issued = nullptr);
   void AbortLocked(const std::string& why);
 
   int device_ = 0;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -56,12 +57,29 @@ class Transport {
   //    in the same direction within one round.
   //  * A lost peer connection may end the round before the deadline with
   //    UNAVAILABLE naming the peer; Abort() ends it with CANCELLED.
+  //  * A silent peer stalls the ranks that wait on it; it may also stall a
+  //    third rank whose only partner is a rank that waits on it (NCCL
+  //    progresses one group's operations together: measured on 4 × H200,
+  //    NCCL 2.28), which then fails at its own deadline naming its partner.
+  //    The first failure (by time) names the silent peer.
   //  * After any failed round the transport is unusable: later rounds return
   //    CANCELLED (after Abort) or FAILED_PRECONDITION, without communicating.
   //  * When RunRound returns, the transport no longer touches any request's
   //    memory, whatever the outcome.
+  //  * `on_posted` (may be empty) runs exactly once on the calling thread
+  //    once the round's operations are posted (for NCCL: its kernels are
+  //    enqueued) and before RunRound waits for them; at once when there is
+  //    nothing to post. It does not run when the round fails before posting.
+  //    The executor issues work there that should overlap the transfer: on a
+  //    GPU, kernels launched after NCCL's are resident beside it instead of
+  //    holding back its launch until they drain.
   virtual absl::Status RunRound(absl::Span<const SendRequest> sends,
-                                absl::Span<const RecvRequest> recvs, absl::Time deadline) = 0;
+                                absl::Span<const RecvRequest> recvs, absl::Time deadline,
+                                const std::function<void()>& on_posted) = 0;
+  absl::Status RunRound(absl::Span<const SendRequest> sends, absl::Span<const RecvRequest> recvs,
+                        absl::Time deadline) {
+    return RunRound(sends, recvs, deadline, nullptr);
+  }
 
   // Makes any RunRound in flight (on another thread) fail promptly; the
   // transport must be rebuilt afterwards. Safe to call more than once.

@@ -51,7 +51,6 @@ class Cluster {
   }
   BufferRegistry& registry(int worker) { return workers_[worker].registry; }
   Executor& executor(int worker) { return *workers_[worker].executor; }
-  LazyDataOps& lazy_ops(int worker) { return workers_[worker].lazy; }
 
   absl::Status Connect(ExecutorOptions options = {}) {
     static std::atomic<int> counter{0};

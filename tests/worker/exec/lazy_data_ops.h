@@ -1,8 +1,7 @@
 // Test double with the most asynchrony DataOps allows: every call is queued
-// and runs only when the interpreter forces it (Synchronize runs everything,
-// WaitFence everything before the last RecordFence). Work the interpreter
-// leaves running therefore runs as late as it possibly could on a device,
-// after any transfer it was allowed to overlap, so an overlap that is not
+// and runs only when the interpreter forces it with Synchronize(). Work the
+// interpreter issues to overlap a transfer therefore runs as late as it
+// possibly could on a device, after that transfer, so an overlap that is not
 // safe shows up as wrong bytes on the host. The arithmetic is HostDataOps'.
 #ifndef WSYNC_TESTS_WORKER_EXEC_LAZY_DATA_OPS_H_
 #define WSYNC_TESTS_WORKER_EXEC_LAZY_DATA_OPS_H_
@@ -46,40 +45,23 @@ class LazyDataOps : public DataOps {
       return host_.Reduce(in, it, staging_base);
     });
   }
-  absl::Status Synchronize() override { return RunUntil(queue_.size()); }
-  absl::Status RecordFence() override {
-    fence_ = queue_.size();
-    return absl::OkStatus();
+  absl::Status Synchronize() override {
+    absl::Status first;
+    while (!queue_.empty()) {
+      absl::Status s = queue_.front()();
+      queue_.pop_front();
+      if (first.ok()) first = s;
+    }
+    return first;
   }
-  absl::Status WaitFence() override { return RunUntil(fence_); }
-
-  // Calls that ran while later ones were still queued (the overlap the
-  // interpreter asked for).
-  int64_t ran_with_work_pending() const { return ran_with_work_pending_; }
 
  private:
   absl::Status Enqueue(std::function<absl::Status()> fn) {
     queue_.push_back(std::move(fn));
     return absl::OkStatus();
   }
-  // Runs the first `n` queued calls in order; the first error wins.
-  absl::Status RunUntil(size_t n) {
-    absl::Status first;
-    n = std::min(n, queue_.size());
-    for (size_t i = 0; i < n; ++i) {
-      absl::Status s = queue_.front()();
-      queue_.pop_front();
-      if (first.ok()) first = s;
-    }
-    if (n > 0 && !queue_.empty()) ++ran_with_work_pending_;
-    fence_ = fence_ >= n ? fence_ - n : 0;
-    return first;
-  }
-
   HostDataOps host_;
   std::deque<std::function<absl::Status()>> queue_;
-  size_t fence_ = 0;  // calls before the fence, counted from the queue's front
-  int64_t ran_with_work_pending_ = 0;
 };
 
 }  // namespace wsync::exec::testing

@@ -245,6 +245,9 @@ absl::StatusOr<v1::Plan> ExtractRankPlan(const v1::Plan& plan, int32_t worker) {
   for (const v1::Reduce& r : plan.reduces()) {
     if (r.worker() == worker) *out.add_reduces() = r;
   }
+  for (const v1::Quantize& q : plan.quantizes()) {
+    if (q.worker() == worker) *out.add_quantizes() = q;
+  }
   for (const v1::RankSummary& rs : plan.summary().ranks()) {
     if (rs.worker() == worker) *out.mutable_summary()->add_ranks() = rs;
   }

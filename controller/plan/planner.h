@@ -50,7 +50,8 @@ absl::StatusOr<v1::Plan> BuildPlanFromCompiled(const v1::TransferSpec& spec,
 std::string PlanKey(const v1::TransferSpec& spec);
 
 // The part of `plan` that `worker` executes: its RankPlan, every bucket it
-// sends or receives (ids unchanged), every reduce it runs, key and num_rounds.
+// sends or receives (ids unchanged), every reduce and quantize it runs, key
+// and num_rounds.
 // The summary keeps only that worker's RankSummary. Error if the worker has
 // no part in the plan.
 absl::StatusOr<v1::Plan> ExtractRankPlan(const v1::Plan& plan, int32_t worker);

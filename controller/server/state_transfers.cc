@@ -163,12 +163,18 @@ absl::Status ControllerState::CheckBuffersLocked(const v1::Plan& part, int32_t w
   };
   for (const v1::Bucket& b : part.buckets()) {
     for (const v1::Piece& p : b.pieces()) {
-      if (b.sender() == worker) use(p.src());
-      if (b.receiver() == worker && p.reduce_id() == 0) use(p.dst());
+      // A block-fp8 scale piece (scales_of) has no src: its quantized piece's pack writes it.
+      if (b.sender() == worker && p.scales_of() == 0) use(p.src());
+      if (b.receiver() == worker && p.reduce_id() == 0 && p.quantize_id() == 0) use(p.dst());
     }
   }
   for (const v1::Reduce& red : part.reduces()) {
     if (red.worker() == worker) use(red.dst());
+  }
+  for (const v1::Quantize& q : part.quantizes()) {
+    if (q.worker() != worker) continue;
+    use(q.dst());
+    use(q.scale_dst());
   }
   for (const auto& [buffer, end] : need) {
     std::pair<std::string, std::string> gn = absl::StrSplit(buffer, absl::MaxSplits('/', 1));

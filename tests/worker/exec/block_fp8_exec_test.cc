@@ -141,6 +141,13 @@ void RunAndCheck(const Tensor2d& src, const Tensor2d& dst_w, int workers, int64_
       c.Add(t->workers[r], BufferSide::kDestination, t->name, t->dtype, nr * nc);
     }
   }
+  // What the controller sends each worker (its part of the plan) binds too.
+  for (int w = 0; w < workers; ++w) {
+    auto part = plan::ExtractRankPlan(*plan, w);
+    if (!part.ok()) continue;  // no part in the plan
+    auto bound = BindPlan(*part, w, c.registry(w), MemorySpace::kHost);
+    EXPECT_TRUE(bound.ok()) << "worker " << w << ": " << bound.status();
+  }
   ExecutorOptions options;
   options.pipeline = pipeline;
   ASSERT_TRUE(c.Connect(options).ok());

@@ -66,5 +66,20 @@ TEST(SyncIntegration, MegatronToSingleRank) {
   RunVersions(**run, 2, nullptr);
 }
 
+// vLLM fp8 serving through the real controller and workers: FSDP row
+// shards cut the blocks of the tiny model's weights (receiver-side
+// quantization on one replica, fp8 + scales relayed to the other), and every
+// fp8 byte and scale is checked against the reference quantizer.
+TEST(SyncIntegration, BlockFp8ServingToTwoReplicas) {
+  catalog::CaseOptions co = Case("fsdp:2", "vllm-tp:1x2");
+  co.fp8_block = true;
+  auto run = CaseRun::Start(co, DefaultClusterOptions());
+  ASSERT_TRUE(run.ok()) << run.status();
+  v1::PlanSummary summary;
+  RunVersions(**run, 2, &summary);
+  EXPECT_GT(summary.num_quantizes(), 0);
+  EXPECT_GT(summary.num_relay_pieces(), 0);
+}
+
 }  // namespace
 }  // namespace wsync::integration

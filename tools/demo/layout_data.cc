@@ -5,8 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/block_fp8.h"
 #include "common/cast.h"
 #include "common/dtype.h"
+#include "common/status_macros.h"
 
 namespace wsync::demo {
 
@@ -193,6 +195,124 @@ absl::Status FillSource(const plan::CompiledSide& side, int32_t rank, int64_t ve
   return absl::OkStatus();
 }
 
+namespace {
+
+// Source tensor and index feeding destination element g of `t` (nullptr: none).
+const plan::CompiledTensor* SourceOf(const plan::CompiledTensor& t,
+                                     const std::vector<const v1::TensorMapping*>* maps,
+                                     const plan::CompiledSide& source,
+                                     const std::vector<int64_t>& g, std::string* src_name,
+                                     std::vector<int64_t>* src_idx) {
+  *src_name = t.name;
+  *src_idx = g;
+  if (maps == nullptr) return source.Find(t.name);
+  for (const v1::TensorMapping* m : *maps) {
+    bool inside = true;
+    for (size_t d = 0; d < g.size() && inside; ++d) {
+      const int64_t rel = g[d] - m->dst_offset(static_cast<int>(d));
+      inside = rel >= 0 && rel < m->src_box().length(static_cast<int>(d));
+      if (inside) (*src_idx)[d] = m->src_box().offset(static_cast<int>(d)) + rel;
+    }
+    if (inside) {
+      *src_name = m->src();
+      return source.Find(m->src());
+    }
+  }
+  return nullptr;
+}
+
+// A block-fp8 tensor: each fragment (whole blocks) of `rank` against the
+// reference quantizer (common/block_fp8.h) applied to its source values,
+// fp8 bytes and the scale tensor's values.
+absl::Status VerifyQuantized(const plan::CompiledTensor& t,
+                             const std::vector<const v1::TensorMapping*>* maps,
+                             const plan::CompiledSide& destination,
+                             const plan::CompiledSide& source, int32_t rank, int64_t version,
+                             const BufferMap& buffers, VerifyResult* r) {
+  const plan::CompiledTensor& sc = destination.tensors[t.scale_tensor];
+  for (size_t fi = 0; fi < t.fragments.size(); ++fi) {
+    const plan::CompiledFragment& f = t.fragments[fi];
+    if (f.rank != rank || f.box.Empty()) continue;
+    const plan::CompiledFragment& sf = sc.fragments[t.scale_fragment[fi]];
+    auto wit = buffers.find(destination.buffer_names[f.buffer]);
+    auto sit = buffers.find(destination.buffer_names[sf.buffer]);
+    if (wit == buffers.end() || sit == buffers.end()) {
+      return absl::NotFoundError(absl::StrCat("no memory for the buffers of '", t.name, "'"));
+    }
+    const int nd = f.box.rank();
+    BlockGrid grid;
+    for (int d = 0; d + 2 < nd; ++d) grid.outer *= f.box.length[d];
+    grid.rows = f.box.length[nd - 2];
+    grid.cols = f.box.length[nd - 1];
+    grid.block_rows = t.quant_block[0];
+    grid.block_cols = t.quant_block[1];
+    std::vector<float> x;
+    std::vector<int64_t> offs;
+    bool unmapped = false;
+    std::string src_name;
+    std::vector<int64_t> src_idx;
+    ForEachElement(f, 1, [&](const std::vector<int64_t>& g, int64_t off) {
+      const plan::CompiledTensor* st = SourceOf(t, maps, source, g, &src_name, &src_idx);
+      uint8_t held[8] = {};
+      if (st == nullptr) {
+        unmapped = true;
+      } else {
+        Encode(st->dtype, SourceValue(src_name, Linear(src_idx, st->shape), version), held);
+      }
+      x.push_back(st == nullptr ? 0.0f : static_cast<float>(Decode(st->dtype, held)));
+      offs.push_back(off);
+    });
+    std::vector<uint8_t> want(x.size());
+    std::vector<float> scales(grid.num_blocks());
+    RETURN_IF_ERROR(QuantizeBlocksFp8E4M3(x.data(), grid, want.data(), scales.data()));
+    for (size_t k = 0; k < x.size(); ++k) {
+      ++r->elements;
+      ++r->bytes;
+      const uint8_t got = wit->second[offs[k]];
+      if (unmapped || got != want[k]) {
+        if (++r->wrong_elements == 1) {
+          r->first_error = absl::StrCat("block-fp8 tensor '", t.name, "' rank ", rank, " element ",
+                                        k, " of fragment ", f.box.ToString(), ": expected fp8 ",
+                                        want[k], ", found ", got, unmapped ? " (unmapped)" : "");
+        }
+      }
+    }
+    // Scales, row-major over the fragment's block grid.
+    std::vector<int64_t> b(nd, 0);
+    const int64_t rb = grid.row_blocks(), cb = grid.col_blocks();
+    for (int64_t k = 0; k < grid.num_blocks(); ++k) {
+      int64_t rem = k;
+      b[nd - 1] = rem % cb;
+      rem /= cb;
+      b[nd - 2] = rem % rb;
+      rem /= rb;
+      for (int d = nd - 3; d >= 0; --d) {
+        b[d] = rem % f.box.length[d];
+        rem /= f.box.length[d];
+      }
+      int64_t e = 0;
+      for (int d = 0; d < nd; ++d) {
+        const int64_t global = d >= nd - 2
+                                   ? f.box.offset[d] / t.quant_block[d - (nd - 2)] + b[d]
+                                   : f.box.offset[d] + b[d];
+        e += (global - sf.box.offset[d]) * sf.strides[d];
+      }
+      float got;
+      std::memcpy(&got, sit->second + sf.byte_offset + 4 * e, 4);
+      ++r->elements;
+      r->bytes += 4;
+      if (!(got == scales[k]) && ++r->wrong_elements == 1) {
+        r->first_error = absl::StrCat("scale tensor '", sc.name, "' rank ", rank, " block ", k,
+                                      " of fragment ", f.box.ToString(), ": expected ", scales[k],
+                                      ", found ", got);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<VerifyResult> VerifyDestination(const v1::TransferSpec& spec,
                                                const plan::CompiledSide& destination,
                                                const plan::CompiledSide& source, int32_t rank,
@@ -203,6 +323,12 @@ absl::StatusOr<VerifyResult> VerifyDestination(const v1::TransferSpec& spec,
   for (const plan::CompiledTensor& t : destination.tensors) {
     const int64_t es = DTypeSize(t.dtype);
     const auto mit = maps.find(t.name);
+    if (t.scales_for >= 0) continue;  // checked with the tensor it scales
+    if (t.quantized()) {
+      RETURN_IF_ERROR(VerifyQuantized(t, mit == maps.end() ? nullptr : &mit->second, destination,
+                                      source, rank, version, buffers, &r));
+      continue;
+    }
     for (const plan::CompiledFragment& f : t.fragments) {
       if (f.rank != rank) continue;
       auto it = buffers.find(destination.buffer_names[f.buffer]);

@@ -44,7 +44,8 @@ struct VerifyResult {
 };
 
 // Checks every destination element of `rank` against the source value its
-// mapping assigns (cast into the destination dtype).
+// mapping assigns (cast into the destination dtype; block-fp8 tensors and
+// their scales against the reference quantization of those values).
 absl::StatusOr<VerifyResult> VerifyDestination(const v1::TransferSpec& spec,
                                                const plan::CompiledSide& destination,
                                                const plan::CompiledSide& source, int32_t rank,

@@ -68,10 +68,19 @@ BoxR ToElements(const CompiledTensor& t, const BoxR& b) {
   return e;
 }
 
+// Bytes of block box `b` (block coordinates) on the wire: the larger of its
+// fp8 bytes + fp32 scales and its elements in an `elem_size`-byte source
+// dtype (1: fp8 only).
+int64_t BlockBoxBytes(const CompiledTensor& t, const BoxR& b, int64_t elem_size) {
+  const int64_t elems = ToElements(t, b).Elems();
+  return std::max(QuantScaleOffset(elems) + 4 * b.Elems(), elems * elem_size);
+}
+
 // Bisects block box `b` along its outermost dim of extent > 1 until each part
-// has at most `limit` elements (or is one block).
-void SplitBlocks(const CompiledTensor& t, const BoxR& b, int64_t limit, std::vector<BoxR>* out) {
-  if (ToElements(t, b).Elems() <= limit) {
+// is at most `limit` bytes (BlockBoxBytes) or one block.
+void SplitBlocks(const CompiledTensor& t, const BoxR& b, int64_t limit, int64_t elem_size,
+                 std::vector<BoxR>* out) {
+  if (BlockBoxBytes(t, b, elem_size) <= limit) {
     out->push_back(b);
     return;
   }
@@ -85,8 +94,32 @@ void SplitBlocks(const CompiledTensor& t, const BoxR& b, int64_t limit, std::vec
   lo.len[d] = b.len[d] / 2;
   hi.off[d] = b.off[d] + lo.len[d];
   hi.len[d] = b.len[d] - lo.len[d];
-  SplitBlocks(t, lo, limit, out);
-  SplitBlocks(t, hi, limit, out);
+  SplitBlocks(t, lo, limit, elem_size, out);
+  SplitBlocks(t, hi, limit, elem_size, out);
+}
+
+// Splits element box `b` into boxes of at most `max_elems` elements along
+// its outermost dims (parts shipped for receiver-side quantization).
+void SplitElems(const BoxR& b, int64_t max_elems, std::vector<BoxR>* out) {
+  if (b.Elems() <= max_elems) {
+    out->push_back(b);
+    return;
+  }
+  int d = 0;
+  while (d < b.rank && b.len[d] == 1) ++d;
+  int64_t inner = 1;
+  for (int k = d + 1; k < b.rank; ++k) inner *= b.len[k];
+  const int64_t step = std::max<int64_t>(1, max_elems / inner);
+  for (int64_t o = 0; o < b.len[d]; o += step) {
+    BoxR s = b;
+    s.off[d] = b.off[d] + o;
+    s.len[d] = std::min(step, b.len[d] - o);
+    if (step == 1 && inner > max_elems) {
+      SplitElems(s, max_elems, out);
+    } else {
+      out->push_back(s);
+    }
+  }
 }
 
 void DstToSrc(const MapEntry& m, const BoxR& d, int64_t* soff, int64_t* slen) {
@@ -127,6 +160,10 @@ absl::Status EmitQuantCells(Work* w, int32_t gi, std::vector<QuantCandidate>* ca
   const DstGroup& g = w->dst_groups[gi];
   const CompiledTensor& dt = w->dst->tensors[g.dst_tensor];
   const int rank = static_cast<int>(dt.shape.size());
+  // A sender-side delivery is at least one block (fp8 + its scale); blocks
+  // too big for a bucket are quantized at the receiver, whose parts split.
+  const bool sender_ok =
+      QuantScaleOffset(dt.quant_block[0] * dt.quant_block[1]) + 4 <= w->opt.bucket_bytes;
   // Interior (element coordinates) and the blocks touched but not held whole.
   std::vector<BoxR> interior(cands->size());
   std::vector<BoxR> rem;
@@ -165,7 +202,7 @@ absl::Status EmitQuantCells(Work* w, int32_t gi, std::vector<QuantCandidate>* ca
       const int64_t lo = (c.off[d] + bs - 1) / bs * bs;
       const int64_t hi = end == dt.shape[d] ? end : end / bs * bs;
       in.off[d] = lo;
-      in.len[d] = std::max<int64_t>(0, hi - lo);
+      in.len[d] = sender_ok ? std::max<int64_t>(0, hi - lo) : 0;
       ib.off[d] = lo / bs;
       ib.len[d] = in.len[d] == 0 ? 0 : (hi + bs - 1) / bs - lo / bs;
     }
@@ -211,8 +248,9 @@ absl::Status EmitQuantCells(Work* w, int32_t gi, std::vector<QuantCandidate>* ca
     for (const QuantCandidate& c : *cands) {
       es = std::max(es, DTypeSize(w->src->tensors[w->maps[c.map].src_tensor].dtype));
     }
-    const int64_t limit = std::max<int64_t>(dt.quant_block[0] * dt.quant_block[1],
-                                            w->opt.pack_bytes / es);
+    // Parts (source dtype) and the forwarded result (fp8 + scales) of a
+    // region each fit a working bucket (unless the region is one block).
+    const int64_t limit = w->opt.pack_bytes;
     std::vector<size_t> idx(rank, 0);
     std::vector<BoxR> cells;  // grid cells in the union, row-major order
     while (true) {
@@ -240,7 +278,7 @@ absl::Status EmitQuantCells(Work* w, int32_t gi, std::vector<QuantCandidate>* ca
           if (differ == 1 && last.off[along] + last.len[along] == cell.off[along]) {
             BoxR grown = last;
             grown.len[along] += cell.len[along];
-            if (ToElements(dt, grown).Elems() <= limit) {
+            if (BlockBoxBytes(dt, grown, es) <= limit) {
               last = grown;
               joined = true;
             }
@@ -255,14 +293,15 @@ absl::Status EmitQuantCells(Work* w, int32_t gi, std::vector<QuantCandidate>* ca
     std::vector<BoxR> parts;
     for (const BoxR& cell : cells) {
       parts.clear();
-      SplitBlocks(dt, cell, limit, &parts);
+      SplitBlocks(dt, cell, limit, es, &parts);
       for (const BoxR& p : parts) {
         const BoxR e = ToElements(dt, p);
         QuantGroup q;
         q.dst_group = gi;
         q.box = w->boxes.Add(rank, e.off, e.len);
         q.rec_begin = static_cast<int32_t>(w->qgroup_recs.size());
-        q.rooted = w->opt.relay && g.frag_count > 1;
+        // Forwarding moves whole blocks too: only where one fits a bucket.
+        q.rooted = w->opt.relay && g.frag_count > 1 && sender_ok;
         w->qgroup_recs.resize(w->qgroup_recs.size() + g.frag_count, 0);
         w->qgroups.push_back(q);
         if (q.rooted) {
@@ -315,7 +354,7 @@ absl::Status EmitQuantCells(Work* w, int32_t gi, std::vector<QuantCandidate>* ca
       ib.rank = rank;
       BlockBoxOf(dt, rank, interior[i].off, interior[i].len, ib.off, ib.len);
       parts.clear();
-      SplitBlocks(dt, ib, w->opt.pack_bytes - w->opt.pack_bytes / 64, &parts);
+      SplitBlocks(dt, ib, w->opt.pack_bytes, 1, &parts);
       for (const BoxR& p : parts) add(ToElements(dt, p), kQuantSender, -1);
     }
     BoxR cb;
@@ -330,7 +369,12 @@ absl::Status EmitQuantCells(Work* w, int32_t gi, std::vector<QuantCandidate>* ca
       std::copy(w->boxes.length(w->qgroups[q].box), w->boxes.length(w->qgroups[q].box) + rank,
                 gbox.len);
       BoxR x;
-      if (Intersect(cb, gbox, &x)) add(x, kQuantReceiver, q);
+      if (!Intersect(cb, gbox, &x)) continue;
+      // Parts travel in the source dtype: split to the working bucket size.
+      const int64_t es = DTypeSize(w->src->tensors[m.src_tensor].dtype);
+      parts.clear();
+      SplitElems(x, std::max<int64_t>(1, w->opt.pack_bytes / es), &parts);
+      for (const BoxR& p : parts) add(p, kQuantReceiver, q);
     }
   }
   return absl::OkStatus();

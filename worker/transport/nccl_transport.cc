@@ -1,6 +1,7 @@
 #include "worker/transport/nccl_transport.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -112,8 +113,18 @@ absl::StatusOr<ncclUniqueId> NewUniqueId() {
   return id;
 }
 
+namespace {
+void ApplyProcessTuning(const NcclTransportOptions& opts) {
+  if (opts.min_p2p_channels > 0) {
+    setenv("NCCL_MIN_P2P_NCHANNELS", absl::StrCat(opts.min_p2p_channels).c_str(),
+           /*overwrite=*/0);
+  }
+}
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(
     const ncclUniqueId& id, const NcclTransportOptions& opts) {
+  ApplyProcessTuning(opts);
   if (opts.size < 1 || opts.rank < 0 || opts.rank >= opts.size) {
     return absl::InvalidArgumentError(
         absl::StrCat("NCCL rank ", opts.rank, " outside a communicator of ", opts.size));
@@ -156,6 +167,7 @@ absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(
 
 absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(
     KvStore& store, const std::string& prefix, const NcclTransportOptions& opts) {
+  ApplyProcessTuning(opts);
   const std::string key = absl::StrCat(prefix, "/nccl_unique_id");
   ncclUniqueId id;
   if (opts.rank == 0) {

@@ -19,7 +19,7 @@ mode=${1:-}
 bundle=.devbundle
 gpu_bins="wsync_gpu_piece_table_test wsync_gpu_data_ops_test wsync_gpu_nccl_transport_test
   wsync_gpu_nccl_conformance_test wsync_gpu_ipc_registry_test wsync_gpu_executor_test
-  wsync_bench_nccl_ceiling wsync_bench_gpu_sync"
+  wsync_bench_nccl_ceiling wsync_bench_gpu_sync wsync_bench_ipc_open"
 
 case "$mode" in
 build)
@@ -87,6 +87,12 @@ for line in open(sys.argv[1]):
 print(f"--nvlink-gbps {r.get('nv', 368)} --bidir-gbps {r.get('bi', 354)} --copy-gbps {r.get('cp', 2071)}")
 PY
 )
+    if [ -x $bundle/bin/wsync_bench_ipc_open ]; then
+      for m in ${WSYNC_BENCH_MODELS:-llama3-8b qwen3-30b-a3b}; do
+        timeout 120 $bundle/bin/wsync_bench_ipc_open --model "$m" >>"$OUT/ipc.log" 2>&1 || { rc=1; echo "FAILED: ipc $m" >>"$OUT/ipc.log"; }
+      done
+      grep -E 'RESULT|FAILED' "$OUT/ipc.log"
+    fi
     if [ -x $bundle/bin/wsync_bench_gpu_sync ]; then
       for m in ${WSYNC_BENCH_MODELS:-llama3-8b qwen3-30b-a3b}; do
         timeout 400 $bundle/bin/wsync_bench_gpu_sync --model "$m" --mode "$modes" --iters "${WSYNC_BENCH_ITERS:-5}" $rates ${WSYNC_SYNC_FLAGS:-} \

@@ -48,7 +48,9 @@ WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
     : options_(std::move(options)),
       metrics_(metrics),
       tensors_(GroupsOf(options_)),
-      runner_(&tensors_, metrics, RunnerOptions{options_.data_address, options_.round_timeout}) {
+      runner_(&tensors_, metrics,
+              RunnerOptions{options_.data_address, options_.round_timeout,
+                            options_.staging_limit_bytes}) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);  // op lists can be large
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);

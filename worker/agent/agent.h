@@ -32,6 +32,7 @@ struct AgentOptions {
   std::vector<std::string> capabilities = {"gloo"};
   std::string instance_id;
   absl::Duration round_timeout = absl::Seconds(60);
+  int64_t staging_limit_bytes = 0;  // 0: up to two plan rounds' staging
 };
 
 // Events for one local subscriber (SyncEvents stream).

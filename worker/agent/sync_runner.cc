@@ -62,6 +62,8 @@ absl::StatusOr<SyncRunner::Channel*> SyncRunner::EnsureChannel(
       ch->transport = std::make_unique<LocalOnlyTransport>(a.worker(), a.worker() + 1);
       exec::ExecutorOptions eo;
       eo.round_timeout = options_.round_timeout;
+      eo.staging_limit_bytes = options_.staging_limit_bytes;
+      eo.staging_limit_bytes = options_.staging_limit_bytes;
       ch->executor = std::make_unique<exec::Executor>(ch->transport.get(), &ch->ops, eo);
     }
     return ch.get();
@@ -95,6 +97,7 @@ absl::StatusOr<SyncRunner::Channel*> SyncRunner::EnsureChannel(
   fresh->transport = *std::move(t);
   exec::ExecutorOptions eo;
   eo.round_timeout = options_.round_timeout;
+  eo.staging_limit_bytes = options_.staging_limit_bytes;
   fresh->executor = std::make_unique<exec::Executor>(fresh->transport.get(), &fresh->ops, eo);
   ch = std::move(fresh);
   return ch.get();

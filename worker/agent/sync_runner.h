@@ -47,6 +47,7 @@ class LocalOnlyTransport : public transport::Transport {
 struct RunnerOptions {
   std::string data_address = "127.0.0.1";  // Gloo listen/advertise address
   absl::Duration round_timeout = absl::Seconds(60);
+  int64_t staging_limit_bytes = 0;  // ExecutorOptions::staging_limit_bytes
 };
 
 class SyncRunner {

@@ -42,6 +42,9 @@ ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
           "WSYNC_METRICS_HOST.");
 ABSL_FLAG(absl::Duration, round_timeout, absl::Seconds(60),
           "Longest one plan round may take on the data plane. Env: WSYNC_ROUND_TIMEOUT.");
+ABSL_FLAG(int64_t, staging_limit_bytes, 0,
+          "Most staging memory a sync may hold (the executor overlaps neighbouring rounds only "
+          "where both fit); 0: up to two plan rounds' worth. Env: WSYNC_STAGING_LIMIT_BYTES.");
 ABSL_FLAG(std::string, instance_id, "",
           "Identity of this process for re-registration (default: random). Env: "
           "WSYNC_INSTANCE_ID.");
@@ -79,7 +82,8 @@ int main(int argc, char** argv) {
       "Unix socket.\nFlags also read WSYNC_<FLAG> environment variables; the command line wins.",
       "worker/agent/",
       {"controller", "groups", "node", "device_uuid", "data_address", "local_socket",
-       "metrics_port", "metrics_host", "round_timeout", "instance_id", "port_file"});
+       "metrics_port", "metrics_host", "round_timeout", "staging_limit_bytes", "instance_id",
+       "port_file"});
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -102,6 +106,12 @@ int main(int argc, char** argv) {
   options.device_uuid = absl::GetFlag(FLAGS_device_uuid);
   options.data_address = absl::GetFlag(FLAGS_data_address);
   options.round_timeout = absl::GetFlag(FLAGS_round_timeout);
+  options.staging_limit_bytes = absl::GetFlag(FLAGS_staging_limit_bytes);
+  if (options.staging_limit_bytes < 0) {
+    std::fprintf(stderr, "wsync-worker: --staging_limit_bytes must be >= 0, got %lld\n",
+                 static_cast<long long>(options.staging_limit_bytes));
+    return 2;
+  }
   options.instance_id = absl::GetFlag(FLAGS_instance_id);
   if (options.instance_id.empty()) {
     std::random_device rd;

@@ -137,18 +137,22 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     return absl::FailedPreconditionError(absl::StrCat(
         "plan bound for worker ", plan.worker, " but the transport is rank ", transport_->rank()));
   }
-  const PipelineSchedule& sched = ScheduleFor(plan);
   const bool pipeline = options_.pipeline;
-  const int64_t need = pipeline ? sched.staging_bytes : plan.max_staging_bytes;
+  if (!pipeline && options_.staging_limit_bytes > 0 &&
+      plan.max_staging_bytes > options_.staging_limit_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("worker ", plan.worker, ": a round of plan '",
+                                                   plan.key, "' stages ", plan.max_staging_bytes,
+                                                   " bytes, over the staging limit of ",
+                                                   options_.staging_limit_bytes, " bytes"));
+  }
+  ASSIGN_OR_RETURN(const PipelineSchedule* sched, ScheduleFor(plan));
+  const int64_t need = pipeline ? sched->staging_bytes : plan.max_staging_bytes;
   if (staging_.bytes() < need) {
     staging_.Reset();  // free first: never hold old and new together
     allocated_staging_.store(0);
     ASSIGN_OR_RETURN(staging_, ops_->AllocateStaging(need));
     allocated_staging_.store(staging_.bytes());
   }
-  uint8_t* const sets[2] = {
-      static_cast<uint8_t*>(staging_.data()),
-      static_cast<uint8_t*>(staging_.data()) + (pipeline ? sched.second_set_offset : 0)};
   SyncStats stats;
   Progress p;
   p.worker = plan.worker;
@@ -165,8 +169,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
           RoundWhere(plan, round), ": the sync deadline passed before the round started"));
     } else {
       bool packed_next = false;
-      s = RunRound(plan, i, packed, deferred, sets[i % 2], sets[(i + 1) % 2], deadline, rs,
-                   &packed_next, &deferred, stats);
+      s = RunRound(plan, i, packed, deferred, deadline, rs, &packed_next, &deferred, stats);
       packed = packed_next;
     }
     if (!s.ok()) {
@@ -192,16 +195,22 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   return stats;
 }
 
-const PipelineSchedule& Executor::ScheduleFor(const BoundPlan& plan) {
+absl::StatusOr<const PipelineSchedule*> Executor::ScheduleFor(const BoundPlan& plan) {
   if (schedule_plan_ != &plan || schedule_key_ != plan.key ||
       schedule_generation_ != plan.registry_generation ||
       schedule_.rounds.size() != plan.rounds.size()) {
-    schedule_ = BuildPipelineSchedule(plan);
+    schedule_plan_ = nullptr;
+    ASSIGN_OR_RETURN(schedule_, BuildPipelineSchedule(plan, options_.staging_limit_bytes));
     schedule_plan_ = &plan;
     schedule_key_ = plan.key;
     schedule_generation_ = plan.registry_generation;
   }
-  return schedule_;
+  return &schedule_;
+}
+
+uint8_t* Executor::StagingOf(size_t j) const {
+  uint8_t* base = static_cast<uint8_t*>(staging_.data());
+  return options_.pipeline ? base + schedule_.rounds[j].staging_offset : base;
 }
 
 absl::Status Executor::IssueLocal(const BoundPlan& plan, size_t j, uint8_t* staging,
@@ -252,10 +261,10 @@ absl::Status Executor::IssueAfterTransfer(const BoundPlan& plan, size_t j, uint8
 }
 
 absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bool prev_deferred,
-                                uint8_t* staging, uint8_t* other_staging, absl::Time deadline,
-                                RoundStats& rs, bool* packed_next, bool* deferred,
-                                SyncStats& sync) {
+                                absl::Time deadline, RoundStats& rs, bool* packed_next,
+                                bool* deferred, SyncStats& sync) {
   const BoundRound& round = plan.rounds[i];
+  uint8_t* const staging = StagingOf(i);
   const RoundSchedule& sched = schedule_.rounds[i];
   const bool pipeline = options_.pipeline;
   const bool local_early = pipeline && sched.local_early;
@@ -301,7 +310,7 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bo
   auto on_posted = [&]() {
     posted = true;
     overlap_status = [&]() -> absl::Status {
-      if (prev_deferred) RETURN_IF_ERROR(IssueAfterTransfer(plan, i - 1, other_staging, rs));
+      if (prev_deferred) RETURN_IF_ERROR(IssueAfterTransfer(plan, i - 1, StagingOf(i - 1), rs));
       if (local_early) {
         RETURN_IF_ERROR(CheckAborted(plan, round, "copy"));
         RETURN_IF_ERROR(IssueLocal(plan, i, staging, rs));
@@ -313,7 +322,7 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bo
         current_staging_.store(in_use);
         const absl::Time tp = absl::Now();
         RETURN_IF_ERROR(
-            Wrap(ops_->Pack(next.pack, other_staging),
+            Wrap(ops_->Pack(next.pack, StagingOf(i + 1)),
                  absl::StrCat(RoundWhere(plan, next), ": pack (during round ", round.index, ")")));
         rs.pack_seconds += Seconds(tp);
         *packed_next = true;

@@ -17,9 +17,10 @@
 // beside them.
 // Each only where pipeline_schedule.h proves it touches no memory the round
 // writes later (relays re-sending what round r received are packed after).
-// Staging is then two sets (even / odd rounds), at most twice the plan's
-// peak; without pipelining one allocation of the plan's peak. Both are
-// reused across rounds and syncs.
+// Staging is then one allocation used from both ends (even rounds from the
+// start, odd rounds from the end), at most twice the plan's peak, or
+// ExecutorOptions::staging_limit_bytes where set; without pipelining one
+// allocation of the plan's peak. Both are reused across rounds and syncs.
 //
 // A failed sync leaves destination buffers partly written: the caller must
 // not publish them (staged commit comes later). Any failure also leaves the
@@ -50,6 +51,10 @@ struct ExecutorOptions {
   // Overlap packing and local work with transfers (see above); off: plain
   // round order with half the staging memory.
   bool pipeline = true;
+  // > 0: staging memory never exceeds this (rounded down to 256 bytes);
+  // neighbouring rounds that do not fit together run one after the other. A
+  // plan round that alone needs more is refused. 0: up to two rounds' worth.
+  int64_t staging_limit_bytes = 0;
 };
 
 struct Progress {
@@ -116,19 +121,20 @@ class Executor {
   void ReleaseStaging();
 
  private:
-  // Runs plan.rounds[i] with staging at `base`; `other_base` is the other
-  // set (round i-1's and i+1's). `prev_deferred`: round i-1's post-transfer
-  // work is still to be issued (during this transfer); sets *deferred when
-  // round i's is left to round i+1 in turn.
+  // Runs plan.rounds[i]. `prev_deferred`: round i-1's post-transfer work is
+  // still to be issued (during this transfer); sets *deferred when round i's
+  // is left to round i+1 in turn.
   absl::Status RunRound(const BoundPlan& plan, size_t i, bool packed, bool prev_deferred,
-                        uint8_t* base, uint8_t* other_base, absl::Time deadline, RoundStats& stats,
-                        bool* packed_next, bool* deferred, SyncStats& sync);
+                        absl::Time deadline, RoundStats& stats, bool* packed_next, bool* deferred,
+                        SyncStats& sync);
+  // Staging of round j in the current allocation.
+  uint8_t* StagingOf(size_t j) const;
   // Round j's COPYs and all-local REDUCEs.
   absl::Status IssueLocal(const BoundPlan& plan, size_t j, uint8_t* staging, RoundStats& rs);
   // Round j's work after its transfer: unpack, late local work, staged REDUCEs.
   absl::Status IssueAfterTransfer(const BoundPlan& plan, size_t j, uint8_t* staging,
                                   RoundStats& rs);
-  const PipelineSchedule& ScheduleFor(const BoundPlan& plan);
+  absl::StatusOr<const PipelineSchedule*> ScheduleFor(const BoundPlan& plan);
   absl::Status CheckAborted(const BoundPlan& plan, const BoundRound& round, const char* phase);
 
   transport::Transport* const transport_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 
 namespace wsync::exec {
@@ -63,8 +64,29 @@ int64_t Align256(int64_t v) { return (v + 255) / 256 * 256; }
 
 }  // namespace
 
-PipelineSchedule BuildPipelineSchedule(const BoundPlan& plan) {
+absl::StatusOr<PipelineSchedule> BuildPipelineSchedule(const BoundPlan& plan,
+                                                       int64_t staging_limit) {
   PipelineSchedule s;
+  int64_t max_even = 0, max_odd = 0;
+  for (size_t i = 0; i < plan.rounds.size(); ++i) {
+    int64_t& m = i % 2 == 0 ? max_even : max_odd;
+    m = std::max(m, Align256(plan.rounds[i].staging_bytes));
+  }
+  s.staging_bytes = max_even + max_odd;
+  if (staging_limit > 0) {
+    s.staging_bytes = std::min(s.staging_bytes, staging_limit / 256 * 256);
+    if (Align256(plan.max_staging_bytes) > s.staging_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker ", plan.worker, ": a round of plan '", plan.key, "' stages ",
+                       plan.max_staging_bytes, " bytes, over the staging limit of ", staging_limit,
+                       " bytes; plan with a smaller staging cap or raise the limit"));
+    }
+  }
+  // Neighbours i-1, i may be live together.
+  auto fit = [&](size_t i) {
+    return Align256(plan.rounds[i - 1].staging_bytes) + Align256(plan.rounds[i].staging_bytes) <=
+           s.staging_bytes;
+  };
   s.rounds.resize(plan.rounds.size());
   // Memory each round writes from its transfer's start on (for the next
   // round's pack-ahead decision).
@@ -72,12 +94,12 @@ PipelineSchedule BuildPipelineSchedule(const BoundPlan& plan) {
   // What the previous round reads and writes after its transfer returned
   // (for its finish_async decision, made once this round's transfer is known).
   std::vector<Range> prev_after_writes, prev_after_rw;
-  int64_t max_even = 0, max_odd = 0;
   for (size_t i = 0; i < plan.rounds.size(); ++i) {
     const BoundRound& round = plan.rounds[i];
     RoundSchedule& rs = s.rounds[i];
-    (i % 2 == 0 ? max_even : max_odd) =
-        std::max(i % 2 == 0 ? max_even : max_odd, round.staging_bytes);
+    if (i % 2 == 1 && round.staging_bytes > 0) {
+      rs.staging_offset = s.staging_bytes - Align256(round.staging_bytes);
+    }
 
     std::vector<Range> local_reads, local_writes, net_writes, zc_send_reads;
     for (const ReduceItem& item : round.reduces) {
@@ -109,7 +131,9 @@ PipelineSchedule BuildPipelineSchedule(const BoundPlan& plan) {
 
     std::vector<Range> pack_reads;
     for (const PackItem& p : round.pack) AddView(p.src, pack_reads);
-    if (i > 0) rs.pack_ahead = !pack_reads.empty() && !Overlaps(prev_late_writes, pack_reads);
+    if (i > 0) {
+      rs.pack_ahead = !pack_reads.empty() && fit(i) && !Overlaps(prev_late_writes, pack_reads);
+    }
 
     std::vector<Range> zc_recv_writes;
     for (const BoundTransfer& t : round.recvs) {
@@ -117,7 +141,7 @@ PipelineSchedule BuildPipelineSchedule(const BoundPlan& plan) {
     }
     if (i > 0) {
       // This round's own pack is issued before the deferred work.
-      s.rounds[i - 1].finish_async = !Overlaps(prev_after_writes, zc_send_reads) &&
+      s.rounds[i - 1].finish_async = fit(i) && !Overlaps(prev_after_writes, zc_send_reads) &&
                                      !Overlaps(prev_after_rw, zc_recv_writes) &&
                                      !Overlaps(prev_after_writes, pack_reads);
     }
@@ -159,13 +183,6 @@ PipelineSchedule BuildPipelineSchedule(const BoundPlan& plan) {
     }
     if (!rs.local_early) late.insert(late.end(), local_writes.begin(), local_writes.end());
     prev_late_writes = Merge(std::move(late));
-  }
-  if (plan.rounds.size() < 2 || max_odd == 0) {
-    s.second_set_offset = 0;
-    s.staging_bytes = plan.max_staging_bytes;
-  } else {
-    s.second_set_offset = Align256(max_even);
-    s.staging_bytes = s.second_set_offset + max_odd;
   }
   return s;
 }

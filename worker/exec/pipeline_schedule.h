@@ -25,12 +25,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "worker/exec/bound_plan.h"
 #include "worker/exec/data_ops.h"
 
 namespace wsync::exec {
 
 struct RoundSchedule {
+  int64_t staging_offset = 0;              // of this round's staging set (256-aligned)
   bool local_early = false;                // issue local_reduces and the copies during the transfer
   bool pack_ahead = false;                 // may be packed during the previous round's transfer
   bool finish_async = false;               // post-transfer work is issued during the next transfer
@@ -40,14 +42,19 @@ struct RoundSchedule {
 
 struct PipelineSchedule {
   std::vector<RoundSchedule> rounds;  // parallel to BoundPlan::rounds
-  // Staging layout with two sets: rounds at even positions use offset 0,
-  // odd positions second_set_offset (256-aligned). staging_bytes covers both;
-  // it is at most 2 * plan.max_staging_bytes + 255.
-  int64_t second_set_offset = 0;
+  // One allocation of staging_bytes, used from both ends: rounds at even
+  // positions start at offset 0, odd ones end at staging_bytes (each start
+  // 256-aligned). Two neighbouring rounds may be live at once (pack ahead,
+  // finish async) only where both fit side by side; without a limit both
+  // always do (staging_bytes <= 2 * plan.max_staging_bytes + 510).
   int64_t staging_bytes = 0;
 };
 
-PipelineSchedule BuildPipelineSchedule(const BoundPlan& plan);
+// `staging_limit` > 0 bounds staging_bytes: neighbouring rounds that do not
+// fit together under it run one after the other. INVALID_ARGUMENT when one
+// round alone needs more.
+absl::StatusOr<PipelineSchedule> BuildPipelineSchedule(const BoundPlan& plan,
+                                                       int64_t staging_limit = 0);
 
 }  // namespace wsync::exec
 

@@ -380,7 +380,9 @@ TEST_F(PipelinedExecutorTest, ScheduleHoldsBackRelayRoundsOnly) {
   for (int w = 0; w < kWorkers; ++w) {
     auto bound = BindPlan(plan, w, cluster_.registry(w), MemorySpace::kHost);
     ASSERT_TRUE(bound.ok()) << bound.status();
-    const PipelineSchedule s = BuildPipelineSchedule(**bound);
+    auto built = BuildPipelineSchedule(**bound);
+    ASSERT_TRUE(built.ok()) << built.status();
+    const PipelineSchedule& s = *built;
     ASSERT_EQ(s.rounds.size(), static_cast<size_t>(kRounds));
     EXPECT_FALSE(s.rounds[0].pack_ahead);
     for (int r = 1; r < kRounds; ++r) {
@@ -393,7 +395,15 @@ TEST_F(PipelinedExecutorTest, ScheduleHoldsBackRelayRoundsOnly) {
     }
     EXPECT_EQ(s.rounds[0].local_reduces.size(), 1u);   // {w, w}
     EXPECT_EQ(s.rounds[0].staged_reduces.size(), 1u);  // {w, u}
-    EXPECT_EQ(s.second_set_offset % 256, 0);
+    for (int r = 0; r < kRounds; ++r) {
+      EXPECT_EQ(s.rounds[r].staging_offset % 256, 0);
+      EXPECT_LE(s.rounds[r].staging_offset + (*bound)->rounds[r].staging_bytes, s.staging_bytes);
+      if (r > 0) {  // neighbours side by side: even from the start, odd up to the end
+        const int even = r % 2 == 0 ? r : r - 1, odd = r % 2 == 0 ? r - 1 : r;
+        EXPECT_LE(s.rounds[even].staging_offset + (*bound)->rounds[even].staging_bytes,
+                  s.rounds[odd].staging_offset);
+      }
+    }
     EXPECT_LE(s.staging_bytes, 2 * (*bound)->max_staging_bytes + 255);
   }
 }
@@ -419,6 +429,75 @@ TEST_F(PipelinedExecutorTest, AbortMidPipelineEndsEveryWorkerPromptly) {
     EXPECT_EQ(cluster_.executor(w).current_staging_bytes(), 0);
   }
   EXPECT_NE(out[0].status().message().find("test abort"), std::string::npos);
+}
+
+// A staging limit between one and two rounds' worth: never exceeded, some
+// neighbours still overlap, every byte right.
+TEST_F(PipelinedExecutorTest, StagingLimitIsNeverExceeded) {
+  PlanGen g(23);
+  const v1::Plan plan = MakePlan(g);
+  // The largest worker's rounds decide the limit; every worker gets it.
+  int64_t limit = 0, unlimited_bytes = 0;
+  {
+    Cluster probe(kWorkers);
+    for (int w = 0; w < kWorkers; ++w) {
+      probe.Add(w, BufferSide::kSource, absl::StrCat("s", w), v1::FP32, kSrcNumel);
+      probe.Add(w, BufferSide::kDestination, absl::StrCat("d", w), v1::FP32, kDstNumel);
+    }
+    for (int w = 0; w < kWorkers; ++w) {
+      auto b = BindPlan(plan, w, probe.registry(w), MemorySpace::kHost);
+      ASSERT_TRUE(b.ok()) << b.status();
+      // 1.5 rounds' worth of the largest round, in whole 256-byte units.
+      limit = std::max(limit, ((*b)->max_staging_bytes + 255) / 256 * 256 * 3 / 2 / 256 * 256);
+      auto unlimited = BuildPipelineSchedule(**b);
+      ASSERT_TRUE(unlimited.ok());
+      unlimited_bytes = std::max(unlimited_bytes, unlimited->staging_bytes);
+    }
+  }
+  ASSERT_GT(unlimited_bytes, limit) << "the limit would bind nothing";
+  ExecutorOptions o;
+  o.staging_limit_bytes = limit;
+  SetUpCluster(o);
+  std::vector<std::atomic<int64_t>> sampled(kWorkers);
+  for (auto& x : sampled) x.store(0);
+  ClearDestinations();
+  std::atomic<bool> done{false};
+  std::thread sampler([&] {
+    while (!done.load()) {
+      for (int w = 0; w < kWorkers; ++w) {
+        const int64_t c = cluster_.executor(w).current_staging_bytes();
+        if (c > sampled[w].load()) sampled[w].store(c);
+      }
+    }
+  });
+  auto out = cluster_.Run(plan, absl::Seconds(60));
+  done.store(true);
+  sampler.join();
+  int overlapped = 0;
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_TRUE(out[w].ok()) << "worker " << w << ": " << out[w].status();
+    EXPECT_LE(out[w]->peak_staging_bytes, limit) << "worker " << w;
+    EXPECT_LE(sampled[w].load(), limit) << "worker " << w;
+    EXPECT_LE(cluster_.executor(w).allocated_staging_bytes(), limit) << "worker " << w;
+    overlapped += out[w]->rounds_packed_ahead + out[w]->rounds_finished_async;
+  }
+  EXPECT_GT(overlapped, 0) << "the limit left no room to overlap anything";
+  CheckDestinations(g);
+}
+
+TEST_F(PipelinedExecutorTest, RoundOverTheStagingLimitIsRefused) {
+  PlanGen g(29);
+  const v1::Plan plan = MakePlan(g);
+  ExecutorOptions o;
+  o.staging_limit_bytes = 256;  // below any round of this plan
+  SetUpCluster(o);
+  auto out = cluster_.Run(plan, absl::Seconds(30));
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_FALSE(out[w].ok()) << "worker " << w;
+    EXPECT_EQ(out[w].status().code(), absl::StatusCode::kInvalidArgument) << out[w].status();
+    EXPECT_NE(out[w].status().message().find("staging limit"), std::string::npos)
+        << out[w].status();
+  }
 }
 
 // Consecutive staged buckets with one peer travel as one message while each

@@ -47,7 +47,8 @@ class RoundAssigner {
             "worker ", w_->worker_ids[e.worker], " must stage ", e.bytes,
             " bytes of buckets that share a round (the contributions of one reduce or the parts "
             "of one receiver-side quantization), more than "
-            "staging_cap_bytes (", w_->opt.staging_cap, ")"));
+            "staging_cap_bytes (",
+            w_->opt.staging_cap, ")"));
       }
     }
     // Relay chains need more rounds than their depth to pipeline; try a few
@@ -59,6 +60,13 @@ class RoundAssigner {
     if (depth > 0) {
       for (int k : {2, 4, 8}) candidates.push_back(std::max(base, k * (depth + 1)));
     }
+    // Relay-bound plans trade round latency against the tail of relays
+    // behind the last round: try counts around the staging-derived one.
+    if (num_units_ <= 50000) {
+      for (int32_t num : {1, 3, 5, 6, 7}) {
+        candidates.push_back(std::max({int32_t{1}, depth + 1, base * num / 4}));
+      }
+    }
     // Large plans: one candidate (the search is for small, relay-bound ones).
     if (num_units_ > 50000) candidates.resize(1);
     std::sort(candidates.begin(), candidates.end());
@@ -67,21 +75,22 @@ class RoundAssigner {
     std::vector<int32_t> best_round_of;
     int32_t best_rounds = 0;
     for (int32_t rounds : candidates) {
-     for (int mode = num_units_ > 50000 ? 1 : 0; mode < 2; ++mode) {
-      // Parents before children (largest first within a generation) always
-      // succeeds: a child can append rounds.
-      const bool placed = Place(rounds, topo_order_, mode);
-      if (!placed) continue;
-      double cost = 0;
-      for (int32_t r = 0; r < rounds_; ++r) {
-        if (max_[r] > 0) cost += max_[r] + w_->opt.link.round_latency_seconds();
+      for (int mode = num_units_ > 50000 ? 1 : 0; mode < 3; ++mode) {
+        // Parents before children (largest first within a generation) always
+        // succeeds: a child can append rounds.
+        const bool placed = Place(rounds, topo_order_, mode);
+        if (!placed) continue;
+        if (num_units_ <= 50000) Refine();
+        double cost = 0;
+        for (int32_t r = 0; r < rounds_; ++r) {
+          if (max_[r] > 0) cost += max_[r] + w_->opt.link.round_latency_seconds();
+        }
+        if (cost < best_cost * (1 - 1e-9)) {
+          best_cost = cost;
+          best_round_of = round_of_;
+          best_rounds = rounds_;
+        }
       }
-      if (cost < best_cost * (1 - 1e-9)) {
-        best_cost = cost;
-        best_round_of = round_of_;
-        best_rounds = rounds_;
-      }
-     }
     }
     if (best_round_of.empty() && num_units_ > 0) {
       return absl::InternalError("round assignment failed to converge");
@@ -185,8 +194,10 @@ class RoundAssigner {
     std::vector<int32_t> topo(num_units_);
     std::iota(topo.begin(), topo.end(), 0);
     std::vector<int32_t> gen(num_units_, 0);
-    for (const Xfer& x : w_->xfers) gen[unit_of_[x.bucket]] = std::max<int32_t>(gen[unit_of_[x.bucket]], x.gen);
-    std::stable_sort(topo.begin(), topo.end(), [&](int32_t a, int32_t b) { return gen[a] < gen[b]; });
+    for (const Xfer& x : w_->xfers)
+      gen[unit_of_[x.bucket]] = std::max<int32_t>(gen[unit_of_[x.bucket]], x.gen);
+    std::stable_sort(topo.begin(), topo.end(),
+                     [&](int32_t a, int32_t b) { return gen[a] < gen[b]; });
     depth_.assign(num_units_, 0);
     height_.assign(num_units_, 0);
     for (int32_t u : topo) {
@@ -223,7 +234,9 @@ class RoundAssigner {
 
   // mode 0: best fit (the round whose maximum grows least, then the least
   // loaded); mode 1: worst fit (the round where the unit's busiest link ends
-  // lowest), which spreads every worker evenly over the rounds.
+  // lowest), which spreads every worker evenly over the rounds; mode 2: first
+  // fit (the earliest round whose maximum does not grow, else best fit), which
+  // keeps relay chains close behind the data they forward.
   bool Place(int32_t rounds, const std::vector<int32_t>& order, int mode) {
     rounds_ = 0;
     load_.clear();
@@ -251,7 +264,11 @@ class RoundAssigner {
           const LoadEntry& e = load_entries_[i];
           m = std::max(m, LoadAt(r, e.worker, e.dir) + e.seconds);
         }
-        const double inc = mode == 0 ? std::max(0.0, m - max_[r]) : 0.0;
+        const double inc = mode != 1 ? std::max(0.0, m - max_[r]) : 0.0;
+        if (mode == 2 && inc <= 1e-15) {
+          best = r;
+          break;
+        }
         if (inc < best_inc - 1e-15 || (inc <= best_inc + 1e-15 && m < best_max)) {
           best = r;
           best_inc = inc;
@@ -267,6 +284,101 @@ class RoundAssigner {
       Commit(u, best);
     }
     return true;
+  }
+
+  // Local search after a greedy placement: repeatedly take the costliest
+  // round's critical link and move units that load it to rounds where they
+  // raise nothing (staging cap and relay order kept). Every move leaves the
+  // other rounds' maxima as they were, so the sum of maxima never grows.
+  void Refine() {
+    std::vector<std::vector<int32_t>> in_round(rounds_);
+    for (int32_t u = 0; u < num_units_; ++u) in_round[round_of_[u]].push_back(u);
+    std::vector<int32_t> by_max(rounds_);
+    for (int pass = 0; pass < 4; ++pass) {
+      bool moved = false;
+      std::iota(by_max.begin(), by_max.end(), 0);
+      std::stable_sort(by_max.begin(), by_max.end(),
+                       [&](int32_t a, int32_t b) { return max_[a] > max_[b]; });
+      for (int32_t r : by_max) {
+        // Moves out of r until its critical link has no movable unit left.
+        for (bool again = true; again;) {
+          again = false;
+          int32_t cw = 0, cd = 0;
+          for (int32_t wk = 0; wk < nw_; ++wk) {
+            for (int d = 0; d < kNumLinkDirs; ++d) {
+              if (LoadAt(r, wk, d) > LoadAt(r, cw, cd)) cw = wk, cd = d;
+            }
+          }
+          std::vector<int32_t>& units = in_round[r];
+          for (size_t k = 0; k < units.size(); ++k) {
+            const int32_t u = units[k];
+            bool critical = false;
+            for (int32_t i = load_begin_[u]; i < load_begin_[u + 1] && !critical; ++i) {
+              critical = load_entries_[i].worker == cw && load_entries_[i].dir == cd;
+            }
+            if (!critical) continue;
+            const int32_t to = NoGrowthRound(u, r);
+            if (to < 0) continue;
+            Move(u, r, to);
+            units[k] = units.back();
+            units.pop_back();
+            in_round[to].push_back(u);
+            moved = again = true;
+            break;
+          }
+        }
+      }
+      if (!moved) break;
+    }
+  }
+
+  // A round other than `from` that takes unit u without its maximum growing
+  // (the one where u's busiest link ends lowest), or -1.
+  int32_t NoGrowthRound(int32_t u, int32_t from) {
+    int32_t lo = 0, hi = rounds_ - 1;
+    for (int32_t p : parents_[u]) lo = std::max(lo, round_of_[p] + 1);
+    for (int32_t c : children_[u]) hi = std::min(hi, round_of_[c] - 1);
+    int32_t best = -1;
+    double best_m = INFINITY;
+    for (int32_t r = lo; r <= hi; ++r) {
+      if (r == from) continue;
+      double m = 0;
+      for (int32_t i = load_begin_[u]; i < load_begin_[u + 1]; ++i) {
+        const LoadEntry& e = load_entries_[i];
+        m = std::max(m, LoadAt(r, e.worker, e.dir) + e.seconds);
+      }
+      if (m > max_[r] * (1 + 1e-12) || m >= best_m) continue;
+      bool fits = true;
+      for (int32_t i = stage_begin_[u]; i < stage_begin_[u + 1] && fits; ++i) {
+        const StageEntry& e = stage_entries_[i];
+        fits = staged_[static_cast<size_t>(r) * nw_ + e.worker] + e.bytes <= w_->opt.staging_cap;
+      }
+      if (!fits) continue;
+      best = r;
+      best_m = m;
+    }
+    return best;
+  }
+
+  void Move(int32_t u, int32_t from, int32_t to) {
+    for (int32_t i = load_begin_[u]; i < load_begin_[u + 1]; ++i) {
+      const LoadEntry& e = load_entries_[i];
+      LoadAt(from, e.worker, e.dir) -= e.seconds;
+      double& l = LoadAt(to, e.worker, e.dir);
+      l += e.seconds;
+      max_[to] = std::max(max_[to], l);
+    }
+    for (int32_t i = stage_begin_[u]; i < stage_begin_[u + 1]; ++i) {
+      const StageEntry& e = stage_entries_[i];
+      staged_[static_cast<size_t>(from) * nw_ + e.worker] -= e.bytes;
+      staged_[static_cast<size_t>(to) * nw_ + e.worker] += e.bytes;
+    }
+    round_of_[u] = to;
+    double m = 0;
+    for (int32_t wk = 0; wk < nw_; ++wk) {
+      for (int d = 0; d < kNumLinkDirs; ++d) m = std::max(m, LoadAt(from, wk, d));
+    }
+    max_[from] = m;
   }
 
   double& LoadAt(int32_t r, int32_t worker, int dir) {

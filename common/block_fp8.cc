@@ -32,8 +32,10 @@ absl::Status QuantizeBlocksFp8E4M3(const float* x, const BlockGrid& g, uint8_t* 
         for (int64_t r = r0; r < r1; ++r) {
           for (int64_t c = c0; c < c1; ++c) {
             const float a = std::fabs(xo[r * g.cols + c]);
-            // NaN propagates (std::max would drop it depending on order).
-            if (!(a <= amax)) amax = a;
+            // A NaN sticks (std::max would drop it depending on order).
+            if (a > amax || std::isnan(a)) {
+              if (!std::isnan(amax)) amax = a;
+            }
           }
         }
         const float scale = Fp8BlockScale(amax);

@@ -161,6 +161,21 @@ TEST(BlockFp8Test, FromBf16WidensExactly) {
   EXPECT_EQ(s1[0], 120.0f / 448.0f);
 }
 
+TEST(BlockFp8Test, NanSticksToItsBlockWhereverItSits) {
+  for (int at = 0; at < 4; ++at) {
+    BlockGrid g{1, 1, 8, 1, 4};
+    std::vector<float> x = {1.0f, -2.0f, 3.0f, 0.5f, 4.0f, 1.0f, 2.0f, 3.0f};
+    x[at] = std::nanf("");
+    std::vector<uint8_t> q(8);
+    std::vector<float> s(2);
+    ASSERT_TRUE(QuantizeBlocksFp8E4M3(x.data(), g, q.data(), s.data()).ok());
+    EXPECT_TRUE(std::isnan(s[0])) << at;
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(q[k] & 0x7f, 0x7f) << at << " " << k;
+    EXPECT_EQ(s[1], 4.0f / 448.0f);  // the other block is untouched
+    EXPECT_EQ(q[4], 0x7e);
+  }
+}
+
 TEST(BlockFp8Test, RejectsBadInput) {
   std::vector<float> x(4);
   std::vector<uint8_t> q(4);

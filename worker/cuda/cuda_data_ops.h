@@ -18,6 +18,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "worker/cuda/batched_kernels.h"
+#include "worker/cuda/block_fp8_kernel.h"
 #include "worker/cuda/cuda_handles.h"
 #include "worker/cuda/piece_table.h"
 #include "worker/exec/data_ops.h"
@@ -48,6 +49,11 @@ class CudaDataOps : public exec::DataOps {
   absl::Status Reduce(absl::Span<const exec::ReduceInput> inputs,
                       absl::Span<const exec::ReduceItem> items, const void* staging_base) override;
   absl::Status Synchronize() override;
+  // Block fp8 (worker/cuda/block_fp8_kernel.h): inputs gathered into fp32
+  // scratch by one piece-kernel launch, then one quantization launch.
+  absl::Status Quantize(absl::Span<const exec::QuantizeInput> inputs,
+                        absl::Span<const exec::QuantizeItem> items,
+                        const void* staging_base) override;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_.get(); }
@@ -68,6 +74,11 @@ class CudaDataOps : public exec::DataOps {
   absl::Status AddCopyItem(const exec::StridedView& src, const exec::StridedView& dst,
                            const char* what, size_t index);
   absl::StatusOr<char*> Scratch(int64_t bytes);
+  // Scratch of at least `bytes` (waits for the stream before growing it).
+  absl::Status ReserveScratch(int64_t bytes);
+  // Pack with block-quantized items (no resident table: two launches).
+  absl::Status PackQuantized(absl::Span<const exec::PackItem> items, void* staging_base);
+  absl::Status LaunchQuant(const std::vector<QuantRegionDesc>& regions, int64_t blocks);
 
   int device_ = 0;
   int64_t table_cache_bytes_ = 0;
@@ -83,6 +94,7 @@ class CudaDataOps : public exec::DataOps {
   absl::flat_hash_map<std::string, CachedTable> cache_;
   int64_t cache_device_bytes_ = 0;
   int64_t cache_hits_ = 0;
+  DeviceBuffer quant_regions_;
 };
 
 // Splits the dims of two views of equal element count (each enumerated

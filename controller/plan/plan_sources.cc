@@ -20,6 +20,9 @@ namespace wsync::plan::planner_detail {
 namespace {
 
 constexpr int kMaxRelayGen = 8;
+// Relays may chain by cost up to this generation; deeper, the shallowest holder
+// within budget forwards instead.
+constexpr int kShallowFromGen = 1;
 
 int OutDir(LinkClass c) {
   return c == LinkClass::kLocal ? kLocalCopy : c == LinkClass::kNvlink ? kNvlOut : kNicOut;
@@ -58,7 +61,9 @@ class Chooser {
     uint8_t gen;
   };
 
-  double& L(int32_t worker, int dir) { return load_[static_cast<size_t>(worker) * kNumLinkDirs + dir]; }
+  double& L(int32_t worker, int dir) {
+    return load_[static_cast<size_t>(worker) * kNumLinkDirs + dir];
+  }
 
   static bool Better(double cost, double out, double best, double best_out) {
     if (std::isinf(best)) return !std::isinf(cost);
@@ -131,8 +136,10 @@ class Chooser {
     parts_.clear();
     for (int32_t i = 0; i < c.hg_count; ++i) {
       const HolderGroup& hg = w_->holder_groups[w_->cell_holders[c.hg_begin + i]];
-      for (int32_t k = 0; k < hg.full_count; ++k) full_.push_back(w_->holder_frags[hg.full_begin + k]);
-      for (int32_t k = 0; k < hg.part_count; ++k) parts_.push_back(w_->holder_parts[hg.part_begin + k]);
+      for (int32_t k = 0; k < hg.full_count; ++k)
+        full_.push_back(w_->holder_frags[hg.full_begin + k]);
+      for (int32_t k = 0; k < hg.part_count; ++k)
+        parts_.push_back(w_->holder_parts[hg.part_begin + k]);
     }
   }
 
@@ -140,6 +147,7 @@ class Chooser {
   // as the budget beyond which a holder should hand fan-out to relays.
   double IngressTarget() {
     std::vector<double> in(w_->worker_ids.size(), 0.0);
+    std::vector<int64_t> in_bytes(w_->worker_ids.size(), 0);
     for (const Cell& c : w_->cells) {
       if (c.quant == kQuantGroup) continue;  // relays among members
       GatherHolders(c);
@@ -156,12 +164,16 @@ class Chooser {
           if (l == LinkClass::kLocal) best = l;
           if (l == LinkClass::kNvlink && best == LinkClass::kNic) best = l;
         }
-        if (best != LinkClass::kLocal) in[wd] += Seconds(best, bytes);
+        if (best != LinkClass::kLocal) {
+          in[wd] += Seconds(best, bytes);
+          in_bytes[wd] += bytes;
+        }
       }
       Reserve(c, +1);
     }
     double t = 0;
     for (double x : in) t = std::max(t, x);
+    for (int64_t b : in_bytes) max_in_bytes_ = std::max(max_in_bytes_, b);
     return t;
   }
 
@@ -310,7 +322,8 @@ class Chooser {
           double in_add[kNumLinkDirs] = {0, 0, 0, 0, 0};
           double cost = 0;
           for (int32_t k = 0; k < pg.frag_count; ++k) {
-            const int32_t mw = w_->src_rank_worker[st.fragments[w_->holder_frags[pg.frag_begin + k]].rank];
+            const int32_t mw =
+                w_->src_rank_worker[st.fragments[w_->holder_frags[pg.frag_begin + k]].rank];
             const LinkClass l = w_->Link(mw, wd);
             const double t = Seconds(l, pbytes);
             cost = std::max(cost, L(mw, OutDir(l)) + t);
@@ -332,11 +345,21 @@ class Chooser {
       // Receiver-quantized parts are consumed by the receiver's Quantize, never
       // forwarded.
       if (w_->opt.relay && c.quant != kQuantReceiver) {
+        // Among NVLink holders that stay within the ingress target (time)
+        // and whose egress stays within the largest ingress (bytes), the
+        // earliest generation: a star behind the network hop rather than a
+        // chain, whose every extra hop is another round behind the last data.
+        std::vector<RelayCandidate>& cands = relay_candidates_;
+        cands.clear();
+        int32_t shallow = -1;
+        double shallow_rc = INFINITY, shallow_rout = INFINITY;
+        LinkClass shallow_l = LinkClass::kNic;
         for (size_t s = 0; s < served_.size(); ++s) {
           if (served_[s].gen >= kMaxRelayGen) continue;
           const LinkClass l = w_->Link(served_[s].worker, wd);
           const double t = Seconds(l, relay_bytes);
-          const double out = L(served_[s].worker, OutDir(l)) + t + Reserved(served_[s].worker, OutDir(l));
+          const double out =
+              L(served_[s].worker, OutDir(l)) + t + Reserved(served_[s].worker, OutDir(l));
           const double cost = std::max(out, L(wd, InDir(l)) + t);
           if (Better(cost, out, best_rc, best_rout) ||
               (!Better(best_rc, best_rout, cost, out) && served_[s].gen < served_[best_r].gen)) {
@@ -345,6 +368,34 @@ class Chooser {
             best_r = static_cast<int32_t>(s);
             best_rl = l;
           }
+          if (l == LinkClass::kNvlink && cost <= target * (1 + 1e-9)) {
+            cands.push_back({static_cast<int32_t>(s), cost, out, t, l});
+          }
+        }
+        for (const RelayCandidate& k : cands) {
+          // Bytes the holder sends over either link, this relay included.
+          const int32_t hw = served_[k.s].worker;
+          const double gib = double{1 << 30};
+          const double out_bytes =
+              L(hw, kNvlOut) * gib / Seconds(LinkClass::kNvlink, int64_t{1} << 30) +
+              L(hw, kNicOut) * gib / Seconds(LinkClass::kNic, int64_t{1} << 30) +
+              static_cast<double>(relay_bytes);
+          if (out_bytes > static_cast<double>(max_in_bytes_)) continue;
+          if (shallow < 0 || served_[k.s].gen < served_[shallow].gen ||
+              (served_[k.s].gen == served_[shallow].gen &&
+               Better(k.cost, k.out, shallow_rc, shallow_rout))) {
+            shallow = k.s;
+            shallow_rc = k.cost;
+            shallow_rout = k.out;
+            shallow_l = k.l;
+          }
+        }
+        if (shallow >= 0 && served_[best_r].gen >= kShallowFromGen &&
+            served_[shallow].gen < served_[best_r].gen) {
+          best_r = shallow;
+          best_rc = shallow_rc;
+          best_rout = shallow_rout;
+          best_rl = shallow_l;
         }
       }
       const bool partial = best_f < 0;
@@ -385,8 +436,8 @@ class Chooser {
         int32_t first = -1;
         for (int32_t k = 0; k < pg.frag_count; ++k) {
           const int32_t f = w_->holder_frags[pg.frag_begin + k];
-          const int32_t x = AddXfer(c, ci, df, f, w_->src_rank_worker[st.fragments[f].rank], wd,
-                                    st.dtype, id);
+          const int32_t x =
+              AddXfer(c, ci, df, f, w_->src_rank_worker[st.fragments[f].rank], wd, st.dtype, id);
           if (first < 0) first = x;
         }
         served_.push_back({wd, df, first, 0});
@@ -416,7 +467,8 @@ class Chooser {
         if (served_[s].gen >= kMaxRelayGen) continue;
         const LinkClass l = w_->Link(served_[s].worker, wd);
         const double t = Seconds(l, bytes);
-        const double out = L(served_[s].worker, OutDir(l)) + t + Reserved(served_[s].worker, OutDir(l));
+        const double out =
+            L(served_[s].worker, OutDir(l)) + t + Reserved(served_[s].worker, OutDir(l));
         const double cost = std::max(out, L(wd, InDir(l)) + t);
         if (Better(cost, out, best_rc, best_rout)) {
           best_rc = cost;
@@ -437,11 +489,18 @@ class Chooser {
   Work* w_;
   std::vector<double> load_;
   std::vector<double> reserve_;
-  std::vector<int32_t> batch_of_;     // per receiver: its open quantization batch
+  std::vector<int32_t> batch_of_;  // per receiver: its open quantization batch
   std::vector<int64_t> batch_bytes_;
   int32_t num_batches_ = 0;
   std::vector<int32_t> full_, parts_, pending_;
   std::vector<Served> served_;
+  struct RelayCandidate {
+    int32_t s;  // index into served_
+    double cost, out, t;
+    LinkClass l;
+  };
+  std::vector<RelayCandidate> relay_candidates_;
+  int64_t max_in_bytes_ = 0;  // the most bytes a worker needs (IngressTarget)
 };
 
 }  // namespace

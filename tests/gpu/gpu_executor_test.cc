@@ -230,7 +230,9 @@ TEST_F(GpuExecutorTest, TinyStagingCapForcesManyRounds) {
   spec.mutable_options()->set_bucket_bytes(4096);
   spec.mutable_options()->set_staging_cap_bytes(8192);
   spec.mutable_options()->set_zero_copy_min_bytes(int64_t{1} << 40);
-  RunAndCompare(spec, 10);
+  // The cap forces 8+ rounds (the planner packs them into 9 since its round
+  // local search; 10 before).
+  RunAndCompare(spec, 8);
 }
 
 TEST_F(GpuExecutorTest, PartialSumReducedThenCast) {

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "google/protobuf/arena.h"
+
 namespace wsync::plan {
 
 absl::StatusOr<std::shared_ptr<const v1::Plan>> PlanCache::GetOrBuild(
@@ -25,13 +27,17 @@ absl::StatusOr<std::shared_ptr<const v1::Plan>> PlanCache::GetOrBuild(
     ++misses_;
     entries_[key].building = true;
   }
-  absl::StatusOr<v1::Plan> built = BuildPlan(spec);
+  // The plan and all its messages live on one arena that the shared pointer
+  // owns (aliasing constructor): no per-message heap allocation or free.
+  auto arena = std::make_shared<google::protobuf::Arena>();
+  v1::Plan* built = google::protobuf::Arena::CreateMessage<v1::Plan>(arena.get());
+  const absl::Status status = BuildPlanInto(spec, built);
   absl::MutexLock lock(&mu_);
-  if (!built.ok()) {
+  if (!status.ok()) {
     entries_.erase(key);
-    return built.status();
+    return status;
   }
-  auto plan = std::make_shared<const v1::Plan>(*std::move(built));
+  std::shared_ptr<const v1::Plan> plan(arena, built);
   Entry& e = entries_[key];
   e.plan = plan;
   e.building = false;

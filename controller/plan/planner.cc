@@ -17,18 +17,19 @@ namespace planner_detail {
 absl::Status ResolveOptions(const v1::PlanOptions& in, Options* out) {
   out->bucket_bytes = in.bucket_bytes() > 0 ? in.bucket_bytes() : kDefaultBucketBytes;
   out->staging_cap = in.staging_cap_bytes() > 0 ? in.staging_cap_bytes() : kDefaultStagingCapBytes;
-  out->zero_copy_min = in.zero_copy_min_bytes() > 0 ? in.zero_copy_min_bytes()
-                                                    : kDefaultZeroCopyMinBytes;
+  out->zero_copy_min =
+      in.zero_copy_min_bytes() > 0 ? in.zero_copy_min_bytes() : kDefaultZeroCopyMinBytes;
   out->relay = !in.disable_relay();
   out->link = EffectiveLinkModel(in);
   if (in.bucket_bytes() < 0 || in.staging_cap_bytes() < 0 || in.zero_copy_min_bytes() < 0) {
-    return absl::InvalidArgumentError("options: bucket_bytes, staging_cap_bytes and "
-                                      "zero_copy_min_bytes must not be negative");
+    return absl::InvalidArgumentError(
+        "options: bucket_bytes, staging_cap_bytes and "
+        "zero_copy_min_bytes must not be negative");
   }
   if (out->bucket_bytes > out->staging_cap) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "options: bucket_bytes (", out->bucket_bytes, ") exceeds staging_cap_bytes (",
-        out->staging_cap, "): a full bucket could never be staged"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("options: bucket_bytes (", out->bucket_bytes, ") exceeds staging_cap_bytes (",
+                     out->staging_cap, "): a full bucket could never be staged"));
   }
   const v1::LinkModel& lm = out->link;
   if (lm.nvlink_bytes_per_second() < 0 || lm.nic_bytes_per_second() < 0 ||
@@ -50,9 +51,9 @@ absl::Status IndexWorkers(Work* w) {
   for (size_t i = 0; i < all.size(); ++i) {
     if (i > 0 && all[i].first == all[i - 1].first) {
       if (all[i].second != all[i - 1].second) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "worker ", all[i].first, " is on node '", all[i - 1].second, "' on one side and '",
-            all[i].second, "' on the other"));
+        return absl::InvalidArgumentError(absl::StrCat("worker ", all[i].first, " is on node '",
+                                                       all[i - 1].second, "' on one side and '",
+                                                       all[i].second, "' on the other"));
       }
       continue;
     }
@@ -116,7 +117,8 @@ bool Contiguous(int rank, const int64_t* shape, const int64_t* strides) {
 
 v1::LinkModel EffectiveLinkModel(const v1::PlanOptions& options) {
   v1::LinkModel lm = options.link_model();
-  if (lm.nvlink_bytes_per_second() <= 0) lm.set_nvlink_bytes_per_second(kDefaultNvlinkBytesPerSecond);
+  if (lm.nvlink_bytes_per_second() <= 0)
+    lm.set_nvlink_bytes_per_second(kDefaultNvlinkBytesPerSecond);
   if (lm.nic_bytes_per_second() <= 0) lm.set_nic_bytes_per_second(kDefaultNicBytesPerSecond);
   if (lm.local_copy_bytes_per_second() <= 0) {
     lm.set_local_copy_bytes_per_second(kDefaultLocalCopyBytesPerSecond);
@@ -165,7 +167,16 @@ absl::StatusOr<v1::Plan> BuildPlanFromCompiled(const v1::TransferSpec& spec,
                                                const CompiledSide& source,
                                                const CompiledSide& destination,
                                                const BuildOptions& build) {
+  v1::Plan plan;
+  RETURN_IF_ERROR(BuildPlanFromCompiledInto(spec, source, destination, &plan, build));
+  return plan;
+}
+
+absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const CompiledSide& source,
+                                       const CompiledSide& destination, v1::Plan* out,
+                                       const BuildOptions& build) {
   using namespace planner_detail;  // NOLINT
+  out->Clear();
   const auto start = std::chrono::steady_clock::now();
   Work w;
   w.spec = &spec;
@@ -173,8 +184,8 @@ absl::StatusOr<v1::Plan> BuildPlanFromCompiled(const v1::TransferSpec& spec,
   w.dst = &destination;
   RETURN_IF_ERROR(ResolveOptions(spec.options(), &w.opt));
   if (source.tensors.empty() || source.workers.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("source side '", source.name,
-                                                   "' is empty (no ranks or no tensors)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("source side '", source.name, "' is empty (no ranks or no tensors)"));
   }
   if (destination.tensors.empty() || destination.workers.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("destination side '", destination.name,
@@ -193,36 +204,42 @@ absl::StatusOr<v1::Plan> BuildPlanFromCompiled(const v1::TransferSpec& spec,
     }
     int64_t most = 0;
     for (int64_t n : need) most = std::max(most, n);
-    const int64_t rounds = std::max<int64_t>(1, (2 * most + w.opt.staging_cap - 1) / w.opt.staging_cap);
-    w.opt.pack_bytes = std::min(w.opt.bucket_bytes,
-                                std::max<int64_t>(4ll << 20, most / (rounds * 16)));
+    const int64_t rounds =
+        std::max<int64_t>(1, (2 * most + w.opt.staging_cap - 1) / w.opt.staging_cap);
+    w.opt.pack_bytes =
+        std::min(w.opt.bucket_bytes, std::max<int64_t>(4ll << 20, most / (rounds * 16)));
   }
   RETURN_IF_ERROR(ValidateAndMap(&w));
   RETURN_IF_ERROR(BuildCells(&w));
   RETURN_IF_ERROR(ChooseSources(&w));
   RETURN_IF_ERROR(PackBuckets(&w));
   RETURN_IF_ERROR(AssignRounds(&w));
-  v1::Plan plan;
-  plan.set_key(PlanKey(spec));
-  RETURN_IF_ERROR(Emit(w, build.summary_only, &plan));
+  out->set_key(PlanKey(spec));
+  RETURN_IF_ERROR(Emit(w, build.summary_only, out));
   if (build.record_plan_seconds) {
-    plan.mutable_summary()->set_plan_seconds(
+    out->mutable_summary()->set_plan_seconds(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  return plan;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Plan> BuildPlan(const v1::TransferSpec& spec, const BuildOptions& build) {
+  v1::Plan plan;
+  RETURN_IF_ERROR(BuildPlanInto(spec, &plan, build));
+  return plan;
+}
+
+absl::Status BuildPlanInto(const v1::TransferSpec& spec, v1::Plan* out, const BuildOptions& build) {
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(CompiledSide source, CompileSide(spec.source(), SideRole::kSource));
   ASSIGN_OR_RETURN(CompiledSide destination,
                    CompileSide(spec.destination(), SideRole::kDestination));
-  ASSIGN_OR_RETURN(v1::Plan plan, BuildPlanFromCompiled(spec, source, destination, build));
+  RETURN_IF_ERROR(BuildPlanFromCompiledInto(spec, source, destination, out, build));
   if (build.record_plan_seconds) {
-    plan.mutable_summary()->set_plan_seconds(
+    out->mutable_summary()->set_plan_seconds(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  return plan;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Plan> ExtractRankPlan(const v1::Plan& plan, int32_t worker) {
@@ -237,7 +254,8 @@ absl::StatusOr<v1::Plan> ExtractRankPlan(const v1::Plan& plan, int32_t worker) {
     }
   }
   if (!found) {
-    return absl::NotFoundError(absl::StrCat("worker ", worker, " has no part in plan ", plan.key()));
+    return absl::NotFoundError(
+        absl::StrCat("worker ", worker, " has no part in plan ", plan.key()));
   }
   for (const v1::Bucket& b : plan.buckets()) {
     if (b.sender() == worker || b.receiver() == worker) *out.add_buckets() = b;

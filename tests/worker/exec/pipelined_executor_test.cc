@@ -288,6 +288,29 @@ class PipelinedExecutorTest : public ::testing::Test {
     }
   }
 
+  // Runs `plan` on every worker while a second thread samples each worker's
+  // staging in use; *peak gets the largest value seen per worker.
+  std::vector<absl::StatusOr<SyncStats>> RunSampled(const v1::Plan& plan,
+                                                    std::vector<int64_t>* peak) {
+    std::vector<std::atomic<int64_t>> sampled(kWorkers);
+    for (auto& x : sampled) x.store(0);
+    std::atomic<bool> done{false};
+    std::thread sampler([&] {
+      while (!done.load()) {
+        for (int w = 0; w < kWorkers; ++w) {
+          const int64_t c = cluster_.executor(w).current_staging_bytes();
+          if (c > sampled[w].load()) sampled[w].store(c);
+        }
+      }
+    });
+    auto out = cluster_.Run(plan, absl::Seconds(60));
+    done.store(true);
+    sampler.join();
+    peak->clear();
+    for (auto& x : sampled) peak->push_back(x.load());
+    return out;
+  }
+
   // Lazy data ops: whatever the executor leaves running runs as late as it
   // could, so an unsafe overlap gives wrong bytes.
   Cluster cluster_{kWorkers, /*lazy_ops=*/true};
@@ -314,22 +337,10 @@ TEST_F(PipelinedExecutorTest, EveryByteRightWithRelaysCopiesReducesAndTinyStagin
   PlanGen g(7);
   const v1::Plan plan = MakePlan(g);
   SetUpCluster({});
-  std::vector<std::atomic<int64_t>> sampled(kWorkers);
-  for (auto& s : sampled) s.store(0);
   for (int sync = 0; sync < 2; ++sync) {  // the second replays the cached schedule
     ClearDestinations();
-    std::atomic<bool> done{false};
-    std::thread sampler([&] {
-      while (!done.load()) {
-        for (int w = 0; w < kWorkers; ++w) {
-          const int64_t c = cluster_.executor(w).current_staging_bytes();
-          if (c > sampled[w].load()) sampled[w].store(c);
-        }
-      }
-    });
-    auto out = cluster_.Run(plan, absl::Seconds(60));
-    done.store(true);
-    sampler.join();
+    std::vector<int64_t> sampled;
+    auto out = RunSampled(plan, &sampled);
     for (int w = 0; w < kWorkers; ++w) {
       ASSERT_TRUE(out[w].ok()) << "worker " << w << ": " << out[w].status();
       auto bound = BindPlan(plan, w, cluster_.registry(w), MemorySpace::kHost);
@@ -340,7 +351,7 @@ TEST_F(PipelinedExecutorTest, EveryByteRightWithRelaysCopiesReducesAndTinyStagin
       EXPECT_LE(st.peak_staging_bytes, TwoRoundPeak(b)) << "worker " << w;
       EXPECT_LE(st.peak_staging_bytes, 2 * b.max_staging_bytes);
       EXPECT_GT(st.peak_staging_bytes, b.max_staging_bytes) << "never packed ahead";
-      EXPECT_LE(sampled[w].load(), TwoRoundPeak(b)) << "worker " << w;
+      EXPECT_LE(sampled[w], TwoRoundPeak(b)) << "worker " << w;
       EXPECT_LE(cluster_.executor(w).allocated_staging_bytes(), 2 * b.max_staging_bytes + 255);
       EXPECT_EQ(cluster_.executor(w).current_staging_bytes(), 0);
       // Relays (every 4th round from 2 on) are packed after the round before.
@@ -458,26 +469,14 @@ TEST_F(PipelinedExecutorTest, StagingLimitIsNeverExceeded) {
   ExecutorOptions o;
   o.staging_limit_bytes = limit;
   SetUpCluster(o);
-  std::vector<std::atomic<int64_t>> sampled(kWorkers);
-  for (auto& x : sampled) x.store(0);
   ClearDestinations();
-  std::atomic<bool> done{false};
-  std::thread sampler([&] {
-    while (!done.load()) {
-      for (int w = 0; w < kWorkers; ++w) {
-        const int64_t c = cluster_.executor(w).current_staging_bytes();
-        if (c > sampled[w].load()) sampled[w].store(c);
-      }
-    }
-  });
-  auto out = cluster_.Run(plan, absl::Seconds(60));
-  done.store(true);
-  sampler.join();
+  std::vector<int64_t> sampled;
+  auto out = RunSampled(plan, &sampled);
   int overlapped = 0;
   for (int w = 0; w < kWorkers; ++w) {
     ASSERT_TRUE(out[w].ok()) << "worker " << w << ": " << out[w].status();
     EXPECT_LE(out[w]->peak_staging_bytes, limit) << "worker " << w;
-    EXPECT_LE(sampled[w].load(), limit) << "worker " << w;
+    EXPECT_LE(sampled[w], limit) << "worker " << w;
     EXPECT_LE(cluster_.executor(w).allocated_staging_bytes(), limit) << "worker " << w;
     overlapped += out[w]->rounds_packed_ahead + out[w]->rounds_finished_async;
   }

@@ -138,13 +138,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
         "plan bound for worker ", plan.worker, " but the transport is rank ", transport_->rank()));
   }
   const bool pipeline = options_.pipeline;
-  if (!pipeline && options_.staging_limit_bytes > 0 &&
-      plan.max_staging_bytes > options_.staging_limit_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("worker ", plan.worker, ": a round of plan '",
-                                                   plan.key, "' stages ", plan.max_staging_bytes,
-                                                   " bytes, over the staging limit of ",
-                                                   options_.staging_limit_bytes, " bytes"));
-  }
+  // Also refuses a plan round over the staging limit, pipelined or not.
   ASSIGN_OR_RETURN(const PipelineSchedule* sched, ScheduleFor(plan));
   const int64_t need = pipeline ? sched->staging_bytes : plan.max_staging_bytes;
   if (staging_.bytes() < need) {
@@ -159,7 +153,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   p.rounds_total = static_cast<int32_t>(plan.rounds.size());
   p.bytes_total = plan.total_bytes;
   bool packed = false;    // the next round was packed ahead
-  bool deferred = false;  // the last round's post-transfer work may still run
+  bool deferred = false;  // the last round's post-transfer work is still to be issued
   for (size_t i = 0; i < plan.rounds.size(); ++i) {
     const BoundRound& round = plan.rounds[i];
     absl::Status s;
@@ -179,7 +173,10 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
       current_staging_.store(0);
       return s;
     }
-    current_staging_.store(packed ? plan.rounds[i + 1].staging_bytes : 0);
+    // Between rounds: this round's bytes until its deferred unpack ran, and
+    // the next round's if packed ahead.
+    current_staging_.store((deferred ? round.staging_bytes : 0) +
+                           (packed ? plan.rounds[i + 1].staging_bytes : 0));
     stats.bytes_sent += rs.bytes_sent;
     stats.bytes_received += rs.bytes_received;
     stats.bytes_local += rs.bytes_local;

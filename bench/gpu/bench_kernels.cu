@@ -10,25 +10,6 @@ __device__ __forceinline__ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-__global__ void FillKernel(uint16_t* p, int64_t n, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    uint16_t v = static_cast<uint16_t>(Mix(seed * 0x100000001B3ull + i));
-    p[i] = v == 0 ? 1 : v;
-  }
-}
-
-__global__ void ChecksumKernel(const uint16_t* p, int64_t n, unsigned long long* sum) {
-  unsigned long long local = 0;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const uint16_t v = p[i];
-    if (v != 0) local += Mix(v);
-  }
-  for (int o = 16; o > 0; o >>= 1) local += __shfl_down_sync(0xffffffffu, local, o);
-  if ((threadIdx.x & 31) == 0) atomicAdd(sum, local);
-}
-
 __global__ void FillStridedKernel(uint16_t* p, int64_t rows, int64_t cols, int64_t row_stride,
                                   uint64_t seed) {
   const int64_t n = rows * cols;
@@ -67,18 +48,6 @@ cudaError_t Checksum16Strided(const void* p, int64_t rows, int64_t cols, int64_t
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   ChecksumStridedKernel<<<1024, 256, 0, stream>>>(static_cast<const uint16_t*>(p), rows, cols,
                                                   row_stride, sum);
-  return cudaGetLastError();
-}
-
-cudaError_t Fill16(void* p, int64_t n, uint64_t seed, cudaStream_t stream) {
-  if (n <= 0) return cudaSuccess;
-  FillKernel<<<1024, 256, 0, stream>>>(static_cast<uint16_t*>(p), n, seed);
-  return cudaGetLastError();
-}
-
-cudaError_t Checksum16(const void* p, int64_t n, unsigned long long* sum, cudaStream_t stream) {
-  if (n <= 0) return cudaSuccess;
-  ChecksumKernel<<<1024, 256, 0, stream>>>(static_cast<const uint16_t*>(p), n, sum);
   return cudaGetLastError();
 }
 

@@ -8,17 +8,14 @@
 
 namespace wsync::bench {
 
-// 16-bit elements i of [p, p + n): a hash of (seed, i), never zero.
-cudaError_t Fill16(void* p, int64_t n, uint64_t seed, cudaStream_t stream);
-// *sum += sum over 16-bit elements v != 0 of mix(v): order-independent, so a
-// resharded copy of the same elements gives the same sum (zeros, e.g. never
-// written padding, count nothing). *sum must be device memory.
-cudaError_t Checksum16(const void* p, int64_t n, unsigned long long* sum, cudaStream_t stream);
-
-// The same over a 2-D strided view: rows × cols 16-bit elements, row r at
-// p + r * row_stride elements; element (r, c) is number r * cols + c.
+// Rows x cols 16-bit elements, row r at p + r * row_stride elements; element
+// (r, c) is number i = r * cols + c.
+// Fill: element i gets a hash of (seed, i), never zero.
 cudaError_t Fill16Strided(void* p, int64_t rows, int64_t cols, int64_t row_stride, uint64_t seed,
                           cudaStream_t stream);
+// *sum += sum over elements v != 0 of mix(v): order-independent, so a
+// resharded copy of the same elements gives the same sum (zeros, e.g. never
+// written padding, count nothing). *sum must be device memory.
 cudaError_t Checksum16Strided(const void* p, int64_t rows, int64_t cols, int64_t row_stride,
                               unsigned long long* sum, cudaStream_t stream);
 

@@ -349,17 +349,15 @@ class Chooser {
         // and whose egress stays within the largest ingress (bytes), the
         // earliest generation: a star behind the network hop rather than a
         // chain, whose every extra hop is another round behind the last data.
-        std::vector<RelayCandidate>& cands = relay_candidates_;
-        cands.clear();
         int32_t shallow = -1;
         double shallow_rc = INFINITY, shallow_rout = INFINITY;
-        LinkClass shallow_l = LinkClass::kNic;
+        const double gib = double{1 << 30};
         for (size_t s = 0; s < served_.size(); ++s) {
           if (served_[s].gen >= kMaxRelayGen) continue;
-          const LinkClass l = w_->Link(served_[s].worker, wd);
+          const int32_t hw = served_[s].worker;
+          const LinkClass l = w_->Link(hw, wd);
           const double t = Seconds(l, relay_bytes);
-          const double out =
-              L(served_[s].worker, OutDir(l)) + t + Reserved(served_[s].worker, OutDir(l));
+          const double out = L(hw, OutDir(l)) + t + Reserved(hw, OutDir(l));
           const double cost = std::max(out, L(wd, InDir(l)) + t);
           if (Better(cost, out, best_rc, best_rout) ||
               (!Better(best_rc, best_rout, cost, out) && served_[s].gen < served_[best_r].gen)) {
@@ -368,26 +366,19 @@ class Chooser {
             best_r = static_cast<int32_t>(s);
             best_rl = l;
           }
-          if (l == LinkClass::kNvlink && cost <= target * (1 + 1e-9)) {
-            cands.push_back({static_cast<int32_t>(s), cost, out, t, l});
-          }
-        }
-        for (const RelayCandidate& k : cands) {
+          if (l != LinkClass::kNvlink || cost > target * (1 + 1e-9)) continue;
           // Bytes the holder sends over either link, this relay included.
-          const int32_t hw = served_[k.s].worker;
-          const double gib = double{1 << 30};
           const double out_bytes =
               L(hw, kNvlOut) * gib / Seconds(LinkClass::kNvlink, int64_t{1} << 30) +
               L(hw, kNicOut) * gib / Seconds(LinkClass::kNic, int64_t{1} << 30) +
               static_cast<double>(relay_bytes);
           if (out_bytes > static_cast<double>(max_in_bytes_)) continue;
-          if (shallow < 0 || served_[k.s].gen < served_[shallow].gen ||
-              (served_[k.s].gen == served_[shallow].gen &&
-               Better(k.cost, k.out, shallow_rc, shallow_rout))) {
-            shallow = k.s;
-            shallow_rc = k.cost;
-            shallow_rout = k.out;
-            shallow_l = k.l;
+          if (shallow < 0 || served_[s].gen < served_[shallow].gen ||
+              (served_[s].gen == served_[shallow].gen &&
+               Better(cost, out, shallow_rc, shallow_rout))) {
+            shallow = static_cast<int32_t>(s);
+            shallow_rc = cost;
+            shallow_rout = out;
           }
         }
         if (shallow >= 0 && served_[best_r].gen >= kShallowFromGen &&
@@ -395,7 +386,7 @@ class Chooser {
           best_r = shallow;
           best_rc = shallow_rc;
           best_rout = shallow_rout;
-          best_rl = shallow_l;
+          best_rl = LinkClass::kNvlink;
         }
       }
       const bool partial = best_f < 0;
@@ -494,12 +485,6 @@ class Chooser {
   int32_t num_batches_ = 0;
   std::vector<int32_t> full_, parts_, pending_;
   std::vector<Served> served_;
-  struct RelayCandidate {
-    int32_t s;  // index into served_
-    double cost, out, t;
-    LinkClass l;
-  };
-  std::vector<RelayCandidate> relay_candidates_;
   int64_t max_in_bytes_ = 0;  // the most bytes a worker needs (IngressTarget)
 };
 

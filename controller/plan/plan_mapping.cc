@@ -12,16 +12,7 @@
 namespace wsync::plan::planner_detail {
 namespace {
 
-struct Region {
-  int rank = 0;
-  int64_t off[kMaxDims];
-  int64_t len[kMaxDims];
-  int64_t Elems() const {
-    int64_t n = 1;
-    for (int d = 0; d < rank; ++d) n *= len[d];
-    return n;
-  }
-};
+using Region = ElemBox;
 
 bool IntersectInto(const Region& a, const int64_t* off, const int64_t* len, Region* out) {
   out->rank = a.rank;
@@ -175,30 +166,6 @@ void BuildDstGroups(Work* w) {
   }
 }
 
-// Splits `r` into boxes of at most `max_elems` elements along the outermost
-// dim with extent > 1 (recursing inward when one slice is still too big).
-void SplitRegion(const Region& r, int64_t max_elems, std::vector<Region>* out) {
-  if (r.Elems() <= max_elems) {
-    out->push_back(r);
-    return;
-  }
-  int d = 0;
-  while (d < r.rank && r.len[d] == 1) ++d;
-  int64_t inner = 1;
-  for (int k = d + 1; k < r.rank; ++k) inner *= r.len[k];
-  const int64_t step = std::max<int64_t>(1, max_elems / inner);
-  for (int64_t o = 0; o < r.len[d]; o += step) {
-    Region s = r;
-    s.off[d] = r.off[d] + o;
-    s.len[d] = std::min(step, r.len[d] - o);
-    if (step == 1 && inner > max_elems) {
-      SplitRegion(s, max_elems, out);
-    } else {
-      out->push_back(s);
-    }
-  }
-}
-
 class CellBuilder {
  public:
   explicit CellBuilder(Work* w) : w_(w) {}
@@ -326,7 +293,8 @@ class CellBuilder {
       for (size_t h = 0; h < hits_.size(); ++h) {
         bool in = true;
         for (int d = 0; d < rs.rank; ++d) {
-          if (c.off[d] < hits_[h].off[d] || c.off[d] + c.len[d] > hits_[h].off[d] + hits_[h].len[d]) {
+          if (c.off[d] < hits_[h].off[d] ||
+              c.off[d] + c.len[d] > hits_[h].off[d] + hits_[h].len[d]) {
             in = false;
           }
         }
@@ -350,7 +318,8 @@ class CellBuilder {
       const HolderGroup& hg = w_->holder_groups[g];
       if (hg.full_count > 0) full = true;
       for (int32_t p = 0; p < hg.part_count; ++p) {
-        members = std::max(members, w_->partial_groups[w_->holder_parts[hg.part_begin + p]].frag_count);
+        members =
+            std::max(members, w_->partial_groups[w_->holder_parts[hg.part_begin + p]].frag_count);
       }
     }
     // All contributions of one reduce land on one receiver in one round: keep
@@ -372,7 +341,7 @@ class CellBuilder {
       return;
     }
     split_.clear();
-    SplitRegion(c, CellLimitElems(map, holders), &split_);
+    SplitElemBox(c, CellLimitElems(map, holders), &split_);
     const int32_t hb = static_cast<int32_t>(w_->cell_holders.size());
     w_->cell_holders.insert(w_->cell_holders.end(), holders.begin(), holders.end());
     for (const Region& s : split_) {
@@ -419,13 +388,14 @@ class CellBuilder {
     int64_t mapped = 0;
     for (int32_t mid : w_->maps_of_dst[g.dst_tensor]) {
       Region rd;
-      if (IntersectInto(dbox, w_->maps[mid].dst_offset.data(), w_->maps[mid].dst_length.data(), &rd)) {
+      if (IntersectInto(dbox, w_->maps[mid].dst_offset.data(), w_->maps[mid].dst_length.data(),
+                        &rd)) {
         mapped += rd.Elems();
       }
     }
     if (mapped != dbox.Elems()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          who, ": ", dbox.Elems() - mapped, " elements are fed by no mapping entry"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": ", dbox.Elems() - mapped, " elements are fed by no mapping entry"));
     }
     for (int32_t mid : w_->maps_of_dst[g.dst_tensor]) {
       const MapEntry& m = w_->maps[mid];
@@ -471,6 +441,28 @@ absl::Status BuildCells(Work* w) {
   if (absl::Status st = BuildHolderGroups(w); !st.ok()) return st;
   BuildDstGroups(w);
   return CellBuilder(w).Run();
+}
+
+void SplitElemBox(const ElemBox& b, int64_t max_elems, std::vector<ElemBox>* out) {
+  if (b.Elems() <= max_elems) {
+    out->push_back(b);
+    return;
+  }
+  int d = 0;
+  while (d < b.rank && b.len[d] == 1) ++d;
+  int64_t inner = 1;
+  for (int k = d + 1; k < b.rank; ++k) inner *= b.len[k];
+  const int64_t step = std::max<int64_t>(1, max_elems / inner);
+  for (int64_t o = 0; o < b.len[d]; o += step) {
+    ElemBox s = b;
+    s.off[d] = b.off[d] + o;
+    s.len[d] = std::min(step, b.len[d] - o);
+    if (step == 1 && inner > max_elems) {
+      SplitElemBox(s, max_elems, out);
+    } else {
+      out->push_back(s);
+    }
+  }
 }
 
 }  // namespace wsync::plan::planner_detail

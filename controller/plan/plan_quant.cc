@@ -16,22 +16,7 @@
 namespace wsync::plan::planner_detail {
 namespace {
 
-struct BoxR {
-  int rank = 0;
-  int64_t off[kMaxDims];
-  int64_t len[kMaxDims];
-  int64_t Elems() const {
-    int64_t n = 1;
-    for (int d = 0; d < rank; ++d) n *= len[d];
-    return n;
-  }
-  bool Empty() const {
-    for (int d = 0; d < rank; ++d) {
-      if (len[d] <= 0) return true;
-    }
-    return false;
-  }
-};
+using BoxR = ElemBox;
 
 bool Intersect(const BoxR& a, const BoxR& b, BoxR* out) {
   out->rank = a.rank;
@@ -96,30 +81,6 @@ void SplitBlocks(const CompiledTensor& t, const BoxR& b, int64_t limit, int64_t 
   hi.len[d] = b.len[d] - lo.len[d];
   SplitBlocks(t, lo, limit, elem_size, out);
   SplitBlocks(t, hi, limit, elem_size, out);
-}
-
-// Splits element box `b` into boxes of at most `max_elems` elements along
-// its outermost dims (parts shipped for receiver-side quantization).
-void SplitElems(const BoxR& b, int64_t max_elems, std::vector<BoxR>* out) {
-  if (b.Elems() <= max_elems) {
-    out->push_back(b);
-    return;
-  }
-  int d = 0;
-  while (d < b.rank && b.len[d] == 1) ++d;
-  int64_t inner = 1;
-  for (int k = d + 1; k < b.rank; ++k) inner *= b.len[k];
-  const int64_t step = std::max<int64_t>(1, max_elems / inner);
-  for (int64_t o = 0; o < b.len[d]; o += step) {
-    BoxR s = b;
-    s.off[d] = b.off[d] + o;
-    s.len[d] = std::min(step, b.len[d] - o);
-    if (step == 1 && inner > max_elems) {
-      SplitElems(s, max_elems, out);
-    } else {
-      out->push_back(s);
-    }
-  }
 }
 
 void DstToSrc(const MapEntry& m, const BoxR& d, int64_t* soff, int64_t* slen) {
@@ -373,7 +334,7 @@ absl::Status EmitQuantCells(Work* w, int32_t gi, std::vector<QuantCandidate>* ca
       // Parts travel in the source dtype: split to the working bucket size.
       const int64_t es = DTypeSize(w->src->tensors[m.src_tensor].dtype);
       parts.clear();
-      SplitElems(x, std::max<int64_t>(1, w->opt.pack_bytes / es), &parts);
+      SplitElemBox(x, std::max<int64_t>(1, w->opt.pack_bytes / es), &parts);
       for (const BoxR& p : parts) add(p, kQuantReceiver, q);
     }
   }

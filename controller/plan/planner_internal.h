@@ -18,6 +18,28 @@ namespace wsync::plan::planner_detail {
 
 inline constexpr int kMaxDims = 8;
 
+// An element box of up to kMaxDims dims, by value (no allocation).
+struct ElemBox {
+  int rank = 0;
+  int64_t off[kMaxDims];
+  int64_t len[kMaxDims];
+  int64_t Elems() const {
+    int64_t n = 1;
+    for (int d = 0; d < rank; ++d) n *= len[d];
+    return n;
+  }
+  bool Empty() const {
+    for (int d = 0; d < rank; ++d) {
+      if (len[d] <= 0) return true;
+    }
+    return false;
+  }
+};
+
+// Splits `b` into boxes of at most `max_elems` elements along the outermost
+// dim with extent > 1 (recursing inward when one slice is still too big).
+void SplitElemBox(const ElemBox& b, int64_t max_elems, std::vector<ElemBox>* out);
+
 // Boxes live in one int64 arena: [rank, offset..., length...].
 class BoxArena {
  public:
@@ -79,9 +101,9 @@ struct PartialGroup {
 // running max of their end along it for binary search.
 struct SourceIndex {
   int key_dim = 0;
-  std::vector<int32_t> groups;  // HolderGroup ids
-  std::vector<int64_t> begin;   // offset along key_dim
-  std::vector<int64_t> max_end; // prefix max of end along key_dim
+  std::vector<int32_t> groups;   // HolderGroup ids
+  std::vector<int64_t> begin;    // offset along key_dim
+  std::vector<int64_t> max_end;  // prefix max of end along key_dim
 };
 
 // Destination fragments of one tensor with an identical box.
@@ -93,10 +115,10 @@ struct DstGroup {
 
 // A source-coordinate box every member of a DstGroup needs, with its holders.
 struct Cell {
-  int32_t map = 0;        // MapEntry id
+  int32_t map = 0;  // MapEntry id
   int32_t dst_group = 0;
-  int32_t box = 0;        // arena id, source coordinates
-  int32_t hg_begin = 0;   // into Work::cell_holders (HolderGroup ids)
+  int32_t box = 0;       // arena id, source coordinates
+  int32_t hg_begin = 0;  // into Work::cell_holders (HolderGroup ids)
   int32_t hg_count = 0;
   int64_t elems = 0;
   // Block fp8 destinations: kQuantSender = whole blocks, quantized by the
@@ -113,19 +135,21 @@ inline constexpr uint8_t kQuantReceiver = 2;
 // forwarded as fp8 + scales to the group's other members (relays only).
 // Its `box` is in destination coordinates.
 inline constexpr uint8_t kQuantGroup = 3;
-inline bool CarriesScales(const Cell& c) { return c.quant == kQuantSender || c.quant == kQuantGroup; }
+inline bool CarriesScales(const Cell& c) {
+  return c.quant == kQuantSender || c.quant == kQuantGroup;
+}
 
 // A block-aligned destination box (destination coordinates) of one DstGroup
 // whose blocks no single holder has whole: each member of the group
 // quantizes it after receiving its parts (QuantRec).
 struct QuantGroup {
   int32_t dst_group = 0;
-  int32_t box = 0;       // arena id, destination coordinates
-  int32_t rec_begin = 0; // into Work::qgroup_recs, one per DstGroup member (-1 until used)
+  int32_t box = 0;        // arena id, destination coordinates
+  int32_t rec_begin = 0;  // into Work::qgroup_recs, one per DstGroup member (-1 until used)
   // With relays and several members: only member `root` receives the parts
   // and quantizes; the others get the result through a kQuantGroup cell.
   bool rooted = false;
-  int32_t root = -1;     // member index, chosen with the first part
+  int32_t root = -1;  // member index, chosen with the first part
 };
 
 struct QuantRec {
@@ -151,11 +175,11 @@ struct Xfer {
   int32_t quantize = 0;  // 1-based internal QuantRec id: an input of that quantization
   int32_t parent = -1;   // relay: the xfer that brought the data to the sender
   int32_t bucket = -1;
-  int64_t bytes = 0;     // wire bytes
+  int64_t bytes = 0;  // wire bytes
   int64_t bucket_offset = 0;
   v1::DType wire = v1::DTYPE_UNSPECIFIED;
   bool relay = false;
-  uint8_t gen = 0;       // relay generation (0 = from a source holder)
+  uint8_t gen = 0;  // relay generation (0 = from a source holder)
 };
 
 struct ReduceRec {
@@ -235,11 +259,11 @@ struct Work {
 // Stage entry points, in pipeline order.
 absl::Status ResolveOptions(const v1::PlanOptions& in, Options* out);
 absl::Status IndexWorkers(Work* w);
-absl::Status ValidateAndMap(Work* w);   // plan_validate.cc: casts, mappings
-absl::Status BuildCells(Work* w);       // plan_mapping.cc
-absl::Status ChooseSources(Work* w);    // plan_sources.cc
-absl::Status PackBuckets(Work* w);      // plan_buckets.cc
-absl::Status AssignRounds(Work* w);     // plan_rounds.cc
+absl::Status ValidateAndMap(Work* w);  // plan_validate.cc: casts, mappings
+absl::Status BuildCells(Work* w);      // plan_mapping.cc
+absl::Status ChooseSources(Work* w);   // plan_sources.cc
+absl::Status PackBuckets(Work* w);     // plan_buckets.cc
+absl::Status AssignRounds(Work* w);    // plan_rounds.cc
 absl::Status Emit(const Work& w, bool summary_only, v1::Plan* plan);  // plan_emit.cc
 
 // Helpers shared by stages.

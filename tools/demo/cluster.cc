@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <deque>
 #include <fstream>
 #include <map>
 
@@ -143,23 +144,63 @@ absl::Status Cluster::RestartWorker(int index) {
 
 void Cluster::KillWorker(int index) { workers_[index]->child.Kill(); }
 
+namespace {
+// The last `lines` lines of a log, for errors that must explain themselves.
+std::string LogTail(const std::string& path, int lines) {
+  std::ifstream in(path);
+  if (!in) return "(no log)";
+  std::deque<std::string> tail;
+  std::string line;
+  while (std::getline(in, line)) {
+    tail.push_back(line);
+    if (static_cast<int>(tail.size()) > lines) tail.pop_front();
+  }
+  return absl::StrJoin(tail, "\n    ");
+}
+}  // namespace
+
 absl::Status Cluster::WaitForWorkers(int n, absl::Duration timeout) {
   const absl::Time until = absl::Now() + timeout;
   int ready = 0;
+  std::string list_error = "ListWorkers never answered";
+  v1::ListWorkersResponse last;
   while (absl::Now() < until) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     v1::ListWorkersRequest req;
     v1::ListWorkersResponse resp;
-    if (trainer_->ListWorkers(&ctx, req, &resp).ok()) {
+    grpc::Status s = trainer_->ListWorkers(&ctx, req, &resp);
+    if (s.ok()) {
+      list_error.clear();
       ready = 0;
       for (const auto& w : resp.workers()) ready += (w.alive() && w.streaming()) ? 1 : 0;
       if (ready >= n) return absl::OkStatus();
+      last = std::move(resp);
+    } else {
+      list_error = absl::StrCat("ListWorkers: ", s.error_message());
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
-  return absl::DeadlineExceededError(
-      absl::StrCat("only ", ready, " of ", n, " workers registered and streaming"));
+  // Everything a flaky start needs to be understood from the error alone.
+  std::string detail = absl::StrCat("only ", ready, " of ", n, " workers registered and streaming");
+  if (!list_error.empty()) absl::StrAppend(&detail, "; last ", list_error);
+  absl::StrAppend(&detail, "; controller ", controller_.running() ? "running" : "exited",
+                  ", log:\n    ", LogTail(options_.work_dir + "/controller.log", 6));
+  for (auto& w : workers_) {
+    const pid_t pid = w->child.pid();
+    absl::StrAppend(&detail, "\n  ", w->name, " (pid ", pid, ") ",
+                    w->child.running() ? "running" : "exited");
+    for (const auto& info : last.workers()) {
+      if (info.pid() == pid) {
+        absl::StrAppend(&detail, ", lease ", info.lease_id(), info.alive() ? " alive" : " dead",
+                        info.streaming() ? " streaming" : " not streaming", ", last heartbeat ",
+                        info.ms_since_heartbeat(), " ms ago");
+      }
+    }
+    absl::StrAppend(&detail, ", log:\n    ",
+                    LogTail(absl::StrCat(options_.work_dir, "/", w->name, ".log"), 4));
+  }
+  return absl::DeadlineExceededError(detail);
 }
 
 void Cluster::StopAll() {

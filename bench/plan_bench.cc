@@ -4,7 +4,7 @@
 // no routing can beat. Each case runs in a forked child so that its peak RSS
 // (getrusage ru_maxrss) is its own.
 //
-//   plan_bench [--filter SUBSTR] [--out bench/results/plan.md]
+//   plan_bench [--filter SUBSTR] [--skip SUBSTR] [--out bench/results/plan.md]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -198,14 +198,16 @@ bool RunForked(const Case& c, Result* r) {
 }
 
 int Main(int argc, char** argv) {
-  std::string filter, out_path;
+  std::string filter, skip, out_path;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--filter") && i + 1 < argc) {
       filter = argv[++i];
+    } else if (!std::strcmp(argv[i], "--skip") && i + 1 < argc) {
+      skip = argv[++i];
     } else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) {
       out_path = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: plan_bench [--filter SUBSTR] [--out FILE.md]\n");
+      std::fprintf(stderr, "usage: plan_bench [--filter SUBSTR] [--skip SUBSTR] [--out FILE.md]\n");
       return 2;
     }
   }
@@ -218,6 +220,7 @@ int Main(int argc, char** argv) {
   for (const Case& c : kCases) {
     const std::string name = Name(c);
     if (!filter.empty() && name.find(filter) == std::string::npos) continue;
+    if (!skip.empty() && name.find(skip) != std::string::npos) continue;
     Result r;
     RunForked(c, &r);
     std::string row;

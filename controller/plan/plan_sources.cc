@@ -275,21 +275,22 @@ class Chooser {
         pending_.push_back(df);
       }
     }
-    // Start with the least-loaded receiver and go round from there, so that
-    // the one that takes the cell over the network (the others relay it over
-    // NVLink) rotates among the replicas.
+    // Least NIC ingress first (then NVLink ingress): in every node the member
+    // that takes the cell over the network (its node-mates relay it over
+    // NVLink) is the one whose NIC has the most room, so that a node's
+    // replicated tensors spread over all its NICs instead of funnelling into
+    // its first rank.
     if (pending_.size() > 1) {
-      size_t start = 0;
-      double least = INFINITY;
-      for (size_t i = 0; i < pending_.size(); ++i) {
-        const int32_t wd = w_->dst_rank_worker[dt.fragments[pending_[i]].rank];
-        const double in = L(wd, kNicIn) + L(wd, kNvlIn);
-        if (in < least) {
-          least = in;
-          start = i;
-        }
+      order_key_.clear();
+      for (int32_t df : pending_) {
+        const int32_t wd = w_->dst_rank_worker[dt.fragments[df].rank];
+        order_key_.push_back({L(wd, kNicIn), L(wd, kNvlIn), df});
       }
-      std::rotate(pending_.begin(), pending_.begin() + start, pending_.end());
+      std::stable_sort(order_key_.begin(), order_key_.end(),
+                       [](const PendingKey& a, const PendingKey& b) {
+                         return a.nic_in != b.nic_in ? a.nic_in < b.nic_in : a.nvl_in < b.nvl_in;
+                       });
+      for (size_t i = 0; i < pending_.size(); ++i) pending_[i] = order_key_[i].dst_frag;
     }
     for (int32_t df : pending_) {
       const int32_t wd = w_->dst_rank_worker[dt.fragments[df].rank];
@@ -484,6 +485,12 @@ class Chooser {
   std::vector<int64_t> batch_bytes_;
   int32_t num_batches_ = 0;
   std::vector<int32_t> full_, parts_, pending_;
+  struct PendingKey {
+    double nic_in;
+    double nvl_in;
+    int32_t dst_frag;
+  };
+  std::vector<PendingKey> order_key_;
   std::vector<Served> served_;
   int64_t max_in_bytes_ = 0;  // the most bytes a worker needs (IngressTarget)
 };

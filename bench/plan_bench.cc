@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "common/dtype.h"
 #include "controller/catalog/case.h"
+#include "controller/plan/plan_arena.h"
 #include "controller/plan/planner.h"
 #include "controller/plan/simulator.h"
 #include "google/protobuf/arena.h"
@@ -131,8 +132,8 @@ void RunCase(const Case& c, Result* r) {
   getrusage(RUSAGE_SELF, &before);
   t0 = std::chrono::steady_clock::now();
   // The plan lives on an arena, as the controller's plan cache keeps it.
-  google::protobuf::Arena arena;
-  v1::Plan* plan = google::protobuf::Arena::CreateMessage<v1::Plan>(&arena);
+  std::shared_ptr<google::protobuf::Arena> arena = plan::NewPlanArena();
+  v1::Plan* plan = google::protobuf::Arena::CreateMessage<v1::Plan>(arena.get());
   const absl::Status built = plan::BuildPlanInto(*spec, plan);
   t1 = std::chrono::steady_clock::now();
   if (!built.ok()) {

@@ -229,6 +229,11 @@ def main(spec_path, plan_path):
             at = bo + SIZE[dtype] * sum(x * s for x, s in zip(i, strides))
             b[at:at + SIZE[dtype]] = encode(value(name, linear), dtype)
 
+    names = plan.get("names", [])
+
+    def buffer_of(view):  # views name their buffer by index into plan["names"]
+        return names[int(view.get("bufferName", 0))]
+
     buckets = plan.get("buckets", [])
     reduces = plan.get("reduces", [])
     for r in range(int(plan.get("numRounds", 0))):
@@ -242,7 +247,7 @@ def main(spec_path, plan_path):
                 if int(p.get("scalesOf", 0)) != 0:
                     continue  # written with the piece it names
                 src, wd = p["src"], p["wireDtype"]
-                key = (int(b.get("sender", 0)), src.get("side", "SOURCE_BUFFER"), src["buffer"])
+                key = (int(b.get("sender", 0)), src.get("side", "SOURCE_BUFFER"), buffer_of(src))
                 buf = mem.buffers[key]
                 at = int(p.get("bucketOffset", 0))
                 if p.get("quantBlock"):
@@ -274,7 +279,7 @@ def main(spec_path, plan_path):
                 if int(p.get("reduceId", 0)) != 0 or int(p.get("quantizeId", 0)) != 0:
                     continue
                 dst, wd = p["dst"], p["wireDtype"]
-                key = (int(b.get("receiver", 0)), dst.get("side", "SOURCE_BUFFER"), dst["buffer"])
+                key = (int(b.get("receiver", 0)), dst.get("side", "SOURCE_BUFFER"), buffer_of(dst))
                 buf = mem.ensure(key, 0)
                 at = int(p.get("bucketOffset", 0))
                 for o in mem.view_offsets(dst):
@@ -299,7 +304,7 @@ def main(spec_path, plan_path):
             if red.get("op", "REDUCE_SUM") == "REDUCE_AVG":
                 sums = [s / count for s in sums]
             dst = red["dst"]
-            buf = mem.ensure((int(red.get("worker", 0)), dst.get("side", "SOURCE_BUFFER"), dst["buffer"]), 0)
+            buf = mem.ensure((int(red.get("worker", 0)), dst.get("side", "SOURCE_BUFFER"), buffer_of(dst)), 0)
             for o, v in zip(mem.view_offsets(dst), sums):
                 buf[o:o + SIZE[dst["dtype"]]] = encode(decode(encode(v, acc_dtype), acc_dtype), dst["dtype"])
 
@@ -329,7 +334,7 @@ def main(spec_path, plan_path):
             w = int(q.get("worker", 0))
             for view, vals in ((q["dst"], [bytes([c]) for c in codes]),
                                (q["scaleDst"], [encode(v, "FP32") for v in scales])):
-                buf = mem.ensure((w, view.get("side", "SOURCE_BUFFER"), view["buffer"]), 0)
+                buf = mem.ensure((w, view.get("side", "SOURCE_BUFFER"), buffer_of(view)), 0)
                 for o, raw in zip(mem.view_offsets(view), vals):
                     buf[o:o + len(raw)] = raw
 

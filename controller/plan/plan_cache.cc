@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "controller/plan/plan_arena.h"
 #include "google/protobuf/arena.h"
 
 namespace wsync::plan {
@@ -29,7 +30,7 @@ absl::StatusOr<std::shared_ptr<const v1::Plan>> PlanCache::GetOrBuild(
   }
   // The plan and all its messages live on one arena that the shared pointer
   // owns (aliasing constructor): no per-message heap allocation or free.
-  auto arena = std::make_shared<google::protobuf::Arena>();
+  std::shared_ptr<google::protobuf::Arena> arena = NewPlanArena();
   v1::Plan* built = google::protobuf::Arena::CreateMessage<v1::Plan>(arena.get());
   const absl::Status status = BuildPlanInto(spec, built);
   absl::MutexLock lock(&mu_);

@@ -15,7 +15,7 @@ namespace {
 struct OpRec {
   int32_t worker;
   int32_t round;
-  int8_t cls;   // 0 send/recv, 1 copy, 2 reduce, 3 quantize
+  int8_t cls;  // 0 send/recv, 1 copy, 2 reduce, 3 quantize
   int32_t peer;
   int32_t seq;
   int8_t kind;  // v1::Op::Kind
@@ -44,8 +44,8 @@ struct MergedPiece {
 bool MergeInto(const Work& w, const Xfer& a, int64_t a_end, MergedPiece* cur, const Xfer& b) {
   if (a.reduce != 0 || b.reduce != 0 || a.quantize != 0 || b.quantize != 0 ||
       w.cells[a.cell].quant != 0 || w.cells[b.cell].quant != 0 || a.relay != b.relay ||
-      a.wire != b.wire ||
-      a.src_frag != b.src_frag || a.dst_frag != b.dst_frag || b.bucket_offset != a_end) {
+      a.wire != b.wire || a.src_frag != b.src_frag || a.dst_frag != b.dst_frag ||
+      b.bucket_offset != a_end) {
     return false;
   }
   const Cell& ca = w.cells[a.cell];
@@ -107,6 +107,7 @@ class Emitter {
   absl::Status Run(bool summary_only) {
     Order();
     if (!summary_only) {
+      EmitNames();
       EmitBuckets();
       qinputs_.assign(w_.quants.size(), {});
       EmitReduces();
@@ -124,7 +125,8 @@ class Emitter {
     std::sort(bucket_order_.begin(), bucket_order_.end(), [&](int32_t a, int32_t b) {
       const BucketRec& x = w_.buckets[a];
       const BucketRec& y = w_.buckets[b];
-      return std::tie(x.round, x.sender, x.receiver, a) < std::tie(y.round, y.sender, y.receiver, b);
+      return std::tie(x.round, x.sender, x.receiver, a) <
+             std::tie(y.round, y.sender, y.receiver, b);
     });
     bucket_id_.resize(nb);
     seq_.resize(nb);
@@ -166,12 +168,22 @@ class Emitter {
   void FillView(bool dst_side, const CompiledTensor& t, int32_t frag, const int64_t* off,
                 const int64_t* len, int rank, v1::TensorView* v) const {
     const CompiledFragment& f = t.fragments[frag];
-    v->set_buffer(dst_side ? w_.dst->buffer_names[f.buffer] : w_.src->buffer_names[f.buffer]);
+    v->set_buffer_name((dst_side ? dst_buffer_base_ : src_buffer_base_) + f.buffer);
     v->set_byte_offset(ViewByteOffset(f, off, DTypeSize(t.dtype)));
+    // Reserved exactly: on the plan's arena every growth step is a new array.
+    v->mutable_shape()->Reserve(rank);
+    v->mutable_strides()->Reserve(rank);
     for (int d = 0; d < rank; ++d) v->add_shape(len[d]);
     for (int d = 0; d < rank; ++d) v->add_strides(f.strides[d]);
     v->set_dtype(t.dtype);
     v->set_side(dst_side ? v1::DESTINATION_BUFFER : v1::SOURCE_BUFFER);
+  }
+
+  static void SetBox(const int64_t* off, const int64_t* len, int rank, v1::Box* box) {
+    box->mutable_offset()->Reserve(rank);
+    box->mutable_length()->Reserve(rank);
+    for (int d = 0; d < rank; ++d) box->add_offset(off[d]);
+    for (int d = 0; d < rank; ++d) box->add_length(len[d]);
   }
 
   // The scale piece of sender-quantized delivery `x`, packed by piece `index`.
@@ -183,9 +195,8 @@ class Emitter {
     int64_t doff[kMaxDims], dlen[kMaxDims], boff[kMaxDims], blen[kMaxDims];
     DstBox(c, doff, dlen);
     BlockBoxOf(dt, m.dst_rank, doff, dlen, boff, blen);
-    p->set_tensor(sc.name);
-    for (int d = 0; d < m.dst_rank; ++d) p->mutable_box()->add_offset(boff[d]);
-    for (int d = 0; d < m.dst_rank; ++d) p->mutable_box()->add_length(blen[d]);
+    p->set_tensor_name(dst_tensor_base_ + dt.scale_tensor);
+    SetBox(boff, blen, m.dst_rank, p->mutable_box());
     if (x.relay) {
       FillView(true, sc, dt.scale_fragment[x.src_frag], boff, blen, m.dst_rank, p->mutable_src());
       p->set_relay(true);
@@ -215,9 +226,8 @@ class Emitter {
     const int rank = w_.boxes.rank(c.box);
     int64_t doff[kMaxDims], dlen[kMaxDims];
     DstBox(c, doff, dlen);
-    p->set_tensor(dt.name);
-    for (int d = 0; d < rank; ++d) p->mutable_box()->add_offset(doff[d]);
-    for (int d = 0; d < rank; ++d) p->mutable_box()->add_length(dlen[d]);
+    p->set_tensor_name(dst_tensor_base_ + w_.maps[c.map].dst_tensor);
+    SetBox(doff, dlen, rank, p->mutable_box());
     FillView(true, dt, x.src_frag, doff, dlen, rank, p->mutable_src());
     p->set_relay(true);
     FillView(true, dt, x.dst_frag, doff, dlen, rank, p->mutable_dst());
@@ -235,9 +245,8 @@ class Emitter {
     const int64_t* sl = mp.len;
     int64_t doff[kMaxDims], dlen[kMaxDims];
     SrcToDst(m, so, sl, doff, dlen);
-    p->set_tensor(st.name);
-    for (int d = 0; d < m.src_rank; ++d) p->mutable_box()->add_offset(so[d]);
-    for (int d = 0; d < m.src_rank; ++d) p->mutable_box()->add_length(sl[d]);
+    p->set_tensor_name(m.src_tensor);
+    SetBox(so, sl, m.src_rank, p->mutable_box());
     if (x.relay) {
       FillView(true, dt, x.src_frag, doff, dlen, m.dst_rank, p->mutable_src());
       p->set_relay(true);
@@ -253,6 +262,23 @@ class Emitter {
       p->add_quant_block(dt.quant_block[0]);
       p->add_quant_block(dt.quant_block[1]);
     }
+  }
+
+  // Plan.names: source tensors, destination tensors, source buffers,
+  // destination buffers, each side's list in its compiled order.
+  void EmitNames() {
+    auto* names = plan_->mutable_names();
+    const CompiledSide& src = *w_.src;
+    const CompiledSide& dst = *w_.dst;
+    names->Reserve(static_cast<int>(src.tensors.size() + dst.tensors.size() +
+                                    src.buffer_names.size() + dst.buffer_names.size()));
+    for (const CompiledTensor& t : src.tensors) names->Add()->assign(t.name);
+    dst_tensor_base_ = names->size();
+    for (const CompiledTensor& t : dst.tensors) names->Add()->assign(t.name);
+    src_buffer_base_ = names->size();
+    for (const std::string& b : src.buffer_names) names->Add()->assign(b);
+    dst_buffer_base_ = names->size();
+    for (const std::string& b : dst.buffer_names) names->Add()->assign(b);
   }
 
   void EmitBuckets() {
@@ -344,7 +370,8 @@ class Emitter {
       out->add_block(dt.quant_block[0]);
       out->add_block(dt.quant_block[1]);
       FillView(true, dt, qr.dst_frag, goff, glen, rank, out->mutable_dst());
-      FillView(true, sc, dt.scale_fragment[qr.dst_frag], boff, blen, rank, out->mutable_scale_dst());
+      FillView(true, sc, dt.scale_fragment[qr.dst_frag], boff, blen, rank,
+               out->mutable_scale_dst());
       std::vector<QInput>& in = qinputs_[q];
       std::sort(in.begin(), in.end(), [](const QInput& a, const QInput& b) {
         return std::tie(a.bucket, a.piece) < std::tie(b.bucket, b.piece);
@@ -405,7 +432,8 @@ class Emitter {
       ++ops[rr.receiver];
       const CompiledTensor& dt = w_.dst->tensors[w_.DstTensorOf(w_.cells[rr.cell])];
       dest += w_.cells[rr.cell].elems * DTypeSize(dt.dtype);
-      if (!summary_only) recs.push_back({rr.receiver, rr.round, 2, 0, 0, v1::Op::REDUCE, reduce_id_[r]});
+      if (!summary_only)
+        recs.push_back({rr.receiver, rr.round, 2, 0, 0, v1::Op::REDUCE, reduce_id_[r]});
     }
     for (size_t q = 0; q < w_.quants.size(); ++q) {
       const QuantRec& qr = w_.quants[q];
@@ -508,6 +536,7 @@ class Emitter {
 
   const Work& w_;
   v1::Plan* plan_;
+  int32_t dst_tensor_base_ = 0, src_buffer_base_ = 0, dst_buffer_base_ = 0;  // in Plan.names
   std::vector<int32_t> bucket_order_, bucket_id_, seq_, reduce_order_, reduce_id_;
   std::vector<int32_t> quant_order_, quant_id_;
   struct QInput {

@@ -43,6 +43,11 @@ class Chooser {
   absl::Status Run() {
     const double target = IngressTarget();
     const std::vector<int32_t> order = LptOrder();
+    // One transfer per cell and destination member, more only for partial
+    // sums: reserved so that the largest array of the plan is not regrown.
+    size_t expected = 0;
+    for (const Cell& c : w_->cells) expected += w_->dst_groups[c.dst_group].frag_count;
+    w_->xfers.reserve(expected);
     // Quantized regions are forwarded once their root has all the parts.
     for (int32_t c : order) {
       if (w_->cells[c].quant != kQuantGroup) Assign(c, target);

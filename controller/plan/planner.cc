@@ -270,6 +270,7 @@ absl::StatusOr<v1::Plan> ExtractRankPlan(const v1::Plan& plan, int32_t worker) {
     if (rs.worker() == worker) *out.mutable_summary()->add_ranks() = rs;
   }
   *out.mutable_workers() = plan.workers();
+  *out.mutable_names() = plan.names();
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/block_fp8.h"
 #include "common/cast.h"
+#include "common/plan_names.h"
 #include "common/status_macros.h"
 
 namespace wsync::plan {
@@ -36,7 +37,10 @@ bool ViewSpan(const v1::TensorView& v, int64_t* lo, int64_t* hi) {
   for (int d = 0; d < v.shape_size(); ++d) {
     if (v.shape(d) == 0) return false;
     const int64_t span = (v.shape(d) - 1) * v.strides(d);
-    if (span < 0) min_e += span; else max_e += span;
+    if (span < 0)
+      min_e += span;
+    else
+      max_e += span;
   }
   *lo = v.byte_offset() + min_e * es;
   *hi = v.byte_offset() + (max_e + 1) * es;
@@ -96,27 +100,27 @@ class Replayer {
  private:
   absl::StatusOr<std::vector<uint8_t>*> Buffer(int32_t worker, const v1::TensorView& v,
                                                const std::string& what) {
-    std::vector<uint8_t>* b = mem_->Find(worker, v.side(), v.buffer());
+    ASSIGN_OR_RETURN(const std::string* name, PlanName(plan_, v.buffer_name(), what));
+    std::vector<uint8_t>* b = mem_->Find(worker, v.side(), *name);
     if (b == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": worker ", worker, " has no ",
-                                                     SideName(v.side()), " buffer '", v.buffer(),
-                                                     "'"));
+                                                     SideName(v.side()), " buffer '", *name, "'"));
     }
     if (v.shape_size() != v.strides_size()) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": view shape/strides rank differ"));
     }
     int64_t lo, hi;
     if (ViewSpan(v, &lo, &hi) && (lo < 0 || hi > static_cast<int64_t>(b->size()))) {
-      return absl::OutOfRangeError(absl::StrCat(what, ": view [", lo, ", ", hi, ") outside ",
-                                                SideName(v.side()), " buffer '", v.buffer(),
-                                                "' of worker ", worker, " (", b->size(), " bytes)"));
+      return absl::OutOfRangeError(
+          absl::StrCat(what, ": view [", lo, ", ", hi, ") outside ", SideName(v.side()),
+                       " buffer '", *name, "' of worker ", worker, " (", b->size(), " bytes)"));
     }
     return b;
   }
 
   absl::Status Gather(int32_t worker, const v1::TensorView& v, v1::DType wire, uint8_t* out,
                       const std::string& what) {
-    ASSIGN_OR_RETURN(std::vector<uint8_t>* b, Buffer(worker, v, what));
+    ASSIGN_OR_RETURN(std::vector<uint8_t> * b, Buffer(worker, v, what));
     const int64_t es = DTypeSize(v.dtype());
     std::vector<uint8_t> tmp(ViewElems(v) * es);
     int64_t k = 0;
@@ -129,7 +133,7 @@ class Replayer {
 
   absl::Status Scatter(int32_t worker, const v1::TensorView& v, v1::DType from, const uint8_t* in,
                        const std::string& what) {
-    ASSIGN_OR_RETURN(std::vector<uint8_t>* b, Buffer(worker, v, what));
+    ASSIGN_OR_RETURN(std::vector<uint8_t> * b, Buffer(worker, v, what));
     const int64_t es = DTypeSize(v.dtype());
     std::vector<uint8_t> tmp(ViewElems(v) * es);
     RETURN_IF_ERROR(ConvertElements(in, from, tmp.data(), v.dtype(), ViewElems(v)));
@@ -165,17 +169,20 @@ class Replayer {
       const std::string what = absl::StrCat("bucket ", b.id());
       if (b.id() != i) return absl::InvalidArgumentError(absl::StrCat(what, ": ids not dense"));
       if (b.round() < 0 || b.round() >= plan_.num_rounds()) {
-        return absl::InvalidArgumentError(absl::StrCat(what, ": round ", b.round(), " out of range"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": round ", b.round(), " out of range"));
       }
       if ((b.transport() == v1::TRANSPORT_LOCAL) != (b.sender() == b.receiver())) {
-        return absl::InvalidArgumentError(absl::StrCat(what, ": transport contradicts sender/receiver"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": transport contradicts sender/receiver"));
       }
       if (i > 0) {
         const v1::Bucket& p = plan_.buckets(i - 1);
-        const bool same = p.sender() == b.sender() && p.receiver() == b.receiver() &&
-                          p.round() == b.round();
+        const bool same =
+            p.sender() == b.sender() && p.receiver() == b.receiver() && p.round() == b.round();
         // Ids are ordered by (round, sender, receiver) so seq is a running count.
-        if (std::make_tuple(p.round(), p.sender(), p.receiver()) > std::make_tuple(b.round(), b.sender(), b.receiver())) {
+        if (std::make_tuple(p.round(), p.sender(), p.receiver()) >
+            std::make_tuple(b.round(), b.sender(), b.receiver())) {
           return absl::InvalidArgumentError(absl::StrCat(what, ": buckets not ordered by round"));
         }
         if (b.seq() != (same ? p.seq() + 1 : 0)) {
@@ -197,15 +204,15 @@ class Replayer {
             return absl::InvalidArgumentError(absl::StrCat(
                 what, " piece ", k, ": scales_of names no quantized piece, or not fp32"));
           }
-          ASSIGN_OR_RETURN(BlockGrid g, GridOf(b.pieces(q).dst().shape(),
-                                               b.pieces(q).quant_block(),
+          ASSIGN_OR_RETURN(BlockGrid g, GridOf(b.pieces(q).dst().shape(), b.pieces(q).quant_block(),
                                                absl::StrCat(what, " piece ", q)));
           if (g.num_blocks() != n) {
             return absl::InvalidArgumentError(absl::StrCat(
                 what, " piece ", k, ": ", n, " scales for ", g.num_blocks(), " blocks"));
           }
         } else if (ViewElems(p.src()) != n) {
-          return absl::InvalidArgumentError(absl::StrCat(what, " piece ", k, ": src and dst sizes differ"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(what, " piece ", k, ": src and dst sizes differ"));
         }
         if (p.quant_block_size() != 0) {
           int scale_pieces = 0;
@@ -214,8 +221,8 @@ class Replayer {
             return absl::InvalidArgumentError(absl::StrCat(
                 what, " piece ", k, ": a quantized piece needs wire FP8_E4M3 and one scale piece"));
           }
-          RETURN_IF_ERROR(GridOf(p.dst().shape(), p.quant_block(), absl::StrCat(what, " piece ", k))
-                              .status());
+          RETURN_IF_ERROR(
+              GridOf(p.dst().shape(), p.quant_block(), absl::StrCat(what, " piece ", k)).status());
         }
         if (p.quantize_id() != 0) {
           auto it = quant_index.find(p.quantize_id());
@@ -225,13 +232,14 @@ class Replayer {
           }
           const v1::Quantize& q = plan_.quantizes(it->second);
           if (q.round() != b.round() || q.worker() != b.receiver()) {
-            return absl::InvalidArgumentError(absl::StrCat(what, " piece ", k, ": quantize ", q.id(),
-                                                           " runs in another round or worker"));
+            return absl::InvalidArgumentError(absl::StrCat(
+                what, " piece ", k, ": quantize ", q.id(), " runs in another round or worker"));
           }
         }
         const int64_t bytes = n * DTypeSize(p.wire_dtype());
         if (p.bucket_offset() < 0 || p.bucket_offset() + bytes > b.bytes()) {
-          return absl::InvalidArgumentError(absl::StrCat(what, " piece ", k, " (tensor '", p.tensor(),
+          return absl::InvalidArgumentError(absl::StrCat(what, " piece ", k, " (tensor '",
+                                                         PlanNameOrIndex(plan_, p.tensor_name()),
                                                          "') outside the bucket"));
         }
         spans.emplace_back(p.bucket_offset(), p.bucket_offset() + bytes);
@@ -239,7 +247,8 @@ class Replayer {
         if (p.reduce_id() != 0) {
           auto it = reduce_index.find(p.reduce_id());
           if (it == reduce_index.end()) {
-            return absl::InvalidArgumentError(absl::StrCat(what, " piece ", k, ": unknown reduce ", p.reduce_id()));
+            return absl::InvalidArgumentError(
+                absl::StrCat(what, " piece ", k, ": unknown reduce ", p.reduce_id()));
           }
           const v1::Reduce& r = plan_.reduces(it->second);
           if (r.round() != b.round() || r.worker() != b.receiver()) {
@@ -255,12 +264,15 @@ class Replayer {
         }
       }
       if (b.zero_copy()) {
-        if (b.pieces_size() != 1) return absl::InvalidArgumentError(absl::StrCat(what, ": zero-copy with ", b.pieces_size(), " pieces"));
+        if (b.pieces_size() != 1)
+          return absl::InvalidArgumentError(
+              absl::StrCat(what, ": zero-copy with ", b.pieces_size(), " pieces"));
         const v1::Piece& p = b.pieces(0);
         if (p.wire_dtype() != p.src().dtype() || p.wire_dtype() != p.dst().dtype() ||
             !ContiguousView(p.src()) || !ContiguousView(p.dst()) || p.bucket_offset() != 0 ||
             p.reduce_id() != 0) {
-          return absl::InvalidArgumentError(absl::StrCat(what, ": zero-copy piece is cast or not contiguous"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(what, ": zero-copy piece is cast or not contiguous"));
         }
       }
     }
@@ -279,10 +291,12 @@ class Replayer {
           return absl::InvalidArgumentError(absl::StrCat(where, ": rounds out of order or range"));
         }
         last_round = round.index();
-        if (round.ops_size() == 0) return absl::InvalidArgumentError(absl::StrCat(where, ": empty round"));
+        if (round.ops_size() == 0)
+          return absl::InvalidArgumentError(absl::StrCat(where, ": empty round"));
         auto st = staging.find({rp.worker(), round.index()});
         if (round.staging_bytes() != (st == staging.end() ? 0 : st->second)) {
-          return absl::InvalidArgumentError(absl::StrCat(where, ": staging_bytes ", round.staging_bytes(), " wrong"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": staging_bytes ", round.staging_bytes(), " wrong"));
         }
         std::tuple<int, int32_t, int32_t, int64_t> prev(-1, 0, 0, 0);
         for (const v1::Op& op : round.ops()) {
@@ -299,22 +313,26 @@ class Replayer {
             auto it = quant_index.find(op.quantize());
             if (it == quant_index.end() || plan_.quantizes(it->second).worker() != rp.worker() ||
                 plan_.quantizes(it->second).round() != round.index()) {
-              return absl::InvalidArgumentError(absl::StrCat(where, ": bad QUANTIZE ", op.quantize()));
+              return absl::InvalidArgumentError(
+                  absl::StrCat(where, ": bad QUANTIZE ", op.quantize()));
             }
             ++quant_ops[it->second];
             key = {3, 0, 0, op.quantize()};
           } else {
             if (op.bucket() < 0 || op.bucket() >= nb) {
-              return absl::InvalidArgumentError(absl::StrCat(where, ": unknown bucket ", op.bucket()));
+              return absl::InvalidArgumentError(
+                  absl::StrCat(where, ": unknown bucket ", op.bucket()));
             }
             const v1::Bucket& b = plan_.buckets(op.bucket());
             bool ok = b.round() == round.index();
             if (op.kind() == v1::Op::SEND) {
-              ok = ok && b.sender() == rp.worker() && op.peer() == b.receiver() && b.sender() != b.receiver();
+              ok = ok && b.sender() == rp.worker() && op.peer() == b.receiver() &&
+                   b.sender() != b.receiver();
               ++sends[op.bucket()];
               key = {0, op.peer(), b.seq(), 0};
             } else if (op.kind() == v1::Op::RECV) {
-              ok = ok && b.receiver() == rp.worker() && op.peer() == b.sender() && b.sender() != b.receiver();
+              ok = ok && b.receiver() == rp.worker() && op.peer() == b.sender() &&
+                   b.sender() != b.receiver();
               ++recvs[op.bucket()];
               key = {0, op.peer(), b.seq(), 1};
             } else {
@@ -322,9 +340,12 @@ class Replayer {
               ++copies[op.bucket()];
               key = {1, 0, 0, op.bucket()};
             }
-            if (!ok) return absl::InvalidArgumentError(absl::StrCat(where, ": op on bucket ", op.bucket(), " does not match it"));
+            if (!ok)
+              return absl::InvalidArgumentError(
+                  absl::StrCat(where, ": op on bucket ", op.bucket(), " does not match it"));
           }
-          if (key < prev) return absl::InvalidArgumentError(absl::StrCat(where, ": ops out of order"));
+          if (key < prev)
+            return absl::InvalidArgumentError(absl::StrCat(where, ": ops out of order"));
           prev = key;
         }
       }
@@ -332,12 +353,15 @@ class Replayer {
     for (int i = 0; i < nb; ++i) {
       const v1::Bucket& b = plan_.buckets(i);
       const bool local = b.sender() == b.receiver();
-      if (local ? copies[i] != 1 || sends[i] || recvs[i] : sends[i] != 1 || recvs[i] != 1 || copies[i]) {
+      if (local ? copies[i] != 1 || sends[i] || recvs[i]
+                : sends[i] != 1 || recvs[i] != 1 || copies[i]) {
         return absl::InvalidArgumentError(absl::StrCat("bucket ", i, ": wrong number of ops"));
       }
     }
     for (int i = 0; i < plan_.reduces_size(); ++i) {
-      if (reduce_ops[i] != 1) return absl::InvalidArgumentError(absl::StrCat("reduce ", plan_.reduces(i).id(), ": wrong number of ops"));
+      if (reduce_ops[i] != 1)
+        return absl::InvalidArgumentError(
+            absl::StrCat("reduce ", plan_.reduces(i).id(), ": wrong number of ops"));
     }
     for (int i = 0; i < plan_.quantizes_size(); ++i) {
       if (quant_ops[i] != 1) {
@@ -361,7 +385,8 @@ class Replayer {
       data.assign(b.bytes(), 0);
       for (int k = 0; k < b.pieces_size(); ++k) {
         const v1::Piece& p = b.pieces(k);
-        const std::string what = absl::StrCat("bucket ", i, " piece ", k, " (", p.tensor(), ") src");
+        const std::string what = absl::StrCat("bucket ", i, " piece ", k, " (",
+                                              PlanNameOrIndex(plan_, p.tensor_name()), ") src");
         if (p.scales_of() != 0) continue;  // written with its quantized piece
         if (p.quant_block_size() == 0) {
           RETURN_IF_ERROR(
@@ -370,11 +395,11 @@ class Replayer {
         }
         ASSIGN_OR_RETURN(BlockGrid g, GridOf(p.dst().shape(), p.quant_block(), what));
         std::vector<float> x(ViewElems(p.src()));
-        RETURN_IF_ERROR(Gather(b.sender(), p.src(), v1::FP32,
-                               reinterpret_cast<uint8_t*>(x.data()), what));
+        RETURN_IF_ERROR(
+            Gather(b.sender(), p.src(), v1::FP32, reinterpret_cast<uint8_t*>(x.data()), what));
         std::vector<float> scales(g.num_blocks());
-        RETURN_IF_ERROR(QuantizeBlocksFp8E4M3(x.data(), g, data.data() + p.bucket_offset(),
-                                              scales.data()));
+        RETURN_IF_ERROR(
+            QuantizeBlocksFp8E4M3(x.data(), g, data.data() + p.bucket_offset(), scales.data()));
         for (const v1::Piece& o : b.pieces()) {
           if (o.scales_of() == k + 1) {
             std::memcpy(data.data() + o.bucket_offset(), scales.data(), scales.size() * 4);
@@ -387,8 +412,10 @@ class Replayer {
       for (int k = 0; k < b.pieces_size(); ++k) {
         const v1::Piece& p = b.pieces(k);
         if (p.reduce_id() != 0 || p.quantize_id() != 0) continue;
-        RETURN_IF_ERROR(Scatter(b.receiver(), p.dst(), p.wire_dtype(), wire[i].data() + p.bucket_offset(),
-                                absl::StrCat("bucket ", i, " piece ", k, " (", p.tensor(), ") dst")));
+        RETURN_IF_ERROR(Scatter(b.receiver(), p.dst(), p.wire_dtype(),
+                                wire[i].data() + p.bucket_offset(),
+                                absl::StrCat("bucket ", i, " piece ", k, " (",
+                                             PlanNameOrIndex(plan_, p.tensor_name()), ") dst")));
       }
     }
     for (const v1::Reduce& red : plan_.reduces()) {
@@ -398,8 +425,8 @@ class Replayer {
       std::vector<std::vector<uint8_t>> inputs;
       std::vector<const void*> ptrs;
       for (const v1::ReduceInput& in : red.inputs()) {
-        if (in.bucket() < 0 || in.bucket() >= plan_.buckets_size() ||
-            in.piece() < 0 || in.piece() >= plan_.buckets(in.bucket()).pieces_size()) {
+        if (in.bucket() < 0 || in.bucket() >= plan_.buckets_size() || in.piece() < 0 ||
+            in.piece() >= plan_.buckets(in.bucket()).pieces_size()) {
           return absl::InvalidArgumentError(absl::StrCat("reduce ", red.id(), ": bad input"));
         }
         const v1::Bucket& b = plan_.buckets(in.bucket());
@@ -410,8 +437,9 @@ class Replayer {
                                                          " is not its contribution in round ", r));
         }
         inputs.emplace_back(n * es);
-        RETURN_IF_ERROR(ConvertElements(wire[in.bucket()].data() + p.bucket_offset(), p.wire_dtype(),
-                                        inputs.back().data(), red.accumulate_dtype(), n));
+        RETURN_IF_ERROR(ConvertElements(wire[in.bucket()].data() + p.bucket_offset(),
+                                        p.wire_dtype(), inputs.back().data(),
+                                        red.accumulate_dtype(), n));
       }
       for (const auto& v : inputs) ptrs.push_back(v.data());
       std::vector<uint8_t> acc(n * es);
@@ -447,8 +475,8 @@ class Replayer {
       }
       const int64_t m = ViewElems(p.dst());
       std::vector<float> v(m);
-      RETURN_IF_ERROR(ConvertElements(wire[in.bucket()].data() + p.bucket_offset(),
-                                      p.wire_dtype(), v.data(), v1::FP32, m));
+      RETURN_IF_ERROR(ConvertElements(wire[in.bucket()].data() + p.bucket_offset(), p.wire_dtype(),
+                                      v.data(), v1::FP32, m));
       std::vector<int64_t> idx(rank, 0);
       for (int64_t k = 0; k < m; ++k) {
         int64_t lin = 0;
@@ -506,11 +534,29 @@ absl::Status WriteValue(double v, v1::DType dtype, uint8_t* at) {
     return ConvertElements(&f, v1::FP32, at, dtype, 1);
   }
   switch (dtype) {
-    case v1::INT8: { int8_t x = static_cast<int8_t>(v); std::memcpy(at, &x, 1); break; }
-    case v1::UINT8: case v1::BOOL: { uint8_t x = static_cast<uint8_t>(v); std::memcpy(at, &x, 1); break; }
-    case v1::INT32: { int32_t x = static_cast<int32_t>(v); std::memcpy(at, &x, 4); break; }
-    case v1::INT64: { int64_t x = static_cast<int64_t>(v); std::memcpy(at, &x, 8); break; }
-    default: return absl::InvalidArgumentError("unsupported dtype");
+    case v1::INT8: {
+      int8_t x = static_cast<int8_t>(v);
+      std::memcpy(at, &x, 1);
+      break;
+    }
+    case v1::UINT8:
+    case v1::BOOL: {
+      uint8_t x = static_cast<uint8_t>(v);
+      std::memcpy(at, &x, 1);
+      break;
+    }
+    case v1::INT32: {
+      int32_t x = static_cast<int32_t>(v);
+      std::memcpy(at, &x, 4);
+      break;
+    }
+    case v1::INT64: {
+      int64_t x = static_cast<int64_t>(v);
+      std::memcpy(at, &x, 8);
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError("unsupported dtype");
   }
   return absl::OkStatus();
 }
@@ -522,11 +568,29 @@ double ReadValue(v1::DType dtype, const uint8_t* at) {
     return f;
   }
   switch (dtype) {
-    case v1::INT8: { int8_t x; std::memcpy(&x, at, 1); return x; }
-    case v1::UINT8: case v1::BOOL: { uint8_t x; std::memcpy(&x, at, 1); return x; }
-    case v1::INT32: { int32_t x; std::memcpy(&x, at, 4); return x; }
-    case v1::INT64: { int64_t x; std::memcpy(&x, at, 8); return static_cast<double>(x); }
-    default: return 0;
+    case v1::INT8: {
+      int8_t x;
+      std::memcpy(&x, at, 1);
+      return x;
+    }
+    case v1::UINT8:
+    case v1::BOOL: {
+      uint8_t x;
+      std::memcpy(&x, at, 1);
+      return x;
+    }
+    case v1::INT32: {
+      int32_t x;
+      std::memcpy(&x, at, 4);
+      return x;
+    }
+    case v1::INT64: {
+      int64_t x;
+      std::memcpy(&x, at, 8);
+      return static_cast<double>(x);
+    }
+    default:
+      return 0;
   }
 }
 
@@ -565,8 +629,10 @@ absl::Status AllocateBuffers(const CompiledSide& source, const CompiledSide& des
         int64_t max_e = 0;
         bool empty = false;
         for (int d = 0; d < f.box.rank(); ++d) {
-          if (f.box.length[d] == 0) empty = true;
-          else max_e += (f.box.length[d] - 1) * f.strides[d];
+          if (f.box.length[d] == 0)
+            empty = true;
+          else
+            max_e += (f.box.length[d] - 1) * f.strides[d];
         }
         const int64_t end = empty ? f.byte_offset : f.byte_offset + (max_e + 1) * es;
         mem->Ensure(side->workers[f.rank], bs, side->buffer_names[f.buffer], end);
@@ -578,19 +644,28 @@ absl::Status AllocateBuffers(const CompiledSide& source, const CompiledSide& des
 
 int64_t SyntheticRange(v1::DType dtype) {
   switch (dtype) {
-    case v1::FP8_E4M3: case v1::FP8_E5M2: return 8;
-    case v1::BF16: return 120;
-    case v1::FP16: return 1000;
-    case v1::INT8: return 100;
-    case v1::UINT8: return 200;
-    case v1::BOOL: return 1;
-    default: return 1000000;
+    case v1::FP8_E4M3:
+    case v1::FP8_E5M2:
+      return 8;
+    case v1::BF16:
+      return 120;
+    case v1::FP16:
+      return 1000;
+    case v1::INT8:
+      return 100;
+    case v1::UINT8:
+      return 200;
+    case v1::BOOL:
+      return 1;
+    default:
+      return 1000000;
   }
 }
 
 double SyntheticValue(const std::string& tensor, int64_t linear_index, int64_t range) {
   const uint64_t h = Mix(NameHash(tensor) ^ Mix(static_cast<uint64_t>(linear_index) + 0x9e37));
-  return static_cast<double>(static_cast<int64_t>(h % static_cast<uint64_t>(2 * range + 1)) - range);
+  return static_cast<double>(static_cast<int64_t>(h % static_cast<uint64_t>(2 * range + 1)) -
+                             range);
 }
 
 absl::Status FillSource(const CompiledSide& source, int64_t range, HostMemory* mem) {
@@ -601,8 +676,8 @@ absl::Status FillSource(const CompiledSide& source, int64_t range, HostMemory* m
       if (f.partial_group != 0) groups[f.partial_group].push_back(&f);
     }
     for (const CompiledFragment& f : t.fragments) {
-      std::vector<uint8_t>* buf = mem->Find(source.workers[f.rank], v1::SOURCE_BUFFER,
-                                            source.buffer_names[f.buffer]);
+      std::vector<uint8_t>* buf =
+          mem->Find(source.workers[f.rank], v1::SOURCE_BUFFER, source.buffer_names[f.buffer]);
       if (buf == nullptr) return absl::InternalError("source buffer not allocated");
       int member = 0, members = 1;
       if (f.partial_group != 0) {
@@ -686,10 +761,10 @@ absl::Status CheckQuantized(const CompiledTensor& t, const CompiledSide& destina
       if (got != want) {
         std::string qs;
         for (int d = 0; d < rank; ++d) absl::StrAppend(&qs, d ? "," : "", q[d]);
-        st = absl::DataLossError(absl::StrCat(
-            "block-fp8 tensor '", t.name, "' on worker ", worker, " element [", qs, "]: got fp8 0x",
-            absl::Hex(got), ", want 0x", absl::Hex(want), " (source value ", v, ", scale ", scale,
-            ")"));
+        st = absl::DataLossError(absl::StrCat("block-fp8 tensor '", t.name, "' on worker ", worker,
+                                              " element [", qs, "]: got fp8 0x", absl::Hex(got),
+                                              ", want 0x", absl::Hex(want), " (source value ", v,
+                                              ", scale ", scale, ")"));
       }
     });
     RETURN_IF_ERROR(st);
@@ -726,7 +801,8 @@ absl::Status CheckDestination(const v1::TransferSpec& spec, const CompiledSide& 
       if (m.dst() != t.name) continue;
       Entry e;
       e.src = source.Find(m.src());
-      if (e.src == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown source ", m.src()));
+      if (e.src == nullptr)
+        return absl::InvalidArgumentError(absl::StrCat("unknown source ", m.src()));
       e.src_off.assign(m.src_box().offset().begin(), m.src_box().offset().end());
       e.dst_off.assign(m.dst_offset().begin(), m.dst_offset().end());
       const int n = std::min(m.src_box().length_size(), static_cast<int>(t.shape.size()));
@@ -739,7 +815,8 @@ absl::Status CheckDestination(const v1::TransferSpec& spec, const CompiledSide& 
     if (entries.empty()) {
       Entry e;
       e.src = source.Find(t.name);
-      if (e.src == nullptr) return absl::InvalidArgumentError(absl::StrCat("no source for ", t.name));
+      if (e.src == nullptr)
+        return absl::InvalidArgumentError(absl::StrCat("no source for ", t.name));
       e.src_off.assign(t.shape.size(), 0);
       e.dst_off.assign(t.shape.size(), 0);
       e.dst_len = t.shape;
@@ -747,32 +824,32 @@ absl::Status CheckDestination(const v1::TransferSpec& spec, const CompiledSide& 
     }
     // The source value of destination element q (global coordinates).
     auto want_of = [&](const std::vector<int64_t>& q, const CompiledTensor** src) -> double {
-        const Entry* hit = nullptr;
-        for (const Entry& e : entries) {
-          bool in = true;
-          for (size_t d = 0; d < q.size(); ++d) {
-            if (q[d] < e.dst_off[d] || q[d] >= e.dst_off[d] + e.dst_len[d]) in = false;
-          }
-          if (in) hit = &e;
+      const Entry* hit = nullptr;
+      for (const Entry& e : entries) {
+        bool in = true;
+        for (size_t d = 0; d < q.size(); ++d) {
+          if (q[d] < e.dst_off[d] || q[d] >= e.dst_off[d] + e.dst_len[d]) in = false;
         }
-        *src = hit == nullptr ? nullptr : hit->src;
-        if (hit == nullptr) return 0;
-        const CompiledTensor& s = *hit->src;
-        const int sr = static_cast<int>(s.shape.size());
-        const int n = std::min<int>(sr, static_cast<int>(q.size()));
-        const std::vector<int64_t> gs = RowMajorStrides(s.shape);
-        int64_t lin = 0;
-        for (int d = 0; d < sr; ++d) {
-          int64_t coord = hit->src_off[d];
-          if (d >= sr - n) {
-            const size_t qd = q.size() - n + (d - (sr - n));
-            coord = q[qd] - hit->dst_off[qd] + hit->src_off[d];
-          }
-          lin += coord * gs[d];
+        if (in) hit = &e;
+      }
+      *src = hit == nullptr ? nullptr : hit->src;
+      if (hit == nullptr) return 0;
+      const CompiledTensor& s = *hit->src;
+      const int sr = static_cast<int>(s.shape.size());
+      const int n = std::min<int>(sr, static_cast<int>(q.size()));
+      const std::vector<int64_t> gs = RowMajorStrides(s.shape);
+      int64_t lin = 0;
+      for (int d = 0; d < sr; ++d) {
+        int64_t coord = hit->src_off[d];
+        if (d >= sr - n) {
+          const size_t qd = q.size() - n + (d - (sr - n));
+          coord = q[qd] - hit->dst_off[qd] + hit->src_off[d];
         }
-        double want = SyntheticValue(s.name, lin, range);
-        if (s.dtype == v1::UINT8 || s.dtype == v1::BOOL) want = std::abs(want);
-        return want;
+        lin += coord * gs[d];
+      }
+      double want = SyntheticValue(s.name, lin, range);
+      if (s.dtype == v1::UINT8 || s.dtype == v1::BOOL) want = std::abs(want);
+      return want;
     };
     if (t.quantized()) {
       RETURN_IF_ERROR(CheckQuantized(t, destination, mem, want_of));
@@ -800,8 +877,8 @@ absl::Status CheckDestination(const v1::TransferSpec& spec, const CompiledSide& 
           std::string qs;
           for (size_t d = 0; d < q.size(); ++d) absl::StrAppend(&qs, d ? "," : "", q[d]);
           st = absl::DataLossError(absl::StrCat("destination tensor '", t.name, "' on worker ",
-                                                worker, " element [", qs, "]: got ", got,
-                                                ", want ", want, " (from '", s.name, "')"));
+                                                worker, " element [", qs, "]: got ", got, ", want ",
+                                                want, " (from '", s.name, "')"));
         }
       });
       RETURN_IF_ERROR(st);
@@ -812,7 +889,8 @@ absl::Status CheckDestination(const v1::TransferSpec& spec, const CompiledSide& 
 
 absl::Status VerifyPlan(const v1::TransferSpec& spec, const v1::Plan& plan) {
   ASSIGN_OR_RETURN(CompiledSide source, CompileSide(spec.source(), SideRole::kSource));
-  ASSIGN_OR_RETURN(CompiledSide destination, CompileSide(spec.destination(), SideRole::kDestination));
+  ASSIGN_OR_RETURN(CompiledSide destination,
+                   CompileSide(spec.destination(), SideRole::kDestination));
   int64_t range = 1000000;
   for (const CompiledSide* side : {&source, &destination}) {
     for (const CompiledTensor& t : side->tensors) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/dtype.h"
+#include "common/plan_names.h"
 #include "controller/plan/planner.h"
 #include "controller/server/state.h"
 
@@ -156,10 +157,17 @@ absl::Status ControllerState::CheckBuffersLocked(const v1::Plan& part, int32_t w
                                                  const Worker& w, bool require_all) {
   absl::flat_hash_map<std::string, int64_t> need;      // buffer -> end byte
   absl::flat_hash_map<std::string, v1::DType> dtypes;  // buffer -> a view dtype
+  absl::Status bad_name;
   auto use = [&](const v1::TensorView& v) {
-    int64_t& end = need[v.buffer()];
+    absl::StatusOr<const std::string*> name =
+        PlanName(part, v.buffer_name(), absl::StrCat("plan for worker ", worker));
+    if (!name.ok()) {
+      bad_name.Update(name.status());
+      return;
+    }
+    int64_t& end = need[**name];
     end = std::max(end, ViewEnd(v));
-    dtypes.emplace(v.buffer(), v.dtype());
+    dtypes.emplace(**name, v.dtype());
   };
   for (const v1::Bucket& b : part.buckets()) {
     for (const v1::Piece& p : b.pieces()) {
@@ -176,6 +184,7 @@ absl::Status ControllerState::CheckBuffersLocked(const v1::Plan& part, int32_t w
     use(q.dst());
     use(q.scale_dst());
   }
+  if (!bad_name.ok()) return bad_name;
   for (const auto& [buffer, end] : need) {
     std::pair<std::string, std::string> gn = absl::StrSplit(buffer, absl::MaxSplits('/', 1));
     const v1::BufferInfo* found = nullptr;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/cast.h"
+#include "common/plan_names.h"
 #include "common/status_macros.h"
 
 namespace wsync::exec {
@@ -53,8 +54,9 @@ class Binder {
     return absl::StrCat("worker ", worker_, " round ", round, ": ", op, " bucket ", b.id(),
                         " (worker ", b.sender(), " -> ", b.receiver(), ")");
   }
-  static std::string PieceWhere(const std::string& bucket_where, int i, const v1::Piece& p) {
-    return absl::StrCat(bucket_where, " piece ", i, " (tensor '", p.tensor(), "')");
+  std::string PieceWhere(const std::string& bucket_where, int i, const v1::Piece& p) const {
+    return absl::StrCat(bucket_where, " piece ", i, " (tensor '",
+                        PlanNameOrIndex(plan_, p.tensor_name()), "')");
   }
 
   absl::Status BindRound(const v1::Round& round, BoundRound& out);
@@ -88,14 +90,16 @@ class Binder {
 absl::StatusOr<StridedView> Binder::Resolve(const v1::TensorView& v, BufferSide role,
                                             const char* which) const {
   const BufferSide side = SideOf(v);
+  ASSIGN_OR_RETURN(const std::string* name,
+                   PlanName(plan_, v.buffer_name(), absl::StrCat(which, " view")));
   const std::string what =
-      absl::StrCat(which, " view of ", BufferSideName(side), " buffer '", v.buffer(), "'");
+      absl::StrCat(which, " view of ", BufferSideName(side), " buffer '", *name, "'");
   // Writes only ever go to destination buffers: never into the trainer's.
   if (role == BufferSide::kDestination && side != BufferSide::kDestination) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": a written view must name a ", "destination buffer"));
   }
-  const RegisteredBuffer* buf = registry_.Find(side, v.buffer());
+  const RegisteredBuffer* buf = registry_.Find(side, *name);
   if (buf == nullptr) return absl::NotFoundError(absl::StrCat(what, ": buffer not registered"));
   if (v.dtype() != buf->dtype) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": view dtype ", DTypeName(v.dtype()),
@@ -230,8 +234,8 @@ absl::StatusOr<QuantGridInfo> QuantGrid(const v1::Bucket& b, int i) {
                          ((g.cols + g.block_cols - 1) / g.block_cols);
   if (sp.wire_dtype() != v1::FP32 || sp.bucket_offset() < 0 ||
       sp.bucket_offset() + 4 * blocks > b.bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat("scale piece ", g.scale_piece,
-                                                   " is not ", blocks, " fp32 values in the bucket"));
+    return absl::InvalidArgumentError(absl::StrCat("scale piece ", g.scale_piece, " is not ",
+                                                   blocks, " fp32 values in the bucket"));
   }
   return g;
 }
@@ -269,7 +273,8 @@ absl::Status Binder::BindSend(const v1::Bucket& b, BoundTransfer& t, BoundRound&
     if (!src.ok()) return Annotate(src.status(), pw);
     if (p.quant_block_size() != 0) {
       if (b.zero_copy()) {
-        return absl::InvalidArgumentError(absl::StrCat(pw, ": quantized piece in a zero-copy bucket"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(pw, ": quantized piece in a zero-copy bucket"));
       }
       RETURN_IF_ERROR(Annotate(CheckPacked(b, p, src->num_elements()), pw));
       PackItem item{*src, t.staging_offset + p.bucket_offset(), p.wire_dtype()};
@@ -317,7 +322,8 @@ absl::Status Binder::BindRecv(const v1::Bucket& b, BoundTransfer& t, BoundRound&
     }
     if (p.quantize_id() != 0) {
       if (b.zero_copy()) {
-        return absl::InvalidArgumentError(absl::StrCat(pw, ": quantize input in a zero-copy bucket"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(pw, ": quantize input in a zero-copy bucket"));
       }
       int64_t numel = 1;
       for (int64_t n : p.dst().shape()) numel *= n;
@@ -555,10 +561,11 @@ absl::Status Binder::BindQuantize(const v1::Quantize& q, int32_t round, BoundRou
   for (int k = 0; k < q.inputs_size(); ++k) {
     const v1::QuantizeInput& in = q.inputs(k);
     auto it = qparts_.find({in.bucket(), in.piece()});
-    if (it == qparts_.end() || buckets_.at(in.bucket())->pieces(in.piece()).quantize_id() != q.id()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": input ", k, " (bucket ", in.bucket(), " piece ", in.piece(),
-          ") is not a part of it this worker receives or copies in round ", round));
+    if (it == qparts_.end() ||
+        buckets_.at(in.bucket())->pieces(in.piece()).quantize_id() != q.id()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": input ", k, " (bucket ", in.bucket(), " piece ", in.piece(),
+                       ") is not a part of it this worker receives or copies in round ", round));
     }
     if (it->second.consumed) {
       return absl::InvalidArgumentError(
@@ -567,16 +574,15 @@ absl::Status Binder::BindQuantize(const v1::Quantize& q, int32_t round, BoundRou
     it->second.consumed = true;
     QuantizeInput qi = it->second.input;
     if (in.offset_size() != dst->ndim) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": input ", k, " offset has ",
-                                                     in.offset_size(), " dims, the region ",
-                                                     dst->ndim));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": input ", k, " offset has ", in.offset_size(), " dims, the region ", dst->ndim));
     }
     int64_t m = 1;
     for (int d = 0; d < dst->ndim; ++d) {
       qi.offset[d] = in.offset(d);
       if (qi.offset[d] < 0 || qi.offset[d] + qi.shape[d] > dst->shape[d]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": input ", k, " (", it->second.where, ") lies outside the region"));
+        return absl::InvalidArgumentError(absl::StrCat(where, ": input ", k, " (", it->second.where,
+                                                       ") lies outside the region"));
       }
       m *= qi.shape[d];
     }
@@ -619,7 +625,8 @@ absl::Status Binder::BindRound(const v1::Round& round, BoundRound& out) {
     if (op.kind() == v1::Op::QUANTIZE) {
       auto it = quantizes_.find(op.quantize());
       if (it == quantizes_.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": unknown quantize ", op.quantize()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": unknown quantize ", op.quantize()));
       }
       if (!seen_quantizes_.insert(op.quantize()).second) {
         return absl::InvalidArgumentError(

@@ -142,7 +142,8 @@ TEST(PlannerMappingTest, StackedExpertsBothWays) {
   // Inference: stacked [4, 4, 6], EP over 2.
   Mesh(&dst, "experts", {experts, 4, 6}, {2}, {Sh(0)});
   v1::TransferSpec spec = Spec(src, dst);
-  for (int e = 0; e < experts; ++e) Map(&spec, "experts", {e, 0, 0}, "e" + std::to_string(e), {0, 0}, {4, 6});
+  for (int e = 0; e < experts; ++e)
+    Map(&spec, "experts", {e, 0, 0}, "e" + std::to_string(e), {0, 0}, {4, 6});
   BuildAndVerify(spec);
 
   // And back: stacked trainer tensor to per-expert inference tensors.
@@ -151,7 +152,8 @@ TEST(PlannerMappingTest, StackedExpertsBothWays) {
   Mesh(&src2, "experts", {experts, 4, 6}, {2}, {Sh(1)});
   for (int e = 0; e < experts; ++e) Mesh(&dst2, "x" + std::to_string(e), {4, 6}, {2}, {Sh(0)});
   v1::TransferSpec spec2 = Spec(src2, dst2);
-  for (int e = 0; e < experts; ++e) Map(&spec2, "x" + std::to_string(e), {0, 0}, "experts", {e, 0, 0}, {1, 4, 6});
+  for (int e = 0; e < experts; ++e)
+    Map(&spec2, "x" + std::to_string(e), {0, 0}, "experts", {e, 0, 0}, {1, 4, 6});
   BuildAndVerify(spec2);
 }
 
@@ -188,7 +190,7 @@ TEST(PlannerBucketTest, ZeroCopyForLargeContiguousPieces) {
     if (!b.zero_copy()) continue;
     ++zc;
     EXPECT_EQ(b.pieces_size(), 1);
-    EXPECT_EQ(b.pieces(0).tensor(), "big");
+    EXPECT_EQ(plan.names(b.pieces(0).tensor_name()), "big");
   }
   EXPECT_EQ(zc, 4);  // 2 pieces of 2 KiB, each split in two at B = 1 KiB
   for (const v1::RankPlan& rp : plan.ranks()) {

@@ -69,9 +69,10 @@ TEST(PlannerTest, CastsHappenOnTheNarrowSide) {
   v1::Plan plan = BuildAndVerify(spec);
   for (const v1::Bucket& b : plan.buckets()) {
     for (const v1::Piece& p : b.pieces()) {
-      if (p.tensor() == "down" || p.tensor() == "up") EXPECT_EQ(p.wire_dtype(), v1::BF16);
-      if (p.tensor() == "h2b") EXPECT_EQ(p.wire_dtype(), v1::BF16);
-      if (p.tensor() == "b2h") EXPECT_EQ(p.wire_dtype(), v1::FP16);
+      const std::string& tensor = plan.names(p.tensor_name());
+      if (tensor == "down" || tensor == "up") EXPECT_EQ(p.wire_dtype(), v1::BF16);
+      if (tensor == "h2b") EXPECT_EQ(p.wire_dtype(), v1::BF16);
+      if (tensor == "b2h") EXPECT_EQ(p.wire_dtype(), v1::FP16);
     }
   }
 }

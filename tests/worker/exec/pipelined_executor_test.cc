@@ -31,7 +31,7 @@ float SrcValue(int w, int64_t i) { return static_cast<float>(w * 100000 + i); }
 
 v1::TensorView View(int w, bool dst, int64_t off, int64_t n, int64_t stride) {
   v1::TensorView v;
-  v.set_buffer(absl::StrCat(dst ? "d" : "s", w));
+  v.set_buffer_name(dst ? kWorkers + w : w);  // names: s0.., then d0..
   v.set_side(dst ? v1::DESTINATION_BUFFER : v1::SOURCE_BUFFER);
   v.set_byte_offset(off * 4);
   v.add_shape(n);
@@ -87,7 +87,7 @@ class PlanGen {
     int64_t bytes = 0;
     for (const PieceSpec& ps : pieces) {
       v1::Piece* p = b->add_pieces();
-      p->set_tensor("t");
+      p->set_tensor_name(2 * kWorkers);  // "t"
       *p->mutable_src() = ps.src;
       *p->mutable_dst() = ps.dst;
       p->set_bucket_offset(bytes);
@@ -149,6 +149,10 @@ class PlanGen {
 
   v1::Plan Build(int num_rounds) {
     plan_.set_key(absl::StrCat("pipelined-", plan_.buckets_size()));
+    plan_.clear_names();
+    for (int w = 0; w < kWorkers; ++w) plan_.add_names(absl::StrCat("s", w));
+    for (int w = 0; w < kWorkers; ++w) plan_.add_names(absl::StrCat("d", w));
+    plan_.add_names("t");
     plan_.set_num_rounds(num_rounds);
     for (int w = 0; w < kWorkers; ++w) {
       v1::RankPlan* rp = plan_.add_ranks();

@@ -17,6 +17,24 @@
 
 namespace wsync::exec::testing {
 
+// Plans name buffers and tensors by index into Plan.names: views built here
+// index one process-wide table, which Build() copies into every plan.
+inline std::vector<std::string>& TestNames() {
+  static std::vector<std::string> names;
+  return names;
+}
+inline int32_t TestName(const std::string& name) {
+  std::vector<std::string>& names = TestNames();
+  auto it = std::find(names.begin(), names.end(), name);
+  if (it != names.end()) return static_cast<int32_t>(it - names.begin());
+  names.push_back(name);
+  return static_cast<int32_t>(names.size()) - 1;
+}
+inline void SetTestNames(v1::Plan* plan) {
+  plan->mutable_names()->Clear();
+  for (const std::string& n : TestNames()) plan->add_names(n);
+}
+
 // strides empty = row-major over shape.
 inline v1::TensorView View(const std::string& buffer, int64_t byte_offset,
                            std::vector<int64_t> shape, v1::DType dtype,
@@ -28,7 +46,7 @@ inline v1::TensorView View(const std::string& buffer, int64_t byte_offset,
     }
   }
   v1::TensorView v;
-  v.set_buffer(buffer);
+  v.set_buffer_name(TestName(buffer));
   v.set_byte_offset(byte_offset);
   for (int64_t n : shape) v.add_shape(n);
   for (int64_t s : strides) v.add_strides(s);
@@ -53,7 +71,7 @@ inline v1::TensorView Dst(v1::TensorView v) {
 inline v1::Piece Piece(const v1::TensorView& src, const v1::TensorView& dst, v1::DType wire,
                        int64_t reduce_id = 0, int64_t bucket_offset = -1) {
   v1::Piece p;
-  p.set_tensor(src.buffer());
+  p.set_tensor_name(src.buffer_name());
   *p.mutable_src() = src;
   *p.mutable_dst() = Dst(dst);
   p.set_wire_dtype(wire);
@@ -106,6 +124,7 @@ class PlanBuilder {
   v1::Plan Build(const std::string& key = "test-plan") {
     v1::Plan plan = plan_;
     plan.set_key(key);
+    SetTestNames(&plan);
     std::map<std::tuple<int32_t, int32_t, int32_t>, int32_t> seq;
     // (worker, round) -> ops
     std::map<std::pair<int32_t, int32_t>, std::vector<std::tuple<int32_t, int32_t, v1::Op>>> ops;

@@ -311,7 +311,8 @@ class Emitter {
     std::vector<std::vector<std::pair<int64_t, int32_t>>> inputs(w_.reduces.size());
     // Reduce contributions are never merged, but other transfers before them
     // in a bucket may be: index by emitted piece.
-    for (size_t b = 0; b < w_.buckets.size(); ++b) {
+    const bool any_inputs = !w_.reduces.empty() || !w_.quants.empty();
+    for (size_t b = 0; any_inputs && b < w_.buckets.size(); ++b) {
       const BucketRec& bk = w_.buckets[b];
       MergePieces(w_, bk, &merged_);
       int32_t piece = 0;

@@ -4,7 +4,7 @@
 // no routing can beat. Each case runs in a forked child so that its peak RSS
 // (getrusage ru_maxrss) is its own.
 //
-//   plan_bench [--filter SUBSTR] [--skip SUBSTR] [--out bench/results/plan.md]
+//   plan_bench [--filter SUBSTR] [--skip SUBSTR[,SUBSTR..]] [--out bench/results/plan.md]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/dtype.h"
 #include "controller/catalog/case.h"
 #include "controller/plan/plan_arena.h"
@@ -208,7 +209,9 @@ int Main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) {
       out_path = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: plan_bench [--filter SUBSTR] [--skip SUBSTR] [--out FILE.md]\n");
+      std::fprintf(
+          stderr,
+          "usage: plan_bench [--filter SUBSTR] [--skip SUBSTR[,SUBSTR..]] [--out FILE.md]\n");
       return 2;
     }
   }
@@ -221,7 +224,11 @@ int Main(int argc, char** argv) {
   for (const Case& c : kCases) {
     const std::string name = Name(c);
     if (!filter.empty() && name.find(filter) == std::string::npos) continue;
-    if (!skip.empty() && name.find(skip) != std::string::npos) continue;
+    bool skipped = false;
+    for (absl::string_view part : absl::StrSplit(skip, ',', absl::SkipEmpty())) {
+      skipped = skipped || name.find(std::string(part)) != std::string::npos;
+    }
+    if (skipped) continue;
     Result r;
     RunForked(c, &r);
     std::string row;

@@ -179,13 +179,6 @@ class Emitter {
     v->set_side(dst_side ? v1::DESTINATION_BUFFER : v1::SOURCE_BUFFER);
   }
 
-  static void SetBox(const int64_t* off, const int64_t* len, int rank, v1::Box* box) {
-    box->mutable_offset()->Reserve(rank);
-    box->mutable_length()->Reserve(rank);
-    for (int d = 0; d < rank; ++d) box->add_offset(off[d]);
-    for (int d = 0; d < rank; ++d) box->add_length(len[d]);
-  }
-
   // The scale piece of sender-quantized delivery `x`, packed by piece `index`.
   void FillScalePiece(const Xfer& x, int32_t index, v1::Piece* p) const {
     const Cell& c = w_.cells[x.cell];
@@ -196,7 +189,6 @@ class Emitter {
     DstBox(c, doff, dlen);
     BlockBoxOf(dt, m.dst_rank, doff, dlen, boff, blen);
     p->set_tensor_name(dst_tensor_base_ + dt.scale_tensor);
-    SetBox(boff, blen, m.dst_rank, p->mutable_box());
     if (x.relay) {
       FillView(true, sc, dt.scale_fragment[x.src_frag], boff, blen, m.dst_rank, p->mutable_src());
       p->set_relay(true);
@@ -227,7 +219,6 @@ class Emitter {
     int64_t doff[kMaxDims], dlen[kMaxDims];
     DstBox(c, doff, dlen);
     p->set_tensor_name(dst_tensor_base_ + w_.maps[c.map].dst_tensor);
-    SetBox(doff, dlen, rank, p->mutable_box());
     FillView(true, dt, x.src_frag, doff, dlen, rank, p->mutable_src());
     p->set_relay(true);
     FillView(true, dt, x.dst_frag, doff, dlen, rank, p->mutable_dst());
@@ -246,7 +237,6 @@ class Emitter {
     int64_t doff[kMaxDims], dlen[kMaxDims];
     SrcToDst(m, so, sl, doff, dlen);
     p->set_tensor_name(m.src_tensor);
-    SetBox(so, sl, m.src_rank, p->mutable_box());
     if (x.relay) {
       FillView(true, dt, x.src_frag, doff, dlen, m.dst_rank, p->mutable_src());
       p->set_relay(true);

@@ -122,54 +122,67 @@ class RoundAssigner {
       if (unit_of_[r] < 0) unit_of_[r] = num_units_++;
       unit_of_[b] = unit_of_[r];
     }
-    // Loads per unit, aggregated per (worker, dir).
-    std::vector<std::vector<LoadEntry>> loads(num_units_);
-    std::vector<std::vector<StageEntry>> stage(num_units_);
-    auto add_load = [](std::vector<LoadEntry>* v, int32_t worker, int dir, double s) {
-      for (LoadEntry& e : *v) {
+    // Buckets grouped by unit (counting sort, stable in bucket order), then
+    // each unit's loads aggregated per (worker, dir) in reused scratch: one
+    // pass, no per-unit vectors (a Kimi-K2 plan has ~250k units).
+    std::vector<int32_t> unit_start(num_units_ + 1, 0);
+    for (int32_t b = 0; b < nb; ++b) ++unit_start[unit_of_[b] + 1];
+    for (int32_t u = 0; u < num_units_; ++u) unit_start[u + 1] += unit_start[u];
+    std::vector<int32_t> by_unit(nb);
+    {
+      std::vector<int32_t> next(unit_start.begin(), unit_start.end() - 1);
+      for (int32_t b = 0; b < nb; ++b) by_unit[next[unit_of_[b]]++] = b;
+    }
+    std::vector<LoadEntry> loads;
+    std::vector<StageEntry> stage;
+    auto add_load = [&loads](int32_t worker, int dir, double s) {
+      for (LoadEntry& e : loads) {
         if (e.worker == worker && e.dir == dir) {
           e.seconds += s;
           return;
         }
       }
-      v->push_back({worker, dir, s});
+      loads.push_back({worker, dir, s});
     };
-    auto add_stage = [](std::vector<StageEntry>* v, int32_t worker, int64_t bytes) {
-      for (StageEntry& e : *v) {
+    auto add_stage = [&stage](int32_t worker, int64_t bytes) {
+      for (StageEntry& e : stage) {
         if (e.worker == worker) {
           e.bytes += bytes;
           return;
         }
       }
-      v->push_back({worker, bytes});
+      stage.push_back({worker, bytes});
     };
-    for (int32_t b = 0; b < nb; ++b) {
-      const BucketRec& bk = w_->buckets[b];
-      const int32_t u = unit_of_[b];
-      const LinkClass l = w_->Link(bk.sender, bk.receiver);
-      const double t = LinkSeconds(w_->opt.link, l, bk.bytes);
-      if (l == LinkClass::kLocal) {
-        add_load(&loads[u], bk.sender, kLocalCopy, t);
-        continue;
-      }
-      add_load(&loads[u], bk.sender, l == LinkClass::kNvlink ? kNvlOut : kNicOut, t);
-      add_load(&loads[u], bk.receiver, l == LinkClass::kNvlink ? kNvlIn : kNicIn, t);
-      if (!bk.zero_copy) {
-        add_stage(&stage[u], bk.sender, bk.bytes);
-        add_stage(&stage[u], bk.receiver, bk.bytes);
-      }
-    }
     load_begin_.assign(num_units_ + 1, 0);
     stage_begin_.assign(num_units_ + 1, 0);
     weight_.assign(num_units_, 0.0);
+    load_entries_.reserve(static_cast<size_t>(nb) * 2);
+    stage_entries_.reserve(static_cast<size_t>(nb) * 2);
     for (int32_t u = 0; u < num_units_; ++u) {
-      load_begin_[u + 1] = load_begin_[u] + static_cast<int32_t>(loads[u].size());
-      stage_begin_[u + 1] = stage_begin_[u] + static_cast<int32_t>(stage[u].size());
-      for (const LoadEntry& e : loads[u]) {
+      loads.clear();
+      stage.clear();
+      for (int32_t i = unit_start[u]; i < unit_start[u + 1]; ++i) {
+        const BucketRec& bk = w_->buckets[by_unit[i]];
+        const LinkClass l = w_->Link(bk.sender, bk.receiver);
+        const double t = LinkSeconds(w_->opt.link, l, bk.bytes);
+        if (l == LinkClass::kLocal) {
+          add_load(bk.sender, kLocalCopy, t);
+          continue;
+        }
+        add_load(bk.sender, l == LinkClass::kNvlink ? kNvlOut : kNicOut, t);
+        add_load(bk.receiver, l == LinkClass::kNvlink ? kNvlIn : kNicIn, t);
+        if (!bk.zero_copy) {
+          add_stage(bk.sender, bk.bytes);
+          add_stage(bk.receiver, bk.bytes);
+        }
+      }
+      load_begin_[u + 1] = load_begin_[u] + static_cast<int32_t>(loads.size());
+      stage_begin_[u + 1] = stage_begin_[u] + static_cast<int32_t>(stage.size());
+      for (const LoadEntry& e : loads) {
         load_entries_.push_back(e);
         weight_[u] = std::max(weight_[u], e.seconds);
       }
-      for (const StageEntry& e : stage[u]) stage_entries_.push_back(e);
+      for (const StageEntry& e : stage) stage_entries_.push_back(e);
     }
     stage_total_.assign(nw_, 0);
     for (const StageEntry& e : stage_entries_) stage_total_[e.worker] += e.bytes;

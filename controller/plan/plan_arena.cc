@@ -5,21 +5,17 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "controller/plan/huge_page_allocator.h"
+
 namespace wsync::plan {
-namespace {
 
-constexpr size_t kHugePage = size_t{2} << 20;
-
-// Blocks of at least a huge page come from mmap, aligned to 2 MiB so that the
-// kernel can back them with huge pages; smaller ones (the first few blocks of
-// a small plan) from malloc. The size decides both ways, so free matches.
-void* AllocBlock(size_t size) {
-  if (size < kHugePage) return std::malloc(size);
-  const size_t span = size + kHugePage;
+void* AllocateHugePageBlock(size_t size) {
+  const size_t span = size + kHugePageBytes;
   void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;  // the arena reports the failed allocation
+  if (raw == MAP_FAILED) return nullptr;
+  // Trim to a 2 MiB-aligned start: only aligned 2 MiB ranges can be huge pages.
   const uintptr_t base = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (base + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t aligned = (base + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
   if (aligned > base) munmap(raw, aligned - base);
   const uintptr_t end = base + span;
   if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - aligned - size);
@@ -28,11 +24,21 @@ void* AllocBlock(size_t size) {
   return block;
 }
 
-void FreeBlock(void* block, size_t size) {
-  if (size < kHugePage) {
+void FreeHugePageBlock(void* block, size_t size) { munmap(block, size); }
+
+namespace {
+
+// Blocks of at least a huge page are huge-page blocks; smaller ones (the first
+// blocks of a small plan) come from malloc. The size decides both ways.
+void* AllocArenaBlock(size_t size) {
+  return size < kHugePageBytes ? std::malloc(size) : AllocateHugePageBlock(size);
+}
+
+void FreeArenaBlock(void* block, size_t size) {
+  if (size < kHugePageBytes) {
     std::free(block);
   } else {
-    munmap(block, size);
+    FreeHugePageBlock(block, size);
   }
 }
 
@@ -42,8 +48,8 @@ std::shared_ptr<google::protobuf::Arena> NewPlanArena() {
   google::protobuf::ArenaOptions options;
   options.start_block_size = 64 << 10;
   options.max_block_size = 32 << 20;
-  options.block_alloc = &AllocBlock;
-  options.block_dealloc = &FreeBlock;
+  options.block_alloc = &AllocArenaBlock;
+  options.block_dealloc = &FreeArenaBlock;
   return std::make_shared<google::protobuf::Arena>(options);
 }
 

@@ -196,12 +196,8 @@ class RoundAssigner {
     }
     std::sort(edges.begin(), edges.end());
     edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
-    children_.assign(num_units_, {});
-    parents_.assign(num_units_, {});
-    for (auto [p, c] : edges) {
-      children_[p].push_back(c);
-      parents_[c].push_back(p);
-    }
+    children_.Build(num_units_, edges, /*by_first=*/true);
+    parents_.Build(num_units_, edges, /*by_first=*/false);
     // Depth (longest chain above) and height (below); units of a higher relay
     // generation only depend on lower ones, so generation order is topological.
     std::vector<int32_t> topo(num_units_);
@@ -214,10 +210,10 @@ class RoundAssigner {
     depth_.assign(num_units_, 0);
     height_.assign(num_units_, 0);
     for (int32_t u : topo) {
-      for (int32_t c : children_[u]) depth_[c] = std::max(depth_[c], depth_[u] + 1);
+      for (int32_t c : children_.of(u)) depth_[c] = std::max(depth_[c], depth_[u] + 1);
     }
     for (auto it = topo.rbegin(); it != topo.rend(); ++it) {
-      for (int32_t p : parents_[*it]) height_[p] = std::max(height_[p], height_[*it] + 1);
+      for (int32_t p : parents_.of(*it)) height_[p] = std::max(height_[p], height_[*it] + 1);
     }
     order_.resize(num_units_);
     std::iota(order_.begin(), order_.end(), 0);
@@ -349,8 +345,8 @@ class RoundAssigner {
   // (the one where u's busiest link ends lowest), or -1.
   int32_t NoGrowthRound(int32_t u, int32_t from) {
     int32_t lo = 0, hi = rounds_ - 1;
-    for (int32_t p : parents_[u]) lo = std::max(lo, round_of_[p] + 1);
-    for (int32_t c : children_[u]) hi = std::min(hi, round_of_[c] - 1);
+    for (int32_t p : parents_.of(u)) lo = std::max(lo, round_of_[p] + 1);
+    for (int32_t c : children_.of(u)) hi = std::min(hi, round_of_[c] - 1);
     int32_t best = -1;
     double best_m = INFINITY;
     for (int32_t r = lo; r <= hi; ++r) {
@@ -411,21 +407,21 @@ class RoundAssigner {
     }
     // Propagate order constraints to unplaced relatives.
     std::vector<std::pair<int32_t, int32_t>> stack;
-    for (int32_t c : children_[u]) stack.emplace_back(c, r + 1);
+    for (int32_t c : children_.of(u)) stack.emplace_back(c, r + 1);
     while (!stack.empty()) {
       auto [v, lo] = stack.back();
       stack.pop_back();
       if (lo <= lo_[v]) continue;
       lo_[v] = lo;
-      for (int32_t c : children_[v]) stack.emplace_back(c, lo + 1);
+      for (int32_t c : children_.of(v)) stack.emplace_back(c, lo + 1);
     }
-    for (int32_t p : parents_[u]) stack.emplace_back(p, r - 1);
+    for (int32_t p : parents_.of(u)) stack.emplace_back(p, r - 1);
     while (!stack.empty()) {
       auto [v, hi] = stack.back();
       stack.pop_back();
       if (hi >= hi_fix_[v]) continue;
       hi_fix_[v] = hi;
-      for (int32_t p : parents_[v]) stack.emplace_back(p, hi - 1);
+      for (int32_t p : parents_.of(v)) stack.emplace_back(p, hi - 1);
     }
   }
 
@@ -457,7 +453,30 @@ class RoundAssigner {
   std::vector<int32_t> load_begin_, stage_begin_;
   std::vector<double> weight_;
   std::vector<int64_t> stage_total_;
-  std::vector<std::vector<int32_t>> children_, parents_;
+  // Per unit lists stored flat (CSR): ~250k units, few with relay edges.
+  struct UnitLists {
+    struct Range {
+      const int32_t* b;
+      const int32_t* e;
+      const int32_t* begin() const { return b; }
+      const int32_t* end() const { return e; }
+    };
+    std::vector<int32_t> start, items;
+    // From sorted, unique (parent, child) edges: children of each parent
+    // (by_first) or parents of each child, each list in edge order.
+    void Build(int32_t n, const std::vector<std::pair<int32_t, int32_t>>& edges, bool by_first) {
+      start.assign(n + 1, 0);
+      for (const auto& e : edges) ++start[(by_first ? e.first : e.second) + 1];
+      for (int32_t u = 0; u < n; ++u) start[u + 1] += start[u];
+      items.resize(edges.size());
+      std::vector<int32_t> next(start.begin(), start.end() - 1);
+      for (const auto& e : edges) {
+        items[next[by_first ? e.first : e.second]++] = by_first ? e.second : e.first;
+      }
+    }
+    Range of(int32_t u) const { return {items.data() + start[u], items.data() + start[u + 1]}; }
+  };
+  UnitLists children_, parents_;
   std::vector<int32_t> depth_, height_, order_, topo_order_;
   // Assignment state.
   int32_t rounds_ = 0;

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "controller/plan/compiled_layout.h"
+#include "controller/plan/huge_page_allocator.h"
 #include "controller/plan/plan_cost.h"
 #include "wsync/v1/layout.pb.h"
 #include "wsync/v1/plan.pb.h"
@@ -66,7 +67,7 @@ class BoxArena {
   }
 
  private:
-  std::vector<int64_t> data_;
+  BigVector<int64_t> data_;
 };
 
 // One mapping entry: destination region fed by a source box. Ranks may
@@ -231,21 +232,21 @@ struct Work {
   std::vector<MapEntry> maps;
   std::vector<std::vector<int32_t>> maps_of_dst;  // dst tensor -> MapEntry ids
   std::vector<HolderGroup> holder_groups;
-  std::vector<int32_t> holder_frags;  // source fragment ids (within the tensor)
+  BigVector<int32_t> holder_frags;    // source fragment ids (within the tensor)
   std::vector<int32_t> holder_parts;  // PartialGroup ids
   std::vector<PartialGroup> partial_groups;
   std::vector<SourceIndex> source_index;  // per source tensor
   std::vector<DstGroup> dst_groups;
-  std::vector<Cell> cells;
-  std::vector<int32_t> cell_holders;
+  BigVector<Cell> cells;
+  BigVector<int32_t> cell_holders;
 
-  std::vector<Xfer> xfers;
+  BigVector<Xfer> xfers;
   std::vector<ReduceRec> reduces;  // reduces[i] has internal id i + 1
   std::vector<QuantGroup> qgroups;
   std::vector<int32_t> qgroup_recs;  // QuantRec id (1-based) per (qgroup, member); 0 = none
   std::vector<QuantRec> quants;      // quants[i] has internal id i + 1
-  std::vector<BucketRec> buckets;
-  std::vector<int32_t> bucket_xfers;
+  BigVector<BucketRec> buckets;
+  BigVector<int32_t> bucket_xfers;
   int32_t num_rounds = 0;
 
   int32_t SrcTensorOf(const Cell& c) const { return maps[c.map].src_tensor; }

@@ -1,0 +1,58 @@
+// An allocator for the planner's large working arrays (transfers, cells,
+// buckets, boxes: hundreds of MB for a Kimi-K2 plan, read in random order).
+// Arrays of 2 MiB or more are mmap'd 2 MiB-aligned and advised for
+// transparent huge pages: on 4 KiB pages every random read is a TLB miss,
+// which in a VM costs a two-level page walk. Smaller ones use operator new.
+#ifndef WSYNC_CONTROLLER_PLAN_HUGE_PAGE_ALLOCATOR_H_
+#define WSYNC_CONTROLLER_PLAN_HUGE_PAGE_ALLOCATOR_H_
+
+#include <cstddef>
+#include <new>
+#include <vector>
+
+namespace wsync::plan {
+
+// Raw blocks (also the plan arena's): nullptr when mmap fails.
+void* AllocateHugePageBlock(size_t bytes);
+void FreeHugePageBlock(void* block, size_t bytes);
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+template <typename T>
+class HugePageAllocator {
+ public:
+  using value_type = T;
+  HugePageAllocator() = default;
+  template <typename U>
+  HugePageAllocator(const HugePageAllocator<U>&) {}  // NOLINT: allocator rebind
+
+  T* allocate(size_t n) {
+    const size_t bytes = n * sizeof(T);
+    if (bytes < kHugePageBytes) return static_cast<T*>(::operator new(bytes));
+    void* p = AllocateHugePageBlock(bytes);
+    if (p == nullptr) throw std::bad_alloc();  // what std::allocator does; never caught here
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) {
+    const size_t bytes = n * sizeof(T);
+    if (bytes < kHugePageBytes) {
+      ::operator delete(p);
+    } else {
+      FreeHugePageBlock(p, bytes);
+    }
+  }
+  template <typename U>
+  bool operator==(const HugePageAllocator<U>&) const {
+    return true;
+  }
+  template <typename U>
+  bool operator!=(const HugePageAllocator<U>&) const {
+    return false;
+  }
+};
+
+template <typename T>
+using BigVector = std::vector<T, HugePageAllocator<T>>;
+
+}  // namespace wsync::plan
+
+#endif  // WSYNC_CONTROLLER_PLAN_HUGE_PAGE_ALLOCATOR_H_

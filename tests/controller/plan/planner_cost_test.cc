@@ -1,5 +1,8 @@
 // The planner's summary costs agree with the simulator (same link model),
 // and the plan-level cost helper agrees with both.
+#include <map>
+#include <string>
+
 #include "controller/plan/plan_cost.h"
 #include "controller/plan/planner.h"
 #include "controller/plan/simulator.h"
@@ -35,6 +38,33 @@ TEST(PlannerCostTest, SummaryMatchesSimulator) {
   EXPECT_NEAR(cost->predicted_seconds, sim->makespan_seconds, 1e-12);
   EXPECT_NEAR(cost->lower_bound_seconds, sim->lower_bound_seconds, 1e-12);
   EXPECT_GT(plan.num_rounds(), 1);
+}
+
+// Replicated tensors fanned out to two inference nodes: in each node one
+// member takes a tensor over the network and relays it over NVLink, and which
+// member does so rotates with NIC load, so every NIC of a node carries its
+// share (it used to be the node's first rank for every tensor).
+TEST(PlannerCostTest, ReplicatedTensorsSpreadOverEveryNicOfANode) {
+  v1::Side src = Side("trainer", Range(0, 4), 4);  // node n0
+  v1::Side dst = Side("infer", Range(4, 8), 4);    // nodes n1, n2
+  for (int t = 0; t < 32; ++t) {
+    const std::string n = "t" + std::to_string(t);
+    Mesh(&src, n, {64, 64}, {4}, {Sh(0)});
+    Mesh(&dst, n, {64, 64}, {8}, {Rep()});
+  }
+  v1::Plan plan = BuildAndVerify(Spec(src, dst));
+  std::map<int32_t, std::string> node;
+  for (const v1::WorkerInfo& w : plan.workers()) node[w.worker()] = w.node();
+  std::map<int32_t, int64_t> nic_in;
+  for (const v1::Bucket& b : plan.buckets()) {
+    if (node[b.sender()] != node[b.receiver()]) nic_in[b.receiver()] += b.bytes();
+  }
+  // Each node needs 32 x 16 KiB of distinct bytes: 128 KiB per NIC at balance.
+  const int64_t balanced = 32 * 64 * 64 * 4 / 4;
+  for (int32_t w = 4; w < 12; ++w) {
+    EXPECT_GT(nic_in[w], 0) << "worker " << w << " takes nothing over its NIC";
+    EXPECT_LE(nic_in[w], balanced * 5 / 4) << "worker " << w;
+  }
 }
 
 }  // namespace

@@ -1,6 +1,12 @@
 // Failures with real processes: a worker killed in the middle of a sync, a
 // worker that stops heartbeating, a controller restart.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
 
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
@@ -119,6 +125,34 @@ TEST(FailureIntegration, WorkersReRegisterAfterControllerRestart) {
   ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
   std::string first;
   EXPECT_EQ(run.Verify(2, &first), 0) << first;
+}
+
+// A work dir reused from an earlier run (pids wrap; demo and bench dirs are
+// named by pid) holds the old controller's port file. The cluster must wait
+// for the new controller's, not connect to the dead one's port (a CI run
+// flaked with "only 0 of 4 workers registered" this way).
+TEST(FailureIntegration, StalePortFileOfAnEarlierControllerIsIgnored) {
+  demo::ClusterOptions options = DefaultClusterOptions();
+  int dead_port = 0;
+  {
+    // A port that nothing listens on any more.
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    socklen_t len = sizeof(addr);
+    ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    dead_port = ntohs(addr.sin_port);
+    close(fd);
+  }
+  std::ofstream(options.work_dir + "/controller.1.ports")
+      << "grpc_port=" << dead_port << "\nmetrics_port=" << dead_port << "\n";
+  auto run = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), options);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_NE((*run)->cluster->controller_port(), dead_port);
+  v1::DefineTransferResponse defined;
+  ASSERT_TRUE((*run)->Define("t", &defined).ok());
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,7 +35,12 @@ inline demo::ClusterOptions DefaultClusterOptions() {
   demo::ClusterOptions o;
   o.controller_bin = WSYNC_CONTROLLER_BIN;
   o.worker_bin = WSYNC_WORKER_BIN;
-  o.work_dir = absl::StrCat(::testing::TempDir(), "/", UniqueName("wsync-it"));
+  // A fresh directory: a name built from the pid alone is reused once pids
+  // wrap, and a stale port file in it sent a test to a dead controller.
+  std::string dir = absl::StrCat(::testing::TempDir(), "/wsync-it-XXXXXX");
+  o.work_dir = mkdtemp(dir.data()) != nullptr
+                   ? dir
+                   : absl::StrCat(::testing::TempDir(), "/", UniqueName("wsync-it"));
   o.lease_ttl = absl::Seconds(2);
   o.sync_deadline = absl::Seconds(20);
   return o;

@@ -58,6 +58,9 @@ std::string Cluster::controller_address() const { return absl::StrCat("127.0.0.1
 absl::Status Cluster::StartController() {
   const std::string port_file =
       absl::StrCat(options_.work_dir, "/controller.", ++controller_starts_, ".ports");
+  // A file left by an earlier run in a reused work dir would name a dead
+  // controller's port.
+  unlink(port_file.c_str());
   std::vector<std::string> argv = {
       options_.controller_bin,
       absl::StrCat("--listen=127.0.0.1:", port_),

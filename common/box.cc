@@ -6,7 +6,7 @@
 
 namespace wsync {
 
-int64_t Product(const std::vector<int64_t>& v) {
+int64_t Product(absl::Span<const int64_t> v) {
   int64_t p = 1;
   for (int64_t x : v) p *= x;
   return p;
@@ -47,8 +47,8 @@ std::optional<BoxNd> Intersect(const BoxNd& a, const BoxNd& b) {
   return out;
 }
 
-std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> strides(shape.size(), 1);
+DimVector RowMajorStrides(absl::Span<const int64_t> shape) {
+  DimVector strides(shape.size(), 1);
   for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) {
     strides[d] = strides[d + 1] * shape[d + 1];
   }

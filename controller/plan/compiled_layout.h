@@ -22,7 +22,7 @@ struct CompiledFragment {
   BoxNd box;         // global coordinates of the tensor
   int32_t buffer = 0;  // index into CompiledSide::buffer_names
   int64_t byte_offset = 0;  // of box.offset inside the buffer
-  std::vector<int64_t> strides;  // element strides in the buffer, per dim
+  DimVector strides;  // element strides in the buffer, per dim
   int32_t partial_group = 0;     // 0: full values; else reduce the group
   v1::ReduceOp partial_op = v1::REDUCE_SUM;
 };

@@ -283,11 +283,11 @@ absl::Status AppendMeshFragments(const std::string& where, const v1::TensorLayou
       // Built in place: this loop makes every fragment of a large side.
       CompiledFragment& f = out->emplace_back();
       f.rank = m.ranks(static_cast<int>(i));
-      f.box.offset = offset;
-      f.box.length = length;
+      f.box.offset.assign(offset.begin(), offset.end());
+      f.box.length.assign(length.begin(), length.end());
       f.buffer = buffer_id;
       f.byte_offset = elem_offset * elem_size;
-      f.strides = strides;
+      f.strides.assign(strides.begin(), strides.end());
       f.partial_group = group;
       f.partial_op = has_partial ? op : v1::REDUCE_SUM;
       int d = ndim - 1;

@@ -19,8 +19,8 @@ std::string VecStr(const std::vector<int64_t>& v) {
 
 std::string RegionStr(const std::vector<int64_t>& off, const std::vector<int64_t>& len) {
   BoxNd b;
-  b.offset = off;
-  b.length = len;
+  b.offset.assign(off.begin(), off.end());
+  b.length.assign(len.begin(), len.end());
   return b.ToString();
 }
 
@@ -47,9 +47,9 @@ absl::Status CheckCast(const Work& w, const CompiledTensor& s, const CompiledTen
 absl::Status AddEntry(Work* w, int index, const std::string& src_name, const std::string& dst_name,
                       const std::vector<int64_t>& src_off, const std::vector<int64_t>& src_len,
                       const std::vector<int64_t>& dst_off) {
-  const std::string where = index < 0 ? absl::StrCat("identity mapping of tensor '", dst_name, "'")
-                                      : absl::StrCat("mapping ", index, " (dst '", dst_name,
-                                                     "', src '", src_name, "')");
+  const std::string where =
+      index < 0 ? absl::StrCat("identity mapping of tensor '", dst_name, "'")
+                : absl::StrCat("mapping ", index, " (dst '", dst_name, "', src '", src_name, "')");
   auto di = w->dst->tensor_index.find(dst_name);
   if (di == w->dst->tensor_index.end()) {
     return absl::InvalidArgumentError(
@@ -95,18 +95,18 @@ absl::Status AddEntry(Work* w, int index, const std::string& src_name, const std
   }
   for (int k = 0; k < m.src_rank; ++k) {
     if (src_len[k] < 0 || src_off[k] < 0 || src_off[k] + src_len[k] > s.shape[k]) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": src_box ",
-                                                     RegionStr(src_off, src_len),
-                                                     " out of range of source shape ",
-                                                     VecStr(s.shape)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": src_box ", RegionStr(src_off, src_len),
+                       " out of range of source shape ", VecStr(s.shape)));
     }
   }
   const int n = std::min(m.src_rank, m.dst_rank);
   for (int k = 0; k < m.src_rank - n; ++k) {
     if (src_len[k] != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": src_box ", RegionStr(src_off, src_len), " has more dims than destination shape ",
-          VecStr(d.shape), " and its leading dim ", k, " is not of length 1"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": src_box ", RegionStr(src_off, src_len),
+                       " has more dims than destination shape ", VecStr(d.shape),
+                       " and its leading dim ", k, " is not of length 1"));
     }
   }
   m.src_offset = src_off;
@@ -116,21 +116,21 @@ absl::Status AddEntry(Work* w, int index, const std::string& src_name, const std
   for (int k = 0; k < n; ++k) m.dst_length[m.dst_rank - n + k] = src_len[m.src_rank - n + k];
   for (int k = 0; k < m.dst_rank; ++k) {
     if (dst_off[k] < 0 || dst_off[k] + m.dst_length[k] > d.shape[k]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": destination region ", RegionStr(dst_off, m.dst_length),
-          " out of range of destination shape ", VecStr(d.shape)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": destination region ", RegionStr(dst_off, m.dst_length),
+                       " out of range of destination shape ", VecStr(d.shape)));
     }
   }
   if (index < 0 && s.shape != d.shape) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shape mismatch for identity mapping of tensor '", dst_name, "': source ",
-        VecStr(s.shape), ", destination ", VecStr(d.shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape mismatch for identity mapping of tensor '", dst_name, "': source ",
+                     VecStr(s.shape), ", destination ", VecStr(d.shape)));
   }
   if (IsFloatingPoint(s.dtype) != IsFloatingPoint(d.dtype) && s.dtype != d.dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dtype mismatch: source tensor '", s.name, "' is ", DTypeName(s.dtype),
-        ", destination tensor '", d.name, "' is ", DTypeName(d.dtype),
-        " (integer/float changes are never cast)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype mismatch: source tensor '", s.name, "' is ", DTypeName(s.dtype),
+                     ", destination tensor '", d.name, "' is ", DTypeName(d.dtype),
+                     " (integer/float changes are never cast)"));
   }
   // block_quantization is the declaration of a quantized tensor's cast.
   if (!d.quantized()) {
@@ -168,8 +168,8 @@ absl::Status CheckDisjoint(const Work& w, int32_t dst_tensor) {
       bool overlap = true;
       for (int k = 0; k < rank; ++k) {
         const int64_t lo = std::max(m.dst_offset[k], o.dst_offset[k]);
-        const int64_t hi = std::min(m.dst_offset[k] + m.dst_length[k],
-                                    o.dst_offset[k] + o.dst_length[k]);
+        const int64_t hi =
+            std::min(m.dst_offset[k] + m.dst_length[k], o.dst_offset[k] + o.dst_length[k]);
         if (hi <= lo) overlap = false;
       }
       if (overlap) {
@@ -197,8 +197,8 @@ absl::Status ValidateAndMap(Work* w) {
     std::vector<int64_t> sl(m.src_box().length().begin(), m.src_box().length().end());
     std::vector<int64_t> doff(m.dst_offset().begin(), m.dst_offset().end());
     if (m.src_box().offset_size() != m.src_box().length_size()) {
-      return absl::InvalidArgumentError(absl::StrCat("mapping ", i, " (dst '", m.dst(),
-                                                     "'): src_box offset and length differ in rank"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mapping ", i, " (dst '", m.dst(), "'): src_box offset and length differ in rank"));
     }
     if (absl::Status st = AddEntry(w, i, m.src(), m.dst(), so, sl, doff); !st.ok()) return st;
   }

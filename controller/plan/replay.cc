@@ -599,7 +599,7 @@ template <typename Fn>
 void ForEachFragmentElement(const CompiledTensor& t, const CompiledFragment& f, Fn fn) {
   const int rank = f.box.rank();
   if (rank > 0 && f.box.Empty()) return;
-  const std::vector<int64_t> gstrides = RowMajorStrides(t.shape);
+  const DimVector gstrides = RowMajorStrides(t.shape);
   const int64_t es = DTypeSize(t.dtype);
   std::vector<int64_t> idx(rank, 0);
   while (true) {
@@ -837,7 +837,7 @@ absl::Status CheckDestination(const v1::TransferSpec& spec, const CompiledSide& 
       const CompiledTensor& s = *hit->src;
       const int sr = static_cast<int>(s.shape.size());
       const int n = std::min<int>(sr, static_cast<int>(q.size()));
-      const std::vector<int64_t> gs = RowMajorStrides(s.shape);
+      const DimVector gs = RowMajorStrides(s.shape);
       int64_t lin = 0;
       for (int d = 0; d < sr; ++d) {
         int64_t coord = hit->src_off[d];

@@ -22,7 +22,7 @@ TEST(BoxTest, IntersectTouchingIsEmpty) {
 TEST(BoxTest, ContainsAndStrides) {
   EXPECT_TRUE((BoxNd{{0, 0}, {4, 4}}).Contains(BoxNd{{1, 1}, {3, 3}}));
   EXPECT_FALSE((BoxNd{{0, 0}, {4, 4}}).Contains(BoxNd{{1, 1}, {4, 3}}));
-  EXPECT_EQ(RowMajorStrides({2, 3, 4}), (std::vector<int64_t>{12, 4, 1}));
+  EXPECT_EQ(RowMajorStrides({2, 3, 4}), (DimVector{12, 4, 1}));
   EXPECT_EQ((BoxNd{{0, 2}, {3, 4}}).ToString(), "[0:3, 2:6]");
 }
 

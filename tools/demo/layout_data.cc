@@ -113,7 +113,7 @@ void ForEachElement(const plan::CompiledFragment& f, int64_t elem_size, Fn fn) {
     if (len <= 0) return;
   }
   std::vector<int64_t> i(n, 0);
-  std::vector<int64_t> g(f.box.offset);
+  std::vector<int64_t> g(f.box.offset.begin(), f.box.offset.end());
   while (true) {
     int64_t off = 0;
     for (int d = 0; d < n; ++d) off += i[d] * f.strides[d];
@@ -292,9 +292,8 @@ absl::Status VerifyQuantized(const plan::CompiledTensor& t,
       }
       int64_t e = 0;
       for (int d = 0; d < nd; ++d) {
-        const int64_t global = d >= nd - 2
-                                   ? f.box.offset[d] / t.quant_block[d - (nd - 2)] + b[d]
-                                   : f.box.offset[d] + b[d];
+        const int64_t global = d >= nd - 2 ? f.box.offset[d] / t.quant_block[d - (nd - 2)] + b[d]
+                                           : f.box.offset[d] + b[d];
         e += (global - sf.box.offset[d]) * sf.strides[d];
       }
       float got;
@@ -302,9 +301,9 @@ absl::Status VerifyQuantized(const plan::CompiledTensor& t,
       ++r->elements;
       r->bytes += 4;
       if (!(got == scales[k]) && ++r->wrong_elements == 1) {
-        r->first_error = absl::StrCat("scale tensor '", sc.name, "' rank ", rank, " block ", k,
-                                      " of fragment ", f.box.ToString(), ": expected ", scales[k],
-                                      ", found ", got);
+        r->first_error =
+            absl::StrCat("scale tensor '", sc.name, "' rank ", rank, " block ", k, " of fragment ",
+                         f.box.ToString(), ": expected ", scales[k], ", found ", got);
       }
     }
   }

@@ -31,7 +31,7 @@ TEST(CompileSideTest, ShardUnevenFiveRowsOverFourRanks) {
   EXPECT_TRUE(OnRank(t, 3).empty());
   for (const auto& f : t.fragments) {
     EXPECT_EQ(f.byte_offset, 0);
-    EXPECT_EQ(f.strides, (std::vector<int64_t>{3, 1}));
+    EXPECT_EQ(f.strides, (DimVector{3, 1}));
     EXPECT_EQ(f.partial_group, 0);
     EXPECT_EQ(c->buffer_names[f.buffer], "w");
   }
@@ -52,7 +52,7 @@ TEST(CompileSideTest, TwoDimMeshShard0Shard1) {
       auto frags = OnRank(t, i * 2 + j);
       ASSERT_EQ(frags.size(), 1u);
       EXPECT_EQ(frags[0].box, B({2 * i, 3 * j}, {2, 3}));
-      EXPECT_EQ(frags[0].strides, (std::vector<int64_t>{3, 1}));
+      EXPECT_EQ(frags[0].strides, (DimVector{3, 1}));
       EXPECT_EQ(frags[0].byte_offset, 0);
     }
   }
@@ -152,17 +152,17 @@ TEST(CompileSideTest, StridedShardAloneGivesSeveralFragmentsPerRank) {
   EXPECT_EQ(r1[0].byte_offset, 0);
   EXPECT_EQ(r1[1].box, B({6, 0}, {2, 3}));
   EXPECT_EQ(r1[1].byte_offset, 2 * 3 * 2);  // after 2 local rows of 3 bf16
-  EXPECT_EQ(r1[1].strides, (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(r1[1].strides, (DimVector{3, 1}));
 
   const CompiledTensor& cols = *c->Find("cols");
   auto c0 = OnRank(cols, 0);
   ASSERT_EQ(c0.size(), 2u);
   EXPECT_EQ(c0[0].box, B({0, 0}, {2, 2}));
   EXPECT_EQ(c0[0].byte_offset, 0);
-  EXPECT_EQ(c0[0].strides, (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(c0[0].strides, (DimVector{4, 1}));
   EXPECT_EQ(c0[1].box, B({0, 4}, {2, 2}));
   EXPECT_EQ(c0[1].byte_offset, 2 * 4);  // local column 2, fp32
-  EXPECT_EQ(c0[1].strides, (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(c0[1].strides, (DimVector{4, 1}));
   EXPECT_EQ(c->buffer_names, (std::vector<std::string>{"rows", "cols"}));
 }
 
@@ -200,14 +200,14 @@ TEST(CompileSideTest, ExplicitFragmentsWithStrides) {
   ASSERT_EQ(ct.fragments.size(), 3u);
   EXPECT_EQ(ct.fragments[0].box, B({0, 0}, {2, 6}));
   EXPECT_EQ(ct.fragments[0].rank, 1);
-  EXPECT_EQ(ct.fragments[0].strides, (std::vector<int64_t>{6, 1}));
+  EXPECT_EQ(ct.fragments[0].strides, (DimVector{6, 1}));
   EXPECT_EQ(ct.fragments[0].buffer, 1);
   EXPECT_EQ(ct.fragments[1].box, B({0, 0}, {4, 3}));
   EXPECT_EQ(ct.fragments[1].byte_offset, 0);
   EXPECT_EQ(ct.fragments[2].box, B({0, 3}, {4, 3}));
   EXPECT_EQ(ct.fragments[2].byte_offset, 6);
   EXPECT_EQ(ct.fragments[2].buffer, 0);
-  EXPECT_EQ(ct.fragments[2].strides, (std::vector<int64_t>{6, 1}));
+  EXPECT_EQ(ct.fragments[2].strides, (DimVector{6, 1}));
 }
 
 TEST(CompileSideTest, ExplicitPartialGroupsAreCopied) {

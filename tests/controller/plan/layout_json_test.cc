@@ -60,7 +60,7 @@ TEST(LayoutJsonTest, DocExamplesParseAndCompile) {
 
   const CompiledTensor& qkv = *c->Find("qkv");
   ASSERT_EQ(qkv.fragments.size(), 3u);
-  EXPECT_EQ(qkv.fragments[0].strides, (std::vector<int64_t>{6, 1}));
+  EXPECT_EQ(qkv.fragments[0].strides, (DimVector{6, 1}));
   EXPECT_EQ(c->nodes[2], "n1");
 }
 

@@ -105,7 +105,7 @@ TEST(LayoutPropertyTest, MeshFragmentsMatchTorchReferenceAndTileEachReplica) {
     const CompiledTensor& t = compiled->tensors[0];
     const int ndim = static_cast<int>(cs.shape.size());
     const int64_t numel = Product(cs.shape);
-    const std::vector<int64_t> gstrides = RowMajorStrides(cs.shape);
+    const DimVector gstrides = RowMajorStrides(cs.shape);
     // Replicas: one per coordinate on the Replicate mesh dims.
     int64_t replicas = 1;
     for (size_t md = 0; md < cs.mesh.size(); ++md) {
@@ -133,7 +133,7 @@ TEST(LayoutPropertyTest, MeshFragmentsMatchTorchReferenceAndTileEachReplica) {
         for (size_t k = 0; k < ref[d].size(); ++k) local_pos[d][ref[d][k]] = k;
       }
       const int64_t local_numel = Product(local_shape);
-      const std::vector<int64_t> lstrides = RowMajorStrides(local_shape);
+      const DimVector lstrides = RowMajorStrides(local_shape);
       std::vector<int> hit(local_numel, 0);
       for (const CompiledFragment& f : OnRank(t, cs.ranks[p])) {
         ASSERT_EQ(f.byte_offset % 2, 0);

@@ -35,7 +35,7 @@ inline v1::Placement P(v1::ReduceOp op = v1::REDUCE_SUM) {
 }
 
 inline BoxNd B(std::vector<int64_t> offset, std::vector<int64_t> length) {
-  return BoxNd{std::move(offset), std::move(length)};
+  return BoxNd{DimVector(offset.begin(), offset.end()), DimVector(length.begin(), length.end())};
 }
 
 // A side with `n` ranks: worker 100 + i, node "node<i / 8>".

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "absl/strings/str_format.h"
 #include "controller/plan/compiled_layout.h"
+#include "controller/plan/plan_arena.h"
 #include "controller/plan/planner.h"
 #include "controller/plan/replay.h"
 #include "controller/plan/simulator.h"
@@ -151,8 +153,11 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
       from_case ? SpecFromCaseFlags(*args) : ReadSpecFile(args->positional()[0]);
   if (!spec.ok()) return Fail(kExitUsage, spec.status());
 
-  auto plan = plan::BuildPlan(*spec);
-  if (!plan.ok()) return Fail(kExitFailed, plan.status());
+  // On the plan arena, as the controller's plan cache builds it.
+  std::shared_ptr<google::protobuf::Arena> arena = plan::NewPlanArena();
+  v1::Plan* plan = google::protobuf::Arena::CreateMessage<v1::Plan>(arena.get());
+  absl::Status built = plan::BuildPlanInto(*spec, plan);
+  if (!built.ok()) return Fail(kExitFailed, built);
 
   if (args->Has("json")) {
     auto json = ToJson(*plan, args->Has("pretty"));

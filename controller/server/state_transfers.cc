@@ -8,6 +8,7 @@
 #include "common/dtype.h"
 #include "common/plan_names.h"
 #include "controller/plan/planner.h"
+#include "controller/plan/rank_parts.h"
 #include "controller/server/state.h"
 
 namespace wsync::controller {
@@ -136,21 +137,29 @@ absl::StatusOr<std::shared_ptr<const v1::Plan>> ControllerState::WorkerPart(cons
   }
   bool has_part = false;
   for (const v1::RankPlan& rp : plan.ranks()) has_part = has_part || rp.worker() == worker;
-  v1::Plan part;
+  std::shared_ptr<const v1::Plan> found;
+  std::vector<plan::RankPart> parts;
   if (has_part) {
-    absl::StatusOr<v1::Plan> extracted = plan::ExtractRankPlan(plan, worker);
-    if (!extracted.ok()) return extracted.status();
-    part = *std::move(extracted);
+    // Every worker of the plan asks next: split it for all of them in one
+    // pass over its buckets (one scan per worker cost as much as planning).
+    parts = plan::SplitRankPlans(plan);
+    for (const plan::RankPart& p : parts) {
+      if (p.worker == worker) found = p.plan;
+    }
   } else {
     // A worker with nothing to do still confirms every sync.
-    part.set_key(plan.key());
-    part.set_num_rounds(plan.num_rounds());
-    part.add_ranks()->set_worker(worker);
+    auto part = std::make_shared<v1::Plan>();
+    part->set_key(plan.key());
+    part->set_num_rounds(plan.num_rounds());
+    part->add_ranks()->set_worker(worker);
+    found = std::move(part);
   }
-  auto shared = std::make_shared<const v1::Plan>(std::move(part));
   absl::MutexLock lock(&parts_mu_);
-  if (parts_.size() > 4096) parts_.clear();
-  return parts_.emplace(key, shared).first->second;
+  if (parts_.size() + parts.size() + 1 > 4096) parts_.clear();
+  for (plan::RankPart& p : parts) {
+    parts_.try_emplace(absl::StrCat(plan.key(), "/", p.worker), std::move(p.plan));
+  }
+  return parts_.try_emplace(key, found).first->second;
 }
 
 absl::Status ControllerState::CheckBuffersLocked(const v1::Plan& part, int32_t worker,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "controller/plan/rank_parts.h"
 #include "controller/plan/replay.h"
 #include "gtest/gtest.h"
 #include "tests/controller/plan/planner_test_util.h"
@@ -132,6 +133,28 @@ TEST(PlannerTest, ExtractRankPlanKeepsOnlyItsPart) {
   for (const v1::Round& r : part->ranks(0).rounds()) ops += r.ops_size();
   EXPECT_EQ(ops, part->buckets_size());
   EXPECT_FALSE(ExtractRankPlan(plan, 99).ok());
+}
+
+// The controller splits a plan for all its workers in one pass: every part
+// is exactly what ExtractRankPlan gives (partial sums, relays to replicas,
+// colocated copies included).
+TEST(PlannerTest, SplitRankPlansEqualsExtractRankPlanForEveryWorker) {
+  v1::Side src = Side("trainer", Range(0, 4), 2);
+  v1::Side dst = Side("infer", Range(2, 4), 2);  // workers 2, 3 in both groups
+  Mesh(&src, "a", {8, 8}, {2, 2}, {Part(), Sh(0)});
+  Mesh(&dst, "a", {8, 8}, {4}, {Rep()});
+  Mesh(&src, "b", {8, 16}, {4}, {Sh(0)});
+  Mesh(&dst, "b", {8, 16}, {4}, {Sh(1)});
+  v1::Plan plan = BuildAndVerify(Spec(src, dst));
+  ASSERT_GT(plan.reduces_size(), 0);
+  const std::vector<RankPart> parts = SplitRankPlans(plan);
+  ASSERT_EQ(parts.size(), static_cast<size_t>(plan.ranks_size()));
+  for (const RankPart& part : parts) {
+    absl::StatusOr<v1::Plan> want = ExtractRankPlan(plan, part.worker);
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_EQ(part.plan->SerializeAsString(), want->SerializeAsString())
+        << "worker " << part.worker;
+  }
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // buckets, boxes: hundreds of MB for a Kimi-K2 plan, read in random order).
 // Arrays of 2 MiB or more are mmap'd 2 MiB-aligned and advised for
 // transparent huge pages: on 4 KiB pages every random read is a TLB miss,
-// which in a VM costs a two-level page walk. Smaller ones use operator new.
+// which in a VM costs a two-level page walk. Smaller ones use malloc.
 #ifndef WSYNC_CONTROLLER_PLAN_HUGE_PAGE_ALLOCATOR_H_
 #define WSYNC_CONTROLLER_PLAN_HUGE_PAGE_ALLOCATOR_H_
 
@@ -12,10 +12,13 @@
 
 namespace wsync::plan {
 
-// Raw blocks (also the plan arena's): nullptr when mmap fails.
-void* AllocateHugePageBlock(size_t bytes);
-void FreeHugePageBlock(void* block, size_t bytes);
 constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+// Raw blocks (also the plan arena's): at least kHugePageBytes from a huge-page
+// mmap, smaller ones from malloc; the size decides both ways, so a block must
+// be freed with the size it was allocated with. nullptr when out of memory.
+void* AllocateBlock(size_t bytes);
+void FreeBlock(void* block, size_t bytes);
 
 template <typename T>
 class HugePageAllocator {
@@ -26,20 +29,11 @@ class HugePageAllocator {
   HugePageAllocator(const HugePageAllocator<U>&) {}  // NOLINT: allocator rebind
 
   T* allocate(size_t n) {
-    const size_t bytes = n * sizeof(T);
-    if (bytes < kHugePageBytes) return static_cast<T*>(::operator new(bytes));
-    void* p = AllocateHugePageBlock(bytes);
+    void* p = AllocateBlock(n * sizeof(T));
     if (p == nullptr) throw std::bad_alloc();  // what std::allocator does; never caught here
     return static_cast<T*>(p);
   }
-  void deallocate(T* p, size_t n) {
-    const size_t bytes = n * sizeof(T);
-    if (bytes < kHugePageBytes) {
-      ::operator delete(p);
-    } else {
-      FreeHugePageBlock(p, bytes);
-    }
-  }
+  void deallocate(T* p, size_t n) { FreeBlock(p, n * sizeof(T)); }
   template <typename U>
   bool operator==(const HugePageAllocator<U>&) const {
     return true;

@@ -16,12 +16,6 @@ namespace {
 
 using namespace planner_testing;  // NOLINT
 
-struct Gen {
-  std::mt19937_64 rng;
-  int Int(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
-  bool Coin(double p = 0.5) { return std::bernoulli_distribution(p)(rng); }
-};
-
 TEST(BlockFp8PropertyTest, RandomLayoutsReplayToTheReferenceQuantization) {
   int planned = 0, refused = 0, receiver_side = 0, sender_side = 0, relays = 0;
   for (int seed = 0; seed < 120; ++seed) {
@@ -32,7 +26,8 @@ TEST(BlockFp8PropertyTest, RandomLayoutsReplayToTheReferenceQuantization) {
     const bool stacked = g.Coin(0.3);
     const int tp = g.Int(1, 3), replicas = g.Int(1, 3);
     // Destination rows: whole blocks per TP rank, the last one maybe partial.
-    const int64_t rows = br * g.Int(1, 3) * tp - (g.Coin(0.3) ? g.Int(0, static_cast<int>(br) - 1) : 0);
+    const int64_t rows =
+        br * g.Int(1, 3) * tp - (g.Coin(0.3) ? g.Int(0, static_cast<int>(br) - 1) : 0);
     const int64_t cols = bc * g.Int(1, 4) - (g.Coin(0.5) ? g.Int(0, static_cast<int>(bc) - 1) : 0);
     if (rows <= br * (tp - 1) || cols <= 0) continue;
     std::vector<int64_t> shape = {rows, cols};

@@ -15,12 +15,6 @@ namespace {
 
 using namespace planner_testing;  // NOLINT
 
-struct Gen {
-  std::mt19937_64 rng;
-  int Int(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
-  bool Coin(double p = 0.5) { return std::bernoulli_distribution(p)(rng); }
-};
-
 std::vector<int64_t> RandomMesh(Gen& g, int n) {
   std::vector<std::vector<int64_t>> options = {{n}};
   for (int a = 2; a < n; ++a) {
@@ -74,7 +68,8 @@ TEST(PlannerPropertyTest, RandomLayoutsReplayExactly) {
       std::vector<int64_t> shape;
       for (int d = 0; d < rank; ++d) shape.push_back(g.Int(1, 9));
       const v1::DType sdt = std::vector<v1::DType>{v1::FP32, v1::BF16, v1::FP16}[g.Int(0, 2)];
-      const v1::DType ddt = g.Coin(0.6) ? sdt : std::vector<v1::DType>{v1::FP32, v1::BF16, v1::FP16}[g.Int(0, 2)];
+      const v1::DType ddt =
+          g.Coin(0.6) ? sdt : std::vector<v1::DType>{v1::FP32, v1::BF16, v1::FP16}[g.Int(0, 2)];
       const std::vector<int64_t> sm = RandomMesh(g, ns);
       const std::vector<int64_t> dm = RandomMesh(g, nd);
       Mesh(&src, name, shape, sm, RandomPlacements(g, sm, rank, true), sdt);

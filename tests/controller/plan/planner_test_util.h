@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,13 @@
 #include "wsync/v1/plan.pb.h"
 
 namespace wsync::plan::planner_testing {
+
+// Seeded random choices for the property tests.
+struct Gen {
+  std::mt19937_64 rng;
+  int Int(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+  bool Coin(double p = 0.5) { return std::bernoulli_distribution(p)(rng); }
+};
 
 inline v1::Placement Sh(int dim) {
   v1::Placement p;
@@ -128,8 +136,8 @@ inline v1::TransferSpec Spec(v1::Side src, v1::Side dst) {
 inline void ExpectInvariants(const v1::TransferSpec& spec, const v1::Plan& plan) {
   const int64_t cap = spec.options().staging_cap_bytes() > 0 ? spec.options().staging_cap_bytes()
                                                              : kDefaultStagingCapBytes;
-  const int64_t bucket = spec.options().bucket_bytes() > 0 ? spec.options().bucket_bytes()
-                                                           : kDefaultBucketBytes;
+  const int64_t bucket =
+      spec.options().bucket_bytes() > 0 ? spec.options().bucket_bytes() : kDefaultBucketBytes;
   std::map<std::pair<int32_t, int32_t>, int64_t> staged;
   int64_t relays = 0, network = 0, local = 0;
   for (const v1::Bucket& b : plan.buckets()) {

@@ -11,23 +11,15 @@
 #include "common/cast.h"
 #include "controller/plan/planner.h"
 #include "gtest/gtest.h"
+#include "tests/controller/plan/planner_test_util.h"
 #include "tests/worker/exec/cluster.h"
 
 namespace wsync::exec {
 namespace {
 
+using plan::planner_testing::Rep;
+using plan::planner_testing::Sh;
 using testing::Cluster;
-
-v1::Placement Shard(int dim) {
-  v1::Placement p;
-  p.mutable_shard()->set_dim(dim);
-  return p;
-}
-v1::Placement Replicate() {
-  v1::Placement p;
-  p.mutable_replicate();
-  return p;
-}
 
 std::pair<int64_t, int64_t> Chunk(int64_t n, int parts, int i) {
   const int64_t c = (n + parts - 1) / parts;
@@ -45,8 +37,8 @@ struct Tensor2d {
   void Box(int r, int64_t* r0, int64_t* c0, int64_t* nr, int64_t* nc) const {
     *r0 = 0, *c0 = 0, *nr = rows, *nc = cols;
     if (placement.has_shard()) {
-      auto [b, n] = Chunk(placement.shard().dim() == 0 ? rows : cols,
-                          static_cast<int>(workers.size()), r);
+      auto [b, n] =
+          Chunk(placement.shard().dim() == 0 ? rows : cols, static_cast<int>(workers.size()), r);
       (placement.shard().dim() == 0 ? *r0 : *c0) = b;
       (placement.shard().dim() == 0 ? *nr : *nc) = n;
     }
@@ -152,7 +144,8 @@ void RunAndCheck(const Tensor2d& src, const Tensor2d& dst_w, int workers, int64_
   options.pipeline = pipeline;
   ASSERT_TRUE(c.Connect(options).ok());
   auto results = c.Run(*plan, absl::Seconds(60));
-  for (int w = 0; w < workers; ++w) ASSERT_TRUE(results[w].ok()) << w << ": " << results[w].status();
+  for (int w = 0; w < workers; ++w)
+    ASSERT_TRUE(results[w].ok()) << w << ": " << results[w].status();
 
   BlockGrid g;
   g.rows = dst_w.rows;
@@ -183,8 +176,8 @@ void RunAndCheck(const Tensor2d& src, const Tensor2d& dst_w, int workers, int64_
 
 TEST(BlockFp8ExecTest, SenderSideQuantizationFromWholeBlocks) {
   // fsdp:4 rows of 128 -> TP 2 (256 rows each); cols 200: partial edge blocks.
-  Tensor2d src{"w", 512, 200, v1::BF16, Shard(0), {0, 1, 2, 3}};
-  Tensor2d dst{"w", 512, 200, v1::FP8_E4M3, Shard(0), {4, 5}};
+  Tensor2d src{"w", 512, 200, v1::BF16, Sh(0), {0, 1, 2, 3}};
+  Tensor2d dst{"w", 512, 200, v1::FP8_E4M3, Sh(0), {4, 5}};
   auto plan_check = [&](bool pipeline) { RunAndCheck(src, dst, 6, 0, pipeline, false); };
   plan_check(true);
   plan_check(false);
@@ -192,23 +185,23 @@ TEST(BlockFp8ExecTest, SenderSideQuantizationFromWholeBlocks) {
 
 TEST(BlockFp8ExecTest, ReceiverSideQuantizationWhereShardsCutBlocks) {
   // fsdp:3 cuts rows at 171 / 342; tiny buckets force several rounds.
-  Tensor2d src{"w", 512, 256, v1::BF16, Shard(0), {0, 1, 2}};
-  Tensor2d dst{"w", 512, 256, v1::FP8_E4M3, Shard(0), {3, 4}};
+  Tensor2d src{"w", 512, 256, v1::BF16, Sh(0), {0, 1, 2}};
+  Tensor2d dst{"w", 512, 256, v1::FP8_E4M3, Sh(0), {3, 4}};
   RunAndCheck(src, dst, 5, 65536, true, true);
   RunAndCheck(src, dst, 5, 65536, false, true);
 }
 
 TEST(BlockFp8ExecTest, ColumnShardsAndReplicatedDestinationWithRelays) {
-  Tensor2d src{"w", 256, 384, v1::BF16, Shard(1), {0, 1, 2, 3}};  // 96-col shards
-  Tensor2d dst{"w", 256, 384, v1::FP8_E4M3, Replicate(), {4, 5, 6}};
+  Tensor2d src{"w", 256, 384, v1::BF16, Sh(1), {0, 1, 2, 3}};  // 96-col shards
+  Tensor2d dst{"w", 256, 384, v1::FP8_E4M3, Rep(), {4, 5, 6}};
   RunAndCheck(src, dst, 7, 0, true, true);
 }
 
 TEST(BlockFp8ExecTest, ColocatedLocalQuantization) {
   // Same workers on both sides: whole blocks quantized by a local copy, cut
   // blocks by a Quantize reading the local source.
-  Tensor2d src{"w", 384, 256, v1::BF16, Shard(0), {0, 1, 2, 3, 4}};  // 77-row shards
-  Tensor2d dst{"w", 384, 256, v1::FP8_E4M3, Shard(0), {0, 1, 2}};
+  Tensor2d src{"w", 384, 256, v1::BF16, Sh(0), {0, 1, 2, 3, 4}};  // 77-row shards
+  Tensor2d dst{"w", 384, 256, v1::FP8_E4M3, Sh(0), {0, 1, 2}};
   RunAndCheck(src, dst, 5, 0, true, true);
 }
 

@@ -8,28 +8,16 @@
 #include "common/cast.h"
 #include "controller/plan/planner.h"
 #include "gtest/gtest.h"
+#include "tests/controller/plan/planner_test_util.h"
 #include "tests/worker/exec/cluster.h"
 
 namespace wsync::exec {
 namespace {
 
+using plan::planner_testing::Part;
+using plan::planner_testing::Rep;
+using plan::planner_testing::Sh;
 using testing::Cluster;
-
-v1::Placement Shard(int dim) {
-  v1::Placement p;
-  p.mutable_shard()->set_dim(dim);
-  return p;
-}
-v1::Placement Replicate() {
-  v1::Placement p;
-  p.mutable_replicate();
-  return p;
-}
-v1::Placement Partial() {
-  v1::Placement p;
-  p.mutable_partial()->set_op(v1::REDUCE_SUM);
-  return p;
-}
 
 v1::Side MakeSide(const std::string& name, const std::vector<int32_t>& workers) {
   v1::Side s;
@@ -163,8 +151,8 @@ TEST(PlannedSyncTest, RowShardedFp32ToColumnShardedBf16UnderTinyStaging) {
   v1::TransferSpec spec;
   *spec.mutable_source() = MakeSide("trainer", {0, 1});
   *spec.mutable_destination() = MakeSide("inference", {2, 3, 4});
-  AddTensor(spec.mutable_source(), "w", {12, 10}, v1::FP32, Shard(0));
-  AddTensor(spec.mutable_destination(), "w", {12, 10}, v1::BF16, Shard(1));
+  AddTensor(spec.mutable_source(), "w", {12, 10}, v1::FP32, Sh(0));
+  AddTensor(spec.mutable_destination(), "w", {12, 10}, v1::BF16, Sh(1));
   AllowCast(&spec, v1::FP32, v1::BF16);
   spec.mutable_options()->set_bucket_bytes(64);
   spec.mutable_options()->set_staging_cap_bytes(128);
@@ -175,10 +163,10 @@ TEST(PlannedSyncTest, ColocatedAndReplicatedDestination) {
   v1::TransferSpec spec;
   *spec.mutable_source() = MakeSide("trainer", {0, 1});
   *spec.mutable_destination() = MakeSide("inference", {1, 2, 3});
-  AddTensor(spec.mutable_source(), "a", {16, 8}, v1::FP32, Shard(1));
-  AddTensor(spec.mutable_destination(), "a", {16, 8}, v1::FP32, Replicate());
-  AddTensor(spec.mutable_source(), "b", {9, 4}, v1::FP32, Shard(0));
-  AddTensor(spec.mutable_destination(), "b", {9, 4}, v1::FP32, Shard(0));
+  AddTensor(spec.mutable_source(), "a", {16, 8}, v1::FP32, Sh(1));
+  AddTensor(spec.mutable_destination(), "a", {16, 8}, v1::FP32, Rep());
+  AddTensor(spec.mutable_source(), "b", {9, 4}, v1::FP32, Sh(0));
+  AddTensor(spec.mutable_destination(), "b", {9, 4}, v1::FP32, Sh(0));
   RunCase(spec, 4);
 }
 
@@ -186,8 +174,8 @@ TEST(PlannedSyncTest, PartialSourcesAreReduced) {
   v1::TransferSpec spec;
   *spec.mutable_source() = MakeSide("trainer", {0, 1, 2});
   *spec.mutable_destination() = MakeSide("inference", {3, 4});
-  AddTensor(spec.mutable_source(), "p", {6, 6}, v1::FP32, Partial());
-  AddTensor(spec.mutable_destination(), "p", {6, 6}, v1::FP32, Shard(0));
+  AddTensor(spec.mutable_source(), "p", {6, 6}, v1::FP32, Part());
+  AddTensor(spec.mutable_destination(), "p", {6, 6}, v1::FP32, Sh(0));
   RunCase(spec, 5);
 }
 

@@ -169,6 +169,24 @@ absl::Status CheckPacked(const v1::Bucket& b, const v1::Piece& p, int64_t numel)
   return absl::OkStatus();
 }
 
+// A piece that its receiver does not write into dst directly (a reduce or
+// quantize input): its packed bytes in the round's staging, as a flat view.
+absl::Status StagedInput(const v1::Bucket& b, const v1::Piece& p, int64_t transfer_offset,
+                         const char* kind, StridedView* view, int64_t* staging_offset) {
+  if (b.zero_copy()) {
+    return absl::InvalidArgumentError(absl::StrCat(kind, " in a zero-copy bucket"));
+  }
+  int64_t numel = 1;
+  for (int64_t n : p.dst().shape()) numel *= n;
+  RETURN_IF_ERROR(CheckPacked(b, p, numel));
+  *staging_offset = transfer_offset + p.bucket_offset();
+  view->dtype = p.wire_dtype();
+  view->ndim = 1;
+  view->shape[0] = numel;
+  view->strides[0] = 1;
+  return absl::OkStatus();
+}
+
 absl::Status CheckSameCount(const v1::Piece& p) {
   int64_t a = 1, b = 1;
   for (int64_t n : p.src().shape()) a *= n;
@@ -321,38 +339,20 @@ absl::Status Binder::BindRecv(const v1::Bucket& b, BoundTransfer& t, BoundRound&
       RETURN_IF_ERROR(Annotate(CheckSameCount(p), pw));
     }
     if (p.quantize_id() != 0) {
-      if (b.zero_copy()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(pw, ": quantize input in a zero-copy bucket"));
-      }
-      int64_t numel = 1;
-      for (int64_t n : p.dst().shape()) numel *= n;
-      RETURN_IF_ERROR(Annotate(CheckPacked(b, p, numel), pw));
       QuantPart part;
-      part.input.staging_offset = t.staging_offset + p.bucket_offset();
-      part.input.view.dtype = p.wire_dtype();
-      part.input.view.ndim = 1;
-      part.input.view.shape[0] = numel;
-      part.input.view.strides[0] = 1;
+      RETURN_IF_ERROR(Annotate(StagedInput(b, p, t.staging_offset, "quantize input",
+                                           &part.input.view, &part.input.staging_offset),
+                               pw));
       RETURN_IF_ERROR(Annotate(SetPartBox(p, part.input), pw));
       part.where = pw;
       qparts_[{b.id(), i}] = part;
       continue;
     }
     if (p.reduce_id() != 0) {
-      if (b.zero_copy()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(pw, ": partial piece in a zero-copy bucket"));
-      }
-      int64_t numel = 1;
-      for (int64_t n : p.dst().shape()) numel *= n;
-      RETURN_IF_ERROR(Annotate(CheckPacked(b, p, numel), pw));
       Partial part;
-      part.input.staging_offset = t.staging_offset + p.bucket_offset();
-      part.input.view.dtype = p.wire_dtype();
-      part.input.view.ndim = 1;
-      part.input.view.shape[0] = numel;
-      part.input.view.strides[0] = 1;
+      RETURN_IF_ERROR(Annotate(StagedInput(b, p, t.staging_offset, "partial piece",
+                                           &part.input.view, &part.input.staging_offset),
+                               pw));
       part.where = pw;
       partials[{b.id(), i}] = part;
       continue;

@@ -228,6 +228,16 @@ class Chooser {
     return static_cast<int32_t>(w_->xfers.size()) - 1;
   }
 
+  // Destination `wd` (fragment df) gets the cell from `from`, a destination
+  // that has it already, in its destination dtype; wd then serves it too.
+  void AddRelay(const Cell& c, int32_t ci, int32_t df, int32_t wd, Served from, v1::DType dtype) {
+    const int32_t x = AddXfer(c, ci, df, from.dst_frag, from.worker, wd, dtype, 0);
+    w_->xfers[x].relay = true;
+    w_->xfers[x].parent = from.xfer;
+    w_->xfers[x].gen = static_cast<uint8_t>(from.gen + 1);
+    served_.push_back({wd, df, x, static_cast<uint8_t>(from.gen + 1)});
+  }
+
   void Assign(int32_t ci, double target) {
     const Cell& c = w_->cells[ci];
     GatherHolders(c);
@@ -410,12 +420,7 @@ class Chooser {
         }
       }
       if (use_relay) {
-        const Served from = served_[best_r];
-        const int32_t x = AddXfer(c, ci, df, from.dst_frag, from.worker, wd, dt.dtype, 0);
-        w_->xfers[x].relay = true;
-        w_->xfers[x].parent = from.xfer;
-        w_->xfers[x].gen = static_cast<uint8_t>(from.gen + 1);
-        served_.push_back({wd, df, x, static_cast<uint8_t>(from.gen + 1)});
+        AddRelay(c, ci, df, wd, served_[best_r], dt.dtype);
       } else if (!partial) {
         const int32_t x =
             AddXfer(c, ci, df, best_f, w_->src_rank_worker[st.fragments[best_f].rank], wd, wire, 0);
@@ -474,12 +479,7 @@ class Chooser {
         }
       }
       if (best_r < 0) best_r = 0;  // every server at the generation limit: the root
-      const Served from = served_[best_r];
-      const int32_t x = AddXfer(c, ci, df, from.dst_frag, from.worker, wd, dt.dtype, 0);
-      w_->xfers[x].relay = true;
-      w_->xfers[x].parent = from.xfer;
-      w_->xfers[x].gen = static_cast<uint8_t>(from.gen + 1);
-      served_.push_back({wd, df, x, static_cast<uint8_t>(from.gen + 1)});
+      AddRelay(c, ci, df, wd, served_[best_r], dt.dtype);
     }
   }
 

@@ -14,7 +14,8 @@
 //
 //   wsync_bench_gpu_sync --model llama3-8b [--mode tp1,colocated] [--iters 5]
 //       [--bucket-mib 256] [--staging-mib 2048] [--zero-copy-mib 32] [--pipeline 1]
-//       [--blocks-per-sm 8]
+//       [--blocks-per-sm 8] [--copy-engine-kib 0]
+//       [--copy-engine-row-bytes 1024] [--copy-engine-max-dims 3]
 //       [--nvlink-gbps 368] [--bidir-gbps 354] [--copy-gbps 2071]
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
 #include <cuda_runtime_api.h>
@@ -53,6 +54,9 @@ struct Flags {
   std::string dump_shapes;
   bool pipeline = true;   // ExecutorOptions::pipeline (0: the unpipelined baseline)
   int blocks_per_sm = 8;  // CudaDataOps::Options::blocks_per_sm
+  // CudaDataOps::Options::copy_engine (0: every copy on the kernel).
+  int64_t copy_engine_kib = 0, copy_engine_row_bytes = 1024;
+  int copy_engine_max_dims = 3;
 };
 
 int Fail(const std::string& what, const absl::Status& s) {
@@ -259,7 +263,11 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   auto bound = exec::BindPlan(*rank_plan, worker, registry, transport::MemorySpace::kCuda);
   if (!bound.ok()) return Fail("bind", bound.status());
   const double bind_s = Now() - t0;
-  auto ops = cuda::CudaDataOps::Create({.device = worker, .blocks_per_sm = f.blocks_per_sm});
+  auto ops = cuda::CudaDataOps::Create({.device = worker,
+                                        .blocks_per_sm = f.blocks_per_sm,
+                                        .copy_engine = {.min_bytes = f.copy_engine_kib << 10,
+                                                        .min_row_bytes = f.copy_engine_row_bytes,
+                                                        .max_dims = f.copy_engine_max_dims}});
   if (!ops.ok()) return Fail("data ops", ops.status());
   exec::ExecutorOptions eo;
   eo.pipeline = f.pipeline;
@@ -306,10 +314,11 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   (void)store.Set(absl::StrCat(tag, "sums/", worker), absl::StrCat(*src_sum, " ", *dst_sum));
   const auto& rs = c.plan.summary();
   Result(absl::StrFormat(
-      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d})",
+      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_kib":%d,"copy_engine_row_bytes":%d,"copy_engine_max_dims":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d})",
       f.model, c.mode, f.bucket_mib, f.staging_mib, f.zero_copy_mib, f.pipeline ? 1 : 0,
-      f.blocks_per_sm, last.peak_staging_bytes, worker, f.iters, Median(times),
-      times.empty() ? 0 : *std::min_element(times.begin(), times.end()),
+      f.blocks_per_sm, f.copy_engine_kib, f.copy_engine_row_bytes, f.copy_engine_max_dims,
+      (*ops)->copy_engine_copies(), (*ops)->copy_engine_bytes(), last.peak_staging_bytes, worker,
+      f.iters, Median(times), times.empty() ? 0 : *std::min_element(times.begin(), times.end()),
       comm_init_s + bind_s + first_run_s, comm_init_s, bind_s, first_run_s, c.plan_seconds,
       last.bytes_sent, last.bytes_received, last.bytes_local, last.rounds.size(), pack, transfer,
       unpack, copy, (*ops)->launches(), (*ops)->table_cache_hits(), rs.num_buckets(),
@@ -414,6 +423,12 @@ int main(int argc, char** argv) {
       f.pipeline = v != "0";
     else if (k == "--blocks-per-sm")
       f.blocks_per_sm = std::stoi(v);
+    else if (k == "--copy-engine-kib")
+      f.copy_engine_kib = std::stoll(v);
+    else if (k == "--copy-engine-row-bytes")
+      f.copy_engine_row_bytes = std::stoll(v);
+    else if (k == "--copy-engine-max-dims")
+      f.copy_engine_max_dims = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;

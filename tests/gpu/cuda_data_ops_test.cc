@@ -49,7 +49,8 @@ ViewSpec RandomView(std::mt19937& rng, DType dtype, int64_t max_elems) {
   std::vector<int64_t> parent(nd);
   int64_t budget = max_elems;
   for (int d = 0; d < nd; ++d) {
-    v.shape.push_back(1 + static_cast<int64_t>(rng() % std::max<int64_t>(1, std::min<int64_t>(budget, 64))));
+    v.shape.push_back(
+        1 + static_cast<int64_t>(rng() % std::max<int64_t>(1, std::min<int64_t>(budget, 64))));
     budget = std::max<int64_t>(1, budget / v.shape.back());
     parent[d] = v.shape[d] + static_cast<int64_t>(rng() % 3);
   }
@@ -63,11 +64,16 @@ ViewSpec RandomView(std::mt19937& rng, DType dtype, int64_t max_elems) {
   return v;
 }
 
-class CudaDataOpsTest : public ::testing::Test {
+// Every case runs twice: all on the kernel, and with every request that the
+// copy engines can take sent there (copy_engine_batch.h), however small.
+class CudaDataOpsTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     WSYNC_REQUIRE_GPUS(1);
-    auto ops = CudaDataOps::Create({.device = 0});
+    CudaDataOps::Options options;
+    options.device = 0;
+    if (GetParam()) options.copy_engine = {.min_bytes = 1, .min_row_bytes = 1};
+    auto ops = CudaDataOps::Create(options);
     ASSERT_TRUE(ops.ok()) << ops.status();
     ops_ = std::move(*ops);
   }
@@ -75,7 +81,7 @@ class CudaDataOpsTest : public ::testing::Test {
   std::unique_ptr<CudaDataOps> ops_;
 };
 
-TEST_F(CudaDataOpsTest, PackThousandsOfPiecesInOneLaunchMatchesHost) {
+TEST_P(CudaDataOpsTest, PackThousandsOfPiecesInOneLaunchMatchesHost) {
   std::mt19937 rng(7);
   TwinBuffer src(0, 8 << 20, 1), staging(0, 16 << 20, 2);
   std::vector<ViewSpec> views;
@@ -122,7 +128,7 @@ TEST_F(CudaDataOpsTest, PackThousandsOfPiecesInOneLaunchMatchesHost) {
   EXPECT_EQ(FirstDiff(staging.Download(), staging.host_bytes()), -1);
 }
 
-TEST_F(CudaDataOpsTest, UnpackIntoDisjointStridedViewsMatchesHost) {
+TEST_P(CudaDataOpsTest, UnpackIntoDisjointStridedViewsMatchesHost) {
   std::mt19937 rng(11);
   TwinBuffer staging(0, 8 << 20, 3), dst(0, 16 << 20, 4);
   std::vector<exec::UnpackItem> proto;
@@ -155,7 +161,7 @@ TEST_F(CudaDataOpsTest, UnpackIntoDisjointStridedViewsMatchesHost) {
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
 }
 
-TEST_F(CudaDataOpsTest, FusedQkvGateUpAndRowShardCopiesMatchHost) {
+TEST_P(CudaDataOpsTest, FusedQkvGateUpAndRowShardCopiesMatchHost) {
   // Colocated TP=2 rank 0: q/k/v/gate/up rows [0, n/2) into fused buffers,
   // o_proj columns [0, H/2) (strided source), plus a fp32 -> bf16 cast.
   const int64_t H = 256, Q = 256, KV = 64, I = 512;
@@ -180,7 +186,8 @@ TEST_F(CudaDataOpsTest, FusedQkvGateUpAndRowShardCopiesMatchHost) {
     so += H * Q * 2;
     dof += H * (Q / 2) * 2;
     // Differing shapes: [24] -> [2,3,4] (refinable), [6,4] -> [4,6] strided (scratch).
-    out.push_back({View(s, so, v1::FP16, {24}, {1}), View(d, dof, v1::BF16, {2, 3, 4}, {12, 4, 1})});
+    out.push_back(
+        {View(s, so, v1::FP16, {24}, {1}), View(d, dof, v1::BF16, {2, 3, 4}, {12, 4, 1})});
     dof += 64;
     out.push_back({View(s, so, v1::FP16, {6, 4}, {8, 1}), View(d, dof, v1::FP32, {4, 6}, {6, 1})});
     return out;
@@ -190,12 +197,32 @@ TEST_F(CudaDataOpsTest, FusedQkvGateUpAndRowShardCopiesMatchHost) {
   ASSERT_TRUE(ops_->Copy(items(src.dev(), dst.dev())).ok());
   ASSERT_TRUE(ops_->Synchronize().ok());
   EXPECT_LE(ops_->launches() - launches, 2);
+  if (GetParam()) {
+    EXPECT_GE(ops_->copy_engine_copies(), 4) << "q, k, v and o_proj";
+  }
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
+  // A call without scratch items stays resident; its replay (copy-engine
+  // batch and table) on fresh memory writes what the first run wrote.
+  TwinBuffer again(0, 8 << 20, 6);
+  auto cached = [&](void* s, void* d) {
+    std::vector<exec::CopyItem> out = items(s, d);
+    out.pop_back();  // the scratch item (no common refinement) is never cached
+    return out;
+  };
+  ASSERT_TRUE(ops_->Copy(cached(src.dev(), again.dev())).ok());
+  ASSERT_TRUE(ops_->Synchronize().ok());
+  again.Upload();  // back to the initial bytes
+  const int64_t hits = ops_->table_cache_hits();
+  ASSERT_TRUE(ops_->Copy(cached(src.dev(), again.dev())).ok());
+  ASSERT_TRUE(ops_->Synchronize().ok());
+  EXPECT_EQ(ops_->table_cache_hits(), hits + 1);
+  ASSERT_TRUE(host_.Copy(cached(src.host(), again.host())).ok());
+  EXPECT_EQ(FirstDiff(again.Download(), again.host_bytes()), -1);
 }
 
 // Every 16-bit code of bf16 and fp16 to every float dtype, and fp32 patterns
 // around every exponent (ties, NaN payloads, subnormals) to every narrow one.
-TEST_F(CudaDataOpsTest, ConversionsMatchHostExhaustively) {
+TEST_P(CudaDataOpsTest, ConversionsMatchHostExhaustively) {
   const int64_t n16 = 65536;
   std::vector<uint32_t> f32;
   for (uint32_t sign = 0; sign < 2; ++sign) {
@@ -235,7 +262,7 @@ TEST_F(CudaDataOpsTest, ConversionsMatchHostExhaustively) {
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
 }
 
-TEST_F(CudaDataOpsTest, PartialReduceMatchesHost) {
+TEST_P(CudaDataOpsTest, PartialReduceMatchesHost) {
   // Finite values only: NaN propagation through an fp32 add is not specified
   // bit for bit across CPUs and GPUs.
   std::mt19937 rng(3);
@@ -266,11 +293,13 @@ TEST_F(CudaDataOpsTest, PartialReduceMatchesHost) {
     inputs.push_back({View(nullptr, 0, v1::BF16, {n}, {1}), 0});
     inputs.push_back({View(ib, 0, v1::FP32, {rows, cols}, {1, rows}), -1});
     inputs.push_back({View(ib, 8 * n, v1::BF16, {rows, cols}, {cols, 1}), -1});
-    items.push_back({v1::REDUCE_SUM, v1::BF16, View(db, 0, v1::FP16, {rows, cols}, {cols, 1}), 0, 3});
+    items.push_back(
+        {v1::REDUCE_SUM, v1::BF16, View(db, 0, v1::FP16, {rows, cols}, {cols, 1}), 0, 3});
     // 2) AVG in fp32 of staged fp32 + fp32 view into a strided bf16 dst.
     inputs.push_back({View(nullptr, 0, v1::FP32, {n}, {1}), 2 * n});
     inputs.push_back({View(ib, 4 * n, v1::FP32, {n}, {1}), -1});
-    items.push_back({v1::REDUCE_AVG, v1::FP32, View(db, 2 * n, v1::BF16, {rows, cols / 2}, {cols, 1}), 3, 2});
+    items.push_back(
+        {v1::REDUCE_AVG, v1::FP32, View(db, 2 * n, v1::BF16, {rows, cols / 2}, {cols, 1}), 3, 2});
     // 3) int32 SUM wraps.
     inputs.push_back({View(ib, 12 * n, v1::INT32, {n}, {1}), -1});
     inputs.push_back({View(ib, 16 * n, v1::INT32, {n}, {1}), -1});
@@ -297,7 +326,7 @@ TEST_F(CudaDataOpsTest, PartialReduceMatchesHost) {
 // strided scales) is tiled by a staged bf16 part and a strided fp32 part.
 // Finite inputs of mixed magnitudes (NaN payloads are not specified bit for
 // bit across CPUs and GPUs).
-TEST_F(CudaDataOpsTest, BlockFp8QuantizeMatchesHost) {
+TEST_P(CudaDataOpsTest, BlockFp8QuantizeMatchesHost) {
   std::mt19937 rng(21);
   std::normal_distribution<float> val(0.f, 1.f);
   TwinBuffer src(0, 1 << 20, 30), staging(0, 1 << 20, 31), dst(0, 1 << 20, 32);
@@ -309,16 +338,16 @@ TEST_F(CudaDataOpsTest, BlockFp8QuantizeMatchesHost) {
     f[5] = 0.0f;
     ASSERT_TRUE(ConvertElements(f.data(), v1::FP32, b.host() + off, dt, count).ok());
   };
-  fill(src, 0, v1::BF16, 2 * 140 * 210);                // parent of the quantized pack view
+  fill(src, 0, v1::BF16, 2 * 140 * 210);                  // parent of the quantized pack view
   fill(src, 2 * 2 * 140 * 210, v1::FP32, 3 * 160 * 200);  // strided fp32 quantize part
   fill(staging, 200000, v1::BF16, 3 * 100 * 192);         // staged bf16 quantize part
-  std::memset(src.host() + 700000, 0, 256 * 128 * 2);  // an all-zero area
+  std::memset(src.host() + 700000, 0, 256 * 128 * 2);     // an all-zero area
   src.Upload();
   staging.Upload();
   auto pack_items = [&](void* sb) {
     std::vector<exec::PackItem> out;
-    exec::PackItem q{View(sb, 2 * (3 * 210 + 5), v1::BF16, {2, 130, 200}, {140 * 210, 210, 1}),
-                     16, v1::FP8_E4M3};
+    exec::PackItem q{View(sb, 2 * (3 * 210 + 5), v1::BF16, {2, 130, 200}, {140 * 210, 210, 1}), 16,
+                     v1::FP8_E4M3};
     q.quant_outer = 2;
     q.quant_rows = 130;
     q.quant_cols = 200;
@@ -326,8 +355,7 @@ TEST_F(CudaDataOpsTest, BlockFp8QuantizeMatchesHost) {
     q.quant_block_cols = 128;
     q.scale_offset = 16 + 2 * 130 * 200 + 1;  // 2 x 2 x 2 scales, unaligned
     out.push_back(q);
-    out.push_back(exec::PackItem{View(sb, 700000, v1::BF16, {64, 100}, {128, 1}), 60000,
-                                 v1::BF16});
+    out.push_back(exec::PackItem{View(sb, 700000, v1::BF16, {64, 100}, {128, 1}), 60000, v1::BF16});
     return out;
   };
   ASSERT_TRUE(host_.Pack(pack_items(src.host()), staging.host()).ok());
@@ -369,7 +397,7 @@ TEST_F(CudaDataOpsTest, BlockFp8QuantizeMatchesHost) {
   EXPECT_EQ(FirstDiff(staging.Download(), staging.host_bytes()), -1);
 }
 
-TEST_F(CudaDataOpsTest, LargeAlignedAndMisalignedCopiesMatchHost) {
+TEST_P(CudaDataOpsTest, LargeAlignedAndMisalignedCopiesMatchHost) {
   const int64_t bytes = 64 << 20;
   TwinBuffer src(0, bytes + 64, 13), dst(0, bytes + 64, 14);
   auto items = [&](void* s, void* d) {
@@ -384,7 +412,7 @@ TEST_F(CudaDataOpsTest, LargeAlignedAndMisalignedCopiesMatchHost) {
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
 }
 
-TEST_F(CudaDataOpsTest, BadItemsAreErrorsNamingTheItem) {
+TEST_P(CudaDataOpsTest, BadItemsAreErrorsNamingTheItem) {
   TwinBuffer buf(0, 4096, 15);
   std::vector<exec::CopyItem> bad_cast = {
       {View(buf.dev(), 0, v1::INT32, {4}, {1}), View(buf.dev(), 64, v1::FP32, {4}, {1})}};
@@ -395,12 +423,13 @@ TEST_F(CudaDataOpsTest, BadItemsAreErrorsNamingTheItem) {
   s = ops_->Copy(bad_count);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("copy item 0"), std::string::npos) << s;
-  std::vector<exec::PackItem> null_staging = {{View(buf.dev(), 0, v1::BF16, {4}, {1}), 0, v1::BF16}};
+  std::vector<exec::PackItem> null_staging = {
+      {View(buf.dev(), 0, v1::BF16, {4}, {1}), 0, v1::BF16}};
   EXPECT_EQ(ops_->Pack(null_staging, nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(ops_->Synchronize().ok());
 }
 
-TEST_F(CudaDataOpsTest, StagingIsPooledAndAligned) {
+TEST_P(CudaDataOpsTest, StagingIsPooledAndAligned) {
   void* first = nullptr;
   {
     auto a = ops_->AllocateStaging(100 << 20);
@@ -414,6 +443,11 @@ TEST_F(CudaDataOpsTest, StagingIsPooledAndAligned) {
   auto c = ops_->AllocateStaging(int64_t{1} << 50);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted) << c.status();
 }
+
+INSTANTIATE_TEST_SUITE_P(KernelOrCopyEngine, CudaDataOpsTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("CopyEngine") : std::string("Kernel");
+                         });
 
 }  // namespace
 }  // namespace wsync::cuda

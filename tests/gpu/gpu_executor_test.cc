@@ -74,6 +74,10 @@ std::vector<uint8_t> FiniteBytes(DType dtype, int64_t bytes, uint32_t seed) {
   return out;
 }
 
+// Set by each test (GpuExecutorTest's parameter): whether the data ops send
+// every request they can to the copy engines, or all to the kernel.
+cuda::CopyEngineOptions copy_engine_under_test;
+
 class GpuCluster {
  public:
   GpuCluster(const v1::TransferSpec& spec, int n) : n_(n), host_(n), workers_(n) {
@@ -107,12 +111,14 @@ class GpuCluster {
         // A rebuilt group replaces the old communicator: abort it (its peer
         // may be gone) rather than wait for a clean finalize.
         if (wk.transport) wk.transport->Abort("reconnect");
-        auto t = transport::NcclTransport::Create(store_, prefix, {.device = w, .rank = w, .size = n_});
+        auto t =
+            transport::NcclTransport::Create(store_, prefix, {.device = w, .rank = w, .size = n_});
         st[w] = t.status();
         if (!t.ok()) return;
         wk.transport = std::move(*t);
         if (!wk.ops) {
-          auto ops = cuda::CudaDataOps::Create({.device = w});
+          auto ops =
+              cuda::CudaDataOps::Create({.device = w, .copy_engine = copy_engine_under_test});
           st[w] = ops.status();
           if (!ops.ok()) return;
           wk.ops = std::move(*ops);
@@ -205,27 +211,31 @@ void RunAndCompare(const v1::TransferSpec& spec, int min_rounds = 1) {
   c.ExpectMatchesHost(*plan);
 }
 
-class GpuExecutorTest : public ::testing::Test {
+class GpuExecutorTest : public ::testing::TestWithParam<bool> {
  protected:
-  void SetUp() override { WSYNC_REQUIRE_GPUS(2); }
+  void SetUp() override {
+    WSYNC_REQUIRE_GPUS(2);
+    copy_engine_under_test = {};
+    if (GetParam()) copy_engine_under_test = {.min_bytes = 1, .min_row_bytes = 1};
+  }
 };
 
-TEST_F(GpuExecutorTest, OneGpuToOneGpu) { RunAndCompare(CatalogSpec("tiny-llama", 1, 1, false)); }
+TEST_P(GpuExecutorTest, OneGpuToOneGpu) { RunAndCompare(CatalogSpec("tiny-llama", 1, 1, false)); }
 
-TEST_F(GpuExecutorTest, ColocatedSelfCopiesAndFusedQkvGateUp) {
+TEST_P(GpuExecutorTest, ColocatedSelfCopiesAndFusedQkvGateUp) {
   RunAndCompare(CatalogSpec("tiny-llama", 2, 2, true));
 }
 
-TEST_F(GpuExecutorTest, MoeExpertsColocated) {
+TEST_P(GpuExecutorTest, MoeExpertsColocated) {
   RunAndCompare(CatalogSpec("tiny-qwen3-moe", 2, 2, true));
 }
 
-TEST_F(GpuExecutorTest, Fp32TrainerToBf16) {
+TEST_P(GpuExecutorTest, Fp32TrainerToBf16) {
   RunAndCompare(CatalogSpec("tiny-llama", 1, 1, false, v1::FP32));
   RunAndCompare(CatalogSpec("tiny-llama", 2, 2, true, v1::FP32));
 }
 
-TEST_F(GpuExecutorTest, TinyStagingCapForcesManyRounds) {
+TEST_P(GpuExecutorTest, TinyStagingCapForcesManyRounds) {
   v1::TransferSpec spec = CatalogSpec("tiny-qwen3-moe", 1, 1, false);
   spec.mutable_options()->set_bucket_bytes(4096);
   spec.mutable_options()->set_staging_cap_bytes(8192);
@@ -235,7 +245,7 @@ TEST_F(GpuExecutorTest, TinyStagingCapForcesManyRounds) {
   RunAndCompare(spec, 8);
 }
 
-TEST_F(GpuExecutorTest, PartialSumReducedThenCast) {
+TEST_P(GpuExecutorTest, PartialSumReducedThenCast) {
   // Two trainer ranks hold partial fp32 sums of w; vLLM TP=2 wants bf16
   // column shards (strided) of the reduced tensor, on the same two GPUs.
   v1::TransferSpec spec;
@@ -272,7 +282,7 @@ TEST_F(GpuExecutorTest, PartialSumReducedThenCast) {
   c.ExpectMatchesHost(*plan);
 }
 
-TEST_F(GpuExecutorTest, AbortedSyncThenSuccessfulSync) {
+TEST_P(GpuExecutorTest, AbortedSyncThenSuccessfulSync) {
   const v1::TransferSpec spec = CatalogSpec("tiny-llama", 1, 1, false);
   auto plan = plan::BuildPlan(spec);
   ASSERT_TRUE(plan.ok());
@@ -290,7 +300,7 @@ TEST_F(GpuExecutorTest, AbortedSyncThenSuccessfulSync) {
   c.ExpectMatchesHost(*plan);
 }
 
-TEST_F(GpuExecutorTest, SteadyStateReplaysResidentTables) {
+TEST_P(GpuExecutorTest, SteadyStateReplaysResidentTables) {
   const v1::TransferSpec spec = CatalogSpec("tiny-qwen3-moe", 2, 2, true);
   auto plan = plan::BuildPlan(spec);
   ASSERT_TRUE(plan.ok());
@@ -300,8 +310,16 @@ TEST_F(GpuExecutorTest, SteadyStateReplaysResidentTables) {
     for (auto& r : c.Run(*plan, absl::Seconds(60))) ASSERT_TRUE(r.ok()) << r.status();
   }
   EXPECT_GT(c.ops(0).table_cache_hits(), 0);
+  if (GetParam()) {
+    EXPECT_GT(c.ops(0).copy_engine_copies(), 0);
+  }
   c.ExpectMatchesHost(*plan);
 }
+
+INSTANTIATE_TEST_SUITE_P(KernelOrCopyEngine, GpuExecutorTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("CopyEngine") : std::string("Kernel");
+                         });
 
 }  // namespace
 }  // namespace wsync

@@ -206,6 +206,7 @@ absl::StatusOr<std::unique_ptr<CudaDataOps>> CudaDataOps::Create(const Options& 
   if (!kernels.ok()) return kernels.status();
   ops->kernels_ = std::move(*kernels);
   ops->pool_ = std::make_shared<StagingPool>(options.device);
+  ops->copy_engine_ = CopyEngineBatch(options.copy_engine);
   return ops;
 }
 
@@ -238,25 +239,46 @@ absl::StatusOr<char*> CudaDataOps::Scratch(int64_t bytes) {
 }
 
 absl::Status CudaDataOps::Run(std::string key) {
-  if (table_.empty()) return absl::OkStatus();
-  if (key.empty()) return kernels_->Launch(table_, stream_.get());
+  copy_engine_copies_ += copy_engine_.copies();
+  copy_engine_bytes_ += copy_engine_.bytes();
+  RETURN_IF_ERROR(copy_engine_.Issue(stream_.get()));
+  if (key.empty())
+    return table_.empty() ? absl::OkStatus() : kernels_->Launch(table_, stream_.get());
+  if (table_.empty() && copy_engine_.empty()) return absl::OkStatus();
   CachedTable entry;
-  const TableLayout layout = TableLayout::Of(table_);
-  if (cache_device_bytes_ + static_cast<int64_t>(layout.total) > table_cache_bytes_) {
-    cache_.clear();  // cudaFree waits for kernels still reading them
-    cache_device_bytes_ = 0;
+  if (!table_.empty()) {
+    const TableLayout layout = TableLayout::Of(table_);
+    if (cache_device_bytes_ + static_cast<int64_t>(layout.total) > table_cache_bytes_) {
+      cache_.clear();  // cudaFree waits for kernels still reading them
+      cache_device_bytes_ = 0;
+    }
+    RETURN_IF_ERROR(kernels_->Launch(table_, stream_.get(), &entry.table));
+    entry.layout = layout;
+    cache_device_bytes_ += static_cast<int64_t>(entry.table.size());
   }
-  absl::Status s = kernels_->Launch(table_, stream_.get(), &entry.table);
-  if (!s.ok()) return s;
-  entry.layout = layout;
-  cache_device_bytes_ += static_cast<int64_t>(entry.table.size());
+  entry.copy_engine = copy_engine_;
   entry.key = key;
   cache_[std::move(key)] = std::move(entry);
   return absl::OkStatus();
 }
 
+absl::Status CudaDataOps::Replay(CachedTable& entry) {
+  ++cache_hits_;
+  copy_engine_copies_ += entry.copy_engine.copies();
+  copy_engine_bytes_ += entry.copy_engine.bytes();
+  RETURN_IF_ERROR(entry.copy_engine.Issue(stream_.get()));
+  if (entry.table.size() == 0) return absl::OkStatus();
+  return kernels_->LaunchResident(entry.table.data(), entry.layout, stream_.get());
+}
+
+absl::Status CudaDataOps::AddRequest(const ViewRef& src, const ViewRef& dst, const int64_t* shape,
+                                     int ndim, const char* label) {
+  if (copy_engine_.TryAdd(src, dst, shape, ndim)) return absl::OkStatus();
+  return table_.AddCopy(src, dst, shape, ndim, label);
+}
+
 absl::Status CudaDataOps::AddCopyItem(const StridedView& src, const StridedView& dst,
-                                      const char* what, size_t index) {
+                                      const char* what, size_t index, bool copy_engine_ok) {
   int64_t shape[kMaxRequestDims], ss[kMaxRequestDims], ds[kMaxRequestDims];
   int n = 0;
   if (!CommonShape(src, dst, shape, ss, ds, &n)) {
@@ -265,8 +287,9 @@ absl::Status CudaDataOps::AddCopyItem(const StridedView& src, const StridedView&
   }
   char label[64];
   snprintf(label, sizeof(label), "%s item %zu", what, index);
-  return table_.AddCopy(ViewRef{src.data, src.dtype, ss}, ViewRef{dst.data, dst.dtype, ds}, shape,
-                        n, label);
+  const ViewRef s{src.data, src.dtype, ss}, d{dst.data, dst.dtype, ds};
+  if (copy_engine_ok) return AddRequest(s, d, shape, n, label);
+  return table_.AddCopy(s, d, shape, n, label);
 }
 
 absl::Status CudaDataOps::Pack(absl::Span<const exec::PackItem> items, void* staging_base) {
@@ -282,11 +305,9 @@ absl::Status CudaDataOps::Pack(absl::Span<const exec::PackItem> items, void* sta
     AppendRaw(key, it.staging_offset);
     AppendRaw(key, static_cast<int32_t>(it.wire_dtype));
   }
-  if (auto it = cache_.find(key); it != cache_.end()) {
-    ++cache_hits_;
-    return kernels_->LaunchResident(it->second.table.data(), it->second.layout, stream_.get());
-  }
+  if (auto it = cache_.find(key); it != cache_.end()) return Replay(it->second);
   table_.Clear();
+  copy_engine_.Clear();
   for (size_t i = 0; i < items.size(); ++i) {
     const exec::PackItem& it = items[i];
     absl::Status s = CheckView(it.src, "pack source");
@@ -298,7 +319,7 @@ absl::Status CudaDataOps::Pack(absl::Span<const exec::PackItem> items, void* sta
     RowMajor(it.src.shape.data(), it.src.ndim, strides);
     char label[32];
     snprintf(label, sizeof(label), "pack item %zu", i);
-    s = table_.AddCopy(
+    s = AddRequest(
         ViewRef{it.src.data, it.src.dtype, it.src.strides.data()},
         ViewRef{static_cast<char*>(staging_base) + it.staging_offset, it.wire_dtype, strides},
         it.src.shape.data(), it.src.ndim, label);
@@ -318,11 +339,9 @@ absl::Status CudaDataOps::Unpack(const void* staging_base,
     AppendRaw(key, it.staging_offset);
     AppendRaw(key, static_cast<int32_t>(it.wire_dtype));
   }
-  if (auto it = cache_.find(key); it != cache_.end()) {
-    ++cache_hits_;
-    return kernels_->LaunchResident(it->second.table.data(), it->second.layout, stream_.get());
-  }
+  if (auto it = cache_.find(key); it != cache_.end()) return Replay(it->second);
   table_.Clear();
+  copy_engine_.Clear();
   for (size_t i = 0; i < items.size(); ++i) {
     const exec::UnpackItem& it = items[i];
     absl::Status s = CheckView(it.dst, "unpack destination");
@@ -334,7 +353,7 @@ absl::Status CudaDataOps::Unpack(const void* staging_base,
     RowMajor(it.dst.shape.data(), it.dst.ndim, strides);
     char label[32];
     snprintf(label, sizeof(label), "unpack item %zu", i);
-    s = table_.AddCopy(
+    s = AddRequest(
         ViewRef{static_cast<const char*>(staging_base) + it.staging_offset, it.wire_dtype, strides},
         ViewRef{it.dst.data, it.dst.dtype, it.dst.strides.data()}, it.dst.shape.data(), it.dst.ndim,
         label);
@@ -351,11 +370,9 @@ absl::Status CudaDataOps::Copy(absl::Span<const exec::CopyItem> items) {
     AppendView(key, it.src);
     AppendView(key, it.dst);
   }
-  if (auto it = cache_.find(key); it != cache_.end()) {
-    ++cache_hits_;
-    return kernels_->LaunchResident(it->second.table.data(), it->second.layout, stream_.get());
-  }
+  if (auto it = cache_.find(key); it != cache_.end()) return Replay(it->second);
   table_.Clear();
+  copy_engine_.Clear();
   pre_table_.Clear();
   // Items whose shapes have no common refinement go through a contiguous
   // scratch copy in the source dtype: reserve that scratch first.
@@ -402,10 +419,10 @@ absl::Status CudaDataOps::Copy(absl::Span<const exec::CopyItem> items) {
       mid_dst.data = tmp;
       mid_dst.dtype = it.src.dtype;
       RowMajor(mid_dst.shape.data(), mid_dst.ndim, mid_dst.strides.data());
-      RETURN_IF_ERROR(AddCopyItem(mid_dst, it.dst, "copy", i));
+      RETURN_IF_ERROR(AddCopyItem(mid_dst, it.dst, "copy", i, /*copy_engine_ok=*/true));
       continue;
     }
-    RETURN_IF_ERROR(AddCopyItem(it.src, it.dst, "copy", i));
+    RETURN_IF_ERROR(AddCopyItem(it.src, it.dst, "copy", i, /*copy_engine_ok=*/true));
   }
   if (!pre_table_.empty()) {
     RETURN_IF_ERROR(kernels_->Launch(pre_table_, stream_.get()));
@@ -418,6 +435,7 @@ absl::Status CudaDataOps::Reduce(absl::Span<const exec::ReduceInput> inputs,
                                  absl::Span<const exec::ReduceItem> items,
                                  const void* staging_base) {
   table_.Clear();
+  copy_engine_.Clear();
   pre_table_.Clear();
   // Pass 1: validate, and size the scratch for inputs that are strided or not
   // in the accumulate dtype (converted first, like the host does).
@@ -525,8 +543,7 @@ absl::Status CudaDataOps::ReserveScratch(int64_t bytes) {
   return absl::OkStatus();
 }
 
-absl::Status CudaDataOps::LaunchQuant(const std::vector<QuantRegionDesc>& regions,
-                                      int64_t blocks) {
+absl::Status CudaDataOps::LaunchQuant(const std::vector<QuantRegionDesc>& regions, int64_t blocks) {
   if (regions.empty() || blocks == 0) return absl::OkStatus();
   const size_t bytes = regions.size() * sizeof(QuantRegionDesc);
   if (bytes > quant_regions_.size()) {
@@ -547,6 +564,7 @@ absl::Status CudaDataOps::LaunchQuant(const std::vector<QuantRegionDesc>& region
 absl::Status CudaDataOps::PackQuantized(absl::Span<const exec::PackItem> items,
                                         void* staging_base) {
   table_.Clear();
+  copy_engine_.Clear();
   int64_t need = 0;
   for (const exec::PackItem& it : items) {
     if (it.quant_block_rows > 0) need += (it.src.num_elements() * 4 + 255) / 256 * 256;
@@ -613,6 +631,7 @@ absl::Status CudaDataOps::Quantize(absl::Span<const exec::QuantizeInput> inputs,
                                    absl::Span<const exec::QuantizeItem> items,
                                    const void* staging_base) {
   table_.Clear();
+  copy_engine_.Clear();
   int64_t need = 0;
   for (const exec::QuantizeItem& q : items) need += (q.dst.num_elements() * 4 + 255) / 256 * 256;
   RETURN_IF_ERROR(ReserveScratch(need));
@@ -685,9 +704,9 @@ absl::Status CudaDataOps::Quantize(absl::Span<const exec::QuantizeInput> inputs,
       if (m > 0) RETURN_IF_ERROR(AddCopyItem(v, place, "quantize input of", i));
     }
     if (filled != n) {
-      return Annotate(absl::InvalidArgumentError(absl::StrCat("inputs fill ", filled, " of ", n,
-                                                              " elements")),
-                      "quantize", i);
+      return Annotate(
+          absl::InvalidArgumentError(absl::StrCat("inputs fill ", filled, " of ", n, " elements")),
+          "quantize", i);
     }
     QuantRegionDesc q;
     q.src = reinterpret_cast<uint64_t>(tmp);

@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "worker/cuda/batched_kernels.h"
 #include "worker/cuda/block_fp8_kernel.h"
+#include "worker/cuda/copy_engine_batch.h"
 #include "worker/cuda/cuda_handles.h"
 #include "worker/cuda/piece_table.h"
 #include "worker/exec/data_ops.h"
@@ -35,6 +36,9 @@ class CudaDataOps : public exec::DataOps {
     int64_t table_cache_bytes = int64_t{256} << 20;
     // Grid size of the batched kernels (BatchedKernels::Create).
     int blocks_per_sm = 8;
+    // Which pack / unpack / copy requests go to the copy engines
+    // (copy_engine_batch.h); the default min_bytes 0 keeps all on the kernel.
+    CopyEngineOptions copy_engine;
   };
   static absl::StatusOr<std::unique_ptr<CudaDataOps>> Create(const Options& options);
   ~CudaDataOps() override;
@@ -60,19 +64,32 @@ class CudaDataOps : public exec::DataOps {
   // Kernel launches and resident-table hits so far (benchmarks report them).
   int64_t launches() const { return kernels_->launches(); }
   int64_t table_cache_hits() const { return cache_hits_; }
+  // Copies and bytes sent to the copy engines so far.
+  int64_t copy_engine_copies() const { return copy_engine_copies_; }
+  int64_t copy_engine_bytes() const { return copy_engine_bytes_; }
 
  private:
   struct CachedTable {
     std::string key;
-    DeviceBuffer table;
+    DeviceBuffer table;  // empty when every request went to the copy engines
     TableLayout layout;
+    CopyEngineBatch copy_engine;
   };
 
   CudaDataOps() = default;
-  // Runs `table_` (built by the caller) or its resident copy under `key`.
+  // Runs `copy_engine_` and `table_` (built by the caller) and keeps them
+  // resident under `key` (unless empty).
   absl::Status Run(std::string key);
+  // A cached call: its copy-engine batch, then its resident table.
+  absl::Status Replay(CachedTable& entry);
+  // Adds one pack / unpack / copy request to the copy-engine batch if it
+  // qualifies, else to `table_`.
+  absl::Status AddRequest(const ViewRef& src, const ViewRef& dst, const int64_t* shape, int ndim,
+                          const char* label);
+  // Adds src -> dst to `table_`, or, where copy_engine_ok and it qualifies,
+  // to the copy-engine batch.
   absl::Status AddCopyItem(const exec::StridedView& src, const exec::StridedView& dst,
-                           const char* what, size_t index);
+                           const char* what, size_t index, bool copy_engine_ok = false);
   absl::StatusOr<char*> Scratch(int64_t bytes);
   // Scratch of at least `bytes` (waits for the stream before growing it).
   absl::Status ReserveScratch(int64_t bytes);
@@ -86,6 +103,9 @@ class CudaDataOps : public exec::DataOps {
   std::unique_ptr<BatchedKernels> kernels_;
   std::shared_ptr<StagingPool> pool_;
   PieceTable table_;
+  CopyEngineBatch copy_engine_;
+  int64_t copy_engine_copies_ = 0;
+  int64_t copy_engine_bytes_ = 0;
   // Second pass of copies that go through scratch (shapes with no common
   // refinement, strided reduce inputs).
   PieceTable pre_table_;

@@ -8,7 +8,7 @@ before="$1" after="$2" filter="$3" runs="${4:-3}"
 for rep in $(seq 1 "$runs"); do
   for build in before after; do
     bin="$before"; [ "$build" = after ] && bin="$after"
-    "$bin" --filter "$filter" --skip fsdp:256 2>/dev/null | grep "^| " | grep -v "^| case" |
+    "$bin" --filter "$filter" 2>/dev/null | grep "^| " | grep -v "^| case" |
       awk -F'|' -v b="$build" -v r="$rep" '{printf "%s rep%d %-75s wall %s rss %s\n", b, r, $2, $6, $8}'
   done
 done

@@ -9,7 +9,11 @@
 #                                go to $OUT (default ./gpu-out).
 # One device call (the `run` tool), carrying .devbundle:
 #   bash scripts/gpu_run.sh device
-# Environment: WSYNC_GPU_SKIP_TESTS=1 / WSYNC_GPU_SKIP_BENCH=1 / WSYNC_GPU_SKIP_PEERS=1,
+# The service check runs the real controller and wsync-worker --device processes
+# (wsync-demo --gpus 2: owners register device tensors by CUDA IPC, NCCL moves
+# them, every destination byte is verified).
+# Environment: WSYNC_GPU_SKIP_TESTS=1 / WSYNC_GPU_SKIP_SERVICE=1 / WSYNC_GPU_SKIP_BENCH=1 /
+# WSYNC_GPU_SKIP_PEERS=1,
 # WSYNC_BENCH_MODELS (default "llama3-8b qwen3-30b-a3b"), WSYNC_BENCH_ITERS (5),
 # WSYNC_SYNC_MODES (default: tp1,colocated, plus fanout_tp2,fanout_dp2,colocated4
 # on 4 or more GPUs), WSYNC_SYNC_FLAGS (extra sync-bench flags).
@@ -19,7 +23,8 @@ mode=${1:-}
 bundle=.devbundle
 gpu_bins="wsync_gpu_piece_table_test wsync_gpu_data_ops_test wsync_gpu_nccl_transport_test
   wsync_gpu_nccl_conformance_test wsync_gpu_ipc_registry_test wsync_gpu_executor_test
-  wsync_bench_nccl_ceiling wsync_bench_gpu_sync wsync_bench_ipc_open"
+  wsync_bench_nccl_ceiling wsync_bench_gpu_sync wsync_bench_ipc_open
+  wsync-controller wsync-worker wsync-demo"
 
 case "$mode" in
 build)
@@ -65,6 +70,19 @@ device)
       timeout 240 "$t" --gtest_filter="$filter" >>"$OUT/tests.log" 2>&1 || { rc=1; echo "FAILED: $t" >>"$OUT/tests.log"; }
     done
     grep -E '^(=== |\[  (PASSED|FAILED|SKIPPED) |FAILED:)' "$OUT/tests.log"
+  fi
+  if [ "${WSYNC_GPU_SKIP_SERVICE:-0}" != 1 ] && [ -x $bundle/bin/wsync-demo ]; then
+    demo=($bundle/bin/wsync-demo --gpus 2 --controller_bin=$bundle/bin/wsync-controller
+      --worker_bin=$bundle/bin/wsync-worker --versions 3)
+    for c in "tiny-llama fsdp:1 vllm-tp:1" "tiny-llama fsdp:2 vllm-tp:2 --colocated" \
+        "tiny-qwen3-moe fsdp:2 vllm-tp:2 --colocated" "tiny-mla fsdp:1 vllm-tp:1"; do
+      set -- $c
+      echo "=== wsync-demo --model $1 --source $2 --destination $3 ${4:-}" >>"$OUT/service.log"
+      timeout 180 "${demo[@]}" --model "$1" --source "$2" --destination "$3" ${4:-} \
+        --work_dir "$OUT/service-$1-${4:-disjoint}" >>"$OUT/service.log" 2>&1 ||
+        { rc=1; echo "FAILED: service $c" >>"$OUT/service.log"; }
+    done
+    grep -E '^(===|OK|FAILED|demo:)' "$OUT/service.log"
   fi
   if [ "${WSYNC_GPU_SKIP_BENCH:-0}" != 1 ]; then
     gpus=2

@@ -142,6 +142,12 @@ class ControllerState {
   absl::Status CheckBuffersLocked(const v1::Plan& part, int32_t worker, const Worker& w,
                                   bool require_all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DescribeLocked(const std::string& lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The data-plane transport every worker of a transfer offers: "nccl" when
+  // all run the GPU plane, else "gloo" when all run on host memory.
+  // FAILED_PRECONDITION naming a worker of each kind when they are mixed.
+  absl::StatusOr<std::string> CommonTransportLocked(const std::string& transfer,
+                                                    const std::vector<std::string>& leases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkDeadLocked(Worker& w, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a running sync; for failures `cause` names the worker (or -1).
   void FinishLocked(SyncRecord& sync, v1::SyncPhase phase, int32_t code, const std::string& error,

@@ -75,6 +75,12 @@ absl::StatusOr<v1::SyncResponse> ControllerState::StartSync(const v1::SyncReques
     t.generation_broken = false;
   }
   const bool needs_transport = plan->plan->summary().network_bytes() > 0;
+  std::string transport_kind;
+  if (needs_transport) {
+    auto kind = CommonTransportLocked(t.name, resolved.leases);
+    if (!kind.ok()) return kind.status();
+    transport_kind = *kind;
+  }
   const absl::Duration deadline =
       req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : config_.sync_deadline;
 
@@ -114,7 +120,7 @@ absl::StatusOr<v1::SyncResponse> ControllerState::StartSync(const v1::SyncReques
     if (worker.plans_sent.insert(sent_key).second) *sa->mutable_plan() = *parts[w];
     if (needs_transport) {
       v1::TransportSetup* ts = sa->mutable_transport();
-      ts->set_kind("gloo");
+      ts->set_kind(transport_kind);
       ts->set_rank(w);
       ts->set_size(num_workers);
       ts->set_kv_prefix(absl::StrCat(t.name, "/", t.generation, "/"));

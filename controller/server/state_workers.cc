@@ -1,6 +1,7 @@
 // ControllerState: worker leases, assignment streams, rendezvous KV, Tick.
 #include <algorithm>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -33,6 +34,37 @@ std::string ControllerState::DescribeLocked(const std::string& lease_id) {
   for (const auto& m : w.info.memberships()) roles.push_back(RankKey(m.group(), m.rank()));
   return absl::StrCat("worker ", absl::StrJoin(roles, "+"), " (pid ", w.info.pid(), " on ",
                       w.info.node(), ")");
+}
+
+absl::StatusOr<std::string> ControllerState::CommonTransportLocked(
+    const std::string& transfer, const std::vector<std::string>& leases) {
+  // A worker that lists no capabilities predates them: host memory over Gloo.
+  auto offers = [&](const Worker& w, const std::string& kind) {
+    if (w.info.capabilities().empty()) return kind == "gloo";
+    return absl::c_linear_search(w.info.capabilities(), kind);
+  };
+  for (const char* kind : {"nccl", "gloo"}) {
+    const std::string* missing = nullptr;
+    for (const std::string& lease : leases) {
+      auto it = workers_.find(lease);
+      if (it == workers_.end() || !offers(*it->second, kind)) {
+        missing = &lease;
+        break;
+      }
+    }
+    if (missing == nullptr) return std::string(kind);
+  }
+  std::string gpu, host;
+  for (const std::string& lease : leases) {
+    auto it = workers_.find(lease);
+    if (it == workers_.end()) continue;
+    std::string& slot = offers(*it->second, "nccl") ? gpu : host;
+    if (slot.empty()) slot = DescribeLocked(lease);
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "Sync: transfer '", transfer, "' mixes workers without a common transport: ",
+      gpu.empty() ? "none" : gpu, " runs the GPU plane (nccl), ", host.empty() ? "none" : host,
+      " runs on host memory (gloo); start every worker of a transfer with --device, or none"));
 }
 
 absl::StatusOr<v1::RegisterWorkerResponse> ControllerState::RegisterWorker(

@@ -1,5 +1,10 @@
 // Invalid requests get the right status code, a message naming the problem,
 // and change nothing.
+#include <sys/wait.h>
+
+#include <fstream>
+#include <iterator>
+
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
 #include "wsync/v1/worker_local.grpc.pb.h"
@@ -97,6 +102,11 @@ TEST(InvalidRequests, BuffersThatDoNotMatchTheLayout) {
   req = owner.Request();
   req.mutable_tensors(0)->mutable_shm()->set_name("/wsync-no-such-object");
   EXPECT_CODE_MENTIONS(send(req), NOT_FOUND, "/wsync-no-such-object");
+  // Device memory on a worker that moves host memory: refused, naming the
+  // flag that starts the GPU data plane.
+  req = owner.Request();
+  req.mutable_tensors(0)->mutable_cuda_ipc()->set_size(b.bytes);
+  EXPECT_CODE_MENTIONS(send(req), FAILED_PRECONDITION, "--device");
   // A dtype other than the layout's passes the worker but not the controller:
   // the sync is refused before any byte moves, naming the buffer.
   req = owner.Request();
@@ -120,6 +130,27 @@ TEST(InvalidRequests, BuffersThatDoNotMatchTheLayout) {
   std::string first;
   EXPECT_EQ(run.Verify(1, &first), 0) << first;
 }
+
+#ifndef WSYNC_WITH_CUDA
+TEST(InvalidRequests, GpuDataPlaneOnAHostOnlyBuildIsRefusedAtStart) {
+  char dir[] = "/tmp/wsync-device-flag-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string log = absl::StrCat(dir, "/worker.log");
+  auto child = demo::Child::Spawn(
+      {WSYNC_WORKER_BIN, "--groups=trainer:0:1", "--device=0", "--controller=127.0.0.1:1",
+       absl::StrCat("--local_socket=", dir, "/w.sock"), "--metrics_port=-1"},
+      log);
+  ASSERT_TRUE(child.ok()) << child.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (child->running() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_FALSE(child->running()) << "wsync-worker --device kept running on a host-only build";
+  EXPECT_TRUE(WIFEXITED(child->exit_status()));
+  EXPECT_EQ(WEXITSTATUS(child->exit_status()), 2);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("WSYNC_WITH_CUDA"), std::string::npos) << text;
+}
+#endif
 
 TEST(InvalidRequests, DuplicateRanksOldVersionsAndOversizedMessages) {
   demo::ClusterOptions options = DefaultClusterOptions();

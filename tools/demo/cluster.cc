@@ -104,6 +104,7 @@ absl::Status Cluster::SpawnWorker(WorkerProcess& w) {
                                    absl::StrCat("--metrics_port=", w.metrics_port),
                                    absl::StrCat("--port_file=", port_file)};
   for (const auto& f : options_.worker_flags) argv.push_back(f);
+  for (const auto& f : w.flags) argv.push_back(f);
   auto child = Child::Spawn(argv, absl::StrCat(options_.work_dir, "/", w.name, ".log"));
   if (!child.ok()) return child.status();
   w.child = *std::move(child);
@@ -115,8 +116,10 @@ absl::Status Cluster::SpawnWorker(WorkerProcess& w) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> Cluster::AddWorker(const std::vector<std::string>& groups) {
+absl::StatusOr<int> Cluster::AddWorker(const std::vector<std::string>& groups,
+                                       const std::vector<std::string>& flags) {
   auto w = std::make_unique<WorkerProcess>();
+  w->flags = flags;
   for (const std::string& g : groups) {
     std::vector<std::string> parts = absl::StrSplit(g, ':');
     v1::Membership m;

@@ -30,6 +30,7 @@ struct WorkerProcess {
   std::vector<v1::Membership> groups;
   std::string name;
   std::string socket;
+  std::vector<std::string> flags;  // this worker's own, after the cluster's
   int metrics_port = 0;
   Child child;
 };
@@ -47,8 +48,10 @@ class Cluster {
   int controller_metrics_port() const { return metrics_port_; }
   std::string controller_address() const;
 
-  // Spawns a worker in `groups` ("group:rank:size" each); returns its index.
-  absl::StatusOr<int> AddWorker(const std::vector<std::string>& groups);
+  // Spawns a worker in `groups` ("group:rank:size" each), with `flags` added
+  // to ClusterOptions::worker_flags (e.g. its --device); returns its index.
+  absl::StatusOr<int> AddWorker(const std::vector<std::string>& groups,
+                                const std::vector<std::string>& flags = {});
   absl::Status RestartWorker(int index);
   void KillWorker(int index);
   WorkerProcess& worker(int index) { return *workers_[index]; }

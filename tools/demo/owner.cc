@@ -51,8 +51,7 @@ absl::StatusOr<std::unique_ptr<OwnerRank>> OwnerRank::Create(std::string socket,
   for (size_t i = 0; i < o->buffers_.size(); ++i) {
     o->memory_[o->buffers_[i].name] = o->base_ + o->offsets_[i];
   }
-  o->stub_ = v1::WorkerLocal::NewStub(
-      grpc::CreateChannel("unix:" + o->socket_, grpc::InsecureChannelCredentials()));
+  o->stub_ = LocalStub(o->socket_);
   return o;
 }
 
@@ -78,16 +77,23 @@ v1::RegisterTensorsRequest OwnerRank::Request() const {
   return req;
 }
 
-absl::Status OwnerRank::Register() {
-  const v1::RegisterTensorsRequest req = Request();
+absl::Status OwnerRank::Register() { return SendRegistration(*stub_, Request(), socket_); }
+
+std::unique_ptr<v1::WorkerLocal::Stub> LocalStub(const std::string& socket) {
+  return v1::WorkerLocal::NewStub(
+      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+}
+
+absl::Status SendRegistration(v1::WorkerLocal::Stub& stub, const v1::RegisterTensorsRequest& req,
+                              const std::string& socket) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   ctx.set_wait_for_ready(true);  // the worker may still be starting
   v1::RegisterTensorsResponse resp;
-  grpc::Status s = stub_->RegisterTensors(&ctx, req, &resp);
+  grpc::Status s = stub.RegisterTensors(&ctx, req, &resp);
   if (!s.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                        absl::StrCat("RegisterTensors (group '", group_, "', socket ", socket_,
+                        absl::StrCat("RegisterTensors (group '", req.group(), "', socket ", socket,
                                      "): ", s.error_message()));
   }
   return absl::OkStatus();

@@ -1,6 +1,7 @@
 // An owner of one rank's tensors (what a trainer rank or an inference engine
-// does): one POSIX shared-memory object holding all its buffers, registered
-// with its worker over the worker's local Unix-socket API.
+// does), registered with its worker over the worker's local Unix-socket API:
+// OwnerRank keeps them in one POSIX shared-memory object (host workers);
+// gpu_owner.h keeps them in one CUDA allocation (workers with --device).
 #ifndef WSYNC_TOOLS_DEMO_OWNER_H_
 #define WSYNC_TOOLS_DEMO_OWNER_H_
 
@@ -14,22 +15,43 @@
 
 namespace wsync::demo {
 
-class OwnerRank {
+// What the demo needs from an owner rank, wherever its memory lives. The
+// demo fills and checks values through memory(), a host view.
+class Owner {
+ public:
+  virtual ~Owner() = default;
+  // RegisterTensors on the worker (replace: drop the group's earlier ones).
+  virtual absl::Status Register() = 0;
+  virtual const BufferMap& memory() const = 0;
+  virtual int64_t bytes() const = 0;
+  virtual v1::WorkerLocal::Stub& stub() = 0;
+  // Makes the host view's contents what the worker reads (before a sync).
+  virtual absl::Status Publish() { return absl::OkStatus(); }
+  // Makes the host view show what the worker wrote (after a sync).
+  virtual absl::Status Fetch() { return absl::OkStatus(); }
+};
+
+// Creates a v1::WorkerLocal stub for the worker's socket.
+std::unique_ptr<v1::WorkerLocal::Stub> LocalStub(const std::string& socket);
+// Sends `req` to the worker; errors name the group and the socket.
+absl::Status SendRegistration(v1::WorkerLocal::Stub& stub, const v1::RegisterTensorsRequest& req,
+                              const std::string& socket);
+
+class OwnerRank : public Owner {
  public:
   // Creates (exclusively) shm object `shm_name` sized for `buffers`.
   static absl::StatusOr<std::unique_ptr<OwnerRank>> Create(std::string socket, std::string group,
                                                            std::vector<BufferSpec> buffers,
                                                            std::string shm_name);
-  ~OwnerRank();
+  ~OwnerRank() override;
 
-  // RegisterTensors on the worker (replace: drop the group's earlier ones).
-  absl::Status Register();
+  absl::Status Register() override;
   // The request Register() sends.
   v1::RegisterTensorsRequest Request() const;
-  const BufferMap& memory() const { return memory_; }
+  const BufferMap& memory() const override { return memory_; }
   const std::vector<BufferSpec>& buffers() const { return buffers_; }
-  int64_t bytes() const { return size_; }
-  v1::WorkerLocal::Stub& stub() { return *stub_; }
+  int64_t bytes() const override { return size_; }
+  v1::WorkerLocal::Stub& stub() override { return *stub_; }
 
  private:
   OwnerRank() = default;

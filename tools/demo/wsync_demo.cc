@@ -1,6 +1,7 @@
 // wsync-demo: a controller and two groups of worker processes on this
 // machine (trainer ranks -> vLLM-style inference ranks, a catalog model),
-// owner ranks with real shared-memory tensors, several syncs of rising
+// owner ranks with real shared-memory tensors (or, with --gpus N, device
+// tensors registered by CUDA IPC and moved over NCCL), several syncs of rising
 // versions with every destination byte verified. Exit status 0 only if every
 // sync succeeded and every byte matched.
 #include <pthread.h>
@@ -22,6 +23,7 @@
 #include "controller/server/env_flags.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/demo/cluster.h"
+#include "tools/demo/gpu_owner.h"
 #include "tools/demo/layout_data.h"
 #include "tools/demo/owner.h"
 
@@ -34,6 +36,11 @@ ABSL_FLAG(std::string, work_dir, "", "Logs and sockets (default /tmp/wsync-demo-
 ABSL_FLAG(std::string, controller_bin, "", "wsync-controller binary (default: build tree).");
 ABSL_FLAG(std::string, worker_bin, "", "wsync-worker binary (default: build tree).");
 ABSL_FLAG(absl::Duration, sync_deadline, absl::Seconds(60), "Deadline of each sync.");
+ABSL_FLAG(int32_t, gpus, 0,
+          "0: tensors in host shared memory, moved over Gloo. N > 0: every worker runs the GPU "
+          "data plane (--device) on one of GPUs 0..N-1 (trainer rank r on r % N; inference rank "
+          "r after the trainer ranks, or with its trainer rank when colocated), owners register "
+          "device tensors by CUDA IPC, transfers run over NCCL. Needs a CUDA build.");
 
 namespace {
 
@@ -86,6 +93,23 @@ int Run() {
     std::fprintf(stderr, "demo: --colocated needs no more inference than trainer ranks\n");
     return 2;
   }
+  const int gpus = absl::GetFlag(FLAGS_gpus);
+  if (gpus < 0 || (gpus > 0 && demo::VisibleGpus() < gpus)) {
+    std::fprintf(stderr, "demo: --gpus %d, but this process sees %d GPU(s)\n", gpus,
+                 demo::VisibleGpus());
+    return 2;
+  }
+  // NCCL allows one rank of a communicator per GPU.
+  const int workers_needed = co.colocated ? num_src : num_src + num_dst;
+  if (gpus > 0 && workers_needed > gpus) {
+    std::fprintf(stderr, "demo: %d workers need %d GPUs (one NCCL rank per GPU), --gpus is %d\n",
+                 workers_needed, workers_needed, gpus);
+    return 2;
+  }
+  auto device_flags = [&](int device) {
+    return gpus > 0 ? std::vector<std::string>{absl::StrCat("--device=", device)}
+                    : std::vector<std::string>{};
+  };
   const auto src_buffers = demo::BuffersPerRank(*src_side);
   const auto dst_buffers = demo::BuffersPerRank(*dst_side);
 
@@ -115,7 +139,7 @@ int Run() {
   for (int r = 0; r < num_src; ++r) {
     std::vector<std::string> groups = {absl::StrCat("trainer:", r, ":", num_src)};
     if (co.colocated && r < num_dst) groups.push_back(absl::StrCat("inference:", r, ":", num_dst));
-    auto w = cluster.AddWorker(groups);
+    auto w = cluster.AddWorker(groups, device_flags(r));
     if (!w.ok()) {
       std::fprintf(stderr, "demo: worker: %s\n", w.status().ToString().c_str());
       return 1;
@@ -125,7 +149,8 @@ int Run() {
   }
   if (!co.colocated) {
     for (int r = 0; r < num_dst; ++r) {
-      auto w = cluster.AddWorker({absl::StrCat("inference:", r, ":", num_dst)});
+      auto w = cluster.AddWorker({absl::StrCat("inference:", r, ":", num_dst)},
+                                 device_flags(num_src + r));
       if (!w.ok()) {
         std::fprintf(stderr, "demo: worker: %s\n", w.status().ToString().c_str());
         return 1;
@@ -133,18 +158,30 @@ int Run() {
       dst_worker[r] = *w;
     }
   }
-  // 3. Owners: one shm object per rank, registered with its worker.
-  std::vector<std::unique_ptr<demo::OwnerRank>> src_owner(num_src), dst_owner(num_dst);
+  // 3. Owners: one shm object (or one device allocation) per rank,
+  // registered with its worker.
+  std::vector<std::unique_ptr<demo::Owner>> src_owner(num_src), dst_owner(num_dst);
   int64_t total_dst_bytes = 0;
   for (int side = 0; side < 2; ++side) {
     const int n = side == 0 ? num_src : num_dst;
     for (int r = 0; r < n; ++r) {
       const std::string group = side == 0 ? "trainer" : "inference";
       auto& owner = side == 0 ? src_owner[r] : dst_owner[r];
-      auto o =
-          demo::OwnerRank::Create(cluster.worker(side == 0 ? src_worker[r] : dst_worker[r]).socket,
-                                  group, side == 0 ? src_buffers[r] : dst_buffers[r],
-                                  absl::StrCat("/wsync-demo-", getpid(), "-", group, "-", r));
+      const std::string& socket = cluster.worker(side == 0 ? src_worker[r] : dst_worker[r]).socket;
+      const auto& buffers = side == 0 ? src_buffers[r] : dst_buffers[r];
+      absl::StatusOr<std::unique_ptr<demo::Owner>> o;
+      if (gpus > 0) {
+        const int device = side == 0 || co.colocated ? r : num_src + r;
+        o = demo::CreateGpuOwner(socket, group, buffers, device);
+      } else {
+        auto shm = demo::OwnerRank::Create(
+            socket, group, buffers, absl::StrCat("/wsync-demo-", getpid(), "-", group, "-", r));
+        if (shm.ok()) {
+          o = std::unique_ptr<demo::Owner>(*std::move(shm));
+        } else {
+          o = shm.status();
+        }
+      }
       if (!o.ok()) {
         std::fprintf(stderr, "demo: owner: %s\n", o.status().ToString().c_str());
         return 1;
@@ -212,6 +249,16 @@ int Run() {
       break;
     }
     for (int r = 0; r < num_dst; ++r) demo::Poison(dst_buffers[r], dst_owner[r]->memory());
+    for (auto* owners : {&src_owner, &dst_owner}) {
+      for (auto& o : *owners) {
+        if (filled.ok()) filled = o->Publish();
+      }
+    }
+    if (!filled.ok()) {
+      std::fprintf(stderr, "demo: %s\n", filled.ToString().c_str());
+      ++failures;
+      break;
+    }
     const double fill_s = absl::ToDoubleSeconds(absl::Now() - t_fill);
     const absl::Time t0 = absl::Now();
     v1::SyncRequest sreq;
@@ -242,6 +289,12 @@ int Run() {
     int64_t checked = 0, wrong = 0;
     std::string first;
     for (int r = 0; r < num_dst; ++r) {
+      absl::Status fetched = dst_owner[r]->Fetch();
+      if (!fetched.ok()) {
+        first = fetched.ToString();
+        ++wrong;
+        continue;
+      }
       auto res = demo::VerifyDestination(*spec, *dst_side, *src_side, r, v, dst_owner[r]->memory());
       if (!res.ok()) {
         first = res.status().ToString();

@@ -47,10 +47,10 @@ bool EventQueue::Pop(v1::SyncEvent* e, absl::Duration wait) {
 WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
     : options_(std::move(options)),
       metrics_(metrics),
-      tensors_(GroupsOf(options_)),
+      tensors_(GroupsOf(options_), options_.gpu),
       runner_(&tensors_, metrics,
               RunnerOptions{options_.data_address, options_.round_timeout,
-                            options_.staging_limit_bytes}) {
+                            options_.staging_limit_bytes, options_.gpu}) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);  // op lists can be large
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);

@@ -33,6 +33,9 @@ struct AgentOptions {
   std::string instance_id;
   absl::Duration round_timeout = absl::Seconds(60);
   int64_t staging_limit_bytes = 0;  // 0: up to two plan rounds' staging
+  // Not owned (outlives the agent); null for a host-memory worker. With one,
+  // capabilities should say "nccl" and "cuda_ipc" instead of "gloo".
+  GpuPlane* gpu = nullptr;
 };
 
 // Events for one local subscriber (SyncEvents stream).

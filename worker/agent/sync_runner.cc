@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "worker/agent/controller_kv_store.h"
 #include "worker/transport/gloo_transport.h"
 
@@ -35,7 +36,7 @@ absl::Status SyncRunner::RefreshRegistry() {
     b.data = e.data;
     b.bytes = e.bytes;
     b.dtype = e.reg.dtype();
-    b.space = transport::MemorySpace::kHost;
+    b.space = e.on_device ? transport::MemorySpace::kCuda : transport::MemorySpace::kHost;
     // Plan buffer names carry the group ("<group>/<name>"), so one buffer is
     // found whichever side a view names.
     const std::string name = absl::StrCat(e.group, "/", e.reg.name());
@@ -50,6 +51,25 @@ absl::Status SyncRunner::RefreshRegistry() {
   return absl::OkStatus();
 }
 
+transport::MemorySpace SyncRunner::Space() const {
+  return options_.gpu != nullptr ? transport::MemorySpace::kCuda : transport::MemorySpace::kHost;
+}
+
+absl::Status SyncRunner::AttachExecutor(Channel& ch) {
+  if (options_.gpu != nullptr) {
+    auto ops = options_.gpu->NewDataOps();
+    if (!ops.ok()) return ops.status();
+    ch.ops = *std::move(ops);
+  } else {
+    ch.ops = std::make_unique<exec::HostDataOps>();
+  }
+  exec::ExecutorOptions eo;
+  eo.round_timeout = options_.round_timeout;
+  eo.staging_limit_bytes = options_.staging_limit_bytes;
+  ch.executor = std::make_unique<exec::Executor>(ch.transport.get(), ch.ops.get(), eo);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SyncRunner::Channel*> SyncRunner::EnsureChannel(
     const v1::SyncAssignment& a, std::shared_ptr<v1::WorkerService::Stub> stub,
     const std::string& lease_id) {
@@ -58,13 +78,10 @@ absl::StatusOr<SyncRunner::Channel*> SyncRunner::EnsureChannel(
   std::unique_ptr<Channel>& ch = channels_[key];
   if (!network) {
     if (ch == nullptr || ch->transport->rank() != a.worker()) {
-      ch = std::make_unique<Channel>();
-      ch->transport = std::make_unique<LocalOnlyTransport>(a.worker(), a.worker() + 1);
-      exec::ExecutorOptions eo;
-      eo.round_timeout = options_.round_timeout;
-      eo.staging_limit_bytes = options_.staging_limit_bytes;
-      eo.staging_limit_bytes = options_.staging_limit_bytes;
-      ch->executor = std::make_unique<exec::Executor>(ch->transport.get(), &ch->ops, eo);
+      auto fresh = std::make_unique<Channel>();
+      fresh->transport = std::make_unique<LocalOnlyTransport>(a.worker(), a.worker() + 1, Space());
+      RETURN_IF_ERROR(AttachExecutor(*fresh));
+      ch = std::move(fresh);
     }
     return ch.get();
   }
@@ -73,32 +90,41 @@ absl::StatusOr<SyncRunner::Channel*> SyncRunner::EnsureChannel(
     return ch.get();
   }
   ch.reset();  // the old generation's sockets close before the new rendezvous
-  if (ts.kind() != "gloo") {
-    return absl::UnimplementedError(
-        absl::StrCat("transport kind '", ts.kind(), "' is not available on this worker"));
+  const std::string mine = options_.gpu != nullptr ? "nccl" : "gloo";
+  if (ts.kind() != mine) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("transport kind '", ts.kind(), "' is not available on this worker (it runs ",
+                     mine, options_.gpu != nullptr ? " on device memory" : " on host memory", ")"));
   }
   ControllerKvStore kv(std::move(stub), lease_id, &aborted_);
-  transport::GlooTransportOptions go;
-  go.rank = ts.rank();
-  go.size = ts.size();
-  go.store = &kv;
-  go.prefix = ts.kv_prefix();
-  go.hostname = options_.data_address;
   const absl::Time deadline = absl::FromUnixMillis(a.deadline_unix_ms());
-  go.connect_timeout = std::max(absl::Milliseconds(1), deadline - absl::Now());
-  auto t = transport::GlooTransport::Create(go);
+  absl::StatusOr<std::unique_ptr<transport::Transport>> t;
+  if (options_.gpu != nullptr) {
+    t = options_.gpu->Connect(kv, ts.kv_prefix(), ts.rank(), ts.size(), deadline);
+  } else {
+    transport::GlooTransportOptions go;
+    go.rank = ts.rank();
+    go.size = ts.size();
+    go.store = &kv;
+    go.prefix = ts.kv_prefix();
+    go.hostname = options_.data_address;
+    go.connect_timeout = std::max(absl::Milliseconds(1), deadline - absl::Now());
+    auto gloo = transport::GlooTransport::Create(go);
+    if (gloo.ok()) {
+      t = std::unique_ptr<transport::Transport>(*std::move(gloo));
+    } else {
+      t = gloo.status();
+    }
+  }
   if (!t.ok()) {
-    return absl::Status(t.status().code(),
-                        absl::StrCat("transport setup (generation ", ts.generation(), ", rank ",
-                                     ts.rank(), "/", ts.size(), "): ", t.status().message()));
+    return absl::Status(t.status().code(), absl::StrCat(mine, " transport setup (generation ",
+                                                        ts.generation(), ", rank ", ts.rank(), "/",
+                                                        ts.size(), "): ", t.status().message()));
   }
   auto fresh = std::make_unique<Channel>();
   fresh->generation = ts.generation();
   fresh->transport = *std::move(t);
-  exec::ExecutorOptions eo;
-  eo.round_timeout = options_.round_timeout;
-  eo.staging_limit_bytes = options_.staging_limit_bytes;
-  fresh->executor = std::make_unique<exec::Executor>(fresh->transport.get(), &fresh->ops, eo);
+  RETURN_IF_ERROR(AttachExecutor(*fresh));
   ch = std::move(fresh);
   return ch.get();
 }
@@ -163,7 +189,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   if (!st.ok()) return finish(st);
   auto bit = bound_.find(plan_id);
   if (bit == bound_.end()) {
-    auto b = exec::BindPlan(*pit->second, a.worker(), registry_, transport::MemorySpace::kHost);
+    auto b = exec::BindPlan(*pit->second, a.worker(), registry_, Space());
     if (!b.ok()) return finish(b.status());
     bit = bound_.emplace(plan_id, *b).first;
   }

@@ -1,8 +1,9 @@
 // Runs the syncs assigned to this worker, one at a time: looks up (or caches)
 // the op list by plan key, binds it to the owner-registered buffers, builds
-// the transfer's transport (Gloo, rendezvous through the controller) once per
-// generation, and replays the op list with the Executor. Abort() may come
-// from any thread.
+// the transfer's transport once per generation (Gloo over host memory, or
+// NCCL over device memory on a worker with a GPU plane; either rendezvous
+// through the controller), and replays the op list with the Executor.
+// Abort() may come from any thread.
 #ifndef WSYNC_WORKER_AGENT_SYNC_RUNNER_H_
 #define WSYNC_WORKER_AGENT_SYNC_RUNNER_H_
 
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "absl/synchronization/mutex.h"
+#include "worker/agent/gpu_plane.h"
 #include "worker/agent/tensor_table.h"
 #include "worker/agent/worker_metrics.h"
 #include "worker/exec/buffer_registry.h"
@@ -28,9 +30,11 @@ namespace wsync::agent {
 // request, so a plan that needs a network never runs on it silently.
 class LocalOnlyTransport : public transport::Transport {
  public:
-  LocalOnlyTransport(int32_t rank, int32_t size) : rank_(rank), size_(size) {}
+  LocalOnlyTransport(int32_t rank, int32_t size,
+                     transport::MemorySpace space = transport::MemorySpace::kHost)
+      : rank_(rank), size_(size), space_(space) {}
   std::string Name() const override { return "local-only"; }
-  transport::MemorySpace memory_space() const override { return transport::MemorySpace::kHost; }
+  transport::MemorySpace memory_space() const override { return space_; }
   int32_t rank() const override { return rank_; }
   int32_t size() const override { return size_; }
   using transport::Transport::RunRound;
@@ -42,12 +46,16 @@ class LocalOnlyTransport : public transport::Transport {
  private:
   const int32_t rank_;
   const int32_t size_;
+  const transport::MemorySpace space_;
 };
 
 struct RunnerOptions {
   std::string data_address = "127.0.0.1";  // Gloo listen/advertise address
   absl::Duration round_timeout = absl::Seconds(60);
   int64_t staging_limit_bytes = 0;  // ExecutorOptions::staging_limit_bytes
+  // Not owned; null on a host worker. With one, buffers are device memory and
+  // transfers run over NCCL.
+  GpuPlane* gpu = nullptr;
 };
 
 class SyncRunner {
@@ -74,11 +82,15 @@ class SyncRunner {
   struct Channel {  // one transfer's data plane
     int64_t generation = -1;
     std::unique_ptr<transport::Transport> transport;
-    exec::HostDataOps ops;
+    std::unique_ptr<exec::DataOps> ops;
     std::unique_ptr<exec::Executor> executor;
   };
 
   absl::Status RefreshRegistry();
+  // Device memory with a GPU plane, else host memory.
+  transport::MemorySpace Space() const;
+  // Gives `ch` (its transport set) data ops and an executor.
+  absl::Status AttachExecutor(Channel& ch);
   std::string AbortReason();
   absl::StatusOr<Channel*> EnsureChannel(const v1::SyncAssignment& a,
                                          std::shared_ptr<v1::WorkerService::Stub> stub,

@@ -63,12 +63,44 @@ absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::Register(
       if (d < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": negative dimension"));
       elements *= d;
     }
+    if (!req.replace()) {
+      auto it = tensors_.find({req.group(), t.name()});
+      if (it != tensors_.end() && it->second.reg.SerializeAsString() != t.SerializeAsString()) {
+        return absl::AlreadyExistsError(
+            absl::StrCat(what, " is already registered with another location or shape"));
+      }
+    }
     if (t.has_cuda_ipc()) {
-      return absl::UnimplementedError(absl::StrCat(
-          what, ": CUDA IPC buffers need the NCCL data plane (build with WSYNC_WITH_CUDA)"));
+      if (gpu_ == nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(what,
+                         ": CUDA IPC buffers need a worker with the GPU data plane (wsync-worker "
+                         "--device N, built with WSYNC_WITH_CUDA); this one moves host memory"));
+      }
+      const v1::CudaIpc& ipc = t.cuda_ipc();
+      if (ipc.size() < elements * es) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": CUDA IPC range of ", ipc.size(),
+                                                       " bytes cannot hold ", elements,
+                                                       " elements of ", DTypeName(t.dtype())));
+      }
+      auto data = gpu_->Open(ipc, what);
+      if (!data.ok()) return data.status();
+      TensorEntry e;
+      e.group = req.group();
+      e.reg = t;
+      e.on_device = true;
+      e.data = *data;
+      e.bytes = ipc.size();
+      fresh.push_back(std::move(e));
+      continue;
     }
     if (!t.has_shm()) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": no location (shm) given"));
+    }
+    if (gpu_ != nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": this worker runs the GPU data plane on device ", gpu_->device(),
+                       " (", gpu_->uuid(), "); register device tensors (cuda_ipc), not shm"));
     }
     const v1::HostShm& shm = t.shm();
     if (shm.offset() < 0 || shm.size() < elements * es) {
@@ -94,13 +126,6 @@ absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::Register(
           what, ": shm '", shm.name(), "' has ", mapping->size(), " bytes, the tensor needs [",
           shm.offset(), ", ", shm.offset() + shm.size(), ")"));
     }
-    if (!req.replace()) {
-      auto it = tensors_.find({req.group(), t.name()});
-      if (it != tensors_.end() && it->second.reg.SerializeAsString() != t.SerializeAsString()) {
-        return absl::AlreadyExistsError(
-            absl::StrCat(what, " is already registered with another location or shape"));
-      }
-    }
     TensorEntry e;
     e.group = req.group();
     e.reg = t;
@@ -115,7 +140,7 @@ absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::Register(
     }
   }
   for (TensorEntry& e : fresh) {
-    mappings_[e.mapping->name()] = e.mapping;
+    if (e.mapping != nullptr) mappings_[e.mapping->name()] = e.mapping;
     tensors_[{e.group, e.reg.name()}] = std::move(e);
   }
   ++version_;

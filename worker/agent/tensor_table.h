@@ -1,7 +1,9 @@
 // The tensors owner processes registered with this worker: (group, name) ->
-// bytes in a mapped POSIX shared-memory object. Thread-safe. Snapshots keep
-// their mappings alive, so a sync in flight never sees memory unmapped under
-// it when the owner re-registers.
+// bytes in a mapped POSIX shared-memory object (host workers), or device
+// memory opened from a CUDA IPC handle (workers with a GPU plane). Thread-safe.
+// Snapshots keep shm mappings alive, so a sync in flight never sees memory
+// unmapped under it when the owner re-registers; IPC mappings live as long as
+// the GPU plane.
 #ifndef WSYNC_WORKER_AGENT_TENSOR_TABLE_H_
 #define WSYNC_WORKER_AGENT_TENSOR_TABLE_H_
 
@@ -15,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "worker/agent/gpu_plane.h"
 #include "wsync/v1/controller.pb.h"
 #include "wsync/v1/worker_local.pb.h"
 
@@ -44,7 +47,8 @@ class ShmMapping {
 struct TensorEntry {
   std::string group;
   v1::TensorRegistration reg;
-  std::shared_ptr<ShmMapping> mapping;
+  std::shared_ptr<ShmMapping> mapping;  // null for device memory
+  bool on_device = false;
   void* data = nullptr;
   int64_t bytes = 0;
 };
@@ -57,7 +61,10 @@ struct TensorSnapshot {
 class TensorTable {
  public:
   // `groups`: the worker's memberships; registrations for others are refused.
-  explicit TensorTable(std::vector<std::string> groups) : groups_(std::move(groups)) {}
+  // `gpu` (not owned, may be null): where CUDA IPC registrations are opened;
+  // with one, host (shm) registrations are refused, and without one, IPC ones.
+  explicit TensorTable(std::vector<std::string> groups, GpuPlane* gpu = nullptr)
+      : groups_(std::move(groups)), gpu_(gpu) {}
 
   absl::StatusOr<v1::RegisterTensorsResponse> Register(const v1::RegisterTensorsRequest& req);
   TensorSnapshot Snapshot() const;
@@ -66,6 +73,7 @@ class TensorTable {
 
  private:
   const std::vector<std::string> groups_;
+  GpuPlane* const gpu_;
   mutable absl::Mutex mu_;
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::pair<std::string, std::string>, TensorEntry> tensors_ ABSL_GUARDED_BY(mu_);

@@ -17,6 +17,7 @@
 #include "controller/server/env_flags.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/agent/agent.h"
+#include "worker/agent/gpu_plane.h"
 #include "worker/agent/local_service.h"
 
 ABSL_FLAG(std::string, controller, "127.0.0.1:50051",
@@ -48,6 +49,10 @@ ABSL_FLAG(int64_t, staging_limit_bytes, 0,
 ABSL_FLAG(std::string, instance_id, "",
           "Identity of this process for re-registration (default: random). Env: "
           "WSYNC_INSTANCE_ID.");
+ABSL_FLAG(int32_t, device, -1,
+          "CUDA device of this worker's GPU data plane: owners register device tensors (CUDA "
+          "IPC) and transfers run over NCCL. -1: host memory over Gloo. Needs a build with "
+          "WSYNC_WITH_CUDA. Env: WSYNC_DEVICE.");
 ABSL_FLAG(std::string, port_file, "",
           "When set, write 'metrics_port=M' and 'local_socket=P' lines here once serving. Env: "
           "WSYNC_PORT_FILE.");
@@ -116,6 +121,18 @@ int main(int argc, char** argv) {
   if (options.instance_id.empty()) {
     std::random_device rd;
     options.instance_id = absl::StrFormat("%08x%08x-%d", rd(), rd(), getpid());
+  }
+  std::unique_ptr<wsync::agent::GpuPlane> gpu;
+  if (const int32_t device = absl::GetFlag(FLAGS_device); device >= 0) {
+    auto plane = wsync::agent::CreateGpuPlane(device);
+    if (!plane.ok()) {
+      std::fprintf(stderr, "wsync-worker: %s\n", plane.status().ToString().c_str());
+      return 2;
+    }
+    gpu = *std::move(plane);
+    options.gpu = gpu.get();
+    options.capabilities = {"nccl", "cuda_ipc"};
+    if (options.device_uuid.empty()) options.device_uuid = gpu->uuid();
   }
   std::string socket_path = absl::GetFlag(FLAGS_local_socket);
   if (socket_path.empty()) {

@@ -54,14 +54,14 @@ absl::StatusOr<IpcTensorHandle> ExportTensor(const void* ptr, uint64_t bytes,
         absl::StrCat("tensor ", name, ": managed (unified) memory cannot be exported"));
   }
   {
-    absl::Status s = CuStatus(api.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                                    dptr),
-                              absl::StrCat("device of tensor ", name));
+    absl::Status s =
+        CuStatus(api.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dptr),
+                 absl::StrCat("device of tensor ", name));
     if (!s.ok()) return s;
   }
   int legacy_ok = 0;
-  if (api.cuPointerGetAttribute(&legacy_ok, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, dptr) ==
-          CUDA_SUCCESS &&
+  if (api.cuPointerGetAttribute(&legacy_ok, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                dptr) == CUDA_SUCCESS &&
       !legacy_ok) {
     return absl::FailedPreconditionError(absl::StrCat(
         "tensor ", name,
@@ -70,6 +70,13 @@ absl::StatusOr<IpcTensorHandle> ExportTensor(const void* ptr, uint64_t bytes,
         "sleep mode (enable_sleep_mode / CuMemAllocator): turn those off for the weights "
         "wsync writes (POSIX file-descriptor handles over SCM_RIGHTS are not supported yet)"));
   }
+  // cuMemGetAddressRange and cudaIpcGetMemHandle work in the calling thread's
+  // current context: select the tensor's device explicitly, even when it is
+  // the selected one already (a thread that only allocated through the
+  // runtime may have no current driver context: CUDA_ERROR_NOT_FOUND).
+  DeviceGuard guard(ordinal);
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal),
+                             absl::StrCat("selecting device ", ordinal, " of tensor ", name));
   CUdeviceptr base = 0;
   size_t base_bytes = 0;
   {
@@ -84,11 +91,8 @@ absl::StatusOr<IpcTensorHandle> ExportTensor(const void* ptr, uint64_t bytes,
                                                    " run past its allocation of ", base_bytes));
   }
   cudaIpcMemHandle_t handle;
-  {
-    DeviceGuard guard(ordinal);
-    WSYNC_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)),
-                               absl::StrCat("cudaIpcGetMemHandle for tensor ", name));
-  }
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)),
+                             absl::StrCat("cudaIpcGetMemHandle for tensor ", name));
   auto uuid = DeviceUuid(ordinal);
   if (!uuid.ok()) return uuid.status();
   IpcTensorHandle h;
@@ -128,12 +132,12 @@ size_t IpcRegistry::num_mappings() const {
 absl::StatusOr<void*> IpcRegistry::Open(const IpcTensorHandle& h, const std::string& name) {
   if (h.gpu_uuid != uuid_) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " lives on ", h.gpu_uuid,
-                                                   " but this registry maps device ", device_,
-                                                   " (", uuid_, ")"));
+                                                   " but this registry maps device ", device_, " (",
+                                                   uuid_, ")"));
   }
   if (h.base_handle.size() != sizeof(cudaIpcMemHandle_t)) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": IPC handle has ",
-                                                   h.base_handle.size(), " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", name, ": IPC handle has ", h.base_handle.size(), " bytes"));
   }
   if (h.offset > h.base_bytes || h.bytes > h.base_bytes - h.offset) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": range [", h.offset, ", +",
@@ -154,10 +158,9 @@ absl::StatusOr<void*> IpcRegistry::Open(const IpcTensorHandle& h, const std::str
                      "hostPID in Kubernetes)"));
     it = mappings_.emplace(h.base_handle, Mapping{base, h.base_bytes}).first;
   } else if (it->second.bytes != h.base_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": allocation size ",
-                                                   h.base_bytes, " differs from the ",
-                                                   it->second.bytes,
-                                                   " bytes mapped for the same handle"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", name, ": allocation size ", h.base_bytes, " differs from the ",
+                     it->second.bytes, " bytes mapped for the same handle"));
   }
   return static_cast<char*>(it->second.base) + h.offset;
 }

@@ -33,9 +33,10 @@ class StateTest : public ::testing::Test {
   }
 
   std::string Register(const std::string& instance, const std::string& group, int rank, int size,
-                       int64_t buffer_bytes) {
+                       int64_t buffer_bytes, const std::vector<std::string>& capabilities = {}) {
     v1::RegisterWorkerRequest req;
     req.set_instance_id(instance);
+    for (const std::string& c : capabilities) req.add_capabilities(c);
     auto* m = req.add_memberships();
     m->set_group(group);
     m->set_rank(rank);
@@ -124,6 +125,44 @@ TEST_F(StateTest, SyncSendsOpListOncePerPlanKeyAndVersionsMoveForward) {
   old.set_version(2);
   EXPECT_EQ(state_->StartSync(old).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(plans_.misses(), 1);
+}
+
+TEST_F(StateTest, TransportIsNcclWhenEveryWorkerRunsTheGpuPlane) {
+  const std::vector<std::string> gpu = {"nccl", "cuda_ipc"};
+  const std::string s0 = Register("a", "src", 0, 2, 16, gpu);
+  const std::string s1 = Register("b", "src", 1, 2, 16, gpu);
+  const std::string d0 = Register("c", "dst", 0, 1, 32, gpu);
+  std::map<std::string, uint64_t> tokens;
+  for (const auto& l : {s0, s1, d0}) tokens[l] = *state_->OpenStream(l);
+  DefineSimple();
+  v1::SyncRequest req;
+  req.set_transfer("t");
+  req.set_version(1);
+  ASSERT_TRUE(state_->StartSync(req).ok());
+  for (const auto& l : {s0, s1, d0}) {
+    const v1::SyncAssignment a = Next(l, tokens[l]);
+    ASSERT_TRUE(a.has_transport());
+    EXPECT_EQ(a.transport().kind(), "nccl");
+    EXPECT_EQ(a.transport().size(), 3);
+  }
+}
+
+TEST_F(StateTest, WorkersWithoutACommonTransportFailTheSyncNamingBoth) {
+  const std::vector<std::string> gpu = {"nccl", "cuda_ipc"};
+  const std::string s0 = Register("a", "src", 0, 2, 16, gpu);
+  const std::string s1 = Register("b", "src", 1, 2, 16, gpu);
+  const std::string d0 = Register("c", "dst", 0, 1, 32, {"gloo"});
+  for (const auto& l : {s0, s1, d0}) ASSERT_TRUE(state_->OpenStream(l).ok());
+  DefineSimple();
+  v1::SyncRequest req;
+  req.set_transfer("t");
+  req.set_version(1);
+  auto started = state_->StartSync(req);
+  ASSERT_EQ(started.status().code(), absl::StatusCode::kFailedPrecondition) << started.status();
+  const std::string msg(started.status().message());
+  EXPECT_NE(msg.find("src/0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("dst/0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--device"), std::string::npos) << msg;
 }
 
 TEST_F(StateTest, FirstErrorFailsSyncAndAbortsTheOthers) {

@@ -1,0 +1,86 @@
+// The GPU data plane (WSYNC_WITH_CUDA builds): CUDA IPC import through
+// cuda::IpcRegistry, NCCL transports, CUDA data ops.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "worker/agent/gpu_plane.h"
+#include "worker/cuda/cuda_data_ops.h"
+#include "worker/cuda/ipc_registry.h"
+#include "worker/transport/nccl_transport.h"
+
+namespace wsync::agent {
+namespace {
+
+class CudaGpuPlane : public GpuPlane {
+ public:
+  explicit CudaGpuPlane(std::unique_ptr<cuda::IpcRegistry> ipc) : ipc_(std::move(ipc)) {}
+
+  int device() const override { return ipc_->device(); }
+  const std::string& uuid() const override { return ipc_->uuid(); }
+
+  absl::StatusOr<void*> Open(const v1::CudaIpc& ipc, const std::string& what) override {
+    if (ipc.offset() < 0 || ipc.size() < 0 || ipc.base_size() <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": CUDA IPC range offset ", ipc.offset(), ", size ", ipc.size(),
+                       " in an allocation of ", ipc.base_size(),
+                       " bytes (base_size must be the allocation's size)"));
+    }
+    cuda::IpcTensorHandle h;
+    h.gpu_uuid = ipc.gpu_uuid();
+    h.base_handle = ipc.handle();
+    h.base_bytes = static_cast<uint64_t>(ipc.base_size());
+    h.offset = static_cast<uint64_t>(ipc.offset());
+    h.bytes = static_cast<uint64_t>(ipc.size());
+    return ipc_->Open(h, what);
+  }
+
+  absl::StatusOr<std::unique_ptr<exec::DataOps>> NewDataOps() override {
+    cuda::CudaDataOps::Options options;
+    options.device = device();
+    auto ops = cuda::CudaDataOps::Create(options);
+    if (!ops.ok()) return ops.status();
+    return std::unique_ptr<exec::DataOps>(std::move(*ops));
+  }
+
+  absl::StatusOr<std::unique_ptr<transport::Transport>> Connect(transport::KvStore& store,
+                                                                const std::string& prefix,
+                                                                int32_t rank, int32_t size,
+                                                                absl::Time deadline) override {
+    transport::NcclTransportOptions o;
+    o.device = device();
+    o.rank = rank;
+    o.size = size;
+    o.init_timeout = std::max(absl::Milliseconds(1), deadline - absl::Now());
+    auto t = transport::NcclTransport::Create(store, prefix, o);
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<transport::Transport>(std::move(*t));
+  }
+
+ private:
+  std::unique_ptr<cuda::IpcRegistry> ipc_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GpuPlane>> CreateGpuPlane(int device) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device ", device,
+                     ": no usable GPU (cudaGetDeviceCount: ", cudaGetErrorString(err), ")"));
+  }
+  if (device < 0 || device >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device ", device, ": this process sees ", count, " GPU(s)"));
+  }
+  auto ipc = cuda::IpcRegistry::Create(device);
+  if (!ipc.ok()) return ipc.status();
+  return std::make_unique<CudaGpuPlane>(std::move(*ipc));
+}
+
+}  // namespace wsync::agent

@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "common/dtype.h"
 #include "controller/catalog/case.h"
+#include "controller/plan/huge_page_allocator.h"
 #include "controller/plan/plan_arena.h"
 #include "controller/plan/planner.h"
 #include "controller/plan/simulator.h"
@@ -200,6 +201,7 @@ bool RunForked(const Case& c, Result* r) {
 }
 
 int Main(int argc, char** argv) {
+  plan::KeepFreedMemoryForPlanning();  // as the controller does
   std::string filter, skip, out_path;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--filter") && i + 1 < argc) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/plan/huge_page_allocator.h"
 #include "tools/subcommands.h"
 
 namespace wsync::tools {
@@ -40,4 +41,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace wsync::tools
 
-int main(int argc, char** argv) { return wsync::tools::Main(argc, argv); }
+int main(int argc, char** argv) {
+  wsync::plan::KeepFreedMemoryForPlanning();
+  return wsync::tools::Main(argc, argv);
+}

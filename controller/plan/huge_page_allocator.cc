@@ -1,9 +1,13 @@
 #include "controller/plan/huge_page_allocator.h"
 
+#include <malloc.h>
 #include <sys/mman.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <vector>
 
 namespace wsync::plan {
 
@@ -24,18 +28,74 @@ void* AllocateHugePageBlock(size_t size) {
   return block;
 }
 
+// Blocks are mapped in power-of-two sizes, so a freed block fits the next
+// request of its size class exactly.
+size_t SizeClass(size_t size) {
+  size_t c = kHugePageBytes;
+  while (c < size) c <<= 1;
+  return c;
+}
+
+// Freed blocks are kept (up to kCachedBytes) and handed out again. While a
+// plan is built, the planner's growing arrays free their old buffers and the
+// plan arena asks for new blocks; memory touched before costs no page faults,
+// and in a VM the first touch of fresh memory (a fault plus zeroing the page)
+// was the largest single cost of building a Kimi-K2 plan.
+class BlockCache {
+ public:
+  static constexpr size_t kCachedBytes = size_t{512} << 20;
+
+  void* Take(size_t size_class) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<void*>& blocks = free_[size_class];
+    if (blocks.empty()) return nullptr;
+    void* block = blocks.back();  // the most recently freed: likeliest in cache
+    blocks.pop_back();
+    bytes_ -= size_class;
+    return block;
+  }
+  // False when the cache is full (the caller unmaps the block).
+  bool Keep(void* block, size_t size_class) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bytes_ + size_class > kCachedBytes) return false;
+    free_[size_class].push_back(block);
+    bytes_ += size_class;
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<size_t, std::vector<void*>> free_;  // by size class
+  size_t bytes_ = 0;
+};
+
+BlockCache& Cache() {
+  static BlockCache* cache = new BlockCache();  // never destroyed: used at exit
+  return *cache;
+}
+
 }  // namespace
 
 void* AllocateBlock(size_t size) {
-  return size < kHugePageBytes ? std::malloc(size) : AllocateHugePageBlock(size);
+  if (size < kHugePageBytes) return std::malloc(size);
+  const size_t size_class = SizeClass(size);
+  if (void* block = Cache().Take(size_class)) return block;
+  return AllocateHugePageBlock(size_class);
+}
+
+void KeepFreedMemoryForPlanning() {
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 64 << 20);
 }
 
 void FreeBlock(void* block, size_t size) {
   if (size < kHugePageBytes) {
     std::free(block);
-  } else {
-    munmap(block, size);
+    return;
   }
+  const size_t size_class = SizeClass(size);
+  if (!Cache().Keep(block, size_class)) munmap(block, size_class);
 }
 
 }  // namespace wsync::plan

@@ -20,6 +20,15 @@ constexpr size_t kHugePageBytes = size_t{2} << 20;
 void* AllocateBlock(size_t bytes);
 void FreeBlock(void* block, size_t bytes);
 
+// For processes that plan (the controller, wsyncctl, plan_bench), called once
+// at start: glibc keeps freed heap memory for the next allocation instead of
+// handing it back to the kernel (arrays up to 256 MiB come from the heap, the
+// heap is trimmed only past 1 GiB free, and grows 64 MiB at a time). Every
+// page given back and taken again is a page fault and a zeroed page; for a
+// Kimi-K2 plan that was a third of the page faults. The price: a process
+// keeps up to its peak heap.
+void KeepFreedMemoryForPlanning();
+
 template <typename T>
 class HugePageAllocator {
  public:

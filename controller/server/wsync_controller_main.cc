@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "controller/plan/huge_page_allocator.h"
 #include "controller/server/env_flags.h"
 #include "controller/server/server.h"
 
@@ -37,6 +38,7 @@ ABSL_FLAG(std::string, port_file, "",
           "(written to a temporary name, then renamed). Env: WSYNC_PORT_FILE.");
 
 int main(int argc, char** argv) {
+  wsync::plan::KeepFreedMemoryForPlanning();
   wsync::ParseFlagsWithEnv(
       argc, argv,
       "wsync-controller: control plane of wsync weight syncs (gRPC, package wsync.v1).\n"

@@ -74,6 +74,50 @@ TEST(FailureIntegration, WorkerKilledMidSyncFailsNamingItThenRecovers) {
   EXPECT_EQ(run.Verify(2, &first), 0) << first;
 }
 
+// With the transport of a generation already up (version 1 synced), a peer
+// killed mid-sync makes the others' rounds fail at once while the
+// controller's abort of the same sync arrives: the abort must not reach an
+// executor that the failed run already tore down (it did: SIGSEGV in
+// Executor::Abort in most runs). Several rounds of kill and restart.
+TEST(FailureIntegration, PeerKilledDuringAnEstablishedTransportLeavesTheOthersAlive) {
+  auto run_or = CaseRun::Start(Case("fsdp:4", "vllm-tp:2"), DefaultClusterOptions());
+  ASSERT_TRUE(run_or.ok()) << run_or.status();
+  CaseRun& run = **run_or;
+  ASSERT_TRUE(run.Define("t").ok());
+  v1::SyncStatus st;
+  run.Fill(1);
+  ASSERT_TRUE(run.SyncAndWait("t", 1, &st).ok());
+  ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  const int victim = run.dst_worker[1];
+  int64_t version = 2;
+  for (int attempt = 0; attempt < 3; ++attempt, ++version) {
+    run.Fill(version);
+    ASSERT_EQ(kill(run.cluster->worker(victim).child.pid(), SIGSTOP), 0);
+    v1::SyncRequest req;
+    req.set_transfer("t");
+    req.set_version(version);
+    req.set_deadline_ms(8000);
+    v1::SyncResponse started;
+    ASSERT_TRUE(Call([&](grpc::ClientContext* c) {
+                  return run.cluster->trainer().Sync(c, req, &started);
+                }).ok());
+    absl::SleepFor(absl::Milliseconds(300));
+    run.cluster->KillWorker(victim);
+    ASSERT_TRUE(run.Wait(started.sync_id(), &st).ok());
+    EXPECT_EQ(st.phase(), v1::SYNC_FAILED);
+    ASSERT_TRUE(run.cluster->RestartWorker(victim).ok());
+    ASSERT_TRUE(run.dst_owner[1]->Register().ok());
+    // Every other worker is still there: none crashed on the abort.
+    absl::Status all = run.cluster->WaitForWorkers(run.cluster->num_workers(), absl::Seconds(20));
+    ASSERT_TRUE(all.ok()) << "attempt " << attempt << ": " << all;
+    grpc::Status s = run.SyncAndWait("t", version, &st);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+    std::string first;
+    EXPECT_EQ(run.Verify(version, &first), 0) << first;
+  }
+}
+
 TEST(FailureIntegration, SilentWorkerLeaseExpiresAndFailsSync) {
   demo::ClusterOptions options = DefaultClusterOptions();
   // Short, but not so short that a loaded 2-core CI box misses heartbeats.

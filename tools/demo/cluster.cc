@@ -1,6 +1,7 @@
 #include "tools/demo/cluster.h"
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -194,8 +195,13 @@ absl::Status Cluster::WaitForWorkers(int n, absl::Duration timeout) {
                   ", log:\n    ", LogTail(options_.work_dir + "/controller.log", 6));
   for (auto& w : workers_) {
     const pid_t pid = w->child.pid();
-    absl::StrAppend(&detail, "\n  ", w->name, " (pid ", pid, ") ",
-                    w->child.running() ? "running" : "exited");
+    std::string state = "running";
+    if (!w->child.running()) {
+      const int st = w->child.exit_status();
+      state = WIFSIGNALED(st) ? absl::StrCat("killed by signal ", WTERMSIG(st))
+                              : absl::StrCat("exited with status ", WEXITSTATUS(st));
+    }
+    absl::StrAppend(&detail, "\n  ", w->name, " (pid ", pid, ") ", state);
     for (const auto& info : last.workers()) {
       if (info.pid() == pid) {
         absl::StrAppend(&detail, ", lease ", info.lease_id(), info.alive() ? " alive" : " dead",

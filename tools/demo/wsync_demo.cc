@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "controller/catalog/case.h"
 #include "controller/plan/compiled_layout.h"
 #include "controller/server/env_flags.h"
@@ -41,6 +42,10 @@ ABSL_FLAG(int32_t, gpus, 0,
           "data plane (--device) on one of GPUs 0..N-1 (trainer rank r on r % N; inference rank "
           "r after the trainer ranks, or with its trainer rank when colocated), owners register "
           "device tensors by CUDA IPC, transfers run over NCCL. Needs a CUDA build.");
+ABSL_FLAG(int32_t, kill_in_version, 0,
+          "If > 0: the sync of this version first runs with the last inference worker frozen, "
+          "which is then killed mid-sync; that sync must fail naming it, the worker is "
+          "restarted, its owners register again, and the version is synced again.");
 
 namespace {
 
@@ -58,6 +63,57 @@ grpc::Status Call(Fn fn) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
   return fn(&ctx);
+}
+
+// Freezes worker `victim`, starts the sync of version `v`, kills the worker
+// while its peers wait for it in the rendezvous or a round, and checks that
+// the sync fails (naming it) within its deadline; then restarts the worker
+// and has its owners register again.
+absl::Status KillMidSync(wsync::demo::Cluster& cluster, int v, int victim,
+                         const std::vector<int>& src_worker, const std::vector<int>& dst_worker,
+                         std::vector<std::unique_ptr<wsync::demo::Owner>>& src_owner,
+                         std::vector<std::unique_ptr<wsync::demo::Owner>>& dst_owner) {
+  using namespace wsync;
+  const std::string name = cluster.worker(victim).name;
+  if (kill(cluster.worker(victim).child.pid(), SIGSTOP) != 0) {
+    return absl::InternalError(absl::StrCat("SIGSTOP of ", name, " failed"));
+  }
+  v1::SyncRequest req;
+  req.set_transfer("demo");
+  req.set_version(v);
+  req.set_deadline_ms(15000);
+  v1::SyncResponse started;
+  grpc::Status gs =
+      Call([&](grpc::ClientContext* c) { return cluster.trainer().Sync(c, req, &started); });
+  if (!gs.ok()) return absl::InternalError(absl::StrCat("Sync: ", gs.error_message()));
+  absl::SleepFor(absl::Milliseconds(300));
+  const absl::Time killed = absl::Now();
+  cluster.KillWorker(victim);
+  v1::SyncStatus st;
+  do {
+    v1::WaitSyncRequest w;
+    w.set_sync_id(started.sync_id());
+    w.set_timeout_ms(200);
+    gs = Call([&](grpc::ClientContext* c) { return cluster.trainer().WaitSync(c, w, &st); });
+  } while (gs.ok() && st.phase() == v1::SYNC_RUNNING);
+  if (!gs.ok() || st.phase() != v1::SYNC_FAILED) {
+    return absl::InternalError(absl::StrCat(
+        "the sync with ", name,
+        " killed did not fail: ", gs.ok() ? v1::SyncPhase_Name(st.phase()) : gs.error_message()));
+  }
+  std::printf("v%d %s: %s killed mid-sync: failed after %.2f s as it must (%s/%d: %s)\n", v,
+              started.sync_id().c_str(), name.c_str(), absl::ToDoubleSeconds(absl::Now() - killed),
+              st.failed_group().c_str(), st.failed_rank(), st.error().c_str());
+  RETURN_IF_ERROR(cluster.RestartWorker(victim));
+  for (size_t r = 0; r < src_worker.size(); ++r) {
+    if (src_worker[r] == victim) RETURN_IF_ERROR(src_owner[r]->Register());
+  }
+  for (size_t r = 0; r < dst_worker.size(); ++r) {
+    if (dst_worker[r] == victim) RETURN_IF_ERROR(dst_owner[r]->Register());
+  }
+  RETURN_IF_ERROR(cluster.WaitForWorkers(cluster.num_workers(), absl::Seconds(30)));
+  std::printf("v%d: %s restarted and registered again; syncing v%d again\n", v, name.c_str(), v);
+  return absl::OkStatus();
 }
 
 int Run() {
@@ -258,6 +314,19 @@ int Run() {
       std::fprintf(stderr, "demo: %s\n", filled.ToString().c_str());
       ++failures;
       break;
+    }
+    if (v == absl::GetFlag(FLAGS_kill_in_version)) {
+      absl::Status s = KillMidSync(cluster, v, dst_worker[num_dst - 1], src_worker, dst_worker,
+                                   src_owner, dst_owner);
+      for (int r = 0; r < num_dst && s.ok(); ++r) {
+        demo::Poison(dst_buffers[r], dst_owner[r]->memory());
+        s = dst_owner[r]->Publish();
+      }
+      if (!s.ok()) {
+        std::fprintf(stderr, "demo: kill in v%d: %s\n", v, s.ToString().c_str());
+        ++failures;
+        break;
+      }
     }
     const double fill_s = absl::ToDoubleSeconds(absl::Now() - t_fill);
     const absl::Time t0 = absl::Now();

@@ -240,7 +240,12 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     metrics_->Staging(static_cast<double>(channel->executor->allocated_staging_bytes()));
   }
   if (!stats.ok()) {
-    // A failed or aborted run leaves the transport unusable.
+    // A failed or aborted run leaves the transport unusable. Abort() from
+    // another thread must not reach the executor once it is destroyed.
+    {
+      absl::MutexLock lock(&mu_);
+      running_executor_ = nullptr;
+    }
     channels_.erase(a.transfer());
     channels_.erase(a.transfer() + "#local");
     return finish(stats.status());

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <random>
 
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -94,6 +96,13 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // A peer that dies mid-transfer resets its connections; writing to one must
+  // be an error the transport reports (EPIPE), not SIGPIPE killing the
+  // process.
+  signal(SIGPIPE, SIG_IGN);
+  // A crash leaves its stack trace in the log.
+  absl::InitializeSymbolizer(argv[0]);
+  absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
 
   wsync::agent::AgentOptions options;
   std::string error;

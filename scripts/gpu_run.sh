@@ -74,15 +74,21 @@ device)
   if [ "${WSYNC_GPU_SKIP_SERVICE:-0}" != 1 ] && [ -x $bundle/bin/wsync-demo ]; then
     demo=($bundle/bin/wsync-demo --gpus 2 --controller_bin=$bundle/bin/wsync-controller
       --worker_bin=$bundle/bin/wsync-worker --versions 3)
+    # The last two kill a worker in the middle of version 2's sync (its NCCL
+    # peers must abort and stay alive), restart it, and sync version 2 again.
     for c in "tiny-llama fsdp:1 vllm-tp:1" "tiny-llama fsdp:2 vllm-tp:2 --colocated" \
-        "tiny-qwen3-moe fsdp:2 vllm-tp:2 --colocated" "tiny-mla fsdp:1 vllm-tp:1"; do
+        "tiny-qwen3-moe fsdp:2 vllm-tp:2 --colocated" "tiny-mla fsdp:1 vllm-tp:1" \
+        "tiny-llama fsdp:1 vllm-tp:1 --kill_in_version=2" \
+        "tiny-qwen3-moe fsdp:2 vllm-tp:2 --colocated --kill_in_version=2"; do
       set -- $c
-      echo "=== wsync-demo --model $1 --source $2 --destination $3 ${4:-}" >>"$OUT/service.log"
-      timeout 180 "${demo[@]}" --model "$1" --source "$2" --destination "$3" ${4:-} \
-        --work_dir "$OUT/service-$1-${4:-disjoint}" >>"$OUT/service.log" 2>&1 ||
+      model=$1 src=$2 dst=$3
+      shift 3
+      echo "=== wsync-demo --model $model --source $src --destination $dst $*" >>"$OUT/service.log"
+      timeout 180 "${demo[@]}" --model "$model" --source "$src" --destination "$dst" "$@" \
+        --work_dir "$OUT/service-$model-$(echo "$*" | tr -dc 'a-z0-9')" >>"$OUT/service.log" 2>&1 ||
         { rc=1; echo "FAILED: service $c" >>"$OUT/service.log"; }
     done
-    grep -E '^(===|OK|FAILED|demo:)' "$OUT/service.log"
+    grep -E '^(===|OK|FAILED|demo:)|killed mid-sync|restarted' "$OUT/service.log"
   fi
   if [ "${WSYNC_GPU_SKIP_BENCH:-0}" != 1 ]; then
     gpus=2

@@ -22,6 +22,23 @@ v1::LocalStatusResponse LocalStatus(demo::OwnerRank& owner) {
   return resp;
 }
 
+// Freezes worker `victim` and starts the sync of `version` (deadline 8 s),
+// so that the sync is certainly in flight when the victim is killed: its
+// peers then wait for it in the rendezvous or a round.
+v1::SyncResponse StartWithFrozenWorker(CaseRun& run, int victim, int64_t version) {
+  EXPECT_EQ(kill(run.cluster->worker(victim).child.pid(), SIGSTOP), 0);
+  v1::SyncRequest req;
+  req.set_transfer("t");
+  req.set_version(version);
+  req.set_deadline_ms(8000);
+  v1::SyncResponse started;
+  EXPECT_TRUE(Call([&](grpc::ClientContext* c) {
+                return run.cluster->trainer().Sync(c, req, &started);
+              }).ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  return started;
+}
+
 TEST(FailureIntegration, WorkerKilledMidSyncFailsNamingItThenRecovers) {
   demo::ClusterOptions options = DefaultClusterOptions();
   auto run_or = CaseRun::Start(Case("fsdp:4", "vllm-tp:2"), options);
@@ -29,19 +46,8 @@ TEST(FailureIntegration, WorkerKilledMidSyncFailsNamingItThenRecovers) {
   CaseRun& run = **run_or;
   ASSERT_TRUE(run.Define("t").ok());
   run.Fill(1);
-  // Freeze inference rank 1 so that the sync is certainly in flight when it
-  // dies: its peers are then waiting for it in the rendezvous or a round.
   const int victim = run.dst_worker[1];
-  ASSERT_EQ(kill(run.cluster->worker(victim).child.pid(), SIGSTOP), 0);
-  v1::SyncRequest req;
-  req.set_transfer("t");
-  req.set_version(1);
-  req.set_deadline_ms(8000);
-  v1::SyncResponse started;
-  ASSERT_TRUE(Call([&](grpc::ClientContext* c) {
-                return run.cluster->trainer().Sync(c, req, &started);
-              }).ok());
-  absl::SleepFor(absl::Milliseconds(300));
+  const v1::SyncResponse started = StartWithFrozenWorker(run, victim, 1);
   const absl::Time killed = absl::Now();
   run.cluster->KillWorker(victim);
   v1::SyncStatus st;
@@ -92,16 +98,7 @@ TEST(FailureIntegration, PeerKilledDuringAnEstablishedTransportLeavesTheOthersAl
   int64_t version = 2;
   for (int attempt = 0; attempt < 3; ++attempt, ++version) {
     run.Fill(version);
-    ASSERT_EQ(kill(run.cluster->worker(victim).child.pid(), SIGSTOP), 0);
-    v1::SyncRequest req;
-    req.set_transfer("t");
-    req.set_version(version);
-    req.set_deadline_ms(8000);
-    v1::SyncResponse started;
-    ASSERT_TRUE(Call([&](grpc::ClientContext* c) {
-                  return run.cluster->trainer().Sync(c, req, &started);
-                }).ok());
-    absl::SleepFor(absl::Milliseconds(300));
+    const v1::SyncResponse started = StartWithFrozenWorker(run, victim, version);
     run.cluster->KillWorker(victim);
     ASSERT_TRUE(run.Wait(started.sync_id(), &st).ok());
     EXPECT_EQ(st.phase(), v1::SYNC_FAILED);

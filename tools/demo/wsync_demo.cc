@@ -65,6 +65,20 @@ grpc::Status Call(Fn fn) {
   return fn(&ctx);
 }
 
+// Polls WaitSync until sync `id` leaves RUNNING (or Ctrl-C); the last status
+// is in *st.
+grpc::Status WaitUntilDone(wsync::demo::Cluster& cluster, const std::string& id,
+                           wsync::v1::SyncStatus* st) {
+  grpc::Status gs;
+  do {
+    wsync::v1::WaitSyncRequest w;
+    w.set_sync_id(id);
+    w.set_timeout_ms(200);
+    gs = Call([&](grpc::ClientContext* c) { return cluster.trainer().WaitSync(c, w, st); });
+  } while (gs.ok() && st->phase() == wsync::v1::SYNC_RUNNING && !g_stop.load());
+  return gs;
+}
+
 // Freezes worker `victim`, starts the sync of version `v`, kills the worker
 // while its peers wait for it in the rendezvous or a round, and checks that
 // the sync fails (naming it) within its deadline; then restarts the worker
@@ -90,12 +104,7 @@ absl::Status KillMidSync(wsync::demo::Cluster& cluster, int v, int victim,
   const absl::Time killed = absl::Now();
   cluster.KillWorker(victim);
   v1::SyncStatus st;
-  do {
-    v1::WaitSyncRequest w;
-    w.set_sync_id(started.sync_id());
-    w.set_timeout_ms(200);
-    gs = Call([&](grpc::ClientContext* c) { return cluster.trainer().WaitSync(c, w, &st); });
-  } while (gs.ok() && st.phase() == v1::SYNC_RUNNING);
+  gs = WaitUntilDone(cluster, started.sync_id(), &st);
   if (!gs.ok() || st.phase() != v1::SYNC_FAILED) {
     return absl::InternalError(absl::StrCat(
         "the sync with ", name,
@@ -341,12 +350,7 @@ int Run() {
       break;
     }
     v1::SyncStatus st;
-    do {
-      v1::WaitSyncRequest w;
-      w.set_sync_id(sresp.sync_id());
-      w.set_timeout_ms(200);
-      gs = Call([&](grpc::ClientContext* c) { return cluster.trainer().WaitSync(c, w, &st); });
-    } while (gs.ok() && st.phase() == v1::SYNC_RUNNING && !g_stop.load());
+    gs = WaitUntilDone(cluster, sresp.sync_id(), &st);
     const double wall = absl::ToDoubleSeconds(absl::Now() - t0);
     if (!gs.ok() || st.phase() != v1::SYNC_SUCCEEDED) {
       std::fprintf(stderr, "demo: sync v%d did not succeed: %s\n", v,

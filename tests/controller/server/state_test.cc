@@ -63,6 +63,13 @@ class StateTest : public ::testing::Test {
     EXPECT_EQ(resp->num_workers(), 3);
   }
 
+  absl::StatusOr<v1::SyncResponse> StartSync(int64_t version) {
+    v1::SyncRequest req;
+    req.set_transfer("t");
+    req.set_version(version);
+    return state_->StartSync(req);
+  }
+
   v1::SyncAssignment Next(const std::string& lease, uint64_t token) {
     auto a = state_->NextAssignment(lease, token, absl::Seconds(1));
     EXPECT_TRUE(a.ok() && a->has_value() && (*a)->has_sync());
@@ -135,10 +142,7 @@ TEST_F(StateTest, TransportIsNcclWhenEveryWorkerRunsTheGpuPlane) {
   std::map<std::string, uint64_t> tokens;
   for (const auto& l : {s0, s1, d0}) tokens[l] = *state_->OpenStream(l);
   DefineSimple();
-  v1::SyncRequest req;
-  req.set_transfer("t");
-  req.set_version(1);
-  ASSERT_TRUE(state_->StartSync(req).ok());
+  ASSERT_TRUE(StartSync(1).ok());
   for (const auto& l : {s0, s1, d0}) {
     const v1::SyncAssignment a = Next(l, tokens[l]);
     ASSERT_TRUE(a.has_transport());
@@ -154,10 +158,7 @@ TEST_F(StateTest, WorkersWithoutACommonTransportFailTheSyncNamingBoth) {
   const std::string d0 = Register("c", "dst", 0, 1, 32, {"gloo"});
   for (const auto& l : {s0, s1, d0}) ASSERT_TRUE(state_->OpenStream(l).ok());
   DefineSimple();
-  v1::SyncRequest req;
-  req.set_transfer("t");
-  req.set_version(1);
-  auto started = state_->StartSync(req);
+  auto started = StartSync(1);
   ASSERT_EQ(started.status().code(), absl::StatusCode::kFailedPrecondition) << started.status();
   const std::string msg(started.status().message());
   EXPECT_NE(msg.find("src/0"), std::string::npos) << msg;

@@ -23,7 +23,7 @@ mode=${1:-}
 bundle=.devbundle
 gpu_bins="wsync_gpu_piece_table_test wsync_gpu_data_ops_test wsync_gpu_nccl_transport_test
   wsync_gpu_nccl_conformance_test wsync_gpu_ipc_registry_test wsync_gpu_executor_test
-  wsync_bench_nccl_ceiling wsync_bench_gpu_sync wsync_bench_ipc_open
+  wsync_bench_nccl_ceiling wsync_bench_gpu_sync wsync_bench_ipc_open wsync_bench_p2p_overlap
   wsync-controller wsync-worker wsync-demo"
 
 case "$mode" in
@@ -98,6 +98,11 @@ device)
     timeout 200 $bundle/bin/wsync_bench_nccl_ceiling --iters "${WSYNC_BENCH_ITERS:-10}" --gpus "$gpus" \
       >"$OUT/ceiling.log" 2>&1 || rc=1
     grep RESULT "$OUT/ceiling.log"
+    if [ -x $bundle/bin/wsync_bench_p2p_overlap ]; then
+      timeout 120 $bundle/bin/wsync_bench_p2p_overlap --iters "${WSYNC_BENCH_ITERS:-10}" \
+        >"$OUT/p2p.log" 2>&1 || rc=1
+      grep RESULT "$OUT/p2p.log"
+    fi
     # This run's own ceilings feed the sync bench's lower bounds.
     rates=$(python3 - "$OUT/ceiling.log" <<'PY'
 import json, sys

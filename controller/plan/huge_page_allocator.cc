@@ -31,6 +31,7 @@ void* AllocateHugePageBlock(size_t size) {
 // Blocks are mapped in power-of-two sizes, so a freed block fits the next
 // request of its size class exactly.
 size_t SizeClass(size_t size) {
+  if (size > (SIZE_MAX >> 1) + 1) return size;  // no power of two holds it: mmap refuses it
   size_t c = kHugePageBytes;
   while (c < size) c <<= 1;
   return c;
@@ -70,7 +71,10 @@ class BlockCache {
 };
 
 BlockCache& Cache() {
-  static BlockCache* cache = new BlockCache();  // never destroyed: used at exit
+  // Never destroyed (NOLINT: a leaked singleton on purpose): blocks are still
+  // freed by static destructors at exit, after a function-local static would
+  // be gone.
+  static BlockCache* cache = new BlockCache();  // NOLINT
   return *cache;
 }
 

@@ -69,17 +69,18 @@ absl::StatusOr<v1::SyncResponse> ControllerState::StartSync(const v1::SyncReques
     st = CheckBuffersLocked(*parts[w], w, *worker, /*require_all=*/true);
     if (!st.ok()) return st;
   }
-  if (t.generation == 0 || t.generation_broken || t.generation_leases != resolved.leases) {
-    OpenScopeLocked(t);
-    t.generation_leases = resolved.leases;
-    t.generation_broken = false;
-  }
+  // Before the generation changes: a refused sync leaves the transfer as it was.
   const bool needs_transport = plan->plan->summary().network_bytes() > 0;
   std::string transport_kind;
   if (needs_transport) {
     auto kind = CommonTransportLocked(t.name, resolved.leases);
     if (!kind.ok()) return kind.status();
     transport_kind = *kind;
+  }
+  if (t.generation == 0 || t.generation_broken || t.generation_leases != resolved.leases) {
+    OpenScopeLocked(t);
+    t.generation_leases = resolved.leases;
+    t.generation_broken = false;
   }
   const absl::Duration deadline =
       req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : config_.sync_deadline;

@@ -101,6 +101,37 @@ TEST_F(IpcRegistryTest, OpensEachAllocationOnceAndReadsTheOwnersBytes) {
   EXPECT_EQ((*reg)->num_mappings(), 1u) << "three tensors of one allocation: one mapping";
 }
 
+// Every Open holds the mapping; the last Release unmaps it. A claimed
+// allocation size other than the real one is refused (it decides which
+// ranges pass).
+TEST_F(IpcRegistryTest, LastReleaseUnmapsAndAWrongAllocationSizeIsRefused) {
+  auto reg = IpcRegistry::Create(0);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  auto h0 = IpcTensorHandle::Parse((*lines_)[0]);
+  auto h1 = IpcTensorHandle::Parse((*lines_)[1]);
+  ASSERT_TRUE(h0.ok() && h1.ok());
+  ASSERT_TRUE((*reg)->Open(*h0, "a").ok());
+  ASSERT_TRUE((*reg)->Open(*h1, "b").ok());
+  EXPECT_EQ((*reg)->num_mappings(), 1u);
+  (*reg)->Release(*h0);
+  EXPECT_EQ((*reg)->num_mappings(), 1u) << "b still holds it";
+  (*reg)->Release(*h1);
+  EXPECT_EQ((*reg)->num_mappings(), 0u);
+  // Opened again after the unmap: a fresh mapping of the same bytes.
+  auto p = (*reg)->Open(*h1, "b again");
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::vector<uint8_t> got(4096);
+  ASSERT_EQ(cudaMemcpy(got.data(), *p, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t k = 0; k < got.size(); k += 97) ASSERT_EQ(got[k], Pattern(4096 + k));
+  (*reg)->Release(*h1);
+  IpcTensorHandle lie = *h0;
+  lie.base_bytes *= 2;
+  auto refused = (*reg)->Open(lie, "lying");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("lying"), std::string::npos) << refused.status();
+  EXPECT_EQ((*reg)->num_mappings(), 0u);
+}
+
 TEST_F(IpcRegistryTest, RangesPastTheAllocationAreRefused) {
   auto reg = IpcRegistry::Create(0);
   ASSERT_TRUE(reg.ok());

@@ -25,6 +25,10 @@ class GpuOwnerRank : public Owner {
   absl::Status Init() {
     int64_t off = 0;
     for (const BufferSpec& b : buffers_) {
+      if (DTypeSize(b.dtype) == 0 || b.bytes < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("buffer '", b.name, "' of group '", group_,
+                                                       "': no dtype or negative size"));
+      }
       offsets_.push_back(off);
       off += (b.bytes + 255) / 256 * 256;
     }

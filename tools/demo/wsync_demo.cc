@@ -39,8 +39,9 @@ ABSL_FLAG(std::string, worker_bin, "", "wsync-worker binary (default: build tree
 ABSL_FLAG(absl::Duration, sync_deadline, absl::Seconds(60), "Deadline of each sync.");
 ABSL_FLAG(int32_t, gpus, 0,
           "0: tensors in host shared memory, moved over Gloo. N > 0: every worker runs the GPU "
-          "data plane (--device) on one of GPUs 0..N-1 (trainer rank r on r % N; inference rank "
-          "r after the trainer ranks, or with its trainer rank when colocated), owners register "
+          "data plane (--device) on its own GPU (trainer rank r on GPU r; inference rank r on "
+          "GPU trainers + r, or with trainer rank r when colocated; NCCL needs one GPU per "
+          "worker), owners register "
           "device tensors by CUDA IPC, transfers run over NCCL. Needs a CUDA build.");
 ABSL_FLAG(int32_t, kill_in_version, 0,
           "If > 0: the sync of this version first runs with the last inference worker frozen, "

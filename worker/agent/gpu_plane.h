@@ -7,6 +7,7 @@
 #ifndef WSYNC_WORKER_AGENT_GPU_PLANE_H_
 #define WSYNC_WORKER_AGENT_GPU_PLANE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,19 +30,22 @@ class GpuPlane {
   virtual const std::string& uuid() const = 0;
 
   // This process's device pointer to a registered tensor. Each allocation
-  // base is opened once; the range is checked against it. `what` names the
-  // tensor in errors.
-  virtual absl::StatusOr<void*> Open(const v1::CudaIpc& ipc, const std::string& what) = 0;
+  // base is mapped once however many tensors live in it, and unmapped when
+  // the last pointer into it is dropped; the range is checked against it.
+  // `what` names the tensor in errors.
+  virtual absl::StatusOr<std::shared_ptr<void>> Open(const v1::CudaIpc& ipc,
+                                                     const std::string& what) = 0;
 
   // Data ops on this device (one per transfer channel).
   virtual absl::StatusOr<std::unique_ptr<exec::DataOps>> NewDataOps() = 0;
 
   // An NCCL communicator of `size` ranks: rank 0 publishes the unique id under
-  // `prefix` in `store`; every rank must join before `deadline`.
-  virtual absl::StatusOr<std::unique_ptr<transport::Transport>> Connect(transport::KvStore& store,
-                                                                        const std::string& prefix,
-                                                                        int32_t rank, int32_t size,
-                                                                        absl::Time deadline) = 0;
+  // `prefix` in `store`; every rank must join before `deadline`. `cancel`
+  // (not owned, may be null) ends the setup, and later rounds, with CANCELLED
+  // once it turns true.
+  virtual absl::StatusOr<std::unique_ptr<transport::Transport>> Connect(
+      transport::KvStore& store, const std::string& prefix, int32_t rank, int32_t size,
+      absl::Time deadline, const std::atomic<bool>* cancel) = 0;
 };
 
 // UNIMPLEMENTED in builds without WSYNC_WITH_CUDA; FAILED_PRECONDITION when

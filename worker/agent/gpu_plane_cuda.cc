@@ -22,7 +22,8 @@ class CudaGpuPlane : public GpuPlane {
   int device() const override { return ipc_->device(); }
   const std::string& uuid() const override { return ipc_->uuid(); }
 
-  absl::StatusOr<void*> Open(const v1::CudaIpc& ipc, const std::string& what) override {
+  absl::StatusOr<std::shared_ptr<void>> Open(const v1::CudaIpc& ipc,
+                                             const std::string& what) override {
     if (ipc.offset() < 0 || ipc.size() < 0 || ipc.base_size() <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": CUDA IPC range offset ", ipc.offset(), ", size ", ipc.size(),
@@ -35,7 +36,12 @@ class CudaGpuPlane : public GpuPlane {
     h.base_bytes = static_cast<uint64_t>(ipc.base_size());
     h.offset = static_cast<uint64_t>(ipc.offset());
     h.bytes = static_cast<uint64_t>(ipc.size());
-    return ipc_->Open(h, what);
+    auto data = ipc_->Open(h, what);
+    if (!data.ok()) return data.status();
+    // The registry outlives every tensor entry (both die with the worker's
+    // GPU plane, entries first).
+    cuda::IpcRegistry* registry = ipc_.get();
+    return std::shared_ptr<void>(*data, [registry, h](void*) { registry->Release(h); });
   }
 
   absl::StatusOr<std::unique_ptr<exec::DataOps>> NewDataOps() override {
@@ -46,15 +52,15 @@ class CudaGpuPlane : public GpuPlane {
     return std::unique_ptr<exec::DataOps>(std::move(*ops));
   }
 
-  absl::StatusOr<std::unique_ptr<transport::Transport>> Connect(transport::KvStore& store,
-                                                                const std::string& prefix,
-                                                                int32_t rank, int32_t size,
-                                                                absl::Time deadline) override {
+  absl::StatusOr<std::unique_ptr<transport::Transport>> Connect(
+      transport::KvStore& store, const std::string& prefix, int32_t rank, int32_t size,
+      absl::Time deadline, const std::atomic<bool>* cancel) override {
     transport::NcclTransportOptions o;
     o.device = device();
     o.rank = rank;
     o.size = size;
     o.init_timeout = std::max(absl::Milliseconds(1), deadline - absl::Now());
+    o.cancel = cancel;
     auto t = transport::NcclTransport::Create(store, prefix, o);
     if (!t.ok()) return t.status();
     return std::unique_ptr<transport::Transport>(std::move(*t));

@@ -100,7 +100,7 @@ absl::StatusOr<SyncRunner::Channel*> SyncRunner::EnsureChannel(
   const absl::Time deadline = absl::FromUnixMillis(a.deadline_unix_ms());
   absl::StatusOr<std::unique_ptr<transport::Transport>> t;
   if (options_.gpu != nullptr) {
-    t = options_.gpu->Connect(kv, ts.kv_prefix(), ts.rank(), ts.size(), deadline);
+    t = options_.gpu->Connect(kv, ts.kv_prefix(), ts.rank(), ts.size(), deadline, &aborted_);
   } else {
     transport::GlooTransportOptions go;
     go.rank = ts.rank();

@@ -89,7 +89,8 @@ absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::Register(
       e.group = req.group();
       e.reg = t;
       e.on_device = true;
-      e.data = *data;
+      e.device_memory = *data;
+      e.data = e.device_memory.get();
       e.bytes = ipc.size();
       fresh.push_back(std::move(e));
       continue;

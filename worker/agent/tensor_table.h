@@ -1,9 +1,9 @@
 // The tensors owner processes registered with this worker: (group, name) ->
 // bytes in a mapped POSIX shared-memory object (host workers), or device
 // memory opened from a CUDA IPC handle (workers with a GPU plane). Thread-safe.
-// Snapshots keep shm mappings alive, so a sync in flight never sees memory
-// unmapped under it when the owner re-registers; IPC mappings live as long as
-// the GPU plane.
+// Snapshots keep shm and CUDA IPC mappings alive, so a sync in flight never
+// sees memory unmapped under it when the owner re-registers; a mapping is
+// released with the last entry or snapshot that uses it.
 #ifndef WSYNC_WORKER_AGENT_TENSOR_TABLE_H_
 #define WSYNC_WORKER_AGENT_TENSOR_TABLE_H_
 
@@ -48,6 +48,7 @@ struct TensorEntry {
   std::string group;
   v1::TensorRegistration reg;
   std::shared_ptr<ShmMapping> mapping;  // null for device memory
+  std::shared_ptr<void> device_memory;  // holds its CUDA IPC mapping open
   bool on_device = false;
   void* data = nullptr;
   int64_t bytes = 0;

@@ -132,6 +132,11 @@ int main(int argc, char** argv) {
     options.instance_id = absl::StrFormat("%08x%08x-%d", rd(), rd(), getpid());
   }
   std::unique_ptr<wsync::agent::GpuPlane> gpu;
+  if (absl::GetFlag(FLAGS_device) < -1) {
+    std::fprintf(stderr, "wsync-worker: --device must be a GPU index or -1 (host memory), got %d\n",
+                 absl::GetFlag(FLAGS_device));
+    return 2;
+  }
   if (const int32_t device = absl::GetFlag(FLAGS_device); device >= 0) {
     auto plane = wsync::agent::CreateGpuPlane(device);
     if (!plane.ok()) {

@@ -257,6 +257,9 @@ absl::Status CudaDataOps::Run(std::string key) {
     cache_device_bytes_ += static_cast<int64_t>(entry.table.size());
   }
   entry.copy_engine = copy_engine_;
+  // Host-side copy lists count against the same budget, so calls that use
+  // only the copy engines cannot grow the cache without bound.
+  cache_device_bytes_ += copy_engine_.copies() * static_cast<int64_t>(sizeof(cudaMemcpy3DBatchOp));
   entry.key = key;
   cache_[std::move(key)] = std::move(entry);
   return absl::OkStatus();

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "worker/cuda/cuda_status.h"
+#include "worker/cuda/driver_api.h"
 
 namespace wsync::cuda {
 namespace {
@@ -22,6 +23,14 @@ void LogIfError(cudaError_t err, const char* what) {
 
 DeviceGuard::DeviceGuard(int device) {
   if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+  // A thread that never used CUDA reports device 0 without having a context
+  // there; restoring "device 0" would create GPU 0's primary context (a few
+  // hundred MiB on a GPU this process may have no business with). Such a
+  // thread keeps `device` instead.
+  if (auto api = GetDriverApi(); api.ok()) {
+    CUcontext current = nullptr;
+    if ((*api)->cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == nullptr) previous_ = -1;
+  }
   if (device >= 0 && device != previous_) LogIfError(cudaSetDevice(device), "cudaSetDevice");
 }
 
@@ -110,9 +119,8 @@ absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(int device, size_t bytes) {
   DeviceBuffer b;
   b.device_ = device;
   if (bytes == 0) return b;
-  WSYNC_CUDA_RETURN_IF_ERROR(
-      cudaMalloc(&b.ptr_, bytes),
-      absl::StrFormat("cudaMalloc of %d bytes on device %d", bytes, device));
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaMalloc(&b.ptr_, bytes),
+                             absl::StrFormat("cudaMalloc of %d bytes on device %d", bytes, device));
   b.bytes_ = bytes;
   return b;
 }

@@ -40,6 +40,7 @@ absl::StatusOr<DriverApi> LoadAll() {
   load("cuMemUnmap", &api.cuMemUnmap);
   load("cuMemSetAccess", &api.cuMemSetAccess);
   load("cuMemGetAllocationGranularity", &api.cuMemGetAllocationGranularity);
+  load("cuCtxGetCurrent", &api.cuCtxGetCurrent);
   if (!s.ok()) return s;
   return api;
 }

@@ -28,6 +28,7 @@ struct DriverApi {
   CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) = nullptr;
   CUresult (*cuMemGetAllocationGranularity)(size_t*, const CUmemAllocationProp*,
                                             CUmemAllocationGranularity_flags) = nullptr;
+  CUresult (*cuCtxGetCurrent)(CUcontext*) = nullptr;
 };
 
 // Loaded once; an error when the driver is missing or too old.

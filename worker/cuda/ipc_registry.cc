@@ -3,6 +3,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -156,13 +157,46 @@ absl::StatusOr<void*> IpcRegistry::Open(const IpcTensorHandle& h, const std::str
         absl::StrCat("cudaIpcOpenMemHandle for tensor ", name,
                      " (legacy IPC needs the owner's PID namespace: shareProcessNamespace or "
                      "hostPID in Kubernetes)"));
+    // The owner's claimed size decides which ranges are accepted: check it
+    // against what was mapped, or a wrong claim would let a sync write past
+    // the allocation.
+    auto api = GetDriverApi();
+    CUdeviceptr mapped_base = 0;
+    size_t mapped_bytes = 0;
+    absl::Status size_ok =
+        api.ok() ? CuStatus((*api)->cuMemGetAddressRange(&mapped_base, &mapped_bytes,
+                                                         reinterpret_cast<CUdeviceptr>(base)),
+                            absl::StrCat("size of the allocation of tensor ", name))
+                 : api.status();
+    if (size_ok.ok() && mapped_bytes != h.base_bytes) {
+      size_ok = absl::InvalidArgumentError(
+          absl::StrCat("tensor ", name, ": the owner says its allocation has ", h.base_bytes,
+                       " bytes, the mapped allocation has ", mapped_bytes));
+    }
+    if (!size_ok.ok()) {
+      cudaIpcCloseMemHandle(base);
+      return size_ok;
+    }
     it = mappings_.emplace(h.base_handle, Mapping{base, h.base_bytes}).first;
   } else if (it->second.bytes != h.base_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor ", name, ": allocation size ", h.base_bytes, " differs from the ",
                      it->second.bytes, " bytes mapped for the same handle"));
   }
+  ++it->second.holds;
   return static_cast<char*>(it->second.base) + h.offset;
+}
+
+void IpcRegistry::Release(const IpcTensorHandle& h) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = mappings_.find(h.base_handle);
+  if (it == mappings_.end() || --it->second.holds > 0) return;
+  DeviceGuard guard(device_);
+  const cudaError_t err = cudaIpcCloseMemHandle(it->second.base);
+  if (err != cudaSuccess && err != cudaErrorCudartUnloading) {
+    std::fprintf(stderr, "wsync ipc: cudaIpcCloseMemHandle: %s\n", cudaGetErrorString(err));
+  }
+  mappings_.erase(it);
 }
 
 }  // namespace wsync::cuda

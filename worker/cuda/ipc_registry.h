@@ -54,7 +54,13 @@ class IpcRegistry {
   IpcRegistry& operator=(const IpcRegistry&) = delete;
 
   // Device pointer to the tensor in this process. `name` is used in errors.
+  // Each successful Open holds its allocation's mapping until a matching
+  // Release(handle).
   absl::StatusOr<void*> Open(const IpcTensorHandle& handle, const std::string& name);
+  // Drops one Open's hold; the last one unmaps the allocation, so an owner
+  // that re-registers from new memory can free the old (an importer keeping
+  // it open would leak it, and freeing mapped memory is undefined behaviour).
+  void Release(const IpcTensorHandle& handle);
 
   int device() const { return device_; }
   const std::string& uuid() const { return uuid_; }
@@ -65,6 +71,7 @@ class IpcRegistry {
   struct Mapping {
     void* base = nullptr;
     uint64_t bytes = 0;
+    int64_t holds = 0;
   };
   IpcRegistry() = default;
 

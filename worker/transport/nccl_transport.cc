@@ -132,6 +132,7 @@ absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(
   std::unique_ptr<NcclTransport> t(new NcclTransport());
   t->device_ = opts.device;
   t->rank_ = opts.rank;
+  t->cancel_ = opts.cancel;
   t->size_ = opts.size;
   // Highest priority: when SMs free up, NCCL's blocks are scheduled before
   // the data ops' pack / unpack / copy blocks.
@@ -248,6 +249,13 @@ absl::Status NcclTransport::Wait(absl::Time deadline, const cuda::Event* event,
         return done.status();
       }
       if (*done) return absl::OkStatus();
+    }
+    if (cancel_ != nullptr && cancel_->load() && !abort_requested_.load()) {
+      {
+        std::lock_guard<std::mutex> lock(reason_mu_);
+        if (abort_reason_.empty()) abort_reason_ = "the worker aborted the sync";
+      }
+      abort_requested_ = true;  // handled just below, on this thread
     }
     if (abort_requested_.load()) {
       std::string reason;

@@ -38,6 +38,10 @@ struct NcclTransportOptions {
   // 4 x H200, NCCL 2.28.3). NCCL reads it once, at the process's first
   // communicator.
   int min_p2p_channels = 64;
+  // Not owned, may be null: when it turns true, communicator setup and any
+  // round in flight end with CANCELLED (the worker's abort of a sync; without
+  // it a dead peer during setup would hold the caller until init_timeout).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // Owns an ncclComm_t: aborts it if never finalized cleanly.
@@ -112,6 +116,7 @@ class NcclTransport : public Transport {
   std::mutex mu_;  // one RunRound at a time; guards comm_
   NcclComm comm_;
   std::atomic<bool> abort_requested_{false};
+  const std::atomic<bool>* cancel_ = nullptr;
   std::atomic<bool> aborted_{false};
   std::mutex reason_mu_;
   std::string abort_reason_;

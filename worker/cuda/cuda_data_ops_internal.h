@@ -1,0 +1,24 @@
+// Helpers shared by the files of CudaDataOps (cuda_data_ops.cc and
+// cuda_data_ops_quant.cc); not an API.
+#ifndef WSYNC_WORKER_CUDA_CUDA_DATA_OPS_INTERNAL_H_
+#define WSYNC_WORKER_CUDA_CUDA_DATA_OPS_INTERNAL_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "worker/exec/data_ops.h"
+
+namespace wsync::cuda::data_ops_internal {
+
+// INVALID_ARGUMENT naming `what` for a view without a dtype, with a bad rank
+// or with null data.
+absl::Status CheckView(const exec::StridedView& v, const char* what);
+// Row-major element strides of `shape`.
+void RowMajor(const int64_t* shape, int ndim, int64_t* strides);
+// `s` with "<what> item <index>: " in front of its message.
+absl::Status Annotate(const absl::Status& s, const char* what, size_t index);
+
+}  // namespace wsync::cuda::data_ops_internal
+
+#endif  // WSYNC_WORKER_CUDA_CUDA_DATA_OPS_INTERNAL_H_

@@ -16,11 +16,21 @@
 #include <string>
 #include <vector>
 
+// A CUDA or NCCL call in a benchmark's int-returning function: on failure,
+// print the call and its error code, and return 3.
+#define CK(x)                                                                         \
+  do {                                                                                \
+    auto e_ = (x);                                                                    \
+    if (e_ != 0) {                                                                    \
+      std::fprintf(stderr, "%s:%d %s failed: %d\n", __FILE__, __LINE__, #x, (int)e_); \
+      return 3;                                                                       \
+    }                                                                                 \
+  } while (0)
+
 namespace wsync::bench {
 
 inline double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 inline double Median(std::vector<double> v) {

@@ -26,15 +26,6 @@
 namespace wsync::bench {
 namespace {
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    auto e_ = (x);                                                                    \
-    if (e_ != 0) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s failed: %d\n", __FILE__, __LINE__, #x, (int)e_); \
-      return 3;                                                                       \
-    }                                                                                 \
-  } while (0)
-
 int iters = 20;
 int world = 2;
 

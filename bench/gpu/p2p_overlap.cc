@@ -23,15 +23,6 @@
 namespace wsync::bench {
 namespace {
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    auto e_ = (x);                                                                    \
-    if (e_ != 0) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s failed: %d\n", __FILE__, __LINE__, #x, (int)e_); \
-      return 3;                                                                       \
-    }                                                                                 \
-  } while (0)
-
 constexpr int64_t kLocalBytes = 6822301696;
 // down_proj-like rows: each GPU's row shard is [rows, 2 * kCols]; the peer
 // takes the second half of every row.
@@ -87,8 +78,8 @@ int Main(int iters) {
     Gpu& me = g[d];
     char* second_half = static_cast<char*>(me.rows) + kCols * 2;
     auto add_local = [&](cuda::PieceTable& t) {
-      return t.AddCopy({me.local_src, v1::BF16, flat}, {me.local_dst, v1::BF16, flat},
-                       local_shape, 1, "local");
+      return t.AddCopy({me.local_src, v1::BF16, flat}, {me.local_dst, v1::BF16, flat}, local_shape,
+                       1, "local");
     };
     auto add_peer = [&](cuda::PieceTable& t) {
       return t.AddCopy({second_half, v1::BF16, rows_src}, {g[1 - d].incoming, v1::BF16, rows_dst},
@@ -115,8 +106,7 @@ int Main(int iters) {
         if (t != nullptr && !me.kernels->Launch(*t, me.stream).ok()) return -1;
         if (mode >= 3) {
           cudaMemcpy2DAsync(g[1 - d].incoming, kCols * 2, static_cast<char*>(me.rows) + kCols * 2,
-                            kCols * 4, kCols * 2, kRows, cudaMemcpyDeviceToDevice,
-                            me.copy_stream);
+                            kCols * 4, kCols * 2, kRows, cudaMemcpyDeviceToDevice, me.copy_stream);
         }
       }
       for (int d = 0; d < 2; ++d) {
@@ -135,8 +125,8 @@ int Main(int iters) {
     if (s < 0) return 5;
     Result(absl::StrFormat(
         R"({"bench":"p2p_overlap","case":"%s","local_bytes":%d,"peer_bytes":%d,"median_s":%.6f,"iters":%d})",
-        names[mode], mode == 1 || mode == 3 ? 0 : kLocalBytes,
-        mode == 0 ? 0 : kRows * kCols * 2, s, iters));
+        names[mode], mode == 1 || mode == 3 ? 0 : kLocalBytes, mode == 0 ? 0 : kRows * kCols * 2, s,
+        iters));
   }
   CK(cudaGetLastError());
   return 0;

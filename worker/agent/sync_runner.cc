@@ -109,12 +109,7 @@ absl::StatusOr<SyncRunner::Channel*> SyncRunner::EnsureChannel(
     go.prefix = ts.kv_prefix();
     go.hostname = options_.data_address;
     go.connect_timeout = std::max(absl::Milliseconds(1), deadline - absl::Now());
-    auto gloo = transport::GlooTransport::Create(go);
-    if (gloo.ok()) {
-      t = std::unique_ptr<transport::Transport>(*std::move(gloo));
-    } else {
-      t = gloo.status();
-    }
+    t = transport::GlooTransport::Create(go);
   }
   if (!t.ok()) {
     return absl::Status(t.status().code(), absl::StrCat(mine, " transport setup (generation ",

@@ -36,6 +36,14 @@ void RowMajor(const int64_t* shape, int ndim, int64_t* strides) {
   }
 }
 
+absl::Status CheckPackItem(const exec::PackItem& it, const void* staging_base, size_t index) {
+  absl::Status s = CheckView(it.src, "pack source");
+  if (s.ok() && staging_base == nullptr && it.src.num_elements() > 0) {
+    s = absl::InvalidArgumentError("null staging");
+  }
+  return Annotate(s, "pack", index);
+}
+
 absl::Status Annotate(const absl::Status& s, const char* what, size_t index) {
   if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat(what, " item ", index, ": ", s.message()));
@@ -44,6 +52,7 @@ absl::Status Annotate(const absl::Status& s, const char* what, size_t index) {
 }  // namespace data_ops_internal
 
 using data_ops_internal::Annotate;
+using data_ops_internal::CheckPackItem;
 using data_ops_internal::CheckView;
 using data_ops_internal::RowMajor;
 
@@ -215,6 +224,18 @@ absl::Status CudaDataOps::AddRequest(const ViewRef& src, const ViewRef& dst, con
   return table_.AddCopy(src, dst, shape, ndim, label);
 }
 
+absl::Status CudaDataOps::AddPackRequest(const exec::PackItem& it, void* staging_base, size_t index,
+                                         bool copy_engine_ok) {
+  int64_t strides[kMaxRequestDims];
+  RowMajor(it.src.shape.data(), it.src.ndim, strides);
+  char label[32];
+  snprintf(label, sizeof(label), "pack item %zu", index);
+  const ViewRef src{it.src.data, it.src.dtype, it.src.strides.data()};
+  const ViewRef dst{static_cast<char*>(staging_base) + it.staging_offset, it.wire_dtype, strides};
+  if (copy_engine_ok) return AddRequest(src, dst, it.src.shape.data(), it.src.ndim, label);
+  return table_.AddCopy(src, dst, it.src.shape.data(), it.src.ndim, label);
+}
+
 absl::Status CudaDataOps::AddCopyItem(const StridedView& src, const StridedView& dst,
                                       const char* what, size_t index, bool copy_engine_ok) {
   int64_t shape[kMaxRequestDims], ss[kMaxRequestDims], ds[kMaxRequestDims];
@@ -247,21 +268,9 @@ absl::Status CudaDataOps::Pack(absl::Span<const exec::PackItem> items, void* sta
   table_.Clear();
   copy_engine_.Clear();
   for (size_t i = 0; i < items.size(); ++i) {
-    const exec::PackItem& it = items[i];
-    absl::Status s = CheckView(it.src, "pack source");
-    const int64_t n = it.src.num_elements();
-    if (s.ok() && staging_base == nullptr && n > 0) s = absl::InvalidArgumentError("null staging");
-    if (!s.ok()) return Annotate(s, "pack", i);
-    if (n == 0) continue;
-    int64_t strides[kMaxRequestDims];
-    RowMajor(it.src.shape.data(), it.src.ndim, strides);
-    char label[32];
-    snprintf(label, sizeof(label), "pack item %zu", i);
-    s = AddRequest(
-        ViewRef{it.src.data, it.src.dtype, it.src.strides.data()},
-        ViewRef{static_cast<char*>(staging_base) + it.staging_offset, it.wire_dtype, strides},
-        it.src.shape.data(), it.src.ndim, label);
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(CheckPackItem(items[i], staging_base, i));
+    if (items[i].src.num_elements() == 0) continue;
+    RETURN_IF_ERROR(AddPackRequest(items[i], staging_base, i, /*copy_engine_ok=*/true));
   }
   return Run(std::move(key));
 }

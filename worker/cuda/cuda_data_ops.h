@@ -86,6 +86,10 @@ class CudaDataOps : public exec::DataOps {
   // qualifies, else to `table_`.
   absl::Status AddRequest(const ViewRef& src, const ViewRef& dst, const int64_t* shape, int ndim,
                           const char* label);
+  // Adds pack item `it` (no quantization) to `table_`, or, where
+  // copy_engine_ok and it qualifies, to the copy-engine batch.
+  absl::Status AddPackRequest(const exec::PackItem& it, void* staging_base, size_t index,
+                              bool copy_engine_ok);
   // Adds src -> dst to `table_`, or, where copy_engine_ok and it qualifies,
   // to the copy-engine batch.
   absl::Status AddCopyItem(const exec::StridedView& src, const exec::StridedView& dst,

@@ -16,6 +16,9 @@ namespace wsync::cuda::data_ops_internal {
 absl::Status CheckView(const exec::StridedView& v, const char* what);
 // Row-major element strides of `shape`.
 void RowMajor(const int64_t* shape, int ndim, int64_t* strides);
+// A pack item's source view and staging: OK, or INVALID_ARGUMENT naming
+// "pack item <index>".
+absl::Status CheckPackItem(const exec::PackItem& it, const void* staging_base, size_t index);
 // `s` with "<what> item <index>: " in front of its message.
 absl::Status Annotate(const absl::Status& s, const char* what, size_t index);
 

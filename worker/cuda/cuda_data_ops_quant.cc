@@ -14,6 +14,7 @@
 namespace wsync::cuda {
 
 using data_ops_internal::Annotate;
+using data_ops_internal::CheckPackItem;
 using data_ops_internal::CheckView;
 using data_ops_internal::RowMajor;
 using exec::StridedView;
@@ -49,20 +50,12 @@ absl::Status CudaDataOps::PackQuantized(absl::Span<const exec::PackItem> items,
   int64_t blocks = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     const exec::PackItem& it = items[i];
-    absl::Status s = CheckView(it.src, "pack source");
+    RETURN_IF_ERROR(CheckPackItem(it, staging_base, i));
     const int64_t n = it.src.num_elements();
-    if (s.ok() && staging_base == nullptr && n > 0) s = absl::InvalidArgumentError("null staging");
-    if (!s.ok()) return Annotate(s, "pack", i);
     if (n == 0) continue;
     char* const stage = static_cast<char*>(staging_base);
     if (it.quant_block_rows <= 0) {
-      int64_t strides[kMaxRequestDims];
-      RowMajor(it.src.shape.data(), it.src.ndim, strides);
-      char label[32];
-      snprintf(label, sizeof(label), "pack item %zu", i);
-      RETURN_IF_ERROR(table_.AddCopy(ViewRef{it.src.data, it.src.dtype, it.src.strides.data()},
-                                     ViewRef{stage + it.staging_offset, it.wire_dtype, strides},
-                                     it.src.shape.data(), it.src.ndim, label));
+      RETURN_IF_ERROR(AddPackRequest(it, staging_base, i, /*copy_engine_ok=*/false));
       continue;
     }
     if (it.wire_dtype != v1::FP8_E4M3 || it.quant_block_cols <= 0 ||

@@ -192,6 +192,16 @@ class DataOps {
   virtual absl::Status Reduce(absl::Span<const ReduceInput> inputs,
                               absl::Span<const ReduceItem> items, const void* staging_base) = 0;
   virtual absl::Status Synchronize() = 0;
+  // Direct writes: src (this worker's memory) -> dst in a peer worker's
+  // buffer mapped into this process (shared memory on the host; CUDA IPC
+  // with peer access on a GPU), converted like Copy. Puts may run
+  // concurrently with every other call (a device uses another stream and the
+  // copy engines, so they overlap the local copies and the transport);
+  // FinishPuts() returns once every Put issued so far completed and its bytes
+  // are visible to the peer, reporting any deferred error. Synchronize()
+  // does not wait for puts.
+  virtual absl::Status Put(absl::Span<const CopyItem> items) { return Copy(items); }
+  virtual absl::Status FinishPuts() { return Synchronize(); }
   // Block fp8 quantization at the receiver (and local quantizing copies).
   // Implementations without it refuse plans that need it.
   virtual absl::Status Quantize(absl::Span<const QuantizeInput> inputs,

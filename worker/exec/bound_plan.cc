@@ -27,8 +27,9 @@ std::string ShapeString(const v1::TensorView& v) {
 
 class Binder {
  public:
-  Binder(const v1::Plan& plan, int32_t worker, const BufferRegistry& registry, MemorySpace space)
-      : plan_(plan), worker_(worker), registry_(registry), space_(space) {}
+  Binder(const v1::Plan& plan, int32_t worker, const BufferRegistry& registry, MemorySpace space,
+         const DirectWrites* direct)
+      : plan_(plan), worker_(worker), registry_(registry), space_(space), direct_(direct) {}
 
   absl::StatusOr<std::shared_ptr<const BoundPlan>> Bind();
 
@@ -48,8 +49,19 @@ class Binder {
 
   // role: kDestination for views written (piece / reduce dst), kSource for
   // views read.
+  // `peer`: resolve in that peer's buffers (direct writes) instead of ours.
   absl::StatusOr<StridedView> Resolve(const v1::TensorView& v, BufferSide role,
-                                      const char* which) const;
+                                      const char* which,
+                                      const BufferRegistry* peer = nullptr) const;
+  bool WritesTo(int32_t peer) const {
+    return direct_ != nullptr &&
+           std::binary_search(direct_->write_to.begin(), direct_->write_to.end(), peer);
+  }
+  bool WrittenBy(int32_t peer) const {
+    return direct_ != nullptr &&
+           std::binary_search(direct_->written_by.begin(), direct_->written_by.end(), peer);
+  }
+  absl::Status BindPut(const v1::Bucket& b, int32_t round, BoundPlan& out);
   std::string Where(int32_t round, const char* op, const v1::Bucket& b) const {
     return absl::StrCat("worker ", worker_, " round ", round, ": ", op, " bucket ", b.id(),
                         " (worker ", b.sender(), " -> ", b.receiver(), ")");
@@ -81,6 +93,8 @@ class Binder {
   const int32_t worker_;
   const BufferRegistry& registry_;
   const MemorySpace space_;
+  const DirectWrites* const direct_;
+  BoundPlan* bound_ = nullptr;  // the plan being bound (puts go there)
   std::unordered_map<int64_t, const v1::Bucket*> buckets_;
   std::unordered_map<int64_t, const v1::Reduce*> reduces_;
   std::set<int64_t> seen_buckets_;
@@ -88,18 +102,18 @@ class Binder {
 };
 
 absl::StatusOr<StridedView> Binder::Resolve(const v1::TensorView& v, BufferSide role,
-                                            const char* which) const {
+                                            const char* which, const BufferRegistry* peer) const {
   const BufferSide side = SideOf(v);
   ASSIGN_OR_RETURN(const std::string* name,
                    PlanName(plan_, v.buffer_name(), absl::StrCat(which, " view")));
-  const std::string what =
-      absl::StrCat(which, " view of ", BufferSideName(side), " buffer '", *name, "'");
+  const std::string what = absl::StrCat(which, " view of ", BufferSideName(side), " buffer '",
+                                        *name, "'", peer != nullptr ? " of the peer" : "");
   // Writes only ever go to destination buffers: never into the trainer's.
   if (role == BufferSide::kDestination && side != BufferSide::kDestination) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": a written view must name a ", "destination buffer"));
   }
-  const RegisteredBuffer* buf = registry_.Find(side, *name);
+  const RegisteredBuffer* buf = (peer != nullptr ? *peer : registry_).Find(side, *name);
   if (buf == nullptr) return absl::NotFoundError(absl::StrCat(what, ": buffer not registered"));
   if (v.dtype() != buf->dtype) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": view dtype ", DTypeName(v.dtype()),
@@ -324,6 +338,52 @@ absl::Status Binder::BindSend(const v1::Bucket& b, BoundTransfer& t, BoundRound&
     CoalesceViews(one);
     out.pack.push_back(PackItem{*src, t.staging_offset + p.bucket_offset(), p.wire_dtype()});
   }
+  return absl::OkStatus();
+}
+
+// The receiver runs no op for directly written bytes: only a plain delivery
+// into its destination can skip it.
+absl::Status CheckDirectWritable(const v1::Piece& p) {
+  if (p.reduce_id() != 0 || p.quantize_id() != 0 || p.relay() || p.scales_of() != 0 ||
+      p.quant_block_size() != 0) {
+    return absl::InvalidArgumentError(
+        "cannot be written directly (a reduce or quantize input, a relay or a block-fp8 piece "
+        "needs the receiver's own op)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Binder::BindPut(const v1::Bucket& b, int32_t round, BoundPlan& out) {
+  const std::string where = Where(round, "SEND (direct write)", b);
+  auto peer = direct_->peer_buffers.find(b.receiver());
+  if (peer == direct_->peer_buffers.end() || peer->second == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": the buffers of worker ", b.receiver(), " are not mapped here"));
+  }
+  for (int i = 0; i < b.pieces_size(); ++i) {
+    const v1::Piece& p = b.pieces(i);
+    const std::string pw = PieceWhere(where, i, p);
+    RETURN_IF_ERROR(Annotate(CheckDirectWritable(p), pw));
+    auto src = Resolve(p.src(), BufferSide::kSource, "src");
+    if (!src.ok()) return Annotate(src.status(), pw);
+    auto dst = Resolve(p.dst(), BufferSide::kDestination, "dst", peer->second);
+    if (!dst.ok()) return Annotate(dst.status(), pw);
+    if (!SameShape(*src, *dst)) {
+      return absl::InvalidArgumentError(absl::StrCat(pw, ": source shape ", ShapeString(p.src()),
+                                                     " differs from destination shape ",
+                                                     ShapeString(p.dst())));
+    }
+    if (!CanConvert(src->dtype, dst->dtype) ||
+        (p.wire_dtype() != src->dtype && p.wire_dtype() != dst->dtype)) {
+      return absl::UnimplementedError(absl::StrCat(
+          pw, ": direct write ", DTypeName(src->dtype), " -> ", DTypeName(p.wire_dtype()), " -> ",
+          DTypeName(dst->dtype), " needs one conversion (the wire dtype must be one of the two)"));
+    }
+    StridedView* both[] = {&*src, &*dst};
+    CoalesceViews(both);
+    out.puts.push_back(CopyItem{*src, *dst});
+  }
+  out.bytes_put += b.bytes();
   return absl::OkStatus();
 }
 
@@ -674,6 +734,19 @@ absl::Status Binder::BindRound(const v1::Round& round, BoundRound& out) {
     t.bytes = b.bytes();
     t.zero_copy = b.zero_copy();
     if (t.bytes < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative size"));
+    if (op.kind() == v1::Op::SEND && WritesTo(t.peer)) {
+      RETURN_IF_ERROR(BindPut(b, round.index(), *bound_));
+      continue;
+    }
+    if (op.kind() == v1::Op::RECV && WrittenBy(t.peer)) {
+      for (int i = 0; i < b.pieces_size(); ++i) {
+        RETURN_IF_ERROR(Annotate(CheckDirectWritable(b.pieces(i)),
+                                 PieceWhere(Where(round.index(), "RECV (direct write)", b), i,
+                                            b.pieces(i))));
+      }
+      bound_->bytes_put_into += t.bytes;  // the sender writes it; nothing to run here
+      continue;
+    }
     if (op.kind() == v1::Op::SEND) sends.push_back({t, &b});
     if (op.kind() == v1::Op::RECV) recvs.push_back({t, &b});
     if (op.kind() == v1::Op::COPY) copies.push_back(&b);
@@ -750,6 +823,20 @@ absl::StatusOr<std::shared_ptr<const BoundPlan>> Binder::Bind() {
     }
   }
   auto bound = std::make_shared<BoundPlan>();
+  bound_ = bound.get();
+  if (direct_ != nullptr) {
+    for (const auto* list : {&direct_->write_to, &direct_->written_by}) {
+      if (!std::is_sorted(list->begin(), list->end()) ||
+          std::adjacent_find(list->begin(), list->end()) != list->end() ||
+          std::binary_search(list->begin(), list->end(), worker_)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "worker ", worker_, ": direct-write peers must be sorted, distinct and not the worker "
+            "itself, got [", absl::StrJoin(*list, ","), "]"));
+      }
+    }
+    bound->direct_write_to = direct_->write_to;
+    bound->direct_written_by = direct_->written_by;
+  }
   bound->key = plan_.key();
   bound->worker = worker_;
   bound->registry_generation = registry_.generation();
@@ -778,6 +865,7 @@ absl::StatusOr<std::shared_ptr<const BoundPlan>> Binder::Bind() {
       bound->rounds.push_back(std::move(br));
     }
   }
+  bound->total_bytes += bound->bytes_put + bound->bytes_put_into;
   // Every bucket and reduce of this worker must be run by its op list: a side
   // that silently skips one corrupts data on the other.
   for (const v1::Bucket& b : plan_.buckets()) {
@@ -806,8 +894,9 @@ absl::StatusOr<std::shared_ptr<const BoundPlan>> Binder::Bind() {
 
 absl::StatusOr<std::shared_ptr<const BoundPlan>> BindPlan(const v1::Plan& plan, int32_t worker,
                                                           const BufferRegistry& registry,
-                                                          MemorySpace space) {
-  Binder binder(plan, worker, registry, space);
+                                                          MemorySpace space,
+                                                          const DirectWrites* direct) {
+  Binder binder(plan, worker, registry, space, direct);
   return binder.Bind();
 }
 

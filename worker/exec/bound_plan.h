@@ -6,6 +6,7 @@
 #define WSYNC_WORKER_EXEC_BOUND_PLAN_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +53,17 @@ struct BoundRound {
   int64_t bytes_local = 0;  // wire bytes of local (COPY) buckets
 };
 
+// Direct writes of one sync (SyncAssignment.direct_*): the buckets this
+// worker sends to a `write_to` peer become puts into that peer's destination
+// buffers (mapped into this process, in `peer_buffers`); the buckets it
+// receives from a `written_by` peer arrive without any op of its own.
+struct DirectWrites {
+  std::vector<int32_t> write_to;    // sorted worker ids
+  std::vector<int32_t> written_by;  // sorted worker ids
+  std::map<int32_t, const BufferRegistry*> peer_buffers;  // not owned
+  bool empty() const { return write_to.empty() && written_by.empty(); }
+};
+
 struct BoundPlan {
   std::string key;
   int32_t worker = 0;
@@ -59,16 +71,26 @@ struct BoundPlan {
   MemorySpace space = MemorySpace::kHost;
   std::vector<BoundRound> rounds;  // increasing index
   int64_t max_staging_bytes = 0;
-  int64_t total_bytes = 0;  // sent + received + local, over all rounds
+  int64_t total_bytes = 0;  // sent + received + local + put, over all rounds
+  // Direct writes: every piece of every bucket to a write_to peer, in round
+  // order; issued at once after the ready tokens (they need no staging).
+  std::vector<CopyItem> puts;
+  std::vector<int32_t> direct_write_to;
+  std::vector<int32_t> direct_written_by;
+  int64_t bytes_put = 0;       // wire bytes of the buckets written directly
+  int64_t bytes_put_into = 0;  // wire bytes peers write into this worker
 };
 
 // Binds `worker`'s part of `plan` (a full plan or ExtractRankPlan's output).
 // Errors name the worker, round, op, bucket, piece and buffer at fault.
 // Views must live in `space` (the data ops' memory) and the transport ranks
-// are the worker ids.
+// are the worker ids. `direct` (may be null: none) turns the buckets of its
+// pairs into puts; a bucket that cannot be written directly (a reduce or
+// quantize input, a relay, block-fp8 packing) is refused.
 absl::StatusOr<std::shared_ptr<const BoundPlan>> BindPlan(const v1::Plan& plan, int32_t worker,
                                                           const BufferRegistry& registry,
-                                                          MemorySpace space);
+                                                          MemorySpace space,
+                                                          const DirectWrites* direct = nullptr);
 
 }  // namespace wsync::exec
 

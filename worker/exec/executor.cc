@@ -152,6 +152,22 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   p.worker = plan.worker;
   p.rounds_total = static_cast<int32_t>(plan.rounds.size());
   p.bytes_total = plan.total_bytes;
+  const bool direct = !plan.direct_write_to.empty() || !plan.direct_written_by.empty();
+  if (direct) {
+    // Before the first write: every receiver this worker writes is ready.
+    // The puts then run beside all rounds; they need no staging.
+    RETURN_IF_ERROR(ExchangeTokens(plan, /*ready=*/true, deadline));
+    if (!plan.puts.empty()) {
+      const absl::Time t = absl::Now();
+      const absl::Status s = ops_->Put(plan.puts);
+      stats.put_issue_seconds = Seconds(t);
+      if (!s.ok()) {
+        ops_->FinishPuts().IgnoreError();
+        return Wrap(s, absl::StrCat("worker ", plan.worker, ": direct writes to workers ",
+                                    absl::StrJoin(plan.direct_write_to, ",")));
+      }
+    }
+  }
   bool packed = false;    // the next round was packed ahead
   bool deferred = false;  // the last round's post-transfer work is still to be issued
   for (size_t i = 0; i < plan.rounds.size(); ++i) {
@@ -168,8 +184,10 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     }
     if (!s.ok()) {
       // Nothing the data ops still run may outlive the sync (the staging may
-      // be freed or reused next); their own error is secondary to `s`.
+      // be freed or reused next, peer mappings closed); their own error is
+      // secondary to `s`.
       ops_->Synchronize().IgnoreError();
+      if (direct) ops_->FinishPuts().IgnoreError();
       current_staging_.store(0);
       return s;
     }
@@ -188,8 +206,65 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     if (progress) progress(p);
   }
   current_staging_.store(0);
+  if (direct) {
+    const absl::Time t = absl::Now();
+    absl::Status s = Wrap(ops_->FinishPuts(),
+                          absl::StrCat("worker ", plan.worker, ": direct writes to workers ",
+                                       absl::StrJoin(plan.direct_write_to, ",")));
+    stats.put_wait_seconds = Seconds(t);
+    // After the last write: the receivers learn their bytes are in place.
+    if (s.ok()) s = ExchangeTokens(plan, /*ready=*/false, deadline);
+    if (!s.ok()) return s;
+    stats.bytes_sent += plan.bytes_put;
+    stats.bytes_received += plan.bytes_put_into;
+    stats.bytes_put = plan.bytes_put;
+    stats.bytes_put_into = plan.bytes_put_into;
+    p.bytes_done += plan.bytes_put + plan.bytes_put_into;
+    if (progress) progress(p);
+  }
   stats.seconds = Seconds(start);
   return stats;
+}
+
+absl::Status Executor::ExchangeTokens(const BoundPlan& plan, bool ready, absl::Time deadline) {
+  // Ready tokens go from receivers to the senders that write them, done
+  // tokens back. Their bytes carry nothing: arriving is the message.
+  const std::vector<int32_t>& to = ready ? plan.direct_written_by : plan.direct_write_to;
+  const std::vector<int32_t>& from = ready ? plan.direct_write_to : plan.direct_written_by;
+  const int64_t tag = ready ? kReadyTokenTag : kDoneTokenTag;
+  const char* what = ready ? "ready tokens" : "done tokens";
+  const std::string where = absl::StrCat("worker ", plan.worker, ": direct-write ", what,
+                                         " (to workers ", absl::StrJoin(to, ","),
+                                         ", from workers ", absl::StrJoin(from, ","), ")");
+  if (aborted_.load()) {
+    absl::MutexLock lock(&mu_);
+    return absl::CancelledError(absl::StrCat(where, ": aborted: ", abort_reason_));
+  }
+  if (absl::Now() >= deadline) {
+    return absl::DeadlineExceededError(absl::StrCat(where, ": the sync deadline passed"));
+  }
+  const int64_t need = static_cast<int64_t>(to.size() + from.size()) * kTokenBytes;
+  if (tokens_.bytes() < need) {
+    tokens_.Reset();
+    ASSIGN_OR_RETURN(tokens_, ops_->AllocateStaging(need));
+  }
+  uint8_t* base = static_cast<uint8_t*>(tokens_.data());
+  send_reqs_.clear();
+  recv_reqs_.clear();
+  for (size_t k = 0; k < to.size(); ++k) {
+    send_reqs_.push_back({to[k], tag, base + k * kTokenBytes, kTokenBytes});
+  }
+  for (size_t k = 0; k < from.size(); ++k) {
+    recv_reqs_.push_back({from[k], tag, base + (to.size() + k) * kTokenBytes, kTokenBytes});
+  }
+  const absl::Time round_deadline = std::min(deadline, absl::Now() + options_.round_timeout);
+  const absl::Status s = transport_->RunRound(send_reqs_, recv_reqs_, round_deadline, nullptr);
+  if (s.ok()) return s;
+  if (aborted_.load()) {
+    absl::MutexLock lock(&mu_);
+    return absl::CancelledError(absl::StrCat(where, ": aborted: ", abort_reason_));
+  }
+  return absl::Status(s.code(), absl::StrCat(where, " failed: ", s.message()));
 }
 
 absl::StatusOr<const PipelineSchedule*> Executor::ScheduleFor(const BoundPlan& plan) {

@@ -22,6 +22,12 @@
 // ExecutorOptions::staging_limit_bytes where set; without pipelining one
 // allocation of the plan's peak. Both are reused across rounds and syncs.
 //
+// Direct writes (BoundPlan.puts, bound_plan.h DirectWrites): before round 0
+// the worker exchanges ready tokens (receivers -> the senders that write
+// them), issues every put at once (DataOps::Put: beside the rounds, no
+// staging), runs the rounds, waits for the puts and sends done tokens; a
+// receiver's sync ends only after its done tokens arrived.
+//
 // A failed sync leaves destination buffers partly written: the caller must
 // not publish them (staged commit comes later). Any failure also leaves the
 // transport unusable (see Transport::RunRound).
@@ -95,6 +101,11 @@ struct SyncStats {
   int32_t rounds_packed_ahead = 0;
   int32_t rounds_local_early = 0;
   int32_t rounds_finished_async = 0;  // post-transfer work overlapped the next transfer
+  // Direct writes (included in bytes_sent / bytes_received above).
+  int64_t bytes_put = 0;
+  int64_t bytes_put_into = 0;
+  double put_issue_seconds = 0;
+  double put_wait_seconds = 0;  // after the last round, until every put finished
 };
 
 class Executor {
@@ -136,11 +147,20 @@ class Executor {
                                   RoundStats& rs);
   absl::StatusOr<const PipelineSchedule*> ScheduleFor(const BoundPlan& plan);
   absl::Status CheckAborted(const BoundPlan& plan, const BoundRound& round, const char* phase);
+  // Direct writes: one transport round of tokens between this worker and its
+  // direct-write peers (see bound_plan.h, DirectWrites).
+  absl::Status ExchangeTokens(const BoundPlan& plan, bool ready, absl::Time deadline);
+
+  // Tags of the token messages: bucket ids are >= 0.
+  static constexpr int64_t kReadyTokenTag = -1;
+  static constexpr int64_t kDoneTokenTag = -2;
+  static constexpr size_t kTokenBytes = 8;
 
   transport::Transport* const transport_;
   DataOps* const ops_;
   const ExecutorOptions options_;
   StagingBuffer staging_;
+  StagingBuffer tokens_;  // direct-write tokens (the transport's memory space)
   std::atomic<int64_t> current_staging_{0};
   std::atomic<int64_t> allocated_staging_{0};
   std::atomic<bool> aborted_{false};

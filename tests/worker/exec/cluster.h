@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -50,6 +51,9 @@ class Cluster {
     return reinterpret_cast<T*>(workers_[worker].buffers.at({side, name}).data());
   }
   BufferRegistry& registry(int worker) { return workers_[worker].registry; }
+  // Later runs write the buckets `from` sends to `to` straight into `to`'s
+  // buffers (direct writes; all workers share this process's memory).
+  void WriteDirectly(int from, int to) { direct_.insert({from, to}); }
   Executor& executor(int worker) { return *workers_[worker].executor; }
 
   absl::Status Connect(ExecutorOptions options = {}) {
@@ -90,7 +94,17 @@ class Cluster {
     for (int w = 0; w < n_; ++w) {
       if (silent.count(w)) continue;
       threads.emplace_back([&, w] {
-        auto bound = BindPlan(plan, w, workers_[w].registry, MemorySpace::kHost);
+        DirectWrites direct;
+        for (const auto& [from, to] : direct_) {
+          if (from == w) {
+            direct.write_to.push_back(to);
+            direct.peer_buffers[to] = &workers_[to].registry;
+          }
+          if (to == w) direct.written_by.push_back(from);
+        }
+        std::sort(direct.write_to.begin(), direct.write_to.end());
+        std::sort(direct.written_by.begin(), direct.written_by.end());
+        auto bound = BindPlan(plan, w, workers_[w].registry, MemorySpace::kHost, &direct);
         if (!bound.ok()) {
           out[w] = bound.status();
           return;
@@ -116,6 +130,7 @@ class Cluster {
   const bool lazy_ops_;
   transport::InMemoryKvStore store_;
   std::vector<Worker> workers_;
+  std::set<std::pair<int, int>> direct_;
 };
 
 }  // namespace wsync::exec::testing

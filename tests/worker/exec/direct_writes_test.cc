@@ -1,0 +1,248 @@
+// Direct writes (bound_plan.h DirectWrites): the sender writes a peer's
+// destination buffers itself; the transport carries only ready and done
+// tokens. Workers are threads of this process (Cluster), so a peer's
+// registry is directly addressable, as a mapped shm object is in a worker.
+#include <thread>
+
+#include "common/cast.h"
+#include "gtest/gtest.h"
+#include "tests/worker/exec/cluster.h"
+#include "tests/worker/exec/plan_builder.h"
+
+namespace wsync::exec {
+namespace {
+
+using testing::Cluster;
+using testing::kSentinel;
+using testing::Piece;
+using testing::PlanBuilder;
+using testing::View;
+constexpr BufferSide kSrc = BufferSide::kSource;
+constexpr BufferSide kDst = BufferSide::kDestination;
+
+float Value(int w, int64_t i) { return static_cast<float>(w * 1000 + i % 997) * 0.5f - 3.25f; }
+
+// Two colocated workers swap row-parallel halves (strided on both sides,
+// fp32 -> bf16 at the writer), a contiguous zero-copy half, and each copies
+// its own half locally: the colocated FSDP -> TP pattern.
+v1::Plan SwapPlan(int64_t rows, int64_t cols, int rounds) {
+  PlanBuilder pb;
+  const int64_t half = cols / 2;
+  for (int w = 0; w < 2; ++w) {
+    for (int r = 0; r < rounds; ++r) {
+      const int64_t r0 = rows * r / rounds, n = rows * (r + 1) / rounds - r0;
+      // My rows r0.., the peer's column half -> the peer's rows of my block.
+      const int64_t src_col = (1 - w) * half;
+      pb.AddBucket(w, 1 - w, r,
+                   {Piece(View("m", (r0 * cols + src_col) * 4, {n, half}, v1::FP32, {cols, 1}),
+                          View("m", ((w * rows + r0) * half) * 2, {n, half}, v1::BF16), v1::BF16)});
+      pb.AddBucket(w, w, r,
+                   {Piece(View("m", (r0 * cols + w * half) * 4, {n, half}, v1::FP32, {cols, 1}),
+                          View("m", ((w * rows + r0) * half) * 2 + 0, {n, half}, v1::BF16),
+                          v1::BF16)});
+    }
+    pb.AddBucket(w, 1 - w, 0,
+                 {Piece(View("z", w * 512 * 2, {512}, v1::BF16),
+                        View("z", w * 512 * 2, {512}, v1::BF16), v1::BF16)},
+                 /*zero_copy=*/true);
+  }
+  return pb.Build();
+}
+
+void CheckSwap(Cluster& c, int64_t rows, int64_t cols) {
+  const int64_t half = cols / 2;
+  for (int w = 0; w < 2; ++w) {
+    // Destination "m" of worker w: [2 * rows, half] = rows of worker 0, then
+    // of worker 1, each restricted to w's column half.
+    const uint16_t* d = c.Data<uint16_t>(w, kDst, "m");
+    for (int from = 0; from < 2; ++from) {
+      const float* s = c.Data<float>(from, kSrc, "m");
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < half; ++j) {
+          ASSERT_EQ(d[(from * rows + i) * half + j], FloatToBf16(s[i * cols + w * half + j]))
+              << "worker " << w << " rows of " << from << " (" << i << "," << j << ")";
+        }
+      }
+    }
+    const uint16_t* z = c.Data<uint16_t>(w, kDst, "z");
+    const uint16_t* zs = c.Data<uint16_t>(1 - w, kSrc, "z");
+    for (int64_t i = 0; i < 1024; ++i) {
+      const bool written = i / 512 == 1 - w;
+      if (written) {
+        ASSERT_EQ(z[i], zs[i]) << "worker " << w << " z " << i;
+      } else {
+        ASSERT_EQ(z[i], kSentinel << 8 | kSentinel) << "worker " << w << " z " << i;
+      }
+    }
+  }
+}
+
+void SetUpSwap(Cluster& c, int64_t rows, int64_t cols) {
+  for (int w = 0; w < 2; ++w) {
+    c.Add(w, kSrc, "m", v1::FP32, rows * cols);
+    c.Add(w, kDst, "m", v1::BF16, 2 * rows * cols / 2);
+    c.Add(w, kSrc, "z", v1::BF16, 1024);
+    c.Add(w, kDst, "z", v1::BF16, 1024);
+    float* s = c.Data<float>(w, kSrc, "m");
+    for (int64_t i = 0; i < rows * cols; ++i) s[i] = Value(w, i);
+    uint16_t* zs = c.Data<uint16_t>(w, kSrc, "z");
+    for (int64_t i = 0; i < 1024; ++i) zs[i] = static_cast<uint16_t>(i * 31 + w + 1);
+  }
+}
+
+TEST(DirectWritesTest, BothDirectionsWriteEveryByteAndReplay) {
+  constexpr int64_t kRows = 96, kCols = 64;
+  Cluster c(2);
+  SetUpSwap(c, kRows, kCols);
+  c.WriteDirectly(0, 1);
+  c.WriteDirectly(1, 0);
+  ASSERT_TRUE(c.Connect().ok());
+  const v1::Plan plan = SwapPlan(kRows, kCols, 3);
+  for (int run = 0; run < 2; ++run) {
+    auto results = c.Run(plan, absl::Seconds(30));
+    for (int w = 0; w < 2; ++w) {
+      ASSERT_TRUE(results[w].ok()) << "run " << run << " worker " << w << ": "
+                                   << results[w].status();
+      const int64_t net = kRows * kCols / 2 * 2 + 512 * 2;
+      EXPECT_EQ(results[w]->bytes_put, net);
+      EXPECT_EQ(results[w]->bytes_put_into, net);
+      EXPECT_EQ(results[w]->bytes_sent, net);
+      EXPECT_EQ(results[w]->bytes_received, net);
+      EXPECT_EQ(results[w]->bytes_local, kRows * kCols / 2 * 2);
+      EXPECT_EQ(results[w]->peak_staging_bytes, 0) << "direct writes need no staging";
+    }
+    CheckSwap(c, kRows, kCols);
+  }
+}
+
+// One direction direct, the other through the transport, in one sync.
+TEST(DirectWritesTest, MixesWithTransportedBuckets) {
+  constexpr int64_t kRows = 40, kCols = 32;
+  Cluster c(2);
+  SetUpSwap(c, kRows, kCols);
+  c.WriteDirectly(1, 0);
+  ASSERT_TRUE(c.Connect().ok());
+  auto results = c.Run(SwapPlan(kRows, kCols, 2), absl::Seconds(30));
+  ASSERT_TRUE(results[0].ok()) << results[0].status();
+  ASSERT_TRUE(results[1].ok()) << results[1].status();
+  EXPECT_EQ(results[0]->bytes_put, 0);
+  EXPECT_GT(results[0]->bytes_put_into, 0);
+  EXPECT_GT(results[1]->bytes_put, 0);
+  EXPECT_GT(results[0]->peak_staging_bytes, 0);  // its sends still go staged
+  CheckSwap(c, kRows, kCols);
+}
+
+// A receiver that never says it is ready is never written: the writer fails
+// at the round deadline naming it, and the destination keeps its old bytes.
+TEST(DirectWritesTest, NothingIsWrittenBeforeTheReceiverIsReady) {
+  constexpr int64_t kN = 4096;
+  Cluster c(2);
+  c.Add(0, kSrc, "s", v1::FP32, kN);
+  c.Add(1, kDst, "s", v1::FP32, kN);
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("s", 0, {kN}, v1::FP32), View("s", 0, {kN}, v1::FP32), v1::FP32)});
+  c.WriteDirectly(0, 1);
+  ExecutorOptions o;
+  o.round_timeout = absl::Seconds(1);
+  ASSERT_TRUE(c.Connect(o).ok());
+  const absl::Time start = absl::Now();
+  auto results = c.Run(pb.Build(), absl::Seconds(60), /*silent=*/{1});
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  ASSERT_FALSE(results[0].ok());
+  const absl::Status& s = results[0].status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("ready tokens"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("peer 1"), std::string::npos) << s;
+  const uint8_t* d = c.Data<uint8_t>(1, kDst, "s");
+  for (int64_t i = 0; i < kN * 4; ++i) ASSERT_EQ(d[i], kSentinel) << "byte " << i << " written";
+}
+
+// A receiver whose writer dies after the ready token fails at its deadline
+// waiting for the done token, naming the writer.
+TEST(DirectWritesTest, ReceiverFailsWhenTheWriterNeverFinishes) {
+  Cluster c(2);
+  c.Add(0, kSrc, "s", v1::FP32, 64);
+  c.Add(1, kDst, "s", v1::FP32, 64);
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("s", 0, {64}, v1::FP32), View("s", 0, {64}, v1::FP32), v1::FP32)});
+  c.WriteDirectly(0, 1);
+  ExecutorOptions o;
+  o.round_timeout = absl::Seconds(1);
+  ASSERT_TRUE(c.Connect(o).ok());
+  auto results = c.Run(pb.Build(), absl::Seconds(60), /*silent=*/{0});
+  ASSERT_FALSE(results[1].ok());
+  // The ready token is sent (Gloo completes a send once buffered) or stalls;
+  // either way the receiver ends at a deadline naming worker 0.
+  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kDeadlineExceeded)
+      << results[1].status();
+  EXPECT_NE(results[1].status().message().find("peer 0"), std::string::npos)
+      << results[1].status();
+}
+
+// Pieces the receiver must process itself cannot be written directly: the
+// binder refuses them on both sides, naming the bucket and piece.
+TEST(DirectWritesTest, RefusesReduceInputs) {
+  constexpr int64_t kN = 100;
+  Cluster c(2);
+  for (int w = 0; w < 2; ++w) c.Add(w, kSrc, "p", v1::FP32, kN);
+  c.Add(1, kDst, "p", v1::FP32, kN);
+  PlanBuilder pb;
+  const auto src = View("p", 0, {kN}, v1::FP32);
+  const int64_t b0 = pb.AddBucket(0, 1, 0, {Piece(src, src, v1::FP32, /*reduce_id=*/1)});
+  const int64_t b1 = pb.AddBucket(1, 1, 0, {Piece(src, src, v1::FP32, 1)});
+  pb.AddReduce(1, 0, v1::REDUCE_SUM, v1::FP32, src, {{b0, 0}, {b1, 0}});
+  const v1::Plan plan = pb.Build();
+  DirectWrites writer;
+  writer.write_to = {1};
+  writer.peer_buffers[1] = &c.registry(1);
+  auto bound = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &writer);
+  ASSERT_FALSE(bound.ok());
+  EXPECT_EQ(bound.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bound.status().message().find("bucket 0"), std::string::npos) << bound.status();
+  EXPECT_NE(bound.status().message().find("cannot be written directly"), std::string::npos)
+      << bound.status();
+  DirectWrites reader;
+  reader.written_by = {0};
+  auto rbound = BindPlan(plan, 1, c.registry(1), MemorySpace::kHost, &reader);
+  ASSERT_FALSE(rbound.ok());
+  EXPECT_NE(rbound.status().message().find("cannot be written directly"), std::string::npos)
+      << rbound.status();
+}
+
+TEST(DirectWritesTest, RefusesUnmappedPeerAndBadPeerLists) {
+  Cluster c(2);
+  c.Add(0, kSrc, "s", v1::FP32, 8);
+  c.Add(1, kDst, "s", v1::FP32, 8);
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("s", 0, {8}, v1::FP32), View("s", 0, {8}, v1::FP32), v1::FP32)});
+  const v1::Plan plan = pb.Build();
+  DirectWrites unmapped;
+  unmapped.write_to = {1};
+  auto b = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &unmapped);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition) << b.status();
+  EXPECT_NE(b.status().message().find("worker 1 are not mapped"), std::string::npos)
+      << b.status();
+  DirectWrites self;
+  self.write_to = {0};
+  b = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &self);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << b.status();
+  // The peer's buffer too small for the planned view: named, with the peer.
+  Cluster small(2);
+  small.Add(0, kSrc, "s", v1::FP32, 8);
+  small.Add(1, kDst, "s", v1::FP32, 4);
+  DirectWrites w;
+  w.write_to = {1};
+  w.peer_buffers[1] = &small.registry(1);
+  b = BindPlan(plan, 0, small.registry(0), MemorySpace::kHost, &w);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kOutOfRange) << b.status();
+  EXPECT_NE(b.status().message().find("of the peer"), std::string::npos) << b.status();
+}
+
+}  // namespace
+}  // namespace wsync::exec

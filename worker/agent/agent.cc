@@ -96,6 +96,8 @@ void WorkerAgent::SessionLoop() {
     for (const auto& c : options_.capabilities) req.add_capabilities(c);
     req.set_data_address(options_.data_address);
     req.set_pid(getpid());
+    req.set_direct_write_domain(options_.direct_write_domain);
+    for (const auto& u : options_.peer_gpu_uuids) req.add_peer_gpu_uuids(u);
     const uint64_t buffers_version = tensors_.version();
     for (auto& b : tensors_.BufferInfos()) *req.add_buffers() = std::move(b);
     v1::RegisterWorkerResponse resp;

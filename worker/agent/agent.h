@@ -36,6 +36,10 @@ struct AgentOptions {
   // Not owned (outlives the agent); null for a host-memory worker. With one,
   // capabilities should say "nccl" and "cuda_ipc" instead of "gloo".
   GpuPlane* gpu = nullptr;
+  // Direct writes (see peer_buffers.h): the memory domain this worker
+  // advertises (empty: it takes no part) and, on a GPU, the GPUs it can write.
+  std::string direct_write_domain;
+  std::vector<std::string> peer_gpu_uuids;
 };
 
 // Events for one local subscriber (SyncEvents stream).

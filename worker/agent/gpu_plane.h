@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -35,6 +36,12 @@ class GpuPlane {
   // `what` names the tensor in errors.
   virtual absl::StatusOr<std::shared_ptr<void>> Open(const v1::CudaIpc& ipc,
                                                      const std::string& what) = 0;
+  // The same for a peer worker's buffer (direct writes): it may live on any
+  // GPU of writable_uuids().
+  virtual absl::StatusOr<std::shared_ptr<void>> OpenPeer(const v1::CudaIpc& ipc,
+                                                         const std::string& what) = 0;
+  // GPUs this device writes into over peer access, itself included.
+  virtual const std::vector<std::string>& writable_uuids() const = 0;
 
   // Data ops on this device (one per transfer channel).
   virtual absl::StatusOr<std::unique_ptr<exec::DataOps>> NewDataOps() = 0;

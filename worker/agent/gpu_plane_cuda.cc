@@ -24,6 +24,19 @@ class CudaGpuPlane : public GpuPlane {
 
   absl::StatusOr<std::shared_ptr<void>> Open(const v1::CudaIpc& ipc,
                                              const std::string& what) override {
+    return OpenHandle(ipc, what, /*peer=*/false);
+  }
+  absl::StatusOr<std::shared_ptr<void>> OpenPeer(const v1::CudaIpc& ipc,
+                                                 const std::string& what) override {
+    return OpenHandle(ipc, what, /*peer=*/true);
+  }
+  const std::vector<std::string>& writable_uuids() const override {
+    return ipc_->writable_uuids();
+  }
+
+ private:
+  absl::StatusOr<std::shared_ptr<void>> OpenHandle(const v1::CudaIpc& ipc, const std::string& what,
+                                                   bool peer) {
     if (ipc.offset() < 0 || ipc.size() < 0 || ipc.base_size() <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": CUDA IPC range offset ", ipc.offset(), ", size ", ipc.size(),
@@ -36,7 +49,7 @@ class CudaGpuPlane : public GpuPlane {
     h.base_bytes = static_cast<uint64_t>(ipc.base_size());
     h.offset = static_cast<uint64_t>(ipc.offset());
     h.bytes = static_cast<uint64_t>(ipc.size());
-    auto data = ipc_->Open(h, what);
+    auto data = ipc_->Open(h, what, peer);
     if (!data.ok()) return data.status();
     // The registry outlives every tensor entry (both die with the worker's
     // GPU plane, entries first).
@@ -44,6 +57,7 @@ class CudaGpuPlane : public GpuPlane {
     return std::shared_ptr<void>(*data, [registry, h](void*) { registry->Release(h); });
   }
 
+ public:
   absl::StatusOr<std::unique_ptr<exec::DataOps>> NewDataOps() override {
     cuda::CudaDataOps::Options options;
     options.device = device();

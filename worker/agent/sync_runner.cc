@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "worker/agent/controller_kv_store.h"
@@ -48,6 +49,27 @@ absl::Status SyncRunner::RefreshRegistry() {
   snapshot_ = std::move(snap);
   have_snapshot_ = true;
   bound_.clear();  // bound against the old memory
+  return absl::OkStatus();
+}
+
+absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
+                                              exec::DirectWrites* direct, std::string* key) {
+  key->clear();
+  if (a.direct_write_to().empty() && a.direct_written_by().empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(peers_.Update(a.peer_buffers()));
+  direct->write_to.assign(a.direct_write_to().begin(), a.direct_write_to().end());
+  direct->written_by.assign(a.direct_written_by().begin(), a.direct_written_by().end());
+  for (int32_t w : direct->write_to) {
+    const exec::BufferRegistry* r = peers_.Find(w);
+    if (r == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "worker ", a.worker(), ": the assignment writes worker ", w,
+          " directly but lists none of its buffers"));
+    }
+    direct->peer_buffers[w] = r;
+  }
+  *key = absl::StrCat("to ", absl::StrJoin(direct->write_to, ","), " by ",
+                      absl::StrJoin(direct->written_by, ","), " maps ", peers_.Signature());
   return absl::OkStatus();
 }
 
@@ -182,13 +204,18 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   absl::Time t = absl::Now();
   absl::Status st = RefreshRegistry();
   if (!st.ok()) return finish(st);
+  exec::DirectWrites direct;
+  std::string direct_key;
+  st = PrepareDirectWrites(a, &direct, &direct_key);
+  if (!st.ok()) return finish(st);
   auto bit = bound_.find(plan_id);
-  if (bit == bound_.end()) {
-    auto b = exec::BindPlan(*pit->second, a.worker(), registry_, Space());
+  if (bit == bound_.end() || bit->second.first != direct_key) {
+    bound_.erase(plan_id);  // bound against other peers or mappings
+    auto b = exec::BindPlan(*pit->second, a.worker(), registry_, Space(), &direct);
     if (!b.ok()) return finish(b.status());
-    bit = bound_.emplace(plan_id, *b).first;
+    bit = bound_.emplace(plan_id, std::make_pair(direct_key, *b)).first;
   }
-  bound_plan = bit->second.get();
+  bound_plan = bit->second.second.get();
   r.set_bind_seconds(Since(t));
   // 3. The data plane of this transfer generation.
   t = absl::Now();
@@ -217,6 +244,13 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   for (const exec::BoundRound& br : bound_plan->rounds) by_index[br.index] = &br;
   auto on_progress = [&](const exec::Progress& p) {
     rounds_done = p.rounds_done;
+    if (p.round_index == exec::Progress::kDirectWrites) {
+      into_me += bound_plan->bytes_put_into;
+      if (metrics_ != nullptr) {
+        metrics_->AddBytes(static_cast<double>(bound_plan->bytes_put),
+                           static_cast<double>(bound_plan->bytes_put_into));
+      }
+    }
     auto it = by_index.find(p.round_index);
     if (it != by_index.end()) {
       into_me += it->second->bytes_received + it->second->bytes_local;

@@ -15,6 +15,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "worker/agent/gpu_plane.h"
+#include "worker/agent/peer_buffers.h"
 #include "worker/agent/tensor_table.h"
 #include "worker/agent/worker_metrics.h"
 #include "worker/exec/buffer_registry.h"
@@ -64,7 +65,7 @@ class SyncRunner {
   using ProgressFn = std::function<void(int32_t, int32_t, int64_t)>;
 
   SyncRunner(TensorTable* tensors, WorkerMetrics* metrics, RunnerOptions options)
-      : tensors_(tensors), metrics_(metrics), options_(std::move(options)) {}
+      : tensors_(tensors), metrics_(metrics), options_(std::move(options)), peers_(options_.gpu) {}
 
   // Runs one assignment to the end (success, failure, abort or deadline) and
   // returns the report for the controller (lease id left empty).
@@ -87,6 +88,10 @@ class SyncRunner {
   };
 
   absl::Status RefreshRegistry();
+  // The assignment's direct writes, with the peers' buffers mapped; *key
+  // identifies them for the bound-plan cache (empty: none).
+  absl::Status PrepareDirectWrites(const v1::SyncAssignment& a, exec::DirectWrites* direct,
+                                   std::string* key);
   // Device memory with a GPU plane, else host memory.
   transport::MemorySpace Space() const;
   // Gives `ch` (its transport set) data ops and an executor.
@@ -105,7 +110,9 @@ class SyncRunner {
   exec::BufferRegistry registry_;
   TensorSnapshot snapshot_;  // keeps mappings alive for the registry
   bool have_snapshot_ = false;
-  std::map<std::string, std::shared_ptr<const exec::BoundPlan>> bound_;  // "<key>/<worker>"
+  PeerBufferMaps peers_;  // direct writes: the peers' buffers
+  // "<key>/<worker>" -> (direct-writes key, the plan bound with them).
+  std::map<std::string, std::pair<std::string, std::shared_ptr<const exec::BoundPlan>>> bound_;
   std::map<std::string, std::unique_ptr<Channel>> channels_;             // by transfer (+ "#local")
 
   absl::Mutex mu_;

@@ -172,6 +172,9 @@ std::vector<v1::BufferInfo> TensorTable::BufferInfos() const {
     info.set_dtype(e.reg.dtype());
     *info.mutable_shape() = e.reg.shape();
     info.set_bytes(e.bytes);
+    // Where it lives, for peers that write it directly (see controller.proto).
+    if (e.reg.has_shm()) *info.mutable_shm() = e.reg.shm();
+    if (e.reg.has_cuda_ipc()) *info.mutable_cuda_ipc() = e.reg.cuda_ipc();
     out.push_back(std::move(info));
   }
   return out;

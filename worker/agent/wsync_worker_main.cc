@@ -21,6 +21,7 @@
 #include "worker/agent/agent.h"
 #include "worker/agent/gpu_plane.h"
 #include "worker/agent/local_service.h"
+#include "worker/agent/peer_buffers.h"
 
 ABSL_FLAG(std::string, controller, "127.0.0.1:50051",
           "Controller address host:port. Env: WSYNC_CONTROLLER.");
@@ -55,6 +56,12 @@ ABSL_FLAG(int32_t, device, -1,
           "CUDA device of this worker's GPU data plane: owners register device tensors (CUDA "
           "IPC) and transfers run over NCCL. -1: host memory over Gloo. Needs a build with "
           "WSYNC_WITH_CUDA. Env: WSYNC_DEVICE.");
+ABSL_FLAG(bool, direct_writes, true,
+          "Offer direct writes: a peer worker that can map this worker's registered buffers "
+          "(host: the same /dev/shm; GPU: the same host and PID namespace, with peer access) "
+          "writes its buckets straight into them instead of sending them, and this worker "
+          "writes its peers' likewise. The controller pairs workers (its --direct_writes). "
+          "Env: WSYNC_DIRECT_WRITES.");
 ABSL_FLAG(std::string, port_file, "",
           "When set, write 'metrics_port=M' and 'local_socket=P' lines here once serving. Env: "
           "WSYNC_PORT_FILE.");
@@ -90,7 +97,7 @@ int main(int argc, char** argv) {
       "worker/agent/",
       {"controller", "groups", "node", "device_uuid", "data_address", "local_socket",
        "metrics_port", "metrics_host", "round_timeout", "staging_limit_bytes", "instance_id",
-       "port_file"});
+       "port_file", "device", "direct_writes"});
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -147,6 +154,14 @@ int main(int argc, char** argv) {
     options.gpu = gpu.get();
     options.capabilities = {"nccl", "cuda_ipc"};
     if (options.device_uuid.empty()) options.device_uuid = gpu->uuid();
+  }
+  if (absl::GetFlag(FLAGS_direct_writes)) {
+    if (gpu != nullptr) {
+      options.direct_write_domain = wsync::agent::GpuMemoryDomain();
+      options.peer_gpu_uuids = gpu->writable_uuids();
+    } else {
+      options.direct_write_domain = wsync::agent::HostMemoryDomain();
+    }
   }
   std::string socket_path = absl::GetFlag(FLAGS_local_socket);
   if (socket_path.empty()) {

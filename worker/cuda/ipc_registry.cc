@@ -3,6 +3,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -105,12 +106,33 @@ absl::StatusOr<IpcTensorHandle> ExportTensor(const void* ptr, uint64_t bytes,
   return h;
 }
 
+absl::StatusOr<std::vector<std::string>> WritableDeviceUuids(int device) {
+  int count = 0;
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count), "device count");
+  std::vector<std::string> out;
+  for (int d = 0; d < count; ++d) {
+    int can = d == device ? 1 : 0;
+    if (d != device) {
+      WSYNC_CUDA_RETURN_IF_ERROR(cudaDeviceCanAccessPeer(&can, device, d),
+                                 absl::StrCat("peer access from device ", device, " to ", d));
+    }
+    if (!can) continue;
+    auto uuid = DeviceUuid(d);
+    if (!uuid.ok()) return uuid.status();
+    out.push_back(*uuid);
+  }
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<IpcRegistry>> IpcRegistry::Create(int device) {
   std::unique_ptr<IpcRegistry> reg(new IpcRegistry());
   reg->device_ = device;
   auto uuid = DeviceUuid(device);
   if (!uuid.ok()) return uuid.status();
   reg->uuid_ = *uuid;
+  auto writable = WritableDeviceUuids(device);
+  if (!writable.ok()) return writable.status();
+  reg->writable_uuids_ = *std::move(writable);
   return reg;
 }
 
@@ -130,11 +152,18 @@ size_t IpcRegistry::num_mappings() const {
   return mappings_.size();
 }
 
-absl::StatusOr<void*> IpcRegistry::Open(const IpcTensorHandle& h, const std::string& name) {
-  if (h.gpu_uuid != uuid_) {
+absl::StatusOr<void*> IpcRegistry::Open(const IpcTensorHandle& h, const std::string& name,
+                                        bool peer) {
+  if (h.gpu_uuid != uuid_ && !peer) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " lives on ", h.gpu_uuid,
                                                    " but this registry maps device ", device_, " (",
                                                    uuid_, ")"));
+  }
+  if (peer && std::find(writable_uuids_.begin(), writable_uuids_.end(), h.gpu_uuid) ==
+                  writable_uuids_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tensor ", name, " lives on ", h.gpu_uuid, ", which device ", device_, " (",
+                     uuid_, ") cannot write over peer access (or this process does not see it)"));
   }
   if (h.base_handle.size() != sizeof(cudaIpcMemHandle_t)) {
     return absl::InvalidArgumentError(

@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -45,6 +46,10 @@ struct IpcTensorHandle {
 absl::StatusOr<IpcTensorHandle> ExportTensor(const void* ptr, uint64_t bytes,
                                              const std::string& name);
 
+// UUIDs of the GPUs `device` can write into: itself and every GPU this
+// process sees with peer access from it (NVLink or PCIe).
+absl::StatusOr<std::vector<std::string>> WritableDeviceUuids(int device);
+
 // Importer side, for one device of this process. Thread-safe.
 class IpcRegistry {
  public:
@@ -55,8 +60,11 @@ class IpcRegistry {
 
   // Device pointer to the tensor in this process. `name` is used in errors.
   // Each successful Open holds its allocation's mapping until a matching
-  // Release(handle).
-  absl::StatusOr<void*> Open(const IpcTensorHandle& handle, const std::string& name);
+  // Release(handle). `peer`: the tensor may also live on another GPU that
+  // this device writes over peer access (a peer worker's buffer for direct
+  // writes); the pointer is then usable by this device's kernels and copies.
+  absl::StatusOr<void*> Open(const IpcTensorHandle& handle, const std::string& name,
+                             bool peer = false);
   // Drops one Open's hold; the last one unmaps the allocation, so an owner
   // that re-registers from new memory can free the old (an importer keeping
   // it open would leak it, and freeing mapped memory is undefined behaviour).
@@ -64,6 +72,7 @@ class IpcRegistry {
 
   int device() const { return device_; }
   const std::string& uuid() const { return uuid_; }
+  const std::vector<std::string>& writable_uuids() const { return writable_uuids_; }
   // Number of allocation bases mapped (each opened once).
   size_t num_mappings() const;
 
@@ -77,6 +86,7 @@ class IpcRegistry {
 
   int device_ = 0;
   std::string uuid_;
+  std::vector<std::string> writable_uuids_;  // WritableDeviceUuids(device_)
   mutable std::mutex mu_;
   std::map<std::string, Mapping> mappings_;  // by handle bytes
 };

@@ -1,0 +1,138 @@
+#include "worker/agent/peer_buffers.h"
+
+#include <sys/stat.h>
+
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/dtype.h"
+#include "worker/agent/tensor_table.h"
+
+namespace wsync::agent {
+namespace {
+
+std::string BootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return std::string(absl::StripAsciiWhitespace(id));
+}
+
+// "<st_dev>:<st_ino>" of `path`, or empty.
+std::string FileIdentity(const char* path) {
+  struct stat st;
+  if (stat(path, &st) != 0) return "";
+  return absl::StrCat(st.st_dev, ":", st.st_ino);
+}
+
+}  // namespace
+
+std::string HostMemoryDomain() {
+  const std::string boot = BootId(), shm = FileIdentity("/dev/shm");
+  if (boot.empty() || shm.empty()) return "";
+  return absl::StrCat("shm:", boot, ":", shm);
+}
+
+std::string GpuMemoryDomain() {
+  const std::string boot = BootId(), pid_ns = FileIdentity("/proc/self/ns/pid");
+  if (boot.empty() || pid_ns.empty()) return "";
+  return absl::StrCat("cuda:", boot, ":", pid_ns);
+}
+
+absl::Status PeerBufferMaps::Update(
+    const google::protobuf::RepeatedPtrField<v1::PeerBuffers>& peers) {
+  std::map<int32_t, Peer> next;
+  for (const v1::PeerBuffers& list : peers) {
+    if (next.count(list.worker())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("direct writes: buffers of worker ", list.worker(), " listed twice"));
+    }
+    Peer& peer = next[list.worker()];
+    peer.fingerprint = list.SerializeAsString();
+    auto old = peers_.find(list.worker());
+    if (old != peers_.end() && old->second.fingerprint == peer.fingerprint) {
+      peer = std::move(old->second);
+      continue;
+    }
+    absl::Status s = Map(list, peer);
+    if (!s.ok()) {
+      peers_.erase(list.worker());
+      return s;
+    }
+  }
+  peers_ = std::move(next);
+  return absl::OkStatus();
+}
+
+absl::Status PeerBufferMaps::Map(const v1::PeerBuffers& list, Peer& peer) {
+  std::map<std::string, std::shared_ptr<ShmMapping>> objects;
+  for (const v1::BufferInfo& b : list.buffers()) {
+    const std::string name = absl::StrCat(b.group(), "/", b.name());
+    const std::string what =
+        absl::StrCat("direct writes: buffer '", name, "' of worker ", list.worker());
+    exec::RegisteredBuffer r;
+    r.dtype = b.dtype();
+    r.bytes = b.bytes();
+    if (b.has_cuda_ipc()) {
+      if (gpu_ == nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(what, ": device memory, but this worker moves host memory"));
+      }
+      if (b.bytes() < 0 || b.bytes() > b.cuda_ipc().size()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": ", b.bytes(),
+                                                       " bytes in a CUDA IPC range of ",
+                                                       b.cuda_ipc().size()));
+      }
+      auto data = gpu_->OpenPeer(b.cuda_ipc(), what);
+      if (!data.ok()) return data.status();
+      r.data = data->get();
+      r.space = transport::MemorySpace::kCuda;
+      peer.holds.push_back(*std::move(data));
+    } else if (b.has_shm()) {
+      if (gpu_ != nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(what, ": host memory, but this worker moves device memory"));
+      }
+      const v1::HostShm& shm = b.shm();
+      std::shared_ptr<ShmMapping>& mapping = objects[shm.name()];
+      if (mapping == nullptr) {
+        auto m = ShmMapping::Open(shm.name());
+        if (!m.ok()) {
+          return absl::Status(m.status().code(), absl::StrCat(what, ": ", m.status().message()));
+        }
+        mapping = *std::move(m);
+      }
+      if (shm.offset() < 0 || shm.size() < 0 || b.bytes() < 0 || b.bytes() > shm.size() ||
+          shm.offset() > mapping->size() - shm.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": ", b.bytes(), " bytes at [", shm.offset(), ", +", shm.size(), ") of shm '",
+            shm.name(), "' (", mapping->size(), " bytes)"));
+      }
+      r.data = mapping->data() + shm.offset();
+      r.space = transport::MemorySpace::kHost;
+      peer.holds.push_back(mapping);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": no location (the peer's worker predates direct writes or did not report it)"));
+    }
+    absl::Status s = peer.registry.Register(exec::BufferSide::kDestination, name, r);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+const exec::BufferRegistry* PeerBufferMaps::Find(int32_t worker) const {
+  auto it = peers_.find(worker);
+  return it == peers_.end() ? nullptr : &it->second.registry;
+}
+
+std::string PeerBufferMaps::Signature() const {
+  std::string s;
+  for (const auto& [worker, peer] : peers_) {
+    absl::StrAppend(&s, worker, "@", peer.registry.generation(), ";");
+  }
+  return s;
+}
+
+}  // namespace wsync::agent

@@ -1,0 +1,62 @@
+// Direct writes (SyncAssignment.direct_*): the registered destination
+// buffers of the peer workers this worker writes, mapped into this process
+// (POSIX shm for host workers, CUDA IPC with peer access for GPU workers),
+// and the memory domain a worker advertises so that the controller only
+// pairs workers that can map each other's memory.
+#ifndef WSYNC_WORKER_AGENT_PEER_BUFFERS_H_
+#define WSYNC_WORKER_AGENT_PEER_BUFFERS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "google/protobuf/repeated_ptr_field.h"
+#include "worker/agent/gpu_plane.h"
+#include "worker/exec/buffer_registry.h"
+#include "wsync/v1/controller.pb.h"
+
+namespace wsync::agent {
+
+// Workers with equal domains can map each other's registrations: host
+// workers that see the same /dev/shm of the same boot ("shm:..."), GPU
+// workers of the same boot and PID namespace (legacy CUDA IPC needs it,
+// "cuda:..."). Empty when it cannot be determined (then no direct writes).
+std::string HostMemoryDomain();
+std::string GpuMemoryDomain();
+
+class PeerBufferMaps {
+ public:
+  // `gpu` (not owned, may be null): where CUDA IPC buffers are opened; without
+  // one, only shm buffers are accepted, with one only CUDA IPC ones.
+  explicit PeerBufferMaps(GpuPlane* gpu) : gpu_(gpu) {}
+
+  // Maps exactly the buffers of `peers` (each peer's list as the controller
+  // relayed it), keeping the mappings of peers whose lists did not change
+  // and dropping every other. On error nothing of the failing peer is kept.
+  // Errors name the peer worker and the buffer.
+  absl::Status Update(const google::protobuf::RepeatedPtrField<v1::PeerBuffers>& peers);
+
+  // Worker `worker`'s destination buffers ("<group>/<name>"), or null.
+  const exec::BufferRegistry* Find(int32_t worker) const;
+  // Changes whenever any mapping changes: plans bound against the old ones
+  // must be rebound.
+  std::string Signature() const;
+
+ private:
+  struct Peer {
+    std::string fingerprint;  // the serialized buffer list it was mapped from
+    exec::BufferRegistry registry;
+    std::vector<std::shared_ptr<void>> holds;  // keep the mappings open
+  };
+  absl::Status Map(const v1::PeerBuffers& list, Peer& peer);
+
+  GpuPlane* const gpu_;
+  std::map<int32_t, Peer> peers_;
+};
+
+}  // namespace wsync::agent
+
+#endif  // WSYNC_WORKER_AGENT_PEER_BUFFERS_H_

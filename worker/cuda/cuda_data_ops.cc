@@ -65,8 +65,12 @@ void AppendRaw(std::string& key, const T& v) {
   key.append(reinterpret_cast<const char*>(&v), sizeof(T));
 }
 
-// Cache keys are built field by field: raw struct bytes would include
-// padding, which differs between equal items.
+}  // namespace
+
+namespace data_ops_internal {
+
+// Field by field: raw struct bytes would include padding, which differs
+// between equal items.
 void AppendView(std::string& key, const StridedView& v) {
   AppendRaw(key, v.data);
   AppendRaw(key, static_cast<int32_t>(v.dtype));
@@ -76,7 +80,9 @@ void AppendView(std::string& key, const StridedView& v) {
   key.append(reinterpret_cast<const char*>(v.strides.data()), n * sizeof(int64_t));
 }
 
-}  // namespace
+}  // namespace data_ops_internal
+
+using data_ops_internal::AppendView;
 
 bool CommonShape(const StridedView& a, const StridedView& b, int64_t* shape, int64_t* a_strides,
                  int64_t* b_strides, int* ndim) {
@@ -151,12 +157,14 @@ absl::StatusOr<std::unique_ptr<CudaDataOps>> CudaDataOps::Create(const Options& 
   ops->kernels_ = std::move(*kernels);
   ops->pool_ = std::make_shared<StagingPool>(options.device);
   ops->copy_engine_ = CopyEngineBatch(options.copy_engine);
+  RETURN_IF_ERROR(ops->InitPuts(options));
   return ops;
 }
 
 CudaDataOps::~CudaDataOps() {
   // Resident tables and scratch may still be read by queued kernels.
   if (stream_.get() != nullptr) cudaStreamSynchronize(stream_.get());
+  if (put_stream_.get() != nullptr) cudaStreamSynchronize(put_stream_.get());
 }
 
 std::string CudaDataOps::Name() const { return absl::StrCat("cuda:", device_); }

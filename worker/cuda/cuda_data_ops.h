@@ -6,6 +6,10 @@
 // steady-state sync uploads nothing. Staging comes from a per-device pool:
 // a freed buffer is reused by the next allocation it fits, never returned to
 // the driver mid-run. Not thread-safe: one instance per executor.
+//
+// Puts (direct writes into a peer's IPC-mapped memory, cuda_data_ops_put.cc)
+// run on a second stream, the put stream, so they overlap the ops' stream;
+// the big ones go to the copy engines.
 #ifndef WSYNC_WORKER_CUDA_CUDA_DATA_OPS_H_
 #define WSYNC_WORKER_CUDA_CUDA_DATA_OPS_H_
 
@@ -39,6 +43,16 @@ class CudaDataOps : public exec::DataOps {
     // Which pack / unpack / copy requests go to the copy engines
     // (copy_engine_batch.h); the default min_bytes 0 keeps all on the kernel.
     CopyEngineOptions copy_engine;
+    // Puts of at least this many bytes that convert nothing and have at most
+    // 2 dims, each with a contiguous innermost dim, go to the copy engines (one
+    // cudaMemcpy2DAsync / cudaMemcpyAsync each; on H200 a big strided peer
+    // write by the copy engines beat SM stores, 390 vs 351 GB/s). Smaller
+    // ones stay in one piece-kernel launch: thousands of memcpy calls would
+    // cost more in call overhead than they move. 0 keeps every put on the
+    // kernel.
+    int64_t put_copy_engine_min_bytes = int64_t{4} << 20;
+    // Shortest contiguous row (bytes) of a 2-D put worth a copy engine.
+    int64_t put_copy_engine_min_row_bytes = 1024;
   };
   static absl::StatusOr<std::unique_ptr<CudaDataOps>> Create(const Options& options);
   ~CudaDataOps() override;
@@ -52,7 +66,13 @@ class CudaDataOps : public exec::DataOps {
   absl::Status Copy(absl::Span<const exec::CopyItem> items) override;
   absl::Status Reduce(absl::Span<const exec::ReduceInput> inputs,
                       absl::Span<const exec::ReduceItem> items, const void* staging_base) override;
+  // Does not wait for puts (FinishPuts does).
   absl::Status Synchronize() override;
+  // On the put stream, in call order; FinishPuts waits for it. Callers make
+  // the peer's memory reachable (peer access: cudaIpcOpenMemHandle with
+  // cudaIpcMemLazyEnablePeerAccess, as IpcRegistry does) before putting.
+  absl::Status Put(absl::Span<const exec::CopyItem> items) override;
+  absl::Status FinishPuts() override;
   // Block fp8 (worker/cuda/block_fp8_kernel.h): inputs gathered into fp32
   // scratch by one piece-kernel launch, then one quantization launch.
   absl::Status Quantize(absl::Span<const exec::QuantizeInput> inputs,
@@ -61,12 +81,18 @@ class CudaDataOps : public exec::DataOps {
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_.get(); }
-  // Kernel launches and resident-table hits so far (benchmarks report them).
-  int64_t launches() const { return kernels_->launches(); }
+  cudaStream_t put_stream() const { return put_stream_.get(); }
+  // Kernel launches and resident-table hits so far (benchmarks report them),
+  // puts included.
+  int64_t launches() const { return kernels_->launches() + put_kernels_->launches(); }
   int64_t table_cache_hits() const { return cache_hits_; }
-  // Copies and bytes sent to the copy engines so far.
+  // Copies and bytes sent to the copy engines so far, puts included.
   int64_t copy_engine_copies() const { return copy_engine_copies_; }
   int64_t copy_engine_bytes() const { return copy_engine_bytes_; }
+  // The puts' share of the above.
+  int64_t put_launches() const { return put_kernels_->launches(); }
+  int64_t put_copy_engine_copies() const { return put_copy_engine_copies_; }
+  int64_t put_copy_engine_bytes() const { return put_copy_engine_bytes_; }
 
  private:
   struct CachedTable {
@@ -76,7 +102,38 @@ class CudaDataOps : public exec::DataOps {
     CopyEngineBatch copy_engine;
   };
 
+  // One put on the copy engines: a cudaMemcpy2DAsync of `height` rows of
+  // `width` bytes (height 1: a cudaMemcpyAsync). `item` names it in errors.
+  struct PutCopy {
+    void* dst = nullptr;
+    size_t dst_pitch = 0;
+    const void* src = nullptr;
+    size_t src_pitch = 0;
+    size_t width = 0;
+    size_t height = 0;
+    size_t item = 0;
+  };
+  // A Put call kept for replay: its copy-engine copies, then its resident
+  // table (empty when every put went to the copy engines).
+  struct CachedPut {
+    std::vector<PutCopy> copies;
+    int64_t copy_bytes = 0;
+    DeviceBuffer table;
+    TableLayout layout;
+  };
+
   CudaDataOps() = default;
+  // The put stream, kernels and options (called by Create).
+  absl::Status InitPuts(const Options& options);
+  // Adds put src -> dst (validated, equal element counts) to `put_copies_`
+  // when it qualifies for the copy engines, else to `table_`.
+  absl::Status AddPutRequest(const exec::StridedView& src, const exec::StridedView& dst,
+                             size_t index);
+  // Enqueues `copies` (`bytes` in all) on the put stream.
+  absl::Status IssuePutCopies(const std::vector<PutCopy>& copies, int64_t bytes);
+  // Runs `put_copies_` and `table_` on the put stream and keeps them resident
+  // under `key` (unless empty).
+  absl::Status RunPut(std::string key);
   // Runs `copy_engine_` and `table_` (built by the caller) and keeps them
   // resident under `key` (unless empty).
   absl::Status Run(std::string key);
@@ -119,6 +176,23 @@ class CudaDataOps : public exec::DataOps {
   int64_t cache_device_bytes_ = 0;
   int64_t cache_hits_ = 0;
   DeviceBuffer quant_regions_;
+
+  // Puts (cuda_data_ops_put.cc). Their own kernels, table ring, scratch and
+  // cache, so the two streams never wait on each other's work (beyond the
+  // device-wide waits of cudaMalloc / cudaFree when a cache is cleared or
+  // scratch grows). The host-side builders table_ / pre_table_ are shared.
+  Stream put_stream_;
+  std::unique_ptr<BatchedKernels> put_kernels_;
+  int64_t put_min_bytes_ = 0;
+  int64_t put_min_row_bytes_ = 0;
+  int64_t max_pitch_ = 0;  // cudaDevAttrMaxPitch: larger pitches stay on the kernel
+  std::vector<PutCopy> put_copies_;
+  int64_t put_copies_bytes_ = 0;
+  DeviceBuffer put_scratch_;
+  absl::flat_hash_map<std::string, CachedPut> put_cache_;
+  int64_t put_cache_bytes_ = 0;
+  int64_t put_copy_engine_copies_ = 0;
+  int64_t put_copy_engine_bytes_ = 0;
 };
 
 // Splits the dims of two views of equal element count (each enumerated

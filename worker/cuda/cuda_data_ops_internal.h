@@ -1,10 +1,11 @@
-// Helpers shared by the files of CudaDataOps (cuda_data_ops.cc and
-// cuda_data_ops_quant.cc); not an API.
+// Helpers shared by the files of CudaDataOps (cuda_data_ops.cc,
+// cuda_data_ops_quant.cc and cuda_data_ops_put.cc); not an API.
 #ifndef WSYNC_WORKER_CUDA_CUDA_DATA_OPS_INTERNAL_H_
 #define WSYNC_WORKER_CUDA_CUDA_DATA_OPS_INTERNAL_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "worker/exec/data_ops.h"
@@ -19,6 +20,9 @@ void RowMajor(const int64_t* shape, int ndim, int64_t* strides);
 // A pack item's source view and staging: OK, or INVALID_ARGUMENT naming
 // "pack item <index>".
 absl::Status CheckPackItem(const exec::PackItem& it, const void* staging_base, size_t index);
+// Appends `v` to a call's cache key (the calls' items are the keys of
+// their resident tables).
+void AppendView(std::string& key, const exec::StridedView& v);
 // `s` with "<what> item <index>: " in front of its message.
 absl::Status Annotate(const absl::Status& s, const char* what, size_t index);
 

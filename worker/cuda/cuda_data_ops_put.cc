@@ -1,0 +1,240 @@
+// CudaDataOps puts: direct writes from this worker's tensors into a peer's
+// memory mapped by CUDA IPC (possibly on another GPU, reached by peer access).
+//
+// Puts run on their own stream so they overlap the ops' stream (local copies,
+// packs, NCCL): sources are trainer tensors that nothing in a sync writes,
+// and callers put only after a host-synchronous handshake, so the put stream
+// never waits for the ops' stream. Big plain copies go to the copy engines,
+// the rest (casts, small pieces, > 2 dims) into one piece-kernel launch. A
+// call's copy list and kernel table are kept under its items, like Copy's,
+// so a replayed sync uploads nothing.
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/cuda/cuda_data_ops.h"
+#include "worker/cuda/cuda_data_ops_internal.h"
+#include "worker/cuda/cuda_status.h"
+
+namespace wsync::cuda {
+
+using data_ops_internal::Annotate;
+using data_ops_internal::AppendView;
+using data_ops_internal::CheckView;
+using data_ops_internal::RowMajor;
+using exec::StridedView;
+
+absl::Status CudaDataOps::InitPuts(const Options& options) {
+  if (options.put_copy_engine_min_bytes < 0 || options.put_copy_engine_min_row_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "negative put copy-engine threshold: min bytes ", options.put_copy_engine_min_bytes,
+        ", min row bytes ", options.put_copy_engine_min_row_bytes));
+  }
+  ASSIGN_OR_RETURN(put_stream_, Stream::Create(options.device));
+  ASSIGN_OR_RETURN(put_kernels_, BatchedKernels::Create(options.device, options.blocks_per_sm));
+  put_min_bytes_ = options.put_copy_engine_min_bytes;
+  put_min_row_bytes_ = options.put_copy_engine_min_row_bytes;
+  int max_pitch = 0;
+  WSYNC_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, options.device),
+      absl::StrCat("max pitch of device ", options.device));
+  max_pitch_ = max_pitch;
+  return absl::OkStatus();
+}
+
+absl::Status CudaDataOps::AddPutRequest(const StridedView& src, const StridedView& dst,
+                                        size_t index) {
+  int64_t shape[kMaxRequestDims], ss[kMaxRequestDims], ds[kMaxRequestDims];
+  int n = 0;
+  if (!CommonShape(src, dst, shape, ss, ds, &n)) {
+    return Annotate(absl::InternalError("shapes have no common refinement"), "put", index);
+  }
+  const int64_t esize = DTypeSize(src.dtype);
+  const int64_t bytes = src.num_elements() * esize;
+  if (put_min_bytes_ > 0 && src.dtype == dst.dtype && bytes >= put_min_bytes_) {
+    // CommonShape drops unit dims but does not merge contiguous ones.
+    int64_t cs[kMaxRequestDims], css[kMaxRequestDims], cds[kMaxRequestDims];
+    std::copy(shape, shape + n, cs);
+    std::copy(ss, ss + n, css);
+    std::copy(ds, ds + n, cds);
+    int64_t* strides[] = {css, cds};
+    const int m = NormalizeDims(cs, n, strides, 2);
+    const bool unit_inner = m >= 1 && css[m - 1] == 1 && cds[m - 1] == 1;
+    const int64_t width = m >= 1 ? cs[m - 1] * esize : 0;
+    // Rows must not overlap (the engines take pitch >= width) and must be
+    // long enough that the engines stream them at full rate.
+    const bool rows_ok = m == 2 && width >= put_min_row_bytes_ && css[0] * esize >= width &&
+                         cds[0] * esize >= width && css[0] * esize <= max_pitch_ &&
+                         cds[0] * esize <= max_pitch_;
+    if (unit_inner && (m == 1 || rows_ok)) {
+      PutCopy c;
+      c.dst = dst.data;
+      c.src = src.data;
+      c.width = static_cast<size_t>(width);
+      c.height = m == 2 ? static_cast<size_t>(cs[0]) : 1;
+      c.src_pitch = m == 2 ? static_cast<size_t>(css[0] * esize) : c.width;
+      c.dst_pitch = m == 2 ? static_cast<size_t>(cds[0] * esize) : c.width;
+      c.item = index;
+      put_copies_.push_back(c);
+      put_copies_bytes_ += bytes;
+      return absl::OkStatus();
+    }
+  }
+  char label[32];
+  snprintf(label, sizeof(label), "put item %zu", index);
+  return table_.AddCopy(ViewRef{src.data, src.dtype, ss}, ViewRef{dst.data, dst.dtype, ds}, shape,
+                        n, label);
+}
+
+absl::Status CudaDataOps::IssuePutCopies(const std::vector<PutCopy>& copies, int64_t bytes) {
+  cudaStream_t stream = put_stream_.get();
+  for (const PutCopy& c : copies) {
+    // cudaMemcpyDefault: UVA tells local, peer and IPC-mapped memory apart.
+    const cudaError_t err = c.height == 1
+                                ? cudaMemcpyAsync(c.dst, c.src, c.width, cudaMemcpyDefault, stream)
+                                : cudaMemcpy2DAsync(c.dst, c.dst_pitch, c.src, c.src_pitch, c.width,
+                                                    c.height, cudaMemcpyDefault, stream);
+    if (err != cudaSuccess) {
+      return Annotate(
+          CudaStatus(err, absl::StrCat(c.height == 1 ? "cudaMemcpyAsync" : "cudaMemcpy2DAsync",
+                                       " of ", c.height, " x ", c.width, " bytes (pitches ",
+                                       c.src_pitch, " -> ", c.dst_pitch, ") on device ", device_)),
+          "put", c.item);
+    }
+  }
+  copy_engine_copies_ += static_cast<int64_t>(copies.size());
+  copy_engine_bytes_ += bytes;
+  put_copy_engine_copies_ += static_cast<int64_t>(copies.size());
+  put_copy_engine_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::Status CudaDataOps::RunPut(std::string key) {
+  RETURN_IF_ERROR(IssuePutCopies(put_copies_, put_copies_bytes_));
+  if (key.empty()) {
+    return table_.empty() ? absl::OkStatus() : put_kernels_->Launch(table_, put_stream_.get());
+  }
+  if (table_.empty() && put_copies_.empty()) return absl::OkStatus();
+  // Copy lists count against the budget too, so calls that use only the
+  // copy engines cannot grow the cache without bound.
+  const int64_t list_bytes = static_cast<int64_t>(put_copies_.size() * sizeof(PutCopy));
+  const TableLayout layout = table_.empty() ? TableLayout{} : TableLayout::Of(table_);
+  if (put_cache_bytes_ + static_cast<int64_t>(layout.total) + list_bytes > table_cache_bytes_) {
+    // Put kernels may still read the tables: wait for them before freeing.
+    RETURN_IF_ERROR(put_stream_.Synchronize());
+    put_cache_.clear();
+    put_cache_bytes_ = 0;
+  }
+  CachedPut entry;
+  if (!table_.empty()) {
+    RETURN_IF_ERROR(put_kernels_->Launch(table_, put_stream_.get(), &entry.table));
+    entry.layout = layout;
+    put_cache_bytes_ += static_cast<int64_t>(entry.table.size());
+  }
+  put_cache_bytes_ += list_bytes;
+  entry.copies = put_copies_;
+  entry.copy_bytes = put_copies_bytes_;
+  put_cache_[std::move(key)] = std::move(entry);
+  return absl::OkStatus();
+}
+
+absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items) {
+  if (items.empty()) return absl::OkStatus();
+  DeviceGuard guard(device_);  // launches need the put stream's device current
+  std::string key;
+  key.reserve(8 + items.size() * 96);
+  key.push_back('W');
+  for (const exec::CopyItem& it : items) {
+    AppendView(key, it.src);
+    AppendView(key, it.dst);
+  }
+  if (auto it = put_cache_.find(key); it != put_cache_.end()) {
+    ++cache_hits_;
+    CachedPut& entry = it->second;
+    RETURN_IF_ERROR(IssuePutCopies(entry.copies, entry.copy_bytes));
+    if (entry.table.size() == 0) return absl::OkStatus();
+    return put_kernels_->LaunchResident(entry.table.data(), entry.layout, put_stream_.get());
+  }
+  table_.Clear();
+  pre_table_.Clear();
+  put_copies_.clear();
+  put_copies_bytes_ = 0;
+  // Every item is checked before anything is enqueued, so a bad call writes
+  // nothing. Items whose shapes have no common refinement go through a
+  // contiguous copy in put scratch (source dtype, this device) first.
+  int64_t scratch_bytes = 0;
+  std::vector<size_t> via_scratch;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const exec::CopyItem& it = items[i];
+    absl::Status s = CheckView(it.src, "put source");
+    if (s.ok()) s = CheckView(it.dst, "put destination");
+    if (s.ok() && it.src.num_elements() != it.dst.num_elements()) {
+      s = absl::InvalidArgumentError(absl::StrCat("element count mismatch: ", it.src.num_elements(),
+                                                  " vs ", it.dst.num_elements()));
+    }
+    if (s.ok() && !KernelSupportsCast(it.src.dtype, it.dst.dtype)) {
+      s = absl::InvalidArgumentError(absl::StrCat("no conversion from ", DTypeName(it.src.dtype),
+                                                  " to ", DTypeName(it.dst.dtype)));
+    }
+    if (!s.ok()) return Annotate(s, "put", i);
+    if (it.src.num_elements() == 0) continue;
+    int64_t shape[kMaxRequestDims], ss[kMaxRequestDims], ds[kMaxRequestDims];
+    int n = 0;
+    if (!CommonShape(it.src, it.dst, shape, ss, ds, &n)) {
+      via_scratch.push_back(i);
+      scratch_bytes += (it.src.num_elements() * DTypeSize(it.src.dtype) + 255) / 256 * 256;
+    }
+  }
+  if (scratch_bytes > static_cast<int64_t>(put_scratch_.size())) {
+    RETURN_IF_ERROR(put_stream_.Synchronize());  // earlier puts may still read it
+    put_scratch_.Reset();
+    ASSIGN_OR_RETURN(put_scratch_, DeviceBuffer::Allocate(device_, scratch_bytes));
+  }
+  int64_t scratch_used = 0;
+  size_t next_scratch = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const exec::CopyItem& it = items[i];
+    if (it.src.num_elements() == 0) continue;
+    if (next_scratch < via_scratch.size() && via_scratch[next_scratch] == i) {
+      ++next_scratch;
+      const int64_t bytes = it.src.num_elements() * DTypeSize(it.src.dtype);
+      char* tmp = static_cast<char*>(put_scratch_.data()) + scratch_used;
+      scratch_used += (bytes + 255) / 256 * 256;
+      StridedView mid_src = it.src;  // contiguous, src shape
+      mid_src.data = tmp;
+      RowMajor(mid_src.shape.data(), mid_src.ndim, mid_src.strides.data());
+      int64_t shape[kMaxRequestDims], ss[kMaxRequestDims], ds[kMaxRequestDims];
+      int n = 0;
+      if (!CommonShape(it.src, mid_src, shape, ss, ds, &n)) {  // same shape: never
+        return Annotate(absl::InternalError("no refinement of a view with itself"), "put", i);
+      }
+      char label[32];
+      snprintf(label, sizeof(label), "put item %zu", i);
+      RETURN_IF_ERROR(pre_table_.AddCopy(ViewRef{it.src.data, it.src.dtype, ss},
+                                         ViewRef{tmp, it.src.dtype, ds}, shape, n, label));
+      StridedView mid_dst = it.dst;  // contiguous, dst shape, src dtype
+      mid_dst.data = tmp;
+      mid_dst.dtype = it.src.dtype;
+      RowMajor(mid_dst.shape.data(), mid_dst.ndim, mid_dst.strides.data());
+      RETURN_IF_ERROR(AddPutRequest(mid_dst, it.dst, i));
+      continue;
+    }
+    RETURN_IF_ERROR(AddPutRequest(it.src, it.dst, i));
+  }
+  if (!pre_table_.empty()) {
+    RETURN_IF_ERROR(put_kernels_->Launch(pre_table_, put_stream_.get()));
+    return RunPut(std::string());  // refers to put scratch: not cached
+  }
+  return RunPut(std::move(key));
+}
+
+absl::Status CudaDataOps::FinishPuts() {
+  return CudaStatus(cudaStreamSynchronize(put_stream_.get()),
+                    absl::StrCat("puts from device ", device_,
+                                 " (a put copy or put kernel failed, or a peer's memory is not "
+                                 "reachable)"));
+}
+
+}  // namespace wsync::cuda

@@ -220,6 +220,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     stats.bytes_put = plan.bytes_put;
     stats.bytes_put_into = plan.bytes_put_into;
     p.bytes_done += plan.bytes_put + plan.bytes_put_into;
+    p.round_index = Progress::kDirectWrites;
     if (progress) progress(p);
   }
   stats.seconds = Seconds(start);

@@ -65,7 +65,10 @@ struct ExecutorOptions {
 
 struct Progress {
   int32_t worker = 0;
-  int32_t round_index = 0;  // the round just finished
+  // The round just finished, or kDirectWrites once every direct write to or
+  // into this worker is done (after the last round).
+  static constexpr int32_t kDirectWrites = -1;
+  int32_t round_index = 0;
   int32_t rounds_done = 0;
   int32_t rounds_total = 0;
   int64_t bytes_done = 0;  // sent + received + copied so far

@@ -1,5 +1,8 @@
 #include "controller/server/plan_source.h"
 
+#include <algorithm>
+#include <utility>
+
 namespace wsync::controller {
 
 absl::StatusOr<PlanSource::Result> PlanSource::Get(const v1::TransferSpec& spec) {
@@ -13,6 +16,29 @@ absl::StatusOr<PlanSource::Result> PlanSource::Get(const v1::TransferSpec& spec)
   r.cache_hit = cache_.misses() == misses_before;
   r.seconds = r.cache_hit ? 0.0 : r.plan->summary().plan_seconds();
   return r;
+}
+
+std::shared_ptr<const std::vector<plan::WorkerPair>> PlanSource::DirectWritePairs(
+    const v1::Plan& plan) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = direct_pairs_.find(plan.key());
+    if (it != direct_pairs_.end()) return it->second;
+  }
+  // Scanned unlocked: other plans' syncs do not wait on this one. Two
+  // concurrent first syncs of one key may both scan; the first result stays.
+  auto pairs =
+      std::make_shared<const std::vector<plan::WorkerPair>>(plan::DirectWriteEligiblePairs(plan));
+  absl::MutexLock lock(&mu_);
+  ++direct_write_scans_;
+  // Plans leave the cache oldest first; the pairs of evicted ones go in bulk.
+  if (direct_pairs_.size() >= std::max<size_t>(capacity_, 1)) direct_pairs_.clear();
+  return direct_pairs_.try_emplace(plan.key(), std::move(pairs)).first->second;
+}
+
+int64_t PlanSource::direct_write_scans() const {
+  absl::MutexLock lock(&mu_);
+  return direct_write_scans_;
 }
 
 }  // namespace wsync::controller

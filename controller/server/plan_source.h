@@ -6,8 +6,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "controller/plan/direct_writes.h"
 #include "controller/plan/plan_cache.h"
 #include "wsync/v1/layout.pb.h"
 #include "wsync/v1/plan.pb.h"
@@ -22,15 +28,27 @@ class PlanSource {
     double seconds = 0;  // planning wall time (0 on a hit)
   };
 
-  explicit PlanSource(size_t capacity = 64) : cache_(capacity) {}
+  explicit PlanSource(size_t capacity = 64) : capacity_(capacity), cache_(capacity) {}
 
   absl::StatusOr<Result> Get(const v1::TransferSpec& spec);
+
+  // plan::DirectWriteEligiblePairs of `plan`, scanned once per plan key (a
+  // plan of ~0.5 M pieces is not rescanned every sync). Never null.
+  std::shared_ptr<const std::vector<plan::WorkerPair>> DirectWritePairs(const v1::Plan& plan);
+  // How many plans were scanned for DirectWritePairs (tests, diagnostics).
+  int64_t direct_write_scans() const;
 
   int64_t hits() const { return cache_.hits(); }
   int64_t misses() const { return cache_.misses(); }
 
  private:
+  const size_t capacity_;
   plan::PlanCache cache_;
+  mutable absl::Mutex mu_;
+  // Plan key -> its eligible pairs; as many entries as plans cached.
+  absl::flat_hash_map<std::string, std::shared_ptr<const std::vector<plan::WorkerPair>>>
+      direct_pairs_ ABSL_GUARDED_BY(mu_);
+  int64_t direct_write_scans_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace wsync::controller

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "controller/plan/direct_writes.h"
 #include "controller/server/metrics.h"
 #include "controller/server/plan_source.h"
 #include "wsync/v1/controller.pb.h"
@@ -33,6 +34,10 @@ struct ControllerConfig {
   absl::Duration lease_ttl = absl::Seconds(10);
   absl::Duration sync_deadline = absl::Seconds(120);
   std::string instance;  // random per controller start
+  // Let worker pairs of one memory domain write destinations directly
+  // (SyncAssignment.direct_write_to); off: every bucket goes through the
+  // transport.
+  bool direct_writes = true;
 };
 
 class ControllerState {
@@ -147,6 +152,18 @@ class ControllerState {
   // FAILED_PRECONDITION naming a worker of each kind when they are mixed.
   absl::StatusOr<std::string> CommonTransportLocked(const std::string& transfer,
                                                     const std::vector<std::string>& leases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pairs of `eligible` (plan worker ids, sorted) whose workers can map
+  // each other's memory now: the same non-empty direct_write_domain and, over
+  // nccl, the receiver's GPU among the sender's peer_gpu_uuids.
+  std::vector<plan::WorkerPair> DirectPairsLocked(const std::vector<plan::WorkerPair>& eligible,
+                                                  const std::vector<std::string>& leases,
+                                                  const std::string& transport_kind)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills direct_write_to, direct_written_by and peer_buffers of worker `w`'s
+  // assignment from the sync's direct pairs.
+  void FillDirectWritesLocked(const std::vector<plan::WorkerPair>& direct, int32_t w,
+                              const std::vector<std::string>& leases, v1::SyncAssignment* sa)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkDeadLocked(Worker& w, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a running sync; for failures `cause` names the worker (or -1).

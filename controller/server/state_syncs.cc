@@ -52,6 +52,11 @@ absl::StatusOr<v1::SyncResponse> ControllerState::StartSync(const v1::SyncReques
     if (!part.ok()) return part.status();
     parts.push_back(*part);
   }
+  // Which pairs the plan allows to write directly: scanned once per plan key.
+  std::shared_ptr<const std::vector<plan::WorkerPair>> eligible;
+  if (config_.direct_writes && plan->plan->summary().network_bytes() > 0) {
+    eligible = plans_->DirectWritePairs(*plan->plan);
+  }
   const double plan_seconds = absl::ToDoubleSeconds(absl::Now() - trigger);
 
   absl::MutexLock lock(&mu_);
@@ -76,6 +81,12 @@ absl::StatusOr<v1::SyncResponse> ControllerState::StartSync(const v1::SyncReques
     auto kind = CommonTransportLocked(t.name, resolved.leases);
     if (!kind.ok()) return kind.status();
     transport_kind = *kind;
+  }
+  // Decided per sync: domains, peer GPUs and buffer locations may change
+  // with every registration.
+  std::vector<plan::WorkerPair> direct;
+  if (needs_transport && eligible != nullptr) {
+    direct = DirectPairsLocked(*eligible, resolved.leases, transport_kind);
   }
   if (t.generation == 0 || t.generation_broken || t.generation_leases != resolved.leases) {
     OpenScopeLocked(t);
@@ -103,6 +114,7 @@ absl::StatusOr<v1::SyncResponse> ControllerState::StartSync(const v1::SyncReques
   s.set_failed_peer(-1);
   s.set_plan_seconds(plan_seconds);
   s.set_plan_key(plan->plan->key());
+  s.set_direct_pairs(static_cast<int32_t>(direct.size()));
   const int64_t deadline_unix_ms = absl::ToUnixMillis(sync->deadline);
   for (int32_t w = 0; w < num_workers; ++w) {
     Participant p;
@@ -126,6 +138,7 @@ absl::StatusOr<v1::SyncResponse> ControllerState::StartSync(const v1::SyncReques
       ts->set_size(num_workers);
       ts->set_kv_prefix(absl::StrCat(t.name, "/", t.generation, "/"));
       ts->set_generation(t.generation);
+      FillDirectWritesLocked(direct, w, resolved.leases, sa);
     }
     sa->set_deadline_unix_ms(deadline_unix_ms);
     for (const auto& role : p.roles) *sa->add_roles() = role;

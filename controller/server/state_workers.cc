@@ -373,6 +373,8 @@ v1::ListWorkersResponse ControllerState::ListWorkers(const std::string& group) {
     *info->mutable_buffers() = w->info.buffers();
     info->set_pid(w->info.pid());
     info->set_streaming(w->stream_token != 0);
+    info->set_direct_write_domain(w->info.direct_write_domain());
+    *info->mutable_peer_gpu_uuids() = w->info.peer_gpu_uuids();
   }
   std::sort(resp.mutable_workers()->begin(), resp.mutable_workers()->end(),
             [](const v1::RegisteredWorker& a, const v1::RegisteredWorker& b) {

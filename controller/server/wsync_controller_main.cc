@@ -38,6 +38,11 @@ ABSL_FLAG(int64_t, max_message_bytes, 256ll << 20,
 ABSL_FLAG(std::string, port_file, "",
           "When set, write 'grpc_port=N' and 'metrics_port=M' lines to this file once serving "
           "(written to a temporary name, then renamed). Env: WSYNC_PORT_FILE.");
+ABSL_FLAG(bool, direct_writes, true,
+          "Let a sender write a receiver's destination buffers directly (same shm / CUDA IPC "
+          "peer access) when both registered the same direct_write_domain and the plan's "
+          "buckets between them are plain copies; false: every bucket goes through the "
+          "transport. Env: WSYNC_DIRECT_WRITES.");
 
 int main(int argc, char** argv) {
   wsync::plan::KeepFreedMemoryForPlanning();
@@ -47,7 +52,7 @@ int main(int argc, char** argv) {
       "Flags also read WSYNC_<FLAG> environment variables; the command line wins.",
       "controller/server/",
       {"listen", "metrics_port", "metrics_host", "lease_ttl", "sync_deadline", "max_message_bytes",
-       "port_file"});
+       "port_file", "direct_writes"});
 
   // Signals are taken by sigwait below, never by an asynchronous handler.
   sigset_t signals;
@@ -74,6 +79,7 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.config.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
   options.config.sync_deadline = absl::GetFlag(FLAGS_sync_deadline);
+  options.config.direct_writes = absl::GetFlag(FLAGS_direct_writes);
   if (options.config.lease_ttl <= absl::ZeroDuration() ||
       options.config.sync_deadline <= absl::ZeroDuration() || options.max_message_bytes <= 0) {
     std::fprintf(stderr,

@@ -1,0 +1,47 @@
+// ControllerState: which worker pairs of a sync write destinations directly.
+#include "absl/algorithm/container.h"
+#include "controller/server/state.h"
+
+namespace wsync::controller {
+
+std::vector<plan::WorkerPair> ControllerState::DirectPairsLocked(
+    const std::vector<plan::WorkerPair>& eligible, const std::vector<std::string>& leases,
+    const std::string& transport_kind) {
+  const int32_t n = static_cast<int32_t>(leases.size());
+  auto find = [&](int32_t w) -> const Worker* {
+    if (w < 0 || w >= n) return nullptr;
+    return FindAliveLocked(leases[w]);
+  };
+  std::vector<plan::WorkerPair> direct;
+  for (const plan::WorkerPair& pair : eligible) {
+    const Worker* sender = find(pair.first);
+    const Worker* receiver = find(pair.second);
+    if (sender == nullptr || receiver == nullptr) continue;
+    const std::string& domain = sender->info.direct_write_domain();
+    if (domain.empty() || domain != receiver->info.direct_write_domain()) continue;
+    if (transport_kind == "nccl") {
+      // The sender's device writes the receiver's GPU memory over peer access.
+      const std::string& gpu = receiver->info.device_uuid();
+      if (gpu.empty() || !absl::c_linear_search(sender->info.peer_gpu_uuids(), gpu)) continue;
+    }
+    direct.push_back(pair);
+  }
+  return direct;
+}
+
+void ControllerState::FillDirectWritesLocked(const std::vector<plan::WorkerPair>& direct, int32_t w,
+                                             const std::vector<std::string>& leases,
+                                             v1::SyncAssignment* sa) {
+  // `direct` is sorted by (sender, receiver), so both lists come out sorted.
+  for (const plan::WorkerPair& pair : direct) {
+    if (pair.first == w) {
+      sa->add_direct_write_to(pair.second);
+      v1::PeerBuffers* peer = sa->add_peer_buffers();
+      peer->set_worker(pair.second);
+      *peer->mutable_buffers() = workers_.at(leases[pair.second])->info.buffers();
+    }
+    if (pair.second == w) sa->add_direct_written_by(pair.first);
+  }
+}
+
+}  // namespace wsync::controller

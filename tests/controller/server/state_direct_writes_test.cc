@@ -1,0 +1,320 @@
+// ControllerState: which worker pairs of a sync write directly, and what
+// their assignments say. The real planner; workers simulated by calls.
+// Transfer "t": src (2 ranks, sharded) -> dst (1 rank, replicated), so worker
+// ids are src/0 = 0, src/1 = 1, dst/0 = 2 and the plan's network pairs are
+// (0, 2) and (1, 2), both plain copies.
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "controller/server/state.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace wsync::controller {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+v1::TensorLayout Tensor(int n, bool shard) {
+  v1::TensorLayout t;
+  t.set_name("w");
+  t.set_dtype(v1::FP32);
+  t.add_shape(8);
+  auto* mesh = t.mutable_mesh();
+  mesh->add_mesh_shape(n);
+  for (int r = 0; r < n; ++r) mesh->add_ranks(r);
+  if (shard) {
+    mesh->add_placements()->mutable_shard()->set_dim(0);
+  } else {
+    mesh->add_placements()->mutable_replicate();
+  }
+  return t;
+}
+
+struct WorkerSpec {
+  std::string group;
+  int rank = 0;
+  int size = 1;
+  int64_t bytes = 0;
+  std::string domain;
+  bool gpu = false;
+  std::string device_uuid;
+  std::vector<std::string> peers;
+};
+
+WorkerSpec Host(const std::string& group, int rank, int size, int64_t bytes,
+                const std::string& domain) {
+  WorkerSpec s;
+  s.group = group;
+  s.rank = rank;
+  s.size = size;
+  s.bytes = bytes;
+  s.domain = domain;
+  return s;
+}
+
+WorkerSpec Gpu(const std::string& group, int rank, int size, int64_t bytes,
+               const std::string& domain, const std::string& device_uuid,
+               std::vector<std::string> peers) {
+  WorkerSpec s = Host(group, rank, size, bytes, domain);
+  s.gpu = true;
+  s.device_uuid = device_uuid;
+  s.peers = std::move(peers);
+  return s;
+}
+
+v1::BufferInfo ShmBuffer(const std::string& group, const std::string& shm, int64_t bytes) {
+  v1::BufferInfo b;
+  b.set_group(group);
+  b.set_name("w");
+  b.set_dtype(v1::FP32);
+  b.set_bytes(bytes);
+  b.mutable_shm()->set_name(shm);
+  b.mutable_shm()->set_offset(64);
+  b.mutable_shm()->set_size(bytes);
+  return b;
+}
+
+class DirectWritesStateTest : public ::testing::Test {
+ protected:
+  DirectWritesStateTest() { Restart(/*direct_writes=*/true); }
+
+  void Restart(bool direct_writes) {
+    ControllerConfig config;
+    config.lease_ttl = absl::Seconds(30);
+    config.sync_deadline = absl::Seconds(30);
+    config.instance = "test";
+    config.direct_writes = direct_writes;
+    state_ = std::make_unique<ControllerState>(config, &metrics_, &plans_);
+  }
+
+  std::string Register(const WorkerSpec& spec) {
+    v1::RegisterWorkerRequest req;
+    req.set_instance_id(absl::StrCat(spec.group, spec.rank));
+    auto* m = req.add_memberships();
+    m->set_group(spec.group);
+    m->set_rank(spec.rank);
+    m->set_group_size(spec.size);
+    req.set_direct_write_domain(spec.domain);
+    for (const std::string& p : spec.peers) req.add_peer_gpu_uuids(p);
+    req.set_device_uuid(spec.device_uuid);
+    if (spec.gpu) {
+      req.add_capabilities("nccl");
+      req.add_capabilities("cuda_ipc");
+      v1::BufferInfo* b = req.add_buffers();
+      b->set_group(spec.group);
+      b->set_name("w");
+      b->set_dtype(v1::FP32);
+      b->set_bytes(spec.bytes);
+      b->mutable_cuda_ipc()->set_handle(std::string(64, static_cast<char>('a' + spec.rank)));
+      b->mutable_cuda_ipc()->set_gpu_uuid(spec.device_uuid);
+      b->mutable_cuda_ipc()->set_size(spec.bytes);
+      b->mutable_cuda_ipc()->set_base_size(1 << 20);
+    } else {
+      req.add_capabilities("gloo");
+      *req.add_buffers() =
+          ShmBuffer(spec.group, absl::StrCat("/wsync-", spec.group, spec.rank), spec.bytes);
+    }
+    auto resp = state_->RegisterWorker(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    if (!resp.ok()) return "";
+    auto token = state_->OpenStream(resp->lease_id());
+    EXPECT_TRUE(token.ok()) << token.status();
+    tokens_[resp->lease_id()] = token.ok() ? *token : 0;
+    return resp->lease_id();
+  }
+
+  // src/0, src/1, dst/0 (host workers) with the given domains.
+  std::vector<std::string> RegisterHosts(const std::string& d_src0, const std::string& d_src1,
+                                         const std::string& d_dst) {
+    return {Register(Host("src", 0, 2, 16, d_src0)), Register(Host("src", 1, 2, 16, d_src1)),
+            Register(Host("dst", 0, 1, 32, d_dst))};
+  }
+
+  void Define() {
+    v1::DefineTransferRequest req;
+    req.set_name("t");
+    req.set_source_group("src");
+    req.set_destination_group("dst");
+    *req.mutable_spec()->mutable_source()->add_tensors() = Tensor(2, true);
+    *req.mutable_spec()->mutable_destination()->add_tensors() = Tensor(1, false);
+    auto resp = state_->DefineTransfer(req);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    ASSERT_EQ(resp->num_workers(), 3);
+  }
+
+  // Starts a sync and returns every worker's assignment (in lease order)
+  // and the sync's direct_pairs; reports success for all.
+  std::vector<v1::SyncAssignment> Sync(const std::vector<std::string>& leases, int64_t version,
+                                       int32_t* direct_pairs = nullptr) {
+    v1::SyncRequest req;
+    req.set_transfer("t");
+    req.set_version(version);
+    auto started = state_->StartSync(req);
+    EXPECT_TRUE(started.ok()) << started.status();
+    if (!started.ok()) return {};
+    std::vector<v1::SyncAssignment> out;
+    for (const std::string& l : leases) {
+      auto a = state_->NextAssignment(l, tokens_[l], absl::Seconds(1));
+      EXPECT_TRUE(a.ok() && a->has_value() && (*a)->has_sync());
+      out.push_back(a.ok() && a->has_value() ? (**a).sync() : v1::SyncAssignment());
+      EXPECT_TRUE(out.back().has_transport()) << "the plan moves bytes over the network";
+    }
+    auto st = state_->WaitSync(started->sync_id(), absl::Milliseconds(1));
+    EXPECT_TRUE(st.ok());
+    if (direct_pairs != nullptr) *direct_pairs = st.ok() ? st->direct_pairs() : -1;
+    for (const std::string& l : leases) {
+      v1::ReportResultRequest r;
+      r.set_lease_id(l);
+      r.set_sync_id(started->sync_id());
+      EXPECT_TRUE(state_->ReportResult(r).ok());
+    }
+    return out;
+  }
+
+  static void ExpectNoDirectWrites(const std::vector<v1::SyncAssignment>& as) {
+    for (const v1::SyncAssignment& a : as) {
+      EXPECT_THAT(a.direct_write_to(), IsEmpty()) << "worker " << a.worker();
+      EXPECT_THAT(a.direct_written_by(), IsEmpty()) << "worker " << a.worker();
+      EXPECT_THAT(a.peer_buffers(), IsEmpty()) << "worker " << a.worker();
+    }
+  }
+
+  ControllerMetrics metrics_;
+  PlanSource plans_;
+  std::unique_ptr<ControllerState> state_;
+  std::map<std::string, uint64_t> tokens_;
+};
+
+TEST_F(DirectWritesStateTest, HostWorkersOfOneDomainWriteDirectlyWithShmLocations) {
+  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  int32_t pairs = -1;
+  const auto as = Sync(leases, 1, &pairs);
+  ASSERT_EQ(as.size(), 3u);
+  EXPECT_EQ(pairs, 2);
+  for (int w = 0; w < 2; ++w) {
+    SCOPED_TRACE(w);
+    EXPECT_EQ(as[w].worker(), w);
+    EXPECT_THAT(as[w].direct_write_to(), ElementsAre(2));
+    EXPECT_THAT(as[w].direct_written_by(), IsEmpty());
+    ASSERT_EQ(as[w].peer_buffers_size(), 1);
+    const v1::PeerBuffers& peer = as[w].peer_buffers(0);
+    EXPECT_EQ(peer.worker(), 2);
+    ASSERT_EQ(peer.buffers_size(), 1);
+    EXPECT_EQ(peer.buffers(0).group(), "dst");
+    EXPECT_EQ(peer.buffers(0).name(), "w");
+    EXPECT_EQ(peer.buffers(0).bytes(), 32);
+    ASSERT_TRUE(peer.buffers(0).has_shm());
+    EXPECT_EQ(peer.buffers(0).shm().name(), "/wsync-dst0");
+    EXPECT_EQ(peer.buffers(0).shm().offset(), 64);
+  }
+  EXPECT_THAT(as[2].direct_write_to(), IsEmpty());
+  EXPECT_THAT(as[2].direct_written_by(), ElementsAre(0, 1));
+  EXPECT_THAT(as[2].peer_buffers(), IsEmpty());
+}
+
+TEST_F(DirectWritesStateTest,
+       PeerBuffersAreTheReceiversCurrentRegistrationAndThePlanIsScannedOnce) {
+  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  Sync(leases, 1);
+  v1::UpdateBuffersRequest update;
+  update.set_lease_id(leases[2]);
+  *update.add_buffers() = ShmBuffer("dst", "/wsync-dst0-moved", 32);
+  ASSERT_TRUE(state_->UpdateBuffers(update).ok());
+  const auto as = Sync(leases, 2);
+  ASSERT_EQ(as.size(), 3u);
+  ASSERT_EQ(as[0].peer_buffers_size(), 1);
+  ASSERT_EQ(as[0].peer_buffers(0).buffers_size(), 1);
+  EXPECT_EQ(as[0].peer_buffers(0).buffers(0).shm().name(), "/wsync-dst0-moved");
+  EXPECT_EQ(plans_.direct_write_scans(), 1) << "eligibility is cached per plan key";
+}
+
+TEST_F(DirectWritesStateTest, OnlyPairsOfOneNonEmptyDomainWriteDirectly) {
+  // src/0 shares dst/0's domain; src/1 is on another host.
+  const auto leases = RegisterHosts("host-a", "host-b", "host-a");
+  Define();
+  int32_t pairs = -1;
+  const auto as = Sync(leases, 1, &pairs);
+  ASSERT_EQ(as.size(), 3u);
+  EXPECT_EQ(pairs, 1);
+  EXPECT_THAT(as[0].direct_write_to(), ElementsAre(2));
+  EXPECT_THAT(as[1].direct_write_to(), IsEmpty());
+  EXPECT_THAT(as[1].peer_buffers(), IsEmpty());
+  EXPECT_THAT(as[2].direct_written_by(), ElementsAre(0));
+}
+
+TEST_F(DirectWritesStateTest, EmptyDomainsNeverWriteDirectly) {
+  const auto leases = RegisterHosts("", "", "");
+  Define();
+  int32_t pairs = -1;
+  ExpectNoDirectWrites(Sync(leases, 1, &pairs));
+  EXPECT_EQ(pairs, 0);
+}
+
+TEST_F(DirectWritesStateTest, FlagOffMeansNoDirectWrites) {
+  Restart(/*direct_writes=*/false);
+  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  int32_t pairs = -1;
+  ExpectNoDirectWrites(Sync(leases, 1, &pairs));
+  EXPECT_EQ(pairs, 0);
+  EXPECT_EQ(plans_.direct_write_scans(), 0) << "nothing to decide: the plan is not scanned";
+}
+
+TEST_F(DirectWritesStateTest, NcclNeedsTheReceiversGpuAmongTheSendersPeers) {
+  // src/0 can reach dst/0's GPU; src/1 lists only itself; all in one domain.
+  const std::vector<std::string> leases = {
+      Register(Gpu("src", 0, 2, 16, "node-1", "GPU-0", {"GPU-0", "GPU-2"})),
+      Register(Gpu("src", 1, 2, 16, "node-1", "GPU-1", {"GPU-1"})),
+      Register(Gpu("dst", 0, 1, 32, "node-1", "GPU-2", {"GPU-2"}))};
+  Define();
+  int32_t pairs = -1;
+  const auto as = Sync(leases, 1, &pairs);
+  ASSERT_EQ(as.size(), 3u);
+  EXPECT_EQ(as[0].transport().kind(), "nccl");
+  EXPECT_EQ(pairs, 1);
+  EXPECT_THAT(as[0].direct_write_to(), ElementsAre(2));
+  ASSERT_EQ(as[0].peer_buffers_size(), 1);
+  ASSERT_EQ(as[0].peer_buffers(0).buffers_size(), 1);
+  ASSERT_TRUE(as[0].peer_buffers(0).buffers(0).has_cuda_ipc());
+  EXPECT_EQ(as[0].peer_buffers(0).buffers(0).cuda_ipc().gpu_uuid(), "GPU-2");
+  EXPECT_THAT(as[1].direct_write_to(), IsEmpty());
+  EXPECT_THAT(as[2].direct_written_by(), ElementsAre(0));
+}
+
+TEST_F(DirectWritesStateTest, NcclReceiverWithoutDeviceUuidIsNeverWritten) {
+  // An empty receiver uuid must not match an empty entry in the peers list.
+  const std::vector<std::string> leases = {
+      Register(Gpu("src", 0, 2, 16, "node-1", "GPU-0", {"GPU-0", ""})),
+      Register(Gpu("src", 1, 2, 16, "node-1", "GPU-1", {"GPU-1", ""})),
+      Register(Gpu("dst", 0, 1, 32, "node-1", "", {}))};
+  Define();
+  int32_t pairs = -1;
+  ExpectNoDirectWrites(Sync(leases, 1, &pairs));
+  EXPECT_EQ(pairs, 0);
+}
+
+TEST_F(DirectWritesStateTest, ListWorkersShowsDomainAndPeerGpusAndBufferLocations) {
+  Register(Gpu("src", 0, 1, 16, "node-1", "GPU-0", {"GPU-0", "GPU-3"}));
+  Register(Host("dst", 0, 1, 32, "host-b"));
+  const v1::ListWorkersResponse src = state_->ListWorkers("src");
+  ASSERT_EQ(src.workers_size(), 1);
+  EXPECT_EQ(src.workers(0).direct_write_domain(), "node-1");
+  EXPECT_THAT(src.workers(0).peer_gpu_uuids(), ElementsAre("GPU-0", "GPU-3"));
+  ASSERT_EQ(src.workers(0).buffers_size(), 1);
+  EXPECT_TRUE(src.workers(0).buffers(0).has_cuda_ipc());
+  const v1::ListWorkersResponse dst = state_->ListWorkers("dst");
+  ASSERT_EQ(dst.workers_size(), 1);
+  EXPECT_EQ(dst.workers(0).direct_write_domain(), "host-b");
+  EXPECT_THAT(dst.workers(0).peer_gpu_uuids(), IsEmpty());
+  ASSERT_EQ(dst.workers(0).buffers_size(), 1);
+  EXPECT_EQ(dst.workers(0).buffers(0).shm().name(), "/wsync-dst0");
+}
+
+}  // namespace
+}  // namespace wsync::controller

@@ -23,6 +23,7 @@ mode=${1:-}
 bundle=.devbundle
 gpu_bins="wsync_gpu_piece_table_test wsync_gpu_data_ops_test wsync_gpu_nccl_transport_test
   wsync_gpu_nccl_conformance_test wsync_gpu_ipc_registry_test wsync_gpu_executor_test
+  wsync_gpu_data_ops_put_test
   wsync_bench_nccl_ceiling wsync_bench_gpu_sync wsync_bench_ipc_open wsync_bench_p2p_overlap
   wsync-controller wsync-worker wsync-demo"
 
@@ -123,9 +124,14 @@ PY
       grep -E 'RESULT|FAILED' "$OUT/ipc.log"
     fi
     if [ -x $bundle/bin/wsync_bench_gpu_sync ]; then
+      # WSYNC_SYNC_VARIANTS: ';'-separated flag sets, each run in turn per
+      # model (A/B in one call), e.g. "--direct 0;--direct 1;--direct 0;--direct 1".
+      IFS=';' read -ra variants <<<"${WSYNC_SYNC_VARIANTS:- }"
       for m in ${WSYNC_BENCH_MODELS:-llama3-8b qwen3-30b-a3b}; do
-        timeout 400 $bundle/bin/wsync_bench_gpu_sync --model "$m" --mode "$modes" --iters "${WSYNC_BENCH_ITERS:-5}" $rates ${WSYNC_SYNC_FLAGS:-} \
-          >>"$OUT/sync.log" 2>&1 || { rc=1; echo "FAILED: sync $m" >>"$OUT/sync.log"; }
+        for v in "${variants[@]}"; do
+          timeout 400 $bundle/bin/wsync_bench_gpu_sync --model "$m" --mode "$modes" --iters "${WSYNC_BENCH_ITERS:-5}" $rates ${WSYNC_SYNC_FLAGS:-} $v \
+            >>"$OUT/sync.log" 2>&1 || { rc=1; echo "FAILED: sync $m $v" >>"$OUT/sync.log"; }
+        done
       done
       # Fewer, larger rounds for the many-expert model (staging cap 8 GiB).
       if [ "${WSYNC_SYNC_SWEEP:-1}" != 0 ]; then

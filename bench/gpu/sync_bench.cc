@@ -14,7 +14,8 @@
 //
 //   wsync_bench_gpu_sync --model llama3-8b [--mode tp1,colocated] [--iters 5]
 //       [--bucket-mib 256] [--staging-mib 2048] [--zero-copy-mib 32] [--pipeline 1]
-//       [--blocks-per-sm 8] [--copy-engine-kib 0]
+//       [--blocks-per-sm 8] [--copy-engine-kib 0] [--direct 0] [--put-copy-engine-kib 4096]
+//       [--put-blocks-per-sm 2]
 //       [--copy-engine-row-bytes 1024] [--copy-engine-max-dims 3]
 //       [--nvlink-gbps 368] [--bidir-gbps 354] [--copy-gbps 2071]
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
@@ -34,8 +35,10 @@
 #include "common/status_macros.h"
 #include "controller/catalog/case.h"
 #include "controller/plan/compiled_layout.h"
+#include "controller/plan/direct_writes.h"
 #include "controller/plan/planner.h"
 #include "worker/cuda/cuda_data_ops.h"
+#include "worker/cuda/ipc_registry.h"
 #include "worker/exec/bound_plan.h"
 #include "worker/exec/buffer_registry.h"
 #include "worker/exec/executor.h"
@@ -57,6 +60,11 @@ struct Flags {
   // CudaDataOps::Options::copy_engine (0: every copy on the kernel).
   int64_t copy_engine_kib = 0, copy_engine_row_bytes = 1024;
   int copy_engine_max_dims = 3;
+  // Direct writes for every eligible pair (controller/plan/direct_writes.h):
+  // each worker maps its peers' destination slabs by CUDA IPC.
+  bool direct = false;
+  int64_t put_copy_engine_kib = 4096;  // CudaDataOps::Options::put_copy_engine_min_bytes
+  int put_blocks_per_sm = 2;           // CudaDataOps::Options::put_blocks_per_sm
 };
 
 int Fail(const std::string& what, const absl::Status& s) {
@@ -110,6 +118,24 @@ struct Slab {
   }
 };
 
+// The buffers of `need` carved from `base` (deterministic: a peer computes
+// another worker's layout from its own copy of the plan).
+std::vector<std::pair<std::string, exec::RegisteredBuffer>> CarveSlab(
+    const std::map<std::string, BufferNeed>& need, void* base) {
+  std::vector<std::pair<std::string, exec::RegisteredBuffer>> out;
+  int64_t off = 0;
+  for (const auto& [name, n] : need) {
+    exec::RegisteredBuffer r;
+    r.data = static_cast<char*>(base) + off;
+    r.bytes = n.bytes;
+    r.dtype = n.dtype;
+    r.space = transport::MemorySpace::kCuda;
+    out.emplace_back(name, r);
+    off += (n.bytes + 255) / 256 * 256;
+  }
+  return out;
+}
+
 absl::Status MakeSlab(const std::map<std::string, BufferNeed>& need, Slab& slab) {
   int64_t total = 0;
   for (const auto& [name, n] : need) total += (n.bytes + 255) / 256 * 256;
@@ -118,18 +144,10 @@ absl::Status MakeSlab(const std::map<std::string, BufferNeed>& need, Slab& slab)
   if (cudaMalloc(&slab.base, total) != cudaSuccess) {
     return absl::ResourceExhaustedError(absl::StrCat("cudaMalloc of ", total, " bytes"));
   }
-  int64_t off = 0;
-  for (const auto& [name, n] : need) {
-    exec::RegisteredBuffer r;
-    r.data = static_cast<char*>(slab.base) + off;
-    r.bytes = n.bytes;
-    r.dtype = n.dtype;
-    r.space = transport::MemorySpace::kCuda;
-    slab.buffers.emplace_back(name, r);
-    off += (n.bytes + 255) / 256 * 256;
-  }
+  slab.buffers = CarveSlab(need, slab.base);
   return absl::OkStatus();
 }
+
 
 // Workaround, not a semantic change: BindPlan (worker/exec/bound_plan.cc)
 // checks a zero-copy bucket's view for contiguity before coalescing it, so a
@@ -217,6 +235,43 @@ absl::StatusOr<Case> MakeCase(const Flags& f, const std::string& mode) {
   return c;
 }
 
+// Direct writes of `worker`: every eligible pair of the plan; the peers'
+// destination slabs are exported by CUDA IPC through `store` and opened
+// here, as wsync-worker does with the handles the controller relays.
+struct DirectSetup {
+  std::unique_ptr<cuda::IpcRegistry> ipc;
+  std::map<int32_t, exec::BufferRegistry> peers;
+  exec::DirectWrites direct;
+};
+absl::Status SetUpDirectWrites(const Case& c, int worker, const Slab& dst, transport::KvStore& store,
+                               const std::string& tag, DirectSetup& out) {
+  for (const auto& [s, r] : plan::DirectWriteEligiblePairs(c.plan)) {
+    if (s == worker) out.direct.write_to.push_back(r);
+    if (r == worker) out.direct.written_by.push_back(s);
+  }
+  if (dst.bytes > 0) {
+    ASSIGN_OR_RETURN(cuda::IpcTensorHandle h,
+                     cuda::ExportTensor(dst.base, dst.bytes, "destination slab"));
+    RETURN_IF_ERROR(store.Set(absl::StrCat(tag, "dst/", worker), h.Serialize()));
+  }
+  ASSIGN_OR_RETURN(out.ipc, cuda::IpcRegistry::Create(worker));
+  for (int32_t peer : out.direct.write_to) {
+    ASSIGN_OR_RETURN(std::string text, store.Get(absl::StrCat(tag, "dst/", peer),
+                                                 absl::Now() + absl::Seconds(60)));
+    ASSIGN_OR_RETURN(cuda::IpcTensorHandle h, cuda::IpcTensorHandle::Parse(text));
+    ASSIGN_OR_RETURN(void* base,
+                     out.ipc->Open(h, absl::StrCat("slab of worker ", peer), /*peer=*/true));
+    ASSIGN_OR_RETURN(auto need,
+                     BuffersOf(c.spec.destination(), plan::SideRole::kDestination, peer));
+    exec::BufferRegistry& reg = out.peers[peer];
+    for (const auto& [name, b] : CarveSlab(need, base)) {
+      RETURN_IF_ERROR(reg.Register(exec::BufferSide::kDestination, name, b));
+    }
+    out.direct.peer_buffers[peer] = &reg;
+  }
+  return absl::OkStatus();
+}
+
 int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) {
   CUDA_OK(cudaSetDevice(worker), "cudaSetDevice");
   transport::FileKvStore store(dir);
@@ -260,14 +315,23 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   t0 = Now();
   auto rank_plan = plan::ExtractRankPlan(c.plan, worker);
   if (!rank_plan.ok()) return Fail("extract", rank_plan.status());
-  auto bound = exec::BindPlan(*rank_plan, worker, registry, transport::MemorySpace::kCuda);
+  DirectSetup direct;
+  if (f.direct) {
+    if (auto s = SetUpDirectWrites(c, worker, dst, store, tag, direct); !s.ok()) {
+      return Fail("direct writes", s);
+    }
+  }
+  auto bound = exec::BindPlan(*rank_plan, worker, registry, transport::MemorySpace::kCuda,
+                              f.direct ? &direct.direct : nullptr);
   if (!bound.ok()) return Fail("bind", bound.status());
   const double bind_s = Now() - t0;
   auto ops = cuda::CudaDataOps::Create({.device = worker,
                                         .blocks_per_sm = f.blocks_per_sm,
                                         .copy_engine = {.min_bytes = f.copy_engine_kib << 10,
                                                         .min_row_bytes = f.copy_engine_row_bytes,
-                                                        .max_dims = f.copy_engine_max_dims}});
+                                                        .max_dims = f.copy_engine_max_dims},
+                                        .put_copy_engine_min_bytes = f.put_copy_engine_kib << 10,
+                                        .put_blocks_per_sm = f.put_blocks_per_sm});
   if (!ops.ok()) return Fail("data ops", ops.status());
   exec::ExecutorOptions eo;
   eo.pipeline = f.pipeline;
@@ -314,7 +378,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   (void)store.Set(absl::StrCat(tag, "sums/", worker), absl::StrCat(*src_sum, " ", *dst_sum));
   const auto& rs = c.plan.summary();
   Result(absl::StrFormat(
-      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_kib":%d,"copy_engine_row_bytes":%d,"copy_engine_max_dims":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d})",
+      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_kib":%d,"copy_engine_row_bytes":%d,"copy_engine_max_dims":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_engine_copies":%d})",
       f.model, c.mode, f.bucket_mib, f.staging_mib, f.zero_copy_mib, f.pipeline ? 1 : 0,
       f.blocks_per_sm, f.copy_engine_kib, f.copy_engine_row_bytes, f.copy_engine_max_dims,
       (*ops)->copy_engine_copies(), (*ops)->copy_engine_bytes(), last.peak_staging_bytes, worker,
@@ -323,7 +387,9 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       last.bytes_sent, last.bytes_received, last.bytes_local, last.rounds.size(), pack, transfer,
       unpack, copy, (*ops)->launches(), (*ops)->table_cache_hits(), rs.num_buckets(),
       rs.num_pieces(), rs.destination_bytes(), last.rounds_packed_ahead, last.rounds_local_early,
-      last.rounds_finished_async));
+      last.rounds_finished_async, f.direct ? 1 : 0, absl::StrJoin(direct.direct.write_to, ","),
+      last.bytes_put, last.bytes_put_into, last.put_issue_seconds, last.put_wait_seconds,
+      f.put_copy_engine_kib, f.put_blocks_per_sm, (*ops)->put_copy_engine_copies()));
   if (worker == 0) {
     unsigned long long s_total = 0, d_total = 0;
     for (int w = 0; w < c.workers; ++w) {
@@ -429,6 +495,12 @@ int main(int argc, char** argv) {
       f.copy_engine_row_bytes = std::stoll(v);
     else if (k == "--copy-engine-max-dims")
       f.copy_engine_max_dims = std::stoi(v);
+    else if (k == "--direct")
+      f.direct = v != "0";
+    else if (k == "--put-copy-engine-kib")
+      f.put_copy_engine_kib = std::stoll(v);
+    else if (k == "--put-blocks-per-sm")
+      f.put_blocks_per_sm = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;

@@ -53,6 +53,11 @@ class CudaDataOps : public exec::DataOps {
     int64_t put_copy_engine_min_bytes = int64_t{4} << 20;
     // Shortest contiguous row (bytes) of a 2-D put worth a copy engine.
     int64_t put_copy_engine_min_row_bytes = 1024;
+    // Grid of the put kernel. A kernel's blocks stay resident until its last
+    // task (grid-stride loop), so the put kernel overlaps the local copies
+    // only when both grids fit on the SMs together: blocks_per_sm +
+    // put_blocks_per_sm <= 8 (2048 threads per SM, 256 per block).
+    int put_blocks_per_sm = 2;
   };
   static absl::StatusOr<std::unique_ptr<CudaDataOps>> Create(const Options& options);
   ~CudaDataOps() override;

@@ -33,7 +33,7 @@ absl::Status CudaDataOps::InitPuts(const Options& options) {
         ", min row bytes ", options.put_copy_engine_min_row_bytes));
   }
   ASSIGN_OR_RETURN(put_stream_, Stream::Create(options.device));
-  ASSIGN_OR_RETURN(put_kernels_, BatchedKernels::Create(options.device, options.blocks_per_sm));
+  ASSIGN_OR_RETURN(put_kernels_, BatchedKernels::Create(options.device, options.put_blocks_per_sm));
   put_min_bytes_ = options.put_copy_engine_min_bytes;
   put_min_row_bytes_ = options.put_copy_engine_min_row_bytes;
   int max_pitch = 0;

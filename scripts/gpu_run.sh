@@ -126,7 +126,7 @@ PY
     if [ -x $bundle/bin/wsync_bench_gpu_sync ]; then
       # WSYNC_SYNC_VARIANTS: ';'-separated flag sets, each run in turn per
       # model (A/B in one call), e.g. "--direct 0;--direct 1;--direct 0;--direct 1".
-      IFS=';' read -ra variants <<<"${WSYNC_SYNC_VARIANTS:- }"
+      IFS=';' read -ra variants <<<"${WSYNC_SYNC_VARIANTS:---direct 0;--direct 1}"
       for m in ${WSYNC_BENCH_MODELS:-llama3-8b qwen3-30b-a3b}; do
         for v in "${variants[@]}"; do
           timeout 400 $bundle/bin/wsync_bench_gpu_sync --model "$m" --mode "$modes" --iters "${WSYNC_BENCH_ITERS:-5}" $rates ${WSYNC_SYNC_FLAGS:-} $v \

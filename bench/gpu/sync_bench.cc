@@ -14,8 +14,8 @@
 //
 //   wsync_bench_gpu_sync --model llama3-8b [--mode tp1,colocated] [--iters 5]
 //       [--bucket-mib 256] [--staging-mib 2048] [--zero-copy-mib 32] [--pipeline 1]
-//       [--blocks-per-sm 8] [--copy-engine-kib 0] [--direct 0] [--put-copy-engine-kib 4096]
-//       [--put-blocks-per-sm 2]
+//       [--blocks-per-sm 7] [--copy-engine-kib 0] [--direct 0] [--put-copy-engine-kib 4096]
+//       [--put-blocks-per-sm 1] [--put-copy-streams 4]
 //       [--copy-engine-row-bytes 1024] [--copy-engine-max-dims 3]
 //       [--nvlink-gbps 368] [--bidir-gbps 354] [--copy-gbps 2071]
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
@@ -56,7 +56,7 @@ struct Flags {
   double nvlink_gbps = 368, bidir_gbps = 354, copy_gbps = 2071;
   std::string dump_shapes;
   bool pipeline = true;   // ExecutorOptions::pipeline (0: the unpipelined baseline)
-  int blocks_per_sm = 8;  // CudaDataOps::Options::blocks_per_sm
+  int blocks_per_sm = 7;  // CudaDataOps::Options::blocks_per_sm
   // CudaDataOps::Options::copy_engine (0: every copy on the kernel).
   int64_t copy_engine_kib = 0, copy_engine_row_bytes = 1024;
   int copy_engine_max_dims = 3;
@@ -64,7 +64,8 @@ struct Flags {
   // each worker maps its peers' destination slabs by CUDA IPC.
   bool direct = false;
   int64_t put_copy_engine_kib = 4096;  // CudaDataOps::Options::put_copy_engine_min_bytes
-  int put_blocks_per_sm = 2;           // CudaDataOps::Options::put_blocks_per_sm
+  int put_blocks_per_sm = 1;           // CudaDataOps::Options::put_blocks_per_sm
+  int put_copy_streams = 4;            // CudaDataOps::Options::put_copy_streams
 };
 
 int Fail(const std::string& what, const absl::Status& s) {
@@ -331,7 +332,8 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
                                                         .min_row_bytes = f.copy_engine_row_bytes,
                                                         .max_dims = f.copy_engine_max_dims},
                                         .put_copy_engine_min_bytes = f.put_copy_engine_kib << 10,
-                                        .put_blocks_per_sm = f.put_blocks_per_sm});
+                                        .put_blocks_per_sm = f.put_blocks_per_sm,
+                                        .put_copy_streams = f.put_copy_streams});
   if (!ops.ok()) return Fail("data ops", ops.status());
   exec::ExecutorOptions eo;
   eo.pipeline = f.pipeline;
@@ -378,7 +380,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   (void)store.Set(absl::StrCat(tag, "sums/", worker), absl::StrCat(*src_sum, " ", *dst_sum));
   const auto& rs = c.plan.summary();
   Result(absl::StrFormat(
-      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_kib":%d,"copy_engine_row_bytes":%d,"copy_engine_max_dims":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_engine_copies":%d})",
+      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_kib":%d,"copy_engine_row_bytes":%d,"copy_engine_max_dims":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_streams":%d,"put_copy_engine_copies":%d})",
       f.model, c.mode, f.bucket_mib, f.staging_mib, f.zero_copy_mib, f.pipeline ? 1 : 0,
       f.blocks_per_sm, f.copy_engine_kib, f.copy_engine_row_bytes, f.copy_engine_max_dims,
       (*ops)->copy_engine_copies(), (*ops)->copy_engine_bytes(), last.peak_staging_bytes, worker,
@@ -389,7 +391,8 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       rs.num_pieces(), rs.destination_bytes(), last.rounds_packed_ahead, last.rounds_local_early,
       last.rounds_finished_async, f.direct ? 1 : 0, absl::StrJoin(direct.direct.write_to, ","),
       last.bytes_put, last.bytes_put_into, last.put_issue_seconds, last.put_wait_seconds,
-      f.put_copy_engine_kib, f.put_blocks_per_sm, (*ops)->put_copy_engine_copies()));
+      f.put_copy_engine_kib, f.put_blocks_per_sm, f.put_copy_streams,
+      (*ops)->put_copy_engine_copies()));
   if (worker == 0) {
     unsigned long long s_total = 0, d_total = 0;
     for (int w = 0; w < c.workers; ++w) {
@@ -501,6 +504,8 @@ int main(int argc, char** argv) {
       f.put_copy_engine_kib = std::stoll(v);
     else if (k == "--put-blocks-per-sm")
       f.put_blocks_per_sm = std::stoi(v);
+    else if (k == "--put-copy-streams")
+      f.put_copy_streams = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;

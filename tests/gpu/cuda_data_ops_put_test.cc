@@ -108,7 +108,7 @@ class CudaPutTest : public ::testing::TestWithParam<int64_t> {
     ASSERT_LT(spec.dst_end, static_cast<int64_t>(dst.size()));
     const int64_t copies = ops_->put_copy_engine_copies();
     const int64_t launches = ops_->put_launches();
-    absl::Status s = ops_->Put(spec.On(src.dev(), dst.dev()));
+    absl::Status s = ops_->Put(spec.On(src.dev(), dst.dev()), /*alone=*/false);
     ASSERT_TRUE(s.ok()) << s;
     s = ops_->FinishPuts();
     ASSERT_TRUE(s.ok()) << s;
@@ -175,7 +175,9 @@ TEST_P(CudaPutTest, ReplayedPutsReuseTheirTableAndMatchHost) {
             cudaSuccess);
   const int64_t hits = ops_->table_cache_hits();
   const int64_t copies = ops_->put_copy_engine_copies();
-  ASSERT_TRUE(ops_->Put(cached.On(src.dev(), dst.dev())).ok());
+  // Replayed with the whole device (the cached table, launched by the other
+  // grid).
+  ASSERT_TRUE(ops_->Put(cached.On(src.dev(), dst.dev()), /*alone=*/true).ok());
   ASSERT_TRUE(ops_->FinishPuts().ok());
   EXPECT_EQ(ops_->table_cache_hits(), hits + 1);
   if (GetParam() > 1) {
@@ -184,7 +186,7 @@ TEST_P(CudaPutTest, ReplayedPutsReuseTheirTableAndMatchHost) {
   EXPECT_EQ(FirstDiff(dst.Download(), expected), -1);
   // The scratch items too, twice (stream-ordered scratch reuse).
   for (int round = 0; round < 2; ++round) {
-    ASSERT_TRUE(ops_->Put(spec.On(src.dev(), dst.dev())).ok());
+    ASSERT_TRUE(ops_->Put(spec.On(src.dev(), dst.dev()), /*alone=*/round == 1).ok());
     ASSERT_TRUE(ops_->FinishPuts().ok());
   }
   ASSERT_TRUE(host_.Copy(spec.On(src.host(), dst.host())).ok());
@@ -195,7 +197,7 @@ TEST_P(CudaPutTest, FinishPutsWithNothingIssuedIsOk) {
   EXPECT_NE(ops_->put_stream(), ops_->stream());
   absl::Status s = ops_->FinishPuts();
   EXPECT_TRUE(s.ok()) << s;
-  s = ops_->Put({});
+  s = ops_->Put({}, /*alone=*/false);
   EXPECT_TRUE(s.ok()) << s;
   s = ops_->FinishPuts();
   EXPECT_TRUE(s.ok()) << s;
@@ -210,20 +212,20 @@ TEST_P(CudaPutTest, BadItemsAreErrorsNamingTheItemAndWriteNothing) {
                             View(dst.dev(), 0, v1::BF16, {4 * kMiB}, {1})};
   const exec::CopyItem mismatched{View(src.dev(), 0, v1::BF16, {4, 6}, {6, 1}),
                                   View(dst.dev(), 8 * kMiB + 256, v1::BF16, {5, 6}, {6, 1})};
-  absl::Status s = ops_->Put(std::vector<exec::CopyItem>{good, mismatched});
+  absl::Status s = ops_->Put(std::vector<exec::CopyItem>{good, mismatched}, /*alone=*/false);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("put item 1"), std::string::npos) << s;
   EXPECT_NE(s.message().find("element count mismatch"), std::string::npos) << s;
 
   const exec::CopyItem bad_cast{View(src.dev(), 0, v1::INT32, {4}, {1}),
                                 View(dst.dev(), 8 * kMiB, v1::FP32, {4}, {1})};
-  s = ops_->Put(std::vector<exec::CopyItem>{bad_cast, good});
+  s = ops_->Put(std::vector<exec::CopyItem>{bad_cast, good}, /*alone=*/true);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("put item 0"), std::string::npos) << s;
 
   exec::CopyItem null_dst = good;
   null_dst.dst.data = nullptr;
-  s = ops_->Put(std::vector<exec::CopyItem>{good, good, null_dst});
+  s = ops_->Put(std::vector<exec::CopyItem>{good, good, null_dst}, /*alone=*/false);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("put item 2"), std::string::npos) << s;
 

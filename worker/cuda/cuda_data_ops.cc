@@ -164,7 +164,7 @@ absl::StatusOr<std::unique_ptr<CudaDataOps>> CudaDataOps::Create(const Options& 
 CudaDataOps::~CudaDataOps() {
   // Resident tables and scratch may still be read by queued kernels.
   if (stream_.get() != nullptr) cudaStreamSynchronize(stream_.get());
-  if (put_stream_.get() != nullptr) cudaStreamSynchronize(put_stream_.get());
+  if (put_stream_.get() != nullptr) SynchronizePuts().IgnoreError();
 }
 
 std::string CudaDataOps::Name() const { return absl::StrCat("cuda:", device_); }

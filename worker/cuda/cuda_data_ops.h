@@ -38,8 +38,9 @@ class CudaDataOps : public exec::DataOps {
     int device = 0;
     // Device bytes the resident table cache may hold before it is cleared.
     int64_t table_cache_bytes = int64_t{256} << 20;
-    // Grid size of the batched kernels (BatchedKernels::Create).
-    int blocks_per_sm = 8;
+    // Grid size of the batched kernels (BatchedKernels::Create). 7 leaves
+    // room on every SM for the put kernel (see put_blocks_per_sm).
+    int blocks_per_sm = 7;
     // Which pack / unpack / copy requests go to the copy engines
     // (copy_engine_batch.h); the default min_bytes 0 keeps all on the kernel.
     CopyEngineOptions copy_engine;
@@ -57,7 +58,10 @@ class CudaDataOps : public exec::DataOps {
     // task (grid-stride loop), so the put kernel overlaps the local copies
     // only when both grids fit on the SMs together: blocks_per_sm +
     // put_blocks_per_sm <= 8 (2048 threads per SM, 256 per block).
-    int put_blocks_per_sm = 2;
+    int put_blocks_per_sm = 1;
+    // Streams the copy-engine puts are spread over (balanced by bytes): one
+    // stream runs its copies one after another, with a gap between them.
+    int put_copy_streams = 4;
   };
   static absl::StatusOr<std::unique_ptr<CudaDataOps>> Create(const Options& options);
   ~CudaDataOps() override;
@@ -76,7 +80,7 @@ class CudaDataOps : public exec::DataOps {
   // On the put stream, in call order; FinishPuts waits for it. Callers make
   // the peer's memory reachable (peer access: cudaIpcOpenMemHandle with
   // cudaIpcMemLazyEnablePeerAccess, as IpcRegistry does) before putting.
-  absl::Status Put(absl::Span<const exec::CopyItem> items) override;
+  absl::Status Put(absl::Span<const exec::CopyItem> items, bool alone) override;
   absl::Status FinishPuts() override;
   // Block fp8 (worker/cuda/block_fp8_kernel.h): inputs gathered into fp32
   // scratch by one piece-kernel launch, then one quantization launch.
@@ -89,13 +93,15 @@ class CudaDataOps : public exec::DataOps {
   cudaStream_t put_stream() const { return put_stream_.get(); }
   // Kernel launches and resident-table hits so far (benchmarks report them),
   // puts included.
-  int64_t launches() const { return kernels_->launches() + put_kernels_->launches(); }
+  int64_t launches() const { return kernels_->launches() + put_launches(); }
   int64_t table_cache_hits() const { return cache_hits_; }
   // Copies and bytes sent to the copy engines so far, puts included.
   int64_t copy_engine_copies() const { return copy_engine_copies_; }
   int64_t copy_engine_bytes() const { return copy_engine_bytes_; }
   // The puts' share of the above.
-  int64_t put_launches() const { return put_kernels_->launches(); }
+  int64_t put_launches() const {
+    return put_kernels_->launches() + put_kernels_alone_->launches();
+  }
   int64_t put_copy_engine_copies() const { return put_copy_engine_copies_; }
   int64_t put_copy_engine_bytes() const { return put_copy_engine_bytes_; }
 
@@ -186,8 +192,13 @@ class CudaDataOps : public exec::DataOps {
   // cache, so the two streams never wait on each other's work (beyond the
   // device-wide waits of cudaMalloc / cudaFree when a cache is cleared or
   // scratch grows). The host-side builders table_ / pre_table_ are shared.
-  Stream put_stream_;
-  std::unique_ptr<BatchedKernels> put_kernels_;
+  Stream put_stream_;                     // put kernels and the first share of copies
+  std::vector<Stream> put_copy_streams_;  // the other shares of copy-engine puts
+  // Waits for every put stream.
+  absl::Status SynchronizePuts();
+  std::unique_ptr<BatchedKernels> put_kernels_;        // beside the main stream's kernels
+  std::unique_ptr<BatchedKernels> put_kernels_alone_;  // Put(..., alone): the whole device
+  BatchedKernels* put_launcher_ = nullptr;             // the one of the current Put
   int64_t put_min_bytes_ = 0;
   int64_t put_min_row_bytes_ = 0;
   int64_t max_pitch_ = 0;  // cudaDevAttrMaxPitch: larger pitches stay on the kernel

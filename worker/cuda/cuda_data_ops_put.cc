@@ -32,8 +32,18 @@ absl::Status CudaDataOps::InitPuts(const Options& options) {
         "negative put copy-engine threshold: min bytes ", options.put_copy_engine_min_bytes,
         ", min row bytes ", options.put_copy_engine_min_row_bytes));
   }
+  if (options.put_copy_streams < 1 || options.put_copy_streams > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("put copy streams must be in [1, 16], got ", options.put_copy_streams));
+  }
   ASSIGN_OR_RETURN(put_stream_, Stream::Create(options.device));
+  for (int i = 1; i < options.put_copy_streams; ++i) {
+    ASSIGN_OR_RETURN(Stream st, Stream::Create(options.device));
+    put_copy_streams_.push_back(std::move(st));
+  }
   ASSIGN_OR_RETURN(put_kernels_, BatchedKernels::Create(options.device, options.put_blocks_per_sm));
+  ASSIGN_OR_RETURN(put_kernels_alone_, BatchedKernels::Create(options.device, 8));
+  put_launcher_ = put_kernels_.get();
   put_min_bytes_ = options.put_copy_engine_min_bytes;
   put_min_row_bytes_ = options.put_copy_engine_min_row_bytes;
   int max_pitch = 0;
@@ -89,8 +99,14 @@ absl::Status CudaDataOps::AddPutRequest(const StridedView& src, const StridedVie
 }
 
 absl::Status CudaDataOps::IssuePutCopies(const std::vector<PutCopy>& copies, int64_t bytes) {
-  cudaStream_t stream = put_stream_.get();
+  // Each copy goes to the stream with the fewest bytes queued so far.
+  std::vector<cudaStream_t> streams = {put_stream_.get()};
+  for (const Stream& st : put_copy_streams_) streams.push_back(st.get());
+  std::vector<int64_t> queued(streams.size(), 0);
   for (const PutCopy& c : copies) {
+    const size_t k = std::min_element(queued.begin(), queued.end()) - queued.begin();
+    queued[k] += static_cast<int64_t>(c.width * c.height);
+    cudaStream_t stream = streams[k];
     // cudaMemcpyDefault: UVA tells local, peer and IPC-mapped memory apart.
     const cudaError_t err = c.height == 1
                                 ? cudaMemcpyAsync(c.dst, c.src, c.width, cudaMemcpyDefault, stream)
@@ -114,7 +130,7 @@ absl::Status CudaDataOps::IssuePutCopies(const std::vector<PutCopy>& copies, int
 absl::Status CudaDataOps::RunPut(std::string key) {
   RETURN_IF_ERROR(IssuePutCopies(put_copies_, put_copies_bytes_));
   if (key.empty()) {
-    return table_.empty() ? absl::OkStatus() : put_kernels_->Launch(table_, put_stream_.get());
+    return table_.empty() ? absl::OkStatus() : put_launcher_->Launch(table_, put_stream_.get());
   }
   if (table_.empty() && put_copies_.empty()) return absl::OkStatus();
   // Copy lists count against the budget too, so calls that use only the
@@ -123,13 +139,13 @@ absl::Status CudaDataOps::RunPut(std::string key) {
   const TableLayout layout = table_.empty() ? TableLayout{} : TableLayout::Of(table_);
   if (put_cache_bytes_ + static_cast<int64_t>(layout.total) + list_bytes > table_cache_bytes_) {
     // Put kernels may still read the tables: wait for them before freeing.
-    RETURN_IF_ERROR(put_stream_.Synchronize());
+    RETURN_IF_ERROR(put_stream_.Synchronize());  // tables are read by the kernel stream only
     put_cache_.clear();
     put_cache_bytes_ = 0;
   }
   CachedPut entry;
   if (!table_.empty()) {
-    RETURN_IF_ERROR(put_kernels_->Launch(table_, put_stream_.get(), &entry.table));
+    RETURN_IF_ERROR(put_launcher_->Launch(table_, put_stream_.get(), &entry.table));
     entry.layout = layout;
     put_cache_bytes_ += static_cast<int64_t>(entry.table.size());
   }
@@ -140,8 +156,9 @@ absl::Status CudaDataOps::RunPut(std::string key) {
   return absl::OkStatus();
 }
 
-absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items) {
+absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items, bool alone) {
   if (items.empty()) return absl::OkStatus();
+  put_launcher_ = alone ? put_kernels_alone_.get() : put_kernels_.get();
   DeviceGuard guard(device_);  // launches need the put stream's device current
   std::string key;
   key.reserve(8 + items.size() * 96);
@@ -155,7 +172,7 @@ absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items) {
     CachedPut& entry = it->second;
     RETURN_IF_ERROR(IssuePutCopies(entry.copies, entry.copy_bytes));
     if (entry.table.size() == 0) return absl::OkStatus();
-    return put_kernels_->LaunchResident(entry.table.data(), entry.layout, put_stream_.get());
+    return put_launcher_->LaunchResident(entry.table.data(), entry.layout, put_stream_.get());
   }
   table_.Clear();
   pre_table_.Clear();
@@ -188,7 +205,7 @@ absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items) {
     }
   }
   if (scratch_bytes > static_cast<int64_t>(put_scratch_.size())) {
-    RETURN_IF_ERROR(put_stream_.Synchronize());  // earlier puts may still read it
+    RETURN_IF_ERROR(SynchronizePuts());  // earlier puts may still read it
     put_scratch_.Reset();
     ASSIGN_OR_RETURN(put_scratch_, DeviceBuffer::Allocate(device_, scratch_bytes));
   }
@@ -224,17 +241,28 @@ absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items) {
     RETURN_IF_ERROR(AddPutRequest(it.src, it.dst, i));
   }
   if (!pre_table_.empty()) {
-    RETURN_IF_ERROR(put_kernels_->Launch(pre_table_, put_stream_.get()));
+    RETURN_IF_ERROR(put_launcher_->Launch(pre_table_, put_stream_.get()));
     return RunPut(std::string());  // refers to put scratch: not cached
   }
   return RunPut(std::move(key));
 }
 
+absl::Status CudaDataOps::SynchronizePuts() {
+  absl::Status first = CudaStatus(cudaStreamSynchronize(put_stream_.get()), "put stream");
+  for (const Stream& st : put_copy_streams_) {
+    absl::Status s = CudaStatus(cudaStreamSynchronize(st.get()), "put copy stream");
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
 absl::Status CudaDataOps::FinishPuts() {
-  return CudaStatus(cudaStreamSynchronize(put_stream_.get()),
-                    absl::StrCat("puts from device ", device_,
-                                 " (a put copy or put kernel failed, or a peer's memory is not "
-                                 "reachable)"));
+  absl::Status s = SynchronizePuts();
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat("puts from device ", device_,
+                                             " (a put copy or put kernel failed, or a peer's "
+                                             "memory is not reachable): ",
+                                             s.message()));
 }
 
 }  // namespace wsync::cuda

@@ -199,8 +199,13 @@ class DataOps {
   // copy engines, so they overlap the local copies and the transport);
   // FinishPuts() returns once every Put issued so far completed and its bytes
   // are visible to the peer, reporting any deferred error. Synchronize()
-  // does not wait for puts.
-  virtual absl::Status Put(absl::Span<const CopyItem> items) { return Copy(items); }
+  // does not wait for puts. `alone`: the caller issues no other work while
+  // these puts run (a device may then give them all of itself; otherwise it
+  // leaves room for the other calls to run beside them).
+  virtual absl::Status Put(absl::Span<const CopyItem> items, bool alone) {
+    (void)alone;
+    return Copy(items);
+  }
   virtual absl::Status FinishPuts() { return Synchronize(); }
   // Block fp8 quantization at the receiver (and local quantizing copies).
   // Implementations without it refuse plans that need it.

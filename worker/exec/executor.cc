@@ -159,7 +159,13 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     RETURN_IF_ERROR(ExchangeTokens(plan, /*ready=*/true, deadline));
     if (!plan.puts.empty()) {
       const absl::Time t = absl::Now();
-      const absl::Status s = ops_->Put(plan.puts);
+      // Alone: no round has data-op work to run beside the puts.
+      bool alone = true;
+      for (const BoundRound& r : plan.rounds) {
+        alone = alone && r.pack.empty() && r.unpack.empty() && r.copies.empty() &&
+                r.reduces.empty() && r.quantizes.empty();
+      }
+      const absl::Status s = ops_->Put(plan.puts, alone);
       stats.put_issue_seconds = Seconds(t);
       if (!s.ok()) {
         ops_->FinishPuts().IgnoreError();

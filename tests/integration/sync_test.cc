@@ -1,12 +1,16 @@
 // End-to-end syncs through the real controller and worker binaries over the
 // Gloo host transport: every destination byte is checked.
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
 
 namespace wsync::integration {
 namespace {
 
-void RunVersions(CaseRun& run, int versions, v1::PlanSummary* summary) {
+void RunVersions(CaseRun& run, int versions, v1::PlanSummary* summary,
+                 int32_t* direct_pairs = nullptr) {
   v1::DefineTransferResponse defined;
   grpc::Status s = run.Define("t", &defined);
   ASSERT_TRUE(s.ok()) << s.error_message();
@@ -20,6 +24,7 @@ void RunVersions(CaseRun& run, int versions, v1::PlanSummary* summary) {
     ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
     EXPECT_EQ(st.workers_done(), st.workers_total());
     EXPECT_EQ(st.version(), v);
+    if (direct_pairs != nullptr) *direct_pairs = st.direct_pairs();
     EXPECT_TRUE(started.plan_cache_hit()) << "DefineTransfer planned already";
     std::string first;
     EXPECT_EQ(run.Verify(v, &first), 0) << "version " << v << ": " << first;
@@ -52,6 +57,31 @@ TEST(SyncIntegration, ColocatedGroupsCopyLocally) {
   v1::PlanSummary summary;
   RunVersions(**run, 2, &summary);
   EXPECT_GT(summary.local_bytes(), 0) << "self-copies expected";
+}
+
+// Workers of one host share /dev/shm: by default the senders write the
+// receivers' shm tensors directly (the transport carries only tokens); with
+// --direct_writes=false every bucket goes through Gloo. Same bytes either way.
+TEST(SyncIntegration, DirectWritesAndTheTransportDeliverTheSameBytes) {
+  for (const bool direct : {true, false}) {
+    for (const auto& [src, dst, colocated] :
+         {std::make_tuple("fsdp:2", "vllm-tp:2", true),
+          std::make_tuple("fsdp:4", "vllm-tp:2", false)}) {
+      SCOPED_TRACE(absl::StrCat(src, " -> ", dst, colocated ? " colocated" : "",
+                                direct ? ", direct writes" : ", transport only"));
+      demo::ClusterOptions o = DefaultClusterOptions();
+      o.worker_flags.push_back(absl::StrCat("--direct_writes=", direct ? "true" : "false"));
+      auto run = CaseRun::Start(Case(src, dst, colocated), o);
+      ASSERT_TRUE(run.ok()) << run.status();
+      int32_t pairs = -1;
+      RunVersions(**run, 2, nullptr, &pairs);
+      if (direct) {
+        EXPECT_GT(pairs, 0);
+      } else {
+        EXPECT_EQ(pairs, 0);
+      }
+    }
+  }
 }
 
 TEST(SyncIntegration, FanOutToTwoInferenceReplicas) {

@@ -85,11 +85,15 @@ device)
       model=$1 src=$2 dst=$3
       shift 3
       echo "=== wsync-demo --model $model --source $src --destination $dst $*" >>"$OUT/service.log"
+      # Logs stay out of $OUT (too many files to bring back) unless it fails.
+      wd="/tmp/wsync-service-$model-$(echo "$*" | tr -dc 'a-z0-9')"
       timeout 180 "${demo[@]}" --model "$model" --source "$src" --destination "$dst" "$@" \
-        --work_dir "$OUT/service-$model-$(echo "$*" | tr -dc 'a-z0-9')" >>"$OUT/service.log" 2>&1 ||
-        { rc=1; echo "FAILED: service $c" >>"$OUT/service.log"; }
+        --work_dir "$wd" >>"$OUT/service.log" 2>&1 ||
+        { rc=1; echo "FAILED: service $c" >>"$OUT/service.log"; cp -r "$wd" "$OUT/"; }
     done
     grep -E '^(===|OK|FAILED|demo:)|killed mid-sync|restarted' "$OUT/service.log"
+    grep -oE '^v3 .*direct-write pairs [0-9]+' "$OUT/service.log" | sed -E 's/ \|.*,//'
+
   fi
   if [ "${WSYNC_GPU_SKIP_BENCH:-0}" != 1 ]; then
     gpus=2

@@ -382,13 +382,13 @@ int Run() {
     const double verify_s = absl::ToDoubleSeconds(absl::Now() - t_verify);
     std::printf(
         "v%d %s: %.3f MiB in %.2f ms (%.1f MiB/s) | plan %.2f ms (cache %s), dispatch %.2f ms, "
-        "transport setup %.2f ms, execute %.2f ms, controller elapsed %.2f ms | fill %.1f ms, "
-        "verify %.1f ms: %lld bytes checked, %lld wrong\n",
+        "transport setup %.2f ms, execute %.2f ms, controller elapsed %.2f ms, direct-write "
+        "pairs %d | fill %.1f ms, verify %.1f ms: %lld bytes checked, %lld wrong\n",
         v, sresp.sync_id().c_str(), st.bytes_total() / 1048576.0, wall * 1e3,
         st.bytes_total() / 1048576.0 / wall, st.plan_seconds() * 1e3,
         sresp.plan_cache_hit() ? "hit" : "miss", st.dispatch_seconds() * 1e3,
         st.max_setup_seconds() * 1e3, st.max_execute_seconds() * 1e3, st.elapsed_seconds() * 1e3,
-        fill_s * 1e3, verify_s * 1e3, static_cast<long long>(checked),
+        st.direct_pairs(), fill_s * 1e3, verify_s * 1e3, static_cast<long long>(checked),
         static_cast<long long>(wrong));
     if (wrong != 0) {
       std::fprintf(stderr, "demo: WRONG BYTES in v%d: %s\n", v, first.c_str());

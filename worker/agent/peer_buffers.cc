@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -49,12 +50,15 @@ absl::Status PeerBufferMaps::Update(
           absl::StrCat("direct writes: buffers of worker ", list.worker(), " listed twice"));
     }
     Peer& peer = next[list.worker()];
-    peer.fingerprint = list.SerializeAsString();
+    peer.serialized = list.SerializeAsString();
     auto old = peers_.find(list.worker());
-    if (old != peers_.end() && old->second.fingerprint == peer.fingerprint) {
+    if (old != peers_.end() && old->second.serialized == peer.serialized) {
       peer = std::move(old->second);
       continue;
     }
+    std::vector<const v1::BufferInfo*> infos;
+    for (const v1::BufferInfo& b : list.buffers()) infos.push_back(&b);
+    peer.fingerprint = BufferListFingerprint(infos);
     absl::Status s = Map(list, peer);
     if (!s.ok()) {
       peers_.erase(list.worker());
@@ -120,6 +124,38 @@ absl::Status PeerBufferMaps::Map(const v1::PeerBuffers& list, Peer& peer) {
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
   }
   return absl::OkStatus();
+}
+
+uint64_t BufferListFingerprint(const std::vector<const v1::BufferInfo*>& buffers) {
+  std::vector<std::string> parts;
+  for (const v1::BufferInfo* b : buffers) {
+    std::string p = absl::StrCat(b->group(), "\x1f", b->name(), "\x1f", b->dtype(), "\x1f",
+                                 b->bytes());
+    if (b->has_shm()) {
+      absl::StrAppend(&p, "\x1fshm\x1f", b->shm().name(), "\x1f", b->shm().offset(), "\x1f",
+                      b->shm().size());
+    }
+    if (b->has_cuda_ipc()) {
+      absl::StrAppend(&p, "\x1fipc\x1f", b->cuda_ipc().handle(), "\x1f", b->cuda_ipc().offset(),
+                      "\x1f", b->cuda_ipc().size(), "\x1f", b->cuda_ipc().gpu_uuid());
+    }
+    parts.push_back(std::move(p));
+  }
+  std::sort(parts.begin(), parts.end());
+  // FNV-1a: the same on every host and build (absl::Hash is seeded per process).
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const std::string& p : parts) {
+    for (const char ch : p + "\x1e") {
+      h ^= static_cast<uint8_t>(ch);
+      h *= 0x100000001b3ull;
+    }
+  }
+  return h;
+}
+
+uint64_t PeerBufferMaps::Fingerprint(int32_t worker) const {
+  auto it = peers_.find(worker);
+  return it == peers_.end() ? 0 : it->second.fingerprint;
 }
 
 const exec::BufferRegistry* PeerBufferMaps::Find(int32_t worker) const {

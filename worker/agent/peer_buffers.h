@@ -27,6 +27,12 @@ namespace wsync::agent {
 std::string HostMemoryDomain();
 std::string GpuMemoryDomain();
 
+// A fingerprint of a worker's registered buffers (names, dtypes, sizes and
+// locations; order-independent, stable across processes and builds): a
+// receiver sends its own in its ready tokens, and a writer compares it with
+// that of the list it mapped.
+uint64_t BufferListFingerprint(const std::vector<const v1::BufferInfo*>& buffers);
+
 class PeerBufferMaps {
  public:
   // `gpu` (not owned, may be null): where CUDA IPC buffers are opened; without
@@ -41,13 +47,17 @@ class PeerBufferMaps {
 
   // Worker `worker`'s destination buffers ("<group>/<name>"), or null.
   const exec::BufferRegistry* Find(int32_t worker) const;
+  // BufferListFingerprint of the list worker `worker`'s buffers were mapped
+  // from (0 if none).
+  uint64_t Fingerprint(int32_t worker) const;
   // Changes whenever any mapping changes: plans bound against the old ones
   // must be rebound.
   std::string Signature() const;
 
  private:
   struct Peer {
-    std::string fingerprint;  // the serialized buffer list it was mapped from
+    std::string serialized;  // the buffer list it was mapped from
+    uint64_t fingerprint = 0;
     exec::BufferRegistry registry;
     std::vector<std::shared_ptr<void>> holds;  // keep the mappings open
   };

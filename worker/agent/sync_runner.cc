@@ -67,7 +67,13 @@ absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
           " directly but lists none of its buffers"));
     }
     direct->peer_buffers[w] = r;
+    direct->expected_ready_tokens[w] = peers_.Fingerprint(w);
   }
+  std::vector<v1::BufferInfo> mine;
+  for (const TensorEntry& e : snapshot_.tensors) mine.push_back(TensorTable::InfoOf(e));
+  std::vector<const v1::BufferInfo*> refs;
+  for (const v1::BufferInfo& b : mine) refs.push_back(&b);
+  direct->ready_token = BufferListFingerprint(refs);
   *key = absl::StrCat("to ", absl::StrJoin(direct->write_to, ","), " by ",
                       absl::StrJoin(direct->written_by, ","), " maps ", peers_.Signature());
   return absl::OkStatus();

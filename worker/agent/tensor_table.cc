@@ -162,21 +162,23 @@ TensorSnapshot TensorTable::Snapshot() const {
   return s;
 }
 
+v1::BufferInfo TensorTable::InfoOf(const TensorEntry& e) {
+  v1::BufferInfo info;
+  info.set_group(e.group);
+  info.set_name(e.reg.name());
+  info.set_dtype(e.reg.dtype());
+  *info.mutable_shape() = e.reg.shape();
+  info.set_bytes(e.bytes);
+  // Where it lives, for peers that write it directly (see controller.proto).
+  if (e.reg.has_shm()) *info.mutable_shm() = e.reg.shm();
+  if (e.reg.has_cuda_ipc()) *info.mutable_cuda_ipc() = e.reg.cuda_ipc();
+  return info;
+}
+
 std::vector<v1::BufferInfo> TensorTable::BufferInfos() const {
   absl::MutexLock lock(&mu_);
   std::vector<v1::BufferInfo> out;
-  for (const auto& [key, e] : tensors_) {
-    v1::BufferInfo info;
-    info.set_group(e.group);
-    info.set_name(e.reg.name());
-    info.set_dtype(e.reg.dtype());
-    *info.mutable_shape() = e.reg.shape();
-    info.set_bytes(e.bytes);
-    // Where it lives, for peers that write it directly (see controller.proto).
-    if (e.reg.has_shm()) *info.mutable_shm() = e.reg.shm();
-    if (e.reg.has_cuda_ipc()) *info.mutable_cuda_ipc() = e.reg.cuda_ipc();
-    out.push_back(std::move(info));
-  }
+  for (const auto& [key, e] : tensors_) out.push_back(InfoOf(e));
   return out;
 }
 

@@ -70,6 +70,8 @@ class TensorTable {
   absl::StatusOr<v1::RegisterTensorsResponse> Register(const v1::RegisterTensorsRequest& req);
   TensorSnapshot Snapshot() const;
   std::vector<v1::BufferInfo> BufferInfos() const;
+  // What BufferInfos() reports for one entry.
+  static v1::BufferInfo InfoOf(const TensorEntry& e);
   uint64_t version() const;
 
  private:

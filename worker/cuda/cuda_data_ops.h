@@ -82,6 +82,8 @@ class CudaDataOps : public exec::DataOps {
   // cudaIpcMemLazyEnablePeerAccess, as IpcRegistry does) before putting.
   absl::Status Put(absl::Span<const exec::CopyItem> items, bool alone) override;
   absl::Status FinishPuts() override;
+  absl::Status WriteStaging(void* staging, const void* host, size_t bytes) override;
+  absl::Status ReadStaging(void* host, const void* staging, size_t bytes) override;
   // Block fp8 (worker/cuda/block_fp8_kernel.h): inputs gathered into fp32
   // scratch by one piece-kernel launch, then one quantization launch.
   absl::Status Quantize(absl::Span<const exec::QuantizeInput> inputs,

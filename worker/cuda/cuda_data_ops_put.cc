@@ -247,6 +247,22 @@ absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items, bool alone
   return RunPut(std::move(key));
 }
 
+absl::Status CudaDataOps::WriteStaging(void* staging, const void* host, size_t bytes) {
+  DeviceGuard guard(device_);
+  WSYNC_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(staging, host, bytes, cudaMemcpyHostToDevice, stream_.get()),
+      absl::StrCat("writing ", bytes, " staging bytes on device ", device_));
+  return Synchronize();
+}
+
+absl::Status CudaDataOps::ReadStaging(void* host, const void* staging, size_t bytes) {
+  DeviceGuard guard(device_);
+  WSYNC_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(host, staging, bytes, cudaMemcpyDeviceToHost, stream_.get()),
+      absl::StrCat("reading ", bytes, " staging bytes on device ", device_));
+  return Synchronize();
+}
+
 absl::Status CudaDataOps::SynchronizePuts() {
   absl::Status first = CudaStatus(cudaStreamSynchronize(put_stream_.get()), "put stream");
   for (const Stream& st : put_copy_streams_) {

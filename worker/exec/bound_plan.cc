@@ -836,6 +836,8 @@ absl::StatusOr<std::shared_ptr<const BoundPlan>> Binder::Bind() {
     }
     bound->direct_write_to = direct_->write_to;
     bound->direct_written_by = direct_->written_by;
+    bound->ready_token = direct_->ready_token;
+    bound->expected_ready_tokens = direct_->expected_ready_tokens;
   }
   bound->key = plan_.key();
   bound->worker = worker_;

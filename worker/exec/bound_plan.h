@@ -61,6 +61,13 @@ struct DirectWrites {
   std::vector<int32_t> write_to;    // sorted worker ids
   std::vector<int32_t> written_by;  // sorted worker ids
   std::map<int32_t, const BufferRegistry*> peer_buffers;  // not owned
+  // What this worker's ready tokens carry (a fingerprint of its registered
+  // buffers) and what each write_to peer's must carry (the fingerprint of
+  // the buffers mapped for it): a receiver whose owner re-registered after
+  // the controller listed its buffers is not written (the writes would land
+  // in memory it no longer reads).
+  uint64_t ready_token = 0;
+  std::map<int32_t, uint64_t> expected_ready_tokens;
   bool empty() const { return write_to.empty() && written_by.empty(); }
 };
 
@@ -77,6 +84,8 @@ struct BoundPlan {
   std::vector<CopyItem> puts;
   std::vector<int32_t> direct_write_to;
   std::vector<int32_t> direct_written_by;
+  uint64_t ready_token = 0;
+  std::map<int32_t, uint64_t> expected_ready_tokens;
   int64_t bytes_put = 0;       // wire bytes of the buckets written directly
   int64_t bytes_put_into = 0;  // wire bytes peers write into this worker
 };

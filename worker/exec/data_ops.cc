@@ -1,7 +1,10 @@
 #include "worker/exec/data_ops.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace wsync::exec {
 
@@ -122,6 +125,24 @@ void CoalesceViews(absl::Span<StridedView* const> views) {
     out.ndim = n;
     *v = out;
   }
+}
+
+absl::Status DataOps::WriteStaging(void* staging, const void* host, size_t bytes) {
+  if (memory_space() != MemorySpace::kHost) {
+    return absl::UnimplementedError(absl::StrCat(Name(), " data ops cannot write staging"));
+  }
+  RETURN_IF_ERROR(Synchronize());
+  std::memcpy(staging, host, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status DataOps::ReadStaging(void* host, const void* staging, size_t bytes) {
+  if (memory_space() != MemorySpace::kHost) {
+    return absl::UnimplementedError(absl::StrCat(Name(), " data ops cannot read staging"));
+  }
+  RETURN_IF_ERROR(Synchronize());
+  std::memcpy(host, staging, bytes);
+  return absl::OkStatus();
 }
 
 }  // namespace wsync::exec

@@ -207,6 +207,11 @@ class DataOps {
     return Copy(items);
   }
   virtual absl::Status FinishPuts() { return Synchronize(); }
+  // A few bytes between host memory and staging (the direct-write tokens),
+  // synchronously and in order after every call issued before. Host staging
+  // is plain memory; a device implementation overrides both.
+  virtual absl::Status WriteStaging(void* staging, const void* host, size_t bytes);
+  virtual absl::Status ReadStaging(void* host, const void* staging, size_t bytes);
   // Block fp8 quantization at the receiver (and local quantizing copies).
   // Implementations without it refuse plans that need it.
   virtual absl::Status Quantize(absl::Span<const QuantizeInput> inputs,

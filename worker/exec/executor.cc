@@ -256,6 +256,10 @@ absl::Status Executor::ExchangeTokens(const BoundPlan& plan, bool ready, absl::T
     ASSIGN_OR_RETURN(tokens_, ops_->AllocateStaging(need));
   }
   uint8_t* base = static_cast<uint8_t*>(tokens_.data());
+  const uint64_t value = ready ? plan.ready_token : 0;
+  for (size_t k = 0; k < to.size(); ++k) {
+    RETURN_IF_ERROR(Wrap(ops_->WriteStaging(base + k * kTokenBytes, &value, kTokenBytes), where));
+  }
   send_reqs_.clear();
   recv_reqs_.clear();
   for (size_t k = 0; k < to.size(); ++k) {
@@ -266,6 +270,21 @@ absl::Status Executor::ExchangeTokens(const BoundPlan& plan, bool ready, absl::T
   }
   const absl::Time round_deadline = std::min(deadline, absl::Now() + options_.round_timeout);
   const absl::Status s = transport_->RunRound(send_reqs_, recv_reqs_, round_deadline, nullptr);
+  if (s.ok() && ready) {
+    for (size_t k = 0; k < from.size(); ++k) {
+      uint64_t got = 0;
+      RETURN_IF_ERROR(Wrap(
+          ops_->ReadStaging(&got, base + (to.size() + k) * kTokenBytes, kTokenBytes), where));
+      auto want = plan.expected_ready_tokens.find(from[k]);
+      if (want == plan.expected_ready_tokens.end() || want->second != got) {
+        return absl::AbortedError(absl::StrCat(
+            where, ": worker ", from[k],
+            "'s registered buffers differ from the ones this worker mapped for it (its owner "
+            "registered again after the controller assigned the sync); nothing was written, the "
+            "next sync uses the new registration"));
+      }
+    }
+  }
   if (s.ok()) return s;
   if (aborted_.load()) {
     absl::MutexLock lock(&mu_);

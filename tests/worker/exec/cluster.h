@@ -54,6 +54,9 @@ class Cluster {
   // Later runs write the buckets `from` sends to `to` straight into `to`'s
   // buffers (direct writes; all workers share this process's memory).
   void WriteDirectly(int from, int to) { direct_.insert({from, to}); }
+  // `from` expects another ready token from `to` than `to` sends (as if
+  // `to`'s owner registered again after `from` mapped its buffers).
+  void StaleMapping(int from, int to) { stale_.insert({from, to}); }
   Executor& executor(int worker) { return *workers_[worker].executor; }
 
   absl::Status Connect(ExecutorOptions options = {}) {
@@ -95,10 +98,12 @@ class Cluster {
       if (silent.count(w)) continue;
       threads.emplace_back([&, w] {
         DirectWrites direct;
+        direct.ready_token = 1000 + w;
         for (const auto& [from, to] : direct_) {
           if (from == w) {
             direct.write_to.push_back(to);
             direct.peer_buffers[to] = &workers_[to].registry;
+            direct.expected_ready_tokens[to] = 1000 + to + (stale_.count({from, to}) ? 1 : 0);
           }
           if (to == w) direct.written_by.push_back(from);
         }
@@ -131,6 +136,7 @@ class Cluster {
   transport::InMemoryKvStore store_;
   std::vector<Worker> workers_;
   std::set<std::pair<int, int>> direct_;
+  std::set<std::pair<int, int>> stale_;
 };
 
 }  // namespace wsync::exec::testing

@@ -158,6 +158,32 @@ TEST(DirectWritesTest, NothingIsWrittenBeforeTheReceiverIsReady) {
   for (int64_t i = 0; i < kN * 4; ++i) ASSERT_EQ(d[i], kSentinel) << "byte " << i << " written";
 }
 
+// A receiver whose owner registered again after the writer mapped its
+// buffers sends another ready token: the writer writes nothing and fails.
+TEST(DirectWritesTest, RefusesToWriteAReceiverThatRegisteredAgain) {
+  constexpr int64_t kN = 1024;
+  Cluster c(2);
+  c.Add(0, kSrc, "s", v1::FP32, kN);
+  c.Add(1, kDst, "s", v1::FP32, kN);
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("s", 0, {kN}, v1::FP32), View("s", 0, {kN}, v1::FP32), v1::FP32)});
+  c.WriteDirectly(0, 1);
+  c.StaleMapping(0, 1);
+  ExecutorOptions o;
+  o.round_timeout = absl::Seconds(1);
+  ASSERT_TRUE(c.Connect(o).ok());
+  auto results = c.Run(pb.Build(), absl::Seconds(60));
+  ASSERT_FALSE(results[0].ok());
+  EXPECT_EQ(results[0].status().code(), absl::StatusCode::kAborted) << results[0].status();
+  EXPECT_NE(results[0].status().message().find("worker 1's registered buffers differ"),
+            std::string::npos)
+      << results[0].status();
+  ASSERT_FALSE(results[1].ok()) << "the receiver must not report success";
+  const uint8_t* d = c.Data<uint8_t>(1, kDst, "s");
+  for (int64_t i = 0; i < kN * 4; ++i) ASSERT_EQ(d[i], kSentinel) << "byte " << i << " written";
+}
+
 // A receiver whose writer dies after the ready token fails at its deadline
 // waiting for the done token, naming the writer.
 TEST(DirectWritesTest, ReceiverFailsWhenTheWriterNeverFinishes) {

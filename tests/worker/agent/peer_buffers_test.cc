@@ -1,0 +1,159 @@
+// PeerBufferMaps (direct writes): mapping a peer worker's registered shm
+// buffers from the list the controller relays, and the fingerprint a
+// receiver's ready token carries.
+#include "worker/agent/peer_buffers.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace wsync::agent {
+namespace {
+
+// A POSIX shm object of `bytes`, unlinked at the end.
+class ShmObject {
+ public:
+  explicit ShmObject(int64_t bytes)
+      : name_(absl::StrCat("/wsync-peer-test-", getpid(), "-", counter_++)) {
+    const int fd = shm_open(name_.c_str(), O_CREAT | O_RDWR | O_EXCL, 0600);
+    EXPECT_GE(fd, 0) << std::strerror(errno);
+    EXPECT_EQ(ftruncate(fd, bytes), 0);
+    data_ = static_cast<uint8_t*>(
+        mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    bytes_ = bytes;
+    close(fd);
+  }
+  ~ShmObject() {
+    munmap(data_, bytes_);
+    shm_unlink(name_.c_str());
+  }
+  const std::string& name() const { return name_; }
+  uint8_t* data() const { return data_; }
+
+ private:
+  static inline int counter_ = 0;
+  std::string name_;
+  uint8_t* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+v1::BufferInfo Info(const std::string& group, const std::string& name, const ShmObject& shm,
+                    int64_t offset, int64_t size) {
+  v1::BufferInfo b;
+  b.set_group(group);
+  b.set_name(name);
+  b.set_dtype(v1::BF16);
+  b.set_bytes(size);
+  b.mutable_shm()->set_name(shm.name());
+  b.mutable_shm()->set_offset(offset);
+  b.mutable_shm()->set_size(size);
+  return b;
+}
+
+google::protobuf::RepeatedPtrField<v1::PeerBuffers> Peers(int32_t worker,
+                                                           std::vector<v1::BufferInfo> infos) {
+  google::protobuf::RepeatedPtrField<v1::PeerBuffers> out;
+  v1::PeerBuffers* p = out.Add();
+  p->set_worker(worker);
+  for (auto& b : infos) *p->add_buffers() = std::move(b);
+  return out;
+}
+
+TEST(PeerBufferMapsTest, MapsThePeersShmBuffersAsDestinations) {
+  ShmObject shm(1 << 16);
+  PeerBufferMaps maps(nullptr);
+  ASSERT_TRUE(maps.Update(Peers(3, {Info("inference", "w", shm, 4096, 1024),
+                                    Info("inference", "b", shm, 0, 64)}))
+                  .ok());
+  const exec::BufferRegistry* r = maps.Find(3);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(maps.Find(2), nullptr);
+  const exec::RegisteredBuffer* w = r->Find(exec::BufferSide::kDestination, "inference/w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->bytes, 1024);
+  EXPECT_EQ(w->dtype, v1::BF16);
+  // The same memory as the owner's mapping: a write shows up there.
+  static_cast<uint8_t*>(w->data)[5] = 0xAB;
+  EXPECT_EQ(shm.data()[4096 + 5], 0xAB);
+  // Only destinations: a peer's buffers are never read.
+  EXPECT_EQ(r->Find(exec::BufferSide::kSource, "inference/w"), nullptr);
+}
+
+TEST(PeerBufferMapsTest, KeepsUnchangedPeersAndRemapsChangedOnes) {
+  ShmObject shm(1 << 16);
+  PeerBufferMaps maps(nullptr);
+  ASSERT_TRUE(maps.Update(Peers(1, {Info("g", "w", shm, 0, 256)})).ok());
+  const std::string first = maps.Signature();
+  const uint64_t fp = maps.Fingerprint(1);
+  ASSERT_TRUE(maps.Update(Peers(1, {Info("g", "w", shm, 0, 256)})).ok());
+  EXPECT_EQ(maps.Signature(), first);
+  EXPECT_EQ(maps.Fingerprint(1), fp);
+  ASSERT_TRUE(maps.Update(Peers(1, {Info("g", "w", shm, 256, 256)})).ok());
+  EXPECT_NE(maps.Signature(), first);
+  EXPECT_NE(maps.Fingerprint(1), fp);
+  // A peer no longer listed is dropped.
+  ASSERT_TRUE(maps.Update({}).ok());
+  EXPECT_EQ(maps.Find(1), nullptr);
+}
+
+TEST(PeerBufferMapsTest, BadListsAreErrorsNamingWorkerAndBuffer) {
+  ShmObject shm(4096);
+  PeerBufferMaps maps(nullptr);
+  absl::Status s = maps.Update(Peers(2, {Info("g", "big", shm, 2048, 4096)}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("buffer 'g/big' of worker 2"), std::string::npos) << s;
+  EXPECT_EQ(maps.Find(2), nullptr);
+
+  v1::BufferInfo no_location = Info("g", "w", shm, 0, 64);
+  no_location.clear_shm();
+  s = maps.Update(Peers(2, {no_location}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("no location"), std::string::npos) << s;
+
+  v1::BufferInfo missing = Info("g", "w", shm, 0, 64);
+  missing.mutable_shm()->set_name("/wsync-no-such-object");
+  s = maps.Update(Peers(2, {missing}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+
+  v1::BufferInfo device = Info("g", "w", shm, 0, 64);
+  device.mutable_cuda_ipc()->set_size(64);  // replaces the shm location
+  s = maps.Update(Peers(2, {device}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+
+  auto twice = Peers(2, {Info("g", "w", shm, 0, 64)});
+  *twice.Add() = twice.Get(0);
+  s = maps.Update(twice);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+}
+
+TEST(BufferListFingerprintTest, OrderIndependentAndSensitiveToEveryField) {
+  ShmObject shm(4096);
+  const v1::BufferInfo a = Info("g", "a", shm, 0, 64), b = Info("g", "b", shm, 64, 64);
+  EXPECT_EQ(BufferListFingerprint({&a, &b}), BufferListFingerprint({&b, &a}));
+  EXPECT_NE(BufferListFingerprint({&a, &b}), BufferListFingerprint({&a}));
+  for (int field = 0; field < 5; ++field) {
+    v1::BufferInfo c = b;
+    if (field == 0) c.mutable_shm()->set_offset(128);
+    if (field == 1) c.mutable_shm()->set_name("/other");
+    if (field == 2) c.set_bytes(32);
+    if (field == 3) c.set_dtype(v1::FP32);
+    if (field == 4) c.set_name("c");
+    EXPECT_NE(BufferListFingerprint({&a, &b}), BufferListFingerprint({&a, &c})) << field;
+  }
+}
+
+TEST(MemoryDomainTest, HostDomainIsStableAndNamesShm) {
+  const std::string d = HostMemoryDomain();
+  ASSERT_FALSE(d.empty());
+  EXPECT_EQ(d.rfind("shm:", 0), 0u) << d;
+  EXPECT_EQ(d, HostMemoryDomain());
+  EXPECT_NE(GpuMemoryDomain(), d);
+}
+
+}  // namespace
+}  // namespace wsync::agent

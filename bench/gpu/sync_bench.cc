@@ -269,7 +269,10 @@ absl::Status SetUpDirectWrites(const Case& c, int worker, const Slab& dst, trans
       RETURN_IF_ERROR(reg.Register(exec::BufferSide::kDestination, name, b));
     }
     out.direct.peer_buffers[peer] = &reg;
+    // The slabs never change here: any fixed per-worker token will do.
+    out.direct.expected_ready_tokens[peer] = peer + 1;
   }
+  out.direct.ready_token = worker + 1;
   return absl::OkStatus();
 }
 

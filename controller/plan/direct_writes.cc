@@ -8,8 +8,13 @@
 namespace wsync::plan {
 
 bool IsPlainPiece(const v1::Piece& piece) {
+  // The writer converts src -> dst in one step (worker/exec/bound_plan.cc
+  // BindPut), which is the plan's src -> wire -> dst only when the wire dtype
+  // is one of the two.
+  const bool one_conversion = piece.wire_dtype() == piece.src().dtype() ||
+                              piece.wire_dtype() == piece.dst().dtype();
   return piece.reduce_id() == 0 && piece.quantize_id() == 0 && !piece.relay() &&
-         piece.quant_block_size() == 0 && piece.scales_of() == 0;
+         piece.quant_block_size() == 0 && piece.scales_of() == 0 && one_conversion;
 }
 
 std::vector<WorkerPair> DirectWriteEligiblePairs(const v1::Plan& plan) {

@@ -18,7 +18,8 @@ using WorkerPair = std::pair<int32_t, int32_t>;
 
 // True when the piece is a plain copy src -> dst: no partial sum (reduce_id),
 // no receiver- or sender-side quantization (quantize_id, quant_block,
-// scales_of) and not a relay.
+// scales_of), not a relay, and a wire dtype equal to src's or dst's (one
+// conversion; the worker's binder refuses anything else).
 bool IsPlainPiece(const v1::Piece& piece);
 
 // The pairs, sorted, with sender != receiver and at least one

@@ -43,27 +43,28 @@ std::string GpuMemoryDomain() {
 
 absl::Status PeerBufferMaps::Update(
     const google::protobuf::RepeatedPtrField<v1::PeerBuffers>& peers) {
-  std::map<int32_t, Peer> next;
+  // Built aside and swapped in only when every peer mapped: a failure leaves
+  // the other peers' mappings as they were.
+  std::map<int32_t, std::shared_ptr<Peer>> next;
   for (const v1::PeerBuffers& list : peers) {
     if (next.count(list.worker())) {
       return absl::InvalidArgumentError(
           absl::StrCat("direct writes: buffers of worker ", list.worker(), " listed twice"));
     }
-    Peer& peer = next[list.worker()];
-    peer.serialized = list.SerializeAsString();
+    std::string serialized = list.SerializeAsString();
     auto old = peers_.find(list.worker());
-    if (old != peers_.end() && old->second.serialized == peer.serialized) {
-      peer = std::move(old->second);
+    if (old != peers_.end() && old->second->serialized == serialized) {
+      next[list.worker()] = old->second;
       continue;
     }
-    std::vector<const v1::BufferInfo*> infos;
-    for (const v1::BufferInfo& b : list.buffers()) infos.push_back(&b);
-    peer.fingerprint = BufferListFingerprint(infos);
-    absl::Status s = Map(list, peer);
+    auto peer = std::make_shared<Peer>();
+    peer->serialized = std::move(serialized);
+    absl::Status s = Map(list, *peer);
     if (!s.ok()) {
       peers_.erase(list.worker());
       return s;
     }
+    next[list.worker()] = std::move(peer);
   }
   peers_ = std::move(next);
   return absl::OkStatus();
@@ -71,7 +72,11 @@ absl::Status PeerBufferMaps::Update(
 
 absl::Status PeerBufferMaps::Map(const v1::PeerBuffers& list, Peer& peer) {
   std::map<std::string, std::shared_ptr<ShmMapping>> objects;
+  std::vector<const v1::BufferInfo*> infos;
+  std::vector<std::string> identities;
   for (const v1::BufferInfo& b : list.buffers()) {
+    infos.push_back(&b);
+    identities.emplace_back();
     const std::string name = absl::StrCat(b.group(), "/", b.name());
     const std::string what =
         absl::StrCat("direct writes: buffer '", name, "' of worker ", list.worker());
@@ -115,6 +120,7 @@ absl::Status PeerBufferMaps::Map(const v1::PeerBuffers& list, Peer& peer) {
       }
       r.data = mapping->data() + shm.offset();
       r.space = transport::MemorySpace::kHost;
+      identities.back() = mapping->identity();
       peer.holds.push_back(mapping);
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -123,14 +129,17 @@ absl::Status PeerBufferMaps::Map(const v1::PeerBuffers& list, Peer& peer) {
     absl::Status s = peer.registry.Register(exec::BufferSide::kDestination, name, r);
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
   }
+  peer.fingerprint = BufferListFingerprint(infos, identities);
   return absl::OkStatus();
 }
 
-uint64_t BufferListFingerprint(const std::vector<const v1::BufferInfo*>& buffers) {
+uint64_t BufferListFingerprint(const std::vector<const v1::BufferInfo*>& buffers,
+                               const std::vector<std::string>& objects) {
   std::vector<std::string> parts;
-  for (const v1::BufferInfo* b : buffers) {
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const v1::BufferInfo* b = buffers[i];
     std::string p = absl::StrCat(b->group(), "\x1f", b->name(), "\x1f", b->dtype(), "\x1f",
-                                 b->bytes());
+                                 b->bytes(), "\x1f", i < objects.size() ? objects[i] : "");
     if (b->has_shm()) {
       absl::StrAppend(&p, "\x1fshm\x1f", b->shm().name(), "\x1f", b->shm().offset(), "\x1f",
                       b->shm().size());
@@ -155,18 +164,18 @@ uint64_t BufferListFingerprint(const std::vector<const v1::BufferInfo*>& buffers
 
 uint64_t PeerBufferMaps::Fingerprint(int32_t worker) const {
   auto it = peers_.find(worker);
-  return it == peers_.end() ? 0 : it->second.fingerprint;
+  return it == peers_.end() ? 0 : it->second->fingerprint;
 }
 
 const exec::BufferRegistry* PeerBufferMaps::Find(int32_t worker) const {
   auto it = peers_.find(worker);
-  return it == peers_.end() ? nullptr : &it->second.registry;
+  return it == peers_.end() ? nullptr : &it->second->registry;
 }
 
 std::string PeerBufferMaps::Signature() const {
   std::string s;
   for (const auto& [worker, peer] : peers_) {
-    absl::StrAppend(&s, worker, "@", peer.registry.generation(), ";");
+    absl::StrAppend(&s, worker, "@", peer->registry.generation(), ";");
   }
   return s;
 }

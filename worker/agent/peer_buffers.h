@@ -27,11 +27,13 @@ namespace wsync::agent {
 std::string HostMemoryDomain();
 std::string GpuMemoryDomain();
 
-// A fingerprint of a worker's registered buffers (names, dtypes, sizes and
-// locations; order-independent, stable across processes and builds): a
-// receiver sends its own in its ready tokens, and a writer compares it with
-// that of the list it mapped.
-uint64_t BufferListFingerprint(const std::vector<const v1::BufferInfo*>& buffers);
+// A fingerprint of a worker's registered buffers (names, dtypes, sizes,
+// locations and, for shm, the identity of the object mapped: objects[i] for
+// buffers[i], empty for device memory; order-independent, stable across
+// processes and builds): a receiver sends its own in its ready tokens, and a
+// writer compares it with that of what it mapped.
+uint64_t BufferListFingerprint(const std::vector<const v1::BufferInfo*>& buffers,
+                               const std::vector<std::string>& objects);
 
 class PeerBufferMaps {
  public:
@@ -53,6 +55,9 @@ class PeerBufferMaps {
   // Changes whenever any mapping changes: plans bound against the old ones
   // must be rebound.
   std::string Signature() const;
+  // Unmaps everything (e.g. after a failed sync: a receiver whose owner
+  // created its objects again under the same names is mapped afresh).
+  void Clear() { peers_.clear(); }
 
  private:
   struct Peer {
@@ -64,7 +69,7 @@ class PeerBufferMaps {
   absl::Status Map(const v1::PeerBuffers& list, Peer& peer);
 
   GpuPlane* const gpu_;
-  std::map<int32_t, Peer> peers_;
+  std::map<int32_t, std::shared_ptr<Peer>> peers_;
 };
 
 }  // namespace wsync::agent

@@ -55,8 +55,10 @@ absl::Status SyncRunner::RefreshRegistry() {
 absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
                                               exec::DirectWrites* direct, std::string* key) {
   key->clear();
-  if (a.direct_write_to().empty() && a.direct_written_by().empty()) return absl::OkStatus();
+  // Also with none listed: mappings no sync needs are released (an owner's
+  // freed memory stays allocated while anyone maps it).
   RETURN_IF_ERROR(peers_.Update(a.peer_buffers()));
+  if (a.direct_write_to().empty() && a.direct_written_by().empty()) return absl::OkStatus();
   direct->write_to.assign(a.direct_write_to().begin(), a.direct_write_to().end());
   direct->written_by.assign(a.direct_written_by().begin(), a.direct_written_by().end());
   for (int32_t w : direct->write_to) {
@@ -70,10 +72,14 @@ absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
     direct->expected_ready_tokens[w] = peers_.Fingerprint(w);
   }
   std::vector<v1::BufferInfo> mine;
-  for (const TensorEntry& e : snapshot_.tensors) mine.push_back(TensorTable::InfoOf(e));
+  std::vector<std::string> objects;
+  for (const TensorEntry& e : snapshot_.tensors) {
+    mine.push_back(TensorTable::InfoOf(e));
+    objects.push_back(e.mapping != nullptr ? e.mapping->identity() : "");
+  }
   std::vector<const v1::BufferInfo*> refs;
   for (const v1::BufferInfo& b : mine) refs.push_back(&b);
-  direct->ready_token = BufferListFingerprint(refs);
+  direct->ready_token = BufferListFingerprint(refs, objects);
   *key = absl::StrCat("to ", absl::StrJoin(direct->write_to, ","), " by ",
                       absl::StrJoin(direct->written_by, ","), " maps ", peers_.Signature());
   return absl::OkStatus();
@@ -283,6 +289,12 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     }
     channels_.erase(a.transfer());
     channels_.erase(a.transfer() + "#local");
+    // Map the peers afresh next time: one may have recreated its memory
+    // under the same names (its ready token then no longer matched).
+    if (!a.direct_write_to().empty()) {
+      peers_.Clear();
+      bound_.clear();
+    }
     return finish(stats.status());
   }
   r.set_bytes_sent(stats->bytes_sent);
@@ -313,6 +325,10 @@ std::string SyncRunner::AbortReason() {
   return abort_reason_;
 }
 
-void SyncRunner::DropTransports() { channels_.clear(); }
+void SyncRunner::DropTransports() {
+  channels_.clear();
+  peers_.Clear();
+  bound_.clear();  // some were bound against the peers' mappings
+}
 
 }  // namespace wsync::agent

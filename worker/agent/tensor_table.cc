@@ -36,8 +36,9 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmMapping::Open(const std::string& 
   if (p == MAP_FAILED) {
     return absl::InternalError(absl::StrCat("mmap of shm '", name, "': ", std::strerror(err)));
   }
-  return std::shared_ptr<ShmMapping>(
-      new ShmMapping(name, static_cast<uint8_t*>(p), static_cast<int64_t>(st.st_size)));
+  return std::shared_ptr<ShmMapping>(new ShmMapping(name, absl::StrCat(st.st_dev, ":", st.st_ino),
+                                                    static_cast<uint8_t*>(p),
+                                                    static_cast<int64_t>(st.st_size)));
 }
 
 ShmMapping::~ShmMapping() { munmap(data_, static_cast<size_t>(size_)); }

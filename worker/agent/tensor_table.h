@@ -35,11 +35,15 @@ class ShmMapping {
   uint8_t* data() const { return data_; }
   int64_t size() const { return size_; }
   const std::string& name() const { return name_; }
+  // "<st_dev>:<st_ino>" of the object mapped: a name unlinked and created
+  // again names another object.
+  const std::string& identity() const { return identity_; }
 
  private:
-  ShmMapping(std::string name, uint8_t* data, int64_t size)
-      : name_(std::move(name)), data_(data), size_(size) {}
+  ShmMapping(std::string name, std::string identity, uint8_t* data, int64_t size)
+      : name_(std::move(name)), identity_(std::move(identity)), data_(data), size_(size) {}
   std::string name_;
+  std::string identity_;
   uint8_t* data_;
   int64_t size_;
 };

@@ -143,9 +143,13 @@ class CudaDataOps : public exec::DataOps {
   absl::Status AddPutRequest(const exec::StridedView& src, const exec::StridedView& dst,
                              size_t index);
   // Enqueues `copies` (`bytes` in all) on the put stream.
-  absl::Status IssuePutCopies(const std::vector<PutCopy>& copies, int64_t bytes);
+  // `one_stream`: every copy on the put stream, in order after what it holds
+  // (copies that read put scratch filled by a kernel there).
+  absl::Status IssuePutCopies(const std::vector<PutCopy>& copies, int64_t bytes,
+                              bool one_stream = false);
   // Runs `put_copies_` and `table_` on the put stream and keeps them resident
   // under `key` (unless empty).
+  // Empty key: not cached, and the copies read put scratch (one stream).
   absl::Status RunPut(std::string key);
   // Runs `copy_engine_` and `table_` (built by the caller) and keeps them
   // resident under `key` (unless empty).

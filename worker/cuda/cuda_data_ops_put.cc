@@ -98,10 +98,13 @@ absl::Status CudaDataOps::AddPutRequest(const StridedView& src, const StridedVie
                         n, label);
 }
 
-absl::Status CudaDataOps::IssuePutCopies(const std::vector<PutCopy>& copies, int64_t bytes) {
+absl::Status CudaDataOps::IssuePutCopies(const std::vector<PutCopy>& copies, int64_t bytes,
+                                          bool one_stream) {
   // Each copy goes to the stream with the fewest bytes queued so far.
   std::vector<cudaStream_t> streams = {put_stream_.get()};
-  for (const Stream& st : put_copy_streams_) streams.push_back(st.get());
+  if (!one_stream) {
+    for (const Stream& st : put_copy_streams_) streams.push_back(st.get());
+  }
   std::vector<int64_t> queued(streams.size(), 0);
   for (const PutCopy& c : copies) {
     const size_t k = std::min_element(queued.begin(), queued.end()) - queued.begin();
@@ -128,7 +131,9 @@ absl::Status CudaDataOps::IssuePutCopies(const std::vector<PutCopy>& copies, int
 }
 
 absl::Status CudaDataOps::RunPut(std::string key) {
-  RETURN_IF_ERROR(IssuePutCopies(put_copies_, put_copies_bytes_));
+  // Uncached calls read put scratch that the pre-copy kernel on the put
+  // stream fills: their copies must follow it on that stream.
+  RETURN_IF_ERROR(IssuePutCopies(put_copies_, put_copies_bytes_, /*one_stream=*/key.empty()));
   if (key.empty()) {
     return table_.empty() ? absl::OkStatus() : put_launcher_->Launch(table_, put_stream_.get());
   }

@@ -159,11 +159,12 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     RETURN_IF_ERROR(ExchangeTokens(plan, /*ready=*/true, deadline));
     if (!plan.puts.empty()) {
       const absl::Time t = absl::Now();
-      // Alone: no round has data-op work to run beside the puts.
+      // Alone: no round has data-op work or transfers (NCCL's kernels need
+      // SMs too) to run beside the puts.
       bool alone = true;
       for (const BoundRound& r : plan.rounds) {
         alone = alone && r.pack.empty() && r.unpack.empty() && r.copies.empty() &&
-                r.reduces.empty() && r.quantizes.empty();
+                r.reduces.empty() && r.quantizes.empty() && r.sends.empty() && r.recvs.empty();
       }
       const absl::Status s = ops_->Put(plan.puts, alone);
       stats.put_issue_seconds = Seconds(t);

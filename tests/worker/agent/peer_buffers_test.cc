@@ -131,11 +131,43 @@ TEST(PeerBufferMapsTest, BadListsAreErrorsNamingWorkerAndBuffer) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
 }
 
+// A failed update keeps the other peers mapped, and a name created again
+// as a new object changes the fingerprint even though the list is the same.
+TEST(PeerBufferMapsTest, FailureKeepsOthersAndRecreatedObjectsDiffer) {
+  auto shm = std::make_unique<ShmObject>(4096);
+  PeerBufferMaps maps(nullptr);
+  google::protobuf::RepeatedPtrField<v1::PeerBuffers> two = Peers(1, {Info("g", "w", *shm, 0, 64)});
+  *two.Add() = Peers(2, {Info("g", "w", *shm, 0, 64)}).Get(0);
+  ASSERT_TRUE(maps.Update(two).ok());
+  const uint64_t fp = maps.Fingerprint(1);
+  auto bad = two;
+  bad.Mutable(1)->mutable_buffers(0)->mutable_shm()->set_size(1 << 20);
+  EXPECT_FALSE(maps.Update(bad).ok());
+  ASSERT_NE(maps.Find(1), nullptr);
+  EXPECT_NE(maps.Find(1)->Find(exec::BufferSide::kDestination, "g/w"), nullptr);
+  EXPECT_EQ(maps.Find(2), nullptr);
+  // The owner of worker 1 unlinks its object and creates one of the same name.
+  const std::string name = shm->name();
+  shm.reset();
+  const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  close(fd);
+  maps.Clear();
+  ASSERT_TRUE(maps.Update(two).ok());
+  EXPECT_NE(maps.Fingerprint(1), fp);
+  shm_unlink(name.c_str());
+}
+
 TEST(BufferListFingerprintTest, OrderIndependentAndSensitiveToEveryField) {
   ShmObject shm(4096);
   const v1::BufferInfo a = Info("g", "a", shm, 0, 64), b = Info("g", "b", shm, 64, 64);
-  EXPECT_EQ(BufferListFingerprint({&a, &b}), BufferListFingerprint({&b, &a}));
-  EXPECT_NE(BufferListFingerprint({&a, &b}), BufferListFingerprint({&a}));
+  EXPECT_EQ(BufferListFingerprint({&a, &b}, {"1:2", "1:3"}),
+            BufferListFingerprint({&b, &a}, {"1:3", "1:2"}));
+  EXPECT_NE(BufferListFingerprint({&a, &b}, {}), BufferListFingerprint({&a}, {}));
+  // The same names and offsets in another object (unlinked and created again).
+  EXPECT_NE(BufferListFingerprint({&a, &b}, {"1:2", "1:3"}),
+            BufferListFingerprint({&a, &b}, {"1:2", "1:4"}));
   for (int field = 0; field < 5; ++field) {
     v1::BufferInfo c = b;
     if (field == 0) c.mutable_shm()->set_offset(128);
@@ -143,7 +175,7 @@ TEST(BufferListFingerprintTest, OrderIndependentAndSensitiveToEveryField) {
     if (field == 2) c.set_bytes(32);
     if (field == 3) c.set_dtype(v1::FP32);
     if (field == 4) c.set_name("c");
-    EXPECT_NE(BufferListFingerprint({&a, &b}), BufferListFingerprint({&a, &c})) << field;
+    EXPECT_NE(BufferListFingerprint({&a, &b}, {}), BufferListFingerprint({&a, &c}, {})) << field;
   }
 }
 

@@ -77,6 +77,12 @@ grpc::Status WorkerServiceImpl::KvGet(grpc::ServerContext*, const v1::KvGetReque
   return Fill(state_->KvGet(*req), resp);
 }
 
+grpc::Status WorkerServiceImpl::AwaitWriters(grpc::ServerContext*,
+                                             const v1::AwaitWritersRequest* req,
+                                             v1::AwaitWritersResponse* resp) {
+  return Fill(state_->AwaitWriters(*req), resp);
+}
+
 grpc::Status TrainerServiceImpl::DefineTransfer(grpc::ServerContext*,
                                                 const v1::DefineTransferRequest* req,
                                                 v1::DefineTransferResponse* resp) {

@@ -33,6 +33,8 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
                      v1::KvSetResponse* resp) override;
   grpc::Status KvGet(grpc::ServerContext*, const v1::KvGetRequest* req,
                      v1::KvGetResponse* resp) override;
+  grpc::Status AwaitWriters(grpc::ServerContext*, const v1::AwaitWritersRequest* req,
+                            v1::AwaitWritersResponse* resp) override;
 
  private:
   ControllerState* const state_;

@@ -63,6 +63,7 @@ class ControllerState {
   absl::Status ReportResult(const v1::ReportResultRequest& req);
   absl::Status KvSet(const v1::KvSetRequest& req);
   absl::StatusOr<v1::KvGetResponse> KvGet(const v1::KvGetRequest& req);
+  absl::StatusOr<v1::AwaitWritersResponse> AwaitWriters(const v1::AwaitWritersRequest& req);
 
   // ----- Trainer API.
   absl::StatusOr<v1::DefineTransferResponse> DefineTransfer(const v1::DefineTransferRequest& req);

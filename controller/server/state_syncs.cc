@@ -186,7 +186,14 @@ absl::Status ControllerState::ReportResult(const v1::ReportResultRequest& req) {
   SyncRecord& sync = *it->second;
   for (Participant& p : sync.parts) {
     if (p.lease_id != req.lease_id()) continue;
-    if (sync.finished() || p.done) return absl::OkStatus();  // late (e.g. after an abort)
+    if (p.done) return absl::OkStatus();
+    if (sync.finished()) {
+      // Late (after an abort or another worker's failure): the outcome
+      // stands, but AwaitWriters learns this worker stopped writing.
+      p.done = true;
+      cv_.SignalAll();
+      return absl::OkStatus();
+    }
     p.done = true;
     p.bytes_done = req.bytes_done();
     v1::SyncStatus& s = sync.status;
@@ -342,6 +349,31 @@ v1::GetStatusResponse ControllerState::GetStatus() {
   resp.set_plan_cache_misses(plans_->misses());
   resp.set_controller_instance(config_.instance);
   return resp;
+}
+
+absl::StatusOr<v1::AwaitWritersResponse> ControllerState::AwaitWriters(
+    const v1::AwaitWritersRequest& req) {
+  const absl::Time until = absl::Now() + absl::Milliseconds(std::max<int64_t>(0, req.timeout_ms()));
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    if (shutdown_) return absl::UnavailableError("controller is shutting down");
+    v1::AwaitWritersResponse resp;
+    auto it = syncs_.find(req.sync_id());
+    if (it == syncs_.end()) return resp;  // long over: its record was dropped
+    for (int32_t w : req.workers()) {
+      const Participant* found = nullptr;
+      for (const Participant& p : it->second->parts) {
+        if (p.worker == w) found = &p;
+      }
+      if (found == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("AwaitWriters: worker ", w,
+                                                       " takes no part in sync '", req.sync_id(),
+                                                       "'"));
+      }
+      if (!found->done && FindAliveLocked(found->lease_id) != nullptr) resp.add_pending(w);
+    }
+    if (resp.pending().empty() || cv_.WaitWithDeadline(&mu_, until)) return resp;
+  }
 }
 
 }  // namespace wsync::controller

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 
 namespace wsync::agent {
@@ -214,6 +215,34 @@ void WorkerAgent::Report(v1::ReportResultRequest r, const std::string& lease_id)
   }
 }
 
+std::string WorkerAgent::AwaitWriters(const v1::SyncAssignment& a, const std::string& lease_id) {
+  // A writer that neither reports nor heartbeats is declared lost by the
+  // controller within its lease TTL; 10 s past the deadline covers that.
+  const absl::Time until = absl::FromUnixMillis(a.deadline_unix_ms()) + absl::Seconds(10);
+  v1::AwaitWritersResponse resp;
+  for (int32_t w : a.direct_written_by()) resp.add_pending(w);
+  while (!stop_.load() && absl::Now() < until && resp.pending_size() > 0) {
+    v1::AwaitWritersRequest req;
+    req.set_lease_id(lease_id);
+    req.set_sync_id(a.sync_id());
+    *req.mutable_workers() = resp.pending();
+    const absl::Duration slice = std::min(absl::Seconds(1), until - absl::Now());
+    req.set_timeout_ms(absl::ToInt64Milliseconds(slice));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(slice + absl::Seconds(5)));
+    v1::AwaitWritersResponse next;
+    const grpc::Status s = stub_->AwaitWriters(&ctx, req, &next);
+    if (!s.ok()) {
+      std::fprintf(stderr, "[worker %s] AwaitWriters for %s: %s\n", Roles(options_).c_str(),
+                   a.sync_id().c_str(), s.error_message().c_str());
+      absl::SleepFor(std::min(absl::Milliseconds(200), slice));
+      continue;
+    }
+    resp = std::move(next);
+  }
+  return absl::StrJoin(resp.pending(), ",");
+}
+
 void WorkerAgent::ExecLoop() {
   uint64_t epoch_seen = 0;
   while (!stop_.load()) {
@@ -260,6 +289,17 @@ void WorkerAgent::ExecLoop() {
                    a.sync_id().c_str(), r.message().c_str());
     }
     Report(r, q.lease_id);
+    std::string error = r.message();
+    if (!ok && !a.direct_written_by().empty()) {
+      // Peers write this worker's buffers directly and may still be at it
+      // after this worker's part failed: the owner hears of the end only
+      // once each has reported (its writes are complete) or is gone.
+      const std::string pending = AwaitWriters(a, q.lease_id);
+      if (!pending.empty()) {
+        absl::StrAppend(&error, "; direct writers ", pending,
+                        " did not report before the deadline: they may still be writing");
+      }
+    }
     {
       absl::MutexLock lock(&mu_);
       if (ok) {
@@ -271,7 +311,7 @@ void WorkerAgent::ExecLoop() {
     }
     ev.set_kind(v1::SyncEvent::FINISHED);
     ev.set_ok(ok);
-    ev.set_error(r.message());
+    ev.set_error(error);
     Publish(ev);
   }
 }

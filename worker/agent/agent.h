@@ -82,6 +82,10 @@ class WorkerAgent {
   void Publish(const v1::SyncEvent& e);
   void OnAssignment(const v1::Assignment& a, const std::string& lease_id, uint64_t epoch);
   void Report(v1::ReportResultRequest r, const std::string& lease_id);
+  // After failed sync `a`: waits (past its deadline by at most a lease
+  // period or two) until its direct writers into this worker reported or
+  // were lost; returns those still pending ("" when none).
+  std::string AwaitWriters(const v1::SyncAssignment& a, const std::string& lease_id);
   void PushBuffers(const std::string& lease_id);
   std::string lease() const;
 

@@ -4,6 +4,7 @@
 // ids are src/0 = 0, src/1 = 1, dst/0 = 2 and the plan's network pairs are
 // (0, 2) and (1, 2), both plain copies.
 #include <map>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -314,6 +315,77 @@ TEST_F(DirectWritesStateTest, ListWorkersShowsDomainAndPeerGpusAndBufferLocation
   EXPECT_THAT(dst.workers(0).peer_gpu_uuids(), IsEmpty());
   ASSERT_EQ(dst.workers(0).buffers_size(), 1);
   EXPECT_EQ(dst.workers(0).buffers(0).shm().name(), "/wsync-dst0");
+}
+
+}  // namespace
+}  // namespace wsync::controller
+
+namespace wsync::controller {
+namespace {
+
+// After a failed sync, a worker written directly waits for its writers: each
+// must report (late reports count) or lose its lease.
+TEST_F(DirectWritesStateTest, AwaitWritersEndsWhenEachWriterReportedOrIsLost) {
+  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  v1::SyncRequest req;
+  req.set_transfer("t");
+  req.set_version(1);
+  auto started = state_->StartSync(req);
+  ASSERT_TRUE(started.ok()) << started.status();
+  for (const std::string& l : leases) {
+    auto a = state_->NextAssignment(l, tokens_[l], absl::Seconds(1));
+    ASSERT_TRUE(a.ok() && a->has_value());
+    EXPECT_EQ((**a).sync().direct_written_by_size(), l == leases[2] ? 2 : 0);
+  }
+  v1::ReportResultRequest fail;
+  fail.set_lease_id(leases[2]);
+  fail.set_sync_id(started->sync_id());
+  fail.set_code(13);
+  fail.set_message("receiver round failed");
+  ASSERT_TRUE(state_->ReportResult(fail).ok());
+
+  v1::AwaitWritersRequest await;
+  await.set_lease_id(leases[2]);
+  await.set_sync_id(started->sync_id());
+  await.add_workers(0);
+  await.add_workers(1);
+  await.set_timeout_ms(50);
+  auto r = state_->AwaitWriters(await);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->pending(), ElementsAre(0, 1));
+
+  // Writer 0 reports after the sync ended: it wrote its last byte.
+  v1::ReportResultRequest late;
+  late.set_lease_id(leases[0]);
+  late.set_sync_id(started->sync_id());
+  ASSERT_TRUE(state_->ReportResult(late).ok());
+  r = state_->AwaitWriters(await);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->pending(), ElementsAre(1));
+  auto st = state_->WaitSync(started->sync_id(), absl::Milliseconds(1));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->phase(), v1::SYNC_FAILED) << "a late report changes no outcome";
+
+  // Writer 1's process goes away: a waiter wakes up without its timeout.
+  std::thread closer([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    state_->CloseStream(leases[1], tokens_[leases[1]], "killed");
+  });
+  await.set_timeout_ms(10000);
+  const absl::Time t0 = absl::Now();
+  r = state_->AwaitWriters(await);
+  closer.join();
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->pending(), IsEmpty());
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+
+  await.add_workers(7);
+  EXPECT_EQ(state_->AwaitWriters(await).status().code(), absl::StatusCode::kInvalidArgument);
+  await.set_sync_id("t@9#999");
+  r = state_->AwaitWriters(await);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->pending(), IsEmpty()) << "a sync no longer recorded is long over";
 }
 
 }  // namespace

@@ -98,6 +98,8 @@ class ControllerState {
     absl::CondVar cv;
     int waiters = 0;
     absl::flat_hash_set<std::string> plans_sent;  // "<plan key>/<worker id>"
+    // It reported that it cannot map its direct-write peers: it writes none.
+    bool direct_writes_unavailable = false;
   };
   struct Participant {
     int32_t worker = 0;

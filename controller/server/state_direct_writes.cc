@@ -16,7 +16,7 @@ std::vector<plan::WorkerPair> ControllerState::DirectPairsLocked(
   for (const plan::WorkerPair& pair : eligible) {
     const Worker* sender = find(pair.first);
     const Worker* receiver = find(pair.second);
-    if (sender == nullptr || receiver == nullptr) continue;
+    if (sender == nullptr || receiver == nullptr || sender->direct_writes_unavailable) continue;
     const std::string& domain = sender->info.direct_write_domain();
     if (domain.empty() || domain != receiver->info.direct_write_domain()) continue;
     if (transport_kind == "nccl") {

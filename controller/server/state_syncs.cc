@@ -186,6 +186,10 @@ absl::Status ControllerState::ReportResult(const v1::ReportResultRequest& req) {
   SyncRecord& sync = *it->second;
   for (Participant& p : sync.parts) {
     if (p.lease_id != req.lease_id()) continue;
+    if (req.direct_writes_unavailable()) {
+      auto w = workers_.find(p.lease_id);
+      if (w != workers_.end()) w->second->direct_writes_unavailable = true;
+    }
     if (p.done) return absl::OkStatus();
     if (sync.finished()) {
       // Late (after an abort or another worker's failure): the outcome

@@ -219,7 +219,13 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   exec::DirectWrites direct;
   std::string direct_key;
   st = PrepareDirectWrites(a, &direct, &direct_key);
-  if (!st.ok()) return finish(st);
+  if (!st.ok()) {
+    // The controller then pairs this worker no more; the next sync goes
+    // through the transport.
+    r.set_direct_writes_unavailable(true);
+    peers_.Clear();
+    return finish(absl::Status(st.code(), absl::StrCat("direct writes: ", st.message())));
+  }
   auto bit = bound_.find(plan_id);
   if (bit == bound_.end() || bit->second.first != direct_key) {
     bound_.erase(plan_id);  // bound against other peers or mappings

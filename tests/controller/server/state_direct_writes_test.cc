@@ -390,3 +390,53 @@ TEST_F(DirectWritesStateTest, AwaitWritersEndsWhenEachWriterReportedOrIsLost) {
 
 }  // namespace
 }  // namespace wsync::controller
+
+namespace wsync::controller {
+namespace {
+
+// A writer that reports it cannot map its peers' buffers writes no more:
+// its later syncs send those buckets through the transport.
+TEST_F(DirectWritesStateTest, AWriterThatCannotMapItsPeersIsPairedNoMore) {
+  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  v1::SyncRequest req;
+  req.set_transfer("t");
+  req.set_version(1);
+  auto started = state_->StartSync(req);
+  ASSERT_TRUE(started.ok()) << started.status();
+  for (const std::string& l : leases) {
+    auto a = state_->NextAssignment(l, tokens_[l], absl::Seconds(1));
+    ASSERT_TRUE(a.ok() && a->has_value());
+  }
+  v1::ReportResultRequest fail;
+  fail.set_lease_id(leases[0]);
+  fail.set_sync_id(started->sync_id());
+  fail.set_code(5);
+  fail.set_message("direct writes: shm_open: permission denied");
+  fail.set_direct_writes_unavailable(true);
+  ASSERT_TRUE(state_->ReportResult(fail).ok());
+  for (int w = 1; w < 3; ++w) {
+    v1::ReportResultRequest r;
+    r.set_lease_id(leases[w]);
+    r.set_sync_id(started->sync_id());
+    ASSERT_TRUE(state_->ReportResult(r).ok());
+  }
+  for (const std::string& l : leases) {  // the failed sync's aborts
+    while (true) {
+      auto a = state_->NextAssignment(l, tokens_[l], absl::Milliseconds(10));
+      ASSERT_TRUE(a.ok());
+      if (!a->has_value()) break;
+      EXPECT_TRUE((**a).has_abort());
+    }
+  }
+  int32_t pairs = -1;
+  const auto as = Sync(leases, 2, &pairs);
+  ASSERT_EQ(as.size(), 3u);
+  EXPECT_EQ(pairs, 1);
+  EXPECT_THAT(as[0].direct_write_to(), IsEmpty());
+  EXPECT_THAT(as[1].direct_write_to(), ElementsAre(2));
+  EXPECT_THAT(as[2].direct_written_by(), ElementsAre(1));
+}
+
+}  // namespace
+}  // namespace wsync::controller

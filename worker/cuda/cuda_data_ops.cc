@@ -13,44 +13,6 @@
 
 namespace wsync::cuda {
 
-namespace data_ops_internal {
-
-absl::Status CheckView(const exec::StridedView& v, const char* what) {
-  if (DTypeSize(v.dtype) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": no dtype"));
-  }
-  if (v.ndim < 1 || v.ndim > exec::kMaxViewDims) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": bad ndim ", v.ndim));
-  }
-  if (v.data == nullptr && v.num_elements() > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": null data"));
-  }
-  return absl::OkStatus();
-}
-
-void RowMajor(const int64_t* shape, int ndim, int64_t* strides) {
-  int64_t s = 1;
-  for (int d = ndim - 1; d >= 0; --d) {
-    strides[d] = s;
-    s *= shape[d];
-  }
-}
-
-absl::Status CheckPackItem(const exec::PackItem& it, const void* staging_base, size_t index) {
-  absl::Status s = CheckView(it.src, "pack source");
-  if (s.ok() && staging_base == nullptr && it.src.num_elements() > 0) {
-    s = absl::InvalidArgumentError("null staging");
-  }
-  return Annotate(s, "pack", index);
-}
-
-absl::Status Annotate(const absl::Status& s, const char* what, size_t index) {
-  if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(what, " item ", index, ": ", s.message()));
-}
-
-}  // namespace data_ops_internal
-
 using data_ops_internal::Annotate;
 using data_ops_internal::CheckPackItem;
 using data_ops_internal::CheckView;
@@ -60,29 +22,11 @@ namespace {
 
 using exec::StridedView;
 
-template <typename T>
-void AppendRaw(std::string& key, const T& v) {
-  key.append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-
 }  // namespace
 
-namespace data_ops_internal {
-
-// Field by field: raw struct bytes would include padding, which differs
-// between equal items.
-void AppendView(std::string& key, const StridedView& v) {
-  AppendRaw(key, v.data);
-  AppendRaw(key, static_cast<int32_t>(v.dtype));
-  AppendRaw(key, v.ndim);
-  const int n = std::clamp<int>(v.ndim, 0, exec::kMaxViewDims);
-  key.append(reinterpret_cast<const char*>(v.shape.data()), n * sizeof(int64_t));
-  key.append(reinterpret_cast<const char*>(v.strides.data()), n * sizeof(int64_t));
-}
-
-}  // namespace data_ops_internal
-
+using data_ops_internal::AppendRaw;
 using data_ops_internal::AppendView;
+using data_ops_internal::CheckCopyItems;
 
 bool CommonShape(const StridedView& a, const StridedView& b, int64_t* shape, int64_t* a_strides,
                  int64_t* b_strides, int* ndim) {
@@ -333,23 +277,7 @@ absl::Status CudaDataOps::Copy(absl::Span<const exec::CopyItem> items) {
   // scratch copy in the source dtype: reserve that scratch first.
   int64_t scratch_bytes = 0;
   std::vector<size_t> via_scratch;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const exec::CopyItem& it = items[i];
-    absl::Status s = CheckView(it.src, "copy source");
-    if (s.ok()) s = CheckView(it.dst, "copy destination");
-    if (s.ok() && it.src.num_elements() != it.dst.num_elements()) {
-      s = absl::InvalidArgumentError(absl::StrCat("element count mismatch: ", it.src.num_elements(),
-                                                  " vs ", it.dst.num_elements()));
-    }
-    if (!s.ok()) return Annotate(s, "copy", i);
-    if (it.src.num_elements() == 0) continue;
-    int64_t shape[kMaxRequestDims], ss[kMaxRequestDims], ds[kMaxRequestDims];
-    int n = 0;
-    if (!CommonShape(it.src, it.dst, shape, ss, ds, &n)) {
-      via_scratch.push_back(i);
-      scratch_bytes += (it.src.num_elements() * DTypeSize(it.src.dtype) + 255) / 256 * 256;
-    }
-  }
+  RETURN_IF_ERROR(CheckCopyItems(items, "copy", /*check_cast=*/false, &via_scratch, &scratch_bytes));
   if (scratch_bytes > static_cast<int64_t>(scratch_.size())) {
     RETURN_IF_ERROR(stream_.Synchronize());
     scratch_.Reset();

@@ -6,8 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "worker/exec/data_ops.h"
 
 namespace wsync::cuda::data_ops_internal {
@@ -20,11 +22,24 @@ void RowMajor(const int64_t* shape, int ndim, int64_t* strides);
 // A pack item's source view and staging: OK, or INVALID_ARGUMENT naming
 // "pack item <index>".
 absl::Status CheckPackItem(const exec::PackItem& it, const void* staging_base, size_t index);
+// Appends the bytes of `v` to a cache key.
+template <typename T>
+void AppendRaw(std::string& key, const T& v) {
+  key.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
 // Appends `v` to a call's cache key (the calls' items are the keys of
 // their resident tables).
 void AppendView(std::string& key, const exec::StridedView& v);
 // `s` with "<what> item <index>: " in front of its message.
 absl::Status Annotate(const absl::Status& s, const char* what, size_t index);
+// Checks copy-like items before anything is enqueued, so that a bad call
+// writes nothing: views, equal element counts and, with `check_cast`, a
+// conversion the kernel has (errors: "<what> item <index>: ..."). Lists the
+// items whose shapes have no common refinement (they go through a
+// contiguous scratch copy in the source dtype) and the scratch they need.
+absl::Status CheckCopyItems(absl::Span<const exec::CopyItem> items, const char* what,
+                            bool check_cast, std::vector<size_t>* via_scratch,
+                            int64_t* scratch_bytes);
 
 }  // namespace wsync::cuda::data_ops_internal
 

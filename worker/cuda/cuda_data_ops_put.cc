@@ -22,6 +22,7 @@ namespace wsync::cuda {
 
 using data_ops_internal::Annotate;
 using data_ops_internal::AppendView;
+using data_ops_internal::CheckCopyItems;
 using data_ops_internal::CheckView;
 using data_ops_internal::RowMajor;
 using exec::StridedView;
@@ -188,27 +189,7 @@ absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items, bool alone
   // contiguous copy in put scratch (source dtype, this device) first.
   int64_t scratch_bytes = 0;
   std::vector<size_t> via_scratch;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const exec::CopyItem& it = items[i];
-    absl::Status s = CheckView(it.src, "put source");
-    if (s.ok()) s = CheckView(it.dst, "put destination");
-    if (s.ok() && it.src.num_elements() != it.dst.num_elements()) {
-      s = absl::InvalidArgumentError(absl::StrCat("element count mismatch: ", it.src.num_elements(),
-                                                  " vs ", it.dst.num_elements()));
-    }
-    if (s.ok() && !KernelSupportsCast(it.src.dtype, it.dst.dtype)) {
-      s = absl::InvalidArgumentError(absl::StrCat("no conversion from ", DTypeName(it.src.dtype),
-                                                  " to ", DTypeName(it.dst.dtype)));
-    }
-    if (!s.ok()) return Annotate(s, "put", i);
-    if (it.src.num_elements() == 0) continue;
-    int64_t shape[kMaxRequestDims], ss[kMaxRequestDims], ds[kMaxRequestDims];
-    int n = 0;
-    if (!CommonShape(it.src, it.dst, shape, ss, ds, &n)) {
-      via_scratch.push_back(i);
-      scratch_bytes += (it.src.num_elements() * DTypeSize(it.src.dtype) + 255) / 256 * 256;
-    }
-  }
+  RETURN_IF_ERROR(CheckCopyItems(items, "put", /*check_cast=*/true, &via_scratch, &scratch_bytes));
   if (scratch_bytes > static_cast<int64_t>(put_scratch_.size())) {
     RETURN_IF_ERROR(SynchronizePuts());  // earlier puts may still read it
     put_scratch_.Reset();

@@ -1,0 +1,150 @@
+// Binding of the network buckets: what a SEND packs, what a RECV unpacks or
+// stages for a reduce / quantize, and the puts of direct writes.
+#include "worker/exec/bound_plan_internal.h"
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/cast.h"
+#include "common/status_macros.h"
+
+namespace wsync::exec::bind_internal {
+
+absl::Status Binder::BindSend(const v1::Bucket& b, BoundTransfer& t, BoundRound& out) {
+  const std::string where = Where(out.index, "SEND", b);
+  for (int i = 0; i < b.pieces_size(); ++i) {
+    const v1::Piece& p = b.pieces(i);
+    const std::string pw = PieceWhere(where, i, p);
+    if (p.scales_of() != 0) {
+      // Written by the pack of its quantized piece.
+      RETURN_IF_ERROR(Annotate(CheckScalePiece(b, i), pw));
+      continue;
+    }
+    RETURN_IF_ERROR(Annotate(CheckSameCount(p), pw));
+    auto src = Resolve(p.src(), BufferSide::kSource, "src");
+    if (!src.ok()) return Annotate(src.status(), pw);
+    if (p.quant_block_size() != 0) {
+      if (b.zero_copy()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(pw, ": quantized piece in a zero-copy bucket"));
+      }
+      RETURN_IF_ERROR(Annotate(CheckPacked(b, p, src->num_elements()), pw));
+      PackItem item{*src, t.staging_offset + p.bucket_offset(), p.wire_dtype()};
+      auto grid = QuantGrid(b, i);
+      if (!grid.ok()) return Annotate(grid.status(), pw);
+      item.quant_outer = grid->outer;
+      item.quant_rows = grid->rows;
+      item.quant_cols = grid->cols;
+      item.quant_block_rows = grid->block_rows;
+      item.quant_block_cols = grid->block_cols;
+      item.scale_offset = t.staging_offset + b.pieces(grid->scale_piece).bucket_offset();
+      StridedView* one[] = {&item.src};
+      CoalesceViews(one);
+      out.pack.push_back(item);
+      continue;
+    }
+    if (b.zero_copy()) {
+      RETURN_IF_ERROR(Annotate(CheckZeroCopy(b, *src), pw));
+      t.direct = src->data;
+      continue;
+    }
+    RETURN_IF_ERROR(Annotate(CheckPacked(b, p, src->num_elements()), pw));
+    if (!CanConvert(src->dtype, p.wire_dtype())) {
+      return absl::InvalidArgumentError(absl::StrCat(pw, ": no conversion from ",
+                                                     DTypeName(src->dtype), " to wire dtype ",
+                                                     DTypeName(p.wire_dtype())));
+    }
+    StridedView* one[] = {&*src};
+    CoalesceViews(one);
+    out.pack.push_back(PackItem{*src, t.staging_offset + p.bucket_offset(), p.wire_dtype()});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Binder::BindPut(const v1::Bucket& b, int32_t round, BoundPlan& out) {
+  const std::string where = Where(round, "SEND (direct write)", b);
+  auto peer = direct_->peer_buffers.find(b.receiver());
+  if (peer == direct_->peer_buffers.end() || peer->second == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": the buffers of worker ", b.receiver(), " are not mapped here"));
+  }
+  for (int i = 0; i < b.pieces_size(); ++i) {
+    const v1::Piece& p = b.pieces(i);
+    const std::string pw = PieceWhere(where, i, p);
+    RETURN_IF_ERROR(Annotate(CheckDirectWritable(p), pw));
+    auto src = Resolve(p.src(), BufferSide::kSource, "src");
+    if (!src.ok()) return Annotate(src.status(), pw);
+    auto dst = Resolve(p.dst(), BufferSide::kDestination, "dst", peer->second);
+    if (!dst.ok()) return Annotate(dst.status(), pw);
+    if (!SameShape(*src, *dst)) {
+      return absl::InvalidArgumentError(absl::StrCat(pw, ": source shape ", ShapeString(p.src()),
+                                                     " differs from destination shape ",
+                                                     ShapeString(p.dst())));
+    }
+    if (!CanConvert(src->dtype, dst->dtype) ||
+        (p.wire_dtype() != src->dtype && p.wire_dtype() != dst->dtype)) {
+      return absl::UnimplementedError(absl::StrCat(
+          pw, ": direct write ", DTypeName(src->dtype), " -> ", DTypeName(p.wire_dtype()), " -> ",
+          DTypeName(dst->dtype), " needs one conversion (the wire dtype must be one of the two)"));
+    }
+    StridedView* both[] = {&*src, &*dst};
+    CoalesceViews(both);
+    out.puts.push_back(CopyItem{*src, *dst});
+  }
+  out.bytes_put += b.bytes();
+  return absl::OkStatus();
+}
+
+absl::Status Binder::BindRecv(const v1::Bucket& b, BoundTransfer& t, BoundRound& out,
+                              std::map<std::pair<int64_t, int32_t>, Partial>& partials) {
+  const std::string where = Where(out.index, "RECV", b);
+  for (int i = 0; i < b.pieces_size(); ++i) {
+    const v1::Piece& p = b.pieces(i);
+    const std::string pw = PieceWhere(where, i, p);
+    if (p.scales_of() != 0) {
+      RETURN_IF_ERROR(Annotate(CheckScalePiece(b, i), pw));
+    } else {
+      RETURN_IF_ERROR(Annotate(CheckSameCount(p), pw));
+    }
+    if (p.quantize_id() != 0) {
+      QuantPart part;
+      RETURN_IF_ERROR(Annotate(StagedInput(b, p, t.staging_offset, "quantize input",
+                                           &part.input.view, &part.input.staging_offset),
+                               pw));
+      RETURN_IF_ERROR(Annotate(SetPartBox(p, part.input), pw));
+      part.where = pw;
+      qparts_[{b.id(), i}] = part;
+      continue;
+    }
+    if (p.reduce_id() != 0) {
+      Partial part;
+      RETURN_IF_ERROR(Annotate(StagedInput(b, p, t.staging_offset, "partial piece",
+                                           &part.input.view, &part.input.staging_offset),
+                               pw));
+      part.where = pw;
+      partials[{b.id(), i}] = part;
+      continue;
+    }
+    auto dst = Resolve(p.dst(), BufferSide::kDestination, "dst");
+    if (!dst.ok()) return Annotate(dst.status(), pw);
+    if (b.zero_copy()) {
+      RETURN_IF_ERROR(Annotate(CheckZeroCopy(b, *dst), pw));
+      t.direct = dst->data;
+      continue;
+    }
+    RETURN_IF_ERROR(Annotate(CheckPacked(b, p, dst->num_elements()), pw));
+    if (!CanConvert(p.wire_dtype(), dst->dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(pw, ": no conversion from wire dtype ",
+                                                     DTypeName(p.wire_dtype()), " to ",
+                                                     DTypeName(dst->dtype)));
+    }
+    StridedView* one[] = {&*dst};
+    CoalesceViews(one);
+    out.unpack.push_back(UnpackItem{t.staging_offset + p.bucket_offset(), p.wire_dtype(), *dst});
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace wsync::exec::bind_internal

@@ -147,16 +147,18 @@ class DirectWritesStateTest : public ::testing::Test {
     ASSERT_EQ(resp->num_workers(), 3);
   }
 
-  // Starts a sync and returns every worker's assignment (in lease order)
-  // and the sync's direct_pairs; reports success for all.
-  std::vector<v1::SyncAssignment> Sync(const std::vector<std::string>& leases, int64_t version,
-                                       int32_t* direct_pairs = nullptr) {
+  // Starts a sync and returns every worker's assignment (in lease order);
+  // *sync_id is the sync's id ("" if it did not start).
+  std::vector<v1::SyncAssignment> Start(const std::vector<std::string>& leases, int64_t version,
+                                        std::string* sync_id) {
     v1::SyncRequest req;
     req.set_transfer("t");
     req.set_version(version);
     auto started = state_->StartSync(req);
     EXPECT_TRUE(started.ok()) << started.status();
+    sync_id->clear();
     if (!started.ok()) return {};
+    *sync_id = started->sync_id();
     std::vector<v1::SyncAssignment> out;
     for (const std::string& l : leases) {
       auto a = state_->NextAssignment(l, tokens_[l], absl::Seconds(1));
@@ -164,13 +166,22 @@ class DirectWritesStateTest : public ::testing::Test {
       out.push_back(a.ok() && a->has_value() ? (**a).sync() : v1::SyncAssignment());
       EXPECT_TRUE(out.back().has_transport()) << "the plan moves bytes over the network";
     }
-    auto st = state_->WaitSync(started->sync_id(), absl::Milliseconds(1));
+    return out;
+  }
+
+  // Start(), then every worker reports success; *direct_pairs is the sync's.
+  std::vector<v1::SyncAssignment> Sync(const std::vector<std::string>& leases, int64_t version,
+                                       int32_t* direct_pairs = nullptr) {
+    std::string id;
+    std::vector<v1::SyncAssignment> out = Start(leases, version, &id);
+    if (id.empty()) return out;
+    auto st = state_->WaitSync(id, absl::Milliseconds(1));
     EXPECT_TRUE(st.ok());
     if (direct_pairs != nullptr) *direct_pairs = st.ok() ? st->direct_pairs() : -1;
     for (const std::string& l : leases) {
       v1::ReportResultRequest r;
       r.set_lease_id(l);
-      r.set_sync_id(started->sync_id());
+      r.set_sync_id(id);
       EXPECT_TRUE(state_->ReportResult(r).ok());
     }
     return out;
@@ -328,26 +339,21 @@ namespace {
 TEST_F(DirectWritesStateTest, AwaitWritersEndsWhenEachWriterReportedOrIsLost) {
   const auto leases = RegisterHosts("host-a", "host-a", "host-a");
   Define();
-  v1::SyncRequest req;
-  req.set_transfer("t");
-  req.set_version(1);
-  auto started = state_->StartSync(req);
-  ASSERT_TRUE(started.ok()) << started.status();
-  for (const std::string& l : leases) {
-    auto a = state_->NextAssignment(l, tokens_[l], absl::Seconds(1));
-    ASSERT_TRUE(a.ok() && a->has_value());
-    EXPECT_EQ((**a).sync().direct_written_by_size(), l == leases[2] ? 2 : 0);
-  }
+  std::string id;
+  const auto as = Start(leases, 1, &id);
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(as.size(), 3u);
+  EXPECT_THAT(as[2].direct_written_by(), ElementsAre(0, 1));
   v1::ReportResultRequest fail;
   fail.set_lease_id(leases[2]);
-  fail.set_sync_id(started->sync_id());
+  fail.set_sync_id(id);
   fail.set_code(13);
   fail.set_message("receiver round failed");
   ASSERT_TRUE(state_->ReportResult(fail).ok());
 
   v1::AwaitWritersRequest await;
   await.set_lease_id(leases[2]);
-  await.set_sync_id(started->sync_id());
+  await.set_sync_id(id);
   await.add_workers(0);
   await.add_workers(1);
   await.set_timeout_ms(50);
@@ -358,12 +364,12 @@ TEST_F(DirectWritesStateTest, AwaitWritersEndsWhenEachWriterReportedOrIsLost) {
   // Writer 0 reports after the sync ended: it wrote its last byte.
   v1::ReportResultRequest late;
   late.set_lease_id(leases[0]);
-  late.set_sync_id(started->sync_id());
+  late.set_sync_id(id);
   ASSERT_TRUE(state_->ReportResult(late).ok());
   r = state_->AwaitWriters(await);
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->pending(), ElementsAre(1));
-  auto st = state_->WaitSync(started->sync_id(), absl::Milliseconds(1));
+  auto st = state_->WaitSync(id, absl::Milliseconds(1));
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->phase(), v1::SYNC_FAILED) << "a late report changes no outcome";
 
@@ -399,18 +405,12 @@ namespace {
 TEST_F(DirectWritesStateTest, AWriterThatCannotMapItsPeersIsPairedNoMore) {
   const auto leases = RegisterHosts("host-a", "host-a", "host-a");
   Define();
-  v1::SyncRequest req;
-  req.set_transfer("t");
-  req.set_version(1);
-  auto started = state_->StartSync(req);
-  ASSERT_TRUE(started.ok()) << started.status();
-  for (const std::string& l : leases) {
-    auto a = state_->NextAssignment(l, tokens_[l], absl::Seconds(1));
-    ASSERT_TRUE(a.ok() && a->has_value());
-  }
+  std::string id;
+  Start(leases, 1, &id);
+  ASSERT_FALSE(id.empty());
   v1::ReportResultRequest fail;
   fail.set_lease_id(leases[0]);
-  fail.set_sync_id(started->sync_id());
+  fail.set_sync_id(id);
   fail.set_code(5);
   fail.set_message("direct writes: shm_open: permission denied");
   fail.set_direct_writes_unavailable(true);
@@ -418,7 +418,7 @@ TEST_F(DirectWritesStateTest, AWriterThatCannotMapItsPeersIsPairedNoMore) {
   for (int w = 1; w < 3; ++w) {
     v1::ReportResultRequest r;
     r.set_lease_id(leases[w]);
-    r.set_sync_id(started->sync_id());
+    r.set_sync_id(id);
     ASSERT_TRUE(state_->ReportResult(r).ok());
   }
   for (const std::string& l : leases) {  // the failed sync's aborts

@@ -90,6 +90,23 @@ void SetUpSwap(Cluster& c, int64_t rows, int64_t cols) {
   }
 }
 
+// Worker 0's fp32 source "s" -> worker 1's destination "s" (n elements),
+// one bucket.
+v1::Plan OneBucket(Cluster& c, int64_t n) {
+  c.Add(0, kSrc, "s", v1::FP32, n);
+  c.Add(1, kDst, "s", v1::FP32, n);
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("s", 0, {n}, v1::FP32), View("s", 0, {n}, v1::FP32), v1::FP32)});
+  return pb.Build();
+}
+
+// Every byte of worker 1's destination "s" still holds its sentinel.
+void ExpectUnwritten(Cluster& c, int64_t n) {
+  const uint8_t* d = c.Data<uint8_t>(1, kDst, "s");
+  for (int64_t i = 0; i < n * 4; ++i) ASSERT_EQ(d[i], kSentinel) << "byte " << i << " written";
+}
+
 TEST(DirectWritesTest, BothDirectionsWriteEveryByteAndReplay) {
   constexpr int64_t kRows = 96, kCols = 64;
   Cluster c(2);
@@ -137,25 +154,20 @@ TEST(DirectWritesTest, MixesWithTransportedBuckets) {
 TEST(DirectWritesTest, NothingIsWrittenBeforeTheReceiverIsReady) {
   constexpr int64_t kN = 4096;
   Cluster c(2);
-  c.Add(0, kSrc, "s", v1::FP32, kN);
-  c.Add(1, kDst, "s", v1::FP32, kN);
-  PlanBuilder pb;
-  pb.AddBucket(0, 1, 0,
-               {Piece(View("s", 0, {kN}, v1::FP32), View("s", 0, {kN}, v1::FP32), v1::FP32)});
+  const v1::Plan plan = OneBucket(c, kN);
   c.WriteDirectly(0, 1);
   ExecutorOptions o;
   o.round_timeout = absl::Seconds(1);
   ASSERT_TRUE(c.Connect(o).ok());
   const absl::Time start = absl::Now();
-  auto results = c.Run(pb.Build(), absl::Seconds(60), /*silent=*/{1});
+  auto results = c.Run(plan, absl::Seconds(60), /*silent=*/{1});
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   ASSERT_FALSE(results[0].ok());
   const absl::Status& s = results[0].status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_NE(s.message().find("ready tokens"), std::string::npos) << s;
   EXPECT_NE(s.message().find("peer 1"), std::string::npos) << s;
-  const uint8_t* d = c.Data<uint8_t>(1, kDst, "s");
-  for (int64_t i = 0; i < kN * 4; ++i) ASSERT_EQ(d[i], kSentinel) << "byte " << i << " written";
+  ExpectUnwritten(c, kN);
 }
 
 // A receiver whose owner registered again after the writer mapped its
@@ -163,41 +175,32 @@ TEST(DirectWritesTest, NothingIsWrittenBeforeTheReceiverIsReady) {
 TEST(DirectWritesTest, RefusesToWriteAReceiverThatRegisteredAgain) {
   constexpr int64_t kN = 1024;
   Cluster c(2);
-  c.Add(0, kSrc, "s", v1::FP32, kN);
-  c.Add(1, kDst, "s", v1::FP32, kN);
-  PlanBuilder pb;
-  pb.AddBucket(0, 1, 0,
-               {Piece(View("s", 0, {kN}, v1::FP32), View("s", 0, {kN}, v1::FP32), v1::FP32)});
+  const v1::Plan plan = OneBucket(c, kN);
   c.WriteDirectly(0, 1);
   c.StaleMapping(0, 1);
   ExecutorOptions o;
   o.round_timeout = absl::Seconds(1);
   ASSERT_TRUE(c.Connect(o).ok());
-  auto results = c.Run(pb.Build(), absl::Seconds(60));
+  auto results = c.Run(plan, absl::Seconds(60));
   ASSERT_FALSE(results[0].ok());
   EXPECT_EQ(results[0].status().code(), absl::StatusCode::kAborted) << results[0].status();
   EXPECT_NE(results[0].status().message().find("worker 1's registered buffers differ"),
             std::string::npos)
       << results[0].status();
   ASSERT_FALSE(results[1].ok()) << "the receiver must not report success";
-  const uint8_t* d = c.Data<uint8_t>(1, kDst, "s");
-  for (int64_t i = 0; i < kN * 4; ++i) ASSERT_EQ(d[i], kSentinel) << "byte " << i << " written";
+  ExpectUnwritten(c, kN);
 }
 
 // A receiver whose writer dies after the ready token fails at its deadline
 // waiting for the done token, naming the writer.
 TEST(DirectWritesTest, ReceiverFailsWhenTheWriterNeverFinishes) {
   Cluster c(2);
-  c.Add(0, kSrc, "s", v1::FP32, 64);
-  c.Add(1, kDst, "s", v1::FP32, 64);
-  PlanBuilder pb;
-  pb.AddBucket(0, 1, 0,
-               {Piece(View("s", 0, {64}, v1::FP32), View("s", 0, {64}, v1::FP32), v1::FP32)});
+  const v1::Plan plan = OneBucket(c, 64);
   c.WriteDirectly(0, 1);
   ExecutorOptions o;
   o.round_timeout = absl::Seconds(1);
   ASSERT_TRUE(c.Connect(o).ok());
-  auto results = c.Run(pb.Build(), absl::Seconds(60), /*silent=*/{0});
+  auto results = c.Run(plan, absl::Seconds(60), /*silent=*/{0});
   ASSERT_FALSE(results[1].ok());
   // The ready token is sent (Gloo completes a send once buffered) or stalls;
   // either way the receiver ends at a deadline naming worker 0.
@@ -239,12 +242,7 @@ TEST(DirectWritesTest, RefusesReduceInputs) {
 
 TEST(DirectWritesTest, RefusesUnmappedPeerAndBadPeerLists) {
   Cluster c(2);
-  c.Add(0, kSrc, "s", v1::FP32, 8);
-  c.Add(1, kDst, "s", v1::FP32, 8);
-  PlanBuilder pb;
-  pb.AddBucket(0, 1, 0,
-               {Piece(View("s", 0, {8}, v1::FP32), View("s", 0, {8}, v1::FP32), v1::FP32)});
-  const v1::Plan plan = pb.Build();
+  const v1::Plan plan = OneBucket(c, 8);
   DirectWrites unmapped;
   unmapped.write_to = {1};
   auto b = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &unmapped);

@@ -73,9 +73,16 @@ TEST(MetricsIntegration, ControllerAndWorkerMetricsPassPromtool) {
   for (const char* needle :
        {"wsync_worker_bytes_sent_total", "wsync_worker_bytes_received_total",
         "wsync_worker_round_duration_seconds_bucket", "wsync_worker_sync_duration_seconds_count 2",
-        "wsync_worker_staging_bytes", "wsync_worker_errors_total"}) {
+        "wsync_worker_staging_bytes", "wsync_worker_errors_total",
+        "wsync_worker_direct_write_bytes_total{direction=\"in\"} 0"}) {
     EXPECT_NE(worker.find(needle), std::string::npos) << needle << "\n" << worker;
   }
+  // Trainer and inference workers share this host's /dev/shm: the trainer
+  // wrote the inference workers' buffers directly.
+  const std::string out_series = "wsync_worker_direct_write_bytes_total{direction=\"out\"} ";
+  const size_t at = worker.find(out_series);
+  ASSERT_NE(at, std::string::npos) << worker;
+  EXPECT_GT(std::stod(worker.substr(at + out_series.size())), 0) << worker;
   out.clear();
   EXPECT_EQ(Promtool(worker, &out), 0) << out;
 }

@@ -267,6 +267,8 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
       if (metrics_ != nullptr) {
         metrics_->AddBytes(static_cast<double>(bound_plan->bytes_put),
                            static_cast<double>(bound_plan->bytes_put_into));
+        metrics_->AddDirectBytes(static_cast<double>(bound_plan->bytes_put),
+                                 static_cast<double>(bound_plan->bytes_put_into));
       }
     }
     auto it = by_index.find(p.round_index);

@@ -18,6 +18,14 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                          .Help("Bytes this worker received over the data plane.")
                          .Register(*registry_)
                          .Add({});
+  auto& direct = prometheus::BuildCounter()
+                     .Name("wsync_worker_direct_write_bytes_total")
+                     .Help("Bytes written directly into mapped peer buffers (direction=\"out\") "
+                           "or into this worker's by peers (\"in\"); part of the sent / received "
+                           "bytes.")
+                     .Register(*registry_);
+  direct_out_ = &direct.Add({{"direction", "out"}});
+  direct_in_ = &direct.Add({{"direction", "in"}});
   round_duration_ = &prometheus::BuildHistogram()
                          .Name("wsync_worker_round_duration_seconds")
                          .Help("Wall time of one plan round on this worker.")

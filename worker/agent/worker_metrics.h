@@ -26,6 +26,12 @@ class WorkerMetrics {
     bytes_sent_->Increment(sent);
     bytes_received_->Increment(received);
   }
+  // Direct writes (included in AddBytes too): written into peers / into
+  // this worker by peers.
+  void AddDirectBytes(double out, double in) {
+    direct_out_->Increment(out);
+    direct_in_->Increment(in);
+  }
   void Round(double seconds) { round_duration_->Observe(seconds); }
   void Sync(double seconds) { sync_duration_->Observe(seconds); }
   void Staging(double bytes) { staging_bytes_->Set(bytes); }
@@ -36,6 +42,8 @@ class WorkerMetrics {
   MetricsEndpoint endpoint_;
   prometheus::Counter* bytes_sent_;
   prometheus::Counter* bytes_received_;
+  prometheus::Counter* direct_out_;
+  prometheus::Counter* direct_in_;
   prometheus::Histogram* round_duration_;
   prometheus::Histogram* sync_duration_;
   prometheus::Gauge* staging_bytes_;

@@ -27,6 +27,7 @@ using exec::StridedView;
 using data_ops_internal::AppendRaw;
 using data_ops_internal::AppendView;
 using data_ops_internal::CheckCopyItems;
+using data_ops_internal::CopyItemsKey;
 
 bool CommonShape(const StridedView& a, const StridedView& b, int64_t* shape, int64_t* a_strides,
                  int64_t* b_strides, int* ndim) {
@@ -262,13 +263,7 @@ absl::Status CudaDataOps::Unpack(const void* staging_base,
 }
 
 absl::Status CudaDataOps::Copy(absl::Span<const exec::CopyItem> items) {
-  std::string key;
-  key.reserve(8 + items.size() * 96);
-  key.push_back('C');
-  for (const exec::CopyItem& it : items) {
-    AppendView(key, it.src);
-    AppendView(key, it.dst);
-  }
+  std::string key = CopyItemsKey('C', items);
   if (auto it = cache_.find(key); it != cache_.end()) return Replay(it->second);
   table_.Clear();
   copy_engine_.Clear();

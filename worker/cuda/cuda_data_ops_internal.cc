@@ -57,6 +57,17 @@ void AppendView(std::string& key, const exec::StridedView& v) {
   key.append(reinterpret_cast<const char*>(v.strides.data()), n * sizeof(int64_t));
 }
 
+std::string CopyItemsKey(char kind, absl::Span<const exec::CopyItem> items) {
+  std::string key;
+  key.reserve(8 + items.size() * 96);
+  key.push_back(kind);
+  for (const exec::CopyItem& it : items) {
+    AppendView(key, it.src);
+    AppendView(key, it.dst);
+  }
+  return key;
+}
+
 absl::Status CheckCopyItems(absl::Span<const exec::CopyItem> items, const char* what,
                             bool check_cast, std::vector<size_t>* via_scratch,
                             int64_t* scratch_bytes) {

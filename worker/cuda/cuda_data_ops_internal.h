@@ -30,6 +30,8 @@ void AppendRaw(std::string& key, const T& v) {
 // Appends `v` to a call's cache key (the calls' items are the keys of
 // their resident tables).
 void AppendView(std::string& key, const exec::StridedView& v);
+// The cache key of a Copy ('C') or Put ('W') call with `items`.
+std::string CopyItemsKey(char kind, absl::Span<const exec::CopyItem> items);
 // `s` with "<what> item <index>: " in front of its message.
 absl::Status Annotate(const absl::Status& s, const char* what, size_t index);
 // Checks copy-like items before anything is enqueued, so that a bad call

@@ -21,8 +21,8 @@
 namespace wsync::cuda {
 
 using data_ops_internal::Annotate;
-using data_ops_internal::AppendView;
 using data_ops_internal::CheckCopyItems;
+using data_ops_internal::CopyItemsKey;
 using data_ops_internal::CheckView;
 using data_ops_internal::RowMajor;
 using exec::StridedView;
@@ -166,13 +166,7 @@ absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items, bool alone
   if (items.empty()) return absl::OkStatus();
   put_launcher_ = alone ? put_kernels_alone_.get() : put_kernels_.get();
   DeviceGuard guard(device_);  // launches need the put stream's device current
-  std::string key;
-  key.reserve(8 + items.size() * 96);
-  key.push_back('W');
-  for (const exec::CopyItem& it : items) {
-    AppendView(key, it.src);
-    AppendView(key, it.dst);
-  }
+  std::string key = CopyItemsKey('W', items);
   if (auto it = put_cache_.find(key); it != put_cache_.end()) {
     ++cache_hits_;
     CachedPut& entry = it->second;

@@ -328,12 +328,6 @@ TEST_F(DirectWritesStateTest, ListWorkersShowsDomainAndPeerGpusAndBufferLocation
   EXPECT_EQ(dst.workers(0).buffers(0).shm().name(), "/wsync-dst0");
 }
 
-}  // namespace
-}  // namespace wsync::controller
-
-namespace wsync::controller {
-namespace {
-
 // After a failed sync, a worker written directly waits for its writers: each
 // must report (late reports count) or lose its lease.
 TEST_F(DirectWritesStateTest, AwaitWritersEndsWhenEachWriterReportedOrIsLost) {
@@ -393,12 +387,6 @@ TEST_F(DirectWritesStateTest, AwaitWritersEndsWhenEachWriterReportedOrIsLost) {
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->pending(), IsEmpty()) << "a sync no longer recorded is long over";
 }
-
-}  // namespace
-}  // namespace wsync::controller
-
-namespace wsync::controller {
-namespace {
 
 // A writer that reports it cannot map its peers' buffers writes no more:
 // its later syncs send those buckets through the transport.

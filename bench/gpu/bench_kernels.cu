@@ -33,7 +33,28 @@ __global__ void ChecksumStridedKernel(const uint16_t* p, int64_t rows, int64_t c
   if ((threadIdx.x & 31) == 0) atomicAdd(sum, local);
 }
 
+__global__ void CopySimpleKernel(int4* __restrict__ d, const int4* __restrict__ s, int64_t n) {
+  constexpr int kUnroll = 4;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
+    int4 v[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) v[k] = s[i + k * stride];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) d[i + k * stride] = v[k];
+  }
+  for (; i < n; i += stride) d[i] = s[i];
+}
+
 }  // namespace
+
+cudaError_t CopySimple(void* dst, const void* src, int64_t bytes, int grid, cudaStream_t stream) {
+  if (bytes <= 0) return cudaSuccess;
+  CopySimpleKernel<<<grid, 256, 0, stream>>>(static_cast<int4*>(dst),
+                                             static_cast<const int4*>(src), bytes / 16);
+  return cudaGetLastError();
+}
 
 cudaError_t Fill16Strided(void* p, int64_t rows, int64_t cols, int64_t row_stride, uint64_t seed,
                           cudaStream_t stream) {

@@ -19,6 +19,10 @@ cudaError_t Fill16Strided(void* p, int64_t rows, int64_t cols, int64_t row_strid
 cudaError_t Checksum16Strided(const void* p, int64_t rows, int64_t cols, int64_t row_stride,
                               unsigned long long* sum, cudaStream_t stream);
 
+// dst[0, bytes) = src[0, bytes) with `grid` blocks of 256 threads, 16 bytes
+// per load (both 16-byte aligned, bytes a multiple of 16).
+cudaError_t CopySimple(void* dst, const void* src, int64_t bytes, int grid, cudaStream_t stream);
+
 }  // namespace wsync::bench
 
 #endif  // WSYNC_BENCH_GPU_BENCH_KERNELS_H_

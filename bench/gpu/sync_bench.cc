@@ -14,7 +14,7 @@
 //
 //   wsync_bench_gpu_sync --model llama3-8b [--mode tp1,colocated] [--iters 5]
 //       [--bucket-mib 256] [--staging-mib 2048] [--zero-copy-mib 32] [--pipeline 1]
-//       [--blocks-per-sm 7] [--copy-engine-kib 0] [--direct 0] [--put-copy-engine-kib 4096]
+//       [--blocks-per-sm 8] [--copy-engine-kib 0] [--direct 0] [--put-copy-engine-kib 4096]
 //       [--put-blocks-per-sm 1] [--put-copy-streams 4]
 //       [--copy-engine-row-bytes 1024] [--copy-engine-max-dims 3]
 //       [--nvlink-gbps 368] [--bidir-gbps 354] [--copy-gbps 2071]
@@ -56,7 +56,7 @@ struct Flags {
   double nvlink_gbps = 368, bidir_gbps = 354, copy_gbps = 2071;
   std::string dump_shapes;
   bool pipeline = true;   // ExecutorOptions::pipeline (0: the unpipelined baseline)
-  int blocks_per_sm = 7;  // CudaDataOps::Options::blocks_per_sm
+  int blocks_per_sm = 8;  // CudaDataOps::Options::blocks_per_sm
   // CudaDataOps::Options::copy_engine (0: every copy on the kernel).
   int64_t copy_engine_kib = 0, copy_engine_row_bytes = 1024;
   int copy_engine_max_dims = 3;

@@ -60,6 +60,27 @@ TEST(PieceTableTest, MisalignedOrCastingPiecesUseScalarPaths) {
   EXPECT_EQ(t.bytes_written(), 400);
 }
 
+TEST(PieceTableTest, CopyOnlyUntilACastOrReduceIsAdded) {
+  // copy_only picks the lean kernel, which has no cast or reduce path.
+  alignas(16) static char src[4096], dst[4096];
+  PieceTable t;
+  EXPECT_TRUE(t.copy_only());
+  const int64_t shape[] = {100};
+  const int64_t st[] = {1};
+  ASSERT_TRUE(t.AddCopy({src, v1::BF16, st}, {dst, v1::BF16, st}, shape, 1, "vec").ok());
+  ASSERT_TRUE(t.AddCopy({src + 2, v1::BF16, st}, {dst, v1::BF16, st}, shape, 1, "raw").ok());
+  EXPECT_TRUE(t.copy_only());
+  ASSERT_TRUE(t.AddCopy({src, v1::FP32, st}, {dst, v1::BF16, st}, shape, 1, "cast").ok());
+  EXPECT_FALSE(t.copy_only());
+  t.Clear();
+  EXPECT_TRUE(t.copy_only());
+  const void* inputs[] = {src, src + 1024};
+  ASSERT_TRUE(t.AddReduce(inputs, 2, v1::FP32, v1::FP32, v1::REDUCE_SUM,
+                          {dst, v1::FP32, st}, shape, 1, "sum")
+                  .ok());
+  EXPECT_FALSE(t.copy_only());
+}
+
 TEST(PieceTableTest, ManyDimsArePeeled) {
   alignas(16) static char src[1 << 16], dst[1 << 16];
   PieceTable t;

@@ -1,5 +1,6 @@
 #include "worker/cuda/batched_kernels.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -18,8 +19,10 @@ TableLayout TableLayout::Of(const PieceTable& table) {
   l.pieces_offset = 0;
   l.tasks_offset = RoundUp16(table.pieces().size() * sizeof(PieceDesc));
   l.inputs_offset = l.tasks_offset + RoundUp16(table.tasks().size() * sizeof(TaskDesc));
-  l.total = l.inputs_offset + RoundUp16(table.inputs().size() * sizeof(uint64_t));
+  l.counter_offset = l.inputs_offset + RoundUp16(table.inputs().size() * sizeof(uint64_t));
+  l.total = l.counter_offset + 16;
   l.num_tasks = static_cast<int64_t>(table.tasks().size());
+  l.copy_only = table.copy_only();
   return l;
 }
 
@@ -34,9 +37,16 @@ absl::StatusOr<std::unique_ptr<BatchedKernels>> BatchedKernels::Create(int devic
   int sms = 0;
   WSYNC_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                              absl::StrCat("multiprocessor count of device ", device));
-  // 8 blocks of 256 threads per SM keep enough loads in flight to reach HBM
-  // bandwidth; more only adds scheduling overhead.
-  k->max_blocks_ = sms * blocks_per_sm;
+  int full = 0, copy = 0;
+  {
+    DeviceGuard guard(device);
+    WSYNC_CUDA_RETURN_IF_ERROR(PieceKernelResidentBlocks(false, &full),
+                               absl::StrCat("piece kernel occupancy on device ", device));
+    WSYNC_CUDA_RETURN_IF_ERROR(PieceKernelResidentBlocks(true, &copy),
+                               absl::StrCat("copy kernel occupancy on device ", device));
+  }
+  k->max_blocks_ = sms * std::max(1, std::min(blocks_per_sm, full));
+  k->max_copy_blocks_ = sms * std::max(1, std::min(blocks_per_sm, copy));
   for (Slot& s : k->slots_) {
     auto ev = Event::Create(device);
     if (!ev.ok()) return ev.status();
@@ -73,6 +83,7 @@ absl::Status BatchedKernels::Launch(const PieceTable& table, cudaStream_t stream
     std::memcpy(h + layout.inputs_offset, table.inputs().data(),
                 table.inputs().size() * sizeof(uint64_t));
   }
+  std::memset(h + layout.counter_offset, 0, layout.total - layout.counter_offset);
   DeviceBuffer* target = resident != nullptr ? resident : &slot.dev;
   if (target->size() < layout.total) {
     const size_t cap = resident != nullptr ? layout.total : slot.host.size();
@@ -83,7 +94,7 @@ absl::Status BatchedKernels::Launch(const PieceTable& table, cudaStream_t stream
   WSYNC_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(target->data(), h, layout.total, cudaMemcpyHostToDevice, stream),
       absl::StrCat("piece table upload on device ", device_));
-  absl::Status s = LaunchResident(target->data(), layout, stream);
+  absl::Status s = LaunchUploaded(target->data(), layout, stream);
   if (absl::Status r = slot.done.Record(stream); !r.ok() && s.ok()) s = r;
   slot.pending = true;
   return s;
@@ -91,12 +102,24 @@ absl::Status BatchedKernels::Launch(const PieceTable& table, cudaStream_t stream
 
 absl::Status BatchedKernels::LaunchResident(const void* device_table, const TableLayout& layout,
                                             cudaStream_t stream) {
-  const char* d = static_cast<const char*>(device_table);
+  // The task counter was left at num_tasks (plus one per block) by the last run.
+  WSYNC_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(static_cast<char*>(const_cast<void*>(device_table)) + layout.counter_offset,
+                      0, sizeof(unsigned long long), stream),
+      absl::StrCat("piece table task counter reset on device ", device_));
+  return LaunchUploaded(device_table, layout, stream);
+}
+
+absl::Status BatchedKernels::LaunchUploaded(const void* device_table, const TableLayout& layout,
+                                            cudaStream_t stream) {
+  char* d = static_cast<char*>(const_cast<void*>(device_table));
   WSYNC_CUDA_RETURN_IF_ERROR(
       LaunchPieceKernel(
           reinterpret_cast<const PieceDesc*>(d + layout.pieces_offset),
           reinterpret_cast<const TaskDesc*>(d + layout.tasks_offset), layout.num_tasks,
-          reinterpret_cast<const uint64_t*>(d + layout.inputs_offset), max_blocks_, stream),
+          reinterpret_cast<const uint64_t*>(d + layout.inputs_offset),
+          reinterpret_cast<unsigned long long*>(d + layout.counter_offset), layout.copy_only,
+          layout.copy_only ? max_copy_blocks_ : max_blocks_, stream),
       absl::StrCat("piece kernel launch (", layout.num_tasks, " tasks) on device ", device_));
   ++launches_;
   return absl::OkStatus();

@@ -21,16 +21,19 @@ struct TableLayout {
   size_t pieces_offset = 0;
   size_t tasks_offset = 0;
   size_t inputs_offset = 0;
+  size_t counter_offset = 0;  // the launch's next-task counter (zeroed per launch)
   size_t total = 0;
   int64_t num_tasks = 0;
+  bool copy_only = false;  // every piece a plain copy: the lean kernel
   static TableLayout Of(const PieceTable& table);
 };
 
 class BatchedKernels {
  public:
-  // Kernels use at most blocks_per_sm blocks of 256 threads per SM (8 fills
-  // an SM; fewer leave HBM bandwidth and SM slots to kernels running beside
-  // them, such as NCCL's).
+  // Kernels use at most blocks_per_sm blocks of 256 threads per SM, and
+  // never more than fit on an SM at once (the kernel's register use decides:
+  // a grid-stride kernel's extra blocks would only wait for the first ones to
+  // finish). Fewer leave SM slots and HBM bandwidth to kernels beside them.
   static absl::StatusOr<std::unique_ptr<BatchedKernels>> Create(int device, int blocks_per_sm = 8);
 
   // Enqueues the whole table on `stream` (one H2D upload, one launch) and
@@ -39,7 +42,9 @@ class BatchedKernels {
   absl::Status Launch(const PieceTable& table, cudaStream_t stream,
                       DeviceBuffer* resident = nullptr);
 
-  // Launches a table kept on the device by an earlier Launch: no upload.
+  // Launches a table kept on the device by an earlier Launch: no upload (a
+  // 8-byte memset resets its task counter). One table must not run twice at
+  // once.
   absl::Status LaunchResident(const void* device_table, const TableLayout& layout,
                               cudaStream_t stream);
 
@@ -56,9 +61,14 @@ class BatchedKernels {
   static constexpr int kSlots = 4;
 
   BatchedKernels() = default;
+  absl::Status LaunchUploaded(const void* device_table, const TableLayout& layout,
+                              cudaStream_t stream);
 
   int device_ = 0;
+  // Grid caps for the full and the copy-only kernel: blocks_per_sm, or
+  // fewer when fewer fit on an SM.
   int max_blocks_ = 0;
+  int max_copy_blocks_ = 0;
   int next_ = 0;
   int64_t launches_ = 0;
   std::array<Slot, kSlots> slots_;

@@ -38,9 +38,12 @@ class CudaDataOps : public exec::DataOps {
     int device = 0;
     // Device bytes the resident table cache may hold before it is cleared.
     int64_t table_cache_bytes = int64_t{256} << 20;
-    // Grid size of the batched kernels (BatchedKernels::Create). 7 leaves
-    // room on every SM for the put kernel (see put_blocks_per_sm).
-    int blocks_per_sm = 7;
+    // Grid size of the batched kernels (BatchedKernels::Create), capped at
+    // what fits on an SM: 2 blocks for the full kernel (128 registers), 3 for
+    // the copy-only one. Blocks claim tasks from a counter, so blocks that
+    // wait for SM slots held by another kernel (puts, NCCL) still share the
+    // work once they start.
+    int blocks_per_sm = 8;
     // Which pack / unpack / copy requests go to the copy engines
     // (copy_engine_batch.h); the default min_bytes 0 keeps all on the kernel.
     CopyEngineOptions copy_engine;
@@ -54,10 +57,8 @@ class CudaDataOps : public exec::DataOps {
     int64_t put_copy_engine_min_bytes = int64_t{4} << 20;
     // Shortest contiguous row (bytes) of a 2-D put worth a copy engine.
     int64_t put_copy_engine_min_row_bytes = 1024;
-    // Grid of the put kernel. A kernel's blocks stay resident until its last
-    // task (grid-stride loop), so the put kernel overlaps the local copies
-    // only when both grids fit on the SMs together: blocks_per_sm +
-    // put_blocks_per_sm <= 8 (2048 threads per SM, 256 per block).
+    // Grid of the put kernel beside other work: it holds this many SM slots
+    // per SM, and the local-copy kernel the rest.
     int put_blocks_per_sm = 1;
     // Streams the copy-engine puts are spread over (balanced by bytes): one
     // stream runs its copies one after another, with a gap between them.

@@ -1,5 +1,5 @@
 // The one batched kernel behind CudaDataOps: every task of a piece table in
-// one launch (grid-stride over tasks, a warp per row segment, 16-byte vector
+// one launch (blocks claim tasks from a counter, a warp per row segment, 16-byte vector
 // copies where rows are aligned, fp32 / bf16 / fp16 conversions, reductions).
 #ifndef WSYNC_WORKER_CUDA_PIECE_KERNELS_H_
 #define WSYNC_WORKER_CUDA_PIECE_KERNELS_H_
@@ -12,10 +12,20 @@
 
 namespace wsync::cuda {
 
-// All pointers are device pointers. `max_blocks` caps the grid (a few blocks
-// per SM saturate HBM). Returns the launch error, if any.
+// All pointers are device pointers. `copy_only`: every piece is a plain copy
+// (kModeVecCopy / kModeRawCopy), which runs a leaner instantiation.
+// `max_blocks` caps the grid (a few blocks per SM saturate HBM). Returns the
+// launch error, if any.
+// Blocks take tasks in order from *next_task (zero at launch), so blocks that
+// start late, once a kernel beside this one frees its SM slots, still share
+// the work instead of each owning a fixed slice.
 cudaError_t LaunchPieceKernel(const PieceDesc* pieces, const TaskDesc* tasks, int64_t num_tasks,
-                              const uint64_t* inputs, int max_blocks, cudaStream_t stream);
+                              const uint64_t* inputs, unsigned long long* next_task,
+                              bool copy_only, int max_blocks, cudaStream_t stream);
+
+// How many blocks of the instantiation fit on one SM at once (its register
+// use decides). A grid-stride kernel gains nothing from more.
+cudaError_t PieceKernelResidentBlocks(bool copy_only, int* blocks_per_sm);
 
 }  // namespace wsync::cuda
 

@@ -63,6 +63,7 @@ void PieceTable::Clear() {
   tasks_.clear();
   inputs_.clear();
   bytes_written_ = 0;
+  non_copy_pieces_ = 0;
 }
 
 void PieceTable::AddTasks(int32_t piece_index, const PieceDesc& p) {
@@ -127,6 +128,7 @@ absl::Status PieceTable::AddNormalizedCopy(const char* src, DType sd, const int6
   }
   const auto index = static_cast<int32_t>(pieces_.size());
   pieces_.push_back(p);
+  if (p.mode != kModeVecCopy && p.mode != kModeRawCopy) ++non_copy_pieces_;
   AddTasks(index, p);
   bytes_written_ += p.shape[0] * p.shape[1] * p.shape[2] * p.shape[3] * p.dst_esize;
   return absl::OkStatus();
@@ -235,6 +237,7 @@ absl::Status PieceTable::AddReduce(const void* const* inputs, int num_inputs, DT
   p.dst_esize = static_cast<int32_t>(DTypeSize(dst.dtype));
   const auto index = static_cast<int32_t>(pieces_.size());
   pieces_.push_back(p);
+  if (p.mode != kModeVecCopy && p.mode != kModeRawCopy) ++non_copy_pieces_;
   AddTasks(index, p);
   bytes_written_ += p.shape[0] * p.shape[1] * p.shape[2] * p.shape[3] * p.dst_esize;
   return absl::OkStatus();

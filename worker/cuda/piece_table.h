@@ -57,6 +57,8 @@ class PieceTable {
   const std::vector<uint64_t>& inputs() const { return inputs_; }
   bool empty() const { return tasks_.empty(); }
   int64_t bytes_written() const { return bytes_written_; }
+  // Every piece is a plain copy (no cast, no reduce).
+  bool copy_only() const { return non_copy_pieces_ == 0; }
 
  private:
   void AddTasks(int32_t piece_index, const PieceDesc& p);
@@ -67,6 +69,7 @@ class PieceTable {
   std::vector<TaskDesc> tasks_;
   std::vector<uint64_t> inputs_;
   int64_t bytes_written_ = 0;
+  int64_t non_copy_pieces_ = 0;
 };
 
 // In place over `ndim` dims of shape and each stride array: drops size-1 dims

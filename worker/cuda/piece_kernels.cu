@@ -18,10 +18,14 @@ constexpr int kThreads = 256;
 constexpr int kPerLane = 8;                // units per lane per item
 constexpr int kItemUnits = 32 * kPerLane;  // units per warp item
 // The copy-only kernel is held to 80 registers so that 3 blocks fit on an SM
-// (a few bytes spill); unbounded it takes 128 and only 2 fit. On H200 the
+// (nothing spills); unbounded it takes 128 and only 2 fit. On H200 the
 // colocated Qwen3-30B-A3B sync with direct writes took 20.0 ms at 3 blocks
 // against 23.9 ms at 2 and 25.8 ms at 4 (64 registers, more spills).
 constexpr int kCopyOnlyMinBlocks = 3;
+// The full kernel (casts, reductions) at 128 registers: 2 blocks fit.
+constexpr int kFullMinBlocks = 2;
+// A task is claimed in this many parts, one warp each.
+constexpr int kPartsPerTask = 8;
 
 __device__ __forceinline__ uint64_t RoundShift(uint64_t v, int shift) {
   if (shift <= 0) return v;
@@ -239,23 +243,30 @@ __device__ __forceinline__ void ProcessSegment(const PieceDesc& p, int mode, int
 }
 
 // Tables of plain copies get their own instantiation: without the cast and
-// reduce paths it needs a quarter of the registers, so more blocks fit on an
-// SM beside other kernels (puts, NCCL).
+// reduce paths it needs fewer registers, so more blocks fit on an SM beside
+// other kernels (puts, NCCL).
+//
+// Work is handed out in parts: claim c is part c % kPartsPerTask of task
+// c / kPartsPerTask, and a part is every kPartsPerTask-th warp item of its
+// task. Each warp claims its own parts from *next_task (no block barriers),
+// with its next claim in flight while it copies. So warps of a kernel that
+// starts late, once another kernel frees SM slots, still share what is left,
+// and consecutive claims keep the GPU's accesses close together.
 template <bool kCopyOnly, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     PieceKernel(const PieceDesc* __restrict__ pieces, const TaskDesc* __restrict__ tasks,
                 int64_t num_tasks, const uint64_t* __restrict__ inputs,
                 unsigned long long* next_task) {
   const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int nwarps = blockDim.x >> 5;
-  __shared__ unsigned long long claimed;
+  unsigned long long claim = 0;
+  if (lane == 0) claim = atomicAdd(next_task, 1ull);
+  claim = __shfl_sync(0xffffffffu, claim, 0);
   for (;;) {
-    if (threadIdx.x == 0) claimed = atomicAdd(next_task, 1ull);
-    __syncthreads();
-    const int64_t t = static_cast<int64_t>(claimed);
-    __syncthreads();  // everyone read it before thread 0 claims the next
+    const int64_t t = static_cast<int64_t>(claim / kPartsPerTask);
+    const int part = static_cast<int>(claim % kPartsPerTask);
     if (t >= num_tasks) break;
+    unsigned long long ahead = 0;
+    if (lane == 0) ahead = atomicAdd(next_task, 1ull);
     const TaskDesc task = tasks[t];
     const PieceDesc& p = pieces[task.piece];
     const int mode = p.mode;
@@ -267,22 +278,23 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       // One row (every contiguous piece): its offsets once, no divisions.
       int64_t so, dof;
       RowOffsets(p, task.row0, &so, &dof);
-      for (int64_t item = warp; item < items_per_row; item += nwarps) {
+      for (int64_t item = part; item < items_per_row; item += kPartsPerTask) {
         const int64_t cbeg = item * kItemUnits;
         ProcessSegment<kCopyOnly>(p, mode, so, dof, col0, cbeg, min(cbeg + kItemUnits, cols), lane,
                                   inputs);
       }
-      continue;
+    } else {
+      const int64_t items = task.nrows * items_per_row;
+      for (int64_t item = part; item < items; item += kPartsPerTask) {
+        const int64_t r = item / items_per_row;
+        const int64_t cbeg = (item - r * items_per_row) * kItemUnits;
+        int64_t so, dof;
+        RowOffsets(p, task.row0 + r, &so, &dof);
+        ProcessSegment<kCopyOnly>(p, mode, so, dof, col0, cbeg, min(cbeg + kItemUnits, cols),
+                                  lane, inputs);
+      }
     }
-    const int64_t items = task.nrows * items_per_row;
-    for (int64_t item = warp; item < items; item += nwarps) {
-      const int64_t r = item / items_per_row;
-      const int64_t cbeg = (item - r * items_per_row) * kItemUnits;
-      int64_t so, dof;
-      RowOffsets(p, task.row0 + r, &so, &dof);
-      ProcessSegment<kCopyOnly>(p, mode, so, dof, col0, cbeg, min(cbeg + kItemUnits, cols), lane,
-                                  inputs);
-    }
+    claim = __shfl_sync(0xffffffffu, ahead, 0);
   }
 }
 
@@ -297,8 +309,8 @@ cudaError_t LaunchPieceKernel(const PieceDesc* pieces, const TaskDesc* tasks, in
     PieceKernel<true, kCopyOnlyMinBlocks>
         <<<blocks, kThreads, 0, stream>>>(pieces, tasks, num_tasks, inputs, next_task);
   } else {
-    PieceKernel<false, 1><<<blocks, kThreads, 0, stream>>>(pieces, tasks, num_tasks, inputs,
-                                                          next_task);
+    PieceKernel<false, kFullMinBlocks>
+        <<<blocks, kThreads, 0, stream>>>(pieces, tasks, num_tasks, inputs, next_task);
   }
   return cudaGetLastError();
 }
@@ -307,7 +319,7 @@ cudaError_t PieceKernelResidentBlocks(bool copy_only, int* blocks_per_sm) {
   return copy_only ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
                          blocks_per_sm, PieceKernel<true, kCopyOnlyMinBlocks>, kThreads, 0)
                    : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                         blocks_per_sm, PieceKernel<false, 1>, kThreads, 0);
+                         blocks_per_sm, PieceKernel<false, kFullMinBlocks>, kThreads, 0);
 }
 
 }  // namespace wsync::cuda

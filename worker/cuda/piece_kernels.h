@@ -1,5 +1,5 @@
 // The one batched kernel behind CudaDataOps: every task of a piece table in
-// one launch (blocks claim tasks from a counter, a warp per row segment, 16-byte vector
+// one launch (warps claim parts of tasks from a counter, 16-byte vector
 // copies where rows are aligned, fp32 / bf16 / fp16 conversions, reductions).
 #ifndef WSYNC_WORKER_CUDA_PIECE_KERNELS_H_
 #define WSYNC_WORKER_CUDA_PIECE_KERNELS_H_
@@ -16,9 +16,9 @@ namespace wsync::cuda {
 // (kModeVecCopy / kModeRawCopy), which runs a leaner instantiation.
 // `max_blocks` caps the grid (a few blocks per SM saturate HBM). Returns the
 // launch error, if any.
-// Blocks take tasks in order from *next_task (zero at launch), so blocks that
-// start late, once a kernel beside this one frees its SM slots, still share
-// the work instead of each owning a fixed slice.
+// Warps claim parts of tasks in order from *next_task (zero at launch), so
+// blocks that start late, once a kernel beside this one frees its SM slots,
+// still share the work instead of each owning a fixed slice.
 cudaError_t LaunchPieceKernel(const PieceDesc* pieces, const TaskDesc* tasks, int64_t num_tasks,
                               const uint64_t* inputs, unsigned long long* next_task,
                               bool copy_only, int max_blocks, cudaStream_t stream);

@@ -15,9 +15,10 @@
 //   wsync_bench_gpu_sync --model llama3-8b [--mode tp1,colocated] [--iters 5]
 //       [--bucket-mib 256] [--staging-mib 2048] [--zero-copy-mib 32] [--pipeline 1]
 //       [--blocks-per-sm 8] [--copy-engine-kib 0] [--direct 0] [--put-copy-engine-kib 4096]
-//       [--put-blocks-per-sm 1] [--put-copy-streams 4]
+//       [--put-blocks-per-sm 1] [--put-copy-streams 4] [--put-copy-engine-row-bytes 8192]
 //       [--copy-engine-row-bytes 1024] [--copy-engine-max-dims 3]
 //       [--nvlink-gbps 368] [--bidir-gbps 354] [--copy-gbps 2071]
+//       [--diagnose-drop local|puts]   (time one part alone; checksums then fail)
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
 #include <cuda_runtime_api.h>
 
@@ -63,7 +64,11 @@ struct Flags {
   // Direct writes for every eligible pair (controller/plan/direct_writes.h):
   // each worker maps its peers' destination slabs by CUDA IPC.
   bool direct = false;
+  // Diagnosis only (checksums then fail): "local" drops every local copy,
+  // "puts" every direct write, to time the other part alone.
+  std::string diagnose_drop;
   int64_t put_copy_engine_kib = 4096;  // CudaDataOps::Options::put_copy_engine_min_bytes
+  int64_t put_copy_engine_row_bytes = 8192;  // ...::put_copy_engine_min_row_bytes
   int put_blocks_per_sm = 1;           // CudaDataOps::Options::put_blocks_per_sm
   int put_copy_streams = 4;            // CudaDataOps::Options::put_copy_streams
 };
@@ -328,6 +333,15 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   auto bound = exec::BindPlan(*rank_plan, worker, registry, transport::MemorySpace::kCuda,
                               f.direct ? &direct.direct : nullptr);
   if (!bound.ok()) return Fail("bind", bound.status());
+  if (!f.diagnose_drop.empty()) {
+    auto edited = std::make_shared<exec::BoundPlan>(**bound);
+    if (f.diagnose_drop == "local") {
+      for (exec::BoundRound& r : edited->rounds) r.copies.clear();
+    } else if (f.diagnose_drop == "puts") {
+      edited->puts.clear();
+    }
+    *bound = std::move(edited);
+  }
   const double bind_s = Now() - t0;
   auto ops = cuda::CudaDataOps::Create({.device = worker,
                                         .blocks_per_sm = f.blocks_per_sm,
@@ -335,6 +349,8 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
                                                         .min_row_bytes = f.copy_engine_row_bytes,
                                                         .max_dims = f.copy_engine_max_dims},
                                         .put_copy_engine_min_bytes = f.put_copy_engine_kib << 10,
+                                        .put_copy_engine_min_row_bytes =
+                                            f.put_copy_engine_row_bytes,
                                         .put_blocks_per_sm = f.put_blocks_per_sm,
                                         .put_copy_streams = f.put_copy_streams});
   if (!ops.ok()) return Fail("data ops", ops.status());
@@ -503,8 +519,12 @@ int main(int argc, char** argv) {
       f.copy_engine_max_dims = std::stoi(v);
     else if (k == "--direct")
       f.direct = v != "0";
+    else if (k == "--diagnose-drop")
+      f.diagnose_drop = v;
     else if (k == "--put-copy-engine-kib")
       f.put_copy_engine_kib = std::stoll(v);
+    else if (k == "--put-copy-engine-row-bytes")
+      f.put_copy_engine_row_bytes = std::stoll(v);
     else if (k == "--put-blocks-per-sm")
       f.put_blocks_per_sm = std::stoi(v);
     else if (k == "--put-copy-streams")

@@ -23,7 +23,7 @@ using testing::TwinBuffer;
 using testing::View;
 
 constexpr int64_t kMiB = int64_t{1} << 20;
-constexpr int64_t kBufferBytes = 64 * kMiB;
+constexpr int64_t kBufferBytes = 128 * kMiB;
 
 struct Side {
   int64_t offset = 0;
@@ -69,9 +69,12 @@ struct PutSpec {
 PutSpec MixedPuts() {
   PutSpec p;
   p.Add({0, v1::BF16, {4 * kMiB}, {1}}, {0, v1::BF16, {4 * kMiB}, {1}});  // 8 MiB
-  // [2048, 4096] bf16 weight, columns [2048, 4096): 8 MiB of 4 KiB rows.
-  p.Add({2048 * 2, v1::BF16, {2048, 2048}, {4096, 1}}, {0, v1::BF16, {2048, 2048}, {2112, 1}});
+  // [2048, 8192] bf16 weight, columns [4096, 8192): 16 MiB of 8 KiB rows.
+  p.Add({4096 * 2, v1::BF16, {2048, 4096}, {8192, 1}}, {0, v1::BF16, {2048, 4096}, {4160, 1}});
   p.plain_big = 2;
+  // [2048, 4096] bf16 weight, columns [2048, 4096): 8 MiB, but of 4 KiB rows,
+  // which the engines stream slowly: the kernel's.
+  p.Add({2048 * 2, v1::BF16, {2048, 2048}, {4096, 1}}, {0, v1::BF16, {2048, 2048}, {2112, 1}});
   p.Add({0, v1::FP32, {1024, 1024}, {1024, 1}}, {0, v1::BF16, {1024, 1024}, {1024, 1}});
   p.Add({0, v1::BF16, {8, 500, 1000}, {520 * 1024, 1024, 1}},
         {0, v1::BF16, {8, 500, 1000}, {500 * 1000, 1000, 1}});

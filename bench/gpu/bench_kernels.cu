@@ -51,8 +51,8 @@ __global__ void CopySimpleKernel(int4* __restrict__ d, const int4* __restrict__ 
 
 cudaError_t CopySimple(void* dst, const void* src, int64_t bytes, int grid, cudaStream_t stream) {
   if (bytes <= 0) return cudaSuccess;
-  CopySimpleKernel<<<grid, 256, 0, stream>>>(static_cast<int4*>(dst),
-                                             static_cast<const int4*>(src), bytes / 16);
+  CopySimpleKernel<<<grid, 256, 0, stream>>>(static_cast<int4*>(dst), static_cast<const int4*>(src),
+                                             bytes / 16);
   return cudaGetLastError();
 }
 

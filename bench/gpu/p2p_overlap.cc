@@ -14,8 +14,8 @@
 // RESULT lines give the wall time and, on GPU 0, when each part ended.
 #include <cuda_runtime_api.h>
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
@@ -132,7 +132,8 @@ int Main(int iters) {
   auto enqueue_local = [&](int d, const Case& c) -> int {
     Gpu& me = g[d];
     switch (c.local) {
-      case Local::kNone: return 0;
+      case Local::kNone:
+        return 0;
       case Local::kKernel:
         return me.kernels.at(c.local_param)->Launch(me.local, me.stream).ok() ? 0 : 4;
       case Local::kMemcpy:
@@ -141,10 +142,9 @@ int Main(int iters) {
         return 0;
       case Local::kMemcpyPieces:
         for (int64_t off = 0; off < kLocalBytes; off += kPiece) {
-          CK(cudaMemcpyAsync(static_cast<char*>(me.local_dst) + off,
-                             static_cast<char*>(me.local_src) + off,
-                             std::min(kPiece, kLocalBytes - off), cudaMemcpyDeviceToDevice,
-                             me.stream));
+          CK(cudaMemcpyAsync(
+              static_cast<char*>(me.local_dst) + off, static_cast<char*>(me.local_src) + off,
+              std::min(kPiece, kLocalBytes - off), cudaMemcpyDeviceToDevice, me.stream));
         }
         return 0;
       case Local::kMemcpy2D:
@@ -165,8 +165,8 @@ int Main(int iters) {
         attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
         attr.flags = c.local == Local::kBatchCe ? cudaMemcpyFlagPreferOverlapWithCompute : 0;
         size_t idx = 0;
-        CK(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &idx,
-                                1, me.stream));
+        CK(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &idx, 1,
+                                me.stream));
         return 0;
       }
       case Local::kSimple:
@@ -179,7 +179,8 @@ int Main(int iters) {
     Gpu& me = g[d];
     Gpu& other = g[1 - d];
     switch (c.peer) {
-      case Peer::kNone: return 0;
+      case Peer::kNone:
+        return 0;
       case Peer::kCePush:
         CK(cudaMemcpy2DAsync(other.incoming, kCols * 2, static_cast<char*>(me.rows) + kCols * 2,
                              kCols * 4, kCols * 2, kRows, cudaMemcpyDeviceToDevice,
@@ -197,8 +198,8 @@ int Main(int iters) {
         char* dst = static_cast<char*>(other.incoming);
         for (int i = 0; i < 64; ++i) {
           const int64_t row = i < 32 ? 4096 : 14336;  // bytes written per row
-          cudaStream_t s = i % c.peer_streams == 0 ? me.copy_stream
-                                                   : me.extra_streams[i % c.peer_streams - 1];
+          cudaStream_t s =
+              i % c.peer_streams == 0 ? me.copy_stream : me.extra_streams[i % c.peer_streams - 1];
           if (i % c.peer_streams != 0) cudaStreamWaitEvent(s, me.start, 0);
           CK(cudaMemcpy2DAsync(dst, row, src + row, 2 * row, row, 2048, cudaMemcpyDeviceToDevice,
                                s));
@@ -278,8 +279,8 @@ int Main(int iters) {
                      Peer::kNone, false});
   }
   for (int grid : {sms / 4, sms / 2, (3 * sms) / 4, sms, 2 * sms, 4 * sms}) {
-    cases.push_back({absl::StrFormat("simple%d+ce_push", grid), Local::kSimple, grid,
-                     Peer::kCePush, false});
+    cases.push_back(
+        {absl::StrFormat("simple%d+ce_push", grid), Local::kSimple, grid, Peer::kCePush, false});
   }
   for (int streams : {1, 4}) {
     const std::string n = absl::StrFormat("ce_llama%d", streams);

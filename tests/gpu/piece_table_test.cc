@@ -75,8 +75,8 @@ TEST(PieceTableTest, CopyOnlyUntilACastOrReduceIsAdded) {
   t.Clear();
   EXPECT_TRUE(t.copy_only());
   const void* inputs[] = {src, src + 1024};
-  ASSERT_TRUE(t.AddReduce(inputs, 2, v1::FP32, v1::FP32, v1::REDUCE_SUM,
-                          {dst, v1::FP32, st}, shape, 1, "sum")
+  ASSERT_TRUE(t.AddReduce(inputs, 2, v1::FP32, v1::FP32, v1::REDUCE_SUM, {dst, v1::FP32, st}, shape,
+                          1, "sum")
                   .ok());
   EXPECT_FALSE(t.copy_only());
 }

@@ -41,10 +41,8 @@ absl::Status CheckPackItem(const exec::PackItem& it, const void* staging_base, s
 }
 
 absl::Status Annotate(const absl::Status& s, const char* what, size_t index) {
-  if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(what, " item ", index, ": ", s.message()));
+  return exec::ItemError(s, what, index);
 }
-
 
 // Field by field: raw struct bytes would include padding, which differs
 // between equal items.

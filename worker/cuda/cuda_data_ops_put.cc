@@ -95,8 +95,9 @@ absl::Status CudaDataOps::AddPutRequest(const StridedView& src, const StridedVie
   }
   char label[32];
   snprintf(label, sizeof(label), "put item %zu", index);
-  return table_.AddCopy(ViewRef{src.data, src.dtype, ss}, ViewRef{dst.data, dst.dtype, ds}, shape,
-                        n, label);
+  return exec::TagItem(table_.AddCopy(ViewRef{src.data, src.dtype, ss},
+                                      ViewRef{dst.data, dst.dtype, ds}, shape, n, label),
+                       index);
 }
 
 absl::Status CudaDataOps::IssuePutCopies(const std::vector<PutCopy>& copies, int64_t bytes,
@@ -209,8 +210,10 @@ absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items, bool alone
       }
       char label[32];
       snprintf(label, sizeof(label), "put item %zu", i);
-      RETURN_IF_ERROR(pre_table_.AddCopy(ViewRef{it.src.data, it.src.dtype, ss},
-                                         ViewRef{tmp, it.src.dtype, ds}, shape, n, label));
+      RETURN_IF_ERROR(exec::TagItem(pre_table_.AddCopy(ViewRef{it.src.data, it.src.dtype, ss},
+                                                       ViewRef{tmp, it.src.dtype, ds}, shape, n,
+                                                       label),
+                                    i));
       StridedView mid_dst = it.dst;  // contiguous, dst shape, src dtype
       mid_dst.data = tmp;
       mid_dst.dtype = it.src.dtype;

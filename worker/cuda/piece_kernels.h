@@ -20,8 +20,8 @@ namespace wsync::cuda {
 // blocks that start late, once a kernel beside this one frees its SM slots,
 // still share the work instead of each owning a fixed slice.
 cudaError_t LaunchPieceKernel(const PieceDesc* pieces, const TaskDesc* tasks, int64_t num_tasks,
-                              const uint64_t* inputs, unsigned long long* next_task,
-                              bool copy_only, int max_blocks, cudaStream_t stream);
+                              const uint64_t* inputs, unsigned long long* next_task, bool copy_only,
+                              int max_blocks, cudaStream_t stream);
 
 // How many blocks of the instantiation fit on one SM at once (its register
 // use decides). A grid-stride kernel gains nothing from more.

@@ -62,8 +62,8 @@ class PieceTable {
 
  private:
   void AddTasks(int32_t piece_index, const PieceDesc& p);
-  absl::Status AddNormalizedCopy(const char* src, DType sd, const int64_t* ss, char* dst,
-                                 DType dd, const int64_t* ds, const int64_t* shape, int ndim);
+  absl::Status AddNormalizedCopy(const char* src, DType sd, const int64_t* ss, char* dst, DType dd,
+                                 const int64_t* ds, const int64_t* shape, int ndim);
 
   std::vector<PieceDesc> pieces_;
   std::vector<TaskDesc> tasks_;

@@ -82,6 +82,9 @@ struct BoundPlan {
   // Direct writes: every piece of every bucket to a write_to peer, in round
   // order; issued at once after the ready tokens (they need no staging).
   std::vector<CopyItem> puts;
+  // Where each put came from (worker, round, bucket, piece, tensor), for
+  // errors the data ops report about one put item.
+  std::vector<std::string> put_origins;
   std::vector<int32_t> direct_write_to;
   std::vector<int32_t> direct_written_by;
   uint64_t ready_token = 0;

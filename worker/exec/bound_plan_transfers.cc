@@ -1,7 +1,5 @@
 // Binding of the network buckets: what a SEND packs, what a RECV unpacks or
 // stages for a reduce / quantize, and the puts of direct writes.
-#include "worker/exec/bound_plan_internal.h"
-
 #include <map>
 #include <string>
 #include <utility>
@@ -9,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cast.h"
 #include "common/status_macros.h"
+#include "worker/exec/bound_plan_internal.h"
 
 namespace wsync::exec::bind_internal {
 
@@ -92,6 +91,7 @@ absl::Status Binder::BindPut(const v1::Bucket& b, int32_t round, BoundPlan& out)
     StridedView* both[] = {&*src, &*dst};
     CoalesceViews(both);
     out.puts.push_back(CopyItem{*src, *dst});
+    out.put_origins.push_back(pw);
   }
   out.bytes_put += b.bytes();
   return absl::OkStatus();

@@ -1,7 +1,9 @@
 #include "worker/exec/data_ops.h"
 
+#include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -143,6 +145,30 @@ absl::Status DataOps::ReadStaging(void* host, const void* staging, size_t bytes)
   RETURN_IF_ERROR(Synchronize());
   std::memcpy(host, staging, bytes);
   return absl::OkStatus();
+}
+
+namespace {
+constexpr char kItemIndexPayload[] = "type.wsync/data_ops.item_index";
+}  // namespace
+
+absl::Status TagItem(absl::Status s, size_t index) {
+  if (!s.ok()) s.SetPayload(kItemIndexPayload, absl::Cord(absl::StrCat(index)));
+  return s;
+}
+
+absl::Status ItemError(const absl::Status& s, const char* what, size_t index) {
+  if (s.ok()) return s;
+  return TagItem(absl::Status(s.code(), absl::StrCat(what, " item ", index, ": ", s.message())),
+                 index);
+}
+
+int64_t ErrorItemIndex(const absl::Status& s) {
+  const auto p = s.GetPayload(kItemIndexPayload);
+  if (!p.has_value()) return -1;
+  const std::string text(*p);
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  return (end == text.c_str() || *end != '\0' || v < 0) ? -1 : static_cast<int64_t>(v);
 }
 
 }  // namespace wsync::exec

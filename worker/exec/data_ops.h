@@ -172,6 +172,15 @@ absl::StatusOr<StridedView> MakeStridedView(void* data, DType dtype,
 // Precondition: equal ndim and shape (the binder checks).
 void CoalesceViews(absl::Span<StridedView* const> views);
 
+// A data-op error about one item of a call: "<what> item <index>: <s>", with
+// the index also attached as a payload, so the interpreter can name the
+// tensor the item came from without parsing the message.
+absl::Status ItemError(const absl::Status& s, const char* what, size_t index);
+// Attaches only the payload (for messages that already name the item).
+absl::Status TagItem(absl::Status s, size_t index);
+// The item index ItemError attached, or -1.
+int64_t ErrorItemIndex(const absl::Status& s);
+
 class DataOps {
  public:
   virtual ~DataOps() = default;

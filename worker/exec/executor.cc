@@ -15,6 +15,18 @@ std::string RoundWhere(const BoundPlan& plan, const BoundRound& round) {
 }
 
 // "peer 1: send 4,5 recv 7; peer 2: ..." (bounded).
+// "worker W: direct writes to workers ...", and the put's origin (round,
+// bucket, piece, tensor) when the data ops' error names one put item.
+std::string PutsWhere(const BoundPlan& plan, const absl::Status& s) {
+  std::string where = absl::StrCat("worker ", plan.worker, ": direct writes to workers ",
+                                   absl::StrJoin(plan.direct_write_to, ","));
+  const int64_t item = ErrorItemIndex(s);
+  if (item >= 0 && item < static_cast<int64_t>(plan.put_origins.size())) {
+    absl::StrAppend(&where, " (put item ", item, ": ", plan.put_origins[item], ")");
+  }
+  return where;
+}
+
 std::string TransfersByPeer(const BoundRound& round) {
   std::map<int32_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> by_peer;
   for (const BoundTransfer& t : round.sends) by_peer[t.peer].first.push_back(t.bucket);
@@ -170,8 +182,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
       stats.put_issue_seconds = Seconds(t);
       if (!s.ok()) {
         ops_->FinishPuts().IgnoreError();
-        return Wrap(s, absl::StrCat("worker ", plan.worker, ": direct writes to workers ",
-                                    absl::StrJoin(plan.direct_write_to, ",")));
+        return Wrap(s, PutsWhere(plan, s));
       }
     }
   }
@@ -215,9 +226,8 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   current_staging_.store(0);
   if (direct) {
     const absl::Time t = absl::Now();
-    absl::Status s = Wrap(ops_->FinishPuts(),
-                          absl::StrCat("worker ", plan.worker, ": direct writes to workers ",
-                                       absl::StrJoin(plan.direct_write_to, ",")));
+    absl::Status s = ops_->FinishPuts();
+    if (!s.ok()) s = Wrap(s, PutsWhere(plan, s));
     stats.put_wait_seconds = Seconds(t);
     // After the last write: the receivers learn their bytes are in place.
     if (s.ok()) s = ExchangeTokens(plan, /*ready=*/false, deadline);

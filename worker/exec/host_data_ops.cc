@@ -201,7 +201,7 @@ absl::Status HostDataOps::Pack(absl::Span<const PackItem> items, void* staging_b
       s = Transfer(it.src,
                    ContiguousView(Bytes(staging_base) + it.staging_offset, it.wire_dtype, n));
     }
-    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("pack item ", i, ": ", s.message()));
+    if (!s.ok()) return ItemError(s, "pack", i);
   }
   return absl::OkStatus();
 }
@@ -216,7 +216,7 @@ absl::Status HostDataOps::Unpack(const void* staging_base, absl::Span<const Unpa
       s = Transfer(ContiguousView(Bytes(staging_base) + it.staging_offset, it.wire_dtype, n),
                    it.dst);
     }
-    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("unpack item ", i, ": ", s.message()));
+    if (!s.ok()) return ItemError(s, "unpack", i);
   }
   return absl::OkStatus();
 }
@@ -226,7 +226,7 @@ absl::Status HostDataOps::Copy(absl::Span<const CopyItem> items) {
     absl::Status s = CheckView(items[i].src, "copy source");
     if (s.ok()) s = CheckView(items[i].dst, "copy destination");
     if (s.ok()) s = Transfer(items[i].src, items[i].dst);
-    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("copy item ", i, ": ", s.message()));
+    if (!s.ok()) return ItemError(s, "copy", i);
   }
   return absl::OkStatus();
 }
@@ -236,7 +236,7 @@ absl::Status HostDataOps::Reduce(absl::Span<const ReduceInput> inputs,
   for (size_t i = 0; i < items.size(); ++i) {
     const ReduceItem& it = items[i];
     auto fail = [&](const absl::Status& s) {
-      return absl::Status(s.code(), absl::StrCat("reduce item ", i, ": ", s.message()));
+      return ItemError(s, "reduce", i);
     };
     RETURN_IF_ERROR(fail(CheckView(it.dst, "reduce destination")));
     if (it.num_inputs < 1 || it.input_begin < 0 ||
@@ -337,7 +337,7 @@ absl::Status HostDataOps::Quantize(absl::Span<const QuantizeInput> inputs,
   for (size_t i = 0; i < items.size(); ++i) {
     const QuantizeItem& q = items[i];
     auto fail = [&](const absl::Status& s) {
-      return absl::Status(s.code(), absl::StrCat("quantize item ", i, ": ", s.message()));
+      return ItemError(s, "quantize", i);
     };
     const int nd = q.dst.ndim;
     if (q.dst.dtype != v1::FP8_E4M3 || nd < 2 || q.scale_dst.dtype != v1::FP32 ||

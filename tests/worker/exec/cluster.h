@@ -58,6 +58,8 @@ class Cluster {
   // `to`'s owner registered again after `from` mapped its buffers).
   void StaleMapping(int from, int to) { stale_.insert({from, to}); }
   Executor& executor(int worker) { return *workers_[worker].executor; }
+  // `worker` runs its syncs on `ops` (owned by the caller; set before Connect).
+  void UseOps(int worker, DataOps* ops) { workers_[worker].custom_ops = ops; }
 
   absl::Status Connect(ExecutorOptions options = {}) {
     static std::atomic<int> counter{0};
@@ -80,9 +82,9 @@ class Cluster {
     for (auto& t : threads) t.join();
     for (int w = 0; w < n_; ++w) {
       if (!status[w].ok()) return status[w];
-      workers_[w].executor = std::make_unique<Executor>(
-          workers_[w].transport.get(),
-          lazy_ops_ ? static_cast<DataOps*>(&workers_[w].lazy) : &workers_[w].ops, options);
+      DataOps* ops = lazy_ops_ ? static_cast<DataOps*>(&workers_[w].lazy) : &workers_[w].ops;
+      if (workers_[w].custom_ops != nullptr) ops = workers_[w].custom_ops;
+      workers_[w].executor = std::make_unique<Executor>(workers_[w].transport.get(), ops, options);
     }
     return absl::OkStatus();
   }
@@ -128,6 +130,7 @@ class Cluster {
     BufferRegistry registry;
     HostDataOps ops;
     LazyDataOps lazy;
+    DataOps* custom_ops = nullptr;
     std::unique_ptr<transport::Transport> transport;
     std::unique_ptr<Executor> executor;
   };

@@ -36,10 +36,10 @@ v1::Plan SwapPlan(int64_t rows, int64_t cols, int rounds) {
       pb.AddBucket(w, 1 - w, r,
                    {Piece(View("m", (r0 * cols + src_col) * 4, {n, half}, v1::FP32, {cols, 1}),
                           View("m", ((w * rows + r0) * half) * 2, {n, half}, v1::BF16), v1::BF16)});
-      pb.AddBucket(w, w, r,
-                   {Piece(View("m", (r0 * cols + w * half) * 4, {n, half}, v1::FP32, {cols, 1}),
-                          View("m", ((w * rows + r0) * half) * 2 + 0, {n, half}, v1::BF16),
-                          v1::BF16)});
+      pb.AddBucket(
+          w, w, r,
+          {Piece(View("m", (r0 * cols + w * half) * 4, {n, half}, v1::FP32, {cols, 1}),
+                 View("m", ((w * rows + r0) * half) * 2 + 0, {n, half}, v1::BF16), v1::BF16)});
     }
     pb.AddBucket(w, 1 - w, 0,
                  {Piece(View("z", w * 512 * 2, {512}, v1::BF16),
@@ -101,11 +101,17 @@ v1::Plan OneBucket(Cluster& c, int64_t n) {
   return pb.Build();
 }
 
-// Every byte of worker 1's destination "s" still holds its sentinel.
-void ExpectUnwritten(Cluster& c, int64_t n) {
-  const uint8_t* d = c.Data<uint8_t>(1, kDst, "s");
-  for (int64_t i = 0; i < n * 4; ++i) ASSERT_EQ(d[i], kSentinel) << "byte " << i << " written";
+// Every byte of worker 1's n-element fp32 destination `name` still holds
+// its sentinel.
+void ExpectUnwrittenBuffer(Cluster& c, const char* name, int64_t n = 64) {
+  const uint8_t* d = c.Data<uint8_t>(1, kDst, name);
+  for (int64_t i = 0; i < n * 4; ++i) {
+    ASSERT_EQ(d[i], kSentinel) << name << " byte " << i << " written";
+  }
 }
+
+// Every byte of worker 1's destination "s" still holds its sentinel.
+void ExpectUnwritten(Cluster& c, int64_t n) { ExpectUnwrittenBuffer(c, "s", n); }
 
 TEST(DirectWritesTest, BothDirectionsWriteEveryByteAndReplay) {
   constexpr int64_t kRows = 96, kCols = 64;
@@ -118,8 +124,8 @@ TEST(DirectWritesTest, BothDirectionsWriteEveryByteAndReplay) {
   for (int run = 0; run < 2; ++run) {
     auto results = c.Run(plan, absl::Seconds(30));
     for (int w = 0; w < 2; ++w) {
-      ASSERT_TRUE(results[w].ok()) << "run " << run << " worker " << w << ": "
-                                   << results[w].status();
+      ASSERT_TRUE(results[w].ok())
+          << "run " << run << " worker " << w << ": " << results[w].status();
       const int64_t net = kRows * kCols / 2 * 2 + 512 * 2;
       EXPECT_EQ(results[w]->bytes_put, net);
       EXPECT_EQ(results[w]->bytes_put_into, net);
@@ -204,14 +210,55 @@ TEST(DirectWritesTest, ReceiverFailsWhenTheWriterNeverFinishes) {
   ASSERT_FALSE(results[1].ok());
   // The ready token is sent (Gloo completes a send once buffered) or stalls;
   // either way the receiver ends at a deadline naming worker 0.
-  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kDeadlineExceeded)
-      << results[1].status();
-  EXPECT_NE(results[1].status().message().find("peer 0"), std::string::npos)
-      << results[1].status();
+  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kDeadlineExceeded) << results[1].status();
+  EXPECT_NE(results[1].status().message().find("peer 0"), std::string::npos) << results[1].status();
 }
 
 // Pieces the receiver must process itself cannot be written directly: the
 // binder refuses them on both sides, naming the bucket and piece.
+// A device's put can fail only once it runs (a copy engine or kernel error);
+// the data ops then name the item, and the interpreter names its tensor.
+class FailingPutOps : public HostDataOps {
+ public:
+  explicit FailingPutOps(size_t bad_item) : bad_item_(bad_item) {}
+  absl::Status Put(absl::Span<const CopyItem> items, bool alone) override {
+    if (bad_item_ < items.size()) {
+      return ItemError(absl::InternalError("copy engine fault"), "put", bad_item_);
+    }
+    return HostDataOps::Put(items, alone);
+  }
+
+ private:
+  const size_t bad_item_;
+};
+
+TEST(DirectWritesTest, AFailedPutNamesItsTensor) {
+  Cluster c(2);
+  for (const char* name : {"a", "b"}) {
+    c.Add(0, kSrc, name, v1::FP32, 64);
+    c.Add(1, kDst, name, v1::FP32, 64);
+  }
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("a", 0, {64}, v1::FP32), View("a", 0, {64}, v1::FP32), v1::FP32),
+                Piece(View("b", 0, {64}, v1::FP32), View("b", 0, {64}, v1::FP32), v1::FP32)});
+  FailingPutOps ops(/*bad_item=*/1);
+  c.UseOps(0, &ops);
+  c.WriteDirectly(0, 1);
+  ASSERT_TRUE(c.Connect().ok());
+  auto results = c.Run(pb.Build(), absl::Seconds(3));
+  ASSERT_FALSE(results[0].ok());
+  const std::string msg(results[0].status().message());
+  EXPECT_EQ(results[0].status().code(), absl::StatusCode::kInternal) << msg;
+  EXPECT_NE(msg.find("direct writes to workers 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("piece 1 (tensor 'b')"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("copy engine fault"), std::string::npos) << msg;
+  // The receiver never gets its done token: it fails instead of reporting
+  // bytes that were not written.
+  EXPECT_FALSE(results[1].ok());
+  ExpectUnwrittenBuffer(c, "b");
+}
+
 TEST(DirectWritesTest, RefusesReduceInputs) {
   constexpr int64_t kN = 100;
   Cluster c(2);
@@ -248,8 +295,7 @@ TEST(DirectWritesTest, RefusesUnmappedPeerAndBadPeerLists) {
   auto b = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &unmapped);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition) << b.status();
-  EXPECT_NE(b.status().message().find("worker 1 are not mapped"), std::string::npos)
-      << b.status();
+  EXPECT_NE(b.status().message().find("worker 1 are not mapped"), std::string::npos) << b.status();
   DirectWrites self;
   self.write_to = {0};
   b = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &self);

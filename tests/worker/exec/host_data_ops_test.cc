@@ -52,11 +52,18 @@ TEST(HostDataOpsTest, CopySameDtypeStridedBothSides) {
   for (int i = 0; i < 4; ++i) {
     for (int j = 0; j < 4; ++j) EXPECT_EQ(b[i + 4 * j], 16 * i + 2 * j);
   }
-  // Integer -> float is refused, not reinterpreted.
+  // Integer -> float is refused, not reinterpreted; the error names the item
+  // in its message and, for the interpreter, in a payload.
   std::vector<float> f(16);
-  EXPECT_FALSE(
-      ops.Copy({CopyItem{V(a.data(), v1::INT32, {16}, {1}), V(f.data(), v1::FP32, {16}, {1})}})
-          .ok());
+  const CopyItem good{V(a.data(), v1::INT32, {16}, {1}), V(b.data(), v1::INT32, {16}, {1})};
+  const absl::Status s = ops.Copy(
+      {good, CopyItem{V(a.data(), v1::INT32, {16}, {1}), V(f.data(), v1::FP32, {16}, {1})}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("copy item 1: "), absl::string_view::npos) << s;
+  EXPECT_EQ(ErrorItemIndex(s), 1);
+  EXPECT_EQ(ErrorItemIndex(absl::InternalError("no item")), -1);
+  EXPECT_EQ(ErrorItemIndex(TagItem(absl::InternalError("tagged"), 7)), 7);
+  EXPECT_TRUE(TagItem(absl::OkStatus(), 7).ok());
 }
 
 TEST(HostDataOpsTest, ReduceMixesStagedAndStridedInputs) {

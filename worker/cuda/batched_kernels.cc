@@ -102,7 +102,7 @@ absl::Status BatchedKernels::Launch(const PieceTable& table, cudaStream_t stream
 
 absl::Status BatchedKernels::LaunchResident(const void* device_table, const TableLayout& layout,
                                             cudaStream_t stream) {
-  // The task counter was left at num_tasks (plus one per block) by the last run.
+  // The last run left the task counter past its last claim.
   WSYNC_CUDA_RETURN_IF_ERROR(
       cudaMemsetAsync(static_cast<char*>(const_cast<void*>(device_table)) + layout.counter_offset,
                       0, sizeof(unsigned long long), stream),

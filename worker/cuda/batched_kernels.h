@@ -31,9 +31,9 @@ struct TableLayout {
 class BatchedKernels {
  public:
   // Kernels use at most blocks_per_sm blocks of 256 threads per SM, and
-  // never more than fit on an SM at once (the kernel's register use decides:
-  // a grid-stride kernel's extra blocks would only wait for the first ones to
-  // finish). Fewer leave SM slots and HBM bandwidth to kernels beside them.
+  // never more than fit on an SM at once (the kernel's register use decides;
+  // more blocks would only wait for a free slot). Fewer leave SM slots and
+  // HBM bandwidth to kernels beside them.
   static absl::StatusOr<std::unique_ptr<BatchedKernels>> Create(int device, int blocks_per_sm = 8);
 
   // Enqueues the whole table on `stream` (one H2D upload, one launch) and

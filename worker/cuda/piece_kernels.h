@@ -24,7 +24,7 @@ cudaError_t LaunchPieceKernel(const PieceDesc* pieces, const TaskDesc* tasks, in
                               int max_blocks, cudaStream_t stream);
 
 // How many blocks of the instantiation fit on one SM at once (its register
-// use decides). A grid-stride kernel gains nothing from more.
+// use decides). Blocks beyond that only wait for a free slot.
 cudaError_t PieceKernelResidentBlocks(bool copy_only, int* blocks_per_sm);
 
 }  // namespace wsync::cuda

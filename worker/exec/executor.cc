@@ -14,7 +14,6 @@ std::string RoundWhere(const BoundPlan& plan, const BoundRound& round) {
   return absl::StrCat("worker ", plan.worker, " round ", round.index);
 }
 
-// "peer 1: send 4,5 recv 7; peer 2: ..." (bounded).
 // "worker W: direct writes to workers ...", and the put's origin (round,
 // bucket, piece, tensor) when the data ops' error names one put item.
 std::string PutsWhere(const BoundPlan& plan, const absl::Status& s) {
@@ -27,6 +26,7 @@ std::string PutsWhere(const BoundPlan& plan, const absl::Status& s) {
   return where;
 }
 
+// "peer 1: send 4,5 recv 7; peer 2: ..." (bounded).
 std::string TransfersByPeer(const BoundRound& round) {
   std::map<int32_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> by_peer;
   for (const BoundTransfer& t : round.sends) by_peer[t.peer].first.push_back(t.bucket);

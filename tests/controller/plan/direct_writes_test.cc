@@ -90,21 +90,8 @@ TEST(DirectWritesTest, ARelayInALocalBucketAlsoCounts) {
 
 TEST(DirectWritesTest, PlannedFanOutWithAndWithoutRelays) {
   using namespace planner_testing;  // NOLINT
-  // One trainer copy on 2 ranks; 8 inference replicas of TP2 (as in the
-  // planner's relay tests).
-  auto fan_out = [](bool disable_relay) {
-    v1::Side src = Side("trainer", Range(0, 2), 8);
-    v1::Side dst = Side("infer", Range(16, 16), 8);
-    for (int t = 0; t < 6; ++t) {
-      const std::string name = "layer" + std::to_string(t);
-      Mesh(&src, name, {64, 32}, {2}, {Sh(0)});
-      Mesh(&dst, name, {64, 32}, {8, 2}, {Rep(), Sh(1)});
-    }
-    v1::TransferSpec spec = Spec(src, dst);
-    spec.mutable_options()->set_disable_relay(disable_relay);
-    spec.mutable_options()->set_bucket_bytes(2048);
-    return BuildAndVerify(spec);
-  };
+  // The planner's relay fan-out (FanOutSpec).
+  auto fan_out = [](bool disable_relay) { return BuildAndVerify(FanOutSpec(disable_relay)); };
   // Without relays every network pair is plain.
   const v1::Plan plain = fan_out(true);
   std::set<WorkerPair> network;

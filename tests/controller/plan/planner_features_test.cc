@@ -13,23 +13,8 @@ namespace {
 
 using namespace planner_testing;  // NOLINT
 
-v1::TransferSpec FanOut(bool disable_relay) {
-  // One trainer copy on 2 ranks; 8 inference replicas of TP2 (16 ranks).
-  v1::Side src = Side("trainer", Range(0, 2), 8);
-  v1::Side dst = Side("infer", Range(16, 16), 8);
-  for (int t = 0; t < 6; ++t) {
-    const std::string name = "layer" + std::to_string(t);
-    Mesh(&src, name, {64, 32}, {2}, {Sh(0)});
-    Mesh(&dst, name, {64, 32}, {8, 2}, {Rep(), Sh(1)});
-  }
-  v1::TransferSpec spec = Spec(src, dst);
-  spec.mutable_options()->set_disable_relay(disable_relay);
-  spec.mutable_options()->set_bucket_bytes(2048);
-  return spec;
-}
-
 TEST(PlannerRelayTest, FanOutRelaysKeepEgressAtTheBalancedShare) {
-  const v1::TransferSpec spec = FanOut(false);
+  const v1::TransferSpec spec = FanOutSpec(false);
   v1::Plan plan = BuildAndVerify(spec);
   EXPECT_GT(plan.summary().num_relay_pieces(), 0);
   // Every inference rank needs 6 * 64 * 16 * 4 bytes; the balanced egress
@@ -52,7 +37,7 @@ TEST(PlannerRelayTest, FanOutRelaysKeepEgressAtTheBalancedShare) {
 }
 
 TEST(PlannerRelayTest, DisableRelaySendsEverythingFromTheSource) {
-  v1::Plan plan = BuildAndVerify(FanOut(true));
+  v1::Plan plan = BuildAndVerify(FanOutSpec(true));
   EXPECT_EQ(plan.summary().num_relay_pieces(), 0);
   EXPECT_EQ(plan.summary().max_rank_bytes_out(), 8 * 6 * 64 * 32 * 4 / 2);
 }

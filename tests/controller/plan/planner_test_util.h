@@ -174,6 +174,22 @@ inline void ExpectInvariants(const v1::TransferSpec& spec, const v1::Plan& plan)
   EXPECT_LE(plan.summary().lower_bound_seconds(), plan.summary().predicted_seconds() * (1 + 1e-9));
 }
 
+// One trainer copy on 2 ranks -> 8 inference replicas of TP=2 (16 ranks):
+// the fan-out where the planner relays (unless disable_relay).
+inline v1::TransferSpec FanOutSpec(bool disable_relay) {
+  v1::Side src = Side("trainer", Range(0, 2), 8);
+  v1::Side dst = Side("infer", Range(16, 16), 8);
+  for (int t = 0; t < 6; ++t) {
+    const std::string name = "layer" + std::to_string(t);
+    Mesh(&src, name, {64, 32}, {2}, {Sh(0)});
+    Mesh(&dst, name, {64, 32}, {8, 2}, {Rep(), Sh(1)});
+  }
+  v1::TransferSpec spec = Spec(src, dst);
+  spec.mutable_options()->set_disable_relay(disable_relay);
+  spec.mutable_options()->set_bucket_bytes(2048);
+  return spec;
+}
+
 // Builds, replays on element-id data and checks every destination element.
 inline v1::Plan BuildAndVerify(const v1::TransferSpec& spec) {
   absl::StatusOr<v1::Plan> plan = BuildPlan(spec);

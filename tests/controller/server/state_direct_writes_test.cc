@@ -12,6 +12,7 @@
 #include "controller/server/state.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/controller/server/state_test_util.h"
 
 namespace wsync::controller {
 namespace {
@@ -19,21 +20,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-v1::TensorLayout Tensor(int n, bool shard) {
-  v1::TensorLayout t;
-  t.set_name("w");
-  t.set_dtype(v1::FP32);
-  t.add_shape(8);
-  auto* mesh = t.mutable_mesh();
-  mesh->add_mesh_shape(n);
-  for (int r = 0; r < n; ++r) mesh->add_ranks(r);
-  if (shard) {
-    mesh->add_placements()->mutable_shard()->set_dim(0);
-  } else {
-    mesh->add_placements()->mutable_replicate();
-  }
-  return t;
-}
+using state_testing::Tensor;
 
 struct WorkerSpec {
   std::string group;

@@ -3,25 +3,12 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/controller/server/state_test_util.h"
 
 namespace wsync::controller {
 namespace {
 
-v1::TensorLayout Tensor(int n, bool shard) {
-  v1::TensorLayout t;
-  t.set_name("w");
-  t.set_dtype(v1::FP32);
-  t.add_shape(8);
-  auto* mesh = t.mutable_mesh();
-  mesh->add_mesh_shape(n);
-  for (int r = 0; r < n; ++r) mesh->add_ranks(r);
-  if (shard) {
-    mesh->add_placements()->mutable_shard()->set_dim(0);
-  } else {
-    mesh->add_placements()->mutable_replicate();
-  }
-  return t;
-}
+using state_testing::Tensor;
 
 class StateTest : public ::testing::Test {
  protected:

@@ -20,7 +20,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-using state_testing::Tensor;
 
 struct WorkerSpec {
   std::string group;
@@ -123,13 +122,7 @@ class DirectWritesStateTest : public ::testing::Test {
   }
 
   void Define() {
-    v1::DefineTransferRequest req;
-    req.set_name("t");
-    req.set_source_group("src");
-    req.set_destination_group("dst");
-    *req.mutable_spec()->mutable_source()->add_tensors() = Tensor(2, true);
-    *req.mutable_spec()->mutable_destination()->add_tensors() = Tensor(1, false);
-    auto resp = state_->DefineTransfer(req);
+    auto resp = state_->DefineTransfer(state_testing::SimpleTransfer());
     ASSERT_TRUE(resp.ok()) << resp.status();
     ASSERT_EQ(resp->num_workers(), 3);
   }

@@ -8,7 +8,6 @@
 namespace wsync::controller {
 namespace {
 
-using state_testing::Tensor;
 
 class StateTest : public ::testing::Test {
  protected:
@@ -39,13 +38,7 @@ class StateTest : public ::testing::Test {
   }
 
   void DefineSimple() {
-    v1::DefineTransferRequest req;
-    req.set_name("t");
-    req.set_source_group("src");
-    req.set_destination_group("dst");
-    *req.mutable_spec()->mutable_source()->add_tensors() = Tensor(2, true);
-    *req.mutable_spec()->mutable_destination()->add_tensors() = Tensor(1, false);
-    auto resp = state_->DefineTransfer(req);
+    auto resp = state_->DefineTransfer(state_testing::SimpleTransfer());
     ASSERT_TRUE(resp.ok()) << resp.status();
     EXPECT_EQ(resp->num_workers(), 3);
   }

@@ -2,6 +2,7 @@
 #ifndef WSYNC_TESTS_CONTROLLER_SERVER_STATE_TEST_UTIL_H_
 #define WSYNC_TESTS_CONTROLLER_SERVER_STATE_TEST_UTIL_H_
 
+#include "wsync/v1/controller.pb.h"
 #include "wsync/v1/layout.pb.h"
 
 namespace wsync::controller::state_testing {
@@ -22,6 +23,18 @@ inline v1::TensorLayout Tensor(int n, bool shard) {
     mesh->add_placements()->mutable_replicate();
   }
   return t;
+}
+
+// Transfer "t": group "src" (2 ranks, sharded) -> group "dst" (1 rank,
+// replicated): 3 workers, src/0 = 0, src/1 = 1, dst/0 = 2.
+inline v1::DefineTransferRequest SimpleTransfer() {
+  v1::DefineTransferRequest req;
+  req.set_name("t");
+  req.set_source_group("src");
+  req.set_destination_group("dst");
+  *req.mutable_spec()->mutable_source()->add_tensors() = Tensor(2, true);
+  *req.mutable_spec()->mutable_destination()->add_tensors() = Tensor(1, false);
+  return req;
 }
 
 }  // namespace wsync::controller::state_testing

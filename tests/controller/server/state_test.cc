@@ -8,7 +8,6 @@
 namespace wsync::controller {
 namespace {
 
-
 class StateTest : public ::testing::Test {
  protected:
   StateTest() {

@@ -25,6 +25,7 @@ gpu_bins="wsync_gpu_piece_table_test wsync_gpu_data_ops_test wsync_gpu_nccl_tran
   wsync_gpu_nccl_conformance_test wsync_gpu_ipc_registry_test wsync_gpu_executor_test
   wsync_gpu_data_ops_put_test
   wsync_bench_nccl_ceiling wsync_bench_gpu_sync wsync_bench_ipc_open wsync_bench_p2p_overlap
+  wsync_bench_ipc_put
   wsync-controller wsync-worker wsync-demo"
 
 case "$mode" in
@@ -107,6 +108,11 @@ device)
       timeout 120 $bundle/bin/wsync_bench_p2p_overlap --iters "${WSYNC_BENCH_ITERS:-10}" \
         >"$OUT/p2p.log" 2>&1 || rc=1
       grep RESULT "$OUT/p2p.log"
+    fi
+    if [ -x $bundle/bin/wsync_bench_ipc_put ] && [ "$ngpu" -ge 2 ]; then
+      timeout 120 $bundle/bin/wsync_bench_ipc_put --iters "${WSYNC_BENCH_ITERS:-10}" \
+        >"$OUT/ipc_put.log" 2>&1 || rc=1
+      grep RESULT "$OUT/ipc_put.log"
     fi
     # This run's own ceilings feed the sync bench's lower bounds.
     rates=$(python3 - "$OUT/ceiling.log" <<'PY'

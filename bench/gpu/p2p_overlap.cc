@@ -7,7 +7,9 @@
 //   wsync_bench_p2p_overlap [--iters 5]
 //
 // Each case names how the local part and the peer part are moved:
-//   local: wsync's batched kernel at k blocks/SM (kernelK), cudaMemcpyAsync
+//   local: wsync's batched kernel at k blocks/SM (kernelK; its table uploaded
+//     each launch), a copy-only configuration of it on a table uploaded
+//     once (v_*, copy_variants.h), cudaMemcpyAsync
 //     (memcpy), or a plain grid-stride copy kernel with G blocks (simpleG);
 //   peer: cudaMemcpy2DAsync pushed by the sender (ce_push) or pulled by the
 //     receiver (ce_pull), or wsync's kernel (kernel8).
@@ -24,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/gpu/bench_kernels.h"
 #include "bench/gpu/bench_util.h"
+#include "bench/gpu/copy_variants.h"
 #include "worker/cuda/batched_kernels.h"
 #include "worker/cuda/piece_table.h"
 
@@ -41,7 +44,18 @@ constexpr int64_t kRow2D = 14336;
 // kMemcpyPieces: 64 MiB cudaMemcpyAsync calls; kMemcpy2D: rows of 14 KiB
 // out of 28 KiB source rows; kBatch / kBatchCe: cudaMemcpyBatchAsync of
 // 64 MiB pieces, without / with cudaMemcpyFlagPreferOverlapWithCompute.
-enum class Local { kNone, kKernel, kMemcpy, kSimple, kMemcpyPieces, kMemcpy2D, kBatch, kBatchCe };
+// kVariant: CopyVariants()[local_param] on the local table.
+enum class Local {
+  kNone,
+  kKernel,
+  kMemcpy,
+  kSimple,
+  kMemcpyPieces,
+  kMemcpy2D,
+  kBatch,
+  kBatchCe,
+  kVariant
+};
 // kCeLlama: Llama-3-8B's own peer writes, 32 o_proj-like (2048 rows of
 // 4 KiB out of 8 KiB) and 32 down_proj-like (2048 rows of 14 KiB out of
 // 28 KiB) cudaMemcpy2DAsync calls, spread over `peer_streams` streams.
@@ -69,6 +83,8 @@ struct Gpu {
   cudaEvent_t start = nullptr, local_done = nullptr, peer_done = nullptr;
   std::map<int, std::unique_ptr<cuda::BatchedKernels>> kernels;  // by blocks/SM
   cuda::PieceTable local, peer;
+  void* local_table = nullptr;  // `local`, serialized for the copy variants
+  cuda::TableLayout local_layout;
 };
 
 int Main(int iters) {
@@ -129,6 +145,21 @@ int Main(int iters) {
       return 4;
     }
   }
+  for (int d = 0; d < 2; ++d) {
+    Gpu& me = g[d];
+    CK(cudaSetDevice(d));
+    me.local_layout = cuda::TableLayout::Of(me.local);
+    const cuda::TableLayout& l = me.local_layout;
+    std::vector<char> h(l.total, 0);
+    std::memcpy(h.data() + l.pieces_offset, me.local.pieces().data(),
+                me.local.pieces().size() * sizeof(cuda::PieceDesc));
+    std::memcpy(h.data() + l.tasks_offset, me.local.tasks().data(),
+                me.local.tasks().size() * sizeof(cuda::TaskDesc));
+    CK(cudaMalloc(&me.local_table, l.total));
+    CK(cudaMemcpy(me.local_table, h.data(), l.total, cudaMemcpyHostToDevice));
+  }
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   auto enqueue_local = [&](int d, const Case& c) -> int {
     Gpu& me = g[d];
     switch (c.local) {
@@ -172,6 +203,9 @@ int Main(int iters) {
       case Local::kSimple:
         CK(CopySimple(me.local_dst, me.local_src, kLocalBytes, c.local_param, me.stream));
         return 0;
+      case Local::kVariant:
+        CK(CopyVariants()[c.local_param].run(me.local_table, me.local_layout, 8, sms, me.stream));
+        return 0;
     }
     return 0;
   };
@@ -193,6 +227,7 @@ int Main(int iters) {
         return 0;
       case Peer::kKernel:
         return me.kernels.at(8)->Launch(me.peer, me.copy_stream).ok() ? 0 : 4;
+
       case Peer::kCeLlama: {
         const char* src = static_cast<const char*>(me.rows);
         char* dst = static_cast<char*>(other.incoming);
@@ -247,8 +282,6 @@ int Main(int iters) {
     *peer_ms = Median(peers);
     return Median(times);
   };
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::vector<Case> cases = {
       {"local_kernel8", Local::kKernel, 8, Peer::kNone, false},
       {"local_memcpy", Local::kMemcpy, 0, Peer::kNone, false},
@@ -274,6 +307,12 @@ int Main(int iters) {
       {"batch+ce_push", Local::kBatch, 0, Peer::kCePush, false},
       {"batch_ce+ce_push", Local::kBatchCe, 0, Peer::kCePush, false},
   };
+  for (size_t v = 0; v < CopyVariants().size(); ++v) {
+    const std::string& n = CopyVariants()[v].name;
+    const int param = static_cast<int>(v);
+    cases.push_back({"local_" + n, Local::kVariant, param, Peer::kNone, false});
+    cases.push_back({n + "+ce_llama1", Local::kVariant, param, Peer::kCeLlama, false, 1});
+  }
   for (int mult : {1, 2, 4, 8}) {
     cases.push_back({absl::StrFormat("local_simple%d", sms * mult), Local::kSimple, sms * mult,
                      Peer::kNone, false});

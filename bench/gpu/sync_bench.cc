@@ -19,6 +19,8 @@
 //       [--copy-engine-row-bytes 1024] [--copy-engine-max-dims 3]
 //       [--nvlink-gbps 368] [--bidir-gbps 354] [--copy-gbps 2071]
 //       [--diagnose-drop local|puts]   (time one part alone; checksums then fail)
+//       [--diagnose-raw-puts 1]   (also time the direct writes alone, straight
+//                                  through the data ops: no executor, no tokens)
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
 #include <cuda_runtime_api.h>
 
@@ -67,10 +69,11 @@ struct Flags {
   // Diagnosis only (checksums then fail): "local" drops every local copy,
   // "puts" every direct write, to time the other part alone.
   std::string diagnose_drop;
-  int64_t put_copy_engine_kib = 4096;  // CudaDataOps::Options::put_copy_engine_min_bytes
+  bool diagnose_raw_puts = false;            // also time the puts alone through the data ops
+  int64_t put_copy_engine_kib = 4096;        // CudaDataOps::Options::put_copy_engine_min_bytes
   int64_t put_copy_engine_row_bytes = 8192;  // ...::put_copy_engine_min_row_bytes
-  int put_blocks_per_sm = 1;           // CudaDataOps::Options::put_blocks_per_sm
-  int put_copy_streams = 4;            // CudaDataOps::Options::put_copy_streams
+  int put_blocks_per_sm = 1;                 // CudaDataOps::Options::put_blocks_per_sm
+  int put_copy_streams = 4;                  // CudaDataOps::Options::put_copy_streams
 };
 
 int Fail(const std::string& what, const absl::Status& s) {
@@ -153,7 +156,6 @@ absl::Status MakeSlab(const std::map<std::string, BufferNeed>& need, Slab& slab)
   slab.buffers = CarveSlab(need, slab.base);
   return absl::OkStatus();
 }
-
 
 // Workaround, not a semantic change: BindPlan (worker/exec/bound_plan.cc)
 // checks a zero-copy bucket's view for contiguity before coalescing it, so a
@@ -249,8 +251,9 @@ struct DirectSetup {
   std::map<int32_t, exec::BufferRegistry> peers;
   exec::DirectWrites direct;
 };
-absl::Status SetUpDirectWrites(const Case& c, int worker, const Slab& dst, transport::KvStore& store,
-                               const std::string& tag, DirectSetup& out) {
+absl::Status SetUpDirectWrites(const Case& c, int worker, const Slab& dst,
+                               transport::KvStore& store, const std::string& tag,
+                               DirectSetup& out) {
   for (const auto& [s, r] : plan::DirectWriteEligiblePairs(c.plan)) {
     if (s == worker) out.direct.write_to.push_back(r);
     if (r == worker) out.direct.written_by.push_back(s);
@@ -262,8 +265,8 @@ absl::Status SetUpDirectWrites(const Case& c, int worker, const Slab& dst, trans
   }
   ASSIGN_OR_RETURN(out.ipc, cuda::IpcRegistry::Create(worker));
   for (int32_t peer : out.direct.write_to) {
-    ASSIGN_OR_RETURN(std::string text, store.Get(absl::StrCat(tag, "dst/", peer),
-                                                 absl::Now() + absl::Seconds(60)));
+    ASSIGN_OR_RETURN(std::string text,
+                     store.Get(absl::StrCat(tag, "dst/", peer), absl::Now() + absl::Seconds(60)));
     ASSIGN_OR_RETURN(cuda::IpcTensorHandle h, cuda::IpcTensorHandle::Parse(text));
     ASSIGN_OR_RETURN(void* base,
                      out.ipc->Open(h, absl::StrCat("slab of worker ", peer), /*peer=*/true));
@@ -343,16 +346,16 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
     *bound = std::move(edited);
   }
   const double bind_s = Now() - t0;
-  auto ops = cuda::CudaDataOps::Create({.device = worker,
-                                        .blocks_per_sm = f.blocks_per_sm,
-                                        .copy_engine = {.min_bytes = f.copy_engine_kib << 10,
-                                                        .min_row_bytes = f.copy_engine_row_bytes,
-                                                        .max_dims = f.copy_engine_max_dims},
-                                        .put_copy_engine_min_bytes = f.put_copy_engine_kib << 10,
-                                        .put_copy_engine_min_row_bytes =
-                                            f.put_copy_engine_row_bytes,
-                                        .put_blocks_per_sm = f.put_blocks_per_sm,
-                                        .put_copy_streams = f.put_copy_streams});
+  auto ops =
+      cuda::CudaDataOps::Create({.device = worker,
+                                 .blocks_per_sm = f.blocks_per_sm,
+                                 .copy_engine = {.min_bytes = f.copy_engine_kib << 10,
+                                                 .min_row_bytes = f.copy_engine_row_bytes,
+                                                 .max_dims = f.copy_engine_max_dims},
+                                 .put_copy_engine_min_bytes = f.put_copy_engine_kib << 10,
+                                 .put_copy_engine_min_row_bytes = f.put_copy_engine_row_bytes,
+                                 .put_blocks_per_sm = f.put_blocks_per_sm,
+                                 .put_copy_streams = f.put_copy_streams});
   if (!ops.ok()) return Fail("data ops", ops.status());
   exec::ExecutorOptions eo;
   eo.pipeline = f.pipeline;
@@ -376,6 +379,20 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   auto first = executor.Run(**bound, registry.generation(), absl::Now() + absl::Seconds(120));
   if (!first.ok()) return Fail("first sync", first.status());
   const double first_run_s = Now() - t0;
+  if (f.diagnose_raw_puts) {
+    // The plan's direct writes alone, straight through the data ops: no
+    // executor, no tokens (diagnosis only).
+    std::vector<double> raw;
+    for (int i = 0; i < f.iters; ++i) {
+      if (auto s = barrier(); !s.ok()) return Fail("barrier", s);
+      t0 = Now();
+      if (auto s = (*ops)->Put((*bound)->puts, /*alone=*/true); !s.ok()) return Fail("put", s);
+      if (auto s = (*ops)->FinishPuts(); !s.ok()) return Fail("put", s);
+      raw.push_back(Now() - t0);
+    }
+    Result(absl::StrFormat(R"({"bench":"wsync_raw_puts","worker":%d,"median_s":%.6f})", worker,
+                           Median(raw)));
+  }
   std::vector<double> times;
   exec::SyncStats last;
   for (int i = 0; i < f.iters; ++i) {
@@ -389,8 +406,9 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   auto dst_sum =
       SideChecksum(c.spec.destination(), plan::SideRole::kDestination, worker, registry, stream);
   if (!dst_sum.ok()) return Fail("checksum", dst_sum.status());
-  double pack = 0, transfer = 0, unpack = 0, copy = 0;
+  double pack = 0, transfer = 0, unpack = 0, copy = 0, finish = 0;
   for (const auto& r : last.rounds) {
+    finish += r.reduce_seconds;
     pack += r.pack_seconds;
     transfer += r.transfer_seconds;
     unpack += r.unpack_seconds;
@@ -399,7 +417,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   (void)store.Set(absl::StrCat(tag, "sums/", worker), absl::StrCat(*src_sum, " ", *dst_sum));
   const auto& rs = c.plan.summary();
   Result(absl::StrFormat(
-      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_kib":%d,"copy_engine_row_bytes":%d,"copy_engine_max_dims":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_streams":%d,"put_copy_engine_copies":%d})",
+      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_kib":%d,"copy_engine_row_bytes":%d,"copy_engine_max_dims":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"token_s":%.6f,"finish_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_streams":%d,"put_copy_engine_copies":%d})",
       f.model, c.mode, f.bucket_mib, f.staging_mib, f.zero_copy_mib, f.pipeline ? 1 : 0,
       f.blocks_per_sm, f.copy_engine_kib, f.copy_engine_row_bytes, f.copy_engine_max_dims,
       (*ops)->copy_engine_copies(), (*ops)->copy_engine_bytes(), last.peak_staging_bytes, worker,
@@ -410,7 +428,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       rs.num_pieces(), rs.destination_bytes(), last.rounds_packed_ahead, last.rounds_local_early,
       last.rounds_finished_async, f.direct ? 1 : 0, absl::StrJoin(direct.direct.write_to, ","),
       last.bytes_put, last.bytes_put_into, last.put_issue_seconds, last.put_wait_seconds,
-      f.put_copy_engine_kib, f.put_blocks_per_sm, f.put_copy_streams,
+      last.token_seconds, finish, f.put_copy_engine_kib, f.put_blocks_per_sm, f.put_copy_streams,
       (*ops)->put_copy_engine_copies()));
   if (worker == 0) {
     unsigned long long s_total = 0, d_total = 0;
@@ -521,6 +539,8 @@ int main(int argc, char** argv) {
       f.direct = v != "0";
     else if (k == "--diagnose-drop")
       f.diagnose_drop = v;
+    else if (k == "--diagnose-raw-puts")
+      f.diagnose_raw_puts = v != "0";
     else if (k == "--put-copy-engine-kib")
       f.put_copy_engine_kib = std::stoll(v);
     else if (k == "--put-copy-engine-row-bytes")

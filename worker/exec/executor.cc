@@ -168,7 +168,9 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   if (direct) {
     // Before the first write: every receiver this worker writes is ready.
     // The puts then run beside all rounds; they need no staging.
+    const absl::Time tt = absl::Now();
     RETURN_IF_ERROR(ExchangeTokens(plan, /*ready=*/true, deadline));
+    stats.token_seconds += Seconds(tt);
     if (!plan.puts.empty()) {
       const absl::Time t = absl::Now();
       // Alone: no round has data-op work or transfers (NCCL's kernels need
@@ -230,7 +232,11 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     if (!s.ok()) s = Wrap(s, PutsWhere(plan, s));
     stats.put_wait_seconds = Seconds(t);
     // After the last write: the receivers learn their bytes are in place.
-    if (s.ok()) s = ExchangeTokens(plan, /*ready=*/false, deadline);
+    if (s.ok()) {
+      const absl::Time tt = absl::Now();
+      s = ExchangeTokens(plan, /*ready=*/false, deadline);
+      stats.token_seconds += Seconds(tt);
+    }
     if (!s.ok()) return s;
     stats.bytes_sent += plan.bytes_put;
     stats.bytes_received += plan.bytes_put_into;
@@ -251,9 +257,9 @@ absl::Status Executor::ExchangeTokens(const BoundPlan& plan, bool ready, absl::T
   const std::vector<int32_t>& from = ready ? plan.direct_write_to : plan.direct_written_by;
   const int64_t tag = ready ? kReadyTokenTag : kDoneTokenTag;
   const char* what = ready ? "ready tokens" : "done tokens";
-  const std::string where = absl::StrCat("worker ", plan.worker, ": direct-write ", what,
-                                         " (to workers ", absl::StrJoin(to, ","),
-                                         ", from workers ", absl::StrJoin(from, ","), ")");
+  const std::string where =
+      absl::StrCat("worker ", plan.worker, ": direct-write ", what, " (to workers ",
+                   absl::StrJoin(to, ","), ", from workers ", absl::StrJoin(from, ","), ")");
   if (aborted_.load()) {
     absl::MutexLock lock(&mu_);
     return absl::CancelledError(absl::StrCat(where, ": aborted: ", abort_reason_));
@@ -284,8 +290,8 @@ absl::Status Executor::ExchangeTokens(const BoundPlan& plan, bool ready, absl::T
   if (s.ok() && ready) {
     for (size_t k = 0; k < from.size(); ++k) {
       uint64_t got = 0;
-      RETURN_IF_ERROR(Wrap(
-          ops_->ReadStaging(&got, base + (to.size() + k) * kTokenBytes, kTokenBytes), where));
+      RETURN_IF_ERROR(
+          Wrap(ops_->ReadStaging(&got, base + (to.size() + k) * kTokenBytes, kTokenBytes), where));
       auto want = plan.expected_ready_tokens.find(from[k]);
       if (want == plan.expected_ready_tokens.end() || want->second != got) {
         return absl::AbortedError(absl::StrCat(
@@ -391,10 +397,17 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bo
   if (!packed && !round.pack.empty()) {
     RETURN_IF_ERROR(Wrap(ops_->Pack(round.pack, staging), absl::StrCat(where, ": pack")));
   }
-  // Everything issued so far: this round's pack, the previous round's early
-  // local work, and the unpack that last read this round's staging set. (A
-  // deferred unpack of the previous round is not issued yet.)
-  RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": pack")));
+  // The data ops run in their stream's order; only the transport, on its own
+  // stream, must wait. A round without transfers (only local work, as with
+  // direct writes) therefore waits for nothing: its copies queue behind the
+  // previous round's and the GPU never drains between them.
+  const bool transfers = !round.sends.empty() || !round.recvs.empty();
+  if (transfers) {
+    // Everything issued so far: this round's pack, the previous round's early
+    // local work, and the unpack that last read this round's staging set. (A
+    // deferred unpack of the previous round is not issued yet.)
+    RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": pack")));
+  }
   rs.pack_seconds = Seconds(t);
 
   // The other set holds the previous round's received bytes until its
@@ -468,9 +481,11 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bo
     ++sync.rounds_finished_async;
   } else {
     RETURN_IF_ERROR(IssueAfterTransfer(plan, i, staging, rs));
-    t = absl::Now();
-    RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": finishing the round")));
-    rs.reduce_seconds += Seconds(t);
+    if (transfers || i + 1 == plan.rounds.size()) {
+      t = absl::Now();
+      RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": finishing the round")));
+      rs.reduce_seconds += Seconds(t);
+    }
   }
   rs.bytes_local = round.bytes_local;
   return absl::OkStatus();

@@ -109,6 +109,7 @@ struct SyncStats {
   int64_t bytes_put_into = 0;
   double put_issue_seconds = 0;
   double put_wait_seconds = 0;  // after the last round, until every put finished
+  double token_seconds = 0;     // exchanging ready and done tokens with the peers
 };
 
 class Executor {

@@ -138,6 +138,29 @@ TEST(DirectWritesTest, BothDirectionsWriteEveryByteAndReplay) {
   }
 }
 
+// With every cross-worker byte written directly, the rounds hold only local
+// copies: the interpreter queues all of them (and the puts) and waits once,
+// at the end, instead of draining the device between rounds.
+TEST(DirectWritesTest, LocalOnlyRoundsQueueWithoutDrainingBetweenRounds) {
+  constexpr int64_t kRows = 96, kCols = 64;
+  Cluster c(2);
+  SetUpSwap(c, kRows, kCols);
+  testing::LazyDataOps ops[2];
+  for (int w = 0; w < 2; ++w) c.UseOps(w, &ops[w]);
+  c.WriteDirectly(0, 1);
+  c.WriteDirectly(1, 0);
+  ASSERT_TRUE(c.Connect().ok());
+  const v1::Plan plan = SwapPlan(kRows, kCols, 3);
+  auto results = c.Run(plan, absl::Seconds(30));
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_TRUE(results[w].ok()) << "worker " << w << ": " << results[w].status();
+    EXPECT_EQ(results[w]->rounds.size(), 3u);
+    EXPECT_EQ(results[w]->bytes_local, kRows * kCols / 2 * 2);
+    EXPECT_EQ(ops[w].drains(), 1) << "worker " << w;
+  }
+  CheckSwap(c, kRows, kCols);
+}
+
 // One direction direct, the other through the transport, in one sync.
 TEST(DirectWritesTest, MixesWithTransportedBuckets) {
   constexpr int64_t kRows = 40, kCols = 32;

@@ -46,6 +46,7 @@ class LazyDataOps : public DataOps {
     });
   }
   absl::Status Synchronize() override {
+    if (!queue_.empty()) ++drains_;
     absl::Status first;
     while (!queue_.empty()) {
       absl::Status s = queue_.front()();
@@ -55,6 +56,10 @@ class LazyDataOps : public DataOps {
     return first;
   }
 
+  // Synchronize() calls that found work queued: how often the interpreter
+  // made the "device" drain.
+  int drains() const { return drains_; }
+
  private:
   absl::Status Enqueue(std::function<absl::Status()> fn) {
     queue_.push_back(std::move(fn));
@@ -62,6 +67,7 @@ class LazyDataOps : public DataOps {
   }
   HostDataOps host_;
   std::deque<std::function<absl::Status()>> queue_;
+  int drains_ = 0;
 };
 
 }  // namespace wsync::exec::testing

@@ -10,7 +10,9 @@
 //   pull_ce      the reader's copy engines, from the peer's rows into its own
 //   push_kernel  wsync's piece kernel writing the peer (1 or 8 blocks/SM)
 //
-//   wsync_bench_ipc_put [--iters 7]
+//   wsync_bench_ipc_put [--iters 7] [--nccl-first 0]
+// (--nccl-first 1: wsync's NCCL transport is set up first, as in a worker,
+// and every barrier goes through it.)
 #include <cuda_runtime_api.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -91,8 +93,28 @@ struct Case {
   Local local;
 };
 
-int Rank(int rank, int fd, int iters, const std::string& store_dir) {
+std::unique_ptr<transport::NcclTransport> MakeTransport(int rank, const std::string& store_dir) {
+  transport::FileKvStore store(store_dir);
+  transport::NcclTransportOptions o;
+  o.device = rank;
+  o.rank = rank;
+  o.size = 2;
+  auto t = transport::NcclTransport::Create(store, "ipc_put", o);
+  if (!t.ok()) return nullptr;
+  return std::move(*t);
+}
+
+// nccl_first: set wsync's NCCL transport up before anything else, as a
+// worker does (the CUDA IPC mappings come after it); otherwise in pass 4.
+int Rank(int rank, int fd, int iters, const std::string& store_dir, bool nccl_first) {
   CK(cudaSetDevice(rank));
+  std::unique_ptr<transport::NcclTransport> nccl;
+  char* token = nullptr;
+  if (nccl_first) {
+    nccl = MakeTransport(rank, store_dir);
+    if (nccl == nullptr) return 4;
+    CK(cudaMalloc(&token, 2));
+  }
   void* rows = nullptr;  // [i]: kRows rows of 2 * RowBytes(i); the peer gets each second half
   void* dst = nullptr;   // what the peer writes (push) or this rank reads into (pull)
   void* local_src = nullptr;
@@ -179,20 +201,12 @@ int Rank(int rank, int fd, int iters, const std::string& store_dir) {
   // instead of a constant byte.
   // Pass 4: pass 3 with wsync's NCCL transport set up as a worker has it
   // (nonblocking communicator, 64 p2p channels), barriers through it.
-  std::unique_ptr<transport::NcclTransport> nccl;
-  char* token = nullptr;
   // Pass 5: spread, each destination only 8 KiB aligned (as vLLM-like
   // tensors carved from a slab can be).
   for (int pass = 0; pass < 6; ++pass) {
-    if (pass == 4) {
-      transport::FileKvStore store(store_dir);
-      transport::NcclTransportOptions o;
-      o.device = rank;
-      o.rank = rank;
-      o.size = 2;
-      auto t = transport::NcclTransport::Create(store, "ipc_put", o);
-      if (!t.ok()) return 4;
-      nccl = std::move(*t);
+    if (pass == 4 && nccl == nullptr) {
+      nccl = MakeTransport(rank, store_dir);
+      if (nccl == nullptr) return 4;
       CK(cudaMalloc(&token, 2));
     }
     if (pass == 3) {
@@ -295,8 +309,10 @@ int Rank(int rank, int fd, int iters, const std::string& store_dir) {
 
 int main(int argc, char** argv) {
   int iters = 7;
+  bool nccl_first = false;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--iters") == 0) iters = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--nccl-first") == 0) nccl_first = std::atoi(argv[i + 1]) != 0;
   }
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 2;
@@ -304,8 +320,8 @@ int main(int argc, char** argv) {
   const std::string dir = wsync::bench::MakeStoreDir("ipc_put");
   const pid_t pid = fork();
   if (pid < 0) return 2;
-  if (pid == 0) _exit(wsync::bench::Rank(1, sv[1], iters, dir));
-  const int rc = wsync::bench::Rank(0, sv[0], iters, dir);
+  if (pid == 0) _exit(wsync::bench::Rank(1, sv[1], iters, dir, nccl_first));
+  const int rc = wsync::bench::Rank(0, sv[0], iters, dir, nccl_first);
   close(sv[0]);
   int status = 0;
   waitpid(pid, &status, 0);

@@ -272,41 +272,54 @@ absl::Status CudaDataOps::Copy(absl::Span<const exec::CopyItem> items) {
   // scratch copy in the source dtype: reserve that scratch first.
   int64_t scratch_bytes = 0;
   std::vector<size_t> via_scratch;
-  RETURN_IF_ERROR(CheckCopyItems(items, "copy", /*check_cast=*/false, &via_scratch, &scratch_bytes));
+  RETURN_IF_ERROR(
+      CheckCopyItems(items, "copy", /*check_cast=*/false, &via_scratch, &scratch_bytes));
   if (scratch_bytes > static_cast<int64_t>(scratch_.size())) {
     RETURN_IF_ERROR(stream_.Synchronize());
     scratch_.Reset();
     ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(device_, scratch_bytes));
   }
   scratch_used_ = 0;
-  size_t next_scratch = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const exec::CopyItem& it = items[i];
-    if (it.src.num_elements() == 0) continue;
-    if (next_scratch < via_scratch.size() && via_scratch[next_scratch] == i) {
-      ++next_scratch;
-      ASSIGN_OR_RETURN(char* tmp, Scratch(it.src.num_elements() * DTypeSize(it.src.dtype)));
-      StridedView mid_src = it.src;  // contiguous, src shape
-      mid_src.data = tmp;
-      RowMajor(mid_src.shape.data(), mid_src.ndim, mid_src.strides.data());
-      std::swap(table_, pre_table_);
-      absl::Status s = AddCopyItem(it.src, mid_src, "copy", i);
-      std::swap(table_, pre_table_);
-      if (!s.ok()) return s;
-      StridedView mid_dst = it.dst;  // contiguous, dst shape, src dtype
-      mid_dst.data = tmp;
-      mid_dst.dtype = it.src.dtype;
-      RowMajor(mid_dst.shape.data(), mid_dst.ndim, mid_dst.strides.data());
-      RETURN_IF_ERROR(AddCopyItem(mid_dst, it.dst, "copy", i, /*copy_engine_ok=*/true));
-      continue;
-    }
-    RETURN_IF_ERROR(AddCopyItem(it.src, it.dst, "copy", i, /*copy_engine_ok=*/true));
-  }
+  RETURN_IF_ERROR(AddItemsViaScratch(
+      items, via_scratch, "copy", [this](int64_t bytes) { return Scratch(bytes); },
+      [this](const StridedView& src, const StridedView& dst, size_t i) {
+        return AddCopyItem(src, dst, "copy", i, /*copy_engine_ok=*/true);
+      }));
   if (!pre_table_.empty()) {
     RETURN_IF_ERROR(kernels_->Launch(pre_table_, stream_.get()));
     return Run(std::string());  // refers to scratch: not cached
   }
   return Run(std::move(key));
+}
+
+absl::Status CudaDataOps::AddItemsViaScratch(
+    absl::Span<const exec::CopyItem> items, const std::vector<size_t>& via_scratch,
+    const char* what, const std::function<absl::StatusOr<char*>(int64_t)>& carve,
+    const ItemAdder& add) {
+  size_t next_scratch = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const exec::CopyItem& it = items[i];
+    if (it.src.num_elements() == 0) continue;
+    if (next_scratch == via_scratch.size() || via_scratch[next_scratch] != i) {
+      RETURN_IF_ERROR(exec::TagItem(add(it.src, it.dst, i), i));
+      continue;
+    }
+    ++next_scratch;
+    ASSIGN_OR_RETURN(char* tmp, carve(it.src.num_elements() * DTypeSize(it.src.dtype)));
+    StridedView mid_src = it.src;  // contiguous, src shape
+    mid_src.data = tmp;
+    RowMajor(mid_src.shape.data(), mid_src.ndim, mid_src.strides.data());
+    std::swap(table_, pre_table_);
+    absl::Status s = AddCopyItem(it.src, mid_src, what, i);
+    std::swap(table_, pre_table_);
+    RETURN_IF_ERROR(exec::TagItem(s, i));
+    StridedView mid_dst = it.dst;  // contiguous, dst shape, src dtype
+    mid_dst.data = tmp;
+    mid_dst.dtype = it.src.dtype;
+    RowMajor(mid_dst.shape.data(), mid_dst.ndim, mid_dst.strides.data());
+    RETURN_IF_ERROR(exec::TagItem(add(mid_dst, it.dst, i), i));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaDataOps::Reduce(absl::Span<const exec::ReduceInput> inputs,

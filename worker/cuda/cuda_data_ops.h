@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -105,9 +106,7 @@ class CudaDataOps : public exec::DataOps {
   int64_t copy_engine_copies() const { return copy_engine_copies_; }
   int64_t copy_engine_bytes() const { return copy_engine_bytes_; }
   // The puts' share of the above.
-  int64_t put_launches() const {
-    return put_kernels_->launches() + put_kernels_alone_->launches();
-  }
+  int64_t put_launches() const { return put_kernels_->launches() + put_kernels_alone_->launches(); }
   int64_t put_copy_engine_copies() const { return put_copy_engine_copies_; }
   int64_t put_copy_engine_bytes() const { return put_copy_engine_bytes_; }
 
@@ -173,6 +172,16 @@ class CudaDataOps : public exec::DataOps {
   absl::Status AddCopyItem(const exec::StridedView& src, const exec::StridedView& dst,
                            const char* what, size_t index, bool copy_engine_ok = false);
   absl::StatusOr<char*> Scratch(int64_t bytes);
+  // Every non-empty item of a copy or put call: items that `via_scratch`
+  // names (ascending; shapes with no common refinement) first go src -> a
+  // contiguous copy in the source dtype, carved by `carve`, through
+  // `pre_table_`; then `add` takes (that copy or src, dst, item index).
+  using ItemAdder =
+      std::function<absl::Status(const exec::StridedView&, const exec::StridedView&, size_t)>;
+  absl::Status AddItemsViaScratch(absl::Span<const exec::CopyItem> items,
+                                  const std::vector<size_t>& via_scratch, const char* what,
+                                  const std::function<absl::StatusOr<char*>(int64_t)>& carve,
+                                  const ItemAdder& add);
   // Scratch of at least `bytes` (waits for the stream before growing it).
   absl::Status ReserveScratch(int64_t bytes);
   // Pack with block-quantized items (no resident table: two launches).

@@ -22,8 +22,8 @@ namespace wsync::cuda {
 
 using data_ops_internal::Annotate;
 using data_ops_internal::CheckCopyItems;
-using data_ops_internal::CopyItemsKey;
 using data_ops_internal::CheckView;
+using data_ops_internal::CopyItemsKey;
 using data_ops_internal::RowMajor;
 using exec::StridedView;
 
@@ -101,7 +101,7 @@ absl::Status CudaDataOps::AddPutRequest(const StridedView& src, const StridedVie
 }
 
 absl::Status CudaDataOps::IssuePutCopies(const std::vector<PutCopy>& copies, int64_t bytes,
-                                          bool one_stream) {
+                                         bool one_stream) {
   // Each copy goes to the stream with the fewest bytes queued so far.
   std::vector<cudaStream_t> streams = {put_stream_.get()};
   if (!one_stream) {
@@ -191,38 +191,16 @@ absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items, bool alone
     ASSIGN_OR_RETURN(put_scratch_, DeviceBuffer::Allocate(device_, scratch_bytes));
   }
   int64_t scratch_used = 0;
-  size_t next_scratch = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const exec::CopyItem& it = items[i];
-    if (it.src.num_elements() == 0) continue;
-    if (next_scratch < via_scratch.size() && via_scratch[next_scratch] == i) {
-      ++next_scratch;
-      const int64_t bytes = it.src.num_elements() * DTypeSize(it.src.dtype);
-      char* tmp = static_cast<char*>(put_scratch_.data()) + scratch_used;
-      scratch_used += (bytes + 255) / 256 * 256;
-      StridedView mid_src = it.src;  // contiguous, src shape
-      mid_src.data = tmp;
-      RowMajor(mid_src.shape.data(), mid_src.ndim, mid_src.strides.data());
-      int64_t shape[kMaxRequestDims], ss[kMaxRequestDims], ds[kMaxRequestDims];
-      int n = 0;
-      if (!CommonShape(it.src, mid_src, shape, ss, ds, &n)) {  // same shape: never
-        return Annotate(absl::InternalError("no refinement of a view with itself"), "put", i);
-      }
-      char label[32];
-      snprintf(label, sizeof(label), "put item %zu", i);
-      RETURN_IF_ERROR(exec::TagItem(pre_table_.AddCopy(ViewRef{it.src.data, it.src.dtype, ss},
-                                                       ViewRef{tmp, it.src.dtype, ds}, shape, n,
-                                                       label),
-                                    i));
-      StridedView mid_dst = it.dst;  // contiguous, dst shape, src dtype
-      mid_dst.data = tmp;
-      mid_dst.dtype = it.src.dtype;
-      RowMajor(mid_dst.shape.data(), mid_dst.ndim, mid_dst.strides.data());
-      RETURN_IF_ERROR(AddPutRequest(mid_dst, it.dst, i));
-      continue;
-    }
-    RETURN_IF_ERROR(AddPutRequest(it.src, it.dst, i));
-  }
+  RETURN_IF_ERROR(AddItemsViaScratch(
+      items, via_scratch, "put",
+      [&](int64_t bytes) -> absl::StatusOr<char*> {
+        char* tmp = static_cast<char*>(put_scratch_.data()) + scratch_used;
+        scratch_used += (bytes + 255) / 256 * 256;
+        return tmp;
+      },
+      [this](const StridedView& src, const StridedView& dst, size_t i) {
+        return AddPutRequest(src, dst, i);
+      }));
   if (!pre_table_.empty()) {
     RETURN_IF_ERROR(put_launcher_->Launch(pre_table_, put_stream_.get()));
     return RunPut(std::string());  // refers to put scratch: not cached

@@ -1,18 +1,13 @@
 #include "worker/cuda/block_fp8_kernel.h"
 
+#include "worker/cuda/piece_kernel_impl.cuh"
+
 namespace wsync::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ uint64_t RoundShiftQ(uint64_t v, int shift) {
-  if (shift <= 0) return v;
-  if (shift >= 63) return 0;
-  const uint64_t q = v >> shift;
-  const uint64_t rem = v & ((uint64_t{1} << shift) - 1);
-  const uint64_t half = uint64_t{1} << (shift - 1);
-  return (rem > half || (rem == half && (q & 1))) ? q + 1 : q;
-}
+using piece_impl::RoundShift;
 
 // common/cast.cc FloatToFp8E4M3: round to nearest even, saturate to +-448,
 // NaN -> sign | 0x7f.
@@ -27,10 +22,10 @@ __device__ uint8_t ToE4M3(float f) {
   const int ex = exp8 == 0 ? -126 : static_cast<int>(exp8) - 127;
   uint64_t r;
   if (exp8 != 0 && ex >= emin) {
-    r = RoundShiftQ((static_cast<uint64_t>(ex - emin + 1) << 23) | man, 20);
+    r = RoundShift((static_cast<uint64_t>(ex - emin + 1) << 23) | man, 20);
   } else {
     const uint64_t full = exp8 == 0 ? man : (man | 0x800000u);
-    r = RoundShiftQ(full, 20 + (emin - ex));
+    r = RoundShift(full, 20 + (emin - ex));
   }
   if (r > kMax) r = kMax;
   return static_cast<uint8_t>(sign_out | static_cast<uint32_t>(r));

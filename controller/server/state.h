@@ -100,6 +100,13 @@ class ControllerState {
     absl::flat_hash_set<std::string> plans_sent;  // "<plan key>/<worker id>"
     // It reported that it cannot map its direct-write peers: it writes none.
     bool direct_writes_unavailable = false;
+    // Counts its buffer registrations (UpdateBuffers): peers that mapped an
+    // older list get the new one.
+    int64_t registration = 1;
+    // The peer lists last sent to it, by the peer's worker id in that
+    // assignment: (peer lease, its registration). Mirrors the mappings the
+    // worker keeps (only the peers of its latest assignment).
+    std::map<int32_t, std::pair<std::string, int64_t>> peer_lists_sent;
   };
   struct Participant {
     int32_t worker = 0;

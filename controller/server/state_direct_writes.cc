@@ -32,16 +32,28 @@ std::vector<plan::WorkerPair> ControllerState::DirectPairsLocked(
 void ControllerState::FillDirectWritesLocked(const std::vector<plan::WorkerPair>& direct, int32_t w,
                                              const std::vector<std::string>& leases,
                                              v1::SyncAssignment* sa) {
+  Worker& self = *workers_.at(leases[w]);
+  std::map<int32_t, std::pair<std::string, int64_t>> sent;
   // `direct` is sorted by (sender, receiver), so both lists come out sorted.
   for (const plan::WorkerPair& pair : direct) {
     if (pair.first == w) {
       sa->add_direct_write_to(pair.second);
+      const Worker& receiver = *workers_.at(leases[pair.second]);
       v1::PeerBuffers* peer = sa->add_peer_buffers();
       peer->set_worker(pair.second);
-      *peer->mutable_buffers() = workers_.at(leases[pair.second])->info.buffers();
+      peer->set_registration(receiver.registration);
+      const std::pair<std::string, int64_t> list(receiver.lease_id, receiver.registration);
+      auto it = self.peer_lists_sent.find(pair.second);
+      if (it != self.peer_lists_sent.end() && it->second == list) {
+        peer->set_unchanged(true);  // a big model's list is thousands of entries
+      } else {
+        *peer->mutable_buffers() = receiver.info.buffers();
+      }
+      sent.emplace(pair.second, list);
     }
     if (pair.second == w) sa->add_direct_written_by(pair.first);
   }
+  self.peer_lists_sent = std::move(sent);
 }
 
 }  // namespace wsync::controller

@@ -138,8 +138,10 @@ absl::StatusOr<v1::SyncResponse> ControllerState::StartSync(const v1::SyncReques
       ts->set_size(num_workers);
       ts->set_kv_prefix(absl::StrCat(t.name, "/", t.generation, "/"));
       ts->set_generation(t.generation);
-      FillDirectWritesLocked(direct, w, resolved.leases, sa);
     }
+    // Also with no direct writes: the record of the peer lists sent to this
+    // worker follows what it keeps (the peers of its latest assignment).
+    FillDirectWritesLocked(direct, w, resolved.leases, sa);
     sa->set_deadline_unix_ms(deadline_unix_ms);
     for (const auto& role : p.roles) *sa->add_roles() = role;
     PushLocked(worker, std::move(a));
@@ -186,9 +188,11 @@ absl::Status ControllerState::ReportResult(const v1::ReportResultRequest& req) {
   SyncRecord& sync = *it->second;
   for (Participant& p : sync.parts) {
     if (p.lease_id != req.lease_id()) continue;
-    if (req.direct_writes_unavailable()) {
-      auto w = workers_.find(p.lease_id);
-      if (w != workers_.end()) w->second->direct_writes_unavailable = true;
+    if (auto w = workers_.find(p.lease_id); w != workers_.end()) {
+      if (req.direct_writes_unavailable()) w->second->direct_writes_unavailable = true;
+      // A worker whose sync failed may have dropped its peer mappings: its
+      // next assignment carries every list again.
+      if (req.code() != 0) w->second->peer_lists_sent.clear();
     }
     if (p.done) return absl::OkStatus();
     if (sync.finished()) {
@@ -370,9 +374,8 @@ absl::StatusOr<v1::AwaitWritersResponse> ControllerState::AwaitWriters(
         if (p.worker == w) found = &p;
       }
       if (found == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat("AwaitWriters: worker ", w,
-                                                       " takes no part in sync '", req.sync_id(),
-                                                       "'"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "AwaitWriters: worker ", w, " takes no part in sync '", req.sync_id(), "'"));
       }
       if (!found->done && FindAliveLocked(found->lease_id) != nullptr) resp.add_pending(w);
     }

@@ -164,6 +164,7 @@ absl::Status ControllerState::UpdateBuffers(const v1::UpdateBuffersRequest& req)
     return absl::NotFoundError(absl::StrCat("lease '", req.lease_id(), "' is unknown or expired"));
   }
   *w->info.mutable_buffers() = req.buffers();
+  ++w->registration;
   w->last_heartbeat = absl::Now();
   return absl::OkStatus();
 }

@@ -51,14 +51,24 @@ absl::Status PeerBufferMaps::Update(
       return absl::InvalidArgumentError(
           absl::StrCat("direct writes: buffers of worker ", list.worker(), " listed twice"));
     }
-    std::string serialized = list.SerializeAsString();
     auto old = peers_.find(list.worker());
+    if (list.unchanged()) {
+      if (!Holds(list.worker(), list.registration())) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "direct writes: the buffers of worker ", list.worker(), " (registration ",
+            list.registration(), ") were sent earlier, but this worker holds no mapping of them"));
+      }
+      next[list.worker()] = old->second;
+      continue;
+    }
+    std::string serialized = list.SerializeAsString();
     if (old != peers_.end() && old->second->serialized == serialized) {
       next[list.worker()] = old->second;
       continue;
     }
     auto peer = std::make_shared<Peer>();
     peer->serialized = std::move(serialized);
+    peer->registration = list.registration();
     absl::Status s = Map(list, *peer);
     if (!s.ok()) {
       peers_.erase(list.worker());
@@ -68,6 +78,11 @@ absl::Status PeerBufferMaps::Update(
   }
   peers_ = std::move(next);
   return absl::OkStatus();
+}
+
+bool PeerBufferMaps::Holds(int32_t worker, int64_t registration) const {
+  auto it = peers_.find(worker);
+  return it != peers_.end() && it->second->registration == registration;
 }
 
 absl::Status PeerBufferMaps::Map(const v1::PeerBuffers& list, Peer& peer) {
@@ -89,9 +104,8 @@ absl::Status PeerBufferMaps::Map(const v1::PeerBuffers& list, Peer& peer) {
             absl::StrCat(what, ": device memory, but this worker moves host memory"));
       }
       if (b.bytes() < 0 || b.bytes() > b.cuda_ipc().size()) {
-        return absl::InvalidArgumentError(absl::StrCat(what, ": ", b.bytes(),
-                                                       " bytes in a CUDA IPC range of ",
-                                                       b.cuda_ipc().size()));
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": ", b.bytes(), " bytes in a CUDA IPC range of ", b.cuda_ipc().size()));
       }
       auto data = gpu_->OpenPeer(b.cuda_ipc(), what);
       if (!data.ok()) return data.status();
@@ -114,9 +128,9 @@ absl::Status PeerBufferMaps::Map(const v1::PeerBuffers& list, Peer& peer) {
       }
       if (shm.offset() < 0 || shm.size() < 0 || b.bytes() < 0 || b.bytes() > shm.size() ||
           shm.offset() > mapping->size() - shm.size()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ": ", b.bytes(), " bytes at [", shm.offset(), ", +", shm.size(), ") of shm '",
-            shm.name(), "' (", mapping->size(), " bytes)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": ", b.bytes(), " bytes at [", shm.offset(), ", +", shm.size(),
+                         ") of shm '", shm.name(), "' (", mapping->size(), " bytes)"));
       }
       r.data = mapping->data() + shm.offset();
       r.space = transport::MemorySpace::kHost;

@@ -43,9 +43,13 @@ class PeerBufferMaps {
 
   // Maps exactly the buffers of `peers` (each peer's list as the controller
   // relayed it), keeping the mappings of peers whose lists did not change
-  // and dropping every other. On error nothing of the failing peer is kept.
-  // Errors name the peer worker and the buffer.
+  // (or that the controller marks `unchanged`: see Holds) and dropping every
+  // other. On error nothing of the failing peer is kept. Errors name the peer
+  // worker and the buffer.
   absl::Status Update(const google::protobuf::RepeatedPtrField<v1::PeerBuffers>& peers);
+  // Whether worker `worker`'s buffers are mapped from a list of the peer's
+  // registration `registration`: what an `unchanged` entry needs.
+  bool Holds(int32_t worker, int64_t registration) const;
 
   // Worker `worker`'s destination buffers ("<group>/<name>"), or null.
   const exec::BufferRegistry* Find(int32_t worker) const;
@@ -61,7 +65,8 @@ class PeerBufferMaps {
 
  private:
   struct Peer {
-    std::string serialized;  // the buffer list it was mapped from
+    std::string serialized;    // the buffer list it was mapped from
+    int64_t registration = 0;  // the controller's count for that list
     uint64_t fingerprint = 0;
     exec::BufferRegistry registry;
     std::vector<std::shared_ptr<void>> holds;  // keep the mappings open

@@ -53,7 +53,7 @@ absl::Status SyncRunner::RefreshRegistry() {
 }
 
 absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
-                                              exec::DirectWrites* direct, std::string* key) {
+                                             exec::DirectWrites* direct, std::string* key) {
   key->clear();
   // Also with none listed: mappings no sync needs are released (an owner's
   // freed memory stays allocated while anyone maps it).
@@ -64,9 +64,9 @@ absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
   for (int32_t w : direct->write_to) {
     const exec::BufferRegistry* r = peers_.Find(w);
     if (r == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "worker ", a.worker(), ": the assignment writes worker ", w,
-          " directly but lists none of its buffers"));
+      return absl::InvalidArgumentError(absl::StrCat("worker ", a.worker(),
+                                                     ": the assignment writes worker ", w,
+                                                     " directly but lists none of its buffers"));
     }
     direct->peer_buffers[w] = r;
     direct->expected_ready_tokens[w] = peers_.Fingerprint(w);
@@ -216,6 +216,16 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   absl::Time t = absl::Now();
   absl::Status st = RefreshRegistry();
   if (!st.ok()) return finish(st);
+  for (const v1::PeerBuffers& p : a.peer_buffers()) {
+    // Not a reason to stop writing directly: the controller, told of the
+    // failure, sends every list with the next assignment.
+    if (p.unchanged() && !peers_.Holds(p.worker(), p.registration())) {
+      return finish(absl::AbortedError(absl::StrCat(
+          "worker ", a.worker(), ": direct writes: the controller sent the buffers of worker ",
+          p.worker(), " (registration ", p.registration(),
+          ") earlier, but this worker holds no mapping of them; the next sync carries them")));
+    }
+  }
   exec::DirectWrites direct;
   std::string direct_key;
   st = PrepareDirectWrites(a, &direct, &direct_key);

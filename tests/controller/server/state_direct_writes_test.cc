@@ -20,7 +20,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-
 struct WorkerSpec {
   std::string group;
   int rank = 0;
@@ -224,6 +223,76 @@ TEST_F(DirectWritesStateTest,
   ASSERT_EQ(as[0].peer_buffers(0).buffers_size(), 1);
   EXPECT_EQ(as[0].peer_buffers(0).buffers(0).shm().name(), "/wsync-dst0-moved");
   EXPECT_EQ(plans_.direct_write_scans(), 1) << "eligibility is cached per plan key";
+}
+
+// A receiver's list is sent to each writer once per registration: later
+// assignments mark it unchanged (a big model's list is thousands of entries),
+// until the receiver registers again or the writer's sync fails.
+TEST_F(DirectWritesStateTest, PeerListsAreSentOncePerRegistrationAndAgainAfterAFailure) {
+  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  v1::UpdateBuffersRequest update;
+  update.set_lease_id(leases[2]);
+  for (int i = 0; i < 2000; ++i) {
+    v1::BufferInfo b = ShmBuffer("dst", "/wsync-dst0", 32);  // "w", the plan's
+    if (i > 0) b.set_name(absl::StrCat("layers.", i, ".weight"));
+    *update.add_buffers() = b;
+  }
+  ASSERT_TRUE(state_->UpdateBuffers(update).ok());
+  auto peer_of = [](const v1::SyncAssignment& a) {
+    EXPECT_EQ(a.peer_buffers_size(), 1);
+    return a.peer_buffers_size() == 1 ? a.peer_buffers(0) : v1::PeerBuffers();
+  };
+  auto as = Sync(leases, 1);
+  ASSERT_EQ(as.size(), 3u);
+  const int64_t registration = peer_of(as[0]).registration();
+  EXPECT_FALSE(peer_of(as[0]).unchanged());
+  EXPECT_EQ(peer_of(as[0]).buffers_size(), 2000);
+  const size_t full_bytes = as[0].ByteSizeLong();
+
+  as = Sync(leases, 2);
+  for (int w = 0; w < 2; ++w) {
+    SCOPED_TRACE(w);
+    EXPECT_TRUE(peer_of(as[w]).unchanged());
+    EXPECT_EQ(peer_of(as[w]).buffers_size(), 0);
+    EXPECT_EQ(peer_of(as[w]).registration(), registration);
+    EXPECT_THAT(as[w].direct_write_to(), ElementsAre(2));
+  }
+  EXPECT_LT(as[0].ByteSizeLong() * 100, full_bytes)
+      << as[0].ByteSizeLong() << " bytes against " << full_bytes;
+
+  // The receiver registers again: the new list, under a new count.
+  update.mutable_buffers()->DeleteSubrange(1000, 1000);
+  ASSERT_TRUE(state_->UpdateBuffers(update).ok());
+  as = Sync(leases, 3);
+  EXPECT_FALSE(peer_of(as[0]).unchanged());
+  EXPECT_EQ(peer_of(as[0]).buffers_size(), 1000);
+  EXPECT_GT(peer_of(as[0]).registration(), registration);
+
+  // Writer 0's sync fails: its next assignment carries the list again;
+  // writer 1, which succeeded, keeps its mapping.
+  std::string id;
+  Start(leases, 4, &id);
+  ASSERT_FALSE(id.empty());
+  for (int w = 0; w < 3; ++w) {
+    v1::ReportResultRequest r;
+    r.set_lease_id(leases[w]);
+    r.set_sync_id(id);
+    if (w == 0) {
+      r.set_code(static_cast<int32_t>(absl::StatusCode::kAborted));
+      r.set_message("peer mapping lost");
+    }
+    EXPECT_TRUE(state_->ReportResult(r).ok());
+  }
+  for (int w = 1; w < 3; ++w) {  // the failure aborted the others' sync
+    auto a = state_->NextAssignment(leases[w], tokens_[leases[w]], absl::Milliseconds(100));
+    ASSERT_TRUE(a.ok() && a->has_value() && (*a)->has_abort()) << "worker " << w;
+  }
+  as = Sync(leases, 5);
+  EXPECT_FALSE(peer_of(as[0]).unchanged());
+  EXPECT_EQ(peer_of(as[0]).buffers_size(), 1000);
+  EXPECT_TRUE(peer_of(as[1]).unchanged());
+  EXPECT_EQ(peer_of(as[1]).buffers_size(), 0);
 }
 
 TEST_F(DirectWritesStateTest, OnlyPairsOfOneNonEmptyDomainWriteDirectly) {

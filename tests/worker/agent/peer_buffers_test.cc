@@ -23,8 +23,7 @@ class ShmObject {
     const int fd = shm_open(name_.c_str(), O_CREAT | O_RDWR | O_EXCL, 0600);
     EXPECT_GE(fd, 0) << std::strerror(errno);
     EXPECT_EQ(ftruncate(fd, bytes), 0);
-    data_ = static_cast<uint8_t*>(
-        mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    data_ = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
     bytes_ = bytes;
     close(fd);
   }
@@ -56,7 +55,7 @@ v1::BufferInfo Info(const std::string& group, const std::string& name, const Shm
 }
 
 google::protobuf::RepeatedPtrField<v1::PeerBuffers> Peers(int32_t worker,
-                                                           std::vector<v1::BufferInfo> infos) {
+                                                          std::vector<v1::BufferInfo> infos) {
   google::protobuf::RepeatedPtrField<v1::PeerBuffers> out;
   v1::PeerBuffers* p = out.Add();
   p->set_worker(worker);
@@ -99,6 +98,43 @@ TEST(PeerBufferMapsTest, KeepsUnchangedPeersAndRemapsChangedOnes) {
   // A peer no longer listed is dropped.
   ASSERT_TRUE(maps.Update({}).ok());
   EXPECT_EQ(maps.Find(1), nullptr);
+}
+
+// The controller sends a peer's list once per registration; later
+// assignments say `unchanged` and carry no buffers.
+TEST(PeerBufferMapsTest, UnchangedEntriesKeepTheMappingOfTheirRegistrationOnly) {
+  ShmObject shm(1 << 16);
+  PeerBufferMaps maps(nullptr);
+  auto full = Peers(1, {Info("g", "w", shm, 0, 256)});
+  full[0].set_registration(7);
+  ASSERT_TRUE(maps.Update(full).ok());
+  EXPECT_TRUE(maps.Holds(1, 7));
+  EXPECT_FALSE(maps.Holds(1, 8));
+  EXPECT_FALSE(maps.Holds(2, 7));
+  const std::string signature = maps.Signature();
+  const exec::RegisteredBuffer* w = maps.Find(1)->Find(exec::BufferSide::kDestination, "g/w");
+  ASSERT_NE(w, nullptr);
+
+  google::protobuf::RepeatedPtrField<v1::PeerBuffers> same;
+  v1::PeerBuffers* p = same.Add();
+  p->set_worker(1);
+  p->set_registration(7);
+  p->set_unchanged(true);
+  ASSERT_TRUE(maps.Update(same).ok());
+  EXPECT_EQ(maps.Signature(), signature) << "nothing remapped: bound plans stay bound";
+  EXPECT_EQ(maps.Find(1)->Find(exec::BufferSide::kDestination, "g/w")->data, w->data);
+
+  // Unchanged, but from a registration this worker never mapped: an error
+  // naming the peer, and the mappings stay as they were.
+  p->set_registration(8);
+  absl::Status s = maps.Update(same);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("worker 1"), std::string::npos) << s;
+  EXPECT_TRUE(maps.Holds(1, 7));
+  // Once dropped (not listed), even the same registration is gone.
+  ASSERT_TRUE(maps.Update({}).ok());
+  p->set_registration(7);
+  EXPECT_FALSE(maps.Update(same).ok());
 }
 
 TEST(PeerBufferMapsTest, BadListsAreErrorsNamingWorkerAndBuffer) {

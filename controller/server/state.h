@@ -103,10 +103,11 @@ class ControllerState {
     // Counts its buffer registrations (UpdateBuffers): peers that mapped an
     // older list get the new one.
     int64_t registration = 1;
-    // The peer lists last sent to it, by the peer's worker id in that
-    // assignment: (peer lease, its registration). Mirrors the mappings the
-    // worker keeps (only the peers of its latest assignment).
-    std::map<int32_t, std::pair<std::string, int64_t>> peer_lists_sent;
+    // The peer lists last sent to it, by transfer, then by the peer's worker
+    // id in that assignment: (peer lease, its registration). Mirrors the
+    // mappings the worker keeps (per transfer, the peers of its latest
+    // assignment).
+    std::map<std::string, std::map<int32_t, std::pair<std::string, int64_t>>> peer_lists_sent;
   };
   struct Participant {
     int32_t worker = 0;
@@ -172,7 +173,8 @@ class ControllerState {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills direct_write_to, direct_written_by and peer_buffers of worker `w`'s
   // assignment from the sync's direct pairs.
-  void FillDirectWritesLocked(const std::vector<plan::WorkerPair>& direct, int32_t w,
+  void FillDirectWritesLocked(const std::string& transfer,
+                              const std::vector<plan::WorkerPair>& direct, int32_t w,
                               const std::vector<std::string>& leases, v1::SyncAssignment* sa)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkDeadLocked(Worker& w, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

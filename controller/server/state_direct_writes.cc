@@ -29,10 +29,12 @@ std::vector<plan::WorkerPair> ControllerState::DirectPairsLocked(
   return direct;
 }
 
-void ControllerState::FillDirectWritesLocked(const std::vector<plan::WorkerPair>& direct, int32_t w,
+void ControllerState::FillDirectWritesLocked(const std::string& transfer,
+                                             const std::vector<plan::WorkerPair>& direct, int32_t w,
                                              const std::vector<std::string>& leases,
                                              v1::SyncAssignment* sa) {
   Worker& self = *workers_.at(leases[w]);
+  const auto& record = self.peer_lists_sent[transfer];
   std::map<int32_t, std::pair<std::string, int64_t>> sent;
   // `direct` is sorted by (sender, receiver), so both lists come out sorted.
   for (const plan::WorkerPair& pair : direct) {
@@ -43,8 +45,8 @@ void ControllerState::FillDirectWritesLocked(const std::vector<plan::WorkerPair>
       peer->set_worker(pair.second);
       peer->set_registration(receiver.registration);
       const std::pair<std::string, int64_t> list(receiver.lease_id, receiver.registration);
-      auto it = self.peer_lists_sent.find(pair.second);
-      if (it != self.peer_lists_sent.end() && it->second == list) {
+      auto it = record.find(pair.second);
+      if (it != record.end() && it->second == list) {
         peer->set_unchanged(true);  // a big model's list is thousands of entries
       } else {
         *peer->mutable_buffers() = receiver.info.buffers();
@@ -53,7 +55,11 @@ void ControllerState::FillDirectWritesLocked(const std::vector<plan::WorkerPair>
     }
     if (pair.second == w) sa->add_direct_written_by(pair.first);
   }
-  self.peer_lists_sent = std::move(sent);
+  if (sent.empty()) {
+    self.peer_lists_sent.erase(transfer);
+  } else {
+    self.peer_lists_sent[transfer] = std::move(sent);
+  }
 }
 
 }  // namespace wsync::controller

@@ -141,7 +141,7 @@ absl::StatusOr<v1::SyncResponse> ControllerState::StartSync(const v1::SyncReques
     }
     // Also with no direct writes: the record of the peer lists sent to this
     // worker follows what it keeps (the peers of its latest assignment).
-    FillDirectWritesLocked(direct, w, resolved.leases, sa);
+    FillDirectWritesLocked(t.name, direct, w, resolved.leases, sa);
     sa->set_deadline_unix_ms(deadline_unix_ms);
     for (const auto& role : p.roles) *sa->add_roles() = role;
     PushLocked(worker, std::move(a));
@@ -190,8 +190,9 @@ absl::Status ControllerState::ReportResult(const v1::ReportResultRequest& req) {
     if (p.lease_id != req.lease_id()) continue;
     if (auto w = workers_.find(p.lease_id); w != workers_.end()) {
       if (req.direct_writes_unavailable()) w->second->direct_writes_unavailable = true;
-      // A worker whose sync failed may have dropped its peer mappings: its
-      // next assignment carries every list again.
+      // A worker whose sync failed may have dropped its peer mappings (of
+      // this transfer, or all of them): its next assignments carry every
+      // list again.
       if (req.code() != 0) w->second->peer_lists_sent.clear();
     }
     if (p.done) return absl::OkStatus();

@@ -84,6 +84,32 @@ TEST(SyncIntegration, DirectWritesAndTheTransportDeliverTheSameBytes) {
   }
 }
 
+// Two transfers over the same workers, synced in turn with direct writes:
+// from the second round on, every assignment marks its peer lists unchanged
+// (sent once per transfer), and the workers write with the mappings they
+// kept. Every destination byte is checked after each sync.
+TEST(SyncIntegration, TwoTransfersTakeTurnsWithDirectWrites) {
+  auto run = CaseRun::Start(Case("fsdp:4", "vllm-tp:2"), DefaultClusterOptions());
+  ASSERT_TRUE(run.ok()) << run.status();
+  for (const char* name : {"a", "b"}) {
+    grpc::Status s = (*run)->Define(name);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  for (int v = 1; v <= 3; ++v) {
+    for (const char* name : {"a", "b"}) {
+      SCOPED_TRACE(absl::StrCat(name, " v", v));
+      (*run)->Fill(v);
+      v1::SyncStatus st;
+      grpc::Status s = (*run)->SyncAndWait(name, v, &st);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+      ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+      EXPECT_GT(st.direct_pairs(), 0);
+      std::string first;
+      EXPECT_EQ((*run)->Verify(v, &first), 0) << first;
+    }
+  }
+}
+
 TEST(SyncIntegration, FanOutToTwoInferenceReplicas) {
   auto run = CaseRun::Start(Case("fsdp:2", "vllm-tp:2x2"), DefaultClusterOptions());
   ASSERT_TRUE(run.ok()) << run.status();

@@ -57,19 +57,20 @@ absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
   key->clear();
   // Also with none listed: mappings no sync needs are released (an owner's
   // freed memory stays allocated while anyone maps it).
-  RETURN_IF_ERROR(peers_.Update(a.peer_buffers()));
+  PeerBufferMaps& peers = PeersOf(a.transfer());
+  RETURN_IF_ERROR(peers.Update(a.peer_buffers()));
   if (a.direct_write_to().empty() && a.direct_written_by().empty()) return absl::OkStatus();
   direct->write_to.assign(a.direct_write_to().begin(), a.direct_write_to().end());
   direct->written_by.assign(a.direct_written_by().begin(), a.direct_written_by().end());
   for (int32_t w : direct->write_to) {
-    const exec::BufferRegistry* r = peers_.Find(w);
+    const exec::BufferRegistry* r = peers.Find(w);
     if (r == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("worker ", a.worker(),
                                                      ": the assignment writes worker ", w,
                                                      " directly but lists none of its buffers"));
     }
     direct->peer_buffers[w] = r;
-    direct->expected_ready_tokens[w] = peers_.Fingerprint(w);
+    direct->expected_ready_tokens[w] = peers.Fingerprint(w);
   }
   std::vector<v1::BufferInfo> mine;
   std::vector<std::string> objects;
@@ -81,7 +82,7 @@ absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
   for (const v1::BufferInfo& b : mine) refs.push_back(&b);
   direct->ready_token = BufferListFingerprint(refs, objects);
   *key = absl::StrCat("to ", absl::StrJoin(direct->write_to, ","), " by ",
-                      absl::StrJoin(direct->written_by, ","), " maps ", peers_.Signature());
+                      absl::StrJoin(direct->written_by, ","), " maps ", peers.Signature());
   return absl::OkStatus();
 }
 
@@ -219,7 +220,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   for (const v1::PeerBuffers& p : a.peer_buffers()) {
     // Not a reason to stop writing directly: the controller, told of the
     // failure, sends every list with the next assignment.
-    if (p.unchanged() && !peers_.Holds(p.worker(), p.registration())) {
+    if (p.unchanged() && !PeersOf(a.transfer()).Holds(p.worker(), p.registration())) {
       return finish(absl::AbortedError(absl::StrCat(
           "worker ", a.worker(), ": direct writes: the controller sent the buffers of worker ",
           p.worker(), " (registration ", p.registration(),
@@ -233,7 +234,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     // The controller then pairs this worker no more; the next sync goes
     // through the transport.
     r.set_direct_writes_unavailable(true);
-    peers_.Clear();
+    peers_.clear();
     return finish(absl::Status(st.code(), absl::StrCat("direct writes: ", st.message())));
   }
   auto bit = bound_.find(plan_id);
@@ -310,7 +311,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     // Map the peers afresh next time: one may have recreated its memory
     // under the same names (its ready token then no longer matched).
     if (!a.direct_write_to().empty()) {
-      peers_.Clear();
+      PeersOf(a.transfer()).Clear();
       bound_.clear();
     }
     return finish(stats.status());
@@ -343,9 +344,15 @@ std::string SyncRunner::AbortReason() {
   return abort_reason_;
 }
 
+PeerBufferMaps& SyncRunner::PeersOf(const std::string& transfer) {
+  std::unique_ptr<PeerBufferMaps>& p = peers_[transfer];
+  if (p == nullptr) p = std::make_unique<PeerBufferMaps>(options_.gpu);
+  return *p;
+}
+
 void SyncRunner::DropTransports() {
   channels_.clear();
-  peers_.Clear();
+  peers_.clear();
   bound_.clear();  // some were bound against the peers' mappings
 }
 

@@ -65,7 +65,7 @@ class SyncRunner {
   using ProgressFn = std::function<void(int32_t, int32_t, int64_t)>;
 
   SyncRunner(TensorTable* tensors, WorkerMetrics* metrics, RunnerOptions options)
-      : tensors_(tensors), metrics_(metrics), options_(std::move(options)), peers_(options_.gpu) {}
+      : tensors_(tensors), metrics_(metrics), options_(std::move(options)) {}
 
   // Runs one assignment to the end (success, failure, abort or deadline) and
   // returns the report for the controller (lease id left empty).
@@ -110,10 +110,15 @@ class SyncRunner {
   exec::BufferRegistry registry_;
   TensorSnapshot snapshot_;  // keeps mappings alive for the registry
   bool have_snapshot_ = false;
-  PeerBufferMaps peers_;  // direct writes: the peers' buffers
+  // Direct writes: the peers' buffers, by transfer. Each transfer keeps the
+  // mappings of the peers its latest assignment listed (as the controller's
+  // record of the lists it sent does), so transfers that share this worker
+  // do not unmap each other's peers.
+  std::map<std::string, std::unique_ptr<PeerBufferMaps>> peers_;
+  PeerBufferMaps& PeersOf(const std::string& transfer);
   // "<key>/<worker>" -> (direct-writes key, the plan bound with them).
   std::map<std::string, std::pair<std::string, std::shared_ptr<const exec::BoundPlan>>> bound_;
-  std::map<std::string, std::unique_ptr<Channel>> channels_;             // by transfer (+ "#local")
+  std::map<std::string, std::unique_ptr<Channel>> channels_;  // by transfer (+ "#local")
 
   absl::Mutex mu_;
   std::string running_ ABSL_GUARDED_BY(mu_);

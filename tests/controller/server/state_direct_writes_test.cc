@@ -129,9 +129,9 @@ class DirectWritesStateTest : public ::testing::Test {
   // Starts a sync and returns every worker's assignment (in lease order);
   // *sync_id is the sync's id ("" if it did not start).
   std::vector<v1::SyncAssignment> Start(const std::vector<std::string>& leases, int64_t version,
-                                        std::string* sync_id) {
+                                        std::string* sync_id, const std::string& transfer = "t") {
     v1::SyncRequest req;
-    req.set_transfer("t");
+    req.set_transfer(transfer);
     req.set_version(version);
     auto started = state_->StartSync(req);
     EXPECT_TRUE(started.ok()) << started.status();
@@ -150,9 +150,10 @@ class DirectWritesStateTest : public ::testing::Test {
 
   // Start(), then every worker reports success; *direct_pairs is the sync's.
   std::vector<v1::SyncAssignment> Sync(const std::vector<std::string>& leases, int64_t version,
-                                       int32_t* direct_pairs = nullptr) {
+                                       int32_t* direct_pairs = nullptr,
+                                       const std::string& transfer = "t") {
     std::string id;
-    std::vector<v1::SyncAssignment> out = Start(leases, version, &id);
+    std::vector<v1::SyncAssignment> out = Start(leases, version, &id, transfer);
     if (id.empty()) return out;
     auto st = state_->WaitSync(id, absl::Milliseconds(1));
     EXPECT_TRUE(st.ok());
@@ -293,6 +294,27 @@ TEST_F(DirectWritesStateTest, PeerListsAreSentOncePerRegistrationAndAgainAfterAF
   EXPECT_EQ(peer_of(as[0]).buffers_size(), 1000);
   EXPECT_TRUE(peer_of(as[1]).unchanged());
   EXPECT_EQ(peer_of(as[1]).buffers_size(), 0);
+}
+
+// Two transfers over the same workers: each keeps its own record of the lists
+// it sent (as each worker keeps its mappings per transfer), so alternating
+// syncs do not resend them.
+TEST_F(DirectWritesStateTest, PeerListsAreKeptPerTransfer) {
+  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  v1::DefineTransferRequest second = state_testing::SimpleTransfer();
+  second.set_name("t2");
+  ASSERT_TRUE(state_->DefineTransfer(second).ok());
+  for (int v = 1; v <= 3; ++v) {
+    for (const std::string transfer : {"t", "t2"}) {
+      SCOPED_TRACE(absl::StrCat(transfer, " v", v));
+      const auto as = Sync(leases, v, nullptr, transfer);
+      ASSERT_EQ(as.size(), 3u);
+      ASSERT_EQ(as[0].peer_buffers_size(), 1);
+      EXPECT_EQ(as[0].peer_buffers(0).unchanged(), v > 1);
+      EXPECT_EQ(as[0].peer_buffers(0).buffers_size(), v > 1 ? 0 : 1);
+    }
+  }
 }
 
 TEST_F(DirectWritesStateTest, OnlyPairsOfOneNonEmptyDomainWriteDirectly) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -100,14 +101,17 @@ class ControllerState {
     absl::flat_hash_set<std::string> plans_sent;  // "<plan key>/<worker id>"
     // It reported that it cannot map its direct-write peers: it writes none.
     bool direct_writes_unavailable = false;
-    // Counts its buffer registrations (UpdateBuffers): peers that mapped an
-    // older list get the new one.
-    int64_t registration = 1;
+    // Identifies its current buffer registration (RegisterWorker, then each
+    // UpdateBuffers), unique in this controller: peers that mapped an older
+    // list get the new one.
+    int64_t registration = 0;
     // The peer lists last sent to it, by transfer, then by the peer's worker
     // id in that assignment: (peer lease, its registration). Mirrors the
-    // mappings the worker keeps (per transfer, the peers of its latest
-    // assignment).
+    // mappings the worker keeps: per transfer, the peers of its latest
+    // assignment, for the kPeerListTransfers most recent transfers that
+    // listed peers (`peer_list_order`, most recent first).
     std::map<std::string, std::map<int32_t, std::pair<std::string, int64_t>>> peer_lists_sent;
+    std::list<std::string> peer_list_order;
   };
   struct Participant {
     int32_t worker = 0;

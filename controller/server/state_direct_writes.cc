@@ -1,5 +1,6 @@
 // ControllerState: which worker pairs of a sync write destinations directly.
 #include "absl/algorithm/container.h"
+#include "common/peer_lists.h"
 #include "controller/server/state.h"
 
 namespace wsync::controller {
@@ -34,6 +35,7 @@ void ControllerState::FillDirectWritesLocked(const std::string& transfer,
                                              const std::vector<std::string>& leases,
                                              v1::SyncAssignment* sa) {
   Worker& self = *workers_.at(leases[w]);
+  const bool once = absl::c_linear_search(self.info.capabilities(), kPeerListsOnceCapability);
   const auto& record = self.peer_lists_sent[transfer];
   std::map<int32_t, std::pair<std::string, int64_t>> sent;
   // `direct` is sorted by (sender, receiver), so both lists come out sorted.
@@ -46,7 +48,7 @@ void ControllerState::FillDirectWritesLocked(const std::string& transfer,
       peer->set_registration(receiver.registration);
       const std::pair<std::string, int64_t> list(receiver.lease_id, receiver.registration);
       auto it = record.find(pair.second);
-      if (it != record.end() && it->second == list) {
+      if (once && it != record.end() && it->second == list) {
         peer->set_unchanged(true);  // a big model's list is thousands of entries
       } else {
         *peer->mutable_buffers() = receiver.info.buffers();
@@ -55,10 +57,19 @@ void ControllerState::FillDirectWritesLocked(const std::string& transfer,
     }
     if (pair.second == w) sa->add_direct_written_by(pair.first);
   }
-  if (sent.empty()) {
+  // As the worker does with its mappings: a transfer that lists no peers
+  // keeps none, the latest one that does goes first, and the oldest beyond
+  // kPeerListTransfers is forgotten.
+  self.peer_list_order.remove(transfer);
+  if (sent.empty() || !once) {
     self.peer_lists_sent.erase(transfer);
-  } else {
-    self.peer_lists_sent[transfer] = std::move(sent);
+    return;
+  }
+  self.peer_lists_sent[transfer] = std::move(sent);
+  self.peer_list_order.push_front(transfer);
+  while (self.peer_list_order.size() > static_cast<size_t>(kPeerListTransfers)) {
+    self.peer_lists_sent.erase(self.peer_list_order.back());
+    self.peer_list_order.pop_back();
   }
 }
 

@@ -125,6 +125,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> ControllerState::RegisterWorker(
   auto w = std::make_unique<Worker>();
   w->lease_id = absl::StrCat("L", config_.instance, "-", next_id_++);
   w->info = req;
+  w->registration = next_id_++;
   w->last_heartbeat = absl::Now();
   for (const auto& m : req.memberships()) ranks_[RankKey(m.group(), m.rank())] = w->lease_id;
   v1::RegisterWorkerResponse resp;
@@ -164,7 +165,7 @@ absl::Status ControllerState::UpdateBuffers(const v1::UpdateBuffersRequest& req)
     return absl::NotFoundError(absl::StrCat("lease '", req.lease_id(), "' is unknown or expired"));
   }
   *w->info.mutable_buffers() = req.buffers();
-  ++w->registration;
+  w->registration = next_id_++;
   w->last_heartbeat = absl::Now();
   return absl::OkStatus();
 }

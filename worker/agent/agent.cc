@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/peer_lists.h"
 
 namespace wsync::agent {
 
@@ -95,6 +96,7 @@ void WorkerAgent::SessionLoop() {
     req.set_node(options_.node);
     req.set_device_uuid(options_.device_uuid);
     for (const auto& c : options_.capabilities) req.add_capabilities(c);
+    req.add_capabilities(kPeerListsOnceCapability);
     req.set_data_address(options_.data_address);
     req.set_pid(getpid());
     req.set_direct_write_domain(options_.direct_write_domain);

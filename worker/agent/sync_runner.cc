@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/peer_lists.h"
 #include "common/status_macros.h"
 #include "worker/agent/controller_kv_store.h"
 #include "worker/transport/gloo_transport.h"
@@ -57,9 +58,11 @@ absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
   key->clear();
   // Also with none listed: mappings no sync needs are released (an owner's
   // freed memory stays allocated while anyone maps it).
-  PeerBufferMaps& peers = PeersOf(a.transfer());
-  RETURN_IF_ERROR(peers.Update(a.peer_buffers()));
+  RETURN_IF_ERROR(UpdatePeers(a));
   if (a.direct_write_to().empty() && a.direct_written_by().empty()) return absl::OkStatus();
+  static const PeerBufferMaps kNone(nullptr);
+  const PeerBufferMaps* found = FindPeers(a.transfer());
+  const PeerBufferMaps& peers = found != nullptr ? *found : kNone;
   direct->write_to.assign(a.direct_write_to().begin(), a.direct_write_to().end());
   direct->written_by.assign(a.direct_written_by().begin(), a.direct_written_by().end());
   for (int32_t w : direct->write_to) {
@@ -220,7 +223,8 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   for (const v1::PeerBuffers& p : a.peer_buffers()) {
     // Not a reason to stop writing directly: the controller, told of the
     // failure, sends every list with the next assignment.
-    if (p.unchanged() && !PeersOf(a.transfer()).Holds(p.worker(), p.registration())) {
+    const PeerBufferMaps* held = FindPeers(a.transfer());
+    if (p.unchanged() && (held == nullptr || !held->Holds(p.worker(), p.registration()))) {
       return finish(absl::AbortedError(absl::StrCat(
           "worker ", a.worker(), ": direct writes: the controller sent the buffers of worker ",
           p.worker(), " (registration ", p.registration(),
@@ -235,6 +239,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     // through the transport.
     r.set_direct_writes_unavailable(true);
     peers_.clear();
+    peer_order_.clear();
     return finish(absl::Status(st.code(), absl::StrCat("direct writes: ", st.message())));
   }
   auto bit = bound_.find(plan_id);
@@ -311,7 +316,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     // Map the peers afresh next time: one may have recreated its memory
     // under the same names (its ready token then no longer matched).
     if (!a.direct_write_to().empty()) {
-      PeersOf(a.transfer()).Clear();
+      ClearPeers(a.transfer());
       bound_.clear();
     }
     return finish(stats.status());
@@ -344,15 +349,39 @@ std::string SyncRunner::AbortReason() {
   return abort_reason_;
 }
 
-PeerBufferMaps& SyncRunner::PeersOf(const std::string& transfer) {
-  std::unique_ptr<PeerBufferMaps>& p = peers_[transfer];
-  if (p == nullptr) p = std::make_unique<PeerBufferMaps>(options_.gpu);
-  return *p;
+const PeerBufferMaps* SyncRunner::FindPeers(const std::string& transfer) const {
+  auto it = peers_.find(transfer);
+  return it == peers_.end() ? nullptr : it->second.get();
+}
+
+absl::Status SyncRunner::UpdatePeers(const v1::SyncAssignment& a) {
+  const std::string& transfer = a.transfer();
+  peer_order_.remove(transfer);
+  if (a.peer_buffers().empty()) {
+    // Mappings no sync of this transfer needs are released (an owner's
+    // freed memory stays allocated while anyone maps it).
+    peers_.erase(transfer);
+    return absl::OkStatus();
+  }
+  std::unique_ptr<PeerBufferMaps>& maps = peers_[transfer];
+  if (maps == nullptr) maps = std::make_unique<PeerBufferMaps>(options_.gpu);
+  peer_order_.push_front(transfer);
+  while (peer_order_.size() > static_cast<size_t>(kPeerListTransfers)) {
+    peers_.erase(peer_order_.back());
+    peer_order_.pop_back();
+  }
+  return maps->Update(a.peer_buffers());
+}
+
+void SyncRunner::ClearPeers(const std::string& transfer) {
+  peers_.erase(transfer);
+  peer_order_.remove(transfer);
 }
 
 void SyncRunner::DropTransports() {
   channels_.clear();
   peers_.clear();
+  peer_order_.clear();
   bound_.clear();  // some were bound against the peers' mappings
 }
 

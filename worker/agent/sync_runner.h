@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -111,11 +112,19 @@ class SyncRunner {
   TensorSnapshot snapshot_;  // keeps mappings alive for the registry
   bool have_snapshot_ = false;
   // Direct writes: the peers' buffers, by transfer. Each transfer keeps the
-  // mappings of the peers its latest assignment listed (as the controller's
-  // record of the lists it sent does), so transfers that share this worker
-  // do not unmap each other's peers.
+  // mappings of the peers its latest assignment listed, so transfers that
+  // share this worker do not unmap each other's peers; only the
+  // kPeerListTransfers most recent transfers that listed peers keep theirs
+  // (`peer_order_`, most recent first). The controller's record of the lists
+  // it sent follows the same rules.
   std::map<std::string, std::unique_ptr<PeerBufferMaps>> peers_;
-  PeerBufferMaps& PeersOf(const std::string& transfer);
+  std::list<std::string> peer_order_;
+  // The transfer's maps, or null.
+  const PeerBufferMaps* FindPeers(const std::string& transfer) const;
+  // Maps exactly the peers `a` lists for its transfer (none: its mappings
+  // are released) and makes it the most recent.
+  absl::Status UpdatePeers(const v1::SyncAssignment& a);
+  void ClearPeers(const std::string& transfer);
   // "<key>/<worker>" -> (direct-writes key, the plan bound with them).
   std::map<std::string, std::pair<std::string, std::shared_ptr<const exec::BoundPlan>>> bound_;
   std::map<std::string, std::unique_ptr<Channel>> channels_;  // by transfer (+ "#local")

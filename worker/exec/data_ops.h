@@ -10,10 +10,14 @@
 // device as-is; the interpreter builds them once per plan and replays them on
 // every sync, so implementations must not keep pointers to them past a call.
 //
-// Ordering: calls on one DataOps execute in call order and may be
-// asynchronous; Synchronize() returns once all of them finished (and reports
-// any deferred error). The interpreter calls Synchronize() before handing
-// packed staging to the transport and before a round's staging is reused.
+// Ordering: calls on one DataOps (Pack, Unpack, Copy, Reduce, Quantize) execute
+// in call order, as one ordered queue, and may be asynchronous; Synchronize()
+// returns once all of them finished (and reports any deferred error). The
+// interpreter calls Synchronize() before handing packed staging to the
+// transport (which runs on its own stream), so before a round with transfers
+// reuses a staging set. Rounds without transfers touch no staging: it queues
+// their work behind the previous rounds' without waiting, relying on the call
+// order alone. Puts are the exception: they run beside the queue (see Put).
 //
 // Element conversions (pack / unpack / copy with differing dtypes) and the
 // reduction arithmetic must match common/cast.h bit for bit.

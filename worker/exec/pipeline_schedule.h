@@ -15,8 +15,9 @@
 //    i+1's pack and zero-copy sends read nothing that work writes and its
 //    zero-copy receives write nothing that work reads or writes. Staging needs no
 //    check: round i+1 transfers through the other set, round i's unpack is
-//    issued before round i+2's pack into that set, and round i+2 starts by
-//    waiting for every call issued so far.
+//    issued before round i+2's pack into that set (the data ops run in call
+//    order), and round i+2, if it transfers, waits for every call issued so
+//    far before its transfer starts.
 // Overlap is judged on each view's address extent [first byte, last byte],
 // which can only over-report conflicts, never miss one.
 #ifndef WSYNC_WORKER_EXEC_PIPELINE_SCHEDULE_H_

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/peer_lists.h"
 #include "controller/server/state.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -29,6 +30,7 @@ struct WorkerSpec {
   bool gpu = false;
   std::string device_uuid;
   std::vector<std::string> peers;
+  bool peer_lists_once = true;  // registers kPeerListsOnceCapability
 };
 
 WorkerSpec Host(const std::string& group, int rank, int size, int64_t bytes,
@@ -87,6 +89,7 @@ class DirectWritesStateTest : public ::testing::Test {
     req.set_direct_write_domain(spec.domain);
     for (const std::string& p : spec.peers) req.add_peer_gpu_uuids(p);
     req.set_device_uuid(spec.device_uuid);
+    if (spec.peer_lists_once) req.add_capabilities(kPeerListsOnceCapability);
     if (spec.gpu) {
       req.add_capabilities("nccl");
       req.add_capabilities("cuda_ipc");
@@ -270,8 +273,8 @@ TEST_F(DirectWritesStateTest, PeerListsAreSentOncePerRegistrationAndAgainAfterAF
   EXPECT_EQ(peer_of(as[0]).buffers_size(), 1000);
   EXPECT_GT(peer_of(as[0]).registration(), registration);
 
-  // Writer 0's sync fails: its next assignment carries the list again;
-  // writer 1, which succeeded, keeps its mapping.
+  // Writer 0's sync fails: every writer of that sync gets its lists again
+  // (the others may have dropped their mappings while unwinding).
   std::string id;
   Start(leases, 4, &id);
   ASSERT_FALSE(id.empty());
@@ -292,8 +295,11 @@ TEST_F(DirectWritesStateTest, PeerListsAreSentOncePerRegistrationAndAgainAfterAF
   as = Sync(leases, 5);
   EXPECT_FALSE(peer_of(as[0]).unchanged());
   EXPECT_EQ(peer_of(as[0]).buffers_size(), 1000);
+  EXPECT_FALSE(peer_of(as[1]).unchanged());
+  EXPECT_EQ(peer_of(as[1]).buffers_size(), 1000);
+  as = Sync(leases, 6);
+  EXPECT_TRUE(peer_of(as[0]).unchanged());
   EXPECT_TRUE(peer_of(as[1]).unchanged());
-  EXPECT_EQ(peer_of(as[1]).buffers_size(), 0);
 }
 
 // Two transfers over the same workers: each keeps its own record of the lists
@@ -315,6 +321,87 @@ TEST_F(DirectWritesStateTest, PeerListsAreKeptPerTransfer) {
       EXPECT_EQ(as[0].peer_buffers(0).buffers_size(), v > 1 ? 0 : 1);
     }
   }
+}
+
+// A sync that fails clears the record of every participant at once, before
+// their reports arrive: a retry started right away carries every list (the
+// writers may drop their mappings while they unwind, or never see their
+// queued assignment).
+TEST_F(DirectWritesStateTest, AFailedSyncResendsEveryListEvenBeforeTheWritersReport) {
+  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  Sync(leases, 1);
+  std::string id;
+  Start(leases, 2, &id);
+  ASSERT_FALSE(id.empty());
+  v1::ReportResultRequest r;
+  r.set_lease_id(leases[2]);  // the receiver fails; the writers never report
+  r.set_sync_id(id);
+  r.set_code(static_cast<int32_t>(absl::StatusCode::kInternal));
+  r.set_message("receiver failed");
+  ASSERT_TRUE(state_->ReportResult(r).ok());
+  for (int w = 0; w < 2; ++w) {
+    auto a = state_->NextAssignment(leases[w], tokens_[leases[w]], absl::Milliseconds(100));
+    ASSERT_TRUE(a.ok() && a->has_value() && (*a)->has_abort()) << "worker " << w;
+  }
+  std::string retry;
+  const auto as = Start(leases, 3, &retry);
+  ASSERT_EQ(as.size(), 3u);
+  for (int w = 0; w < 2; ++w) {
+    SCOPED_TRACE(w);
+    ASSERT_EQ(as[w].peer_buffers_size(), 1);
+    EXPECT_FALSE(as[w].peer_buffers(0).unchanged());
+    EXPECT_EQ(as[w].peer_buffers(0).buffers_size(), 1);
+  }
+}
+
+// Registration counts are unique in the controller: a receiver that comes
+// back under a new lease is never taken for the one its writers mapped.
+TEST_F(DirectWritesStateTest, ARegisteredAgainReceiverGetsANewCountAndItsWholeList) {
+  auto leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  const int64_t first = Sync(leases, 1)[0].peer_buffers(0).registration();
+  EXPECT_TRUE(Sync(leases, 2)[0].peer_buffers(0).unchanged());
+  leases[2] = Register(Host("dst", 0, 1, 32, "host-a"));  // replaces the old lease
+  const auto as = Sync(leases, 3);
+  ASSERT_EQ(as[0].peer_buffers_size(), 1);
+  EXPECT_NE(as[0].peer_buffers(0).registration(), first);
+  EXPECT_FALSE(as[0].peer_buffers(0).unchanged());
+  EXPECT_EQ(as[0].peer_buffers(0).buffers_size(), 1);
+}
+
+// Only kPeerListTransfers transfers keep their record (as the worker keeps
+// only their mappings): an older one gets its lists again.
+TEST_F(DirectWritesStateTest, OnlyTheMostRecentTransfersKeepTheirLists) {
+  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  std::vector<std::string> names = {"t"};
+  for (int i = 1; i <= kPeerListTransfers; ++i) {
+    v1::DefineTransferRequest d = state_testing::SimpleTransfer();
+    d.set_name(absl::StrCat("t", i));
+    ASSERT_TRUE(state_->DefineTransfer(d).ok());
+    names.push_back(d.name());
+  }
+  for (const std::string& n : names) {
+    EXPECT_FALSE(Sync(leases, 1, nullptr, n)[0].peer_buffers(0).unchanged()) << n;
+  }
+  // "t" is the oldest of kPeerListTransfers + 1: forgotten; the latest kept.
+  EXPECT_FALSE(Sync(leases, 2, nullptr, "t")[0].peer_buffers(0).unchanged());
+  EXPECT_TRUE(Sync(leases, 2, nullptr, names.back())[0].peer_buffers(0).unchanged());
+}
+
+// A worker that does not say it understands `unchanged` gets whole lists.
+TEST_F(DirectWritesStateTest, WorkersWithoutTheCapabilityAlwaysGetWholeLists) {
+  WorkerSpec old = Host("src", 0, 2, 16, "host-a");
+  old.peer_lists_once = false;
+  const std::vector<std::string> leases = {Register(old), Register(Host("src", 1, 2, 16, "host-a")),
+                                           Register(Host("dst", 0, 1, 32, "host-a"))};
+  Define();
+  Sync(leases, 1);
+  const auto as = Sync(leases, 2);
+  EXPECT_FALSE(as[0].peer_buffers(0).unchanged());
+  EXPECT_EQ(as[0].peer_buffers(0).buffers_size(), 1);
+  EXPECT_TRUE(as[1].peer_buffers(0).unchanged());
 }
 
 TEST_F(DirectWritesStateTest, OnlyPairsOfOneNonEmptyDomainWriteDirectly) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/dtype.h"
+#include "common/peer_lists.h"
 #include "worker/agent/tensor_table.h"
 
 namespace wsync::agent {
@@ -192,6 +193,39 @@ std::string PeerBufferMaps::Signature() const {
     absl::StrAppend(&s, worker, "@", peer->registry.generation(), ";");
   }
   return s;
+}
+
+absl::Status PeerMapsByTransfer::Update(
+    const std::string& transfer, const google::protobuf::RepeatedPtrField<v1::PeerBuffers>& peers) {
+  order_.remove(transfer);
+  if (peers.empty()) {
+    // An owner's freed memory stays allocated while anyone maps it.
+    maps_.erase(transfer);
+    return absl::OkStatus();
+  }
+  std::unique_ptr<PeerBufferMaps>& maps = maps_[transfer];
+  if (maps == nullptr) maps = std::make_unique<PeerBufferMaps>(gpu_);
+  order_.push_front(transfer);
+  while (order_.size() > static_cast<size_t>(kPeerListTransfers)) {
+    maps_.erase(order_.back());
+    order_.pop_back();
+  }
+  return maps->Update(peers);
+}
+
+const PeerBufferMaps* PeerMapsByTransfer::Find(const std::string& transfer) const {
+  auto it = maps_.find(transfer);
+  return it == maps_.end() ? nullptr : it->second.get();
+}
+
+void PeerMapsByTransfer::Clear(const std::string& transfer) {
+  maps_.erase(transfer);
+  order_.remove(transfer);
+}
+
+void PeerMapsByTransfer::ClearAll() {
+  maps_.clear();
+  order_.clear();
 }
 
 }  // namespace wsync::agent

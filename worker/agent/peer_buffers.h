@@ -7,6 +7,7 @@
 #define WSYNC_WORKER_AGENT_PEER_BUFFERS_H_
 
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -75,6 +76,32 @@ class PeerBufferMaps {
 
   GpuPlane* const gpu_;
   std::map<int32_t, std::shared_ptr<Peer>> peers_;
+};
+
+// A worker's PeerBufferMaps, one per transfer. A transfer keeps the mappings
+// of the peers its latest assignment listed, so transfers that share the
+// worker do not unmap each other's peers; only the kPeerListTransfers most
+// recent transfers that listed peers keep theirs, so a transfer never synced
+// again does not hold its peers' memory. The controller's record of the
+// lists it sent follows the same rules (state_direct_writes.cc).
+class PeerMapsByTransfer {
+ public:
+  explicit PeerMapsByTransfer(GpuPlane* gpu) : gpu_(gpu) {}
+
+  // Maps exactly `peers` for `transfer` (none: its mappings are released)
+  // and makes it the most recent; the oldest beyond kPeerListTransfers is
+  // unmapped.
+  absl::Status Update(const std::string& transfer,
+                      const google::protobuf::RepeatedPtrField<v1::PeerBuffers>& peers);
+  // The transfer's maps, or null.
+  const PeerBufferMaps* Find(const std::string& transfer) const;
+  void Clear(const std::string& transfer);
+  void ClearAll();
+
+ private:
+  GpuPlane* const gpu_;
+  std::map<std::string, std::unique_ptr<PeerBufferMaps>> maps_;
+  std::list<std::string> order_;  // most recent first
 };
 
 }  // namespace wsync::agent

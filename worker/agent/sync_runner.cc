@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "common/peer_lists.h"
 #include "common/status_macros.h"
 #include "worker/agent/controller_kv_store.h"
 #include "worker/transport/gloo_transport.h"
@@ -58,10 +57,10 @@ absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
   key->clear();
   // Also with none listed: mappings no sync needs are released (an owner's
   // freed memory stays allocated while anyone maps it).
-  RETURN_IF_ERROR(UpdatePeers(a));
+  RETURN_IF_ERROR(peers_.Update(a.transfer(), a.peer_buffers()));
   if (a.direct_write_to().empty() && a.direct_written_by().empty()) return absl::OkStatus();
   static const PeerBufferMaps kNone(nullptr);
-  const PeerBufferMaps* found = FindPeers(a.transfer());
+  const PeerBufferMaps* found = peers_.Find(a.transfer());
   const PeerBufferMaps& peers = found != nullptr ? *found : kNone;
   direct->write_to.assign(a.direct_write_to().begin(), a.direct_write_to().end());
   direct->written_by.assign(a.direct_written_by().begin(), a.direct_written_by().end());
@@ -223,7 +222,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   for (const v1::PeerBuffers& p : a.peer_buffers()) {
     // Not a reason to stop writing directly: the controller, told of the
     // failure, sends every list with the next assignment.
-    const PeerBufferMaps* held = FindPeers(a.transfer());
+    const PeerBufferMaps* held = peers_.Find(a.transfer());
     if (p.unchanged() && (held == nullptr || !held->Holds(p.worker(), p.registration()))) {
       return finish(absl::AbortedError(absl::StrCat(
           "worker ", a.worker(), ": direct writes: the controller sent the buffers of worker ",
@@ -238,8 +237,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     // The controller then pairs this worker no more; the next sync goes
     // through the transport.
     r.set_direct_writes_unavailable(true);
-    peers_.clear();
-    peer_order_.clear();
+    peers_.ClearAll();
     return finish(absl::Status(st.code(), absl::StrCat("direct writes: ", st.message())));
   }
   auto bit = bound_.find(plan_id);
@@ -316,7 +314,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     // Map the peers afresh next time: one may have recreated its memory
     // under the same names (its ready token then no longer matched).
     if (!a.direct_write_to().empty()) {
-      ClearPeers(a.transfer());
+      peers_.Clear(a.transfer());
       bound_.clear();
     }
     return finish(stats.status());
@@ -349,39 +347,9 @@ std::string SyncRunner::AbortReason() {
   return abort_reason_;
 }
 
-const PeerBufferMaps* SyncRunner::FindPeers(const std::string& transfer) const {
-  auto it = peers_.find(transfer);
-  return it == peers_.end() ? nullptr : it->second.get();
-}
-
-absl::Status SyncRunner::UpdatePeers(const v1::SyncAssignment& a) {
-  const std::string& transfer = a.transfer();
-  peer_order_.remove(transfer);
-  if (a.peer_buffers().empty()) {
-    // Mappings no sync of this transfer needs are released (an owner's
-    // freed memory stays allocated while anyone maps it).
-    peers_.erase(transfer);
-    return absl::OkStatus();
-  }
-  std::unique_ptr<PeerBufferMaps>& maps = peers_[transfer];
-  if (maps == nullptr) maps = std::make_unique<PeerBufferMaps>(options_.gpu);
-  peer_order_.push_front(transfer);
-  while (peer_order_.size() > static_cast<size_t>(kPeerListTransfers)) {
-    peers_.erase(peer_order_.back());
-    peer_order_.pop_back();
-  }
-  return maps->Update(a.peer_buffers());
-}
-
-void SyncRunner::ClearPeers(const std::string& transfer) {
-  peers_.erase(transfer);
-  peer_order_.remove(transfer);
-}
-
 void SyncRunner::DropTransports() {
   channels_.clear();
-  peers_.clear();
-  peer_order_.clear();
+  peers_.ClearAll();
   bound_.clear();  // some were bound against the peers' mappings
 }
 

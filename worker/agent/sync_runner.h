@@ -9,7 +9,6 @@
 
 #include <atomic>
 #include <functional>
-#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -66,7 +65,7 @@ class SyncRunner {
   using ProgressFn = std::function<void(int32_t, int32_t, int64_t)>;
 
   SyncRunner(TensorTable* tensors, WorkerMetrics* metrics, RunnerOptions options)
-      : tensors_(tensors), metrics_(metrics), options_(std::move(options)) {}
+      : tensors_(tensors), metrics_(metrics), options_(std::move(options)), peers_(options_.gpu) {}
 
   // Runs one assignment to the end (success, failure, abort or deadline) and
   // returns the report for the controller (lease id left empty).
@@ -111,20 +110,7 @@ class SyncRunner {
   exec::BufferRegistry registry_;
   TensorSnapshot snapshot_;  // keeps mappings alive for the registry
   bool have_snapshot_ = false;
-  // Direct writes: the peers' buffers, by transfer. Each transfer keeps the
-  // mappings of the peers its latest assignment listed, so transfers that
-  // share this worker do not unmap each other's peers; only the
-  // kPeerListTransfers most recent transfers that listed peers keep theirs
-  // (`peer_order_`, most recent first). The controller's record of the lists
-  // it sent follows the same rules.
-  std::map<std::string, std::unique_ptr<PeerBufferMaps>> peers_;
-  std::list<std::string> peer_order_;
-  // The transfer's maps, or null.
-  const PeerBufferMaps* FindPeers(const std::string& transfer) const;
-  // Maps exactly the peers `a` lists for its transfer (none: its mappings
-  // are released) and makes it the most recent.
-  absl::Status UpdatePeers(const v1::SyncAssignment& a);
-  void ClearPeers(const std::string& transfer);
+  PeerMapsByTransfer peers_;  // direct writes: the peers' buffers
   // "<key>/<worker>" -> (direct-writes key, the plan bound with them).
   std::map<std::string, std::pair<std::string, std::shared_ptr<const exec::BoundPlan>>> bound_;
   std::map<std::string, std::unique_ptr<Channel>> channels_;  // by transfer (+ "#local")

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/peer_lists.h"
 #include "gtest/gtest.h"
 
 namespace wsync::agent {
@@ -135,6 +136,37 @@ TEST(PeerBufferMapsTest, UnchangedEntriesKeepTheMappingOfTheirRegistrationOnly) 
   ASSERT_TRUE(maps.Update({}).ok());
   p->set_registration(7);
   EXPECT_FALSE(maps.Update(same).ok());
+}
+
+// Per transfer: another transfer's assignment neither unmaps nor replaces
+// this one's peers; only the kPeerListTransfers most recent keep theirs.
+TEST(PeerMapsByTransferTest, TransfersKeepTheirOwnPeersAndOnlyTheMostRecentKeepThem) {
+  ShmObject shm(1 << 16);
+  PeerMapsByTransfer maps(nullptr);
+  ASSERT_TRUE(maps.Update("a", Peers(1, {Info("g", "w", shm, 0, 256)})).ok());
+  ASSERT_TRUE(maps.Update("b", Peers(2, {Info("g", "w", shm, 256, 256)})).ok());
+  ASSERT_NE(maps.Find("a"), nullptr);
+  EXPECT_NE(maps.Find("a")->Find(1), nullptr) << "b's assignment kept a's peer";
+  EXPECT_EQ(maps.Find("a")->Find(2), nullptr);
+  EXPECT_NE(maps.Find("b")->Find(2), nullptr);
+  const std::string a_signature = maps.Find("a")->Signature();
+  ASSERT_TRUE(maps.Update("a", Peers(1, {Info("g", "w", shm, 0, 256)})).ok());
+  EXPECT_EQ(maps.Find("a")->Signature(), a_signature) << "the same list is not remapped";
+
+  // A transfer whose assignment lists no peers releases its mappings.
+  ASSERT_TRUE(maps.Update("b", {}).ok());
+  EXPECT_EQ(maps.Find("b"), nullptr);
+
+  // "a" is the most recent; kPeerListTransfers newer ones push it out.
+  for (int i = 0; i < kPeerListTransfers; ++i) {
+    ASSERT_TRUE(maps.Update(absl::StrCat("t", i), Peers(1, {Info("g", "w", shm, 0, 256)})).ok());
+    EXPECT_EQ(maps.Find("a") != nullptr, i + 1 < kPeerListTransfers) << i;
+  }
+  EXPECT_NE(maps.Find("t0"), nullptr);
+  maps.Clear("t0");
+  EXPECT_EQ(maps.Find("t0"), nullptr);
+  maps.ClearAll();
+  EXPECT_EQ(maps.Find(absl::StrCat("t", kPeerListTransfers - 1)), nullptr);
 }
 
 TEST(PeerBufferMapsTest, BadListsAreErrorsNamingWorkerAndBuffer) {

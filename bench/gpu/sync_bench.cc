@@ -294,12 +294,14 @@ int64_t Extent(const exec::StridedView& v) {
 // Diagnosis: the plan's direct writes alone, straight through the data ops
 // (no executor, no tokens), from the source slab or from a fresh allocation
 // of this process, into the peer's destination slab or into a fresh
-// allocation of the peer's (exported and opened like the slab). Each item
-// keeps its shape and strides; only its base moves.
+// allocation of the peer's (exported and opened like the slab); also one
+// direction alone, and after the sources were exported. Each item keeps its
+// shape and strides; only its base moves. The export variants come last:
+// exporting cannot be undone.
 template <typename Barrier>
 int RawPuts(const Flags& f, const Case& c, int worker, const std::vector<exec::CopyItem>& puts,
-            cuda::CudaDataOps& ops, transport::KvStore& store, const std::string& tag,
-            Barrier& barrier) {
+            void* source_slab, cuda::CudaDataOps& ops, transport::KvStore& store,
+            const std::string& tag, Barrier& barrier) {
   int64_t src_bytes = 0, dst_bytes = 0;
   for (const exec::CopyItem& it : puts) {
     src_bytes += (Extent(it.src) + 4095) / 4096 * 4096;
@@ -330,8 +332,19 @@ int RawPuts(const Flags& f, const Case& c, int worker, const std::vector<exec::C
     if (!base.ok()) return Fail("open", base.status());
     peer_fresh[peer] = static_cast<char*>(*base);
   }
-  for (int variant = 0; variant < 4; ++variant) {
-    const bool fresh_s = variant & 1, fresh_d = variant & 2;
+  // Variants 0-3: {slab, fresh} source x {slab, fresh} destination, both
+  // directions at once. 4: slab to slab, worker 0 alone writing. 5 and 6:
+  // slab to slab and fresh to fresh after a CUDA IPC handle of each source
+  // was taken (the two-process replica's sources are exported).
+  for (int variant = 0; variant < 7; ++variant) {
+    const bool fresh_s = variant < 4 ? (variant & 1) : variant == 6;
+    const bool fresh_d = variant < 4 ? (variant & 2) : variant == 6;
+    const bool writes = variant != 4 || worker == 0;
+    if (variant == 5) {
+      cudaIpcMemHandle_t h;
+      CUDA_OK(cudaIpcGetMemHandle(&h, source_slab), "export the source slab");
+      CUDA_OK(cudaIpcGetMemHandle(&h, fresh_src), "export the fresh source");
+    }
     std::vector<exec::CopyItem> items = puts;
     int64_t so = 0, doff = 0;
     for (exec::CopyItem& it : items) {
@@ -348,13 +361,16 @@ int RawPuts(const Flags& f, const Case& c, int worker, const std::vector<exec::C
     for (int i = 0; i < f.iters + 1; ++i) {
       if (auto s = barrier(); !s.ok()) return Fail("barrier", s);
       const double t0 = Now();
-      if (auto s = ops.Put(items, /*alone=*/true); !s.ok()) return Fail("put", s);
-      if (auto s = ops.FinishPuts(); !s.ok()) return Fail("put", s);
+      if (writes) {
+        if (auto s = ops.Put(items, /*alone=*/true); !s.ok()) return Fail("put", s);
+        if (auto s = ops.FinishPuts(); !s.ok()) return Fail("put", s);
+      }
       if (i > 0) raw.push_back(Now() - t0);
     }
     Result(absl::StrFormat(
-        R"({"bench":"wsync_raw_puts","worker":%d,"source":"%s","destination":"%s","median_s":%.6f})",
-        worker, fresh_s ? "fresh" : "slab", fresh_d ? "fresh" : "slab", Median(raw)));
+        R"({"bench":"wsync_raw_puts","worker":%d,"source":"%s","destination":"%s","directions":%d,"sources_exported":%d,"median_s":%.6f})",
+        worker, fresh_s ? "fresh" : "slab", fresh_d ? "fresh" : "slab", variant == 4 ? 1 : 2,
+        variant >= 5 ? 1 : 0, Median(raw)));
   }
   return 0;
 }
@@ -455,7 +471,8 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   if (!first.ok()) return Fail("first sync", first.status());
   const double first_run_s = Now() - t0;
   if (f.diagnose_raw_puts) {
-    if (int rc = RawPuts(f, c, worker, (*bound)->puts, **ops, store, tag, barrier); rc != 0) {
+    if (int rc = RawPuts(f, c, worker, (*bound)->puts, src.base, **ops, store, tag, barrier);
+        rc != 0) {
       return rc;
     }
   }

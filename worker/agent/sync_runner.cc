@@ -59,20 +59,18 @@ absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
   // freed memory stays allocated while anyone maps it).
   RETURN_IF_ERROR(peers_.Update(a.transfer(), a.peer_buffers()));
   if (a.direct_write_to().empty() && a.direct_written_by().empty()) return absl::OkStatus();
-  static const PeerBufferMaps kNone(nullptr);
-  const PeerBufferMaps* found = peers_.Find(a.transfer());
-  const PeerBufferMaps& peers = found != nullptr ? *found : kNone;
+  const PeerBufferMaps* peers = peers_.Find(a.transfer());  // null: none listed
   direct->write_to.assign(a.direct_write_to().begin(), a.direct_write_to().end());
   direct->written_by.assign(a.direct_written_by().begin(), a.direct_written_by().end());
   for (int32_t w : direct->write_to) {
-    const exec::BufferRegistry* r = peers.Find(w);
+    const exec::BufferRegistry* r = peers != nullptr ? peers->Find(w) : nullptr;
     if (r == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("worker ", a.worker(),
                                                      ": the assignment writes worker ", w,
                                                      " directly but lists none of its buffers"));
     }
     direct->peer_buffers[w] = r;
-    direct->expected_ready_tokens[w] = peers.Fingerprint(w);
+    direct->expected_ready_tokens[w] = peers->Fingerprint(w);
   }
   std::vector<v1::BufferInfo> mine;
   std::vector<std::string> objects;
@@ -84,7 +82,8 @@ absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
   for (const v1::BufferInfo& b : mine) refs.push_back(&b);
   direct->ready_token = BufferListFingerprint(refs, objects);
   *key = absl::StrCat("to ", absl::StrJoin(direct->write_to, ","), " by ",
-                      absl::StrJoin(direct->written_by, ","), " maps ", peers.Signature());
+                      absl::StrJoin(direct->written_by, ","), " maps ",
+                      peers != nullptr ? peers->Signature() : "");
   return absl::OkStatus();
 }
 
@@ -219,10 +218,10 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   absl::Time t = absl::Now();
   absl::Status st = RefreshRegistry();
   if (!st.ok()) return finish(st);
+  const PeerBufferMaps* held = peers_.Find(a.transfer());
   for (const v1::PeerBuffers& p : a.peer_buffers()) {
     // Not a reason to stop writing directly: the controller, told of the
     // failure, sends every list with the next assignment.
-    const PeerBufferMaps* held = peers_.Find(a.transfer());
     if (p.unchanged() && (held == nullptr || !held->Holds(p.worker(), p.registration()))) {
       return finish(absl::AbortedError(absl::StrCat(
           "worker ", a.worker(), ": direct writes: the controller sent the buffers of worker ",

@@ -35,6 +35,7 @@
 #include "bench/gpu/bench_kernels.h"
 #include "bench/gpu/bench_util.h"
 #include "bench/gpu/fragment_check.h"
+#include "bench/gpu/raw_puts.h"
 #include "common/status_macros.h"
 #include "controller/catalog/case.h"
 #include "controller/plan/compiled_layout.h"
@@ -284,97 +285,6 @@ absl::Status SetUpDirectWrites(const Case& c, int worker, const Slab& dst,
   return absl::OkStatus();
 }
 
-// Bytes spanned by a view (first to last element, inclusive).
-int64_t Extent(const exec::StridedView& v) {
-  int64_t last = 0;
-  for (int d = 0; d < v.ndim; ++d) last += (v.shape[d] - 1) * v.strides[d];
-  return (last + 1) * static_cast<int64_t>(DTypeSize(v.dtype));
-}
-
-// Diagnosis: the plan's direct writes alone, straight through the data ops
-// (no executor, no tokens), from the source slab or from a fresh allocation
-// of this process, into the peer's destination slab or into a fresh
-// allocation of the peer's (exported and opened like the slab); also one
-// direction alone, and after the sources were exported. Each item keeps its
-// shape and strides; only its base moves. The export variants come last:
-// exporting cannot be undone.
-template <typename Barrier>
-int RawPuts(const Flags& f, const Case& c, int worker, const std::vector<exec::CopyItem>& puts,
-            void* source_slab, cuda::CudaDataOps& ops, transport::KvStore& store,
-            const std::string& tag, Barrier& barrier) {
-  int64_t src_bytes = 0, dst_bytes = 0;
-  for (const exec::CopyItem& it : puts) {
-    src_bytes += (Extent(it.src) + 4095) / 4096 * 4096;
-    dst_bytes += (Extent(it.dst) + 4095) / 4096 * 4096;
-  }
-  void* fresh_src = nullptr;
-  void* fresh_dst = nullptr;  // the peers write here
-  CUDA_OK(cudaMalloc(&fresh_src, std::max<int64_t>(src_bytes, 4096)), "fresh source");
-  CUDA_OK(cudaMalloc(&fresh_dst, std::max<int64_t>(c.workers * dst_bytes, 4096)),
-          "fresh destination");
-  auto h = cuda::ExportTensor(fresh_dst, std::max<int64_t>(c.workers * dst_bytes, 4096),
-                              "fresh destination");
-  if (!h.ok()) return Fail("export", h.status());
-  if (auto s = store.Set(absl::StrCat(tag, "fresh/", worker), h->Serialize()); !s.ok()) {
-    return Fail("store", s);
-  }
-  // Every item's peer, from the plan: this worker writes only its own peers.
-  std::map<int32_t, char*> peer_fresh;
-  auto ipc = cuda::IpcRegistry::Create(worker);
-  if (!ipc.ok()) return Fail("ipc", ipc.status());
-  for (int peer = 0; peer < c.workers; ++peer) {
-    if (peer == worker) continue;
-    auto text = store.Get(absl::StrCat(tag, "fresh/", peer), absl::Now() + absl::Seconds(60));
-    if (!text.ok()) return Fail("store", text.status());
-    auto ph = cuda::IpcTensorHandle::Parse(*text);
-    if (!ph.ok()) return Fail("parse", ph.status());
-    auto base = (*ipc)->Open(*ph, "fresh destination", /*peer=*/true);
-    if (!base.ok()) return Fail("open", base.status());
-    peer_fresh[peer] = static_cast<char*>(*base);
-  }
-  // Variants 0-3: {slab, fresh} source x {slab, fresh} destination, both
-  // directions at once. 4: slab to slab, worker 0 alone writing. 5 and 6:
-  // slab to slab and fresh to fresh after a CUDA IPC handle of each source
-  // was taken (the two-process replica's sources are exported).
-  for (int variant = 0; variant < 7; ++variant) {
-    const bool fresh_s = variant < 4 ? (variant & 1) : variant == 6;
-    const bool fresh_d = variant < 4 ? (variant & 2) : variant == 6;
-    const bool writes = variant != 4 || worker == 0;
-    if (variant == 5) {
-      cudaIpcMemHandle_t h;
-      CUDA_OK(cudaIpcGetMemHandle(&h, source_slab), "export the source slab");
-      CUDA_OK(cudaIpcGetMemHandle(&h, fresh_src), "export the fresh source");
-    }
-    std::vector<exec::CopyItem> items = puts;
-    int64_t so = 0, doff = 0;
-    for (exec::CopyItem& it : items) {
-      if (fresh_s) it.src.data = static_cast<char*>(fresh_src) + so;
-      if (fresh_d) {
-        // 2 workers: the only peer. Each writer has its own region.
-        char* base = peer_fresh.begin()->second + worker * dst_bytes;
-        it.dst.data = base + doff;
-      }
-      so += (Extent(it.src) + 4095) / 4096 * 4096;
-      doff += (Extent(it.dst) + 4095) / 4096 * 4096;
-    }
-    std::vector<double> raw;
-    for (int i = 0; i < f.iters + 1; ++i) {
-      if (auto s = barrier(); !s.ok()) return Fail("barrier", s);
-      const double t0 = Now();
-      if (writes) {
-        if (auto s = ops.Put(items, /*alone=*/true); !s.ok()) return Fail("put", s);
-        if (auto s = ops.FinishPuts(); !s.ok()) return Fail("put", s);
-      }
-      if (i > 0) raw.push_back(Now() - t0);
-    }
-    Result(absl::StrFormat(
-        R"({"bench":"wsync_raw_puts","worker":%d,"source":"%s","destination":"%s","directions":%d,"sources_exported":%d,"median_s":%.6f})",
-        worker, fresh_s ? "fresh" : "slab", fresh_d ? "fresh" : "slab", variant == 4 ? 1 : 2,
-        variant >= 5 ? 1 : 0, Median(raw)));
-  }
-  return 0;
-}
-
 int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) {
   CUDA_OK(cudaSetDevice(worker), "cudaSetDevice");
   transport::FileKvStore store(dir);
@@ -471,10 +381,14 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   if (!first.ok()) return Fail("first sync", first.status());
   const double first_run_s = Now() - t0;
   if (f.diagnose_raw_puts) {
-    if (int rc = RawPuts(f, c, worker, (*bound)->puts, src.base, **ops, store, tag, barrier);
-        rc != 0) {
-      return rc;
+    if (c.workers != 2) {
+      return Fail("raw puts",
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "--diagnose-raw-puts needs 2 workers, the case has ", c.workers)));
     }
+    absl::Status s =
+        DiagnoseRawPuts(f.iters, worker, (*bound)->puts, src.base, **ops, store, tag, barrier);
+    if (!s.ok()) return Fail("raw puts", s);
   }
   std::vector<double> times;
   exec::SyncStats last;

@@ -160,6 +160,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     allocated_staging_.store(staging_.bytes());
   }
   SyncStats stats;
+  unwaited_round_ = -1;
   Progress p;
   p.worker = plan.worker;
   p.rounds_total = static_cast<int32_t>(plan.rounds.size());
@@ -375,6 +376,16 @@ absl::Status Executor::IssueAfterTransfer(const BoundPlan& plan, size_t j, uint8
   return absl::OkStatus();
 }
 
+absl::Status Executor::WaitForDataOps(const std::string& where) {
+  const int32_t since = unwaited_round_;
+  unwaited_round_ = -1;
+  absl::Status s = ops_->Synchronize();
+  if (s.ok()) return s;
+  if (since < 0) return Wrap(s, where);
+  return Wrap(s, absl::StrCat(where, " (this wait also finished the local work queued since round ",
+                              since, ")"));
+}
+
 absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bool prev_deferred,
                                 absl::Time deadline, RoundStats& rs, bool* packed_next,
                                 bool* deferred, SyncStats& sync) {
@@ -406,7 +417,9 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bo
     // Everything issued so far: this round's pack, the previous round's early
     // local work, and the unpack that last read this round's staging set. (A
     // deferred unpack of the previous round is not issued yet.)
-    RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": pack")));
+    RETURN_IF_ERROR(WaitForDataOps(absl::StrCat(where, ": pack")));
+  } else if (unwaited_round_ < 0) {
+    unwaited_round_ = round.index;
   }
   rs.pack_seconds = Seconds(t);
 
@@ -483,7 +496,7 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bo
     RETURN_IF_ERROR(IssueAfterTransfer(plan, i, staging, rs));
     if (transfers || i + 1 == plan.rounds.size()) {
       t = absl::Now();
-      RETURN_IF_ERROR(Wrap(ops_->Synchronize(), absl::StrCat(where, ": finishing the round")));
+      RETURN_IF_ERROR(WaitForDataOps(absl::StrCat(where, ": finishing the round")));
       rs.reduce_seconds += Seconds(t);
     }
   }

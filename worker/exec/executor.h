@@ -144,6 +144,9 @@ class Executor {
                         SyncStats& sync);
   // Staging of round j in the current allocation.
   uint8_t* StagingOf(size_t j) const;
+  // Waits for every data op issued so far; an error names `where` and the
+  // rounds whose local work was queued without a wait since then.
+  absl::Status WaitForDataOps(const std::string& where);
   // Round j's COPYs and all-local REDUCEs.
   absl::Status IssueLocal(const BoundPlan& plan, size_t j, uint8_t* staging, RoundStats& rs);
   // Round j's work after its transfer: unpack, late local work, staged REDUCEs.
@@ -165,6 +168,9 @@ class Executor {
   const ExecutorOptions options_;
   StagingBuffer staging_;
   StagingBuffer tokens_;  // direct-write tokens (the transport's memory space)
+  // The first round of the current sync whose work was queued without a
+  // wait after it (rounds without transfers), or -1.
+  int32_t unwaited_round_ = -1;
   std::atomic<int64_t> current_staging_{0};
   std::atomic<int64_t> allocated_staging_{0};
   std::atomic<bool> aborted_{false};

@@ -161,6 +161,41 @@ TEST(DirectWritesTest, LocalOnlyRoundsQueueWithoutDrainingBetweenRounds) {
   CheckSwap(c, kRows, kCols);
 }
 
+// A fault in local work queued without a wait (round 0 of three local-only
+// rounds) surfaces at the last round; the error says since which round the
+// work was queued.
+TEST(DirectWritesTest, AFaultInQueuedLocalWorkNamesTheRoundItWasQueuedSince) {
+  class FailingRoundZeroCopy : public testing::LazyDataOps {
+   public:
+    absl::Status Copy(absl::Span<const CopyItem> items) override {
+      // Call 1 is the puts (DataOps::Put copies), call 2 round 0's copies:
+      // give that one an item that fails when the queue runs it.
+      if (++calls_ != 2 || items.empty()) return LazyDataOps::Copy(items);
+      std::vector<CopyItem> bad(items.begin(), items.end());
+      bad[0].dst.shape[0] += 1;  // element counts differ
+      return LazyDataOps::Copy(bad);
+    }
+
+   private:
+    int calls_ = 0;
+  };
+  constexpr int64_t kRows = 96, kCols = 64;
+  Cluster c(2);
+  SetUpSwap(c, kRows, kCols);
+  FailingRoundZeroCopy ops[2];
+  for (int w = 0; w < 2; ++w) c.UseOps(w, &ops[w]);
+  c.WriteDirectly(0, 1);
+  c.WriteDirectly(1, 0);
+  ASSERT_TRUE(c.Connect().ok());
+  auto results = c.Run(SwapPlan(kRows, kCols, 3), absl::Seconds(30));
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_FALSE(results[w].ok()) << "worker " << w;
+    const std::string m(results[w].status().message());
+    EXPECT_NE(m.find("round 2: finishing the round"), std::string::npos) << m;
+    EXPECT_NE(m.find("local work queued since round 0"), std::string::npos) << m;
+  }
+}
+
 // One direction direct, the other through the transport, in one sync.
 TEST(DirectWritesTest, MixesWithTransportedBuckets) {
   constexpr int64_t kRows = 40, kCols = 32;

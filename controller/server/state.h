@@ -112,6 +112,11 @@ class ControllerState {
     // listed peers (`peer_list_order`, most recent first).
     std::map<std::string, std::map<int32_t, std::pair<std::string, int64_t>>> peer_lists_sent;
     std::list<std::string> peer_list_order;
+    // After a failure: every list goes again.
+    void ForgetPeerLists() {
+      peer_lists_sent.clear();
+      peer_list_order.clear();
+    }
   };
   struct Participant {
     int32_t worker = 0;

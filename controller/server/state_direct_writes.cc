@@ -60,16 +60,14 @@ void ControllerState::FillDirectWritesLocked(const std::string& transfer,
   // As the worker does with its mappings: a transfer that lists no peers
   // keeps none, the latest one that does goes first, and the oldest beyond
   // kPeerListTransfers is forgotten.
-  self.peer_list_order.remove(transfer);
   if (sent.empty() || !once) {
+    self.peer_list_order.remove(transfer);
     self.peer_lists_sent.erase(transfer);
     return;
   }
   self.peer_lists_sent[transfer] = std::move(sent);
-  self.peer_list_order.push_front(transfer);
-  while (self.peer_list_order.size() > static_cast<size_t>(kPeerListTransfers)) {
-    self.peer_lists_sent.erase(self.peer_list_order.back());
-    self.peer_list_order.pop_back();
+  for (const std::string& old : MakeMostRecent(self.peer_list_order, transfer)) {
+    self.peer_lists_sent.erase(old);
   }
 }
 

@@ -193,10 +193,7 @@ absl::Status ControllerState::ReportResult(const v1::ReportResultRequest& req) {
       // A worker whose sync failed may have dropped its peer mappings (of
       // this transfer, or all of them): its next assignments carry every
       // list again.
-      if (req.code() != 0) {
-        w->second->peer_lists_sent.clear();
-        w->second->peer_list_order.clear();
-      }
+      if (req.code() != 0) w->second->ForgetPeerLists();
     }
     if (p.done) return absl::OkStatus();
     if (sync.finished()) {
@@ -243,10 +240,7 @@ void ControllerState::FinishLocked(SyncRecord& sync, v1::SyncPhase phase, int32_
     // their queued assignment: every list goes again, also to a retry
     // started before their reports arrive.
     for (const Participant& p : sync.parts) {
-      if (auto w = workers_.find(p.lease_id); w != workers_.end()) {
-        w->second->peer_lists_sent.clear();
-        w->second->peer_list_order.clear();
-      }
+      if (auto w = workers_.find(p.lease_id); w != workers_.end()) w->second->ForgetPeerLists();
     }
     s.set_error_code(code);
     s.set_error(error);

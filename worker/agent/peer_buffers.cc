@@ -197,19 +197,14 @@ std::string PeerBufferMaps::Signature() const {
 
 absl::Status PeerMapsByTransfer::Update(
     const std::string& transfer, const google::protobuf::RepeatedPtrField<v1::PeerBuffers>& peers) {
-  order_.remove(transfer);
   if (peers.empty()) {
     // An owner's freed memory stays allocated while anyone maps it.
-    maps_.erase(transfer);
+    Clear(transfer);
     return absl::OkStatus();
   }
+  for (const std::string& old : MakeMostRecent(order_, transfer)) maps_.erase(old);
   std::unique_ptr<PeerBufferMaps>& maps = maps_[transfer];
   if (maps == nullptr) maps = std::make_unique<PeerBufferMaps>(gpu_);
-  order_.push_front(transfer);
-  while (order_.size() > static_cast<size_t>(kPeerListTransfers)) {
-    maps_.erase(order_.back());
-    order_.pop_back();
-  }
   return maps->Update(peers);
 }
 

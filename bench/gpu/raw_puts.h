@@ -17,10 +17,12 @@ namespace wsync::bench {
 
 // Two workers (each the other's only peer), both calling this at once;
 // `barrier` lines them up before every timed run. Prints one RESULT line per
-// variant. `source_slab`: the base of the plan's source allocation.
+// variant. `source_slab`: the base of the plan's source allocation. `probe`
+// (ce_probe.h) runs at the start, once the fresh memory is mapped, and last.
 absl::Status DiagnoseRawPuts(int iters, int worker, const std::vector<exec::CopyItem>& puts,
                              void* source_slab, cuda::CudaDataOps& ops, transport::KvStore& store,
-                             const std::string& tag, const std::function<absl::Status()>& barrier);
+                             const std::string& tag, const std::function<absl::Status()>& barrier,
+                             const std::function<absl::Status(const std::string&)>& probe);
 
 }  // namespace wsync::bench
 

@@ -19,6 +19,10 @@
 //       [--copy-engine-row-bytes 1024] [--copy-engine-max-dims 3]
 //       [--nvlink-gbps 368] [--bidir-gbps 354] [--copy-gbps 2071]
 //       [--diagnose-drop local|puts]   (time one part alone; checksums then fail)
+//       [--diagnose-ce-probes 1]   (time ipc_put_bench's copy-engine writes at
+//                                   each set-up step, in fresh memory)
+//       [--diagnose-barrier spin|nccl]   (with probes: what the diagnoses meet on
+//                                         once NCCL is up)
 //       [--diagnose-raw-puts 1]   (also time the direct writes alone, straight
 //                                  through the data ops: no executor, no tokens)
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
@@ -26,7 +30,9 @@
 
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -34,6 +40,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/gpu/bench_kernels.h"
 #include "bench/gpu/bench_util.h"
+#include "bench/gpu/ce_probe.h"
 #include "bench/gpu/fragment_check.h"
 #include "bench/gpu/raw_puts.h"
 #include "common/status_macros.h"
@@ -71,6 +78,9 @@ struct Flags {
   // "puts" every direct write, to time the other part alone.
   std::string diagnose_drop;
   bool diagnose_raw_puts = false;            // also time the puts alone through the data ops
+  int64_t slab_round_kib = 0;                // allocate each slab as a multiple of this (0: 256 B)
+  bool diagnose_ce_probes = false;           // time copy-engine peer writes at each set-up step
+  std::string diagnose_barrier = "spin";     // with probes: diagnoses meet on "spin" or "nccl"
   int64_t put_copy_engine_kib = 4096;        // CudaDataOps::Options::put_copy_engine_min_bytes
   int64_t put_copy_engine_row_bytes = 8192;  // ...::put_copy_engine_min_row_bytes
   int put_blocks_per_sm = 1;                 // CudaDataOps::Options::put_blocks_per_sm
@@ -146,9 +156,11 @@ std::vector<std::pair<std::string, exec::RegisteredBuffer>> CarveSlab(
   return out;
 }
 
-absl::Status MakeSlab(const std::map<std::string, BufferNeed>& need, Slab& slab) {
+absl::Status MakeSlab(const std::map<std::string, BufferNeed>& need, int64_t round_bytes,
+                      Slab& slab) {
   int64_t total = 0;
   for (const auto& [name, n] : need) total += (n.bytes + 255) / 256 * 256;
+  if (round_bytes > 0) total = (total + round_bytes - 1) / round_bytes * round_bytes;
   slab.bytes = total;
   if (total == 0) return absl::OkStatus();
   if (cudaMalloc(&slab.base, total) != cudaSuccess) {
@@ -291,6 +303,20 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   const std::string tag = absl::StrCat(c.mode, "/");
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  std::optional<SpinBarrier> spin;
+  if (f.diagnose_ce_probes) {
+    auto b = SpinBarrier::Open(absl::StrCat(dir, "/", c.mode, "-spin"), c.workers);
+    if (!b.ok()) return Fail("spin barrier", b.status());
+    spin.emplace(std::move(*b));
+  }
+  // Before the NCCL transport exists, diagnoses line up on the spin barrier.
+  std::function<absl::Status()> diagnosis_barrier = [&] { return spin->Wait(); };
+  auto probe = [&](const char* at) {
+    return spin ? RunCeProbe(absl::StrCat(c.mode, "/", at), worker, f.iters, store,
+                             diagnosis_barrier)
+                : absl::OkStatus();
+  };
+  if (auto s = probe("start"); !s.ok()) return Fail("probe", s);
 
   // Buffers (a trainer's parameters and vLLM's weights in production).
   auto src_need = BuffersOf(c.spec.source(), plan::SideRole::kSource, worker);
@@ -298,8 +324,12 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   auto dst_need = BuffersOf(c.spec.destination(), plan::SideRole::kDestination, worker);
   if (!dst_need.ok()) return Fail("destination buffers", dst_need.status());
   Slab src, dst;
-  if (auto s = MakeSlab(*src_need, src); !s.ok()) return Fail("source slab", s);
-  if (auto s = MakeSlab(*dst_need, dst); !s.ok()) return Fail("destination slab", s);
+  if (auto s = MakeSlab(*src_need, f.slab_round_kib << 10, src); !s.ok()) {
+    return Fail("source slab", s);
+  }
+  if (auto s = MakeSlab(*dst_need, f.slab_round_kib << 10, dst); !s.ok()) {
+    return Fail("destination slab", s);
+  }
   if (dst.bytes) cudaMemsetAsync(dst.base, 0, dst.bytes, stream);
   if (src.bytes) cudaMemsetAsync(src.base, 0, src.bytes, stream);
   exec::BufferRegistry registry;
@@ -318,6 +348,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   CUDA_OK(cudaStreamSynchronize(stream), "fill");
   auto src_sum = SideChecksum(c.spec.source(), plan::SideRole::kSource, worker, registry, stream);
   if (!src_sum.ok()) return Fail("checksum", src_sum.status());
+  if (auto s = probe("slabs_filled"); !s.ok()) return Fail("probe", s);
 
   // Time to first sync: communicator, binding, first run (staging, tables).
   double t0 = Now();
@@ -325,6 +356,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       store, tag + "nccl", {.device = worker, .rank = worker, .size = c.workers});
   if (!transport.ok()) return Fail("NCCL transport", transport.status());
   const double comm_init_s = Now() - t0;
+  if (auto s = probe("nccl_created"); !s.ok()) return Fail("probe", s);
   t0 = Now();
   auto rank_plan = plan::ExtractRankPlan(c.plan, worker);
   if (!rank_plan.ok()) return Fail("extract", rank_plan.status());
@@ -334,6 +366,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       return Fail("direct writes", s);
     }
   }
+  if (auto s = probe("peer_slab_opened"); !s.ok()) return Fail("probe", s);
   auto bound = exec::BindPlan(*rank_plan, worker, registry, transport::MemorySpace::kCuda,
                               f.direct ? &direct.direct : nullptr);
   if (!bound.ok()) return Fail("bind", bound.status());
@@ -361,6 +394,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   exec::ExecutorOptions eo;
   eo.pipeline = f.pipeline;
   exec::Executor executor(transport->get(), ops->get(), eo);
+  if (auto s = probe("data_ops_created"); !s.ok()) return Fail("probe", s);
 
   // Barrier: one byte to and from every other worker over the transport.
   char* token = nullptr;
@@ -376,18 +410,22 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
     return (*transport)->RunRound(sends, recvs, absl::Now() + absl::Seconds(60));
   };
   if (auto s = barrier(); !s.ok()) return Fail("barrier", s);
+  if (!spin || f.diagnose_barrier == "nccl") diagnosis_barrier = barrier;
+  if (auto s = probe("nccl_barrier_run"); !s.ok()) return Fail("probe", s);
   t0 = Now();
   auto first = executor.Run(**bound, registry.generation(), absl::Now() + absl::Seconds(120));
   if (!first.ok()) return Fail("first sync", first.status());
   const double first_run_s = Now() - t0;
+  if (auto s = probe("first_sync_done"); !s.ok()) return Fail("probe", s);
   if (f.diagnose_raw_puts) {
     if (c.workers != 2) {
       return Fail("raw puts",
                   absl::InvalidArgumentError(absl::StrCat(
                       "--diagnose-raw-puts needs 2 workers, the case has ", c.workers)));
     }
-    absl::Status s =
-        DiagnoseRawPuts(f.iters, worker, (*bound)->puts, src.base, **ops, store, tag, barrier);
+    absl::Status s = DiagnoseRawPuts(f.iters, worker, (*bound)->puts, src.base, **ops, store, tag,
+                                     diagnosis_barrier,
+                                     [&](const std::string& at) { return probe(at.c_str()); });
     if (!s.ok()) return Fail("raw puts", s);
   }
   std::vector<double> times;
@@ -399,6 +437,23 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
     if (!st.ok()) return Fail("sync", st.status());
     times.push_back(Now() - t0);
     last = *st;
+  }
+  if (auto s = probe("timed_syncs_done"); !s.ok()) return Fail("probe", s);
+  if (spin) {
+    // One difference from the replica's memory at a time.
+    for (int k = 0; k < 10; ++k) {
+      ProbeMemory m;
+      m.wsync_stream = k == 4;
+      const int64_t extra[] = {0, 0, 0, 0, 0, 65536, 256, 1 << 20, 4096, 32768};
+      m.destination_extra_bytes = extra[k];
+      m.source_unwritten = k == 0;
+      m.source_random = k == 1;
+      m.destination_doubled = k == 2;
+      m.registry_open = k == 3;
+      auto s = RunCeProbe(absl::StrCat(c.mode, "/memory", k), worker, f.iters, store,
+                          diagnosis_barrier, m);
+      if (!s.ok()) return Fail("probe", s);
+    }
   }
   auto dst_sum =
       SideChecksum(c.spec.destination(), plan::SideRole::kDestination, worker, registry, stream);
@@ -414,7 +469,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   (void)store.Set(absl::StrCat(tag, "sums/", worker), absl::StrCat(*src_sum, " ", *dst_sum));
   const auto& rs = c.plan.summary();
   Result(absl::StrFormat(
-      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_kib":%d,"copy_engine_row_bytes":%d,"copy_engine_max_dims":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"token_s":%.6f,"finish_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_streams":%d,"put_copy_engine_copies":%d})",
+      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_kib":%d,"copy_engine_row_bytes":%d,"copy_engine_max_dims":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"token_s":%.6f,"local_wait_s":%.6f,"finish_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_streams":%d,"put_copy_engine_copies":%d})",
       f.model, c.mode, f.bucket_mib, f.staging_mib, f.zero_copy_mib, f.pipeline ? 1 : 0,
       f.blocks_per_sm, f.copy_engine_kib, f.copy_engine_row_bytes, f.copy_engine_max_dims,
       (*ops)->copy_engine_copies(), (*ops)->copy_engine_bytes(), last.peak_staging_bytes, worker,
@@ -425,8 +480,8 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       rs.num_pieces(), rs.destination_bytes(), last.rounds_packed_ahead, last.rounds_local_early,
       last.rounds_finished_async, f.direct ? 1 : 0, absl::StrJoin(direct.direct.write_to, ","),
       last.bytes_put, last.bytes_put_into, last.put_issue_seconds, last.put_wait_seconds,
-      last.token_seconds, finish, f.put_copy_engine_kib, f.put_blocks_per_sm, f.put_copy_streams,
-      (*ops)->put_copy_engine_copies()));
+      last.token_seconds, last.local_wait_seconds, finish, f.put_copy_engine_kib,
+      f.put_blocks_per_sm, f.put_copy_streams, (*ops)->put_copy_engine_copies()));
   if (worker == 0) {
     unsigned long long s_total = 0, d_total = 0;
     for (int w = 0; w < c.workers; ++w) {
@@ -538,6 +593,12 @@ int main(int argc, char** argv) {
       f.diagnose_drop = v;
     else if (k == "--diagnose-raw-puts")
       f.diagnose_raw_puts = v != "0";
+    else if (k == "--diagnose-ce-probes")
+      f.diagnose_ce_probes = v != "0";
+    else if (k == "--slab-round-kib")
+      f.slab_round_kib = std::stoll(v);
+    else if (k == "--diagnose-barrier")
+      f.diagnose_barrier = v;
     else if (k == "--put-copy-engine-kib")
       f.put_copy_engine_kib = std::stoll(v);
     else if (k == "--put-copy-engine-row-bytes")

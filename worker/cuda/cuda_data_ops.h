@@ -212,6 +212,8 @@ class CudaDataOps : public exec::DataOps {
   // device-wide waits of cudaMalloc / cudaFree when a cache is cleared or
   // scratch grows). The host-side builders table_ / pre_table_ are shared.
   Stream put_stream_;                     // put kernels and the first share of copies
+  // The direct-write tokens' few bytes: not ordered behind queued copies.
+  Stream staging_io_stream_;
   std::vector<Stream> put_copy_streams_;  // the other shares of copy-engine puts
   // Waits for every put stream.
   absl::Status SynchronizePuts();

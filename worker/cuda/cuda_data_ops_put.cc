@@ -38,6 +38,7 @@ absl::Status CudaDataOps::InitPuts(const Options& options) {
         absl::StrCat("put copy streams must be in [1, 16], got ", options.put_copy_streams));
   }
   ASSIGN_OR_RETURN(put_stream_, Stream::Create(options.device));
+  ASSIGN_OR_RETURN(staging_io_stream_, Stream::Create(options.device));
   for (int i = 1; i < options.put_copy_streams; ++i) {
     ASSIGN_OR_RETURN(Stream st, Stream::Create(options.device));
     put_copy_streams_.push_back(std::move(st));
@@ -211,17 +212,17 @@ absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items, bool alone
 absl::Status CudaDataOps::WriteStaging(void* staging, const void* host, size_t bytes) {
   DeviceGuard guard(device_);
   WSYNC_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(staging, host, bytes, cudaMemcpyHostToDevice, stream_.get()),
+      cudaMemcpyAsync(staging, host, bytes, cudaMemcpyHostToDevice, staging_io_stream_.get()),
       absl::StrCat("writing ", bytes, " staging bytes on device ", device_));
-  return Synchronize();
+  return staging_io_stream_.Synchronize();
 }
 
 absl::Status CudaDataOps::ReadStaging(void* host, const void* staging, size_t bytes) {
   DeviceGuard guard(device_);
   WSYNC_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(host, staging, bytes, cudaMemcpyDeviceToHost, stream_.get()),
+      cudaMemcpyAsync(host, staging, bytes, cudaMemcpyDeviceToHost, staging_io_stream_.get()),
       absl::StrCat("reading ", bytes, " staging bytes on device ", device_));
-  return Synchronize();
+  return staging_io_stream_.Synchronize();
 }
 
 absl::Status CudaDataOps::SynchronizePuts() {

@@ -133,7 +133,6 @@ absl::Status DataOps::WriteStaging(void* staging, const void* host, size_t bytes
   if (memory_space() != MemorySpace::kHost) {
     return absl::UnimplementedError(absl::StrCat(Name(), " data ops cannot write staging"));
   }
-  RETURN_IF_ERROR(Synchronize());
   std::memcpy(staging, host, bytes);
   return absl::OkStatus();
 }
@@ -142,7 +141,6 @@ absl::Status DataOps::ReadStaging(void* host, const void* staging, size_t bytes)
   if (memory_space() != MemorySpace::kHost) {
     return absl::UnimplementedError(absl::StrCat(Name(), " data ops cannot read staging"));
   }
-  RETURN_IF_ERROR(Synchronize());
   std::memcpy(host, staging, bytes);
   return absl::OkStatus();
 }

@@ -221,8 +221,10 @@ class DataOps {
   }
   virtual absl::Status FinishPuts() { return Synchronize(); }
   // A few bytes between host memory and staging (the direct-write tokens),
-  // synchronously and in order after every call issued before. Host staging
-  // is plain memory; a device implementation overrides both.
+  // synchronously. Ordered after the transport rounds that returned, not
+  // after other calls still queued: the executor reads the ready tokens while
+  // local copies run. Host staging is plain memory; a device implementation
+  // overrides both.
   virtual absl::Status WriteStaging(void* staging, const void* host, size_t bytes);
   virtual absl::Status ReadStaging(void* host, const void* staging, size_t bytes);
   // Block fp8 quantization at the receiver (and local quantizing copies).

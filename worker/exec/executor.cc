@@ -6,9 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "worker/exec/executor_internal.h"
 
 namespace wsync::exec {
 namespace {
+
+using internal::Wrap;
 
 std::string RoundWhere(const BoundPlan& plan, const BoundRound& round) {
   return absl::StrCat("worker ", plan.worker, " round ", round.index);
@@ -49,12 +52,12 @@ std::string TransfersByPeer(const BoundRound& round) {
   return absl::StrJoin(parts, "; ");
 }
 
-absl::Status Wrap(const absl::Status& s, const std::string& where) {
-  if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
-}
-
 double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+// A round that neither stages nor transfers: it waits for no peer.
+bool LocalOnly(const BoundRound& r) {
+  return r.sends.empty() && r.recvs.empty() && r.pack.empty() && r.unpack.empty();
+}
 
 // One transport message per run of consecutive staged buckets with one peer:
 // NCCL moves a few large messages per group near the link rate, dozens of
@@ -166,32 +169,17 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   p.rounds_total = static_cast<int32_t>(plan.rounds.size());
   p.bytes_total = plan.total_bytes;
   const bool direct = !plan.direct_write_to.empty() || !plan.direct_written_by.empty();
-  if (direct) {
-    // Before the first write: every receiver this worker writes is ready.
-    // The puts then run beside all rounds; they need no staging.
-    const absl::Time tt = absl::Now();
-    RETURN_IF_ERROR(ExchangeTokens(plan, /*ready=*/true, deadline));
-    stats.token_seconds += Seconds(tt);
-    if (!plan.puts.empty()) {
-      const absl::Time t = absl::Now();
-      // Alone: no round has data-op work or transfers (NCCL's kernels need
-      // SMs too) to run beside the puts.
-      bool alone = true;
-      for (const BoundRound& r : plan.rounds) {
-        alone = alone && r.pack.empty() && r.unpack.empty() && r.copies.empty() &&
-                r.reduces.empty() && r.quantizes.empty() && r.sends.empty() && r.recvs.empty();
-      }
-      const absl::Status s = ops_->Put(plan.puts, alone);
-      stats.put_issue_seconds = Seconds(t);
-      if (!s.ok()) {
-        ops_->FinishPuts().IgnoreError();
-        return Wrap(s, PutsWhere(plan, s));
-      }
-    }
-  }
+  // With direct writes the sync waits for its local work once, after the
+  // puts and the done tokens: the last round does not drain the device.
+  hold_last_wait_ = direct;
   bool packed = false;    // the next round was packed ahead
   bool deferred = false;  // the last round's post-transfer work is still to be issued
-  for (size_t i = 0; i < plan.rounds.size(); ++i) {
+  size_t next = 0;
+  // Runs plan.rounds[next] and counts it. On failure, nothing it or an
+  // earlier round issued outlives the sync (staging may be freed or reused
+  // next, peer mappings closed); their own errors are secondary.
+  auto step = [&]() -> absl::Status {
+    const size_t i = next++;
     const BoundRound& round = plan.rounds[i];
     absl::Status s;
     RoundStats rs;
@@ -204,9 +192,6 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
       packed = packed_next;
     }
     if (!s.ok()) {
-      // Nothing the data ops still run may outlive the sync (the staging may
-      // be freed or reused next, peer mappings closed); their own error is
-      // secondary to `s`.
       ops_->Synchronize().IgnoreError();
       if (direct) ops_->FinishPuts().IgnoreError();
       current_staging_.store(0);
@@ -225,7 +210,46 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     ++p.rounds_done;
     p.bytes_done += rs.bytes_sent + rs.bytes_received + rs.bytes_local;
     if (progress) progress(p);
+    return absl::OkStatus();
+  };
+  if (direct) {
+    // Leading rounds with only local work wait for no peer: they are queued
+    // as soon as the ready tokens' transfer is posted (NCCL's kernels first,
+    // the copies beside them), so local copies run while the tokens travel.
+    absl::Status early;
+    auto queue_local_rounds = [&] {
+      while (early.ok() && next < plan.rounds.size() && LocalOnly(plan.rounds[next])) {
+        early = step();
+      }
+    };
+    // Before the first write: every receiver this worker writes is ready.
+    const absl::Time tt = absl::Now();
+    absl::Status s = ExchangeTokens(plan, /*ready=*/true, deadline, queue_local_rounds);
+    stats.token_seconds += Seconds(tt);
+    RETURN_IF_ERROR(early);  // step() cleaned up
+    if (!s.ok()) {
+      ops_->Synchronize().IgnoreError();
+      return s;
+    }
+    // The puts run beside all rounds; they need no staging.
+    if (!plan.puts.empty()) {
+      const absl::Time t = absl::Now();
+      // Alone: no round has data-op work or transfers (NCCL's kernels need
+      // SMs too) to run beside the puts.
+      bool alone = true;
+      for (const BoundRound& r : plan.rounds)
+        alone =
+            alone && LocalOnly(r) && r.copies.empty() && r.reduces.empty() && r.quantizes.empty();
+      s = ops_->Put(plan.puts, alone);
+      stats.put_issue_seconds = Seconds(t);
+      if (!s.ok()) {
+        ops_->FinishPuts().IgnoreError();
+        ops_->Synchronize().IgnoreError();
+        return Wrap(s, PutsWhere(plan, s));
+      }
+    }
   }
+  while (next < plan.rounds.size()) RETURN_IF_ERROR(step());
   current_staging_.store(0);
   if (direct) {
     const absl::Time t = absl::Now();
@@ -233,12 +257,20 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     if (!s.ok()) s = Wrap(s, PutsWhere(plan, s));
     stats.put_wait_seconds = Seconds(t);
     // After the last write: the receivers learn their bytes are in place.
+    // The local work may still run; this sync ends once it finished too.
     if (s.ok()) {
       const absl::Time tt = absl::Now();
-      s = ExchangeTokens(plan, /*ready=*/false, deadline);
+      s = ExchangeTokens(plan, /*ready=*/false, deadline, nullptr);
       stats.token_seconds += Seconds(tt);
     }
-    if (!s.ok()) return s;
+    const absl::Time tf = absl::Now();
+    const absl::Status local =
+        WaitForDataOps(plan.rounds.empty() ? absl::StrCat("worker ", plan.worker, ": local work")
+                                           : absl::StrCat(RoundWhere(plan, plan.rounds.back()),
+                                                          ": finishing the round"));
+    stats.local_wait_seconds = Seconds(tf);
+    RETURN_IF_ERROR(s);
+    RETURN_IF_ERROR(local);
     stats.bytes_sent += plan.bytes_put;
     stats.bytes_received += plan.bytes_put_into;
     stats.bytes_put = plan.bytes_put;
@@ -249,66 +281,6 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   }
   stats.seconds = Seconds(start);
   return stats;
-}
-
-absl::Status Executor::ExchangeTokens(const BoundPlan& plan, bool ready, absl::Time deadline) {
-  // Ready tokens go from receivers to the senders that write them, done
-  // tokens back. Their bytes carry nothing: arriving is the message.
-  const std::vector<int32_t>& to = ready ? plan.direct_written_by : plan.direct_write_to;
-  const std::vector<int32_t>& from = ready ? plan.direct_write_to : plan.direct_written_by;
-  const int64_t tag = ready ? kReadyTokenTag : kDoneTokenTag;
-  const char* what = ready ? "ready tokens" : "done tokens";
-  const std::string where =
-      absl::StrCat("worker ", plan.worker, ": direct-write ", what, " (to workers ",
-                   absl::StrJoin(to, ","), ", from workers ", absl::StrJoin(from, ","), ")");
-  if (aborted_.load()) {
-    absl::MutexLock lock(&mu_);
-    return absl::CancelledError(absl::StrCat(where, ": aborted: ", abort_reason_));
-  }
-  if (absl::Now() >= deadline) {
-    return absl::DeadlineExceededError(absl::StrCat(where, ": the sync deadline passed"));
-  }
-  const int64_t need = static_cast<int64_t>(to.size() + from.size()) * kTokenBytes;
-  if (tokens_.bytes() < need) {
-    tokens_.Reset();
-    ASSIGN_OR_RETURN(tokens_, ops_->AllocateStaging(need));
-  }
-  uint8_t* base = static_cast<uint8_t*>(tokens_.data());
-  const uint64_t value = ready ? plan.ready_token : 0;
-  for (size_t k = 0; k < to.size(); ++k) {
-    RETURN_IF_ERROR(Wrap(ops_->WriteStaging(base + k * kTokenBytes, &value, kTokenBytes), where));
-  }
-  send_reqs_.clear();
-  recv_reqs_.clear();
-  for (size_t k = 0; k < to.size(); ++k) {
-    send_reqs_.push_back({to[k], tag, base + k * kTokenBytes, kTokenBytes});
-  }
-  for (size_t k = 0; k < from.size(); ++k) {
-    recv_reqs_.push_back({from[k], tag, base + (to.size() + k) * kTokenBytes, kTokenBytes});
-  }
-  const absl::Time round_deadline = std::min(deadline, absl::Now() + options_.round_timeout);
-  const absl::Status s = transport_->RunRound(send_reqs_, recv_reqs_, round_deadline, nullptr);
-  if (s.ok() && ready) {
-    for (size_t k = 0; k < from.size(); ++k) {
-      uint64_t got = 0;
-      RETURN_IF_ERROR(
-          Wrap(ops_->ReadStaging(&got, base + (to.size() + k) * kTokenBytes, kTokenBytes), where));
-      auto want = plan.expected_ready_tokens.find(from[k]);
-      if (want == plan.expected_ready_tokens.end() || want->second != got) {
-        return absl::AbortedError(absl::StrCat(
-            where, ": worker ", from[k],
-            "'s registered buffers differ from the ones this worker mapped for it (its owner "
-            "registered again after the controller assigned the sync); nothing was written, the "
-            "next sync uses the new registration"));
-      }
-    }
-  }
-  if (s.ok()) return s;
-  if (aborted_.load()) {
-    absl::MutexLock lock(&mu_);
-    return absl::CancelledError(absl::StrCat(where, ": aborted: ", abort_reason_));
-  }
-  return absl::Status(s.code(), absl::StrCat(where, " failed: ", s.message()));
 }
 
 absl::StatusOr<const PipelineSchedule*> Executor::ScheduleFor(const BoundPlan& plan) {
@@ -494,7 +466,7 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bo
     ++sync.rounds_finished_async;
   } else {
     RETURN_IF_ERROR(IssueAfterTransfer(plan, i, staging, rs));
-    if (transfers || i + 1 == plan.rounds.size()) {
+    if (transfers || (i + 1 == plan.rounds.size() && !hold_last_wait_)) {
       t = absl::Now();
       RETURN_IF_ERROR(WaitForDataOps(absl::StrCat(where, ": finishing the round")));
       rs.reduce_seconds += Seconds(t);

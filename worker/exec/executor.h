@@ -24,9 +24,11 @@
 //
 // Direct writes (BoundPlan.puts, bound_plan.h DirectWrites): before round 0
 // the worker exchanges ready tokens (receivers -> the senders that write
-// them), issues every put at once (DataOps::Put: beside the rounds, no
-// staging), runs the rounds, waits for the puts and sends done tokens; a
-// receiver's sync ends only after its done tokens arrived.
+// them), queuing the leading rounds that only copy locally once the tokens
+// are posted; it then issues every put at once (DataOps::Put: beside the
+// rounds, no staging), runs the other rounds, waits for the puts, sends done
+// tokens and waits for its local work. A receiver's sync ends only after its
+// done tokens arrived.
 //
 // A failed sync leaves destination buffers partly written: the caller must
 // not publish them (staged commit comes later). Any failure also leaves the
@@ -108,8 +110,9 @@ struct SyncStats {
   int64_t bytes_put = 0;
   int64_t bytes_put_into = 0;
   double put_issue_seconds = 0;
-  double put_wait_seconds = 0;  // after the last round, until every put finished
-  double token_seconds = 0;     // exchanging ready and done tokens with the peers
+  double put_wait_seconds = 0;    // after the last round, until every put finished
+  double token_seconds = 0;       // exchanging ready and done tokens with the peers
+  double local_wait_seconds = 0;  // after the done tokens, until the local work finished
 };
 
 class Executor {
@@ -156,7 +159,9 @@ class Executor {
   absl::Status CheckAborted(const BoundPlan& plan, const BoundRound& round, const char* phase);
   // Direct writes: one transport round of tokens between this worker and its
   // direct-write peers (see bound_plan.h, DirectWrites).
-  absl::Status ExchangeTokens(const BoundPlan& plan, bool ready, absl::Time deadline);
+  // `on_posted` as in Transport::RunRound.
+  absl::Status ExchangeTokens(const BoundPlan& plan, bool ready, absl::Time deadline,
+                              const std::function<void()>& on_posted);
 
   // Tags of the token messages: bucket ids are >= 0.
   static constexpr int64_t kReadyTokenTag = -1;
@@ -171,6 +176,8 @@ class Executor {
   // The first round of the current sync whose work was queued without a
   // wait after it (rounds without transfers), or -1.
   int32_t unwaited_round_ = -1;
+  // The last round leaves its wait to Run (direct writes).
+  bool hold_last_wait_ = false;
   std::atomic<int64_t> current_staging_{0};
   std::atomic<int64_t> allocated_staging_{0};
   std::atomic<bool> aborted_{false};

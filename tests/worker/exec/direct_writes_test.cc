@@ -2,6 +2,7 @@
 // destination buffers itself; the transport carries only ready and done
 // tokens. Workers are threads of this process (Cluster), so a peer's
 // registry is directly addressable, as a mapped shm object is in a worker.
+#include <algorithm>
 #include <thread>
 
 #include "common/cast.h"
@@ -161,6 +162,40 @@ TEST(DirectWritesTest, LocalOnlyRoundsQueueWithoutDrainingBetweenRounds) {
   CheckSwap(c, kRows, kCols);
 }
 
+// Local-only rounds wait for no peer: they are queued while the ready tokens
+// travel, before the puts, which must wait for those tokens.
+TEST(DirectWritesTest, LocalOnlyRoundsAreQueuedBeforeThePuts) {
+  class CallOrder : public testing::LazyDataOps {
+   public:
+    absl::Status Copy(absl::Span<const CopyItem> items) override {
+      calls.push_back("copy");
+      return LazyDataOps::Copy(items);
+    }
+    absl::Status Put(absl::Span<const CopyItem> items, bool alone) override {
+      calls.push_back("put");
+      return LazyDataOps::Put(items, alone);
+    }
+    std::vector<std::string> calls;
+  };
+  constexpr int64_t kRows = 96, kCols = 64;
+  Cluster c(2);
+  SetUpSwap(c, kRows, kCols);
+  CallOrder ops[2];
+  for (int w = 0; w < 2; ++w) c.UseOps(w, &ops[w]);
+  c.WriteDirectly(0, 1);
+  c.WriteDirectly(1, 0);
+  ASSERT_TRUE(c.Connect().ok());
+  auto results = c.Run(SwapPlan(kRows, kCols, 3), absl::Seconds(30));
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_TRUE(results[w].ok()) << "worker " << w << ": " << results[w].status();
+    ASSERT_FALSE(ops[w].calls.empty());
+    EXPECT_EQ(ops[w].calls.back(), "put") << "worker " << w;
+    EXPECT_EQ(std::count(ops[w].calls.begin(), ops[w].calls.end(), "put"), 1);
+    EXPECT_GE(ops[w].calls.size(), 2u) << "no local copies queued";
+  }
+  CheckSwap(c, kRows, kCols);
+}
+
 // A fault in local work queued without a wait (round 0 of three local-only
 // rounds) surfaces at the last round; the error says since which round the
 // work was queued.
@@ -168,9 +203,9 @@ TEST(DirectWritesTest, AFaultInQueuedLocalWorkNamesTheRoundItWasQueuedSince) {
   class FailingRoundZeroCopy : public testing::LazyDataOps {
    public:
     absl::Status Copy(absl::Span<const CopyItem> items) override {
-      // Call 1 is the puts (DataOps::Put copies), call 2 round 0's copies:
-      // give that one an item that fails when the queue runs it.
-      if (++calls_ != 2 || items.empty()) return LazyDataOps::Copy(items);
+      // Call 1 is round 0's copies (puts do not go through Copy here):
+      // give it an item that fails when the queue runs it.
+      if (++calls_ != 1 || items.empty()) return LazyDataOps::Copy(items);
       std::vector<CopyItem> bad(items.begin(), items.end());
       bad[0].dst.shape[0] += 1;  // element counts differ
       return LazyDataOps::Copy(bad);

@@ -47,26 +47,40 @@ class LazyDataOps : public DataOps {
   }
   absl::Status Synchronize() override {
     if (!queue_.empty()) ++drains_;
-    absl::Status first;
-    while (!queue_.empty()) {
-      absl::Status s = queue_.front()();
-      queue_.pop_front();
-      if (first.ok()) first = s;
-    }
-    return first;
+    return Drain(queue_);
   }
+  // Puts queue apart, as on a device's put streams: Synchronize() leaves
+  // them, FinishPuts() runs only them.
+  absl::Status Put(absl::Span<const CopyItem> items, bool alone) override {
+    (void)alone;
+    std::vector<CopyItem> v(items.begin(), items.end());
+    puts_.push_back([this, v = std::move(v)] { return host_.Copy(v); });
+    return absl::OkStatus();
+  }
+  absl::Status FinishPuts() override { return Drain(puts_); }
 
   // Synchronize() calls that found work queued: how often the interpreter
   // made the "device" drain.
   int drains() const { return drains_; }
 
  private:
+  using Queue = std::deque<std::function<absl::Status()>>;
+  static absl::Status Drain(Queue& q) {
+    absl::Status first;
+    while (!q.empty()) {
+      absl::Status s = q.front()();
+      q.pop_front();
+      if (first.ok()) first = s;
+    }
+    return first;
+  }
   absl::Status Enqueue(std::function<absl::Status()> fn) {
     queue_.push_back(std::move(fn));
     return absl::OkStatus();
   }
   HostDataOps host_;
-  std::deque<std::function<absl::Status()>> queue_;
+  Queue queue_;
+  Queue puts_;
   int drains_ = 0;
 };
 

@@ -166,4 +166,22 @@ absl::Status RunCeProbe(const std::string& label, int worker, int iters, transpo
   return absl::OkStatus();
 }
 
+absl::Status RunCeProbeMemorySweep(const std::string& prefix, int worker, int iters,
+                                   transport::KvStore& store,
+                                   const std::function<absl::Status()>& barrier) {
+  constexpr int64_t kExtra[] = {0, 0, 0, 0, 0, 65536, 256, 1 << 20, 4096, 32768};
+  for (int k = 0; k < 10; ++k) {
+    ProbeMemory m;
+    m.source_unwritten = k == 0;
+    m.source_random = k == 1;
+    m.destination_doubled = k == 2;
+    m.registry_open = k == 3;
+    m.wsync_stream = k == 4;
+    m.destination_extra_bytes = kExtra[k];
+    RETURN_IF_ERROR(
+        RunCeProbe(absl::StrCat(prefix, "/memory", k), worker, iters, store, barrier, m));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace wsync::bench

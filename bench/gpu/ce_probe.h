@@ -49,6 +49,13 @@ absl::Status RunCeProbe(const std::string& label, int worker, int iters, transpo
                         const std::function<absl::Status()>& barrier,
                         const ProbeMemory& memory = {});
 
+// RunCeProbe once per ProbeMemory difference, one at a time (labels
+// "<prefix>/memory<k>"), including destination sizes 256 B to 1 MiB past a
+// multiple of 2 MiB.
+absl::Status RunCeProbeMemorySweep(const std::string& prefix, int worker, int iters,
+                                   transport::KvStore& store,
+                                   const std::function<absl::Status()>& barrier);
+
 }  // namespace wsync::bench
 
 #endif  // WSYNC_BENCH_GPU_CE_PROBE_H_

@@ -43,6 +43,7 @@
 #include "bench/gpu/ce_probe.h"
 #include "bench/gpu/fragment_check.h"
 #include "bench/gpu/raw_puts.h"
+#include "bench/gpu/slabs.h"
 #include "common/status_macros.h"
 #include "controller/catalog/case.h"
 #include "controller/plan/compiled_layout.h"
@@ -77,8 +78,10 @@ struct Flags {
   // Diagnosis only (checksums then fail): "local" drops every local copy,
   // "puts" every direct write, to time the other part alone.
   std::string diagnose_drop;
-  bool diagnose_raw_puts = false;            // also time the puts alone through the data ops
-  int64_t slab_round_kib = 0;                // allocate each slab as a multiple of this (0: 256 B)
+  bool diagnose_raw_puts = false;  // also time the puts alone through the data ops
+  // Each slab's allocation is a multiple of this, as PyTorch's caching
+  // allocator rounds large segments to 2 MiB (see slabs.h); 0: 256 bytes.
+  int64_t slab_round_kib = 2048;
   bool diagnose_ce_probes = false;           // time copy-engine peer writes at each set-up step
   std::string diagnose_barrier = "spin";     // with probes: diagnoses meet on "spin" or "nccl"
   int64_t put_copy_engine_kib = 4096;        // CudaDataOps::Options::put_copy_engine_min_bytes
@@ -97,78 +100,6 @@ int Fail(const std::string& what, const absl::Status& s) {
     cudaError_t e_ = (x);                                                                  \
     if (e_ != cudaSuccess) return Fail(what, absl::InternalError(cudaGetErrorString(e_))); \
   } while (0)
-
-// Bytes each (rank, buffer) of a side needs, from its compiled fragments.
-struct BufferNeed {
-  int64_t bytes = 0;
-  DType dtype = v1::DTYPE_UNSPECIFIED;
-};
-absl::StatusOr<std::map<std::string, BufferNeed>> BuffersOf(const v1::Side& side,
-                                                            plan::SideRole role, int32_t worker) {
-  std::map<std::string, BufferNeed> out;
-  int32_t rank = -1;
-  for (int i = 0; i < side.ranks_size(); ++i) {
-    if (side.ranks(i).worker() == worker) rank = i;
-  }
-  if (rank < 0) return out;
-  auto compiled = plan::CompileSide(side, role);
-  if (!compiled.ok()) return compiled.status();
-  for (const auto& t : compiled->tensors) {
-    const int64_t es = DTypeSize(t.dtype);
-    for (const auto& f : t.fragments) {
-      if (f.rank != rank || f.box.Empty()) continue;
-      int64_t last = 0;
-      for (size_t d = 0; d < f.strides.size(); ++d) last += (f.box.length[d] - 1) * f.strides[d];
-      BufferNeed& need = out[compiled->buffer_names[f.buffer]];
-      need.bytes = std::max(need.bytes, f.byte_offset + (last + 1) * es);
-      if (need.dtype == v1::DTYPE_UNSPECIFIED) need.dtype = t.dtype;
-    }
-  }
-  return out;
-}
-
-// One slab per side, carved into 256-byte aligned buffers (as a caching
-// allocator would hand them out).
-struct Slab {
-  void* base = nullptr;
-  std::vector<std::pair<std::string, exec::RegisteredBuffer>> buffers;
-  int64_t bytes = 0;
-  ~Slab() {
-    if (base) cudaFree(base);
-  }
-};
-
-// The buffers of `need` carved from `base` (deterministic: a peer computes
-// another worker's layout from its own copy of the plan).
-std::vector<std::pair<std::string, exec::RegisteredBuffer>> CarveSlab(
-    const std::map<std::string, BufferNeed>& need, void* base) {
-  std::vector<std::pair<std::string, exec::RegisteredBuffer>> out;
-  int64_t off = 0;
-  for (const auto& [name, n] : need) {
-    exec::RegisteredBuffer r;
-    r.data = static_cast<char*>(base) + off;
-    r.bytes = n.bytes;
-    r.dtype = n.dtype;
-    r.space = transport::MemorySpace::kCuda;
-    out.emplace_back(name, r);
-    off += (n.bytes + 255) / 256 * 256;
-  }
-  return out;
-}
-
-absl::Status MakeSlab(const std::map<std::string, BufferNeed>& need, int64_t round_bytes,
-                      Slab& slab) {
-  int64_t total = 0;
-  for (const auto& [name, n] : need) total += (n.bytes + 255) / 256 * 256;
-  if (round_bytes > 0) total = (total + round_bytes - 1) / round_bytes * round_bytes;
-  slab.bytes = total;
-  if (total == 0) return absl::OkStatus();
-  if (cudaMalloc(&slab.base, total) != cudaSuccess) {
-    return absl::ResourceExhaustedError(absl::StrCat("cudaMalloc of ", total, " bytes"));
-  }
-  slab.buffers = CarveSlab(need, slab.base);
-  return absl::OkStatus();
-}
 
 // Workaround, not a semantic change: BindPlan (worker/exec/bound_plan.cc)
 // checks a zero-copy bucket's view for contiguity before coalescing it, so a
@@ -440,20 +371,8 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   }
   if (auto s = probe("timed_syncs_done"); !s.ok()) return Fail("probe", s);
   if (spin) {
-    // One difference from the replica's memory at a time.
-    for (int k = 0; k < 10; ++k) {
-      ProbeMemory m;
-      m.wsync_stream = k == 4;
-      const int64_t extra[] = {0, 0, 0, 0, 0, 65536, 256, 1 << 20, 4096, 32768};
-      m.destination_extra_bytes = extra[k];
-      m.source_unwritten = k == 0;
-      m.source_random = k == 1;
-      m.destination_doubled = k == 2;
-      m.registry_open = k == 3;
-      auto s = RunCeProbe(absl::StrCat(c.mode, "/memory", k), worker, f.iters, store,
-                          diagnosis_barrier, m);
-      if (!s.ok()) return Fail("probe", s);
-    }
+    auto s = RunCeProbeMemorySweep(c.mode, worker, f.iters, store, diagnosis_barrier);
+    if (!s.ok()) return Fail("probe", s);
   }
   auto dst_sum =
       SideChecksum(c.spec.destination(), plan::SideRole::kDestination, worker, registry, stream);

@@ -340,7 +340,14 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
     }
     return (*transport)->RunRound(sends, recvs, absl::Now() + absl::Seconds(60));
   };
-  if (auto s = barrier(); !s.ok()) return Fail("barrier", s);
+  // The latency of one transport round of a byte each way on an idle GPU
+  // (the direct-write tokens are such rounds).
+  std::vector<double> barrier_times;
+  for (int i = 0; i < 21; ++i) {
+    const double tb = Now();
+    if (auto s = barrier(); !s.ok()) return Fail("barrier", s);
+    if (i > 0) barrier_times.push_back(Now() - tb);
+  }
   if (!spin || f.diagnose_barrier == "nccl") diagnosis_barrier = barrier;
   if (auto s = probe("nccl_barrier_run"); !s.ok()) return Fail("probe", s);
   t0 = Now();
@@ -388,7 +395,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   (void)store.Set(absl::StrCat(tag, "sums/", worker), absl::StrCat(*src_sum, " ", *dst_sum));
   const auto& rs = c.plan.summary();
   Result(absl::StrFormat(
-      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_kib":%d,"copy_engine_row_bytes":%d,"copy_engine_max_dims":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"token_s":%.6f,"local_wait_s":%.6f,"finish_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_streams":%d,"put_copy_engine_copies":%d})",
+      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_kib":%d,"copy_engine_row_bytes":%d,"copy_engine_max_dims":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"token_s":%.6f,"local_wait_s":%.6f,"finish_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_streams":%d,"put_copy_engine_copies":%d,"barrier_s":%.6f})",
       f.model, c.mode, f.bucket_mib, f.staging_mib, f.zero_copy_mib, f.pipeline ? 1 : 0,
       f.blocks_per_sm, f.copy_engine_kib, f.copy_engine_row_bytes, f.copy_engine_max_dims,
       (*ops)->copy_engine_copies(), (*ops)->copy_engine_bytes(), last.peak_staging_bytes, worker,
@@ -400,7 +407,8 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       last.rounds_finished_async, f.direct ? 1 : 0, absl::StrJoin(direct.direct.write_to, ","),
       last.bytes_put, last.bytes_put_into, last.put_issue_seconds, last.put_wait_seconds,
       last.token_seconds, last.local_wait_seconds, finish, f.put_copy_engine_kib,
-      f.put_blocks_per_sm, f.put_copy_streams, (*ops)->put_copy_engine_copies()));
+      f.put_blocks_per_sm, f.put_copy_streams, (*ops)->put_copy_engine_copies(),
+      Median(barrier_times)));
   if (worker == 0) {
     unsigned long long s_total = 0, d_total = 0;
     for (int w = 0; w < c.workers; ++w) {

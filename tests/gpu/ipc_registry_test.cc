@@ -19,10 +19,12 @@ namespace wsync::cuda {
 namespace {
 
 constexpr size_t kBlock = 8 << 20;
+constexpr size_t kOddBlock = (1 << 20) + 256;
 uint8_t Pattern(size_t i) { return static_cast<uint8_t>(i * 7 % 251); }
 
-// Child: one cudaMalloc block, three tensors inside it; prints one handle a
-// line, then waits until the parent closes its end.
+// Child: one cudaMalloc block, three tensors inside it, and one tensor in an
+// allocation of an odd size; prints one handle a line, then waits until the
+// parent closes its end.
 [[noreturn]] void ChildMain(int out_fd, int in_fd) {
   std::string text;
   void* block = nullptr;
@@ -35,6 +37,14 @@ uint8_t Pattern(size_t i) { return static_cast<uint8_t>(i * 7 % 251); }
     const size_t offsets[] = {0, 4096, 1 << 20};
     for (size_t off : offsets) {
       auto h = ExportTensor(static_cast<char*>(block) + off, 65536, "t");
+      text += h.ok() ? h->Serialize() + "\n" : "ERR " + std::string(h.status().message()) + "\n";
+    }
+    // Line 4: an allocation 256 bytes past a multiple of 64 KiB.
+    void* odd = nullptr;
+    if (cudaMalloc(&odd, kOddBlock) != cudaSuccess) {
+      text += "ERR cudaMalloc odd\n";
+    } else {
+      auto h = ExportTensor(odd, 4096, "odd");
       text += h.ok() ? h->Serialize() + "\n" : "ERR " + std::string(h.status().message()) + "\n";
     }
   }
@@ -75,7 +85,7 @@ class IpcRegistryTest : public ::testing::Test {
   }
   void SetUp() override {
     WSYNC_REQUIRE_GPUS(1);
-    ASSERT_EQ(lines_->size(), 3u);
+    ASSERT_EQ(lines_->size(), 4u);
     for (const auto& l : *lines_) ASSERT_NE(l.rfind("ERR", 0), 0u) << l;
   }
   static inline pid_t child_ = -1;
@@ -130,6 +140,34 @@ TEST_F(IpcRegistryTest, LastReleaseUnmapsAndAWrongAllocationSizeIsRefused) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
   EXPECT_NE(refused.status().message().find("lying"), std::string::npos) << refused.status();
   EXPECT_EQ((*reg)->num_mappings(), 0u);
+}
+
+// Peer mappings of allocations that copy engines write slowly are counted
+// (and logged); the tensor's own worker maps them without a word.
+TEST_F(IpcRegistryTest, PeerAllocationsNotAMultipleOf64KiBAreCounted) {
+  EXPECT_FALSE(SlowForPeerWrites(kBlock));
+  EXPECT_FALSE(SlowForPeerWrites(uint64_t{1152} << 20));
+  EXPECT_TRUE(SlowForPeerWrites(kOddBlock));
+  EXPECT_TRUE(SlowForPeerWrites((uint64_t{2} << 20) + 4096));
+  auto h0 = IpcTensorHandle::Parse((*lines_)[0]);
+  auto odd = IpcTensorHandle::Parse((*lines_)[3]);
+  ASSERT_TRUE(h0.ok() && odd.ok());
+  EXPECT_EQ(odd->base_bytes, kOddBlock) << "cudaMalloc keeps the requested size";
+  auto peer = IpcRegistry::Create(0);
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  ASSERT_TRUE((*peer)->Open(*h0, "aligned", /*peer=*/true).ok());
+  EXPECT_EQ((*peer)->slow_peer_mappings(), 0);
+  ASSERT_TRUE((*peer)->Open(*odd, "odd", /*peer=*/true).ok());
+  ASSERT_TRUE((*peer)->Open(*odd, "odd again", /*peer=*/true).ok());
+  EXPECT_EQ((*peer)->slow_peer_mappings(), 1) << "once per allocation";
+  (*peer)->Release(*h0);
+  (*peer)->Release(*odd);
+  (*peer)->Release(*odd);
+  auto own = IpcRegistry::Create(0);
+  ASSERT_TRUE(own.ok()) << own.status();
+  ASSERT_TRUE((*own)->Open(*odd, "odd").ok());
+  EXPECT_EQ((*own)->slow_peer_mappings(), 0);
+  (*own)->Release(*odd);
 }
 
 TEST_F(IpcRegistryTest, RangesPastTheAllocationAreRefused) {

@@ -50,6 +50,16 @@ absl::StatusOr<IpcTensorHandle> ExportTensor(const void* ptr, uint64_t bytes,
 // process sees with peer access from it (NVLink or PCIe).
 absl::StatusOr<std::vector<std::string>> WritableDeviceUuids(int device);
 
+// Copy engines write a peer's allocation about 25 % slower when its size is
+// not a multiple of 64 KiB (measured on 2 x H200, driver 580: 256 B, 4 KiB
+// and 32 KiB past a multiple slow, 64 KiB and 1 MiB past not;
+// bench/results/gpu-2026-11-26-session8.md). PyTorch's caching allocator
+// makes large segments multiples of 2 MiB, so vLLM's weights are not
+// affected; other allocators may be.
+inline bool SlowForPeerWrites(uint64_t allocation_bytes) {
+  return allocation_bytes % (uint64_t{64} << 10) != 0;
+}
+
 // Importer side, for one device of this process. Thread-safe.
 class IpcRegistry {
  public:
@@ -75,6 +85,9 @@ class IpcRegistry {
   const std::vector<std::string>& writable_uuids() const { return writable_uuids_; }
   // Number of allocation bases mapped (each opened once).
   size_t num_mappings() const;
+  // Peer allocations mapped so far whose size SlowForPeerWrites (each is
+  // also logged once, with the tensor that opened it).
+  int64_t slow_peer_mappings() const;
 
  private:
   struct Mapping {
@@ -89,6 +102,7 @@ class IpcRegistry {
   std::vector<std::string> writable_uuids_;  // WritableDeviceUuids(device_)
   mutable std::mutex mu_;
   std::map<std::string, Mapping> mappings_;  // by handle bytes
+  int64_t slow_peer_mappings_ = 0;
 };
 
 }  // namespace wsync::cuda

@@ -24,7 +24,7 @@ cudaError_t Run(const void* table, const cuda::TableLayout& l, int blocks_per_sm
       reinterpret_cast<const PieceDesc*>(d + l.pieces_offset),
       reinterpret_cast<const TaskDesc*>(d + l.tasks_offset), l.num_tasks,
       reinterpret_cast<const uint64_t*>(d + l.inputs_offset),
-      reinterpret_cast<unsigned long long*>(const_cast<char*>(d) + l.counter_offset));
+      reinterpret_cast<unsigned long long*>(const_cast<char*>(d) + l.counter_offset), 0u);
   return cudaGetLastError();
 }
 

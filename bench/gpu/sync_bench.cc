@@ -19,6 +19,8 @@
 //       [--copy-engine-row-bytes 1024] [--copy-engine-max-dims 3]
 //       [--nvlink-gbps 368] [--bidir-gbps 354] [--copy-gbps 2071]
 //       [--diagnose-drop local|puts]   (time one part alone; checksums then fail)
+//       [--reserved-sms 0]   (data-op kernel blocks on SMs below this leave at once)
+//       [--slab-round-kib 2048]   (slab allocations are multiples of this)
 //       [--diagnose-ce-probes 1]   (time ipc_put_bench's copy-engine writes at
 //                                   each set-up step, in fresh memory)
 //       [--diagnose-barrier spin|nccl]   (with probes: what the diagnoses meet on
@@ -88,6 +90,7 @@ struct Flags {
   int64_t put_copy_engine_row_bytes = 8192;  // ...::put_copy_engine_min_row_bytes
   int put_blocks_per_sm = 1;                 // CudaDataOps::Options::put_blocks_per_sm
   int put_copy_streams = 4;                  // CudaDataOps::Options::put_copy_streams
+  int reserved_sms = 0;                      // CudaDataOps::Options::reserved_sms
 };
 
 int Fail(const std::string& what, const absl::Status& s) {
@@ -320,7 +323,8 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
                                  .put_copy_engine_min_bytes = f.put_copy_engine_kib << 10,
                                  .put_copy_engine_min_row_bytes = f.put_copy_engine_row_bytes,
                                  .put_blocks_per_sm = f.put_blocks_per_sm,
-                                 .put_copy_streams = f.put_copy_streams});
+                                 .put_copy_streams = f.put_copy_streams,
+                                 .reserved_sms = f.reserved_sms});
   if (!ops.ok()) return Fail("data ops", ops.status());
   exec::ExecutorOptions eo;
   eo.pipeline = f.pipeline;
@@ -395,7 +399,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   (void)store.Set(absl::StrCat(tag, "sums/", worker), absl::StrCat(*src_sum, " ", *dst_sum));
   const auto& rs = c.plan.summary();
   Result(absl::StrFormat(
-      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_kib":%d,"copy_engine_row_bytes":%d,"copy_engine_max_dims":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"token_s":%.6f,"local_wait_s":%.6f,"finish_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_streams":%d,"put_copy_engine_copies":%d,"barrier_s":%.6f})",
+      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_kib":%d,"copy_engine_row_bytes":%d,"copy_engine_max_dims":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"token_s":%.6f,"ready_token_s":%.6f,"local_wait_s":%.6f,"finish_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_streams":%d,"put_copy_engine_copies":%d,"barrier_s":%.6f})",
       f.model, c.mode, f.bucket_mib, f.staging_mib, f.zero_copy_mib, f.pipeline ? 1 : 0,
       f.blocks_per_sm, f.copy_engine_kib, f.copy_engine_row_bytes, f.copy_engine_max_dims,
       (*ops)->copy_engine_copies(), (*ops)->copy_engine_bytes(), last.peak_staging_bytes, worker,
@@ -406,9 +410,9 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       rs.num_pieces(), rs.destination_bytes(), last.rounds_packed_ahead, last.rounds_local_early,
       last.rounds_finished_async, f.direct ? 1 : 0, absl::StrJoin(direct.direct.write_to, ","),
       last.bytes_put, last.bytes_put_into, last.put_issue_seconds, last.put_wait_seconds,
-      last.token_seconds, last.local_wait_seconds, finish, f.put_copy_engine_kib,
-      f.put_blocks_per_sm, f.put_copy_streams, (*ops)->put_copy_engine_copies(),
-      Median(barrier_times)));
+      last.token_seconds, last.ready_token_seconds, last.local_wait_seconds, finish,
+      f.put_copy_engine_kib, f.put_blocks_per_sm, f.put_copy_streams,
+      (*ops)->put_copy_engine_copies(), Median(barrier_times)));
   if (worker == 0) {
     unsigned long long s_total = 0, d_total = 0;
     for (int w = 0; w < c.workers; ++w) {
@@ -522,6 +526,8 @@ int main(int argc, char** argv) {
       f.diagnose_raw_puts = v != "0";
     else if (k == "--diagnose-ce-probes")
       f.diagnose_ce_probes = v != "0";
+    else if (k == "--reserved-sms")
+      f.reserved_sms = std::stoi(v);
     else if (k == "--slab-round-kib")
       f.slab_round_kib = std::stoll(v);
     else if (k == "--diagnose-barrier")

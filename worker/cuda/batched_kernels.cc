@@ -119,7 +119,7 @@ absl::Status BatchedKernels::LaunchUploaded(const void* device_table, const Tabl
           reinterpret_cast<const TaskDesc*>(d + layout.tasks_offset), layout.num_tasks,
           reinterpret_cast<const uint64_t*>(d + layout.inputs_offset),
           reinterpret_cast<unsigned long long*>(d + layout.counter_offset), layout.copy_only,
-          layout.copy_only ? max_copy_blocks_ : max_blocks_, stream),
+          layout.copy_only ? max_copy_blocks_ : max_blocks_, reserved_sms_, stream),
       absl::StrCat("piece kernel launch (", layout.num_tasks, " tasks) on device ", device_));
   ++launches_;
   return absl::OkStatus();

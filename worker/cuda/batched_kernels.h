@@ -50,6 +50,9 @@ class BatchedKernels {
 
   int device() const { return device_; }
   int64_t launches() const { return launches_; }
+  // Blocks that land on SMs [0, n) of later launches leave at once (see
+  // LaunchPieceKernel); 0 (the default) uses every SM.
+  void set_reserved_sms(int n) { reserved_sms_ = n; }
 
  private:
   struct Slot {
@@ -69,6 +72,7 @@ class BatchedKernels {
   // fewer when fewer fit on an SM.
   int max_blocks_ = 0;
   int max_copy_blocks_ = 0;
+  int reserved_sms_ = 0;
   int next_ = 0;
   int64_t launches_ = 0;
   std::array<Slot, kSlots> slots_;

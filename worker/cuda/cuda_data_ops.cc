@@ -100,6 +100,7 @@ absl::StatusOr<std::unique_ptr<CudaDataOps>> CudaDataOps::Create(const Options& 
   auto kernels = BatchedKernels::Create(options.device, options.blocks_per_sm);
   if (!kernels.ok()) return kernels.status();
   ops->kernels_ = std::move(*kernels);
+  ops->kernels_->set_reserved_sms(options.reserved_sms);
   ops->pool_ = std::make_shared<StagingPool>(options.device);
   ops->copy_engine_ = CopyEngineBatch(options.copy_engine);
   RETURN_IF_ERROR(ops->InitPuts(options));

@@ -67,6 +67,10 @@ class CudaDataOps : public exec::DataOps {
     // Streams the copy-engine puts are spread over (balanced by bytes): one
     // stream runs its copies one after another, with a gap between them.
     int put_copy_streams = 4;
+    // Blocks of the data ops' kernels that land on SMs [0, n) leave at once,
+    // so NCCL's kernel for a round's few token bytes, launched just before the
+    // local copies but possibly scheduled after them, never waits for them.
+    int reserved_sms = 0;
   };
   static absl::StatusOr<std::unique_ptr<CudaDataOps>> Create(const Options& options);
   ~CudaDataOps() override;
@@ -211,7 +215,7 @@ class CudaDataOps : public exec::DataOps {
   // cache, so the two streams never wait on each other's work (beyond the
   // device-wide waits of cudaMalloc / cudaFree when a cache is cleared or
   // scratch grows). The host-side builders table_ / pre_table_ are shared.
-  Stream put_stream_;                     // put kernels and the first share of copies
+  Stream put_stream_;  // put kernels and the first share of copies
   // The direct-write tokens' few bytes: not ordered behind queued copies.
   Stream staging_io_stream_;
   std::vector<Stream> put_copy_streams_;  // the other shares of copy-engine puts

@@ -293,13 +293,21 @@ __device__ __forceinline__ void ProcessSegment(const PieceDesc& p, int mode, int
 // with its next claim in flight while it copies. So warps of a kernel that
 // starts late, once another kernel frees SM slots, still share what is left,
 // and consecutive claims keep the GPU's accesses close together.
+// Blocks placed on SMs [0, reserved_sms) leave at once: a kernel launched
+// just before (NCCL's, for a few bytes of tokens) but scheduled after this
+// one still finds an SM, instead of waiting for this kernel to end.
 template <bool kCopyOnly, int kMinBlocks, int kPerLane = piece_impl::kPerLane,
           int kPartsPerTask = piece_impl::kPartsPerTask>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     PieceKernel(const PieceDesc* __restrict__ pieces, const TaskDesc* __restrict__ tasks,
                 int64_t num_tasks, const uint64_t* __restrict__ inputs,
-                unsigned long long* next_task) {
+                unsigned long long* next_task, unsigned reserved_sms = 0) {
   constexpr int kItemUnits = 32 * kPerLane;  // units per warp item
+  if (reserved_sms > 0) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    if (sm < reserved_sms) return;
+  }
   const int lane = threadIdx.x & 31;
   unsigned long long claim = 0;
   if (lane == 0) claim = atomicAdd(next_task, 1ull);

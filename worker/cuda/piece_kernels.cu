@@ -1,6 +1,5 @@
-#include "worker/cuda/piece_kernels.h"
-
 #include "worker/cuda/piece_kernel_impl.cuh"
+#include "worker/cuda/piece_kernels.h"
 
 namespace wsync::cuda {
 namespace {
@@ -19,15 +18,15 @@ constexpr int kFullMinBlocks = 2;
 
 cudaError_t LaunchPieceKernel(const PieceDesc* pieces, const TaskDesc* tasks, int64_t num_tasks,
                               const uint64_t* inputs, unsigned long long* next_task, bool copy_only,
-                              int max_blocks, cudaStream_t stream) {
+                              int max_blocks, int reserved_sms, cudaStream_t stream) {
   if (num_tasks <= 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>(num_tasks < max_blocks ? num_tasks : max_blocks);
   if (copy_only) {
-    PieceKernel<true, kCopyOnlyMinBlocks>
-        <<<blocks, kThreads, 0, stream>>>(pieces, tasks, num_tasks, inputs, next_task);
+    PieceKernel<true, kCopyOnlyMinBlocks><<<blocks, kThreads, 0, stream>>>(
+        pieces, tasks, num_tasks, inputs, next_task, static_cast<unsigned>(reserved_sms));
   } else {
-    PieceKernel<false, kFullMinBlocks>
-        <<<blocks, kThreads, 0, stream>>>(pieces, tasks, num_tasks, inputs, next_task);
+    PieceKernel<false, kFullMinBlocks><<<blocks, kThreads, 0, stream>>>(
+        pieces, tasks, num_tasks, inputs, next_task, static_cast<unsigned>(reserved_sms));
   }
   return cudaGetLastError();
 }

@@ -18,10 +18,12 @@ namespace wsync::cuda {
 // launch error, if any.
 // Warps claim parts of tasks in order from *next_task (zero at launch), so
 // blocks that start late, once a kernel beside this one frees its SM slots,
-// still share the work instead of each owning a fixed slice.
+// still share the work instead of each owning a fixed slice. Blocks on SMs
+// [0, reserved_sms) do nothing, so that a small kernel launched just before
+// on another stream always finds an SM.
 cudaError_t LaunchPieceKernel(const PieceDesc* pieces, const TaskDesc* tasks, int64_t num_tasks,
                               const uint64_t* inputs, unsigned long long* next_task, bool copy_only,
-                              int max_blocks, cudaStream_t stream);
+                              int max_blocks, int reserved_sms, cudaStream_t stream);
 
 // How many blocks of the instantiation fit on one SM at once (its register
 // use decides). Blocks beyond that only wait for a free slot.

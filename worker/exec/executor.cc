@@ -214,8 +214,11 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   };
   if (direct) {
     // Leading rounds with only local work wait for no peer: they are queued
-    // as soon as the ready tokens' transfer is posted (NCCL's kernels first,
+    // as soon as the ready tokens' transfer is posted (NCCL's kernel first,
     // the copies beside them), so local copies run while the tokens travel.
+    // (Queuing only the first of them measured no faster: session8.md.)
+    // LocalOnly rounds never call the transport, which is busy with the
+    // tokens here.
     absl::Status early;
     auto queue_local_rounds = [&] {
       while (early.ok() && next < plan.rounds.size() && LocalOnly(plan.rounds[next])) {
@@ -225,10 +228,12 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     // Before the first write: every receiver this worker writes is ready.
     const absl::Time tt = absl::Now();
     absl::Status s = ExchangeTokens(plan, /*ready=*/true, deadline, queue_local_rounds);
-    stats.token_seconds += Seconds(tt);
+    stats.ready_token_seconds = Seconds(tt);
+    stats.token_seconds += stats.ready_token_seconds;
     RETURN_IF_ERROR(early);  // step() cleaned up
     if (!s.ok()) {
       ops_->Synchronize().IgnoreError();
+      current_staging_.store(0);
       return s;
     }
     // The puts run beside all rounds; they need no staging.
@@ -237,14 +242,16 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
       // Alone: no round has data-op work or transfers (NCCL's kernels need
       // SMs too) to run beside the puts.
       bool alone = true;
-      for (const BoundRound& r : plan.rounds)
+      for (const BoundRound& r : plan.rounds) {
         alone =
             alone && LocalOnly(r) && r.copies.empty() && r.reduces.empty() && r.quantizes.empty();
+      }
       s = ops_->Put(plan.puts, alone);
       stats.put_issue_seconds = Seconds(t);
       if (!s.ok()) {
         ops_->FinishPuts().IgnoreError();
         ops_->Synchronize().IgnoreError();
+        current_staging_.store(0);
         return Wrap(s, PutsWhere(plan, s));
       }
     }

@@ -110,9 +110,10 @@ struct SyncStats {
   int64_t bytes_put = 0;
   int64_t bytes_put_into = 0;
   double put_issue_seconds = 0;
-  double put_wait_seconds = 0;    // after the last round, until every put finished
-  double token_seconds = 0;       // exchanging ready and done tokens with the peers
-  double local_wait_seconds = 0;  // after the done tokens, until the local work finished
+  double put_wait_seconds = 0;     // after the last round, until every put finished
+  double token_seconds = 0;        // exchanging ready and done tokens with the peers
+  double ready_token_seconds = 0;  // of which the ready tokens (and queuing local rounds)
+  double local_wait_seconds = 0;   // after the done tokens, until the local work finished
 };
 
 class Executor {

@@ -59,7 +59,8 @@ absl::Status Executor::ExchangeTokens(const BoundPlan& plan, bool ready, absl::T
         return absl::AbortedError(absl::StrCat(
             where, ": worker ", from[k],
             "'s registered buffers differ from the ones this worker mapped for it (its owner "
-            "registered again after the controller assigned the sync); nothing was written, the "
+            "registered again after the controller assigned the sync); nothing was written to it, "
+            "the "
             "next sync uses the new registration"));
       }
     }

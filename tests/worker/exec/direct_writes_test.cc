@@ -188,12 +188,66 @@ TEST(DirectWritesTest, LocalOnlyRoundsAreQueuedBeforeThePuts) {
   auto results = c.Run(SwapPlan(kRows, kCols, 3), absl::Seconds(30));
   for (int w = 0; w < 2; ++w) {
     ASSERT_TRUE(results[w].ok()) << "worker " << w << ": " << results[w].status();
-    ASSERT_FALSE(ops[w].calls.empty());
-    EXPECT_EQ(ops[w].calls.back(), "put") << "worker " << w;
-    EXPECT_EQ(std::count(ops[w].calls.begin(), ops[w].calls.end(), "put"), 1);
-    EXPECT_GE(ops[w].calls.size(), 2u) << "no local copies queued";
+    const std::vector<std::string> expected = {"copy", "copy", "copy", "put"};
+    EXPECT_EQ(ops[w].calls, expected) << "worker " << w;
   }
   CheckSwap(c, kRows, kCols);
+}
+
+// Local copies queued while the ready tokens travel: a silent receiver makes
+// the ready round fail at its deadline, and the queued copies have run (the
+// device drained) before the sync returns.
+TEST(DirectWritesTest, ASilentReceiverFailsTheReadyRoundAfterQueuedLocalWorkRan) {
+  class CountingCopies : public testing::LazyDataOps {
+   public:
+    absl::Status Copy(absl::Span<const CopyItem> items) override {
+      ++copies;
+      return LazyDataOps::Copy(items);
+    }
+    int copies = 0;
+  };
+  constexpr int64_t kRows = 96, kCols = 64;
+  Cluster c(2);
+  SetUpSwap(c, kRows, kCols);
+  CountingCopies ops;
+  c.UseOps(0, &ops);
+  c.WriteDirectly(0, 1);
+  c.WriteDirectly(1, 0);
+  ExecutorOptions o;
+  o.round_timeout = absl::Seconds(1);
+  ASSERT_TRUE(c.Connect(o).ok());
+  auto results = c.Run(SwapPlan(kRows, kCols, 3), absl::Seconds(30), /*silent=*/{1});
+  ASSERT_FALSE(results[0].ok());
+  EXPECT_EQ(results[0].status().code(), absl::StatusCode::kDeadlineExceeded) << results[0].status();
+  EXPECT_NE(results[0].status().message().find("ready tokens"), std::string::npos)
+      << results[0].status();
+  EXPECT_EQ(ops.copies, 3) << "every local-only round was queued before the tokens arrived";
+  EXPECT_EQ(ops.drains(), 1) << "the queued copies ran before the sync returned";
+  EXPECT_EQ(c.executor(0).current_staging_bytes(), 0);
+}
+
+// An abort while the ready tokens travel, with local copies queued: the sync
+// ends promptly with CANCELLED, after the queued copies ran.
+TEST(DirectWritesTest, AnAbortDuringTheReadyRoundDrainsQueuedLocalWork) {
+  constexpr int64_t kRows = 96, kCols = 64;
+  Cluster c(2);
+  SetUpSwap(c, kRows, kCols);
+  testing::LazyDataOps ops;
+  c.UseOps(0, &ops);
+  c.WriteDirectly(0, 1);
+  c.WriteDirectly(1, 0);
+  ASSERT_TRUE(c.Connect().ok());
+  std::thread aborter([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    c.executor(0).Abort("test abort");
+  });
+  const absl::Time start = absl::Now();
+  auto results = c.Run(SwapPlan(kRows, kCols, 3), absl::Seconds(30), /*silent=*/{1});
+  aborter.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  ASSERT_FALSE(results[0].ok());
+  EXPECT_EQ(results[0].status().code(), absl::StatusCode::kCancelled) << results[0].status();
+  EXPECT_EQ(ops.drains(), 1);
 }
 
 // A fault in local work queued without a wait (round 0 of three local-only

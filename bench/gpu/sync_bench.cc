@@ -27,6 +27,7 @@
 //                                         once NCCL is up)
 //       [--diagnose-raw-puts 1]   (also time the direct writes alone, straight
 //                                  through the data ops: no executor, no tokens)
+//       [--measure-issue-keys 1]   (CPU only: the data ops' cache-key cost per round, exits)
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
 #include <cuda_runtime_api.h>
 
@@ -44,6 +45,7 @@
 #include "bench/gpu/bench_util.h"
 #include "bench/gpu/ce_probe.h"
 #include "bench/gpu/fragment_check.h"
+#include "bench/gpu/issue_keys.h"
 #include "bench/gpu/raw_puts.h"
 #include "bench/gpu/slabs.h"
 #include "common/status_macros.h"
@@ -69,8 +71,9 @@ struct Flags {
   int64_t bucket_mib = 256, staging_mib = 2048, zero_copy_mib = 32;
   double nvlink_gbps = 368, bidir_gbps = 354, copy_gbps = 2071;
   std::string dump_shapes;
-  bool pipeline = true;   // ExecutorOptions::pipeline (0: the unpipelined baseline)
-  int blocks_per_sm = 8;  // CudaDataOps::Options::blocks_per_sm
+  bool measure_issue_keys = false;  // CPU only: time the data ops' cache keys per round
+  bool pipeline = true;             // ExecutorOptions::pipeline (0: the unpipelined baseline)
+  int blocks_per_sm = 8;            // CudaDataOps::Options::blocks_per_sm
   // CudaDataOps::Options::copy_engine (0: every copy on the kernel).
   int64_t copy_engine_kib = 0, copy_engine_row_bytes = 1024;
   int copy_engine_max_dims = 3;
@@ -508,6 +511,8 @@ int main(int argc, char** argv) {
       f.copy_gbps = std::stod(v);
     else if (k == "--dump-shapes")
       f.dump_shapes = v;
+    else if (k == "--measure-issue-keys")
+      f.measure_issue_keys = v != "0";
     else if (k == "--pipeline")
       f.pipeline = v != "0";
     else if (k == "--blocks-per-sm")
@@ -557,6 +562,12 @@ int main(int argc, char** argv) {
         sm.num_buckets(), sm.num_pieces(), sm.num_ops(), sm.network_bytes(), sm.local_bytes(),
         sm.peak_staging_bytes(), sm.predicted_seconds(), sm.lower_bound_seconds(),
         NetworkPairs(c->plan)));
+    if (f.measure_issue_keys) {
+      if (auto s = MeasureIssueKeys(c->spec, c->plan, 0, f.model + "/" + mode); !s.ok()) {
+        return Fail("issue keys", s);
+      }
+      continue;
+    }
     if (std::getenv("WSYNC_BENCH_PLAN_ONLY") != nullptr) {
       // CPU-only check that both workers' parts bind (fake, never touched
       // addresses; binding only checks bounds, dtypes and layouts).

@@ -13,18 +13,11 @@
 #include "bench/gpu/bench_util.h"
 #include "common/status_macros.h"
 #include "worker/cuda/cuda_handles.h"
+#include "worker/cuda/cuda_status.h"
 #include "worker/cuda/ipc_registry.h"
 
 namespace wsync::bench {
 namespace {
-
-#define PROBE_CUDA(x, what)                                                         \
-  do {                                                                              \
-    const cudaError_t e_ = (x);                                                     \
-    if (e_ != cudaSuccess) {                                                        \
-      return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e_))); \
-    }                                                                               \
-  } while (0)
 
 constexpr int kPieces = 64;
 constexpr size_t kRows = 2048;
@@ -95,11 +88,12 @@ absl::Status RunCeProbe(const std::string& label, int worker, int iters, transpo
   ASSIGN_OR_RETURN(cuda::DeviceBuffer src, cuda::DeviceBuffer::Allocate(worker, 2 * dst_bytes));
   ASSIGN_OR_RETURN(cuda::DeviceBuffer dst, cuda::DeviceBuffer::Allocate(worker, dst_alloc));
   if (memory.source_random) {
-    PROBE_CUDA(Fill16Strided(src.data(), 1, src.size() / 2, src.size() / 2, 77 + worker, nullptr),
-               "probe fill");
-    PROBE_CUDA(cudaDeviceSynchronize(), "probe fill");
+    WSYNC_CUDA_RETURN_IF_ERROR(
+        Fill16Strided(src.data(), 1, src.size() / 2, src.size() / 2, 77 + worker, nullptr),
+        "probe fill");
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "probe fill");
   } else if (!memory.source_unwritten) {
-    PROBE_CUDA(cudaMemset(src.data(), 1, src.size()), "probe memset");
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaMemset(src.data(), 1, src.size()), "probe memset");
   }
   const std::string key = absl::StrCat("probe/", label, "/");
   void* peer = nullptr;
@@ -115,12 +109,13 @@ absl::Status RunCeProbe(const std::string& label, int worker, int iters, transpo
     ASSIGN_OR_RETURN(peer, registry->Open(theirs, "probe destination", /*peer=*/true));
   } else {
     cudaIpcMemHandle_t mine;
-    PROBE_CUDA(cudaIpcGetMemHandle(&mine, dst.data()), "probe export");
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&mine, dst.data()), "probe export");
     RETURN_IF_ERROR(store.Set(absl::StrCat(key, worker), HexOf(mine)));
     ASSIGN_OR_RETURN(std::string text,
                      store.Get(absl::StrCat(key, 1 - worker), absl::Now() + absl::Seconds(60)));
     ASSIGN_OR_RETURN(cudaIpcMemHandle_t theirs, HandleOf(text));
-    PROBE_CUDA(cudaIpcOpenMemHandle(&peer, theirs, cudaIpcMemLazyEnablePeerAccess), "probe open");
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaIpcOpenMemHandle(&peer, theirs, cudaIpcMemLazyEnablePeerAccess),
+                               "probe open");
   }
   void* const peer_base = peer;
   if (memory.destination_doubled) peer = static_cast<char*>(peer) + worker * dst_bytes;
@@ -130,7 +125,8 @@ absl::Status RunCeProbe(const std::string& label, int worker, int iters, transpo
     ASSIGN_OR_RETURN(wsync_stream, cuda::Stream::Create(worker));
     stream = wsync_stream.get();
   } else {
-    PROBE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "probe stream");
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                               "probe stream");
   }
   std::vector<double> times;
   absl::Status status;

@@ -11,18 +11,11 @@
 #include "common/dtype.h"
 #include "common/status_macros.h"
 #include "worker/cuda/cuda_handles.h"
+#include "worker/cuda/cuda_status.h"
 #include "worker/cuda/ipc_registry.h"
 
 namespace wsync::bench {
 namespace {
-
-#define RETURN_IF_CUDA_ERROR(x, what)                                               \
-  do {                                                                              \
-    const cudaError_t e_ = (x);                                                     \
-    if (e_ != cudaSuccess) {                                                        \
-      return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e_))); \
-    }                                                                               \
-  } while (0)
 
 // Bytes spanned by a view (first to last element, inclusive).
 int64_t Extent(const exec::StridedView& v) {
@@ -69,7 +62,7 @@ absl::Status TimeBareCopies(int iters, int worker, const std::vector<exec::CopyI
                    cuda::DeviceBuffer::Allocate(worker, 2 * kReplicaBytes));
   ASSIGN_OR_RETURN(cuda::DeviceBuffer dst2,
                    cuda::DeviceBuffer::Allocate(worker, 2 * kReplicaBytes));
-  RETURN_IF_CUDA_ERROR(cudaMemset(src2.data(), 1, src2.size()), "memset src2");
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaMemset(src2.data(), 1, src2.size()), "memset src2");
   auto h2 = cuda::ExportTensor(dst2.data(), dst2.size(), "dst2");
   if (!h2.ok()) return h2.status();
   RETURN_IF_ERROR(store.Set(absl::StrCat(tag, "dst2/", worker), h2->Serialize()));
@@ -131,13 +124,14 @@ absl::Status TimeBareCopies(int iters, int worker, const std::vector<exec::CopyI
   variants.push_back({"bare_replica_copies_flags_stream", replica(peer_region, dst_bytes), false});
   ASSIGN_OR_RETURN(cuda::Stream wsync_stream, cuda::Stream::Create(worker));
   cudaStream_t flags_stream = nullptr;
-  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&flags_stream, cudaStreamNonBlocking), "stream");
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&flags_stream, cudaStreamNonBlocking),
+                             "stream");
   for (const Variant& v : variants) {
     const bool flags = &v == &variants.back();
     cudaStream_t stream = flags ? flags_stream : wsync_stream.get();
     if (v.memset_first) {
-      RETURN_IF_CUDA_ERROR(cudaMemset(fresh_src, 1, src_bytes), "memset the fresh source");
-      RETURN_IF_CUDA_ERROR(cudaDeviceSynchronize(), "memset the fresh source");
+      WSYNC_CUDA_RETURN_IF_ERROR(cudaMemset(fresh_src, 1, src_bytes), "memset the fresh source");
+      WSYNC_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "memset the fresh source");
     }
     const std::vector<Copy>& copies = v.copies;
     int64_t bytes = 0;
@@ -147,11 +141,11 @@ absl::Status TimeBareCopies(int iters, int worker, const std::vector<exec::CopyI
       RETURN_IF_ERROR(barrier());
       const double t0 = Now();
       for (const Copy& c : copies) {
-        RETURN_IF_CUDA_ERROR(cudaMemcpy2DAsync(c.dst, c.dst_pitch, c.src, c.src_pitch, c.width,
-                                               c.height, cudaMemcpyDefault, stream),
-                             "bare cudaMemcpy2DAsync");
+        WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(c.dst, c.dst_pitch, c.src, c.src_pitch,
+                                                     c.width, c.height, cudaMemcpyDefault, stream),
+                                   "bare cudaMemcpy2DAsync");
       }
-      RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream), "bare copies");
+      WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "bare copies");
       if (i > 0) raw.push_back(Now() - t0);
     }
     Result(absl::StrFormat(
@@ -225,8 +219,8 @@ absl::Status DiagnoseRawPuts(int iters, int worker, const std::vector<exec::Copy
     const bool writes = variant != 4 || worker == 0;
     if (variant == 5) {
       cudaIpcMemHandle_t h;
-      RETURN_IF_CUDA_ERROR(cudaIpcGetMemHandle(&h, source_slab), "export the source slab");
-      RETURN_IF_CUDA_ERROR(cudaIpcGetMemHandle(&h, fresh_src), "export the fresh source");
+      WSYNC_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&h, source_slab), "export the source slab");
+      WSYNC_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&h, fresh_src), "export the fresh source");
     }
     std::vector<exec::CopyItem> items = puts;
     int64_t so = 0, doff = 0;

@@ -3,6 +3,7 @@
 // tokens. Workers are threads of this process (Cluster), so a peer's
 // registry is directly addressable, as a mapped shm object is in a worker.
 #include <algorithm>
+#include <array>
 #include <thread>
 
 #include "common/cast.h"
@@ -114,13 +115,24 @@ void ExpectUnwrittenBuffer(Cluster& c, const char* name, int64_t n = 64) {
 // Every byte of worker 1's destination "s" still holds its sentinel.
 void ExpectUnwritten(Cluster& c, int64_t n) { ExpectUnwrittenBuffer(c, "s", n); }
 
+// The swap of SetUpSwap with both workers writing each other directly, each
+// on `ops[w]` where given (null: the cluster's own data ops), connected.
+absl::Status ConnectDirectSwap(Cluster& c, int64_t rows, int64_t cols,
+                               std::array<DataOps*, 2> ops = {nullptr, nullptr},
+                               ExecutorOptions options = {}) {
+  SetUpSwap(c, rows, cols);
+  for (int w = 0; w < 2; ++w) {
+    if (ops[w] != nullptr) c.UseOps(w, ops[w]);
+  }
+  c.WriteDirectly(0, 1);
+  c.WriteDirectly(1, 0);
+  return c.Connect(options);
+}
+
 TEST(DirectWritesTest, BothDirectionsWriteEveryByteAndReplay) {
   constexpr int64_t kRows = 96, kCols = 64;
   Cluster c(2);
-  SetUpSwap(c, kRows, kCols);
-  c.WriteDirectly(0, 1);
-  c.WriteDirectly(1, 0);
-  ASSERT_TRUE(c.Connect().ok());
+  ASSERT_TRUE(ConnectDirectSwap(c, kRows, kCols).ok());
   const v1::Plan plan = SwapPlan(kRows, kCols, 3);
   for (int run = 0; run < 2; ++run) {
     auto results = c.Run(plan, absl::Seconds(30));
@@ -145,12 +157,8 @@ TEST(DirectWritesTest, BothDirectionsWriteEveryByteAndReplay) {
 TEST(DirectWritesTest, LocalOnlyRoundsQueueWithoutDrainingBetweenRounds) {
   constexpr int64_t kRows = 96, kCols = 64;
   Cluster c(2);
-  SetUpSwap(c, kRows, kCols);
   testing::LazyDataOps ops[2];
-  for (int w = 0; w < 2; ++w) c.UseOps(w, &ops[w]);
-  c.WriteDirectly(0, 1);
-  c.WriteDirectly(1, 0);
-  ASSERT_TRUE(c.Connect().ok());
+  ASSERT_TRUE(ConnectDirectSwap(c, kRows, kCols, {&ops[0], &ops[1]}).ok());
   const v1::Plan plan = SwapPlan(kRows, kCols, 3);
   auto results = c.Run(plan, absl::Seconds(30));
   for (int w = 0; w < 2; ++w) {
@@ -179,12 +187,8 @@ TEST(DirectWritesTest, LocalOnlyRoundsAreQueuedBeforeThePuts) {
   };
   constexpr int64_t kRows = 96, kCols = 64;
   Cluster c(2);
-  SetUpSwap(c, kRows, kCols);
   CallOrder ops[2];
-  for (int w = 0; w < 2; ++w) c.UseOps(w, &ops[w]);
-  c.WriteDirectly(0, 1);
-  c.WriteDirectly(1, 0);
-  ASSERT_TRUE(c.Connect().ok());
+  ASSERT_TRUE(ConnectDirectSwap(c, kRows, kCols, {&ops[0], &ops[1]}).ok());
   auto results = c.Run(SwapPlan(kRows, kCols, 3), absl::Seconds(30));
   for (int w = 0; w < 2; ++w) {
     ASSERT_TRUE(results[w].ok()) << "worker " << w << ": " << results[w].status();
@@ -208,14 +212,10 @@ TEST(DirectWritesTest, ASilentReceiverFailsTheReadyRoundAfterQueuedLocalWorkRan)
   };
   constexpr int64_t kRows = 96, kCols = 64;
   Cluster c(2);
-  SetUpSwap(c, kRows, kCols);
   CountingCopies ops;
-  c.UseOps(0, &ops);
-  c.WriteDirectly(0, 1);
-  c.WriteDirectly(1, 0);
   ExecutorOptions o;
   o.round_timeout = absl::Seconds(1);
-  ASSERT_TRUE(c.Connect(o).ok());
+  ASSERT_TRUE(ConnectDirectSwap(c, kRows, kCols, {&ops, nullptr}, o).ok());
   auto results = c.Run(SwapPlan(kRows, kCols, 3), absl::Seconds(30), /*silent=*/{1});
   ASSERT_FALSE(results[0].ok());
   EXPECT_EQ(results[0].status().code(), absl::StatusCode::kDeadlineExceeded) << results[0].status();
@@ -231,12 +231,8 @@ TEST(DirectWritesTest, ASilentReceiverFailsTheReadyRoundAfterQueuedLocalWorkRan)
 TEST(DirectWritesTest, AnAbortDuringTheReadyRoundDrainsQueuedLocalWork) {
   constexpr int64_t kRows = 96, kCols = 64;
   Cluster c(2);
-  SetUpSwap(c, kRows, kCols);
   testing::LazyDataOps ops;
-  c.UseOps(0, &ops);
-  c.WriteDirectly(0, 1);
-  c.WriteDirectly(1, 0);
-  ASSERT_TRUE(c.Connect().ok());
+  ASSERT_TRUE(ConnectDirectSwap(c, kRows, kCols, {&ops, nullptr}).ok());
   std::thread aborter([&] {
     absl::SleepFor(absl::Milliseconds(300));
     c.executor(0).Abort("test abort");
@@ -270,12 +266,8 @@ TEST(DirectWritesTest, AFaultInQueuedLocalWorkNamesTheRoundItWasQueuedSince) {
   };
   constexpr int64_t kRows = 96, kCols = 64;
   Cluster c(2);
-  SetUpSwap(c, kRows, kCols);
   FailingRoundZeroCopy ops[2];
-  for (int w = 0; w < 2; ++w) c.UseOps(w, &ops[w]);
-  c.WriteDirectly(0, 1);
-  c.WriteDirectly(1, 0);
-  ASSERT_TRUE(c.Connect().ok());
+  ASSERT_TRUE(ConnectDirectSwap(c, kRows, kCols, {&ops[0], &ops[1]}).ok());
   auto results = c.Run(SwapPlan(kRows, kCols, 3), absl::Seconds(30));
   for (int w = 0; w < 2; ++w) {
     ASSERT_FALSE(results[w].ok()) << "worker " << w;

@@ -6,8 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <random>
+#include <thread>
 
+#include "absl/time/clock.h"
 #include "common/cast.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "worker/exec/host_data_ops.h"
@@ -442,6 +446,62 @@ TEST_P(CudaDataOpsTest, StagingIsPooledAndAligned) {
   EXPECT_EQ(b->data(), first) << "a freed staging buffer is reused";
   auto c = ops_->AllocateStaging(int64_t{1} << 50);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted) << c.status();
+}
+
+// Calls the executor issues beside a transfer must not free device memory:
+// cudaFree waits for the whole device, so a NCCL kernel waiting on a dead
+// peer would hold the call past every deadline (retired_memory.h). Another
+// stream held by a blocked host function stands in for that kernel. Tables
+// outgrowing a one-byte cache and growing scratch are retired instead, and
+// freed by Synchronize().
+TEST(CudaDataOpsRetireTest, CallsBesideAHeldStreamDoNotWaitForIt) {
+  WSYNC_REQUIRE_GPUS(1);
+  CudaDataOps::Options options;
+  options.device = 0;
+  options.table_cache_bytes = 1;  // every new table clears the cache
+  auto ops = CudaDataOps::Create(options);
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  exec::HostDataOps host;
+  TwinBuffer src(0, 1 << 20, 21), dst(0, 1 << 20, 22);
+  // Call k: padded rows reshaped (neither side coalesces, the shapes have no
+  // common refinement: staged through scratch, which grows with k), at an
+  // offset of its own (a new table).
+  auto items = [](void* s, void* d, int k) {
+    const int64_t rows = 16 * (k + 1), cols = 24;
+    return std::vector<exec::CopyItem>{{View(s, k * 8192, v1::BF16, {rows, cols}, {cols + 8, 1}),
+                                        View(d, k * 8192, v1::BF16, {cols, rows}, {rows + 8, 1})}};
+  };
+  cudaStream_t held = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking), cudaSuccess);
+  std::atomic<bool> release{false};
+  ASSERT_EQ(cudaLaunchHostFunc(
+                held,
+                [](void* p) {
+                  auto* r = static_cast<std::atomic<bool>*>(p);
+                  while (!r->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                },
+                &release),
+            cudaSuccess);
+  std::atomic<bool> issued{false};
+  absl::Status issue_status;
+  std::thread caller([&] {
+    for (int k = 0; k < 4 && issue_status.ok(); ++k) {
+      issue_status = (*ops)->Copy(items(src.dev(), dst.dev(), k));
+    }
+    issued = true;
+  });
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (!issued.load() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+  const bool in_time = issued.load();
+  release = true;  // never leave the test hung, whatever happened
+  caller.join();
+  ASSERT_EQ(cudaStreamSynchronize(held), cudaSuccess);
+  cudaStreamDestroy(held);
+  EXPECT_TRUE(in_time) << "a call waited for another stream (it freed device memory)";
+  ASSERT_TRUE(issue_status.ok()) << issue_status;
+  ASSERT_TRUE((*ops)->Synchronize().ok());
+  for (int k = 0; k < 4; ++k) ASSERT_TRUE(host.Copy(items(src.host(), dst.host(), k)).ok());
+  EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelOrCopyEngine, CudaDataOpsTest, ::testing::Bool(),

@@ -71,6 +71,10 @@ absl::Status BatchedKernels::Launch(const PieceTable& table, cudaStream_t stream
     const size_t cap = layout.total + layout.total / 2;
     auto host = PinnedBuffer::Allocate(cap);
     if (!host.ok()) return host.status();
+    if (retired_ != nullptr) {
+      retired_->Retire(std::move(slot.host));
+      retired_->Retire(std::move(slot.dev));
+    }
     slot.host = std::move(*host);
     slot.dev.Reset();
   }
@@ -89,6 +93,7 @@ absl::Status BatchedKernels::Launch(const PieceTable& table, cudaStream_t stream
     const size_t cap = resident != nullptr ? layout.total : slot.host.size();
     auto dev = DeviceBuffer::Allocate(device_, cap);
     if (!dev.ok()) return dev.status();
+    if (retired_ != nullptr) retired_->Retire(std::move(*target));
     *target = std::move(*dev);
   }
   WSYNC_CUDA_RETURN_IF_ERROR(

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "worker/cuda/cuda_handles.h"
 #include "worker/cuda/piece_table.h"
+#include "worker/cuda/retired_memory.h"
 
 namespace wsync::cuda {
 
@@ -53,6 +54,9 @@ class BatchedKernels {
   // Blocks that land on SMs [0, n) of later launches leave at once (see
   // LaunchPieceKernel); 0 (the default) uses every SM.
   void set_reserved_sms(int n) { reserved_sms_ = n; }
+  // Buffers Launch outgrows go here instead of being freed (not owned; may
+  // be null: freed at once). See retired_memory.h.
+  void set_retired(RetiredMemory* retired) { retired_ = retired; }
 
  private:
   struct Slot {
@@ -73,6 +77,7 @@ class BatchedKernels {
   int max_blocks_ = 0;
   int max_copy_blocks_ = 0;
   int reserved_sms_ = 0;
+  RetiredMemory* retired_ = nullptr;
   int next_ = 0;
   int64_t launches_ = 0;
   std::array<Slot, kSlots> slots_;

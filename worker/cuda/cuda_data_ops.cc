@@ -101,6 +101,7 @@ absl::StatusOr<std::unique_ptr<CudaDataOps>> CudaDataOps::Create(const Options& 
   if (!kernels.ok()) return kernels.status();
   ops->kernels_ = std::move(*kernels);
   ops->kernels_->set_reserved_sms(options.reserved_sms);
+  ops->kernels_->set_retired(&ops->retired_);
   ops->pool_ = std::make_shared<StagingPool>(options.device);
   ops->copy_engine_ = CopyEngineBatch(options.copy_engine);
   RETURN_IF_ERROR(ops->InitPuts(options));
@@ -147,7 +148,9 @@ absl::Status CudaDataOps::Run(std::string key) {
   if (!table_.empty()) {
     const TableLayout layout = TableLayout::Of(table_);
     if (cache_device_bytes_ + static_cast<int64_t>(layout.total) > table_cache_bytes_) {
-      cache_.clear();  // cudaFree waits for kernels still reading them
+      // Queued kernels may still read them: freed by the next Synchronize().
+      for (auto& [k, e] : cache_) retired_.Retire(std::move(e.table));
+      cache_.clear();
       cache_device_bytes_ = 0;
     }
     RETURN_IF_ERROR(kernels_->Launch(table_, stream_.get(), &entry.table));
@@ -277,7 +280,7 @@ absl::Status CudaDataOps::Copy(absl::Span<const exec::CopyItem> items) {
       CheckCopyItems(items, "copy", /*check_cast=*/false, &via_scratch, &scratch_bytes));
   if (scratch_bytes > static_cast<int64_t>(scratch_.size())) {
     RETURN_IF_ERROR(stream_.Synchronize());
-    scratch_.Reset();
+    retired_.Retire(std::move(scratch_));
     ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(device_, scratch_bytes));
   }
   scratch_used_ = 0;
@@ -386,7 +389,7 @@ absl::Status CudaDataOps::Reduce(absl::Span<const exec::ReduceInput> inputs,
   }
   if (scratch_bytes > static_cast<int64_t>(scratch_.size())) {
     RETURN_IF_ERROR(stream_.Synchronize());
-    scratch_.Reset();
+    retired_.Retire(std::move(scratch_));
     ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(device_, scratch_bytes));
   }
   scratch_used_ = 0;
@@ -428,7 +431,7 @@ absl::Status CudaDataOps::Reduce(absl::Span<const exec::ReduceInput> inputs,
 absl::Status CudaDataOps::ReserveScratch(int64_t bytes) {
   if (bytes > static_cast<int64_t>(scratch_.size())) {
     RETURN_IF_ERROR(stream_.Synchronize());
-    scratch_.Reset();
+    retired_.Retire(std::move(scratch_));
     ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(device_, bytes));
   }
   scratch_used_ = 0;
@@ -436,9 +439,13 @@ absl::Status CudaDataOps::ReserveScratch(int64_t bytes) {
 }
 
 absl::Status CudaDataOps::Synchronize() {
-  return CudaStatus(
+  absl::Status s = CudaStatus(
       cudaStreamSynchronize(stream_.get()),
       absl::StrCat("data ops on device ", device_, " (a pack/unpack/copy/reduce kernel failed)"));
+  // Nothing retired is in use: no queued kernel is left, and put memory is
+  // retired only after the put streams drained.
+  retired_.Release();
+  return s;
 }
 
 }  // namespace wsync::cuda

@@ -27,6 +27,7 @@
 #include "worker/cuda/copy_engine_batch.h"
 #include "worker/cuda/cuda_handles.h"
 #include "worker/cuda/piece_table.h"
+#include "worker/cuda/retired_memory.h"
 #include "worker/exec/data_ops.h"
 
 namespace wsync::cuda {
@@ -195,6 +196,9 @@ class CudaDataOps : public exec::DataOps {
   int device_ = 0;
   int64_t table_cache_bytes_ = 0;
   Stream stream_;
+  // Memory the calls outgrow, freed by Synchronize() (retired_memory.h):
+  // calls issued beside a transfer must not free.
+  RetiredMemory retired_;
   std::unique_ptr<BatchedKernels> kernels_;
   std::shared_ptr<StagingPool> pool_;
   PieceTable table_;

@@ -45,6 +45,8 @@ absl::Status CudaDataOps::InitPuts(const Options& options) {
   }
   ASSIGN_OR_RETURN(put_kernels_, BatchedKernels::Create(options.device, options.put_blocks_per_sm));
   ASSIGN_OR_RETURN(put_kernels_alone_, BatchedKernels::Create(options.device, 8));
+  put_kernels_->set_retired(&retired_);
+  put_kernels_alone_->set_retired(&retired_);
   put_launcher_ = put_kernels_.get();
   put_min_bytes_ = options.put_copy_engine_min_bytes;
   put_min_row_bytes_ = options.put_copy_engine_min_row_bytes;
@@ -148,6 +150,7 @@ absl::Status CudaDataOps::RunPut(std::string key) {
   if (put_cache_bytes_ + static_cast<int64_t>(layout.total) + list_bytes > table_cache_bytes_) {
     // Put kernels may still read the tables: wait for them before freeing.
     RETURN_IF_ERROR(put_stream_.Synchronize());  // tables are read by the kernel stream only
+    for (auto& [k, e] : put_cache_) retired_.Retire(std::move(e.table));
     put_cache_.clear();
     put_cache_bytes_ = 0;
   }
@@ -188,7 +191,7 @@ absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items, bool alone
   RETURN_IF_ERROR(CheckCopyItems(items, "put", /*check_cast=*/true, &via_scratch, &scratch_bytes));
   if (scratch_bytes > static_cast<int64_t>(put_scratch_.size())) {
     RETURN_IF_ERROR(SynchronizePuts());  // earlier puts may still read it
-    put_scratch_.Reset();
+    retired_.Retire(std::move(put_scratch_));
     ASSIGN_OR_RETURN(put_scratch_, DeviceBuffer::Allocate(device_, scratch_bytes));
   }
   int64_t scratch_used = 0;

@@ -24,7 +24,7 @@ absl::Status CudaDataOps::LaunchQuant(const std::vector<QuantRegionDesc>& region
   const size_t bytes = regions.size() * sizeof(QuantRegionDesc);
   if (bytes > quant_regions_.size()) {
     RETURN_IF_ERROR(stream_.Synchronize());  // the last launch may still read it
-    quant_regions_.Reset();
+    retired_.Retire(std::move(quant_regions_));
     ASSIGN_OR_RETURN(quant_regions_, DeviceBuffer::Allocate(device_, bytes));
   }
   // Stream-ordered after the previous launch that read the table.

@@ -175,9 +175,16 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   bool packed = false;    // the next round was packed ahead
   bool deferred = false;  // the last round's post-transfer work is still to be issued
   size_t next = 0;
-  // Runs plan.rounds[next] and counts it. On failure, nothing it or an
-  // earlier round issued outlives the sync (staging may be freed or reused
-  // next, peer mappings closed); their own errors are secondary.
+  // After a failure: nothing issued so far outlives the sync (staging may be
+  // freed or reused next, peer mappings closed); their own errors are
+  // secondary. Never while a transport round is in flight: the data ops may
+  // free memory there, which waits for the whole device (retired_memory.h).
+  auto clean_up = [&] {
+    ops_->Synchronize().IgnoreError();
+    if (direct) ops_->FinishPuts().IgnoreError();
+    current_staging_.store(0);
+  };
+  // Runs plan.rounds[next] and counts it; the caller cleans up on failure.
   auto step = [&]() -> absl::Status {
     const size_t i = next++;
     const BoundRound& round = plan.rounds[i];
@@ -191,12 +198,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
       s = RunRound(plan, i, packed, deferred, deadline, rs, &packed_next, &deferred, stats);
       packed = packed_next;
     }
-    if (!s.ok()) {
-      ops_->Synchronize().IgnoreError();
-      if (direct) ops_->FinishPuts().IgnoreError();
-      current_staging_.store(0);
-      return s;
-    }
+    if (!s.ok()) return s;
     // Between rounds: this round's bytes until its deferred unpack ran, and
     // the next round's if packed ahead.
     current_staging_.store((deferred ? round.staging_bytes : 0) +
@@ -230,11 +232,9 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     absl::Status s = ExchangeTokens(plan, /*ready=*/true, deadline, queue_local_rounds);
     stats.ready_token_seconds = Seconds(tt);
     stats.token_seconds += stats.ready_token_seconds;
-    RETURN_IF_ERROR(early);  // step() cleaned up
-    if (!s.ok()) {
-      ops_->Synchronize().IgnoreError();
-      current_staging_.store(0);
-      return s;
+    if (!early.ok() || !s.ok()) {
+      clean_up();
+      return early.ok() ? s : early;
     }
     // The puts run beside all rounds; they need no staging.
     if (!plan.puts.empty()) {
@@ -249,14 +249,17 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
       s = ops_->Put(plan.puts, alone);
       stats.put_issue_seconds = Seconds(t);
       if (!s.ok()) {
-        ops_->FinishPuts().IgnoreError();
-        ops_->Synchronize().IgnoreError();
-        current_staging_.store(0);
+        clean_up();
         return Wrap(s, PutsWhere(plan, s));
       }
     }
   }
-  while (next < plan.rounds.size()) RETURN_IF_ERROR(step());
+  while (next < plan.rounds.size()) {
+    if (absl::Status s = step(); !s.ok()) {
+      clean_up();
+      return s;
+    }
+  }
   current_staging_.store(0);
   if (direct) {
     const absl::Time t = absl::Now();

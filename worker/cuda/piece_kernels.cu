@@ -1,5 +1,6 @@
-#include "worker/cuda/piece_kernel_impl.cuh"
 #include "worker/cuda/piece_kernels.h"
+
+#include "worker/cuda/piece_kernel_impl.cuh"
 
 namespace wsync::cuda {
 namespace {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -60,6 +61,10 @@ class Cluster {
   Executor& executor(int worker) { return *workers_[worker].executor; }
   // `worker` runs its syncs on `ops` (owned by the caller; set before Connect).
   void UseOps(int worker, DataOps* ops) { workers_[worker].custom_ops = ops; }
+  // `worker`'s executor gets wrap(its Gloo transport) (set before Connect).
+  using TransportWrapper =
+      std::function<std::unique_ptr<transport::Transport>(std::unique_ptr<transport::Transport>)>;
+  void WrapTransport(int worker, TransportWrapper wrap) { workers_[worker].wrap = std::move(wrap); }
 
   absl::Status Connect(ExecutorOptions options = {}) {
     static std::atomic<int> counter{0};
@@ -84,6 +89,8 @@ class Cluster {
       if (!status[w].ok()) return status[w];
       DataOps* ops = lazy_ops_ ? static_cast<DataOps*>(&workers_[w].lazy) : &workers_[w].ops;
       if (workers_[w].custom_ops != nullptr) ops = workers_[w].custom_ops;
+      if (workers_[w].wrap)
+        workers_[w].transport = workers_[w].wrap(std::move(workers_[w].transport));
       workers_[w].executor = std::make_unique<Executor>(workers_[w].transport.get(), ops, options);
     }
     return absl::OkStatus();
@@ -131,6 +138,7 @@ class Cluster {
     HostDataOps ops;
     LazyDataOps lazy;
     DataOps* custom_ops = nullptr;
+    TransportWrapper wrap;
     std::unique_ptr<transport::Transport> transport;
     std::unique_ptr<Executor> executor;
   };

@@ -4,8 +4,12 @@
 // registry is directly addressable, as a mapped shm object is in a worker.
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <functional>
+#include <memory>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/cast.h"
 #include "gtest/gtest.h"
 #include "tests/worker/exec/cluster.h"
@@ -244,6 +248,83 @@ TEST(DirectWritesTest, AnAbortDuringTheReadyRoundDrainsQueuedLocalWork) {
   ASSERT_FALSE(results[0].ok());
   EXPECT_EQ(results[0].status().code(), absl::StatusCode::kCancelled) << results[0].status();
   EXPECT_EQ(ops.drains(), 1);
+}
+
+// The data ops never drain or finish puts while a transport round is in
+// flight (device data ops free retired memory there, which would wait for
+// NCCL's kernels: worker/cuda/retired_memory.h), also when a round queued
+// during the ready tokens fails.
+class InFlightFlagTransport : public transport::Transport {
+ public:
+  InFlightFlagTransport(std::unique_ptr<transport::Transport> inner, std::atomic<bool>* flag)
+      : inner_(std::move(inner)), flag_(flag) {}
+  std::string Name() const override { return inner_->Name(); }
+  transport::MemorySpace memory_space() const override { return inner_->memory_space(); }
+  int32_t rank() const override { return inner_->rank(); }
+  int32_t size() const override { return inner_->size(); }
+  absl::Status RunRound(absl::Span<const transport::SendRequest> sends,
+                        absl::Span<const transport::RecvRequest> recvs, absl::Time deadline,
+                        const std::function<void()>& on_posted) override {
+    flag_->store(true);
+    absl::Status s = inner_->RunRound(sends, recvs, deadline, on_posted);
+    flag_->store(false);
+    return s;
+  }
+  void Abort(const std::string& reason) override { inner_->Abort(reason); }
+
+ private:
+  std::unique_ptr<transport::Transport> inner_;
+  std::atomic<bool>* flag_;
+};
+
+class DrainWatch : public testing::LazyDataOps {
+ public:
+  explicit DrainWatch(const std::atomic<bool>* in_round) : in_round_(in_round) {}
+  absl::Status Copy(absl::Span<const CopyItem> items) override {
+    if (++copies_ == fail_copy) return absl::InternalError("copy refused at issue");
+    return LazyDataOps::Copy(items);
+  }
+  absl::Status Synchronize() override {
+    if (in_round_->load()) ++drains_in_round;
+    return LazyDataOps::Synchronize();
+  }
+  absl::Status FinishPuts() override {
+    if (in_round_->load()) ++drains_in_round;
+    return LazyDataOps::FinishPuts();
+  }
+  int fail_copy = -1;  // the Copy call (1-based) refused at issue
+  int drains_in_round = 0;
+
+ private:
+  const std::atomic<bool>* in_round_;
+  int copies_ = 0;
+};
+
+TEST(DirectWritesTest, DataOpsNeverDrainWhileARoundIsInFlight) {
+  constexpr int64_t kRows = 96, kCols = 64;
+  for (int fail_copy : {-1, 1, 2}) {
+    SCOPED_TRACE(absl::StrCat("refused copy call ", fail_copy));
+    Cluster c(2);
+    std::atomic<bool> in_round[2] = {false, false};
+    DrainWatch ops0(&in_round[0]), ops1(&in_round[1]);
+    ops0.fail_copy = fail_copy;
+    for (int w = 0; w < 2; ++w) {
+      c.WrapTransport(w, [&in_round, w](std::unique_ptr<transport::Transport> t) {
+        return std::make_unique<InFlightFlagTransport>(std::move(t), &in_round[w]);
+      });
+    }
+    ExecutorOptions o;
+    o.round_timeout = absl::Seconds(2);
+    ASSERT_TRUE(ConnectDirectSwap(c, kRows, kCols, {&ops0, &ops1}, o).ok());
+    auto results = c.Run(SwapPlan(kRows, kCols, 3), absl::Seconds(30));
+    EXPECT_EQ(results[0].ok(), fail_copy < 0) << results[0].status();
+    if (fail_copy > 0) {
+      EXPECT_NE(results[0].status().message().find("copy refused at issue"), std::string::npos)
+          << results[0].status();
+    }
+    EXPECT_EQ(ops0.drains_in_round, 0);
+    EXPECT_EQ(ops1.drains_in_round, 0);
+  }
 }
 
 // A fault in local work queued without a wait (round 0 of three local-only

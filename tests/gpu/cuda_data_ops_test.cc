@@ -463,11 +463,18 @@ TEST(CudaDataOpsRetireTest, CallsBesideAHeldStreamDoNotWaitForIt) {
   ASSERT_TRUE(ops.ok()) << ops.status();
   exec::HostDataOps host;
   TwinBuffer src(0, 1 << 20, 21), dst(0, 1 << 20, 22);
-  // Call k: padded rows reshaped (neither side coalesces, the shapes have no
-  // common refinement: staged through scratch, which grows with k), at an
-  // offset of its own (a new table).
-  auto items = [](void* s, void* d, int k) {
+  // Call 2k: padded rows reshaped (neither side coalesces; where the shapes
+  // have no common refinement the copy is staged through scratch, which
+  // grows with k). Call 2k+1: padded rows to padded rows at an offset of its
+  // own, a new cached table each time, pushing the last one out.
+  auto items = [](void* s, void* d, int call) {
+    const int k = call / 2;
     const int64_t rows = 16 * (k + 1), cols = 24;
+    if (call % 2 == 1) {
+      return std::vector<exec::CopyItem>{
+          {View(s, (64 + k) * 8192, v1::BF16, {rows, cols}, {cols + 8, 1}),
+           View(d, (64 + k) * 8192, v1::BF16, {rows, cols}, {cols + 8, 1})}};
+    }
     return std::vector<exec::CopyItem>{{View(s, k * 8192, v1::BF16, {rows, cols}, {cols + 8, 1}),
                                         View(d, k * 8192, v1::BF16, {cols, rows}, {rows + 8, 1})}};
   };
@@ -485,8 +492,8 @@ TEST(CudaDataOpsRetireTest, CallsBesideAHeldStreamDoNotWaitForIt) {
   std::atomic<bool> issued{false};
   absl::Status issue_status;
   std::thread caller([&] {
-    for (int k = 0; k < 4 && issue_status.ok(); ++k) {
-      issue_status = (*ops)->Copy(items(src.dev(), dst.dev(), k));
+    for (int call = 0; call < 8 && issue_status.ok(); ++call) {
+      issue_status = (*ops)->Copy(items(src.dev(), dst.dev(), call));
     }
     issued = true;
   });
@@ -499,8 +506,12 @@ TEST(CudaDataOpsRetireTest, CallsBesideAHeldStreamDoNotWaitForIt) {
   cudaStreamDestroy(held);
   EXPECT_TRUE(in_time) << "a call waited for another stream (it freed device memory)";
   ASSERT_TRUE(issue_status.ok()) << issue_status;
+  EXPECT_GE((*ops)->retired_buffers(), 3u) << "old scratch and pushed-out tables";
   ASSERT_TRUE((*ops)->Synchronize().ok());
-  for (int k = 0; k < 4; ++k) ASSERT_TRUE(host.Copy(items(src.host(), dst.host(), k)).ok());
+  EXPECT_EQ((*ops)->retired_buffers(), 0u);
+  for (int call = 0; call < 8; ++call) {
+    ASSERT_TRUE(host.Copy(items(src.host(), dst.host(), call)).ok());
+  }
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
 }
 

@@ -153,7 +153,10 @@ absl::Status CudaDataOps::Run(std::string key) {
       cache_.clear();
       cache_device_bytes_ = 0;
     }
-    RETURN_IF_ERROR(kernels_->Launch(table_, stream_.get(), &entry.table));
+    if (absl::Status s = kernels_->Launch(table_, stream_.get(), &entry.table); !s.ok()) {
+      retired_.Retire(std::move(entry.table));  // may be allocated already: not freed here
+      return s;
+    }
     entry.layout = layout;
     cache_device_bytes_ += static_cast<int64_t>(entry.table.size());
   }
@@ -279,7 +282,7 @@ absl::Status CudaDataOps::Copy(absl::Span<const exec::CopyItem> items) {
   RETURN_IF_ERROR(
       CheckCopyItems(items, "copy", /*check_cast=*/false, &via_scratch, &scratch_bytes));
   if (scratch_bytes > static_cast<int64_t>(scratch_.size())) {
-    RETURN_IF_ERROR(stream_.Synchronize());
+    // Queued kernels may still use the old scratch: it is retired, not freed.
     retired_.Retire(std::move(scratch_));
     ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(device_, scratch_bytes));
   }
@@ -388,7 +391,7 @@ absl::Status CudaDataOps::Reduce(absl::Span<const exec::ReduceInput> inputs,
     }
   }
   if (scratch_bytes > static_cast<int64_t>(scratch_.size())) {
-    RETURN_IF_ERROR(stream_.Synchronize());
+    // Queued kernels may still use the old scratch: it is retired, not freed.
     retired_.Retire(std::move(scratch_));
     ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(device_, scratch_bytes));
   }
@@ -430,7 +433,7 @@ absl::Status CudaDataOps::Reduce(absl::Span<const exec::ReduceInput> inputs,
 
 absl::Status CudaDataOps::ReserveScratch(int64_t bytes) {
   if (bytes > static_cast<int64_t>(scratch_.size())) {
-    RETURN_IF_ERROR(stream_.Synchronize());
+    // Queued kernels may still use the old scratch: it is retired, not freed.
     retired_.Retire(std::move(scratch_));
     ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(device_, bytes));
   }

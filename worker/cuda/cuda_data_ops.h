@@ -103,6 +103,8 @@ class CudaDataOps : public exec::DataOps {
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_.get(); }
   cudaStream_t put_stream() const { return put_stream_.get(); }
+  // Buffers retired since the last Synchronize() (retired_memory.h).
+  size_t retired_buffers() const { return retired_.buffers(); }
   // Kernel launches and resident-table hits so far (benchmarks report them),
   // puts included.
   int64_t launches() const { return kernels_->launches() + put_launches(); }

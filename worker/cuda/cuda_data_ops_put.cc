@@ -156,7 +156,10 @@ absl::Status CudaDataOps::RunPut(std::string key) {
   }
   CachedPut entry;
   if (!table_.empty()) {
-    RETURN_IF_ERROR(put_launcher_->Launch(table_, put_stream_.get(), &entry.table));
+    if (absl::Status s = put_launcher_->Launch(table_, put_stream_.get(), &entry.table); !s.ok()) {
+      retired_.Retire(std::move(entry.table));  // may be allocated already: not freed here
+      return s;
+    }
     entry.layout = layout;
     put_cache_bytes_ += static_cast<int64_t>(entry.table.size());
   }

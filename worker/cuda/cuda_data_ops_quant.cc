@@ -23,7 +23,7 @@ absl::Status CudaDataOps::LaunchQuant(const std::vector<QuantRegionDesc>& region
   if (regions.empty() || blocks == 0) return absl::OkStatus();
   const size_t bytes = regions.size() * sizeof(QuantRegionDesc);
   if (bytes > quant_regions_.size()) {
-    RETURN_IF_ERROR(stream_.Synchronize());  // the last launch may still read it
+    // The last launch may still read it: retired, not freed.
     retired_.Retire(std::move(quant_regions_));
     ASSIGN_OR_RETURN(quant_regions_, DeviceBuffer::Allocate(device_, bytes));
   }

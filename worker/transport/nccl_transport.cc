@@ -239,7 +239,11 @@ absl::Status NcclTransport::Wait(absl::Time deadline, const cuda::Event* event,
       }
       // Nonblocking groups enqueue their kernels only once the communicator
       // leaves ncclInProgress: record completion after that point.
-      if (absl::Status s = event->Record(stream_.get()); !s.ok()) return s;
+      if (absl::Status s = event->Record(stream_.get()); !s.ok()) {
+        // The group is posted: end it, or it would outlive the round.
+        AbortLocked(std::string(s.message()));
+        return s;
+      }
       if (on_issued) on_issued();
     }
     if (issued) {

@@ -175,6 +175,10 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   bool packed = false;    // the next round was packed ahead
   bool deferred = false;  // the last round's post-transfer work is still to be issued
   size_t next = 0;
+  // Progress of rounds queued while a transport round is in flight is
+  // reported after it: the callback may block (the worker reports over gRPC).
+  bool hold_progress = false;
+  bool progress_held = false;
   // After a failure: nothing issued so far outlives the sync (staging may be
   // freed or reused next, peer mappings closed); their own errors are
   // secondary. Never while a transport round is in flight: the data ops may
@@ -211,7 +215,11 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     p.round_index = round.index;
     ++p.rounds_done;
     p.bytes_done += rs.bytes_sent + rs.bytes_received + rs.bytes_local;
-    if (progress) progress(p);
+    if (hold_progress) {
+      progress_held = true;
+    } else if (progress) {
+      progress(p);
+    }
     return absl::OkStatus();
   };
   if (direct) {
@@ -223,9 +231,11 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     // tokens here.
     absl::Status early;
     auto queue_local_rounds = [&] {
+      hold_progress = true;
       while (early.ok() && next < plan.rounds.size() && LocalOnly(plan.rounds[next])) {
         early = step();
       }
+      hold_progress = false;
     };
     // Before the first write: every receiver this worker writes is ready.
     const absl::Time tt = absl::Now();
@@ -253,6 +263,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
         return Wrap(s, PutsWhere(plan, s));
       }
     }
+    if (progress_held && progress) progress(p);
   }
   while (next < plan.rounds.size()) {
     if (absl::Status s = step(); !s.ok()) {

@@ -253,7 +253,8 @@ TEST(DirectWritesTest, AnAbortDuringTheReadyRoundDrainsQueuedLocalWork) {
 // The data ops never drain or finish puts while a transport round is in
 // flight (device data ops free retired memory there, which would wait for
 // NCCL's kernels: worker/cuda/retired_memory.h), also when a round queued
-// during the ready tokens fails.
+// during the ready tokens fails; nor does the progress callback run there
+// (the worker's reports over gRPC block).
 class InFlightFlagTransport : public transport::Transport {
  public:
   InFlightFlagTransport(std::unique_ptr<transport::Transport> inner, std::atomic<bool>* flag)
@@ -316,7 +317,11 @@ TEST(DirectWritesTest, DataOpsNeverDrainWhileARoundIsInFlight) {
     ExecutorOptions o;
     o.round_timeout = absl::Seconds(2);
     ASSERT_TRUE(ConnectDirectSwap(c, kRows, kCols, {&ops0, &ops1}, o).ok());
-    auto results = c.Run(SwapPlan(kRows, kCols, 3), absl::Seconds(30));
+    std::atomic<int> progress_calls{0}, progress_in_round{0};
+    auto results = c.Run(SwapPlan(kRows, kCols, 3), absl::Seconds(30), {}, [&](const Progress& p) {
+      ++progress_calls;
+      if (in_round[p.worker].load()) ++progress_in_round;
+    });
     EXPECT_EQ(results[0].ok(), fail_copy < 0) << results[0].status();
     if (fail_copy > 0) {
       EXPECT_NE(results[0].status().message().find("copy refused at issue"), std::string::npos)
@@ -324,6 +329,8 @@ TEST(DirectWritesTest, DataOpsNeverDrainWhileARoundIsInFlight) {
     }
     EXPECT_EQ(ops0.drains_in_round, 0);
     EXPECT_EQ(ops1.drains_in_round, 0);
+    EXPECT_GT(progress_calls.load(), 0);
+    EXPECT_EQ(progress_in_round.load(), 0) << "a progress callback (it may block) ran in a round";
   }
 }
 

@@ -76,6 +76,9 @@ struct Progress {
   int64_t bytes_done = 0;  // sent + received + copied so far
   int64_t bytes_total = 0;
 };
+// Called on Run's thread, never while a transport round is in flight (it may
+// block); rounds queued during the ready tokens are reported together, once
+// the puts are issued.
 using ProgressCallback = std::function<void(const Progress&)>;
 
 struct RoundStats {

@@ -27,6 +27,9 @@
 //                                         once NCCL is up)
 //       [--diagnose-raw-puts 1]   (also time the direct writes alone, straight
 //                                  through the data ops: no executor, no tokens)
+//       [--timeline 1]   (one line per timed sync: when each copy, put and NCCL
+//                         round finished on the GPU and was issued by the host)
+//       [--early-local-rounds -1]   (ExecutorOptions::early_local_rounds)
 //       [--measure-issue-keys 1]   (CPU only: the data ops' cache-key cost per round, exits)
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
 #include <cuda_runtime_api.h>
@@ -54,6 +57,7 @@
 #include "controller/plan/direct_writes.h"
 #include "controller/plan/planner.h"
 #include "worker/cuda/cuda_data_ops.h"
+#include "worker/cuda/device_timeline.h"
 #include "worker/cuda/ipc_registry.h"
 #include "worker/exec/bound_plan.h"
 #include "worker/exec/buffer_registry.h"
@@ -94,7 +98,24 @@ struct Flags {
   int put_blocks_per_sm = 1;                 // CudaDataOps::Options::put_blocks_per_sm
   int put_copy_streams = 4;                  // CudaDataOps::Options::put_copy_streams
   int reserved_sms = 0;                      // CudaDataOps::Options::reserved_sms
+  int early_local_rounds = -1;               // ExecutorOptions::early_local_rounds
+  bool timeline = false;                     // print each timed sync's device timeline
 };
+
+// One line per sync: each mark as label@device_ms/host_ms since the sync began
+// (device: when its stream got there; host: when it was issued).
+void PrintTimeline(const std::string& model, const std::string& mode, int worker, int iter,
+                   double seconds, const std::vector<cuda::DeviceTimeline::Entry>& marks,
+                   int dropped) {
+  std::string list;
+  for (const auto& m : marks) {
+    absl::StrAppend(&list, list.empty() ? "" : ",",
+                    absl::StrFormat(R"(["%s",%.3f,%.3f])", m.label, m.device_ms, m.host_ms));
+  }
+  Result(absl::StrFormat(
+      R"({"bench":"wsync_timeline","model":"%s","mode":"%s","worker":%d,"iter":%d,"sync_ms":%.3f,"dropped":%d,"marks":[%s]})",
+      model, mode, worker, iter, seconds * 1e3, dropped, list));
+}
 
 int Fail(const std::string& what, const absl::Status& s) {
   std::fprintf(stderr, "sync_bench: %s: %s\n", what.c_str(), s.ToString().c_str());
@@ -331,6 +352,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   if (!ops.ok()) return Fail("data ops", ops.status());
   exec::ExecutorOptions eo;
   eo.pipeline = f.pipeline;
+  eo.early_local_rounds = f.early_local_rounds;
   exec::Executor executor(transport->get(), ops->get(), eo);
   if (auto s = probe("data_ops_created"); !s.ok()) return Fail("probe", s);
 
@@ -375,13 +397,26 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   }
   std::vector<double> times;
   exec::SyncStats last;
+  cuda::DeviceTimeline* timeline = nullptr;
+  if (f.timeline) {
+    if (auto s = cuda::DeviceTimeline::Enable(worker, 256); !s.ok()) return Fail("timeline", s);
+    timeline = cuda::DeviceTimeline::Active();
+  }
   for (int i = 0; i < f.iters; ++i) {
     if (auto s = barrier(); !s.ok()) return Fail("barrier", s);
+    if (timeline != nullptr) {
+      if (auto s = timeline->Begin((*ops)->stream()); !s.ok()) return Fail("timeline", s);
+    }
     t0 = Now();
     auto st = executor.Run(**bound, registry.generation(), absl::Now() + absl::Seconds(120));
     if (!st.ok()) return Fail("sync", st.status());
     times.push_back(Now() - t0);
     last = *st;
+    if (timeline != nullptr) {
+      auto marks = timeline->Collect();
+      if (!marks.ok()) return Fail("timeline", marks.status());
+      PrintTimeline(f.model, c.mode, worker, i, times.back(), *marks, timeline->dropped());
+    }
   }
   if (auto s = probe("timed_syncs_done"); !s.ok()) return Fail("probe", s);
   if (spin) {
@@ -428,18 +463,25 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
     // Lower bound from this run's measured link rates: every worker's bytes
     // on its busiest link (NVLink per direction, or HBM copies).
     double bound = 0;
+    // Not part of the issue's bound, which treats links and copies as
+    // independent: every byte read or written goes through the GPU's HBM
+    // (a local copy twice, a sent byte once, a received one once), at the
+    // rate cudaMemcpy moves it (2 x copy_gbps).
+    double hbm_floor = 0;
     for (const auto& r : rs.ranks()) {
       const bool both = r.bytes_out() > 0 && r.bytes_in() > 0;
       const double link = (both ? f.bidir_gbps : f.nvlink_gbps) * 1e9;
       bound = std::max({bound, std::max(r.bytes_out(), r.bytes_in()) / link,
                         r.bytes_local() / (f.copy_gbps * 1e9)});
+      hbm_floor = std::max(hbm_floor, (2.0 * r.bytes_local() + r.bytes_out() + r.bytes_in()) /
+                                          (2 * f.copy_gbps * 1e9));
     }
     Result(absl::StrFormat(
-        R"({"bench":"wsync_sync_check","model":"%s","mode":"%s","workers":%d,"bucket_mib":%d,"staging_mib":%d,"checksum_match":%s,"destination_bytes":%d,"network_bytes":%d,"local_bytes":%d,"lower_bound_s":%.6f,"simulated_s":%.6f,"nvlink_gbps":%.1f,"bidir_gbps":%.1f,"copy_gbps":%.1f,"ranks":[%s]})",
+        R"({"bench":"wsync_sync_check","model":"%s","mode":"%s","workers":%d,"bucket_mib":%d,"staging_mib":%d,"checksum_match":%s,"destination_bytes":%d,"network_bytes":%d,"local_bytes":%d,"lower_bound_s":%.6f,"hbm_floor_s":%.6f,"simulated_s":%.6f,"nvlink_gbps":%.1f,"bidir_gbps":%.1f,"copy_gbps":%.1f,"ranks":[%s]})",
         f.model, c.mode, c.workers, f.bucket_mib, f.staging_mib,
         s_total == d_total ? "true" : "false", rs.destination_bytes(), rs.network_bytes(),
-        rs.local_bytes(), bound, rs.predicted_seconds(), f.nvlink_gbps, f.bidir_gbps, f.copy_gbps,
-        absl::StrJoin(rs.ranks(), ",", [](std::string* out, const v1::RankSummary& r) {
+        rs.local_bytes(), bound, hbm_floor, rs.predicted_seconds(), f.nvlink_gbps, f.bidir_gbps,
+        f.copy_gbps, absl::StrJoin(rs.ranks(), ",", [](std::string* out, const v1::RankSummary& r) {
           absl::StrAppend(out, "{\"worker\":", r.worker(), ",\"bytes_in\":", r.bytes_in(),
                           ",\"bytes_out\":", r.bytes_out(), ",\"bytes_local\":", r.bytes_local(),
                           "}");
@@ -533,6 +575,10 @@ int main(int argc, char** argv) {
       f.diagnose_ce_probes = v != "0";
     else if (k == "--reserved-sms")
       f.reserved_sms = std::stoi(v);
+    else if (k == "--early-local-rounds")
+      f.early_local_rounds = std::stoi(v);
+    else if (k == "--timeline")
+      f.timeline = std::stoi(v) != 0;
     else if (k == "--slab-round-kib")
       f.slab_round_kib = std::stoll(v);
     else if (k == "--diagnose-barrier")

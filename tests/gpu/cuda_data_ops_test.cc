@@ -416,6 +416,66 @@ TEST_P(CudaDataOpsTest, LargeAlignedAndMisalignedCopiesMatchHost) {
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
 }
 
+// Rows narrower than a warp item (256 units of 16 bytes) are copied with a
+// warp item spanning rows: widths around the 32-lane stride and the item
+// size, tasks of many rows, 3-D pieces, and pitches wider on either side.
+TEST_P(CudaDataOpsTest, NarrowRowCopiesMatchHost) {
+  TwinBuffer src(0, 64 << 20, 21), dst(0, 64 << 20, 22);
+  auto items = [&](void* s, void* d) {
+    std::vector<exec::CopyItem> out;
+    int64_t so = 0, dof = 0;
+    for (int64_t units : {1, 2, 3, 16, 31, 33, 47, 48, 100, 255}) {
+      for (int64_t rows : {2, 7, 1000, 5000}) {
+        const int64_t w = units * 8;  // bf16 elements per row
+        const int64_t spitch = w + 8 * (1 + rows % 3), dpitch = w + 8 * (units % 2);
+        out.push_back({View(s, so, v1::BF16, {rows, w}, {spitch, 1}),
+                       View(d, dof, v1::BF16, {rows, w}, {dpitch, 1})});
+        so += rows * spitch * 2;
+        dof += rows * dpitch * 2;
+      }
+    }
+    // 3-D: [4, 300, 48 units] from a wider source, into a wider destination.
+    out.push_back({View(s, so, v1::FP32, {4, 300, 192}, {300 * 200, 200, 1}),
+                   View(d, dof, v1::FP32, {4, 300, 192}, {301 * 196, 196, 1})});
+    so += 4 * 300 * 200 * 4;
+    dof += 4 * 301 * 196 * 4;
+    EXPECT_LT(so, 64 << 20);
+    EXPECT_LT(dof, 64 << 20);
+    return out;
+  };
+  ASSERT_TRUE(host_.Copy(items(src.host(), dst.host())).ok());
+  ASSERT_TRUE(ops_->Copy(items(src.dev(), dst.dev())).ok());
+  ASSERT_TRUE(ops_->Synchronize().ok());
+  EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
+}
+
+// A named list (exec::ItemsName) replays its table under the name: a second
+// call with that name is a cache hit, another name is not.
+TEST_P(CudaDataOpsTest, NamedCopiesReplayUnderTheirName) {
+  TwinBuffer src(0, 1 << 20, 23), dst(0, 1 << 20, 24);
+  auto items = [&](void* s, void* d) {
+    return std::vector<exec::CopyItem>{
+        {View(s, 0, v1::BF16, {64, 300}, {512, 1}), View(d, 0, v1::BF16, {64, 300}, {304, 1})},
+        {View(s, 65536, v1::FP32, {1000}, {1}), View(d, 65536, v1::BF16, {1000}, {1})}};
+  };
+  ASSERT_TRUE(host_.Copy(items(src.host(), dst.host())).ok());
+  const std::vector<exec::CopyItem> list = items(src.dev(), dst.dev());
+  const exec::ItemsName name{12345, 2};
+  const int64_t hits = ops_->table_cache_hits();
+  ASSERT_TRUE(ops_->CopyNamed(list, name).ok());
+  ASSERT_TRUE(ops_->Synchronize().ok());
+  EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
+  EXPECT_EQ(ops_->table_cache_hits(), hits);
+  dst.Upload();  // back to the initial bytes
+  ASSERT_TRUE(ops_->CopyNamed(list, name).ok());
+  ASSERT_TRUE(ops_->Synchronize().ok());
+  EXPECT_EQ(ops_->table_cache_hits(), hits + 1);
+  EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
+  ASSERT_TRUE(ops_->CopyNamed(list, exec::ItemsName{12345, 3}).ok());
+  ASSERT_TRUE(ops_->Synchronize().ok());
+  EXPECT_EQ(ops_->table_cache_hits(), hits + 1) << "another round's name is another list";
+}
+
 TEST_P(CudaDataOpsTest, BadItemsAreErrorsNamingTheItem) {
   TwinBuffer buf(0, 4096, 15);
   std::vector<exec::CopyItem> bad_cast = {

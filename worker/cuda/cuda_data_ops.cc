@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "worker/cuda/cuda_data_ops_internal.h"
 #include "worker/cuda/cuda_status.h"
+#include "worker/cuda/device_timeline.h"
 #include "worker/cuda/staging_pool.h"
 
 namespace wsync::cuda {
@@ -28,6 +29,7 @@ using data_ops_internal::AppendRaw;
 using data_ops_internal::AppendView;
 using data_ops_internal::CheckCopyItems;
 using data_ops_internal::CopyItemsKey;
+using data_ops_internal::NamedItemsKey;
 
 bool CommonShape(const StridedView& a, const StridedView& b, int64_t* shape, int64_t* a_strides,
                  int64_t* b_strides, int* ndim) {
@@ -212,6 +214,7 @@ absl::Status CudaDataOps::AddCopyItem(const StridedView& src, const StridedView&
 }
 
 absl::Status CudaDataOps::Pack(absl::Span<const exec::PackItem> items, void* staging_base) {
+  const TimelineMarkOnExit mark("pack", stream_.get());
   for (const exec::PackItem& it : items) {
     if (it.quant_block_rows > 0) return PackQuantized(items, staging_base);
   }
@@ -237,6 +240,7 @@ absl::Status CudaDataOps::Pack(absl::Span<const exec::PackItem> items, void* sta
 
 absl::Status CudaDataOps::Unpack(const void* staging_base,
                                  absl::Span<const exec::UnpackItem> items) {
+  const TimelineMarkOnExit mark("unpack", stream_.get());
   std::string key;
   key.reserve(16 + items.size() * 64);
   key.push_back('U');
@@ -270,7 +274,16 @@ absl::Status CudaDataOps::Unpack(const void* staging_base,
 }
 
 absl::Status CudaDataOps::Copy(absl::Span<const exec::CopyItem> items) {
-  std::string key = CopyItemsKey('C', items);
+  return CopyKeyed(items, CopyItemsKey('C', items));
+}
+
+absl::Status CudaDataOps::CopyNamed(absl::Span<const exec::CopyItem> items,
+                                    const exec::ItemsName& name) {
+  return CopyKeyed(items, NamedItemsKey('c', name, items));
+}
+
+absl::Status CudaDataOps::CopyKeyed(absl::Span<const exec::CopyItem> items, std::string key) {
+  const TimelineMarkOnExit mark("copy", stream_.get());
   if (auto it = cache_.find(key); it != cache_.end()) return Replay(it->second);
   table_.Clear();
   copy_engine_.Clear();

@@ -83,6 +83,8 @@ class CudaDataOps : public exec::DataOps {
   absl::Status Pack(absl::Span<const exec::PackItem> items, void* staging_base) override;
   absl::Status Unpack(const void* staging_base, absl::Span<const exec::UnpackItem> items) override;
   absl::Status Copy(absl::Span<const exec::CopyItem> items) override;
+  absl::Status CopyNamed(absl::Span<const exec::CopyItem> items,
+                         const exec::ItemsName& name) override;
   absl::Status Reduce(absl::Span<const exec::ReduceInput> inputs,
                       absl::Span<const exec::ReduceItem> items, const void* staging_base) override;
   // Does not wait for puts (FinishPuts does).
@@ -91,6 +93,8 @@ class CudaDataOps : public exec::DataOps {
   // the peer's memory reachable (peer access: cudaIpcOpenMemHandle with
   // cudaIpcMemLazyEnablePeerAccess, as IpcRegistry does) before putting.
   absl::Status Put(absl::Span<const exec::CopyItem> items, bool alone) override;
+  absl::Status PutNamed(absl::Span<const exec::CopyItem> items, bool alone,
+                        const exec::ItemsName& name) override;
   absl::Status FinishPuts() override;
   absl::Status WriteStaging(void* staging, const void* host, size_t bytes) override;
   absl::Status ReadStaging(void* host, const void* staging, size_t bytes) override;
@@ -161,6 +165,9 @@ class CudaDataOps : public exec::DataOps {
   // under `key` (unless empty).
   // Empty key: not cached, and the copies read put scratch (one stream).
   absl::Status RunPut(std::string key);
+  // Copy and Put under a cache key (the items', or their list's name).
+  absl::Status CopyKeyed(absl::Span<const exec::CopyItem> items, std::string key);
+  absl::Status PutKeyed(absl::Span<const exec::CopyItem> items, bool alone, std::string key);
   // Runs `copy_engine_` and `table_` (built by the caller) and keeps them
   // resident under `key` (unless empty).
   absl::Status Run(std::string key);

@@ -66,6 +66,17 @@ std::string CopyItemsKey(char kind, absl::Span<const exec::CopyItem> items) {
   return key;
 }
 
+std::string NamedItemsKey(char kind, const exec::ItemsName& name,
+                          absl::Span<const exec::CopyItem> items) {
+  std::string key(1, kind);
+  AppendRaw(key, name.instance);
+  AppendRaw(key, name.round);
+  // Not needed while the name's promise holds; cheap insurance if it breaks.
+  AppendRaw(key, items.data());
+  AppendRaw(key, items.size());
+  return key;
+}
+
 absl::Status CheckCopyItems(absl::Span<const exec::CopyItem> items, const char* what,
                             bool check_cast, std::vector<size_t>* via_scratch,
                             int64_t* scratch_bytes) {

@@ -12,11 +12,13 @@
 #include <cstdio>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/cuda/cuda_data_ops.h"
 #include "worker/cuda/cuda_data_ops_internal.h"
 #include "worker/cuda/cuda_status.h"
+#include "worker/cuda/device_timeline.h"
 
 namespace wsync::cuda {
 
@@ -24,6 +26,7 @@ using data_ops_internal::Annotate;
 using data_ops_internal::CheckCopyItems;
 using data_ops_internal::CheckView;
 using data_ops_internal::CopyItemsKey;
+using data_ops_internal::NamedItemsKey;
 using data_ops_internal::RowMajor;
 using exec::StridedView;
 
@@ -171,10 +174,24 @@ absl::Status CudaDataOps::RunPut(std::string key) {
 }
 
 absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items, bool alone) {
+  return PutKeyed(items, alone, CopyItemsKey('W', items));
+}
+
+absl::Status CudaDataOps::PutNamed(absl::Span<const exec::CopyItem> items, bool alone,
+                                   const exec::ItemsName& name) {
+  return PutKeyed(items, alone, NamedItemsKey('w', name, items));
+}
+
+absl::Status CudaDataOps::PutKeyed(absl::Span<const exec::CopyItem> items, bool alone,
+                                   std::string key) {
   if (items.empty()) return absl::OkStatus();
+  TimelineMark("put_issue", put_stream_.get());
+  const auto marks = absl::MakeCleanup([this] {  // every put stream's end
+    TimelineMark("put", put_stream_.get());
+    for (const Stream& st : put_copy_streams_) TimelineMark("put_ce", st.get());
+  });
   put_launcher_ = alone ? put_kernels_alone_.get() : put_kernels_.get();
   DeviceGuard guard(device_);  // launches need the put stream's device current
-  std::string key = CopyItemsKey('W', items);
   if (auto it = put_cache_.find(key); it != put_cache_.end()) {
     ++cache_hits_;
     CachedPut& entry = it->second;

@@ -283,6 +283,50 @@ __device__ __forceinline__ void ProcessSegment(const PieceDesc& p, int mode, int
   }
 }
 
+// Vector copy of a 2-D piece's task whose rows are narrower than a warp item
+// (3-D pieces take the one-row-per-item path): the item is
+// units [first, end) of the task's rows laid end to end, so every lane moves
+// kPerLane units however narrow the rows (one row per item would leave most
+// lanes idle: Qwen3's expert halves are 48 units, and the copy then kept a
+// fifth of the bytes in flight). Flat offsets fit in int: a task holds at
+// most PieceTable::kTaskElements elements.
+template <int kPerLane>
+__device__ __forceinline__ void CopyNarrowRows(const PieceDesc& p, int64_t row0, int cols,
+                                               int64_t col0, int first, int end, int lane) {
+  const char* src = reinterpret_cast<const char*>(p.src);
+  char* dst = reinterpret_cast<char*>(p.dst);
+  const int64_t ss = p.src_stride[2] * p.src_esize, ds = p.dst_stride[2] * p.dst_esize;
+  // The walk over (row, column) runs twice, loads then stores, rather than
+  // keeping kPerLane destination pointers live (they would spill).
+  int4 v[kPerLane];
+  int r = (first + lane) / cols;
+  int c = first + lane - r * cols;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    if (first + lane + 32 * k < end) {
+      v[k] = __ldg(reinterpret_cast<const int4*>(src + (row0 + r) * ss) + col0 + c);
+    }
+    c += 32;
+    while (c >= cols) {
+      c -= cols;
+      ++r;
+    }
+  }
+  r = (first + lane) / cols;
+  c = first + lane - r * cols;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    if (first + lane + 32 * k < end) {
+      reinterpret_cast<int4*>(dst + (row0 + r) * ds)[col0 + c] = v[k];
+    }
+    c += 32;
+    while (c >= cols) {
+      c -= cols;
+      ++r;
+    }
+  }
+}
+
 // Tables of plain copies get their own instantiation: without the cast and
 // reduce paths it needs fewer registers, so more blocks fit on an SM beside
 // other kernels (puts, NCCL).
@@ -333,6 +377,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         const int64_t cbeg = item * kItemUnits;
         ProcessSegment<kCopyOnly, kPerLane>(p, mode, so, dof, col0, cbeg,
                                             min(cbeg + kItemUnits, cols), lane, inputs);
+      }
+    } else if (mode == kModeVecCopy && cols < kItemUnits && p.shape[0] == 1 && p.shape[1] == 1) {
+      const int units = static_cast<int>(task.nrows * cols);
+      for (int item = part; item * kItemUnits < units; item += kPartsPerTask) {
+        CopyNarrowRows<kPerLane>(p, task.row0, static_cast<int>(cols), col0, item * kItemUnits,
+                                 min((item + 1) * kItemUnits, units), lane);
       }
     } else {
       const int64_t items = task.nrows * items_per_row;

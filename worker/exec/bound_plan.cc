@@ -1,6 +1,7 @@
 #include "worker/exec/bound_plan.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -13,6 +14,12 @@
 #include "worker/exec/bound_plan_internal.h"
 
 namespace wsync::exec {
+
+uint64_t PlanInstance::Next() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 namespace bind_internal {
 namespace {
 

@@ -71,7 +71,27 @@ struct DirectWrites {
   bool empty() const { return write_to.empty() && written_by.empty(); }
 };
 
+// A process-unique number that every copy renews: a copied plan may be
+// changed, so it never shares a name (ItemsName) with its original.
+class PlanInstance {
+ public:
+  PlanInstance() : value_(Next()) {}
+  PlanInstance(const PlanInstance&) : value_(Next()) {}
+  PlanInstance& operator=(const PlanInstance&) {
+    value_ = Next();
+    return *this;
+  }
+  uint64_t value() const { return value_; }
+
+ private:
+  static uint64_t Next();
+  uint64_t value_;
+};
+
+// Not changed once bound (BindPlan hands it out const): the executor and the
+// data ops key what they derive from it by `instance`.
 struct BoundPlan {
+  PlanInstance instance;
   std::string key;
   int32_t worker = 0;
   uint64_t registry_generation = 0;

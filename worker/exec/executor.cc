@@ -223,16 +223,17 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     return absl::OkStatus();
   };
   if (direct) {
-    // Leading rounds with only local work wait for no peer: they are queued
-    // as soon as the ready tokens' transfer is posted (NCCL's kernel first,
-    // the copies beside them), so local copies run while the tokens travel.
-    // (Queuing only the first of them measured no faster: session8.md.)
-    // LocalOnly rounds never call the transport, which is busy with the
-    // tokens here.
+    // Leading rounds with only local work wait for no peer: up to
+    // early_local_rounds of them are queued as soon as the ready tokens'
+    // transfer is posted (NCCL's kernel first, the copies beside them), so
+    // local copies run while the tokens travel. LocalOnly rounds never call
+    // the transport, which is busy with the tokens here.
     absl::Status early;
     auto queue_local_rounds = [&] {
       hold_progress = true;
-      while (early.ok() && next < plan.rounds.size() && LocalOnly(plan.rounds[next])) {
+      for (int n = 0; early.ok() && next < plan.rounds.size() && LocalOnly(plan.rounds[next]) &&
+                      (options_.early_local_rounds < 0 || n < options_.early_local_rounds);
+           ++n) {
         early = step();
       }
       hold_progress = false;
@@ -256,7 +257,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
         alone =
             alone && LocalOnly(r) && r.copies.empty() && r.reduces.empty() && r.quantizes.empty();
       }
-      s = ops_->Put(plan.puts, alone);
+      s = ops_->PutNamed(plan.puts, alone, {plan.instance.value(), -1});
       stats.put_issue_seconds = Seconds(t);
       if (!s.ok()) {
         clean_up();
@@ -330,7 +331,7 @@ absl::Status Executor::IssueLocal(const BoundPlan& plan, size_t j, uint8_t* stag
   absl::Time t = absl::Now();
   if (!round.copies.empty()) {
     RETURN_IF_ERROR(
-        Wrap(ops_->Copy(round.copies),
+        Wrap(ops_->CopyNamed(round.copies, {plan.instance.value(), round.index}),
              absl::StrCat(where, ": copy buckets ", absl::StrJoin(round.copy_buckets, ","))));
   }
   rs.copy_seconds += Seconds(t);

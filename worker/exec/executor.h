@@ -63,6 +63,14 @@ struct ExecutorOptions {
   // neighbouring rounds that do not fit together run one after the other. A
   // plan round that alone needs more is refused. 0: up to two rounds' worth.
   int64_t staging_limit_bytes = 0;
+  // With direct writes: how many of the leading rounds that only copy
+  // locally are queued while the ready tokens travel (-1: all); the rest
+  // follow the puts. One keeps the device busy while the tokens travel and
+  // lets the puts start as soon as that round's kernel ends: queuing all six
+  // of Qwen3-30B's made the puts wait for the host to issue them, then for
+  // whichever copy kernel held the SMs (colocated 18.9 against 16.8 ms on
+  // H200, session 9).
+  int early_local_rounds = 1;
 };
 
 struct Progress {

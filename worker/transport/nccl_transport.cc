@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "worker/cuda/cuda_status.h"
+#include "worker/cuda/device_timeline.h"
 
 namespace wsync::transport {
 namespace {
@@ -244,6 +245,7 @@ absl::Status NcclTransport::Wait(absl::Time deadline, const cuda::Event* event,
         AbortLocked(std::string(s.message()));
         return s;
       }
+      cuda::TimelineMark("nccl", stream_.get());
       if (on_issued) on_issued();
     }
     if (issued) {

@@ -36,6 +36,23 @@ void ExpectError(const absl::Status& s, absl::StatusCode code,
   for (const char* p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << p << " in " << s;
 }
 
+// Data ops cache by a plan's instance (ItemsName): a copy may be changed, so
+// it gets a new instance; the original keeps its own.
+TEST(PlanInstanceTest, EveryPlanAndEveryCopyIsUnique) {
+  BoundPlan a;
+  BoundPlan b;
+  EXPECT_NE(a.instance.value(), 0u);
+  EXPECT_NE(a.instance.value(), b.instance.value());
+  const uint64_t before = a.instance.value();
+  BoundPlan copy = a;
+  EXPECT_NE(copy.instance.value(), before);
+  EXPECT_EQ(a.instance.value(), before);
+  BoundPlan moved = std::move(copy);
+  EXPECT_NE(moved.instance.value(), before);
+  b = a;
+  EXPECT_NE(b.instance.value(), a.instance.value());
+}
+
 TEST_F(BindTest, GoodPlanBindsBothSides) {
   PlanBuilder pb;
   pb.AddBucket(0, 1, 0,

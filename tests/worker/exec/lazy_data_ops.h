@@ -58,6 +58,17 @@ class LazyDataOps : public DataOps {
     return absl::OkStatus();
   }
   absl::Status FinishPuts() override { return Drain(puts_); }
+  absl::Status CopyNamed(absl::Span<const CopyItem> items, const ItemsName& name) override {
+    copy_names.push_back(name);
+    return Copy(items);
+  }
+  absl::Status PutNamed(absl::Span<const CopyItem> items, bool alone,
+                        const ItemsName& name) override {
+    put_names.push_back(name);
+    return Put(items, alone);
+  }
+  // The names of the named calls, in call order.
+  std::vector<ItemsName> copy_names, put_names;
 
   // Synchronize() calls that found work queued: how often the interpreter
   // made the "device" drain.

@@ -3,11 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <functional>
 #include <random>
 #include <thread>
 
 #include "tests/gpu/gpu_test_util.h"
+#include "worker/cuda/cuda_data_ops.h"
 
 namespace wsync::transport {
 namespace {
@@ -112,6 +114,102 @@ TEST_F(NcclTransportTest, DeadPeerIsDeadlineExceededThenARebuiltCommunicatorWork
   ASSERT_TRUE(s0.ok()) << s0;
   ASSERT_TRUE(s1.ok()) << s1;
   EXPECT_EQ(FirstDiff(b.Download(), a.host_bytes()), -1);
+}
+
+// The executor queues local copies from on_posted while NCCL's kernel waits
+// for the peer. On a first sync those calls allocate (cudaMalloc for tables
+// and scratch, cudaMallocHost for uploads); none of that may wait for NCCL's
+// kernel, or a dead peer would hold the worker past every deadline (the wait
+// loop that aborts never runs again).
+TEST_F(NcclTransportTest, AllocatingBesideADeadPeersRoundDoesNotWaitForIt) {
+  auto t = MakePair();
+  ASSERT_TRUE(t[0] && t[1]);
+  TwinBuffer a(0, 1 << 20, 4), b(1, 1 << 20, 5);
+  TwinBuffer src(0, 8 << 20, 6), dst(0, 8 << 20, 7);
+  auto ops = cuda::CudaDataOps::Create({.device = 0});
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  // One exchange first, both ways: a first transfer with a peer connects to
+  // it, and a group waiting on a silent peer there never gets as far as
+  // launching its kernel.
+  TwinBuffer a2(0, 1 << 20, 8), b2(1, 1 << 20, 9);
+  absl::Status w0, w1;
+  RunBoth(
+      [&](int r) {
+        if (r == 0) {
+          return t[0]->RunRound({{1, 7, a.dev(), a.size()}}, {{1, 7, a2.dev(), a2.size()}},
+                                absl::Now() + absl::Seconds(30));
+        }
+        return t[1]->RunRound({{0, 7, b2.dev(), b2.size()}}, {{0, 7, b.dev(), b.size()}},
+                              absl::Now() + absl::Seconds(30));
+      },
+      &w0, &w1);
+  ASSERT_TRUE(w0.ok()) << w0;
+  ASSERT_TRUE(w1.ok()) << w1;
+  std::atomic<bool> posted_called{false}, posted_returned{false};
+  absl::Duration posted_took;
+  std::vector<absl::Duration> step_times;  // since on_posted began: malloc, pinned
+  cuda::DeviceBuffer big;
+  cuda::PinnedBuffer pinned;
+  absl::Status posted_status;
+  auto on_posted = [&] {
+    posted_called = true;
+    const absl::Time t0 = absl::Now();
+    posted_status = [&]() -> absl::Status {
+      // Freed after the round: cudaFree and cudaFreeHost do wait for the
+      // device (the reason for retired_memory.h).
+      auto device = cuda::DeviceBuffer::Allocate(0, size_t{512} << 20);
+      if (!device.ok()) return device.status();
+      big = std::move(*device);
+      step_times.push_back(absl::Now() - t0);
+      auto host = cuda::PinnedBuffer::Allocate(size_t{64} << 20);
+      if (!host.ok()) return host.status();
+      pinned = std::move(*host);
+      step_times.push_back(absl::Now() - t0);
+      // An uncached copy: its table is uploaded through fresh pinned and
+      // device memory, and strided rows of different shapes need scratch.
+      std::vector<exec::CopyItem> items;
+      for (int i = 0; i < 64; ++i) {
+        items.push_back({testing::View(src.dev(), i * 65536, v1::BF16, {64, 200}, {256, 1}),
+                         testing::View(dst.dev(), i * 65536, v1::BF16, {200, 64}, {72, 1})});
+      }
+      return (*ops)->Copy(items);
+    }();
+    posted_took = absl::Now() - t0;
+    posted_returned = true;
+  };
+  // If on_posted blocks behind the spinning kernel, rank 1 posts its side
+  // after 10 s so the test ends (and fails) instead of hanging.
+  std::atomic<bool> done{false};
+  std::thread rescue([&] {
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (!done.load() && !posted_returned.load() && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    if (!posted_returned.load()) {
+      t[1]->RunRound({{0, 8, b2.dev(), b2.size()}}, {}, absl::Now() + absl::Seconds(5))
+          .IgnoreError();
+    }
+  });
+  // A receive: unlike a send, it cannot complete into NCCL's buffers.
+  const absl::Time start = absl::Now();
+  absl::Status s =
+      t[0]->RunRound({}, {{1, 8, a2.dev(), a2.size()}}, absl::Now() + absl::Seconds(3), on_posted);
+  done = true;
+  rescue.join();
+  ASSERT_TRUE(posted_called.load()) << s;
+  EXPECT_TRUE(posted_returned.load()) << "work issued beside NCCL's kernel waited for it";
+  EXPECT_LT(posted_took, absl::Seconds(2))
+      << "work issued beside NCCL's kernel waited for it (cudaMalloc done after "
+      << (step_times.size() > 0 ? absl::FormatDuration(step_times[0]) : "never")
+      << ", cudaMallocHost after "
+      << (step_times.size() > 1 ? absl::FormatDuration(step_times[1]) : "never") << ")";
+  EXPECT_TRUE(posted_status.ok()) << posted_status;
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  t[1]->Abort("peer failed");
+  // The copy queued beside the dead round ran once the communicator was
+  // aborted.
+  ASSERT_TRUE((*ops)->Synchronize().ok());
 }
 
 TEST_F(NcclTransportTest, AbortFromAnotherThreadCancelsTheRound) {

@@ -66,10 +66,10 @@ struct ExecutorOptions {
   // With direct writes: how many of the leading rounds that only copy
   // locally are queued while the ready tokens travel (-1: all); the rest
   // follow the puts. One keeps the device busy while the tokens travel and
-  // lets the puts start as soon as that round's kernel ends: queuing all six
-  // of Qwen3-30B's made the puts wait for the host to issue them, then for
-  // whichever copy kernel held the SMs (colocated 18.9 against 16.8 ms on
-  // H200, session 9).
+  // issues the puts right after them: before the data ops keyed named lists
+  // (ItemsName), issuing all six of Qwen3-30B's local rounds took ~2 ms of
+  // host time, which the puts then waited for (colocated 18.9 against 16.8
+  // ms on H200, session 9). With named lists both take 16.3 ms.
   int early_local_rounds = 1;
 };
 

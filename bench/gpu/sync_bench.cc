@@ -29,7 +29,7 @@
 //                                  through the data ops: no executor, no tokens)
 //       [--timeline 1]   (one line per timed sync: when each copy, put and NCCL
 //                         round finished on the GPU and was issued by the host)
-//       [--early-local-rounds -1]   (ExecutorOptions::early_local_rounds)
+//       [--early-local-rounds 1]   (ExecutorOptions::early_local_rounds; -1: all)
 //       [--measure-issue-keys 1]   (CPU only: the data ops' cache-key cost per round, exits)
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
 #include <cuda_runtime_api.h>
@@ -98,7 +98,7 @@ struct Flags {
   int put_blocks_per_sm = 1;                 // CudaDataOps::Options::put_blocks_per_sm
   int put_copy_streams = 4;                  // CudaDataOps::Options::put_copy_streams
   int reserved_sms = 0;                      // CudaDataOps::Options::reserved_sms
-  int early_local_rounds = -1;               // ExecutorOptions::early_local_rounds
+  int early_local_rounds = exec::ExecutorOptions().early_local_rounds;
   bool timeline = false;                     // print each timed sync's device timeline
 };
 

@@ -120,7 +120,9 @@ TEST_F(NcclTransportTest, DeadPeerIsDeadlineExceededThenARebuiltCommunicatorWork
 // for the peer. On a first sync those calls allocate (cudaMalloc for tables
 // and scratch, cudaMallocHost for uploads); none of that may wait for NCCL's
 // kernel, or a dead peer would hold the worker past every deadline (the wait
-// loop that aborts never runs again).
+// loop that aborts never runs again). CUDA documents allocations as possibly
+// synchronizing; this checks what the driver here does (frees do wait, so
+// the data ops never free there: retired_memory.h).
 TEST_F(NcclTransportTest, AllocatingBesideADeadPeersRoundDoesNotWaitForIt) {
   auto t = MakePair();
   ASSERT_TRUE(t[0] && t[1]);

@@ -8,24 +8,30 @@ namespace wsync::cuda {
 std::atomic<DeviceTimeline*> DeviceTimeline::active_{nullptr};
 
 absl::Status DeviceTimeline::Enable(int device, int capacity) {
+  static std::mutex enable_mu;
+  std::lock_guard<std::mutex> lock(enable_mu);
   if (active_.load() != nullptr) return absl::OkStatus();
   if (capacity < 1) return absl::InvalidArgumentError("timeline capacity must be positive");
-  // Lives for the process: marks may come from any thread until exit.
-  static DeviceTimeline t;
-  t.device_ = device;
   auto base = Event::Create(device, /*timing=*/true);
   if (!base.ok()) return base.status();
-  t.base_ = std::move(*base);
+  std::vector<Event> events;
   for (int i = 0; i < capacity; ++i) {
     auto ev = Event::Create(device, /*timing=*/true);
     if (!ev.ok()) return ev.status();
-    t.events_.push_back(std::move(*ev));
+    events.push_back(std::move(*ev));
   }
+  // Until exit; its destructor turns the timeline off first.
+  static DeviceTimeline t;
+  t.device_ = device;
+  t.base_ = std::move(*base);
+  t.events_ = std::move(events);
   t.labels_.assign(capacity, nullptr);
   t.host_ms_.assign(capacity, 0.0);
   active_.store(&t, std::memory_order_release);
   return absl::OkStatus();
 }
+
+DeviceTimeline::~DeviceTimeline() { active_.store(nullptr, std::memory_order_release); }
 
 absl::Status DeviceTimeline::Begin(cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -38,7 +44,12 @@ absl::Status DeviceTimeline::Begin(cudaStream_t stream) {
 void DeviceTimeline::Mark(const char* label, cudaStream_t stream) {
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
-  if (used_ == static_cast<int>(events_.size()) || !events_[used_].Record(stream).ok()) {
+  if (used_ == static_cast<int>(events_.size())) {
+    ++dropped_;
+    return;
+  }
+  if (!events_[used_].Record(stream).ok()) {
+    (void)cudaGetLastError();  // or the next launch check would report it
     ++dropped_;
     return;
   }

@@ -30,7 +30,7 @@ class DeviceTimeline {
     double host_ms;    // when the host issued the mark, since Begin
   };
   // Turns the process-wide timeline on for `device`, with room for
-  // `capacity` marks per Begin.
+  // `capacity` marks per Begin. Once on, later calls change nothing.
   static absl::Status Enable(int device, int capacity);
   // The enabled timeline, or null.
   static DeviceTimeline* Active() { return active_.load(std::memory_order_acquire); }
@@ -41,7 +41,11 @@ class DeviceTimeline {
   void Mark(const char* label, cudaStream_t stream);
   // Waits for every mark since Begin.
   absl::StatusOr<std::vector<Entry>> Collect();
-  int dropped() const { return dropped_; }
+  int dropped() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return dropped_;
+  }
+  ~DeviceTimeline();
 
  private:
   DeviceTimeline() = default;

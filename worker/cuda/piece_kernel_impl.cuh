@@ -297,7 +297,9 @@ __device__ __forceinline__ void CopyNarrowRows(const PieceDesc& p, int64_t row0,
   char* dst = reinterpret_cast<char*>(p.dst);
   const int64_t ss = p.src_stride[2] * p.src_esize, ds = p.dst_stride[2] * p.dst_esize;
   // The walk over (row, column) runs twice, loads then stores, rather than
-  // keeping kPerLane destination pointers live (they would spill).
+  // keeping kPerLane destination pointers live (they would spill). The
+  // carry loop runs once per step for rows of 32 units or more; a constant-
+  // time step (32 / cols rows, 32 % cols columns) made the copy kernel spill.
   int4 v[kPerLane];
   int r = (first + lane) / cols;
   int c = first + lane - r * cols;

@@ -306,14 +306,11 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
 }
 
 absl::StatusOr<const PipelineSchedule*> Executor::ScheduleFor(const BoundPlan& plan) {
-  if (schedule_plan_ != &plan || schedule_key_ != plan.key ||
-      schedule_generation_ != plan.registry_generation ||
+  if (schedule_instance_ != plan.instance.value() ||
       schedule_.rounds.size() != plan.rounds.size()) {
-    schedule_plan_ = nullptr;
+    schedule_instance_ = 0;
     ASSIGN_OR_RETURN(schedule_, BuildPipelineSchedule(plan, options_.staging_limit_bytes));
-    schedule_plan_ = &plan;
-    schedule_key_ = plan.key;
-    schedule_generation_ = plan.registry_generation;
+    schedule_instance_ = plan.instance.value();
   }
   return &schedule_;
 }

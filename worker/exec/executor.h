@@ -197,10 +197,9 @@ class Executor {
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   std::vector<transport::SendRequest> send_reqs_;
   std::vector<transport::RecvRequest> recv_reqs_;
-  // The schedule of the last plan run (keyed by its identity and binding).
-  const BoundPlan* schedule_plan_ = nullptr;
-  std::string schedule_key_;
-  uint64_t schedule_generation_ = 0;
+  // The schedule of the last plan run, and the BoundPlan::instance of the plan schedule_ was built for (0: none). Not
+  // its address: a rebound plan may be allocated where the old one was.
+  uint64_t schedule_instance_ = 0;
   PipelineSchedule schedule_;
 };
 

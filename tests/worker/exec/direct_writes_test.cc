@@ -236,8 +236,11 @@ TEST(DirectWritesTest, NamesEachListOfABoundPlan) {
       EXPECT_EQ(ops[0].copy_names[r].round, r);
     }
     // The cluster binds the plan again for every run: a new instance.
-    if (sync == 0) first_instance = instance;
-    if (sync == 1) EXPECT_NE(instance, first_instance);
+    if (sync == 0) {
+      first_instance = instance;
+    } else {
+      EXPECT_NE(instance, first_instance);
+    }
   }
   CheckSwap(c, kRows, kCols);
 }

@@ -74,6 +74,7 @@ TEST(MetricsIntegration, ControllerAndWorkerMetricsPassPromtool) {
        {"wsync_worker_bytes_sent_total", "wsync_worker_bytes_received_total",
         "wsync_worker_round_duration_seconds_bucket", "wsync_worker_sync_duration_seconds_count 2",
         "wsync_worker_staging_bytes", "wsync_worker_errors_total",
+        "wsync_worker_slow_peer_mappings 0",
         "wsync_worker_direct_write_bytes_total{direction=\"in\"} 0"}) {
     EXPECT_NE(worker.find(needle), std::string::npos) << needle << "\n" << worker;
   }

@@ -42,6 +42,9 @@ class GpuPlane {
                                                          const std::string& what) = 0;
   // GPUs this device writes into over peer access, itself included.
   virtual const std::vector<std::string>& writable_uuids() const = 0;
+  // Peer allocations mapped so far whose size is not a multiple of 64 KiB:
+  // the copy engines write them ~25 % slower (docs/gpu.md).
+  virtual int64_t slow_peer_mappings() const = 0;
 
   // Data ops on this device (one per transfer channel).
   virtual absl::StatusOr<std::unique_ptr<exec::DataOps>> NewDataOps() = 0;

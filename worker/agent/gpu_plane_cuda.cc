@@ -33,6 +33,7 @@ class CudaGpuPlane : public GpuPlane {
   const std::vector<std::string>& writable_uuids() const override {
     return ipc_->writable_uuids();
   }
+  int64_t slow_peer_mappings() const override { return ipc_->slow_peer_mappings(); }
 
  private:
   absl::StatusOr<std::shared_ptr<void>> OpenHandle(const v1::CudaIpc& ipc, const std::string& what,

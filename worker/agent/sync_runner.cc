@@ -300,6 +300,9 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   r.set_bytes_done(into_me);
   if (metrics_ != nullptr) {
     metrics_->Staging(static_cast<double>(channel->executor->allocated_staging_bytes()));
+    if (options_.gpu != nullptr) {
+      metrics_->SlowPeerMappings(static_cast<double>(options_.gpu->slow_peer_mappings()));
+    }
   }
   if (!stats.ok()) {
     // A failed or aborted run leaves the transport unusable. Abort() from

@@ -41,6 +41,13 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                         .Help("Staging memory allocated by this worker's executors.")
                         .Register(*registry_)
                         .Add({});
+  slow_peer_mappings_ =
+      &prometheus::BuildGauge()
+           .Name("wsync_worker_slow_peer_mappings")
+           .Help("Peer GPU allocations this worker maps for direct writes whose size is not a "
+                 "multiple of 64 KiB (the copy engines write those ~25 % slower).")
+           .Register(*registry_)
+           .Add({});
   errors_ = &prometheus::BuildCounter()
                  .Name("wsync_worker_errors_total")
                  .Help("Syncs this worker ended with an error, by status code.")

@@ -35,6 +35,7 @@ class WorkerMetrics {
   void Round(double seconds) { round_duration_->Observe(seconds); }
   void Sync(double seconds) { sync_duration_->Observe(seconds); }
   void Staging(double bytes) { staging_bytes_->Set(bytes); }
+  void SlowPeerMappings(double count) { slow_peer_mappings_->Set(count); }
   void Error(absl::StatusCode code);
 
  private:
@@ -47,6 +48,7 @@ class WorkerMetrics {
   prometheus::Histogram* round_duration_;
   prometheus::Histogram* sync_duration_;
   prometheus::Gauge* staging_bytes_;
+  prometheus::Gauge* slow_peer_mappings_;
   prometheus::Family<prometheus::Counter>* errors_;
 };
 

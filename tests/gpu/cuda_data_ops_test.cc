@@ -449,8 +449,9 @@ TEST_P(CudaDataOpsTest, NarrowRowCopiesMatchHost) {
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
 }
 
-// A named list (exec::ItemsName) replays its table under the name: a second
-// call with that name is a cache hit, another name is not.
+// A named list (exec::ItemsName) replays its table under the name. A new
+// name for the same items (a plan bound again over the same buffers) finds
+// their table by the items; a name for other items does not.
 TEST_P(CudaDataOpsTest, NamedCopiesReplayUnderTheirName) {
   TwinBuffer src(0, 1 << 20, 23), dst(0, 1 << 20, 24);
   auto items = [&](void* s, void* d) {
@@ -471,9 +472,16 @@ TEST_P(CudaDataOpsTest, NamedCopiesReplayUnderTheirName) {
   ASSERT_TRUE(ops_->Synchronize().ok());
   EXPECT_EQ(ops_->table_cache_hits(), hits + 1);
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
-  ASSERT_TRUE(ops_->CopyNamed(list, exec::ItemsName{12345, 3}).ok());
+  ASSERT_TRUE(ops_->CopyNamed(list, exec::ItemsName{67890, 2}).ok());
   ASSERT_TRUE(ops_->Synchronize().ok());
-  EXPECT_EQ(ops_->table_cache_hits(), hits + 1) << "another round's name is another list";
+  EXPECT_EQ(ops_->table_cache_hits(), hits + 2) << "a new name for the same items";
+  EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
+  std::vector<exec::CopyItem> other = list;
+  other.pop_back();
+  ASSERT_TRUE(ops_->CopyNamed(other, exec::ItemsName{67890, 3}).ok());
+  ASSERT_TRUE(ops_->Synchronize().ok());
+  EXPECT_EQ(ops_->table_cache_hits(), hits + 2) << "other items under a new name";
+  EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
 }
 
 TEST_P(CudaDataOpsTest, BadItemsAreErrorsNamingTheItem) {

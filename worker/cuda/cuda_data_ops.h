@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "worker/cuda/batched_kernels.h"
 #include "worker/cuda/block_fp8_kernel.h"
 #include "worker/cuda/copy_engine_batch.h"
@@ -165,9 +166,12 @@ class CudaDataOps : public exec::DataOps {
   // under `key` (unless empty).
   // Empty key: not cached, and the copies read put scratch (one stream).
   absl::Status RunPut(std::string key);
-  // Copy and Put under a cache key (the items', or their list's name).
-  absl::Status CopyKeyed(absl::Span<const exec::CopyItem> items, std::string key);
-  absl::Status PutKeyed(absl::Span<const exec::CopyItem> items, bool alone, std::string key);
+  // Copy and Put under the items' cache key, or replaying `known` (an entry
+  // a named list resolved to).
+  absl::Status CopyKeyed(absl::Span<const exec::CopyItem> items, std::string key,
+                         CachedTable* known = nullptr);
+  absl::Status PutKeyed(absl::Span<const exec::CopyItem> items, bool alone, std::string key,
+                        CachedPut* known = nullptr);
   // Runs `copy_engine_` and `table_` (built by the caller) and keeps them
   // resident under `key` (unless empty).
   absl::Status Run(std::string key);
@@ -219,7 +223,12 @@ class CudaDataOps : public exec::DataOps {
   PieceTable pre_table_;
   DeviceBuffer scratch_;
   int64_t scratch_used_ = 0;
-  absl::flat_hash_map<std::string, CachedTable> cache_;
+  // Keyed by the items; entries never move (named_ points at them). A named
+  // list (exec::ItemsName) resolves to its items' entry once, then by name:
+  // a plan bound again over the same buffers finds its tables by their items.
+  // Cleared together.
+  absl::node_hash_map<std::string, CachedTable> cache_;
+  absl::flat_hash_map<std::string, CachedTable*> named_;
   int64_t cache_device_bytes_ = 0;
   int64_t cache_hits_ = 0;
   DeviceBuffer quant_regions_;
@@ -243,7 +252,8 @@ class CudaDataOps : public exec::DataOps {
   std::vector<PutCopy> put_copies_;
   int64_t put_copies_bytes_ = 0;
   DeviceBuffer put_scratch_;
-  absl::flat_hash_map<std::string, CachedPut> put_cache_;
+  absl::node_hash_map<std::string, CachedPut> put_cache_;  // as cache_
+  absl::flat_hash_map<std::string, CachedPut*> put_named_;
   int64_t put_cache_bytes_ = 0;
   int64_t put_copy_engine_copies_ = 0;
   int64_t put_copy_engine_bytes_ = 0;

@@ -155,6 +155,7 @@ absl::Status CudaDataOps::RunPut(std::string key) {
     RETURN_IF_ERROR(put_stream_.Synchronize());  // tables are read by the kernel stream only
     for (auto& [k, e] : put_cache_) retired_.Retire(std::move(e.table));
     put_cache_.clear();
+    put_named_.clear();
     put_cache_bytes_ = 0;
   }
   CachedPut entry;
@@ -179,11 +180,21 @@ absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items, bool alone
 
 absl::Status CudaDataOps::PutNamed(absl::Span<const exec::CopyItem> items, bool alone,
                                    const exec::ItemsName& name) {
-  return PutKeyed(items, alone, NamedItemsKey('w', name, items));
+  std::string named = NamedItemsKey('w', name, items);
+  if (auto it = put_named_.find(named); it != put_named_.end()) {
+    return PutKeyed(items, alone, std::string(), it->second);
+  }
+  std::string key = CopyItemsKey('W', items);
+  const std::string lookup = key;  // once per name
+  RETURN_IF_ERROR(PutKeyed(items, alone, std::move(key)));
+  if (auto it = put_cache_.find(lookup); it != put_cache_.end()) {
+    put_named_[std::move(named)] = &it->second;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaDataOps::PutKeyed(absl::Span<const exec::CopyItem> items, bool alone,
-                                   std::string key) {
+                                   std::string key, CachedPut* known) {
   if (items.empty()) return absl::OkStatus();
   TimelineMark("put_issue", put_stream_.get());
   const auto marks = absl::MakeCleanup([this] {  // every put stream's end
@@ -192,9 +203,12 @@ absl::Status CudaDataOps::PutKeyed(absl::Span<const exec::CopyItem> items, bool 
   });
   put_launcher_ = alone ? put_kernels_alone_.get() : put_kernels_.get();
   DeviceGuard guard(device_);  // launches need the put stream's device current
-  if (auto it = put_cache_.find(key); it != put_cache_.end()) {
+  if (known == nullptr) {
+    if (auto it = put_cache_.find(key); it != put_cache_.end()) known = &it->second;
+  }
+  if (known != nullptr) {
     ++cache_hits_;
-    CachedPut& entry = it->second;
+    CachedPut& entry = *known;
     RETURN_IF_ERROR(IssuePutCopies(entry.copies, entry.copy_bytes));
     if (entry.table.size() == 0) return absl::OkStatus();
     return put_launcher_->LaunchResident(entry.table.data(), entry.layout, put_stream_.get());

@@ -194,9 +194,6 @@ int64_t ErrorItemIndex(const absl::Status& s);
 struct ItemsName {
   uint64_t instance = 0;  // BoundPlan::instance
   int32_t round = 0;      // round index, or -1 for the plan's puts
-  friend bool operator==(const ItemsName& a, const ItemsName& b) {
-    return a.instance == b.instance && a.round == b.round;
-  }
 };
 
 class DataOps {

@@ -23,7 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/dtype.h"
-#include "controller/catalog/case.h"
+#include "catalog/case.h"
 #include "controller/plan/huge_page_allocator.h"
 #include "controller/plan/plan_arena.h"
 #include "controller/plan/planner.h"

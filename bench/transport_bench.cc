@@ -19,8 +19,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "worker/transport/gloo_transport.h"
-#include "worker/transport/kv_store.h"
+#include "worker/backends/host/gloo_transport.h"
+#include "worker/plane/kv_store.h"
 
 namespace {
 

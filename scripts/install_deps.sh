@@ -4,7 +4,7 @@ set -euo pipefail
 pkgs=(cmake ninja-build g++ ccache pkg-config
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
       libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
-      libgloo-dev prometheus python3)
+      libgloo-dev libspdlog-dev prometheus python3)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

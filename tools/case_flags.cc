@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
-#include "controller/catalog/case.h"
+#include "catalog/case.h"
 
 namespace wsync::tools {
 namespace {

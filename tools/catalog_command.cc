@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "absl/strings/str_format.h"
-#include "controller/catalog/model_config.h"
+#include "catalog/model_config.h"
 #include "tools/args.h"
 #include "tools/case_flags.h"
 #include "tools/spec_io.h"

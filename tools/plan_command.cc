@@ -10,7 +10,7 @@
 #include "controller/plan/compiled_layout.h"
 #include "controller/plan/plan_arena.h"
 #include "controller/plan/planner.h"
-#include "controller/plan/replay.h"
+#include "controller/verify/replay.h"
 #include "controller/plan/simulator.h"
 #include "tools/args.h"
 #include "tools/case_flags.h"

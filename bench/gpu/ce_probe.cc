@@ -12,9 +12,9 @@
 #include "bench/gpu/bench_kernels.h"
 #include "bench/gpu/bench_util.h"
 #include "common/status_macros.h"
-#include "worker/cuda/cuda_handles.h"
-#include "worker/cuda/cuda_status.h"
-#include "worker/cuda/ipc_registry.h"
+#include "worker/backends/cuda/cuda_handles.h"
+#include "worker/backends/cuda/cuda_status.h"
+#include "worker/backends/cuda/ipc_registry.h"
 
 namespace wsync::bench {
 namespace {

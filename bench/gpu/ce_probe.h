@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/transport/kv_store.h"
+#include "worker/plane/kv_store.h"
 
 namespace wsync::bench {
 

@@ -1,5 +1,5 @@
 #include "bench/gpu/copy_variants.h"
-#include "worker/cuda/piece_kernel_impl.cuh"
+#include "worker/backends/cuda/piece_kernel_impl.cuh"
 
 namespace wsync::bench {
 namespace {

@@ -1,6 +1,6 @@
 // Copy-only configurations of the piece kernel (warp item size, parts per
 // task, blocks per SM), run on an uploaded table, to measure against the
-// production one (worker/cuda/piece_kernels.cu).
+// production one (worker/backends/cuda/piece_kernels.cu).
 #ifndef WSYNC_BENCH_GPU_COPY_VARIANTS_H_
 #define WSYNC_BENCH_GPU_COPY_VARIANTS_H_
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/cuda/batched_kernels.h"
+#include "worker/backends/cuda/batched_kernels.h"
 
 namespace wsync::bench {
 

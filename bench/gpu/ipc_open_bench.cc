@@ -19,9 +19,9 @@
 #include "absl/strings/str_split.h"
 #include "bench/gpu/bench_util.h"
 #include "common/dtype.h"
-#include "controller/catalog/case.h"
-#include "worker/cuda/ipc_registry.h"
-#include "worker/transport/kv_store.h"
+#include "catalog/case.h"
+#include "worker/backends/cuda/ipc_registry.h"
+#include "worker/plane/kv_store.h"
 
 namespace wsync::bench {
 namespace {

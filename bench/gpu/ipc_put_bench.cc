@@ -26,10 +26,10 @@
 #include "absl/strings/str_format.h"
 #include "bench/gpu/bench_kernels.h"
 #include "bench/gpu/bench_util.h"
-#include "worker/cuda/batched_kernels.h"
-#include "worker/cuda/piece_table.h"
-#include "worker/transport/kv_store.h"
-#include "worker/transport/nccl_transport.h"
+#include "worker/backends/cuda/batched_kernels.h"
+#include "worker/backends/cuda/piece_table.h"
+#include "worker/plane/kv_store.h"
+#include "worker/backends/cuda/nccl_transport.h"
 
 namespace wsync::bench {
 namespace {

@@ -9,7 +9,7 @@
 #include "bench/gpu/slabs.h"
 #include "common/status_macros.h"
 #include "controller/plan/planner.h"
-#include "worker/cuda/cuda_data_ops_internal.h"
+#include "worker/backends/cuda/cuda_data_ops_internal.h"
 #include "worker/exec/bound_plan.h"
 
 namespace wsync::bench {

@@ -1,5 +1,5 @@
 // sync_bench --measure-issue-keys: the host time CudaDataOps spends keying
-// its table cache on each call of a sync (worker/cuda/cuda_data_ops.cc keys a
+// its table cache on each call of a sync (worker/backends/cuda/cuda_data_ops.cc keys a
 // cached table by the serialized item list), for one worker of a bound plan.
 // Runs on the CPU only: the buffers are carved from a made-up address and
 // never touched.

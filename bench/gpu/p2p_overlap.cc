@@ -27,8 +27,8 @@
 #include "bench/gpu/bench_kernels.h"
 #include "bench/gpu/bench_util.h"
 #include "bench/gpu/copy_variants.h"
-#include "worker/cuda/batched_kernels.h"
-#include "worker/cuda/piece_table.h"
+#include "worker/backends/cuda/batched_kernels.h"
+#include "worker/backends/cuda/piece_table.h"
 
 namespace wsync::bench {
 namespace {

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "worker/cuda/cuda_data_ops.h"
-#include "worker/exec/data_ops.h"
-#include "worker/transport/kv_store.h"
+#include "worker/backends/cuda/cuda_data_ops.h"
+#include "worker/plane/data_ops.h"
+#include "worker/plane/kv_store.h"
 
 namespace wsync::bench {
 

@@ -14,7 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "controller/plan/huge_page_allocator.h"
-#include "controller/server/env_flags.h"
+#include "common/env_flags.h"
 #include "controller/server/server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",

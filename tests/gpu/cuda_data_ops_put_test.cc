@@ -12,8 +12,8 @@
 
 #include "common/cast.h"
 #include "tests/gpu/gpu_test_util.h"
-#include "worker/cuda/cuda_data_ops.h"
-#include "worker/exec/host_data_ops.h"
+#include "worker/backends/cuda/cuda_data_ops.h"
+#include "worker/backends/host/host_data_ops.h"
 
 namespace wsync::cuda {
 namespace {

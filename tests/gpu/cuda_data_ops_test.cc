@@ -1,7 +1,7 @@
 // CudaDataOps against HostDataOps (the reference, common/cast.h rounding):
 // every result compared bit for bit over whole buffers, so writes outside a
 // view are caught too.
-#include "worker/cuda/cuda_data_ops.h"
+#include "worker/backends/cuda/cuda_data_ops.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include "absl/time/clock.h"
 #include "common/cast.h"
 #include "tests/gpu/gpu_test_util.h"
-#include "worker/exec/host_data_ops.h"
+#include "worker/backends/host/host_data_ops.h"
 
 namespace wsync::cuda {
 namespace {

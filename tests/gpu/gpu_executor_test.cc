@@ -12,15 +12,15 @@
 #include <thread>
 
 #include "common/cast.h"
-#include "controller/catalog/case.h"
+#include "catalog/case.h"
 #include "controller/plan/compiled_layout.h"
 #include "controller/plan/planner.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/worker/exec/cluster.h"
-#include "worker/cuda/cuda_data_ops.h"
+#include "worker/backends/cuda/cuda_data_ops.h"
 #include "worker/exec/executor.h"
-#include "worker/transport/kv_store.h"
-#include "worker/transport/nccl_transport.h"
+#include "worker/plane/kv_store.h"
+#include "worker/backends/cuda/nccl_transport.h"
 
 namespace wsync {
 namespace {

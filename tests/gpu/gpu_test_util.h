@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "worker/cuda/cuda_handles.h"
-#include "worker/exec/data_ops.h"
+#include "worker/backends/cuda/cuda_handles.h"
+#include "worker/plane/data_ops.h"
 
 namespace wsync::testing {
 

@@ -1,6 +1,6 @@
 // CUDA IPC between two processes: a child (forked before this process touches
 // CUDA) owns and exports tensors; the test process maps them.
-#include "worker/cuda/ipc_registry.h"
+#include "worker/backends/cuda/ipc_registry.h"
 
 #include <cuda.h>
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_split.h"
 #include "tests/gpu/gpu_test_util.h"
-#include "worker/cuda/driver_api.h"
+#include "worker/backends/cuda/driver_api.h"
 
 namespace wsync::cuda {
 namespace {

@@ -6,10 +6,10 @@
 #include <atomic>
 #include <thread>
 
-#include "tests/worker/transport/transport_conformance.h"
-#include "worker/cuda/cuda_handles.h"
-#include "worker/transport/kv_store.h"
-#include "worker/transport/nccl_transport.h"
+#include "tests/worker/plane/transport_conformance.h"
+#include "worker/backends/cuda/cuda_handles.h"
+#include "worker/plane/kv_store.h"
+#include "worker/backends/cuda/nccl_transport.h"
 
 namespace wsync::transport {
 namespace {

@@ -1,5 +1,5 @@
 // NcclTransport with two ranks on two GPUs of this process (one thread each).
-#include "worker/transport/nccl_transport.h"
+#include "worker/backends/cuda/nccl_transport.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "tests/gpu/gpu_test_util.h"
-#include "worker/cuda/cuda_data_ops.h"
+#include "worker/backends/cuda/cuda_data_ops.h"
 
 namespace wsync::transport {
 namespace {

@@ -1,5 +1,5 @@
 // Host-only checks of the kernel table builder (runs without a GPU).
-#include "worker/cuda/piece_table.h"
+#include "worker/backends/cuda/piece_table.h"
 
 #include <gtest/gtest.h>
 

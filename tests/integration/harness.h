@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "controller/catalog/case.h"
+#include "catalog/case.h"
 #include "controller/plan/compiled_layout.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"

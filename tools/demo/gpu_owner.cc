@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
-#include "worker/cuda/cuda_handles.h"
-#include "worker/cuda/cuda_status.h"
-#include "worker/cuda/ipc_registry.h"
+#include "worker/backends/cuda/cuda_handles.h"
+#include "worker/backends/cuda/cuda_status.h"
+#include "worker/backends/cuda/ipc_registry.h"
 
 namespace wsync::demo {
 namespace {

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "worker/transport/kv_store.h"
+#include "worker/plane/kv_store.h"
 #include "wsync/v1/controller.grpc.pb.h"
 
 namespace wsync::agent {

@@ -15,9 +15,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "worker/exec/data_ops.h"
-#include "worker/transport/kv_store.h"
-#include "worker/transport/transport.h"
+#include "worker/plane/data_ops.h"
+#include "worker/plane/kv_store.h"
+#include "worker/plane/transport.h"
 #include "wsync/v1/worker_local.pb.h"
 
 namespace wsync::agent {

@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "worker/agent/gpu_plane.h"
-#include "worker/cuda/cuda_data_ops.h"
-#include "worker/cuda/ipc_registry.h"
-#include "worker/transport/nccl_transport.h"
+#include "worker/backends/cuda/cuda_data_ops.h"
+#include "worker/backends/cuda/ipc_registry.h"
+#include "worker/backends/cuda/nccl_transport.h"
 
 namespace wsync::agent {
 namespace {

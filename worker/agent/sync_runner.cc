@@ -7,7 +7,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "worker/agent/controller_kv_store.h"
-#include "worker/transport/gloo_transport.h"
+#include "worker/backends/host/gloo_transport.h"
 
 namespace wsync::agent {
 

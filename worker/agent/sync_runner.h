@@ -20,8 +20,8 @@
 #include "worker/agent/worker_metrics.h"
 #include "worker/exec/buffer_registry.h"
 #include "worker/exec/executor.h"
-#include "worker/exec/host_data_ops.h"
-#include "worker/transport/transport.h"
+#include "worker/backends/host/host_data_ops.h"
+#include "worker/plane/transport.h"
 #include "wsync/v1/controller.grpc.pb.h"
 
 namespace wsync::agent {

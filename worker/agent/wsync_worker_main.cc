@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "controller/server/env_flags.h"
+#include "common/env_flags.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/agent/agent.h"
 #include "worker/agent/gpu_plane.h"

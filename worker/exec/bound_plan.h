@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/exec/buffer_registry.h"
-#include "worker/exec/data_ops.h"
+#include "worker/plane/data_ops.h"
 #include "wsync/v1/plan.pb.h"
 
 namespace wsync::exec {

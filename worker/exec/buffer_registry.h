@@ -17,7 +17,7 @@
 
 #include "absl/status/status.h"
 #include "common/dtype.h"
-#include "worker/transport/transport.h"
+#include "worker/plane/transport.h"
 
 namespace wsync::exec {
 

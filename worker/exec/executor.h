@@ -46,9 +46,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/exec/bound_plan.h"
-#include "worker/exec/data_ops.h"
+#include "worker/plane/data_ops.h"
 #include "worker/exec/pipeline_schedule.h"
-#include "worker/transport/transport.h"
+#include "worker/plane/transport.h"
 
 namespace wsync::exec {
 

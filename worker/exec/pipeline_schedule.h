@@ -28,7 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/exec/bound_plan.h"
-#include "worker/exec/data_ops.h"
+#include "worker/plane/data_ops.h"
 
 namespace wsync::exec {
 

@@ -6,7 +6,7 @@
 #include <map>
 
 #include "controller/plan/rank_parts.h"
-#include "controller/plan/replay.h"
+#include "controller/verify/replay.h"
 #include "gtest/gtest.h"
 #include "tests/controller/plan/planner_test_util.h"
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "controller/plan/planner.h"
-#include "controller/plan/replay.h"
+#include "controller/verify/replay.h"
 #include "gtest/gtest.h"
 #include "wsync/v1/layout.pb.h"
 #include "wsync/v1/plan.pb.h"

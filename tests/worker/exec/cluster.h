@@ -22,9 +22,9 @@
 #include "tests/worker/exec/lazy_data_ops.h"
 #include "worker/exec/bound_plan.h"
 #include "worker/exec/executor.h"
-#include "worker/exec/host_data_ops.h"
-#include "worker/transport/gloo_transport.h"
-#include "worker/transport/kv_store.h"
+#include "worker/backends/host/host_data_ops.h"
+#include "worker/backends/host/gloo_transport.h"
+#include "worker/plane/kv_store.h"
 
 namespace wsync::exec::testing {
 

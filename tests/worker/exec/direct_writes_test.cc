@@ -295,7 +295,7 @@ TEST(DirectWritesTest, AnAbortDuringTheReadyRoundDrainsQueuedLocalWork) {
 
 // The data ops never drain or finish puts while a transport round is in
 // flight (device data ops free retired memory there, which would wait for
-// NCCL's kernels: worker/cuda/retired_memory.h), also when a round queued
+// NCCL's kernels: worker/backends/cuda/retired_memory.h), also when a round queued
 // during the ready tokens fails; nor does the progress callback run there
 // (the worker's reports over gRPC block).
 class InFlightFlagTransport : public transport::Transport {

@@ -11,7 +11,7 @@
 #include <functional>
 #include <vector>
 
-#include "worker/exec/host_data_ops.h"
+#include "worker/backends/host/host_data_ops.h"
 
 namespace wsync::exec::testing {
 

@@ -1,0 +1,270 @@
+// DataOps on one GPU: every Pack / Unpack / Copy / Reduce call becomes one
+// batched kernel launch (worker/backends/cuda/piece_kernels.cu) on the ops' stream,
+// however many pieces it holds. Calls are asynchronous; Synchronize() waits
+// and reports kernel faults. Tables of calls that repeat (the interpreter
+// replays the same items every sync) stay resident on the device, so a
+// steady-state sync uploads nothing. Staging comes from a per-device pool:
+// a freed buffer is reused by the next allocation it fits, never returned to
+// the driver mid-run. Not thread-safe: one instance per executor.
+//
+// Puts (direct writes into a peer's IPC-mapped memory, cuda_data_ops_put.cc)
+// run on a second stream, the put stream, so they overlap the ops' stream;
+// the big ones go to the copy engines.
+#ifndef WSYNC_WORKER_BACKENDS_CUDA_CUDA_DATA_OPS_H_
+#define WSYNC_WORKER_BACKENDS_CUDA_CUDA_DATA_OPS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
+#include "worker/backends/cuda/batched_kernels.h"
+#include "worker/backends/cuda/block_fp8_kernel.h"
+#include "worker/backends/cuda/copy_engine_batch.h"
+#include "worker/backends/cuda/cuda_handles.h"
+#include "worker/backends/cuda/piece_table.h"
+#include "worker/backends/cuda/retired_memory.h"
+#include "worker/plane/data_ops.h"
+
+namespace wsync::cuda {
+
+class StagingPool;
+
+class CudaDataOps : public exec::DataOps {
+ public:
+  struct Options {
+    int device = 0;
+    // Device bytes the resident table cache may hold before it is cleared.
+    int64_t table_cache_bytes = int64_t{256} << 20;
+    // Grid size of the batched kernels (BatchedKernels::Create), capped at
+    // what fits on an SM: 2 blocks for the full kernel (128 registers), 3 for
+    // the copy-only one. Blocks claim tasks from a counter, so blocks that
+    // wait for SM slots held by another kernel (puts, NCCL) still share the
+    // work once they start.
+    int blocks_per_sm = 8;
+    // Which pack / unpack / copy requests go to the copy engines
+    // (copy_engine_batch.h); the default min_bytes 0 keeps all on the kernel.
+    CopyEngineOptions copy_engine;
+    // Puts of at least this many bytes that convert nothing and have at most
+    // 2 dims, each with a contiguous innermost dim, go to the copy engines (one
+    // cudaMemcpy2DAsync / cudaMemcpyAsync each; on H200 a big strided peer
+    // write by the copy engines beat SM stores, 390 vs 351 GB/s). Smaller
+    // ones stay in one piece-kernel launch: thousands of memcpy calls would
+    // cost more in call overhead than they move. 0 keeps every put on the
+    // kernel.
+    int64_t put_copy_engine_min_bytes = int64_t{4} << 20;
+    // Shortest contiguous row (bytes) of a 2-D put worth a copy engine. On
+    // H200 the engines wrote Llama-3-8B's o_proj halves (4 KiB rows) to the
+    // peer at 277 GB/s where the kernel reached 365: at 8 KiB the colocated
+    // sync went 6.0 -> 5.2 ms.
+    int64_t put_copy_engine_min_row_bytes = 8192;
+    // Grid of the put kernel beside other work: it holds this many SM slots
+    // per SM, and the local-copy kernel the rest.
+    int put_blocks_per_sm = 1;
+    // Streams the copy-engine puts are spread over (balanced by bytes): one
+    // stream runs its copies one after another, with a gap between them.
+    int put_copy_streams = 4;
+    // Blocks of the data ops' kernels that land on SMs [0, n) leave at once,
+    // so NCCL's kernel for a round's few token bytes, launched just before the
+    // local copies but possibly scheduled after them, never waits for them.
+    int reserved_sms = 0;
+  };
+  static absl::StatusOr<std::unique_ptr<CudaDataOps>> Create(const Options& options);
+  ~CudaDataOps() override;
+
+  std::string Name() const override;
+  exec::MemorySpace memory_space() const override { return exec::MemorySpace::kCuda; }
+
+  absl::StatusOr<exec::StagingBuffer> AllocateStaging(int64_t bytes) override;
+  absl::Status Pack(absl::Span<const exec::PackItem> items, void* staging_base) override;
+  absl::Status Unpack(const void* staging_base, absl::Span<const exec::UnpackItem> items) override;
+  absl::Status Copy(absl::Span<const exec::CopyItem> items) override;
+  absl::Status CopyNamed(absl::Span<const exec::CopyItem> items,
+                         const exec::ItemsName& name) override;
+  absl::Status Reduce(absl::Span<const exec::ReduceInput> inputs,
+                      absl::Span<const exec::ReduceItem> items, const void* staging_base) override;
+  // Does not wait for puts (FinishPuts does).
+  absl::Status Synchronize() override;
+  // On the put stream, in call order; FinishPuts waits for it. Callers make
+  // the peer's memory reachable (peer access: cudaIpcOpenMemHandle with
+  // cudaIpcMemLazyEnablePeerAccess, as IpcRegistry does) before putting.
+  absl::Status Put(absl::Span<const exec::CopyItem> items, bool alone) override;
+  absl::Status PutNamed(absl::Span<const exec::CopyItem> items, bool alone,
+                        const exec::ItemsName& name) override;
+  absl::Status FinishPuts() override;
+  absl::Status WriteStaging(void* staging, const void* host, size_t bytes) override;
+  absl::Status ReadStaging(void* host, const void* staging, size_t bytes) override;
+  // Block fp8 (worker/backends/cuda/block_fp8_kernel.h): inputs gathered into fp32
+  // scratch by one piece-kernel launch, then one quantization launch.
+  absl::Status Quantize(absl::Span<const exec::QuantizeInput> inputs,
+                        absl::Span<const exec::QuantizeItem> items,
+                        const void* staging_base) override;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_.get(); }
+  cudaStream_t put_stream() const { return put_stream_.get(); }
+  // Buffers retired since the last Synchronize() (retired_memory.h).
+  size_t retired_buffers() const { return retired_.buffers(); }
+  // Kernel launches and resident-table hits so far (benchmarks report them),
+  // puts included.
+  int64_t launches() const { return kernels_->launches() + put_launches(); }
+  int64_t table_cache_hits() const { return cache_hits_; }
+  // Copies and bytes sent to the copy engines so far, puts included.
+  int64_t copy_engine_copies() const { return copy_engine_copies_; }
+  int64_t copy_engine_bytes() const { return copy_engine_bytes_; }
+  // The puts' share of the above.
+  int64_t put_launches() const { return put_kernels_->launches() + put_kernels_alone_->launches(); }
+  int64_t put_copy_engine_copies() const { return put_copy_engine_copies_; }
+  int64_t put_copy_engine_bytes() const { return put_copy_engine_bytes_; }
+
+ private:
+  struct CachedTable {
+    std::string key;
+    DeviceBuffer table;  // empty when every request went to the copy engines
+    TableLayout layout;
+    CopyEngineBatch copy_engine;
+  };
+
+  // One put on the copy engines: a cudaMemcpy2DAsync of `height` rows of
+  // `width` bytes (height 1: a cudaMemcpyAsync). `item` names it in errors.
+  struct PutCopy {
+    void* dst = nullptr;
+    size_t dst_pitch = 0;
+    const void* src = nullptr;
+    size_t src_pitch = 0;
+    size_t width = 0;
+    size_t height = 0;
+    size_t item = 0;
+  };
+  // A Put call kept for replay: its copy-engine copies, then its resident
+  // table (empty when every put went to the copy engines).
+  struct CachedPut {
+    std::vector<PutCopy> copies;
+    int64_t copy_bytes = 0;
+    DeviceBuffer table;
+    TableLayout layout;
+  };
+
+  CudaDataOps() = default;
+  // The put stream, kernels and options (called by Create).
+  absl::Status InitPuts(const Options& options);
+  // Adds put src -> dst (validated, equal element counts) to `put_copies_`
+  // when it qualifies for the copy engines, else to `table_`.
+  absl::Status AddPutRequest(const exec::StridedView& src, const exec::StridedView& dst,
+                             size_t index);
+  // Enqueues `copies` (`bytes` in all) on the put stream.
+  // `one_stream`: every copy on the put stream, in order after what it holds
+  // (copies that read put scratch filled by a kernel there).
+  absl::Status IssuePutCopies(const std::vector<PutCopy>& copies, int64_t bytes,
+                              bool one_stream = false);
+  // Runs `put_copies_` and `table_` on the put stream and keeps them resident
+  // under `key` (unless empty).
+  // Empty key: not cached, and the copies read put scratch (one stream).
+  absl::Status RunPut(std::string key);
+  // Copy and Put under the items' cache key, or replaying `known` (an entry
+  // a named list resolved to).
+  absl::Status CopyKeyed(absl::Span<const exec::CopyItem> items, std::string key,
+                         CachedTable* known = nullptr);
+  absl::Status PutKeyed(absl::Span<const exec::CopyItem> items, bool alone, std::string key,
+                        CachedPut* known = nullptr);
+  // Runs `copy_engine_` and `table_` (built by the caller) and keeps them
+  // resident under `key` (unless empty).
+  absl::Status Run(std::string key);
+  // A cached call: its copy-engine batch, then its resident table.
+  absl::Status Replay(CachedTable& entry);
+  // Adds one pack / unpack / copy request to the copy-engine batch if it
+  // qualifies, else to `table_`.
+  absl::Status AddRequest(const ViewRef& src, const ViewRef& dst, const int64_t* shape, int ndim,
+                          const char* label);
+  // Adds pack item `it` (no quantization) to `table_`, or, where
+  // copy_engine_ok and it qualifies, to the copy-engine batch.
+  absl::Status AddPackRequest(const exec::PackItem& it, void* staging_base, size_t index,
+                              bool copy_engine_ok);
+  // Adds src -> dst to `table_`, or, where copy_engine_ok and it qualifies,
+  // to the copy-engine batch.
+  absl::Status AddCopyItem(const exec::StridedView& src, const exec::StridedView& dst,
+                           const char* what, size_t index, bool copy_engine_ok = false);
+  absl::StatusOr<char*> Scratch(int64_t bytes);
+  // Every non-empty item of a copy or put call: items that `via_scratch`
+  // names (ascending; shapes with no common refinement) first go src -> a
+  // contiguous copy in the source dtype, carved by `carve`, through
+  // `pre_table_`; then `add` takes (that copy or src, dst, item index).
+  using ItemAdder =
+      std::function<absl::Status(const exec::StridedView&, const exec::StridedView&, size_t)>;
+  absl::Status AddItemsViaScratch(absl::Span<const exec::CopyItem> items,
+                                  const std::vector<size_t>& via_scratch, const char* what,
+                                  const std::function<absl::StatusOr<char*>(int64_t)>& carve,
+                                  const ItemAdder& add);
+  // Scratch of at least `bytes` (waits for the stream before growing it).
+  absl::Status ReserveScratch(int64_t bytes);
+  // Pack with block-quantized items (no resident table: two launches).
+  absl::Status PackQuantized(absl::Span<const exec::PackItem> items, void* staging_base);
+  absl::Status LaunchQuant(const std::vector<QuantRegionDesc>& regions, int64_t blocks);
+
+  int device_ = 0;
+  int64_t table_cache_bytes_ = 0;
+  Stream stream_;
+  // Memory the calls outgrow, freed by Synchronize() (retired_memory.h):
+  // calls issued beside a transfer must not free.
+  RetiredMemory retired_;
+  std::unique_ptr<BatchedKernels> kernels_;
+  std::shared_ptr<StagingPool> pool_;
+  PieceTable table_;
+  CopyEngineBatch copy_engine_;
+  int64_t copy_engine_copies_ = 0;
+  int64_t copy_engine_bytes_ = 0;
+  // Second pass of copies that go through scratch (shapes with no common
+  // refinement, strided reduce inputs).
+  PieceTable pre_table_;
+  DeviceBuffer scratch_;
+  int64_t scratch_used_ = 0;
+  // Keyed by the items; entries never move (named_ points at them). A named
+  // list (exec::ItemsName) resolves to its items' entry once, then by name:
+  // a plan bound again over the same buffers finds its tables by their items.
+  // Cleared together.
+  absl::node_hash_map<std::string, CachedTable> cache_;
+  absl::flat_hash_map<std::string, CachedTable*> named_;
+  int64_t cache_device_bytes_ = 0;
+  int64_t cache_hits_ = 0;
+  DeviceBuffer quant_regions_;
+
+  // Puts (cuda_data_ops_put.cc). Their own kernels, table ring, scratch and
+  // cache, so the two streams never wait on each other's work (beyond the
+  // device-wide waits of cudaMalloc / cudaFree when a cache is cleared or
+  // scratch grows). The host-side builders table_ / pre_table_ are shared.
+  Stream put_stream_;  // put kernels and the first share of copies
+  // The direct-write tokens' few bytes: not ordered behind queued copies.
+  Stream staging_io_stream_;
+  std::vector<Stream> put_copy_streams_;  // the other shares of copy-engine puts
+  // Waits for every put stream.
+  absl::Status SynchronizePuts();
+  std::unique_ptr<BatchedKernels> put_kernels_;        // beside the main stream's kernels
+  std::unique_ptr<BatchedKernels> put_kernels_alone_;  // Put(..., alone): the whole device
+  BatchedKernels* put_launcher_ = nullptr;             // the one of the current Put
+  int64_t put_min_bytes_ = 0;
+  int64_t put_min_row_bytes_ = 0;
+  int64_t max_pitch_ = 0;  // cudaDevAttrMaxPitch: larger pitches stay on the kernel
+  std::vector<PutCopy> put_copies_;
+  int64_t put_copies_bytes_ = 0;
+  DeviceBuffer put_scratch_;
+  absl::node_hash_map<std::string, CachedPut> put_cache_;  // as cache_
+  absl::flat_hash_map<std::string, CachedPut*> put_named_;
+  int64_t put_cache_bytes_ = 0;
+  int64_t put_copy_engine_copies_ = 0;
+  int64_t put_copy_engine_bytes_ = 0;
+};
+
+// Splits the dims of two views of equal element count (each enumerated
+// row-major over its own shape) into one common shape with a stride array for
+// each; false when no refinement of at most kMaxRequestDims dims exists.
+bool CommonShape(const exec::StridedView& a, const exec::StridedView& b, int64_t* shape,
+                 int64_t* a_strides, int64_t* b_strides, int* ndim);
+
+}  // namespace wsync::cuda
+
+#endif  // WSYNC_WORKER_BACKENDS_CUDA_CUDA_DATA_OPS_H_

@@ -1,0 +1,274 @@
+// Gloo reports failures with C++ exceptions; they are caught at this file's
+// boundary and turned into absl::Status (the rest of wsync has none).
+#include "worker/backends/host/gloo_transport.h"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "gloo/common/error.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
+
+namespace wsync::transport {
+namespace {
+
+// gloo::rendezvous::Store on a KvStore. Gloo expects waits to throw on
+// timeout; the first failure is kept so Create() can report it precisely.
+class StoreAdapter : public gloo::rendezvous::Store {
+ public:
+  StoreAdapter(KvStore* kv, std::string prefix, absl::Time deadline)
+      : kv_(kv), prefix_(std::move(prefix)), deadline_(deadline) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    const absl::Status s = kv_->Set(Key(key), std::string(data.begin(), data.end()));
+    if (!s.ok()) Fail(s);
+  }
+  std::vector<char> get(const std::string& key) override {
+    absl::StatusOr<std::string> v = kv_->Get(Key(key), deadline_);
+    if (!v.ok()) Fail(v.status(), key);
+    return std::vector<char>(v->begin(), v->end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, kDefaultTimeout); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
+    // The transport's own deadline governs, not gloo's per-call timeout.
+    for (const std::string& key : keys) {
+      absl::StatusOr<std::string> v = kv_->Get(Key(key), deadline_);
+      if (!v.ok()) Fail(v.status(), key);
+    }
+  }
+
+  const absl::Status& failure() const { return failure_; }
+  const std::vector<std::string>& missing_keys() const { return missing_; }
+
+ private:
+  std::string Key(const std::string& key) const { return absl::StrCat(prefix_, "/", key); }
+  [[noreturn]] void Fail(const absl::Status& s, const std::string& key = "") {
+    if (failure_.ok()) failure_ = s;
+    if (!key.empty()) missing_.push_back(key);
+    throw ::gloo::IoException(std::string(s.message()));
+  }
+
+  KvStore* const kv_;
+  const std::string prefix_;
+  const absl::Time deadline_;
+  absl::Status failure_;
+  std::vector<std::string> missing_;
+};
+
+std::chrono::milliseconds Remaining(absl::Time deadline) {
+  // Gloo treats -1 ms as "use the context default"; never pass a negative.
+  const absl::Duration left =
+      std::clamp(deadline - absl::Now(), absl::ZeroDuration(), absl::Hours(24 * 30));
+  return std::chrono::milliseconds(
+      absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))));
+}
+
+struct Pending {
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+  bool is_send;
+  int32_t peer;
+  int64_t tag;
+  size_t bytes;
+  bool done = false;
+};
+
+std::string Describe(const Pending& p) {
+  return absl::StrCat(p.is_send ? "send to" : "recv from", " peer ", p.peer, " (tag ", p.tag, ", ",
+                      p.bytes, " B)");
+}
+
+std::string PendingSummary(const std::vector<Pending>& ops) {
+  std::set<int32_t> peers;
+  std::vector<std::string> first;
+  for (const Pending& p : ops) {
+    if (p.done) continue;
+    peers.insert(p.peer);
+    if (first.size() < 8) first.push_back(Describe(p));
+  }
+  return absl::StrCat("pending peers [", absl::StrJoin(peers, ","),
+                      "]: ", absl::StrJoin(first, "; "), first.size() < 8 ? "" : "; ...");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GlooTransport>> GlooTransport::Create(
+    const GlooTransportOptions& options) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo transport: rank ", options.rank, " outside size ", options.size));
+  }
+  if (options.store == nullptr) return absl::InvalidArgumentError("gloo transport: no store");
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
+  StoreAdapter store(options.store, options.prefix, deadline);
+  const std::string who = absl::StrCat("gloo rendezvous of rank ", options.rank, "/", options.size,
+                                       " (prefix '", options.prefix, "')");
+  try {
+    gloo::transport::tcp::attr attr;
+    if (!options.iface.empty()) {
+      attr.iface = options.iface;
+    } else {
+      attr.hostname = options.hostname;
+    }
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+    context->setTimeout(std::chrono::milliseconds(
+        std::max<int64_t>(1, absl::ToInt64Milliseconds(options.connect_timeout))));
+    context->connectFullMesh(store, device);
+    return std::unique_ptr<GlooTransport>(
+        new GlooTransport(options.rank, options.size, std::move(context)));
+  } catch (const std::exception& e) {
+    if (!store.failure().ok()) {
+      // Gloo keys its addresses by rank number: a missing key is an absent peer.
+      std::vector<std::string> absent;
+      for (const std::string& key : store.missing_keys()) absent.push_back(key);
+      return absl::Status(store.failure().code(),
+                          absl::StrCat(who, ": peers [", absl::StrJoin(absent, ","),
+                                       "] did not show up: ", store.failure().message()));
+    }
+    const bool late = absl::Now() >= deadline;
+    return absl::Status(late ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kUnavailable,
+                        absl::StrCat(who, ": ", e.what()));
+  }
+}
+
+GlooTransport::GlooTransport(int32_t rank, int32_t size, std::shared_ptr<gloo::Context> context)
+    : rank_(rank), size_(size), context_(std::move(context)) {}
+
+GlooTransport::~GlooTransport() = default;
+
+absl::Status GlooTransport::RunRound(absl::Span<const SendRequest> sends,
+                                     absl::Span<const RecvRequest> recvs, absl::Time deadline,
+                                     const std::function<void()>& on_posted) {
+  RETURN_IF_ERROR(ValidateRoundRequests(rank_, size_, sends, recvs));
+  std::vector<Pending> ops;
+  ops.reserve(sends.size() + recvs.size());
+  for (const RecvRequest& r : recvs) {
+    if (r.bytes > 0) ops.push_back(Pending{nullptr, false, r.peer, r.tag, r.bytes});
+  }
+  for (const SendRequest& r : sends) {
+    if (r.bytes > 0) ops.push_back(Pending{nullptr, true, r.peer, r.tag, r.bytes});
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (aborted_) {
+      return absl::CancelledError(
+          absl::StrCat("gloo transport rank ", rank_, ": ", broken_reason_));
+    }
+    if (!broken_reason_.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("gloo transport rank ", rank_, " is unusable: ", broken_reason_));
+    }
+  }
+  if (ops.empty()) {
+    if (on_posted) on_posted();
+    return absl::OkStatus();
+  }
+
+  // Builds buffers and posts every operation, then waits for each against the
+  // one deadline. Any failure breaks the transport (pairs closed) before the
+  // buffers go away, so nothing writes into caller memory afterwards.
+  absl::Status status;
+  try {
+    size_t ri = 0, si = 0;
+    for (Pending& p : ops) {
+      if (p.is_send) {
+        while (sends[si].bytes == 0) ++si;
+        p.buffer = context_->createUnboundBuffer(const_cast<void*>(sends[si].data), p.bytes);
+        ++si;
+      } else {
+        while (recvs[ri].bytes == 0) ++ri;
+        p.buffer = context_->createUnboundBuffer(recvs[ri].data, p.bytes);
+        ++ri;
+      }
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (aborted_) {
+        status = absl::CancelledError(absl::StrCat("aborted: ", broken_reason_));
+      } else {
+        for (const Pending& p : ops) inflight_.push_back(p.buffer.get());
+      }
+    }
+    if (status.ok()) {
+      for (Pending& p : ops) {
+        const uint64_t slot = static_cast<uint64_t>(p.tag);
+        if (p.is_send) {
+          p.buffer->send(p.peer, slot, 0, p.bytes);
+        } else {
+          p.buffer->recv(p.peer, slot, 0, p.bytes);
+        }
+      }
+      if (on_posted) on_posted();
+      for (Pending& p : ops) {
+        const bool ok = p.is_send ? p.buffer->waitSend(Remaining(deadline))
+                                  : p.buffer->waitRecv(Remaining(deadline));
+        if (!ok) {
+          absl::MutexLock lock(&mu_);
+          status = absl::CancelledError(absl::StrCat("gloo transport rank ", rank_, " aborted (",
+                                                     broken_reason_, "); ", PendingSummary(ops)));
+          break;
+        }
+        p.done = true;
+      }
+    }
+  } catch (const std::exception& e) {
+    const Pending* failed = nullptr;
+    for (const Pending& p : ops) {
+      if (!p.done) {
+        failed = &p;
+        break;
+      }
+    }
+    if (absl::Now() >= deadline) {
+      status = absl::DeadlineExceededError(absl::StrCat(
+          "gloo transport rank ", rank_, ": round deadline passed with ", PendingSummary(ops)));
+    } else {
+      status = absl::UnavailableError(absl::StrCat(
+          "gloo transport rank ", rank_, ": ", failed ? Describe(*failed) : "operation",
+          " failed (peer connection lost?): ", e.what(), "; ", PendingSummary(ops)));
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    inflight_.clear();
+  }
+  if (!status.ok()) Break(std::string(status.message()));
+  return status;
+}
+
+void GlooTransport::Break(const std::string& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (broken_reason_.empty()) broken_reason_ = why;
+  }
+  for (int32_t peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    try {
+      auto& pair = context_->getPair(peer);
+      if (pair) pair->close();
+    } catch (const std::exception&) {
+      // Already failed: closed is what we want.
+    }
+  }
+}
+
+void GlooTransport::Abort(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (!aborted_) {
+    aborted_ = true;
+    if (broken_reason_.empty()) broken_reason_ = absl::StrCat("aborted: ", reason);
+  }
+  for (gloo::transport::UnboundBuffer* b : inflight_) {
+    b->abortWaitSend();
+    b->abortWaitRecv();
+  }
+}
+
+}  // namespace wsync::transport

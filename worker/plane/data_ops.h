@@ -1,0 +1,266 @@
+// Everything the op-list interpreter needs from the memory the tensors live
+// in: staging allocation, pack, unpack, copy, reduce, synchronize. The host
+// implementation is HostDataOps (host_data_ops.h); a CUDA implementation
+// lives behind WSYNC_WITH_CUDA.
+//
+// Calls take whole lists of items so that a device implementation can batch
+// thousands of small pieces into a few kernel launches: the interpreter makes
+// at most one Pack, Unpack, Copy and Reduce call per round. Items are plain
+// structs (no pointers to heap-owned arrays) so they can be copied to the
+// device as-is; the interpreter builds them once per plan and replays them on
+// every sync, so implementations must not keep pointers to them past a call.
+//
+// Ordering: calls on one DataOps (Pack, Unpack, Copy, Reduce, Quantize) execute
+// in call order, as one ordered queue, and may be asynchronous; Synchronize()
+// returns once all of them finished (and reports any deferred error). The
+// interpreter calls Synchronize() before handing packed staging to the
+// transport (which runs on its own stream), so before a round with transfers
+// reuses a staging set. Rounds without transfers touch no staging: it queues
+// their work behind the previous rounds' without waiting, relying on the call
+// order alone. Puts are the exception: they run beside the queue (see Put).
+//
+// Element conversions (pack / unpack / copy with differing dtypes) and the
+// reduction arithmetic must match common/cast.h bit for bit.
+#ifndef WSYNC_WORKER_PLANE_DATA_OPS_H_
+#define WSYNC_WORKER_PLANE_DATA_OPS_H_
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "common/dtype.h"
+#include "worker/plane/transport.h"
+
+namespace wsync::exec {
+
+using transport::MemorySpace;
+
+// Views are coalesced at bind time (CoalesceViews), so most pieces arrive
+// with ndim 1 or 2 here.
+inline constexpr int kMaxViewDims = 8;
+
+// A strided view of resolved memory: element i (multi-index over
+// shape[0..ndim)) lives at data + elem_size(dtype) * sum_d(i_d * strides[d]).
+// Strides are in elements and never negative. ndim == 0 is a scalar (one
+// element). Elements are enumerated row-major over `shape`: that order is the
+// order of the packed bytes.
+struct StridedView {
+  void* data = nullptr;
+  DType dtype = v1::DTYPE_UNSPECIFIED;
+  int32_t ndim = 0;
+  std::array<int64_t, kMaxViewDims> shape{};
+  std::array<int64_t, kMaxViewDims> strides{};
+
+  int64_t num_elements() const;
+  // ndim <= 1 with unit stride (or any view of <= 1 element).
+  bool contiguous() const;
+};
+
+// src (strided) -> staging_base + staging_offset (contiguous, row-major over
+// src.shape), converted from src.dtype to wire_dtype.
+struct PackItem {
+  StridedView src;
+  int64_t staging_offset = 0;
+  DType wire_dtype = v1::DTYPE_UNSPECIFIED;
+  // Block fp8 at the sender (quant_block_rows > 0, wire_dtype FP8_E4M3):
+  // src's elements, read row-major and laid out as [quant_outer, quant_rows,
+  // quant_cols], are quantized in blocks (common/block_fp8.h); the fp8 bytes
+  // go to staging_offset, the fp32 scales to scale_offset.
+  int64_t quant_outer = 0;
+  int64_t quant_rows = 0;
+  int64_t quant_cols = 0;
+  int64_t quant_block_rows = 0;
+  int64_t quant_block_cols = 0;
+  int64_t scale_offset = 0;
+};
+
+// staging_base + staging_offset (contiguous, wire_dtype, dst.num_elements()
+// elements) -> dst (strided), converted to dst.dtype.
+struct UnpackItem {
+  int64_t staging_offset = 0;
+  DType wire_dtype = v1::DTYPE_UNSPECIFIED;
+  StridedView dst;
+};
+
+// src -> dst with conversion; src and dst have the same ndim and shape
+// (coalesced together).
+struct CopyItem {
+  StridedView src;
+  StridedView dst;
+};
+
+// One reduce input: either a strided view (staging_offset < 0), or packed
+// bytes at staging_base + staging_offset, contiguous in view.dtype with
+// view.shape (view.data is then ignored).
+struct ReduceInput {
+  StridedView view;
+  int64_t staging_offset = -1;
+};
+
+// dst = op over inputs[input_begin, input_begin + num_inputs): each input is
+// converted to accumulate_dtype, combined with ReduceElements semantics
+// (fp32 accumulation in input order, one rounding to accumulate_dtype), then
+// converted to dst.dtype. Strided inputs have dst's ndim and shape (coalesced
+// together with dst); staged inputs have dst's element count.
+struct ReduceItem {
+  v1::ReduceOp op = v1::REDUCE_SUM;
+  DType accumulate_dtype = v1::DTYPE_UNSPECIFIED;
+  StridedView dst;
+  int32_t input_begin = 0;
+  int32_t num_inputs = 0;
+};
+
+// One part of a block fp8 quantization: its elements, read row-major from
+// `view` (strided, staging_offset < 0) or from packed bytes at staging_base +
+// staging_offset (contiguous in view.dtype, view.num_elements() elements),
+// fill the box [offset, offset + shape) of the item's region.
+struct QuantizeInput {
+  StridedView view;
+  int64_t staging_offset = -1;
+  std::array<int64_t, kMaxViewDims> offset{};
+  std::array<int64_t, kMaxViewDims> shape{};  // dst.ndim dims
+};
+
+// The region `dst` (FP8_E4M3, ndim >= 2, not coalesced: blocks cut its last
+// two dims) is assembled from inputs[input_begin, input_begin + num_inputs),
+// which tile it, and quantized block by block (common/block_fp8.h): fp8 into
+// dst, the scales (row-major over [outer, row blocks, col blocks]) into
+// scale_dst.
+struct QuantizeItem {
+  StridedView dst;
+  StridedView scale_dst;
+  int64_t block_rows = 0;
+  int64_t block_cols = 0;
+  int32_t input_begin = 0;
+  int32_t num_inputs = 0;
+};
+
+// Move-only owner of one staging allocation; frees it on destruction.
+class StagingBuffer {
+ public:
+  StagingBuffer() = default;
+  StagingBuffer(void* data, int64_t bytes, std::function<void(void*)> free_fn)
+      : data_(data), bytes_(bytes), free_(std::move(free_fn)) {}
+  StagingBuffer(StagingBuffer&& other) noexcept { *this = std::move(other); }
+  StagingBuffer& operator=(StagingBuffer&& other) noexcept;
+  StagingBuffer(const StagingBuffer&) = delete;
+  StagingBuffer& operator=(const StagingBuffer&) = delete;
+  ~StagingBuffer() { Reset(); }
+
+  void* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+  void Reset();
+
+ private:
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+  std::function<void(void*)> free_;
+};
+
+// A raw view of `shape` / `strides` (elements) at `data`. An empty shape is a
+// scalar (stored as shape {1}). INVALID_ARGUMENT for negative sizes or
+// strides, mismatched ranks, or more than kMaxViewDims dims.
+absl::StatusOr<StridedView> MakeStridedView(void* data, DType dtype,
+                                            absl::Span<const int64_t> shape,
+                                            absl::Span<const int64_t> strides);
+
+// Coalesces views of one common shape together, keeping the shapes equal:
+// size-1 dims are dropped and dim d is merged into d+1 where every view steps
+// over the whole of d+1 (strides[d] == shape[d+1] * strides[d+1]). An empty
+// view becomes shape {0}. With one view, that view alone is coalesced.
+// Precondition: equal ndim and shape (the binder checks).
+void CoalesceViews(absl::Span<StridedView* const> views);
+
+// A data-op error about one item of a call: "<what> item <index>: <s>", with
+// the index also attached as a payload, so the interpreter can name the
+// tensor the item came from without parsing the message.
+absl::Status ItemError(const absl::Status& s, const char* what, size_t index);
+// Attaches only the payload (for messages that already name the item).
+absl::Status TagItem(absl::Status s, size_t index);
+// The item index ItemError attached, or -1.
+int64_t ErrorItemIndex(const absl::Status& s);
+
+// Names an item list that never changes while its name is in use: one call
+// of one round of one bound plan (BoundPlan::instance is renewed by every copy
+// of a plan). A device may then look up what it derived from the list last
+// sync under the name, without reading the list again: keying Qwen3-30B's
+// 19k local copy items cost ~0.7 ms of host time per sync, and a model with
+// ten times the experts would pay ten times that.
+struct ItemsName {
+  uint64_t instance = 0;  // BoundPlan::instance
+  int32_t round = 0;      // round index, or -1 for the plan's puts
+};
+
+class DataOps {
+ public:
+  virtual ~DataOps() = default;
+
+  virtual std::string Name() const = 0;
+  // Where staging lives and which registered buffers these ops can touch.
+  virtual MemorySpace memory_space() const = 0;
+
+  // At least `bytes` bytes, aligned to 256 bytes. 0 bytes gives an empty
+  // buffer (data() may be null). RESOURCE_EXHAUSTED when memory is short.
+  virtual absl::StatusOr<StagingBuffer> AllocateStaging(int64_t bytes) = 0;
+
+  virtual absl::Status Pack(absl::Span<const PackItem> items, void* staging_base) = 0;
+  virtual absl::Status Unpack(const void* staging_base, absl::Span<const UnpackItem> items) = 0;
+  virtual absl::Status Copy(absl::Span<const CopyItem> items) = 0;
+  // staging_base resolves inputs with staging_offset >= 0 (may be null if none
+  // has one).
+  virtual absl::Status Reduce(absl::Span<const ReduceInput> inputs,
+                              absl::Span<const ReduceItem> items, const void* staging_base) = 0;
+  virtual absl::Status Synchronize() = 0;
+  // Direct writes: src (this worker's memory) -> dst in a peer worker's
+  // buffer mapped into this process (shared memory on the host; CUDA IPC
+  // with peer access on a GPU), converted like Copy. Puts may run
+  // concurrently with every other call (a device uses another stream and the
+  // copy engines, so they overlap the local copies and the transport);
+  // FinishPuts() returns once every Put issued so far completed and its bytes
+  // are visible to the peer, reporting any deferred error. Synchronize()
+  // does not wait for puts. `alone`: the caller issues no other work while
+  // these puts run (a device may then give them all of itself; otherwise it
+  // leaves room for the other calls to run beside them).
+  virtual absl::Status Put(absl::Span<const CopyItem> items, bool alone) {
+    (void)alone;
+    return Copy(items);
+  }
+  virtual absl::Status FinishPuts() { return Synchronize(); }
+  // Copy and Put of a named list (ItemsName): same effect; an implementation
+  // that caches per list may key by the name instead of the items.
+  virtual absl::Status CopyNamed(absl::Span<const CopyItem> items, const ItemsName& name) {
+    (void)name;
+    return Copy(items);
+  }
+  virtual absl::Status PutNamed(absl::Span<const CopyItem> items, bool alone,
+                                const ItemsName& name) {
+    (void)name;
+    return Put(items, alone);
+  }
+  // A few bytes between host memory and staging (the direct-write tokens),
+  // synchronously. Ordered after the transport rounds that returned, not
+  // after other calls still queued: the executor reads the ready tokens while
+  // local copies run. Host staging is plain memory; a device implementation
+  // overrides both.
+  virtual absl::Status WriteStaging(void* staging, const void* host, size_t bytes);
+  virtual absl::Status ReadStaging(void* host, const void* staging, size_t bytes);
+  // Block fp8 quantization at the receiver (and local quantizing copies).
+  // Implementations without it refuse plans that need it.
+  virtual absl::Status Quantize(absl::Span<const QuantizeInput> inputs,
+                                absl::Span<const QuantizeItem> items, const void* staging_base) {
+    (void)inputs;
+    (void)staging_base;
+    if (items.empty()) return absl::OkStatus();
+    return absl::UnimplementedError(
+        absl::StrCat(Name(), " data ops cannot block-quantize (block fp8 destinations)"));
+  }
+};
+
+}  // namespace wsync::exec
+
+#endif  // WSYNC_WORKER_PLANE_DATA_OPS_H_

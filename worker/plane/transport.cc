@@ -1,0 +1,52 @@
+#include "worker/plane/transport.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace wsync::transport {
+namespace {
+
+template <typename Request>
+absl::Status CheckSide(int32_t rank, int32_t size, absl::Span<const Request> requests,
+                       const char* what) {
+  std::vector<std::pair<int32_t, int64_t>> keys;
+  keys.reserve(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Request& r = requests[i];
+    if (r.peer < 0 || r.peer >= size) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " ", i, " (tag ", r.tag, "): peer ",
+                                                     r.peer, " outside [0, ", size, ")"));
+    }
+    if (r.peer == rank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " ", i, " (tag ", r.tag, "): peer ", r.peer,
+                       " is this rank; local bytes go through the data ops, not the transport"));
+    }
+    if (r.data == nullptr && r.bytes > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " ", i, " (peer ", r.peer, ", tag ", r.tag, "): null data"));
+    }
+    keys.emplace_back(r.peer, r.tag);
+  }
+  std::sort(keys.begin(), keys.end());
+  const auto dup = std::adjacent_find(keys.begin(), keys.end());
+  if (dup != keys.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "s list peer ", dup->first, " tag ",
+                                                   dup->second, " twice in one round"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateRoundRequests(int32_t rank, int32_t size, absl::Span<const SendRequest> sends,
+                                   absl::Span<const RecvRequest> recvs) {
+  absl::Status s = CheckSide(rank, size, sends, "send");
+  if (s.ok()) s = CheckSide(rank, size, recvs, "recv");
+  return s;
+}
+
+}  // namespace wsync::transport

@@ -14,8 +14,8 @@ bool IsPlainPiece(const v1::Piece& piece) {
   // The writer converts src -> dst in one step (worker/exec/bound_plan.cc
   // BindPut), which is the plan's src -> wire -> dst only when the wire dtype
   // is one of the two.
-  const bool one_conversion = piece.wire_dtype() == piece.src().dtype() ||
-                              piece.wire_dtype() == piece.dst().dtype();
+  const bool one_conversion =
+      piece.wire_dtype() == piece.src().dtype() || piece.wire_dtype() == piece.dst().dtype();
   return piece.reduce_id() == 0 && piece.quantize_id() == 0 && !piece.relay() &&
          piece.quant_block_size() == 0 && piece.scales_of() == 0 && one_conversion;
 }
@@ -74,8 +74,8 @@ std::vector<WorkerPair> ChoosePeerWrites(const std::vector<WorkerPair>& eligible
 
 std::string WorkerRoutes::Signature() const {
   if (empty()) return "";
-  return absl::StrCat("pw:to=", absl::StrJoin(write_to, ","), ";by=",
-                      absl::StrJoin(written_by, ","));
+  return absl::StrCat("pw:to=", absl::StrJoin(write_to, ","),
+                      ";by=", absl::StrJoin(written_by, ","));
 }
 
 WorkerRoutes RoutesOf(const std::vector<WorkerPair>& pairs, int32_t worker) {

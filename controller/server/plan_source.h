@@ -13,8 +13,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "controller/plan/routes.h"
 #include "controller/plan/plan_cache.h"
+#include "controller/plan/routes.h"
 #include "wsync/v1/layout.pb.h"
 #include "wsync/v1/plan.pb.h"
 

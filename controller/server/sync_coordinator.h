@@ -101,8 +101,8 @@ class SyncCoordinator {
   };
   // The transfer bound to the workers registered now.
   struct Resolved {
-    v1::TransferSpec spec;  // ranks, buffer names and staging cap filled in
-    std::vector<WorkerSnapshot> workers;             // worker id -> worker
+    v1::TransferSpec spec;                // ranks, buffer names and staging cap filled in
+    std::vector<WorkerSnapshot> workers;  // worker id -> worker
     std::vector<std::vector<v1::Membership>> roles;  // worker id -> roles
     StagingLimit staging;                            // the workers' tightest limit
   };

@@ -32,7 +32,8 @@ SyncCoordinator::Dispatch SyncCoordinator::Decide(const std::string& transfer,
   d.transport = CommonTransport(transfer, resolved.workers);
   if (!d.transport.ok() || !config_.direct_writes) return d;
   // Which pairs the plan allows to write directly: scanned once per plan key.
-  std::shared_ptr<const std::vector<plan::WorkerPair>> eligible = plans_->PeerWritePairs(*plan.plan);
+  std::shared_ptr<const std::vector<plan::WorkerPair>> eligible =
+      plans_->PeerWritePairs(*plan.plan);
   // Which of them can connect: decided per sync, as domains, peer GPUs and
   // buffer locations may change with every registration.
   std::vector<plan::RouteEndpoint> endpoints;

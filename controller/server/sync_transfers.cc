@@ -31,8 +31,7 @@ void PrefixBuffers(const std::string& group, v1::Side* side) {
 }  // namespace
 
 SyncCoordinator::SyncCoordinator(ControllerConfig config, ControllerMetrics* metrics,
-                                 PlanSource* plans, WorkerRegistry* workers,
-                                 Rendezvous* rendezvous)
+                                 PlanSource* plans, WorkerRegistry* workers, Rendezvous* rendezvous)
     : config_(std::move(config)),
       metrics_(metrics),
       plans_(plans),
@@ -54,9 +53,9 @@ absl::StatusOr<SyncCoordinator::Resolved> SyncCoordinator::Resolve(
           "transfer '", name, "': unknown ", which, " group '", group, "' (no live worker in it)"));
     }
     if (side->ranks_size() != 0 && side->ranks_size() != g.size) {
-      return absl::InvalidArgumentError(absl::StrCat("transfer '", name, "': ", which,
-                                                     " side lists ", side->ranks_size(),
-                                                     " ranks but group '", group, "' has ", g.size));
+      return absl::InvalidArgumentError(
+          absl::StrCat("transfer '", name, "': ", which, " side lists ", side->ranks_size(),
+                       " ranks but group '", group, "' has ", g.size));
     }
     side->clear_ranks();
     if (side->name().empty()) side->set_name(group);
@@ -203,8 +202,7 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
                                                         " in flight"));
     }
   }
-  auto resolved =
-      Resolve(req.name(), req.source_group(), req.destination_group(), req.spec());
+  auto resolved = Resolve(req.name(), req.source_group(), req.destination_group(), req.spec());
   if (!resolved.ok()) return resolved.status();
   absl::StatusOr<PlanForSync> plan = GetPlan(*resolved, /*with_parts=*/true);
   if (!plan.ok()) return plan.status();

@@ -36,7 +36,7 @@ bool Offers(const WorkerSnapshot& w, v1::TransportKind kind) {
 int64_t CapOf(int64_t limit_bytes) { return limit_bytes / 256 * 256; }
 
 struct BufferNeeds {
-  absl::flat_hash_map<std::string, int64_t> end;        // buffer -> end byte
+  absl::flat_hash_map<std::string, int64_t> end;       // buffer -> end byte
   absl::flat_hash_map<std::string, v1::DType> dtypes;  // buffer -> a view dtype
   absl::Status bad_name;
 };
@@ -157,7 +157,7 @@ bool ApplyStagingLimit(const StagingLimit& limit, v1::TransferSpec* spec) {
   if (limit.worker < 0) return false;
   v1::PlanOptions* options = spec->mutable_options();
   const int64_t cap = options->staging_cap_bytes() > 0 ? options->staging_cap_bytes()
-                                                        : plan::kDefaultStagingCapBytes;
+                                                       : plan::kDefaultStagingCapBytes;
   // A limit under 256 bytes allows no staged round; cap 1 lets the planner
   // say which bucket needs staging.
   const int64_t lowered = std::max<int64_t>(1, limit.cap);

@@ -34,8 +34,8 @@ absl::StatusOr<v1::TransportKind> CommonTransport(const std::string& transfer,
 
 // The tightest staging limit among a transfer's workers.
 struct StagingLimit {
-  int64_t cap = 0;     // the per-round staging it allows (a multiple of 256); 0: no limit
-  int64_t bytes = 0;   // the worker's staging_limit_bytes
+  int64_t cap = 0;    // the per-round staging it allows (a multiple of 256); 0: no limit
+  int64_t bytes = 0;  // the worker's staging_limit_bytes
   int32_t worker = -1;
   std::string description;
 };

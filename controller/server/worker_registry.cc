@@ -26,8 +26,8 @@ absl::Status CheckRequest(const v1::RegisterWorkerRequest& req) {
     return absl::InvalidArgumentError("RegisterWorker: no group memberships");
   }
   if (req.staging_limit_bytes() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("RegisterWorker: negative staging_limit_bytes ",
-                                                   req.staging_limit_bytes()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("RegisterWorker: negative staging_limit_bytes ", req.staging_limit_bytes()));
   }
   absl::flat_hash_set<std::string> own_groups;
   for (const auto& m : req.memberships()) {

@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
-#include "controller/plan/huge_page_allocator.h"
 #include "common/env_flags.h"
 #include "common/logging.h"
+#include "controller/plan/huge_page_allocator.h"
 #include "controller/server/server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",

@@ -1,8 +1,8 @@
-// ControllerState: which worker pairs of a sync write directly, and what
-// their assignments say. The real planner; workers simulated by calls.
-// Transfer "t": src (2 ranks, sharded) -> dst (1 rank, replicated), so worker
-// ids are src/0 = 0, src/1 = 1, dst/0 = 2 and the plan's network pairs are
-// (0, 2) and (1, 2), both plain copies.
+// SyncCoordinator routes: which worker pairs of a sync write directly, how
+// their parts are marked and what their assignments say. The real planner; workers simulated by
+// calls. Transfer "t": src (2 ranks, sharded) -> dst (1 rank, replicated), so worker ids are src/0
+// = 0, src/1 = 1, dst/0 = 2 and the plan's network pairs are (0, 2) and (1, 2), both plain copies.
+#include <algorithm>
 #include <map>
 #include <thread>
 #include <utility>
@@ -10,10 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/peer_lists.h"
-#include "controller/server/state.h"
+#include "controller/server/controller.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/controller/server/state_test_util.h"
+#include "tests/controller/server/controller_test_util.h"
 
 namespace wsync::controller {
 namespace {
@@ -66,9 +66,21 @@ v1::BufferInfo ShmBuffer(const std::string& group, const std::string& shm, int64
   return b;
 }
 
-class DirectWritesStateTest : public ::testing::Test {
+// The routes of the buckets of `a`'s part, as "sender->receiver:T|P" sorted.
+std::vector<std::string> Routes(const v1::SyncAssignment& a) {
+  std::vector<std::string> out;
+  for (const v1::Bucket& b : a.plan().buckets()) {
+    out.push_back(absl::StrCat(b.sender(), "->", b.receiver(), ":",
+                               b.route() == v1::ROUTE_PEER_WRITE ? "P" : "T"));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+class SyncRoutesTest : public ::testing::Test {
  protected:
-  DirectWritesStateTest() { Restart(/*direct_writes=*/true); }
+  SyncRoutesTest() { Restart(/*direct_writes=*/true); }
 
   void Restart(bool direct_writes) {
     ControllerConfig config;
@@ -76,7 +88,7 @@ class DirectWritesStateTest : public ::testing::Test {
     config.sync_deadline = absl::Seconds(30);
     config.instance = "test";
     config.direct_writes = direct_writes;
-    state_ = std::make_unique<ControllerState>(config, &metrics_, &plans_);
+    controller_ = std::make_unique<Controller>(config, &metrics_, &plans_);
   }
 
   std::string Register(const WorkerSpec& spec) {
@@ -91,7 +103,7 @@ class DirectWritesStateTest : public ::testing::Test {
     req.set_device_uuid(spec.device_uuid);
     if (spec.peer_lists_once) req.add_capabilities(kPeerListsOnceCapability);
     if (spec.gpu) {
-      req.add_capabilities("nccl");
+      req.add_transports(v1::TRANSPORT_NCCL);
       req.add_capabilities("cuda_ipc");
       v1::BufferInfo* b = req.add_buffers();
       b->set_group(spec.group);
@@ -103,14 +115,14 @@ class DirectWritesStateTest : public ::testing::Test {
       b->mutable_cuda_ipc()->set_size(spec.bytes);
       b->mutable_cuda_ipc()->set_base_size(1 << 20);
     } else {
-      req.add_capabilities("gloo");
+      req.add_transports(v1::TRANSPORT_GLOO);
       *req.add_buffers() =
           ShmBuffer(spec.group, absl::StrCat("/wsync-", spec.group, spec.rank), spec.bytes);
     }
-    auto resp = state_->RegisterWorker(req);
+    auto resp = controller_->workers().RegisterWorker(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
     if (!resp.ok()) return "";
-    auto token = state_->OpenStream(resp->lease_id());
+    auto token = controller_->workers().OpenStream(resp->lease_id());
     EXPECT_TRUE(token.ok()) << token.status();
     tokens_[resp->lease_id()] = token.ok() ? *token : 0;
     return resp->lease_id();
@@ -124,7 +136,7 @@ class DirectWritesStateTest : public ::testing::Test {
   }
 
   void Define() {
-    auto resp = state_->DefineTransfer(state_testing::SimpleTransfer());
+    auto resp = controller_->syncs().DefineTransfer(controller_testing::SimpleTransfer());
     ASSERT_TRUE(resp.ok()) << resp.status();
     ASSERT_EQ(resp->num_workers(), 3);
   }
@@ -136,14 +148,14 @@ class DirectWritesStateTest : public ::testing::Test {
     v1::SyncRequest req;
     req.set_transfer(transfer);
     req.set_version(version);
-    auto started = state_->StartSync(req);
+    auto started = controller_->syncs().StartSync(req);
     EXPECT_TRUE(started.ok()) << started.status();
     sync_id->clear();
     if (!started.ok()) return {};
     *sync_id = started->sync_id();
     std::vector<v1::SyncAssignment> out;
     for (const std::string& l : leases) {
-      auto a = state_->NextAssignment(l, tokens_[l], absl::Seconds(1));
+      auto a = controller_->workers().NextAssignment(l, tokens_[l], absl::Seconds(1));
       EXPECT_TRUE(a.ok() && a->has_value() && (*a)->has_sync());
       out.push_back(a.ok() && a->has_value() ? (**a).sync() : v1::SyncAssignment());
       EXPECT_TRUE(out.back().has_transport()) << "the plan moves bytes over the network";
@@ -158,14 +170,14 @@ class DirectWritesStateTest : public ::testing::Test {
     std::string id;
     std::vector<v1::SyncAssignment> out = Start(leases, version, &id, transfer);
     if (id.empty()) return out;
-    auto st = state_->WaitSync(id, absl::Milliseconds(1));
+    auto st = controller_->syncs().WaitSync(id, absl::Milliseconds(1));
     EXPECT_TRUE(st.ok());
     if (direct_pairs != nullptr) *direct_pairs = st.ok() ? st->direct_pairs() : -1;
     for (const std::string& l : leases) {
       v1::ReportResultRequest r;
       r.set_lease_id(l);
       r.set_sync_id(id);
-      EXPECT_TRUE(state_->ReportResult(r).ok());
+      EXPECT_TRUE(controller_->syncs().ReportResult(r).ok());
     }
     return out;
   }
@@ -180,11 +192,11 @@ class DirectWritesStateTest : public ::testing::Test {
 
   ControllerMetrics metrics_;
   PlanSource plans_;
-  std::unique_ptr<ControllerState> state_;
+  std::unique_ptr<Controller> controller_;
   std::map<std::string, uint64_t> tokens_;
 };
 
-TEST_F(DirectWritesStateTest, HostWorkersOfOneDomainWriteDirectlyWithShmLocations) {
+TEST_F(SyncRoutesTest, HostWorkersOfOneDomainWriteDirectlyWithShmLocations) {
   const auto leases = RegisterHosts("host-a", "host-a", "host-a");
   Define();
   int32_t pairs = -1;
@@ -210,29 +222,46 @@ TEST_F(DirectWritesStateTest, HostWorkersOfOneDomainWriteDirectlyWithShmLocation
   EXPECT_THAT(as[2].direct_write_to(), IsEmpty());
   EXPECT_THAT(as[2].direct_written_by(), ElementsAre(0, 1));
   EXPECT_THAT(as[2].peer_buffers(), IsEmpty());
+  // The parts say the same: every bucket of a pair is routed PEER_WRITE, and
+  // each part is keyed by its routes.
+  EXPECT_THAT(Routes(as[0]), ElementsAre("0->2:P"));
+  EXPECT_THAT(Routes(as[1]), ElementsAre("1->2:P"));
+  EXPECT_THAT(Routes(as[2]), ElementsAre("0->2:P", "1->2:P"));
+  EXPECT_EQ(as[0].part_key(), absl::StrCat(as[0].plan_key(), "/0/pw:to=2;by="));
+  EXPECT_EQ(as[2].part_key(), absl::StrCat(as[2].plan_key(), "/2/pw:to=;by=0,1"));
 }
 
-TEST_F(DirectWritesStateTest,
-       PeerBuffersAreTheReceiversCurrentRegistrationAndThePlanIsScannedOnce) {
+TEST_F(SyncRoutesTest, WithoutPeerWritesThePartsAreTheUnroutedOnes) {
+  const auto leases = RegisterHosts("host-a", "host-b", "host-c");
+  Define();
+  const auto as = Sync(leases, 1);
+  ASSERT_EQ(as.size(), 3u);
+  for (int w = 0; w < 3; ++w) {
+    EXPECT_EQ(as[w].part_key(), absl::StrCat(as[w].plan_key(), "/", w));
+    for (const v1::Bucket& b : as[w].plan().buckets()) EXPECT_EQ(b.route(), v1::ROUTE_TRANSPORT);
+  }
+}
+
+TEST_F(SyncRoutesTest, PeerBuffersAreTheReceiversCurrentRegistrationAndThePlanIsScannedOnce) {
   const auto leases = RegisterHosts("host-a", "host-a", "host-a");
   Define();
   Sync(leases, 1);
   v1::UpdateBuffersRequest update;
   update.set_lease_id(leases[2]);
   *update.add_buffers() = ShmBuffer("dst", "/wsync-dst0-moved", 32);
-  ASSERT_TRUE(state_->UpdateBuffers(update).ok());
+  ASSERT_TRUE(controller_->workers().UpdateBuffers(update).ok());
   const auto as = Sync(leases, 2);
   ASSERT_EQ(as.size(), 3u);
   ASSERT_EQ(as[0].peer_buffers_size(), 1);
   ASSERT_EQ(as[0].peer_buffers(0).buffers_size(), 1);
   EXPECT_EQ(as[0].peer_buffers(0).buffers(0).shm().name(), "/wsync-dst0-moved");
-  EXPECT_EQ(plans_.direct_write_scans(), 1) << "eligibility is cached per plan key";
+  EXPECT_EQ(plans_.peer_write_scans(), 1) << "eligibility is cached per plan key";
 }
 
 // A receiver's list is sent to each writer once per registration: later
 // assignments mark it unchanged (a big model's list is thousands of entries),
 // until the receiver registers again or the writer's sync fails.
-TEST_F(DirectWritesStateTest, PeerListsAreSentOncePerRegistrationAndAgainAfterAFailure) {
+TEST_F(SyncRoutesTest, PeerListsAreSentOncePerRegistrationAndAgainAfterAFailure) {
   const auto leases = RegisterHosts("host-a", "host-a", "host-a");
   Define();
   v1::UpdateBuffersRequest update;
@@ -242,7 +271,7 @@ TEST_F(DirectWritesStateTest, PeerListsAreSentOncePerRegistrationAndAgainAfterAF
     if (i > 0) b.set_name(absl::StrCat("layers.", i, ".weight"));
     *update.add_buffers() = b;
   }
-  ASSERT_TRUE(state_->UpdateBuffers(update).ok());
+  ASSERT_TRUE(controller_->workers().UpdateBuffers(update).ok());
   auto peer_of = [](const v1::SyncAssignment& a) {
     EXPECT_EQ(a.peer_buffers_size(), 1);
     return a.peer_buffers_size() == 1 ? a.peer_buffers(0) : v1::PeerBuffers();
@@ -267,7 +296,7 @@ TEST_F(DirectWritesStateTest, PeerListsAreSentOncePerRegistrationAndAgainAfterAF
 
   // The receiver registers again: the new list, under a new count.
   update.mutable_buffers()->DeleteSubrange(1000, 1000);
-  ASSERT_TRUE(state_->UpdateBuffers(update).ok());
+  ASSERT_TRUE(controller_->workers().UpdateBuffers(update).ok());
   as = Sync(leases, 3);
   EXPECT_FALSE(peer_of(as[0]).unchanged());
   EXPECT_EQ(peer_of(as[0]).buffers_size(), 1000);
@@ -286,10 +315,11 @@ TEST_F(DirectWritesStateTest, PeerListsAreSentOncePerRegistrationAndAgainAfterAF
       r.set_code(static_cast<int32_t>(absl::StatusCode::kAborted));
       r.set_message("peer mapping lost");
     }
-    EXPECT_TRUE(state_->ReportResult(r).ok());
+    EXPECT_TRUE(controller_->syncs().ReportResult(r).ok());
   }
   for (int w = 1; w < 3; ++w) {  // the failure aborted the others' sync
-    auto a = state_->NextAssignment(leases[w], tokens_[leases[w]], absl::Milliseconds(100));
+    auto a = controller_->workers().NextAssignment(leases[w], tokens_[leases[w]],
+                                                   absl::Milliseconds(100));
     ASSERT_TRUE(a.ok() && a->has_value() && (*a)->has_abort()) << "worker " << w;
   }
   as = Sync(leases, 5);
@@ -305,12 +335,12 @@ TEST_F(DirectWritesStateTest, PeerListsAreSentOncePerRegistrationAndAgainAfterAF
 // Two transfers over the same workers: each keeps its own record of the lists
 // it sent (as each worker keeps its mappings per transfer), so alternating
 // syncs do not resend them.
-TEST_F(DirectWritesStateTest, PeerListsAreKeptPerTransfer) {
+TEST_F(SyncRoutesTest, PeerListsAreKeptPerTransfer) {
   const auto leases = RegisterHosts("host-a", "host-a", "host-a");
   Define();
-  v1::DefineTransferRequest second = state_testing::SimpleTransfer();
+  v1::DefineTransferRequest second = controller_testing::SimpleTransfer();
   second.set_name("t2");
-  ASSERT_TRUE(state_->DefineTransfer(second).ok());
+  ASSERT_TRUE(controller_->syncs().DefineTransfer(second).ok());
   for (int v = 1; v <= 3; ++v) {
     for (const std::string transfer : {"t", "t2"}) {
       SCOPED_TRACE(absl::StrCat(transfer, " v", v));
@@ -327,7 +357,7 @@ TEST_F(DirectWritesStateTest, PeerListsAreKeptPerTransfer) {
 // their reports arrive: a retry started right away carries every list (the
 // writers may drop their mappings while they unwind, or never see their
 // queued assignment).
-TEST_F(DirectWritesStateTest, AFailedSyncResendsEveryListEvenBeforeTheWritersReport) {
+TEST_F(SyncRoutesTest, AFailedSyncResendsEveryListEvenBeforeTheWritersReport) {
   const auto leases = RegisterHosts("host-a", "host-a", "host-a");
   Define();
   Sync(leases, 1);
@@ -339,9 +369,10 @@ TEST_F(DirectWritesStateTest, AFailedSyncResendsEveryListEvenBeforeTheWritersRep
   r.set_sync_id(id);
   r.set_code(static_cast<int32_t>(absl::StatusCode::kInternal));
   r.set_message("receiver failed");
-  ASSERT_TRUE(state_->ReportResult(r).ok());
+  ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
   for (int w = 0; w < 2; ++w) {
-    auto a = state_->NextAssignment(leases[w], tokens_[leases[w]], absl::Milliseconds(100));
+    auto a = controller_->workers().NextAssignment(leases[w], tokens_[leases[w]],
+                                                   absl::Milliseconds(100));
     ASSERT_TRUE(a.ok() && a->has_value() && (*a)->has_abort()) << "worker " << w;
   }
   std::string retry;
@@ -357,7 +388,7 @@ TEST_F(DirectWritesStateTest, AFailedSyncResendsEveryListEvenBeforeTheWritersRep
 
 // Registration counts are unique in the controller: a receiver that comes
 // back under a new lease is never taken for the one its writers mapped.
-TEST_F(DirectWritesStateTest, ARegisteredAgainReceiverGetsANewCountAndItsWholeList) {
+TEST_F(SyncRoutesTest, ARegisteredAgainReceiverGetsANewCountAndItsWholeList) {
   auto leases = RegisterHosts("host-a", "host-a", "host-a");
   Define();
   const int64_t first = Sync(leases, 1)[0].peer_buffers(0).registration();
@@ -372,14 +403,14 @@ TEST_F(DirectWritesStateTest, ARegisteredAgainReceiverGetsANewCountAndItsWholeLi
 
 // Only kPeerListTransfers transfers keep their record (as the worker keeps
 // only their mappings): an older one gets its lists again.
-TEST_F(DirectWritesStateTest, OnlyTheMostRecentTransfersKeepTheirLists) {
+TEST_F(SyncRoutesTest, OnlyTheMostRecentTransfersKeepTheirLists) {
   const auto leases = RegisterHosts("host-a", "host-a", "host-a");
   Define();
   std::vector<std::string> names = {"t"};
   for (int i = 1; i <= kPeerListTransfers; ++i) {
-    v1::DefineTransferRequest d = state_testing::SimpleTransfer();
+    v1::DefineTransferRequest d = controller_testing::SimpleTransfer();
     d.set_name(absl::StrCat("t", i));
-    ASSERT_TRUE(state_->DefineTransfer(d).ok());
+    ASSERT_TRUE(controller_->syncs().DefineTransfer(d).ok());
     names.push_back(d.name());
   }
   for (const std::string& n : names) {
@@ -391,7 +422,7 @@ TEST_F(DirectWritesStateTest, OnlyTheMostRecentTransfersKeepTheirLists) {
 }
 
 // A worker that does not say it understands `unchanged` gets whole lists.
-TEST_F(DirectWritesStateTest, WorkersWithoutTheCapabilityAlwaysGetWholeLists) {
+TEST_F(SyncRoutesTest, WorkersWithoutTheCapabilityAlwaysGetWholeLists) {
   WorkerSpec old = Host("src", 0, 2, 16, "host-a");
   old.peer_lists_once = false;
   const std::vector<std::string> leases = {Register(old), Register(Host("src", 1, 2, 16, "host-a")),
@@ -404,7 +435,7 @@ TEST_F(DirectWritesStateTest, WorkersWithoutTheCapabilityAlwaysGetWholeLists) {
   EXPECT_TRUE(as[1].peer_buffers(0).unchanged());
 }
 
-TEST_F(DirectWritesStateTest, OnlyPairsOfOneNonEmptyDomainWriteDirectly) {
+TEST_F(SyncRoutesTest, OnlyPairsOfOneNonEmptyDomainWriteDirectly) {
   // src/0 shares dst/0's domain; src/1 is on another host.
   const auto leases = RegisterHosts("host-a", "host-b", "host-a");
   Define();
@@ -418,7 +449,7 @@ TEST_F(DirectWritesStateTest, OnlyPairsOfOneNonEmptyDomainWriteDirectly) {
   EXPECT_THAT(as[2].direct_written_by(), ElementsAre(0));
 }
 
-TEST_F(DirectWritesStateTest, EmptyDomainsNeverWriteDirectly) {
+TEST_F(SyncRoutesTest, EmptyDomainsNeverWriteDirectly) {
   const auto leases = RegisterHosts("", "", "");
   Define();
   int32_t pairs = -1;
@@ -426,17 +457,17 @@ TEST_F(DirectWritesStateTest, EmptyDomainsNeverWriteDirectly) {
   EXPECT_EQ(pairs, 0);
 }
 
-TEST_F(DirectWritesStateTest, FlagOffMeansNoDirectWrites) {
+TEST_F(SyncRoutesTest, FlagOffMeansNoDirectWrites) {
   Restart(/*direct_writes=*/false);
   const auto leases = RegisterHosts("host-a", "host-a", "host-a");
   Define();
   int32_t pairs = -1;
   ExpectNoDirectWrites(Sync(leases, 1, &pairs));
   EXPECT_EQ(pairs, 0);
-  EXPECT_EQ(plans_.direct_write_scans(), 0) << "nothing to decide: the plan is not scanned";
+  EXPECT_EQ(plans_.peer_write_scans(), 0) << "nothing to decide: the plan is not scanned";
 }
 
-TEST_F(DirectWritesStateTest, NcclNeedsTheReceiversGpuAmongTheSendersPeers) {
+TEST_F(SyncRoutesTest, NcclNeedsTheReceiversGpuAmongTheSendersPeers) {
   // src/0 can reach dst/0's GPU; src/1 lists only itself; all in one domain.
   const std::vector<std::string> leases = {
       Register(Gpu("src", 0, 2, 16, "node-1", "GPU-0", {"GPU-0", "GPU-2"})),
@@ -446,7 +477,7 @@ TEST_F(DirectWritesStateTest, NcclNeedsTheReceiversGpuAmongTheSendersPeers) {
   int32_t pairs = -1;
   const auto as = Sync(leases, 1, &pairs);
   ASSERT_EQ(as.size(), 3u);
-  EXPECT_EQ(as[0].transport().kind(), "nccl");
+  EXPECT_EQ(as[0].transport().kind(), v1::TRANSPORT_NCCL);
   EXPECT_EQ(pairs, 1);
   EXPECT_THAT(as[0].direct_write_to(), ElementsAre(2));
   ASSERT_EQ(as[0].peer_buffers_size(), 1);
@@ -457,7 +488,7 @@ TEST_F(DirectWritesStateTest, NcclNeedsTheReceiversGpuAmongTheSendersPeers) {
   EXPECT_THAT(as[2].direct_written_by(), ElementsAre(0));
 }
 
-TEST_F(DirectWritesStateTest, NcclReceiverWithoutDeviceUuidIsNeverWritten) {
+TEST_F(SyncRoutesTest, NcclReceiverWithoutDeviceUuidIsNeverWritten) {
   // An empty receiver uuid must not match an empty entry in the peers list.
   const std::vector<std::string> leases = {
       Register(Gpu("src", 0, 2, 16, "node-1", "GPU-0", {"GPU-0", ""})),
@@ -469,16 +500,16 @@ TEST_F(DirectWritesStateTest, NcclReceiverWithoutDeviceUuidIsNeverWritten) {
   EXPECT_EQ(pairs, 0);
 }
 
-TEST_F(DirectWritesStateTest, ListWorkersShowsDomainAndPeerGpusAndBufferLocations) {
+TEST_F(SyncRoutesTest, ListWorkersShowsDomainAndPeerGpusAndBufferLocations) {
   Register(Gpu("src", 0, 1, 16, "node-1", "GPU-0", {"GPU-0", "GPU-3"}));
   Register(Host("dst", 0, 1, 32, "host-b"));
-  const v1::ListWorkersResponse src = state_->ListWorkers("src");
+  const v1::ListWorkersResponse src = controller_->workers().ListWorkers("src");
   ASSERT_EQ(src.workers_size(), 1);
   EXPECT_EQ(src.workers(0).direct_write_domain(), "node-1");
   EXPECT_THAT(src.workers(0).peer_gpu_uuids(), ElementsAre("GPU-0", "GPU-3"));
   ASSERT_EQ(src.workers(0).buffers_size(), 1);
   EXPECT_TRUE(src.workers(0).buffers(0).has_cuda_ipc());
-  const v1::ListWorkersResponse dst = state_->ListWorkers("dst");
+  const v1::ListWorkersResponse dst = controller_->workers().ListWorkers("dst");
   ASSERT_EQ(dst.workers_size(), 1);
   EXPECT_EQ(dst.workers(0).direct_write_domain(), "host-b");
   EXPECT_THAT(dst.workers(0).peer_gpu_uuids(), IsEmpty());
@@ -488,7 +519,7 @@ TEST_F(DirectWritesStateTest, ListWorkersShowsDomainAndPeerGpusAndBufferLocation
 
 // After a failed sync, a worker written directly waits for its writers: each
 // must report (late reports count) or lose its lease.
-TEST_F(DirectWritesStateTest, AwaitWritersEndsWhenEachWriterReportedOrIsLost) {
+TEST_F(SyncRoutesTest, AwaitWritersEndsWhenEachWriterReportedOrIsLost) {
   const auto leases = RegisterHosts("host-a", "host-a", "host-a");
   Define();
   std::string id;
@@ -501,7 +532,7 @@ TEST_F(DirectWritesStateTest, AwaitWritersEndsWhenEachWriterReportedOrIsLost) {
   fail.set_sync_id(id);
   fail.set_code(13);
   fail.set_message("receiver round failed");
-  ASSERT_TRUE(state_->ReportResult(fail).ok());
+  ASSERT_TRUE(controller_->syncs().ReportResult(fail).ok());
 
   v1::AwaitWritersRequest await;
   await.set_lease_id(leases[2]);
@@ -509,7 +540,7 @@ TEST_F(DirectWritesStateTest, AwaitWritersEndsWhenEachWriterReportedOrIsLost) {
   await.add_workers(0);
   await.add_workers(1);
   await.set_timeout_ms(50);
-  auto r = state_->AwaitWriters(await);
+  auto r = controller_->syncs().AwaitWriters(await);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_THAT(r->pending(), ElementsAre(0, 1));
 
@@ -517,38 +548,39 @@ TEST_F(DirectWritesStateTest, AwaitWritersEndsWhenEachWriterReportedOrIsLost) {
   v1::ReportResultRequest late;
   late.set_lease_id(leases[0]);
   late.set_sync_id(id);
-  ASSERT_TRUE(state_->ReportResult(late).ok());
-  r = state_->AwaitWriters(await);
+  ASSERT_TRUE(controller_->syncs().ReportResult(late).ok());
+  r = controller_->syncs().AwaitWriters(await);
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->pending(), ElementsAre(1));
-  auto st = state_->WaitSync(id, absl::Milliseconds(1));
+  auto st = controller_->syncs().WaitSync(id, absl::Milliseconds(1));
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->phase(), v1::SYNC_FAILED) << "a late report changes no outcome";
 
   // Writer 1's process goes away: a waiter wakes up without its timeout.
   std::thread closer([&] {
     absl::SleepFor(absl::Milliseconds(100));
-    state_->CloseStream(leases[1], tokens_[leases[1]], "killed");
+    controller_->workers().CloseStream(leases[1], tokens_[leases[1]], "killed");
   });
   await.set_timeout_ms(10000);
   const absl::Time t0 = absl::Now();
-  r = state_->AwaitWriters(await);
+  r = controller_->syncs().AwaitWriters(await);
   closer.join();
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->pending(), IsEmpty());
   EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
 
   await.add_workers(7);
-  EXPECT_EQ(state_->AwaitWriters(await).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(controller_->syncs().AwaitWriters(await).status().code(),
+            absl::StatusCode::kInvalidArgument);
   await.set_sync_id("t@9#999");
-  r = state_->AwaitWriters(await);
+  r = controller_->syncs().AwaitWriters(await);
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->pending(), IsEmpty()) << "a sync no longer recorded is long over";
 }
 
 // A writer that reports it cannot map its peers' buffers writes no more:
 // its later syncs send those buckets through the transport.
-TEST_F(DirectWritesStateTest, AWriterThatCannotMapItsPeersIsPairedNoMore) {
+TEST_F(SyncRoutesTest, AWriterThatCannotMapItsPeersIsPairedNoMore) {
   const auto leases = RegisterHosts("host-a", "host-a", "host-a");
   Define();
   std::string id;
@@ -560,16 +592,16 @@ TEST_F(DirectWritesStateTest, AWriterThatCannotMapItsPeersIsPairedNoMore) {
   fail.set_code(5);
   fail.set_message("direct writes: shm_open: permission denied");
   fail.set_direct_writes_unavailable(true);
-  ASSERT_TRUE(state_->ReportResult(fail).ok());
+  ASSERT_TRUE(controller_->syncs().ReportResult(fail).ok());
   for (int w = 1; w < 3; ++w) {
     v1::ReportResultRequest r;
     r.set_lease_id(leases[w]);
     r.set_sync_id(id);
-    ASSERT_TRUE(state_->ReportResult(r).ok());
+    ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
   }
   for (const std::string& l : leases) {  // the failed sync's aborts
     while (true) {
-      auto a = state_->NextAssignment(l, tokens_[l], absl::Milliseconds(10));
+      auto a = controller_->workers().NextAssignment(l, tokens_[l], absl::Milliseconds(10));
       ASSERT_TRUE(a.ok());
       if (!a->has_value()) break;
       EXPECT_TRUE((**a).has_abort());
@@ -582,6 +614,12 @@ TEST_F(DirectWritesStateTest, AWriterThatCannotMapItsPeersIsPairedNoMore) {
   EXPECT_THAT(as[0].direct_write_to(), IsEmpty());
   EXPECT_THAT(as[1].direct_write_to(), ElementsAre(2));
   EXPECT_THAT(as[2].direct_written_by(), ElementsAre(1));
+  // Changed routes are other parts, sent anew; unchanged ones are not resent.
+  EXPECT_TRUE(as[0].has_plan());
+  EXPECT_THAT(Routes(as[0]), ElementsAre("0->2:T"));
+  EXPECT_FALSE(as[1].has_plan()) << "worker 1 holds the part of these routes";
+  EXPECT_TRUE(as[2].has_plan());
+  EXPECT_THAT(Routes(as[2]), ElementsAre("0->2:T", "1->2:P"));
 }
 
 }  // namespace

@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
     }
     gpu = *std::move(plane);
     options.gpu = gpu.get();
-    options.capabilities = {"nccl", "cuda_ipc"};
+    options.capabilities = {"cuda_ipc"};
     if (options.device_uuid.empty()) options.device_uuid = gpu->uuid();
   }
   if (absl::GetFlag(FLAGS_direct_writes)) {

@@ -1,7 +1,7 @@
-// Direct writes (bound_plan.h DirectWrites): the sender writes a peer's
-// destination buffers itself; the transport carries only ready and done
-// tokens. Workers are threads of this process (Cluster), so a peer's
-// registry is directly addressable, as a mapped shm object is in a worker.
+// Direct writes (buckets routed ROUTE_PEER_WRITE, bound_plan.h DirectWrites): the sender writes a
+// peer's destination buffers itself; the transport carries only ready and done tokens. Workers are
+// threads of this process (Cluster), so a peer's registry is directly addressable, as a mapped shm
+// object is in a worker.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -11,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cast.h"
+#include "controller/plan/routes.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/exec/cluster.h"
 #include "tests/worker/exec/plan_builder.h"
@@ -539,9 +541,9 @@ TEST(DirectWritesTest, RefusesReduceInputs) {
   const int64_t b0 = pb.AddBucket(0, 1, 0, {Piece(src, src, v1::FP32, /*reduce_id=*/1)});
   const int64_t b1 = pb.AddBucket(1, 1, 0, {Piece(src, src, v1::FP32, 1)});
   pb.AddReduce(1, 0, v1::REDUCE_SUM, v1::FP32, src, {{b0, 0}, {b1, 0}});
-  const v1::Plan plan = pb.Build();
+  v1::Plan plan = pb.Build();
+  plan::MarkPeerWrites({{0, 1}}, &plan);  // a route the controller never picks
   DirectWrites writer;
-  writer.write_to = {1};
   writer.peer_buffers[1] = &c.registry(1);
   auto bound = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &writer);
   ASSERT_FALSE(bound.ok());
@@ -549,26 +551,33 @@ TEST(DirectWritesTest, RefusesReduceInputs) {
   EXPECT_NE(bound.status().message().find("bucket 0"), std::string::npos) << bound.status();
   EXPECT_NE(bound.status().message().find("cannot be written directly"), std::string::npos)
       << bound.status();
-  DirectWrites reader;
-  reader.written_by = {0};
-  auto rbound = BindPlan(plan, 1, c.registry(1), MemorySpace::kHost, &reader);
+  auto rbound = BindPlan(plan, 1, c.registry(1), MemorySpace::kHost, nullptr);
   ASSERT_FALSE(rbound.ok());
   EXPECT_NE(rbound.status().message().find("cannot be written directly"), std::string::npos)
       << rbound.status();
 }
 
-TEST(DirectWritesTest, RefusesUnmappedPeerAndBadPeerLists) {
+TEST(DirectWritesTest, RefusesUnmappedPeerAndBadRoutes) {
   Cluster c(2);
-  const v1::Plan plan = OneBucket(c, 8);
+  v1::Plan plan = OneBucket(c, 8);
+  plan::MarkPeerWrites({{0, 1}}, &plan);
   DirectWrites unmapped;
-  unmapped.write_to = {1};
   auto b = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &unmapped);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition) << b.status();
   EXPECT_NE(b.status().message().find("worker 1 are not mapped"), std::string::npos) << b.status();
-  DirectWrites self;
-  self.write_to = {0};
-  b = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &self);
+  b = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, nullptr);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition) << b.status();
+  // The receiver binds without any mapping: it runs nothing for the bucket.
+  auto r = BindPlan(plan, 1, c.registry(1), MemorySpace::kHost, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT((*r)->direct_written_by, ::testing::ElementsAre(0));
+  EXPECT_TRUE((*r)->direct_write_to.empty());
+  EXPECT_GT((*r)->bytes_put_into, 0);
+  // A local bucket is never peer-written.
+  v1::Plan local = plan;
+  local.mutable_buckets(0)->set_transport(v1::TRANSPORT_LOCAL);
+  b = BindPlan(local, 0, c.registry(0), MemorySpace::kHost, &unmapped);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << b.status();
   // The peer's buffer too small for the planned view: named, with the peer.
@@ -576,7 +585,6 @@ TEST(DirectWritesTest, RefusesUnmappedPeerAndBadPeerLists) {
   small.Add(0, kSrc, "s", v1::FP32, 8);
   small.Add(1, kDst, "s", v1::FP32, 4);
   DirectWrites w;
-  w.write_to = {1};
   w.peer_buffers[1] = &small.registry(1);
   b = BindPlan(plan, 0, small.registry(0), MemorySpace::kHost, &w);
   ASSERT_FALSE(b.ok());

@@ -145,6 +145,15 @@ class SyncCoordinator {
   // ----- sync_dispatch.cc
   absl::Status CheckStartLocked(const Transfer& t, const v1::SyncRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every worker of `resolved` is alive and holds every buffer its part
+  // uses; returns their leases (by worker id).
+  absl::StatusOr<std::vector<std::string>> CheckWorkersLocked(const Resolved& resolved,
+                                                              const PlanForSync& plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new transport generation (and rendezvous scope) when the transfer has
+  // none yet, its last one broke or its workers changed.
+  void RenewGenerationLocked(Transfer& t, const std::vector<std::string>& leases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The transport and the peer-write pairs (the route stage, controller/plan/routes.h).
   Dispatch Decide(const std::string& transfer, const Resolved& resolved, const PlanForSync& plan);
   std::vector<RoutedPartRef> Route(const PlanForSync& plan, const Dispatch& dispatch);

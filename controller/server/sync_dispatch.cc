@@ -121,6 +121,31 @@ v1::SyncAssignment SyncCoordinator::AssignmentLocked(const Transfer& t, const Sy
   return sa;
 }
 
+absl::StatusOr<std::vector<std::string>> SyncCoordinator::CheckWorkersLocked(
+    const Resolved& resolved, const PlanForSync& plan) {
+  std::vector<std::string> leases;
+  for (int32_t w = 0; w < static_cast<int32_t>(resolved.workers.size()); ++w) {
+    const std::string& lease = resolved.workers[w].lease_id;
+    std::optional<WorkerSnapshot> worker = workers_->Find(lease);
+    if (!worker.has_value()) {
+      return absl::UnavailableError(
+          absl::StrCat("Sync: ", workers_->Describe(lease), " left while planning"));
+    }
+    absl::Status st = CheckBuffers(*plan.parts[w], w, *worker, /*require_all=*/true);
+    if (!st.ok()) return st;
+    leases.push_back(lease);
+  }
+  return leases;
+}
+
+void SyncCoordinator::RenewGenerationLocked(Transfer& t, const std::vector<std::string>& leases) {
+  if (t.generation != 0 && !t.generation_broken && t.generation_leases == leases) return;
+  rendezvous_->OpenScope(t.name, t.generation, t.generation + 1);
+  ++t.generation;
+  t.generation_leases = leases;
+  t.generation_broken = false;
+}
+
 absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncRequest& req) {
   const absl::Time trigger = absl::Now();
   if (req.deadline_ms() < 0) {
@@ -153,27 +178,12 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
   if (it == transfers_.end()) return absl::NotFoundError("Sync: transfer removed meanwhile");
   Transfer& t = it->second;
   if (absl::Status st = CheckStartLocked(t, req); !st.ok()) return st;
-  const int32_t num_workers = static_cast<int32_t>(resolved->workers.size());
-  std::vector<std::string> leases;
-  for (int32_t w = 0; w < num_workers; ++w) {
-    const std::string& lease = resolved->workers[w].lease_id;
-    std::optional<WorkerSnapshot> worker = workers_->Find(lease);
-    if (!worker.has_value()) {
-      return absl::UnavailableError(
-          absl::StrCat("Sync: ", workers_->Describe(lease), " left while planning"));
-    }
-    absl::Status st = CheckBuffers(*plan->parts[w], w, *worker, /*require_all=*/true);
-    if (!st.ok()) return st;
-    leases.push_back(lease);
-  }
+  absl::StatusOr<std::vector<std::string>> leases = CheckWorkersLocked(*resolved, *plan);
+  if (!leases.ok()) return leases.status();
   // Before the generation changes: a refused sync leaves the transfer as it was.
   if (!dispatch.transport.ok()) return dispatch.transport.status();
-  if (t.generation == 0 || t.generation_broken || t.generation_leases != leases) {
-    rendezvous_->OpenScope(t.name, t.generation, t.generation + 1);
-    ++t.generation;
-    t.generation_leases = leases;
-    t.generation_broken = false;
-  }
+  RenewGenerationLocked(t, *leases);
+  const int32_t num_workers = static_cast<int32_t>(leases->size());
   std::unique_ptr<SyncRecord> sync = NewRecordLocked(t, req, *plan, trigger, num_workers);
   v1::SyncStatus& s = sync->status;
   s.set_plan_seconds(plan_seconds);
@@ -181,7 +191,7 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
   for (int32_t w = 0; w < num_workers; ++w) {
     Participant p;
     p.worker = w;
-    p.lease_id = leases[w];
+    p.lease_id = (*leases)[w];
     p.roles = resolved->roles[w];
     v1::Assignment a;
     *a.mutable_sync() = AssignmentLocked(t, *sync, *resolved, dispatch, parts[w], w);

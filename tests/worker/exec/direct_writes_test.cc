@@ -557,6 +557,37 @@ TEST(DirectWritesTest, RefusesReduceInputs) {
       << rbound.status();
 }
 
+// The binder follows the plan's routes only: mapped peers turn no bucket
+// into puts, and a route is taken bucket by bucket.
+TEST(DirectWritesTest, BindsWhatThePlanRoutesNotWhatIsMapped) {
+  Cluster c(2);
+  c.Add(0, kSrc, "s", v1::FP32, 16);
+  c.Add(1, kDst, "s", v1::FP32, 16);
+  PlanBuilder pb;
+  for (int64_t half = 0; half < 2; ++half) {
+    const auto v = View("s", half * 32, {8}, v1::FP32);
+    pb.AddBucket(0, 1, 0, {Piece(v, v, v1::FP32)});
+  }
+  v1::Plan plan = pb.Build();
+  DirectWrites mapped;
+  mapped.peer_buffers[1] = &c.registry(1);
+  auto unrouted = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &mapped);
+  ASSERT_TRUE(unrouted.ok()) << unrouted.status();
+  EXPECT_TRUE((*unrouted)->puts.empty());
+  EXPECT_TRUE((*unrouted)->direct_write_to.empty());
+  ASSERT_EQ((*unrouted)->rounds.size(), 1u);
+  EXPECT_EQ((*unrouted)->rounds[0].sends.size(), 2u);
+  plan.mutable_buckets(1)->set_route(v1::ROUTE_PEER_WRITE);
+  auto mixed = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &mapped);
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_EQ((*mixed)->puts.size(), 1u);
+  EXPECT_EQ((*mixed)->bytes_put, 32);
+  EXPECT_THAT((*mixed)->direct_write_to, ::testing::ElementsAre(1));
+  ASSERT_EQ((*mixed)->rounds.size(), 1u);
+  ASSERT_EQ((*mixed)->rounds[0].sends.size(), 1u);
+  EXPECT_EQ((*mixed)->rounds[0].sends[0].bucket, 0);
+}
+
 TEST(DirectWritesTest, RefusesUnmappedPeerAndBadRoutes) {
   Cluster c(2);
   v1::Plan plan = OneBucket(c, 8);

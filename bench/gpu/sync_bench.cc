@@ -54,7 +54,7 @@
 #include "common/status_macros.h"
 #include "catalog/case.h"
 #include "controller/plan/compiled_layout.h"
-#include "controller/plan/direct_writes.h"
+#include "controller/plan/routes.h"
 #include "controller/plan/planner.h"
 #include "worker/backends/cuda/cuda_data_ops.h"
 #include "worker/backends/cuda/device_timeline.h"
@@ -81,7 +81,7 @@ struct Flags {
   // CudaDataOps::Options::copy_engine (0: every copy on the kernel).
   int64_t copy_engine_kib = 0, copy_engine_row_bytes = 1024;
   int copy_engine_max_dims = 3;
-  // Direct writes for every eligible pair (controller/plan/direct_writes.h):
+  // Direct writes for every eligible pair (controller/plan/routes.h):
   // each worker maps its peers' destination slabs by CUDA IPC.
   bool direct = false;
   // Diagnosis only (checksums then fail): "local" drops every local copy,
@@ -221,21 +221,21 @@ struct DirectSetup {
   std::unique_ptr<cuda::IpcRegistry> ipc;
   std::map<int32_t, exec::BufferRegistry> peers;
   exec::DirectWrites direct;
+  std::vector<plan::WorkerPair> pairs;  // routed ROUTE_PEER_WRITE
+  std::vector<int32_t> write_to;
 };
 absl::Status SetUpDirectWrites(const Case& c, int worker, const Slab& dst,
                                transport::KvStore& store, const std::string& tag,
                                DirectSetup& out) {
-  for (const auto& [s, r] : plan::DirectWriteEligiblePairs(c.plan)) {
-    if (s == worker) out.direct.write_to.push_back(r);
-    if (r == worker) out.direct.written_by.push_back(s);
-  }
+  out.pairs = plan::PeerWriteEligiblePairs(c.plan);
+  out.write_to = plan::RoutesOf(out.pairs, worker).write_to;
   if (dst.bytes > 0) {
     ASSIGN_OR_RETURN(cuda::IpcTensorHandle h,
                      cuda::ExportTensor(dst.base, dst.bytes, "destination slab"));
     RETURN_IF_ERROR(store.Set(absl::StrCat(tag, "dst/", worker), h.Serialize()));
   }
   ASSIGN_OR_RETURN(out.ipc, cuda::IpcRegistry::Create(worker));
-  for (int32_t peer : out.direct.write_to) {
+  for (int32_t peer : out.write_to) {
     ASSIGN_OR_RETURN(std::string text,
                      store.Get(absl::StrCat(tag, "dst/", peer), absl::Now() + absl::Seconds(60)));
     ASSIGN_OR_RETURN(cuda::IpcTensorHandle h, cuda::IpcTensorHandle::Parse(text));
@@ -323,6 +323,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
     if (auto s = SetUpDirectWrites(c, worker, dst, store, tag, direct); !s.ok()) {
       return Fail("direct writes", s);
     }
+    plan::MarkPeerWrites(direct.pairs, &*rank_plan);
   }
   if (auto s = probe("peer_slab_opened"); !s.ok()) return Fail("probe", s);
   auto bound = exec::BindPlan(*rank_plan, worker, registry, transport::MemorySpace::kCuda,
@@ -446,7 +447,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       last.bytes_sent, last.bytes_received, last.bytes_local, last.rounds.size(), pack, transfer,
       unpack, copy, (*ops)->launches(), (*ops)->table_cache_hits(), rs.num_buckets(),
       rs.num_pieces(), rs.destination_bytes(), last.rounds_packed_ahead, last.rounds_local_early,
-      last.rounds_finished_async, f.direct ? 1 : 0, absl::StrJoin(direct.direct.write_to, ","),
+      last.rounds_finished_async, f.direct ? 1 : 0, absl::StrJoin(direct.write_to, ","),
       last.bytes_put, last.bytes_put_into, last.put_issue_seconds, last.put_wait_seconds,
       last.token_seconds, last.ready_token_seconds, last.local_wait_seconds, finish,
       f.put_copy_engine_kib, f.put_blocks_per_sm, f.put_copy_streams,

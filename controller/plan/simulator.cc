@@ -85,7 +85,7 @@ absl::StatusOr<SimulationResult> SimulatePlan(const v1::Plan& plan, const Worker
     const bool same = b.sender() == b.receiver();
     if (same != (b.transport() == v1::TRANSPORT_LOCAL)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": transport ", v1::TransportKind_Name(b.transport()),
+          absl::StrCat(where, ": transport ", v1::BucketTransport_Name(b.transport()),
                        same ? " for a copy within one worker" : " between two workers"));
     }
     if (same) {

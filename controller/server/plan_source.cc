@@ -18,27 +18,27 @@ absl::StatusOr<PlanSource::Result> PlanSource::Get(const v1::TransferSpec& spec)
   return r;
 }
 
-std::shared_ptr<const std::vector<plan::WorkerPair>> PlanSource::DirectWritePairs(
+std::shared_ptr<const std::vector<plan::WorkerPair>> PlanSource::PeerWritePairs(
     const v1::Plan& plan) {
   {
     absl::MutexLock lock(&mu_);
-    auto it = direct_pairs_.find(plan.key());
-    if (it != direct_pairs_.end()) return it->second;
+    auto it = peer_write_pairs_.find(plan.key());
+    if (it != peer_write_pairs_.end()) return it->second;
   }
   // Scanned unlocked: other plans' syncs do not wait on this one. Two
   // concurrent first syncs of one key may both scan; the first result stays.
   auto pairs =
-      std::make_shared<const std::vector<plan::WorkerPair>>(plan::DirectWriteEligiblePairs(plan));
+      std::make_shared<const std::vector<plan::WorkerPair>>(plan::PeerWriteEligiblePairs(plan));
   absl::MutexLock lock(&mu_);
-  ++direct_write_scans_;
+  ++peer_write_scans_;
   // Plans leave the cache oldest first; the pairs of evicted ones go in bulk.
-  if (direct_pairs_.size() >= std::max<size_t>(capacity_, 1)) direct_pairs_.clear();
-  return direct_pairs_.try_emplace(plan.key(), std::move(pairs)).first->second;
+  if (peer_write_pairs_.size() >= std::max<size_t>(capacity_, 1)) peer_write_pairs_.clear();
+  return peer_write_pairs_.try_emplace(plan.key(), std::move(pairs)).first->second;
 }
 
-int64_t PlanSource::direct_write_scans() const {
+int64_t PlanSource::peer_write_scans() const {
   absl::MutexLock lock(&mu_);
-  return direct_write_scans_;
+  return peer_write_scans_;
 }
 
 }  // namespace wsync::controller

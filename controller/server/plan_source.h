@@ -13,8 +13,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "controller/plan/direct_writes.h"
 #include "controller/plan/plan_cache.h"
+#include "controller/plan/routes.h"
 #include "wsync/v1/layout.pb.h"
 #include "wsync/v1/plan.pb.h"
 
@@ -32,11 +32,11 @@ class PlanSource {
 
   absl::StatusOr<Result> Get(const v1::TransferSpec& spec);
 
-  // plan::DirectWriteEligiblePairs of `plan`, scanned once per plan key (a
+  // plan::PeerWriteEligiblePairs of `plan`, scanned once per plan key (a
   // plan of ~0.5 M pieces is not rescanned every sync). Never null.
-  std::shared_ptr<const std::vector<plan::WorkerPair>> DirectWritePairs(const v1::Plan& plan);
-  // How many plans were scanned for DirectWritePairs (tests, diagnostics).
-  int64_t direct_write_scans() const;
+  std::shared_ptr<const std::vector<plan::WorkerPair>> PeerWritePairs(const v1::Plan& plan);
+  // How many plans were scanned for PeerWritePairs (tests, diagnostics).
+  int64_t peer_write_scans() const;
 
   int64_t hits() const { return cache_.hits(); }
   int64_t misses() const { return cache_.misses(); }
@@ -47,8 +47,8 @@ class PlanSource {
   mutable absl::Mutex mu_;
   // Plan key -> its eligible pairs; as many entries as plans cached.
   absl::flat_hash_map<std::string, std::shared_ptr<const std::vector<plan::WorkerPair>>>
-      direct_pairs_ ABSL_GUARDED_BY(mu_);
-  int64_t direct_write_scans_ ABSL_GUARDED_BY(mu_) = 0;
+      peer_write_pairs_ ABSL_GUARDED_BY(mu_);
+  int64_t peer_write_scans_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace wsync::controller

@@ -14,9 +14,9 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(Server
     absl::Status st = s->metrics_.Serve(options.metrics_address);
     if (!st.ok()) return st;
   }
-  s->state_ = std::make_unique<ControllerState>(options.config, &s->metrics_, &s->plans_);
-  s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->state_.get());
-  s->trainer_service_ = std::make_unique<TrainerServiceImpl>(s->state_.get());
+  s->controller_ = std::make_unique<Controller>(options.config, &s->metrics_, &s->plans_);
+  s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->controller_.get());
+  s->trainer_service_ = std::make_unique<TrainerServiceImpl>(s->controller_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -38,11 +38,11 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(Server
   ControllerServer* self = s.get();
   s->ticker_ = std::thread([self] {
     while (!self->stop_.load()) {
-      self->state_->Tick();
+      self->controller_->Tick();
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }
   });
-  self->state_->Tick();
+  self->controller_->Tick();
   health->SetServingStatus(true);
   return s;
 }
@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(Server
 void ControllerServer::Shutdown() {
   if (stop_.exchange(true)) return;
   if (server_ != nullptr) server_->GetHealthCheckService()->SetServingStatus(false);
-  state_->Shutdown();
+  controller_->Shutdown();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }

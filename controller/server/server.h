@@ -9,10 +9,10 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "controller/server/controller.h"
 #include "controller/server/metrics.h"
 #include "controller/server/plan_source.h"
 #include "controller/server/services.h"
-#include "controller/server/state.h"
 #include "grpcpp/grpcpp.h"
 
 namespace wsync::controller {
@@ -39,7 +39,7 @@ class ControllerServer {
 
   ControllerMetrics metrics_;
   PlanSource plans_;
-  std::unique_ptr<ControllerState> state_;
+  std::unique_ptr<Controller> controller_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<TrainerServiceImpl> trainer_service_;
   std::unique_ptr<grpc::Server> server_;

@@ -19,37 +19,37 @@ grpc::Status Fill(absl::StatusOr<T> result, T* out) {
 grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext*,
                                                const v1::RegisterWorkerRequest* req,
                                                v1::RegisterWorkerResponse* resp) {
-  return Fill(state_->RegisterWorker(*req), resp);
+  return Fill(controller_->workers().RegisterWorker(*req), resp);
 }
 
 grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
                                           v1::HeartbeatResponse* resp) {
-  return Fill(state_->Heartbeat(req->lease_id()), resp);
+  return Fill(controller_->workers().Heartbeat(req->lease_id()), resp);
 }
 
 grpc::Status WorkerServiceImpl::UpdateBuffers(grpc::ServerContext*,
                                               const v1::UpdateBuffersRequest* req,
                                               v1::UpdateBuffersResponse*) {
-  return ToGrpc(state_->UpdateBuffers(*req));
+  return ToGrpc(controller_->workers().UpdateBuffers(*req));
 }
 
 grpc::Status WorkerServiceImpl::Assignments(grpc::ServerContext* ctx,
                                             const v1::AssignmentsRequest* req,
                                             grpc::ServerWriter<v1::Assignment>* writer) {
-  absl::StatusOr<uint64_t> token = state_->OpenStream(req->lease_id());
+  absl::StatusOr<uint64_t> token = controller_->workers().OpenStream(req->lease_id());
   if (!token.ok()) return ToGrpc(token.status());
   // Headers now, so that the worker knows the stream is established.
   writer->SendInitialMetadata();
   while (true) {
     if (ctx->IsCancelled()) {
-      state_->CloseStream(req->lease_id(), *token, "worker disconnected");
+      controller_->workers().CloseStream(req->lease_id(), *token, "worker disconnected");
       return grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
     }
-    auto next = state_->NextAssignment(req->lease_id(), *token, kPoll);
+    auto next = controller_->workers().NextAssignment(req->lease_id(), *token, kPoll);
     if (!next.ok()) return ToGrpc(next.status());
     if (!next->has_value()) continue;
     if (!writer->Write(**next)) {
-      state_->CloseStream(req->lease_id(), *token, "write to worker failed");
+      controller_->workers().CloseStream(req->lease_id(), *token, "write to worker failed");
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed");
     }
   }
@@ -58,45 +58,45 @@ grpc::Status WorkerServiceImpl::Assignments(grpc::ServerContext* ctx,
 grpc::Status WorkerServiceImpl::ReportProgress(grpc::ServerContext*,
                                                const v1::ReportProgressRequest* req,
                                                v1::ReportProgressResponse*) {
-  return ToGrpc(state_->ReportProgress(*req));
+  return ToGrpc(controller_->syncs().ReportProgress(*req));
 }
 
 grpc::Status WorkerServiceImpl::ReportResult(grpc::ServerContext*,
                                              const v1::ReportResultRequest* req,
                                              v1::ReportResultResponse*) {
-  return ToGrpc(state_->ReportResult(*req));
+  return ToGrpc(controller_->syncs().ReportResult(*req));
 }
 
 grpc::Status WorkerServiceImpl::KvSet(grpc::ServerContext*, const v1::KvSetRequest* req,
                                       v1::KvSetResponse*) {
-  return ToGrpc(state_->KvSet(*req));
+  return ToGrpc(controller_->rendezvous().Set(*req));
 }
 
 grpc::Status WorkerServiceImpl::KvGet(grpc::ServerContext*, const v1::KvGetRequest* req,
                                       v1::KvGetResponse* resp) {
-  return Fill(state_->KvGet(*req), resp);
+  return Fill(controller_->rendezvous().Get(*req), resp);
 }
 
 grpc::Status WorkerServiceImpl::AwaitWriters(grpc::ServerContext*,
                                              const v1::AwaitWritersRequest* req,
                                              v1::AwaitWritersResponse* resp) {
-  return Fill(state_->AwaitWriters(*req), resp);
+  return Fill(controller_->syncs().AwaitWriters(*req), resp);
 }
 
 grpc::Status TrainerServiceImpl::DefineTransfer(grpc::ServerContext*,
                                                 const v1::DefineTransferRequest* req,
                                                 v1::DefineTransferResponse* resp) {
-  return Fill(state_->DefineTransfer(*req), resp);
+  return Fill(controller_->syncs().DefineTransfer(*req), resp);
 }
 
 grpc::Status TrainerServiceImpl::Plan(grpc::ServerContext*, const v1::PlanRequest* req,
                                       v1::PlanResponse* resp) {
-  return Fill(state_->PlanTransfer(*req), resp);
+  return Fill(controller_->syncs().PlanTransfer(*req), resp);
 }
 
 grpc::Status TrainerServiceImpl::Sync(grpc::ServerContext*, const v1::SyncRequest* req,
                                       v1::SyncResponse* resp) {
-  return Fill(state_->StartSync(*req), resp);
+  return Fill(controller_->syncs().StartSync(*req), resp);
 }
 
 grpc::Status TrainerServiceImpl::WaitSync(grpc::ServerContext* ctx, const v1::WaitSyncRequest* req,
@@ -107,7 +107,7 @@ grpc::Status TrainerServiceImpl::WaitSync(grpc::ServerContext* ctx, const v1::Wa
                                : absl::InfiniteFuture();
   int64_t seen = -1;
   while (true) {
-    auto status = state_->NextSyncUpdate(req->sync_id(), &seen, kPoll * 4);
+    auto status = controller_->syncs().NextSyncUpdate(req->sync_id(), &seen, kPoll * 4);
     if (!status.ok()) return ToGrpc(status.status());
     if (status->phase() != v1::SYNC_RUNNING || absl::Now() >= until || ctx->IsCancelled()) {
       *resp = *std::move(status);
@@ -122,7 +122,7 @@ grpc::Status TrainerServiceImpl::WatchSync(grpc::ServerContext* ctx,
   int64_t seen = -1;
   while (!ctx->IsCancelled()) {
     const int64_t before = seen;
-    auto status = state_->NextSyncUpdate(req->sync_id(), &seen, kPoll * 4);
+    auto status = controller_->syncs().NextSyncUpdate(req->sync_id(), &seen, kPoll * 4);
     if (!status.ok()) return ToGrpc(status.status());
     if (seen != before || status->phase() != v1::SYNC_RUNNING) {
       if (!writer->Write(*status)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone");
@@ -134,19 +134,19 @@ grpc::Status TrainerServiceImpl::WatchSync(grpc::ServerContext* ctx,
 
 grpc::Status TrainerServiceImpl::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
                                            v1::GetStatusResponse* resp) {
-  *resp = state_->GetStatus();
+  *resp = controller_->syncs().GetStatus();
   return grpc::Status::OK;
 }
 
 grpc::Status TrainerServiceImpl::Cancel(grpc::ServerContext*, const v1::CancelRequest* req,
                                         v1::SyncStatus* resp) {
-  return Fill(state_->Cancel(req->sync_id(), req->reason()), resp);
+  return Fill(controller_->syncs().Cancel(req->sync_id(), req->reason()), resp);
 }
 
 grpc::Status TrainerServiceImpl::ListWorkers(grpc::ServerContext*,
                                              const v1::ListWorkersRequest* req,
                                              v1::ListWorkersResponse* resp) {
-  *resp = state_->ListWorkers(req->group());
+  *resp = controller_->workers().ListWorkers(req->group());
   return grpc::Status::OK;
 }
 

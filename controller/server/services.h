@@ -1,9 +1,10 @@
-// gRPC adapters of ControllerState: the worker and trainer services.
+// gRPC adapters of the controller's state owners (controller.h): the worker
+// and trainer services.
 #ifndef WSYNC_CONTROLLER_SERVER_SERVICES_H_
 #define WSYNC_CONTROLLER_SERVER_SERVICES_H_
 
 #include "absl/status/status.h"
-#include "controller/server/state.h"
+#include "controller/server/controller.h"
 #include "grpcpp/grpcpp.h"
 #include "wsync/v1/controller.grpc.pb.h"
 
@@ -15,7 +16,7 @@ inline grpc::Status ToGrpc(const absl::Status& s) {
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
-  explicit WorkerServiceImpl(ControllerState* state) : state_(state) {}
+  explicit WorkerServiceImpl(Controller* controller) : controller_(controller) {}
 
   grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* req,
                               v1::RegisterWorkerResponse* resp) override;
@@ -37,12 +38,12 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
                             v1::AwaitWritersResponse* resp) override;
 
  private:
-  ControllerState* const state_;
+  Controller* const controller_;
 };
 
 class TrainerServiceImpl final : public v1::TrainerService::Service {
  public:
-  explicit TrainerServiceImpl(ControllerState* state) : state_(state) {}
+  explicit TrainerServiceImpl(Controller* controller) : controller_(controller) {}
 
   grpc::Status DefineTransfer(grpc::ServerContext*, const v1::DefineTransferRequest* req,
                               v1::DefineTransferResponse* resp) override;
@@ -62,7 +63,7 @@ class TrainerServiceImpl final : public v1::TrainerService::Service {
                            v1::ListWorkersResponse* resp) override;
 
  private:
-  ControllerState* const state_;
+  Controller* const controller_;
 };
 
 }  // namespace wsync::controller

@@ -3,7 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cstdio>
+#include <cstdio>  // std::rename
 #include <fstream>
 #include <random>
 
@@ -13,8 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
-#include "controller/plan/huge_page_allocator.h"
 #include "common/env_flags.h"
+#include "common/logging.h"
+#include "controller/plan/huge_page_allocator.h"
 #include "controller/server/server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
       "controller/server/",
       {"listen", "metrics_port", "metrics_host", "lease_ttl", "sync_deadline", "max_message_bytes",
        "port_file", "direct_writes"});
+  wsync::InitLogging("wsync-controller");
 
   // Signals are taken by sigwait below, never by an asynchronous handler.
   sigset_t signals;
@@ -82,9 +84,9 @@ int main(int argc, char** argv) {
   options.config.direct_writes = absl::GetFlag(FLAGS_direct_writes);
   if (options.config.lease_ttl <= absl::ZeroDuration() ||
       options.config.sync_deadline <= absl::ZeroDuration() || options.max_message_bytes <= 0) {
-    std::fprintf(stderr,
-                 "wsync-controller: --lease_ttl, --sync_deadline and "
-                 "--max_message_bytes must be positive\n");
+    spdlog::error(
+        "wsync-controller: --lease_ttl, --sync_deadline and --max_message_bytes must be "
+        "positive");
     return 2;
   }
   std::random_device rd;
@@ -92,11 +94,11 @@ int main(int argc, char** argv) {
 
   auto server = wsync::controller::ControllerServer::Start(options);
   if (!server.ok()) {
-    std::fprintf(stderr, "wsync-controller: %s\n", server.status().ToString().c_str());
+    spdlog::error("wsync-controller: {}", server.status().ToString());
     return 1;
   }
-  std::fprintf(stderr, "[controller] instance %s serving gRPC on port %d, metrics on port %d\n",
-               options.config.instance.c_str(), (*server)->port(), (*server)->metrics_port());
+  spdlog::info("[controller] instance {} serving gRPC on port {}, metrics on port {}",
+               options.config.instance, (*server)->port(), (*server)->metrics_port());
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     const std::string tmp = port_file + ".tmp";
@@ -106,13 +108,13 @@ int main(int argc, char** argv) {
           << "\n";
     }
     if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
-      std::fprintf(stderr, "wsync-controller: cannot write %s\n", port_file.c_str());
+      spdlog::error("wsync-controller: cannot write {}", port_file);
       return 1;
     }
   }
   int sig = 0;
   sigwait(&signals, &sig);
-  std::fprintf(stderr, "[controller] signal %d: shutting down\n", sig);
+  spdlog::info("[controller] signal {}: shutting down", sig);
   (*server)->Shutdown();
   return 0;
 }

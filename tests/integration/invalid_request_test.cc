@@ -40,6 +40,32 @@ grpc::Status Define(CaseRun& run, const std::string& name, const std::string& sr
     EXPECT_NE(s_.error_message().find(text), std::string::npos) << s_.error_message(); \
   } while (0)
 
+// A plan no worker can stage (a limit under 256 bytes) is refused when the
+// transfer is defined, naming the worker and its limit: never after dispatch.
+TEST(InvalidRequests, AStagingLimitThePlanCannotMeetIsRefusedAtDefine) {
+  demo::ClusterOptions options = DefaultClusterOptions();
+  options.worker_flags.push_back("--staging_limit_bytes=100");
+  auto run_or = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), options);
+  ASSERT_TRUE(run_or.ok()) << run_or.status();
+  CaseRun& run = **run_or;
+  const grpc::Status refused = Define(run, "t", "trainer", run.spec);
+  EXPECT_CODE_MENTIONS(refused, INVALID_ARGUMENT, "--staging_limit_bytes 100");
+  EXPECT_NE(refused.error_message().find("worker trainer/0"), std::string::npos)
+      << refused.error_message();
+  EXPECT_EQ(Status(run).transfers_size(), 0);
+  v1::ListWorkersRequest req;
+  v1::ListWorkersResponse workers;
+  ASSERT_TRUE(Call([&](grpc::ClientContext* c) {
+                return run.cluster->trainer().ListWorkers(c, req, &workers);
+              }).ok());
+  ASSERT_GT(workers.workers_size(), 0);
+  for (const v1::RegisteredWorker& w : workers.workers()) {
+    EXPECT_EQ(w.staging_limit_bytes(), 100);
+    ASSERT_EQ(w.transports_size(), 1);
+    EXPECT_EQ(w.transports(0), v1::TRANSPORT_GLOO);
+  }
+}
+
 TEST(InvalidRequests, BadSpecsAreRefusedAndChangeNothing) {
   auto run_or = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), DefaultClusterOptions());
   ASSERT_TRUE(run_or.ok()) << run_or.status();

@@ -49,6 +49,27 @@ TEST(SyncIntegration, FsdpToVllmTpWithFusedQkvAndGateUp) {
   EXPECT_EQ(status.transfers(0).last_success_version(), 3);
 }
 
+// Workers send their --staging_limit_bytes at registration: the plan's
+// rounds fit it (more rounds than without), and the bytes arrive.
+TEST(SyncIntegration, TheWorkersStagingLimitCapsThePlan) {
+  v1::PlanSummary unlimited;
+  {
+    auto run = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), DefaultClusterOptions());
+    ASSERT_TRUE(run.ok()) << run.status();
+    RunVersions(**run, 1, &unlimited);
+  }
+  demo::ClusterOptions options = DefaultClusterOptions();
+  constexpr int64_t kLimit = 64 << 10;
+  options.worker_flags.push_back(absl::StrCat("--staging_limit_bytes=", kLimit));
+  auto run = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), options);
+  ASSERT_TRUE(run.ok()) << run.status();
+  v1::PlanSummary limited;
+  RunVersions(**run, 2, &limited);
+  ASSERT_GT(unlimited.peak_staging_bytes(), kLimit) << "the case must need the cap";
+  EXPECT_LE(limited.peak_staging_bytes(), kLimit);
+  EXPECT_GT(limited.num_rounds(), unlimited.num_rounds());
+}
+
 TEST(SyncIntegration, ColocatedGroupsCopyLocally) {
   auto run =
       CaseRun::Start(Case("fsdp:2", "vllm-tp:2", /*colocated=*/true), DefaultClusterOptions());
@@ -64,9 +85,8 @@ TEST(SyncIntegration, ColocatedGroupsCopyLocally) {
 // --direct_writes=false every bucket goes through Gloo. Same bytes either way.
 TEST(SyncIntegration, DirectWritesAndTheTransportDeliverTheSameBytes) {
   for (const bool direct : {true, false}) {
-    for (const auto& [src, dst, colocated] :
-         {std::make_tuple("fsdp:2", "vllm-tp:2", true),
-          std::make_tuple("fsdp:4", "vllm-tp:2", false)}) {
+    for (const auto& [src, dst, colocated] : {std::make_tuple("fsdp:2", "vllm-tp:2", true),
+                                              std::make_tuple("fsdp:4", "vllm-tp:2", false)}) {
       SCOPED_TRACE(absl::StrCat(src, " -> ", dst, colocated ? " colocated" : "",
                                 direct ? ", direct writes" : ", transport only"));
       demo::ClusterOptions o = DefaultClusterOptions();

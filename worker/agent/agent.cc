@@ -95,8 +95,10 @@ void WorkerAgent::SessionLoop() {
     for (const auto& m : options_.memberships) *req.add_memberships() = m;
     req.set_node(options_.node);
     req.set_device_uuid(options_.device_uuid);
+    req.add_transports(options_.gpu != nullptr ? v1::TRANSPORT_NCCL : v1::TRANSPORT_GLOO);
     for (const auto& c : options_.capabilities) req.add_capabilities(c);
     req.add_capabilities(kPeerListsOnceCapability);
+    req.set_staging_limit_bytes(options_.staging_limit_bytes);
     req.set_data_address(options_.data_address);
     req.set_pid(getpid());
     req.set_direct_write_domain(options_.direct_write_domain);

@@ -29,12 +29,15 @@ struct AgentOptions {
   std::string node;
   std::string device_uuid;
   std::string data_address = "127.0.0.1";
-  std::vector<std::string> capabilities = {"gloo"};
+  // Features beyond the transport (which follows `gpu`), e.g. "cuda_ipc".
+  std::vector<std::string> capabilities;
   std::string instance_id;
   absl::Duration round_timeout = absl::Seconds(60);
-  int64_t staging_limit_bytes = 0;  // 0: up to two plan rounds' staging
-  // Not owned (outlives the agent); null for a host-memory worker. With one,
-  // capabilities should say "nccl" and "cuda_ipc" instead of "gloo".
+  // 0: up to two plan rounds' staging. Sent at registration: the controller
+  // plans within it.
+  int64_t staging_limit_bytes = 0;
+  // Not owned (outlives the agent); null for a host-memory worker (Gloo),
+  // else the worker runs NCCL on device memory.
   GpuPlane* gpu = nullptr;
   // Direct writes (see peer_buffers.h): the memory domain this worker
   // advertises (empty: it takes no part) and, on a GPU, the GPUs it can write.

@@ -83,7 +83,7 @@ class PeerBufferMaps {
 // worker do not unmap each other's peers; only the kPeerListTransfers most
 // recent transfers that listed peers keep theirs, so a transfer never synced
 // again does not hold its peers' memory. The controller's record of the
-// lists it sent follows the same rules (state_direct_writes.cc).
+// lists it sent follows the same rules (WorkerRegistry::FillPeerBuffers).
 class PeerMapsByTransfer {
  public:
   explicit PeerMapsByTransfer(GpuPlane* gpu) : gpu_(gpu) {}

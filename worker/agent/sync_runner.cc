@@ -2,8 +2,10 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "worker/agent/controller_kv_store.h"
@@ -13,6 +15,11 @@ namespace wsync::agent {
 
 namespace {
 double Since(absl::Time t) { return absl::ToDoubleSeconds(absl::Now() - t); }
+
+// "nccl", "gloo" (for messages).
+std::string TransportKindName(v1::TransportKind kind) {
+  return absl::AsciiStrToLower(absl::StripPrefix(v1::TransportKind_Name(kind), "TRANSPORT_"));
+}
 }  // namespace
 
 absl::Status LocalOnlyTransport::RunRound(absl::Span<const transport::SendRequest> sends,
@@ -60,9 +67,9 @@ absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
   RETURN_IF_ERROR(peers_.Update(a.transfer(), a.peer_buffers()));
   if (a.direct_write_to().empty() && a.direct_written_by().empty()) return absl::OkStatus();
   const PeerBufferMaps* peers = peers_.Find(a.transfer());  // null: none listed
-  direct->write_to.assign(a.direct_write_to().begin(), a.direct_write_to().end());
-  direct->written_by.assign(a.direct_written_by().begin(), a.direct_written_by().end());
-  for (int32_t w : direct->write_to) {
+  // The peers its part's ROUTE_PEER_WRITE buckets go to (the controller's
+  // route stage lists them): their buffers must be mapped.
+  for (int32_t w : a.direct_write_to()) {
     const exec::BufferRegistry* r = peers != nullptr ? peers->Find(w) : nullptr;
     if (r == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("worker ", a.worker(),
@@ -81,8 +88,8 @@ absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
   std::vector<const v1::BufferInfo*> refs;
   for (const v1::BufferInfo& b : mine) refs.push_back(&b);
   direct->ready_token = BufferListFingerprint(refs, objects);
-  *key = absl::StrCat("to ", absl::StrJoin(direct->write_to, ","), " by ",
-                      absl::StrJoin(direct->written_by, ","), " maps ",
+  *key = absl::StrCat("to ", absl::StrJoin(a.direct_write_to(), ","), " by ",
+                      absl::StrJoin(a.direct_written_by(), ","), " maps ",
                       peers != nullptr ? peers->Signature() : "");
   return absl::OkStatus();
 }
@@ -126,11 +133,13 @@ absl::StatusOr<SyncRunner::Channel*> SyncRunner::EnsureChannel(
     return ch.get();
   }
   ch.reset();  // the old generation's sockets close before the new rendezvous
-  const std::string mine = options_.gpu != nullptr ? "nccl" : "gloo";
-  if (ts.kind() != mine) {
+  const v1::TransportKind kind = options_.gpu != nullptr ? v1::TRANSPORT_NCCL : v1::TRANSPORT_GLOO;
+  const std::string mine = TransportKindName(kind);
+  if (ts.kind() != kind) {
     return absl::FailedPreconditionError(
-        absl::StrCat("transport kind '", ts.kind(), "' is not available on this worker (it runs ",
-                     mine, options_.gpu != nullptr ? " on device memory" : " on host memory", ")"));
+        absl::StrCat("transport kind '", TransportKindName(ts.kind()),
+                     "' is not available on this worker (it runs ", mine,
+                     options_.gpu != nullptr ? " on device memory" : " on host memory", ")"));
   }
   ControllerKvStore kv(std::move(stub), lease_id, &aborted_);
   const absl::Time deadline = absl::FromUnixMillis(a.deadline_unix_ms());
@@ -182,7 +191,10 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   r.set_round(-1);
   r.set_op(-1);
   r.set_peer(-1);
-  const std::string plan_id = absl::StrCat(a.plan_key(), "/", a.worker());
+  // The routed part's key (plan key, worker, routes); older controllers
+  // send none.
+  const std::string plan_id =
+      a.part_key().empty() ? absl::StrCat(a.plan_key(), "/", a.worker()) : a.part_key();
   int32_t rounds_done = 0;
   const exec::BoundPlan* bound_plan = nullptr;
   auto finish = [&](const absl::Status& s) {

@@ -48,7 +48,8 @@ ABSL_FLAG(absl::Duration, round_timeout, absl::Seconds(60),
           "Longest one plan round may take on the data plane. Env: WSYNC_ROUND_TIMEOUT.");
 ABSL_FLAG(int64_t, staging_limit_bytes, 0,
           "Most staging memory a sync may hold (the executor overlaps neighbouring rounds only "
-          "where both fit); 0: up to two plan rounds' worth. Env: WSYNC_STAGING_LIMIT_BYTES.");
+          "where both fit); 0: up to two plan rounds' worth. Sent at registration: the "
+          "controller plans no round over it. Env: WSYNC_STAGING_LIMIT_BYTES.");
 ABSL_FLAG(std::string, instance_id, "",
           "Identity of this process for re-registration (default: random). Env: "
           "WSYNC_INSTANCE_ID.");
@@ -152,7 +153,7 @@ int main(int argc, char** argv) {
     }
     gpu = *std::move(plane);
     options.gpu = gpu.get();
-    options.capabilities = {"nccl", "cuda_ipc"};
+    options.capabilities = {"cuda_ipc"};
     if (options.device_uuid.empty()) options.device_uuid = gpu->uuid();
   }
   if (absl::GetFlag(FLAGS_direct_writes)) {

@@ -27,110 +27,132 @@ constexpr int64_t kStagingAlign = 64;
 
 }  // namespace
 
-absl::Status Binder::BindRound(const v1::Round& round, BoundRound& out) {
-  out.index = round.index();
-  out.plan_staging_bytes = round.staging_bytes();
-  std::vector<std::pair<BoundTransfer, const v1::Bucket*>> sends, recvs;
-  std::vector<const v1::Bucket*> copies;
-  std::vector<const v1::Reduce*> reduces;
-  std::vector<const v1::Quantize*> quants;
-  qparts_.clear();
+absl::StatusOr<const v1::Reduce*> Binder::TakeReduce(const v1::Op& op, const std::string& where) {
+  auto it = reduces_.find(op.reduce());
+  if (it == reduces_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": unknown reduce ", op.reduce()));
+  }
+  if (!seen_reduces_.insert(op.reduce()).second) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": reduce ", op.reduce(), " runs twice"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<const v1::Quantize*> Binder::TakeQuantize(const v1::Op& op,
+                                                         const std::string& where) {
+  auto it = quantizes_.find(op.quantize());
+  if (it == quantizes_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": unknown quantize ", op.quantize()));
+  }
+  if (!seen_quantizes_.insert(op.quantize()).second) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": quantize ", op.quantize(), " runs twice"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<const v1::Bucket*> Binder::TakeBucket(const v1::Op& op, int32_t round,
+                                                     const std::string& where) {
+  auto it = buckets_.find(op.bucket());
+  if (it == buckets_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": unknown bucket ", op.bucket()));
+  }
+  const v1::Bucket& b = *it->second;
+  if (!seen_buckets_.insert(b.id()).second) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": bucket ", b.id(), " runs twice"));
+  }
+  if (b.round() != round) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": bucket ", b.id(), " belongs to round ", b.round()));
+  }
+  const bool local = b.transport() == v1::TRANSPORT_LOCAL;
+  bool ok = false;
+  switch (op.kind()) {
+    case v1::Op::SEND:
+      ok = !local && b.sender() == worker_ && b.receiver() == op.peer() && op.peer() != worker_;
+      break;
+    case v1::Op::RECV:
+      ok = !local && b.receiver() == worker_ && b.sender() == op.peer() && op.peer() != worker_;
+      break;
+    case v1::Op::COPY:
+      ok = local && b.sender() == worker_ && b.receiver() == worker_;
+      break;
+    default:
+      break;
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": bucket ", b.id(), " (worker ", b.sender(), " -> ", b.receiver(), ", ",
+        local ? "local" : "network", ") does not match this op (peer ", op.peer(), ")"));
+  }
+  if (local && b.route() == v1::ROUTE_PEER_WRITE) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": local bucket ", b.id(), " is routed PEER_WRITE"));
+  }
+  if (b.bytes() < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative size"));
+  return &b;
+}
+
+absl::Status Binder::BindPeerWrite(const v1::Op& op, const v1::Bucket& b, int32_t round) {
+  if (op.kind() == v1::Op::SEND) {
+    write_to_.insert(b.receiver());
+    return BindPut(b, round, *bound_);
+  }
+  written_by_.insert(b.sender());
+  for (int i = 0; i < b.pieces_size(); ++i) {
+    RETURN_IF_ERROR(Annotate(CheckDirectWritable(b.pieces(i)),
+                             PieceWhere(Where(round, "RECV (direct write)", b), i, b.pieces(i))));
+  }
+  bound_->bytes_put_into += b.bytes();  // the sender writes it; nothing to run here
+  return absl::OkStatus();
+}
+
+absl::Status Binder::CollectOps(const v1::Round& round, RoundOps& ops) {
   for (int o = 0; o < round.ops_size(); ++o) {
     const v1::Op& op = round.ops(o);
     const std::string where = absl::StrCat("worker ", worker_, " round ", round.index(), " op ", o,
                                            " (", v1::Op::Kind_Name(op.kind()), ")");
     if (op.kind() == v1::Op::REDUCE) {
-      auto it = reduces_.find(op.reduce());
-      if (it == reduces_.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": unknown reduce ", op.reduce()));
-      }
-      if (!seen_reduces_.insert(op.reduce()).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": reduce ", op.reduce(), " runs twice"));
-      }
-      reduces.push_back(it->second);
+      ASSIGN_OR_RETURN(const v1::Reduce* r, TakeReduce(op, where));
+      ops.reduces.push_back(r);
       continue;
     }
     if (op.kind() == v1::Op::QUANTIZE) {
-      auto it = quantizes_.find(op.quantize());
-      if (it == quantizes_.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": unknown quantize ", op.quantize()));
-      }
-      if (!seen_quantizes_.insert(op.quantize()).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": quantize ", op.quantize(), " runs twice"));
-      }
-      quants.push_back(it->second);
+      ASSIGN_OR_RETURN(const v1::Quantize* q, TakeQuantize(op, where));
+      ops.quants.push_back(q);
       continue;
     }
-    auto it = buckets_.find(op.bucket());
-    if (it == buckets_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown bucket ", op.bucket()));
+    ASSIGN_OR_RETURN(const v1::Bucket* b, TakeBucket(op, round.index(), where));
+    if (b->route() == v1::ROUTE_PEER_WRITE) {
+      RETURN_IF_ERROR(BindPeerWrite(op, *b, round.index()));
+      continue;
     }
-    const v1::Bucket& b = *it->second;
-    if (!seen_buckets_.insert(b.id()).second) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": bucket ", b.id(), " runs twice"));
-    }
-    if (b.round() != round.index()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": bucket ", b.id(), " belongs to round ", b.round()));
-    }
-    const bool local = b.transport() == v1::TRANSPORT_LOCAL;
-    bool ok = false;
-    switch (op.kind()) {
-      case v1::Op::SEND:
-        ok = !local && b.sender() == worker_ && b.receiver() == op.peer() && op.peer() != worker_;
-        break;
-      case v1::Op::RECV:
-        ok = !local && b.receiver() == worker_ && b.sender() == op.peer() && op.peer() != worker_;
-        break;
-      case v1::Op::COPY:
-        ok = local && b.sender() == worker_ && b.receiver() == worker_;
-        break;
-      default:
-        break;
-    }
-    if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": bucket ", b.id(), " (worker ", b.sender(), " -> ", b.receiver(), ", ",
-          local ? "local" : "network", ") does not match this op (peer ", op.peer(), ")"));
+    if (op.kind() == v1::Op::COPY) {
+      ops.copies.push_back(b);
+      continue;
     }
     BoundTransfer t;
-    t.bucket = b.id();
+    t.bucket = b->id();
     t.peer = op.peer();
-    t.seq = b.seq();
-    t.bytes = b.bytes();
-    t.zero_copy = b.zero_copy();
-    if (t.bytes < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative size"));
-    if (op.kind() == v1::Op::SEND && WritesTo(t.peer)) {
-      RETURN_IF_ERROR(BindPut(b, round.index(), *bound_));
-      continue;
-    }
-    if (op.kind() == v1::Op::RECV && WrittenBy(t.peer)) {
-      for (int i = 0; i < b.pieces_size(); ++i) {
-        RETURN_IF_ERROR(Annotate(CheckDirectWritable(b.pieces(i)),
-                                 PieceWhere(Where(round.index(), "RECV (direct write)", b), i,
-                                            b.pieces(i))));
-      }
-      bound_->bytes_put_into += t.bytes;  // the sender writes it; nothing to run here
-      continue;
-    }
-    if (op.kind() == v1::Op::SEND) sends.push_back({t, &b});
-    if (op.kind() == v1::Op::RECV) recvs.push_back({t, &b});
-    if (op.kind() == v1::Op::COPY) copies.push_back(&b);
+    t.seq = b->seq();
+    t.bytes = b->bytes();
+    t.zero_copy = b->zero_copy();
+    (op.kind() == v1::Op::SEND ? ops.sends : ops.recvs).push_back({t, b});
   }
   auto by_peer_seq = [](const auto& a, const auto& b) {
     return std::make_pair(a.first.peer, a.first.seq) < std::make_pair(b.first.peer, b.first.seq);
   };
-  std::stable_sort(sends.begin(), sends.end(), by_peer_seq);
-  std::stable_sort(recvs.begin(), recvs.end(), by_peer_seq);
+  std::stable_sort(ops.sends.begin(), ops.sends.end(), by_peer_seq);
+  std::stable_sort(ops.recvs.begin(), ops.recvs.end(), by_peer_seq);
+  return absl::OkStatus();
+}
 
-  // Staging: sends, then receives, back to back; aligned when that still
-  // fits the plan's grant.
+absl::Status Binder::LayOutStaging(RoundOps& ops, BoundRound& out) {
+  // Sends, then receives, back to back; aligned when that still fits the
+  // plan's grant.
   for (int64_t align : {kStagingAlign, int64_t{1}}) {
     int64_t offset = 0;
-    for (auto* list : {&sends, &recvs}) {
+    for (auto* list : {&ops.sends, &ops.recvs}) {
       for (auto& [t, b] : *list) {
         if (t.zero_copy) continue;
         offset = (offset + align - 1) / align * align;
@@ -146,20 +168,26 @@ absl::Status Binder::BindRound(const v1::Round& round, BoundRound& out) {
         absl::StrCat("worker ", worker_, " round ", out.index, ": staged buckets need ",
                      out.staging_bytes, " bytes but the plan grants ", out.plan_staging_bytes));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Binder::BindOps(RoundOps& ops, BoundRound& out) {
   std::map<std::pair<int64_t, int32_t>, Partial> partials;
-  for (auto& [t, b] : sends) {
+  for (auto& [t, b] : ops.sends) {
     RETURN_IF_ERROR(BindSend(*b, t, out));
     out.bytes_sent += t.bytes;
     out.sends.push_back(t);
   }
-  for (auto& [t, b] : recvs) {
+  for (auto& [t, b] : ops.recvs) {
     RETURN_IF_ERROR(BindRecv(*b, t, out, partials));
     out.bytes_received += t.bytes;
     out.recvs.push_back(t);
   }
-  for (const v1::Bucket* b : copies) RETURN_IF_ERROR(BindCopy(*b, out.index, out, partials));
-  for (const v1::Reduce* r : reduces) RETURN_IF_ERROR(BindReduce(*r, out.index, out, partials));
-  for (const v1::Quantize* q : quants) RETURN_IF_ERROR(BindQuantize(*q, out.index, out));
+  for (const v1::Bucket* b : ops.copies) RETURN_IF_ERROR(BindCopy(*b, out.index, out, partials));
+  for (const v1::Reduce* r : ops.reduces) {
+    RETURN_IF_ERROR(BindReduce(*r, out.index, out, partials));
+  }
+  for (const v1::Quantize* q : ops.quants) RETURN_IF_ERROR(BindQuantize(*q, out.index, out));
   for (const auto& [key, part] : qparts_) {
     if (!part.consumed) {
       return absl::InvalidArgumentError(
@@ -173,6 +201,16 @@ absl::Status Binder::BindRound(const v1::Round& round, BoundRound& out) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Binder::BindRound(const v1::Round& round, BoundRound& out) {
+  out.index = round.index();
+  out.plan_staging_bytes = round.staging_bytes();
+  qparts_.clear();
+  RoundOps ops;
+  RETURN_IF_ERROR(CollectOps(round, ops));
+  RETURN_IF_ERROR(LayOutStaging(ops, out));
+  return BindOps(ops, out);
 }
 
 absl::StatusOr<std::shared_ptr<const BoundPlan>> Binder::Bind() {
@@ -194,17 +232,6 @@ absl::StatusOr<std::shared_ptr<const BoundPlan>> Binder::Bind() {
   auto bound = std::make_shared<BoundPlan>();
   bound_ = bound.get();
   if (direct_ != nullptr) {
-    for (const auto* list : {&direct_->write_to, &direct_->written_by}) {
-      if (!std::is_sorted(list->begin(), list->end()) ||
-          std::adjacent_find(list->begin(), list->end()) != list->end() ||
-          std::binary_search(list->begin(), list->end(), worker_)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "worker ", worker_, ": direct-write peers must be sorted, distinct and not the worker "
-            "itself, got [", absl::StrJoin(*list, ","), "]"));
-      }
-    }
-    bound->direct_write_to = direct_->write_to;
-    bound->direct_written_by = direct_->written_by;
     bound->ready_token = direct_->ready_token;
     bound->expected_ready_tokens = direct_->expected_ready_tokens;
   }
@@ -237,6 +264,10 @@ absl::StatusOr<std::shared_ptr<const BoundPlan>> Binder::Bind() {
     }
   }
   bound->total_bytes += bound->bytes_put + bound->bytes_put_into;
+  // The peers of its ROUTE_PEER_WRITE buckets (sorted): the ready and done
+  // tokens go to them.
+  bound->direct_write_to.assign(write_to_.begin(), write_to_.end());
+  bound->direct_written_by.assign(written_by_.begin(), written_by_.end());
   // Every bucket and reduce of this worker must be run by its op list: a side
   // that silently skips one corrupts data on the other.
   for (const v1::Bucket& b : plan_.buckets()) {

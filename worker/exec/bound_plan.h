@@ -53,13 +53,12 @@ struct BoundRound {
   int64_t bytes_local = 0;  // wire bytes of local (COPY) buckets
 };
 
-// Direct writes of one sync (SyncAssignment.direct_*): the buckets this
-// worker sends to a `write_to` peer become puts into that peer's destination
-// buffers (mapped into this process, in `peer_buffers`); the buckets it
-// receives from a `written_by` peer arrive without any op of its own.
+// Direct writes of one sync: what the buckets its plan part routes
+// ROUTE_PEER_WRITE need (the controller decides the routes,
+// controller/plan/routes.h). Such a bucket this worker sends becomes puts
+// into the receiver's destination buffers, mapped into this process in
+// `peer_buffers`; one it receives arrives without any op of its own.
 struct DirectWrites {
-  std::vector<int32_t> write_to;    // sorted worker ids
-  std::vector<int32_t> written_by;  // sorted worker ids
   std::map<int32_t, const BufferRegistry*> peer_buffers;  // not owned
   // What this worker's ready tokens carry (a fingerprint of its registered
   // buffers) and what each write_to peer's must carry (the fingerprint of
@@ -68,7 +67,6 @@ struct DirectWrites {
   // in memory it no longer reads).
   uint64_t ready_token = 0;
   std::map<int32_t, uint64_t> expected_ready_tokens;
-  bool empty() const { return write_to.empty() && written_by.empty(); }
 };
 
 // A process-unique number that every copy renews: a copied plan may be
@@ -99,12 +97,15 @@ struct BoundPlan {
   std::vector<BoundRound> rounds;  // increasing index
   int64_t max_staging_bytes = 0;
   int64_t total_bytes = 0;  // sent + received + local + put, over all rounds
-  // Direct writes: every piece of every bucket to a write_to peer, in round
-  // order; issued at once after the ready tokens (they need no staging).
+  // Direct writes: every piece of every bucket it sends routed
+  // ROUTE_PEER_WRITE, in round order; issued at once after the ready tokens
+  // (they need no staging).
   std::vector<CopyItem> puts;
   // Where each put came from (worker, round, bucket, piece, tensor), for
   // errors the data ops report about one put item.
   std::vector<std::string> put_origins;
+  // The peers of its ROUTE_PEER_WRITE buckets (sorted worker ids): it writes
+  // the first, the second write it.
   std::vector<int32_t> direct_write_to;
   std::vector<int32_t> direct_written_by;
   uint64_t ready_token = 0;
@@ -116,8 +117,10 @@ struct BoundPlan {
 // Binds `worker`'s part of `plan` (a full plan or ExtractRankPlan's output).
 // Errors name the worker, round, op, bucket, piece and buffer at fault.
 // Views must live in `space` (the data ops' memory) and the transport ranks
-// are the worker ids. `direct` (may be null: none) turns the buckets of its
-// pairs into puts; a bucket that cannot be written directly (a reduce or
+// are the worker ids. Buckets go as the plan routes them: a ROUTE_PEER_WRITE
+// bucket it sends becomes puts into the receiver's buffers in `direct` (may
+// be null when the plan routes none; FAILED_PRECONDITION if the receiver's
+// are not mapped), and one that cannot be written directly (a reduce or
 // quantize input, a relay, block-fp8 packing) is refused.
 absl::StatusOr<std::shared_ptr<const BoundPlan>> BindPlan(const v1::Plan& plan, int32_t worker,
                                                           const BufferRegistry& registry,

@@ -12,6 +12,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -84,17 +85,28 @@ class Binder {
   // role: kDestination for views written (piece / reduce dst), kSource for
   // views read.
   // `peer`: resolve in that peer's buffers (direct writes) instead of ours.
-  absl::StatusOr<StridedView> Resolve(const v1::TensorView& v, BufferSide role,
-                                      const char* which,
+  absl::StatusOr<StridedView> Resolve(const v1::TensorView& v, BufferSide role, const char* which,
                                       const BufferRegistry* peer = nullptr) const;
-  bool WritesTo(int32_t peer) const {
-    return direct_ != nullptr &&
-           std::binary_search(direct_->write_to.begin(), direct_->write_to.end(), peer);
-  }
-  bool WrittenBy(int32_t peer) const {
-    return direct_ != nullptr &&
-           std::binary_search(direct_->written_by.begin(), direct_->written_by.end(), peer);
-  }
+  // A round's ops by kind, network ones with their transfers (in (peer,
+  // seq) order once collected).
+  struct RoundOps {
+    std::vector<std::pair<BoundTransfer, const v1::Bucket*>> sends, recvs;
+    std::vector<const v1::Bucket*> copies;
+    std::vector<const v1::Reduce*> reduces;
+    std::vector<const v1::Quantize*> quants;
+  };
+  // Each looks its op's item up and marks it run; errors name `where`.
+  absl::StatusOr<const v1::Reduce*> TakeReduce(const v1::Op& op, const std::string& where);
+  absl::StatusOr<const v1::Quantize*> TakeQuantize(const v1::Op& op, const std::string& where);
+  // Also checks that the bucket belongs to the round and matches the op.
+  absl::StatusOr<const v1::Bucket*> TakeBucket(const v1::Op& op, int32_t round,
+                                               const std::string& where);
+  // A ROUTE_PEER_WRITE bucket: a SEND becomes puts, a RECV runs nothing.
+  absl::Status BindPeerWrite(const v1::Op& op, const v1::Bucket& b, int32_t round);
+  absl::Status CollectOps(const v1::Round& round, RoundOps& ops);
+  // Staging offsets of the round's staged transfers, within the plan's grant.
+  absl::Status LayOutStaging(RoundOps& ops, BoundRound& out);
+  absl::Status BindOps(RoundOps& ops, BoundRound& out);
   absl::Status BindPut(const v1::Bucket& b, int32_t round, BoundPlan& out);
   std::string Where(int32_t round, const char* op, const v1::Bucket& b) const {
     return absl::StrCat("worker ", worker_, " round ", round, ": ", op, " bucket ", b.id(),
@@ -133,6 +145,8 @@ class Binder {
   std::unordered_map<int64_t, const v1::Reduce*> reduces_;
   std::set<int64_t> seen_buckets_;
   std::set<int64_t> seen_reduces_;
+  std::set<int32_t> write_to_;    // receivers of its ROUTE_PEER_WRITE sends
+  std::set<int32_t> written_by_;  // senders of its ROUTE_PEER_WRITE receives
 };
 
 }  // namespace wsync::exec::bind_internal

@@ -64,8 +64,9 @@ absl::Status Binder::BindSend(const v1::Bucket& b, BoundTransfer& t, BoundRound&
 
 absl::Status Binder::BindPut(const v1::Bucket& b, int32_t round, BoundPlan& out) {
   const std::string where = Where(round, "SEND (direct write)", b);
-  auto peer = direct_->peer_buffers.find(b.receiver());
-  if (peer == direct_->peer_buffers.end() || peer->second == nullptr) {
+  auto peer = direct_ != nullptr ? direct_->peer_buffers.find(b.receiver())
+                                 : std::map<int32_t, const BufferRegistry*>::const_iterator();
+  if (direct_ == nullptr || peer == direct_->peer_buffers.end() || peer->second == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat(where, ": the buffers of worker ", b.receiver(), " are not mapped here"));
   }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "controller/plan/routes.h"
 #include "tests/worker/exec/lazy_data_ops.h"
 #include "worker/exec/bound_plan.h"
 #include "worker/exec/executor.h"
@@ -102,6 +103,9 @@ class Cluster {
                                              const std::set<int>& silent = {},
                                              const ProgressCallback& progress = nullptr) {
     std::vector<absl::StatusOr<SyncStats>> out(n_, absl::UnknownError("not run"));
+    // The WriteDirectly pairs, routed as the controller's route stage does.
+    v1::Plan routed = plan;
+    plan::MarkPeerWrites(std::vector<plan::WorkerPair>(direct_.begin(), direct_.end()), &routed);
     std::vector<std::thread> threads;
     for (int w = 0; w < n_; ++w) {
       if (silent.count(w)) continue;
@@ -109,16 +113,11 @@ class Cluster {
         DirectWrites direct;
         direct.ready_token = 1000 + w;
         for (const auto& [from, to] : direct_) {
-          if (from == w) {
-            direct.write_to.push_back(to);
-            direct.peer_buffers[to] = &workers_[to].registry;
-            direct.expected_ready_tokens[to] = 1000 + to + (stale_.count({from, to}) ? 1 : 0);
-          }
-          if (to == w) direct.written_by.push_back(from);
+          if (from != w) continue;
+          direct.peer_buffers[to] = &workers_[to].registry;
+          direct.expected_ready_tokens[to] = 1000 + to + (stale_.count({from, to}) ? 1 : 0);
         }
-        std::sort(direct.write_to.begin(), direct.write_to.end());
-        std::sort(direct.written_by.begin(), direct.written_by.end());
-        auto bound = BindPlan(plan, w, workers_[w].registry, MemorySpace::kHost, &direct);
+        auto bound = BindPlan(routed, w, workers_[w].registry, MemorySpace::kHost, &direct);
         if (!bound.ok()) {
           out[w] = bound.status();
           return;

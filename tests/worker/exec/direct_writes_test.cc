@@ -1,7 +1,7 @@
-// Direct writes (bound_plan.h DirectWrites): the sender writes a peer's
-// destination buffers itself; the transport carries only ready and done
-// tokens. Workers are threads of this process (Cluster), so a peer's
-// registry is directly addressable, as a mapped shm object is in a worker.
+// Direct writes (buckets routed ROUTE_PEER_WRITE, bound_plan.h DirectWrites): the sender writes a
+// peer's destination buffers itself; the transport carries only ready and done tokens. Workers are
+// threads of this process (Cluster), so a peer's registry is directly addressable, as a mapped shm
+// object is in a worker.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -11,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cast.h"
+#include "controller/plan/routes.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/exec/cluster.h"
 #include "tests/worker/exec/plan_builder.h"
@@ -539,9 +541,9 @@ TEST(DirectWritesTest, RefusesReduceInputs) {
   const int64_t b0 = pb.AddBucket(0, 1, 0, {Piece(src, src, v1::FP32, /*reduce_id=*/1)});
   const int64_t b1 = pb.AddBucket(1, 1, 0, {Piece(src, src, v1::FP32, 1)});
   pb.AddReduce(1, 0, v1::REDUCE_SUM, v1::FP32, src, {{b0, 0}, {b1, 0}});
-  const v1::Plan plan = pb.Build();
+  v1::Plan plan = pb.Build();
+  plan::MarkPeerWrites({{0, 1}}, &plan);  // a route the controller never picks
   DirectWrites writer;
-  writer.write_to = {1};
   writer.peer_buffers[1] = &c.registry(1);
   auto bound = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &writer);
   ASSERT_FALSE(bound.ok());
@@ -549,26 +551,64 @@ TEST(DirectWritesTest, RefusesReduceInputs) {
   EXPECT_NE(bound.status().message().find("bucket 0"), std::string::npos) << bound.status();
   EXPECT_NE(bound.status().message().find("cannot be written directly"), std::string::npos)
       << bound.status();
-  DirectWrites reader;
-  reader.written_by = {0};
-  auto rbound = BindPlan(plan, 1, c.registry(1), MemorySpace::kHost, &reader);
+  auto rbound = BindPlan(plan, 1, c.registry(1), MemorySpace::kHost, nullptr);
   ASSERT_FALSE(rbound.ok());
   EXPECT_NE(rbound.status().message().find("cannot be written directly"), std::string::npos)
       << rbound.status();
 }
 
-TEST(DirectWritesTest, RefusesUnmappedPeerAndBadPeerLists) {
+// The binder follows the plan's routes only: mapped peers turn no bucket
+// into puts, and a route is taken bucket by bucket.
+TEST(DirectWritesTest, BindsWhatThePlanRoutesNotWhatIsMapped) {
   Cluster c(2);
-  const v1::Plan plan = OneBucket(c, 8);
+  c.Add(0, kSrc, "s", v1::FP32, 16);
+  c.Add(1, kDst, "s", v1::FP32, 16);
+  PlanBuilder pb;
+  for (int64_t half = 0; half < 2; ++half) {
+    const auto v = View("s", half * 32, {8}, v1::FP32);
+    pb.AddBucket(0, 1, 0, {Piece(v, v, v1::FP32)});
+  }
+  v1::Plan plan = pb.Build();
+  DirectWrites mapped;
+  mapped.peer_buffers[1] = &c.registry(1);
+  auto unrouted = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &mapped);
+  ASSERT_TRUE(unrouted.ok()) << unrouted.status();
+  EXPECT_TRUE((*unrouted)->puts.empty());
+  EXPECT_TRUE((*unrouted)->direct_write_to.empty());
+  ASSERT_EQ((*unrouted)->rounds.size(), 1u);
+  EXPECT_EQ((*unrouted)->rounds[0].sends.size(), 2u);
+  plan.mutable_buckets(1)->set_route(v1::ROUTE_PEER_WRITE);
+  auto mixed = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &mapped);
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_EQ((*mixed)->puts.size(), 1u);
+  EXPECT_EQ((*mixed)->bytes_put, 32);
+  EXPECT_THAT((*mixed)->direct_write_to, ::testing::ElementsAre(1));
+  ASSERT_EQ((*mixed)->rounds.size(), 1u);
+  ASSERT_EQ((*mixed)->rounds[0].sends.size(), 1u);
+  EXPECT_EQ((*mixed)->rounds[0].sends[0].bucket, 0);
+}
+
+TEST(DirectWritesTest, RefusesUnmappedPeerAndBadRoutes) {
+  Cluster c(2);
+  v1::Plan plan = OneBucket(c, 8);
+  plan::MarkPeerWrites({{0, 1}}, &plan);
   DirectWrites unmapped;
-  unmapped.write_to = {1};
   auto b = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &unmapped);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition) << b.status();
   EXPECT_NE(b.status().message().find("worker 1 are not mapped"), std::string::npos) << b.status();
-  DirectWrites self;
-  self.write_to = {0};
-  b = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &self);
+  b = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, nullptr);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition) << b.status();
+  // The receiver binds without any mapping: it runs nothing for the bucket.
+  auto r = BindPlan(plan, 1, c.registry(1), MemorySpace::kHost, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT((*r)->direct_written_by, ::testing::ElementsAre(0));
+  EXPECT_TRUE((*r)->direct_write_to.empty());
+  EXPECT_GT((*r)->bytes_put_into, 0);
+  // A local bucket is never peer-written.
+  v1::Plan local = plan;
+  local.mutable_buckets(0)->set_transport(v1::TRANSPORT_LOCAL);
+  b = BindPlan(local, 0, c.registry(0), MemorySpace::kHost, &unmapped);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << b.status();
   // The peer's buffer too small for the planned view: named, with the peer.
@@ -576,7 +616,6 @@ TEST(DirectWritesTest, RefusesUnmappedPeerAndBadPeerLists) {
   small.Add(0, kSrc, "s", v1::FP32, 8);
   small.Add(1, kDst, "s", v1::FP32, 4);
   DirectWrites w;
-  w.write_to = {1};
   w.peer_buffers[1] = &small.registry(1);
   b = BindPlan(plan, 0, small.registry(0), MemorySpace::kHost, &w);
   ASSERT_FALSE(b.ok());

@@ -1,0 +1,49 @@
+// The controller's state, free of gRPC: three owners, each with its own lock
+// and tests, wired together here.
+//  - WorkerRegistry (worker_registry.h): leases, assignment streams, buffers.
+//  - Rendezvous (rendezvous.h): the transports' key-value scopes.
+//  - SyncCoordinator (sync_coordinator.h): transfers, plans and their worker
+//    parts, routes, syncs.
+// Lock order: SyncCoordinator -> WorkerRegistry and SyncCoordinator ->
+// Rendezvous (the coordinator calls both while holding its lock); the
+// registry and the rendezvous never call another owner while holding theirs.
+// A lost lease reaches the coordinator (its syncs fail) and the rendezvous
+// (waiting Gets end) through the registry's loss listener, outside the
+// registry's lock.
+#ifndef WSYNC_CONTROLLER_SERVER_CONTROLLER_H_
+#define WSYNC_CONTROLLER_SERVER_CONTROLLER_H_
+
+#include "controller/server/config.h"
+#include "controller/server/metrics.h"
+#include "controller/server/plan_source.h"
+#include "controller/server/rendezvous.h"
+#include "controller/server/sync_coordinator.h"
+#include "controller/server/worker_registry.h"
+
+namespace wsync::controller {
+
+class Controller {
+ public:
+  // `metrics` may be null; `metrics` and `plans` must outlive the controller.
+  Controller(const ControllerConfig& config, ControllerMetrics* metrics, PlanSource* plans);
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
+
+  WorkerRegistry& workers() { return workers_; }
+  Rendezvous& rendezvous() { return rendezvous_; }
+  SyncCoordinator& syncs() { return syncs_; }
+
+  // Expires leases, then sync deadlines. Call periodically.
+  void Tick();
+  // Ends every stream and wait promptly (server shutdown).
+  void Shutdown();
+
+ private:
+  WorkerRegistry workers_;
+  Rendezvous rendezvous_;
+  SyncCoordinator syncs_;
+};
+
+}  // namespace wsync::controller
+
+#endif  // WSYNC_CONTROLLER_SERVER_CONTROLLER_H_

@@ -1,0 +1,62 @@
+// Rendezvous: the key-value store the workers' transports meet through. Keys
+// live in scopes, one per transfer generation ("<transfer>/<generation>/");
+// opening a transfer's next scope ends its previous one, and Gets waiting in
+// an ended scope fail.
+//
+// Locking: one mutex, held only inside a call; the lease check (`alive`) runs
+// without it, so the store never holds two owners' locks.
+#ifndef WSYNC_CONTROLLER_SERVER_RENDEZVOUS_H_
+#define WSYNC_CONTROLLER_SERVER_RENDEZVOUS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "wsync/v1/controller.pb.h"
+
+namespace wsync::controller {
+
+class Rendezvous {
+ public:
+  // `alive(lease)`: whether the lease may use the store.
+  explicit Rendezvous(std::function<bool(const std::string&)> alive);
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
+
+  static std::string ScopePrefix(const std::string& transfer, int64_t generation);
+
+  // NOT_FOUND for a dead lease, FAILED_PRECONDITION outside every live scope.
+  absl::Status Set(const v1::KvSetRequest& req);
+  // Waits up to req.timeout_ms for every key: DEADLINE_EXCEEDED naming the
+  // missing ones, ABORTED once a key's scope ended, NOT_FOUND once the lease
+  // died, UNAVAILABLE at shutdown.
+  absl::StatusOr<v1::KvGetResponse> Get(const v1::KvGetRequest& req);
+  // Ends `transfer`'s scope of `old_generation` (if open) and opens the one
+  // of `new_generation`.
+  void OpenScope(const std::string& transfer, int64_t old_generation, int64_t new_generation);
+  // A lease ended: waiting Gets look at their lease again.
+  void WakeAll();
+  void Shutdown();
+
+ private:
+  // The scope holding `key`; null when none does.
+  const absl::flat_hash_map<std::string, std::string>* ScopeOfLocked(const std::string& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::function<bool(const std::string&)> alive_;
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  // Scope prefix -> key -> value.
+  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::string>> scopes_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace wsync::controller
+
+#endif  // WSYNC_CONTROLLER_SERVER_RENDEZVOUS_H_

@@ -1,0 +1,289 @@
+// SyncCoordinator: reports, completion, aborts, waits, status, deadlines.
+#include "controller/server/sync_coordinator.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+
+namespace wsync::controller {
+
+absl::Status SyncCoordinator::ReportProgress(const v1::ReportProgressRequest& req) {
+  absl::MutexLock lock(&mu_);
+  auto it = syncs_.find(req.sync_id());
+  if (it == syncs_.end()) {
+    return absl::NotFoundError(absl::StrCat("ReportProgress: unknown sync '", req.sync_id(), "'"));
+  }
+  SyncRecord& sync = *it->second;
+  for (Participant& p : sync.parts) {
+    if (p.lease_id != req.lease_id()) continue;
+    if (!sync.finished() && !p.done) {
+      p.bytes_done = req.bytes_done();
+      ++sync.changes;
+      cv_.SignalAll();
+    }
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "ReportProgress: lease '", req.lease_id(), "' takes no part in sync '", req.sync_id(), "'"));
+}
+
+absl::Status SyncCoordinator::ReportResult(const v1::ReportResultRequest& req) {
+  absl::MutexLock lock(&mu_);
+  auto it = syncs_.find(req.sync_id());
+  if (it == syncs_.end()) {
+    return absl::NotFoundError(absl::StrCat("ReportResult: unknown sync '", req.sync_id(), "'"));
+  }
+  SyncRecord& sync = *it->second;
+  for (Participant& p : sync.parts) {
+    if (p.lease_id != req.lease_id()) continue;
+    if (req.direct_writes_unavailable()) workers_->MarkDirectWritesUnavailable(p.lease_id);
+    // A worker whose sync failed may have dropped its peer mappings (of this
+    // transfer, or all of them): its next assignments carry every list again.
+    if (req.code() != 0) workers_->ForgetPeerLists(p.lease_id);
+    if (p.done) return absl::OkStatus();
+    if (sync.finished()) {
+      // Late (after an abort or another worker's failure): the outcome
+      // stands, but AwaitWriters learns this worker stopped writing.
+      p.done = true;
+      cv_.SignalAll();
+      return absl::OkStatus();
+    }
+    p.done = true;
+    p.bytes_done = req.bytes_done();
+    v1::SyncStatus& s = sync.status;
+    s.set_workers_done(s.workers_done() + 1);
+    s.set_max_setup_seconds(std::max(s.max_setup_seconds(), req.setup_seconds()));
+    s.set_max_execute_seconds(std::max(s.max_execute_seconds(), req.execute_seconds()));
+    ++sync.changes;
+    if (req.code() != 0) {
+      FinishLocked(sync, v1::SYNC_FAILED, req.code(),
+                   absl::StrCat(workers_->Describe(p.lease_id), " [worker ", p.worker,
+                                "] failed: ", req.message()),
+                   p.worker, req.round(), req.op(), req.peer());
+    } else if (s.workers_done() == s.workers_total()) {
+      FinishLocked(sync, v1::SYNC_SUCCEEDED, 0, "", -1, -1, -1, -1);
+    }
+    cv_.SignalAll();
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "ReportResult: lease '", req.lease_id(), "' takes no part in sync '", req.sync_id(), "'"));
+}
+
+void SyncCoordinator::FinishLocked(SyncRecord& sync, v1::SyncPhase phase, int32_t code,
+                                   const std::string& error, int32_t cause_worker, int32_t round,
+                                   int32_t op, int32_t peer) {
+  if (sync.finished()) return;
+  v1::SyncStatus& s = sync.status;
+  s.set_phase(phase);
+  s.set_elapsed_seconds(absl::ToDoubleSeconds(absl::Now() - sync.start));
+  int64_t bytes = 0;
+  for (const Participant& p : sync.parts) bytes += p.bytes_done;
+  s.set_bytes_done(bytes);
+  if (phase != v1::SYNC_SUCCEEDED) {
+    // Its workers may drop peer mappings while they unwind, or never see
+    // their queued assignment: every list goes again, also to a retry
+    // started before their reports arrive.
+    for (const Participant& p : sync.parts) workers_->ForgetPeerLists(p.lease_id);
+    s.set_error_code(code);
+    s.set_error(error);
+    s.set_failed_worker(cause_worker);
+    s.set_failed_round(round);
+    s.set_failed_op(op);
+    s.set_failed_peer(peer);
+    for (const Participant& p : sync.parts) {
+      if (p.worker == cause_worker && !p.roles.empty()) {
+        s.set_failed_group(p.roles[0].group());
+        s.set_failed_rank(p.roles[0].rank());
+      }
+    }
+  }
+  auto tit = transfers_.find(s.transfer());
+  if (tit != transfers_.end()) {
+    Transfer& t = tit->second;
+    if (t.in_flight == s.sync_id()) t.in_flight.clear();
+    t.last_sync = s.sync_id();
+    if (phase == v1::SYNC_SUCCEEDED) {
+      t.last_success_version = std::max(t.last_success_version, s.version());
+      if (metrics_ != nullptr) metrics_->SetWeightVersion(t.name, t.last_success_version);
+    } else {
+      t.generation_broken = true;  // aborted transports must be rebuilt
+    }
+  }
+  if (phase != v1::SYNC_SUCCEEDED) {
+    for (const Participant& p : sync.parts) {
+      if (p.done) continue;
+      v1::Assignment a;
+      a.mutable_abort()->set_sync_id(s.sync_id());
+      a.mutable_abort()->set_reason(error);
+      workers_->Push(p.lease_id, std::move(a));  // false: lost, nothing to abort
+    }
+  }
+  const char* outcome = phase == v1::SYNC_SUCCEEDED   ? "succeeded"
+                        : phase == v1::SYNC_CANCELLED ? "cancelled"
+                                                      : "failed";
+  if (metrics_ != nullptr) {
+    metrics_->SyncFinished(outcome, s.elapsed_seconds(), static_cast<double>(s.bytes_total()));
+  }
+  if (phase == v1::SYNC_SUCCEEDED) {
+    spdlog::info("[controller] sync {} {} in {:.3f} s", s.sync_id(), outcome, s.elapsed_seconds());
+  } else {
+    spdlog::warn("[controller] sync {} {} in {:.3f} s: {}", s.sync_id(), outcome,
+                 s.elapsed_seconds(), error);
+  }
+  ++sync.changes;
+  cv_.SignalAll();
+}
+
+v1::SyncStatus SyncCoordinator::SnapshotLocked(const SyncRecord& sync) {
+  v1::SyncStatus s = sync.status;
+  if (!sync.finished()) {
+    s.set_elapsed_seconds(absl::ToDoubleSeconds(absl::Now() - sync.start));
+    int64_t bytes = 0;
+    for (const Participant& p : sync.parts) bytes += p.bytes_done;
+    s.set_bytes_done(bytes);
+  }
+  return s;
+}
+
+absl::StatusOr<v1::SyncStatus> SyncCoordinator::WaitSync(const std::string& sync_id,
+                                                         absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto it = syncs_.find(sync_id);
+  if (it == syncs_.end()) return absl::NotFoundError(absl::StrCat("unknown sync '", sync_id, "'"));
+  SyncRecord* sync = it->second.get();
+  // Without a timeout the sync's own deadline bounds the wait (Tick ends it).
+  const absl::Time until =
+      timeout > absl::ZeroDuration() ? absl::Now() + timeout : sync->deadline + absl::Seconds(5);
+  while (!sync->finished() && !shutdown_) {
+    if (cv_.WaitWithDeadline(&mu_, until)) break;
+  }
+  return SnapshotLocked(*sync);
+}
+
+absl::StatusOr<v1::SyncStatus> SyncCoordinator::NextSyncUpdate(const std::string& sync_id,
+                                                               int64_t* seen, absl::Duration wait) {
+  const absl::Time until = absl::Now() + wait;
+  absl::MutexLock lock(&mu_);
+  auto it = syncs_.find(sync_id);
+  if (it == syncs_.end()) return absl::NotFoundError(absl::StrCat("unknown sync '", sync_id, "'"));
+  SyncRecord* sync = it->second.get();
+  while (sync->changes <= *seen && !sync->finished() && !shutdown_) {
+    if (cv_.WaitWithDeadline(&mu_, until)) break;
+  }
+  *seen = sync->changes;
+  return SnapshotLocked(*sync);
+}
+
+absl::StatusOr<v1::SyncStatus> SyncCoordinator::Cancel(const std::string& sync_id,
+                                                       const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  auto it = syncs_.find(sync_id);
+  if (it == syncs_.end()) return absl::NotFoundError(absl::StrCat("unknown sync '", sync_id, "'"));
+  FinishLocked(*it->second, v1::SYNC_CANCELLED, static_cast<int32_t>(absl::StatusCode::kCancelled),
+               absl::StrCat("cancelled by the trainer", reason.empty() ? "" : ": ", reason), -1, -1,
+               -1, -1);
+  return SnapshotLocked(*it->second);
+}
+
+v1::GetStatusResponse SyncCoordinator::GetStatus() {
+  absl::MutexLock lock(&mu_);
+  v1::GetStatusResponse resp;
+  for (const auto& [name, t] : transfers_) {
+    v1::TransferStatus* ts = resp.add_transfers();
+    ts->set_name(name);
+    ts->set_source_group(t.source_group);
+    ts->set_destination_group(t.destination_group);
+    ts->set_last_success_version(t.last_success_version);
+    ts->set_plan_key(t.plan_key);
+    ts->set_generation(t.generation);
+    if (!t.in_flight.empty()) ts->set_in_flight_version(syncs_.at(t.in_flight)->status.version());
+    auto sit = syncs_.find(t.last_sync);
+    if (sit != syncs_.end()) *ts->mutable_last_sync() = SnapshotLocked(*sit->second);
+  }
+  const WorkerRegistry::Counts counts = workers_->CountWorkers();
+  resp.set_workers_registered(counts.registered);
+  resp.set_workers_alive(counts.alive);
+  resp.set_plan_cache_hits(plans_->hits());
+  resp.set_plan_cache_misses(plans_->misses());
+  resp.set_controller_instance(config_.instance);
+  return resp;
+}
+
+absl::StatusOr<v1::AwaitWritersResponse> SyncCoordinator::AwaitWriters(
+    const v1::AwaitWritersRequest& req) {
+  const absl::Time until = absl::Now() + absl::Milliseconds(std::max<int64_t>(0, req.timeout_ms()));
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    if (shutdown_) return absl::UnavailableError("controller is shutting down");
+    v1::AwaitWritersResponse resp;
+    auto it = syncs_.find(req.sync_id());
+    if (it == syncs_.end()) return resp;  // long over: its record was dropped
+    for (int32_t w : req.workers()) {
+      const Participant* found = nullptr;
+      for (const Participant& p : it->second->parts) {
+        if (p.worker == w) found = &p;
+      }
+      if (found == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "AwaitWriters: worker ", w, " takes no part in sync '", req.sync_id(), "'"));
+      }
+      if (!found->done && workers_->IsAlive(found->lease_id)) resp.add_pending(w);
+    }
+    // A lost writer wakes this wait (WorkerLost).
+    if (resp.pending().empty() || cv_.WaitWithDeadline(&mu_, until)) return resp;
+  }
+}
+
+void SyncCoordinator::WorkerLost(const WorkerLoss& loss) {
+  absl::MutexLock lock(&mu_);
+  // Every running sync this worker takes part in fails, naming it.
+  for (auto& [id, sync] : syncs_) {
+    if (sync->finished()) continue;
+    for (const Participant& p : sync->parts) {
+      if (p.lease_id != loss.lease_id) continue;
+      FinishLocked(*sync, v1::SYNC_FAILED, static_cast<int32_t>(absl::StatusCode::kUnavailable),
+                   absl::StrCat(loss.description, " lost: ", loss.reason), p.worker, -1, -1, -1);
+      break;
+    }
+  }
+  cv_.SignalAll();
+}
+
+void SyncCoordinator::Tick() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  for (auto& [id, sync] : syncs_) {
+    if (sync->finished() || now < sync->deadline) continue;
+    std::vector<std::string> pending;
+    int32_t first = -1;
+    for (const Participant& p : sync->parts) {
+      if (p.done) continue;
+      if (first < 0) first = p.worker;
+      pending.push_back(absl::StrCat(workers_->Describe(p.lease_id), " [worker ", p.worker, "]"));
+    }
+    FinishLocked(
+        *sync, v1::SYNC_FAILED, static_cast<int32_t>(absl::StatusCode::kDeadlineExceeded),
+        absl::StrCat("sync deadline of ", absl::FormatDuration(sync->deadline - sync->start),
+                     " exceeded; not done: ", absl::StrJoin(pending, ", ")),
+        first, -1, -1, -1);
+  }
+  while (sync_order_.size() > 256) {
+    auto it = syncs_.find(sync_order_.front());
+    if (it != syncs_.end() && !it->second->finished()) break;
+    if (it != syncs_.end()) syncs_.erase(it);
+    sync_order_.pop_front();
+  }
+}
+
+void SyncCoordinator::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutdown_ = true;
+  cv_.SignalAll();
+}
+
+}  // namespace wsync::controller

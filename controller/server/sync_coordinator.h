@@ -1,0 +1,198 @@
+// SyncCoordinator: transfers (definition, binding to the registered workers,
+// plans and their per-worker parts, routes) and syncs (dispatch, reports,
+// completion, aborts, deadlines).
+//
+// Locking: one mutex. While holding it the coordinator calls the
+// WorkerRegistry (queries, pushes) and the Rendezvous (scopes); neither calls
+// back while holding its own lock, so the order is always
+// SyncCoordinator -> WorkerRegistry and SyncCoordinator -> Rendezvous.
+// Planning and part extraction run unlocked (parts have their own cache lock,
+// a leaf). Every wait is bounded: WaitSync and NextSyncUpdate take deadlines,
+// Tick() ends syncs past theirs.
+#ifndef WSYNC_CONTROLLER_SERVER_SYNC_COORDINATOR_H_
+#define WSYNC_CONTROLLER_SERVER_SYNC_COORDINATOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "controller/plan/routes.h"
+#include "controller/server/config.h"
+#include "controller/server/metrics.h"
+#include "controller/server/plan_source.h"
+#include "controller/server/rendezvous.h"
+#include "controller/server/worker_checks.h"
+#include "controller/server/worker_registry.h"
+#include "wsync/v1/controller.pb.h"
+
+namespace wsync::controller {
+
+class SyncCoordinator {
+ public:
+  // `metrics` may be null; the others must outlive the coordinator.
+  SyncCoordinator(ControllerConfig config, ControllerMetrics* metrics, PlanSource* plans,
+                  WorkerRegistry* workers, Rendezvous* rendezvous);
+  SyncCoordinator(const SyncCoordinator&) = delete;
+  SyncCoordinator& operator=(const SyncCoordinator&) = delete;
+
+  // ----- Trainer API.
+  absl::StatusOr<v1::DefineTransferResponse> DefineTransfer(const v1::DefineTransferRequest& req);
+  absl::StatusOr<v1::PlanResponse> PlanTransfer(const v1::PlanRequest& req);
+  absl::StatusOr<v1::SyncResponse> StartSync(const v1::SyncRequest& req);
+  // Returns once the sync ended or `timeout` passed (its current status).
+  absl::StatusOr<v1::SyncStatus> WaitSync(const std::string& sync_id, absl::Duration timeout);
+  // For WatchSync: returns once the sync changed after `*seen` (updated), it
+  // ended, or `wait` passed.
+  absl::StatusOr<v1::SyncStatus> NextSyncUpdate(const std::string& sync_id, int64_t* seen,
+                                                absl::Duration wait);
+  absl::StatusOr<v1::SyncStatus> Cancel(const std::string& sync_id, const std::string& reason);
+  v1::GetStatusResponse GetStatus();
+
+  // ----- Worker API.
+  absl::Status ReportProgress(const v1::ReportProgressRequest& req);
+  absl::Status ReportResult(const v1::ReportResultRequest& req);
+  absl::StatusOr<v1::AwaitWritersResponse> AwaitWriters(const v1::AwaitWritersRequest& req);
+
+  // A lease ended (the registry's loss listener): its running syncs fail,
+  // naming it.
+  void WorkerLost(const WorkerLoss& loss);
+  // Ends syncs past their deadline and prunes old records. Call periodically.
+  void Tick();
+  // Ends every wait promptly.
+  void Shutdown();
+
+ private:
+  struct Participant {
+    int32_t worker = 0;
+    std::string lease_id;
+    std::vector<v1::Membership> roles;
+    bool done = false;
+    int64_t bytes_done = 0;
+  };
+  struct SyncRecord {
+    v1::SyncStatus status;
+    absl::Time start;
+    absl::Time deadline;
+    std::vector<Participant> parts;
+    int64_t changes = 0;
+    bool finished() const { return status.phase() != v1::SYNC_RUNNING; }
+  };
+  struct Transfer {
+    std::string name;
+    std::string source_group;
+    std::string destination_group;
+    v1::TransferSpec spec;  // as defined by the trainer
+    int64_t last_success_version = 0;
+    int64_t generation = 0;
+    std::vector<std::string> generation_leases;  // worker id -> lease
+    bool generation_broken = false;
+    std::string in_flight;  // sync id
+    std::string last_sync;
+    std::string plan_key;
+  };
+  // The transfer bound to the workers registered now.
+  struct Resolved {
+    v1::TransferSpec spec;                // ranks, buffer names and staging cap filled in
+    std::vector<WorkerSnapshot> workers;  // worker id -> worker
+    std::vector<std::vector<v1::Membership>> roles;  // worker id -> roles
+    StagingLimit staging;                            // the workers' tightest limit
+  };
+  struct PlanForSync {
+    std::shared_ptr<const v1::Plan> plan;
+    bool cache_hit = false;
+    double seconds = 0;
+    // Worker id -> its part of the plan (unrouted).
+    std::vector<std::shared_ptr<const v1::Plan>> parts;
+  };
+  // How a sync's buckets travel, decided before its lock is taken.
+  struct Dispatch {
+    // Unset (UNSPECIFIED) when the plan moves nothing over the network; an
+    // error when the workers share no transport (reported after the buffer
+    // checks).
+    absl::StatusOr<v1::TransportKind> transport = v1::TRANSPORT_KIND_UNSPECIFIED;
+    std::vector<plan::WorkerPair> peer_writes;  // sorted
+  };
+  // One worker's part as routed for a sync.
+  struct RoutedPartRef {
+    plan::WorkerRoutes routes;
+    std::string key;  // SyncAssignment.part_key
+    std::shared_ptr<const v1::Plan> part;
+  };
+
+  // ----- sync_transfers.cc
+  absl::StatusOr<Resolved> Resolve(const std::string& name, const std::string& source_group,
+                                   const std::string& destination_group,
+                                   const v1::TransferSpec& spec);
+  // The plan of `resolved` (staging limits checked) and, `with_parts`, each
+  // worker's part.
+  absl::StatusOr<PlanForSync> GetPlan(const Resolved& resolved, bool with_parts);
+  absl::StatusOr<std::shared_ptr<const v1::Plan>> WorkerPart(const v1::Plan& plan, int32_t worker);
+  // `part` as routed by `routes`, cached; *part_key identifies it.
+  std::shared_ptr<const v1::Plan> RoutedPart(const v1::Plan& plan, int32_t worker,
+                                             const std::shared_ptr<const v1::Plan>& part,
+                                             const plan::WorkerRoutes& routes,
+                                             std::string* part_key);
+
+  // ----- sync_dispatch.cc
+  absl::Status CheckStartLocked(const Transfer& t, const v1::SyncRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every worker of `resolved` is alive and holds every buffer its part
+  // uses; returns their leases (by worker id).
+  absl::StatusOr<std::vector<std::string>> CheckWorkersLocked(const Resolved& resolved,
+                                                              const PlanForSync& plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new transport generation (and rendezvous scope) when the transfer has
+  // none yet, its last one broke or its workers changed.
+  void RenewGenerationLocked(Transfer& t, const std::vector<std::string>& leases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The transport and the peer-write pairs (the route stage, controller/plan/routes.h).
+  Dispatch Decide(const std::string& transfer, const Resolved& resolved, const PlanForSync& plan);
+  std::vector<RoutedPartRef> Route(const PlanForSync& plan, const Dispatch& dispatch);
+  std::unique_ptr<SyncRecord> NewRecordLocked(const Transfer& t, const v1::SyncRequest& req,
+                                              const PlanForSync& plan, absl::Time trigger,
+                                              int32_t num_workers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::SyncAssignment AssignmentLocked(const Transfer& t, const SyncRecord& sync,
+                                      const Resolved& resolved, const Dispatch& dispatch,
+                                      const RoutedPartRef& part, int32_t worker)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ----- sync_coordinator.cc
+  // Ends a running sync; for failures `cause` names the worker (or -1).
+  void FinishLocked(SyncRecord& sync, v1::SyncPhase phase, int32_t code, const std::string& error,
+                    int32_t cause_worker, int32_t round, int32_t op, int32_t peer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::SyncStatus SnapshotLocked(const SyncRecord& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ControllerConfig config_;
+  ControllerMetrics* const metrics_;
+  PlanSource* const plans_;
+  WorkerRegistry* const workers_;
+  Rendezvous* const rendezvous_;
+
+  absl::Mutex mu_;
+  absl::CondVar cv_;  // sync changes
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<std::string, Transfer> transfers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<SyncRecord>> syncs_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> sync_order_ ABSL_GUARDED_BY(mu_);  // for pruning
+  // Worker parts of plans, unrouted "<plan key>/<worker>" and routed
+  // "<plan key>/<worker>/<routes>" (built outside mu_).
+  absl::Mutex parts_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const v1::Plan>> parts_
+      ABSL_GUARDED_BY(parts_mu_);
+};
+
+}  // namespace wsync::controller
+
+#endif  // WSYNC_CONTROLLER_SERVER_SYNC_COORDINATOR_H_

@@ -1,0 +1,214 @@
+// SyncCoordinator: starting a sync (checks, transport and routes, the
+// generation's rendezvous scope, one assignment per worker).
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "controller/server/sync_coordinator.h"
+
+namespace wsync::controller {
+
+absl::Status SyncCoordinator::CheckStartLocked(const Transfer& t, const v1::SyncRequest& req) {
+  if (!t.in_flight.empty()) {
+    const auto& running = syncs_.at(t.in_flight)->status;
+    return absl::FailedPreconditionError(
+        absl::StrCat("Sync: transfer '", t.name, "' has sync ", t.in_flight, " for version ",
+                     running.version(), " in flight; version ", req.version(), " refused"));
+  }
+  if (req.version() <= t.last_success_version) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Sync: version ", req.version(), " of transfer '", t.name,
+                     "' is not newer than the last successful version ", t.last_success_version));
+  }
+  return absl::OkStatus();
+}
+
+SyncCoordinator::Dispatch SyncCoordinator::Decide(const std::string& transfer,
+                                                  const Resolved& resolved,
+                                                  const PlanForSync& plan) {
+  Dispatch d;
+  if (plan.plan->summary().network_bytes() == 0) return d;
+  d.transport = CommonTransport(transfer, resolved.workers);
+  if (!d.transport.ok() || !config_.direct_writes) return d;
+  // Which pairs the plan allows to write directly: scanned once per plan key.
+  std::shared_ptr<const std::vector<plan::WorkerPair>> eligible =
+      plans_->PeerWritePairs(*plan.plan);
+  // Which of them can connect: decided per sync, as domains, peer GPUs and
+  // buffer locations may change with every registration.
+  std::vector<plan::RouteEndpoint> endpoints;
+  for (const WorkerSnapshot& w : resolved.workers) {
+    plan::RouteEndpoint e;
+    e.domain = w.info->direct_write_domain();
+    e.device_uuid = w.info->device_uuid();
+    e.peer_gpus.assign(w.info->peer_gpu_uuids().begin(), w.info->peer_gpu_uuids().end());
+    e.unavailable = w.direct_writes_unavailable;
+    endpoints.push_back(std::move(e));
+  }
+  d.peer_writes = plan::ChoosePeerWrites(*eligible, endpoints, *d.transport);
+  return d;
+}
+
+std::vector<SyncCoordinator::RoutedPartRef> SyncCoordinator::Route(const PlanForSync& plan,
+                                                                   const Dispatch& dispatch) {
+  std::vector<RoutedPartRef> out;
+  for (int32_t w = 0; w < static_cast<int32_t>(plan.parts.size()); ++w) {
+    RoutedPartRef ref;
+    ref.routes = plan::RoutesOf(dispatch.peer_writes, w);
+    ref.part = RoutedPart(*plan.plan, w, plan.parts[w], ref.routes, &ref.key);
+    out.push_back(std::move(ref));
+  }
+  return out;
+}
+
+std::unique_ptr<SyncCoordinator::SyncRecord> SyncCoordinator::NewRecordLocked(
+    const Transfer& t, const v1::SyncRequest& req, const PlanForSync& plan, absl::Time trigger,
+    int32_t num_workers) {
+  const absl::Duration deadline =
+      req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : config_.sync_deadline;
+  auto sync = std::make_unique<SyncRecord>();
+  sync->start = trigger;
+  sync->deadline = trigger + deadline;
+  v1::SyncStatus& s = sync->status;
+  s.set_sync_id(absl::StrCat(t.name, "@", req.version(), "#", next_id_++));
+  s.set_transfer(t.name);
+  s.set_version(req.version());
+  s.set_phase(v1::SYNC_RUNNING);
+  s.set_bytes_total(plan.plan->summary().destination_bytes());
+  s.set_workers_total(num_workers);
+  s.set_failed_rank(-1);
+  s.set_failed_worker(-1);
+  s.set_failed_round(-1);
+  s.set_failed_op(-1);
+  s.set_failed_peer(-1);
+  s.set_plan_key(plan.plan->key());
+  return sync;
+}
+
+v1::SyncAssignment SyncCoordinator::AssignmentLocked(const Transfer& t, const SyncRecord& sync,
+                                                     const Resolved& resolved,
+                                                     const Dispatch& dispatch,
+                                                     const RoutedPartRef& part, int32_t w) {
+  const int32_t num_workers = static_cast<int32_t>(resolved.workers.size());
+  const std::string& lease = resolved.workers[w].lease_id;
+  v1::SyncAssignment sa;
+  sa.set_sync_id(sync.status.sync_id());
+  sa.set_transfer(t.name);
+  sa.set_version(sync.status.version());
+  sa.set_plan_key(sync.status.plan_key());
+  sa.set_worker(w);
+  sa.set_part_key(part.key);
+  if (workers_->MarkPartSent(lease, part.key)) *sa.mutable_plan() = *part.part;
+  if (dispatch.transport.ok() && *dispatch.transport != v1::TRANSPORT_KIND_UNSPECIFIED) {
+    v1::TransportSetup* ts = sa.mutable_transport();
+    ts->set_kind(*dispatch.transport);
+    ts->set_rank(w);
+    ts->set_size(num_workers);
+    ts->set_kv_prefix(Rendezvous::ScopePrefix(t.name, t.generation));
+    ts->set_generation(t.generation);
+  }
+  for (int32_t peer : part.routes.write_to) sa.add_direct_write_to(peer);
+  for (int32_t peer : part.routes.written_by) sa.add_direct_written_by(peer);
+  // Also with no peers: the record of the lists sent to this worker follows
+  // what it keeps (the peers of its latest assignment).
+  std::vector<std::pair<int32_t, std::string>> write_to;
+  for (int32_t peer : part.routes.write_to) {
+    write_to.emplace_back(peer, resolved.workers[peer].lease_id);
+  }
+  workers_->FillPeerBuffers(lease, t.name, write_to, &sa);
+  sa.set_deadline_unix_ms(absl::ToUnixMillis(sync.deadline));
+  for (const auto& role : resolved.roles[w]) *sa.add_roles() = role;
+  return sa;
+}
+
+absl::StatusOr<std::vector<std::string>> SyncCoordinator::CheckWorkersLocked(
+    const Resolved& resolved, const PlanForSync& plan) {
+  std::vector<std::string> leases;
+  for (int32_t w = 0; w < static_cast<int32_t>(resolved.workers.size()); ++w) {
+    const std::string& lease = resolved.workers[w].lease_id;
+    std::optional<WorkerSnapshot> worker = workers_->Find(lease);
+    if (!worker.has_value()) {
+      return absl::UnavailableError(
+          absl::StrCat("Sync: ", workers_->Describe(lease), " left while planning"));
+    }
+    absl::Status st = CheckBuffers(*plan.parts[w], w, *worker, /*require_all=*/true);
+    if (!st.ok()) return st;
+    leases.push_back(lease);
+  }
+  return leases;
+}
+
+void SyncCoordinator::RenewGenerationLocked(Transfer& t, const std::vector<std::string>& leases) {
+  if (t.generation != 0 && !t.generation_broken && t.generation_leases == leases) return;
+  rendezvous_->OpenScope(t.name, t.generation, t.generation + 1);
+  ++t.generation;
+  t.generation_leases = leases;
+  t.generation_broken = false;
+}
+
+absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncRequest& req) {
+  const absl::Time trigger = absl::Now();
+  if (req.deadline_ms() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Sync: negative deadline_ms ", req.deadline_ms()));
+  }
+  Transfer defined;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = transfers_.find(req.transfer());
+    if (it == transfers_.end()) {
+      return absl::NotFoundError(absl::StrCat("Sync: unknown transfer '", req.transfer(), "'"));
+    }
+    if (absl::Status st = CheckStartLocked(it->second, req); !st.ok()) return st;
+    defined = it->second;
+  }
+  // Binding, planning (a cache hit after the first sync), extraction and
+  // routing run unlocked.
+  auto resolved =
+      Resolve(defined.name, defined.source_group, defined.destination_group, defined.spec);
+  if (!resolved.ok()) return resolved.status();
+  absl::StatusOr<PlanForSync> plan = GetPlan(*resolved, /*with_parts=*/true);
+  if (!plan.ok()) return plan.status();
+  const Dispatch dispatch = Decide(defined.name, *resolved, *plan);
+  const std::vector<RoutedPartRef> parts = Route(*plan, dispatch);
+  const double plan_seconds = absl::ToDoubleSeconds(absl::Now() - trigger);
+
+  absl::MutexLock lock(&mu_);
+  auto it = transfers_.find(req.transfer());
+  if (it == transfers_.end()) return absl::NotFoundError("Sync: transfer removed meanwhile");
+  Transfer& t = it->second;
+  if (absl::Status st = CheckStartLocked(t, req); !st.ok()) return st;
+  absl::StatusOr<std::vector<std::string>> leases = CheckWorkersLocked(*resolved, *plan);
+  if (!leases.ok()) return leases.status();
+  // Before the generation changes: a refused sync leaves the transfer as it was.
+  if (!dispatch.transport.ok()) return dispatch.transport.status();
+  RenewGenerationLocked(t, *leases);
+  const int32_t num_workers = static_cast<int32_t>(leases->size());
+  std::unique_ptr<SyncRecord> sync = NewRecordLocked(t, req, *plan, trigger, num_workers);
+  v1::SyncStatus& s = sync->status;
+  s.set_plan_seconds(plan_seconds);
+  s.set_direct_pairs(static_cast<int32_t>(dispatch.peer_writes.size()));
+  for (int32_t w = 0; w < num_workers; ++w) {
+    Participant p;
+    p.worker = w;
+    p.lease_id = (*leases)[w];
+    p.roles = resolved->roles[w];
+    v1::Assignment a;
+    *a.mutable_sync() = AssignmentLocked(t, *sync, *resolved, dispatch, parts[w], w);
+    workers_->Push(p.lease_id, std::move(a));  // a lost worker fails the sync (WorkerLost)
+    sync->parts.push_back(std::move(p));
+  }
+  s.set_dispatch_seconds(absl::ToDoubleSeconds(absl::Now() - trigger));
+  const std::string id = s.sync_id();
+  t.in_flight = id;
+  t.plan_key = plan->plan->key();
+  syncs_[id] = std::move(sync);
+  sync_order_.push_back(id);
+  v1::SyncResponse resp;
+  resp.set_sync_id(id);
+  resp.set_plan_key(plan->plan->key());
+  resp.set_plan_cache_hit(plan->cache_hit);
+  return resp;
+}
+
+}  // namespace wsync::controller

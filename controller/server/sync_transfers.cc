@@ -1,0 +1,259 @@
+// SyncCoordinator: transfers (definition, binding to registered workers,
+// plans, their worker parts and routed parts).
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "controller/plan/rank_parts.h"
+#include "controller/server/sync_coordinator.h"
+
+namespace wsync::controller {
+
+namespace {
+
+std::string PrefixBuffer(const std::string& group, const std::string& buffer,
+                         const std::string& tensor) {
+  return absl::StrCat(group, "/", buffer.empty() ? tensor : buffer);
+}
+
+void PrefixBuffers(const std::string& group, v1::Side* side) {
+  for (v1::TensorLayout& t : *side->mutable_tensors()) {
+    if (t.has_mesh()) {
+      t.mutable_mesh()->set_buffer(PrefixBuffer(group, t.mesh().buffer(), t.name()));
+    } else if (t.has_fragments()) {
+      for (v1::Fragment& f : *t.mutable_fragments()->mutable_fragments()) {
+        f.set_buffer(PrefixBuffer(group, f.buffer(), t.name()));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+SyncCoordinator::SyncCoordinator(ControllerConfig config, ControllerMetrics* metrics,
+                                 PlanSource* plans, WorkerRegistry* workers, Rendezvous* rendezvous)
+    : config_(std::move(config)),
+      metrics_(metrics),
+      plans_(plans),
+      workers_(workers),
+      rendezvous_(rendezvous) {}
+
+absl::StatusOr<SyncCoordinator::Resolved> SyncCoordinator::Resolve(
+    const std::string& name, const std::string& source_group, const std::string& destination_group,
+    const v1::TransferSpec& spec) {
+  Resolved r;
+  r.spec = spec;
+  if (r.spec.name().empty()) r.spec.set_name(name);
+  absl::flat_hash_map<std::string, int32_t> worker_of_lease;
+  auto bind_side = [&](v1::Side* side, const std::string& group,
+                       const char* which) -> absl::Status {
+    const WorkerRegistry::Group g = workers_->FindGroup(group);
+    if (g.size < 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "transfer '", name, "': unknown ", which, " group '", group, "' (no live worker in it)"));
+    }
+    if (side->ranks_size() != 0 && side->ranks_size() != g.size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("transfer '", name, "': ", which, " side lists ", side->ranks_size(),
+                       " ranks but group '", group, "' has ", g.size));
+    }
+    side->clear_ranks();
+    if (side->name().empty()) side->set_name(group);
+    for (int32_t rank = 0; rank < g.size; ++rank) {
+      if (!g.ranks[rank].has_value()) {
+        return absl::FailedPreconditionError(absl::StrCat("transfer '", name, "': group '", group,
+                                                          "' rank ", rank, " of ", g.size,
+                                                          " is not registered"));
+      }
+      const WorkerSnapshot& w = *g.ranks[rank];
+      auto [wit, inserted] =
+          worker_of_lease.emplace(w.lease_id, static_cast<int32_t>(r.workers.size()));
+      if (inserted) {
+        r.workers.push_back(w);
+        r.roles.emplace_back();
+      }
+      v1::Membership role;
+      role.set_group(group);
+      role.set_rank(rank);
+      role.set_group_size(g.size);
+      r.roles[wit->second].push_back(role);
+      v1::RankInfo* info = side->add_ranks();
+      info->set_worker(wit->second);
+      info->set_node(w.info->node());
+    }
+    PrefixBuffers(group, side);
+    return absl::OkStatus();
+  };
+  if (source_group.empty() || destination_group.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transfer '", name, "': source_group and destination_group are required"));
+  }
+  if (source_group == destination_group) {
+    return absl::InvalidArgumentError(absl::StrCat("transfer '", name, "': source and destination ",
+                                                   "are the same group '", source_group, "'"));
+  }
+  absl::Status st = bind_side(r.spec.mutable_source(), source_group, "source");
+  if (st.ok()) st = bind_side(r.spec.mutable_destination(), destination_group, "destination");
+  if (!st.ok()) return st;
+  r.staging = TightestStagingLimit(r.workers);
+  if (!ApplyStagingLimit(r.staging, &r.spec)) r.staging = StagingLimit();
+  return r;
+}
+
+absl::StatusOr<SyncCoordinator::PlanForSync> SyncCoordinator::GetPlan(const Resolved& resolved,
+                                                                      bool with_parts) {
+  const v1::TransferSpec& spec = resolved.spec;
+  absl::StatusOr<PlanSource::Result> got = plans_->Get(spec);
+  if (!got.ok()) {
+    std::string why;
+    if (resolved.staging.worker >= 0) {
+      why = absl::StrCat(" (staging_cap_bytes lowered to ", spec.options().staging_cap_bytes(),
+                         " by the staging limit of ", resolved.staging.description, " [worker ",
+                         resolved.staging.worker, "]: --staging_limit_bytes ",
+                         resolved.staging.bytes, ")");
+    }
+    return absl::Status(got.status().code(), absl::StrCat("planning transfer '", spec.name(),
+                                                          "': ", got.status().message(), why));
+  }
+  if (metrics_ != nullptr) {
+    if (got->cache_hit) {
+      metrics_->PlanCacheHit();
+    } else {
+      metrics_->PlanCacheMiss();
+      metrics_->PlanBuilt(got->seconds);
+    }
+  }
+  PlanForSync out{got->plan, got->cache_hit, got->seconds, {}};
+  if (absl::Status st = CheckStagingLimits(*out.plan, resolved.workers); !st.ok()) return st;
+  if (!with_parts) return out;
+  for (int32_t w = 0; w < static_cast<int32_t>(resolved.workers.size()); ++w) {
+    auto part = WorkerPart(*out.plan, w);
+    if (!part.ok()) return part.status();
+    out.parts.push_back(*std::move(part));
+  }
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<const v1::Plan>> SyncCoordinator::WorkerPart(const v1::Plan& plan,
+                                                                            int32_t worker) {
+  const std::string key = absl::StrCat(plan.key(), "/", worker);
+  {
+    absl::MutexLock lock(&parts_mu_);
+    auto it = parts_.find(key);
+    if (it != parts_.end()) return it->second;
+  }
+  bool has_part = false;
+  for (const v1::RankPlan& rp : plan.ranks()) has_part = has_part || rp.worker() == worker;
+  std::shared_ptr<const v1::Plan> found;
+  std::vector<plan::RankPart> parts;
+  if (has_part) {
+    // Every worker of the plan asks next: split it for all of them in one
+    // pass over its buckets (one scan per worker cost as much as planning).
+    parts = plan::SplitRankPlans(plan);
+    for (const plan::RankPart& p : parts) {
+      if (p.worker == worker) found = p.plan;
+    }
+  } else {
+    // A worker with nothing to do still confirms every sync.
+    auto part = std::make_shared<v1::Plan>();
+    part->set_key(plan.key());
+    part->set_num_rounds(plan.num_rounds());
+    part->add_ranks()->set_worker(worker);
+    found = std::move(part);
+  }
+  absl::MutexLock lock(&parts_mu_);
+  if (parts_.size() + parts.size() + 1 > 4096) parts_.clear();
+  for (plan::RankPart& p : parts) {
+    parts_.try_emplace(absl::StrCat(plan.key(), "/", p.worker), std::move(p.plan));
+  }
+  return parts_.try_emplace(key, found).first->second;
+}
+
+std::shared_ptr<const v1::Plan> SyncCoordinator::RoutedPart(
+    const v1::Plan& plan, int32_t worker, const std::shared_ptr<const v1::Plan>& part,
+    const plan::WorkerRoutes& routes, std::string* part_key) {
+  *part_key = absl::StrCat(plan.key(), "/", worker);
+  if (routes.empty()) return part;
+  absl::StrAppend(part_key, "/", routes.Signature());
+  {
+    absl::MutexLock lock(&parts_mu_);
+    auto it = parts_.find(*part_key);
+    if (it != parts_.end()) return it->second;
+  }
+  // Marked once per (plan, worker, routes): later syncs find it here.
+  std::shared_ptr<const v1::Plan> routed = plan::RoutePart(part, worker, routes);
+  absl::MutexLock lock(&parts_mu_);
+  if (parts_.size() + 1 > 4096) parts_.clear();
+  return parts_.try_emplace(*part_key, std::move(routed)).first->second;
+}
+
+absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
+    const v1::DefineTransferRequest& req) {
+  if (req.name().empty() || req.name().find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DefineTransfer: bad transfer name '", req.name(), "' (empty or has '/')"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = transfers_.find(req.name());
+    if (it != transfers_.end() && !it->second.in_flight.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat("DefineTransfer: transfer '", req.name(),
+                                                        "' has sync ", it->second.in_flight,
+                                                        " in flight"));
+    }
+  }
+  auto resolved = Resolve(req.name(), req.source_group(), req.destination_group(), req.spec());
+  if (!resolved.ok()) return resolved.status();
+  absl::StatusOr<PlanForSync> plan = GetPlan(*resolved, /*with_parts=*/true);
+  if (!plan.ok()) return plan.status();
+  absl::MutexLock lock(&mu_);
+  for (int32_t w = 0; w < static_cast<int32_t>(resolved->workers.size()); ++w) {
+    std::optional<WorkerSnapshot> worker = workers_->Find(resolved->workers[w].lease_id);
+    if (!worker.has_value()) {
+      return absl::AbortedError("DefineTransfer: a worker left while planning; retry");
+    }
+    absl::Status st = CheckBuffers(*plan->parts[w], w, *worker, /*require_all=*/false);
+    if (!st.ok()) return st;
+  }
+  Transfer& t = transfers_[req.name()];
+  if (!t.in_flight.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("DefineTransfer: transfer '", req.name(), "' started a sync meanwhile"));
+  }
+  t.name = req.name();
+  t.source_group = req.source_group();
+  t.destination_group = req.destination_group();
+  t.spec = req.spec();
+  t.plan_key = plan->plan->key();
+  t.generation_broken = true;  // layouts may have changed: fresh transport
+  v1::DefineTransferResponse resp;
+  resp.set_name(t.name);
+  resp.set_num_workers(static_cast<int32_t>(resolved->workers.size()));
+  resp.set_plan_key(t.plan_key);
+  *resp.mutable_summary() = plan->plan->summary();
+  return resp;
+}
+
+absl::StatusOr<v1::PlanResponse> SyncCoordinator::PlanTransfer(const v1::PlanRequest& req) {
+  Transfer t;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = transfers_.find(req.transfer());
+    if (it == transfers_.end()) {
+      return absl::NotFoundError(absl::StrCat("Plan: unknown transfer '", req.transfer(), "'"));
+    }
+    t = it->second;
+  }
+  auto resolved = Resolve(t.name, t.source_group, t.destination_group, t.spec);
+  if (!resolved.ok()) return resolved.status();
+  absl::StatusOr<PlanForSync> plan = GetPlan(*resolved, /*with_parts=*/false);
+  if (!plan.ok()) return plan.status();
+  v1::PlanResponse resp;
+  resp.set_plan_key(plan->plan->key());
+  resp.set_cache_hit(plan->cache_hit);
+  *resp.mutable_summary() = plan->plan->summary();
+  if (req.full()) *resp.mutable_plan() = *plan->plan;
+  return resp;
+}
+
+}  // namespace wsync::controller

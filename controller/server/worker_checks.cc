@@ -1,0 +1,189 @@
+#include "controller/server/worker_checks.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/algorithm/container.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/dtype.h"
+#include "common/plan_names.h"
+#include "controller/plan/planner.h"
+
+namespace wsync::controller {
+
+namespace {
+
+// One past the last byte a view touches; 0 if it has no element.
+int64_t ViewEnd(const v1::TensorView& v) {
+  int64_t last = 0;
+  for (int d = 0; d < v.shape_size(); ++d) {
+    if (v.shape(d) <= 0) return 0;
+    const int64_t stride = d < v.strides_size() ? v.strides(d) : 0;
+    last += (v.shape(d) - 1) * stride;
+  }
+  const int64_t es = DTypeSize(v.dtype());
+  return v.byte_offset() + es * (last + 1);
+}
+
+// A worker that lists no transports predates them: host memory over Gloo.
+bool Offers(const WorkerSnapshot& w, v1::TransportKind kind) {
+  if (w.info->transports().empty()) return kind == v1::TRANSPORT_GLOO;
+  return absl::c_linear_search(w.info->transports(), kind);
+}
+
+int64_t CapOf(int64_t limit_bytes) { return limit_bytes / 256 * 256; }
+
+struct BufferNeeds {
+  absl::flat_hash_map<std::string, int64_t> end;       // buffer -> end byte
+  absl::flat_hash_map<std::string, v1::DType> dtypes;  // buffer -> a view dtype
+  absl::Status bad_name;
+};
+
+BufferNeeds NeedsOf(const v1::Plan& part, int32_t worker) {
+  BufferNeeds needs;
+  auto use = [&](const v1::TensorView& v) {
+    absl::StatusOr<const std::string*> name =
+        PlanName(part, v.buffer_name(), absl::StrCat("plan for worker ", worker));
+    if (!name.ok()) {
+      needs.bad_name.Update(name.status());
+      return;
+    }
+    int64_t& end = needs.end[**name];
+    end = std::max(end, ViewEnd(v));
+    needs.dtypes.emplace(**name, v.dtype());
+  };
+  for (const v1::Bucket& b : part.buckets()) {
+    for (const v1::Piece& p : b.pieces()) {
+      // A block-fp8 scale piece (scales_of) has no src: its quantized piece's pack writes it.
+      if (b.sender() == worker && p.scales_of() == 0) use(p.src());
+      if (b.receiver() == worker && p.reduce_id() == 0 && p.quantize_id() == 0) use(p.dst());
+    }
+  }
+  for (const v1::Reduce& red : part.reduces()) {
+    if (red.worker() == worker) use(red.dst());
+  }
+  for (const v1::Quantize& q : part.quantizes()) {
+    if (q.worker() != worker) continue;
+    use(q.dst());
+    use(q.scale_dst());
+  }
+  return needs;
+}
+
+}  // namespace
+
+std::string TransportName(v1::TransportKind kind) {
+  switch (kind) {
+    case v1::TRANSPORT_NCCL:
+      return "nccl";
+    case v1::TRANSPORT_GLOO:
+      return "gloo";
+    default:
+      return "unspecified";
+  }
+}
+
+absl::Status CheckBuffers(const v1::Plan& part, int32_t worker, const WorkerSnapshot& w,
+                          bool require_all) {
+  const BufferNeeds needs = NeedsOf(part, worker);
+  if (!needs.bad_name.ok()) return needs.bad_name;
+  for (const auto& [buffer, end] : needs.end) {
+    std::pair<std::string, std::string> gn = absl::StrSplit(buffer, absl::MaxSplits('/', 1));
+    const v1::BufferInfo* found = nullptr;
+    bool group_has_buffers = false;
+    for (const v1::BufferInfo& info : w.info->buffers()) {
+      if (info.group() != gn.first) continue;
+      group_has_buffers = true;
+      if (info.name() == gn.second) found = &info;
+    }
+    const std::string who = absl::StrCat(w.description, " [worker ", worker, "]");
+    if (found == nullptr) {
+      if (!require_all && !group_has_buffers) continue;
+      return absl::FailedPreconditionError(absl::StrCat(who, " has no buffer '", gn.second,
+                                                        "' registered in group '", gn.first,
+                                                        "' (the plan uses ", end, " bytes of it)"));
+    }
+    if (found->bytes() < end) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": buffer '", gn.second, "' of group '", gn.first, "' has ",
+                       found->bytes(), " bytes but the plan accesses up to byte ", end));
+    }
+    const v1::DType want = needs.dtypes.at(buffer);
+    if (found->dtype() != v1::DTYPE_UNSPECIFIED && found->dtype() != v1::UINT8 &&
+        found->dtype() != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, ": buffer '", gn.second, "' of group '", gn.first, "' is registered as ",
+          DTypeName(found->dtype()), " but the layout says ", DTypeName(want)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::TransportKind> CommonTransport(const std::string& transfer,
+                                                  const std::vector<WorkerSnapshot>& workers) {
+  for (v1::TransportKind kind : {v1::TRANSPORT_NCCL, v1::TRANSPORT_GLOO}) {
+    if (absl::c_all_of(workers, [kind](const WorkerSnapshot& w) { return Offers(w, kind); })) {
+      return kind;
+    }
+  }
+  std::string gpu, host;
+  for (const WorkerSnapshot& w : workers) {
+    std::string& slot = Offers(w, v1::TRANSPORT_NCCL) ? gpu : host;
+    if (slot.empty()) slot = w.description;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "Sync: transfer '", transfer, "' mixes workers without a common transport: ",
+      gpu.empty() ? "none" : gpu, " runs the GPU plane (nccl), ", host.empty() ? "none" : host,
+      " runs on host memory (gloo); start every worker of a transfer with --device, or none"));
+}
+
+StagingLimit TightestStagingLimit(const std::vector<WorkerSnapshot>& workers) {
+  StagingLimit tightest;
+  for (size_t w = 0; w < workers.size(); ++w) {
+    const int64_t bytes = workers[w].info->staging_limit_bytes();
+    if (bytes <= 0) continue;
+    if (tightest.worker >= 0 && bytes >= tightest.bytes) continue;
+    tightest.cap = CapOf(bytes);
+    tightest.bytes = bytes;
+    tightest.worker = static_cast<int32_t>(w);
+    tightest.description = workers[w].description;
+  }
+  return tightest;
+}
+
+bool ApplyStagingLimit(const StagingLimit& limit, v1::TransferSpec* spec) {
+  if (limit.worker < 0) return false;
+  v1::PlanOptions* options = spec->mutable_options();
+  const int64_t cap = options->staging_cap_bytes() > 0 ? options->staging_cap_bytes()
+                                                       : plan::kDefaultStagingCapBytes;
+  // A limit under 256 bytes allows no staged round; cap 1 lets the planner
+  // say which bucket needs staging.
+  const int64_t lowered = std::max<int64_t>(1, limit.cap);
+  if (lowered >= cap) return false;
+  options->set_staging_cap_bytes(lowered);
+  if (options->bucket_bytes() == 0 && plan::kDefaultBucketBytes > lowered) {
+    options->set_bucket_bytes(lowered);
+  }
+  return true;
+}
+
+absl::Status CheckStagingLimits(const v1::Plan& plan, const std::vector<WorkerSnapshot>& workers) {
+  for (const v1::RankPlan& rp : plan.ranks()) {
+    if (rp.worker() < 0 || rp.worker() >= static_cast<int32_t>(workers.size())) continue;
+    const WorkerSnapshot& w = workers[rp.worker()];
+    const int64_t bytes = w.info->staging_limit_bytes();
+    if (bytes <= 0) continue;
+    for (const v1::Round& round : rp.rounds()) {
+      if (round.staging_bytes() <= CapOf(bytes)) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          w.description, " [worker ", rp.worker(), "]: round ", round.index(), " of plan '",
+          plan.key(), "' stages ", round.staging_bytes(), " bytes, over its staging limit of ",
+          bytes, " bytes (--staging_limit_bytes); raise the limit or plan smaller buckets"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace wsync::controller

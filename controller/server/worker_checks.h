@@ -1,0 +1,54 @@
+// Checks of a transfer's workers against a plan, free of locks: their
+// registered buffers, their common transport and their staging limits. The
+// sync coordinator runs them on WorkerRegistry snapshots.
+#ifndef WSYNC_CONTROLLER_SERVER_WORKER_CHECKS_H_
+#define WSYNC_CONTROLLER_SERVER_WORKER_CHECKS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "controller/server/worker_registry.h"
+#include "wsync/v1/controller.pb.h"
+#include "wsync/v1/plan.pb.h"
+
+namespace wsync::controller {
+
+// "nccl", "gloo" (for messages).
+std::string TransportName(v1::TransportKind kind);
+
+// Every buffer `part` (worker `worker`'s part of a plan) reads or writes on
+// the worker is registered by it, large enough and of the layout's dtype.
+// Without `require_all`, buffers of a group the worker registered none of
+// yet are let pass (DefineTransfer before the owners registered).
+absl::Status CheckBuffers(const v1::Plan& part, int32_t worker, const WorkerSnapshot& w,
+                          bool require_all);
+
+// The data-plane transport every worker (by plan worker id) offers: NCCL
+// when all run the GPU plane, else Gloo when all run on host memory.
+// FAILED_PRECONDITION naming a worker of each kind when they are mixed.
+absl::StatusOr<v1::TransportKind> CommonTransport(const std::string& transfer,
+                                                  const std::vector<WorkerSnapshot>& workers);
+
+// The tightest staging limit among a transfer's workers.
+struct StagingLimit {
+  int64_t cap = 0;    // the per-round staging it allows (a multiple of 256); 0: no limit
+  int64_t bytes = 0;  // the worker's staging_limit_bytes
+  int32_t worker = -1;
+  std::string description;
+};
+StagingLimit TightestStagingLimit(const std::vector<WorkerSnapshot>& workers);
+
+// Lowers the spec's staging cap (and its default bucket size) to `limit`
+// where it is tighter; returns whether it did.
+bool ApplyStagingLimit(const StagingLimit& limit, v1::TransferSpec* spec);
+
+// Every worker with a staging limit stages at most its cap in each round of
+// `plan`; INVALID_ARGUMENT naming the first one over it.
+absl::Status CheckStagingLimits(const v1::Plan& plan, const std::vector<WorkerSnapshot>& workers);
+
+}  // namespace wsync::controller
+
+#endif  // WSYNC_CONTROLLER_SERVER_WORKER_CHECKS_H_

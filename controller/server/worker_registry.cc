@@ -1,0 +1,430 @@
+#include "controller/server/worker_registry.h"
+
+#include <algorithm>
+
+#include "absl/algorithm/container.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/peer_lists.h"
+
+namespace wsync::controller {
+
+namespace {
+
+std::string RankKey(const std::string& group, int32_t rank) {
+  return absl::StrCat(group, "/", rank);
+}
+
+absl::Status CheckRequest(const v1::RegisterWorkerRequest& req) {
+  if (req.instance_id().empty()) {
+    return absl::InvalidArgumentError("RegisterWorker: instance_id is empty");
+  }
+  if (req.memberships().empty()) {
+    return absl::InvalidArgumentError("RegisterWorker: no group memberships");
+  }
+  if (req.staging_limit_bytes() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RegisterWorker: negative staging_limit_bytes ", req.staging_limit_bytes()));
+  }
+  absl::flat_hash_set<std::string> own_groups;
+  for (const auto& m : req.memberships()) {
+    if (m.group().empty() || absl::StrContains(m.group(), "/")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RegisterWorker: bad group name '", m.group(), "' (empty or has '/')"));
+    }
+    if (m.group_size() <= 0 || m.rank() < 0 || m.rank() >= m.group_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("RegisterWorker: group '", m.group(),
+                                                     "' rank ", m.rank(), " outside [0, ",
+                                                     m.group_size(), ")"));
+    }
+    if (!own_groups.insert(m.group()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RegisterWorker: group '", m.group(), "' listed twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+WorkerRegistry::WorkerRegistry(ControllerConfig config, ControllerMetrics* metrics)
+    : config_(std::move(config)), metrics_(metrics) {}
+
+void WorkerRegistry::SetLossListener(std::function<void(const WorkerLoss&)> listener) {
+  on_loss_ = std::move(listener);
+}
+
+void WorkerRegistry::Deliver(const std::vector<WorkerLoss>& lost) {
+  if (!on_loss_) return;
+  for (const WorkerLoss& loss : lost) on_loss_(loss);
+}
+
+WorkerRegistry::Worker* WorkerRegistry::FindAliveLocked(const std::string& lease_id) {
+  auto it = workers_.find(lease_id);
+  if (it == workers_.end() || !it->second->alive) return nullptr;
+  return it->second.get();
+}
+
+std::string WorkerRegistry::DescribeLocked(const std::string& lease_id) {
+  auto it = workers_.find(lease_id);
+  if (it == workers_.end()) return absl::StrCat("lease ", lease_id);
+  const v1::RegisterWorkerRequest& info = *it->second->info;
+  std::vector<std::string> roles;
+  for (const auto& m : info.memberships()) roles.push_back(RankKey(m.group(), m.rank()));
+  return absl::StrCat("worker ", absl::StrJoin(roles, "+"), " (pid ", info.pid(), " on ",
+                      info.node(), ")");
+}
+
+WorkerSnapshot WorkerRegistry::SnapshotLocked(const Worker& w) {
+  WorkerSnapshot s;
+  s.lease_id = w.lease_id;
+  s.info = w.info;
+  s.registration = w.registration;
+  s.direct_writes_unavailable = w.direct_writes_unavailable;
+  s.description = DescribeLocked(w.lease_id);
+  return s;
+}
+
+absl::Status WorkerRegistry::CheckMembershipsLocked(const v1::RegisterWorkerRequest& req) {
+  // Duplicate ranks and group sizes are checked against live leases of other
+  // processes; the same instance re-registering replaces its old lease.
+  for (const auto& m : req.memberships()) {
+    auto it = ranks_.find(RankKey(m.group(), m.rank()));
+    if (it != ranks_.end()) {
+      Worker* holder = FindAliveLocked(it->second);
+      if (holder != nullptr && holder->info->instance_id() != req.instance_id()) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("group '", m.group(), "' rank ", m.rank(), " is already held by ",
+                         DescribeLocked(holder->lease_id), ", lease ", holder->lease_id));
+      }
+    }
+    for (const auto& [lease, w] : workers_) {
+      if (!w->alive || w->info->instance_id() == req.instance_id()) continue;
+      for (const auto& other : w->info->memberships()) {
+        if (other.group() == m.group() && other.group_size() != m.group_size()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("group '", m.group(), "' has size ", other.group_size(), " (",
+                           DescribeLocked(lease), ") but this worker says ", m.group_size()));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::RegisterWorker(
+    const v1::RegisterWorkerRequest& req) {
+  if (absl::Status st = CheckRequest(req); !st.ok()) return st;
+  std::vector<WorkerLoss> lost;
+  v1::RegisterWorkerResponse resp;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) return absl::UnavailableError("controller is shutting down");
+    if (absl::Status st = CheckMembershipsLocked(req); !st.ok()) return st;
+    for (auto& [lease, w] : workers_) {
+      if (w->alive && w->info->instance_id() == req.instance_id()) {
+        MarkDeadLocked(*w, "replaced by a new registration", &lost);
+      }
+    }
+    auto w = std::make_unique<Worker>();
+    w->lease_id = absl::StrCat("L", config_.instance, "-", next_id_++);
+    w->info = std::make_shared<const v1::RegisterWorkerRequest>(req);
+    w->registration = next_id_++;
+    w->last_heartbeat = absl::Now();
+    for (const auto& m : req.memberships()) ranks_[RankKey(m.group(), m.rank())] = w->lease_id;
+    resp.set_lease_id(w->lease_id);
+    resp.set_lease_ttl_ms(absl::ToInt64Milliseconds(config_.lease_ttl));
+    resp.set_heartbeat_interval_ms(std::max<int64_t>(1, resp.lease_ttl_ms() / 4));
+    resp.set_controller_instance(config_.instance);
+    spdlog::info("[controller] registered {} as lease {}",
+                 absl::StrJoin(req.memberships(), "+",
+                               [](std::string* out, const v1::Membership& m) {
+                                 absl::StrAppend(out, m.group(), "/", m.rank());
+                               }),
+                 w->lease_id);
+    workers_[w->lease_id] = std::move(w);
+  }
+  Deliver(lost);
+  return resp;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> WorkerRegistry::Heartbeat(const std::string& lease_id) {
+  absl::MutexLock lock(&mu_);
+  Worker* w = FindAliveLocked(lease_id);
+  if (w == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("lease '", lease_id, "' is unknown or expired; register again"));
+  }
+  w->last_heartbeat = absl::Now();
+  v1::HeartbeatResponse resp;
+  resp.set_lease_ttl_ms(absl::ToInt64Milliseconds(config_.lease_ttl));
+  return resp;
+}
+
+absl::Status WorkerRegistry::UpdateBuffers(const v1::UpdateBuffersRequest& req) {
+  absl::MutexLock lock(&mu_);
+  Worker* w = FindAliveLocked(req.lease_id());
+  if (w == nullptr) {
+    return absl::NotFoundError(absl::StrCat("lease '", req.lease_id(), "' is unknown or expired"));
+  }
+  // Copy on write: snapshots handed out keep the list they were made with.
+  auto info = std::make_shared<v1::RegisterWorkerRequest>(*w->info);
+  *info->mutable_buffers() = req.buffers();
+  w->info = std::move(info);
+  w->registration = next_id_++;
+  w->last_heartbeat = absl::Now();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> WorkerRegistry::OpenStream(const std::string& lease_id) {
+  absl::MutexLock lock(&mu_);
+  Worker* w = FindAliveLocked(lease_id);
+  if (w == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("lease '", lease_id, "' is unknown or expired; register again"));
+  }
+  w->stream_token = next_id_++;
+  w->last_heartbeat = absl::Now();
+  w->cv.SignalAll();  // an older stream of this lease ends
+  return w->stream_token;
+}
+
+absl::StatusOr<std::optional<v1::Assignment>> WorkerRegistry::NextAssignment(
+    const std::string& lease_id, uint64_t token, absl::Duration wait) {
+  const absl::Time until = absl::Now() + wait;
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    if (shutdown_) return absl::UnavailableError("controller is shutting down");
+    Worker* w = FindAliveLocked(lease_id);
+    if (w == nullptr) return absl::NotFoundError(absl::StrCat("lease '", lease_id, "' ended"));
+    if (w->stream_token != token) {
+      return absl::AbortedError("another Assignments stream replaced this one");
+    }
+    if (!w->outbox.empty()) {
+      v1::Assignment a = std::move(w->outbox.front());
+      w->outbox.pop_front();
+      return std::optional<v1::Assignment>(std::move(a));
+    }
+    ++w->waiters;
+    const bool timed_out = w->cv.WaitWithDeadline(&mu_, until);
+    --w->waiters;
+    if (timed_out) return std::optional<v1::Assignment>();
+  }
+}
+
+void WorkerRegistry::CloseStream(const std::string& lease_id, uint64_t token,
+                                 const std::string& why) {
+  std::vector<WorkerLoss> lost;
+  {
+    absl::MutexLock lock(&mu_);
+    Worker* w = FindAliveLocked(lease_id);
+    if (w == nullptr || w->stream_token != token) return;
+    w->stream_token = 0;
+    MarkDeadLocked(*w, absl::StrCat("assignment stream closed: ", why), &lost);
+  }
+  Deliver(lost);
+}
+
+void WorkerRegistry::MarkDeadLocked(Worker& w, const std::string& reason,
+                                    std::vector<WorkerLoss>* lost) {
+  if (!w.alive) return;
+  const std::string who = DescribeLocked(w.lease_id);
+  spdlog::warn("[controller] {} lease {} dead: {}", who, w.lease_id, reason);
+  w.alive = false;
+  w.died_at = absl::Now();
+  w.outbox.clear();
+  w.cv.SignalAll();
+  for (const auto& m : w.info->memberships()) {
+    auto it = ranks_.find(RankKey(m.group(), m.rank()));
+    if (it != ranks_.end() && it->second == w.lease_id) ranks_.erase(it);
+  }
+  lost->push_back(WorkerLoss{w.lease_id, who, reason});
+}
+
+bool WorkerRegistry::IsAlive(const std::string& lease_id) {
+  absl::MutexLock lock(&mu_);
+  return FindAliveLocked(lease_id) != nullptr;
+}
+
+std::optional<WorkerSnapshot> WorkerRegistry::Find(const std::string& lease_id) {
+  absl::MutexLock lock(&mu_);
+  const Worker* w = FindAliveLocked(lease_id);
+  if (w == nullptr) return std::nullopt;
+  return SnapshotLocked(*w);
+}
+
+std::string WorkerRegistry::Describe(const std::string& lease_id) {
+  absl::MutexLock lock(&mu_);
+  return DescribeLocked(lease_id);
+}
+
+WorkerRegistry::Group WorkerRegistry::FindGroup(const std::string& group) {
+  absl::MutexLock lock(&mu_);
+  Group g;
+  for (const auto& [lease, w] : workers_) {
+    if (!w->alive) continue;
+    for (const auto& m : w->info->memberships()) {
+      if (m.group() == group) g.size = m.group_size();
+    }
+  }
+  for (int32_t rank = 0; rank < g.size; ++rank) {
+    auto it = ranks_.find(RankKey(group, rank));
+    const Worker* w = it == ranks_.end() ? nullptr : FindAliveLocked(it->second);
+    g.ranks.push_back(w == nullptr ? std::nullopt : std::make_optional(SnapshotLocked(*w)));
+  }
+  return g;
+}
+
+WorkerRegistry::Counts WorkerRegistry::CountWorkers() {
+  absl::MutexLock lock(&mu_);
+  Counts c;
+  for (const auto& [lease, w] : workers_) {
+    ++c.registered;
+    if (w->alive) ++c.alive;
+  }
+  return c;
+}
+
+bool WorkerRegistry::Push(const std::string& lease_id, v1::Assignment a) {
+  absl::MutexLock lock(&mu_);
+  Worker* w = FindAliveLocked(lease_id);
+  if (w == nullptr) return false;
+  w->outbox.push_back(std::move(a));
+  w->cv.Signal();
+  return true;
+}
+
+bool WorkerRegistry::MarkPartSent(const std::string& lease_id, const std::string& part_key) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(lease_id);
+  return it != workers_.end() && it->second->parts_sent.insert(part_key).second;
+}
+
+void WorkerRegistry::MarkDirectWritesUnavailable(const std::string& lease_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(lease_id);
+  if (it != workers_.end()) it->second->direct_writes_unavailable = true;
+}
+
+void WorkerRegistry::ForgetPeerLists(const std::string& lease_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(lease_id);
+  if (it == workers_.end()) return;
+  it->second->peer_lists_sent.clear();
+  it->second->peer_list_order.clear();
+}
+
+void WorkerRegistry::FillPeerBuffers(const std::string& lease_id, const std::string& transfer,
+                                     const std::vector<std::pair<int32_t, std::string>>& write_to,
+                                     v1::SyncAssignment* sa) {
+  absl::MutexLock lock(&mu_);
+  auto self_it = workers_.find(lease_id);
+  if (self_it == workers_.end()) return;
+  Worker& self = *self_it->second;
+  const bool once = absl::c_linear_search(self.info->capabilities(), kPeerListsOnceCapability);
+  const auto& record = self.peer_lists_sent[transfer];
+  std::map<int32_t, std::pair<std::string, int64_t>> sent;
+  for (const auto& [peer_id, peer_lease] : write_to) {
+    auto pit = workers_.find(peer_lease);
+    if (pit == workers_.end()) continue;
+    const Worker& receiver = *pit->second;
+    v1::PeerBuffers* peer = sa->add_peer_buffers();
+    peer->set_worker(peer_id);
+    peer->set_registration(receiver.registration);
+    const std::pair<std::string, int64_t> list(receiver.lease_id, receiver.registration);
+    auto it = record.find(peer_id);
+    if (once && it != record.end() && it->second == list) {
+      peer->set_unchanged(true);  // a big model's list is thousands of entries
+    } else {
+      *peer->mutable_buffers() = receiver.info->buffers();
+    }
+    sent.emplace(peer_id, list);
+  }
+  // As the worker does with its mappings: a transfer that lists no peers
+  // keeps none, the latest one that does goes first, and the oldest beyond
+  // kPeerListTransfers is forgotten.
+  if (sent.empty() || !once) {
+    self.peer_list_order.remove(transfer);
+    self.peer_lists_sent.erase(transfer);
+    return;
+  }
+  self.peer_lists_sent[transfer] = std::move(sent);
+  for (const std::string& old : MakeMostRecent(self.peer_list_order, transfer)) {
+    self.peer_lists_sent.erase(old);
+  }
+}
+
+void WorkerRegistry::Tick() {
+  std::vector<WorkerLoss> lost;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    int registered = 0;
+    int alive = 0;
+    std::vector<std::string> prune;
+    for (auto& [lease, w] : workers_) {
+      if (w->alive && now - w->last_heartbeat > config_.lease_ttl) {
+        MarkDeadLocked(*w,
+                       absl::StrCat("lease expired: no heartbeat for ",
+                                    absl::ToInt64Milliseconds(now - w->last_heartbeat), " ms"),
+                       &lost);
+      }
+      if (!w->alive && w->waiters == 0 && now - w->died_at > 5 * config_.lease_ttl) {
+        prune.push_back(lease);
+      }
+      ++registered;
+      if (w->alive) ++alive;
+    }
+    for (const auto& lease : prune) workers_.erase(lease);
+    if (metrics_ != nullptr) {
+      metrics_->SetWorkers(registered - static_cast<int>(prune.size()), alive);
+    }
+  }
+  Deliver(lost);
+}
+
+void WorkerRegistry::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutdown_ = true;
+  for (auto& [lease, w] : workers_) w->cv.SignalAll();
+}
+
+v1::ListWorkersResponse WorkerRegistry::ListWorkers(const std::string& group) {
+  absl::MutexLock lock(&mu_);
+  v1::ListWorkersResponse resp;
+  const absl::Time now = absl::Now();
+  for (const auto& [lease, w] : workers_) {
+    const v1::RegisterWorkerRequest& in = *w->info;
+    bool match = group.empty();
+    for (const auto& m : in.memberships()) match = match || m.group() == group;
+    if (!match) continue;
+    v1::RegisteredWorker* info = resp.add_workers();
+    info->set_lease_id(lease);
+    info->set_instance_id(in.instance_id());
+    *info->mutable_memberships() = in.memberships();
+    info->set_node(in.node());
+    info->set_device_uuid(in.device_uuid());
+    *info->mutable_capabilities() = in.capabilities();
+    info->set_data_address(in.data_address());
+    info->set_alive(w->alive);
+    info->set_ms_since_heartbeat(absl::ToInt64Milliseconds(now - w->last_heartbeat));
+    *info->mutable_buffers() = in.buffers();
+    info->set_pid(in.pid());
+    info->set_streaming(w->stream_token != 0);
+    info->set_direct_write_domain(in.direct_write_domain());
+    *info->mutable_peer_gpu_uuids() = in.peer_gpu_uuids();
+    info->set_staging_limit_bytes(in.staging_limit_bytes());
+    *info->mutable_transports() = in.transports();
+  }
+  std::sort(resp.mutable_workers()->begin(), resp.mutable_workers()->end(),
+            [](const v1::RegisteredWorker& a, const v1::RegisteredWorker& b) {
+              return std::make_pair(a.memberships(0).group(), a.memberships(0).rank()) <
+                     std::make_pair(b.memberships(0).group(), b.memberships(0).rank());
+            });
+  return resp;
+}
+
+}  // namespace wsync::controller

@@ -1,0 +1,169 @@
+// WorkerRegistry: the controller's worker leases, their assignment streams
+// (outboxes) and registered buffers, plus what each lease was already sent
+// (plan parts, peer buffer lists).
+//
+// Locking: one mutex, held only inside a call; the registry never calls
+// another owner while holding it. A lost lease (expired, stream closed,
+// replaced) is reported to the loss listener after the lock is released, in
+// the call that lost it. Other owners may call in while holding their own
+// lock (see controller.h for the order).
+#ifndef WSYNC_CONTROLLER_SERVER_WORKER_REGISTRY_H_
+#define WSYNC_CONTROLLER_SERVER_WORKER_REGISTRY_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "controller/server/config.h"
+#include "controller/server/metrics.h"
+#include "wsync/v1/controller.pb.h"
+
+namespace wsync::controller {
+
+// One alive worker as the other owners see it; later calls do not change it.
+struct WorkerSnapshot {
+  std::string lease_id;
+  std::shared_ptr<const v1::RegisterWorkerRequest> info;  // never null
+  // Its current buffer registration (see WorkerRegistry::Worker).
+  int64_t registration = 0;
+  // It reported that it cannot map its direct-write peers.
+  bool direct_writes_unavailable = false;
+  std::string description;  // "worker src/0 (pid 12 on node-a)"
+};
+
+// A lease that ended, for the loss listener.
+struct WorkerLoss {
+  std::string lease_id;
+  std::string description;
+  std::string reason;
+};
+
+class WorkerRegistry {
+ public:
+  // `metrics` may be null.
+  WorkerRegistry(ControllerConfig config, ControllerMetrics* metrics);
+  WorkerRegistry(const WorkerRegistry&) = delete;
+  WorkerRegistry& operator=(const WorkerRegistry&) = delete;
+
+  // Called once per lost lease, without the registry's lock. Set before use.
+  void SetLossListener(std::function<void(const WorkerLoss&)> listener);
+
+  // ----- Worker API.
+  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& req);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& lease_id);
+  absl::Status UpdateBuffers(const v1::UpdateBuffersRequest& req);
+  // The lease's assignment stream: Open returns a token; a later Open (or the
+  // lease's death) invalidates it. NextAssignment waits up to `wait`: OK and
+  // nullopt means nothing yet; an error ends the stream.
+  absl::StatusOr<uint64_t> OpenStream(const std::string& lease_id);
+  absl::StatusOr<std::optional<v1::Assignment>> NextAssignment(const std::string& lease_id,
+                                                               uint64_t token, absl::Duration wait);
+  // A stream that ends kills its lease: a worker that lost its stream must
+  // re-register (this is how a dead process is noticed in milliseconds).
+  void CloseStream(const std::string& lease_id, uint64_t token, const std::string& why);
+  v1::ListWorkersResponse ListWorkers(const std::string& group);
+
+  // ----- Queries (other owners).
+  bool IsAlive(const std::string& lease_id);
+  std::optional<WorkerSnapshot> Find(const std::string& lease_id);  // alive only
+  // "worker src/0+dst/1 (pid P on N)", or "lease L" once it is pruned.
+  std::string Describe(const std::string& lease_id);
+  // A group's live holders: size -1 when no live worker is in it, else one
+  // entry per rank (nullopt: rank not held).
+  struct Group {
+    int32_t size = -1;
+    std::vector<std::optional<WorkerSnapshot>> ranks;
+  };
+  Group FindGroup(const std::string& group);
+  struct Counts {
+    int registered = 0;
+    int alive = 0;
+  };
+  Counts CountWorkers();
+
+  // ----- Dispatch (the sync coordinator).
+  // Queues an assignment on the lease's stream; false if it is not alive.
+  bool Push(const std::string& lease_id, v1::Assignment a);
+  // True the first time `part_key` is marked for this lease (send the part).
+  bool MarkPartSent(const std::string& lease_id, const std::string& part_key);
+  void MarkDirectWritesUnavailable(const std::string& lease_id);
+  // After a failure: every peer list goes again to this lease.
+  void ForgetPeerLists(const std::string& lease_id);
+  // Fills sa->peer_buffers for the peers this lease writes (plan worker id,
+  // peer lease; sorted by worker id) and records what was sent, mirroring
+  // the mappings the worker keeps: per transfer, the peers of its latest
+  // assignment, for the kPeerListTransfers most recent transfers that listed
+  // peers. A list unchanged since it was last sent goes as `unchanged`.
+  void FillPeerBuffers(const std::string& lease_id, const std::string& transfer,
+                       const std::vector<std::pair<int32_t, std::string>>& write_to,
+                       v1::SyncAssignment* sa);
+
+  // Expires leases, prunes long-dead ones, refreshes the worker gauges.
+  void Tick();
+  // Ends every stream promptly.
+  void Shutdown();
+
+ private:
+  struct Worker {
+    std::string lease_id;
+    std::shared_ptr<const v1::RegisterWorkerRequest> info;
+    absl::Time last_heartbeat;
+    bool alive = true;
+    absl::Time died_at;
+    uint64_t stream_token = 0;  // 0: no stream open
+    std::deque<v1::Assignment> outbox;
+    // Its stream handler waits here: a report from one worker must not wake
+    // every other worker's stream thread.
+    absl::CondVar cv;
+    int waiters = 0;
+    absl::flat_hash_set<std::string> parts_sent;  // SyncAssignment.part_key
+    bool direct_writes_unavailable = false;
+    // Identifies its current buffer registration (RegisterWorker, then each
+    // UpdateBuffers), unique in this controller: peers that mapped an older
+    // list get the new one.
+    int64_t registration = 0;
+    // The peer lists last sent to it, by transfer, then by the peer's worker
+    // id in that assignment: (peer lease, its registration), and the
+    // transfers in most-recent-first order.
+    std::map<std::string, std::map<int32_t, std::pair<std::string, int64_t>>> peer_lists_sent;
+    std::list<std::string> peer_list_order;
+  };
+
+  Worker* FindAliveLocked(const std::string& lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string DescribeLocked(const std::string& lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  WorkerSnapshot SnapshotLocked(const Worker& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckMembershipsLocked(const v1::RegisterWorkerRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkDeadLocked(Worker& w, const std::string& reason, std::vector<WorkerLoss>* lost)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Deliver(const std::vector<WorkerLoss>& lost) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const ControllerConfig config_;
+  ControllerMetrics* const metrics_;
+  std::function<void(const WorkerLoss&)> on_loss_;
+
+  absl::Mutex mu_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<std::string, std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);
+  // "<group>/<rank>" -> lease of the alive holder.
+  absl::flat_hash_map<std::string, std::string> ranks_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace wsync::controller
+
+#endif  // WSYNC_CONTROLLER_SERVER_WORKER_REGISTRY_H_

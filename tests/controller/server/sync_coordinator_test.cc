@@ -1,0 +1,287 @@
+// SyncCoordinator (with the registry and rendezvous it drives, composed by
+// Controller): the real planner, workers simulated by calls.
+#include "absl/time/clock.h"
+#include "controller/server/controller.h"
+#include "gtest/gtest.h"
+#include "tests/controller/server/controller_test_util.h"
+
+namespace wsync::controller {
+namespace {
+
+class SyncCoordinatorTest : public ::testing::Test {
+ protected:
+  SyncCoordinatorTest() { Restart(); }
+
+  // A fresh controller (and plan cache).
+  void Restart() {
+    config_.lease_ttl = absl::Milliseconds(300);
+    config_.sync_deadline = absl::Seconds(30);
+    config_.instance = "test";
+    controller_.reset();
+    plans_ = std::make_unique<PlanSource>();
+    controller_ = std::make_unique<Controller>(config_, &metrics_, plans_.get());
+  }
+
+  std::string Register(const std::string& instance, const std::string& group, int rank, int size,
+                       int64_t buffer_bytes, const std::vector<v1::TransportKind>& transports = {},
+                       int64_t staging_limit_bytes = 0) {
+    v1::RegisterWorkerRequest req;
+    req.set_instance_id(instance);
+    for (v1::TransportKind t : transports) req.add_transports(t);
+    req.set_staging_limit_bytes(staging_limit_bytes);
+    auto* m = req.add_memberships();
+    m->set_group(group);
+    m->set_rank(rank);
+    m->set_group_size(size);
+    auto* b = req.add_buffers();
+    b->set_group(group);
+    b->set_name("w");
+    b->set_dtype(v1::FP32);
+    b->set_bytes(buffer_bytes);
+    auto resp = controller_->workers().RegisterWorker(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->lease_id() : "";
+  }
+
+  void DefineSimple() {
+    auto resp = controller_->syncs().DefineTransfer(controller_testing::SimpleTransfer());
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    EXPECT_EQ(resp->num_workers(), 3);
+  }
+
+  absl::StatusOr<v1::SyncResponse> StartSync(int64_t version) {
+    v1::SyncRequest req;
+    req.set_transfer("t");
+    req.set_version(version);
+    return controller_->syncs().StartSync(req);
+  }
+
+  v1::SyncAssignment Next(const std::string& lease, uint64_t token) {
+    auto a = controller_->workers().NextAssignment(lease, token, absl::Seconds(1));
+    EXPECT_TRUE(a.ok() && a->has_value() && (*a)->has_sync());
+    return a.ok() && a->has_value() ? (**a).sync() : v1::SyncAssignment();
+  }
+
+  ControllerConfig config_;
+  ControllerMetrics metrics_;
+  std::unique_ptr<PlanSource> plans_;
+  std::unique_ptr<Controller> controller_;
+};
+
+TEST_F(SyncCoordinatorTest, SyncSendsOpListOncePerPlanKeyAndVersionsMoveForward) {
+  const std::string s0 = Register("a", "src", 0, 2, 16);
+  const std::string s1 = Register("b", "src", 1, 2, 16);
+  const std::string d0 = Register("c", "dst", 0, 1, 32);
+  std::map<std::string, uint64_t> tokens;
+  for (const auto& l : {s0, s1, d0}) tokens[l] = *controller_->workers().OpenStream(l);
+  DefineSimple();
+  for (int64_t v = 1; v <= 2; ++v) {
+    v1::SyncRequest req;
+    req.set_transfer("t");
+    req.set_version(v);
+    auto started = controller_->syncs().StartSync(req);
+    ASSERT_TRUE(started.ok()) << started.status();
+    EXPECT_TRUE(started->plan_cache_hit());
+    for (const auto& l : {s0, s1, d0}) {
+      v1::SyncAssignment a = Next(l, tokens[l]);
+      EXPECT_EQ(a.has_plan(), v == 1) << "op list only with the first sync of a plan key";
+      EXPECT_EQ(a.version(), v);
+      v1::ReportResultRequest r;
+      r.set_lease_id(l);
+      r.set_sync_id(a.sync_id());
+      ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
+    }
+    auto st = controller_->syncs().WaitSync(started->sync_id(), absl::Seconds(1));
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(st->phase(), v1::SYNC_SUCCEEDED) << st->error();
+  }
+  v1::SyncRequest old;
+  old.set_transfer("t");
+  old.set_version(2);
+  EXPECT_EQ(controller_->syncs().StartSync(old).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(plans_->misses(), 1);
+}
+
+TEST_F(SyncCoordinatorTest, TransportIsNcclWhenEveryWorkerRunsTheGpuPlane) {
+  const std::vector<v1::TransportKind> gpu = {v1::TRANSPORT_NCCL};
+  const std::string s0 = Register("a", "src", 0, 2, 16, gpu);
+  const std::string s1 = Register("b", "src", 1, 2, 16, gpu);
+  const std::string d0 = Register("c", "dst", 0, 1, 32, gpu);
+  std::map<std::string, uint64_t> tokens;
+  for (const auto& l : {s0, s1, d0}) tokens[l] = *controller_->workers().OpenStream(l);
+  DefineSimple();
+  ASSERT_TRUE(StartSync(1).ok());
+  for (const auto& l : {s0, s1, d0}) {
+    const v1::SyncAssignment a = Next(l, tokens[l]);
+    ASSERT_TRUE(a.has_transport());
+    EXPECT_EQ(a.transport().kind(), v1::TRANSPORT_NCCL);
+    EXPECT_EQ(a.transport().size(), 3);
+  }
+}
+
+TEST_F(SyncCoordinatorTest, WorkersWithoutACommonTransportFailTheSyncNamingBoth) {
+  const std::vector<v1::TransportKind> gpu = {v1::TRANSPORT_NCCL};
+  const std::string s0 = Register("a", "src", 0, 2, 16, gpu);
+  const std::string s1 = Register("b", "src", 1, 2, 16, gpu);
+  const std::string d0 = Register("c", "dst", 0, 1, 32, {v1::TRANSPORT_GLOO});
+  for (const auto& l : {s0, s1, d0}) ASSERT_TRUE(controller_->workers().OpenStream(l).ok());
+  DefineSimple();
+  auto started = StartSync(1);
+  ASSERT_EQ(started.status().code(), absl::StatusCode::kFailedPrecondition) << started.status();
+  const std::string msg(started.status().message());
+  EXPECT_NE(msg.find("src/0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("dst/0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--device"), std::string::npos) << msg;
+}
+
+TEST_F(SyncCoordinatorTest, FirstErrorFailsSyncAndAbortsTheOthers) {
+  const std::string s0 = Register("a", "src", 0, 2, 16);
+  const std::string s1 = Register("b", "src", 1, 2, 16);
+  const std::string d0 = Register("c", "dst", 0, 1, 32);
+  std::map<std::string, uint64_t> tokens;
+  for (const auto& l : {s0, s1, d0}) tokens[l] = *controller_->workers().OpenStream(l);
+  DefineSimple();
+  v1::SyncRequest req;
+  req.set_transfer("t");
+  req.set_version(1);
+  auto started = controller_->syncs().StartSync(req);
+  ASSERT_TRUE(started.ok()) << started.status();
+  for (const auto& l : {s0, s1, d0}) Next(l, tokens[l]);
+  v1::ReportResultRequest r;
+  r.set_lease_id(d0);
+  r.set_sync_id(started->sync_id());
+  r.set_code(static_cast<int>(absl::StatusCode::kInternal));
+  r.set_message("disk on fire");
+  r.set_round(0);
+  r.set_peer(1);
+  ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
+  auto st = controller_->syncs().WaitSync(started->sync_id(), absl::Seconds(1));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->phase(), v1::SYNC_FAILED);
+  EXPECT_EQ(st->failed_group(), "dst");
+  EXPECT_EQ(st->failed_rank(), 0);
+  EXPECT_EQ(st->failed_peer(), 1);
+  EXPECT_NE(st->error().find("disk on fire"), std::string::npos);
+  for (const auto& l : {s0, s1}) {
+    auto a = controller_->workers().NextAssignment(l, tokens[l], absl::Seconds(1));
+    ASSERT_TRUE(a.ok() && a->has_value());
+    EXPECT_TRUE((*a)->has_abort());
+  }
+  // The failed version was not recorded: it may be retried.
+  auto retry = controller_->syncs().StartSync(req);
+  EXPECT_TRUE(retry.ok()) << retry.status();
+}
+
+TEST_F(SyncCoordinatorTest, MissedHeartbeatsExpireTheLeaseAndFailTheSync) {
+  const std::string s0 = Register("a", "src", 0, 2, 16);
+  const std::string s1 = Register("b", "src", 1, 2, 16);
+  const std::string d0 = Register("c", "dst", 0, 1, 32);
+  DefineSimple();
+  v1::SyncRequest req;
+  req.set_transfer("t");
+  req.set_version(1);
+  auto started = controller_->syncs().StartSync(req);
+  ASSERT_TRUE(started.ok()) << started.status();
+  // s0 and d0 keep heartbeating; s1 is silent.
+  const absl::Time until = absl::Now() + absl::Seconds(2);
+  while (absl::Now() < until) {
+    ASSERT_TRUE(controller_->workers().Heartbeat(s0).ok());
+    ASSERT_TRUE(controller_->workers().Heartbeat(d0).ok());
+    controller_->Tick();
+    auto st = controller_->syncs().WaitSync(started->sync_id(), absl::Milliseconds(20));
+    if (st.ok() && st->phase() != v1::SYNC_RUNNING) break;
+  }
+  auto st = controller_->syncs().WaitSync(started->sync_id(), absl::Milliseconds(1));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->phase(), v1::SYNC_FAILED);
+  EXPECT_EQ(st->failed_group(), "src");
+  EXPECT_EQ(st->failed_rank(), 1);
+  EXPECT_NE(st->error().find("lease expired"), std::string::npos) << st->error();
+  EXPECT_EQ(controller_->workers().Heartbeat(s1).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SyncCoordinatorTest, RendezvousKeysLiveInTheGenerationScope) {
+  const std::string s0 = Register("a", "src", 0, 2, 16);
+  Register("b", "src", 1, 2, 16);
+  Register("c", "dst", 0, 1, 32);
+  DefineSimple();
+  v1::SyncRequest req;
+  req.set_transfer("t");
+  req.set_version(1);
+  ASSERT_TRUE(controller_->syncs().StartSync(req).ok());
+  v1::KvSetRequest set;
+  set.set_lease_id(s0);
+  set.set_key("t/1/rank0");
+  set.set_value("addr");
+  ASSERT_TRUE(controller_->rendezvous().Set(set).ok());
+  set.set_key("t/7/rank0");
+  EXPECT_EQ(controller_->rendezvous().Set(set).code(), absl::StatusCode::kFailedPrecondition);
+  v1::KvGetRequest get;
+  get.set_lease_id(s0);
+  get.add_keys("t/1/rank0");
+  auto got = controller_->rendezvous().Get(get);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->values(0), "addr");
+  get.add_keys("t/1/rank1");
+  get.set_timeout_ms(50);
+  auto missing = controller_->rendezvous().Get(get);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(missing.status().message().find("t/1/rank1"), std::string::npos);
+}
+
+// A worker's --staging_limit_bytes (sent at registration) caps the plan's
+// per-round staging: the plan fits it, and one that cannot is refused when
+// the transfer is defined, naming the worker.
+TEST_F(SyncCoordinatorTest, StagingLimitsCapThePlanAndAnImpossibleOneIsRefusedAtDefine) {
+  constexpr int64_t kElems = 8192;  // 32 KiB, all received by dst/0
+  Register("a", "src", 0, 2, kElems * 2);
+  Register("b", "src", 1, 2, kElems * 2);
+  const std::string d0 = Register("c", "dst", 0, 1, kElems * 4, {}, 4096);
+  auto defined = controller_->syncs().DefineTransfer(controller_testing::SimpleTransfer(kElems));
+  ASSERT_TRUE(defined.ok()) << defined.status();
+  v1::PlanRequest plan_req;
+  plan_req.set_transfer("t");
+  plan_req.set_full(true);
+  auto plan = controller_->syncs().PlanTransfer(plan_req);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_GT(plan->summary().num_rounds(), 1) << "32 KiB over a 4 KiB cap takes rounds";
+  for (const v1::RankPlan& rp : plan->plan().ranks()) {
+    for (const v1::Round& round : rp.rounds()) {
+      EXPECT_LE(round.staging_bytes(), 4096)
+          << "worker " << rp.worker() << " round " << round.index();
+    }
+  }
+  ASSERT_TRUE(controller_->workers().OpenStream(d0).ok());
+  ASSERT_TRUE(StartSync(1).ok());
+
+  // Below 256 bytes no round can stage anything: refused at DefineTransfer.
+  Restart();
+  Register("a", "src", 0, 2, kElems * 2);
+  Register("b", "src", 1, 2, kElems * 2, {}, 100);
+  Register("c", "dst", 0, 1, kElems * 4);
+  auto refused = controller_->syncs().DefineTransfer(controller_testing::SimpleTransfer(kElems));
+  ASSERT_FALSE(refused.ok());
+  const std::string msg(refused.status().message());
+  EXPECT_NE(msg.find("src/1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[worker 1]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--staging_limit_bytes 100"), std::string::npos) << msg;
+}
+
+// A worker that registers again with a tighter limit is held to it at the
+// next Sync (the first point its new limit is known).
+TEST_F(SyncCoordinatorTest, ATighterLimitAfterDefineIsRefusedAtSync) {
+  Register("a", "src", 0, 2, 16);
+  Register("b", "src", 1, 2, 16);
+  Register("c", "dst", 0, 1, 32);
+  DefineSimple();
+  Register("c", "dst", 0, 1, 32, {}, 10);  // same instance: replaces its lease
+  auto started = StartSync(1);
+  ASSERT_FALSE(started.ok());
+  EXPECT_NE(started.status().message().find("dst/0"), std::string::npos) << started.status();
+  EXPECT_NE(started.status().message().find("--staging_limit_bytes 10"), std::string::npos)
+      << started.status();
+}
+
+}  // namespace
+}  // namespace wsync::controller

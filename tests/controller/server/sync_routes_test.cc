@@ -1,0 +1,274 @@
+// SyncCoordinator routes: which worker pairs of a sync write directly, how
+// their parts are marked and what their assignments say (routes_fixture.h).
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/controller/server/routes_fixture.h"
+
+namespace wsync::controller {
+namespace {
+
+using routes_testing::Gpu;
+using routes_testing::Host;
+using routes_testing::Routes;
+using routes_testing::ShmBuffer;
+using routes_testing::SyncRoutesTest;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+TEST_F(SyncRoutesTest, HostWorkersOfOneDomainWriteDirectlyWithShmLocations) {
+  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  int32_t pairs = -1;
+  const auto as = Sync(leases, 1, &pairs);
+  ASSERT_EQ(as.size(), 3u);
+  EXPECT_EQ(pairs, 2);
+  for (int w = 0; w < 2; ++w) {
+    SCOPED_TRACE(w);
+    EXPECT_EQ(as[w].worker(), w);
+    EXPECT_THAT(as[w].direct_write_to(), ElementsAre(2));
+    EXPECT_THAT(as[w].direct_written_by(), IsEmpty());
+    ASSERT_EQ(as[w].peer_buffers_size(), 1);
+    const v1::PeerBuffers& peer = as[w].peer_buffers(0);
+    EXPECT_EQ(peer.worker(), 2);
+    ASSERT_EQ(peer.buffers_size(), 1);
+    EXPECT_EQ(peer.buffers(0).group(), "dst");
+    EXPECT_EQ(peer.buffers(0).name(), "w");
+    EXPECT_EQ(peer.buffers(0).bytes(), 32);
+    ASSERT_TRUE(peer.buffers(0).has_shm());
+    EXPECT_EQ(peer.buffers(0).shm().name(), "/wsync-dst0");
+    EXPECT_EQ(peer.buffers(0).shm().offset(), 64);
+  }
+  EXPECT_THAT(as[2].direct_write_to(), IsEmpty());
+  EXPECT_THAT(as[2].direct_written_by(), ElementsAre(0, 1));
+  EXPECT_THAT(as[2].peer_buffers(), IsEmpty());
+  // The parts say the same: every bucket of a pair is routed PEER_WRITE, and
+  // each part is keyed by its routes.
+  EXPECT_THAT(Routes(as[0]), ElementsAre("0->2:P"));
+  EXPECT_THAT(Routes(as[1]), ElementsAre("1->2:P"));
+  EXPECT_THAT(Routes(as[2]), ElementsAre("0->2:P", "1->2:P"));
+  EXPECT_EQ(as[0].part_key(), absl::StrCat(as[0].plan_key(), "/0/pw:to=2;by="));
+  EXPECT_EQ(as[2].part_key(), absl::StrCat(as[2].plan_key(), "/2/pw:to=;by=0,1"));
+}
+
+TEST_F(SyncRoutesTest, WithoutPeerWritesThePartsAreTheUnroutedOnes) {
+  const auto leases = RegisterHosts("host-a", "host-b", "host-c");
+  Define();
+  const auto as = Sync(leases, 1);
+  ASSERT_EQ(as.size(), 3u);
+  for (int w = 0; w < 3; ++w) {
+    EXPECT_EQ(as[w].part_key(), absl::StrCat(as[w].plan_key(), "/", w));
+    for (const v1::Bucket& b : as[w].plan().buckets()) EXPECT_EQ(b.route(), v1::ROUTE_TRANSPORT);
+  }
+}
+
+TEST_F(SyncRoutesTest, PeerBuffersAreTheReceiversCurrentRegistrationAndThePlanIsScannedOnce) {
+  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  Sync(leases, 1);
+  v1::UpdateBuffersRequest update;
+  update.set_lease_id(leases[2]);
+  *update.add_buffers() = ShmBuffer("dst", "/wsync-dst0-moved", 32);
+  ASSERT_TRUE(controller_->workers().UpdateBuffers(update).ok());
+  const auto as = Sync(leases, 2);
+  ASSERT_EQ(as.size(), 3u);
+  ASSERT_EQ(as[0].peer_buffers_size(), 1);
+  ASSERT_EQ(as[0].peer_buffers(0).buffers_size(), 1);
+  EXPECT_EQ(as[0].peer_buffers(0).buffers(0).shm().name(), "/wsync-dst0-moved");
+  EXPECT_EQ(plans_.peer_write_scans(), 1) << "eligibility is cached per plan key";
+}
+
+TEST_F(SyncRoutesTest, OnlyPairsOfOneNonEmptyDomainWriteDirectly) {
+  // src/0 shares dst/0's domain; src/1 is on another host.
+  const auto leases = RegisterHosts("host-a", "host-b", "host-a");
+  Define();
+  int32_t pairs = -1;
+  const auto as = Sync(leases, 1, &pairs);
+  ASSERT_EQ(as.size(), 3u);
+  EXPECT_EQ(pairs, 1);
+  EXPECT_THAT(as[0].direct_write_to(), ElementsAre(2));
+  EXPECT_THAT(as[1].direct_write_to(), IsEmpty());
+  EXPECT_THAT(as[1].peer_buffers(), IsEmpty());
+  EXPECT_THAT(as[2].direct_written_by(), ElementsAre(0));
+}
+
+TEST_F(SyncRoutesTest, EmptyDomainsNeverWriteDirectly) {
+  const auto leases = RegisterHosts("", "", "");
+  Define();
+  int32_t pairs = -1;
+  ExpectNoDirectWrites(Sync(leases, 1, &pairs));
+  EXPECT_EQ(pairs, 0);
+}
+
+TEST_F(SyncRoutesTest, FlagOffMeansNoDirectWrites) {
+  Restart(/*direct_writes=*/false);
+  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  int32_t pairs = -1;
+  ExpectNoDirectWrites(Sync(leases, 1, &pairs));
+  EXPECT_EQ(pairs, 0);
+  EXPECT_EQ(plans_.peer_write_scans(), 0) << "nothing to decide: the plan is not scanned";
+}
+
+TEST_F(SyncRoutesTest, NcclNeedsTheReceiversGpuAmongTheSendersPeers) {
+  // src/0 can reach dst/0's GPU; src/1 lists only itself; all in one domain.
+  const std::vector<std::string> leases = {
+      Register(Gpu("src", 0, 2, 16, "node-1", "GPU-0", {"GPU-0", "GPU-2"})),
+      Register(Gpu("src", 1, 2, 16, "node-1", "GPU-1", {"GPU-1"})),
+      Register(Gpu("dst", 0, 1, 32, "node-1", "GPU-2", {"GPU-2"}))};
+  Define();
+  int32_t pairs = -1;
+  const auto as = Sync(leases, 1, &pairs);
+  ASSERT_EQ(as.size(), 3u);
+  EXPECT_EQ(as[0].transport().kind(), v1::TRANSPORT_NCCL);
+  EXPECT_EQ(pairs, 1);
+  EXPECT_THAT(as[0].direct_write_to(), ElementsAre(2));
+  ASSERT_EQ(as[0].peer_buffers_size(), 1);
+  ASSERT_EQ(as[0].peer_buffers(0).buffers_size(), 1);
+  ASSERT_TRUE(as[0].peer_buffers(0).buffers(0).has_cuda_ipc());
+  EXPECT_EQ(as[0].peer_buffers(0).buffers(0).cuda_ipc().gpu_uuid(), "GPU-2");
+  EXPECT_THAT(as[1].direct_write_to(), IsEmpty());
+  EXPECT_THAT(as[2].direct_written_by(), ElementsAre(0));
+}
+
+TEST_F(SyncRoutesTest, NcclReceiverWithoutDeviceUuidIsNeverWritten) {
+  // An empty receiver uuid must not match an empty entry in the peers list.
+  const std::vector<std::string> leases = {
+      Register(Gpu("src", 0, 2, 16, "node-1", "GPU-0", {"GPU-0", ""})),
+      Register(Gpu("src", 1, 2, 16, "node-1", "GPU-1", {"GPU-1", ""})),
+      Register(Gpu("dst", 0, 1, 32, "node-1", "", {}))};
+  Define();
+  int32_t pairs = -1;
+  ExpectNoDirectWrites(Sync(leases, 1, &pairs));
+  EXPECT_EQ(pairs, 0);
+}
+
+TEST_F(SyncRoutesTest, ListWorkersShowsDomainAndPeerGpusAndBufferLocations) {
+  Register(Gpu("src", 0, 1, 16, "node-1", "GPU-0", {"GPU-0", "GPU-3"}));
+  Register(Host("dst", 0, 1, 32, "host-b"));
+  const v1::ListWorkersResponse src = controller_->workers().ListWorkers("src");
+  ASSERT_EQ(src.workers_size(), 1);
+  EXPECT_EQ(src.workers(0).direct_write_domain(), "node-1");
+  EXPECT_THAT(src.workers(0).peer_gpu_uuids(), ElementsAre("GPU-0", "GPU-3"));
+  ASSERT_EQ(src.workers(0).buffers_size(), 1);
+  EXPECT_TRUE(src.workers(0).buffers(0).has_cuda_ipc());
+  const v1::ListWorkersResponse dst = controller_->workers().ListWorkers("dst");
+  ASSERT_EQ(dst.workers_size(), 1);
+  EXPECT_EQ(dst.workers(0).direct_write_domain(), "host-b");
+  EXPECT_THAT(dst.workers(0).peer_gpu_uuids(), IsEmpty());
+  ASSERT_EQ(dst.workers(0).buffers_size(), 1);
+  EXPECT_EQ(dst.workers(0).buffers(0).shm().name(), "/wsync-dst0");
+}
+
+// After a failed sync, a worker written directly waits for its writers: each
+// must report (late reports count) or lose its lease.
+TEST_F(SyncRoutesTest, AwaitWritersEndsWhenEachWriterReportedOrIsLost) {
+  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  std::string id;
+  const auto as = Start(leases, 1, &id);
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(as.size(), 3u);
+  EXPECT_THAT(as[2].direct_written_by(), ElementsAre(0, 1));
+  v1::ReportResultRequest fail;
+  fail.set_lease_id(leases[2]);
+  fail.set_sync_id(id);
+  fail.set_code(13);
+  fail.set_message("receiver round failed");
+  ASSERT_TRUE(controller_->syncs().ReportResult(fail).ok());
+
+  v1::AwaitWritersRequest await;
+  await.set_lease_id(leases[2]);
+  await.set_sync_id(id);
+  await.add_workers(0);
+  await.add_workers(1);
+  await.set_timeout_ms(50);
+  auto r = controller_->syncs().AwaitWriters(await);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->pending(), ElementsAre(0, 1));
+
+  // Writer 0 reports after the sync ended: it wrote its last byte.
+  v1::ReportResultRequest late;
+  late.set_lease_id(leases[0]);
+  late.set_sync_id(id);
+  ASSERT_TRUE(controller_->syncs().ReportResult(late).ok());
+  r = controller_->syncs().AwaitWriters(await);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->pending(), ElementsAre(1));
+  auto st = controller_->syncs().WaitSync(id, absl::Milliseconds(1));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->phase(), v1::SYNC_FAILED) << "a late report changes no outcome";
+
+  // Writer 1's process goes away: a waiter wakes up without its timeout.
+  std::thread closer([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    controller_->workers().CloseStream(leases[1], tokens_[leases[1]], "killed");
+  });
+  await.set_timeout_ms(10000);
+  const absl::Time t0 = absl::Now();
+  r = controller_->syncs().AwaitWriters(await);
+  closer.join();
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->pending(), IsEmpty());
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+
+  await.add_workers(7);
+  EXPECT_EQ(controller_->syncs().AwaitWriters(await).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  await.set_sync_id("t@9#999");
+  r = controller_->syncs().AwaitWriters(await);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->pending(), IsEmpty()) << "a sync no longer recorded is long over";
+}
+
+// A writer that reports it cannot map its peers' buffers writes no more:
+// its later syncs send those buckets through the transport.
+TEST_F(SyncRoutesTest, AWriterThatCannotMapItsPeersIsPairedNoMore) {
+  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  std::string id;
+  Start(leases, 1, &id);
+  ASSERT_FALSE(id.empty());
+  v1::ReportResultRequest fail;
+  fail.set_lease_id(leases[0]);
+  fail.set_sync_id(id);
+  fail.set_code(5);
+  fail.set_message("direct writes: shm_open: permission denied");
+  fail.set_direct_writes_unavailable(true);
+  ASSERT_TRUE(controller_->syncs().ReportResult(fail).ok());
+  for (int w = 1; w < 3; ++w) {
+    v1::ReportResultRequest r;
+    r.set_lease_id(leases[w]);
+    r.set_sync_id(id);
+    ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
+  }
+  for (const std::string& l : leases) {  // the failed sync's aborts
+    while (true) {
+      auto a = controller_->workers().NextAssignment(l, tokens_[l], absl::Milliseconds(10));
+      ASSERT_TRUE(a.ok());
+      if (!a->has_value()) break;
+      EXPECT_TRUE((**a).has_abort());
+    }
+  }
+  int32_t pairs = -1;
+  const auto as = Sync(leases, 2, &pairs);
+  ASSERT_EQ(as.size(), 3u);
+  EXPECT_EQ(pairs, 1);
+  EXPECT_THAT(as[0].direct_write_to(), IsEmpty());
+  EXPECT_THAT(as[1].direct_write_to(), ElementsAre(2));
+  EXPECT_THAT(as[2].direct_written_by(), ElementsAre(1));
+  // Changed routes are other parts, sent anew; unchanged ones are not resent.
+  EXPECT_TRUE(as[0].has_plan());
+  EXPECT_THAT(Routes(as[0]), ElementsAre("0->2:T"));
+  EXPECT_FALSE(as[1].has_plan()) << "worker 1 holds the part of these routes";
+  EXPECT_TRUE(as[2].has_plan());
+  EXPECT_THAT(Routes(as[2]), ElementsAre("0->2:T", "1->2:P"));
+}
+
+}  // namespace
+}  // namespace wsync::controller

@@ -1,0 +1,121 @@
+// worker_checks.h: buffers, common transport and staging limits, on
+// hand-made worker snapshots and plans.
+#include "controller/server/worker_checks.h"
+
+#include <memory>
+
+#include "controller/plan/planner.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace wsync::controller {
+namespace {
+
+using ::testing::HasSubstr;
+
+WorkerSnapshot Worker(const std::string& name, std::vector<v1::TransportKind> transports,
+                      int64_t staging_limit = 0) {
+  auto info = std::make_shared<v1::RegisterWorkerRequest>();
+  for (v1::TransportKind t : transports) info->add_transports(t);
+  info->set_staging_limit_bytes(staging_limit);
+  v1::BufferInfo* b = info->add_buffers();
+  b->set_group("g");
+  b->set_name("w");
+  b->set_dtype(v1::FP32);
+  b->set_bytes(64);
+  WorkerSnapshot s;
+  s.lease_id = "L-" + name;
+  s.info = std::move(info);
+  s.description = "worker " + name;
+  return s;
+}
+
+TEST(WorkerChecksTest, CommonTransportPrefersNcclAndNamesMixedWorkers) {
+  const WorkerSnapshot gpu = Worker("gpu", {v1::TRANSPORT_NCCL});
+  const WorkerSnapshot both = Worker("both", {v1::TRANSPORT_NCCL, v1::TRANSPORT_GLOO});
+  const WorkerSnapshot host = Worker("host", {});  // none listed: Gloo
+  EXPECT_EQ(*CommonTransport("t", {gpu, both}), v1::TRANSPORT_NCCL);
+  EXPECT_EQ(*CommonTransport("t", {host, both}), v1::TRANSPORT_GLOO);
+  auto mixed = CommonTransport("t", {gpu, host});
+  ASSERT_EQ(mixed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(mixed.status().message(), HasSubstr("worker gpu runs the GPU plane (nccl)"));
+  EXPECT_THAT(mixed.status().message(), HasSubstr("worker host runs on host memory (gloo)"));
+  EXPECT_EQ(TransportName(v1::TRANSPORT_NCCL), "nccl");
+  EXPECT_EQ(TransportName(v1::TRANSPORT_GLOO), "gloo");
+}
+
+TEST(WorkerChecksTest, TheTightestLimitLowersTheSpecsCapAndDefaultBucket) {
+  const std::vector<WorkerSnapshot> workers = {Worker("a", {}, 0), Worker("b", {}, 5000),
+                                               Worker("c", {}, 1 << 20)};
+  const StagingLimit limit = TightestStagingLimit(workers);
+  EXPECT_EQ(limit.worker, 1);
+  EXPECT_EQ(limit.bytes, 5000);
+  EXPECT_EQ(limit.cap, 4864) << "rounded down to 256 bytes, as the worker's schedule does";
+  EXPECT_EQ(limit.description, "worker b");
+  v1::TransferSpec spec;
+  ASSERT_TRUE(ApplyStagingLimit(limit, &spec));
+  EXPECT_EQ(spec.options().staging_cap_bytes(), 4864);
+  EXPECT_EQ(spec.options().bucket_bytes(), 4864);
+  // A spec already tighter keeps its own options.
+  v1::TransferSpec tight;
+  tight.mutable_options()->set_staging_cap_bytes(1024);
+  tight.mutable_options()->set_bucket_bytes(512);
+  EXPECT_FALSE(ApplyStagingLimit(limit, &tight));
+  EXPECT_EQ(tight.options().staging_cap_bytes(), 1024);
+  EXPECT_EQ(tight.options().bucket_bytes(), 512);
+  // An explicit bucket size stays (the planner refuses it if it cannot fit).
+  v1::TransferSpec explicit_bucket;
+  explicit_bucket.mutable_options()->set_bucket_bytes(8192);
+  ASSERT_TRUE(ApplyStagingLimit(limit, &explicit_bucket));
+  EXPECT_EQ(explicit_bucket.options().bucket_bytes(), 8192);
+  // No limit anywhere: nothing changes.
+  EXPECT_EQ(TightestStagingLimit({Worker("a", {})}).worker, -1);
+  EXPECT_FALSE(ApplyStagingLimit(StagingLimit(), &spec));
+}
+
+TEST(WorkerChecksTest, ARoundOverAWorkersLimitIsRefusedNamingIt) {
+  v1::Plan plan;
+  plan.set_key("k");
+  for (int32_t w = 0; w < 2; ++w) {
+    v1::RankPlan* rp = plan.add_ranks();
+    rp->set_worker(w);
+    v1::Round* round = rp->add_rounds();
+    round->set_index(3);
+    round->set_staging_bytes(w == 0 ? 512 : 1024);
+  }
+  EXPECT_TRUE(CheckStagingLimits(plan, {Worker("a", {}, 512), Worker("b", {}, 0)}).ok());
+  const absl::Status over = CheckStagingLimits(plan, {Worker("a", {}, 512), Worker("b", {}, 1000)});
+  ASSERT_EQ(over.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(over.message(), HasSubstr("worker b [worker 1]: round 3 of plan 'k' stages 1024"));
+  EXPECT_THAT(over.message(), HasSubstr("staging limit of 1000 bytes"));
+}
+
+TEST(WorkerChecksTest, BuffersMustBeRegisteredLargeEnoughAndOfTheLayoutsDtype) {
+  v1::Plan part;
+  part.add_names("g/w");
+  v1::Bucket* b = part.add_buckets();
+  b->set_sender(1);
+  b->set_receiver(0);
+  v1::Piece* p = b->add_pieces();
+  p->mutable_dst()->set_buffer_name(0);
+  p->mutable_dst()->set_dtype(v1::FP32);
+  p->mutable_dst()->add_shape(16);
+  p->mutable_dst()->add_strides(1);
+  const WorkerSnapshot w = Worker("a", {});
+  EXPECT_TRUE(CheckBuffers(part, 0, w, /*require_all=*/true).ok());
+  p->mutable_dst()->set_byte_offset(4);
+  absl::Status st = CheckBuffers(part, 0, w, true);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("has 64 bytes but the plan accesses up to byte 68"));
+  p->mutable_dst()->set_byte_offset(0);
+  p->mutable_dst()->set_dtype(v1::BF16);
+  st = CheckBuffers(part, 0, w, true);
+  EXPECT_THAT(st.message(), HasSubstr("registered as"));
+  part.set_names(0, "h/w");
+  p->mutable_dst()->set_dtype(v1::FP32);
+  EXPECT_EQ(CheckBuffers(part, 0, w, true).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(CheckBuffers(part, 0, w, false).ok()) << "group h has no buffers yet";
+}
+
+}  // namespace
+}  // namespace wsync::controller

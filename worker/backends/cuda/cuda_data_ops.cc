@@ -274,18 +274,14 @@ absl::Status CudaDataOps::Unpack(const void* staging_base,
   return Run(std::move(key));
 }
 
-absl::Status CudaDataOps::Copy(absl::Span<const exec::CopyItem> items) {
-  return CopyKeyed(items, CopyItemsKey('C', items));
-}
-
-absl::Status CudaDataOps::CopyNamed(absl::Span<const exec::CopyItem> items,
-                                    const exec::ItemsName& name) {
-  std::string named = NamedItemsKey('c', name, items);
+absl::Status CudaDataOps::Copy(absl::Span<const exec::CopyItem> items, exec::ItemsHandle handle) {
+  if (handle.id == 0) return CopyKeyed(items, CopyItemsKey('C', items));
+  std::string named = NamedItemsKey('c', handle, items);
   if (auto it = named_.find(named); it != named_.end()) {
     return CopyKeyed(items, std::string(), it->second);
   }
   std::string key = CopyItemsKey('C', items);
-  const std::string lookup = key;  // once per name
+  const std::string lookup = key;  // once per handle
   RETURN_IF_ERROR(CopyKeyed(items, std::move(key)));
   if (auto it = cache_.find(lookup); it != cache_.end()) named_[std::move(named)] = &it->second;
   return absl::OkStatus();

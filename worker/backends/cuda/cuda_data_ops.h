@@ -8,8 +8,11 @@
 // the driver mid-run. Not thread-safe: one instance per executor.
 //
 // Puts (direct writes into a peer's IPC-mapped memory, cuda_data_ops_put.cc)
-// run on a second stream, the put stream, so they overlap the ops' stream;
-// the big ones go to the copy engines.
+// are reached through CudaPeerWriter (cuda_peer_writer.h), the PeerWriter of
+// these ops: they run on a second stream, the put stream, so they overlap the
+// ops' stream; the big ones go to the copy engines. They share the ops'
+// table builders and retired memory (freed by Synchronize()), so a writer
+// and its ops are used from one thread.
 #ifndef WSYNC_WORKER_BACKENDS_CUDA_CUDA_DATA_OPS_H_
 #define WSYNC_WORKER_BACKENDS_CUDA_CUDA_DATA_OPS_H_
 
@@ -34,6 +37,7 @@
 namespace wsync::cuda {
 
 class StagingPool;
+class CudaPeerWriter;
 
 class CudaDataOps : public exec::DataOps {
  public:
@@ -83,22 +87,13 @@ class CudaDataOps : public exec::DataOps {
   absl::StatusOr<exec::StagingBuffer> AllocateStaging(int64_t bytes) override;
   absl::Status Pack(absl::Span<const exec::PackItem> items, void* staging_base) override;
   absl::Status Unpack(const void* staging_base, absl::Span<const exec::UnpackItem> items) override;
-  absl::Status Copy(absl::Span<const exec::CopyItem> items) override;
-  absl::Status CopyNamed(absl::Span<const exec::CopyItem> items,
-                         const exec::ItemsName& name) override;
+  // A prepared list (handle.id != 0) finds its resident table by the handle
+  // after the first call, without reading the items again.
+  absl::Status Copy(absl::Span<const exec::CopyItem> items, exec::ItemsHandle handle = {}) override;
   absl::Status Reduce(absl::Span<const exec::ReduceInput> inputs,
                       absl::Span<const exec::ReduceItem> items, const void* staging_base) override;
-  // Does not wait for puts (FinishPuts does).
+  // Does not wait for puts (CudaPeerWriter::Fence does).
   absl::Status Synchronize() override;
-  // On the put stream, in call order; FinishPuts waits for it. Callers make
-  // the peer's memory reachable (peer access: cudaIpcOpenMemHandle with
-  // cudaIpcMemLazyEnablePeerAccess, as IpcRegistry does) before putting.
-  absl::Status Put(absl::Span<const exec::CopyItem> items, bool alone) override;
-  absl::Status PutNamed(absl::Span<const exec::CopyItem> items, bool alone,
-                        const exec::ItemsName& name) override;
-  absl::Status FinishPuts() override;
-  absl::Status WriteStaging(void* staging, const void* host, size_t bytes) override;
-  absl::Status ReadStaging(void* host, const void* staging, size_t bytes) override;
   // Block fp8 (worker/backends/cuda/block_fp8_kernel.h): inputs gathered into fp32
   // scratch by one piece-kernel launch, then one quantization launch.
   absl::Status Quantize(absl::Span<const exec::QuantizeInput> inputs,
@@ -150,7 +145,20 @@ class CudaDataOps : public exec::DataOps {
     TableLayout layout;
   };
 
+  friend class CudaPeerWriter;
+
   CudaDataOps() = default;
+  // The put path, for CudaPeerWriter. On the put stream, in call order;
+  // FinishPuts waits for it. Callers make the peer's memory reachable (peer
+  // access: cudaIpcOpenMemHandle with cudaIpcMemLazyEnablePeerAccess, as
+  // IpcRegistry does) before putting. A prepared list (handle.id != 0) finds
+  // its resident table and copy list by the handle after the first call.
+  absl::Status Put(absl::Span<const exec::CopyItem> items, exec::ItemsHandle handle, bool alone);
+  absl::Status FinishPuts();
+  // A few bytes between host memory and device memory, on their own stream
+  // (not ordered behind queued copies), synchronously: the tokens.
+  absl::Status WriteStaging(void* staging, const void* host, size_t bytes);
+  absl::Status ReadStaging(void* host, const void* staging, size_t bytes);
   // The put stream, kernels and options (called by Create).
   absl::Status InitPuts(const Options& options);
   // Adds put src -> dst (validated, equal element counts) to `put_copies_`
@@ -223,9 +231,10 @@ class CudaDataOps : public exec::DataOps {
   PieceTable pre_table_;
   DeviceBuffer scratch_;
   int64_t scratch_used_ = 0;
-  // Keyed by the items; entries never move (named_ points at them). A named
-  // list (exec::ItemsName) resolves to its items' entry once, then by name:
-  // a plan bound again over the same buffers finds its tables by their items.
+  // Keyed by the items; entries never move (named_ points at them). A
+  // prepared list (exec::ItemsHandle) resolves to its items' entry once, then
+  // by handle: a plan bound again over the same buffers finds its tables by
+  // their items.
   // Cleared together.
   absl::node_hash_map<std::string, CachedTable> cache_;
   absl::flat_hash_map<std::string, CachedTable*> named_;

@@ -1,5 +1,6 @@
-// CudaDataOps puts: direct writes from this worker's tensors into a peer's
-// memory mapped by CUDA IPC (possibly on another GPU, reached by peer access).
+// CudaDataOps puts (reached through CudaPeerWriter): direct writes from this
+// worker's tensors into a peer's memory mapped by CUDA IPC (possibly on
+// another GPU, reached by peer access).
 //
 // Puts run on their own stream so they overlap the ops' stream (local copies,
 // packs, NCCL): sources are trainer tensors that nothing in a sync writes,
@@ -174,18 +175,15 @@ absl::Status CudaDataOps::RunPut(std::string key) {
   return absl::OkStatus();
 }
 
-absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items, bool alone) {
-  return PutKeyed(items, alone, CopyItemsKey('W', items));
-}
-
-absl::Status CudaDataOps::PutNamed(absl::Span<const exec::CopyItem> items, bool alone,
-                                   const exec::ItemsName& name) {
-  std::string named = NamedItemsKey('w', name, items);
+absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items, exec::ItemsHandle handle,
+                              bool alone) {
+  if (handle.id == 0) return PutKeyed(items, alone, CopyItemsKey('W', items));
+  std::string named = NamedItemsKey('w', handle, items);
   if (auto it = put_named_.find(named); it != put_named_.end()) {
     return PutKeyed(items, alone, std::string(), it->second);
   }
   std::string key = CopyItemsKey('W', items);
-  const std::string lookup = key;  // once per name
+  const std::string lookup = key;  // once per handle
   RETURN_IF_ERROR(PutKeyed(items, alone, std::move(key)));
   if (auto it = put_cache_.find(lookup); it != put_cache_.end()) {
     put_named_[std::move(named)] = &it->second;

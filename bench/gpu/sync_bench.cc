@@ -353,6 +353,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   if (!channel.ok()) return Fail("NCCL channel", channel.status());
   transport::Transport* const transport = (*channel)->transport.get();
   cuda::CudaDataOps* const ops = static_cast<cuda::CudaDataOps*>((*channel)->ops.get());
+  cuda::CudaPeerWriter* const writer = static_cast<cuda::CudaPeerWriter*>((*channel)->writer.get());
   exec::Executor& executor = *(*channel)->executor;
   const double comm_init_s = Now() - t0;
   if (auto s = probe("nccl_created"); !s.ok()) return Fail("probe", s);
@@ -415,9 +416,8 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
                   absl::InvalidArgumentError(absl::StrCat(
                       "--diagnose-raw-puts needs 2 workers, the case has ", c.workers)));
     }
-    absl::Status s = DiagnoseRawPuts(f.iters, worker, (*bound)->puts, src.base,
-                                     static_cast<cuda::CudaPeerWriter&>(*(*channel)->writer), store,
-                                     tag, diagnosis_barrier,
+    absl::Status s = DiagnoseRawPuts(f.iters, worker, (*bound)->puts, src.base, *writer, store, tag,
+                                     diagnosis_barrier,
                                      [&](const std::string& at) { return probe(at.c_str()); });
     if (!s.ok()) return Fail("raw puts", s);
   }
@@ -466,16 +466,18 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_kib":%d,"copy_engine_row_bytes":%d,"copy_engine_max_dims":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"token_s":%.6f,"ready_token_s":%.6f,"local_wait_s":%.6f,"finish_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_streams":%d,"put_copy_engine_copies":%d,"barrier_s":%.6f})",
       f.model, c.mode, f.bucket_mib, f.staging_mib, f.zero_copy_mib, f.pipeline ? 1 : 0,
       f.blocks_per_sm, f.copy_engine_kib, f.copy_engine_row_bytes, f.copy_engine_max_dims,
-      ops->copy_engine_copies(), ops->copy_engine_bytes(), last.peak_staging_bytes, worker, f.iters,
-      Median(times), times.empty() ? 0 : *std::min_element(times.begin(), times.end()),
+      ops->copy_engine_copies() + writer->copy_engine_copies(),
+      ops->copy_engine_bytes() + writer->copy_engine_bytes(), last.peak_staging_bytes, worker,
+      f.iters, Median(times), times.empty() ? 0 : *std::min_element(times.begin(), times.end()),
       comm_init_s + bind_s + first_run_s, comm_init_s, bind_s, first_run_s, c.plan_seconds,
       last.bytes_sent, last.bytes_received, last.bytes_local, last.rounds.size(), pack, transfer,
-      unpack, copy, ops->launches(), ops->table_cache_hits(), rs.num_buckets(), rs.num_pieces(),
+      unpack, copy, ops->launches() + writer->launches(),
+      ops->table_cache_hits() + writer->table_cache_hits(), rs.num_buckets(), rs.num_pieces(),
       rs.destination_bytes(), last.rounds_packed_ahead, last.rounds_local_early,
       last.rounds_finished_async, f.direct ? 1 : 0, absl::StrJoin(direct.direct.write_to, ","),
       last.bytes_put, last.bytes_put_into, last.put_issue_seconds, last.put_wait_seconds,
       last.token_seconds, last.ready_token_seconds, last.local_wait_seconds, finish,
-      f.put_copy_engine_kib, f.put_blocks_per_sm, f.put_copy_streams, ops->put_copy_engine_copies(),
+      f.put_copy_engine_kib, f.put_blocks_per_sm, f.put_copy_streams, writer->copy_engine_copies(),
       Median(barrier_times)));
   if (worker == 0) {
     unsigned long long s_total = 0, d_total = 0;

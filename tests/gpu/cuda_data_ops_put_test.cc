@@ -103,7 +103,9 @@ class CudaPutTest : public ::testing::TestWithParam<int64_t> {
     auto ops = CudaDataOps::Create(options);
     ASSERT_TRUE(ops.ok()) << ops.status();
     ops_ = std::move(*ops);
-    writer_ = std::make_unique<CudaPeerWriter>(ops_.get());
+    auto writer = CudaPeerWriter::Create(ops_.get());
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    writer_ = std::move(*writer);
   }
 
   // Puts `spec` from a device-0 source into `dst` (any device) and checks
@@ -111,18 +113,18 @@ class CudaPutTest : public ::testing::TestWithParam<int64_t> {
   void PutAndCheck(const PutSpec& spec, TwinBuffer& src, TwinBuffer& dst) {
     ASSERT_LT(spec.src_end, static_cast<int64_t>(src.size()));
     ASSERT_LT(spec.dst_end, static_cast<int64_t>(dst.size()));
-    const int64_t copies = ops_->put_copy_engine_copies();
-    const int64_t launches = ops_->put_launches();
+    const int64_t copies = writer_->copy_engine_copies();
+    const int64_t launches = writer_->launches();
     absl::Status s = writer_->Put(spec.On(src.dev(), dst.dev()), {}, /*alone=*/false);
     ASSERT_TRUE(s.ok()) << s;
     s = writer_->Fence();
     ASSERT_TRUE(s.ok()) << s;
     ASSERT_TRUE(host_.Copy(spec.On(src.host(), dst.host())).ok());
     EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
-    const int64_t new_copies = ops_->put_copy_engine_copies() - copies;
+    const int64_t new_copies = writer_->copy_engine_copies() - copies;
     if (GetParam() == 0) {
       EXPECT_EQ(new_copies, 0);
-      EXPECT_GE(ops_->put_launches() - launches, 1);
+      EXPECT_GE(writer_->launches() - launches, 1);
     } else if (GetParam() == 1) {
       EXPECT_GT(new_copies, spec.plain_big) << "small plain pieces go to the engines too";
     } else {
@@ -179,15 +181,15 @@ TEST_P(CudaPutTest, ReplayedPutsReuseTheirTableAndMatchHost) {
   const std::vector<uint8_t> expected = dst.host_bytes();
   ASSERT_EQ(cudaMemcpy(dst.dev(), initial.data(), initial.size(), cudaMemcpyHostToDevice),
             cudaSuccess);
-  const int64_t hits = ops_->table_cache_hits();
-  const int64_t copies = ops_->put_copy_engine_copies();
+  const int64_t hits = writer_->table_cache_hits();
+  const int64_t copies = writer_->copy_engine_copies();
   // Replayed with the whole device (the cached table, launched by the other
   // grid).
   ASSERT_TRUE(writer_->Put(cached.On(src.dev(), dst.dev()), {}, /*alone=*/true).ok());
   ASSERT_TRUE(writer_->Fence().ok());
-  EXPECT_EQ(ops_->table_cache_hits(), hits + 1);
+  EXPECT_EQ(writer_->table_cache_hits(), hits + 1);
   if (GetParam() > 1) {
-    EXPECT_EQ(ops_->put_copy_engine_copies() - copies, cached.plain_big);
+    EXPECT_EQ(writer_->copy_engine_copies() - copies, cached.plain_big);
   }
   EXPECT_EQ(FirstDiff(dst.Download(), expected), -1);
   // The scratch items too, twice (stream-ordered scratch reuse).
@@ -200,15 +202,15 @@ TEST_P(CudaPutTest, ReplayedPutsReuseTheirTableAndMatchHost) {
 }
 
 TEST_P(CudaPutTest, FenceWithNothingIssuedIsOk) {
-  EXPECT_NE(ops_->put_stream(), ops_->stream());
+  EXPECT_NE(writer_->put_stream(), ops_->stream());
   absl::Status s = writer_->Fence();
   EXPECT_TRUE(s.ok()) << s;
   s = writer_->Put({}, {}, /*alone=*/false);
   EXPECT_TRUE(s.ok()) << s;
   s = writer_->Fence();
   EXPECT_TRUE(s.ok()) << s;
-  EXPECT_EQ(ops_->put_launches(), 0);
-  EXPECT_EQ(ops_->put_copy_engine_copies(), 0);
+  EXPECT_EQ(writer_->launches(), 0);
+  EXPECT_EQ(writer_->copy_engine_copies(), 0);
   EXPECT_TRUE(ops_->Synchronize().ok());
 }
 

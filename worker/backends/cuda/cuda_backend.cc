@@ -106,7 +106,8 @@ absl::StatusOr<std::unique_ptr<exec::PeerWriter>> CudaBackend::NewPeerWriter(exe
                                                    " needs that device's CudaDataOps, not ",
                                                    ops.Name()));
   }
-  return std::make_unique<CudaPeerWriter>(cuda_ops);
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaPeerWriter> writer, CudaPeerWriter::Create(cuda_ops));
+  return std::unique_ptr<exec::PeerWriter>(std::move(writer));
 }
 
 std::string CudaBackend::MemoryDomain() const { return plane::GpuMemoryDomain(); }

@@ -197,7 +197,7 @@ NcclTransport::~NcclTransport() {
   if (comm_.get() == nullptr) return;
   cuda::DeviceGuard guard(device_);
   absl::Status s = comm_.Finalize(absl::Now() + absl::Seconds(10));
-  if (!s.ok()) spdlog::error("wsync nccl: {}", s.message());
+  if (!s.ok()) spdlog::error("wsync nccl: {}", std::string(s.message()));
 }
 
 void NcclTransport::AbortLocked(const std::string& why) {

@@ -28,8 +28,7 @@
 // rounds that only copy locally once the tokens are posted; it then issues
 // every put at once (PeerWriter::Put: beside the rounds, no staging), runs
 // the other rounds, fences the puts, sends done tokens and waits for its
-// local work. A receiver's sync ends only after its
-// done tokens arrived.
+// local work. A receiver's sync ends only after its done tokens arrived.
 //
 // A failed sync leaves destination buffers partly written: the caller must
 // not publish them (staged commit comes later). Any failure also leaves the
@@ -68,9 +67,7 @@ struct ExecutorOptions {
   // With direct writes: how many of the leading rounds that only copy
   // locally are queued while the ready tokens travel (-1: all); the rest
   // follow the puts. One keeps the device busy while the tokens travel and
-  // issues the puts right after them: before the data ops keyed named lists
-  // (prepared lists, ItemsHandle), issuing all six of Qwen3-30B's local rounds took ~2 ms of
-  // host time, which the puts then waited for (docs/gpu.md).
+  // issues the puts right after them (docs/gpu.md).
   int early_local_rounds = 1;
 };
 

@@ -16,15 +16,17 @@
 #include <string>
 #include <vector>
 
+#include "common/logging.h"
+
 // A CUDA or NCCL call in a benchmark's int-returning function: on failure,
 // print the call and its error code, and return 3.
-#define CK(x)                                                                         \
-  do {                                                                                \
-    auto e_ = (x);                                                                    \
-    if (e_ != 0) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s failed: %d\n", __FILE__, __LINE__, #x, (int)e_); \
-      return 3;                                                                       \
-    }                                                                                 \
+#define CK(x)                                                                \
+  do {                                                                       \
+    auto e_ = (x);                                                           \
+    if (e_ != 0) {                                                           \
+      spdlog::error("{}:{} {} failed: {}", __FILE__, __LINE__, #x, (int)e_); \
+      return 3;                                                              \
+    }                                                                        \
   } while (0)
 
 namespace wsync::bench {

@@ -18,8 +18,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/gpu/bench_util.h"
-#include "common/dtype.h"
 #include "catalog/case.h"
+#include "common/dtype.h"
+#include "common/logging.h"
 #include "worker/backends/cuda/ipc_registry.h"
 #include "worker/plane/kv_store.h"
 
@@ -27,7 +28,7 @@ namespace wsync::bench {
 namespace {
 
 int Fail(const std::string& what, const absl::Status& s) {
-  std::fprintf(stderr, "ipc_open_bench: %s: %s\n", what.c_str(), s.ToString().c_str());
+  spdlog::error("ipc_open_bench: {}: {}", what, s.ToString());
   return 3;
 }
 
@@ -131,6 +132,7 @@ int Importer(bool arena, int device, transport::KvStore& store, const std::strin
 }  // namespace wsync::bench
 
 int main(int argc, char** argv) {
+  wsync::InitLogging("wsync_bench_ipc_open");
   using namespace wsync::bench;
   std::string model = "llama3-8b";
   int device = 0;
@@ -140,7 +142,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--device") == 0)
       device = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "unknown flag %s\n", argv[i]);
+      spdlog::error("unknown flag {}", argv[i]);
       return 2;
     }
   }

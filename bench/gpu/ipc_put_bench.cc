@@ -27,9 +27,9 @@
 #include "bench/gpu/bench_kernels.h"
 #include "bench/gpu/bench_util.h"
 #include "worker/backends/cuda/batched_kernels.h"
+#include "worker/backends/cuda/nccl_transport.h"
 #include "worker/backends/cuda/piece_table.h"
 #include "worker/plane/kv_store.h"
-#include "worker/backends/cuda/nccl_transport.h"
 
 namespace wsync::bench {
 namespace {
@@ -308,6 +308,7 @@ int Rank(int rank, int fd, int iters, const std::string& store_dir, bool nccl_fi
 }  // namespace wsync::bench
 
 int main(int argc, char** argv) {
+  wsync::InitLogging("wsync_bench_ipc_put");
   int iters = 7;
   bool nccl_first = false;
   for (int i = 1; i + 1 < argc; ++i) {

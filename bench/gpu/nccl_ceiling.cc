@@ -18,10 +18,11 @@
 
 #include "absl/strings/str_format.h"
 #include "bench/gpu/bench_util.h"
+#include "common/logging.h"
 #include "worker/backends/cuda/batched_kernels.h"
+#include "worker/backends/cuda/nccl_transport.h"
 #include "worker/backends/cuda/piece_table.h"
 #include "worker/plane/kv_store.h"
-#include "worker/backends/cuda/nccl_transport.h"
 
 namespace wsync::bench {
 namespace {
@@ -260,12 +261,13 @@ int RankMain(int rank, const std::string& dir) {
 }  // namespace wsync::bench
 
 int main(int argc, char** argv) {
+  wsync::InitLogging("wsync_bench_nccl_ceiling");
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--iters") == 0) wsync::bench::iters = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--gpus") == 0) wsync::bench::world = std::atoi(argv[i + 1]);
   }
   if (wsync::bench::world < 2) {
-    std::fprintf(stderr, "--gpus must be at least 2\n");
+    spdlog::error("--gpus must be at least 2");
     return 2;
   }
   const std::string dir = wsync::bench::MakeStoreDir("ceiling");

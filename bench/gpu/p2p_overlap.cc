@@ -27,6 +27,7 @@
 #include "bench/gpu/bench_kernels.h"
 #include "bench/gpu/bench_util.h"
 #include "bench/gpu/copy_variants.h"
+#include "common/logging.h"
 #include "worker/backends/cuda/batched_kernels.h"
 #include "worker/backends/cuda/piece_table.h"
 
@@ -91,7 +92,7 @@ int Main(int iters) {
   int n = 0;
   CK(cudaGetDeviceCount(&n));
   if (n < 2) {
-    std::fprintf(stderr, "needs 2 GPUs, sees %d\n", n);
+    spdlog::error("needs 2 GPUs, sees {}", n);
     return 2;
   }
   Gpu g[2];
@@ -100,7 +101,7 @@ int Main(int iters) {
     int ok = 0;
     CK(cudaDeviceCanAccessPeer(&ok, d, 1 - d));
     if (!ok) {
-      std::fprintf(stderr, "GPU %d cannot access GPU %d\n", d, 1 - d);
+      spdlog::error("GPU {} cannot access GPU {}", d, 1 - d);
       return 2;
     }
     CK(cudaDeviceEnablePeerAccess(1 - d, 0));
@@ -347,6 +348,7 @@ int Main(int iters) {
 }  // namespace wsync::bench
 
 int main(int argc, char** argv) {
+  wsync::InitLogging("wsync_bench_p2p_overlap");
   int iters = 5;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--iters") == 0) iters = std::atoi(argv[i + 1]);

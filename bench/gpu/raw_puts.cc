@@ -166,8 +166,9 @@ absl::Status TimeBareCopies(int iters, int worker, const std::vector<exec::CopyI
 // shape and strides; only its base moves. The export variants come last:
 // exporting cannot be undone.
 absl::Status DiagnoseRawPuts(int iters, int worker, const std::vector<exec::CopyItem>& puts,
-                             void* source_slab, cuda::CudaDataOps& ops, transport::KvStore& store,
-                             const std::string& tag, const std::function<absl::Status()>& barrier,
+                             void* source_slab, cuda::CudaPeerWriter& writer,
+                             transport::KvStore& store, const std::string& tag,
+                             const std::function<absl::Status()>& barrier,
                              const std::function<absl::Status(const std::string&)>& probe) {
   RETURN_IF_ERROR(probe("raw_puts_entry"));
   constexpr int kWorkers = 2;  // one peer: each writer has its own region of its fresh memory
@@ -239,8 +240,8 @@ absl::Status DiagnoseRawPuts(int iters, int worker, const std::vector<exec::Copy
       RETURN_IF_ERROR(barrier());
       const double t0 = Now();
       if (writes) {
-        RETURN_IF_ERROR(ops.Put(items, /*alone=*/true));
-        RETURN_IF_ERROR(ops.FinishPuts());
+        RETURN_IF_ERROR(writer.Put(items, {}, /*alone=*/true));
+        RETURN_IF_ERROR(writer.Fence());
       }
       if (i > 0) raw.push_back(Now() - t0);
     }

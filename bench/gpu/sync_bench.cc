@@ -1,6 +1,7 @@
 // wsync end to end on 2-8 GPUs, one process per GPU (as in production): a
 // catalog model's TransferSpec -> BuildPlan -> BindPlan -> the shared
-// Executor over CudaDataOps + NcclTransport. Cases (--mode, comma-separated):
+// Executor of a channel the composition root (node::DataPlane) builds from
+// the CUDA backend: CudaDataOps + NcclTransport + CudaPeerWriter. Cases (--mode, comma-separated):
 //   tp1          trainer (FSDP, 1 rank) on GPU0 -> vLLM TP=1 on GPU1
 //   colocated    FSDP2 Shard(0) over GPUs 0-1 -> vLLM TP=2 on the same GPUs
 //   fanout_tp2   Megatron TP=2 on GPUs 0-1 -> two vLLM TP=1 replicas on GPUs 2-3
@@ -51,19 +52,22 @@
 #include "bench/gpu/issue_keys.h"
 #include "bench/gpu/raw_puts.h"
 #include "bench/gpu/slabs.h"
-#include "common/status_macros.h"
 #include "catalog/case.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
 #include "controller/plan/compiled_layout.h"
-#include "controller/plan/routes.h"
 #include "controller/plan/planner.h"
+#include "controller/plan/routes.h"
+#include "worker/backends/cuda/cuda_backend.h"
 #include "worker/backends/cuda/cuda_data_ops.h"
+#include "worker/backends/cuda/cuda_peer_writer.h"
 #include "worker/backends/cuda/device_timeline.h"
 #include "worker/backends/cuda/ipc_registry.h"
 #include "worker/exec/bound_plan.h"
 #include "worker/exec/buffer_registry.h"
 #include "worker/exec/executor.h"
+#include "worker/node/data_plane.h"
 #include "worker/plane/kv_store.h"
-#include "worker/backends/cuda/nccl_transport.h"
 
 namespace wsync::bench {
 namespace {
@@ -99,7 +103,7 @@ struct Flags {
   int put_copy_streams = 4;                  // CudaDataOps::Options::put_copy_streams
   int reserved_sms = 0;                      // CudaDataOps::Options::reserved_sms
   int early_local_rounds = exec::ExecutorOptions().early_local_rounds;
-  bool timeline = false;                     // print each timed sync's device timeline
+  bool timeline = false;  // print each timed sync's device timeline
 };
 
 // One line per sync: each mark as label@device_ms/host_ms since the sync began
@@ -118,7 +122,7 @@ void PrintTimeline(const std::string& model, const std::string& mode, int worker
 }
 
 int Fail(const std::string& what, const absl::Status& s) {
-  std::fprintf(stderr, "sync_bench: %s: %s\n", what.c_str(), s.ToString().c_str());
+  spdlog::error("sync_bench: {}: {}", what, s.ToString());
   return 3;
 }
 
@@ -215,10 +219,10 @@ absl::StatusOr<Case> MakeCase(const Flags& f, const std::string& mode) {
 }
 
 // Direct writes of `worker`: every eligible pair of the plan; the peers'
-// destination slabs are exported by CUDA IPC through `store` and opened
-// here, as wsync-worker does with the handles the controller relays.
+// destination slabs are exported by CUDA IPC through `store` and opened by
+// the backend, as wsync-worker does with the handles the controller relays.
 struct DirectSetup {
-  std::unique_ptr<cuda::IpcRegistry> ipc;
+  std::vector<std::shared_ptr<void>> holds;  // the peers' slabs, mapped
   std::map<int32_t, exec::BufferRegistry> peers;
   exec::DirectWrites direct;
   std::vector<plan::WorkerPair> pairs;  // routed ROUTE_PEER_WRITE
@@ -226,7 +230,7 @@ struct DirectSetup {
 };
 absl::Status SetUpDirectWrites(const Case& c, int worker, const Slab& dst,
                                transport::KvStore& store, const std::string& tag,
-                               DirectSetup& out) {
+                               plane::Backend& backend, DirectSetup& out) {
   out.pairs = plan::PeerWriteEligiblePairs(c.plan);
   out.write_to = plan::RoutesOf(out.pairs, worker).write_to;
   if (dst.bytes > 0) {
@@ -234,13 +238,23 @@ absl::Status SetUpDirectWrites(const Case& c, int worker, const Slab& dst,
                      cuda::ExportTensor(dst.base, dst.bytes, "destination slab"));
     RETURN_IF_ERROR(store.Set(absl::StrCat(tag, "dst/", worker), h.Serialize()));
   }
-  ASSIGN_OR_RETURN(out.ipc, cuda::IpcRegistry::Create(worker));
   for (int32_t peer : out.write_to) {
     ASSIGN_OR_RETURN(std::string text,
                      store.Get(absl::StrCat(tag, "dst/", peer), absl::Now() + absl::Seconds(60)));
     ASSIGN_OR_RETURN(cuda::IpcTensorHandle h, cuda::IpcTensorHandle::Parse(text));
-    ASSIGN_OR_RETURN(void* base,
-                     out.ipc->Open(h, absl::StrCat("slab of worker ", peer), /*peer=*/true));
+    v1::CudaIpc ipc;
+    ipc.set_gpu_uuid(h.gpu_uuid);
+    ipc.set_handle(h.base_handle);
+    ipc.set_base_size(static_cast<int64_t>(h.base_bytes));
+    ipc.set_offset(static_cast<int64_t>(h.offset));
+    ipc.set_size(static_cast<int64_t>(h.bytes));
+    plane::BufferLocation where;
+    where.cuda_ipc = &ipc;
+    ASSIGN_OR_RETURN(plane::OpenedBuffer opened,
+                     backend.OpenBuffer(where, ipc.size(), /*peer=*/true,
+                                        absl::StrCat("slab of worker ", peer), nullptr));
+    void* base = opened.data;
+    out.holds.push_back(std::move(opened.hold));
     ASSIGN_OR_RETURN(auto need,
                      BuffersOf(c.spec.destination(), plan::SideRole::kDestination, peer));
     exec::BufferRegistry& reg = out.peers[peer];
@@ -308,11 +322,39 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   if (!src_sum.ok()) return Fail("checksum", src_sum.status());
   if (auto s = probe("slabs_filled"); !s.ok()) return Fail("probe", s);
 
-  // Time to first sync: communicator, binding, first run (staging, tables).
+  // The worker's data plane: the CUDA backend with this run's data-op
+  // options, one channel (NCCL transport, data ops, peer writer, executor)
+  // built by the composition root.
+  auto backend = cuda::CudaBackend::Create(
+      worker, {.blocks_per_sm = f.blocks_per_sm,
+               .copy_engine = {.min_bytes = f.copy_engine_kib << 10,
+                               .min_row_bytes = f.copy_engine_row_bytes,
+                               .max_dims = f.copy_engine_max_dims},
+               .put_copy_engine_min_bytes = f.put_copy_engine_kib << 10,
+               .put_copy_engine_min_row_bytes = f.put_copy_engine_row_bytes,
+               .put_blocks_per_sm = f.put_blocks_per_sm,
+               .put_copy_streams = f.put_copy_streams,
+               .reserved_sms = f.reserved_sms});
+  if (!backend.ok()) return Fail("CUDA backend", backend.status());
+  exec::ExecutorOptions eo;
+  eo.pipeline = f.pipeline;
+  eo.early_local_rounds = f.early_local_rounds;
+  node::DataPlane data_plane(backend->get(), eo);
+  // Time to first sync: communicator (with the channel's data ops), binding,
+  // first run (staging, tables).
   double t0 = Now();
-  auto transport = transport::NcclTransport::Create(
-      store, tag + "nccl", {.device = worker, .rank = worker, .size = c.workers});
-  if (!transport.ok()) return Fail("NCCL transport", transport.status());
+  plane::ConnectOptions connect;
+  connect.store = &store;
+  connect.prefix = tag + "nccl";
+  connect.rank = worker;
+  connect.size = c.workers;
+  connect.deadline = absl::Now() + absl::Seconds(120);
+  auto channel = data_plane.Connect(connect);
+  if (!channel.ok()) return Fail("NCCL channel", channel.status());
+  transport::Transport* const transport = (*channel)->transport.get();
+  cuda::CudaDataOps* const ops = static_cast<cuda::CudaDataOps*>((*channel)->ops.get());
+  cuda::CudaPeerWriter* const writer = static_cast<cuda::CudaPeerWriter*>((*channel)->writer.get());
+  exec::Executor& executor = *(*channel)->executor;
   const double comm_init_s = Now() - t0;
   if (auto s = probe("nccl_created"); !s.ok()) return Fail("probe", s);
   t0 = Now();
@@ -320,7 +362,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   if (!rank_plan.ok()) return Fail("extract", rank_plan.status());
   DirectSetup direct;
   if (f.direct) {
-    if (auto s = SetUpDirectWrites(c, worker, dst, store, tag, direct); !s.ok()) {
+    if (auto s = SetUpDirectWrites(c, worker, dst, store, tag, **backend, direct); !s.ok()) {
       return Fail("direct writes", s);
     }
     plan::MarkPeerWrites(direct.pairs, &*rank_plan);
@@ -339,22 +381,6 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
     *bound = std::move(edited);
   }
   const double bind_s = Now() - t0;
-  auto ops =
-      cuda::CudaDataOps::Create({.device = worker,
-                                 .blocks_per_sm = f.blocks_per_sm,
-                                 .copy_engine = {.min_bytes = f.copy_engine_kib << 10,
-                                                 .min_row_bytes = f.copy_engine_row_bytes,
-                                                 .max_dims = f.copy_engine_max_dims},
-                                 .put_copy_engine_min_bytes = f.put_copy_engine_kib << 10,
-                                 .put_copy_engine_min_row_bytes = f.put_copy_engine_row_bytes,
-                                 .put_blocks_per_sm = f.put_blocks_per_sm,
-                                 .put_copy_streams = f.put_copy_streams,
-                                 .reserved_sms = f.reserved_sms});
-  if (!ops.ok()) return Fail("data ops", ops.status());
-  exec::ExecutorOptions eo;
-  eo.pipeline = f.pipeline;
-  eo.early_local_rounds = f.early_local_rounds;
-  exec::Executor executor(transport->get(), ops->get(), eo);
   if (auto s = probe("data_ops_created"); !s.ok()) return Fail("probe", s);
 
   // Barrier: one byte to and from every other worker over the transport.
@@ -368,7 +394,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       sends.push_back({peer, 1 << 30, token + peer, 1});
       recvs.push_back({peer, 1 << 30, token + c.workers + peer, 1});
     }
-    return (*transport)->RunRound(sends, recvs, absl::Now() + absl::Seconds(60));
+    return transport->RunRound(sends, recvs, absl::Now() + absl::Seconds(60));
   };
   // The latency of one transport round of a byte each way on an idle GPU
   // (the direct-write tokens are such rounds).
@@ -391,7 +417,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
                   absl::InvalidArgumentError(absl::StrCat(
                       "--diagnose-raw-puts needs 2 workers, the case has ", c.workers)));
     }
-    absl::Status s = DiagnoseRawPuts(f.iters, worker, (*bound)->puts, src.base, **ops, store, tag,
+    absl::Status s = DiagnoseRawPuts(f.iters, worker, (*bound)->puts, src.base, *writer, store, tag,
                                      diagnosis_barrier,
                                      [&](const std::string& at) { return probe(at.c_str()); });
     if (!s.ok()) return Fail("raw puts", s);
@@ -406,7 +432,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   for (int i = 0; i < f.iters; ++i) {
     if (auto s = barrier(); !s.ok()) return Fail("barrier", s);
     if (timeline != nullptr) {
-      if (auto s = timeline->Begin((*ops)->stream()); !s.ok()) return Fail("timeline", s);
+      if (auto s = timeline->Begin(ops->stream()); !s.ok()) return Fail("timeline", s);
     }
     t0 = Now();
     auto st = executor.Run(**bound, registry.generation(), absl::Now() + absl::Seconds(120));
@@ -441,17 +467,19 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_kib":%d,"copy_engine_row_bytes":%d,"copy_engine_max_dims":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"token_s":%.6f,"ready_token_s":%.6f,"local_wait_s":%.6f,"finish_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_streams":%d,"put_copy_engine_copies":%d,"barrier_s":%.6f})",
       f.model, c.mode, f.bucket_mib, f.staging_mib, f.zero_copy_mib, f.pipeline ? 1 : 0,
       f.blocks_per_sm, f.copy_engine_kib, f.copy_engine_row_bytes, f.copy_engine_max_dims,
-      (*ops)->copy_engine_copies(), (*ops)->copy_engine_bytes(), last.peak_staging_bytes, worker,
+      ops->copy_engine_copies() + writer->copy_engine_copies(),
+      ops->copy_engine_bytes() + writer->copy_engine_bytes(), last.peak_staging_bytes, worker,
       f.iters, Median(times), times.empty() ? 0 : *std::min_element(times.begin(), times.end()),
       comm_init_s + bind_s + first_run_s, comm_init_s, bind_s, first_run_s, c.plan_seconds,
       last.bytes_sent, last.bytes_received, last.bytes_local, last.rounds.size(), pack, transfer,
-      unpack, copy, (*ops)->launches(), (*ops)->table_cache_hits(), rs.num_buckets(),
-      rs.num_pieces(), rs.destination_bytes(), last.rounds_packed_ahead, last.rounds_local_early,
+      unpack, copy, ops->launches() + writer->launches(),
+      ops->table_cache_hits() + writer->table_cache_hits(), rs.num_buckets(), rs.num_pieces(),
+      rs.destination_bytes(), last.rounds_packed_ahead, last.rounds_local_early,
       last.rounds_finished_async, f.direct ? 1 : 0, absl::StrJoin(direct.write_to, ","),
       last.bytes_put, last.bytes_put_into, last.put_issue_seconds, last.put_wait_seconds,
       last.token_seconds, last.ready_token_seconds, last.local_wait_seconds, finish,
-      f.put_copy_engine_kib, f.put_blocks_per_sm, f.put_copy_streams,
-      (*ops)->put_copy_engine_copies(), Median(barrier_times)));
+      f.put_copy_engine_kib, f.put_blocks_per_sm, f.put_copy_streams, writer->copy_engine_copies(),
+      Median(barrier_times)));
   if (worker == 0) {
     unsigned long long s_total = 0, d_total = 0;
     for (int w = 0; w < c.workers; ++w) {
@@ -527,6 +555,7 @@ int DumpShapes(const Flags& f) {
 }  // namespace wsync::bench
 
 int main(int argc, char** argv) {
+  wsync::InitLogging("wsync_bench_gpu_sync");
   using namespace wsync::bench;
   namespace exec = wsync::exec;
   namespace plan = wsync::plan;
@@ -593,7 +622,7 @@ int main(int argc, char** argv) {
     else if (k == "--put-copy-streams")
       f.put_copy_streams = std::stoi(v);
     else {
-      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
+      spdlog::error("unknown flag {}", k);
       return 2;
     }
   }

@@ -1,6 +1,6 @@
-// CudaDataOps::Put against HostDataOps::Copy (the reference, common/cast.h
-// rounding): whole destination buffers compared bit for bit after
-// FinishPuts, so writes outside a view and puts that never landed are both
+// CudaPeerWriter::Put (CudaDataOps' put path) against HostDataOps::Copy (the
+// reference, common/cast.h rounding): whole destination buffers compared bit
+// for bit after Fence, so writes outside a view and puts that never landed are both
 // caught. Every case runs with puts all on the kernel, with the default
 // copy-engine threshold, and with every put the copy engines can take sent
 // there, however small.
@@ -13,6 +13,7 @@
 #include "common/cast.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "worker/backends/cuda/cuda_data_ops.h"
+#include "worker/backends/cuda/cuda_peer_writer.h"
 #include "worker/backends/host/host_data_ops.h"
 
 namespace wsync::cuda {
@@ -102,6 +103,9 @@ class CudaPutTest : public ::testing::TestWithParam<int64_t> {
     auto ops = CudaDataOps::Create(options);
     ASSERT_TRUE(ops.ok()) << ops.status();
     ops_ = std::move(*ops);
+    auto writer = CudaPeerWriter::Create(ops_.get());
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    writer_ = std::move(*writer);
   }
 
   // Puts `spec` from a device-0 source into `dst` (any device) and checks
@@ -109,18 +113,18 @@ class CudaPutTest : public ::testing::TestWithParam<int64_t> {
   void PutAndCheck(const PutSpec& spec, TwinBuffer& src, TwinBuffer& dst) {
     ASSERT_LT(spec.src_end, static_cast<int64_t>(src.size()));
     ASSERT_LT(spec.dst_end, static_cast<int64_t>(dst.size()));
-    const int64_t copies = ops_->put_copy_engine_copies();
-    const int64_t launches = ops_->put_launches();
-    absl::Status s = ops_->Put(spec.On(src.dev(), dst.dev()), /*alone=*/false);
+    const int64_t copies = writer_->copy_engine_copies();
+    const int64_t launches = writer_->launches();
+    absl::Status s = writer_->Put(spec.On(src.dev(), dst.dev()), {}, /*alone=*/false);
     ASSERT_TRUE(s.ok()) << s;
-    s = ops_->FinishPuts();
+    s = writer_->Fence();
     ASSERT_TRUE(s.ok()) << s;
     ASSERT_TRUE(host_.Copy(spec.On(src.host(), dst.host())).ok());
     EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
-    const int64_t new_copies = ops_->put_copy_engine_copies() - copies;
+    const int64_t new_copies = writer_->copy_engine_copies() - copies;
     if (GetParam() == 0) {
       EXPECT_EQ(new_copies, 0);
-      EXPECT_GE(ops_->put_launches() - launches, 1);
+      EXPECT_GE(writer_->launches() - launches, 1);
     } else if (GetParam() == 1) {
       EXPECT_GT(new_copies, spec.plain_big) << "small plain pieces go to the engines too";
     } else {
@@ -130,6 +134,7 @@ class CudaPutTest : public ::testing::TestWithParam<int64_t> {
 
   exec::HostDataOps host_;
   std::unique_ptr<CudaDataOps> ops_;
+  std::unique_ptr<CudaPeerWriter> writer_;  // puts beside ops_
 };
 
 TEST_P(CudaPutTest, MixedPutsOnTheSameDeviceMatchHost) {
@@ -176,36 +181,36 @@ TEST_P(CudaPutTest, ReplayedPutsReuseTheirTableAndMatchHost) {
   const std::vector<uint8_t> expected = dst.host_bytes();
   ASSERT_EQ(cudaMemcpy(dst.dev(), initial.data(), initial.size(), cudaMemcpyHostToDevice),
             cudaSuccess);
-  const int64_t hits = ops_->table_cache_hits();
-  const int64_t copies = ops_->put_copy_engine_copies();
+  const int64_t hits = writer_->table_cache_hits();
+  const int64_t copies = writer_->copy_engine_copies();
   // Replayed with the whole device (the cached table, launched by the other
   // grid).
-  ASSERT_TRUE(ops_->Put(cached.On(src.dev(), dst.dev()), /*alone=*/true).ok());
-  ASSERT_TRUE(ops_->FinishPuts().ok());
-  EXPECT_EQ(ops_->table_cache_hits(), hits + 1);
+  ASSERT_TRUE(writer_->Put(cached.On(src.dev(), dst.dev()), {}, /*alone=*/true).ok());
+  ASSERT_TRUE(writer_->Fence().ok());
+  EXPECT_EQ(writer_->table_cache_hits(), hits + 1);
   if (GetParam() > 1) {
-    EXPECT_EQ(ops_->put_copy_engine_copies() - copies, cached.plain_big);
+    EXPECT_EQ(writer_->copy_engine_copies() - copies, cached.plain_big);
   }
   EXPECT_EQ(FirstDiff(dst.Download(), expected), -1);
   // The scratch items too, twice (stream-ordered scratch reuse).
   for (int round = 0; round < 2; ++round) {
-    ASSERT_TRUE(ops_->Put(spec.On(src.dev(), dst.dev()), /*alone=*/round == 1).ok());
-    ASSERT_TRUE(ops_->FinishPuts().ok());
+    ASSERT_TRUE(writer_->Put(spec.On(src.dev(), dst.dev()), {}, /*alone=*/round == 1).ok());
+    ASSERT_TRUE(writer_->Fence().ok());
   }
   ASSERT_TRUE(host_.Copy(spec.On(src.host(), dst.host())).ok());
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
 }
 
-TEST_P(CudaPutTest, FinishPutsWithNothingIssuedIsOk) {
-  EXPECT_NE(ops_->put_stream(), ops_->stream());
-  absl::Status s = ops_->FinishPuts();
+TEST_P(CudaPutTest, FenceWithNothingIssuedIsOk) {
+  EXPECT_NE(writer_->put_stream(), ops_->stream());
+  absl::Status s = writer_->Fence();
   EXPECT_TRUE(s.ok()) << s;
-  s = ops_->Put({}, /*alone=*/false);
+  s = writer_->Put({}, {}, /*alone=*/false);
   EXPECT_TRUE(s.ok()) << s;
-  s = ops_->FinishPuts();
+  s = writer_->Fence();
   EXPECT_TRUE(s.ok()) << s;
-  EXPECT_EQ(ops_->put_launches(), 0);
-  EXPECT_EQ(ops_->put_copy_engine_copies(), 0);
+  EXPECT_EQ(writer_->launches(), 0);
+  EXPECT_EQ(writer_->copy_engine_copies(), 0);
   EXPECT_TRUE(ops_->Synchronize().ok());
 }
 
@@ -215,24 +220,24 @@ TEST_P(CudaPutTest, BadItemsAreErrorsNamingTheItemAndWriteNothing) {
                             View(dst.dev(), 0, v1::BF16, {4 * kMiB}, {1})};
   const exec::CopyItem mismatched{View(src.dev(), 0, v1::BF16, {4, 6}, {6, 1}),
                                   View(dst.dev(), 8 * kMiB + 256, v1::BF16, {5, 6}, {6, 1})};
-  absl::Status s = ops_->Put(std::vector<exec::CopyItem>{good, mismatched}, /*alone=*/false);
+  absl::Status s = writer_->Put(std::vector<exec::CopyItem>{good, mismatched}, {}, /*alone=*/false);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("put item 1"), std::string::npos) << s;
   EXPECT_NE(s.message().find("element count mismatch"), std::string::npos) << s;
 
   const exec::CopyItem bad_cast{View(src.dev(), 0, v1::INT32, {4}, {1}),
                                 View(dst.dev(), 8 * kMiB, v1::FP32, {4}, {1})};
-  s = ops_->Put(std::vector<exec::CopyItem>{bad_cast, good}, /*alone=*/true);
+  s = writer_->Put(std::vector<exec::CopyItem>{bad_cast, good}, {}, /*alone=*/true);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("put item 0"), std::string::npos) << s;
 
   exec::CopyItem null_dst = good;
   null_dst.dst.data = nullptr;
-  s = ops_->Put(std::vector<exec::CopyItem>{good, good, null_dst}, /*alone=*/false);
+  s = writer_->Put(std::vector<exec::CopyItem>{good, good, null_dst}, {}, /*alone=*/false);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("put item 2"), std::string::npos) << s;
 
-  s = ops_->FinishPuts();
+  s = writer_->Fence();
   EXPECT_TRUE(s.ok()) << s;
   // Items are all checked before any is enqueued: `good` never ran.
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);

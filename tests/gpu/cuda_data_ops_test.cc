@@ -449,10 +449,10 @@ TEST_P(CudaDataOpsTest, NarrowRowCopiesMatchHost) {
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
 }
 
-// A named list (exec::ItemsName) replays its table under the name. A new
-// name for the same items (a plan bound again over the same buffers) finds
-// their table by the items; a name for other items does not.
-TEST_P(CudaDataOpsTest, NamedCopiesReplayUnderTheirName) {
+// A prepared list (exec::ItemsHandle) replays its table under the handle. A
+// new handle for the same items (a plan bound again over the same buffers)
+// finds their table by the items; a handle for other items does not.
+TEST_P(CudaDataOpsTest, PreparedCopiesReplayUnderTheirHandle) {
   TwinBuffer src(0, 1 << 20, 23), dst(0, 1 << 20, 24);
   auto items = [&](void* s, void* d) {
     return std::vector<exec::CopyItem>{
@@ -461,26 +461,26 @@ TEST_P(CudaDataOpsTest, NamedCopiesReplayUnderTheirName) {
   };
   ASSERT_TRUE(host_.Copy(items(src.host(), dst.host())).ok());
   const std::vector<exec::CopyItem> list = items(src.dev(), dst.dev());
-  const exec::ItemsName name{12345, 2};
+  const exec::ItemsHandle name = ops_->Prepare(list);
   const int64_t hits = ops_->table_cache_hits();
-  ASSERT_TRUE(ops_->CopyNamed(list, name).ok());
+  ASSERT_TRUE(ops_->Copy(list, name).ok());
   ASSERT_TRUE(ops_->Synchronize().ok());
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
   EXPECT_EQ(ops_->table_cache_hits(), hits);
   dst.Upload();  // back to the initial bytes
-  ASSERT_TRUE(ops_->CopyNamed(list, name).ok());
+  ASSERT_TRUE(ops_->Copy(list, name).ok());
   ASSERT_TRUE(ops_->Synchronize().ok());
   EXPECT_EQ(ops_->table_cache_hits(), hits + 1);
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
-  ASSERT_TRUE(ops_->CopyNamed(list, exec::ItemsName{67890, 2}).ok());
+  ASSERT_TRUE(ops_->Copy(list, ops_->Prepare(list)).ok());
   ASSERT_TRUE(ops_->Synchronize().ok());
-  EXPECT_EQ(ops_->table_cache_hits(), hits + 2) << "a new name for the same items";
+  EXPECT_EQ(ops_->table_cache_hits(), hits + 2) << "a new handle for the same items";
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
   std::vector<exec::CopyItem> other = list;
   other.pop_back();
-  ASSERT_TRUE(ops_->CopyNamed(other, exec::ItemsName{67890, 3}).ok());
+  ASSERT_TRUE(ops_->Copy(other, ops_->Prepare(other)).ok());
   ASSERT_TRUE(ops_->Synchronize().ok());
-  EXPECT_EQ(ops_->table_cache_hits(), hits + 2) << "other items under a new name";
+  EXPECT_EQ(ops_->table_cache_hits(), hits + 2) << "other items under a new handle";
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
 }
 

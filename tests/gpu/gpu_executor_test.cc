@@ -11,16 +11,17 @@
 #include <set>
 #include <thread>
 
-#include "common/cast.h"
 #include "catalog/case.h"
+#include "common/cast.h"
 #include "controller/plan/compiled_layout.h"
 #include "controller/plan/planner.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/worker/exec/cluster.h"
+#include "worker/backends/cuda/cuda_backend.h"
 #include "worker/backends/cuda/cuda_data_ops.h"
 #include "worker/exec/executor.h"
+#include "worker/node/data_plane.h"
 #include "worker/plane/kv_store.h"
-#include "worker/backends/cuda/nccl_transport.h"
 
 namespace wsync {
 namespace {
@@ -107,23 +108,28 @@ class GpuCluster {
     for (int w = 0; w < n_; ++w) {
       threads.emplace_back([&, w] {
         Worker& wk = workers_[w];
-        wk.executor.reset();
-        // A rebuilt group replaces the old communicator: abort it (its peer
-        // may be gone) rather than wait for a clean finalize.
-        if (wk.transport) wk.transport->Abort("reconnect");
-        auto t =
-            transport::NcclTransport::Create(store_, prefix, {.device = w, .rank = w, .size = n_});
-        st[w] = t.status();
-        if (!t.ok()) return;
-        wk.transport = std::move(*t);
-        if (!wk.ops) {
-          auto ops =
-              cuda::CudaDataOps::Create({.device = w, .copy_engine = copy_engine_under_test});
-          st[w] = ops.status();
-          if (!ops.ok()) return;
-          wk.ops = std::move(*ops);
+        if (wk.plane == nullptr) {
+          auto backend = cuda::CudaBackend::Create(w, {.copy_engine = copy_engine_under_test});
+          st[w] = backend.status();
+          if (!backend.ok()) return;
+          wk.backend = std::move(*backend);
+          wk.plane = std::make_unique<node::DataPlane>(wk.backend.get(), exec::ExecutorOptions());
         }
-        wk.executor = std::make_unique<exec::Executor>(wk.transport.get(), wk.ops.get());
+        // A rebuilt group replaces the old communicator: abort it (its peer
+        // may be gone) rather than wait for a clean finalize. The channel
+        // (data ops and executor too) is built afresh, as the worker agent
+        // does.
+        if (wk.channel) wk.channel->transport->Abort("reconnect");
+        wk.channel.reset();
+        plane::ConnectOptions o;
+        o.store = &store_;
+        o.prefix = prefix;
+        o.rank = w;
+        o.size = n_;
+        o.deadline = absl::Now() + absl::Seconds(120);
+        auto ch = wk.plane->Connect(o);
+        st[w] = ch.status();
+        if (ch.ok()) wk.channel = std::move(*ch);
       });
     }
     for (auto& t : threads) t.join();
@@ -146,7 +152,8 @@ class GpuCluster {
           out[w] = bound.status();
           return;
         }
-        out[w] = wk.executor->Run(**bound, wk.registry.generation(), absl::Now() + timeout);
+        out[w] =
+            wk.channel->executor->Run(**bound, wk.registry.generation(), absl::Now() + timeout);
       });
     }
     for (auto& t : threads) t.join();
@@ -168,15 +175,18 @@ class GpuCluster {
     }
   }
 
-  cuda::CudaDataOps& ops(int w) { return *workers_[w].ops; }
+  // The data ops of worker w's channel (the CUDA backend's).
+  cuda::CudaDataOps& ops(int w) {
+    return static_cast<cuda::CudaDataOps&>(*workers_[w].channel->ops);
+  }
 
  private:
   struct Worker {
     exec::BufferRegistry registry;
     std::vector<cuda::DeviceBuffer> memory;
-    std::unique_ptr<transport::NcclTransport> transport;
-    std::unique_ptr<cuda::CudaDataOps> ops;
-    std::unique_ptr<exec::Executor> executor;
+    std::unique_ptr<cuda::CudaBackend> backend;
+    std::unique_ptr<node::DataPlane> plane;
+    std::unique_ptr<node::Channel> channel;
   };
   const int n_;
   exec::testing::Cluster host_;

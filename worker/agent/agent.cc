@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/logging.h"
 #include "common/peer_lists.h"
 
 namespace wsync::agent {
@@ -49,10 +50,10 @@ bool EventQueue::Pop(v1::SyncEvent* e, absl::Duration wait) {
 WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
     : options_(std::move(options)),
       metrics_(metrics),
-      tensors_(GroupsOf(options_), options_.gpu),
-      runner_(&tensors_, metrics,
-              RunnerOptions{options_.data_address, options_.round_timeout,
-                            options_.staging_limit_bytes, options_.gpu}) {
+      tensors_(GroupsOf(options_), options_.backend),
+      runner_(
+          &tensors_, metrics,
+          RunnerOptions{options_.round_timeout, options_.staging_limit_bytes, options_.backend}) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);  // op lists can be large
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
@@ -95,7 +96,7 @@ void WorkerAgent::SessionLoop() {
     for (const auto& m : options_.memberships) *req.add_memberships() = m;
     req.set_node(options_.node);
     req.set_device_uuid(options_.device_uuid);
-    req.add_transports(options_.gpu != nullptr ? v1::TRANSPORT_NCCL : v1::TRANSPORT_GLOO);
+    req.add_transports(options_.backend->transport_kind());
     for (const auto& c : options_.capabilities) req.add_capabilities(c);
     req.add_capabilities(kPeerListsOnceCapability);
     req.set_staging_limit_bytes(options_.staging_limit_bytes);
@@ -147,8 +148,8 @@ void WorkerAgent::SessionLoop() {
     // Whatever runs belonged to the lost lease; the controller failed it.
     runner_.Abort("", "lease lost: " + s.error_message());
     if (!stop_.load()) {
-      std::fprintf(stderr, "[worker %s] assignment stream ended (%s); registering again\n",
-                   Roles(options_).c_str(), s.error_message().c_str());
+      spdlog::warn("[worker {}] assignment stream ended ({}); registering again", Roles(options_),
+                   s.error_message());
       absl::SleepFor(absl::Milliseconds(50));
     }
   }
@@ -202,8 +203,7 @@ void WorkerAgent::OnAssignment(const v1::Assignment& a, const std::string& lease
       }
     }
   }
-  std::fprintf(stderr, "[worker %s] abort of sync %s: %s\n", Roles(options_).c_str(), id.c_str(),
-               a.abort().reason().c_str());
+  spdlog::info("[worker {}] abort of sync {}: {}", Roles(options_), id, a.abort().reason());
   if (!dropped) runner_.Abort(id, a.abort().reason());
 }
 
@@ -214,8 +214,8 @@ void WorkerAgent::Report(v1::ReportResultRequest r, const std::string& lease_id)
   v1::ReportResultResponse resp;
   grpc::Status s = stub_->ReportResult(&ctx, r, &resp);
   if (!s.ok()) {
-    std::fprintf(stderr, "[worker %s] report of %s not delivered: %s\n", Roles(options_).c_str(),
-                 r.sync_id().c_str(), s.error_message().c_str());
+    spdlog::warn("[worker {}] report of {} not delivered: {}", Roles(options_), r.sync_id(),
+                 s.error_message());
   }
 }
 
@@ -237,8 +237,8 @@ std::string WorkerAgent::AwaitWriters(const v1::SyncAssignment& a, const std::st
     v1::AwaitWritersResponse next;
     const grpc::Status s = stub_->AwaitWriters(&ctx, req, &next);
     if (!s.ok()) {
-      std::fprintf(stderr, "[worker %s] AwaitWriters for %s: %s\n", Roles(options_).c_str(),
-                   a.sync_id().c_str(), s.error_message().c_str());
+      spdlog::warn("[worker {}] AwaitWriters for {}: {}", Roles(options_), a.sync_id(),
+                   s.error_message());
       absl::SleepFor(std::min(absl::Milliseconds(200), slice));
       continue;
     }
@@ -289,8 +289,7 @@ void WorkerAgent::ExecLoop() {
     v1::ReportResultRequest r = runner_.Run(a, stub_, q.lease_id, progress);
     const bool ok = r.code() == 0;
     if (!ok) {
-      std::fprintf(stderr, "[worker %s] sync %s failed: %s\n", Roles(options_).c_str(),
-                   a.sync_id().c_str(), r.message().c_str());
+      spdlog::error("[worker {}] sync {} failed: {}", Roles(options_), a.sync_id(), r.message());
     }
     Report(r, q.lease_id);
     std::string error = r.message();
@@ -345,8 +344,7 @@ void WorkerAgent::PushBuffers(const std::string& lease_id) {
   grpc::Status s = stub_->UpdateBuffers(&ctx, u, &ur);
   if (!s.ok()) {
     // Registered locally; the next registration with the controller carries them.
-    std::fprintf(stderr, "[worker %s] UpdateBuffers: %s\n", Roles(options_).c_str(),
-                 s.error_message().c_str());
+    spdlog::warn("[worker {}] UpdateBuffers: {}", Roles(options_), s.error_message());
   }
 }
 

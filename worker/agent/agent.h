@@ -18,6 +18,7 @@
 #include "worker/agent/sync_runner.h"
 #include "worker/agent/tensor_table.h"
 #include "worker/agent/worker_metrics.h"
+#include "worker/plane/backend.h"
 #include "wsync/v1/controller.grpc.pb.h"
 #include "wsync/v1/worker_local.pb.h"
 
@@ -36,9 +37,9 @@ struct AgentOptions {
   // 0: up to two plan rounds' staging. Sent at registration: the controller
   // plans within it.
   int64_t staging_limit_bytes = 0;
-  // Not owned (outlives the agent); null for a host-memory worker (Gloo),
-  // else the worker runs NCCL on device memory.
-  GpuPlane* gpu = nullptr;
+  // Not owned (outlives the agent), never null: the worker's data-plane
+  // backend (capabilities should be its capabilities()).
+  plane::Backend* backend = nullptr;
   // Direct writes (see peer_buffers.h): the memory domain this worker
   // advertises (empty: it takes no part) and, on a GPU, the GPUs it can write.
   std::string direct_write_domain;

@@ -1,47 +1,12 @@
 #include "worker/agent/peer_buffers.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "common/dtype.h"
 #include "common/peer_lists.h"
-#include "worker/agent/tensor_table.h"
 
 namespace wsync::agent {
-namespace {
-
-std::string BootId() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(in, id);
-  return std::string(absl::StripAsciiWhitespace(id));
-}
-
-// "<st_dev>:<st_ino>" of `path`, or empty.
-std::string FileIdentity(const char* path) {
-  struct stat st;
-  if (stat(path, &st) != 0) return "";
-  return absl::StrCat(st.st_dev, ":", st.st_ino);
-}
-
-}  // namespace
-
-std::string HostMemoryDomain() {
-  const std::string boot = BootId(), shm = FileIdentity("/dev/shm");
-  if (boot.empty() || shm.empty()) return "";
-  return absl::StrCat("shm:", boot, ":", shm);
-}
-
-std::string GpuMemoryDomain() {
-  const std::string boot = BootId(), pid_ns = FileIdentity("/proc/self/ns/pid");
-  if (boot.empty() || pid_ns.empty()) return "";
-  return absl::StrCat("cuda:", boot, ":", pid_ns);
-}
-
 absl::Status PeerBufferMaps::Update(
     const google::protobuf::RepeatedPtrField<v1::PeerBuffers>& peers) {
   // Built aside and swapped in only when every peer mapped: a failure leaves
@@ -87,60 +52,26 @@ bool PeerBufferMaps::Holds(int32_t worker, int64_t registration) const {
 }
 
 absl::Status PeerBufferMaps::Map(const v1::PeerBuffers& list, Peer& peer) {
-  std::map<std::string, std::shared_ptr<ShmMapping>> objects;
+  plane::MappingCache objects;  // this list's: a peer is mapped afresh
   std::vector<const v1::BufferInfo*> infos;
   std::vector<std::string> identities;
   for (const v1::BufferInfo& b : list.buffers()) {
     infos.push_back(&b);
-    identities.emplace_back();
     const std::string name = absl::StrCat(b.group(), "/", b.name());
     const std::string what =
         absl::StrCat("direct writes: buffer '", name, "' of worker ", list.worker());
+    plane::BufferLocation where;
+    if (b.has_shm()) where.shm = &b.shm();
+    if (b.has_cuda_ipc()) where.cuda_ipc = &b.cuda_ipc();
+    auto opened = backend_->OpenBuffer(where, b.bytes(), /*peer=*/true, what, &objects);
+    if (!opened.ok()) return opened.status();
     exec::RegisteredBuffer r;
     r.dtype = b.dtype();
     r.bytes = b.bytes();
-    if (b.has_cuda_ipc()) {
-      if (gpu_ == nullptr) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(what, ": device memory, but this worker moves host memory"));
-      }
-      if (b.bytes() < 0 || b.bytes() > b.cuda_ipc().size()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ": ", b.bytes(), " bytes in a CUDA IPC range of ", b.cuda_ipc().size()));
-      }
-      auto data = gpu_->OpenPeer(b.cuda_ipc(), what);
-      if (!data.ok()) return data.status();
-      r.data = data->get();
-      r.space = transport::MemorySpace::kCuda;
-      peer.holds.push_back(*std::move(data));
-    } else if (b.has_shm()) {
-      if (gpu_ != nullptr) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(what, ": host memory, but this worker moves device memory"));
-      }
-      const v1::HostShm& shm = b.shm();
-      std::shared_ptr<ShmMapping>& mapping = objects[shm.name()];
-      if (mapping == nullptr) {
-        auto m = ShmMapping::Open(shm.name());
-        if (!m.ok()) {
-          return absl::Status(m.status().code(), absl::StrCat(what, ": ", m.status().message()));
-        }
-        mapping = *std::move(m);
-      }
-      if (shm.offset() < 0 || shm.size() < 0 || b.bytes() < 0 || b.bytes() > shm.size() ||
-          shm.offset() > mapping->size() - shm.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, ": ", b.bytes(), " bytes at [", shm.offset(), ", +", shm.size(),
-                         ") of shm '", shm.name(), "' (", mapping->size(), " bytes)"));
-      }
-      r.data = mapping->data() + shm.offset();
-      r.space = transport::MemorySpace::kHost;
-      identities.back() = mapping->identity();
-      peer.holds.push_back(mapping);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": no location (the peer's worker predates direct writes or did not report it)"));
-    }
+    r.data = opened->data;
+    r.space = backend_->memory_space();
+    identities.push_back(opened->identity);
+    peer.holds.push_back(std::move(opened->hold));
     absl::Status s = peer.registry.Register(exec::BufferSide::kDestination, name, r);
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
   }
@@ -204,7 +135,7 @@ absl::Status PeerMapsByTransfer::Update(
   }
   for (const std::string& old : MakeMostRecent(order_, transfer)) maps_.erase(old);
   std::unique_ptr<PeerBufferMaps>& maps = maps_[transfer];
-  if (maps == nullptr) maps = std::make_unique<PeerBufferMaps>(gpu_);
+  if (maps == nullptr) maps = std::make_unique<PeerBufferMaps>(backend_);
   return maps->Update(peers);
 }
 

@@ -1,8 +1,7 @@
 // Direct writes (SyncAssignment.direct_*): the registered destination
 // buffers of the peer workers this worker writes, mapped into this process
-// (POSIX shm for host workers, CUDA IPC with peer access for GPU workers),
-// and the memory domain a worker advertises so that the controller only
-// pairs workers that can map each other's memory.
+// by the worker's backend (plane::Backend::OpenBuffer with peer = true:
+// POSIX shm for host workers, CUDA IPC with peer access for GPU workers).
 #ifndef WSYNC_WORKER_AGENT_PEER_BUFFERS_H_
 #define WSYNC_WORKER_AGENT_PEER_BUFFERS_H_
 
@@ -15,18 +14,11 @@
 
 #include "absl/status/status.h"
 #include "google/protobuf/repeated_ptr_field.h"
-#include "worker/agent/gpu_plane.h"
 #include "worker/exec/buffer_registry.h"
+#include "worker/plane/backend.h"
 #include "wsync/v1/controller.pb.h"
 
 namespace wsync::agent {
-
-// Workers with equal domains can map each other's registrations: host
-// workers that see the same /dev/shm of the same boot ("shm:..."), GPU
-// workers of the same boot and PID namespace (legacy CUDA IPC needs it,
-// "cuda:..."). Empty when it cannot be determined (then no direct writes).
-std::string HostMemoryDomain();
-std::string GpuMemoryDomain();
 
 // A fingerprint of a worker's registered buffers (names, dtypes, sizes,
 // locations and, for shm, the identity of the object mapped: objects[i] for
@@ -38,9 +30,9 @@ uint64_t BufferListFingerprint(const std::vector<const v1::BufferInfo*>& buffers
 
 class PeerBufferMaps {
  public:
-  // `gpu` (not owned, may be null): where CUDA IPC buffers are opened; without
-  // one, only shm buffers are accepted, with one only CUDA IPC ones.
-  explicit PeerBufferMaps(GpuPlane* gpu) : gpu_(gpu) {}
+  // `backend` (not owned) maps the buffers; those of another memory space
+  // are refused.
+  explicit PeerBufferMaps(plane::Backend* backend) : backend_(backend) {}
 
   // Maps exactly the buffers of `peers` (each peer's list as the controller
   // relayed it), keeping the mappings of peers whose lists did not change
@@ -74,7 +66,7 @@ class PeerBufferMaps {
   };
   absl::Status Map(const v1::PeerBuffers& list, Peer& peer);
 
-  GpuPlane* const gpu_;
+  plane::Backend* const backend_;
   std::map<int32_t, std::shared_ptr<Peer>> peers_;
 };
 
@@ -86,7 +78,7 @@ class PeerBufferMaps {
 // lists it sent follows the same rules (WorkerRegistry::FillPeerBuffers).
 class PeerMapsByTransfer {
  public:
-  explicit PeerMapsByTransfer(GpuPlane* gpu) : gpu_(gpu) {}
+  explicit PeerMapsByTransfer(plane::Backend* backend) : backend_(backend) {}
 
   // Maps exactly `peers` for `transfer` (none: its mappings are released)
   // and makes it the most recent; the oldest beyond kPeerListTransfers is
@@ -99,7 +91,7 @@ class PeerMapsByTransfer {
   void ClearAll();
 
  private:
-  GpuPlane* const gpu_;
+  plane::Backend* const backend_;
   std::map<std::string, std::unique_ptr<PeerBufferMaps>> maps_;
   std::list<std::string> order_;  // most recent first
 };

@@ -9,30 +9,26 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "worker/agent/controller_kv_store.h"
-#include "worker/backends/host/gloo_transport.h"
 
 namespace wsync::agent {
 
 namespace {
 double Since(absl::Time t) { return absl::ToDoubleSeconds(absl::Now() - t); }
 
-// "nccl", "gloo" (for messages).
-std::string TransportKindName(v1::TransportKind kind) {
-  return absl::AsciiStrToLower(absl::StripPrefix(v1::TransportKind_Name(kind), "TRANSPORT_"));
+exec::ExecutorOptions ExecutorOptionsOf(const RunnerOptions& o) {
+  exec::ExecutorOptions eo;
+  eo.round_timeout = o.round_timeout;
+  eo.staging_limit_bytes = o.staging_limit_bytes;
+  return eo;
 }
 }  // namespace
 
-absl::Status LocalOnlyTransport::RunRound(absl::Span<const transport::SendRequest> sends,
-                                          absl::Span<const transport::RecvRequest> recvs,
-                                          absl::Time, const std::function<void()>& on_posted) {
-  if (sends.empty() && recvs.empty()) {
-    if (on_posted) on_posted();
-    return absl::OkStatus();
-  }
-  return absl::FailedPreconditionError(
-      absl::StrCat("worker ", rank_, ": the plan moves no network bytes, yet this round has ",
-                   sends.size(), " sends and ", recvs.size(), " receives"));
-}
+SyncRunner::SyncRunner(TensorTable* tensors, WorkerMetrics* metrics, RunnerOptions options)
+    : tensors_(tensors),
+      metrics_(metrics),
+      options_(std::move(options)),
+      peers_(options_.backend),
+      plane_(options_.backend, ExecutorOptionsOf(options_)) {}
 
 absl::Status SyncRunner::RefreshRegistry() {
   const uint64_t version = tensors_->version();
@@ -44,7 +40,7 @@ absl::Status SyncRunner::RefreshRegistry() {
     b.data = e.data;
     b.bytes = e.bytes;
     b.dtype = e.reg.dtype();
-    b.space = e.on_device ? transport::MemorySpace::kCuda : transport::MemorySpace::kHost;
+    b.space = options_.backend->memory_space();
     // Plan buffer names carry the group ("<group>/<name>"), so one buffer is
     // found whichever side a view names.
     const std::string name = absl::StrCat(e.group, "/", e.reg.name());
@@ -83,7 +79,7 @@ absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
   std::vector<std::string> objects;
   for (const TensorEntry& e : snapshot_.tensors) {
     mine.push_back(TensorTable::InfoOf(e));
-    objects.push_back(e.mapping != nullptr ? e.mapping->identity() : "");
+    objects.push_back(e.identity);
   }
   std::vector<const v1::BufferInfo*> refs;
   for (const v1::BufferInfo& b : mine) refs.push_back(&b);
@@ -94,79 +90,25 @@ absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
   return absl::OkStatus();
 }
 
-transport::MemorySpace SyncRunner::Space() const {
-  return options_.gpu != nullptr ? transport::MemorySpace::kCuda : transport::MemorySpace::kHost;
-}
-
-absl::Status SyncRunner::AttachExecutor(Channel& ch) {
-  if (options_.gpu != nullptr) {
-    auto ops = options_.gpu->NewDataOps();
-    if (!ops.ok()) return ops.status();
-    ch.ops = *std::move(ops);
-  } else {
-    ch.ops = std::make_unique<exec::HostDataOps>();
-  }
-  exec::ExecutorOptions eo;
-  eo.round_timeout = options_.round_timeout;
-  eo.staging_limit_bytes = options_.staging_limit_bytes;
-  ch.executor = std::make_unique<exec::Executor>(ch.transport.get(), ch.ops.get(), eo);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<SyncRunner::Channel*> SyncRunner::EnsureChannel(
+absl::StatusOr<node::Channel*> SyncRunner::EnsureChannel(
     const v1::SyncAssignment& a, std::shared_ptr<v1::WorkerService::Stub> stub,
     const std::string& lease_id) {
-  const bool network = a.has_transport() && a.transport().size() > 0;
-  const std::string key = network ? a.transfer() : a.transfer() + "#local";
-  std::unique_ptr<Channel>& ch = channels_[key];
-  if (!network) {
-    if (ch == nullptr || ch->transport->rank() != a.worker()) {
-      auto fresh = std::make_unique<Channel>();
-      fresh->transport = std::make_unique<LocalOnlyTransport>(a.worker(), a.worker() + 1, Space());
-      RETURN_IF_ERROR(AttachExecutor(*fresh));
-      ch = std::move(fresh);
-    }
-    return ch.get();
+  node::ChannelSpec spec;
+  spec.network = a.has_transport() && a.transport().size() > 0;
+  spec.connect.rank = a.worker();
+  if (spec.network) {
+    const v1::TransportSetup& ts = a.transport();
+    spec.generation = ts.generation();
+    spec.kind = ts.kind();
+    spec.connect.prefix = ts.kv_prefix();
+    spec.connect.rank = ts.rank();
+    spec.connect.size = ts.size();
+    spec.connect.deadline = absl::FromUnixMillis(a.deadline_unix_ms());
+    spec.connect.cancel = &aborted_;
   }
-  const v1::TransportSetup& ts = a.transport();
-  if (ch != nullptr && ch->generation == ts.generation() && ch->transport->rank() == ts.rank()) {
-    return ch.get();
-  }
-  ch.reset();  // the old generation's sockets close before the new rendezvous
-  const v1::TransportKind kind = options_.gpu != nullptr ? v1::TRANSPORT_NCCL : v1::TRANSPORT_GLOO;
-  const std::string mine = TransportKindName(kind);
-  if (ts.kind() != kind) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("transport kind '", TransportKindName(ts.kind()),
-                     "' is not available on this worker (it runs ", mine,
-                     options_.gpu != nullptr ? " on device memory" : " on host memory", ")"));
-  }
-  ControllerKvStore kv(std::move(stub), lease_id, &aborted_);
-  const absl::Time deadline = absl::FromUnixMillis(a.deadline_unix_ms());
-  absl::StatusOr<std::unique_ptr<transport::Transport>> t;
-  if (options_.gpu != nullptr) {
-    t = options_.gpu->Connect(kv, ts.kv_prefix(), ts.rank(), ts.size(), deadline, &aborted_);
-  } else {
-    transport::GlooTransportOptions go;
-    go.rank = ts.rank();
-    go.size = ts.size();
-    go.store = &kv;
-    go.prefix = ts.kv_prefix();
-    go.hostname = options_.data_address;
-    go.connect_timeout = std::max(absl::Milliseconds(1), deadline - absl::Now());
-    t = transport::GlooTransport::Create(go);
-  }
-  if (!t.ok()) {
-    return absl::Status(t.status().code(), absl::StrCat(mine, " transport setup (generation ",
-                                                        ts.generation(), ", rank ", ts.rank(), "/",
-                                                        ts.size(), "): ", t.status().message()));
-  }
-  auto fresh = std::make_unique<Channel>();
-  fresh->generation = ts.generation();
-  fresh->transport = *std::move(t);
-  RETURN_IF_ERROR(AttachExecutor(*fresh));
-  ch = std::move(fresh);
-  return ch.get();
+  return plane_.Ensure(a.transfer(), spec, [&]() -> std::unique_ptr<transport::KvStore> {
+    return std::make_unique<ControllerKvStore>(std::move(stub), lease_id, &aborted_);
+  });
 }
 
 v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
@@ -254,7 +196,8 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   auto bit = bound_.find(plan_id);
   if (bit == bound_.end() || bit->second.first != direct_key) {
     bound_.erase(plan_id);  // bound against other peers or mappings
-    auto b = exec::BindPlan(*pit->second, a.worker(), registry_, Space(), &direct);
+    auto b = exec::BindPlan(*pit->second, a.worker(), registry_, options_.backend->memory_space(),
+                            &direct);
     if (!b.ok()) return finish(b.status());
     bit = bound_.emplace(plan_id, std::make_pair(direct_key, *b)).first;
   }
@@ -265,10 +208,10 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   auto ch = EnsureChannel(a, stub, lease_id);
   r.set_setup_seconds(Since(t));
   if (!ch.ok()) {
-    channels_.erase(a.transfer());
+    plane_.Drop(a.transfer());
     return finish(ch.status());
   }
-  Channel* channel = *ch;
+  node::Channel* channel = *ch;
   bool aborted_before_run;
   {
     absl::MutexLock lock(&mu_);
@@ -276,7 +219,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     if (!aborted_before_run) running_executor_ = channel->executor.get();
   }
   if (aborted_before_run) {
-    channels_.erase(a.transfer());
+    plane_.Drop(a.transfer());
     return finish(
         absl::AbortedError(absl::StrCat("aborted before the first round: ", AbortReason())));
   }
@@ -312,9 +255,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   r.set_bytes_done(into_me);
   if (metrics_ != nullptr) {
     metrics_->Staging(static_cast<double>(channel->executor->allocated_staging_bytes()));
-    if (options_.gpu != nullptr) {
-      metrics_->SlowPeerMappings(static_cast<double>(options_.gpu->slow_peer_mappings()));
-    }
+    metrics_->SlowPeerMappings(static_cast<double>(options_.backend->slow_peer_mappings()));
   }
   if (!stats.ok()) {
     // A failed or aborted run leaves the transport unusable. Abort() from
@@ -323,8 +264,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
       absl::MutexLock lock(&mu_);
       running_executor_ = nullptr;
     }
-    channels_.erase(a.transfer());
-    channels_.erase(a.transfer() + "#local");
+    plane_.Drop(a.transfer());
     // Map the peers afresh next time: one may have recreated its memory
     // under the same names (its ready token then no longer matched).
     if (!a.direct_write_to().empty()) {
@@ -362,7 +302,7 @@ std::string SyncRunner::AbortReason() {
 }
 
 void SyncRunner::DropTransports() {
-  channels_.clear();
+  plane_.DropAll();
   peers_.ClearAll();
   bound_.clear();  // some were bound against the peers' mappings
 }

@@ -17,11 +17,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/env_flags.h"
+#include "common/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/agent/agent.h"
-#include "worker/agent/gpu_plane.h"
 #include "worker/agent/local_service.h"
-#include "worker/agent/peer_buffers.h"
+#include "worker/node/backend_registry.h"
 
 ABSL_FLAG(std::string, controller, "127.0.0.1:50051",
           "Controller address host:port. Env: WSYNC_CONTROLLER.");
@@ -91,6 +91,7 @@ bool ParseGroups(const std::string& text, std::vector<wsync::v1::Membership>* ou
 }  // namespace
 
 int main(int argc, char** argv) {
+  wsync::InitLogging("wsync-worker");
   wsync::ParseFlagsWithEnv(
       argc, argv,
       "wsync-worker: executes its part of every weight sync; serves the owner process on a "
@@ -115,7 +116,7 @@ int main(int argc, char** argv) {
   wsync::agent::AgentOptions options;
   std::string error;
   if (!ParseGroups(absl::GetFlag(FLAGS_groups), &options.memberships, &error)) {
-    std::fprintf(stderr, "wsync-worker: %s\n", error.c_str());
+    spdlog::error("wsync-worker: {}", error);
     return 2;
   }
   options.controller = absl::GetFlag(FLAGS_controller);
@@ -130,8 +131,8 @@ int main(int argc, char** argv) {
   options.round_timeout = absl::GetFlag(FLAGS_round_timeout);
   options.staging_limit_bytes = absl::GetFlag(FLAGS_staging_limit_bytes);
   if (options.staging_limit_bytes < 0) {
-    std::fprintf(stderr, "wsync-worker: --staging_limit_bytes must be >= 0, got %lld\n",
-                 static_cast<long long>(options.staging_limit_bytes));
+    spdlog::error("wsync-worker: --staging_limit_bytes must be >= 0, got {}",
+                  options.staging_limit_bytes);
     return 2;
   }
   options.instance_id = absl::GetFlag(FLAGS_instance_id);
@@ -139,30 +140,25 @@ int main(int argc, char** argv) {
     std::random_device rd;
     options.instance_id = absl::StrFormat("%08x%08x-%d", rd(), rd(), getpid());
   }
-  std::unique_ptr<wsync::agent::GpuPlane> gpu;
   if (absl::GetFlag(FLAGS_device) < -1) {
-    std::fprintf(stderr, "wsync-worker: --device must be a GPU index or -1 (host memory), got %d\n",
-                 absl::GetFlag(FLAGS_device));
+    spdlog::error("wsync-worker: --device must be a GPU index or -1 (host memory), got {}",
+                  absl::GetFlag(FLAGS_device));
     return 2;
   }
-  if (const int32_t device = absl::GetFlag(FLAGS_device); device >= 0) {
-    auto plane = wsync::agent::CreateGpuPlane(device);
-    if (!plane.ok()) {
-      std::fprintf(stderr, "wsync-worker: %s\n", plane.status().ToString().c_str());
-      return 2;
-    }
-    gpu = *std::move(plane);
-    options.gpu = gpu.get();
-    options.capabilities = {"cuda_ipc"};
-    if (options.device_uuid.empty()) options.device_uuid = gpu->uuid();
+  wsync::plane::BackendConfig config;
+  config.device = absl::GetFlag(FLAGS_device);
+  config.data_address = options.data_address;
+  auto backend = wsync::node::CreateBackend(wsync::node::BackendNameFor(config), config);
+  if (!backend.ok()) {
+    spdlog::error("wsync-worker: {}", backend.status().ToString());
+    return 2;
   }
+  options.backend = backend->get();
+  options.capabilities = (*backend)->capabilities();
+  if (options.device_uuid.empty()) options.device_uuid = (*backend)->device_uuid();
   if (absl::GetFlag(FLAGS_direct_writes)) {
-    if (gpu != nullptr) {
-      options.direct_write_domain = wsync::agent::GpuMemoryDomain();
-      options.peer_gpu_uuids = gpu->writable_uuids();
-    } else {
-      options.direct_write_domain = wsync::agent::HostMemoryDomain();
-    }
+    options.direct_write_domain = (*backend)->MemoryDomain();
+    options.peer_gpu_uuids = (*backend)->WritableDevices();
   }
   std::string socket_path = absl::GetFlag(FLAGS_local_socket);
   if (socket_path.empty()) {
@@ -176,7 +172,7 @@ int main(int argc, char** argv) {
     absl::Status s =
         metrics.Serve(absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":", metrics_port));
     if (!s.ok()) {
-      std::fprintf(stderr, "wsync-worker: %s\n", s.ToString().c_str());
+      spdlog::error("wsync-worker: {}", s.ToString());
       return 1;
     }
   }
@@ -188,7 +184,7 @@ int main(int argc, char** argv) {
   builder.RegisterService(&local);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) {
-    std::fprintf(stderr, "wsync-worker: cannot serve the local API on %s\n", socket_path.c_str());
+    spdlog::error("wsync-worker: cannot serve the local API on {}", socket_path);
     return 1;
   }
   agent.Start();
@@ -202,7 +198,7 @@ int main(int argc, char** argv) {
   }
   int sig = 0;
   sigwait(&signals, &sig);
-  std::fprintf(stderr, "[worker] signal %d: stopping\n", sig);
+  spdlog::info("signal {}: stopping", sig);
   agent.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   unlink(socket_path.c_str());

@@ -110,8 +110,9 @@ absl::Status AppendMessages(const std::vector<BoundTransfer>& list, uint8_t* sta
 
 }  // namespace
 
-Executor::Executor(transport::Transport* transport, DataOps* ops, ExecutorOptions options)
-    : transport_(transport), ops_(ops), options_(options) {}
+Executor::Executor(transport::Transport* transport, DataOps* ops, PeerWriter* writer,
+                   ExecutorOptions options)
+    : transport_(transport), ops_(ops), writer_(writer), options_(options) {}
 
 void Executor::Abort(const std::string& reason) {
   {
@@ -152,6 +153,14 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     return absl::FailedPreconditionError(absl::StrCat(
         "plan bound for worker ", plan.worker, " but the transport is rank ", transport_->rank()));
   }
+  const bool direct = !plan.direct_write_to.empty() || !plan.direct_written_by.empty();
+  if (direct && (writer_ == nullptr || writer_->memory_space() != plan.space)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", plan.worker, ": plan '", plan.key, "' writes peers directly, but ",
+        writer_ == nullptr
+            ? "this data plane has no peer writer"
+            : absl::StrCat("the peer writer (", writer_->Name(), ") moves another memory space")));
+  }
   const bool pipeline = options_.pipeline;
   // Also refuses a plan round over the staging limit, pipelined or not.
   ASSIGN_OR_RETURN(const PipelineSchedule* sched, ScheduleFor(plan));
@@ -168,12 +177,10 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   p.worker = plan.worker;
   p.rounds_total = static_cast<int32_t>(plan.rounds.size());
   p.bytes_total = plan.total_bytes;
-  const bool direct = !plan.direct_write_to.empty() || !plan.direct_written_by.empty();
   // With direct writes the sync waits for its local work once, after the
   // puts and the done tokens: the last round does not drain the device.
   hold_last_wait_ = direct;
-  bool packed = false;    // the next round was packed ahead
-  bool deferred = false;  // the last round's post-transfer work is still to be issued
+  Carry carry;  // what the last round run left to the next
   size_t next = 0;
   // Progress of rounds queued while a transport round is in flight is
   // reported after it: the callback may block (the worker reports over gRPC).
@@ -185,7 +192,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   // free memory there, which waits for the whole device (retired_memory.h).
   auto clean_up = [&] {
     ops_->Synchronize().IgnoreError();
-    if (direct) ops_->FinishPuts().IgnoreError();
+    if (direct) writer_->Fence().IgnoreError();
     current_staging_.store(0);
   };
   // Runs plan.rounds[next] and counts it; the caller cleans up on failure.
@@ -198,15 +205,13 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
       s = absl::DeadlineExceededError(absl::StrCat(
           RoundWhere(plan, round), ": the sync deadline passed before the round started"));
     } else {
-      bool packed_next = false;
-      s = RunRound(plan, i, packed, deferred, deadline, rs, &packed_next, &deferred, stats);
-      packed = packed_next;
+      s = RunRound(plan, i, deadline, carry, rs, stats);
     }
     if (!s.ok()) return s;
     // Between rounds: this round's bytes until its deferred unpack ran, and
     // the next round's if packed ahead.
-    current_staging_.store((deferred ? round.staging_bytes : 0) +
-                           (packed ? plan.rounds[i + 1].staging_bytes : 0));
+    current_staging_.store((carry.deferred ? round.staging_bytes : 0) +
+                           (carry.packed ? plan.rounds[i + 1].staging_bytes : 0));
     stats.bytes_sent += rs.bytes_sent;
     stats.bytes_received += rs.bytes_received;
     stats.bytes_local += rs.bytes_local;
@@ -257,7 +262,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
         alone =
             alone && LocalOnly(r) && r.copies.empty() && r.reduces.empty() && r.quantizes.empty();
       }
-      s = ops_->PutNamed(plan.puts, alone, {plan.instance.value(), -1});
+      s = writer_->Put(plan.puts, put_handle_, alone);
       stats.put_issue_seconds = Seconds(t);
       if (!s.ok()) {
         clean_up();
@@ -275,7 +280,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   current_staging_.store(0);
   if (direct) {
     const absl::Time t = absl::Now();
-    absl::Status s = ops_->FinishPuts();
+    absl::Status s = writer_->Fence();
     if (!s.ok()) s = Wrap(s, PutsWhere(plan, s));
     stats.put_wait_seconds = Seconds(t);
     // After the last write: the receivers learn their bytes are in place.
@@ -310,6 +315,12 @@ absl::StatusOr<const PipelineSchedule*> Executor::ScheduleFor(const BoundPlan& p
       schedule_.rounds.size() != plan.rounds.size()) {
     schedule_instance_ = 0;
     ASSIGN_OR_RETURN(schedule_, BuildPipelineSchedule(plan, options_.staging_limit_bytes));
+    copy_handles_.clear();
+    for (const BoundRound& r : plan.rounds) {
+      copy_handles_.push_back(r.copies.empty() ? ItemsHandle{} : ops_->Prepare(r.copies));
+    }
+    put_handle_ =
+        plan.puts.empty() || writer_ == nullptr ? ItemsHandle{} : writer_->Prepare(plan.puts);
     schedule_instance_ = plan.instance.value();
   }
   return &schedule_;
@@ -328,7 +339,7 @@ absl::Status Executor::IssueLocal(const BoundPlan& plan, size_t j, uint8_t* stag
   absl::Time t = absl::Now();
   if (!round.copies.empty()) {
     RETURN_IF_ERROR(
-        Wrap(ops_->CopyNamed(round.copies, {plan.instance.value(), round.index}),
+        Wrap(ops_->Copy(round.copies, copy_handles_[j]),
              absl::StrCat(where, ": copy buckets ", absl::StrJoin(round.copy_buckets, ","))));
   }
   rs.copy_seconds += Seconds(t);
@@ -377,9 +388,11 @@ absl::Status Executor::WaitForDataOps(const std::string& where) {
                               since, ")"));
 }
 
-absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bool prev_deferred,
-                                absl::Time deadline, RoundStats& rs, bool* packed_next,
-                                bool* deferred, SyncStats& sync) {
+absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, absl::Time deadline, Carry& carry,
+                                RoundStats& rs, SyncStats& sync) {
+  const bool packed = carry.packed;
+  const bool prev_deferred = carry.deferred;
+  carry = Carry();
   const BoundRound& round = plan.rounds[i];
   uint8_t* const staging = StagingOf(i);
   const RoundSchedule& sched = schedule_.rounds[i];
@@ -392,7 +405,6 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bo
   rs.recvs = static_cast<int32_t>(round.recvs.size());
   rs.copies = static_cast<int32_t>(round.copy_buckets.size());
   rs.reduces = static_cast<int32_t>(round.reduces.size());
-  *deferred = false;
 
   RETURN_IF_ERROR(CheckAborted(plan, round, "pack"));
   absl::Time t = absl::Now();
@@ -451,7 +463,7 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bo
             Wrap(ops_->Pack(next.pack, StagingOf(i + 1)),
                  absl::StrCat(RoundWhere(plan, next), ": pack (during round ", round.index, ")")));
         rs.pack_seconds += Seconds(tp);
-        *packed_next = true;
+        carry.packed = true;
         ++sync.rounds_packed_ahead;
       }
       return absl::OkStatus();
@@ -481,7 +493,7 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, bool packed, bo
   rs.transfer_seconds = Seconds(t);
 
   if (pipeline && sched.finish_async && i + 1 < plan.rounds.size()) {
-    *deferred = true;  // issued by the next round once its transfer is posted
+    carry.deferred = true;  // issued by the next round once its transfer is posted
     ++sync.rounds_finished_async;
   } else {
     RETURN_IF_ERROR(IssueAfterTransfer(plan, i, staging, rs));

@@ -24,11 +24,11 @@
 //
 // Direct writes (BoundPlan.puts, bound_plan.h DirectWrites): before round 0
 // the worker exchanges ready tokens (receivers -> the senders that write
-// them), queuing the leading rounds that only copy locally once the tokens
-// are posted; it then issues every put at once (DataOps::Put: beside the
-// rounds, no staging), runs the other rounds, waits for the puts, sends done
-// tokens and waits for its local work. A receiver's sync ends only after its
-// done tokens arrived.
+// them; PeerWriter token slots over the transport), queuing the leading
+// rounds that only copy locally once the tokens are posted; it then issues
+// every put at once (PeerWriter::Put: beside the rounds, no staging), runs
+// the other rounds, fences the puts, sends done tokens and waits for its
+// local work. A receiver's sync ends only after its done tokens arrived.
 //
 // A failed sync leaves destination buffers partly written: the caller must
 // not publish them (staged commit comes later). Any failure also leaves the
@@ -46,8 +46,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/exec/bound_plan.h"
-#include "worker/plane/data_ops.h"
 #include "worker/exec/pipeline_schedule.h"
+#include "worker/plane/data_ops.h"
+#include "worker/plane/peer_writer.h"
 #include "worker/plane/transport.h"
 
 namespace wsync::exec {
@@ -66,10 +67,7 @@ struct ExecutorOptions {
   // With direct writes: how many of the leading rounds that only copy
   // locally are queued while the ready tokens travel (-1: all); the rest
   // follow the puts. One keeps the device busy while the tokens travel and
-  // issues the puts right after them: before the data ops keyed named lists
-  // (ItemsName), issuing all six of Qwen3-30B's local rounds took ~2 ms of
-  // host time, which the puts then waited for (colocated 18.9 against 16.8
-  // ms on H200, session 9). With named lists both take 16.3 ms.
+  // issues the puts right after them (docs/gpu.md).
   int early_local_rounds = 1;
 };
 
@@ -129,9 +127,11 @@ struct SyncStats {
 
 class Executor {
  public:
-  // Not owned; both must outlive the executor. The transport's ranks are
-  // worker ids.
-  Executor(transport::Transport* transport, DataOps* ops, ExecutorOptions options = {});
+  // Not owned; all must outlive the executor. The transport's ranks are
+  // worker ids. `writer` may be null: plans with direct writes are then
+  // refused.
+  Executor(transport::Transport* transport, DataOps* ops, PeerWriter* writer,
+           ExecutorOptions options = {});
 
   // Runs one sync. `registry_generation` is the registry's current generation:
   // a plan bound against another generation is refused (FAILED_PRECONDITION:
@@ -151,12 +151,16 @@ class Executor {
   void ReleaseStaging();
 
  private:
-  // Runs plan.rounds[i]. `prev_deferred`: round i-1's post-transfer work is
-  // still to be issued (during this transfer); sets *deferred when round i's
-  // is left to round i+1 in turn.
-  absl::Status RunRound(const BoundPlan& plan, size_t i, bool packed, bool prev_deferred,
-                        absl::Time deadline, RoundStats& stats, bool* packed_next, bool* deferred,
-                        SyncStats& sync);
+  // What one round leaves to the next.
+  struct Carry {
+    bool packed = false;    // the next round's staging was packed ahead
+    bool deferred = false;  // the round's post-transfer work is still to be issued
+  };
+  // Runs plan.rounds[i]. `carry` holds what round i-1 left (round i packed
+  // ahead; round i-1's post-transfer work, issued during this transfer) and
+  // receives what round i leaves to round i+1.
+  absl::Status RunRound(const BoundPlan& plan, size_t i, absl::Time deadline, Carry& carry,
+                        RoundStats& stats, SyncStats& sync);
   // Staging of round j in the current allocation.
   uint8_t* StagingOf(size_t j) const;
   // Waits for every data op issued so far; an error names `where` and the
@@ -178,13 +182,12 @@ class Executor {
   // Tags of the token messages: bucket ids are >= 0.
   static constexpr int64_t kReadyTokenTag = -1;
   static constexpr int64_t kDoneTokenTag = -2;
-  static constexpr size_t kTokenBytes = 8;
 
   transport::Transport* const transport_;
   DataOps* const ops_;
+  PeerWriter* const writer_;
   const ExecutorOptions options_;
   StagingBuffer staging_;
-  StagingBuffer tokens_;  // direct-write tokens (the transport's memory space)
   // The first round of the current sync whose work was queued without a
   // wait after it (rounds without transfers), or -1.
   int32_t unwaited_round_ = -1;
@@ -197,10 +200,13 @@ class Executor {
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   std::vector<transport::SendRequest> send_reqs_;
   std::vector<transport::RecvRequest> recv_reqs_;
-  // The schedule of the last plan run, and the BoundPlan::instance of the plan schedule_ was built for (0: none). Not
-  // its address: a rebound plan may be allocated where the old one was.
+  // The schedule of the last plan run, and the BoundPlan::instance of the plan schedule_ was built
+  // for (0: none). Not its address: a rebound plan may be allocated where the old one was.
   uint64_t schedule_instance_ = 0;
   PipelineSchedule schedule_;
+  // The prepared lists of that plan: each round's copies, and the puts.
+  std::vector<ItemsHandle> copy_handles_;
+  ItemsHandle put_handle_;
 };
 
 }  // namespace wsync::exec

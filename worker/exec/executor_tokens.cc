@@ -29,15 +29,17 @@ absl::Status Executor::ExchangeTokens(const BoundPlan& plan, bool ready, absl::T
   if (absl::Now() >= deadline) {
     return absl::DeadlineExceededError(absl::StrCat(where, ": the sync deadline passed"));
   }
-  const int64_t need = static_cast<int64_t>(to.size() + from.size()) * kTokenBytes;
-  if (tokens_.bytes() < need) {
-    tokens_.Reset();
-    ASSIGN_OR_RETURN(tokens_, ops_->AllocateStaging(need));
+  if (writer_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": this worker's data plane has no peer writer"));
   }
-  uint8_t* base = static_cast<uint8_t*>(tokens_.data());
+  constexpr size_t kTokenBytes = PeerWriter::kTokenBytes;
+  auto slots = writer_->TokenSlots(to.size() + from.size());
+  if (!slots.ok()) return Wrap(slots.status(), where);
+  uint8_t* base = *slots;
   const uint64_t value = ready ? plan.ready_token : 0;
   for (size_t k = 0; k < to.size(); ++k) {
-    RETURN_IF_ERROR(Wrap(ops_->WriteStaging(base + k * kTokenBytes, &value, kTokenBytes), where));
+    RETURN_IF_ERROR(Wrap(writer_->WriteToken(base + k * kTokenBytes, value), where));
   }
   send_reqs_.clear();
   recv_reqs_.clear();
@@ -51,9 +53,9 @@ absl::Status Executor::ExchangeTokens(const BoundPlan& plan, bool ready, absl::T
   const absl::Status s = transport_->RunRound(send_reqs_, recv_reqs_, round_deadline, on_posted);
   if (s.ok() && ready) {
     for (size_t k = 0; k < from.size(); ++k) {
-      uint64_t got = 0;
-      RETURN_IF_ERROR(
-          Wrap(ops_->ReadStaging(&got, base + (to.size() + k) * kTokenBytes, kTokenBytes), where));
+      auto read = writer_->ReadToken(base + (to.size() + k) * kTokenBytes);
+      if (!read.ok()) return Wrap(read.status(), where);
+      const uint64_t got = *read;
       auto want = plan.expected_ready_tokens.find(from[k]);
       if (want == plan.expected_ready_tokens.end() || want->second != got) {
         return absl::AbortedError(absl::StrCat(

@@ -129,20 +129,9 @@ void CoalesceViews(absl::Span<StridedView* const> views) {
   }
 }
 
-absl::Status DataOps::WriteStaging(void* staging, const void* host, size_t bytes) {
-  if (memory_space() != MemorySpace::kHost) {
-    return absl::UnimplementedError(absl::StrCat(Name(), " data ops cannot write staging"));
-  }
-  std::memcpy(staging, host, bytes);
-  return absl::OkStatus();
-}
-
-absl::Status DataOps::ReadStaging(void* host, const void* staging, size_t bytes) {
-  if (memory_space() != MemorySpace::kHost) {
-    return absl::UnimplementedError(absl::StrCat(Name(), " data ops cannot read staging"));
-  }
-  std::memcpy(host, staging, bytes);
-  return absl::OkStatus();
+ItemsHandle DataOps::Prepare(absl::Span<const CopyItem> items) {
+  (void)items;
+  return ItemsHandle{++next_handle_};
 }
 
 namespace {

@@ -1,7 +1,10 @@
-// Everything the op-list interpreter needs from the memory the tensors live
-// in: staging allocation, pack, unpack, copy, reduce, synchronize. The host
-// implementation is HostDataOps (host_data_ops.h); a CUDA implementation
-// lives behind WSYNC_WITH_CUDA.
+// The compute half of a backend: everything the op-list interpreter does to
+// the memory the tensors live in (allocate staging, pack, unpack, copy,
+// reduce, quantize, synchronize). Moving bytes to other workers is the
+// Transport's (transport.h) or, for direct writes, the PeerWriter's
+// (peer_writer.h). Implementations: HostDataOps (worker/backends/host) and
+// CudaDataOps (worker/backends/cuda); tests/worker/plane/data_ops_conformance.h
+// is the contract's test suite.
 //
 // Calls take whole lists of items so that a device implementation can batch
 // thousands of small pieces into a few kernel launches: the interpreter makes
@@ -17,7 +20,7 @@
 // transport (which runs on its own stream), so before a round with transfers
 // reuses a staging set. Rounds without transfers touch no staging: it queues
 // their work behind the previous rounds' without waiting, relying on the call
-// order alone. Puts are the exception: they run beside the queue (see Put).
+// order alone. A PeerWriter's puts run beside this queue.
 //
 // Element conversions (pack / unpack / copy with differing dtypes) and the
 // reduction arithmetic must match common/cast.h bit for bit.
@@ -185,15 +188,12 @@ absl::Status TagItem(absl::Status s, size_t index);
 // The item index ItemError attached, or -1.
 int64_t ErrorItemIndex(const absl::Status& s);
 
-// Names an item list that never changes while its name is in use: one call
-// of one round of one bound plan (BoundPlan::instance is renewed by every copy
-// of a plan). A device may then look up what it derived from the list last
-// sync under the name, without reading the list again: keying Qwen3-30B's
-// 19k local copy items cost ~0.7 ms of host time per sync, and a model with
-// ten times the experts would pay ten times that.
-struct ItemsName {
-  uint64_t instance = 0;  // BoundPlan::instance
-  int32_t round = 0;      // round index, or -1 for the plan's puts
+// A prepared item list (DataOps::Prepare, PeerWriter::Prepare): names one
+// list for the calls given it, so an implementation may key what it derived
+// from the list (a device's resident tables) by the handle instead of
+// reading every item again. id 0 is "not prepared".
+struct ItemsHandle {
+  uint64_t id = 0;
 };
 
 class DataOps {
@@ -210,45 +210,22 @@ class DataOps {
 
   virtual absl::Status Pack(absl::Span<const PackItem> items, void* staging_base) = 0;
   virtual absl::Status Unpack(const void* staging_base, absl::Span<const UnpackItem> items) = 0;
-  virtual absl::Status Copy(absl::Span<const CopyItem> items) = 0;
+  // Prepares `items` for repeated Copy calls: the returned handle (unique
+  // within this instance, never id 0) may be passed with exactly that list,
+  // unchanged, to every later Copy. Cheap: an implementation keys what it
+  // derives on the first call given the handle.
+  virtual ItemsHandle Prepare(absl::Span<const CopyItem> items);
+  // `handle`: from Prepare(items), or {} (then nothing is keyed by it). The
+  // effect is the same either way.
+  virtual absl::Status Copy(absl::Span<const CopyItem> items, ItemsHandle handle = {}) = 0;
   // staging_base resolves inputs with staging_offset >= 0 (may be null if none
   // has one).
   virtual absl::Status Reduce(absl::Span<const ReduceInput> inputs,
                               absl::Span<const ReduceItem> items, const void* staging_base) = 0;
+  // Waits for every call issued so far and reports the first deferred error
+  // (naming its item, as ItemError does). Also the point where memory the
+  // calls outgrew may be freed: never called while a transfer is in flight.
   virtual absl::Status Synchronize() = 0;
-  // Direct writes: src (this worker's memory) -> dst in a peer worker's
-  // buffer mapped into this process (shared memory on the host; CUDA IPC
-  // with peer access on a GPU), converted like Copy. Puts may run
-  // concurrently with every other call (a device uses another stream and the
-  // copy engines, so they overlap the local copies and the transport);
-  // FinishPuts() returns once every Put issued so far completed and its bytes
-  // are visible to the peer, reporting any deferred error. Synchronize()
-  // does not wait for puts. `alone`: the caller issues no other work while
-  // these puts run (a device may then give them all of itself; otherwise it
-  // leaves room for the other calls to run beside them).
-  virtual absl::Status Put(absl::Span<const CopyItem> items, bool alone) {
-    (void)alone;
-    return Copy(items);
-  }
-  virtual absl::Status FinishPuts() { return Synchronize(); }
-  // Copy and Put of a named list (ItemsName): same effect; an implementation
-  // that caches per list may key by the name instead of the items.
-  virtual absl::Status CopyNamed(absl::Span<const CopyItem> items, const ItemsName& name) {
-    (void)name;
-    return Copy(items);
-  }
-  virtual absl::Status PutNamed(absl::Span<const CopyItem> items, bool alone,
-                                const ItemsName& name) {
-    (void)name;
-    return Put(items, alone);
-  }
-  // A few bytes between host memory and staging (the direct-write tokens),
-  // synchronously. Ordered after the transport rounds that returned, not
-  // after other calls still queued: the executor reads the ready tokens while
-  // local copies run. Host staging is plain memory; a device implementation
-  // overrides both.
-  virtual absl::Status WriteStaging(void* staging, const void* host, size_t bytes);
-  virtual absl::Status ReadStaging(void* host, const void* staging, size_t bytes);
   // Block fp8 quantization at the receiver (and local quantizing copies).
   // Implementations without it refuse plans that need it.
   virtual absl::Status Quantize(absl::Span<const QuantizeInput> inputs,
@@ -259,6 +236,9 @@ class DataOps {
     return absl::UnimplementedError(
         absl::StrCat(Name(), " data ops cannot block-quantize (block fp8 destinations)"));
   }
+
+ private:
+  uint64_t next_handle_ = 0;
 };
 
 }  // namespace wsync::exec

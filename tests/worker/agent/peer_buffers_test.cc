@@ -12,9 +12,17 @@
 #include "absl/strings/str_cat.h"
 #include "common/peer_lists.h"
 #include "gtest/gtest.h"
+#include "worker/backends/host/host_backend.h"
+#include "worker/plane/memory_domain.h"
 
 namespace wsync::agent {
 namespace {
+
+using plane::GpuMemoryDomain;
+using plane::HostMemoryDomain;
+
+// The backend that maps the peers' buffers.
+host::HostBackend kHost{plane::BackendConfig()};
 
 // A POSIX shm object of `bytes`, unlinked at the end.
 class ShmObject {
@@ -66,7 +74,7 @@ google::protobuf::RepeatedPtrField<v1::PeerBuffers> Peers(int32_t worker,
 
 TEST(PeerBufferMapsTest, MapsThePeersShmBuffersAsDestinations) {
   ShmObject shm(1 << 16);
-  PeerBufferMaps maps(nullptr);
+  PeerBufferMaps maps(&kHost);
   ASSERT_TRUE(maps.Update(Peers(3, {Info("inference", "w", shm, 4096, 1024),
                                     Info("inference", "b", shm, 0, 64)}))
                   .ok());
@@ -86,7 +94,7 @@ TEST(PeerBufferMapsTest, MapsThePeersShmBuffersAsDestinations) {
 
 TEST(PeerBufferMapsTest, KeepsUnchangedPeersAndRemapsChangedOnes) {
   ShmObject shm(1 << 16);
-  PeerBufferMaps maps(nullptr);
+  PeerBufferMaps maps(&kHost);
   ASSERT_TRUE(maps.Update(Peers(1, {Info("g", "w", shm, 0, 256)})).ok());
   const std::string first = maps.Signature();
   const uint64_t fp = maps.Fingerprint(1);
@@ -105,7 +113,7 @@ TEST(PeerBufferMapsTest, KeepsUnchangedPeersAndRemapsChangedOnes) {
 // assignments say `unchanged` and carry no buffers.
 TEST(PeerBufferMapsTest, UnchangedEntriesKeepTheMappingOfTheirRegistrationOnly) {
   ShmObject shm(1 << 16);
-  PeerBufferMaps maps(nullptr);
+  PeerBufferMaps maps(&kHost);
   auto full = Peers(1, {Info("g", "w", shm, 0, 256)});
   full[0].set_registration(7);
   ASSERT_TRUE(maps.Update(full).ok());
@@ -142,7 +150,7 @@ TEST(PeerBufferMapsTest, UnchangedEntriesKeepTheMappingOfTheirRegistrationOnly) 
 // this one's peers; only the kPeerListTransfers most recent keep theirs.
 TEST(PeerMapsByTransferTest, TransfersKeepTheirOwnPeersAndOnlyTheMostRecentKeepThem) {
   ShmObject shm(1 << 16);
-  PeerMapsByTransfer maps(nullptr);
+  PeerMapsByTransfer maps(&kHost);
   ASSERT_TRUE(maps.Update("a", Peers(1, {Info("g", "w", shm, 0, 256)})).ok());
   ASSERT_TRUE(maps.Update("b", Peers(2, {Info("g", "w", shm, 256, 256)})).ok());
   ASSERT_NE(maps.Find("a"), nullptr);
@@ -171,7 +179,7 @@ TEST(PeerMapsByTransferTest, TransfersKeepTheirOwnPeersAndOnlyTheMostRecentKeepT
 
 TEST(PeerBufferMapsTest, BadListsAreErrorsNamingWorkerAndBuffer) {
   ShmObject shm(4096);
-  PeerBufferMaps maps(nullptr);
+  PeerBufferMaps maps(&kHost);
   absl::Status s = maps.Update(Peers(2, {Info("g", "big", shm, 2048, 4096)}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("buffer 'g/big' of worker 2"), std::string::npos) << s;
@@ -203,7 +211,7 @@ TEST(PeerBufferMapsTest, BadListsAreErrorsNamingWorkerAndBuffer) {
 // as a new object changes the fingerprint even though the list is the same.
 TEST(PeerBufferMapsTest, FailureKeepsOthersAndRecreatedObjectsDiffer) {
   auto shm = std::make_unique<ShmObject>(4096);
-  PeerBufferMaps maps(nullptr);
+  PeerBufferMaps maps(&kHost);
   google::protobuf::RepeatedPtrField<v1::PeerBuffers> two = Peers(1, {Info("g", "w", *shm, 0, 64)});
   *two.Add() = Peers(2, {Info("g", "w", *shm, 0, 64)}).Get(0);
   ASSERT_TRUE(maps.Update(two).ok());

@@ -36,8 +36,8 @@ void ExpectError(const absl::Status& s, absl::StatusCode code,
   for (const char* p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << p << " in " << s;
 }
 
-// Data ops cache by a plan's instance (ItemsName): a copy may be changed, so
-// it gets a new instance; the original keeps its own.
+// Data ops cache by the lists the executor prepares per plan instance (ItemsHandle): a copy may be
+// changed, so it gets a new instance; the original keeps its own.
 TEST(PlanInstanceTest, EveryPlanAndEveryCopyIsUnique) {
   BoundPlan a;
   BoundPlan b;

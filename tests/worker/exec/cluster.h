@@ -1,7 +1,9 @@
 // Test harness: N workers as threads of this process, each with host
-// buffers, a BufferRegistry, a Gloo transport over loopback, HostDataOps (or,
-// with `lazy_ops`, LazyDataOps: every call deferred as far as allowed) and an
-// Executor.
+// buffers, a BufferRegistry and a channel built by the composition root
+// (node::DataPlane over the host backend: a Gloo transport over loopback,
+// HostDataOps, HostPeerWriter and an Executor). With `lazy_ops` each channel
+// runs on LazyDataOps instead (every call deferred as far as allowed); a test
+// may lend a worker its own data ops, peer writer or transport wrapper.
 #ifndef WSYNC_TESTS_WORKER_EXEC_CLUSTER_H_
 #define WSYNC_TESTS_WORKER_EXEC_CLUSTER_H_
 
@@ -20,16 +22,50 @@
 
 #include "absl/strings/str_cat.h"
 #include "controller/plan/routes.h"
+#include "tests/worker/exec/borrowed_plane.h"
 #include "tests/worker/exec/lazy_data_ops.h"
+#include "worker/backends/host/host_backend.h"
 #include "worker/exec/bound_plan.h"
 #include "worker/exec/executor.h"
-#include "worker/backends/host/host_data_ops.h"
-#include "worker/backends/host/gloo_transport.h"
+#include "worker/node/data_plane.h"
 #include "worker/plane/kv_store.h"
 
 namespace wsync::exec::testing {
 
 constexpr uint8_t kSentinel = 0xEE;
+
+using TransportWrapper =
+    std::function<std::unique_ptr<transport::Transport>(std::unique_ptr<transport::Transport>)>;
+
+// The host backend of one cluster worker, with the parts a test lends it.
+class ClusterBackend : public host::HostBackend {
+ public:
+  ClusterBackend() : HostBackend(plane::BackendConfig()) {}
+
+  bool lazy = false;             // each channel's data ops and writer: one LazyDataOps
+  DataOps* ops = nullptr;        // lent data ops (a PeerWriter too: also the writer)
+  PeerWriter* writer = nullptr;  // lent writer
+  TransportWrapper wrap;
+
+  absl::StatusOr<std::unique_ptr<DataOps>> NewDataOps() override {
+    if (ops != nullptr) return std::make_unique<testing::BorrowedDataOps>(ops);
+    if (lazy) return std::make_unique<LazyDataOps>();
+    return HostBackend::NewDataOps();
+  }
+  absl::StatusOr<std::unique_ptr<PeerWriter>> NewPeerWriter(DataOps& channel_ops) override {
+    PeerWriter* lent = writer;
+    if (lent == nullptr && ops != nullptr) lent = dynamic_cast<PeerWriter*>(ops);
+    if (lent == nullptr && lazy) lent = dynamic_cast<LazyDataOps*>(&channel_ops);
+    if (lent != nullptr) return std::make_unique<testing::BorrowedPeerWriter>(lent);
+    return HostBackend::NewPeerWriter(channel_ops);
+  }
+  absl::StatusOr<std::unique_ptr<transport::Transport>> Connect(
+      const plane::ConnectOptions& options) override {
+    auto t = HostBackend::Connect(options);
+    if (!t.ok() || !wrap) return t;
+    return wrap(*std::move(t));
+  }
+};
 
 class Cluster {
  public:
@@ -59,13 +95,17 @@ class Cluster {
   // `from` expects another ready token from `to` than `to` sends (as if
   // `to`'s owner registered again after `from` mapped its buffers).
   void StaleMapping(int from, int to) { stale_.insert({from, to}); }
-  Executor& executor(int worker) { return *workers_[worker].executor; }
-  // `worker` runs its syncs on `ops` (owned by the caller; set before Connect).
-  void UseOps(int worker, DataOps* ops) { workers_[worker].custom_ops = ops; }
+  Executor& executor(int worker) { return *workers_[worker].channel->executor; }
+  // `worker` runs its syncs on `ops` (owned by the caller; set before
+  // Connect), which also writes its peers if it is a PeerWriter.
+  void UseOps(int worker, DataOps* ops) { workers_[worker].backend.ops = ops; }
+  // `worker` writes its peers with `writer` (owned by the caller; set before
+  // Connect).
+  void UseWriter(int worker, PeerWriter* writer) { workers_[worker].backend.writer = writer; }
   // `worker`'s executor gets wrap(its Gloo transport) (set before Connect).
-  using TransportWrapper =
-      std::function<std::unique_ptr<transport::Transport>(std::unique_ptr<transport::Transport>)>;
-  void WrapTransport(int worker, TransportWrapper wrap) { workers_[worker].wrap = std::move(wrap); }
+  void WrapTransport(int worker, TransportWrapper wrap) {
+    workers_[worker].backend.wrap = std::move(wrap);
+  }
 
   absl::Status Connect(ExecutorOptions options = {}) {
     static std::atomic<int> counter{0};
@@ -74,25 +114,23 @@ class Cluster {
     std::vector<std::thread> threads;
     for (int w = 0; w < n_; ++w) {
       threads.emplace_back([&, w] {
-        transport::GlooTransportOptions o;
-        o.rank = w;
-        o.size = n_;
+        Worker& wk = workers_[w];
+        wk.backend.lazy = lazy_ops_;
+        wk.plane = std::make_unique<node::DataPlane>(&wk.backend, options);
+        plane::ConnectOptions o;
         o.store = &store_;
         o.prefix = prefix;
-        o.connect_timeout = absl::Seconds(30);
-        auto t = transport::GlooTransport::Create(o);
-        status[w] = t.status();
-        if (t.ok()) workers_[w].transport = std::move(*t);
+        o.rank = w;
+        o.size = n_;
+        o.deadline = absl::Now() + absl::Seconds(30);
+        auto ch = wk.plane->Connect(o);
+        status[w] = ch.status();
+        if (ch.ok()) wk.channel = *std::move(ch);
       });
     }
     for (auto& t : threads) t.join();
     for (int w = 0; w < n_; ++w) {
       if (!status[w].ok()) return status[w];
-      DataOps* ops = lazy_ops_ ? static_cast<DataOps*>(&workers_[w].lazy) : &workers_[w].ops;
-      if (workers_[w].custom_ops != nullptr) ops = workers_[w].custom_ops;
-      if (workers_[w].wrap)
-        workers_[w].transport = workers_[w].wrap(std::move(workers_[w].transport));
-      workers_[w].executor = std::make_unique<Executor>(workers_[w].transport.get(), ops, options);
     }
     return absl::OkStatus();
   }
@@ -122,8 +160,8 @@ class Cluster {
           out[w] = bound.status();
           return;
         }
-        out[w] = workers_[w].executor->Run(**bound, workers_[w].registry.generation(),
-                                           absl::Now() + timeout, progress);
+        out[w] = workers_[w].channel->executor->Run(**bound, workers_[w].registry.generation(),
+                                                    absl::Now() + timeout, progress);
       });
     }
     for (auto& t : threads) t.join();
@@ -134,12 +172,9 @@ class Cluster {
   struct Worker {
     std::map<std::pair<BufferSide, std::string>, std::vector<uint8_t>> buffers;
     BufferRegistry registry;
-    HostDataOps ops;
-    LazyDataOps lazy;
-    DataOps* custom_ops = nullptr;
-    TransportWrapper wrap;
-    std::unique_ptr<transport::Transport> transport;
-    std::unique_ptr<Executor> executor;
+    ClusterBackend backend;
+    std::unique_ptr<node::DataPlane> plane;
+    std::unique_ptr<node::Channel> channel;
   };
   const int n_;
   const bool lazy_ops_;

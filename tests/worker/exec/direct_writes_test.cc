@@ -182,13 +182,13 @@ TEST(DirectWritesTest, LocalOnlyRoundsQueueWithoutDrainingBetweenRounds) {
 TEST(DirectWritesTest, LocalOnlyRoundsAreQueuedBeforeThePuts) {
   class CallOrder : public testing::LazyDataOps {
    public:
-    absl::Status Copy(absl::Span<const CopyItem> items) override {
+    absl::Status Copy(absl::Span<const CopyItem> items, ItemsHandle handle = {}) override {
       calls.push_back("copy");
-      return LazyDataOps::Copy(items);
+      return LazyDataOps::Copy(items, handle);
     }
-    absl::Status Put(absl::Span<const CopyItem> items, bool alone) override {
+    absl::Status Put(absl::Span<const CopyItem> items, ItemsHandle handle, bool alone) override {
       calls.push_back("put");
-      return LazyDataOps::Put(items, alone);
+      return LazyDataOps::Put(items, handle, alone);
     }
     std::vector<std::string> calls;
   };
@@ -212,36 +212,77 @@ TEST(DirectWritesTest, LocalOnlyRoundsAreQueuedBeforeThePuts) {
   }
 }
 
-// The executor names every round's copy list and the puts (ItemsName), so a
-// device keys its cached tables by a few bytes instead of every item: one
-// instance per bound plan, a name per round, a new instance when rebound.
-TEST(DirectWritesTest, NamesEachListOfABoundPlan) {
+// The executor prepares every round's copy list and the puts once per bound
+// plan (ItemsHandle), so a device keys its cached tables by the handle
+// instead of every item: a handle per list, the same ones on every replay of
+// a plan, new ones when it is bound again.
+TEST(DirectWritesTest, PreparesEachListOfABoundPlanOnce) {
   constexpr int64_t kRows = 96, kCols = 64;
   Cluster c(2);
   testing::LazyDataOps ops[2];
   ASSERT_TRUE(ConnectDirectSwap(c, kRows, kCols, {&ops[0], &ops[1]}).ok());
   const v1::Plan plan = SwapPlan(kRows, kCols, 3);
-  uint64_t first_instance = 0;
+  std::set<uint64_t> seen;
   for (int sync = 0; sync < 2; ++sync) {
-    ops[0].copy_names.clear();
-    ops[0].put_names.clear();
+    ops[0].copy_handles.clear();
+    ops[0].put_handles.clear();
     auto results = c.Run(plan, absl::Seconds(30));
     ASSERT_TRUE(results[0].ok()) << results[0].status();
     ASSERT_TRUE(results[1].ok()) << results[1].status();
-    ASSERT_EQ(ops[0].copy_names.size(), 3u);
-    ASSERT_EQ(ops[0].put_names.size(), 1u);
-    const uint64_t instance = ops[0].put_names[0].instance;
-    EXPECT_NE(instance, 0u);
-    EXPECT_EQ(ops[0].put_names[0].round, -1);
-    for (int r = 0; r < 3; ++r) {
-      EXPECT_EQ(ops[0].copy_names[r].instance, instance);
-      EXPECT_EQ(ops[0].copy_names[r].round, r);
+    ASSERT_EQ(ops[0].copy_handles.size(), 3u);
+    ASSERT_EQ(ops[0].put_handles.size(), 1u);
+    EXPECT_NE(ops[0].put_handles[0].id, 0u);
+    std::set<uint64_t> rounds;
+    for (const ItemsHandle& h : ops[0].copy_handles) {
+      EXPECT_NE(h.id, 0u);
+      rounds.insert(h.id);
+      // The cluster binds the plan again for every run: new handles.
+      EXPECT_TRUE(seen.insert(h.id).second) << "copy handle " << h.id << " reused";
     }
-    // The cluster binds the plan again for every run: a new instance.
+    EXPECT_EQ(rounds.size(), 3u) << "one handle per round";
+  }
+  CheckSwap(c, kRows, kCols);
+}
+
+// A plan bound once and replayed keeps its handles.
+TEST(DirectWritesTest, AReplayedPlanKeepsItsHandles) {
+  constexpr int64_t kRows = 96, kCols = 64;
+  Cluster c(2);
+  testing::LazyDataOps ops[2];
+  ASSERT_TRUE(ConnectDirectSwap(c, kRows, kCols, {&ops[0], &ops[1]}).ok());
+  DirectWrites direct;
+  direct.ready_token = 1000;
+  direct.peer_buffers[1] = &c.registry(1);
+  direct.expected_ready_tokens[1] = 1001;
+  DirectWrites direct1;
+  direct1.ready_token = 1001;
+  direct1.peer_buffers[0] = &c.registry(0);
+  direct1.expected_ready_tokens[0] = 1000;
+  v1::Plan plan = SwapPlan(kRows, kCols, 3);
+  plan::MarkPeerWrites({{0, 1}, {1, 0}}, &plan);
+  auto b0 = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost, &direct);
+  auto b1 = BindPlan(plan, 1, c.registry(1), MemorySpace::kHost, &direct1);
+  ASSERT_TRUE(b0.ok()) << b0.status();
+  ASSERT_TRUE(b1.ok()) << b1.status();
+  std::vector<uint64_t> first;
+  for (int sync = 0; sync < 2; ++sync) {
+    ops[0].copy_handles.clear();
+    ops[0].put_handles.clear();
+    absl::StatusOr<SyncStats> r1;
+    std::thread t1([&] {
+      r1 = c.executor(1).Run(**b1, c.registry(1).generation(), absl::Now() + absl::Seconds(30));
+    });
+    auto r0 = c.executor(0).Run(**b0, c.registry(0).generation(), absl::Now() + absl::Seconds(30));
+    t1.join();
+    ASSERT_TRUE(r0.ok()) << r0.status();
+    ASSERT_TRUE(r1.ok()) << r1.status();
+    std::vector<uint64_t> ids;
+    for (const ItemsHandle& h : ops[0].copy_handles) ids.push_back(h.id);
+    ids.push_back(ops[0].put_handles.at(0).id);
     if (sync == 0) {
-      first_instance = instance;
+      first = ids;
     } else {
-      EXPECT_NE(instance, first_instance);
+      EXPECT_EQ(ids, first);
     }
   }
   CheckSwap(c, kRows, kCols);
@@ -253,9 +294,9 @@ TEST(DirectWritesTest, NamesEachListOfABoundPlan) {
 TEST(DirectWritesTest, ASilentReceiverFailsTheReadyRoundAfterQueuedLocalWorkRan) {
   class CountingCopies : public testing::LazyDataOps {
    public:
-    absl::Status Copy(absl::Span<const CopyItem> items) override {
+    absl::Status Copy(absl::Span<const CopyItem> items, ItemsHandle handle = {}) override {
       ++copies;
-      return LazyDataOps::Copy(items);
+      return LazyDataOps::Copy(items, handle);
     }
     int copies = 0;
   };
@@ -326,17 +367,17 @@ class InFlightFlagTransport : public transport::Transport {
 class DrainWatch : public testing::LazyDataOps {
  public:
   explicit DrainWatch(const std::atomic<bool>* in_round) : in_round_(in_round) {}
-  absl::Status Copy(absl::Span<const CopyItem> items) override {
+  absl::Status Copy(absl::Span<const CopyItem> items, ItemsHandle handle = {}) override {
     if (++copies_ == fail_copy) return absl::InternalError("copy refused at issue");
-    return LazyDataOps::Copy(items);
+    return LazyDataOps::Copy(items, handle);
   }
   absl::Status Synchronize() override {
     if (in_round_->load()) ++drains_in_round;
     return LazyDataOps::Synchronize();
   }
-  absl::Status FinishPuts() override {
+  absl::Status Fence() override {
     if (in_round_->load()) ++drains_in_round;
-    return LazyDataOps::FinishPuts();
+    return LazyDataOps::Fence();
   }
   int fail_copy = -1;  // the Copy call (1-based) refused at issue
   int drains_in_round = 0;
@@ -385,13 +426,13 @@ TEST(DirectWritesTest, DataOpsNeverDrainWhileARoundIsInFlight) {
 TEST(DirectWritesTest, AFaultInQueuedLocalWorkNamesTheRoundItWasQueuedSince) {
   class FailingRoundZeroCopy : public testing::LazyDataOps {
    public:
-    absl::Status Copy(absl::Span<const CopyItem> items) override {
+    absl::Status Copy(absl::Span<const CopyItem> items, ItemsHandle handle = {}) override {
       // Call 1 is round 0's copies (puts do not go through Copy here):
       // give it an item that fails when the queue runs it.
-      if (++calls_ != 1 || items.empty()) return LazyDataOps::Copy(items);
+      if (++calls_ != 1 || items.empty()) return LazyDataOps::Copy(items, handle);
       std::vector<CopyItem> bad(items.begin(), items.end());
       bad[0].dst.shape[0] += 1;  // element counts differ
-      return LazyDataOps::Copy(bad);
+      return LazyDataOps::Copy(bad, handle);
     }
 
    private:
@@ -490,14 +531,14 @@ TEST(DirectWritesTest, ReceiverFailsWhenTheWriterNeverFinishes) {
 // binder refuses them on both sides, naming the bucket and piece.
 // A device's put can fail only once it runs (a copy engine or kernel error);
 // the data ops then name the item, and the interpreter names its tensor.
-class FailingPutOps : public HostDataOps {
+class FailingPutWriter : public HostPeerWriter {
  public:
-  explicit FailingPutOps(size_t bad_item) : bad_item_(bad_item) {}
-  absl::Status Put(absl::Span<const CopyItem> items, bool alone) override {
+  explicit FailingPutWriter(size_t bad_item) : bad_item_(bad_item) {}
+  absl::Status Put(absl::Span<const CopyItem> items, ItemsHandle handle, bool alone) override {
     if (bad_item_ < items.size()) {
       return ItemError(absl::InternalError("copy engine fault"), "put", bad_item_);
     }
-    return HostDataOps::Put(items, alone);
+    return HostPeerWriter::Put(items, handle, alone);
   }
 
  private:
@@ -514,8 +555,8 @@ TEST(DirectWritesTest, AFailedPutNamesItsTensor) {
   pb.AddBucket(0, 1, 0,
                {Piece(View("a", 0, {64}, v1::FP32), View("a", 0, {64}, v1::FP32), v1::FP32),
                 Piece(View("b", 0, {64}, v1::FP32), View("b", 0, {64}, v1::FP32), v1::FP32)});
-  FailingPutOps ops(/*bad_item=*/1);
-  c.UseOps(0, &ops);
+  FailingPutWriter writer(/*bad_item=*/1);
+  c.UseWriter(0, &writer);
   c.WriteDirectly(0, 1);
   ASSERT_TRUE(c.Connect().ok());
   auto results = c.Run(pb.Build(), absl::Seconds(3));

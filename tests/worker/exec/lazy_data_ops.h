@@ -1,8 +1,10 @@
-// Test double with the most asynchrony DataOps allows: every call is queued
-// and runs only when the interpreter forces it with Synchronize(). Work the
-// interpreter issues to overlap a transfer therefore runs as late as it
-// possibly could on a device, after that transfer, so an overlap that is not
-// safe shows up as wrong bytes on the host. The arithmetic is HostDataOps'.
+// Test double with the most asynchrony DataOps and PeerWriter allow: every
+// data-op call is queued and runs only when the interpreter forces it with
+// Synchronize(), every put only at Fence(). Work the interpreter issues to
+// overlap a transfer therefore runs as late as it possibly could on a
+// device, after that transfer, so an overlap that is not safe shows up as
+// wrong bytes on the host. The arithmetic is HostDataOps'. One object is both
+// a channel's data ops and its peer writer (tests/worker/exec/cluster.h).
 #ifndef WSYNC_TESTS_WORKER_EXEC_LAZY_DATA_OPS_H_
 #define WSYNC_TESTS_WORKER_EXEC_LAZY_DATA_OPS_H_
 
@@ -12,10 +14,11 @@
 #include <vector>
 
 #include "worker/backends/host/host_data_ops.h"
+#include "worker/backends/host/host_peer_writer.h"
 
 namespace wsync::exec::testing {
 
-class LazyDataOps : public DataOps {
+class LazyDataOps : public DataOps, public PeerWriter {
  public:
   std::string Name() const override { return "lazy-host"; }
   MemorySpace memory_space() const override { return MemorySpace::kHost; }
@@ -33,7 +36,8 @@ class LazyDataOps : public DataOps {
     return Enqueue(
         [this, v = std::move(v), staging_base] { return host_.Unpack(staging_base, v); });
   }
-  absl::Status Copy(absl::Span<const CopyItem> items) override {
+  absl::Status Copy(absl::Span<const CopyItem> items, ItemsHandle handle = {}) override {
+    copy_handles.push_back(handle);
     std::vector<CopyItem> v(items.begin(), items.end());
     return Enqueue([this, v = std::move(v)] { return host_.Copy(v); });
   }
@@ -50,25 +54,24 @@ class LazyDataOps : public DataOps {
     return Drain(queue_);
   }
   // Puts queue apart, as on a device's put streams: Synchronize() leaves
-  // them, FinishPuts() runs only them.
-  absl::Status Put(absl::Span<const CopyItem> items, bool alone) override {
+  // them, Fence() runs only them.
+  absl::Status Put(absl::Span<const CopyItem> items, ItemsHandle handle, bool alone) override {
     (void)alone;
+    put_handles.push_back(handle);
     std::vector<CopyItem> v(items.begin(), items.end());
     puts_.push_back([this, v = std::move(v)] { return host_.Copy(v); });
     return absl::OkStatus();
   }
-  absl::Status FinishPuts() override { return Drain(puts_); }
-  absl::Status CopyNamed(absl::Span<const CopyItem> items, const ItemsName& name) override {
-    copy_names.push_back(name);
-    return Copy(items);
+  absl::Status Fence() override { return Drain(puts_); }
+  absl::StatusOr<uint8_t*> TokenSlots(size_t count) override { return tokens_.TokenSlots(count); }
+  absl::Status WriteToken(uint8_t* slot, uint64_t value) override {
+    return tokens_.WriteToken(slot, value);
   }
-  absl::Status PutNamed(absl::Span<const CopyItem> items, bool alone,
-                        const ItemsName& name) override {
-    put_names.push_back(name);
-    return Put(items, alone);
+  absl::StatusOr<uint64_t> ReadToken(const uint8_t* slot) override {
+    return tokens_.ReadToken(slot);
   }
-  // The names of the named calls, in call order.
-  std::vector<ItemsName> copy_names, put_names;
+  // The handles of the Copy and Put calls, in call order.
+  std::vector<ItemsHandle> copy_handles, put_handles;
 
   // Synchronize() calls that found work queued: how often the interpreter
   // made the "device" drain.
@@ -90,6 +93,7 @@ class LazyDataOps : public DataOps {
     return absl::OkStatus();
   }
   HostDataOps host_;
+  HostPeerWriter tokens_;
   Queue queue_;
   Queue puts_;
   int drains_ = 0;

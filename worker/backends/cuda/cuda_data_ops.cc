@@ -94,6 +94,7 @@ bool CommonShape(const StridedView& a, const StridedView& b, int64_t* shape, int
 
 absl::StatusOr<std::unique_ptr<CudaDataOps>> CudaDataOps::Create(const Options& options) {
   std::unique_ptr<CudaDataOps> ops(new CudaDataOps());
+  ops->options_ = options;
   ops->device_ = options.device;
   ops->table_cache_bytes_ = options.table_cache_bytes;
   auto stream = Stream::Create(options.device);
@@ -106,14 +107,12 @@ absl::StatusOr<std::unique_ptr<CudaDataOps>> CudaDataOps::Create(const Options& 
   ops->kernels_->set_retired(&ops->retired_);
   ops->pool_ = std::make_shared<StagingPool>(options.device);
   ops->copy_engine_ = CopyEngineBatch(options.copy_engine);
-  RETURN_IF_ERROR(ops->InitPuts(options));
   return ops;
 }
 
 CudaDataOps::~CudaDataOps() {
   // Resident tables and scratch may still be read by queued kernels.
   if (stream_.get() != nullptr) cudaStreamSynchronize(stream_.get());
-  if (put_stream_.get() != nullptr) SynchronizePuts().IgnoreError();
 }
 
 std::string CudaDataOps::Name() const { return absl::StrCat("cuda:", device_); }
@@ -274,18 +273,14 @@ absl::Status CudaDataOps::Unpack(const void* staging_base,
   return Run(std::move(key));
 }
 
-absl::Status CudaDataOps::Copy(absl::Span<const exec::CopyItem> items) {
-  return CopyKeyed(items, CopyItemsKey('C', items));
-}
-
-absl::Status CudaDataOps::CopyNamed(absl::Span<const exec::CopyItem> items,
-                                    const exec::ItemsName& name) {
-  std::string named = NamedItemsKey('c', name, items);
+absl::Status CudaDataOps::Copy(absl::Span<const exec::CopyItem> items, exec::ItemsHandle handle) {
+  if (handle.id == 0) return CopyKeyed(items, CopyItemsKey('C', items));
+  std::string named = NamedItemsKey('c', handle, items);
   if (auto it = named_.find(named); it != named_.end()) {
     return CopyKeyed(items, std::string(), it->second);
   }
   std::string key = CopyItemsKey('C', items);
-  const std::string lookup = key;  // once per name
+  const std::string lookup = key;  // once per handle
   RETURN_IF_ERROR(CopyKeyed(items, std::move(key)));
   if (auto it = cache_.find(lookup); it != cache_.end()) named_[std::move(named)] = &it->second;
   return absl::OkStatus();

@@ -7,9 +7,9 @@
 // a freed buffer is reused by the next allocation it fits, never returned to
 // the driver mid-run. Not thread-safe: one instance per executor.
 //
-// Puts (direct writes into a peer's IPC-mapped memory, cuda_data_ops_put.cc)
-// run on a second stream, the put stream, so they overlap the ops' stream;
-// the big ones go to the copy engines.
+// Direct writes are not data ops: CudaPeerWriter (cuda_peer_writer.h) puts
+// beside these ops on streams of its own, retiring what it outgrows into
+// their RetiredMemory (freed by Synchronize()).
 #ifndef WSYNC_WORKER_BACKENDS_CUDA_CUDA_DATA_OPS_H_
 #define WSYNC_WORKER_BACKENDS_CUDA_CUDA_DATA_OPS_H_
 
@@ -34,6 +34,7 @@
 namespace wsync::cuda {
 
 class StagingPool;
+class CudaPeerWriter;
 
 class CudaDataOps : public exec::DataOps {
  public:
@@ -50,8 +51,9 @@ class CudaDataOps : public exec::DataOps {
     // Which pack / unpack / copy requests go to the copy engines
     // (copy_engine_batch.h); the default min_bytes 0 keeps all on the kernel.
     CopyEngineOptions copy_engine;
-    // Puts of at least this many bytes that convert nothing and have at most
-    // 2 dims, each with a contiguous innermost dim, go to the copy engines (one
+    // The put_* fields configure the CudaPeerWriter of these ops (CudaBackend
+    // makes one per channel). Puts of at least this many bytes that convert nothing and have at
+    // most 2 dims, each with a contiguous innermost dim, go to the copy engines (one
     // cudaMemcpy2DAsync / cudaMemcpyAsync each; on H200 a big strided peer
     // write by the copy engines beat SM stores, 390 vs 351 GB/s). Smaller
     // ones stay in one piece-kernel launch: thousands of memcpy calls would
@@ -83,22 +85,14 @@ class CudaDataOps : public exec::DataOps {
   absl::StatusOr<exec::StagingBuffer> AllocateStaging(int64_t bytes) override;
   absl::Status Pack(absl::Span<const exec::PackItem> items, void* staging_base) override;
   absl::Status Unpack(const void* staging_base, absl::Span<const exec::UnpackItem> items) override;
-  absl::Status Copy(absl::Span<const exec::CopyItem> items) override;
-  absl::Status CopyNamed(absl::Span<const exec::CopyItem> items,
-                         const exec::ItemsName& name) override;
+  // A prepared list (handle.id != 0) finds its resident table by the handle
+  // after the first call, without reading the items again.
+  absl::Status Copy(absl::Span<const exec::CopyItem> items, exec::ItemsHandle handle = {}) override;
   absl::Status Reduce(absl::Span<const exec::ReduceInput> inputs,
                       absl::Span<const exec::ReduceItem> items, const void* staging_base) override;
-  // Does not wait for puts (FinishPuts does).
+  // Does not wait for puts (CudaPeerWriter::Fence does); frees what these
+  // ops and their writer retired.
   absl::Status Synchronize() override;
-  // On the put stream, in call order; FinishPuts waits for it. Callers make
-  // the peer's memory reachable (peer access: cudaIpcOpenMemHandle with
-  // cudaIpcMemLazyEnablePeerAccess, as IpcRegistry does) before putting.
-  absl::Status Put(absl::Span<const exec::CopyItem> items, bool alone) override;
-  absl::Status PutNamed(absl::Span<const exec::CopyItem> items, bool alone,
-                        const exec::ItemsName& name) override;
-  absl::Status FinishPuts() override;
-  absl::Status WriteStaging(void* staging, const void* host, size_t bytes) override;
-  absl::Status ReadStaging(void* host, const void* staging, size_t bytes) override;
   // Block fp8 (worker/backends/cuda/block_fp8_kernel.h): inputs gathered into fp32
   // scratch by one piece-kernel launch, then one quantization launch.
   absl::Status Quantize(absl::Span<const exec::QuantizeInput> inputs,
@@ -106,21 +100,17 @@ class CudaDataOps : public exec::DataOps {
                         const void* staging_base) override;
 
   int device() const { return device_; }
+  const Options& options() const { return options_; }
   cudaStream_t stream() const { return stream_.get(); }
-  cudaStream_t put_stream() const { return put_stream_.get(); }
   // Buffers retired since the last Synchronize() (retired_memory.h).
   size_t retired_buffers() const { return retired_.buffers(); }
-  // Kernel launches and resident-table hits so far (benchmarks report them),
-  // puts included.
-  int64_t launches() const { return kernels_->launches() + put_launches(); }
+  // Kernel launches and resident-table hits so far (benchmarks report them;
+  // the writer's puts count apart).
+  int64_t launches() const { return kernels_->launches(); }
   int64_t table_cache_hits() const { return cache_hits_; }
-  // Copies and bytes sent to the copy engines so far, puts included.
+  // Copies and bytes sent to the copy engines so far.
   int64_t copy_engine_copies() const { return copy_engine_copies_; }
   int64_t copy_engine_bytes() const { return copy_engine_bytes_; }
-  // The puts' share of the above.
-  int64_t put_launches() const { return put_kernels_->launches() + put_kernels_alone_->launches(); }
-  int64_t put_copy_engine_copies() const { return put_copy_engine_copies_; }
-  int64_t put_copy_engine_bytes() const { return put_copy_engine_bytes_; }
 
  private:
   struct CachedTable {
@@ -130,48 +120,13 @@ class CudaDataOps : public exec::DataOps {
     CopyEngineBatch copy_engine;
   };
 
-  // One put on the copy engines: a cudaMemcpy2DAsync of `height` rows of
-  // `width` bytes (height 1: a cudaMemcpyAsync). `item` names it in errors.
-  struct PutCopy {
-    void* dst = nullptr;
-    size_t dst_pitch = 0;
-    const void* src = nullptr;
-    size_t src_pitch = 0;
-    size_t width = 0;
-    size_t height = 0;
-    size_t item = 0;
-  };
-  // A Put call kept for replay: its copy-engine copies, then its resident
-  // table (empty when every put went to the copy engines).
-  struct CachedPut {
-    std::vector<PutCopy> copies;
-    int64_t copy_bytes = 0;
-    DeviceBuffer table;
-    TableLayout layout;
-  };
+  friend class CudaPeerWriter;
 
   CudaDataOps() = default;
-  // The put stream, kernels and options (called by Create).
-  absl::Status InitPuts(const Options& options);
-  // Adds put src -> dst (validated, equal element counts) to `put_copies_`
-  // when it qualifies for the copy engines, else to `table_`.
-  absl::Status AddPutRequest(const exec::StridedView& src, const exec::StridedView& dst,
-                             size_t index);
-  // Enqueues `copies` (`bytes` in all) on the put stream.
-  // `one_stream`: every copy on the put stream, in order after what it holds
-  // (copies that read put scratch filled by a kernel there).
-  absl::Status IssuePutCopies(const std::vector<PutCopy>& copies, int64_t bytes,
-                              bool one_stream = false);
-  // Runs `put_copies_` and `table_` on the put stream and keeps them resident
-  // under `key` (unless empty).
-  // Empty key: not cached, and the copies read put scratch (one stream).
-  absl::Status RunPut(std::string key);
-  // Copy and Put under the items' cache key, or replaying `known` (an entry
-  // a named list resolved to).
+  // Copy under the items' cache key, or replaying `known` (an entry a
+  // prepared list resolved to).
   absl::Status CopyKeyed(absl::Span<const exec::CopyItem> items, std::string key,
                          CachedTable* known = nullptr);
-  absl::Status PutKeyed(absl::Span<const exec::CopyItem> items, bool alone, std::string key,
-                        CachedPut* known = nullptr);
   // Runs `copy_engine_` and `table_` (built by the caller) and keeps them
   // resident under `key` (unless empty).
   absl::Status Run(std::string key);
@@ -190,7 +145,7 @@ class CudaDataOps : public exec::DataOps {
   absl::Status AddCopyItem(const exec::StridedView& src, const exec::StridedView& dst,
                            const char* what, size_t index, bool copy_engine_ok = false);
   absl::StatusOr<char*> Scratch(int64_t bytes);
-  // Every non-empty item of a copy or put call: items that `via_scratch`
+  // Every non-empty item of a copy call: items that `via_scratch`
   // names (ascending; shapes with no common refinement) first go src -> a
   // contiguous copy in the source dtype, carved by `carve`, through
   // `pre_table_`; then `add` takes (that copy or src, dst, item index).
@@ -206,6 +161,7 @@ class CudaDataOps : public exec::DataOps {
   absl::Status PackQuantized(absl::Span<const exec::PackItem> items, void* staging_base);
   absl::Status LaunchQuant(const std::vector<QuantRegionDesc>& regions, int64_t blocks);
 
+  Options options_;
   int device_ = 0;
   int64_t table_cache_bytes_ = 0;
   Stream stream_;
@@ -223,40 +179,16 @@ class CudaDataOps : public exec::DataOps {
   PieceTable pre_table_;
   DeviceBuffer scratch_;
   int64_t scratch_used_ = 0;
-  // Keyed by the items; entries never move (named_ points at them). A named
-  // list (exec::ItemsName) resolves to its items' entry once, then by name:
-  // a plan bound again over the same buffers finds its tables by their items.
+  // Keyed by the items; entries never move (named_ points at them). A
+  // prepared list (exec::ItemsHandle) resolves to its items' entry once, then
+  // by handle: a plan bound again over the same buffers finds its tables by
+  // their items.
   // Cleared together.
   absl::node_hash_map<std::string, CachedTable> cache_;
   absl::flat_hash_map<std::string, CachedTable*> named_;
   int64_t cache_device_bytes_ = 0;
   int64_t cache_hits_ = 0;
   DeviceBuffer quant_regions_;
-
-  // Puts (cuda_data_ops_put.cc). Their own kernels, table ring, scratch and
-  // cache, so the two streams never wait on each other's work (beyond the
-  // device-wide waits of cudaMalloc / cudaFree when a cache is cleared or
-  // scratch grows). The host-side builders table_ / pre_table_ are shared.
-  Stream put_stream_;  // put kernels and the first share of copies
-  // The direct-write tokens' few bytes: not ordered behind queued copies.
-  Stream staging_io_stream_;
-  std::vector<Stream> put_copy_streams_;  // the other shares of copy-engine puts
-  // Waits for every put stream.
-  absl::Status SynchronizePuts();
-  std::unique_ptr<BatchedKernels> put_kernels_;        // beside the main stream's kernels
-  std::unique_ptr<BatchedKernels> put_kernels_alone_;  // Put(..., alone): the whole device
-  BatchedKernels* put_launcher_ = nullptr;             // the one of the current Put
-  int64_t put_min_bytes_ = 0;
-  int64_t put_min_row_bytes_ = 0;
-  int64_t max_pitch_ = 0;  // cudaDevAttrMaxPitch: larger pitches stay on the kernel
-  std::vector<PutCopy> put_copies_;
-  int64_t put_copies_bytes_ = 0;
-  DeviceBuffer put_scratch_;
-  absl::node_hash_map<std::string, CachedPut> put_cache_;  // as cache_
-  absl::flat_hash_map<std::string, CachedPut*> put_named_;
-  int64_t put_cache_bytes_ = 0;
-  int64_t put_copy_engine_copies_ = 0;
-  int64_t put_copy_engine_bytes_ = 0;
 };
 
 // Splits the dims of two views of equal element count (each enumerated

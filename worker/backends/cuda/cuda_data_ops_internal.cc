@@ -66,12 +66,11 @@ std::string CopyItemsKey(char kind, absl::Span<const exec::CopyItem> items) {
   return key;
 }
 
-std::string NamedItemsKey(char kind, const exec::ItemsName& name,
+std::string NamedItemsKey(char kind, exec::ItemsHandle handle,
                           absl::Span<const exec::CopyItem> items) {
   std::string key(1, kind);
-  AppendRaw(key, name.instance);
-  AppendRaw(key, name.round);
-  // Not needed while the name's promise holds; cheap insurance if it breaks.
+  AppendRaw(key, handle.id);
+  // Not needed while the handle's promise holds; cheap insurance if it breaks.
   AppendRaw(key, items.data());
   AppendRaw(key, items.size());
   return key;

@@ -32,9 +32,10 @@ void AppendRaw(std::string& key, const T& v) {
 void AppendView(std::string& key, const exec::StridedView& v);
 // The cache key of a Copy ('C') or Put ('W') call with `items`.
 std::string CopyItemsKey(char kind, absl::Span<const exec::CopyItem> items);
-// The cache key of a named list (exec::ItemsName): a few bytes, whatever the
-// list's length. `kind` must differ from CopyItemsKey's for the same call.
-std::string NamedItemsKey(char kind, const exec::ItemsName& name,
+// The cache key of a prepared list (exec::ItemsHandle): a few bytes,
+// whatever the list's length. `kind` must differ from CopyItemsKey's for the
+// same call.
+std::string NamedItemsKey(char kind, exec::ItemsHandle handle,
                           absl::Span<const exec::CopyItem> items);
 // `s` with "<what> item <index>: " in front of its message.
 absl::Status Annotate(const absl::Status& s, const char* what, size_t index);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/logging.h"
 #include "worker/backends/cuda/cuda_status.h"
 #include "worker/backends/cuda/driver_api.h"
 
@@ -15,7 +16,7 @@ namespace {
 // Destructors cannot return a Status; a failed release is logged, never thrown.
 void LogIfError(cudaError_t err, const char* what) {
   if (err != cudaSuccess && err != cudaErrorCudartUnloading) {
-    std::fprintf(stderr, "wsync cuda: %s failed: %s\n", what, cudaGetErrorString(err));
+    spdlog::error("wsync cuda: {} failed: {}", what, cudaGetErrorString(err));
   }
 }
 

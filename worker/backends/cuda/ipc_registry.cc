@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/logging.h"
 #include "worker/backends/cuda/cuda_handles.h"
 #include "worker/backends/cuda/cuda_status.h"
 #include "worker/backends/cuda/driver_api.h"
@@ -142,7 +143,7 @@ IpcRegistry::~IpcRegistry() {
   for (auto& [key, m] : mappings_) {
     const cudaError_t err = cudaIpcCloseMemHandle(m.base);
     if (err != cudaSuccess && err != cudaErrorCudartUnloading) {
-      std::fprintf(stderr, "wsync ipc: cudaIpcCloseMemHandle: %s\n", cudaGetErrorString(err));
+      spdlog::error("wsync ipc: cudaIpcCloseMemHandle: {}", cudaGetErrorString(err));
     }
   }
 }
@@ -214,11 +215,11 @@ absl::StatusOr<void*> IpcRegistry::Open(const IpcTensorHandle& h, const std::str
     it = mappings_.emplace(h.base_handle, Mapping{base, h.base_bytes}).first;
     if (peer && SlowForPeerWrites(h.base_bytes)) {
       ++slow_peer_mappings_;
-      std::fprintf(stderr,
-                   "wsync ipc: tensor %s lives in an allocation of %llu bytes, not a multiple "
-                   "of 64 KiB; direct writes into it run about 25%% slower (allocate weights "
-                   "in multiples of 2 MiB, as PyTorch's caching allocator does)\n",
-                   name.c_str(), static_cast<unsigned long long>(h.base_bytes));
+      spdlog::warn(
+          "wsync ipc: tensor {} lives in an allocation of {} bytes, not a multiple of 64 KiB; "
+          "direct writes into it run about 25% slower (allocate weights in multiples of 2 MiB, "
+          "as PyTorch's caching allocator does)",
+          name, h.base_bytes);
     }
   } else if (it->second.bytes != h.base_bytes) {
     return absl::InvalidArgumentError(
@@ -236,7 +237,7 @@ void IpcRegistry::Release(const IpcTensorHandle& h) {
   DeviceGuard guard(device_);
   const cudaError_t err = cudaIpcCloseMemHandle(it->second.base);
   if (err != cudaSuccess && err != cudaErrorCudartUnloading) {
-    std::fprintf(stderr, "wsync ipc: cudaIpcCloseMemHandle: %s\n", cudaGetErrorString(err));
+    spdlog::error("wsync ipc: cudaIpcCloseMemHandle: {}", cudaGetErrorString(err));
   }
   mappings_.erase(it);
 }

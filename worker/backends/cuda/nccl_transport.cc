@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "worker/backends/cuda/cuda_status.h"
 #include "worker/backends/cuda/device_timeline.h"
 
@@ -196,7 +197,7 @@ NcclTransport::~NcclTransport() {
   if (comm_.get() == nullptr) return;
   cuda::DeviceGuard guard(device_);
   absl::Status s = comm_.Finalize(absl::Now() + absl::Seconds(10));
-  if (!s.ok()) std::fprintf(stderr, "wsync nccl: %s\n", std::string(s.message()).c_str());
+  if (!s.ok()) spdlog::error("wsync nccl: {}", std::string(s.message()));
 }
 
 void NcclTransport::AbortLocked(const std::string& why) {

@@ -221,7 +221,22 @@ absl::Status HostDataOps::Unpack(const void* staging_base, absl::Span<const Unpa
   return absl::OkStatus();
 }
 
-absl::Status HostDataOps::Copy(absl::Span<const CopyItem> items) {
+absl::Status HostDataOps::CheckCopyItem(const CopyItem& item) {
+  RETURN_IF_ERROR(CheckView(item.src, "copy source"));
+  RETURN_IF_ERROR(CheckView(item.dst, "copy destination"));
+  if (item.src.num_elements() != item.dst.num_elements()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "element count mismatch: ", item.src.num_elements(), " vs ", item.dst.num_elements()));
+  }
+  if (!CanConvert(item.src.dtype, item.dst.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("no conversion from ", DTypeName(item.src.dtype),
+                                                   " to ", DTypeName(item.dst.dtype)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostDataOps::Copy(absl::Span<const CopyItem> items, ItemsHandle handle) {
+  (void)handle;
   for (size_t i = 0; i < items.size(); ++i) {
     absl::Status s = CheckView(items[i].src, "copy source");
     if (s.ok()) s = CheckView(items[i].dst, "copy destination");
@@ -235,9 +250,7 @@ absl::Status HostDataOps::Reduce(absl::Span<const ReduceInput> inputs,
                                  absl::Span<const ReduceItem> items, const void* staging_base) {
   for (size_t i = 0; i < items.size(); ++i) {
     const ReduceItem& it = items[i];
-    auto fail = [&](const absl::Status& s) {
-      return ItemError(s, "reduce", i);
-    };
+    auto fail = [&](const absl::Status& s) { return ItemError(s, "reduce", i); };
     RETURN_IF_ERROR(fail(CheckView(it.dst, "reduce destination")));
     if (it.num_inputs < 1 || it.input_begin < 0 ||
         static_cast<size_t>(it.input_begin) + it.num_inputs > inputs.size()) {
@@ -315,30 +328,26 @@ absl::Status HostDataOps::PackQuantized(const PackItem& it, void* staging_base) 
   g.block_cols = it.quant_block_cols;
   const int64_t n = it.src.num_elements();
   if (it.wire_dtype != v1::FP8_E4M3 || g.num_elements() != n || g.block_cols <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "quantized pack of ", n, " elements as [", g.outer, ", ", g.rows, ", ", g.cols,
-        "] to ", DTypeName(it.wire_dtype), ": needs FP8_E4M3 and a matching grid"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("quantized pack of ", n, " elements as [", g.outer, ", ", g.rows, ", ", g.cols,
+                     "] to ", DTypeName(it.wire_dtype), ": needs FP8_E4M3 and a matching grid"));
   }
   quant_in_.resize(n);
   RETURN_IF_ERROR(Transfer(it.src, ContiguousView(quant_in_.data(), v1::FP32, n)));
   // Scales may sit unaligned in staging: quantize into scratch, then copy.
   quant_scales_.resize(g.num_blocks());
-  RETURN_IF_ERROR(QuantizeBlocksFp8E4M3(quant_in_.data(), g,
-                                        Bytes(staging_base) + it.staging_offset,
-                                        quant_scales_.data()));
+  RETURN_IF_ERROR(QuantizeBlocksFp8E4M3(
+      quant_in_.data(), g, Bytes(staging_base) + it.staging_offset, quant_scales_.data()));
   std::memcpy(Bytes(staging_base) + it.scale_offset, quant_scales_.data(),
               quant_scales_.size() * sizeof(float));
   return absl::OkStatus();
 }
 
 absl::Status HostDataOps::Quantize(absl::Span<const QuantizeInput> inputs,
-                                   absl::Span<const QuantizeItem> items,
-                                   const void* staging_base) {
+                                   absl::Span<const QuantizeItem> items, const void* staging_base) {
   for (size_t i = 0; i < items.size(); ++i) {
     const QuantizeItem& q = items[i];
-    auto fail = [&](const absl::Status& s) {
-      return ItemError(s, "quantize", i);
-    };
+    auto fail = [&](const absl::Status& s) { return ItemError(s, "quantize", i); };
     const int nd = q.dst.ndim;
     if (q.dst.dtype != v1::FP8_E4M3 || nd < 2 || q.scale_dst.dtype != v1::FP32 ||
         q.input_begin < 0 || q.num_inputs < 0 ||
@@ -354,9 +363,9 @@ absl::Status HostDataOps::Quantize(absl::Span<const QuantizeInput> inputs,
     g.block_cols = q.block_cols;
     const int64_t n = g.num_elements();
     if (q.scale_dst.num_elements() != g.num_blocks()) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(
-          "scale destination holds ", q.scale_dst.num_elements(), " values for ", g.num_blocks(),
-          " blocks")));
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("scale destination holds ", q.scale_dst.num_elements(), " values for ",
+                       g.num_blocks(), " blocks")));
     }
     quant_in_.assign(n, 0.0f);
     int64_t filled = 0;
@@ -400,8 +409,8 @@ absl::Status HostDataOps::Quantize(absl::Span<const QuantizeInput> inputs,
     }
     quant_out_.resize(n);
     quant_scales_.resize(g.num_blocks());
-    RETURN_IF_ERROR(QuantizeBlocksFp8E4M3(quant_in_.data(), g, quant_out_.data(),
-                                          quant_scales_.data()));
+    RETURN_IF_ERROR(
+        QuantizeBlocksFp8E4M3(quant_in_.data(), g, quant_out_.data(), quant_scales_.data()));
     absl::Status s = Transfer(ContiguousView(quant_out_.data(), v1::FP8_E4M3, n), q.dst);
     if (s.ok()) {
       s = Transfer(ContiguousView(quant_scales_.data(), v1::FP32, g.num_blocks()), q.scale_dst);

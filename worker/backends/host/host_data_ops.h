@@ -19,12 +19,16 @@ class HostDataOps : public DataOps {
   absl::StatusOr<StagingBuffer> AllocateStaging(int64_t bytes) override;
   absl::Status Pack(absl::Span<const PackItem> items, void* staging_base) override;
   absl::Status Unpack(const void* staging_base, absl::Span<const UnpackItem> items) override;
-  absl::Status Copy(absl::Span<const CopyItem> items) override;
+  absl::Status Copy(absl::Span<const CopyItem> items, ItemsHandle handle = {}) override;
   absl::Status Reduce(absl::Span<const ReduceInput> inputs, absl::Span<const ReduceItem> items,
                       const void* staging_base) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
   absl::Status Quantize(absl::Span<const QuantizeInput> inputs,
                         absl::Span<const QuantizeItem> items, const void* staging_base) override;
+
+  // What Copy checks of one item before moving its bytes: both views, equal
+  // element counts, a conversion common/cast.h has.
+  static absl::Status CheckCopyItem(const CopyItem& item);
 
  private:
   // src -> dst element-wise in row-major order, converting dtypes.

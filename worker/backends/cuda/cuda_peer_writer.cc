@@ -1,13 +1,7 @@
-// CudaDataOps puts: direct writes from this worker's tensors into a peer's
-// memory mapped by CUDA IPC (possibly on another GPU, reached by peer access).
-//
-// Puts run on their own stream so they overlap the ops' stream (local copies,
-// packs, NCCL): sources are trainer tensors that nothing in a sync writes,
-// and callers put only after a host-synchronous handshake, so the put stream
-// never waits for the ops' stream. Big plain copies go to the copy engines,
-// the rest (casts, small pieces, > 2 dims) into one piece-kernel launch. A
-// call's copy list and kernel table are kept under its items, like Copy's,
-// so a replayed sync uploads nothing.
+// CudaPeerWriter: the put path (direct writes into a peer's IPC-mapped
+// memory) and the tokens. See cuda_peer_writer.h.
+#include "worker/backends/cuda/cuda_peer_writer.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <utility>
@@ -15,7 +9,6 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/backends/cuda/cuda_data_ops.h"
 #include "worker/backends/cuda/cuda_data_ops_internal.h"
 #include "worker/backends/cuda/cuda_status.h"
 #include "worker/backends/cuda/device_timeline.h"
@@ -24,13 +17,64 @@ namespace wsync::cuda {
 
 using data_ops_internal::Annotate;
 using data_ops_internal::CheckCopyItems;
-using data_ops_internal::CheckView;
 using data_ops_internal::CopyItemsKey;
 using data_ops_internal::NamedItemsKey;
 using data_ops_internal::RowMajor;
 using exec::StridedView;
 
-absl::Status CudaDataOps::InitPuts(const Options& options) {
+absl::StatusOr<std::unique_ptr<CudaPeerWriter>> CudaPeerWriter::Create(CudaDataOps* ops) {
+  std::unique_ptr<CudaPeerWriter> w(new CudaPeerWriter(ops));
+  w->table_cache_bytes_ = ops->options_.table_cache_bytes;
+  w->retired_ = &ops->retired_;
+  RETURN_IF_ERROR(w->Init(ops->options_));
+  return w;
+}
+
+CudaPeerWriter::~CudaPeerWriter() {
+  // Resident tables and scratch may still be read by queued puts.
+  if (put_stream_.get() != nullptr) SynchronizePuts().IgnoreError();
+}
+
+std::string CudaPeerWriter::Name() const { return absl::StrCat("cuda-ipc:", device_); }
+
+absl::Status CudaPeerWriter::AddItems(absl::Span<const exec::CopyItem> items,
+                                      const std::vector<size_t>& via_scratch) {
+  int64_t scratch_used = 0;
+  size_t next_scratch = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const exec::CopyItem& it = items[i];
+    if (it.src.num_elements() == 0) continue;
+    if (next_scratch == via_scratch.size() || via_scratch[next_scratch] != i) {
+      RETURN_IF_ERROR(exec::TagItem(AddPutRequest(it.src, it.dst, i), i));
+      continue;
+    }
+    ++next_scratch;
+    char* tmp = static_cast<char*>(put_scratch_.data()) + scratch_used;
+    scratch_used += (it.src.num_elements() * DTypeSize(it.src.dtype) + 255) / 256 * 256;
+    StridedView mid_src = it.src;  // contiguous, src shape
+    mid_src.data = tmp;
+    RowMajor(mid_src.shape.data(), mid_src.ndim, mid_src.strides.data());
+    int64_t shape[kMaxRequestDims], ss[kMaxRequestDims], ds[kMaxRequestDims];
+    int n = 0;
+    if (!CommonShape(it.src, mid_src, shape, ss, ds, &n)) {
+      return Annotate(absl::InternalError("shapes have no common refinement"), "put", i);
+    }
+    char label[32];
+    snprintf(label, sizeof(label), "put item %zu", i);
+    RETURN_IF_ERROR(
+        exec::TagItem(pre_table_.AddCopy(ViewRef{it.src.data, it.src.dtype, ss},
+                                         ViewRef{mid_src.data, mid_src.dtype, ds}, shape, n, label),
+                      i));
+    StridedView mid_dst = it.dst;  // contiguous, dst shape, src dtype
+    mid_dst.data = tmp;
+    mid_dst.dtype = it.src.dtype;
+    RowMajor(mid_dst.shape.data(), mid_dst.ndim, mid_dst.strides.data());
+    RETURN_IF_ERROR(exec::TagItem(AddPutRequest(mid_dst, it.dst, i), i));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaPeerWriter::Init(const CudaDataOps::Options& options) {
   if (options.put_copy_engine_min_bytes < 0 || options.put_copy_engine_min_row_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "negative put copy-engine threshold: min bytes ", options.put_copy_engine_min_bytes,
@@ -48,8 +92,8 @@ absl::Status CudaDataOps::InitPuts(const Options& options) {
   }
   ASSIGN_OR_RETURN(put_kernels_, BatchedKernels::Create(options.device, options.put_blocks_per_sm));
   ASSIGN_OR_RETURN(put_kernels_alone_, BatchedKernels::Create(options.device, 8));
-  put_kernels_->set_retired(&retired_);
-  put_kernels_alone_->set_retired(&retired_);
+  put_kernels_->set_retired(retired_);
+  put_kernels_alone_->set_retired(retired_);
   put_launcher_ = put_kernels_.get();
   put_min_bytes_ = options.put_copy_engine_min_bytes;
   put_min_row_bytes_ = options.put_copy_engine_min_row_bytes;
@@ -61,8 +105,8 @@ absl::Status CudaDataOps::InitPuts(const Options& options) {
   return absl::OkStatus();
 }
 
-absl::Status CudaDataOps::AddPutRequest(const StridedView& src, const StridedView& dst,
-                                        size_t index) {
+absl::Status CudaPeerWriter::AddPutRequest(const StridedView& src, const StridedView& dst,
+                                           size_t index) {
   int64_t shape[kMaxRequestDims], ss[kMaxRequestDims], ds[kMaxRequestDims];
   int n = 0;
   if (!CommonShape(src, dst, shape, ss, ds, &n)) {
@@ -106,8 +150,8 @@ absl::Status CudaDataOps::AddPutRequest(const StridedView& src, const StridedVie
                        index);
 }
 
-absl::Status CudaDataOps::IssuePutCopies(const std::vector<PutCopy>& copies, int64_t bytes,
-                                         bool one_stream) {
+absl::Status CudaPeerWriter::IssuePutCopies(const std::vector<PutCopy>& copies, int64_t bytes,
+                                            bool one_stream) {
   // Each copy goes to the stream with the fewest bytes queued so far.
   std::vector<cudaStream_t> streams = {put_stream_.get()};
   if (!one_stream) {
@@ -133,12 +177,10 @@ absl::Status CudaDataOps::IssuePutCopies(const std::vector<PutCopy>& copies, int
   }
   copy_engine_copies_ += static_cast<int64_t>(copies.size());
   copy_engine_bytes_ += bytes;
-  put_copy_engine_copies_ += static_cast<int64_t>(copies.size());
-  put_copy_engine_bytes_ += bytes;
   return absl::OkStatus();
 }
 
-absl::Status CudaDataOps::RunPut(std::string key) {
+absl::Status CudaPeerWriter::RunPut(std::string key) {
   // Uncached calls read put scratch that the pre-copy kernel on the put
   // stream fills: their copies must follow it on that stream.
   RETURN_IF_ERROR(IssuePutCopies(put_copies_, put_copies_bytes_, /*one_stream=*/key.empty()));
@@ -153,7 +195,7 @@ absl::Status CudaDataOps::RunPut(std::string key) {
   if (put_cache_bytes_ + static_cast<int64_t>(layout.total) + list_bytes > table_cache_bytes_) {
     // Put kernels may still read the tables: wait for them before freeing.
     RETURN_IF_ERROR(put_stream_.Synchronize());  // tables are read by the kernel stream only
-    for (auto& [k, e] : put_cache_) retired_.Retire(std::move(e.table));
+    for (auto& [k, e] : put_cache_) retired_->Retire(std::move(e.table));
     put_cache_.clear();
     put_named_.clear();
     put_cache_bytes_ = 0;
@@ -161,7 +203,7 @@ absl::Status CudaDataOps::RunPut(std::string key) {
   CachedPut entry;
   if (!table_.empty()) {
     if (absl::Status s = put_launcher_->Launch(table_, put_stream_.get(), &entry.table); !s.ok()) {
-      retired_.Retire(std::move(entry.table));  // may be allocated already: not freed here
+      retired_->Retire(std::move(entry.table));  // may be allocated already: not freed here
       return s;
     }
     entry.layout = layout;
@@ -174,18 +216,15 @@ absl::Status CudaDataOps::RunPut(std::string key) {
   return absl::OkStatus();
 }
 
-absl::Status CudaDataOps::Put(absl::Span<const exec::CopyItem> items, bool alone) {
-  return PutKeyed(items, alone, CopyItemsKey('W', items));
-}
-
-absl::Status CudaDataOps::PutNamed(absl::Span<const exec::CopyItem> items, bool alone,
-                                   const exec::ItemsName& name) {
-  std::string named = NamedItemsKey('w', name, items);
+absl::Status CudaPeerWriter::Put(absl::Span<const exec::CopyItem> items, exec::ItemsHandle handle,
+                                 bool alone) {
+  if (handle.id == 0) return PutKeyed(items, alone, CopyItemsKey('W', items));
+  std::string named = NamedItemsKey('w', handle, items);
   if (auto it = put_named_.find(named); it != put_named_.end()) {
     return PutKeyed(items, alone, std::string(), it->second);
   }
   std::string key = CopyItemsKey('W', items);
-  const std::string lookup = key;  // once per name
+  const std::string lookup = key;  // once per handle
   RETURN_IF_ERROR(PutKeyed(items, alone, std::move(key)));
   if (auto it = put_cache_.find(lookup); it != put_cache_.end()) {
     put_named_[std::move(named)] = &it->second;
@@ -193,8 +232,8 @@ absl::Status CudaDataOps::PutNamed(absl::Span<const exec::CopyItem> items, bool 
   return absl::OkStatus();
 }
 
-absl::Status CudaDataOps::PutKeyed(absl::Span<const exec::CopyItem> items, bool alone,
-                                   std::string key, CachedPut* known) {
+absl::Status CudaPeerWriter::PutKeyed(absl::Span<const exec::CopyItem> items, bool alone,
+                                      std::string key, CachedPut* known) {
   if (items.empty()) return absl::OkStatus();
   TimelineMark("put_issue", put_stream_.get());
   const auto marks = absl::MakeCleanup([this] {  // every put stream's end
@@ -225,20 +264,10 @@ absl::Status CudaDataOps::PutKeyed(absl::Span<const exec::CopyItem> items, bool 
   RETURN_IF_ERROR(CheckCopyItems(items, "put", /*check_cast=*/true, &via_scratch, &scratch_bytes));
   if (scratch_bytes > static_cast<int64_t>(put_scratch_.size())) {
     RETURN_IF_ERROR(SynchronizePuts());  // earlier puts may still read it
-    retired_.Retire(std::move(put_scratch_));
+    retired_->Retire(std::move(put_scratch_));
     ASSIGN_OR_RETURN(put_scratch_, DeviceBuffer::Allocate(device_, scratch_bytes));
   }
-  int64_t scratch_used = 0;
-  RETURN_IF_ERROR(AddItemsViaScratch(
-      items, via_scratch, "put",
-      [&](int64_t bytes) -> absl::StatusOr<char*> {
-        char* tmp = static_cast<char*>(put_scratch_.data()) + scratch_used;
-        scratch_used += (bytes + 255) / 256 * 256;
-        return tmp;
-      },
-      [this](const StridedView& src, const StridedView& dst, size_t i) {
-        return AddPutRequest(src, dst, i);
-      }));
+  RETURN_IF_ERROR(AddItems(items, via_scratch));
   if (!pre_table_.empty()) {
     RETURN_IF_ERROR(put_launcher_->Launch(pre_table_, put_stream_.get()));
     return RunPut(std::string());  // refers to put scratch: not cached
@@ -246,23 +275,34 @@ absl::Status CudaDataOps::PutKeyed(absl::Span<const exec::CopyItem> items, bool 
   return RunPut(std::move(key));
 }
 
-absl::Status CudaDataOps::WriteStaging(void* staging, const void* host, size_t bytes) {
+absl::StatusOr<uint8_t*> CudaPeerWriter::TokenSlots(size_t count) {
+  const int64_t need = static_cast<int64_t>(count * kTokenBytes);
+  if (tokens_.bytes() < need) {
+    tokens_.Reset();
+    ASSIGN_OR_RETURN(tokens_, ops_->AllocateStaging(need));
+  }
+  return static_cast<uint8_t*>(tokens_.data());
+}
+
+absl::Status CudaPeerWriter::WriteToken(uint8_t* slot, uint64_t value) {
   DeviceGuard guard(device_);
   WSYNC_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(staging, host, bytes, cudaMemcpyHostToDevice, staging_io_stream_.get()),
-      absl::StrCat("writing ", bytes, " staging bytes on device ", device_));
+      cudaMemcpyAsync(slot, &value, kTokenBytes, cudaMemcpyHostToDevice, staging_io_stream_.get()),
+      absl::StrCat("writing a token on device ", device_));
   return staging_io_stream_.Synchronize();
 }
 
-absl::Status CudaDataOps::ReadStaging(void* host, const void* staging, size_t bytes) {
+absl::StatusOr<uint64_t> CudaPeerWriter::ReadToken(const uint8_t* slot) {
   DeviceGuard guard(device_);
+  uint64_t value = 0;
   WSYNC_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(host, staging, bytes, cudaMemcpyDeviceToHost, staging_io_stream_.get()),
-      absl::StrCat("reading ", bytes, " staging bytes on device ", device_));
-  return staging_io_stream_.Synchronize();
+      cudaMemcpyAsync(&value, slot, kTokenBytes, cudaMemcpyDeviceToHost, staging_io_stream_.get()),
+      absl::StrCat("reading a token on device ", device_));
+  RETURN_IF_ERROR(staging_io_stream_.Synchronize());
+  return value;
 }
 
-absl::Status CudaDataOps::SynchronizePuts() {
+absl::Status CudaPeerWriter::SynchronizePuts() {
   absl::Status first = CudaStatus(cudaStreamSynchronize(put_stream_.get()), "put stream");
   for (const Stream& st : put_copy_streams_) {
     absl::Status s = CudaStatus(cudaStreamSynchronize(st.get()), "put copy stream");
@@ -271,7 +311,7 @@ absl::Status CudaDataOps::SynchronizePuts() {
   return first;
 }
 
-absl::Status CudaDataOps::FinishPuts() {
+absl::Status CudaPeerWriter::Fence() {
   absl::Status s = SynchronizePuts();
   if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat("puts from device ", device_,

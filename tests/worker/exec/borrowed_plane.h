@@ -1,0 +1,69 @@
+// Channel parts a test owns and inspects, lent to a DataPlane channel (which
+// owns its parts): every call goes to the test's object.
+#ifndef WSYNC_TESTS_WORKER_EXEC_BORROWED_PLANE_H_
+#define WSYNC_TESTS_WORKER_EXEC_BORROWED_PLANE_H_
+
+#include <string>
+
+#include "worker/plane/data_ops.h"
+#include "worker/plane/peer_writer.h"
+
+namespace wsync::exec::testing {
+
+class BorrowedDataOps : public DataOps {
+ public:
+  explicit BorrowedDataOps(DataOps* ops) : ops_(ops) {}
+  std::string Name() const override { return ops_->Name(); }
+  MemorySpace memory_space() const override { return ops_->memory_space(); }
+  absl::StatusOr<StagingBuffer> AllocateStaging(int64_t bytes) override {
+    return ops_->AllocateStaging(bytes);
+  }
+  absl::Status Pack(absl::Span<const PackItem> items, void* staging_base) override {
+    return ops_->Pack(items, staging_base);
+  }
+  absl::Status Unpack(const void* staging_base, absl::Span<const UnpackItem> items) override {
+    return ops_->Unpack(staging_base, items);
+  }
+  ItemsHandle Prepare(absl::Span<const CopyItem> items) override { return ops_->Prepare(items); }
+  absl::Status Copy(absl::Span<const CopyItem> items, ItemsHandle handle = {}) override {
+    return ops_->Copy(items, handle);
+  }
+  absl::Status Reduce(absl::Span<const ReduceInput> inputs, absl::Span<const ReduceItem> items,
+                      const void* staging_base) override {
+    return ops_->Reduce(inputs, items, staging_base);
+  }
+  absl::Status Synchronize() override { return ops_->Synchronize(); }
+  absl::Status Quantize(absl::Span<const QuantizeInput> inputs,
+                        absl::Span<const QuantizeItem> items, const void* staging_base) override {
+    return ops_->Quantize(inputs, items, staging_base);
+  }
+
+ private:
+  DataOps* const ops_;
+};
+
+class BorrowedPeerWriter : public PeerWriter {
+ public:
+  explicit BorrowedPeerWriter(PeerWriter* writer) : writer_(writer) {}
+  std::string Name() const override { return writer_->Name(); }
+  MemorySpace memory_space() const override { return writer_->memory_space(); }
+  ItemsHandle Prepare(absl::Span<const CopyItem> items) override { return writer_->Prepare(items); }
+  absl::Status Put(absl::Span<const CopyItem> items, ItemsHandle handle, bool alone) override {
+    return writer_->Put(items, handle, alone);
+  }
+  absl::Status Fence() override { return writer_->Fence(); }
+  absl::StatusOr<uint8_t*> TokenSlots(size_t count) override { return writer_->TokenSlots(count); }
+  absl::Status WriteToken(uint8_t* slot, uint64_t value) override {
+    return writer_->WriteToken(slot, value);
+  }
+  absl::StatusOr<uint64_t> ReadToken(const uint8_t* slot) override {
+    return writer_->ReadToken(slot);
+  }
+
+ private:
+  PeerWriter* const writer_;
+};
+
+}  // namespace wsync::exec::testing
+
+#endif  // WSYNC_TESTS_WORKER_EXEC_BORROWED_PLANE_H_

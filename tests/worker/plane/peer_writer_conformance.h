@@ -1,0 +1,226 @@
+// Conformance suite every PeerWriter must pass (the contract in
+// worker/plane/peer_writer.h). A backend's test binary includes this header
+// in exactly one .cc, implements PeerWriterTestFactory and instantiates the
+// suite:
+//
+//   using wsync::plane::conformance::PeerWriterConformanceTest;
+//   INSTANTIATE_TEST_SUITE_P(Host, PeerWriterConformanceTest,
+//                            ::testing::Values(std::make_shared<HostFactory>()),
+//                            PeerWriterConformanceTest::ParamName);
+//
+// Covered: puts cast bit for bit as common/cast.h (strided on both sides)
+// and are visible after Fence; a bad item fails the call, names the item and
+// writes nothing; prepared lists replay on the current bytes, alone or not;
+// empty calls; tokens round-trip through slots the transport can move.
+#ifndef WSYNC_TESTS_WORKER_PLANE_PEER_WRITER_CONFORMANCE_H_
+#define WSYNC_TESTS_WORKER_PLANE_PEER_WRITER_CONFORMANCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/worker/plane/plane_test_memory.h"
+#include "worker/plane/data_ops.h"
+#include "worker/plane/peer_writer.h"
+
+namespace wsync::plane::conformance {
+
+struct WriterUnderTest {
+  std::unique_ptr<exec::DataOps> ops;  // outlives the writer
+  std::unique_ptr<exec::PeerWriter> writer;
+};
+
+class PeerWriterTestFactory : public TestMemory {
+ public:
+  virtual std::string Name() const = 0;
+  // A writer and the data ops it puts beside.
+  virtual absl::StatusOr<WriterUnderTest> Create() = 0;
+  // A peer's buffer of `bytes`, mapped into this process the way the backend
+  // maps peers (Read / Write reach it too).
+  virtual std::shared_ptr<uint8_t> AllocatePeer(size_t bytes) = 0;
+};
+
+class PeerWriterConformanceTest
+    : public ::testing::TestWithParam<std::shared_ptr<PeerWriterTestFactory>> {
+ public:
+  static std::string ParamName(
+      const ::testing::TestParamInfo<std::shared_ptr<PeerWriterTestFactory>>& info) {
+    return info.param->Name();
+  }
+
+ protected:
+  void SetUp() override {
+    if (const std::string why = factory().Unavailable(); !why.empty()) GTEST_SKIP() << why;
+    auto w = factory().Create();
+    ASSERT_TRUE(w.ok()) << w.status();
+    w_ = std::move(*w);
+  }
+  void TearDown() override {
+    w_.writer.reset();
+    w_.ops.reset();
+  }
+  PeerWriterTestFactory& factory() { return *GetParam(); }
+  exec::PeerWriter& writer() { return *w_.writer; }
+  exec::DataOps& ops() { return *w_.ops; }
+
+  std::shared_ptr<uint8_t> Upload(const std::vector<uint8_t>& host, bool peer = false) {
+    auto p = peer ? factory().AllocatePeer(host.size()) : factory().Allocate(host.size());
+    factory().Write(p.get(), host.data(), host.size());
+    return p;
+  }
+  std::vector<uint8_t> Download(const void* p, size_t bytes) {
+    std::vector<uint8_t> host(bytes);
+    factory().Read(host.data(), p, bytes);
+    return host;
+  }
+  // Checks that (rows, cols) of `to` at `dst` (transposed) equal `src_host`
+  // (from, padded rows) cast by common/cast.h.
+  void ExpectCast(const std::vector<uint8_t>& src_host, DType from, int64_t pitch, const void* dst,
+                  DType to, int64_t rows, int64_t cols) {
+    const int64_t fs = DTypeSize(from), ts = DTypeSize(to);
+    const std::vector<uint8_t> got = Download(dst, rows * cols * ts);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        uint8_t want[8] = {};
+        ASSERT_TRUE(ConvertElements(At(src_host, fs, r, c, pitch, 1), from, want, to, 1).ok());
+        ASSERT_EQ(std::memcmp(At(got, ts, r, c, 1, rows), want, ts), 0)
+            << DTypeName(from) << " -> " << DTypeName(to) << " element (" << r << ", " << c << ")";
+      }
+    }
+  }
+
+  WriterUnderTest w_;
+};
+
+// One call with several items and casts, strided sources into transposed
+// peer destinations; Fence makes every byte visible.
+TEST_P(PeerWriterConformanceTest, PutsCastBitForBitAndFenceMakesThemVisible) {
+  constexpr int64_t kRows = 6, kCols = 9, kPitch = 11;
+  const std::vector<std::pair<DType, DType>> casts = {
+      {v1::FP32, v1::FP32}, {v1::FP32, v1::BF16}, {v1::BF16, v1::BF16}, {v1::BF16, v1::FP32}};
+  std::vector<std::vector<uint8_t>> src_host;
+  std::vector<std::shared_ptr<uint8_t>> src, dst;
+  std::vector<exec::CopyItem> items;
+  for (size_t k = 0; k < casts.size(); ++k) {
+    const auto [from, to] = casts[k];
+    src_host.push_back(CastFrom(TestFloats(kRows * kPitch, 60 + k), from));
+    src.push_back(Upload(src_host.back()));
+    dst.push_back(Upload(std::vector<uint8_t>(kRows * kCols * DTypeSize(to), 0xEE), true));
+    items.push_back({View2D(src.back().get(), from, kRows, kCols, kPitch, 1),
+                     View2D(dst.back().get(), to, kRows, kCols, 1, kRows)});
+  }
+  ASSERT_TRUE(writer().Put(items, {}, /*alone=*/false).ok());
+  ASSERT_TRUE(writer().Fence().ok());
+  for (size_t k = 0; k < casts.size(); ++k) {
+    ExpectCast(src_host[k], casts[k].first, kPitch, dst[k].get(), casts[k].second, kRows, kCols);
+  }
+}
+
+// Every item is checked before any is issued: a bad one fails the call,
+// named as "put item <i>" (and by ErrorItemIndex), and nothing is written.
+TEST_P(PeerWriterConformanceTest, ABadItemFailsTheCallNamingItAndWritesNothing) {
+  constexpr int64_t kN = 256;
+  const std::vector<uint8_t> sentinel(kN * 4, 0xEE);
+  auto src = Upload(CastFrom(TestFloats(kN, 9), v1::FP32));
+  auto dst = Upload(sentinel, true);
+  const exec::CopyItem good{View2D(src.get(), v1::FP32, 1, kN, kN, 1),
+                            View2D(dst.get(), v1::FP32, 1, kN, kN, 1)};
+  exec::CopyItem mismatched = good;
+  mismatched.dst.shape[1] = kN / 2;
+  exec::CopyItem null_dst = good;
+  null_dst.dst.data = nullptr;
+  for (bool alone : {false, true}) {
+    absl::Status s = writer().Put({good, mismatched}, {}, alone);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(exec::ErrorItemIndex(s), 1) << s;
+    EXPECT_NE(s.message().find("put item 1"), std::string::npos) << s;
+    s = writer().Put({good, good, null_dst}, {}, alone);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(exec::ErrorItemIndex(s), 2) << s;
+  }
+  EXPECT_TRUE(writer().Fence().ok());
+  EXPECT_EQ(Download(dst.get(), sentinel.size()), sentinel);
+}
+
+// A prepared list gets a handle of its own; puts given it (alone or beside
+// other work) write the source bytes as they are at that call.
+TEST_P(PeerWriterConformanceTest, PreparedPutsReplayOnTheCurrentBytes) {
+  constexpr int64_t kRows = 8, kCols = 33, kPitch = 40;
+  auto src = Upload(CastFrom(TestFloats(kRows * kPitch, 1), v1::FP32));
+  auto dst = Upload(std::vector<uint8_t>(kRows * kCols * 2, 0xEE), true);
+  const std::vector<exec::CopyItem> items = {{View2D(src.get(), v1::FP32, kRows, kCols, kPitch, 1),
+                                              View2D(dst.get(), v1::BF16, kRows, kCols, 1, kRows)}};
+  const exec::ItemsHandle h = writer().Prepare(items);
+  const exec::ItemsHandle h2 = writer().Prepare(items);
+  EXPECT_NE(h.id, 0u);
+  EXPECT_NE(h.id, h2.id);
+  uint32_t seed = 100;
+  for (bool alone : {false, true, false}) {
+    const std::vector<uint8_t> fresh = CastFrom(TestFloats(kRows * kPitch, ++seed), v1::FP32);
+    factory().Write(src.get(), fresh.data(), fresh.size());
+    ASSERT_TRUE(writer().Put(items, h, alone).ok());
+    ASSERT_TRUE(writer().Fence().ok());
+    SCOPED_TRACE(absl::StrCat("seed ", seed, alone ? ", alone" : ""));
+    ExpectCast(fresh, v1::FP32, kPitch, dst.get(), v1::BF16, kRows, kCols);
+  }
+}
+
+TEST_P(PeerWriterConformanceTest, EmptyPutsAndAFenceWithNothingIssuedAreOk) {
+  EXPECT_TRUE(writer().Fence().ok());
+  EXPECT_TRUE(writer().Put({}, {}, false).ok());
+  EXPECT_TRUE(writer().Put({}, writer().Prepare({}), true).ok());
+  EXPECT_TRUE(writer().Fence().ok());
+}
+
+// Puts run beside the data ops' calls: a copy queued on the ops and a put
+// issued after it both land, whichever finishes first.
+TEST_P(PeerWriterConformanceTest, PutsRunBesideTheDataOps) {
+  constexpr int64_t kN = 1 << 15;
+  const std::vector<uint8_t> a_host = CastFrom(TestFloats(kN, 77), v1::FP32);
+  const std::vector<uint8_t> zeros(kN * 4, 0);
+  auto a = Upload(a_host);
+  auto b = Upload(zeros);
+  auto peer = Upload(zeros, true);
+  const exec::CopyItem local{View2D(a.get(), v1::FP32, 1, kN, kN, 1),
+                             View2D(b.get(), v1::FP32, 1, kN, kN, 1)};
+  const exec::CopyItem put{View2D(a.get(), v1::FP32, 1, kN, kN, 1),
+                           View2D(peer.get(), v1::FP32, 1, kN, kN, 1)};
+  ASSERT_TRUE(ops().Copy({local}).ok());
+  ASSERT_TRUE(writer().Put({put}, {}, /*alone=*/false).ok());
+  ASSERT_TRUE(writer().Fence().ok());
+  ASSERT_TRUE(ops().Synchronize().ok());
+  EXPECT_EQ(Download(peer.get(), zeros.size()), a_host);
+  EXPECT_EQ(Download(b.get(), zeros.size()), a_host);
+}
+
+// Token slots hold what was written, as the 8 little-endian bytes the
+// transport moves; asking for more slots keeps working.
+TEST_P(PeerWriterConformanceTest, TokensRoundTripThroughTheirSlots) {
+  const std::vector<uint64_t> values = {0, ~uint64_t{0}, 0x0123456789abcdefull, 42, 7};
+  for (size_t count : {size_t{3}, size_t{5}, size_t{1}}) {
+    auto slots = writer().TokenSlots(count);
+    ASSERT_TRUE(slots.ok()) << slots.status();
+    ASSERT_NE(*slots, nullptr);
+    for (size_t k = 0; k < count; ++k) {
+      ASSERT_TRUE(writer().WriteToken(*slots + k * exec::PeerWriter::kTokenBytes, values[k]).ok());
+    }
+    for (size_t k = 0; k < count; ++k) {
+      const uint8_t* slot = *slots + k * exec::PeerWriter::kTokenBytes;
+      auto got = writer().ReadToken(slot);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(*got, values[k]) << "slot " << k << " of " << count;
+      uint64_t raw = 0;
+      factory().Read(&raw, slot, sizeof(raw));
+      EXPECT_EQ(raw, values[k]) << "slot " << k << " of " << count;
+    }
+  }
+}
+
+}  // namespace wsync::plane::conformance
+
+#endif  // WSYNC_TESTS_WORKER_PLANE_PEER_WRITER_CONFORMANCE_H_

@@ -1,0 +1,121 @@
+#include "worker/backends/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "worker/backends/cuda/cuda_peer_writer.h"
+#include "worker/backends/cuda/nccl_transport.h"
+#include "worker/plane/memory_domain.h"
+
+namespace wsync::cuda {
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device,
+                                                                 CudaDataOps::Options ops_options) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device ", device,
+                     ": no usable GPU (cudaGetDeviceCount: ", cudaGetErrorString(err), ")"));
+  }
+  if (device < 0 || device >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device ", device, ": this process sees ", count, " GPU(s)"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<IpcRegistry> ipc, IpcRegistry::Create(device));
+  ops_options.device = device;
+  return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(ipc), ops_options));
+}
+
+std::string CudaBackend::Name() const { return absl::StrCat("cuda:", device()); }
+
+absl::StatusOr<plane::OpenedBuffer> CudaBackend::OpenBuffer(const plane::BufferLocation& where,
+                                                            int64_t bytes, bool peer,
+                                                            const std::string& what,
+                                                            plane::MappingCache* cache) {
+  (void)cache;  // the IpcRegistry maps each allocation once
+  if (where.shm != nullptr) {
+    return absl::FailedPreconditionError(
+        peer ? absl::StrCat(what, ": host memory, but this worker moves device memory")
+             : absl::StrCat(what, ": this worker runs the GPU data plane on device ", device(),
+                            " (", ipc_->uuid(), "); register device tensors (cuda_ipc), not shm"));
+  }
+  if (where.cuda_ipc == nullptr) {
+    return absl::InvalidArgumentError(
+        peer ? absl::StrCat(what,
+                            ": no location (the peer's worker predates direct writes or did not "
+                            "report it)")
+             : absl::StrCat(what, ": no location (cuda_ipc) given"));
+  }
+  const v1::CudaIpc& ipc = *where.cuda_ipc;
+  if (ipc.offset() < 0 || ipc.size() < 0 || ipc.base_size() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": CUDA IPC range offset ", ipc.offset(), ", size ", ipc.size(),
+                     " in an allocation of ", ipc.base_size(),
+                     " bytes (base_size must be the allocation's size)"));
+  }
+  if (bytes < 0 || bytes > ipc.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": CUDA IPC range of ", ipc.size(),
+                                                   " bytes cannot hold ", bytes, " bytes"));
+  }
+  IpcTensorHandle h;
+  h.gpu_uuid = ipc.gpu_uuid();
+  h.base_handle = ipc.handle();
+  h.base_bytes = static_cast<uint64_t>(ipc.base_size());
+  h.offset = static_cast<uint64_t>(ipc.offset());
+  h.bytes = static_cast<uint64_t>(ipc.size());
+  ASSIGN_OR_RETURN(void* data, ipc_->Open(h, what, peer));
+  // The registry outlives every buffer (the worker's tensors and peer maps
+  // die before its backend).
+  IpcRegistry* registry = ipc_.get();
+  plane::OpenedBuffer out;
+  out.data = data;
+  out.hold = std::shared_ptr<void>(data, [registry, h](void*) { registry->Release(h); });
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<exec::DataOps>> CudaBackend::NewDataOps() {
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaDataOps> ops, CudaDataOps::Create(ops_options_));
+  return std::unique_ptr<exec::DataOps>(std::move(ops));
+}
+
+absl::StatusOr<std::unique_ptr<transport::Transport>> CudaBackend::Connect(
+    const plane::ConnectOptions& options) {
+  if (options.store == nullptr) {
+    return absl::InvalidArgumentError("NCCL transport: no rendezvous store");
+  }
+  transport::NcclTransportOptions o;
+  o.device = device();
+  o.rank = options.rank;
+  o.size = options.size;
+  o.init_timeout = std::max(absl::Milliseconds(1), options.deadline - absl::Now());
+  o.cancel = options.cancel;
+  ASSIGN_OR_RETURN(std::unique_ptr<transport::NcclTransport> t,
+                   transport::NcclTransport::Create(*options.store, options.prefix, o));
+  return std::unique_ptr<transport::Transport>(std::move(t));
+}
+
+absl::StatusOr<std::unique_ptr<exec::PeerWriter>> CudaBackend::NewPeerWriter(exec::DataOps& ops) {
+  auto* cuda_ops = dynamic_cast<CudaDataOps*>(&ops);
+  if (cuda_ops == nullptr || cuda_ops->device() != device()) {
+    return absl::InvalidArgumentError(absl::StrCat("the CUDA peer writer of device ", device(),
+                                                   " needs that device's CudaDataOps, not ",
+                                                   ops.Name()));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaPeerWriter> writer, CudaPeerWriter::Create(cuda_ops));
+  return std::unique_ptr<exec::PeerWriter>(std::move(writer));
+}
+
+std::string CudaBackend::MemoryDomain() const { return plane::GpuMemoryDomain(); }
+
+absl::StatusOr<std::unique_ptr<plane::Backend>> CreateCudaBackend(
+    const plane::BackendConfig& config) {
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> b, CudaBackend::Create(config.device));
+  return std::unique_ptr<plane::Backend>(std::move(b));
+}
+
+}  // namespace wsync::cuda

@@ -14,6 +14,10 @@
 # them, every destination byte is verified).
 # Environment: WSYNC_GPU_SKIP_TESTS=1 / WSYNC_GPU_SKIP_SERVICE=1 / WSYNC_GPU_SKIP_BENCH=1 /
 # WSYNC_GPU_SKIP_PEERS=1,
+# WSYNC_GPU_SKIP_MICRO=1 (skips the p2p / IPC micro-benchmarks),
+# WSYNC_SYNC_BASELINE=<path> (a sync-bench binary built from an earlier commit: every
+# sync variant also runs through it, right after the current build's run, and its
+# RESULT lines carry "build":"baseline" — an A/B in one call),
 # WSYNC_BENCH_MODELS (default "llama3-8b qwen3-30b-a3b"), WSYNC_BENCH_ITERS (5),
 # WSYNC_SYNC_MODES (default: tp1,colocated, plus fanout_tp2,fanout_dp2,colocated4
 # on 4 or more GPUs), WSYNC_SYNC_FLAGS (extra sync-bench flags).
@@ -104,12 +108,14 @@ device)
     timeout 200 $bundle/bin/wsync_bench_nccl_ceiling --iters "${WSYNC_BENCH_ITERS:-10}" --gpus "$gpus" \
       >"$OUT/ceiling.log" 2>&1 || rc=1
     grep RESULT "$OUT/ceiling.log"
-    if [ -x $bundle/bin/wsync_bench_p2p_overlap ]; then
+    micro=1
+    [ "${WSYNC_GPU_SKIP_MICRO:-0}" = 1 ] && micro=0
+    if [ $micro = 1 ] && [ -x $bundle/bin/wsync_bench_p2p_overlap ]; then
       timeout 120 $bundle/bin/wsync_bench_p2p_overlap --iters "${WSYNC_BENCH_ITERS:-10}" \
         >"$OUT/p2p.log" 2>&1 || rc=1
       grep RESULT "$OUT/p2p.log"
     fi
-    if [ -x $bundle/bin/wsync_bench_ipc_put ] && [ "$ngpu" -ge 2 ]; then
+    if [ $micro = 1 ] && [ -x $bundle/bin/wsync_bench_ipc_put ] && [ "$ngpu" -ge 2 ]; then
       timeout 120 $bundle/bin/wsync_bench_ipc_put --iters "${WSYNC_BENCH_ITERS:-10}" \
         >"$OUT/ipc_put.log" 2>&1 || rc=1
       grep RESULT "$OUT/ipc_put.log"
@@ -127,7 +133,7 @@ for line in open(sys.argv[1]):
 print(f"--nvlink-gbps {r.get('nv', 368)} --bidir-gbps {r.get('bi', 354)} --copy-gbps {r.get('cp', 2071)}")
 PY
 )
-    if [ -x $bundle/bin/wsync_bench_ipc_open ]; then
+    if [ $micro = 1 ] && [ -x $bundle/bin/wsync_bench_ipc_open ]; then
       for m in ${WSYNC_BENCH_MODELS:-llama3-8b qwen3-30b-a3b}; do
         timeout 120 $bundle/bin/wsync_bench_ipc_open --model "$m" >>"$OUT/ipc.log" 2>&1 || { rc=1; echo "FAILED: ipc $m" >>"$OUT/ipc.log"; }
       done
@@ -141,6 +147,11 @@ PY
         for v in "${variants[@]}"; do
           timeout 400 $bundle/bin/wsync_bench_gpu_sync --model "$m" --mode "$modes" --iters "${WSYNC_BENCH_ITERS:-5}" $rates ${WSYNC_SYNC_FLAGS:-} $v \
             >>"$OUT/sync.log" 2>&1 || { rc=1; echo "FAILED: sync $m $v" >>"$OUT/sync.log"; }
+          if [ -n "${WSYNC_SYNC_BASELINE:-}" ]; then
+            timeout 400 "$WSYNC_SYNC_BASELINE" --model "$m" --mode "$modes" --iters "${WSYNC_BENCH_ITERS:-5}" $rates ${WSYNC_SYNC_FLAGS:-} $v 2>&1 |
+              sed 's/^RESULT {/RESULT {"build":"baseline",/' >>"$OUT/sync.log" ||
+              { rc=1; echo "FAILED: baseline sync $m $v" >>"$OUT/sync.log"; }
+          fi
         done
       done
       # Fewer, larger rounds for the many-expert model (staging cap 8 GiB).

@@ -39,9 +39,8 @@ absl::StatusOr<v1::Plan> BuildPlan(const v1::TransferSpec& spec,
                                    const BuildOptions& build = BuildOptions());
 
 // Same, into *out (cleared first). With *out on a google::protobuf::Arena
-// every bucket, piece and view of the plan is allocated there: the largest
-// plans hold millions of messages, and heap allocation and freeing them is a
-// third of the planning time.
+// every bucket, piece and view of the plan is allocated there (the way to
+// plan large transfers: docs/performance-notes.md).
 absl::Status BuildPlanInto(const v1::TransferSpec& spec, v1::Plan* out,
                            const BuildOptions& build = BuildOptions());
 

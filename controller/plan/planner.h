@@ -3,9 +3,9 @@
 // reduce ops. Pure function of its input (byte-identical output for identical
 // input, except summary.plan_seconds, the wall time).
 //
-// Stages (one file each): plan_validate.cc (spec checks), plan_mapping.cc
-// (destination regions -> source cells), plan_sources.cc (replica choice,
-// relays, partial reduces), plan_buckets.cc, plan_rounds.cc, plan_emit.cc.
+// Stages: plan_validate.cc (spec checks), plan_mapping.cc (regions -> cells;
+// block fp8 in plan_quant.cc), plan_sources.cc (replicas, relays, reduces),
+// plan_buckets.cc, plan_rounds.cc (+ plan_units.cc), plan_emit.cc (+ plan_summary.cc).
 #ifndef WSYNC_CONTROLLER_PLAN_PLANNER_H_
 #define WSYNC_CONTROLLER_PLAN_PLANNER_H_
 

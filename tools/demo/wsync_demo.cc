@@ -32,6 +32,7 @@
 #include "tools/demo/gpu_owner.h"
 #include "tools/demo/layout_data.h"
 #include "tools/demo/owner.h"
+#include "tools/demo/sync_steps.h"
 
 ABSL_FLAG(std::string, model, "tiny-llama", "Catalog model (see `wsyncctl catalog`).");
 ABSL_FLAG(std::string, source, "fsdp:4", "Trainer layout: fsdp:N, hsdp:RxN, megatron:tpA,ppB,dpC.");
@@ -62,73 +63,6 @@ std::string SelfDir() {
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   std::string path(buf, n > 0 ? n : 0);
   return path.substr(0, path.rfind('/'));
-}
-
-template <typename Fn>
-grpc::Status Call(Fn fn) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  return fn(&ctx);
-}
-
-// Polls WaitSync until sync `id` leaves RUNNING (or Ctrl-C); the last status
-// is in *st.
-grpc::Status WaitUntilDone(wsync::demo::Cluster& cluster, const std::string& id,
-                           wsync::v1::SyncStatus* st) {
-  grpc::Status gs;
-  do {
-    wsync::v1::WaitSyncRequest w;
-    w.set_sync_id(id);
-    w.set_timeout_ms(200);
-    gs = Call([&](grpc::ClientContext* c) { return cluster.trainer().WaitSync(c, w, st); });
-  } while (gs.ok() && st->phase() == wsync::v1::SYNC_RUNNING && !g_stop.load());
-  return gs;
-}
-
-// Freezes worker `victim`, starts the sync of version `v`, kills the worker
-// while its peers wait for it in the rendezvous or a round, and checks that
-// the sync fails (naming it) within its deadline; then restarts the worker
-// and has its owners register again.
-absl::Status KillMidSync(wsync::demo::Cluster& cluster, int v, int victim,
-                         const std::vector<int>& src_worker, const std::vector<int>& dst_worker,
-                         std::vector<std::unique_ptr<wsync::demo::Owner>>& src_owner,
-                         std::vector<std::unique_ptr<wsync::demo::Owner>>& dst_owner) {
-  using namespace wsync;
-  const std::string name = cluster.worker(victim).name;
-  if (kill(cluster.worker(victim).child.pid(), SIGSTOP) != 0) {
-    return absl::InternalError(absl::StrCat("SIGSTOP of ", name, " failed"));
-  }
-  v1::SyncRequest req;
-  req.set_transfer("demo");
-  req.set_version(v);
-  req.set_deadline_ms(15000);
-  v1::SyncResponse started;
-  grpc::Status gs =
-      Call([&](grpc::ClientContext* c) { return cluster.trainer().Sync(c, req, &started); });
-  if (!gs.ok()) return absl::InternalError(absl::StrCat("Sync: ", gs.error_message()));
-  absl::SleepFor(absl::Milliseconds(300));
-  const absl::Time killed = absl::Now();
-  cluster.KillWorker(victim);
-  v1::SyncStatus st;
-  gs = WaitUntilDone(cluster, started.sync_id(), &st);
-  if (!gs.ok() || st.phase() != v1::SYNC_FAILED) {
-    return absl::InternalError(absl::StrCat(
-        "the sync with ", name,
-        " killed did not fail: ", gs.ok() ? v1::SyncPhase_Name(st.phase()) : gs.error_message()));
-  }
-  std::printf("v%d %s: %s killed mid-sync: failed after %.2f s as it must (%s/%d: %s)\n", v,
-              started.sync_id().c_str(), name.c_str(), absl::ToDoubleSeconds(absl::Now() - killed),
-              st.failed_group().c_str(), st.failed_rank(), st.error().c_str());
-  RETURN_IF_ERROR(cluster.RestartWorker(victim));
-  for (size_t r = 0; r < src_worker.size(); ++r) {
-    if (src_worker[r] == victim) RETURN_IF_ERROR(src_owner[r]->Register());
-  }
-  for (size_t r = 0; r < dst_worker.size(); ++r) {
-    if (dst_worker[r] == victim) RETURN_IF_ERROR(dst_owner[r]->Register());
-  }
-  RETURN_IF_ERROR(cluster.WaitForWorkers(cluster.num_workers(), absl::Seconds(30)));
-  std::printf("v%d: %s restarted and registered again; syncing v%d again\n", v, name.c_str(), v);
-  return absl::OkStatus();
 }
 
 // A failed step; its message is printed as one plain "demo: <message>" line
@@ -327,7 +261,7 @@ absl::Status Demo::DefineTransfer() {
   def.set_destination_group("inference");
   *def.mutable_spec() = spec_;
   wsync::v1::DefineTransferResponse defined;
-  grpc::Status gs = Call(
+  grpc::Status gs = wsync::demo::CallWithDeadline(
       [&](grpc::ClientContext* c) { return cluster_->trainer().DefineTransfer(c, def, &defined); });
   if (!gs.ok()) return Err(absl::StrCat("DefineTransfer: ", gs.error_message()));
   const auto& sm = defined.summary();
@@ -361,8 +295,8 @@ absl::Status Demo::PrepareVersion(int v) {
   }
   if (!filled.ok()) return Err(filled.ToString());
   if (v != absl::GetFlag(FLAGS_kill_in_version)) return absl::OkStatus();
-  absl::Status s = KillMidSync(*cluster_, v, dst_worker_[num_dst_ - 1], src_worker_, dst_worker_,
-                               src_owner_, dst_owner_);
+  absl::Status s = wsync::demo::KillMidSync(*cluster_, v, dst_worker_[num_dst_ - 1], src_worker_,
+                                            dst_worker_, src_owner_, dst_owner_, g_stop);
   for (int r = 0; r < num_dst_ && s.ok(); ++r) {
     wsync::demo::Poison(dst_buffers_[r], dst_owner_[r]->memory());
     s = dst_owner_[r]->Publish();
@@ -381,11 +315,11 @@ absl::Status Demo::SyncVersion(int v) {
   sreq.set_transfer("demo");
   sreq.set_version(v);
   wsync::v1::SyncResponse sresp;
-  grpc::Status gs =
-      Call([&](grpc::ClientContext* c) { return cluster_->trainer().Sync(c, sreq, &sresp); });
+  grpc::Status gs = wsync::demo::CallWithDeadline(
+      [&](grpc::ClientContext* c) { return cluster_->trainer().Sync(c, sreq, &sresp); });
   if (!gs.ok()) return Err(absl::StrFormat("Sync v%d: %s", v, gs.error_message()));
   wsync::v1::SyncStatus st;
-  gs = WaitUntilDone(*cluster_, sresp.sync_id(), &st);
+  gs = wsync::demo::WaitUntilDone(*cluster_, sresp.sync_id(), g_stop, &st);
   const double wall = absl::ToDoubleSeconds(absl::Now() - t0);
   if (!gs.ok() || st.phase() != wsync::v1::SYNC_SUCCEEDED) {
     return Err(absl::StrFormat("sync v%d did not succeed: %s", v,
@@ -442,14 +376,14 @@ absl::Status Demo::CheckVersionsMoveForward() {
   old.set_transfer("demo");
   old.set_version(versions);
   wsync::v1::SyncResponse ignored;
-  grpc::Status gs =
-      Call([&](grpc::ClientContext* c) { return cluster_->trainer().Sync(c, old, &ignored); });
+  grpc::Status gs = wsync::demo::CallWithDeadline(
+      [&](grpc::ClientContext* c) { return cluster_->trainer().Sync(c, old, &ignored); });
   const bool refused = gs.error_code() == grpc::StatusCode::FAILED_PRECONDITION;
   std::printf("re-sync of v%d refused: %s (%s)\n", versions, refused ? "yes" : "NO",
               gs.error_message().c_str());
   wsync::v1::GetStatusRequest sr;
   wsync::v1::GetStatusResponse status;
-  if (Call([&](grpc::ClientContext* c) {
+  if (wsync::demo::CallWithDeadline([&](grpc::ClientContext* c) {
         return cluster_->trainer().GetStatus(c, sr, &status);
       }).ok()) {
     std::printf(

@@ -432,29 +432,43 @@ class Chooser {
   // (bytes) forwards instead: a star behind the network hop rather than a
   // chain, whose every extra hop is another round behind the last data.
   Pick BestRelay(const CellView& v, int32_t wd, double target) {
-    Pick best, shallow;
+    // Scalars rather than Picks in this loop, the planner's hottest: it
+    // keeps them in registers.
+    const int64_t bytes = v.relay_bytes;
+    int32_t best_r = -1, shallow = -1;
+    double best_rc = INFINITY, best_rout = INFINITY;
+    double shallow_rc = INFINITY, shallow_rout = INFINITY;
+    LinkClass best_rl = LinkClass::kNic;
     for (size_t s = 0; s < served_.size(); ++s) {
       if (served_[s].gen >= kMaxRelayGen) continue;
-      const Pick p = Offer(static_cast<int32_t>(s), served_[s].worker, wd, v.relay_bytes);
-      if (Better(p.cost, p.out, best.cost, best.out) ||
-          (!Better(best.cost, best.out, p.cost, p.out) && served_[s].gen < served_[best.id].gen)) {
-        best = p;
+      const int32_t hw = served_[s].worker;
+      const LinkClass l = w_->Link(hw, wd);
+      const double t = Seconds(l, bytes);
+      const double out = L(hw, OutDir(l)) + t + Reserved(hw, OutDir(l));
+      const double cost = std::max(out, L(wd, InDir(l)) + t);
+      if (Better(cost, out, best_rc, best_rout) ||
+          (!Better(best_rc, best_rout, cost, out) && served_[s].gen < served_[best_r].gen)) {
+        best_rc = cost;
+        best_rout = out;
+        best_r = static_cast<int32_t>(s);
+        best_rl = l;
       }
-      if (p.link != LinkClass::kNvlink || p.cost > target * (1 + 1e-9)) continue;
+      if (l != LinkClass::kNvlink || cost > target * (1 + 1e-9)) continue;
       // Bytes the holder sends over either link, this relay included.
-      const double out_bytes = SentBytes(served_[s].worker) + static_cast<double>(v.relay_bytes);
+      const double out_bytes = SentBytes(hw) + static_cast<double>(bytes);
       if (out_bytes > static_cast<double>(max_in_bytes_)) continue;
-      if (shallow.id < 0 || served_[s].gen < served_[shallow.id].gen ||
-          (served_[s].gen == served_[shallow.id].gen &&
-           Better(p.cost, p.out, shallow.cost, shallow.out))) {
-        shallow = p;
+      if (shallow < 0 || served_[s].gen < served_[shallow].gen ||
+          (served_[s].gen == served_[shallow].gen && Better(cost, out, shallow_rc, shallow_rout))) {
+        shallow = static_cast<int32_t>(s);
+        shallow_rc = cost;
+        shallow_rout = out;
       }
     }
-    if (shallow.id >= 0 && served_[best.id].gen >= kShallowFromGen &&
-        served_[shallow.id].gen < served_[best.id].gen) {
-      return shallow;
+    if (shallow >= 0 && served_[best_r].gen >= kShallowFromGen &&
+        served_[shallow].gen < served_[best_r].gen) {
+      return {shallow, shallow_rc, shallow_rout, LinkClass::kNvlink};
     }
-    return best;
+    return {best_r, best_rc, best_rout, best_rl};
   }
 
   // Whether `relay` serves instead of the direct holder (or, `partial`, the

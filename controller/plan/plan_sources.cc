@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "controller/plan/plan_source_loads.h"
 #include "controller/plan/planner_internal.h"
 
 namespace wsync::plan::planner_detail {
@@ -24,19 +25,10 @@ constexpr int kMaxRelayGen = 8;
 // within budget forwards instead.
 constexpr int kShallowFromGen = 1;
 
-int OutDir(LinkClass c) {
-  return c == LinkClass::kLocal ? kLocalCopy : c == LinkClass::kNvlink ? kNvlOut : kNicOut;
-}
-int InDir(LinkClass c) {
-  return c == LinkClass::kLocal ? kLocalCopy : c == LinkClass::kNvlink ? kNvlIn : kNicIn;
-}
-
-class Chooser {
+class Chooser : private SourceLoads {
  public:
   explicit Chooser(Work* w)
-      : w_(w),
-        load_(w->worker_ids.size() * kNumLinkDirs, 0.0),
-        reserve_(w->worker_ids.size() * kNumLinkDirs, 0.0),
+      : SourceLoads(w),
         batch_of_(w->worker_ids.size(), -1),
         batch_bytes_(w->worker_ids.size(), 0) {}
 
@@ -66,29 +58,6 @@ class Chooser {
     uint8_t gen;
   };
 
-  double& L(int32_t worker, int dir) {
-    return load_[static_cast<size_t>(worker) * kNumLinkDirs + dir];
-  }
-
-  static bool Better(double cost, double out, double best, double best_out) {
-    if (std::isinf(best)) return !std::isinf(cost);
-    const double eps = 1e-12 * std::max(1.0, best);
-    if (cost < best - eps) return true;
-    if (cost > best + eps) return false;
-    return out < best_out - 1e-12 * std::max(1.0, best_out);
-  }
-
-  double Seconds(LinkClass c, int64_t bytes) const { return LinkSeconds(w_->opt.link, c, bytes); }
-
-  // Cast once, on the side that makes the wire narrower: block fp8 at the
-  // sender when it holds whole blocks, else the source dtype (the receiver
-  // quantizes).
-  static v1::DType CellWire(const Cell& c, const CompiledTensor& st, const CompiledTensor& dt) {
-    if (CarriesScales(c)) return v1::FP8_E4M3;
-    if (c.quant == kQuantReceiver) return st.dtype;
-    return WireDType(st.dtype, dt.dtype);
-  }
-
   // The receiver-side quantization `x` feeds (QuantRec id, created on first use).
   int32_t QuantOf(const Cell& c, int32_t dst_frag, int32_t receiver) {
     const QuantGroup& q = w_->qgroups[c.qgroup];
@@ -114,95 +83,6 @@ class Chooser {
       id = static_cast<int32_t>(w_->quants.size());
     }
     return id;
-  }
-
-  // Cells by size, largest first; counting sort on log2 size keeps it O(n).
-  std::vector<int32_t> LptOrder() const {
-    std::vector<int32_t> count(65, 0);
-    std::vector<uint8_t> cls(w_->cells.size());
-    for (size_t i = 0; i < w_->cells.size(); ++i) {
-      const int64_t e = std::max<int64_t>(1, w_->cells[i].elems);
-      cls[i] = static_cast<uint8_t>(64 - __builtin_clzll(static_cast<uint64_t>(e)));
-      ++count[cls[i]];
-    }
-    std::vector<int32_t> start(65, 0);
-    int32_t acc = 0;
-    for (int k = 64; k >= 0; --k) {
-      start[k] = acc;
-      acc += count[k];
-    }
-    std::vector<int32_t> order(w_->cells.size());
-    for (size_t i = 0; i < w_->cells.size(); ++i) order[start[cls[i]]++] = static_cast<int32_t>(i);
-    return order;
-  }
-
-  void GatherHolders(const Cell& c) {
-    full_.clear();
-    parts_.clear();
-    for (int32_t i = 0; i < c.hg_count; ++i) {
-      const HolderGroup& hg = w_->holder_groups[w_->cell_holders[c.hg_begin + i]];
-      for (int32_t k = 0; k < hg.full_count; ++k)
-        full_.push_back(w_->holder_frags[hg.full_begin + k]);
-      for (int32_t k = 0; k < hg.part_count; ++k)
-        parts_.push_back(w_->holder_parts[hg.part_begin + k]);
-    }
-  }
-
-  // The ingress each destination worker cannot avoid (best link per cell),
-  // as the budget beyond which a holder should hand fan-out to relays.
-  double IngressTarget() {
-    std::vector<double> in(w_->worker_ids.size(), 0.0);
-    std::vector<int64_t> in_bytes(w_->worker_ids.size(), 0);
-    for (const Cell& c : w_->cells) {
-      if (c.quant == kQuantGroup) continue;  // relays among members
-      GatherHolders(c);
-      const CompiledTensor& st = w_->src->tensors[w_->SrcTensorOf(c)];
-      const CompiledTensor& dt = w_->dst->tensors[w_->DstTensorOf(c)];
-      const int64_t bytes = CellWireBytes(*w_, c, CellWire(c, st, dt));
-      const DstGroup& g = w_->dst_groups[c.dst_group];
-      const bool rooted = c.quant == kQuantReceiver && w_->qgroups[c.qgroup].rooted;
-      for (int32_t m = 0; m < (rooted ? 1 : g.frag_count); ++m) {
-        const int32_t wd = w_->dst_rank_worker[dt.fragments[g.frag_begin + m].rank];
-        LinkClass best = LinkClass::kNic;
-        for (int32_t f : full_) {
-          const LinkClass l = w_->Link(w_->src_rank_worker[st.fragments[f].rank], wd);
-          if (l == LinkClass::kLocal) best = l;
-          if (l == LinkClass::kNvlink && best == LinkClass::kNic) best = l;
-        }
-        if (best != LinkClass::kLocal) {
-          in[wd] += Seconds(best, bytes);
-          in_bytes[wd] += bytes;
-        }
-      }
-      Reserve(c, +1);
-    }
-    double t = 0;
-    for (double x : in) t = std::max(t, x);
-    for (int64_t b : in_bytes) max_in_bytes_ = std::max(max_in_bytes_, b);
-    return t;
-  }
-
-  // Every cell must leave its holders at least once (split over its full
-  // replicas): that egress is reserved up front so that early cells do not
-  // spend a holder's budget on fan-out that relays could carry.
-  void Reserve(const Cell& c, int sign) {
-    if (full_.empty()) return;
-    const CompiledTensor& st = w_->src->tensors[w_->SrcTensorOf(c)];
-    const CompiledTensor& dt = w_->dst->tensors[w_->DstTensorOf(c)];
-    const DstGroup& g = w_->dst_groups[c.dst_group];
-    const int32_t wd = w_->dst_rank_worker[dt.fragments[g.frag_begin].rank];
-    const int64_t bytes = CellWireBytes(*w_, c, CellWire(c, st, dt));
-    for (int32_t f : full_) {
-      const int32_t hw = w_->src_rank_worker[st.fragments[f].rank];
-      const LinkClass l = w_->Link(hw, wd);
-      if (l == LinkClass::kLocal) continue;
-      reserve_[static_cast<size_t>(hw) * kNumLinkDirs + OutDir(l)] +=
-          sign * Seconds(l, bytes) / static_cast<double>(full_.size());
-    }
-  }
-
-  double Reserved(int32_t worker, int dir) const {
-    return std::max(0.0, reserve_[static_cast<size_t>(worker) * kNumLinkDirs + dir]);
   }
 
   int32_t AddXfer(const Cell& c, int32_t cell, int32_t dst_frag, int32_t src_frag, int32_t sender,
@@ -533,13 +413,10 @@ class Chooser {
     }
   }
 
-  Work* w_;
-  std::vector<double> load_;
-  std::vector<double> reserve_;
   std::vector<int32_t> batch_of_;  // per receiver: its open quantization batch
   std::vector<int64_t> batch_bytes_;
   int32_t num_batches_ = 0;
-  std::vector<int32_t> full_, parts_, pending_;
+  std::vector<int32_t> pending_;
   struct PendingKey {
     double nic_in;
     double nvl_in;
@@ -547,7 +424,6 @@ class Chooser {
   };
   std::vector<PendingKey> order_key_;
   std::vector<Served> served_;
-  int64_t max_in_bytes_ = 0;  // the most bytes a worker needs (IngressTarget)
 };
 
 }  // namespace

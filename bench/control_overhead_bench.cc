@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/demo/cluster.h"
 
@@ -38,11 +40,8 @@ wsync::v1::TensorLayout Tensor(int n, bool shard, int64_t elements) {
   return t;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  const int n = absl::GetFlag(FLAGS_workers);
+// Starts the controller and n workers (half trainer, half inference).
+absl::StatusOr<std::unique_ptr<wsync::demo::Cluster>> StartCluster(int n) {
   const int half = n / 2;
   wsync::demo::ClusterOptions opt;
   opt.controller_bin = absl::GetFlag(FLAGS_controller_bin);
@@ -50,45 +49,50 @@ int main(int argc, char** argv) {
   opt.work_dir = absl::StrCat("/tmp/wsync-bench-", getpid());
   opt.lease_ttl = absl::Seconds(20);
   opt.worker_flags = {"--metrics_port=-1"};
-  auto cluster_or = wsync::demo::Cluster::Start(opt);
-  if (!cluster_or.ok()) {
-    std::fprintf(stderr, "%s\n", cluster_or.status().ToString().c_str());
-    return 1;
+  auto cluster = wsync::demo::Cluster::Start(opt);
+  if (!cluster.ok()) {
+    return absl::Status(cluster.status().code(),
+                        absl::StrCat("controller: ", cluster.status().message()));
   }
-  auto& cluster = **cluster_or;
   for (int r = 0; r < half; ++r) {
-    if (!cluster.AddWorker({absl::StrCat("trainer:", r, ":", half)}).ok()) return 1;
+    auto w = (*cluster)->AddWorker({absl::StrCat("trainer:", r, ":", half)});
+    if (!w.ok()) return w.status();
   }
   for (int r = 0; r < n - half; ++r) {
-    if (!cluster.AddWorker({absl::StrCat("inference:", r, ":", n - half)}).ok()) return 1;
+    auto w = (*cluster)->AddWorker({absl::StrCat("inference:", r, ":", n - half)});
+    if (!w.ok()) return w.status();
   }
-  absl::Status ready = cluster.WaitForWorkers(n, absl::Seconds(120));
-  if (!ready.ok()) {
-    std::fprintf(stderr, "%s\n", ready.ToString().c_str());
-    return 1;
-  }
+  absl::Status ready = (*cluster)->WaitForWorkers(n, absl::Seconds(120));
+  if (!ready.ok()) return ready;
+  return cluster;
+}
+
+// Defines transfer "bench": one empty tensor, sharded over the trainers and
+// replicated over the inference workers (no data plane, pure control).
+absl::Status DefineEmptyTransfer(wsync::demo::Cluster& cluster, int n) {
+  const int half = n / 2;
   wsync::v1::DefineTransferRequest def;
   def.set_name("bench");
   def.set_source_group("trainer");
   def.set_destination_group("inference");
-  const int64_t elements = 0;  // empty payload: no data plane, pure control
+  const int64_t elements = 0;
   *def.mutable_spec()->mutable_source()->add_tensors() = Tensor(half, true, elements);
   *def.mutable_spec()->mutable_destination()->add_tensors() = Tensor(n - half, false, elements);
   wsync::v1::DefineTransferResponse defined;
-  {
-    grpc::ClientContext ctx;
-    grpc::Status s = cluster.trainer().DefineTransfer(&ctx, def, &defined);
-    if (!s.ok()) {
-      std::fprintf(stderr, "DefineTransfer: %s\n", s.error_message().c_str());
-      return 1;
-    }
-  }
+  grpc::ClientContext ctx;
+  grpc::Status s = cluster.trainer().DefineTransfer(&ctx, def, &defined);
+  if (!s.ok()) return absl::InternalError(absl::StrCat("DefineTransfer: ", s.error_message()));
   std::printf("%d workers, %lld destination bytes, %lld buckets\n", defined.num_workers(),
               static_cast<long long>(defined.summary().destination_bytes()),
               static_cast<long long>(defined.summary().num_buckets()));
-  std::vector<double> client_ms, controller_ms;
-  const int warmup = absl::GetFlag(FLAGS_warmup);
-  const int total = warmup + absl::GetFlag(FLAGS_syncs);
+  return absl::OkStatus();
+}
+
+// Syncs versions 1..total; after `warmup` of them, records each sync's
+// trigger -> WaitSync time as the trainer sees it and as the controller
+// measured it.
+absl::Status TimeSyncs(wsync::demo::Cluster& cluster, int warmup, int total,
+                       std::vector<double>* client_ms, std::vector<double>* controller_ms) {
   for (int v = 1; v <= total; ++v) {
     const absl::Time t0 = absl::Now();
     wsync::v1::SyncRequest req;
@@ -97,10 +101,7 @@ int main(int argc, char** argv) {
     wsync::v1::SyncResponse resp;
     grpc::ClientContext c1;
     grpc::Status s = cluster.trainer().Sync(&c1, req, &resp);
-    if (!s.ok()) {
-      std::fprintf(stderr, "Sync v%d: %s\n", v, s.error_message().c_str());
-      return 1;
-    }
+    if (!s.ok()) return absl::InternalError(absl::StrCat("Sync v", v, ": ", s.error_message()));
     wsync::v1::WaitSyncRequest w;
     w.set_sync_id(resp.sync_id());
     wsync::v1::SyncStatus st;
@@ -108,24 +109,52 @@ int main(int argc, char** argv) {
     s = cluster.trainer().WaitSync(&c2, w, &st);
     const double ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
     if (!s.ok() || st.phase() != wsync::v1::SYNC_SUCCEEDED) {
-      std::fprintf(stderr, "sync v%d: %s %s\n", v, s.error_message().c_str(), st.error().c_str());
-      return 1;
+      return absl::InternalError(
+          absl::StrCat("sync v", v, ": ", s.error_message(), " ", st.error()));
     }
     if (v > warmup) {
-      client_ms.push_back(ms);
-      controller_ms.push_back(st.elapsed_seconds() * 1e3);
+      client_ms->push_back(ms);
+      controller_ms->push_back(st.elapsed_seconds() * 1e3);
     }
   }
-  auto pct = [](std::vector<double> v, double p) {
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
-  };
+  return absl::OkStatus();
+}
+
+double Percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  wsync::InitLogging("control_overhead_bench");
+  absl::ParseCommandLine(argc, argv);
+  const int n = absl::GetFlag(FLAGS_workers);
+  auto cluster = StartCluster(n);
+  if (!cluster.ok()) {
+    spdlog::error("{}", cluster.status().ToString());
+    return 1;
+  }
+  std::vector<double> client_ms, controller_ms;
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  absl::Status s = DefineEmptyTransfer(**cluster, n);
+  if (s.ok()) {
+    s = TimeSyncs(**cluster, warmup, warmup + absl::GetFlag(FLAGS_syncs), &client_ms,
+                  &controller_ms);
+  }
+  if (!s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return 1;
+  }
   std::printf(
       "trigger -> all %d workers reported -> WaitSync returned (ms): p50 %.2f  p90 %.2f  "
       "p99 %.2f  max %.2f\n",
-      n, pct(client_ms, 0.5), pct(client_ms, 0.9), pct(client_ms, 0.99), pct(client_ms, 1.0));
+      n, Percentile(client_ms, 0.5), Percentile(client_ms, 0.9), Percentile(client_ms, 0.99),
+      Percentile(client_ms, 1.0));
   std::printf("controller-side trigger -> last report (ms): p50 %.2f  p90 %.2f  p99 %.2f\n",
-              pct(controller_ms, 0.5), pct(controller_ms, 0.9), pct(controller_ms, 0.99));
-  cluster.StopAll();
+              Percentile(controller_ms, 0.5), Percentile(controller_ms, 0.9),
+              Percentile(controller_ms, 0.99));
+  (*cluster)->StopAll();
   return 0;
 }

@@ -22,8 +22,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/dtype.h"
 #include "catalog/case.h"
+#include "common/dtype.h"
+#include "common/logging.h"
 #include "controller/plan/huge_page_allocator.h"
 #include "controller/plan/plan_arena.h"
 #include "controller/plan/planner.h"
@@ -107,18 +108,11 @@ double NodeNicBound(const v1::TransferSpec& spec) {
 }
 
 void RunCase(const Case& c, Result* r) {
-  catalog::CaseOptions o;
-  o.model = c.model;
-  o.source = *catalog::ParseSource(c.source);
-  o.destination = *catalog::ParseDestination(c.destination);
+  catalog::CaseOptions o = *catalog::ParseCase(c.model, c.source, c.destination, c.experts);
   o.colocated = c.colocated;
   o.gpus_per_node = 8;
   o.trainer_dtype = c.trainer_dtype;
   o.fp8_block = c.fp8_block;
-  if (c.experts[0] != 0) {
-    o.expert_style = *catalog::ParseExpertStyle(c.experts);
-    o.expert_style_set = true;
-  }
   auto t0 = std::chrono::steady_clock::now();
   auto spec = catalog::BuildCase(o);
   auto t1 = std::chrono::steady_clock::now();
@@ -201,6 +195,7 @@ bool RunForked(const Case& c, Result* r) {
 }
 
 int Main(int argc, char** argv) {
+  InitLogging("plan_bench");
   plan::KeepFreedMemoryForPlanning();  // as the controller does
   std::string filter, skip, out_path;
   for (int i = 1; i < argc; ++i) {
@@ -211,9 +206,8 @@ int Main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) {
       out_path = argv[++i];
     } else {
-      std::fprintf(
-          stderr,
-          "usage: plan_bench [--filter SUBSTR] [--skip SUBSTR[,SUBSTR..]] [--out FILE.md]\n");
+      spdlog::error(
+          "usage: plan_bench [--filter SUBSTR] [--skip SUBSTR[,SUBSTR..]] [--out FILE.md]");
       return 2;
     }
   }

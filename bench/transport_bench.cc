@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/logging.h"
 #include "worker/backends/host/gloo_transport.h"
 #include "worker/plane/kv_store.h"
 
@@ -72,7 +73,7 @@ absl::StatusOr<std::vector<double>> RunRank(int rank, KvStore* store, const std:
     if (!s.ok()) return s;
     const double took = absl::ToDoubleSeconds(absl::Now() - start);
     if (it > 0) seconds.push_back(took);
-    if (it == 0 && rank == 1) std::fprintf(stderr, "warm-up round: %.3f s\n", took);
+    if (it == 0 && rank == 1) spdlog::info("warm-up round: {:.3f} s", took);
   }
   if (rank == 1) {
     for (size_t i = 0; i < buf.size(); i += 4096) {
@@ -89,82 +90,96 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Args a;
+// Flags into *a; false (after logging why) on an unknown or bad one.
+bool ParseArgs(int argc, char** argv, Args* a) {
   for (int i = 1; i < argc; ++i) {
     int64_t iters = 0;
-    if (ParseInt(argv[i], "--bytes", &a.bytes) || ParseInt(argv[i], "--bucket", &a.bucket))
+    if (ParseInt(argv[i], "--bytes", &a->bytes) || ParseInt(argv[i], "--bucket", &a->bucket))
       continue;
     if (ParseInt(argv[i], "--iters", &iters)) {
-      a.iters = static_cast<int>(iters);
+      a->iters = static_cast<int>(iters);
       continue;
     }
     if (std::strcmp(argv[i], "--fork") == 0) {
-      a.fork = true;
+      a->fork = true;
       continue;
     }
-    std::fprintf(stderr, "unknown argument %s\n", argv[i]);
-    return 2;
+    spdlog::error("unknown argument {}", argv[i]);
+    return false;
   }
-  if (a.bytes <= 0 || a.bucket <= 0 || a.iters < 1) {
-    std::fprintf(stderr, "--bytes, --bucket and --iters must be positive\n");
-    return 2;
+  if (a->bytes <= 0 || a->bucket <= 0 || a->iters < 1) {
+    spdlog::error("--bytes, --bucket and --iters must be positive");
+    return false;
   }
+  return true;
+}
 
-  // memcpy baseline: same bytes, same chunking, fresh destination pages
-  // touched once beforehand.
-  std::vector<double> memcpy_s;
-  {
-    std::vector<uint8_t> src(static_cast<size_t>(a.bytes), 1), dst(static_cast<size_t>(a.bytes), 0);
-    for (int it = 0; it <= a.iters; ++it) {
-      const absl::Time start = absl::Now();
-      for (int64_t off = 0; off < a.bytes; off += a.bucket) {
-        std::memcpy(dst.data() + off, src.data() + off,
-                    static_cast<size_t>(std::min(a.bucket, a.bytes - off)));
-      }
-      if (it > 0) memcpy_s.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+// memcpy baseline: same bytes, same chunking, fresh destination pages
+// touched once beforehand; per-iteration seconds after a warm-up.
+std::vector<double> TimeMemcpy(const Args& a) {
+  std::vector<double> seconds;
+  std::vector<uint8_t> src(static_cast<size_t>(a.bytes), 1), dst(static_cast<size_t>(a.bytes), 0);
+  for (int it = 0; it <= a.iters; ++it) {
+    const absl::Time start = absl::Now();
+    for (int64_t off = 0; off < a.bytes; off += a.bucket) {
+      std::memcpy(dst.data() + off, src.data() + off,
+                  static_cast<size_t>(std::min(a.bucket, a.bytes - off)));
     }
+    if (it > 0) seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
   }
+  return seconds;
+}
 
-  std::vector<double> recv_s;
-  const std::string prefix = absl::StrCat("bench/", getpid());
-  if (!a.fork) {
-    wsync::transport::InMemoryKvStore store;
-    absl::StatusOr<std::vector<double>> r0 = absl::UnknownError(""), r1 = absl::UnknownError("");
-    std::thread t0([&] { r0 = RunRank(0, &store, prefix, a); });
-    r1 = RunRank(1, &store, prefix, a);
-    t0.join();
-    if (!r0.ok() || !r1.ok()) {
-      std::fprintf(stderr, "transfer failed: %s / %s\n", r0.status().ToString().c_str(),
-                   r1.status().ToString().c_str());
-      return 1;
-    }
-    recv_s = *r1;
-  } else {
-    const std::string dir =
-        (std::filesystem::temp_directory_path() / absl::StrCat("wsync_bench_", getpid())).string();
-    std::filesystem::create_directories(dir);
-    const pid_t child = ::fork();
-    if (child == 0) {
-      wsync::transport::FileKvStore store(dir);
-      _exit(RunRank(0, &store, prefix, a).ok() ? 0 : 1);
-    }
+// Both ranks as threads of this process (an in-memory store); rank 1's times.
+absl::StatusOr<std::vector<double>> RunThreads(const std::string& prefix, const Args& a) {
+  wsync::transport::InMemoryKvStore store;
+  absl::StatusOr<std::vector<double>> r0 = absl::UnknownError(""), r1 = absl::UnknownError("");
+  std::thread t0([&] { r0 = RunRank(0, &store, prefix, a); });
+  r1 = RunRank(1, &store, prefix, a);
+  t0.join();
+  if (!r0.ok() || !r1.ok()) {
+    return absl::InternalError(
+        absl::StrCat("transfer failed: ", r0.status().ToString(), " / ", r1.status().ToString()));
+  }
+  return r1;
+}
+
+// Rank 0 in a forked child (a file store); rank 1's times.
+absl::StatusOr<std::vector<double>> RunProcesses(const std::string& prefix, const Args& a) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / absl::StrCat("wsync_bench_", getpid())).string();
+  std::filesystem::create_directories(dir);
+  const pid_t child = ::fork();
+  if (child == 0) {
     wsync::transport::FileKvStore store(dir);
-    auto r1 = RunRank(1, &store, prefix, a);
-    int status = 0;
-    waitpid(child, &status, 0);
-    std::filesystem::remove_all(dir);
-    if (!r1.ok() || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      std::fprintf(stderr, "transfer failed: %s\n", r1.status().ToString().c_str());
-      return 1;
-    }
-    recv_s = *r1;
+    _exit(RunRank(0, &store, prefix, a).ok() ? 0 : 1);
   }
+  wsync::transport::FileKvStore store(dir);
+  auto r1 = RunRank(1, &store, prefix, a);
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::filesystem::remove_all(dir);
+  if (!r1.ok() || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::InternalError(absl::StrCat("transfer failed: ", r1.status().ToString()));
+  }
+  return r1;
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  wsync::InitLogging("transport_bench");
+  Args a;
+  if (!ParseArgs(argc, argv, &a)) return 2;
+  const std::vector<double> memcpy_s = TimeMemcpy(a);
+  const std::string prefix = absl::StrCat("bench/", getpid());
+  auto recv_s = a.fork ? RunProcesses(prefix, a) : RunThreads(prefix, a);
+  if (!recv_s.ok()) {
+    spdlog::error("{}", std::string(recv_s.status().message()));
+    return 1;
+  }
   const double gb = static_cast<double>(a.bytes) / 1e9;
-  const double t_gloo = Median(recv_s), t_copy = Median(memcpy_s);
+  const double t_gloo = Median(*recv_s), t_copy = Median(memcpy_s);
   std::printf("payload %.3f GB in %lld-byte buckets, %d iterations (median), ranks as %s\n", gb,
               static_cast<long long>(a.bucket), a.iters, a.fork ? "processes" : "threads");
   std::printf("gloo-tcp loopback : %8.3f s  %7.2f GB/s\n", t_gloo, gb / t_gloo);

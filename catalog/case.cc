@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "common/status_macros.h"
 #include "catalog/vllm_fp8.h"
+#include "common/status_macros.h"
 
 namespace wsync::catalog {
 namespace {
@@ -108,6 +108,25 @@ absl::StatusOr<ExpertStyle> ParseExpertStyle(absl::string_view text) {
   if (text == "stacked") return ExpertStyle::kStacked;
   return absl::InvalidArgumentError(
       absl::StrCat("bad expert style '", text, "': expected separate or stacked"));
+}
+
+absl::StatusOr<CaseOptions> ParseCase(absl::string_view model, absl::string_view source,
+                                      absl::string_view destination, absl::string_view experts) {
+  CaseOptions o;
+  o.model = std::string(model);
+  auto s = ParseSource(source);
+  if (!s.ok()) return s.status();
+  auto d = ParseDestination(destination);
+  if (!d.ok()) return d.status();
+  o.source = *s;
+  o.destination = *d;
+  if (!experts.empty()) {
+    auto e = ParseExpertStyle(experts);
+    if (!e.ok()) return e.status();
+    o.expert_style = *e;
+    o.expert_style_set = true;
+  }
+  return o;
 }
 
 std::string SourceToString(const TrainerParallel& p) {

@@ -39,6 +39,11 @@ absl::StatusOr<TrainerParallel> ParseSource(absl::string_view text);
 // "vllm-tp:T" or "vllm-tp:TxR" (R replicas of TP T), optional ",ep".
 absl::StatusOr<VllmGroup> ParseDestination(absl::string_view text);
 absl::StatusOr<ExpertStyle> ParseExpertStyle(absl::string_view text);
+// A case named the way the CLI names it (`experts` "" = the default style)
+// as CaseOptions; the other fields keep their defaults.
+absl::StatusOr<CaseOptions> ParseCase(absl::string_view model, absl::string_view source,
+                                      absl::string_view destination,
+                                      absl::string_view experts = "");
 
 std::string SourceToString(const TrainerParallel& p);
 std::string DestinationToString(const VllmGroup& g);

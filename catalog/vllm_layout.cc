@@ -3,9 +3,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "catalog/fragment_builders.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
-#include "catalog/fragment_builders.h"
 
 namespace wsync::catalog {
 namespace {
@@ -133,34 +133,39 @@ absl::StatusOr<BuiltGroup> BuildGateUp(const std::string& name, const std::strin
   return BuildFusedPerRank(name, name, 0, dtype, {0, hidden}, 0, per_rank, group);
 }
 
-absl::StatusOr<BuiltGroup> BuildColumnParallel(const std::string& name, int64_t rows, int64_t cols,
-                                               v1::DType dtype, const VllmGroup& group) {
-  RETURN_IF_ERROR(CheckDivides(name + " rows", rows, group.tp));
-  const int64_t local = rows / group.tp;
+namespace {
+
+// A [rows, cols] parameter split evenly over the TP ranks along `dim` (0:
+// rows, 1: columns), the same in every replica.
+absl::StatusOr<BuiltGroup> BuildSplit(const std::string& name, int64_t rows, int64_t cols,
+                                      v1::DType dtype, const VllmGroup& group, int dim) {
+  const int64_t shape[2] = {rows, cols};
+  RETURN_IF_ERROR(CheckDivides(name + (dim == 0 ? " rows" : " columns"), shape[dim], group.tp));
+  const int64_t local = shape[dim] / group.tp;
   BuiltGroup out;
   v1::TensorLayout t = NewTensor(name, dtype, {rows, cols});
   for (int64_t rep = 0; rep < group.replicas; ++rep) {
     for (int64_t r = 0; r < group.tp; ++r) {
-      AddFragment(&t, group.rank(rep, r), {r * local, 0}, {local, cols}, name, 0);
+      std::vector<int64_t> offset = {0, 0}, length = {rows, cols};
+      offset[dim] = r * local;
+      length[dim] = local;
+      AddFragment(&t, group.rank(rep, r), offset, length, name, 0);
     }
   }
   out.tensors.push_back(std::move(t));
   return out;
 }
 
+}  // namespace
+
+absl::StatusOr<BuiltGroup> BuildColumnParallel(const std::string& name, int64_t rows, int64_t cols,
+                                               v1::DType dtype, const VllmGroup& group) {
+  return BuildSplit(name, rows, cols, dtype, group, 0);
+}
+
 absl::StatusOr<BuiltGroup> BuildRowParallel(const std::string& name, int64_t rows, int64_t cols,
                                             v1::DType dtype, const VllmGroup& group) {
-  RETURN_IF_ERROR(CheckDivides(name + " columns", cols, group.tp));
-  const int64_t local = cols / group.tp;
-  BuiltGroup out;
-  v1::TensorLayout t = NewTensor(name, dtype, {rows, cols});
-  for (int64_t rep = 0; rep < group.replicas; ++rep) {
-    for (int64_t r = 0; r < group.tp; ++r) {
-      AddFragment(&t, group.rank(rep, r), {0, r * local}, {rows, local}, name, 0);
-    }
-  }
-  out.tensors.push_back(std::move(t));
-  return out;
+  return BuildSplit(name, rows, cols, dtype, group, 1);
 }
 
 BuiltGroup BuildReplicated(const std::string& name, const std::vector<int64_t>& shape,

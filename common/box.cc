@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace wsync {
 
@@ -10,6 +11,10 @@ int64_t Product(absl::Span<const int64_t> v) {
   int64_t p = 1;
   for (int64_t x : v) p *= x;
   return p;
+}
+
+std::string DimsString(absl::Span<const int64_t> dims) {
+  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
 }
 
 int64_t BoxNd::NumElements() const { return Product(length); }

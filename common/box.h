@@ -12,9 +12,8 @@
 
 namespace wsync {
 
-// Per-dim values of a box or a view, inline up to 4 dims: a Kimi-K2 side
-// compiles to ~0.25 M fragments, and three heap arrays each were most of
-// layout compilation and a cache miss per access when planning.
+// Per-dim values of a box or a view, inline up to 4 dims (no heap array per
+// fragment; docs/performance-notes.md).
 using DimVector = absl::InlinedVector<int64_t, 4>;
 
 struct BoxNd {
@@ -42,6 +41,9 @@ std::optional<BoxNd> Intersect(const BoxNd& a, const BoxNd& b);
 DimVector RowMajorStrides(absl::Span<const int64_t> shape);
 
 int64_t Product(absl::Span<const int64_t> v);
+
+// "[4, 8, 16]": a shape or any list of per-dim values, for messages.
+std::string DimsString(absl::Span<const int64_t> dims);
 
 }  // namespace wsync
 

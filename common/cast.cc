@@ -210,6 +210,47 @@ float Fp8E4M3ToFloat(uint8_t b) { return Fp8Table<kE4M3>()[b]; }
 uint8_t FloatToFp8E5M2(float f) { return static_cast<uint8_t>(FloatToNarrow(f, kE5M2)); }
 float Fp8E5M2ToFloat(uint8_t b) { return Fp8Table<kE5M2>()[b]; }
 
+double ReadElement(DType dtype, const uint8_t* p) {
+  switch (dtype) {
+    case v1::FP32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case v1::BF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return Bf16ToFloat(h);
+    }
+    case v1::FP16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return Fp16ToFloat(h);
+    }
+    case v1::FP8_E4M3:
+      return Fp8E4M3ToFloat(*p);
+    case v1::FP8_E5M2:
+      return Fp8E5M2ToFloat(*p);
+    case v1::INT8:
+      return static_cast<int8_t>(*p);
+    case v1::UINT8:
+    case v1::BOOL:
+      return *p;
+    case v1::INT32: {
+      int32_t i;
+      std::memcpy(&i, p, 4);
+      return i;
+    }
+    case v1::INT64: {
+      int64_t i;
+      std::memcpy(&i, p, 8);
+      return static_cast<double>(i);
+    }
+    default:
+      return 0;
+  }
+}
+
 bool CanConvert(DType from, DType to) {
   if (DTypeSize(from) == 0 || DTypeSize(to) == 0) return false;
   if (from == to) return true;

@@ -29,6 +29,10 @@ float Fp8E4M3ToFloat(uint8_t b);
 uint8_t FloatToFp8E5M2(float f);
 float Fp8E5M2ToFloat(uint8_t b);
 
+// One element of `dtype` at `p` widened to double (exact for every dtype but
+// int64 beyond 2^53); 0 for an unsupported dtype.
+double ReadElement(DType dtype, const uint8_t* p);
+
 // Whether ConvertElements supports `from` -> `to`.
 bool CanConvert(DType from, DType to);
 

@@ -3,7 +3,6 @@
 #ifndef WSYNC_COMMON_ENV_FLAGS_H_
 #define WSYNC_COMMON_ENV_FLAGS_H_
 
-#include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
@@ -15,6 +14,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "common/logging.h"
 
 namespace wsync {
 
@@ -40,7 +40,7 @@ inline std::vector<char*> ParseFlagsWithEnv(int argc, char** argv, const char* u
     if (flag == nullptr) continue;
     std::string error;
     if (!flag->ParseFrom(value, &error)) {
-      std::fprintf(stderr, "bad value for %s=%s: %s\n", env.c_str(), value, error.c_str());
+      spdlog::error("bad value for {}={}: {}", env, value, error);
       std::exit(2);
     }
   }

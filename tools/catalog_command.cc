@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "catalog/model_config.h"
+#include "common/logging.h"
 #include "tools/args.h"
 #include "tools/case_flags.h"
 #include "tools/spec_io.h"
@@ -38,7 +39,7 @@ int RunCatalogCommand(const std::vector<std::string>& argv) {
   AddCaseFlags(&spec);
   auto args = ParseArgs(argv, spec);
   if (!args.ok()) {
-    std::fprintf(stderr, "wsyncctl catalog: %s\n", std::string(args.status().message()).c_str());
+    spdlog::error("catalog: {}", std::string(args.status().message()));
     CatalogUsage(stderr);
     return kExitUsage;
   }
@@ -47,8 +48,7 @@ int RunCatalogCommand(const std::vector<std::string>& argv) {
     return kExitOk;
   }
   if (!args->positional().empty()) {
-    std::fprintf(stderr, "wsyncctl catalog: unexpected argument '%s'\n",
-                 args->positional()[0].c_str());
+    spdlog::error("catalog: unexpected argument '{}'", args->positional()[0]);
     return kExitUsage;
   }
   if (args->Has("list")) {
@@ -57,20 +57,19 @@ int RunCatalogCommand(const std::vector<std::string>& argv) {
   }
   auto transfer = SpecFromCaseFlags(*args);
   if (!transfer.ok()) {
-    std::fprintf(stderr, "wsyncctl catalog: %s\n",
-                 std::string(transfer.status().message()).c_str());
+    spdlog::error("catalog: {}", std::string(transfer.status().message()));
     return kExitUsage;
   }
   auto json = ToJson(*transfer, args->Has("pretty"));
   if (!json.ok()) {
-    std::fprintf(stderr, "wsyncctl catalog: %s\n", std::string(json.status().message()).c_str());
+    spdlog::error("catalog: {}", std::string(json.status().message()));
     return kExitFailed;
   }
   if (args->Has("out")) {
     std::ofstream out(args->Value("out"), std::ios::binary);
     out << *json << "\n";
     if (!out.good()) {
-      std::fprintf(stderr, "wsyncctl catalog: cannot write '%s'\n", args->Value("out").c_str());
+      spdlog::error("catalog: cannot write '{}'", args->Value("out"));
       return kExitFailed;
     }
     return kExitOk;

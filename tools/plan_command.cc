@@ -7,11 +7,12 @@
 #include <memory>
 
 #include "absl/strings/str_format.h"
+#include "common/logging.h"
 #include "controller/plan/compiled_layout.h"
 #include "controller/plan/plan_arena.h"
 #include "controller/plan/planner.h"
-#include "controller/verify/replay.h"
 #include "controller/plan/simulator.h"
+#include "controller/verify/replay.h"
 #include "tools/args.h"
 #include "tools/case_flags.h"
 #include "tools/spec_io.h"
@@ -42,7 +43,7 @@ std::string Seconds(double s) {
 }
 
 int Fail(int code, const absl::Status& status) {
-  std::fprintf(stderr, "wsyncctl plan: %s\n", std::string(status.message()).c_str());
+  spdlog::error("plan: {}", std::string(status.message()));
   return code;
 }
 
@@ -85,8 +86,9 @@ void PrintSummary(const v1::TransferSpec& spec, const v1::Plan& plan,
       static_cast<long long>(s.num_pieces()), static_cast<long long>(s.num_relay_pieces()),
       plan.reduces_size());
   if (s.num_quantizes() > 0) {
-    std::printf("  block fp8        %lld receiver-side quantizations (blocks cut by source shards)\n",
-                static_cast<long long>(s.num_quantizes()));
+    std::printf(
+        "  block fp8        %lld receiver-side quantizations (blocks cut by source shards)\n",
+        static_cast<long long>(s.num_quantizes()));
   }
   std::printf("  per-worker max   out %s, in %s, peak staging %s\n",
               Bytes(s.max_rank_bytes_out()).c_str(), Bytes(s.max_rank_bytes_in()).c_str(),
@@ -143,9 +145,7 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   if (!max_gib.ok()) return Fail(kExitUsage, max_gib.status());
   const bool from_case = HasCaseFlags(*args);
   if (from_case == (args->positional().size() == 1) || args->positional().size() > 1) {
-    std::fprintf(stderr,
-                 "wsyncctl plan: give exactly one of SPEC.json or --model/--source/"
-                 "--destination\n");
+    spdlog::error("plan: give exactly one of SPEC.json or --model/--source/--destination");
     PlanUsage(stderr);
     return kExitUsage;
   }
@@ -192,9 +192,14 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
       return Fail(kExitFailed, absl::Status(verified.code(),
                                             absl::StrCat("verify FAILED: ", verified.message())));
     }
-    std::fprintf(args->Has("json") ? stderr : stdout,
-                 "verify: OK (%lld buckets replayed, every destination element checked)\n",
-                 static_cast<long long>(plan->buckets_size()));
+    // The result line: on stdout, or (stdout is the JSON plan) logged.
+    if (args->Has("json")) {
+      spdlog::info("verify: OK ({} buckets replayed, every destination element checked)",
+                   plan->buckets_size());
+    } else {
+      std::printf("verify: OK (%d buckets replayed, every destination element checked)\n",
+                  plan->buckets_size());
+    }
   }
   return kExitOk;
 }

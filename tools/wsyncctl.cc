@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "common/logging.h"
 #include "controller/plan/huge_page_allocator.h"
 #include "tools/subcommands.h"
 
@@ -33,7 +34,7 @@ int Main(int argc, char** argv) {
       return c.run(std::vector<std::string>(argv + 2, argv + argc));
     }
   }
-  std::fprintf(stderr, "wsyncctl: unknown command '%s'\n", argv[1]);
+  spdlog::error("unknown command '{}'", argv[1]);
   Usage(stderr);
   return kExitUsage;
 }
@@ -42,6 +43,7 @@ int Main(int argc, char** argv) {
 }  // namespace wsync::tools
 
 int main(int argc, char** argv) {
+  wsync::InitLogging("wsyncctl");
   wsync::plan::KeepFreedMemoryForPlanning();
   return wsync::tools::Main(argc, argv);
 }

@@ -69,101 +69,134 @@ bool SelfAliases(const CompiledFragment& f) {
   return false;
 }
 
+absl::Status Bad(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+// Fragment `in`'s rank, box (inside the tensor's shape), strides (none:
+// row-major; never negative) and byte offset (not negative) into *f.
+// Errors carry no prefix (CompileExplicit adds it).
+absl::Status ReadFragment(const v1::TensorLayout& t, const v1::Fragment& in, int32_t num_ranks,
+                          CompiledFragment* f) {
+  const int ndim = t.shape_size();
+  if (in.rank() < 0 || in.rank() >= num_ranks) {
+    return Bad(absl::StrCat("rank out of range: the side has ", num_ranks, " ranks"));
+  }
+  if (in.box().offset_size() != ndim || in.box().length_size() != ndim) {
+    return Bad(absl::StrCat("box has ", in.box().offset_size(), " offsets and ",
+                            in.box().length_size(), " lengths but the tensor has ", ndim, " dims"));
+  }
+  f->rank = in.rank();
+  f->box.offset.assign(in.box().offset().begin(), in.box().offset().end());
+  f->box.length.assign(in.box().length().begin(), in.box().length().end());
+  for (int d = 0; d < ndim; ++d) {
+    if (f->box.offset[d] < 0 || f->box.length[d] < 0 ||
+        f->box.length[d] > t.shape(d) - f->box.offset[d]) {
+      return Bad(absl::StrCat("box ", f->box.ToString(), " (offset ", f->box.offset[d], ", length ",
+                              f->box.length[d], " on dim ", d, ") is outside shape [",
+                              absl::StrJoin(t.shape(), ", "), "]"));
+    }
+  }
+  if (in.strides_size() == 0) {
+    f->strides = RowMajorStrides(f->box.length);
+  } else if (in.strides_size() != ndim) {
+    return Bad(absl::StrCat("box ", f->box.ToString(), ": ", in.strides_size(), " strides for a ",
+                            ndim, "-d tensor"));
+  } else {
+    f->strides.assign(in.strides().begin(), in.strides().end());
+  }
+  for (int d = 0; d < ndim; ++d) {
+    if (f->strides[d] < 0) {
+      return Bad(absl::StrCat("box ", f->box.ToString(), ": negative stride ", f->strides[d],
+                              " on dim ", d));
+    }
+  }
+  if (in.byte_offset() < 0) {
+    return Bad(
+        absl::StrCat("box ", f->box.ToString(), ": negative byte_offset ", in.byte_offset()));
+  }
+  return absl::OkStatus();
+}
+
+// Non-empty fragment f: explicit strides map no two elements to one
+// address (row-major never aliases), and its bytes from `byte_offset` fit
+// int64.
+absl::Status CheckBytes(const v1::Fragment& in, int64_t elem_size, CompiledFragment* f) {
+  if (in.strides_size() != 0 && SelfAliases(*f)) {
+    return Bad(absl::StrCat("box ", f->box.ToString(), ": strides [",
+                            absl::StrJoin(f->strides, ", "),
+                            "] map two elements to the same address"));
+  }
+  f->byte_offset = in.byte_offset();
+  int64_t extent = 0;
+  RETURN_IF_ERROR(internal::ByteExtent(*f, elem_size, &extent));
+  if (extent > INT64_MAX - f->byte_offset) {
+    return Bad(absl::StrCat("box ", f->box.ToString(), ": byte range overflows int64"));
+  }
+  return absl::OkStatus();
+}
+
+// The partial groups of one tensor's explicit fragments: the index (into
+// the output) of each group's first fragment, and its (group, rank) pairs.
+struct PartialGroups {
+  absl::flat_hash_map<int32_t, size_t> first;
+  absl::flat_hash_set<std::pair<int32_t, int32_t>> ranks;
+};
+
+// Fragment f's partial_group (if any): a source's, a valid op, the same box
+// and op as the group's other fragments, one fragment per rank.
+absl::Status ReadPartial(const v1::Fragment& in, SideRole role,
+                         const std::vector<CompiledFragment>& out, PartialGroups* groups,
+                         CompiledFragment* f) {
+  if (in.partial_group() < 0) {
+    return Bad(
+        absl::StrCat("box ", f->box.ToString(), ": negative partial_group ", in.partial_group()));
+  }
+  if (in.partial_group() == 0) return absl::OkStatus();
+  if (role == SideRole::kDestination) {
+    return Bad(absl::StrCat("box ", f->box.ToString(), ": partial_group ", in.partial_group(),
+                            " on a destination (a destination cannot hold partial values)"));
+  }
+  if (!v1::ReduceOp_IsValid(in.partial_op())) {
+    return Bad(absl::StrCat("box ", f->box.ToString(), ": unknown partial_op ",
+                            static_cast<int>(in.partial_op())));
+  }
+  f->partial_group = in.partial_group();
+  f->partial_op = in.partial_op();
+  auto [it, inserted] = groups->first.try_emplace(f->partial_group, out.size());
+  if (!inserted) {
+    const CompiledFragment& g = out[it->second];
+    if (g.box != f->box || g.partial_op != f->partial_op) {
+      return Bad(absl::StrCat("box ", f->box.ToString(), " op ", v1::ReduceOp_Name(f->partial_op),
+                              ": partial_group ", f->partial_group, " already holds box ",
+                              g.box.ToString(), " op ", v1::ReduceOp_Name(g.partial_op), " (rank ",
+                              g.rank, "); a group must share one box and op"));
+    }
+  }
+  if (!groups->ranks.insert({f->partial_group, f->rank}).second) {
+    return Bad(absl::StrCat("box ", f->box.ToString(), ": rank appears twice in partial_group ",
+                            f->partial_group));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CompileExplicit(const std::string& where, const v1::TensorLayout& t, int32_t num_ranks,
                              SideRole role, BufferInterner* buffers,
                              std::vector<CompiledFragment>* out) {
-  const int ndim = t.shape_size();
   const int64_t elem_size = DTypeSize(t.dtype());
   const auto& frags = t.fragments().fragments();
-  // partial_group -> index (into `out`) of its first fragment, to check that
-  // all fragments of a group describe the same box with the same op.
-  absl::flat_hash_map<int32_t, size_t> group_first;
-  absl::flat_hash_set<std::pair<int32_t, int32_t>> group_rank;
+  PartialGroups groups;
   out->reserve(out->size() + frags.size());
   for (int i = 0; i < frags.size(); ++i) {
     const v1::Fragment& in = frags[i];
-    auto err = [&](auto&&... args) {
+    auto err = [&](const absl::Status& s) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, " fragment ", i, " (rank ", in.rank(), "): ", args...));
+          absl::StrCat(where, " fragment ", i, " (rank ", in.rank(), "): ", s.message()));
     };
-    if (in.rank() < 0 || in.rank() >= num_ranks) {
-      return err("rank out of range: the side has ", num_ranks, " ranks");
-    }
-    if (in.box().offset_size() != ndim || in.box().length_size() != ndim) {
-      return err("box has ", in.box().offset_size(), " offsets and ", in.box().length_size(),
-                 " lengths but the tensor has ", ndim, " dims");
-    }
     CompiledFragment f;
-    f.rank = in.rank();
-    f.box.offset.assign(in.box().offset().begin(), in.box().offset().end());
-    f.box.length.assign(in.box().length().begin(), in.box().length().end());
-    for (int d = 0; d < ndim; ++d) {
-      if (f.box.offset[d] < 0 || f.box.length[d] < 0 ||
-          f.box.length[d] > t.shape(d) - f.box.offset[d]) {
-        return err("box ", f.box.ToString(), " (offset ", f.box.offset[d], ", length ",
-                   f.box.length[d], " on dim ", d, ") is outside shape [",
-                   absl::StrJoin(t.shape(), ", "), "]");
-      }
-    }
-    if (in.strides_size() == 0) {
-      f.strides = RowMajorStrides(f.box.length);
-    } else if (in.strides_size() != ndim) {
-      return err("box ", f.box.ToString(), ": ", in.strides_size(), " strides for a ", ndim,
-                 "-d tensor");
-    } else {
-      f.strides.assign(in.strides().begin(), in.strides().end());
-    }
-    for (int d = 0; d < ndim; ++d) {
-      if (f.strides[d] < 0) {
-        return err("box ", f.box.ToString(), ": negative stride ", f.strides[d], " on dim ", d);
-      }
-    }
-    if (in.byte_offset() < 0) {
-      return err("box ", f.box.ToString(), ": negative byte_offset ", in.byte_offset());
-    }
-    if (f.box.Empty()) continue;                     // holds nothing; the planner never needs it
-    if (in.strides_size() != 0 && SelfAliases(f)) {  // row-major never aliases
-      return err("box ", f.box.ToString(), ": strides [", absl::StrJoin(f.strides, ", "),
-                 "] map two elements to the same address");
-    }
-    f.byte_offset = in.byte_offset();
-    int64_t extent = 0;
-    if (absl::Status s = internal::ByteExtent(f, elem_size, &extent); !s.ok()) {
-      return err(s.message());
-    }
-    if (extent > INT64_MAX - f.byte_offset) {
-      return err("box ", f.box.ToString(), ": byte range overflows int64");
-    }
+    if (absl::Status s = ReadFragment(t, in, num_ranks, &f); !s.ok()) return err(s);
+    if (f.box.Empty()) continue;  // holds nothing; the planner never needs it
+    if (absl::Status s = CheckBytes(in, elem_size, &f); !s.ok()) return err(s);
     f.buffer = buffers->Intern(in.buffer().empty() ? t.name() : in.buffer());
-    if (in.partial_group() < 0) {
-      return err("box ", f.box.ToString(), ": negative partial_group ", in.partial_group());
-    }
-    if (in.partial_group() != 0) {
-      if (role == SideRole::kDestination) {
-        return err("box ", f.box.ToString(), ": partial_group ", in.partial_group(),
-                   " on a destination (a destination cannot hold partial values)");
-      }
-      if (!v1::ReduceOp_IsValid(in.partial_op())) {
-        return err("box ", f.box.ToString(), ": unknown partial_op ",
-                   static_cast<int>(in.partial_op()));
-      }
-      f.partial_group = in.partial_group();
-      f.partial_op = in.partial_op();
-      auto [it, inserted] = group_first.try_emplace(f.partial_group, out->size());
-      if (!inserted) {
-        const CompiledFragment& g = (*out)[it->second];
-        if (g.box != f.box || g.partial_op != f.partial_op) {
-          return err("box ", f.box.ToString(), " op ", v1::ReduceOp_Name(f.partial_op),
-                     ": partial_group ", f.partial_group, " already holds box ", g.box.ToString(),
-                     " op ", v1::ReduceOp_Name(g.partial_op), " (rank ", g.rank,
-                     "); a group must share one box and op");
-        }
-      }
-      if (!group_rank.insert({f.partial_group, f.rank}).second) {
-        return err("box ", f.box.ToString(), ": rank appears twice in partial_group ",
-                   f.partial_group);
-      }
-    }
+    if (absl::Status s = ReadPartial(in, role, *out, &groups, &f); !s.ok()) return err(s);
     out->push_back(std::move(f));
   }
   return absl::OkStatus();

@@ -1,8 +1,7 @@
 // An allocator for the planner's large working arrays (transfers, cells,
-// buckets, boxes: hundreds of MB for a Kimi-K2 plan, read in random order).
-// Arrays of 2 MiB or more are mmap'd 2 MiB-aligned and advised for
-// transparent huge pages: on 4 KiB pages every random read is a TLB miss,
-// which in a VM costs a two-level page walk. Smaller ones use malloc.
+// buckets, boxes; read in random order). Arrays of 2 MiB or more are mmap'd
+// 2 MiB-aligned and advised for transparent huge pages; smaller ones use
+// malloc. Why: docs/performance-notes.md.
 #ifndef WSYNC_CONTROLLER_PLAN_HUGE_PAGE_ALLOCATOR_H_
 #define WSYNC_CONTROLLER_PLAN_HUGE_PAGE_ALLOCATOR_H_
 
@@ -23,10 +22,8 @@ void FreeBlock(void* block, size_t bytes);
 // For processes that plan (the controller, wsyncctl, plan_bench), called once
 // at start: glibc keeps freed heap memory for the next allocation instead of
 // handing it back to the kernel (arrays up to 256 MiB come from the heap, the
-// heap is trimmed only past 1 GiB free, and grows 64 MiB at a time). Every
-// page given back and taken again is a page fault and a zeroed page; for a
-// Kimi-K2 plan that was a third of the page faults. The price: a process
-// keeps up to its peak heap.
+// heap is trimmed only past 1 GiB free, and grows 64 MiB at a time). The
+// price: a process keeps up to its peak heap.
 void KeepFreedMemoryForPlanning();
 
 template <typename T>

@@ -166,87 +166,93 @@ absl::StatusOr<std::vector<std::vector<Interval>>> MeshLocalIntervals(
   return iv;
 }
 
-namespace internal {
+namespace {
 
-absl::Status AppendMeshFragments(const std::string& where, const v1::TensorLayout& t,
-                                 int32_t num_ranks, SideRole role, int32_t buffer_id,
-                                 std::vector<CompiledFragment>* out) {
-  const v1::MeshLayout& m = t.mesh();
-  const int ndim = t.shape_size();
+template <typename... Args>
+absl::Status MeshError(const std::string& where, const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat(where, ": mesh layout: ", args...));
+}
+
+// The mesh names each rank of the side at most once and has as many
+// positions as ranks; *positions is their number.
+absl::Status CheckMeshRanks(const std::string& where, const v1::MeshLayout& m, int32_t num_ranks,
+                            int64_t* positions) {
   const int mdims = m.mesh_shape_size();
-  auto err = [&](auto&&... args) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": mesh layout: ", args...));
-  };
   if (m.placements_size() != mdims) {
-    return err("mesh_shape has ", mdims, " dims but there are ", m.placements_size(),
-               " placements");
+    return MeshError(where, "mesh_shape has ", mdims, " dims but there are ", m.placements_size(),
+                     " placements");
   }
   int64_t product = 1;
   bool overflow = false;
   for (int md = 0; md < mdims; ++md) {
-    if (m.mesh_shape(md) < 1) return err("mesh_shape[", md, "] = ", m.mesh_shape(md), " < 1");
+    if (m.mesh_shape(md) < 1) {
+      return MeshError(where, "mesh_shape[", md, "] = ", m.mesh_shape(md), " < 1");
+    }
     overflow = overflow || __builtin_mul_overflow(product, m.mesh_shape(md), &product);
   }
   if (overflow || product != m.ranks_size()) {
-    return err("mesh_shape [", absl::StrJoin(m.mesh_shape(), ", "), "] needs ",
-               overflow ? "more than 2^63" : absl::StrCat(product), " ranks but ranks lists ",
-               m.ranks_size());
+    return MeshError(where, "mesh_shape [", absl::StrJoin(m.mesh_shape(), ", "), "] needs ",
+                     overflow ? "more than 2^63" : absl::StrCat(product), " ranks but ranks lists ",
+                     m.ranks_size());
   }
   std::vector<char> seen(num_ranks, 0);
   for (int i = 0; i < m.ranks_size(); ++i) {
     const int32_t r = m.ranks(i);
     if (r < 0 || r >= num_ranks) {
-      return err("rank ", r, " (mesh position ", i, ") out of range: the side has ", num_ranks,
-                 " ranks");
+      return MeshError(where, "rank ", r, " (mesh position ", i, ") out of range: the side has ",
+                       num_ranks, " ranks");
     }
-    if (seen[r]) return err("rank ", r, " appears twice in the mesh");
+    if (seen[r]) return MeshError(where, "rank ", r, " appears twice in the mesh");
     seen[r] = 1;
   }
-  bool has_partial = false;
+  *positions = product;
+  return absl::OkStatus();
+}
+
+// The mesh dims with Partial placements and their (common) reduce op.
+struct PartialDims {
+  bool any = false;
   v1::ReduceOp op = v1::REDUCE_SUM;
-  std::vector<char> partial_dim(mdims, 0);
+  std::vector<char> dim;  // per mesh dim: Partial
+};
+
+// Checks every placement (a destination holds no Partial values; Partial
+// placements agree on the op) and collects the Partial ones.
+absl::Status CheckPlacements(const std::string& where, const v1::MeshLayout& m, int ndim,
+                             SideRole role, PartialDims* partial) {
+  const int mdims = m.mesh_shape_size();
+  partial->dim.assign(mdims, 0);
   for (int md = 0; md < mdims; ++md) {
     const v1::Placement& p = m.placements(md);
     absl::Status s = CheckPlacement(p, md, ndim);
-    if (!s.ok()) return err(s.message());
+    if (!s.ok()) return MeshError(where, s.message());
     if (p.kind_case() != v1::Placement::kPartial) continue;
     if (role == SideRole::kDestination) {
-      return err("placement ", md, " ", PlacementName(p),
-                 ": a destination cannot hold partial values");
+      return MeshError(where, "placement ", md, " ", PlacementName(p),
+                       ": a destination cannot hold partial values");
     }
-    if (has_partial && p.partial().op() != op) {
-      return err("Partial placements disagree on the reduce op (", v1::ReduceOp_Name(op), " vs ",
-                 v1::ReduceOp_Name(p.partial().op()), ")");
+    if (partial->any && p.partial().op() != partial->op) {
+      return MeshError(where, "Partial placements disagree on the reduce op (",
+                       v1::ReduceOp_Name(partial->op), " vs ", v1::ReduceOp_Name(p.partial().op()),
+                       ")");
     }
-    has_partial = true;
-    op = p.partial().op();
-    partial_dim[md] = 1;
+    partial->any = true;
+    partial->op = p.partial().op();
+    partial->dim[md] = 1;
   }
+  return absl::OkStatus();
+}
 
-  const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
-  const std::vector<int64_t> mesh_shape(m.mesh_shape().begin(), m.mesh_shape().end());
-  const std::vector<v1::Placement> placements(m.placements().begin(), m.placements().end());
-  const int64_t elem_size = DTypeSize(t.dtype());
-  // Partial groups: dense ids in order of first appearance (row-major mesh
-  // order) of the coordinate projected onto the non-Partial mesh dims.
-  absl::flat_hash_map<int64_t, int32_t> group_ids;
-  std::vector<int64_t> coord(mdims, 0);
-  std::vector<int64_t> local_shape(ndim);
-  std::vector<int64_t> local_start;  // per interval, its local position
-  std::vector<size_t> first(ndim);   // index of dim d's first interval in local_start
-  std::vector<size_t> pick(ndim);
-  std::vector<int64_t> offset(ndim), length(ndim), strides(ndim);
-  std::vector<std::vector<Interval>> iv;
-  std::vector<Interval> scratch;
-  out->reserve(out->size() + product);
-  for (int64_t i = 0; i < product; ++i) {
-    if (i > 0) {  // row-major increment
-      for (int md = mdims - 1; md >= 0; --md) {
-        if (++coord[md] < mesh_shape[md]) break;
-        coord[md] = 0;
-      }
-    }
-    RETURN_IF_ERROR(LocalIntervalsInto(shape, mesh_shape, coord, placements, &iv, &scratch));
+// One rank's local intervals and where they sit in its local buffer;
+// reused from rank to rank (this loop makes every fragment of a large side).
+struct RankIntervals {
+  explicit RankIntervals(int ndim)
+      : local_shape(ndim), first(ndim), pick(ndim), offset(ndim), length(ndim), strides(ndim) {}
+
+  // From iv: each interval's local position, the local shape and its
+  // row-major strides. False when the rank holds nothing of the tensor.
+  bool Layout() {
+    const int ndim = static_cast<int>(local_shape.size());
     bool empty = false;
     local_start.clear();
     for (int d = 0; d < ndim; ++d) {
@@ -259,44 +265,98 @@ absl::Status AppendMeshFragments(const std::string& where, const v1::TensorLayou
       }
       local_shape[d] = pos;
     }
-    if (empty) continue;  // this rank holds nothing of the tensor
-    int32_t group = 0;
-    if (has_partial) {
-      int64_t key = 0;
-      for (int md = 0; md < mdims; ++md) {
-        if (!partial_dim[md]) key = key * mesh_shape[md] + coord[md];
-      }
-      group = group_ids.try_emplace(key, static_cast<int32_t>(group_ids.size() + 1)).first->second;
-    }
+    if (empty) return false;
     for (int d = ndim - 1; d >= 0; --d) {
       strides[d] = d == ndim - 1 ? 1 : strides[d + 1] * local_shape[d + 1];
     }
-    std::fill(pick.begin(), pick.end(), 0);
-    while (true) {  // cartesian product of the per-dim intervals
-      int64_t elem_offset = 0;
-      for (int d = 0; d < ndim; ++d) {
-        const Interval& x = iv[d][pick[d]];
-        offset[d] = x.begin;
-        length[d] = x.end - x.begin;
-        elem_offset += local_start[first[d] + pick[d]] * strides[d];
-      }
-      // Built in place: this loop makes every fragment of a large side.
-      CompiledFragment& f = out->emplace_back();
-      f.rank = m.ranks(static_cast<int>(i));
-      f.box.offset.assign(offset.begin(), offset.end());
-      f.box.length.assign(length.begin(), length.end());
-      f.buffer = buffer_id;
-      f.byte_offset = elem_offset * elem_size;
-      f.strides.assign(strides.begin(), strides.end());
-      f.partial_group = group;
-      f.partial_op = has_partial ? op : v1::REDUCE_SUM;
-      int d = ndim - 1;
-      for (; d >= 0; --d) {
-        if (++pick[d] < iv[d].size()) break;
-        pick[d] = 0;
-      }
-      if (d < 0) break;
+    return true;
+  }
+
+  std::vector<std::vector<Interval>> iv;
+  std::vector<Interval> scratch;
+  std::vector<int64_t> local_shape;
+  std::vector<int64_t> local_start;  // per interval, its local position
+  std::vector<size_t> first;         // index of dim d's first interval in local_start
+  std::vector<size_t> pick;
+  std::vector<int64_t> offset, length, strides;
+};
+
+// One fragment per element of the cartesian product of the rank's per-dim
+// intervals (after RankIntervals::Layout).
+void AppendRankFragments(RankIntervals& ri, int32_t rank, int32_t buffer_id, int64_t elem_size,
+                         int32_t group, v1::ReduceOp op, std::vector<CompiledFragment>* out) {
+  const int ndim = static_cast<int>(ri.offset.size());
+  std::fill(ri.pick.begin(), ri.pick.end(), 0);
+  while (true) {
+    int64_t elem_offset = 0;
+    for (int d = 0; d < ndim; ++d) {
+      const Interval& x = ri.iv[d][ri.pick[d]];
+      ri.offset[d] = x.begin;
+      ri.length[d] = x.end - x.begin;
+      elem_offset += ri.local_start[ri.first[d] + ri.pick[d]] * ri.strides[d];
     }
+    // Built in place: this loop makes every fragment of a large side.
+    CompiledFragment& f = out->emplace_back();
+    f.rank = rank;
+    f.box.offset.assign(ri.offset.begin(), ri.offset.end());
+    f.box.length.assign(ri.length.begin(), ri.length.end());
+    f.buffer = buffer_id;
+    f.byte_offset = elem_offset * elem_size;
+    f.strides.assign(ri.strides.begin(), ri.strides.end());
+    f.partial_group = group;
+    f.partial_op = op;
+    int d = ndim - 1;
+    for (; d >= 0; --d) {
+      if (++ri.pick[d] < ri.iv[d].size()) break;
+      ri.pick[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+}  // namespace
+
+namespace internal {
+
+absl::Status AppendMeshFragments(const std::string& where, const v1::TensorLayout& t,
+                                 int32_t num_ranks, SideRole role, int32_t buffer_id,
+                                 std::vector<CompiledFragment>* out) {
+  const v1::MeshLayout& m = t.mesh();
+  const int ndim = t.shape_size();
+  const int mdims = m.mesh_shape_size();
+  int64_t product = 0;
+  RETURN_IF_ERROR(CheckMeshRanks(where, m, num_ranks, &product));
+  PartialDims partial;
+  RETURN_IF_ERROR(CheckPlacements(where, m, ndim, role, &partial));
+  const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+  const std::vector<int64_t> mesh_shape(m.mesh_shape().begin(), m.mesh_shape().end());
+  const std::vector<v1::Placement> placements(m.placements().begin(), m.placements().end());
+  const int64_t elem_size = DTypeSize(t.dtype());
+  const v1::ReduceOp op = partial.any ? partial.op : v1::REDUCE_SUM;
+  // Partial groups: dense ids in order of first appearance (row-major mesh
+  // order) of the coordinate projected onto the non-Partial mesh dims.
+  absl::flat_hash_map<int64_t, int32_t> group_ids;
+  std::vector<int64_t> coord(mdims, 0);
+  RankIntervals ri(ndim);
+  out->reserve(out->size() + product);
+  for (int64_t i = 0; i < product; ++i) {
+    if (i > 0) {  // row-major increment
+      for (int md = mdims - 1; md >= 0; --md) {
+        if (++coord[md] < mesh_shape[md]) break;
+        coord[md] = 0;
+      }
+    }
+    RETURN_IF_ERROR(LocalIntervalsInto(shape, mesh_shape, coord, placements, &ri.iv, &ri.scratch));
+    if (!ri.Layout()) continue;  // this rank holds nothing of the tensor
+    int32_t group = 0;
+    if (partial.any) {
+      int64_t key = 0;
+      for (int md = 0; md < mdims; ++md) {
+        if (!partial.dim[md]) key = key * mesh_shape[md] + coord[md];
+      }
+      group = group_ids.try_emplace(key, static_cast<int32_t>(group_ids.size() + 1)).first->second;
+    }
+    AppendRankFragments(ri, m.ranks(static_cast<int>(i)), buffer_id, elem_size, group, op, out);
   }
   return absl::OkStatus();
 }

@@ -27,74 +27,56 @@ bool ZeroCopyEligible(const Work& w, const Xfer& x) {
   return Contiguous(m.src_rank, w.boxes.length(c.box), st.fragments[x.src_frag].strides.data());
 }
 
-}  // namespace
-
-absl::Status PackBuckets(Work* w) {
-  const size_t nw = w->worker_ids.size();
-  const size_t nx = w->xfers.size();
-  // Stable counting sorts: by receiver, then by sender -> (sender, receiver)
-  // runs in creation order, O(n).
+// Transfer ids in (sender, receiver) runs, each run in creation order:
+// stable counting sorts by receiver, then by sender, O(n).
+std::vector<int32_t> PairOrder(const Work& w) {
+  const size_t nw = w.worker_ids.size();
+  const size_t nx = w.xfers.size();
   std::vector<int32_t> by_recv(nx), order(nx);
   {
     std::vector<int32_t> start(nw + 1, 0);
-    for (const Xfer& x : w->xfers) ++start[x.receiver + 1];
+    for (const Xfer& x : w.xfers) ++start[x.receiver + 1];
     for (size_t i = 0; i < nw; ++i) start[i + 1] += start[i];
-    for (size_t i = 0; i < nx; ++i) by_recv[start[w->xfers[i].receiver]++] = static_cast<int32_t>(i);
+    for (size_t i = 0; i < nx; ++i) by_recv[start[w.xfers[i].receiver]++] = static_cast<int32_t>(i);
   }
-  {
-    std::vector<int32_t> start(nw + 1, 0);
-    for (const Xfer& x : w->xfers) ++start[x.sender + 1];
-    for (size_t i = 0; i < nw; ++i) start[i + 1] += start[i];
-    for (int32_t i : by_recv) order[start[w->xfers[i].sender]++] = i;
-  }
-  w->bucket_xfers.reserve(nx);
-  std::vector<int32_t> run;
-  auto open_bucket = [&](const Xfer& x) {
-    BucketRec b;
-    b.sender = x.sender;
-    b.receiver = x.receiver;
-    b.local = x.sender == x.receiver;
-    b.xfer_begin = static_cast<int32_t>(w->bucket_xfers.size());
-    w->buckets.push_back(b);
-  };
-  auto add = [&](int32_t xi, int64_t offset) {
-    Xfer& x = w->xfers[xi];
-    BucketRec& b = w->buckets.back();
-    x.bucket = static_cast<int32_t>(w->buckets.size()) - 1;
-    x.bucket_offset = offset;
-    b.bytes = offset + x.bytes;
-    ++b.xfer_count;
-    w->bucket_xfers.push_back(xi);
-  };
-  for (size_t i = 0; i < nx;) {
-    size_t e = i;
-    while (e < nx && w->xfers[order[e]].sender == w->xfers[order[i]].sender &&
-           w->xfers[order[e]].receiver == w->xfers[order[i]].receiver) {
-      ++e;
-    }
-    // One class at a time: (generation, partial) in a fixed order.
-    run.assign(order.begin() + i, order.begin() + e);
-    std::stable_sort(run.begin(), run.end(), [&](int32_t a, int32_t b) {
-      const Xfer& xa = w->xfers[a];
-      const Xfer& xb = w->xfers[b];
-      if (xa.gen != xb.gen) return xa.gen < xb.gen;
-      const bool pa = xa.reduce != 0 || xa.quantize != 0, pb = xb.reduce != 0 || xb.quantize != 0;
-      if (pa != pb) return pb;
-      // Parts of one quantization batch next to each other: they share buckets.
-      const int32_t ba = xa.quantize != 0 ? w->quants[xa.quantize - 1].batch : -1;
-      const int32_t bb = xb.quantize != 0 ? w->quants[xb.quantize - 1].batch : -1;
-      return ba < bb;
-    });
+  std::vector<int32_t> start(nw + 1, 0);
+  for (const Xfer& x : w.xfers) ++start[x.sender + 1];
+  for (size_t i = 0; i < nw; ++i) start[i + 1] += start[i];
+  for (int32_t i : by_recv) order[start[w.xfers[i].sender]++] = i;
+  return order;
+}
+
+// One class at a time: (generation, partial) in a fixed order; the parts of
+// one quantization batch next to each other (they share buckets).
+void SortByClass(const Work& w, std::vector<int32_t>* run) {
+  std::stable_sort(run->begin(), run->end(), [&](int32_t a, int32_t b) {
+    const Xfer& xa = w.xfers[a];
+    const Xfer& xb = w.xfers[b];
+    if (xa.gen != xb.gen) return xa.gen < xb.gen;
+    const bool pa = xa.reduce != 0 || xa.quantize != 0, pb = xb.reduce != 0 || xb.quantize != 0;
+    if (pa != pb) return pb;
+    const int32_t ba = xa.quantize != 0 ? w.quants[xa.quantize - 1].batch : -1;
+    const int32_t bb = xb.quantize != 0 ? w.quants[xb.quantize - 1].batch : -1;
+    return ba < bb;
+  });
+}
+
+class Packer {
+ public:
+  explicit Packer(Work* w) : w_(w) {}
+
+  // Packs one (sender, receiver) run, sorted by class, into buckets.
+  void PackRun(const std::vector<int32_t>& run) {
     bool open = false;
     int cls_gen = -1, cls_partial = -1;
     int32_t cls_reduce = -1;
     int64_t limit = 0;
     for (int32_t xi : run) {
-      const Xfer& x = w->xfers[xi];
-      if (ZeroCopyEligible(*w, x)) {
-        open_bucket(x);
-        add(xi, 0);
-        w->buckets.back().zero_copy = true;
+      const Xfer& x = w_->xfers[xi];
+      if (ZeroCopyEligible(*w_, x)) {
+        OpenBucket(x);
+        Add(xi, 0);
+        w_->buckets.back().zero_copy = true;
         open = false;
         continue;
       }
@@ -102,29 +84,75 @@ absl::Status PackBuckets(Work* w) {
       // round: one of them per bucket.
       const bool partial = x.reduce != 0 || x.quantize != 0;
       const int32_t unit_key =
-          x.reduce != 0 ? x.reduce : -1 - (x.quantize != 0 ? w->quants[x.quantize - 1].batch : 0);
-      const int64_t x_limit =
-          x.reduce != 0 ? std::min(w->opt.pack_bytes,
-                             std::max(x.bytes, w->opt.staging_cap /
-                                                   (w->reduces[x.reduce - 1].members + 1)))
-                  : w->opt.pack_bytes;
+          x.reduce != 0 ? x.reduce : -1 - (x.quantize != 0 ? w_->quants[x.quantize - 1].batch : 0);
       // Sender-quantized deliveries carry fp32 scales after their fp8 bytes.
-      const int64_t align = CarriesScales(w->cells[x.cell]) ? 4 : DTypeSize(x.wire);
-      int64_t offset = open ? (w->buckets.back().bytes + align - 1) / align * align : 0;
+      const int64_t align = CarriesScales(w_->cells[x.cell]) ? 4 : DTypeSize(x.wire);
+      int64_t offset = open ? (w_->buckets.back().bytes + align - 1) / align * align : 0;
       // One reduce per partial bucket: a reduce's buckets share a round, so
       // mixing reduces would chain them into units beyond the staging cap.
       if (!open || x.gen != cls_gen || static_cast<int>(partial) != cls_partial ||
           (partial && unit_key != cls_reduce) || offset + x.bytes > limit) {
-        open_bucket(x);
+        OpenBucket(x);
         open = true;
         cls_gen = x.gen;
         cls_partial = partial;
-        limit = x_limit;
+        limit = BucketLimit(x);
         cls_reduce = unit_key;
         offset = 0;
       }
-      add(xi, offset);
+      Add(xi, offset);
     }
+  }
+
+ private:
+  // The most bytes a bucket opened by x may hold: a reduce's contributions
+  // leave room for all its members' within the staging cap.
+  int64_t BucketLimit(const Xfer& x) const {
+    if (x.reduce == 0) return w_->opt.pack_bytes;
+    return std::min(
+        w_->opt.pack_bytes,
+        std::max(x.bytes, w_->opt.staging_cap / (w_->reduces[x.reduce - 1].members + 1)));
+  }
+
+  void OpenBucket(const Xfer& x) {
+    BucketRec b;
+    b.sender = x.sender;
+    b.receiver = x.receiver;
+    b.local = x.sender == x.receiver;
+    b.xfer_begin = static_cast<int32_t>(w_->bucket_xfers.size());
+    w_->buckets.push_back(b);
+  }
+
+  void Add(int32_t xi, int64_t offset) {
+    Xfer& x = w_->xfers[xi];
+    BucketRec& b = w_->buckets.back();
+    x.bucket = static_cast<int32_t>(w_->buckets.size()) - 1;
+    x.bucket_offset = offset;
+    b.bytes = offset + x.bytes;
+    ++b.xfer_count;
+    w_->bucket_xfers.push_back(xi);
+  }
+
+  Work* w_;
+};
+
+}  // namespace
+
+absl::Status PackBuckets(Work* w) {
+  const size_t nx = w->xfers.size();
+  const std::vector<int32_t> order = PairOrder(*w);
+  w->bucket_xfers.reserve(nx);
+  Packer packer(w);
+  std::vector<int32_t> run;
+  for (size_t i = 0; i < nx;) {
+    size_t e = i;
+    while (e < nx && w->xfers[order[e]].sender == w->xfers[order[i]].sender &&
+           w->xfers[order[e]].receiver == w->xfers[order[i]].receiver) {
+      ++e;
+    }
+    run.assign(order.begin() + i, order.begin() + e);
+    SortByClass(*w, &run);
+    packer.PackRun(run);
     i = e;
   }
   return absl::OkStatus();

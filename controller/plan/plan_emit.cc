@@ -1,8 +1,8 @@
 // Stage 9: the v1::Plan. Bucket ids are dense in (round, sender, receiver,
 // packing order); seq counts buckets of one (sender, receiver, round) by id;
-// reduce ids are dense from 1 in (round, worker) order. Per worker and round,
-// ops go SEND/RECV by (peer, seq), then COPY, then REDUCE. Back-to-back
+// reduce ids are dense from 1 in (round, worker) order. Back-to-back
 // transfers of a bucket that join into one box become one piece (MergePieces).
+// The ranks' ops and the summary: plan_summary.cc.
 #include <algorithm>
 #include <numeric>
 
@@ -11,20 +11,6 @@
 
 namespace wsync::plan::planner_detail {
 namespace {
-
-struct OpRec {
-  int32_t worker;
-  int32_t round;
-  int8_t cls;  // 0 send/recv, 1 copy, 2 reduce, 3 quantize
-  int32_t peer;
-  int32_t seq;
-  int8_t kind;  // v1::Op::Kind
-  int64_t id;   // bucket or reduce id
-  bool operator<(const OpRec& o) const {
-    return std::tie(worker, round, cls, peer, seq, kind, id) <
-           std::tie(o.worker, o.round, o.cls, o.peer, o.seq, o.kind, o.id);
-  }
-};
 
 // One emitted piece: a run of transfers of one bucket merged into one box.
 // Consecutive transfers merge when they read the same fragment, write the
@@ -113,7 +99,10 @@ class Emitter {
       EmitReduces();
       EmitQuantizes();
     }
-    EmitRanksAndSummary(summary_only);
+    int64_t pieces, relays;
+    CountPieces(&pieces, &relays);
+    EmitRanksAndSummary(w_, {bucket_id_, seq_, reduce_id_, quant_id_}, pieces, relays, summary_only,
+                        plan_);
     return absl::OkStatus();
   }
 
@@ -380,148 +369,17 @@ class Emitter {
     }
   }
 
-  void EmitRanksAndSummary(bool summary_only) {
-    const int32_t nw = static_cast<int32_t>(w_.worker_ids.size());
-    const int32_t nr = std::max(1, w_.num_rounds);
-    std::vector<int64_t> out_b(nw, 0), in_b(nw, 0), local_b(nw, 0), ops(nw, 0), peak(nw, 0);
-    std::vector<int64_t> staged(static_cast<size_t>(nr) * nw, 0);
-    CostModel cost(w_.opt.link, nw, nr);
-    v1::PlanSummary* s = plan_->mutable_summary();
-    int64_t network = 0, local = 0, dest = 0, relays = 0;
-    std::vector<OpRec> recs;
-    if (!summary_only) recs.reserve(w_.buckets.size() * 2 + w_.reduces.size());
-    for (size_t b = 0; b < w_.buckets.size(); ++b) {
-      const BucketRec& bk = w_.buckets[b];
-      cost.Add(bk.round, bk.sender, bk.receiver, w_.Link(bk.sender, bk.receiver), bk.bytes);
-      if (bk.local) {
-        local += bk.bytes;
-        local_b[bk.sender] += bk.bytes;
-        ++ops[bk.sender];
-        if (!summary_only) {
-          recs.push_back({bk.sender, bk.round, 1, 0, 0, v1::Op::COPY, bucket_id_[b]});
-        }
-        continue;
-      }
-      network += bk.bytes;
-      out_b[bk.sender] += bk.bytes;
-      in_b[bk.receiver] += bk.bytes;
-      ++ops[bk.sender];
-      ++ops[bk.receiver];
-      if (!bk.zero_copy) {
-        staged[static_cast<size_t>(bk.round) * nw + bk.sender] += bk.bytes;
-        staged[static_cast<size_t>(bk.round) * nw + bk.receiver] += bk.bytes;
-      }
-      if (!summary_only) {
-        recs.push_back({bk.sender, bk.round, 0, w_.worker_ids[bk.receiver], seq_[b], v1::Op::SEND,
-                        bucket_id_[b]});
-        recs.push_back({bk.receiver, bk.round, 0, w_.worker_ids[bk.sender], seq_[b], v1::Op::RECV,
-                        bucket_id_[b]});
-      }
-    }
-    for (size_t r = 0; r < w_.reduces.size(); ++r) {
-      const ReduceRec& rr = w_.reduces[r];
-      ++ops[rr.receiver];
-      const CompiledTensor& dt = w_.dst->tensors[w_.DstTensorOf(w_.cells[rr.cell])];
-      dest += w_.cells[rr.cell].elems * DTypeSize(dt.dtype);
-      if (!summary_only)
-        recs.push_back({rr.receiver, rr.round, 2, 0, 0, v1::Op::REDUCE, reduce_id_[r]});
-    }
-    for (size_t q = 0; q < w_.quants.size(); ++q) {
-      const QuantRec& qr = w_.quants[q];
-      ++ops[qr.receiver];
-      const QuantGroup& g = w_.qgroups[qr.qgroup];
-      const CompiledTensor& dt = w_.dst->tensors[w_.dst_groups[g.dst_group].dst_tensor];
-      const int rank = w_.boxes.rank(g.box);
-      int64_t boff[kMaxDims], blen[kMaxDims];
-      BlockBoxOf(dt, rank, w_.boxes.offset(g.box), w_.boxes.length(g.box), boff, blen);
-      int64_t blocks = 1;
-      for (int d = 0; d < rank; ++d) blocks *= blen[d];
-      dest += w_.boxes.elems(g.box) * DTypeSize(dt.dtype) + blocks * 4;
-      if (!summary_only) {
-        recs.push_back({qr.receiver, qr.round, 3, 0, 0, v1::Op::QUANTIZE, quant_id_[q]});
-      }
-    }
-    int64_t pieces = 0;
+  // Pieces of the emitted buckets, and how many of them relays forward.
+  void CountPieces(int64_t* pieces, int64_t* relays) const {
+    *pieces = 0;
+    *relays = 0;
     for (const BucketRec& bk : w_.buckets) {
       MergePieces(w_, bk, &merged_);
       for (const MergedPiece& mp : merged_) {
         const int32_t n = PieceCount(w_, bk, mp);
-        pieces += n;
-        if (w_.xfers[w_.bucket_xfers[bk.xfer_begin + mp.first]].relay) relays += n;
+        *pieces += n;
+        if (w_.xfers[w_.bucket_xfers[bk.xfer_begin + mp.first]].relay) *relays += n;
       }
-    }
-    for (const Xfer& x : w_.xfers) {
-      if (x.reduce != 0 || x.quantize != 0) continue;
-      const Cell& c = w_.cells[x.cell];
-      const CompiledTensor& dt = w_.dst->tensors[w_.DstTensorOf(c)];
-      dest += c.elems * DTypeSize(dt.dtype) + c.scales * 4;
-    }
-    int64_t peak_all = 0;
-    for (int32_t r = 0; r < nr; ++r) {
-      for (int32_t k = 0; k < nw; ++k) {
-        peak[k] = std::max(peak[k], staged[static_cast<size_t>(r) * nw + k]);
-        peak_all = std::max(peak_all, peak[k]);
-      }
-    }
-    if (!summary_only) {
-      std::sort(recs.begin(), recs.end());
-      v1::RankPlan* rp = nullptr;
-      v1::Round* round = nullptr;
-      for (const OpRec& o : recs) {
-        if (rp == nullptr || rp->worker() != w_.worker_ids[o.worker]) {
-          rp = plan_->add_ranks();
-          rp->set_worker(w_.worker_ids[o.worker]);
-          round = nullptr;
-        }
-        if (round == nullptr || round->index() != o.round) {
-          round = rp->add_rounds();
-          round->set_index(o.round);
-          round->set_staging_bytes(staged[static_cast<size_t>(o.round) * nw + o.worker]);
-        }
-        v1::Op* op = round->add_ops();
-        op->set_kind(static_cast<v1::Op::Kind>(o.kind));
-        if (o.kind == v1::Op::REDUCE) {
-          op->set_reduce(o.id);
-        } else if (o.kind == v1::Op::QUANTIZE) {
-          op->set_quantize(o.id);
-        } else {
-          op->set_bucket(o.id);
-          if (o.kind != v1::Op::COPY) op->set_peer(o.peer);
-        }
-      }
-    }
-    const CostReport rep = cost.Report();
-    plan_->set_num_rounds(w_.num_rounds);
-    for (int32_t k = 0; k < nw; ++k) {
-      v1::WorkerInfo* wi = plan_->add_workers();
-      wi->set_worker(w_.worker_ids[k]);
-      wi->set_node(w_.node_names[w_.worker_node[k]]);
-    }
-    s->set_destination_bytes(dest);
-    s->set_network_bytes(network);
-    s->set_local_bytes(local);
-    s->set_num_rounds(w_.num_rounds);
-    s->set_num_buckets(static_cast<int64_t>(w_.buckets.size()));
-    s->set_num_pieces(pieces);
-    int64_t total_ops = 0;
-    for (int64_t o : ops) total_ops += o;
-    s->set_num_ops(total_ops);
-    s->set_num_relay_pieces(relays);
-    s->set_num_quantizes(static_cast<int64_t>(w_.quants.size()));
-    s->set_max_rank_bytes_out(*std::max_element(out_b.begin(), out_b.end()));
-    s->set_max_rank_bytes_in(*std::max_element(in_b.begin(), in_b.end()));
-    s->set_peak_staging_bytes(peak_all);
-    s->set_predicted_seconds(w_.num_rounds == 0 ? 0 : rep.predicted_seconds);
-    s->set_lower_bound_seconds(rep.lower_bound_seconds);
-    for (int32_t k = 0; k < nw; ++k) {
-      v1::RankSummary* rs = s->add_ranks();
-      rs->set_worker(w_.worker_ids[k]);
-      rs->set_bytes_out(out_b[k]);
-      rs->set_bytes_in(in_b[k]);
-      rs->set_bytes_local(local_b[k]);
-      rs->set_peak_staging_bytes(peak[k]);
-      rs->set_ops(ops[k]);
-      rs->set_busy_seconds(rep.worker_busy_seconds[k]);
     }
   }
 

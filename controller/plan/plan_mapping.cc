@@ -14,18 +14,6 @@ namespace {
 
 using Region = ElemBox;
 
-bool IntersectInto(const Region& a, const int64_t* off, const int64_t* len, Region* out) {
-  out->rank = a.rank;
-  for (int d = 0; d < a.rank; ++d) {
-    const int64_t lo = std::max(a.off[d], off[d]);
-    const int64_t hi = std::min(a.off[d] + a.len[d], off[d] + len[d]);
-    if (hi <= lo) return false;
-    out->off[d] = lo;
-    out->len[d] = hi - lo;
-  }
-  return true;
-}
-
 bool Overlap(const Region& a, const Region& b) {
   for (int d = 0; d < a.rank; ++d) {
     if (std::max(a.off[d], b.off[d]) >= std::min(a.off[d] + a.len[d], b.off[d] + b.len[d])) {
@@ -42,106 +30,147 @@ BoxNd ToBox(const Region& r) {
   return b;
 }
 
+// The holder groups of one source tensor while they are built: appended to
+// w->holder_groups contiguously from `base`, with their full holders and
+// partial groups collected here until Flush.
+class TensorHolders {
+ public:
+  TensorHolders(Work* w, const CompiledTensor& ct)
+      : w_(w),
+        ct_(ct),
+        rank_(static_cast<int>(ct.shape.size())),
+        base_(static_cast<int32_t>(w->holder_groups.size())) {}
+
+  // Full replicas: fragments come sorted by box, so those of one box are
+  // adjacent. Partial fragments are collected by partial_group.
+  void AddFullHolders(std::map<int32_t, std::vector<int32_t>>* partial) {
+    int32_t last = -1;
+    for (size_t f = 0; f < ct_.fragments.size(); ++f) {
+      const CompiledFragment& fr = ct_.fragments[f];
+      if (fr.box.Empty() && rank_ > 0) continue;
+      if (fr.partial_group != 0) {
+        (*partial)[fr.partial_group].push_back(static_cast<int32_t>(f));
+        continue;
+      }
+      if (last < 0 || !SameBox(last, fr.box)) last = NewGroup(fr.box);
+      full_of_[last].push_back(static_cast<int32_t>(f));
+    }
+  }
+
+  // Partial group pg (its fragments): one box and one op; joins the holder
+  // group of that box.
+  absl::Status AddPartialGroup(int32_t pg, const std::vector<int32_t>& frags) {
+    const CompiledFragment& first = ct_.fragments[frags[0]];
+    for (int32_t f : frags) {
+      const CompiledFragment& fr = ct_.fragments[f];
+      if (fr.box != first.box || fr.partial_op != first.partial_op) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("source tensor '", ct_.name, "': partial_group ", pg,
+                         " mixes boxes or ops (rank ", first.rank, " holds ", first.box.ToString(),
+                         ", rank ", fr.rank, " holds ", fr.box.ToString(), ")"));
+      }
+    }
+    int32_t local = -1;
+    for (size_t i = 0; i < groups_.size() && local < 0; ++i) {
+      if (SameBox(static_cast<int32_t>(i), first.box)) local = static_cast<int32_t>(i);
+    }
+    if (local < 0) local = NewGroup(first.box);
+    PartialGroup p;
+    p.frag_begin = static_cast<int32_t>(w_->holder_frags.size());
+    p.frag_count = static_cast<int32_t>(frags.size());
+    p.op = first.partial_op;
+    w_->holder_frags.insert(w_->holder_frags.end(), frags.begin(), frags.end());
+    parts_of_[local].push_back(static_cast<int32_t>(w_->partial_groups.size()));
+    w_->partial_groups.push_back(p);
+    return absl::OkStatus();
+  }
+
+  // Writes every group's full holders and partial groups into w; returns
+  // the tensor's HolderGroup ids.
+  std::vector<int32_t> Flush() {
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      HolderGroup& hg = w_->holder_groups[groups_[i]];
+      hg.full_begin = static_cast<int32_t>(w_->holder_frags.size());
+      hg.full_count = static_cast<int32_t>(full_of_[i].size());
+      w_->holder_frags.insert(w_->holder_frags.end(), full_of_[i].begin(), full_of_[i].end());
+      hg.part_begin = static_cast<int32_t>(w_->holder_parts.size());
+      hg.part_count = static_cast<int32_t>(parts_of_[i].size());
+      w_->holder_parts.insert(w_->holder_parts.end(), parts_of_[i].begin(), parts_of_[i].end());
+    }
+    return std::move(groups_);
+  }
+
+ private:
+  int32_t NewGroup(const BoxNd& b) {
+    HolderGroup hg;
+    hg.box = w_->boxes.Add(rank_, b.offset.data(), b.length.data());
+    w_->holder_groups.push_back(hg);
+    groups_.push_back(static_cast<int32_t>(w_->holder_groups.size()) - 1);
+    full_of_.emplace_back();
+    parts_of_.emplace_back();
+    return static_cast<int32_t>(groups_.size()) - 1;
+  }
+
+  bool SameBox(int32_t local, const BoxNd& b) const {
+    const int32_t id = w_->holder_groups[base_ + local].box;
+    return std::equal(b.offset.begin(), b.offset.end(), w_->boxes.offset(id)) &&
+           std::equal(b.length.begin(), b.length.end(), w_->boxes.length(id));
+  }
+
+  Work* w_;
+  const CompiledTensor& ct_;
+  const int rank_;
+  const int32_t base_;
+  std::vector<int32_t> groups_;  // HolderGroup ids, by local index
+  std::vector<std::vector<int32_t>> full_of_, parts_of_;
+};
+
+// Index of a tensor's holder groups `groups` (rank `rank`) along the dim
+// with the most distinct offsets: groups by begin, with the prefix max of
+// their ends.
+void IndexHolderGroups(const Work& w, int rank, std::vector<int32_t> groups, SourceIndex* si) {
+  si->key_dim = 0;
+  if (rank > 0) {
+    size_t best = 0;
+    for (int d = 0; d < rank; ++d) {
+      std::vector<int64_t> offs;
+      for (int32_t g : groups) offs.push_back(w.boxes.offset(w.holder_groups[g].box)[d]);
+      std::sort(offs.begin(), offs.end());
+      const size_t distinct = std::unique(offs.begin(), offs.end()) - offs.begin();
+      if (distinct > best) {
+        best = distinct;
+        si->key_dim = d;
+      }
+    }
+  }
+  const int k = si->key_dim;
+  auto begin_of = [&](int32_t g) {
+    return rank == 0 ? 0 : w.boxes.offset(w.holder_groups[g].box)[k];
+  };
+  std::sort(groups.begin(), groups.end(), [&](int32_t a, int32_t b) {
+    return begin_of(a) != begin_of(b) ? begin_of(a) < begin_of(b) : a < b;
+  });
+  si->groups = groups;
+  int64_t running = INT64_MIN;
+  for (int32_t g : groups) {
+    si->begin.push_back(begin_of(g));
+    const int64_t end = rank == 0 ? 1 : begin_of(g) + w.boxes.length(w.holder_groups[g].box)[k];
+    running = std::max(running, end);
+    si->max_end.push_back(running);
+  }
+}
+
 absl::Status BuildHolderGroups(Work* w) {
   w->source_index.resize(w->src->tensors.size());
   for (size_t t = 0; t < w->src->tensors.size(); ++t) {
     const CompiledTensor& ct = w->src->tensors[t];
-    const int rank = static_cast<int>(ct.shape.size());
-    // Groups of this tensor are appended contiguously from `base`; fragments
-    // come sorted by box, so full replicas are adjacent.
-    const int32_t base = static_cast<int32_t>(w->holder_groups.size());
-    std::vector<int32_t> tensor_groups;
-    std::vector<std::vector<int32_t>> full_of, parts_of;
-    auto new_group = [&](const BoxNd& b) {
-      HolderGroup hg;
-      hg.box = w->boxes.Add(rank, b.offset.data(), b.length.data());
-      w->holder_groups.push_back(hg);
-      tensor_groups.push_back(static_cast<int32_t>(w->holder_groups.size()) - 1);
-      full_of.emplace_back();
-      parts_of.emplace_back();
-      return static_cast<int32_t>(tensor_groups.size()) - 1;
-    };
-    auto same_box = [&](int32_t local, const BoxNd& b) {
-      const int32_t id = w->holder_groups[base + local].box;
-      return std::equal(b.offset.begin(), b.offset.end(), w->boxes.offset(id)) &&
-             std::equal(b.length.begin(), b.length.end(), w->boxes.length(id));
-    };
+    TensorHolders holders(w, ct);
     std::map<int32_t, std::vector<int32_t>> partial;  // partial_group -> fragments
-    int32_t last = -1;
-    for (size_t f = 0; f < ct.fragments.size(); ++f) {
-      const CompiledFragment& fr = ct.fragments[f];
-      if (fr.box.Empty() && rank > 0) continue;
-      if (fr.partial_group != 0) {
-        partial[fr.partial_group].push_back(static_cast<int32_t>(f));
-        continue;
-      }
-      if (last < 0 || !same_box(last, fr.box)) last = new_group(fr.box);
-      full_of[last].push_back(static_cast<int32_t>(f));
-    }
+    holders.AddFullHolders(&partial);
     for (auto& [pg, frags] : partial) {
-      const CompiledFragment& first = ct.fragments[frags[0]];
-      for (int32_t f : frags) {
-        const CompiledFragment& fr = ct.fragments[f];
-        if (fr.box != first.box || fr.partial_op != first.partial_op) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "source tensor '", ct.name, "': partial_group ", pg, " mixes boxes or ops (rank ",
-              first.rank, " holds ", first.box.ToString(), ", rank ", fr.rank, " holds ",
-              fr.box.ToString(), ")"));
-        }
-      }
-      int32_t local = -1;
-      for (size_t i = 0; i < tensor_groups.size() && local < 0; ++i) {
-        if (same_box(static_cast<int32_t>(i), first.box)) local = static_cast<int32_t>(i);
-      }
-      if (local < 0) local = new_group(first.box);
-      PartialGroup p;
-      p.frag_begin = static_cast<int32_t>(w->holder_frags.size());
-      p.frag_count = static_cast<int32_t>(frags.size());
-      p.op = first.partial_op;
-      w->holder_frags.insert(w->holder_frags.end(), frags.begin(), frags.end());
-      parts_of[local].push_back(static_cast<int32_t>(w->partial_groups.size()));
-      w->partial_groups.push_back(p);
+      if (absl::Status s = holders.AddPartialGroup(pg, frags); !s.ok()) return s;
     }
-    for (size_t i = 0; i < tensor_groups.size(); ++i) {
-      HolderGroup& hg = w->holder_groups[tensor_groups[i]];
-      hg.full_begin = static_cast<int32_t>(w->holder_frags.size());
-      hg.full_count = static_cast<int32_t>(full_of[i].size());
-      w->holder_frags.insert(w->holder_frags.end(), full_of[i].begin(), full_of[i].end());
-      hg.part_begin = static_cast<int32_t>(w->holder_parts.size());
-      hg.part_count = static_cast<int32_t>(parts_of[i].size());
-      w->holder_parts.insert(w->holder_parts.end(), parts_of[i].begin(), parts_of[i].end());
-    }
-    // Index along the dim with the most distinct offsets.
-    SourceIndex& si = w->source_index[t];
-    si.key_dim = 0;
-    if (rank > 0) {
-      size_t best = 0;
-      for (int d = 0; d < rank; ++d) {
-        std::vector<int64_t> offs;
-        for (int32_t g : tensor_groups) offs.push_back(w->boxes.offset(w->holder_groups[g].box)[d]);
-        std::sort(offs.begin(), offs.end());
-        const size_t distinct = std::unique(offs.begin(), offs.end()) - offs.begin();
-        if (distinct > best) {
-          best = distinct;
-          si.key_dim = d;
-        }
-      }
-    }
-    const int k = si.key_dim;
-    auto begin_of = [&](int32_t g) {
-      return rank == 0 ? 0 : w->boxes.offset(w->holder_groups[g].box)[k];
-    };
-    std::sort(tensor_groups.begin(), tensor_groups.end(), [&](int32_t a, int32_t b) {
-      return begin_of(a) != begin_of(b) ? begin_of(a) < begin_of(b) : a < b;
-    });
-    si.groups = tensor_groups;
-    int64_t running = INT64_MIN;
-    for (int32_t g : tensor_groups) {
-      si.begin.push_back(begin_of(g));
-      const int64_t end = rank == 0 ? 1 : begin_of(g) + w->boxes.length(w->holder_groups[g].box)[k];
-      running = std::max(running, end);
-      si.max_end.push_back(running);
-    }
+    IndexHolderGroups(*w, static_cast<int>(ct.shape.size()), holders.Flush(), &w->source_index[t]);
   }
   return absl::OkStatus();
 }
@@ -185,7 +214,7 @@ class CellBuilder {
       for (int32_t mid : w_->maps_of_dst[g.dst_tensor]) {
         const MapEntry& m = w_->maps[mid];
         Region rd;
-        if (!IntersectInto(dbox, m.dst_offset.data(), m.dst_length.data(), &rd)) continue;
+        if (!IntersectElemBox(dbox, m.dst_offset.data(), m.dst_length.data(), &rd)) continue;
         Region rs = DstToSrc(m, rd);
         if (absl::Status st = AddCells(static_cast<int32_t>(gi), mid, rs, &covered); !st.ok()) {
           return st;
@@ -234,7 +263,7 @@ class CellBuilder {
     for (size_t i = lo; i < hi; ++i) {
       const HolderGroup& hg = w_->holder_groups[si.groups[i]];
       Region x;
-      if (!IntersectInto(rs, w_->boxes.offset(hg.box), w_->boxes.length(hg.box), &x)) continue;
+      if (!IntersectElemBox(rs, w_->boxes.offset(hg.box), w_->boxes.length(hg.box), &x)) continue;
       hits_.push_back(x);
       hit_groups_.push_back(si.groups[i]);
     }
@@ -388,8 +417,8 @@ class CellBuilder {
     int64_t mapped = 0;
     for (int32_t mid : w_->maps_of_dst[g.dst_tensor]) {
       Region rd;
-      if (IntersectInto(dbox, w_->maps[mid].dst_offset.data(), w_->maps[mid].dst_length.data(),
-                        &rd)) {
+      if (IntersectElemBox(dbox, w_->maps[mid].dst_offset.data(), w_->maps[mid].dst_length.data(),
+                           &rd)) {
         mapped += rd.Elems();
       }
     }
@@ -400,7 +429,7 @@ class CellBuilder {
     for (int32_t mid : w_->maps_of_dst[g.dst_tensor]) {
       const MapEntry& m = w_->maps[mid];
       Region rd;
-      if (!IntersectInto(dbox, m.dst_offset.data(), m.dst_length.data(), &rd)) continue;
+      if (!IntersectElemBox(dbox, m.dst_offset.data(), m.dst_length.data(), &rd)) continue;
       Region rs = DstToSrc(m, rd);
       Query(m.src_tensor, rs);
       std::optional<Region> hole;

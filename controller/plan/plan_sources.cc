@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "controller/plan/plan_source_loads.h"
 #include "controller/plan/planner_internal.h"
 
 namespace wsync::plan::planner_detail {
@@ -24,19 +25,10 @@ constexpr int kMaxRelayGen = 8;
 // within budget forwards instead.
 constexpr int kShallowFromGen = 1;
 
-int OutDir(LinkClass c) {
-  return c == LinkClass::kLocal ? kLocalCopy : c == LinkClass::kNvlink ? kNvlOut : kNicOut;
-}
-int InDir(LinkClass c) {
-  return c == LinkClass::kLocal ? kLocalCopy : c == LinkClass::kNvlink ? kNvlIn : kNicIn;
-}
-
-class Chooser {
+class Chooser : private SourceLoads {
  public:
   explicit Chooser(Work* w)
-      : w_(w),
-        load_(w->worker_ids.size() * kNumLinkDirs, 0.0),
-        reserve_(w->worker_ids.size() * kNumLinkDirs, 0.0),
+      : SourceLoads(w),
         batch_of_(w->worker_ids.size(), -1),
         batch_bytes_(w->worker_ids.size(), 0) {}
 
@@ -66,29 +58,6 @@ class Chooser {
     uint8_t gen;
   };
 
-  double& L(int32_t worker, int dir) {
-    return load_[static_cast<size_t>(worker) * kNumLinkDirs + dir];
-  }
-
-  static bool Better(double cost, double out, double best, double best_out) {
-    if (std::isinf(best)) return !std::isinf(cost);
-    const double eps = 1e-12 * std::max(1.0, best);
-    if (cost < best - eps) return true;
-    if (cost > best + eps) return false;
-    return out < best_out - 1e-12 * std::max(1.0, best_out);
-  }
-
-  double Seconds(LinkClass c, int64_t bytes) const { return LinkSeconds(w_->opt.link, c, bytes); }
-
-  // Cast once, on the side that makes the wire narrower: block fp8 at the
-  // sender when it holds whole blocks, else the source dtype (the receiver
-  // quantizes).
-  static v1::DType CellWire(const Cell& c, const CompiledTensor& st, const CompiledTensor& dt) {
-    if (CarriesScales(c)) return v1::FP8_E4M3;
-    if (c.quant == kQuantReceiver) return st.dtype;
-    return WireDType(st.dtype, dt.dtype);
-  }
-
   // The receiver-side quantization `x` feeds (QuantRec id, created on first use).
   int32_t QuantOf(const Cell& c, int32_t dst_frag, int32_t receiver) {
     const QuantGroup& q = w_->qgroups[c.qgroup];
@@ -114,95 +83,6 @@ class Chooser {
       id = static_cast<int32_t>(w_->quants.size());
     }
     return id;
-  }
-
-  // Cells by size, largest first; counting sort on log2 size keeps it O(n).
-  std::vector<int32_t> LptOrder() const {
-    std::vector<int32_t> count(65, 0);
-    std::vector<uint8_t> cls(w_->cells.size());
-    for (size_t i = 0; i < w_->cells.size(); ++i) {
-      const int64_t e = std::max<int64_t>(1, w_->cells[i].elems);
-      cls[i] = static_cast<uint8_t>(64 - __builtin_clzll(static_cast<uint64_t>(e)));
-      ++count[cls[i]];
-    }
-    std::vector<int32_t> start(65, 0);
-    int32_t acc = 0;
-    for (int k = 64; k >= 0; --k) {
-      start[k] = acc;
-      acc += count[k];
-    }
-    std::vector<int32_t> order(w_->cells.size());
-    for (size_t i = 0; i < w_->cells.size(); ++i) order[start[cls[i]]++] = static_cast<int32_t>(i);
-    return order;
-  }
-
-  void GatherHolders(const Cell& c) {
-    full_.clear();
-    parts_.clear();
-    for (int32_t i = 0; i < c.hg_count; ++i) {
-      const HolderGroup& hg = w_->holder_groups[w_->cell_holders[c.hg_begin + i]];
-      for (int32_t k = 0; k < hg.full_count; ++k)
-        full_.push_back(w_->holder_frags[hg.full_begin + k]);
-      for (int32_t k = 0; k < hg.part_count; ++k)
-        parts_.push_back(w_->holder_parts[hg.part_begin + k]);
-    }
-  }
-
-  // The ingress each destination worker cannot avoid (best link per cell),
-  // as the budget beyond which a holder should hand fan-out to relays.
-  double IngressTarget() {
-    std::vector<double> in(w_->worker_ids.size(), 0.0);
-    std::vector<int64_t> in_bytes(w_->worker_ids.size(), 0);
-    for (const Cell& c : w_->cells) {
-      if (c.quant == kQuantGroup) continue;  // relays among members
-      GatherHolders(c);
-      const CompiledTensor& st = w_->src->tensors[w_->SrcTensorOf(c)];
-      const CompiledTensor& dt = w_->dst->tensors[w_->DstTensorOf(c)];
-      const int64_t bytes = CellWireBytes(*w_, c, CellWire(c, st, dt));
-      const DstGroup& g = w_->dst_groups[c.dst_group];
-      const bool rooted = c.quant == kQuantReceiver && w_->qgroups[c.qgroup].rooted;
-      for (int32_t m = 0; m < (rooted ? 1 : g.frag_count); ++m) {
-        const int32_t wd = w_->dst_rank_worker[dt.fragments[g.frag_begin + m].rank];
-        LinkClass best = LinkClass::kNic;
-        for (int32_t f : full_) {
-          const LinkClass l = w_->Link(w_->src_rank_worker[st.fragments[f].rank], wd);
-          if (l == LinkClass::kLocal) best = l;
-          if (l == LinkClass::kNvlink && best == LinkClass::kNic) best = l;
-        }
-        if (best != LinkClass::kLocal) {
-          in[wd] += Seconds(best, bytes);
-          in_bytes[wd] += bytes;
-        }
-      }
-      Reserve(c, +1);
-    }
-    double t = 0;
-    for (double x : in) t = std::max(t, x);
-    for (int64_t b : in_bytes) max_in_bytes_ = std::max(max_in_bytes_, b);
-    return t;
-  }
-
-  // Every cell must leave its holders at least once (split over its full
-  // replicas): that egress is reserved up front so that early cells do not
-  // spend a holder's budget on fan-out that relays could carry.
-  void Reserve(const Cell& c, int sign) {
-    if (full_.empty()) return;
-    const CompiledTensor& st = w_->src->tensors[w_->SrcTensorOf(c)];
-    const CompiledTensor& dt = w_->dst->tensors[w_->DstTensorOf(c)];
-    const DstGroup& g = w_->dst_groups[c.dst_group];
-    const int32_t wd = w_->dst_rank_worker[dt.fragments[g.frag_begin].rank];
-    const int64_t bytes = CellWireBytes(*w_, c, CellWire(c, st, dt));
-    for (int32_t f : full_) {
-      const int32_t hw = w_->src_rank_worker[st.fragments[f].rank];
-      const LinkClass l = w_->Link(hw, wd);
-      if (l == LinkClass::kLocal) continue;
-      reserve_[static_cast<size_t>(hw) * kNumLinkDirs + OutDir(l)] +=
-          sign * Seconds(l, bytes) / static_cast<double>(full_.size());
-    }
-  }
-
-  double Reserved(int32_t worker, int dir) const {
-    return std::max(0.0, reserve_[static_cast<size_t>(worker) * kNumLinkDirs + dir]);
   }
 
   int32_t AddXfer(const Cell& c, int32_t cell, int32_t dst_frag, int32_t src_frag, int32_t sender,
@@ -238,213 +118,272 @@ class Chooser {
     served_.push_back({wd, df, x, static_cast<uint8_t>(from.gen + 1)});
   }
 
+  // One cell as Assign sees it: its tensors, group, wire dtype and bytes.
+  struct CellView {
+    const Cell& c;
+    int32_t ci;
+    const CompiledTensor& st;
+    const CompiledTensor& dt;
+    const DstGroup& g;
+    v1::DType wire;
+    int64_t direct_bytes;
+    int64_t relay_bytes;  // a relay forwards what the destination holds
+  };
+
+  // A candidate sender for one destination: its id (a holder fragment, or
+  // an index into served_), cost (the later of the sender's egress and the
+  // receiver's ingress after the transfer), the sender's egress and the link.
+  struct Pick {
+    int32_t id = -1;
+    double cost = INFINITY;
+    double out = INFINITY;
+    LinkClass link = LinkClass::kNic;
+  };
+
+  // `bytes` from worker hw to wd, as a Pick with id `id`.
+  Pick Offer(int32_t id, int32_t hw, int32_t wd, int64_t bytes) {
+    const LinkClass l = w_->Link(hw, wd);
+    const double t = Seconds(l, bytes);
+    const double out = L(hw, OutDir(l)) + t + Reserved(hw, OutDir(l));
+    return {id, std::max(out, L(wd, InDir(l)) + t), out, l};
+  }
+
   void Assign(int32_t ci, double target) {
     const Cell& c = w_->cells[ci];
     GatherHolders(c);
     Reserve(c, -1);
     const CompiledTensor& st = w_->src->tensors[w_->SrcTensorOf(c)];
     const CompiledTensor& dt = w_->dst->tensors[w_->DstTensorOf(c)];
-    const DstGroup& g = w_->dst_groups[c.dst_group];
     const v1::DType wire = CellWire(c, st, dt);
-    const int64_t direct_bytes = CellWireBytes(*w_, c, wire);
-    // A relay forwards what the destination holds (fp8 + scales when quantized).
-    const int64_t relay_bytes = CellWireBytes(*w_, c, dt.dtype);
+    const CellView v{c,
+                     ci,
+                     st,
+                     dt,
+                     w_->dst_groups[c.dst_group],
+                     wire,
+                     CellWireBytes(*w_, c, wire),
+                     CellWireBytes(*w_, c, dt.dtype)};
     served_.clear();
     pending_.clear();
-    // A rooted quantized region: only its root receives the parts.
-    int32_t only = -1;
-    if (c.quant == kQuantReceiver && w_->qgroups[c.qgroup].rooted) {
-      QuantGroup& q = w_->qgroups[c.qgroup];
-      if (q.root < 0) {
-        // The least-loaded member, preferring one with a local holder.
-        double least = INFINITY;
-        for (int32_t m = 0; m < g.frag_count; ++m) {
-          const int32_t wd = w_->dst_rank_worker[dt.fragments[g.frag_begin + m].rank];
-          bool local = false;
-          for (int32_t f : full_) local = local || w_->src_rank_worker[st.fragments[f].rank] == wd;
-          const double in = local ? -1.0 : L(wd, kNicIn) + L(wd, kNvlIn);
-          if (in < least) {
-            least = in;
-            q.root = m;
-          }
-        }
+    ServeLocally(v, QuantRoot(v));
+    OrderPendingByIngress(v);
+    for (int32_t df : pending_) ServeRemotely(v, df, target);
+  }
+
+  // A rooted quantized region: only its root receives the parts; the root
+  // (chosen on first use) is the least-loaded member, preferring one with a
+  // local holder. -1: every member receives.
+  int32_t QuantRoot(const CellView& v) {
+    if (v.c.quant != kQuantReceiver || !w_->qgroups[v.c.qgroup].rooted) return -1;
+    QuantGroup& q = w_->qgroups[v.c.qgroup];
+    if (q.root >= 0) return q.root;
+    double least = INFINITY;
+    for (int32_t m = 0; m < v.g.frag_count; ++m) {
+      const int32_t wd = w_->dst_rank_worker[v.dt.fragments[v.g.frag_begin + m].rank];
+      bool local = false;
+      for (int32_t f : full_) local = local || w_->src_rank_worker[v.st.fragments[f].rank] == wd;
+      const double in = local ? -1.0 : L(wd, kNicIn) + L(wd, kNvlIn);
+      if (in < least) {
+        least = in;
+        q.root = m;
       }
-      only = q.root;
     }
-    // Local copies first: a colocated holder never uses the network.
-    for (int32_t m = 0; m < g.frag_count; ++m) {
+    return q.root;
+  }
+
+  // Local copies first: a colocated holder never uses the network. The
+  // members (only `only` when >= 0) without one go to pending_.
+  void ServeLocally(const CellView& v, int32_t only) {
+    for (int32_t m = 0; m < v.g.frag_count; ++m) {
       if (only >= 0 && m != only) continue;
-      const int32_t df = g.frag_begin + m;
-      const int32_t wd = w_->dst_rank_worker[dt.fragments[df].rank];
+      const int32_t df = v.g.frag_begin + m;
+      const int32_t wd = w_->dst_rank_worker[v.dt.fragments[df].rank];
       int32_t local = -1;
       for (int32_t f : full_) {
-        if (w_->src_rank_worker[st.fragments[f].rank] == wd) {
+        if (w_->src_rank_worker[v.st.fragments[f].rank] == wd) {
           local = f;
           break;
         }
       }
       if (local >= 0) {
-        const int32_t x = AddXfer(c, ci, df, local, wd, wd, wire, 0);
+        const int32_t x = AddXfer(v.c, v.ci, df, local, wd, wd, v.wire, 0);
         served_.push_back({wd, df, x, 0});
       } else {
         pending_.push_back(df);
       }
     }
-    // Least NIC ingress first (then NVLink ingress): in every node the member
-    // that takes the cell over the network (its node-mates relay it over
-    // NVLink) is the one whose NIC has the most room, so that a node's
-    // replicated tensors spread over all its NICs instead of funnelling into
-    // its first rank.
-    if (pending_.size() > 1) {
-      order_key_.clear();
-      for (int32_t df : pending_) {
-        const int32_t wd = w_->dst_rank_worker[dt.fragments[df].rank];
-        order_key_.push_back({L(wd, kNicIn), L(wd, kNvlIn), df});
-      }
-      std::stable_sort(order_key_.begin(), order_key_.end(),
-                       [](const PendingKey& a, const PendingKey& b) {
-                         return a.nic_in != b.nic_in ? a.nic_in < b.nic_in : a.nvl_in < b.nvl_in;
-                       });
-      for (size_t i = 0; i < pending_.size(); ++i) pending_[i] = order_key_[i].dst_frag;
-    }
+  }
+
+  // Least NIC ingress first (then NVLink ingress): in every node the member
+  // that takes the cell over the network (its node-mates relay it over
+  // NVLink) is the one whose NIC has the most room, so that a node's
+  // replicated tensors spread over all its NICs instead of funnelling into
+  // its first rank.
+  void OrderPendingByIngress(const CellView& v) {
+    if (pending_.size() <= 1) return;
+    order_key_.clear();
     for (int32_t df : pending_) {
-      const int32_t wd = w_->dst_rank_worker[dt.fragments[df].rank];
-      // Best direct holder.
-      // Primary: the later of sender egress and receiver ingress after the
-      // transfer; secondary: the sender's egress alone, so that replicas tie
-      // on the receiver's ingress spread the load instead of funnelling.
-      double best = INFINITY, best_out = INFINITY;
-      int32_t best_f = -1;
-      LinkClass best_l = LinkClass::kNic;
-      for (int32_t f : full_) {
-        const int32_t hw = w_->src_rank_worker[st.fragments[f].rank];
-        const LinkClass l = w_->Link(hw, wd);
-        const double t = Seconds(l, direct_bytes);
-        const double out = L(hw, OutDir(l)) + t + Reserved(hw, OutDir(l));
-        const double cost = std::max(out, L(wd, InDir(l)) + t);
-        if (Better(cost, out, best, best_out)) {
-          best = cost;
-          best_out = out;
-          best_f = f;
-          best_l = l;
-        }
+      const int32_t wd = w_->dst_rank_worker[v.dt.fragments[df].rank];
+      order_key_.push_back({L(wd, kNicIn), L(wd, kNvlIn), df});
+    }
+    std::stable_sort(order_key_.begin(), order_key_.end(),
+                     [](const PendingKey& a, const PendingKey& b) {
+                       return a.nic_in != b.nic_in ? a.nic_in < b.nic_in : a.nvl_in < b.nvl_in;
+                     });
+    for (size_t i = 0; i < pending_.size(); ++i) pending_[i] = order_key_[i].dst_frag;
+  }
+
+  // Member df (worker wd) without a local holder: from the best full
+  // holder, a relay, or (no full holder) a partial group reduced at wd.
+  void ServeRemotely(const CellView& v, int32_t df, double target) {
+    const int32_t wd = w_->dst_rank_worker[v.dt.fragments[df].rank];
+    Pick direct = BestDirect(v, wd);
+    // Best partial group (only when no full holder exists).
+    int32_t best_p = -1;
+    if (full_.empty()) best_p = BestPartial(v, wd, &direct.cost);
+    // Receiver-quantized parts are consumed by the receiver's Quantize, never
+    // forwarded.
+    Pick relay;
+    if (w_->opt.relay && v.c.quant != kQuantReceiver) relay = BestRelay(v, wd, target);
+    const bool partial = direct.id < 0;
+    if (UseRelay(direct, relay, partial, target)) {
+      AddRelay(v.c, v.ci, df, wd, served_[relay.id], v.dt.dtype);
+    } else if (!partial) {
+      const int32_t x = AddXfer(v.c, v.ci, df, direct.id,
+                                w_->src_rank_worker[v.st.fragments[direct.id].rank], wd, v.wire, 0);
+      served_.push_back({wd, df, x, 0});
+    } else {
+      ReduceAt(v, df, wd, best_p);
+    }
+  }
+
+  // Best direct holder. Primary: the later of sender egress and receiver
+  // ingress after the transfer; secondary: the sender's egress alone, so
+  // that replicas tie on the receiver's ingress spread the load instead of
+  // funnelling.
+  Pick BestDirect(const CellView& v, int32_t wd) {
+    Pick best;
+    for (int32_t f : full_) {
+      const Pick p = Offer(f, w_->src_rank_worker[v.st.fragments[f].rank], wd, v.direct_bytes);
+      if (Better(p.cost, p.out, best.cost, best.out)) best = p;
+    }
+    return best;
+  }
+
+  // The partial group whose contributions (source dtype) arrive earliest at
+  // wd if that beats *best (which it then lowers); -1 if none does.
+  int32_t BestPartial(const CellView& v, int32_t wd, double* best) {
+    int32_t best_p = -1;
+    const int64_t pbytes = v.c.elems * DTypeSize(v.st.dtype);
+    for (int32_t p : parts_) {
+      const PartialGroup& pg = w_->partial_groups[p];
+      double in_add[kNumLinkDirs] = {0, 0, 0, 0, 0};
+      double cost = 0;
+      for (int32_t k = 0; k < pg.frag_count; ++k) {
+        const int32_t mw =
+            w_->src_rank_worker[v.st.fragments[w_->holder_frags[pg.frag_begin + k]].rank];
+        const LinkClass l = w_->Link(mw, wd);
+        const double t = Seconds(l, pbytes);
+        cost = std::max(cost, L(mw, OutDir(l)) + t);
+        if (l != LinkClass::kLocal) in_add[InDir(l)] += t;
       }
-      // Best partial group (only when no full holder exists).
-      int32_t best_p = -1;
-      if (full_.empty()) {
-        const int64_t pbytes = c.elems * DTypeSize(st.dtype);
-        for (int32_t p : parts_) {
-          const PartialGroup& pg = w_->partial_groups[p];
-          double in_add[kNumLinkDirs] = {0, 0, 0, 0, 0};
-          double cost = 0;
-          for (int32_t k = 0; k < pg.frag_count; ++k) {
-            const int32_t mw =
-                w_->src_rank_worker[st.fragments[w_->holder_frags[pg.frag_begin + k]].rank];
-            const LinkClass l = w_->Link(mw, wd);
-            const double t = Seconds(l, pbytes);
-            cost = std::max(cost, L(mw, OutDir(l)) + t);
-            if (l != LinkClass::kLocal) in_add[InDir(l)] += t;
-          }
-          for (int d = 0; d < kNumLinkDirs; ++d) {
-            if (in_add[d] > 0) cost = std::max(cost, L(wd, d) + in_add[d]);
-          }
-          if (cost < best) {
-            best = cost;
-            best_p = p;
-          }
-        }
+      for (int d = 0; d < kNumLinkDirs; ++d) {
+        if (in_add[d] > 0) cost = std::max(cost, L(wd, d) + in_add[d]);
       }
-      // Best relay from a destination that has the cell already.
-      int32_t best_r = -1;
-      double best_rc = INFINITY, best_rout = INFINITY;
-      LinkClass best_rl = LinkClass::kNic;
-      // Receiver-quantized parts are consumed by the receiver's Quantize, never
-      // forwarded.
-      if (w_->opt.relay && c.quant != kQuantReceiver) {
-        // Among NVLink holders that stay within the ingress target (time)
-        // and whose egress stays within the largest ingress (bytes), the
-        // earliest generation: a star behind the network hop rather than a
-        // chain, whose every extra hop is another round behind the last data.
-        int32_t shallow = -1;
-        double shallow_rc = INFINITY, shallow_rout = INFINITY;
-        const double gib = double{1 << 30};
-        for (size_t s = 0; s < served_.size(); ++s) {
-          if (served_[s].gen >= kMaxRelayGen) continue;
-          const int32_t hw = served_[s].worker;
-          const LinkClass l = w_->Link(hw, wd);
-          const double t = Seconds(l, relay_bytes);
-          const double out = L(hw, OutDir(l)) + t + Reserved(hw, OutDir(l));
-          const double cost = std::max(out, L(wd, InDir(l)) + t);
-          if (Better(cost, out, best_rc, best_rout) ||
-              (!Better(best_rc, best_rout, cost, out) && served_[s].gen < served_[best_r].gen)) {
-            best_rc = cost;
-            best_rout = out;
-            best_r = static_cast<int32_t>(s);
-            best_rl = l;
-          }
-          if (l != LinkClass::kNvlink || cost > target * (1 + 1e-9)) continue;
-          // Bytes the holder sends over either link, this relay included.
-          const double out_bytes =
-              L(hw, kNvlOut) * gib / Seconds(LinkClass::kNvlink, int64_t{1} << 30) +
-              L(hw, kNicOut) * gib / Seconds(LinkClass::kNic, int64_t{1} << 30) +
-              static_cast<double>(relay_bytes);
-          if (out_bytes > static_cast<double>(max_in_bytes_)) continue;
-          if (shallow < 0 || served_[s].gen < served_[shallow].gen ||
-              (served_[s].gen == served_[shallow].gen &&
-               Better(cost, out, shallow_rc, shallow_rout))) {
-            shallow = static_cast<int32_t>(s);
-            shallow_rc = cost;
-            shallow_rout = out;
-          }
-        }
-        if (shallow >= 0 && served_[best_r].gen >= kShallowFromGen &&
-            served_[shallow].gen < served_[best_r].gen) {
-          best_r = shallow;
-          best_rc = shallow_rc;
-          best_rout = shallow_rout;
-          best_rl = LinkClass::kNvlink;
-        }
-      }
-      const bool partial = best_f < 0;
-      bool use_relay = false;
-      if (best_r >= 0) {
-        if (partial) {
-          // One relayed copy is cheaper than another full set of contributions.
-          use_relay = best_rc <= best * (1 + 1e-9);
-        } else if (best_out > target * (1 + 1e-9)) {
-          // The holder would pass the ingress bound: fan out through relays.
-          use_relay = best_rc <= best * (1 + 1e-9);
-        } else {
-          // Within budget: relay only to move a NIC hop onto NVLink.
-          use_relay = best_rl == LinkClass::kNvlink && best_l == LinkClass::kNic && best_rc < best;
-        }
-      }
-      if (use_relay) {
-        AddRelay(c, ci, df, wd, served_[best_r], dt.dtype);
-      } else if (!partial) {
-        const int32_t x =
-            AddXfer(c, ci, df, best_f, w_->src_rank_worker[st.fragments[best_f].rank], wd, wire, 0);
-        served_.push_back({wd, df, x, 0});
-      } else {
-        const PartialGroup& pg = w_->partial_groups[best_p];
-        ReduceRec r;
-        r.cell = ci;
-        r.dst_frag = df;
-        r.receiver = wd;
-        r.op = pg.op;
-        r.members = pg.frag_count;
-        w_->reduces.push_back(r);
-        const int32_t id = static_cast<int32_t>(w_->reduces.size());
-        int32_t first = -1;
-        for (int32_t k = 0; k < pg.frag_count; ++k) {
-          const int32_t f = w_->holder_frags[pg.frag_begin + k];
-          const int32_t x =
-              AddXfer(c, ci, df, f, w_->src_rank_worker[st.fragments[f].rank], wd, st.dtype, id);
-          if (first < 0) first = x;
-        }
-        served_.push_back({wd, df, first, 0});
+      if (cost < *best) {
+        *best = cost;
+        best_p = p;
       }
     }
+    return best_p;
+  }
+
+  // Bytes worker hw sends over NVLink and the NIC so far.
+  double SentBytes(int32_t hw) {
+    const double gib = double{1 << 30};
+    return L(hw, kNvlOut) * gib / Seconds(LinkClass::kNvlink, int64_t{1} << 30) +
+           L(hw, kNicOut) * gib / Seconds(LinkClass::kNic, int64_t{1} << 30);
+  }
+
+  // Best relay from a destination that has the cell already (id: index
+  // into served_), by cost, then the earlier generation. From generation
+  // kShallowFromGen on, the shallowest NVLink holder that stays within the
+  // ingress target (time) and whose egress stays within the largest ingress
+  // (bytes) forwards instead: a star behind the network hop rather than a
+  // chain, whose every extra hop is another round behind the last data.
+  Pick BestRelay(const CellView& v, int32_t wd, double target) {
+    // Scalars rather than Picks in this loop, the planner's hottest: it
+    // keeps them in registers.
+    const int64_t bytes = v.relay_bytes;
+    int32_t best_r = -1, shallow = -1;
+    double best_rc = INFINITY, best_rout = INFINITY;
+    double shallow_rc = INFINITY, shallow_rout = INFINITY;
+    LinkClass best_rl = LinkClass::kNic;
+    for (size_t s = 0; s < served_.size(); ++s) {
+      if (served_[s].gen >= kMaxRelayGen) continue;
+      const int32_t hw = served_[s].worker;
+      const LinkClass l = w_->Link(hw, wd);
+      const double t = Seconds(l, bytes);
+      const double out = L(hw, OutDir(l)) + t + Reserved(hw, OutDir(l));
+      const double cost = std::max(out, L(wd, InDir(l)) + t);
+      if (Better(cost, out, best_rc, best_rout) ||
+          (!Better(best_rc, best_rout, cost, out) && served_[s].gen < served_[best_r].gen)) {
+        best_rc = cost;
+        best_rout = out;
+        best_r = static_cast<int32_t>(s);
+        best_rl = l;
+      }
+      if (l != LinkClass::kNvlink || cost > target * (1 + 1e-9)) continue;
+      // Bytes the holder sends over either link, this relay included.
+      const double out_bytes = SentBytes(hw) + static_cast<double>(bytes);
+      if (out_bytes > static_cast<double>(max_in_bytes_)) continue;
+      if (shallow < 0 || served_[s].gen < served_[shallow].gen ||
+          (served_[s].gen == served_[shallow].gen && Better(cost, out, shallow_rc, shallow_rout))) {
+        shallow = static_cast<int32_t>(s);
+        shallow_rc = cost;
+        shallow_rout = out;
+      }
+    }
+    if (shallow >= 0 && served_[best_r].gen >= kShallowFromGen &&
+        served_[shallow].gen < served_[best_r].gen) {
+      return {shallow, shallow_rc, shallow_rout, LinkClass::kNvlink};
+    }
+    return {best_r, best_rc, best_rout, best_rl};
+  }
+
+  // Whether `relay` serves instead of the direct holder (or, `partial`, the
+  // partial group costing direct.cost).
+  static bool UseRelay(const Pick& direct, const Pick& relay, bool partial, double target) {
+    if (relay.id < 0) return false;
+    // One relayed copy is cheaper than another full set of contributions.
+    if (partial) return relay.cost <= direct.cost * (1 + 1e-9);
+    // The holder would pass the ingress bound: fan out through relays.
+    if (direct.out > target * (1 + 1e-9)) return relay.cost <= direct.cost * (1 + 1e-9);
+    // Within budget: relay only to move a NIC hop onto NVLink.
+    return relay.link == LinkClass::kNvlink && direct.link == LinkClass::kNic &&
+           relay.cost < direct.cost;
+  }
+
+  // Every member of partial group `p` sends its contribution (source dtype)
+  // to wd, which reduces them into member df.
+  void ReduceAt(const CellView& v, int32_t df, int32_t wd, int32_t p) {
+    const PartialGroup& pg = w_->partial_groups[p];
+    ReduceRec r;
+    r.cell = v.ci;
+    r.dst_frag = df;
+    r.receiver = wd;
+    r.op = pg.op;
+    r.members = pg.frag_count;
+    w_->reduces.push_back(r);
+    const int32_t id = static_cast<int32_t>(w_->reduces.size());
+    int32_t first = -1;
+    for (int32_t k = 0; k < pg.frag_count; ++k) {
+      const int32_t f = w_->holder_frags[pg.frag_begin + k];
+      const int32_t x = AddXfer(v.c, v.ci, df, f, w_->src_rank_worker[v.st.fragments[f].rank], wd,
+                                v.st.dtype, id);
+      if (first < 0) first = x;
+    }
+    served_.push_back({wd, df, first, 0});
   }
 
   // A quantized region's root forwards fp8 + scales to the other members
@@ -463,33 +402,21 @@ class Chooser {
       if (m == q.root) continue;
       const int32_t df = g.frag_begin + m;
       const int32_t wd = w_->dst_rank_worker[dt.fragments[df].rank];
-      int32_t best_r = -1;
-      double best_rc = INFINITY, best_rout = INFINITY;
+      Pick best;
       for (size_t s = 0; s < served_.size(); ++s) {
         if (served_[s].gen >= kMaxRelayGen) continue;
-        const LinkClass l = w_->Link(served_[s].worker, wd);
-        const double t = Seconds(l, bytes);
-        const double out =
-            L(served_[s].worker, OutDir(l)) + t + Reserved(served_[s].worker, OutDir(l));
-        const double cost = std::max(out, L(wd, InDir(l)) + t);
-        if (Better(cost, out, best_rc, best_rout)) {
-          best_rc = cost;
-          best_rout = out;
-          best_r = static_cast<int32_t>(s);
-        }
+        const Pick p = Offer(static_cast<int32_t>(s), served_[s].worker, wd, bytes);
+        if (Better(p.cost, p.out, best.cost, best.out)) best = p;
       }
-      if (best_r < 0) best_r = 0;  // every server at the generation limit: the root
-      AddRelay(c, ci, df, wd, served_[best_r], dt.dtype);
+      // Every server at the generation limit: the root.
+      AddRelay(c, ci, df, wd, served_[std::max(best.id, 0)], dt.dtype);
     }
   }
 
-  Work* w_;
-  std::vector<double> load_;
-  std::vector<double> reserve_;
   std::vector<int32_t> batch_of_;  // per receiver: its open quantization batch
   std::vector<int64_t> batch_bytes_;
   int32_t num_batches_ = 0;
-  std::vector<int32_t> full_, parts_, pending_;
+  std::vector<int32_t> pending_;
   struct PendingKey {
     double nic_in;
     double nvl_in;
@@ -497,7 +424,6 @@ class Chooser {
   };
   std::vector<PendingKey> order_key_;
   std::vector<Served> served_;
-  int64_t max_in_bytes_ = 0;  // the most bytes a worker needs (IngressTarget)
 };
 
 }  // namespace

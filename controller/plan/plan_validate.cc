@@ -11,12 +11,6 @@
 namespace wsync::plan::planner_detail {
 namespace {
 
-std::string VecStr(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) absl::StrAppend(&s, i ? ", " : "", v[i]);
-  return s + "]";
-}
-
 std::string RegionStr(const std::vector<int64_t>& off, const std::vector<int64_t>& len) {
   BoxNd b;
   b.offset.assign(off.begin(), off.end());
@@ -44,6 +38,91 @@ absl::Status CheckCast(const Work& w, const CompiledTensor& s, const CompiledTen
   return absl::OkStatus();
 }
 
+// Destination d may be fed by source s: not a scale tensor (quantization
+// writes those), and a quantized d reads bf16, fp16 or fp32.
+absl::Status CheckFeeds(const Work& w, const std::string& where, const CompiledTensor& s,
+                        const CompiledTensor& d) {
+  if (d.scales_for >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": destination tensor '", d.name, "' is the scale tensor of block-quantized '",
+        w.dst->tensors[d.scales_for].name, "': quantization writes it, no mapping may feed it"));
+  }
+  if (d.quantized() && s.dtype != v1::BF16 && s.dtype != v1::FP16 && s.dtype != v1::FP32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": destination tensor '", d.name, "' is block-fp8 quantized, source tensor '",
+        s.name, "' is ", DTypeName(s.dtype), " (block quantization reads bf16, fp16 or fp32)"));
+  }
+  return absl::OkStatus();
+}
+
+// m's source box (src_off, src_len) and destination offset: ranks of the
+// two shapes, inside them, extra leading source dims of length 1. Fills m's
+// regions (the destination length is the source box's trailing dims).
+absl::Status SetRegions(const std::string& where, const CompiledTensor& s, const CompiledTensor& d,
+                        const std::vector<int64_t>& src_off, const std::vector<int64_t>& src_len,
+                        const std::vector<int64_t>& dst_off, MapEntry* m) {
+  if (static_cast<int>(src_off.size()) != m->src_rank ||
+      static_cast<int>(src_len.size()) != m->src_rank) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": src_box ", RegionStr(src_off, src_len),
+                                                   " does not have the rank of source shape ",
+                                                   DimsString(s.shape)));
+  }
+  if (static_cast<int>(dst_off.size()) != m->dst_rank) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": dst_offset ", DimsString(dst_off),
+                                                   " does not have the rank of destination shape ",
+                                                   DimsString(d.shape)));
+  }
+  for (int k = 0; k < m->src_rank; ++k) {
+    if (src_len[k] < 0 || src_off[k] < 0 || src_off[k] + src_len[k] > s.shape[k]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": src_box ", RegionStr(src_off, src_len),
+                       " out of range of source shape ", DimsString(s.shape)));
+    }
+  }
+  const int n = std::min(m->src_rank, m->dst_rank);
+  for (int k = 0; k < m->src_rank - n; ++k) {
+    if (src_len[k] != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": src_box ", RegionStr(src_off, src_len),
+                       " has more dims than destination shape ", DimsString(d.shape),
+                       " and its leading dim ", k, " is not of length 1"));
+    }
+  }
+  m->src_offset = src_off;
+  m->src_length = src_len;
+  m->dst_offset = dst_off;
+  m->dst_length.assign(m->dst_rank, 1);
+  for (int k = 0; k < n; ++k) m->dst_length[m->dst_rank - n + k] = src_len[m->src_rank - n + k];
+  for (int k = 0; k < m->dst_rank; ++k) {
+    if (dst_off[k] < 0 || dst_off[k] + m->dst_length[k] > d.shape[k]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": destination region ", RegionStr(dst_off, m->dst_length),
+                       " out of range of destination shape ", DimsString(d.shape)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Identity mappings keep the shape; integer/float changes are never cast;
+// other casts must be declared (a quantized tensor's block_quantization is
+// the declaration of its cast).
+absl::Status CheckTypes(const Work& w, int index, const std::string& dst_name,
+                        const CompiledTensor& s, const CompiledTensor& d) {
+  if (index < 0 && s.shape != d.shape) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape mismatch for identity mapping of tensor '", dst_name, "': source ",
+                     DimsString(s.shape), ", destination ", DimsString(d.shape)));
+  }
+  if (IsFloatingPoint(s.dtype) != IsFloatingPoint(d.dtype) && s.dtype != d.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype mismatch: source tensor '", s.name, "' is ", DTypeName(s.dtype),
+                     ", destination tensor '", d.name, "' is ", DTypeName(d.dtype),
+                     " (integer/float changes are never cast)"));
+  }
+  if (d.quantized()) return absl::OkStatus();
+  return CheckCast(w, s, d);
+}
+
 absl::Status AddEntry(Work* w, int index, const std::string& src_name, const std::string& dst_name,
                       const std::vector<int64_t>& src_off, const std::vector<int64_t>& src_len,
                       const std::vector<int64_t>& dst_off) {
@@ -64,16 +143,7 @@ absl::Status AddEntry(Work* w, int index, const std::string& src_name, const std
   }
   const CompiledTensor& s = w->src->tensors[si->second];
   const CompiledTensor& d = w->dst->tensors[di->second];
-  if (d.scales_for >= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": destination tensor '", d.name, "' is the scale tensor of block-quantized '",
-        w->dst->tensors[d.scales_for].name, "': quantization writes it, no mapping may feed it"));
-  }
-  if (d.quantized() && s.dtype != v1::BF16 && s.dtype != v1::FP16 && s.dtype != v1::FP32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": destination tensor '", d.name, "' is block-fp8 quantized, source tensor '",
-        s.name, "' is ", DTypeName(s.dtype), " (block quantization reads bf16, fp16 or fp32)"));
-  }
+  if (absl::Status st = CheckFeeds(*w, where, s, d); !st.ok()) return st;
   MapEntry m;
   m.src_tensor = si->second;
   m.dst_tensor = di->second;
@@ -82,60 +152,10 @@ absl::Status AddEntry(Work* w, int index, const std::string& src_name, const std
   if (m.src_rank > kMaxDims || m.dst_rank > kMaxDims) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": more than ", kMaxDims, " dims"));
   }
-  if (static_cast<int>(src_off.size()) != m.src_rank ||
-      static_cast<int>(src_len.size()) != m.src_rank) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": src_box ", RegionStr(src_off, src_len),
-                                                   " does not have the rank of source shape ",
-                                                   VecStr(s.shape)));
+  if (absl::Status st = SetRegions(where, s, d, src_off, src_len, dst_off, &m); !st.ok()) {
+    return st;
   }
-  if (static_cast<int>(dst_off.size()) != m.dst_rank) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": dst_offset ", VecStr(dst_off),
-                                                   " does not have the rank of destination shape ",
-                                                   VecStr(d.shape)));
-  }
-  for (int k = 0; k < m.src_rank; ++k) {
-    if (src_len[k] < 0 || src_off[k] < 0 || src_off[k] + src_len[k] > s.shape[k]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": src_box ", RegionStr(src_off, src_len),
-                       " out of range of source shape ", VecStr(s.shape)));
-    }
-  }
-  const int n = std::min(m.src_rank, m.dst_rank);
-  for (int k = 0; k < m.src_rank - n; ++k) {
-    if (src_len[k] != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": src_box ", RegionStr(src_off, src_len),
-                       " has more dims than destination shape ", VecStr(d.shape),
-                       " and its leading dim ", k, " is not of length 1"));
-    }
-  }
-  m.src_offset = src_off;
-  m.src_length = src_len;
-  m.dst_offset = dst_off;
-  m.dst_length.assign(m.dst_rank, 1);
-  for (int k = 0; k < n; ++k) m.dst_length[m.dst_rank - n + k] = src_len[m.src_rank - n + k];
-  for (int k = 0; k < m.dst_rank; ++k) {
-    if (dst_off[k] < 0 || dst_off[k] + m.dst_length[k] > d.shape[k]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": destination region ", RegionStr(dst_off, m.dst_length),
-                       " out of range of destination shape ", VecStr(d.shape)));
-    }
-  }
-  if (index < 0 && s.shape != d.shape) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shape mismatch for identity mapping of tensor '", dst_name, "': source ",
-                     VecStr(s.shape), ", destination ", VecStr(d.shape)));
-  }
-  if (IsFloatingPoint(s.dtype) != IsFloatingPoint(d.dtype) && s.dtype != d.dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dtype mismatch: source tensor '", s.name, "' is ", DTypeName(s.dtype),
-                     ", destination tensor '", d.name, "' is ", DTypeName(d.dtype),
-                     " (integer/float changes are never cast)"));
-  }
-  // block_quantization is the declaration of a quantized tensor's cast.
-  if (!d.quantized()) {
-    if (absl::Status st = CheckCast(*w, s, d); !st.ok()) return st;
-  }
+  if (absl::Status st = CheckTypes(*w, index, dst_name, s, d); !st.ok()) return st;
   w->maps_of_dst[m.dst_tensor].push_back(static_cast<int32_t>(w->maps.size()));
   w->maps.push_back(std::move(m));
   return absl::OkStatus();

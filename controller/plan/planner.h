@@ -3,9 +3,9 @@
 // reduce ops. Pure function of its input (byte-identical output for identical
 // input, except summary.plan_seconds, the wall time).
 //
-// Stages (one file each): plan_validate.cc (spec checks), plan_mapping.cc
-// (destination regions -> source cells), plan_sources.cc (replica choice,
-// relays, partial reduces), plan_buckets.cc, plan_rounds.cc, plan_emit.cc.
+// Stages: plan_validate.cc (spec checks), plan_mapping.cc (regions -> cells;
+// block fp8 in plan_quant.cc), plan_sources.cc (replicas, relays, reduces),
+// plan_buckets.cc, plan_rounds.cc (+ plan_units.cc), plan_emit.cc (+ plan_summary.cc).
 #ifndef WSYNC_CONTROLLER_PLAN_PLANNER_H_
 #define WSYNC_CONTROLLER_PLAN_PLANNER_H_
 
@@ -39,9 +39,8 @@ absl::StatusOr<v1::Plan> BuildPlan(const v1::TransferSpec& spec,
                                    const BuildOptions& build = BuildOptions());
 
 // Same, into *out (cleared first). With *out on a google::protobuf::Arena
-// every bucket, piece and view of the plan is allocated there: the largest
-// plans hold millions of messages, and heap allocation and freeing them is a
-// third of the planning time.
+// every bucket, piece and view of the plan is allocated there (the way to
+// plan large transfers: docs/performance-notes.md).
 absl::Status BuildPlanInto(const v1::TransferSpec& spec, v1::Plan* out,
                            const BuildOptions& build = BuildOptions());
 

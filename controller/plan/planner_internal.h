@@ -4,6 +4,7 @@
 #ifndef WSYNC_CONTROLLER_PLAN_PLANNER_INTERNAL_H_
 #define WSYNC_CONTROLLER_PLAN_PLANNER_INTERNAL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,6 +37,21 @@ struct ElemBox {
     return false;
   }
 };
+
+// The common part of `a` and the box (off, len) of a's rank into *out; false
+// when they share no element.
+inline bool IntersectElemBox(const ElemBox& a, const int64_t* off, const int64_t* len,
+                             ElemBox* out) {
+  out->rank = a.rank;
+  for (int d = 0; d < a.rank; ++d) {
+    const int64_t lo = std::max(a.off[d], off[d]);
+    const int64_t hi = std::min(a.off[d] + a.len[d], off[d] + len[d]);
+    if (hi <= lo) return false;
+    out->off[d] = lo;
+    out->len[d] = hi - lo;
+  }
+  return true;
+}
 
 // Splits `b` into boxes of at most `max_elems` elements along the outermost
 // dim with extent > 1 (recursing inward when one slice is still too big).
@@ -266,6 +282,19 @@ absl::Status ChooseSources(Work* w);   // plan_sources.cc
 absl::Status PackBuckets(Work* w);     // plan_buckets.cc
 absl::Status AssignRounds(Work* w);    // plan_rounds.cc
 absl::Status Emit(const Work& w, bool summary_only, v1::Plan* plan);  // plan_emit.cc
+// The ids the emitted plan gives buckets (and their seq), reduces and
+// quantizes, by index in Work.
+struct EmittedIds {
+  const std::vector<int32_t>& bucket_id;
+  const std::vector<int32_t>& seq;
+  const std::vector<int32_t>& reduce_id;
+  const std::vector<int32_t>& quant_id;
+};
+// Every worker's RankPlan (unless summary_only), plan.workers, num_rounds and
+// the summary; `pieces` / `relay_pieces` count the emitted buckets' pieces
+// (plan_summary.cc).
+void EmitRanksAndSummary(const Work& w, const EmittedIds& ids, int64_t pieces, int64_t relay_pieces,
+                         bool summary_only, v1::Plan* plan);
 
 // Helpers shared by stages.
 // Block fp8 (plan_quant.cc): splits the candidate regions of one DstGroup of

@@ -1,7 +1,6 @@
 // Every worker's part of a plan in one pass (what ExtractRankPlan gives for
-// one worker, for all of them): the controller hands a Kimi-K2-sized plan to
-// 384 workers, and extracting each part by its own scan over every bucket
-// cost as much as planning.
+// one worker, for all of them), for the controller handing a plan to every
+// worker.
 #ifndef WSYNC_CONTROLLER_PLAN_RANK_PARTS_H_
 #define WSYNC_CONTROLLER_PLAN_RANK_PARTS_H_
 

@@ -20,6 +20,100 @@ absl::Status AddSide(const v1::Side& side, WorkerNodes* nodes) {
   return absl::OkStatus();
 }
 
+// Dense worker index: per-round accumulators are vectors, not maps, so that
+// a 100k-bucket plan simulates in milliseconds.
+struct WorkerIndex {
+  int32_t Of(int32_t w) {
+    auto [it, inserted] = index.emplace(w, static_cast<int32_t>(ids.size()));
+    if (inserted) ids.push_back(w);
+    return it->second;
+  }
+  absl::flat_hash_map<int32_t, int32_t> index;
+  std::vector<int32_t> ids;  // worker id by index
+};
+
+// Bytes one worker (by index) moves on each link in one round.
+struct Event {
+  int32_t round, worker;
+  LinkBytes bytes;
+};
+
+void Add(LinkBytes* to, const LinkBytes& b) {
+  to->nvlink_out += b.nvlink_out;
+  to->nvlink_in += b.nvlink_in;
+  to->nic_out += b.nic_out;
+  to->nic_in += b.nic_in;
+  to->local += b.local;
+}
+
+// Bucket b's events: one local copy, or the sender's egress and the
+// receiver's ingress (NVLink within a named node, else the NIC). Fails on a
+// round outside the plan, negative bytes, a transport contradicting the
+// ends, or a worker of unknown node.
+absl::Status AppendBucketEvents(const v1::Bucket& b, const WorkerNodes& nodes, int32_t num_rounds,
+                                WorkerIndex* index, std::vector<Event>* events) {
+  const std::string where = absl::StrCat("bucket ", b.id(), " (", b.sender(), " -> ", b.receiver(),
+                                         ", round ", b.round(), ")");
+  if (b.round() < 0 || b.round() >= num_rounds) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": round outside [0, ", num_rounds, ")"));
+  }
+  if (b.bytes() < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative bytes"));
+  const bool same = b.sender() == b.receiver();
+  if (same != (b.transport() == v1::TRANSPORT_LOCAL)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": transport ", v1::BucketTransport_Name(b.transport()),
+                     same ? " for a copy within one worker" : " between two workers"));
+  }
+  if (same) {
+    Event e{b.round(), index->Of(b.sender()), {}};
+    e.bytes.local = b.bytes();
+    events->push_back(e);
+    return absl::OkStatus();
+  }
+  auto s = nodes.find(b.sender());
+  auto r = nodes.find(b.receiver());
+  if (s == nodes.end() || r == nodes.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": no node known for worker ",
+                                                   s == nodes.end() ? b.sender() : b.receiver()));
+  }
+  // An unnamed node is an unknown placement: assume the slower NIC.
+  const bool nvlink = !s->second.empty() && s->second == r->second;
+  Event out{b.round(), index->Of(b.sender()), {}};
+  Event in{b.round(), index->Of(b.receiver()), {}};
+  (nvlink ? out.bytes.nvlink_out : out.bytes.nic_out) = b.bytes();
+  (nvlink ? in.bytes.nvlink_in : in.bytes.nic_in) = b.bytes();
+  events->push_back(out);
+  events->push_back(in);
+  return absl::OkStatus();
+}
+
+// Per (round, worker) group of `events` (sorted by round, worker): the
+// worker's busiest link time adds to its load, and the round lasts as long
+// as its slowest worker plus the round latency.
+void TimeRounds(const std::vector<Event>& events, const LinkRates& rates,
+                std::vector<WorkerLoad>* loads, SimulationResult* result) {
+  for (size_t i = 0; i < events.size();) {
+    LinkBytes sum;
+    size_t j = i;
+    for (; j < events.size() && events[j].round == events[i].round &&
+           events[j].worker == events[i].worker;
+         ++j) {
+      Add(&sum, events[j].bytes);
+    }
+    WorkerLoad& load = (*loads)[events[i].worker];
+    Add(&load.bytes, sum);
+    const double t = BusiestLinkSeconds(sum, rates);
+    load.busy_seconds += t;
+    RoundTiming& round = result->rounds[events[i].round];
+    const double with_latency = t + rates.round_latency;
+    if (round.critical_worker < 0 || with_latency > round.seconds) {
+      round.seconds = std::max(round.seconds, with_latency);
+      round.critical_worker = load.worker;
+    }
+    i = j;
+  }
+}
+
 }  // namespace
 
 LinkRates EffectiveRates(const v1::LinkModel& model) {
@@ -59,96 +153,26 @@ absl::StatusOr<SimulationResult> SimulatePlan(const v1::Plan& plan, const Worker
     return absl::InvalidArgumentError(
         absl::StrCat("plan has ", num_rounds, " rounds for ", plan.buckets_size(), " buckets"));
   }
-  // Dense worker index: per-round accumulators are vectors, not maps, so that
-  // a 100k-bucket plan simulates in milliseconds.
-  absl::flat_hash_map<int32_t, int32_t> index;
-  std::vector<int32_t> ids;
-  auto worker_index = [&](int32_t w) {
-    auto [it, inserted] = index.emplace(w, static_cast<int32_t>(ids.size()));
-    if (inserted) ids.push_back(w);
-    return it->second;
-  };
-  struct Event {
-    int32_t round, worker;
-    LinkBytes bytes;
-  };
+  WorkerIndex index;
   std::vector<Event> events;
   events.reserve(plan.buckets_size() * 2);
   for (const v1::Bucket& b : plan.buckets()) {
-    const std::string where = absl::StrCat("bucket ", b.id(), " (", b.sender(), " -> ",
-                                           b.receiver(), ", round ", b.round(), ")");
-    if (b.round() < 0 || b.round() >= num_rounds) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": round outside [0, ", num_rounds, ")"));
+    if (absl::Status s = AppendBucketEvents(b, nodes, num_rounds, &index, &events); !s.ok()) {
+      return s;
     }
-    if (b.bytes() < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative bytes"));
-    const bool same = b.sender() == b.receiver();
-    if (same != (b.transport() == v1::TRANSPORT_LOCAL)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": transport ", v1::BucketTransport_Name(b.transport()),
-                       same ? " for a copy within one worker" : " between two workers"));
-    }
-    if (same) {
-      Event e{b.round(), worker_index(b.sender()), {}};
-      e.bytes.local = b.bytes();
-      events.push_back(e);
-      continue;
-    }
-    auto s = nodes.find(b.sender());
-    auto r = nodes.find(b.receiver());
-    if (s == nodes.end() || r == nodes.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": no node known for worker ",
-                                                     s == nodes.end() ? b.sender() : b.receiver()));
-    }
-    // An unnamed node is an unknown placement: assume the slower NIC.
-    const bool nvlink = !s->second.empty() && s->second == r->second;
-    Event out{b.round(), worker_index(b.sender()), {}};
-    Event in{b.round(), worker_index(b.receiver()), {}};
-    (nvlink ? out.bytes.nvlink_out : out.bytes.nic_out) = b.bytes();
-    (nvlink ? in.bytes.nvlink_in : in.bytes.nic_in) = b.bytes();
-    events.push_back(out);
-    events.push_back(in);
   }
   std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
     return a.round != b.round ? a.round < b.round : a.worker < b.worker;
   });
-
   SimulationResult result;
-  std::vector<WorkerLoad> loads(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) loads[i].worker = ids[i];
+  std::vector<WorkerLoad> loads(index.ids.size());
+  for (size_t i = 0; i < index.ids.size(); ++i) loads[i].worker = index.ids[i];
   result.rounds.resize(num_rounds);
   for (int32_t r = 0; r < num_rounds; ++r) {
     result.rounds[r].round = r;
     result.rounds[r].seconds = rates.round_latency;
   }
-  auto add = [](LinkBytes* to, const LinkBytes& b) {
-    to->nvlink_out += b.nvlink_out;
-    to->nvlink_in += b.nvlink_in;
-    to->nic_out += b.nic_out;
-    to->nic_in += b.nic_in;
-    to->local += b.local;
-  };
-  for (size_t i = 0; i < events.size();) {
-    // One (round, worker) group.
-    LinkBytes sum;
-    size_t j = i;
-    for (; j < events.size() && events[j].round == events[i].round &&
-           events[j].worker == events[i].worker;
-         ++j) {
-      add(&sum, events[j].bytes);
-    }
-    WorkerLoad& load = loads[events[i].worker];
-    add(&load.bytes, sum);
-    const double t = BusiestLinkSeconds(sum, rates);
-    load.busy_seconds += t;
-    RoundTiming& round = result.rounds[events[i].round];
-    const double with_latency = t + rates.round_latency;
-    if (round.critical_worker < 0 || with_latency > round.seconds) {
-      round.seconds = std::max(round.seconds, with_latency);
-      round.critical_worker = load.worker;
-    }
-    i = j;
-  }
+  TimeRounds(events, rates, &loads, &result);
   for (const RoundTiming& r : result.rounds) result.makespan_seconds += r.seconds;
   for (WorkerLoad& load : loads) {
     std::string link;

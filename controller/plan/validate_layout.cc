@@ -113,12 +113,16 @@ absl::Status ByteExtent(const CompiledFragment& f, int64_t elem_size, int64_t* e
   return absl::OkStatus();
 }
 
-absl::Status CheckByteOverlaps(const CompiledSide& side, const std::vector<bool>& from_mesh,
-                               SideRole role) {
-  // A buffer used by one mesh tensor alone needs no check: on each rank that
-  // tensor's fragments tile the buffer exactly. This is the common case and
-  // keeps large sides free of a global sort.
-  constexpr int32_t kUnused = -1, kShared = -2;
+namespace {
+
+constexpr int32_t kUnused = -1, kShared = -2;
+
+// Per buffer: the one mesh tensor using it, kShared when several tensors or
+// an explicit one do, kUnused when none does. A buffer used by one mesh
+// tensor alone needs no check: on each rank that tensor's fragments tile
+// the buffer exactly. This is the common case and keeps large sides free of
+// a global sort.
+std::vector<int32_t> BufferOwners(const CompiledSide& side, const std::vector<bool>& from_mesh) {
   std::vector<int32_t> owner(side.buffer_names.size(), kUnused);
   for (size_t ti = 0; ti < side.tensors.size(); ++ti) {
     for (const CompiledFragment& f : side.tensors[ti].fragments) {
@@ -130,11 +134,15 @@ absl::Status CheckByteOverlaps(const CompiledSide& side, const std::vector<bool>
       }
     }
   }
-  std::vector<ByteRange> ranges;
-  std::vector<int64_t> elem_size(side.tensors.size());
+  return owner;
+}
+
+// The byte ranges of every non-empty fragment in a shared buffer, in tensor
+// order.
+absl::Status SharedRanges(const CompiledSide& side, const std::vector<int32_t>& owner,
+                          const std::vector<int64_t>& elem_size, std::vector<ByteRange>* ranges) {
   for (size_t ti = 0; ti < side.tensors.size(); ++ti) {
     const CompiledTensor& t = side.tensors[ti];
-    elem_size[ti] = DTypeSize(t.dtype);
     for (size_t fi = 0; fi < t.fragments.size(); ++fi) {
       if (owner[t.fragments[fi].buffer] != kShared) continue;
       const CompiledFragment& f = t.fragments[fi];
@@ -145,30 +153,64 @@ absl::Status CheckByteOverlaps(const CompiledSide& side, const std::vector<bool>
             absl::StrCat(Where(side.name, t.name), ": ", s.message()));
       }
       if (extent == 0) continue;
-      ranges.push_back({f.rank, f.buffer, f.byte_offset, f.byte_offset + extent,
-                        static_cast<int32_t>(ti), static_cast<int32_t>(fi)});
+      ranges->push_back({f.rank, f.buffer, f.byte_offset, f.byte_offset + extent,
+                         static_cast<int32_t>(ti), static_cast<int32_t>(fi)});
     }
   }
-  // Stable bucketing by rank, then (buffer, begin) within a rank. Ranges are
-  // produced in tensor order, which in packed flat buffers is usually already
-  // offset order, so most buckets need no sort at all.
-  std::vector<size_t> rank_start(side.workers.size() + 1, 0);
-  for (const ByteRange& r : ranges) ++rank_start[r.rank + 1];
+  return absl::OkStatus();
+}
+
+// Stable bucketing by rank, then (buffer, begin) within a rank. Ranges are
+// produced in tensor order, which in packed flat buffers is usually already
+// offset order, so most buckets need no sort at all.
+void SortByRankAndBuffer(size_t num_ranks, std::vector<ByteRange>* ranges) {
+  std::vector<size_t> rank_start(num_ranks + 1, 0);
+  for (const ByteRange& r : *ranges) ++rank_start[r.rank + 1];
   for (size_t r = 1; r < rank_start.size(); ++r) rank_start[r] += rank_start[r - 1];
   {
-    std::vector<ByteRange> bucketed(ranges.size());
+    std::vector<ByteRange> bucketed(ranges->size());
     std::vector<size_t> fill(rank_start.begin(), rank_start.end() - 1);
-    for (const ByteRange& r : ranges) bucketed[fill[r.rank]++] = r;
-    ranges.swap(bucketed);
+    for (const ByteRange& r : *ranges) bucketed[fill[r.rank]++] = r;
+    ranges->swap(bucketed);
   }
   auto less = [](const ByteRange& a, const ByteRange& b) {
     return std::tie(a.buffer, a.begin, a.end, a.tensor, a.frag) <
            std::tie(b.buffer, b.begin, b.end, b.tensor, b.frag);
   };
   for (size_t r = 0; r + 1 < rank_start.size(); ++r) {
-    auto first = ranges.begin() + rank_start[r], last = ranges.begin() + rank_start[r + 1];
+    auto first = ranges->begin() + rank_start[r], last = ranges->begin() + rank_start[r + 1];
     if (!std::is_sorted(first, last, less)) std::sort(first, last, less);
   }
+}
+
+// Whether ranges a and e (overlapping in bytes) may share them: fragments
+// of one mesh tensor on one rank tile its local buffer; a source may alias
+// exactly; strided fragments may interleave without sharing a byte.
+bool OverlapAllowed(const CompiledSide& side, const std::vector<bool>& from_mesh,
+                    const std::vector<int64_t>& elem_size, SideRole role, const ByteRange& a,
+                    const ByteRange& e) {
+  if (a.tensor == e.tensor && from_mesh[e.tensor]) return true;
+  const CompiledFragment& fa = side.tensors[a.tensor].fragments[a.frag];
+  const CompiledFragment& fe = side.tensors[e.tensor].fragments[e.frag];
+  const int64_t esa = elem_size[a.tensor], ese = elem_size[e.tensor];
+  if (role == SideRole::kSource && ExactAlias(fa, fe, esa, ese)) return true;
+  const bool both_dense = IsDense(fa, esa, a.end - a.begin) && IsDense(fe, ese, e.end - e.begin);
+  return !both_dense && esa == ese && !MayShareBytes(fa, fe, esa);
+}
+
+}  // namespace
+
+absl::Status CheckByteOverlaps(const CompiledSide& side, const std::vector<bool>& from_mesh,
+                               SideRole role) {
+  const std::vector<int32_t> owner = BufferOwners(side, from_mesh);
+  std::vector<int64_t> elem_size(side.tensors.size());
+  for (size_t ti = 0; ti < side.tensors.size(); ++ti) {
+    elem_size[ti] = DTypeSize(side.tensors[ti].dtype);
+  }
+  std::vector<ByteRange> ranges;
+  if (absl::Status s = SharedRanges(side, owner, elem_size, &ranges); !s.ok()) return s;
+  SortByRankAndBuffer(side.workers.size(), &ranges);
+  // Sweep each (rank, buffer) by begin, keeping the ranges still open.
   std::vector<const ByteRange*> active;
   for (size_t i = 0; i < ranges.size(); ++i) {
     const ByteRange& e = ranges[i];
@@ -178,23 +220,15 @@ absl::Status CheckByteOverlaps(const CompiledSide& side, const std::vector<bool>
     active.erase(std::remove_if(active.begin(), active.end(),
                                 [&](const ByteRange* a) { return a->end <= e.begin; }),
                  active.end());
-    const CompiledTensor& te = side.tensors[e.tensor];
-    const CompiledFragment& fe = te.fragments[e.frag];
     for (const ByteRange* a : active) {
-      // Fragments of one mesh tensor on one rank tile its local buffer.
-      if (a->tensor == e.tensor && from_mesh[e.tensor]) continue;
+      if (OverlapAllowed(side, from_mesh, elem_size, role, *a, e)) continue;
       const CompiledTensor& ta = side.tensors[a->tensor];
-      const CompiledFragment& fa = ta.fragments[a->frag];
-      const int64_t esa = elem_size[a->tensor], ese = elem_size[e.tensor];
-      if (role == SideRole::kSource && ExactAlias(fa, fe, esa, ese)) continue;
-      const bool both_dense =
-          IsDense(fa, esa, a->end - a->begin) && IsDense(fe, ese, e.end - e.begin);
-      if (!both_dense && esa == ese && !MayShareBytes(fa, fe, esa)) continue;
+      const CompiledTensor& te = side.tensors[e.tensor];
       return absl::InvalidArgumentError(absl::StrCat(
           "side \"", side.name, "\" rank ", e.rank, " buffer \"", side.buffer_names[e.buffer],
           "\": bytes [", a->begin, ", ", a->end, ") of tensor \"", ta.name, "\" box ",
-          fa.box.ToString(), " overlap bytes [", e.begin, ", ", e.end, ") of tensor \"", te.name,
-          "\" box ", fe.box.ToString()));
+          ta.fragments[a->frag].box.ToString(), " overlap bytes [", e.begin, ", ", e.end,
+          ") of tensor \"", te.name, "\" box ", te.fragments[e.frag].box.ToString()));
     }
     active.push_back(&e);
   }

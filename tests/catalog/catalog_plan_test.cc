@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "catalog/case.h"
 #include "controller/plan/planner.h"
-#include "controller/verify/replay.h"
 #include "controller/plan/simulator.h"
+#include "controller/verify/replay.h"
 #include "gtest/gtest.h"
 
 namespace wsync::catalog {
@@ -27,18 +27,12 @@ class CatalogPlanTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CatalogPlanTest, PlansReplaysAndMatchesSimulator) {
   const Case& c = GetParam();
-  CaseOptions o;
-  o.model = c.model;
-  o.source = *ParseSource(c.source);
-  o.destination = *ParseDestination(c.destination);
-  o.colocated = c.colocated;
-  o.gpus_per_node = 4;
-  o.trainer_dtype = c.trainer_dtype;
-  if (std::string(c.experts) != "") {
-    o.expert_style = *ParseExpertStyle(c.experts);
-    o.expert_style_set = true;
-  }
-  auto spec = BuildCase(o);
+  auto o = ParseCase(c.model, c.source, c.destination, c.experts);
+  ASSERT_TRUE(o.ok()) << o.status();
+  o->colocated = c.colocated;
+  o->gpus_per_node = 4;
+  o->trainer_dtype = c.trainer_dtype;
+  auto spec = BuildCase(*o);
   ASSERT_TRUE(spec.ok()) << spec.status();
   auto plan = plan::BuildPlan(*spec);
   ASSERT_TRUE(plan.ok()) << plan.status();

@@ -31,24 +31,12 @@ std::vector<Case> TinyCases() {
 }
 
 absl::StatusOr<v1::TransferSpec> Build(const Case& c) {
-  CaseOptions o;
-  o.model = c.model;
-  auto s = ParseSource(c.source);
-  if (!s.ok()) return s.status();
-  auto d = ParseDestination(c.destination);
-  if (!d.ok()) return d.status();
-  o.source = *s;
-  o.destination = *d;
-  o.colocated = c.colocated;
-  o.gpus_per_node = 4;
-  o.trainer_dtype = v1::FP32;
-  if (std::string(c.experts) != "") {
-    auto e = ParseExpertStyle(c.experts);
-    if (!e.ok()) return e.status();
-    o.expert_style = *e;
-    o.expert_style_set = true;
-  }
-  return BuildCase(o);
+  auto o = ParseCase(c.model, c.source, c.destination, c.experts);
+  if (!o.ok()) return o.status();
+  o->colocated = c.colocated;
+  o->gpus_per_node = 4;
+  o->trainer_dtype = v1::FP32;
+  return BuildCase(*o);
 }
 
 TEST(CompileCaseTest, TinyCasesCompileOnBothSides) {

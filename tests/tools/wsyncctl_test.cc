@@ -18,8 +18,9 @@ struct Result {
   std::string out;  // stdout and stderr
 };
 
-Result Ctl(const std::string& args) {
-  const std::string cmd = absl::StrCat(WSYNCCTL_PATH, " ", args, " 2>&1");
+// Runs wsyncctl with `args`, stderr redirected as `redirect` says.
+Result Run(const std::string& args, const char* redirect) {
+  const std::string cmd = absl::StrCat(WSYNCCTL_PATH, " ", args, " ", redirect);
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -31,18 +32,8 @@ Result Ctl(const std::string& args) {
   return r;
 }
 
-Result CtlStdout(const std::string& args) {
-  const std::string cmd = absl::StrCat(WSYNCCTL_PATH, " ", args, " 2>/dev/null");
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+Result Ctl(const std::string& args) { return Run(args, "2>&1"); }
+Result CtlStdout(const std::string& args) { return Run(args, "2>/dev/null"); }
 
 std::string TempPath(const std::string& name) {
   return absl::StrCat(::testing::TempDir(), "/wsyncctl_test_", name);

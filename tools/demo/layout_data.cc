@@ -64,47 +64,6 @@ void Encode(v1::DType dtype, double v, uint8_t* p) {
   }
 }
 
-double Decode(v1::DType dtype, const uint8_t* p) {
-  switch (dtype) {
-    case v1::FP32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case v1::BF16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return Bf16ToFloat(h);
-    }
-    case v1::FP16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return Fp16ToFloat(h);
-    }
-    case v1::FP8_E4M3:
-      return Fp8E4M3ToFloat(*p);
-    case v1::FP8_E5M2:
-      return Fp8E5M2ToFloat(*p);
-    case v1::INT8:
-      return static_cast<int8_t>(*p);
-    case v1::UINT8:
-    case v1::BOOL:
-      return *p;
-    case v1::INT32: {
-      int32_t i;
-      std::memcpy(&i, p, 4);
-      return i;
-    }
-    case v1::INT64: {
-      int64_t i;
-      std::memcpy(&i, p, 8);
-      return static_cast<double>(i);
-    }
-    default:
-      return 0;
-  }
-}
-
 // Calls fn(global index, byte offset in buffer) for every element of `f`.
 template <typename Fn>
 void ForEachElement(const plan::CompiledFragment& f, int64_t elem_size, Fn fn) {
@@ -221,6 +180,83 @@ const plan::CompiledTensor* SourceOf(const plan::CompiledTensor& t,
   return nullptr;
 }
 
+// The block grid of fragment f of block-fp8 tensor t (whole blocks).
+BlockGrid FragmentGrid(const plan::CompiledTensor& t, const plan::CompiledFragment& f) {
+  const int nd = f.box.rank();
+  BlockGrid grid;
+  for (int d = 0; d + 2 < nd; ++d) grid.outer *= f.box.length[d];
+  grid.rows = f.box.length[nd - 2];
+  grid.cols = f.box.length[nd - 1];
+  grid.block_rows = t.quant_block[0];
+  grid.block_cols = t.quant_block[1];
+  return grid;
+}
+
+// The source values of fragment f's elements as the trainer holds them
+// (row-major), their byte offsets, and whether any element is unmapped.
+struct FragmentValues {
+  std::vector<float> x;
+  std::vector<int64_t> offs;
+  bool unmapped = false;
+};
+
+FragmentValues SourceValuesOf(const plan::CompiledTensor& t, const plan::CompiledFragment& f,
+                              const std::vector<const v1::TensorMapping*>* maps,
+                              const plan::CompiledSide& source, int64_t version) {
+  FragmentValues v;
+  std::string src_name;
+  std::vector<int64_t> src_idx;
+  ForEachElement(f, 1, [&](const std::vector<int64_t>& g, int64_t off) {
+    const plan::CompiledTensor* st = SourceOf(t, maps, source, g, &src_name, &src_idx);
+    uint8_t held[8] = {};
+    if (st == nullptr) {
+      v.unmapped = true;
+    } else {
+      Encode(st->dtype, SourceValue(src_name, Linear(src_idx, st->shape), version), held);
+    }
+    v.x.push_back(st == nullptr ? 0.0f : static_cast<float>(ReadElement(st->dtype, held)));
+    v.offs.push_back(off);
+  });
+  return v;
+}
+
+// The scales of fragment f (blocks row-major over its grid) in scale
+// fragment sf against `scales`.
+void CheckFragmentScales(const plan::CompiledTensor& t, const plan::CompiledFragment& f,
+                         const plan::CompiledTensor& sc, const plan::CompiledFragment& sf,
+                         const uint8_t* sbuf, const BlockGrid& grid,
+                         const std::vector<float>& scales, int32_t rank, VerifyResult* r) {
+  const int nd = f.box.rank();
+  std::vector<int64_t> b(nd, 0);
+  const int64_t rb = grid.row_blocks(), cb = grid.col_blocks();
+  for (int64_t k = 0; k < grid.num_blocks(); ++k) {
+    int64_t rem = k;
+    b[nd - 1] = rem % cb;
+    rem /= cb;
+    b[nd - 2] = rem % rb;
+    rem /= rb;
+    for (int d = nd - 3; d >= 0; --d) {
+      b[d] = rem % f.box.length[d];
+      rem /= f.box.length[d];
+    }
+    int64_t e = 0;
+    for (int d = 0; d < nd; ++d) {
+      const int64_t global = d >= nd - 2 ? f.box.offset[d] / t.quant_block[d - (nd - 2)] + b[d]
+                                         : f.box.offset[d] + b[d];
+      e += (global - sf.box.offset[d]) * sf.strides[d];
+    }
+    float got;
+    std::memcpy(&got, sbuf + sf.byte_offset + 4 * e, 4);
+    ++r->elements;
+    r->bytes += 4;
+    if (!(got == scales[k]) && ++r->wrong_elements == 1) {
+      r->first_error =
+          absl::StrCat("scale tensor '", sc.name, "' rank ", rank, " block ", k, " of fragment ",
+                       f.box.ToString(), ": expected ", scales[k], ", found ", got);
+    }
+  }
+}
+
 // A block-fp8 tensor: each fragment (whole blocks) of `rank` against the
 // reference quantizer (common/block_fp8.h) applied to its source values,
 // fp8 bytes and the scale tensor's values.
@@ -239,73 +275,22 @@ absl::Status VerifyQuantized(const plan::CompiledTensor& t,
     if (wit == buffers.end() || sit == buffers.end()) {
       return absl::NotFoundError(absl::StrCat("no memory for the buffers of '", t.name, "'"));
     }
-    const int nd = f.box.rank();
-    BlockGrid grid;
-    for (int d = 0; d + 2 < nd; ++d) grid.outer *= f.box.length[d];
-    grid.rows = f.box.length[nd - 2];
-    grid.cols = f.box.length[nd - 1];
-    grid.block_rows = t.quant_block[0];
-    grid.block_cols = t.quant_block[1];
-    std::vector<float> x;
-    std::vector<int64_t> offs;
-    bool unmapped = false;
-    std::string src_name;
-    std::vector<int64_t> src_idx;
-    ForEachElement(f, 1, [&](const std::vector<int64_t>& g, int64_t off) {
-      const plan::CompiledTensor* st = SourceOf(t, maps, source, g, &src_name, &src_idx);
-      uint8_t held[8] = {};
-      if (st == nullptr) {
-        unmapped = true;
-      } else {
-        Encode(st->dtype, SourceValue(src_name, Linear(src_idx, st->shape), version), held);
-      }
-      x.push_back(st == nullptr ? 0.0f : static_cast<float>(Decode(st->dtype, held)));
-      offs.push_back(off);
-    });
-    std::vector<uint8_t> want(x.size());
+    const BlockGrid grid = FragmentGrid(t, f);
+    const FragmentValues v = SourceValuesOf(t, f, maps, source, version);
+    std::vector<uint8_t> want(v.x.size());
     std::vector<float> scales(grid.num_blocks());
-    RETURN_IF_ERROR(QuantizeBlocksFp8E4M3(x.data(), grid, want.data(), scales.data()));
-    for (size_t k = 0; k < x.size(); ++k) {
+    RETURN_IF_ERROR(QuantizeBlocksFp8E4M3(v.x.data(), grid, want.data(), scales.data()));
+    for (size_t k = 0; k < v.x.size(); ++k) {
       ++r->elements;
       ++r->bytes;
-      const uint8_t got = wit->second[offs[k]];
-      if (unmapped || got != want[k]) {
-        if (++r->wrong_elements == 1) {
-          r->first_error = absl::StrCat("block-fp8 tensor '", t.name, "' rank ", rank, " element ",
-                                        k, " of fragment ", f.box.ToString(), ": expected fp8 ",
-                                        want[k], ", found ", got, unmapped ? " (unmapped)" : "");
-        }
+      const uint8_t got = wit->second[v.offs[k]];
+      if ((v.unmapped || got != want[k]) && ++r->wrong_elements == 1) {
+        r->first_error = absl::StrCat("block-fp8 tensor '", t.name, "' rank ", rank, " element ", k,
+                                      " of fragment ", f.box.ToString(), ": expected fp8 ", want[k],
+                                      ", found ", got, v.unmapped ? " (unmapped)" : "");
       }
     }
-    // Scales, row-major over the fragment's block grid.
-    std::vector<int64_t> b(nd, 0);
-    const int64_t rb = grid.row_blocks(), cb = grid.col_blocks();
-    for (int64_t k = 0; k < grid.num_blocks(); ++k) {
-      int64_t rem = k;
-      b[nd - 1] = rem % cb;
-      rem /= cb;
-      b[nd - 2] = rem % rb;
-      rem /= rb;
-      for (int d = nd - 3; d >= 0; --d) {
-        b[d] = rem % f.box.length[d];
-        rem /= f.box.length[d];
-      }
-      int64_t e = 0;
-      for (int d = 0; d < nd; ++d) {
-        const int64_t global = d >= nd - 2 ? f.box.offset[d] / t.quant_block[d - (nd - 2)] + b[d]
-                                           : f.box.offset[d] + b[d];
-        e += (global - sf.box.offset[d]) * sf.strides[d];
-      }
-      float got;
-      std::memcpy(&got, sit->second + sf.byte_offset + 4 * e, 4);
-      ++r->elements;
-      r->bytes += 4;
-      if (!(got == scales[k]) && ++r->wrong_elements == 1) {
-        r->first_error =
-            absl::StrCat("scale tensor '", sc.name, "' rank ", rank, " block ", k, " of fragment ",
-                         f.box.ToString(), ": expected ", scales[k], ", found ", got);
-      }
-    }
+    CheckFragmentScales(t, f, sc, sf, sit->second, grid, scales, rank, r);
   }
   return absl::OkStatus();
 }
@@ -364,18 +349,18 @@ absl::StatusOr<VerifyResult> VerifyDestination(const v1::TransferSpec& spec,
           // The source holds the value in its dtype; the sync casts that.
           uint8_t held[8] = {};
           Encode(st->dtype, SourceValue(src_name, Linear(src_idx, st->shape), version), held);
-          Encode(t.dtype, Decode(st->dtype, held), want);
+          Encode(t.dtype, ReadElement(st->dtype, held), want);
         }
         if (st == nullptr || std::memcmp(want, base + off, es) != 0) {
           if (++r.wrong_elements == 1) {
-            r.first_error =
-                st == nullptr
-                    ? absl::StrCat("tensor '", t.name, "' element [", absl::StrJoin(g, ","),
-                                   "]: no source maps to it")
-                    : absl::StrCat("tensor '", t.name, "' rank ", rank, " element [",
-                                   absl::StrJoin(g, ","), "] (from '", src_name, "' [",
-                                   absl::StrJoin(src_idx, ","), "]): expected ",
-                                   Decode(t.dtype, want), ", found ", Decode(t.dtype, base + off));
+            r.first_error = st == nullptr
+                                ? absl::StrCat("tensor '", t.name, "' element [",
+                                               absl::StrJoin(g, ","), "]: no source maps to it")
+                                : absl::StrCat("tensor '", t.name, "' rank ", rank, " element [",
+                                               absl::StrJoin(g, ","), "] (from '", src_name, "' [",
+                                               absl::StrJoin(src_idx, ","), "]): expected ",
+                                               ReadElement(t.dtype, want), ", found ",
+                                               ReadElement(t.dtype, base + off));
           }
         }
       });

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 
+#include "common/logging.h"
 #include "controller/plan/compiled_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -286,10 +287,10 @@ TEST(LayoutPropertyTest, KimiScaleCompilesFast) {
     size_t frags = 0;
     for (const auto& t : c->tensors) frags += t.fragments.size();
     EXPECT_EQ(frags, 1000u * 256u);
-    std::fprintf(stderr,
-                 "CompileSide run %d: 1000 tensors x 256 ranks, %zu fragments: %.1f ms CPU, "
-                 "%.1f ms wall\n",
-                 run, frags, cpu, ms);
+    spdlog::info(
+        "CompileSide run {}: 1000 tensors x 256 ranks, {} fragments: {:.1f} ms CPU, "
+        "{:.1f} ms wall",
+        run, frags, cpu, ms);
     best = std::min(best, cpu);
   }
   // Generous bound for shared CI cores; the target is well under 100 ms.
@@ -322,7 +323,7 @@ TEST(LayoutPropertyTest, KimiScaleExplicitFlatBuffersCompileFast) {
     const double cpu = cpu_ms() - cpu_start;
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_EQ(c->buffer_names.size(), 1u);
-    std::fprintf(stderr, "CompileSide explicit run %d: 256000 fragments: %.1f ms CPU\n", run, cpu);
+    spdlog::info("CompileSide explicit run {}: 256000 fragments: {:.1f} ms CPU", run, cpu);
     best = std::min(best, cpu);
   }
   EXPECT_LT(best, kCpuBoundMs);

@@ -1,0 +1,45 @@
+// Steps of wsync-demo's syncs through the trainer API of a local cluster:
+// waiting for a sync, and a sync that loses a worker mid-way.
+#ifndef WSYNC_TOOLS_DEMO_SYNC_STEPS_H_
+#define WSYNC_TOOLS_DEMO_SYNC_STEPS_H_
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+#include "tools/demo/cluster.h"
+#include "tools/demo/owner.h"
+
+namespace wsync::demo {
+
+// fn(ClientContext*) with a 60 s deadline.
+template <typename Fn>
+grpc::Status CallWithDeadline(Fn fn) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  return fn(&ctx);
+}
+
+// Polls WaitSync until sync `id` leaves RUNNING (or `stop` is set); the last
+// status is in *st.
+grpc::Status WaitUntilDone(Cluster& cluster, const std::string& id, const std::atomic<bool>& stop,
+                           v1::SyncStatus* st);
+
+// Freezes worker `victim`, starts the sync of version `v` of transfer
+// "demo", kills the worker while its peers wait for it in the rendezvous or
+// a round, and checks that the sync fails (naming it) within its deadline;
+// then restarts the worker and has its owners (src_owner[r] runs on worker
+// src_worker[r], likewise dst) register again. Prints what happened.
+absl::Status KillMidSync(Cluster& cluster, int v, int victim, const std::vector<int>& src_worker,
+                         const std::vector<int>& dst_worker,
+                         std::vector<std::unique_ptr<Owner>>& src_owner,
+                         std::vector<std::unique_ptr<Owner>>& dst_owner,
+                         const std::atomic<bool>& stop);
+
+}  // namespace wsync::demo
+
+#endif  // WSYNC_TOOLS_DEMO_SYNC_STEPS_H_

@@ -1,0 +1,214 @@
+"""Registration of a rank's tensors with its local worker (worker_local.proto).
+
+    reg = wsync.torch.register(model, group="trainer", rank=rank)
+
+Host (CPU) tensors are moved into one POSIX shared-memory object that the
+worker maps: each tensor's data is copied there and the tensor (parameter)
+is re-pointed at it in place (``tensor.data = shm_view``), so the trainer keeps
+using the same objects and the worker reads / writes the live values. The
+returned Registration keeps the shm object alive; ``close()`` unlinks it.
+If the trainer reallocates a registered tensor (optimizer offload/reload,
+``param.data = new``) ``Registration.stale()`` names it and ``refresh()``
+moves and registers it again.
+
+Device (CUDA) tensors need the worker's CUDA IPC / SCM_RIGHTS path, which this
+package does not provide yet: they are refused with an error saying so.
+"""
+import os
+import uuid
+from multiprocessing import shared_memory
+
+import grpc
+import torch as _torch
+
+from wsync import dtypes, errors
+from wsync._proto import worker_local_pb2 as lpb
+from wsync._proto import worker_local_pb2_grpc as lpb_grpc
+
+_ALIGN = 64
+
+
+def default_socket(group, rank):
+    """$WSYNC_LOCAL_SOCKET, else the worker's default for group/rank."""
+    return os.environ.get("WSYNC_LOCAL_SOCKET") or f"/tmp/wsync-worker-{group}-{rank}.sock"
+
+
+def _named(tensors):
+    if hasattr(tensors, "named_parameters"):
+        return list(tensors.named_parameters())
+    if isinstance(tensors, dict):
+        return list(tensors.items())
+    return list(tensors)
+
+
+def _local(t):
+    """The local shard of a DTensor, else the tensor."""
+    return t.to_local() if hasattr(t, "to_local") and hasattr(t, "placements") else t
+
+
+def _check_host(name, t):
+    if t.device.type != "cpu":
+        raise errors.FailedPrecondition(
+            f"tensor {name!r} is on {t.device}: this package registers host tensors only "
+            "(shared memory, host workers); device tensors need the CUDA IPC path")
+
+
+def _aligned(n):
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class Registration:
+    """Tensors of one group registered with one worker, held in one shm object."""
+
+    def __init__(self, socket, group, timeout):
+        self.socket = socket
+        self.group = group
+        self.timeout = timeout
+        self.tensors = {}  # registered name -> tensor (re-pointed into shm)
+        self._views = {}   # registered name -> the shm view it was given
+        self._offsets = {}
+        self._shm = None
+        self.bytes = 0
+
+    @property
+    def shm_name(self):
+        return "/" + self._shm.name if self._shm else ""
+
+    def _layout(self, items):
+        off = 0
+        for name, t in items:
+            self._offsets[name] = off
+            off += _aligned(t.numel() * t.element_size())
+        return max(off, _ALIGN)
+
+    def _move(self, items):
+        """Creates the shm object and re-points every tensor into it."""
+        size = self._layout(items)
+        self._shm = shared_memory.SharedMemory(
+            name=f"wsync-{os.getpid()}-{uuid.uuid4().hex[:12]}", create=True, size=size)
+        base = _torch.frombuffer(self._shm.buf, dtype=_torch.uint8)
+        for name, t in items:
+            nbytes = t.numel() * t.element_size()
+            off = self._offsets[name]
+            view = base[off:off + nbytes].view(t.dtype).view(t.shape)
+            with _torch.no_grad():
+                view.copy_(t)
+                t.data = view
+            self.tensors[name] = t
+            self._views[name] = view
+            self.bytes += nbytes
+
+    def request(self, replace=True):
+        req = lpb.RegisterTensorsRequest(group=self.group, replace=replace)
+        for name, t in self.tensors.items():
+            nbytes = t.numel() * t.element_size()
+            req.tensors.add(name=name, dtype=dtypes.value(t.dtype), shape=list(t.shape),
+                            shm=lpb.HostShm(name=self.shm_name, offset=self._offsets[name],
+                                            size=nbytes))
+        return req
+
+    def send(self, replace=True):
+        """RegisterTensors on the worker; returns its response."""
+        with grpc.insecure_channel("unix:" + self.socket) as channel:
+            stub = lpb_grpc.WorkerLocalStub(channel)
+            try:
+                return stub.RegisterTensors(self.request(replace), timeout=self.timeout,
+                                            wait_for_ready=True)
+            except grpc.RpcError as e:
+                err = errors.from_rpc_error(e, f"worker socket {self.socket}")
+                err.message = f"RegisterTensors (group {self.group!r}): {err.message}"
+                err.args = (err.message,)
+                raise err from None
+
+    def stale(self):
+        """Names of registered tensors whose data no longer lives where it was
+        registered (reallocated since)."""
+        return [n for n, t in self.tensors.items()
+                if t.data_ptr() != self._views[n].data_ptr() or t.shape != self._views[n].shape
+                or t.dtype != self._views[n].dtype]
+
+    def refresh(self):
+        """Registers again if any tensor was reallocated (cheap when none was):
+        moves every tensor into a new shm object and replaces the
+        registration. Returns whether it registered again."""
+        if not self.stale():
+            return False
+        items = list(self.tensors.items())
+        old = self._shm
+        self.tensors, self._views, self._offsets, self.bytes = {}, {}, {}, 0
+        self._move(items)
+        self.send(replace=True)
+        _release(old)
+        return True
+
+    def close(self):
+        """Unlinks the shm object (the tensors keep their memory mapped)."""
+        _release(self._shm)
+        self._shm = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _release(shm):
+    if shm is None:
+        return
+    try:
+        shm.unlink()
+    except FileNotFoundError:
+        pass
+    try:
+        shm.close()
+    except BufferError:
+        pass  # tensors still view it; the mapping goes with them
+
+
+def register(tensors, *, group, rank=None, socket=None, names=None, replace=True, timeout=10.0):
+    """Registers `tensors` (a torch.nn.Module, a dict or (name, tensor) pairs;
+    DTensors register their local shard) with the worker of `group`/`rank`
+    (rank default: $RANK) at `socket` (default: default_socket). `names`
+    maps a tensor's name to the buffer name of the layout (default: the same).
+    Returns a Registration. Raises FailedPrecondition for device tensors and
+    the worker's errors as WsyncError (InvalidArgument: not one of its groups,
+    bad shape; Unavailable: no worker at the socket)."""
+    if rank is None:
+        rank = int(os.environ.get("RANK", "0"))
+    items = []
+    for name, t in _named(tensors):
+        t = _local(t)
+        _check_host(name, t)
+        if not t.is_contiguous():
+            raise errors.InvalidArgument(f"tensor {name!r} is not contiguous")
+        items.append(((names or {}).get(name, name), t))
+    reg = Registration(socket or default_socket(group, rank), group, timeout)
+    reg._move(items)
+    try:
+        reg.send(replace=replace)
+    except BaseException:
+        reg.close()
+        raise
+    return reg
+
+
+def sync_events(socket, timeout=None):
+    """Yields the worker's SyncEvents (STARTED / FINISHED per sync) from `socket`."""
+    with grpc.insecure_channel("unix:" + socket) as channel:
+        stub = lpb_grpc.WorkerLocalStub(channel)
+        try:
+            for ev in stub.SyncEvents(lpb.SyncEventsRequest(), timeout=timeout):
+                yield ev
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e, f"worker socket {socket}") from None
+
+
+def local_status(socket, timeout=5.0):
+    """The worker's LocalStatusResponse (lease, last version, sync counts)."""
+    with grpc.insecure_channel("unix:" + socket) as channel:
+        try:
+            return lpb_grpc.WorkerLocalStub(channel).Status(lpb.LocalStatusRequest(),
+                                                            timeout=timeout)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e, f"worker socket {socket}") from None

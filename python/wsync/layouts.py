@@ -293,3 +293,75 @@ def transfer_spec(source, destination, *, name="", options=None):
                 c = spec.options.allowed_casts.add(to=to)
                 setattr(c, "from", f)
     return spec
+
+
+# --------------------------------------------------------- local buffers --
+
+def _chunk_len(length, parts, index):
+    cs = -(-length // parts) if parts else 0
+    lo = min(index * cs, length)
+    return min(lo + cs, length) - lo
+
+
+def _mesh_local_shape(t, coord):
+    shape = list(t.shape)
+    for m, p in enumerate(t.mesh.placements):
+        n, c = t.mesh.mesh_shape[m], coord[m]
+        kind = p.WhichOneof("kind")
+        if kind == "shard":
+            shape[p.shard.dim] = _chunk_len(shape[p.shard.dim], n, c)
+        elif kind == "strided_shard":
+            d, sf = p.strided_shard.dim, p.strided_shard.split_factor
+            shape[d] = sum(_chunk_len(_chunk_len(shape[d], sf, j), n, c) for j in range(sf))
+    return shape
+
+
+def local_buffers(side, rank):
+    """{buffer name: (DType name, element count)} that side-local rank `rank`
+    holds for `side` (a wsync.v1.Side): what a receiver (or a test owner) must
+    allocate and register. Buffers shared by several tensors (per-expert
+    slices) are sized to hold all of them."""
+    out = {}
+    for t in side.tensors:
+        elem = dtypes.size(t.dtype)
+        if t.WhichOneof("layout") == "mesh":
+            ranks = list(t.mesh.ranks)
+            if rank not in ranks:
+                continue
+            flat = ranks.index(rank)
+            coord = []
+            for n in reversed(t.mesh.mesh_shape):
+                coord.append(flat % n)
+                flat //= n
+            shape = _mesh_local_shape(t, list(reversed(coord)))
+            need = 1
+            for d in shape:
+                need *= d
+            if need:
+                _grow(out, t.mesh.buffer or t.name, t.dtype, need)
+            continue
+        for f in t.fragments.fragments:
+            if f.rank != rank:
+                continue
+            lengths = list(f.box.length)
+            strides = list(f.strides) or _row_major(lengths)
+            last = sum((n - 1) * s for n, s in zip(lengths, strides)) + 1
+            if all(n > 0 for n in lengths):
+                _grow(out, f.buffer or t.name, t.dtype, f.byte_offset // elem + last)
+    return out
+
+
+def _row_major(lengths):
+    strides, acc = [], 1
+    for n in reversed(lengths):
+        strides.append(acc)
+        acc *= n
+    return list(reversed(strides))
+
+
+def _grow(out, buffer, dtype, elements):
+    name = dtypes.name(dtype)
+    old = out.get(buffer)
+    if old is not None and old[0] != name:
+        raise ValueError(f"buffer {buffer!r} holds both {old[0]} and {name} tensors")
+    out[buffer] = (name, max(elements, old[1] if old else 0))

@@ -66,7 +66,8 @@ def _gqa(c, kind):
         if int(c.get("decoder_sparse_step", 1)) != 1 or c.get("mlp_only_layers"):
             raise ValueError("qwen3_moe config: only decoder_sparse_step 1 without "
                              "mlp_only_layers (every layer MoE) is supported")
-        m.update(num_experts=_need(c, "num_experts", kind),
+        # Every layer is MoE: the dense width (intermediate_size) is unused.
+        m.update(intermediate=0, num_experts=_need(c, "num_experts", kind),
                  moe_intermediate=_need(c, "moe_intermediate_size", kind))
     if kind != "qwen2" and (c.get("attention_bias") or c.get("mlp_bias")):
         raise ValueError(f"{kind} config: attention_bias / mlp_bias are not supported")

@@ -115,6 +115,11 @@ class Registration:
                 return stub.RegisterTensors(self.request(replace), timeout=self.timeout,
                                             wait_for_ready=True)
             except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and not os.path.exists(
+                        self.socket):
+                    raise errors.Unavailable(
+                        f"worker socket {self.socket}: no worker is listening (waited "
+                        f"{self.timeout} s for it to start)") from None
                 err = errors.from_rpc_error(e, f"worker socket {self.socket}")
                 err.message = f"RegisterTensors (group {self.group!r}): {err.message}"
                 err.args = (err.message,)

@@ -45,9 +45,12 @@ def partial(op="sum"):
 def placement_of(p):
     """A torch.distributed.tensor Placement (or an object with the same
     methods and attributes) as a placement dict."""
+    # _StridedShard first: whether it also answers is_shard() differs between
+    # torch versions (a Shard subclass in Python, its own class in C++ later).
+    if getattr(p, "split_factor", None) is not None:
+        return strided_shard(p.dim, p.split_factor)
     if p.is_shard():
-        split = getattr(p, "split_factor", None)
-        return strided_shard(p.dim, split) if split is not None else shard(p.dim)
+        return shard(p.dim)
     if p.is_replicate():
         return replicate()
     if p.is_partial():

@@ -3,7 +3,10 @@
 The trainer side talks to the controller (``wsync.Client``, ``wsync.aio.Client``),
 derives the TransferSpec from its model (``wsync.layouts``, ``wsync.vllm``) and
 registers its tensors with the local worker (``wsync.torch.register``).
+The client and the errors load on first use (they need grpcio); the layout
+modules need only protobuf.
 """
+import importlib as _importlib
 import pkgutil as _pkgutil
 
 # The generated stubs (wsync.v1) and the extension (wsync._native) live in the
@@ -11,13 +14,15 @@ import pkgutil as _pkgutil
 # on sys.path contribute to this package.
 __path__ = _pkgutil.extend_path(__path__, __name__)
 
-from wsync.errors import (  # noqa: E402
-    WsyncError, InvalidArgument, NotFound, AlreadyExists, FailedPrecondition, Unavailable,
-    DeadlineExceeded, Aborted, Cancelled, ResourceExhausted, Internal, SyncFailed, SyncCancelled)
-from wsync.client import Client, SyncHandle  # noqa: E402
+_ERRORS = ("WsyncError", "InvalidArgument", "NotFound", "AlreadyExists", "FailedPrecondition",
+           "Unavailable", "DeadlineExceeded", "Aborted", "Cancelled", "ResourceExhausted",
+           "Internal", "SyncFailed", "SyncCancelled")
+__all__ = ["Client", "SyncHandle", *_ERRORS]
 
-__all__ = [
-    "Client", "SyncHandle", "WsyncError", "InvalidArgument", "NotFound", "AlreadyExists",
-    "FailedPrecondition", "Unavailable", "DeadlineExceeded", "Aborted", "Cancelled",
-    "ResourceExhausted", "Internal", "SyncFailed", "SyncCancelled",
-]
+
+def __getattr__(name):
+    if name in ("Client", "SyncHandle"):
+        return getattr(_importlib.import_module("wsync.client"), name)
+    if name in _ERRORS:
+        return getattr(_importlib.import_module("wsync.errors"), name)
+    raise AttributeError(f"module 'wsync' has no attribute {name!r}")

@@ -82,14 +82,12 @@ class SyncHandle:
 
     def _wait_displayed(self, timeout):
         display = progress_mod.Display(f"sync {self.transfer} v{self.version}")
-        try:
-            for status in self.watch(timeout=timeout):
-                p = progress_mod.Progress.from_status(status)
-                display.update(p, final=p.done)
-                if p.done:
-                    return _result(status)
-        except errors.DeadlineExceeded:
-            raise
+        for status in self.watch(timeout=timeout):
+            p = progress_mod.Progress.from_status(status)
+            display.update(p, final=p.done)
+            if p.done:
+                return _result(status)
+        # The stream ended without a final status (server shutdown): ask once.
         return self.wait(timeout=1.0, show_progress=False)
 
     def watch(self, timeout=None):

@@ -92,9 +92,6 @@ _BY_CODE = {cls.code: cls for cls in (
     InvalidArgument, NotFound, AlreadyExists, FailedPrecondition, Unavailable, DeadlineExceeded,
     Aborted, Cancelled, ResourceExhausted, Internal)}
 
-_GROUP_RANK_HINTS = ("group", "rank")
-
-
 def _code_from_int(value):
     for code in grpc.StatusCode:
         if code.value[0] == value:

@@ -91,10 +91,21 @@ class Megatron:
     its expert-parallel rank (for the name map: local expert i of ep rank e is
     global expert e * num_local_experts + i) and its pipeline stage."""
 
-    def __init__(self, tp_rank, tp_size, ep_rank=0, ep_size=1, pp_rank=0):
+    def __init__(self, tp_rank, tp_size, ep_rank=0, ep_size=1, pp_rank=0, etp_rank=None,
+                 etp_size=None):
         self.tp_rank, self.tp_size = tp_rank, tp_size
         self.ep_rank, self.ep_size = ep_rank, ep_size
         self.pp_rank = pp_rank
+        # Expert tensor parallelism (expert_tensor_parallel_size): expert
+        # parameters (Megatron marks them allreduce=False) split over these.
+        self.etp_rank = tp_rank if etp_rank is None else etp_rank
+        self.etp_size = tp_size if etp_size is None else etp_size
+
+    def tp_of(self, tensor):
+        """(rank, size) of the tensor-parallel group that splits `tensor`."""
+        if getattr(tensor, "allreduce", True) is False:
+            return self.etp_rank, self.etp_size
+        return self.tp_rank, self.tp_size
 
 
 def clean_name(name):
@@ -118,15 +129,16 @@ def _mesh_record(name, t, rank_of):
 
 def _megatron_record(name, t, rank, meg):
     tp_split = bool(getattr(t, "tensor_model_parallel", False))
+    tp_rank, tp_size = meg.tp_of(t)
     shape = list(t.shape)
     dim = getattr(t, "partition_dim", -1) if tp_split else None
     if tp_split:
         if dim is None or not 0 <= dim < len(shape):
             raise ValueError(f"{name}: tensor_model_parallel with partition_dim {dim} outside "
                              f"its {len(shape)} dims")
-        shape[dim] *= meg.tp_size
+        shape[dim] *= tp_size
     return {"kind": "megatron", "name": name, "dtype": dtypes.name(t.dtype), "shape": shape,
-            "rank": rank, "tp_rank": meg.tp_rank, "tp_size": meg.tp_size, "partition_dim": dim,
+            "rank": rank, "tp_rank": tp_rank, "tp_size": tp_size, "partition_dim": dim,
             "stride": int(getattr(t, "partition_stride", 1) or 1), "buffer": None}
 
 

@@ -193,3 +193,26 @@ def test_transfer_spec_allows_the_casts_it_needs():
     spec = layouts.transfer_spec(src, dst, name="t")
     assert [(getattr(c, "from"), c.to) for c in spec.options.allowed_casts] == [
         (layout_pb2.FP32, layout_pb2.BF16)]
+
+
+def test_megatron_strided_and_expert_tensor_parallel():
+    # partition_stride 2 (Megatron's strided init: rank r holds chunks r, r + tp
+    # of 2 * tp) is _StridedShard(dim, 2); an expert parameter (allreduce=False)
+    # is split over the expert-TP group, here of size 1.
+    per_rank = []
+    for rank in range(2):
+        w = torch.zeros(4, 3)
+        w.tensor_model_parallel, w.partition_dim, w.partition_stride = True, 0, 2
+        e = torch.zeros(6, 3)
+        e.tensor_model_parallel, e.partition_dim, e.partition_stride = True, 0, 1
+        e.allreduce = False
+        meg = layouts.Megatron(rank, 2, etp_rank=0, etp_size=1)
+        per_rank.append(layouts.describe([("w", w), ("e", e)], rank=rank, megatron=meg))
+    w, e = layouts.source_side(per_rank).tensors
+    assert list(w.shape) == [8, 3] and mesh_json(w)["placements"][1] == {
+        "stridedShard": {"splitFactor": 2}}
+    assert list(e.shape) == [6, 3] and mesh_json(e)["meshShape"] == ["2", "1"]
+    # Megatron's rank 1 holds rows 2-3 and 6-7: what the spec's rule gives.
+    full = torch.arange(24.).reshape(8, 3)
+    d = ducks.DTensor(full, [0, 1], [ducks.StridedShard(0, 2)], 1)
+    assert torch.equal(d.to_local(), torch.cat([full[2:4], full[6:8]]))

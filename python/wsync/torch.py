@@ -6,7 +6,9 @@ Host (CPU) tensors are moved into one POSIX shared-memory object that the
 worker maps: each tensor's data is copied there and the tensor (parameter)
 is re-pointed at it in place (``tensor.data = shm_view``), so the trainer keeps
 using the same objects and the worker reads / writes the live values. The
-returned Registration keeps the shm object alive; ``close()`` unlinks it.
+mapping lives as long as any tensor viewing it (the tensors hold the mmap). The
+shm name stays until ``Registration.close()`` or the process exits (peer
+workers open it by name for direct writes).
 If the trainer reallocates a registered tensor (optimizer offload/reload,
 ``param.data = new``) ``Registration.stale()`` names it and ``refresh()``
 moves and registers it again.
@@ -14,9 +16,10 @@ moves and registers it again.
 Device (CUDA) tensors need the worker's CUDA IPC / SCM_RIGHTS path, which this
 package does not provide yet: they are refused with an error saying so.
 """
+import atexit
+import mmap
 import os
 import uuid
-from multiprocessing import shared_memory
 
 import grpc
 import torch as _torch
@@ -57,6 +60,62 @@ def _aligned(n):
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
+class _ShmArena:
+    """One POSIX shared-memory object mapped into this process. The tensors
+    made from it keep the mapping alive (torch.frombuffer holds the mmap), so
+    it stays valid after this object is gone; unlink() only removes the name."""
+
+    def __init__(self, size):
+        self.name = f"/wsync-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        fd = _shm_open(self.name)
+        try:
+            os.ftruncate(fd, size)
+            self.map = mmap.mmap(fd, size)
+        except BaseException:
+            _shm_unlink(self.name)
+            raise
+        finally:
+            os.close(fd)
+        self.bytes = _torch.frombuffer(self.map, dtype=_torch.uint8)
+        self.linked = True
+        _LINKED[self.name] = self
+
+    def unlink(self):
+        if self.linked:
+            _shm_unlink(self.name)
+            self.linked = False
+            _LINKED.pop(self.name, None)
+
+
+# Names stay linked while registered: peer workers open them by name when they
+# write directly. They go at close(), at refresh() (the old one) or at exit.
+_LINKED = {}
+
+
+@atexit.register
+def _unlink_all():
+    for arena in list(_LINKED.values()):
+        arena.unlink()
+
+
+def _shm_open(name):
+    try:
+        import _posixshmem
+        return _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+    except ImportError:  # pragma: no cover - CPython has it on Linux
+        return os.open("/dev/shm" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+
+
+def _shm_unlink(name):
+    try:
+        import _posixshmem
+        _posixshmem.shm_unlink(name)
+    except FileNotFoundError:
+        pass
+    except ImportError:  # pragma: no cover
+        os.unlink("/dev/shm" + name)
+
+
 class Registration:
     """Tensors of one group registered with one worker, held in one shm object."""
 
@@ -67,12 +126,12 @@ class Registration:
         self.tensors = {}  # registered name -> tensor (re-pointed into shm)
         self._views = {}   # registered name -> the shm view it was given
         self._offsets = {}
-        self._shm = None
+        self._arena = None
         self.bytes = 0
 
     @property
     def shm_name(self):
-        return "/" + self._shm.name if self._shm else ""
+        return self._arena.name if self._arena else ""
 
     def _layout(self, items):
         off = 0
@@ -83,10 +142,8 @@ class Registration:
 
     def _move(self, items):
         """Creates the shm object and re-points every tensor into it."""
-        size = self._layout(items)
-        self._shm = shared_memory.SharedMemory(
-            name=f"wsync-{os.getpid()}-{uuid.uuid4().hex[:12]}", create=True, size=size)
-        base = _torch.frombuffer(self._shm.buf, dtype=_torch.uint8)
+        self._arena = _ShmArena(self._layout(items))
+        base = self._arena.bytes
         for name, t in items:
             nbytes = t.numel() * t.element_size()
             off = self._offsets[name]
@@ -139,36 +196,24 @@ class Registration:
         if not self.stale():
             return False
         items = list(self.tensors.items())
-        old = self._shm
+        old = self._arena
         self.tensors, self._views, self._offsets, self.bytes = {}, {}, {}, 0
         self._move(items)
         self.send(replace=True)
-        _release(old)
+        old.unlink()
         return True
 
     def close(self):
-        """Unlinks the shm object (the tensors keep their memory mapped)."""
-        _release(self._shm)
-        self._shm = None
+        """Unlinks the shm object's name (the tensors keep their memory mapped;
+        the worker keeps its mapping until the group registers again)."""
+        if self._arena is not None:
+            self._arena.unlink()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _release(shm):
-    if shm is None:
-        return
-    try:
-        shm.unlink()
-    except FileNotFoundError:
-        pass
-    try:
-        shm.close()
-    except BufferError:
-        pass  # tensors still view it; the mapping goes with them
 
 
 def register(tensors, *, group, rank=None, socket=None, names=None, replace=True, timeout=10.0):

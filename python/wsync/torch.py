@@ -14,7 +14,9 @@ If the trainer reallocates a registered tensor (optimizer offload/reload,
 moves and registers it again.
 
 Device (CUDA) tensors need the worker's CUDA IPC / SCM_RIGHTS path, which this
-package does not provide yet: they are refused with an error saying so.
+package does not provide yet: they are refused with an error saying so, and so
+are DTensors (their owner, e.g. FSDP2's padded shard buffer, would not follow a
+move): register the local tensors your code owns.
 """
 import atexit
 import mmap
@@ -44,9 +46,12 @@ def _named(tensors):
     return list(tensors)
 
 
-def _local(t):
-    """The local shard of a DTensor, else the tensor."""
-    return t.to_local() if hasattr(t, "to_local") and hasattr(t, "placements") else t
+def _check_movable(name, t):
+    if hasattr(t, "placements") and hasattr(t, "device_mesh"):
+        raise errors.FailedPrecondition(
+            f"tensor {name!r} is a DTensor: host registration moves a tensor's storage into "
+            "shared memory, which a DTensor's owner (FSDP2's padded shard buffer) would not "
+            "follow; pass local tensors you own (e.g. {name: shard}) or use the device path")
 
 
 def _check_host(name, t):
@@ -217,8 +222,8 @@ class Registration:
 
 
 def register(tensors, *, group, rank=None, socket=None, names=None, replace=True, timeout=10.0):
-    """Registers `tensors` (a torch.nn.Module, a dict or (name, tensor) pairs;
-    DTensors register their local shard) with the worker of `group`/`rank`
+    """Registers `tensors` (a torch.nn.Module, a dict or (name, tensor) pairs of
+    host tensors this process owns) with the worker of `group`/`rank`
     (rank default: $RANK) at `socket` (default: default_socket). `names`
     maps a tensor's name to the buffer name of the layout (default: the same).
     Returns a Registration. Raises FailedPrecondition for device tensors and
@@ -228,7 +233,7 @@ def register(tensors, *, group, rank=None, socket=None, names=None, replace=True
         rank = int(os.environ.get("RANK", "0"))
     items = []
     for name, t in _named(tensors):
-        t = _local(t)
+        _check_movable(name, t)
         _check_host(name, t)
         if not t.is_contiguous():
             raise errors.InvalidArgument(f"tensor {name!r} is not contiguous")

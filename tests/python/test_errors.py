@@ -169,5 +169,9 @@ def test_registration_errors(cluster, ranks, tmp_path):
                              socket=str(tmp_path / "none.sock"), timeout=1)
     with pytest.raises(wsync.FailedPrecondition, match="host tensors only"):
         wsync.torch.register({W: torch.empty(2, device="meta")}, group="trainer", socket=ranks[0])
+    import ducks
+    dtensor = ducks.DTensor(torch.ones(4), [0, 1], [ducks.Shard(0)], 0)
+    with pytest.raises(wsync.FailedPrecondition, match="is a DTensor"):
+        wsync.torch.register({W: dtensor}, group="trainer", socket=ranks[0])
     with pytest.raises(wsync.InvalidArgument, match="not contiguous"):
         wsync.torch.register({W: torch.ones(4, 4).t()}, group="trainer", socket=ranks[0])

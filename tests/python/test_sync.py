@@ -38,8 +38,9 @@ def setup_transfer(cluster, src_dtype=torch.float32):
     params = {r: fsdp_params(full, r) for r in range(2)}
     src = layouts.source_side(layouts.describe(params[0].items(), rank=0))
     spec = layouts.transfer_spec(src, vllm.destination(TINY_LLAMA, tp=TP), name="tiny")
-    regs = [wsync.torch.register(params[r], group="trainer", rank=r,
-                                 socket=socks[("trainer", r)]) for r in range(2)]
+    regs = [wsync.torch.register({n: p.to_local() for n, p in params[r].items()},
+                                 group="trainer", rank=r, socket=socks[("trainer", r)])
+            for r in range(2)]
     receivers = []
     for r in range(TP):
         bufs = {b: torch.zeros(n, dtype=torch.bfloat16)

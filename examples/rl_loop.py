@@ -30,7 +30,8 @@ CONFIG = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
 
 def tiny_llama(c):
     """A module tree with Hugging Face's LlamaForCausalLM parameter names."""
-    h, i, hd = c["hidden_size"], c["intermediate_size"], c["hidden_size"] // c["num_attention_heads"]
+    h, i = c["hidden_size"], c["intermediate_size"]
+    hd = h // c["num_attention_heads"]
     lin = lambda o, n: torch.nn.Linear(n, o, bias=False)  # noqa: E731
     layers = torch.nn.ModuleList()
     for _ in range(c["num_hidden_layers"]):

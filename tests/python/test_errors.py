@@ -10,7 +10,6 @@ import torch
 
 import wsync
 import wsync.torch
-from wsync import layouts
 from wsync._proto import layout_pb2
 
 W = "w"

@@ -18,6 +18,18 @@ LLAMA3_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
              "mlp_bias": False, "rope_theta": 500000.0}
 
 
+# huggingface.co/moonshotai/Kimi-K2-Instruct/blob/main/config.json (fp8 block checkpoint).
+KIMI_K2 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2",
+           "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+           "num_hidden_layers": 61, "num_attention_heads": 64, "n_routed_experts": 384,
+           "n_shared_experts": 1, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+           "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+           "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 163840,
+           "topk_method": "noaux_tc", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+           "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                   "quant_method": "fp8", "weight_block_size": [128, 128]}}
+
+
 def assert_same_destination(spec, want):
     got_t, want_t = tensors_by_name(spec.destination), tensors_by_name(want.destination)
     assert list(got_t) == list(want_t)
@@ -55,6 +67,13 @@ def test_real_llama3_8b_config_matches_catalog():
     spec = vllm.destination(LLAMA3_8B, tp=8)
     want = wsyncctl_spec("--model", "llama3-8b", "--source", "fsdp:8", "--destination",
                          "vllm-tp:8")
+    assert_same_destination(spec, want)
+
+
+def test_real_kimi_k2_fp8_config_matches_catalog():
+    spec = vllm.destination(KIMI_K2, tp=8, expert_parallel=True, experts="stacked")
+    want = wsyncctl_spec("--model", "kimi-k2", "--source", "megatron:tp8,dp2,ep2",
+                         "--destination", "vllm-tp:8,ep", "--experts", "stacked", "--fp8-block")
     assert_same_destination(spec, want)
 
 

@@ -3,6 +3,8 @@ parameters, registered by shared memory) syncs a tiny Llama into vLLM's TP=2
 layout (fused qkv / gate_up, padded vocab) through real wsync processes;
 every destination byte is checked against the mappings applied to the full
 tensors."""
+import time
+
 import pytest
 import torch
 
@@ -118,6 +120,31 @@ def test_progress_display_and_watch(cluster, capsys):
     handle2.wait(timeout=60, show_progress=True)
     err = capsys.readouterr().err
     assert "sync weights v2" in err and "GB/s" in err and "workers 4/4" in err
+
+
+def test_sync_events_reach_the_owner(cluster):
+    """An inference owner follows STARTED / FINISHED(ok) to pause and resume."""
+    import threading
+    from wsync._proto import worker_local_pb2 as lpb
+    client, spec, full, params, regs, receivers = setup_transfer(cluster)
+    client.define_transfer("weights", spec)
+    events, subscribed = [], threading.Event()
+
+    def follow():
+        subscribed.set()
+        for ev in wsync.torch.sync_events(receivers[0].socket, timeout=30):
+            events.append(ev)
+            if ev.kind == lpb.SyncEvent.FINISHED:
+                return
+    t = threading.Thread(target=follow)
+    t.start()
+    subscribed.wait(5)
+    time.sleep(0.3)  # the event stream is open before the sync starts
+    client.sync(7).wait(timeout=60)
+    t.join(30)
+    assert [(e.kind, e.version, e.transfer) for e in events] == [
+        (lpb.SyncEvent.STARTED, 7, "weights"), (lpb.SyncEvent.FINISHED, 7, "weights")]
+    assert events[-1].ok
 
 
 @pytest.mark.asyncio

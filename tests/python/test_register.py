@@ -35,6 +35,14 @@ def test_tensors_move_into_shm_in_place_and_outlive_the_registration(cluster):
     assert os.path.exists("/dev/shm" + name)  # still registered: the name stays
 
 
+def test_buffer_names_can_differ_from_tensor_names(cluster):
+    sock = cluster.worker("trainer:0:1")
+    reg = wsync.torch.register([("x", torch.zeros(2)), ("y", torch.ones(3))], group="trainer",
+                               rank=0, socket=sock, names={"x": "flat_x"})
+    assert [t.name for t in reg.request().tensors] == ["flat_x", "y"]
+    reg.close()
+
+
 def test_close_unlinks_the_name(cluster):
     sock = cluster.worker("trainer:0:1")
     reg = wsync.torch.register({"x": torch.arange(5.)}, group="trainer", rank=0, socket=sock)

@@ -68,6 +68,10 @@ def test_sync_fsdp2_to_vllm_tp2_bit_exact(cluster):
     resp = client.define_transfer("weights", spec, source_group="trainer",
                                   destination_group="inference")
     assert resp.num_workers == 2 + TP
+    plan = client.plan()
+    assert plan.plan_key == resp.plan_key and plan.cache_hit
+    full_plan = client.plan(full=True).plan
+    assert full_plan.key == resp.plan_key and len(full_plan.ranks) == 2 + TP
     handle = client.sync(1)
     status = handle.wait(timeout=60, show_progress=False)
     assert status.phase == wsync._proto.controller_pb2.SYNC_SUCCEEDED

@@ -4,7 +4,10 @@ set -euo pipefail
 pkgs=(cmake ninja-build g++ ccache pkg-config
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
       libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
-      libgloo-dev libspdlog-dev prometheus python3)
+      libgloo-dev libspdlog-dev prometheus python3
+      # the Python package (python/): Debian's /usr/bin/python3 and its modules
+      python3-dev pybind11-dev python3-grpcio python3-protobuf python3-pytest
+      python3-pytest-asyncio python3-torch python3-setuptools python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

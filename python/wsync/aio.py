@@ -1,0 +1,159 @@
+"""asyncio variants of the trainer client (grpc.aio):
+
+    client = wsync.aio.Client("controller:50051")
+    await client.define_transfer("weights", spec)
+    handle = await client.sync(version)
+    await handle.wait(timeout=60)
+"""
+import asyncio
+import time
+
+import grpc
+
+from wsync import errors, progress as progress_mod, specs
+from wsync.client import _POLL_MS, _RUNNING, _result
+from wsync._proto import controller_pb2 as pb
+from wsync._proto import controller_pb2_grpc as pb_grpc
+
+
+class SyncHandle:
+    """A started sync; the coroutine versions of wsync.SyncHandle's methods."""
+
+    def __init__(self, client, transfer, version, response):
+        self._client = client
+        self.transfer = transfer
+        self.version = version
+        self.sync_id = response.sync_id
+        self.plan_key = response.plan_key
+        self.plan_cache_hit = response.plan_cache_hit
+        self.status = None
+
+    async def poll(self):
+        self.status = await self._client._rpc("WaitSync", pb.WaitSyncRequest(
+            sync_id=self.sync_id, timeout_ms=1))
+        return self.status
+
+    async def progress(self):
+        return progress_mod.Progress.from_status(await self.poll())
+
+    async def wait(self, timeout=None, show_progress=False):
+        """As wsync.SyncHandle.wait: the SyncStatus, or SyncFailed /
+        SyncCancelled / DeadlineExceeded."""
+        display = (progress_mod.Display(f"sync {self.transfer} v{self.version}")
+                   if progress_mod.want_display(show_progress) else None)
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left_ms = _POLL_MS if end is None else int(1000 * (end - time.monotonic()))
+            if left_ms <= 0:
+                raise errors.DeadlineExceeded(
+                    f"sync {self.sync_id} (transfer {self.transfer!r}, version {self.version}) "
+                    f"still running after {timeout} s", status=self.status)
+            wait_ms = max(1, min(_POLL_MS if display is None else 100, left_ms))
+            self.status = await self._client._rpc(
+                "WaitSync", pb.WaitSyncRequest(sync_id=self.sync_id, timeout_ms=wait_ms),
+                timeout=wait_ms / 1000 + self._client.timeout)
+            if display is not None:
+                p = progress_mod.Progress.from_status(self.status)
+                display.update(p, final=p.done)
+            if self.status.phase != _RUNNING:
+                return _result(self.status)
+
+    async def watch(self, timeout=None):
+        """Async iterator of SyncStatus updates until the sync ends."""
+        call = self._client._stub.WatchSync(pb.WatchSyncRequest(sync_id=self.sync_id),
+                                            timeout=timeout)
+        try:
+            async for status in call:
+                self.status = status
+                yield status
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e, self._client._where) from None
+        finally:
+            call.cancel()
+
+    async def cancel(self, reason="cancelled by the trainer"):
+        self.status = await self._client._rpc("Cancel", pb.CancelRequest(
+            sync_id=self.sync_id, reason=reason))
+        return self.status
+
+
+class Client:
+    """asyncio client of the controller's TrainerService (same methods as
+    wsync.Client, as coroutines). Create it inside the running event loop."""
+
+    def __init__(self, address, *, timeout=30.0, channel=None, options=()):
+        self.address = address
+        self.timeout = timeout
+        self._channel = channel or grpc.aio.insecure_channel(address, options=list(options))
+        self._stub = pb_grpc.TrainerServiceStub(self._channel)
+        self._where = f"controller {address}"
+        self.transfer = None
+
+    async def close(self):
+        await self._channel.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    async def _rpc(self, method, request, timeout=None):
+        try:
+            return await getattr(self._stub, method)(request, timeout=timeout or self.timeout)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e, self._where) from None
+
+    async def define_transfer(self, name, spec, *, source_group="trainer",
+                              destination_group="inference"):
+        resp = await self._rpc("DefineTransfer", pb.DefineTransferRequest(
+            name=name, source_group=source_group, destination_group=destination_group,
+            spec=specs.to_proto(spec)))
+        self.transfer = name
+        return resp
+
+    async def plan(self, transfer=None, full=False):
+        return await self._rpc("Plan", pb.PlanRequest(transfer=transfer or self._transfer(),
+                                                      full=full))
+
+    async def sync(self, version, transfer=None, deadline=None):
+        name = transfer or self._transfer()
+        resp = await self._rpc("Sync", pb.SyncRequest(
+            transfer=name, version=version,
+            deadline_ms=0 if deadline is None else int(deadline * 1000)))
+        return SyncHandle(self, name, version, resp)
+
+    async def status(self):
+        return await self._rpc("GetStatus", pb.GetStatusRequest())
+
+    async def workers(self, group=""):
+        resp = await self._rpc("ListWorkers", pb.ListWorkersRequest(group=group))
+        return list(resp.workers)
+
+    async def cancel(self, sync_id, reason="cancelled by the trainer"):
+        return await self._rpc("Cancel", pb.CancelRequest(sync_id=sync_id, reason=reason))
+
+    async def wait_for_workers(self, groups, timeout=30.0, buffers=False):
+        end = time.monotonic() + timeout
+        while True:
+            ready = set()
+            for w in await self.workers():
+                if w.alive and w.streaming:
+                    for m in w.memberships:
+                        if not buffers or any(b.group == m.group for b in w.buffers):
+                            ready.add((m.group, m.rank))
+            missing = [f"{g}/{r}" for g, n in groups.items() for r in range(n)
+                       if (g, r) not in ready]
+            if not missing:
+                return
+            if time.monotonic() > end:
+                raise errors.DeadlineExceeded(
+                    f"workers not ready on {self._where} after {timeout} s: "
+                    + ", ".join(missing))
+            await asyncio.sleep(0.05)
+
+    def _transfer(self):
+        if self.transfer is None:
+            raise errors.FailedPrecondition("no transfer: call define_transfer() first or pass "
+                                            "transfer=")
+        return self.transfer

@@ -1,0 +1,210 @@
+"""The trainer's client of the controller (TrainerService, docs/api.md).
+
+    client = wsync.Client("controller:50051")
+    client.define_transfer("weights", spec, source_group="trainer",
+                           destination_group="inference")
+    client.sync(version).wait()
+
+Every RPC error becomes a wsync.WsyncError subclass (errors.py); every call has
+a timeout (``timeout`` seconds, default 30) and waits are bounded.
+"""
+import time
+
+import grpc
+
+from wsync import errors, progress as progress_mod, specs
+from wsync._proto import controller_pb2 as pb
+from wsync._proto import controller_pb2_grpc as pb_grpc
+
+_RUNNING = pb.SYNC_RUNNING
+_POLL_MS = 1000  # longest single WaitSync call of a wait loop
+
+
+def _result(status):
+    """`status` if it succeeded, else the matching exception."""
+    if status.phase == pb.SYNC_SUCCEEDED:
+        return status
+    if status.phase == pb.SYNC_CANCELLED:
+        raise errors.SyncCancelled(status)
+    raise errors.SyncFailed(status)
+
+
+class SyncHandle:
+    """A started sync: ``wait()``, ``progress()``, ``cancel()``, ``watch()``."""
+
+    def __init__(self, client, transfer, version, response):
+        self._client = client
+        self.transfer = transfer
+        self.version = version
+        self.sync_id = response.sync_id
+        self.plan_key = response.plan_key
+        self.plan_cache_hit = response.plan_cache_hit
+        self.status = None  # the last SyncStatus seen
+
+    def __repr__(self):
+        return f"SyncHandle({self.transfer!r}, version={self.version}, id={self.sync_id!r})"
+
+    def poll(self):
+        """The current SyncStatus (one short RPC)."""
+        self.status = self._client._rpc("WaitSync", pb.WaitSyncRequest(
+            sync_id=self.sync_id, timeout_ms=1))
+        return self.status
+
+    def progress(self):
+        """A progress_mod.Progress snapshot (bytes, GB/s, workers done)."""
+        return progress_mod.Progress.from_status(self.poll())
+
+    def done(self):
+        return self.poll().phase != _RUNNING
+
+    def wait(self, timeout=None, show_progress=None):
+        """Blocks until the sync ends; returns its SyncStatus on success.
+
+        Raises SyncFailed (first cause: message, failed group/rank, round,
+        peer) or SyncCancelled, and DeadlineExceeded when `timeout` seconds
+        pass first (the sync keeps running; wait again or cancel()). With
+        `show_progress` (default: when stderr is a terminal) a live line
+        shows bytes, GB/s and workers done."""
+        if progress_mod.want_display(show_progress):
+            return self._wait_displayed(timeout)
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left_ms = _POLL_MS if end is None else int(1000 * (end - time.monotonic()))
+            if left_ms <= 0:
+                raise errors.DeadlineExceeded(
+                    f"sync {self.sync_id} (transfer {self.transfer!r}, version {self.version}) "
+                    f"still running after {timeout} s", status=self.status)
+            self.status = self._client._rpc("WaitSync", pb.WaitSyncRequest(
+                sync_id=self.sync_id, timeout_ms=max(1, min(_POLL_MS, left_ms))),
+                timeout=_POLL_MS / 1000 + self._client.timeout)
+            if self.status.phase != _RUNNING:
+                return _result(self.status)
+
+    def _wait_displayed(self, timeout):
+        display = progress_mod.Display(f"sync {self.transfer} v{self.version}")
+        for status in self.watch(timeout=timeout):
+            p = progress_mod.Progress.from_status(status)
+            display.update(p, final=p.done)
+            if p.done:
+                return _result(status)
+        # The stream ended without a final status (server shutdown): ask once.
+        return self.wait(timeout=1.0, show_progress=False)
+
+    def watch(self, timeout=None):
+        """Yields a SyncStatus on every change until the sync ends (WatchSync)."""
+        stream = self._client._stub.WatchSync(pb.WatchSyncRequest(sync_id=self.sync_id),
+                                              timeout=timeout)
+        try:
+            for status in stream:
+                self.status = status
+                yield status
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e, self._client._where) from None
+        finally:
+            stream.cancel()
+
+    def cancel(self, reason="cancelled by the trainer"):
+        """Ends the sync as SYNC_CANCELLED; returns its SyncStatus."""
+        self.status = self._client._rpc("Cancel", pb.CancelRequest(sync_id=self.sync_id,
+                                                                   reason=reason))
+        return self.status
+
+
+class Client:
+    """Synchronous client of the controller's TrainerService."""
+
+    def __init__(self, address, *, timeout=30.0, channel=None, options=()):
+        self.address = address
+        self.timeout = timeout
+        self._channel = channel or grpc.insecure_channel(address, options=list(options))
+        self._stub = pb_grpc.TrainerServiceStub(self._channel)
+        self._where = f"controller {address}"
+        self.transfer = None  # the last transfer defined (default of sync())
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _rpc(self, method, request, timeout=None):
+        try:
+            return getattr(self._stub, method)(request, timeout=timeout or self.timeout)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e, self._where) from None
+
+    def define_transfer(self, name, spec, *, source_group="trainer",
+                        destination_group="inference"):
+        """Binds `spec` (TransferSpec, its JSON dict/text, or a layouts
+        builder) to the registered workers of both groups and plans it.
+        Returns the DefineTransferResponse (workers, plan key, summary)."""
+        resp = self._rpc("DefineTransfer", pb.DefineTransferRequest(
+            name=name, source_group=source_group, destination_group=destination_group,
+            spec=specs.to_proto(spec)))
+        self.transfer = name
+        return resp
+
+    def plan(self, transfer=None, full=False):
+        return self._rpc("Plan", pb.PlanRequest(transfer=transfer or self._transfer(), full=full))
+
+    def sync(self, version, transfer=None, deadline=None):
+        """Starts syncing weight `version`; returns a SyncHandle at once.
+        `deadline` (seconds) bounds the sync (default: the controller's)."""
+        name = transfer or self._transfer()
+        resp = self._rpc("Sync", pb.SyncRequest(
+            transfer=name, version=version,
+            deadline_ms=0 if deadline is None else int(deadline * 1000)))
+        return SyncHandle(self, name, version, resp)
+
+    def status(self):
+        """GetStatusResponse: transfers, worker counts, plan cache stats."""
+        return self._rpc("GetStatus", pb.GetStatusRequest())
+
+    def transfer_status(self, transfer=None):
+        name = transfer or self._transfer()
+        for t in self.status().transfers:
+            if t.name == name:
+                return t
+        raise errors.NotFound(f"no transfer {name!r} on {self._where}")
+
+    def workers(self, group=""):
+        """The registered workers (RegisteredWorker list), of `group` or all."""
+        return list(self._rpc("ListWorkers", pb.ListWorkersRequest(group=group)).workers)
+
+    def cancel(self, sync_id, reason="cancelled by the trainer"):
+        return self._rpc("Cancel", pb.CancelRequest(sync_id=sync_id, reason=reason))
+
+    def wait_for_workers(self, groups, timeout=30.0, buffers=False):
+        """Waits until every rank of `groups` ({group: size}) holds a live lease
+        with its assignment stream open (and, with `buffers`, has registered
+        buffers). Raises DeadlineExceeded naming the missing ranks."""
+        end = time.monotonic() + timeout
+        while True:
+            missing = self._missing(groups, buffers)
+            if not missing:
+                return
+            if time.monotonic() > end:
+                raise errors.DeadlineExceeded(
+                    f"workers not ready on {self._where} after {timeout} s: "
+                    + ", ".join(missing))
+            time.sleep(0.05)
+
+    def _missing(self, groups, buffers):
+        ready = set()
+        for w in self.workers():
+            if not (w.alive and w.streaming):
+                continue
+            for m in w.memberships:
+                if not buffers or any(b.group == m.group for b in w.buffers):
+                    ready.add((m.group, m.rank))
+        return [f"{g}/{r}" for g, size in groups.items() for r in range(size)
+                if (g, r) not in ready]
+
+    def _transfer(self):
+        if self.transfer is None:
+            raise errors.FailedPrecondition("no transfer: call define_transfer() first or pass "
+                                            "transfer=")
+        return self.transfer

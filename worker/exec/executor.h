@@ -171,6 +171,11 @@ class Executor {
   // Round j's work after its transfer: unpack, late local work, staged REDUCEs.
   absl::Status IssueAfterTransfer(const BoundPlan& plan, size_t j, uint8_t* staging,
                                   RoundStats& rs);
+  // Run's checks of the plan against this executor (FAILED_PRECONDITION).
+  absl::Status CheckRunnable(const BoundPlan& plan, uint64_t registry_generation,
+                             bool direct) const;
+  // The plan's schedule (and prepared lists), and staging enough for it.
+  absl::Status PrepareStaging(const BoundPlan& plan);
   absl::StatusOr<const PipelineSchedule*> ScheduleFor(const BoundPlan& plan);
   absl::Status CheckAborted(const BoundPlan& plan, const BoundRound& round, const char* phase);
   // Direct writes: one transport round of tokens between this worker and its
@@ -178,6 +183,14 @@ class Executor {
   // `on_posted` as in Transport::RunRound.
   absl::Status ExchangeTokens(const BoundPlan& plan, bool ready, absl::Time deadline,
                               const std::function<void()>& on_posted);
+  // Before round 0: the ready tokens (`on_ready_posted` runs once they are
+  // posted; its error wins), then every put at once.
+  absl::Status StartDirectWrites(const BoundPlan& plan, absl::Time deadline,
+                                 const std::function<absl::Status()>& on_ready_posted,
+                                 SyncStats& stats);
+  // After the last round: fences the puts, sends the done tokens and waits
+  // for the local work.
+  absl::Status FinishDirectWrites(const BoundPlan& plan, absl::Time deadline, SyncStats& stats);
 
   // Tags of the token messages: bucket ids are >= 0.
   static constexpr int64_t kReadyTokenTag = -1;

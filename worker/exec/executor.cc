@@ -98,55 +98,11 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   const bool direct = !plan.direct_write_to.empty() || !plan.direct_written_by.empty();
   RETURN_IF_ERROR(CheckRunnable(plan, registry_generation, direct));
   RETURN_IF_ERROR(PrepareStaging(plan));
-  SyncStats stats;
   unwaited_round_ = -1;
-  Progress p;
-  p.worker = plan.worker;
-  p.rounds_total = static_cast<int32_t>(plan.rounds.size());
-  p.bytes_total = plan.total_bytes;
+  SyncState sync(plan, deadline, progress);
   // With direct writes the sync waits for its local work once, after the
   // puts and the done tokens: the last round does not drain the device.
   hold_last_wait_ = direct;
-  Carry carry;  // what the last round run left to the next
-  size_t next = 0;
-  // Progress of rounds queued while a transport round is in flight is
-  // reported after it: the callback may block (the worker reports over gRPC).
-  bool hold_progress = false;
-  bool progress_held = false;
-  // After a failure: nothing issued so far outlives the sync (staging may be
-  // freed or reused next, peer mappings closed); their own errors are
-  // secondary. Never while a transport round is in flight: the data ops may
-  // free memory there, which waits for the whole device (retired_memory.h).
-  auto clean_up = [&] {
-    ops_->Synchronize().IgnoreError();
-    if (direct) writer_->Fence().IgnoreError();
-    current_staging_.store(0);
-  };
-  // Runs plan.rounds[next] and counts it; the caller cleans up on failure.
-  auto step = [&]() -> absl::Status {
-    const size_t i = next++;
-    const BoundRound& round = plan.rounds[i];
-    absl::Status s;
-    RoundStats rs;
-    if (absl::Now() >= deadline) {
-      s = absl::DeadlineExceededError(absl::StrCat(
-          RoundWhere(plan, round), ": the sync deadline passed before the round started"));
-    } else {
-      s = RunRound(plan, i, deadline, carry, rs, stats);
-    }
-    if (!s.ok()) return s;
-    // Between rounds: this round's bytes until its deferred unpack ran, and
-    // the next round's if packed ahead.
-    current_staging_.store((carry.deferred ? round.staging_bytes : 0) +
-                           (carry.packed ? plan.rounds[i + 1].staging_bytes : 0));
-    CountRound(round, rs, stats, p);
-    if (hold_progress) {
-      progress_held = true;
-    } else if (progress) {
-      progress(p);
-    }
-    return absl::OkStatus();
-  };
   if (direct) {
     // Leading rounds with only local work wait for no peer: up to
     // early_local_rounds of them are queued as soon as the ready tokens'
@@ -155,36 +111,75 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     // the transport, which is busy with the tokens here.
     auto queue_local_rounds = [&]() -> absl::Status {
       absl::Status early;
-      hold_progress = true;
-      for (int n = 0; early.ok() && next < plan.rounds.size() && LocalOnly(plan.rounds[next]) &&
-                      (options_.early_local_rounds < 0 || n < options_.early_local_rounds);
+      sync.hold_progress = true;
+      for (int n = 0;
+           early.ok() && sync.next < plan.rounds.size() && LocalOnly(plan.rounds[sync.next]) &&
+           (options_.early_local_rounds < 0 || n < options_.early_local_rounds);
            ++n) {
-        early = step();
+        early = Step(sync);
       }
-      hold_progress = false;
+      sync.hold_progress = false;
       return early;
     };
-    if (absl::Status s = StartDirectWrites(plan, deadline, queue_local_rounds, stats); !s.ok()) {
-      clean_up();
+    if (absl::Status s = StartDirectWrites(plan, deadline, queue_local_rounds, sync.stats);
+        !s.ok()) {
+      CleanUpAfterFailure(direct);
       return s;
     }
-    if (progress_held && progress) progress(p);
+    if (sync.progress_held && progress) progress(sync.p);
   }
-  while (next < plan.rounds.size()) {
-    if (absl::Status s = step(); !s.ok()) {
-      clean_up();
+  while (sync.next < plan.rounds.size()) {
+    if (absl::Status s = Step(sync); !s.ok()) {
+      CleanUpAfterFailure(direct);
       return s;
     }
   }
   current_staging_.store(0);
   if (direct) {
-    RETURN_IF_ERROR(FinishDirectWrites(plan, deadline, stats));
-    p.bytes_done += plan.bytes_put + plan.bytes_put_into;
-    p.round_index = Progress::kDirectWrites;
-    if (progress) progress(p);
+    RETURN_IF_ERROR(FinishDirectWrites(plan, deadline, sync.stats));
+    sync.p.bytes_done += plan.bytes_put + plan.bytes_put_into;
+    sync.p.round_index = Progress::kDirectWrites;
+    if (progress) progress(sync.p);
   }
-  stats.seconds = Seconds(start);
-  return stats;
+  sync.stats.seconds = Seconds(start);
+  return std::move(sync.stats);
+}
+
+Executor::SyncState::SyncState(const BoundPlan& plan, absl::Time deadline,
+                               const ProgressCallback& progress)
+    : plan(plan), deadline(deadline), progress(progress) {
+  p.worker = plan.worker;
+  p.rounds_total = static_cast<int32_t>(plan.rounds.size());
+  p.bytes_total = plan.total_bytes;
+}
+
+absl::Status Executor::Step(SyncState& sync) {
+  const BoundPlan& plan = sync.plan;
+  const size_t i = sync.next++;
+  const BoundRound& round = plan.rounds[i];
+  RoundStats rs;
+  if (absl::Now() >= sync.deadline) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        RoundWhere(plan, round), ": the sync deadline passed before the round started"));
+  }
+  RETURN_IF_ERROR(RunRound(plan, i, sync.deadline, sync.carry, rs, sync.stats));
+  // Between rounds: this round's bytes until its deferred unpack ran, and the
+  // next round's if packed ahead.
+  current_staging_.store((sync.carry.deferred ? round.staging_bytes : 0) +
+                         (sync.carry.packed ? plan.rounds[i + 1].staging_bytes : 0));
+  CountRound(round, rs, sync.stats, sync.p);
+  if (sync.hold_progress) {
+    sync.progress_held = true;
+  } else if (sync.progress) {
+    sync.progress(sync.p);
+  }
+  return absl::OkStatus();
+}
+
+void Executor::CleanUpAfterFailure(bool direct) {
+  ops_->Synchronize().IgnoreError();
+  if (direct) writer_->Fence().IgnoreError();
+  current_staging_.store(0);
 }
 
 absl::StatusOr<const PipelineSchedule*> Executor::ScheduleFor(const BoundPlan& plan) {

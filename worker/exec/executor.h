@@ -156,6 +156,30 @@ class Executor {
     bool packed = false;    // the next round's staging was packed ahead
     bool deferred = false;  // the round's post-transfer work is still to be issued
   };
+  // One Run's progress through its plan.
+  struct SyncState {
+    SyncState(const BoundPlan& plan, absl::Time deadline, const ProgressCallback& progress);
+    const BoundPlan& plan;
+    const absl::Time deadline;
+    const ProgressCallback& progress;
+    SyncStats stats;
+    Progress p;
+    Carry carry;      // what the last round run left to the next
+    size_t next = 0;  // the next round to run
+    // Progress of rounds queued while a transport round is in flight is
+    // reported after it: the callback may block (the worker reports over
+    // gRPC).
+    bool hold_progress = false;
+    bool progress_held = false;
+  };
+  // Runs plan.rounds[sync.next] and counts it; the caller cleans up on
+  // failure.
+  absl::Status Step(SyncState& sync);
+  // After a failure: nothing issued so far outlives the sync (staging may be
+  // freed or reused next, peer mappings closed); their own errors are
+  // secondary. Never while a transport round is in flight: the data ops may
+  // free memory there, which waits for the whole device (retired_memory.h).
+  void CleanUpAfterFailure(bool direct);
   // Runs plan.rounds[i]. `carry` holds what round i-1 left (round i packed
   // ahead; round i-1's post-transfer work, issued during this transfer) and
   // receives what round i leaves to round i+1.

@@ -185,6 +185,12 @@ class Executor {
   // receives what round i leaves to round i+1.
   absl::Status RunRound(const BoundPlan& plan, size_t i, absl::Time deadline, Carry& carry,
                         RoundStats& stats, SyncStats& sync);
+  // Round `round`'s sends and receives in one transport round (runs of
+  // staged buckets with one peer as one message); `on_posted` as in
+  // Transport::RunRound.
+  absl::Status Transfer(const BoundPlan& plan, const BoundRound& round, uint8_t* staging,
+                        absl::Time deadline, const std::function<void()>& on_posted,
+                        RoundStats& rs);
   // Staging of round j in the current allocation.
   uint8_t* StagingOf(size_t j) const;
   // Waits for every data op issued so far; an error names `where` and the

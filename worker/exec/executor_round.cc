@@ -88,6 +88,16 @@ absl::Status AppendMessages(const std::vector<BoundTransfer>& list, uint8_t* sta
   return AppendMessages<transport::RecvRequest, void*>(list, staging, out);
 }
 
+// The round's identity and sizes in its stats.
+void DescribeRound(const BoundRound& round, RoundStats& rs) {
+  rs.index = round.index;
+  rs.staging_bytes = round.staging_bytes;
+  rs.sends = static_cast<int32_t>(round.sends.size());
+  rs.recvs = static_cast<int32_t>(round.recvs.size());
+  rs.copies = static_cast<int32_t>(round.copy_buckets.size());
+  rs.reduces = static_cast<int32_t>(round.reduces.size());
+}
+
 }  // namespace
 
 uint8_t* Executor::StagingOf(size_t j) const {
@@ -152,6 +162,27 @@ absl::Status Executor::WaitForDataOps(const std::string& where) {
                               since, ")"));
 }
 
+absl::Status Executor::Transfer(const BoundPlan& plan, const BoundRound& round, uint8_t* staging,
+                                absl::Time deadline, const std::function<void()>& on_posted,
+                                RoundStats& rs) {
+  const std::string where = RoundWhere(plan, round);
+  send_reqs_.clear();
+  recv_reqs_.clear();
+  RETURN_IF_ERROR(Wrap(AppendMessages(round.sends, staging, send_reqs_), where));
+  RETURN_IF_ERROR(Wrap(AppendMessages(round.recvs, staging, recv_reqs_), where));
+  rs.messages = static_cast<int32_t>(send_reqs_.size() + recv_reqs_.size());
+  const absl::Time round_deadline = std::min(deadline, absl::Now() + options_.round_timeout);
+  const absl::Status s = transport_->RunRound(send_reqs_, recv_reqs_, round_deadline, on_posted);
+  if (!s.ok()) {
+    if (aborted_.load()) RETURN_IF_ERROR(CheckAborted(plan, round, "transfer"));
+    return absl::Status(s.code(), absl::StrCat(where, ": transfer (", TransfersByPeer(round),
+                                               ") failed: ", s.message()));
+  }
+  rs.bytes_sent = round.bytes_sent;
+  rs.bytes_received = round.bytes_received;
+  return absl::OkStatus();
+}
+
 absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, absl::Time deadline, Carry& carry,
                                 RoundStats& rs, SyncStats& sync) {
   const bool packed = carry.packed;
@@ -163,12 +194,7 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, absl::Time dead
   const bool pipeline = options_.pipeline;
   const bool local_early = pipeline && sched.local_early;
   const std::string where = RoundWhere(plan, round);
-  rs.index = round.index;
-  rs.staging_bytes = round.staging_bytes;
-  rs.sends = static_cast<int32_t>(round.sends.size());
-  rs.recvs = static_cast<int32_t>(round.recvs.size());
-  rs.copies = static_cast<int32_t>(round.copy_buckets.size());
-  rs.reduces = static_cast<int32_t>(round.reduces.size());
+  DescribeRound(round, rs);
 
   RETURN_IF_ERROR(CheckAborted(plan, round, "pack"));
   absl::Time t = absl::Now();
@@ -236,22 +262,7 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, absl::Time dead
 
   RETURN_IF_ERROR(CheckAborted(plan, round, "transfer"));
   t = absl::Now();
-  if (!round.sends.empty() || !round.recvs.empty()) {
-    send_reqs_.clear();
-    recv_reqs_.clear();
-    RETURN_IF_ERROR(Wrap(AppendMessages(round.sends, staging, send_reqs_), where));
-    RETURN_IF_ERROR(Wrap(AppendMessages(round.recvs, staging, recv_reqs_), where));
-    rs.messages = static_cast<int32_t>(send_reqs_.size() + recv_reqs_.size());
-    const absl::Time round_deadline = std::min(deadline, absl::Now() + options_.round_timeout);
-    const absl::Status s = transport_->RunRound(send_reqs_, recv_reqs_, round_deadline, on_posted);
-    if (!s.ok()) {
-      if (aborted_.load()) RETURN_IF_ERROR(CheckAborted(plan, round, "transfer"));
-      return absl::Status(s.code(), absl::StrCat(where, ": transfer (", TransfersByPeer(round),
-                                                 ") failed: ", s.message()));
-    }
-    rs.bytes_sent = round.bytes_sent;
-    rs.bytes_received = round.bytes_received;
-  }
+  if (transfers) RETURN_IF_ERROR(Transfer(plan, round, staging, deadline, on_posted, rs));
   if (!posted) on_posted();  // nothing to transfer
   RETURN_IF_ERROR(overlap_status);
   rs.transfer_seconds = Seconds(t);

@@ -15,9 +15,8 @@
 //
 //   wsync_bench_gpu_sync --model llama3-8b [--mode tp1,colocated] [--iters 5]
 //       [--bucket-mib 256] [--staging-mib 2048] [--zero-copy-mib 32] [--pipeline 1]
-//       [--blocks-per-sm 8] [--copy-engine-kib 0] [--direct 0] [--put-copy-engine-kib 4096]
+//       [--blocks-per-sm 8] [--direct 0] [--put-copy-engine-kib 4096]
 //       [--put-blocks-per-sm 1] [--put-copy-streams 4] [--put-copy-engine-row-bytes 8192]
-//       [--copy-engine-row-bytes 1024] [--copy-engine-max-dims 3]
 //       [--nvlink-gbps 368] [--bidir-gbps 354] [--copy-gbps 2071]
 //       [--diagnose-drop local|puts]   (time one part alone; checksums then fail)
 //       [--reserved-sms 0]   (data-op kernel blocks on SMs below this leave at once)
@@ -48,6 +47,7 @@
 #include "bench/gpu/bench_kernels.h"
 #include "bench/gpu/bench_util.h"
 #include "bench/gpu/ce_probe.h"
+#include "bench/gpu/device_timeline.h"
 #include "bench/gpu/fragment_check.h"
 #include "bench/gpu/issue_keys.h"
 #include "bench/gpu/raw_puts.h"
@@ -61,7 +61,6 @@
 #include "worker/backends/cuda/cuda_backend.h"
 #include "worker/backends/cuda/cuda_data_ops.h"
 #include "worker/backends/cuda/cuda_peer_writer.h"
-#include "worker/backends/cuda/device_timeline.h"
 #include "worker/backends/cuda/ipc_registry.h"
 #include "worker/exec/bound_plan.h"
 #include "worker/exec/buffer_registry.h"
@@ -82,9 +81,6 @@ struct Flags {
   bool measure_issue_keys = false;  // CPU only: time the data ops' cache keys per round
   bool pipeline = true;             // ExecutorOptions::pipeline (0: the unpipelined baseline)
   int blocks_per_sm = 8;            // CudaDataOps::Options::blocks_per_sm
-  // CudaDataOps::Options::copy_engine (0: every copy on the kernel).
-  int64_t copy_engine_kib = 0, copy_engine_row_bytes = 1024;
-  int copy_engine_max_dims = 3;
   // Direct writes for every eligible pair (controller/plan/routes.h):
   // each worker maps its peers' destination slabs by CUDA IPC.
   bool direct = false;
@@ -327,9 +323,6 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   // built by the composition root.
   auto backend = cuda::CudaBackend::Create(
       worker, {.blocks_per_sm = f.blocks_per_sm,
-               .copy_engine = {.min_bytes = f.copy_engine_kib << 10,
-                               .min_row_bytes = f.copy_engine_row_bytes,
-                               .max_dims = f.copy_engine_max_dims},
                .put_copy_engine_min_bytes = f.put_copy_engine_kib << 10,
                .put_copy_engine_min_row_bytes = f.put_copy_engine_row_bytes,
                .put_blocks_per_sm = f.put_blocks_per_sm,
@@ -464,12 +457,11 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   (void)store.Set(absl::StrCat(tag, "sums/", worker), absl::StrCat(*src_sum, " ", *dst_sum));
   const auto& rs = c.plan.summary();
   Result(absl::StrFormat(
-      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_kib":%d,"copy_engine_row_bytes":%d,"copy_engine_max_dims":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"token_s":%.6f,"ready_token_s":%.6f,"local_wait_s":%.6f,"finish_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_streams":%d,"put_copy_engine_copies":%d,"barrier_s":%.6f})",
+      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"token_s":%.6f,"ready_token_s":%.6f,"local_wait_s":%.6f,"finish_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_streams":%d,"put_copy_engine_copies":%d,"barrier_s":%.6f})",
       f.model, c.mode, f.bucket_mib, f.staging_mib, f.zero_copy_mib, f.pipeline ? 1 : 0,
-      f.blocks_per_sm, f.copy_engine_kib, f.copy_engine_row_bytes, f.copy_engine_max_dims,
-      ops->copy_engine_copies() + writer->copy_engine_copies(),
-      ops->copy_engine_bytes() + writer->copy_engine_bytes(), last.peak_staging_bytes, worker,
-      f.iters, Median(times), times.empty() ? 0 : *std::min_element(times.begin(), times.end()),
+      f.blocks_per_sm, writer->copy_engine_copies(), writer->copy_engine_bytes(),
+      last.peak_staging_bytes, worker, f.iters, Median(times),
+      times.empty() ? 0 : *std::min_element(times.begin(), times.end()),
       comm_init_s + bind_s + first_run_s, comm_init_s, bind_s, first_run_s, c.plan_seconds,
       last.bytes_sent, last.bytes_received, last.bytes_local, last.rounds.size(), pack, transfer,
       unpack, copy, ops->launches() + writer->launches(),
@@ -589,12 +581,6 @@ int main(int argc, char** argv) {
       f.pipeline = v != "0";
     else if (k == "--blocks-per-sm")
       f.blocks_per_sm = std::stoi(v);
-    else if (k == "--copy-engine-kib")
-      f.copy_engine_kib = std::stoll(v);
-    else if (k == "--copy-engine-row-bytes")
-      f.copy_engine_row_bytes = std::stoll(v);
-    else if (k == "--copy-engine-max-dims")
-      f.copy_engine_max_dims = std::stoi(v);
     else if (k == "--direct")
       f.direct = v != "0";
     else if (k == "--diagnose-drop")

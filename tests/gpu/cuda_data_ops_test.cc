@@ -68,15 +68,12 @@ ViewSpec RandomView(std::mt19937& rng, DType dtype, int64_t max_elems) {
   return v;
 }
 
-// Every case runs twice: all on the kernel, and with every request that the
-// copy engines can take sent there (copy_engine_batch.h), however small.
-class CudaDataOpsTest : public ::testing::TestWithParam<bool> {
+class CudaDataOpsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     WSYNC_REQUIRE_GPUS(1);
     CudaDataOps::Options options;
     options.device = 0;
-    if (GetParam()) options.copy_engine = {.min_bytes = 1, .min_row_bytes = 1};
     auto ops = CudaDataOps::Create(options);
     ASSERT_TRUE(ops.ok()) << ops.status();
     ops_ = std::move(*ops);
@@ -85,7 +82,7 @@ class CudaDataOpsTest : public ::testing::TestWithParam<bool> {
   std::unique_ptr<CudaDataOps> ops_;
 };
 
-TEST_P(CudaDataOpsTest, PackThousandsOfPiecesInOneLaunchMatchesHost) {
+TEST_F(CudaDataOpsTest, PackThousandsOfPiecesInOneLaunchMatchesHost) {
   std::mt19937 rng(7);
   TwinBuffer src(0, 8 << 20, 1), staging(0, 16 << 20, 2);
   std::vector<ViewSpec> views;
@@ -132,7 +129,7 @@ TEST_P(CudaDataOpsTest, PackThousandsOfPiecesInOneLaunchMatchesHost) {
   EXPECT_EQ(FirstDiff(staging.Download(), staging.host_bytes()), -1);
 }
 
-TEST_P(CudaDataOpsTest, UnpackIntoDisjointStridedViewsMatchesHost) {
+TEST_F(CudaDataOpsTest, UnpackIntoDisjointStridedViewsMatchesHost) {
   std::mt19937 rng(11);
   TwinBuffer staging(0, 8 << 20, 3), dst(0, 16 << 20, 4);
   std::vector<exec::UnpackItem> proto;
@@ -165,7 +162,7 @@ TEST_P(CudaDataOpsTest, UnpackIntoDisjointStridedViewsMatchesHost) {
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
 }
 
-TEST_P(CudaDataOpsTest, FusedQkvGateUpAndRowShardCopiesMatchHost) {
+TEST_F(CudaDataOpsTest, FusedQkvGateUpAndRowShardCopiesMatchHost) {
   // Colocated TP=2 rank 0: q/k/v/gate/up rows [0, n/2) into fused buffers,
   // o_proj columns [0, H/2) (strided source), plus a fp32 -> bf16 cast.
   const int64_t H = 256, Q = 256, KV = 64, I = 512;
@@ -201,12 +198,9 @@ TEST_P(CudaDataOpsTest, FusedQkvGateUpAndRowShardCopiesMatchHost) {
   ASSERT_TRUE(ops_->Copy(items(src.dev(), dst.dev())).ok());
   ASSERT_TRUE(ops_->Synchronize().ok());
   EXPECT_LE(ops_->launches() - launches, 2);
-  if (GetParam()) {
-    EXPECT_GE(ops_->copy_engine_copies(), 4) << "q, k, v and o_proj";
-  }
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
-  // A call without scratch items stays resident; its replay (copy-engine
-  // batch and table) on fresh memory writes what the first run wrote.
+  // A call without scratch items stays resident; its replay (the resident
+  // table) on fresh memory writes what the first run wrote.
   TwinBuffer again(0, 8 << 20, 6);
   auto cached = [&](void* s, void* d) {
     std::vector<exec::CopyItem> out = items(s, d);
@@ -226,7 +220,7 @@ TEST_P(CudaDataOpsTest, FusedQkvGateUpAndRowShardCopiesMatchHost) {
 
 // Every 16-bit code of bf16 and fp16 to every float dtype, and fp32 patterns
 // around every exponent (ties, NaN payloads, subnormals) to every narrow one.
-TEST_P(CudaDataOpsTest, ConversionsMatchHostExhaustively) {
+TEST_F(CudaDataOpsTest, ConversionsMatchHostExhaustively) {
   const int64_t n16 = 65536;
   std::vector<uint32_t> f32;
   for (uint32_t sign = 0; sign < 2; ++sign) {
@@ -266,7 +260,7 @@ TEST_P(CudaDataOpsTest, ConversionsMatchHostExhaustively) {
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
 }
 
-TEST_P(CudaDataOpsTest, PartialReduceMatchesHost) {
+TEST_F(CudaDataOpsTest, PartialReduceMatchesHost) {
   // Finite values only: NaN propagation through an fp32 add is not specified
   // bit for bit across CPUs and GPUs.
   std::mt19937 rng(3);
@@ -330,7 +324,7 @@ TEST_P(CudaDataOpsTest, PartialReduceMatchesHost) {
 // strided scales) is tiled by a staged bf16 part and a strided fp32 part.
 // Finite inputs of mixed magnitudes (NaN payloads are not specified bit for
 // bit across CPUs and GPUs).
-TEST_P(CudaDataOpsTest, BlockFp8QuantizeMatchesHost) {
+TEST_F(CudaDataOpsTest, BlockFp8QuantizeMatchesHost) {
   std::mt19937 rng(21);
   std::normal_distribution<float> val(0.f, 1.f);
   TwinBuffer src(0, 1 << 20, 30), staging(0, 1 << 20, 31), dst(0, 1 << 20, 32);
@@ -401,7 +395,7 @@ TEST_P(CudaDataOpsTest, BlockFp8QuantizeMatchesHost) {
   EXPECT_EQ(FirstDiff(staging.Download(), staging.host_bytes()), -1);
 }
 
-TEST_P(CudaDataOpsTest, LargeAlignedAndMisalignedCopiesMatchHost) {
+TEST_F(CudaDataOpsTest, LargeAlignedAndMisalignedCopiesMatchHost) {
   const int64_t bytes = 64 << 20;
   TwinBuffer src(0, bytes + 64, 13), dst(0, bytes + 64, 14);
   auto items = [&](void* s, void* d) {
@@ -419,7 +413,7 @@ TEST_P(CudaDataOpsTest, LargeAlignedAndMisalignedCopiesMatchHost) {
 // Rows narrower than a warp item (256 units of 16 bytes) are copied with a
 // warp item spanning rows: widths around the 32-lane stride and the item
 // size, tasks of many rows, 3-D pieces, and pitches wider on either side.
-TEST_P(CudaDataOpsTest, NarrowRowCopiesMatchHost) {
+TEST_F(CudaDataOpsTest, NarrowRowCopiesMatchHost) {
   TwinBuffer src(0, 64 << 20, 21), dst(0, 64 << 20, 22);
   auto items = [&](void* s, void* d) {
     std::vector<exec::CopyItem> out;
@@ -452,7 +446,7 @@ TEST_P(CudaDataOpsTest, NarrowRowCopiesMatchHost) {
 // A prepared list (exec::ItemsHandle) replays its table under the handle. A
 // new handle for the same items (a plan bound again over the same buffers)
 // finds their table by the items; a handle for other items does not.
-TEST_P(CudaDataOpsTest, PreparedCopiesReplayUnderTheirHandle) {
+TEST_F(CudaDataOpsTest, PreparedCopiesReplayUnderTheirHandle) {
   TwinBuffer src(0, 1 << 20, 23), dst(0, 1 << 20, 24);
   auto items = [&](void* s, void* d) {
     return std::vector<exec::CopyItem>{
@@ -484,7 +478,7 @@ TEST_P(CudaDataOpsTest, PreparedCopiesReplayUnderTheirHandle) {
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
 }
 
-TEST_P(CudaDataOpsTest, BadItemsAreErrorsNamingTheItem) {
+TEST_F(CudaDataOpsTest, BadItemsAreErrorsNamingTheItem) {
   TwinBuffer buf(0, 4096, 15);
   std::vector<exec::CopyItem> bad_cast = {
       {View(buf.dev(), 0, v1::INT32, {4}, {1}), View(buf.dev(), 64, v1::FP32, {4}, {1})}};
@@ -501,7 +495,7 @@ TEST_P(CudaDataOpsTest, BadItemsAreErrorsNamingTheItem) {
   EXPECT_TRUE(ops_->Synchronize().ok());
 }
 
-TEST_P(CudaDataOpsTest, StagingIsPooledAndAligned) {
+TEST_F(CudaDataOpsTest, StagingIsPooledAndAligned) {
   void* first = nullptr;
   {
     auto a = ops_->AllocateStaging(100 << 20);
@@ -582,11 +576,6 @@ TEST(CudaDataOpsRetireTest, CallsBesideAHeldStreamDoNotWaitForIt) {
   }
   EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
 }
-
-INSTANTIATE_TEST_SUITE_P(KernelOrCopyEngine, CudaDataOpsTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("CopyEngine") : std::string("Kernel");
-                         });
 
 }  // namespace
 }  // namespace wsync::cuda

@@ -75,10 +75,6 @@ std::vector<uint8_t> FiniteBytes(DType dtype, int64_t bytes, uint32_t seed) {
   return out;
 }
 
-// Set by each test (GpuExecutorTest's parameter): whether the data ops send
-// every request they can to the copy engines, or all to the kernel.
-cuda::CopyEngineOptions copy_engine_under_test;
-
 class GpuCluster {
  public:
   GpuCluster(const v1::TransferSpec& spec, int n) : n_(n), host_(n), workers_(n) {
@@ -109,7 +105,7 @@ class GpuCluster {
       threads.emplace_back([&, w] {
         Worker& wk = workers_[w];
         if (wk.plane == nullptr) {
-          auto backend = cuda::CudaBackend::Create(w, {.copy_engine = copy_engine_under_test});
+          auto backend = cuda::CudaBackend::Create(w, {});
           st[w] = backend.status();
           if (!backend.ok()) return;
           wk.backend = std::move(*backend);
@@ -221,31 +217,27 @@ void RunAndCompare(const v1::TransferSpec& spec, int min_rounds = 1) {
   c.ExpectMatchesHost(*plan);
 }
 
-class GpuExecutorTest : public ::testing::TestWithParam<bool> {
+class GpuExecutorTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    WSYNC_REQUIRE_GPUS(2);
-    copy_engine_under_test = {};
-    if (GetParam()) copy_engine_under_test = {.min_bytes = 1, .min_row_bytes = 1};
-  }
+  void SetUp() override { WSYNC_REQUIRE_GPUS(2); }
 };
 
-TEST_P(GpuExecutorTest, OneGpuToOneGpu) { RunAndCompare(CatalogSpec("tiny-llama", 1, 1, false)); }
+TEST_F(GpuExecutorTest, OneGpuToOneGpu) { RunAndCompare(CatalogSpec("tiny-llama", 1, 1, false)); }
 
-TEST_P(GpuExecutorTest, ColocatedSelfCopiesAndFusedQkvGateUp) {
+TEST_F(GpuExecutorTest, ColocatedSelfCopiesAndFusedQkvGateUp) {
   RunAndCompare(CatalogSpec("tiny-llama", 2, 2, true));
 }
 
-TEST_P(GpuExecutorTest, MoeExpertsColocated) {
+TEST_F(GpuExecutorTest, MoeExpertsColocated) {
   RunAndCompare(CatalogSpec("tiny-qwen3-moe", 2, 2, true));
 }
 
-TEST_P(GpuExecutorTest, Fp32TrainerToBf16) {
+TEST_F(GpuExecutorTest, Fp32TrainerToBf16) {
   RunAndCompare(CatalogSpec("tiny-llama", 1, 1, false, v1::FP32));
   RunAndCompare(CatalogSpec("tiny-llama", 2, 2, true, v1::FP32));
 }
 
-TEST_P(GpuExecutorTest, TinyStagingCapForcesManyRounds) {
+TEST_F(GpuExecutorTest, TinyStagingCapForcesManyRounds) {
   v1::TransferSpec spec = CatalogSpec("tiny-qwen3-moe", 1, 1, false);
   spec.mutable_options()->set_bucket_bytes(4096);
   spec.mutable_options()->set_staging_cap_bytes(8192);
@@ -255,7 +247,7 @@ TEST_P(GpuExecutorTest, TinyStagingCapForcesManyRounds) {
   RunAndCompare(spec, 8);
 }
 
-TEST_P(GpuExecutorTest, PartialSumReducedThenCast) {
+TEST_F(GpuExecutorTest, PartialSumReducedThenCast) {
   // Two trainer ranks hold partial fp32 sums of w; vLLM TP=2 wants bf16
   // column shards (strided) of the reduced tensor, on the same two GPUs.
   v1::TransferSpec spec;
@@ -292,7 +284,7 @@ TEST_P(GpuExecutorTest, PartialSumReducedThenCast) {
   c.ExpectMatchesHost(*plan);
 }
 
-TEST_P(GpuExecutorTest, AbortedSyncThenSuccessfulSync) {
+TEST_F(GpuExecutorTest, AbortedSyncThenSuccessfulSync) {
   const v1::TransferSpec spec = CatalogSpec("tiny-llama", 1, 1, false);
   auto plan = plan::BuildPlan(spec);
   ASSERT_TRUE(plan.ok());
@@ -310,7 +302,7 @@ TEST_P(GpuExecutorTest, AbortedSyncThenSuccessfulSync) {
   c.ExpectMatchesHost(*plan);
 }
 
-TEST_P(GpuExecutorTest, SteadyStateReplaysResidentTables) {
+TEST_F(GpuExecutorTest, SteadyStateReplaysResidentTables) {
   const v1::TransferSpec spec = CatalogSpec("tiny-qwen3-moe", 2, 2, true);
   auto plan = plan::BuildPlan(spec);
   ASSERT_TRUE(plan.ok());
@@ -320,16 +312,8 @@ TEST_P(GpuExecutorTest, SteadyStateReplaysResidentTables) {
     for (auto& r : c.Run(*plan, absl::Seconds(60))) ASSERT_TRUE(r.ok()) << r.status();
   }
   EXPECT_GT(c.ops(0).table_cache_hits(), 0);
-  if (GetParam()) {
-    EXPECT_GT(c.ops(0).copy_engine_copies(), 0);
-  }
   c.ExpectMatchesHost(*plan);
 }
-
-INSTANTIATE_TEST_SUITE_P(KernelOrCopyEngine, GpuExecutorTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("CopyEngine") : std::string("Kernel");
-                         });
 
 }  // namespace
 }  // namespace wsync

@@ -70,7 +70,7 @@ struct DirectWrites {
 };
 
 // A process-unique number that every copy renews: a copied plan may be
-// changed, so it never shares a name (ItemsName) with its original.
+// changed, so it never shares a prepared list (ItemsHandle) with its original.
 class PlanInstance {
  public:
   PlanInstance() : value_(Next()) {}

@@ -1,111 +1,28 @@
 #include "worker/exec/executor.h"
 
 #include <algorithm>
-#include <map>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "worker/exec/executor_internal.h"
 
 namespace wsync::exec {
 namespace {
 
-using internal::Wrap;
+using internal::LocalOnly;
+using internal::RoundWhere;
+using internal::Seconds;
 
-std::string RoundWhere(const BoundPlan& plan, const BoundRound& round) {
-  return absl::StrCat("worker ", plan.worker, " round ", round.index);
-}
-
-// "worker W: direct writes to workers ...", and the put's origin (round,
-// bucket, piece, tensor) when the data ops' error names one put item.
-std::string PutsWhere(const BoundPlan& plan, const absl::Status& s) {
-  std::string where = absl::StrCat("worker ", plan.worker, ": direct writes to workers ",
-                                   absl::StrJoin(plan.direct_write_to, ","));
-  const int64_t item = ErrorItemIndex(s);
-  if (item >= 0 && item < static_cast<int64_t>(plan.put_origins.size())) {
-    absl::StrAppend(&where, " (put item ", item, ": ", plan.put_origins[item], ")");
-  }
-  return where;
-}
-
-// "peer 1: send 4,5 recv 7; peer 2: ..." (bounded).
-std::string TransfersByPeer(const BoundRound& round) {
-  std::map<int32_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> by_peer;
-  for (const BoundTransfer& t : round.sends) by_peer[t.peer].first.push_back(t.bucket);
-  for (const BoundTransfer& t : round.recvs) by_peer[t.peer].second.push_back(t.bucket);
-  std::vector<std::string> parts;
-  for (const auto& [peer, lists] : by_peer) {
-    if (parts.size() == 8) {
-      parts.push_back("...");
-      break;
-    }
-    std::string s = absl::StrCat("peer ", peer, ":");
-    auto list = [](const std::vector<int64_t>& v) {
-      if (v.size() <= 6) return absl::StrJoin(v, ",");
-      return absl::StrCat(absl::StrJoin(v.begin(), v.begin() + 6, ","), ",... (", v.size(), ")");
-    };
-    if (!lists.first.empty()) absl::StrAppend(&s, " send buckets ", list(lists.first));
-    if (!lists.second.empty()) absl::StrAppend(&s, " recv buckets ", list(lists.second));
-    parts.push_back(s);
-  }
-  return absl::StrJoin(parts, "; ");
-}
-
-double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
-
-// A round that neither stages nor transfers: it waits for no peer.
-bool LocalOnly(const BoundRound& r) {
-  return r.sends.empty() && r.recvs.empty() && r.pack.empty() && r.unpack.empty();
-}
-
-// One transport message per run of consecutive staged buckets with one peer:
-// NCCL moves a few large messages per group near the link rate, dozens of
-// 64 MiB ones at ~70 % of it (bench/results). The binder lays out each
-// direction's staging in (peer, seq) order, each bucket aligned to 64 bytes or
-// to 1, so after a bucket whose size is a multiple of 64 the next one follows
-// without a gap under either rule. Both sides see the same buckets (sizes,
-// zero-copy flags, order) and so cut the same runs; the tag is the run's
-// first bucket.
-template <typename Request, typename Data>
-absl::Status AppendMessages(const std::vector<BoundTransfer>& list, uint8_t* staging,
-                            std::vector<Request>& out) {
-  constexpr int64_t kJoinableMultiple = 64;
-  for (size_t k = 0; k < list.size();) {
-    const BoundTransfer& first = list[k];
-    if (first.zero_copy) {
-      out.push_back({first.peer, first.bucket, static_cast<Data>(first.direct),
-                     static_cast<size_t>(first.bytes)});
-      ++k;
-      continue;
-    }
-    int64_t bytes = first.bytes;
-    size_t e = k + 1;
-    for (; e < list.size(); ++e) {
-      const BoundTransfer& prev = list[e - 1];
-      const BoundTransfer& x = list[e];
-      if (x.peer != first.peer || x.zero_copy || prev.bytes % kJoinableMultiple != 0) break;
-      if (x.staging_offset != prev.staging_offset + prev.bytes) {
-        return absl::InternalError(
-            absl::StrCat("buckets ", prev.bucket, " and ", x.bucket, " with peer ", x.peer,
-                         " are not back to back in staging (", prev.staging_offset, "+", prev.bytes,
-                         " vs ", x.staging_offset, "): the binder's layout rule changed"));
-      }
-      bytes += x.bytes;
-    }
-    out.push_back({first.peer, first.bucket, static_cast<Data>(staging + first.staging_offset),
-                   static_cast<size_t>(bytes)});
-    k = e;
-  }
-  return absl::OkStatus();
-}
-absl::Status AppendMessages(const std::vector<BoundTransfer>& list, uint8_t* staging,
-                            std::vector<transport::SendRequest>& out) {
-  return AppendMessages<transport::SendRequest, const void*>(list, staging, out);
-}
-absl::Status AppendMessages(const std::vector<BoundTransfer>& list, uint8_t* staging,
-                            std::vector<transport::RecvRequest>& out) {
-  return AppendMessages<transport::RecvRequest, void*>(list, staging, out);
+// Adds round `rs` (of `round`) to the sync's stats and progress.
+void CountRound(const BoundRound& round, const RoundStats& rs, SyncStats& stats, Progress& p) {
+  stats.bytes_sent += rs.bytes_sent;
+  stats.bytes_received += rs.bytes_received;
+  stats.bytes_local += rs.bytes_local;
+  stats.peak_staging_bytes = std::max(stats.peak_staging_bytes, rs.staging_bytes);
+  stats.rounds.push_back(rs);
+  p.round_index = round.index;
+  ++p.rounds_done;
+  p.bytes_done += rs.bytes_sent + rs.bytes_received + rs.bytes_local;
 }
 
 }  // namespace
@@ -136,9 +53,8 @@ absl::Status Executor::CheckAborted(const BoundPlan& plan, const BoundRound& rou
       absl::StrCat(RoundWhere(plan, round), " ", phase, ": aborted: ", abort_reason_));
 }
 
-absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry_generation,
-                                        absl::Time deadline, const ProgressCallback& progress) {
-  const absl::Time start = absl::Now();
+absl::Status Executor::CheckRunnable(const BoundPlan& plan, uint64_t registry_generation,
+                                     bool direct) const {
   if (plan.registry_generation != registry_generation) {
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", plan.worker, ": plan '", plan.key, "' was bound against registry generation ",
@@ -153,7 +69,6 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     return absl::FailedPreconditionError(absl::StrCat(
         "plan bound for worker ", plan.worker, " but the transport is rank ", transport_->rank()));
   }
-  const bool direct = !plan.direct_write_to.empty() || !plan.direct_written_by.empty();
   if (direct && (writer_ == nullptr || writer_->memory_space() != plan.space)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", plan.worker, ": plan '", plan.key, "' writes peers directly, but ",
@@ -161,153 +76,110 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
             ? "this data plane has no peer writer"
             : absl::StrCat("the peer writer (", writer_->Name(), ") moves another memory space")));
   }
-  const bool pipeline = options_.pipeline;
+  return absl::OkStatus();
+}
+
+absl::Status Executor::PrepareStaging(const BoundPlan& plan) {
   // Also refuses a plan round over the staging limit, pipelined or not.
   ASSIGN_OR_RETURN(const PipelineSchedule* sched, ScheduleFor(plan));
-  const int64_t need = pipeline ? sched->staging_bytes : plan.max_staging_bytes;
+  const int64_t need = options_.pipeline ? sched->staging_bytes : plan.max_staging_bytes;
   if (staging_.bytes() < need) {
     staging_.Reset();  // free first: never hold old and new together
     allocated_staging_.store(0);
     ASSIGN_OR_RETURN(staging_, ops_->AllocateStaging(need));
     allocated_staging_.store(staging_.bytes());
   }
-  SyncStats stats;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry_generation,
+                                        absl::Time deadline, const ProgressCallback& progress) {
+  const absl::Time start = absl::Now();
+  const bool direct = !plan.direct_write_to.empty() || !plan.direct_written_by.empty();
+  RETURN_IF_ERROR(CheckRunnable(plan, registry_generation, direct));
+  RETURN_IF_ERROR(PrepareStaging(plan));
   unwaited_round_ = -1;
-  Progress p;
-  p.worker = plan.worker;
-  p.rounds_total = static_cast<int32_t>(plan.rounds.size());
-  p.bytes_total = plan.total_bytes;
+  SyncState sync(plan, deadline, progress);
   // With direct writes the sync waits for its local work once, after the
   // puts and the done tokens: the last round does not drain the device.
   hold_last_wait_ = direct;
-  Carry carry;  // what the last round run left to the next
-  size_t next = 0;
-  // Progress of rounds queued while a transport round is in flight is
-  // reported after it: the callback may block (the worker reports over gRPC).
-  bool hold_progress = false;
-  bool progress_held = false;
-  // After a failure: nothing issued so far outlives the sync (staging may be
-  // freed or reused next, peer mappings closed); their own errors are
-  // secondary. Never while a transport round is in flight: the data ops may
-  // free memory there, which waits for the whole device (retired_memory.h).
-  auto clean_up = [&] {
-    ops_->Synchronize().IgnoreError();
-    if (direct) writer_->Fence().IgnoreError();
-    current_staging_.store(0);
-  };
-  // Runs plan.rounds[next] and counts it; the caller cleans up on failure.
-  auto step = [&]() -> absl::Status {
-    const size_t i = next++;
-    const BoundRound& round = plan.rounds[i];
-    absl::Status s;
-    RoundStats rs;
-    if (absl::Now() >= deadline) {
-      s = absl::DeadlineExceededError(absl::StrCat(
-          RoundWhere(plan, round), ": the sync deadline passed before the round started"));
-    } else {
-      s = RunRound(plan, i, deadline, carry, rs, stats);
-    }
-    if (!s.ok()) return s;
-    // Between rounds: this round's bytes until its deferred unpack ran, and
-    // the next round's if packed ahead.
-    current_staging_.store((carry.deferred ? round.staging_bytes : 0) +
-                           (carry.packed ? plan.rounds[i + 1].staging_bytes : 0));
-    stats.bytes_sent += rs.bytes_sent;
-    stats.bytes_received += rs.bytes_received;
-    stats.bytes_local += rs.bytes_local;
-    stats.peak_staging_bytes = std::max(stats.peak_staging_bytes, rs.staging_bytes);
-    stats.rounds.push_back(rs);
-    p.round_index = round.index;
-    ++p.rounds_done;
-    p.bytes_done += rs.bytes_sent + rs.bytes_received + rs.bytes_local;
-    if (hold_progress) {
-      progress_held = true;
-    } else if (progress) {
-      progress(p);
-    }
-    return absl::OkStatus();
-  };
   if (direct) {
     // Leading rounds with only local work wait for no peer: up to
     // early_local_rounds of them are queued as soon as the ready tokens'
     // transfer is posted (NCCL's kernel first, the copies beside them), so
     // local copies run while the tokens travel. LocalOnly rounds never call
     // the transport, which is busy with the tokens here.
-    absl::Status early;
-    auto queue_local_rounds = [&] {
-      hold_progress = true;
-      for (int n = 0; early.ok() && next < plan.rounds.size() && LocalOnly(plan.rounds[next]) &&
-                      (options_.early_local_rounds < 0 || n < options_.early_local_rounds);
+    auto queue_local_rounds = [&]() -> absl::Status {
+      absl::Status early;
+      sync.hold_progress = true;
+      for (int n = 0;
+           early.ok() && sync.next < plan.rounds.size() && LocalOnly(plan.rounds[sync.next]) &&
+           (options_.early_local_rounds < 0 || n < options_.early_local_rounds);
            ++n) {
-        early = step();
+        early = Step(sync);
       }
-      hold_progress = false;
+      sync.hold_progress = false;
+      return early;
     };
-    // Before the first write: every receiver this worker writes is ready.
-    const absl::Time tt = absl::Now();
-    absl::Status s = ExchangeTokens(plan, /*ready=*/true, deadline, queue_local_rounds);
-    stats.ready_token_seconds = Seconds(tt);
-    stats.token_seconds += stats.ready_token_seconds;
-    if (!early.ok() || !s.ok()) {
-      clean_up();
-      return early.ok() ? s : early;
+    if (absl::Status s = StartDirectWrites(plan, deadline, queue_local_rounds, sync.stats);
+        !s.ok()) {
+      CleanUpAfterFailure(direct);
+      return s;
     }
-    // The puts run beside all rounds; they need no staging.
-    if (!plan.puts.empty()) {
-      const absl::Time t = absl::Now();
-      // Alone: no round has data-op work or transfers (NCCL's kernels need
-      // SMs too) to run beside the puts.
-      bool alone = true;
-      for (const BoundRound& r : plan.rounds) {
-        alone =
-            alone && LocalOnly(r) && r.copies.empty() && r.reduces.empty() && r.quantizes.empty();
-      }
-      s = writer_->Put(plan.puts, put_handle_, alone);
-      stats.put_issue_seconds = Seconds(t);
-      if (!s.ok()) {
-        clean_up();
-        return Wrap(s, PutsWhere(plan, s));
-      }
-    }
-    if (progress_held && progress) progress(p);
+    if (sync.progress_held && progress) progress(sync.p);
   }
-  while (next < plan.rounds.size()) {
-    if (absl::Status s = step(); !s.ok()) {
-      clean_up();
+  while (sync.next < plan.rounds.size()) {
+    if (absl::Status s = Step(sync); !s.ok()) {
+      CleanUpAfterFailure(direct);
       return s;
     }
   }
   current_staging_.store(0);
   if (direct) {
-    const absl::Time t = absl::Now();
-    absl::Status s = writer_->Fence();
-    if (!s.ok()) s = Wrap(s, PutsWhere(plan, s));
-    stats.put_wait_seconds = Seconds(t);
-    // After the last write: the receivers learn their bytes are in place.
-    // The local work may still run; this sync ends once it finished too.
-    if (s.ok()) {
-      const absl::Time tt = absl::Now();
-      s = ExchangeTokens(plan, /*ready=*/false, deadline, nullptr);
-      stats.token_seconds += Seconds(tt);
-    }
-    const absl::Time tf = absl::Now();
-    const absl::Status local =
-        WaitForDataOps(plan.rounds.empty() ? absl::StrCat("worker ", plan.worker, ": local work")
-                                           : absl::StrCat(RoundWhere(plan, plan.rounds.back()),
-                                                          ": finishing the round"));
-    stats.local_wait_seconds = Seconds(tf);
-    RETURN_IF_ERROR(s);
-    RETURN_IF_ERROR(local);
-    stats.bytes_sent += plan.bytes_put;
-    stats.bytes_received += plan.bytes_put_into;
-    stats.bytes_put = plan.bytes_put;
-    stats.bytes_put_into = plan.bytes_put_into;
-    p.bytes_done += plan.bytes_put + plan.bytes_put_into;
-    p.round_index = Progress::kDirectWrites;
-    if (progress) progress(p);
+    RETURN_IF_ERROR(FinishDirectWrites(plan, deadline, sync.stats));
+    sync.p.bytes_done += plan.bytes_put + plan.bytes_put_into;
+    sync.p.round_index = Progress::kDirectWrites;
+    if (progress) progress(sync.p);
   }
-  stats.seconds = Seconds(start);
-  return stats;
+  sync.stats.seconds = Seconds(start);
+  return std::move(sync.stats);
+}
+
+Executor::SyncState::SyncState(const BoundPlan& plan, absl::Time deadline,
+                               const ProgressCallback& progress)
+    : plan(plan), deadline(deadline), progress(progress) {
+  p.worker = plan.worker;
+  p.rounds_total = static_cast<int32_t>(plan.rounds.size());
+  p.bytes_total = plan.total_bytes;
+}
+
+absl::Status Executor::Step(SyncState& sync) {
+  const BoundPlan& plan = sync.plan;
+  const size_t i = sync.next++;
+  const BoundRound& round = plan.rounds[i];
+  RoundStats rs;
+  if (absl::Now() >= sync.deadline) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        RoundWhere(plan, round), ": the sync deadline passed before the round started"));
+  }
+  RETURN_IF_ERROR(RunRound(plan, i, sync.deadline, sync.carry, rs, sync.stats));
+  // Between rounds: this round's bytes until its deferred unpack ran, and the
+  // next round's if packed ahead.
+  current_staging_.store((sync.carry.deferred ? round.staging_bytes : 0) +
+                         (sync.carry.packed ? plan.rounds[i + 1].staging_bytes : 0));
+  CountRound(round, rs, sync.stats, sync.p);
+  if (sync.hold_progress) {
+    sync.progress_held = true;
+  } else if (sync.progress) {
+    sync.progress(sync.p);
+  }
+  return absl::OkStatus();
+}
+
+void Executor::CleanUpAfterFailure(bool direct) {
+  ops_->Synchronize().IgnoreError();
+  if (direct) writer_->Fence().IgnoreError();
+  current_staging_.store(0);
 }
 
 absl::StatusOr<const PipelineSchedule*> Executor::ScheduleFor(const BoundPlan& plan) {
@@ -324,187 +196,6 @@ absl::StatusOr<const PipelineSchedule*> Executor::ScheduleFor(const BoundPlan& p
     schedule_instance_ = plan.instance.value();
   }
   return &schedule_;
-}
-
-uint8_t* Executor::StagingOf(size_t j) const {
-  uint8_t* base = static_cast<uint8_t*>(staging_.data());
-  return options_.pipeline ? base + schedule_.rounds[j].staging_offset : base;
-}
-
-absl::Status Executor::IssueLocal(const BoundPlan& plan, size_t j, uint8_t* staging,
-                                  RoundStats& rs) {
-  const BoundRound& round = plan.rounds[j];
-  const RoundSchedule& sched = schedule_.rounds[j];
-  const std::string where = RoundWhere(plan, round);
-  absl::Time t = absl::Now();
-  if (!round.copies.empty()) {
-    RETURN_IF_ERROR(
-        Wrap(ops_->Copy(round.copies, copy_handles_[j]),
-             absl::StrCat(where, ": copy buckets ", absl::StrJoin(round.copy_buckets, ","))));
-  }
-  rs.copy_seconds += Seconds(t);
-  t = absl::Now();
-  if (!sched.local_reduces.empty()) {
-    RETURN_IF_ERROR(Wrap(ops_->Reduce(round.reduce_inputs, sched.local_reduces, staging),
-                         absl::StrCat(where, ": reduces ", absl::StrJoin(round.reduce_ids, ","))));
-  }
-  rs.reduce_seconds += Seconds(t);
-  return absl::OkStatus();
-}
-
-absl::Status Executor::IssueAfterTransfer(const BoundPlan& plan, size_t j, uint8_t* staging,
-                                          RoundStats& rs) {
-  const BoundRound& round = plan.rounds[j];
-  const RoundSchedule& sched = schedule_.rounds[j];
-  const std::string where = RoundWhere(plan, round);
-  RETURN_IF_ERROR(CheckAborted(plan, round, "unpack"));
-  absl::Time t = absl::Now();
-  if (!round.unpack.empty()) {
-    RETURN_IF_ERROR(Wrap(ops_->Unpack(staging, round.unpack), absl::StrCat(where, ": unpack")));
-  }
-  rs.unpack_seconds += Seconds(t);
-  if (!(options_.pipeline && sched.local_early)) RETURN_IF_ERROR(IssueLocal(plan, j, staging, rs));
-  t = absl::Now();
-  if (!sched.staged_reduces.empty()) {
-    RETURN_IF_ERROR(Wrap(ops_->Reduce(round.reduce_inputs, sched.staged_reduces, staging),
-                         absl::StrCat(where, ": reduces ", absl::StrJoin(round.reduce_ids, ","))));
-  }
-  if (!round.quantizes.empty()) {
-    RETURN_IF_ERROR(
-        Wrap(ops_->Quantize(round.quantize_inputs, round.quantizes, staging),
-             absl::StrCat(where, ": quantizes ", absl::StrJoin(round.quantize_ids, ","))));
-  }
-  rs.reduce_seconds += Seconds(t);
-  return absl::OkStatus();
-}
-
-absl::Status Executor::WaitForDataOps(const std::string& where) {
-  const int32_t since = unwaited_round_;
-  unwaited_round_ = -1;
-  absl::Status s = ops_->Synchronize();
-  if (s.ok()) return s;
-  if (since < 0) return Wrap(s, where);
-  return Wrap(s, absl::StrCat(where, " (this wait also finished the local work queued since round ",
-                              since, ")"));
-}
-
-absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, absl::Time deadline, Carry& carry,
-                                RoundStats& rs, SyncStats& sync) {
-  const bool packed = carry.packed;
-  const bool prev_deferred = carry.deferred;
-  carry = Carry();
-  const BoundRound& round = plan.rounds[i];
-  uint8_t* const staging = StagingOf(i);
-  const RoundSchedule& sched = schedule_.rounds[i];
-  const bool pipeline = options_.pipeline;
-  const bool local_early = pipeline && sched.local_early;
-  const std::string where = RoundWhere(plan, round);
-  rs.index = round.index;
-  rs.staging_bytes = round.staging_bytes;
-  rs.sends = static_cast<int32_t>(round.sends.size());
-  rs.recvs = static_cast<int32_t>(round.recvs.size());
-  rs.copies = static_cast<int32_t>(round.copy_buckets.size());
-  rs.reduces = static_cast<int32_t>(round.reduces.size());
-
-  RETURN_IF_ERROR(CheckAborted(plan, round, "pack"));
-  absl::Time t = absl::Now();
-  if (!packed && !round.pack.empty()) {
-    RETURN_IF_ERROR(Wrap(ops_->Pack(round.pack, staging), absl::StrCat(where, ": pack")));
-  }
-  // The data ops run in their stream's order; only the transport, on its own
-  // stream, must wait. A round without transfers (only local work, as with
-  // direct writes) therefore waits for nothing: its copies queue behind the
-  // previous round's and the GPU never drains between them.
-  const bool transfers = !round.sends.empty() || !round.recvs.empty();
-  if (transfers) {
-    // Everything issued so far: this round's pack, the previous round's early
-    // local work, and the unpack that last read this round's staging set. (A
-    // deferred unpack of the previous round is not issued yet.)
-    RETURN_IF_ERROR(WaitForDataOps(absl::StrCat(where, ": pack")));
-  } else if (unwaited_round_ < 0) {
-    unwaited_round_ = round.index;
-  }
-  rs.pack_seconds = Seconds(t);
-
-  // The other set holds the previous round's received bytes until its
-  // unpack ran, then the next round's packed bytes (in that order).
-  int64_t other_set = prev_deferred ? plan.rounds[i - 1].staging_bytes : 0;
-  int64_t in_use = round.staging_bytes + other_set;
-  current_staging_.store(in_use);
-  const bool pack_next =
-      pipeline && i + 1 < plan.rounds.size() && schedule_.rounds[i + 1].pack_ahead;
-  if (pack_next) {
-    other_set = std::max(other_set, plan.rounds[i + 1].staging_bytes);
-    in_use = round.staging_bytes + other_set;
-  }
-  sync.peak_staging_bytes = std::max(sync.peak_staging_bytes, in_use);
-
-  // Work that overlaps the transfer, issued once the transfer is posted. In
-  // stream order: the previous round's deferred unpack (it reads the other
-  // set), this round's early local work, then the next round's pack (it
-  // overwrites the other set).
-  absl::Status overlap_status;
-  bool posted = false;
-  auto on_posted = [&]() {
-    posted = true;
-    overlap_status = [&]() -> absl::Status {
-      if (prev_deferred) RETURN_IF_ERROR(IssueAfterTransfer(plan, i - 1, StagingOf(i - 1), rs));
-      if (local_early) {
-        RETURN_IF_ERROR(CheckAborted(plan, round, "copy"));
-        RETURN_IF_ERROR(IssueLocal(plan, i, staging, rs));
-        ++sync.rounds_local_early;
-      }
-      if (pack_next) {
-        const BoundRound& next = plan.rounds[i + 1];
-        RETURN_IF_ERROR(CheckAborted(plan, next, "pack"));
-        current_staging_.store(in_use);
-        const absl::Time tp = absl::Now();
-        RETURN_IF_ERROR(
-            Wrap(ops_->Pack(next.pack, StagingOf(i + 1)),
-                 absl::StrCat(RoundWhere(plan, next), ": pack (during round ", round.index, ")")));
-        rs.pack_seconds += Seconds(tp);
-        carry.packed = true;
-        ++sync.rounds_packed_ahead;
-      }
-      return absl::OkStatus();
-    }();
-  };
-
-  RETURN_IF_ERROR(CheckAborted(plan, round, "transfer"));
-  t = absl::Now();
-  if (!round.sends.empty() || !round.recvs.empty()) {
-    send_reqs_.clear();
-    recv_reqs_.clear();
-    RETURN_IF_ERROR(Wrap(AppendMessages(round.sends, staging, send_reqs_), where));
-    RETURN_IF_ERROR(Wrap(AppendMessages(round.recvs, staging, recv_reqs_), where));
-    rs.messages = static_cast<int32_t>(send_reqs_.size() + recv_reqs_.size());
-    const absl::Time round_deadline = std::min(deadline, absl::Now() + options_.round_timeout);
-    const absl::Status s = transport_->RunRound(send_reqs_, recv_reqs_, round_deadline, on_posted);
-    if (!s.ok()) {
-      if (aborted_.load()) RETURN_IF_ERROR(CheckAborted(plan, round, "transfer"));
-      return absl::Status(s.code(), absl::StrCat(where, ": transfer (", TransfersByPeer(round),
-                                                 ") failed: ", s.message()));
-    }
-    rs.bytes_sent = round.bytes_sent;
-    rs.bytes_received = round.bytes_received;
-  }
-  if (!posted) on_posted();  // nothing to transfer
-  RETURN_IF_ERROR(overlap_status);
-  rs.transfer_seconds = Seconds(t);
-
-  if (pipeline && sched.finish_async && i + 1 < plan.rounds.size()) {
-    carry.deferred = true;  // issued by the next round once its transfer is posted
-    ++sync.rounds_finished_async;
-  } else {
-    RETURN_IF_ERROR(IssueAfterTransfer(plan, i, staging, rs));
-    if (transfers || (i + 1 == plan.rounds.size() && !hold_last_wait_)) {
-      t = absl::Now();
-      RETURN_IF_ERROR(WaitForDataOps(absl::StrCat(where, ": finishing the round")));
-      rs.reduce_seconds += Seconds(t);
-    }
-  }
-  rs.bytes_local = round.bytes_local;
-  return absl::OkStatus();
 }
 
 }  // namespace wsync::exec

@@ -156,11 +156,41 @@ class Executor {
     bool packed = false;    // the next round's staging was packed ahead
     bool deferred = false;  // the round's post-transfer work is still to be issued
   };
+  // One Run's progress through its plan.
+  struct SyncState {
+    SyncState(const BoundPlan& plan, absl::Time deadline, const ProgressCallback& progress);
+    const BoundPlan& plan;
+    const absl::Time deadline;
+    const ProgressCallback& progress;
+    SyncStats stats;
+    Progress p;
+    Carry carry;      // what the last round run left to the next
+    size_t next = 0;  // the next round to run
+    // Progress of rounds queued while a transport round is in flight is
+    // reported after it: the callback may block (the worker reports over
+    // gRPC).
+    bool hold_progress = false;
+    bool progress_held = false;
+  };
+  // Runs plan.rounds[sync.next] and counts it; the caller cleans up on
+  // failure.
+  absl::Status Step(SyncState& sync);
+  // After a failure: nothing issued so far outlives the sync (staging may be
+  // freed or reused next, peer mappings closed); their own errors are
+  // secondary. Never while a transport round is in flight: the data ops may
+  // free memory there, which waits for the whole device (retired_memory.h).
+  void CleanUpAfterFailure(bool direct);
   // Runs plan.rounds[i]. `carry` holds what round i-1 left (round i packed
   // ahead; round i-1's post-transfer work, issued during this transfer) and
   // receives what round i leaves to round i+1.
   absl::Status RunRound(const BoundPlan& plan, size_t i, absl::Time deadline, Carry& carry,
                         RoundStats& stats, SyncStats& sync);
+  // Round `round`'s sends and receives in one transport round (runs of
+  // staged buckets with one peer as one message); `on_posted` as in
+  // Transport::RunRound.
+  absl::Status Transfer(const BoundPlan& plan, const BoundRound& round, uint8_t* staging,
+                        absl::Time deadline, const std::function<void()>& on_posted,
+                        RoundStats& rs);
   // Staging of round j in the current allocation.
   uint8_t* StagingOf(size_t j) const;
   // Waits for every data op issued so far; an error names `where` and the
@@ -171,6 +201,11 @@ class Executor {
   // Round j's work after its transfer: unpack, late local work, staged REDUCEs.
   absl::Status IssueAfterTransfer(const BoundPlan& plan, size_t j, uint8_t* staging,
                                   RoundStats& rs);
+  // Run's checks of the plan against this executor (FAILED_PRECONDITION).
+  absl::Status CheckRunnable(const BoundPlan& plan, uint64_t registry_generation,
+                             bool direct) const;
+  // The plan's schedule (and prepared lists), and staging enough for it.
+  absl::Status PrepareStaging(const BoundPlan& plan);
   absl::StatusOr<const PipelineSchedule*> ScheduleFor(const BoundPlan& plan);
   absl::Status CheckAborted(const BoundPlan& plan, const BoundRound& round, const char* phase);
   // Direct writes: one transport round of tokens between this worker and its
@@ -178,6 +213,14 @@ class Executor {
   // `on_posted` as in Transport::RunRound.
   absl::Status ExchangeTokens(const BoundPlan& plan, bool ready, absl::Time deadline,
                               const std::function<void()>& on_posted);
+  // Before round 0: the ready tokens (`on_ready_posted` runs once they are
+  // posted; its error wins), then every put at once.
+  absl::Status StartDirectWrites(const BoundPlan& plan, absl::Time deadline,
+                                 const std::function<absl::Status()>& on_ready_posted,
+                                 SyncStats& stats);
+  // After the last round: fences the puts, sends the done tokens and waits
+  // for the local work.
+  absl::Status FinishDirectWrites(const BoundPlan& plan, absl::Time deadline, SyncStats& stats);
 
   // Tags of the token messages: bucket ids are >= 0.
   static constexpr int64_t kReadyTokenTag = -1;

@@ -1,5 +1,5 @@
 // Helpers shared by the executor's source files (executor.cc,
-// executor_tokens.cc); not part of its interface.
+// executor_round.cc, executor_tokens.cc); not part of its interface.
 #ifndef WSYNC_WORKER_EXEC_EXECUTOR_INTERNAL_H_
 #define WSYNC_WORKER_EXEC_EXECUTOR_INTERNAL_H_
 
@@ -7,6 +7,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "worker/exec/bound_plan.h"
 
 namespace wsync::exec::internal {
 
@@ -14,6 +17,18 @@ namespace wsync::exec::internal {
 inline absl::Status Wrap(const absl::Status& s, const std::string& where) {
   if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
+}
+
+// "worker W round R".
+inline std::string RoundWhere(const BoundPlan& plan, const BoundRound& round) {
+  return absl::StrCat("worker ", plan.worker, " round ", round.index);
+}
+
+inline double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+// A round that neither stages nor transfers: it waits for no peer.
+inline bool LocalOnly(const BoundRound& r) {
+  return r.sends.empty() && r.recvs.empty() && r.pack.empty() && r.unpack.empty();
 }
 
 }  // namespace wsync::exec::internal

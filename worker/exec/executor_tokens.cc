@@ -1,6 +1,6 @@
-// Direct writes' tokens (executor.h): ready tokens from the receivers to the
-// senders that write them before the first put, done tokens back after the
-// last.
+// Direct writes (executor.h): ready tokens from the receivers to the senders
+// that write them before the first put, the puts, and done tokens back after
+// the last.
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -8,7 +8,24 @@
 #include "worker/exec/executor_internal.h"
 
 namespace wsync::exec {
+namespace {
 
+// "worker W: direct writes to workers ...", and the put's origin (round,
+// bucket, piece, tensor) when the data ops' error names one put item.
+std::string PutsWhere(const BoundPlan& plan, const absl::Status& s) {
+  std::string where = absl::StrCat("worker ", plan.worker, ": direct writes to workers ",
+                                   absl::StrJoin(plan.direct_write_to, ","));
+  const int64_t item = ErrorItemIndex(s);
+  if (item >= 0 && item < static_cast<int64_t>(plan.put_origins.size())) {
+    absl::StrAppend(&where, " (put item ", item, ": ", plan.put_origins[item], ")");
+  }
+  return where;
+}
+
+}  // namespace
+
+using internal::LocalOnly;
+using internal::Seconds;
 using internal::Wrap;
 
 absl::Status Executor::ExchangeTokens(const BoundPlan& plan, bool ready, absl::Time deadline,
@@ -73,6 +90,60 @@ absl::Status Executor::ExchangeTokens(const BoundPlan& plan, bool ready, absl::T
     return absl::CancelledError(absl::StrCat(where, ": aborted: ", abort_reason_));
   }
   return absl::Status(s.code(), absl::StrCat(where, " failed: ", s.message()));
+}
+
+absl::Status Executor::StartDirectWrites(const BoundPlan& plan, absl::Time deadline,
+                                         const std::function<absl::Status()>& on_ready_posted,
+                                         SyncStats& stats) {
+  // Before the first write: every receiver this worker writes is ready.
+  absl::Status early;
+  const absl::Time tt = absl::Now();
+  const absl::Status s =
+      ExchangeTokens(plan, /*ready=*/true, deadline, [&] { early = on_ready_posted(); });
+  stats.ready_token_seconds = Seconds(tt);
+  stats.token_seconds += stats.ready_token_seconds;
+  RETURN_IF_ERROR(early);
+  RETURN_IF_ERROR(s);
+  // The puts run beside all rounds; they need no staging.
+  if (plan.puts.empty()) return absl::OkStatus();
+  const absl::Time t = absl::Now();
+  // Alone: no round has data-op work or transfers (NCCL's kernels need SMs
+  // too) to run beside the puts.
+  bool alone = true;
+  for (const BoundRound& r : plan.rounds) {
+    alone = alone && LocalOnly(r) && r.copies.empty() && r.reduces.empty() && r.quantizes.empty();
+  }
+  const absl::Status put = writer_->Put(plan.puts, put_handle_, alone);
+  stats.put_issue_seconds = Seconds(t);
+  return put.ok() ? put : Wrap(put, PutsWhere(plan, put));
+}
+
+absl::Status Executor::FinishDirectWrites(const BoundPlan& plan, absl::Time deadline,
+                                          SyncStats& stats) {
+  const absl::Time t = absl::Now();
+  absl::Status s = writer_->Fence();
+  if (!s.ok()) s = Wrap(s, PutsWhere(plan, s));
+  stats.put_wait_seconds = Seconds(t);
+  // After the last write: the receivers learn their bytes are in place. The
+  // local work may still run; this sync ends once it finished too.
+  if (s.ok()) {
+    const absl::Time tt = absl::Now();
+    s = ExchangeTokens(plan, /*ready=*/false, deadline, nullptr);
+    stats.token_seconds += Seconds(tt);
+  }
+  const absl::Time tf = absl::Now();
+  const absl::Status local = WaitForDataOps(
+      plan.rounds.empty()
+          ? absl::StrCat("worker ", plan.worker, ": local work")
+          : absl::StrCat(internal::RoundWhere(plan, plan.rounds.back()), ": finishing the round"));
+  stats.local_wait_seconds = Seconds(tf);
+  RETURN_IF_ERROR(s);
+  RETURN_IF_ERROR(local);
+  stats.bytes_sent += plan.bytes_put;
+  stats.bytes_received += plan.bytes_put_into;
+  stats.bytes_put = plan.bytes_put;
+  stats.bytes_put_into = plan.bytes_put_into;
+  return absl::OkStatus();
 }
 
 }  // namespace wsync::exec

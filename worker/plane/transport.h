@@ -59,8 +59,8 @@ class Transport {
   //    UNAVAILABLE naming the peer; Abort() ends it with CANCELLED.
   //  * A silent peer stalls the ranks that wait on it; it may also stall a
   //    third rank whose only partner is a rank that waits on it (NCCL
-  //    progresses one group's operations together: measured on 4 × H200,
-  //    NCCL 2.28), which then fails at its own deadline naming its partner.
+  //    progresses one group's operations together), which then fails at its
+  //    own deadline naming its partner.
   //    The first failure (by time) names the silent peer.
   //  * After any failed round the transport is unusable: later rounds return
   //    CANCELLED (after Abort) or FAILED_PRECONDITION, without communicating.

@@ -13,19 +13,17 @@
 #include "gtest/gtest.h"
 #include "tests/controller/plan/planner_test_util.h"
 #include "tests/worker/exec/cluster.h"
+#include "tests/worker/exec/spec_helpers.h"
 
 namespace wsync::exec {
 namespace {
 
 using plan::planner_testing::Rep;
 using plan::planner_testing::Sh;
+using testing::Box2d;
 using testing::Cluster;
-
-std::pair<int64_t, int64_t> Chunk(int64_t n, int parts, int i) {
-  const int64_t c = (n + parts - 1) / parts;
-  const int64_t begin = std::min(n, c * i);
-  return {begin, std::min(n, begin + c) - begin};
-}
+using testing::MakeSide;
+using testing::RankBox;
 
 struct Tensor2d {
   std::string name;
@@ -35,13 +33,8 @@ struct Tensor2d {
   std::vector<int32_t> workers;
   // Rank r's box.
   void Box(int r, int64_t* r0, int64_t* c0, int64_t* nr, int64_t* nc) const {
-    *r0 = 0, *c0 = 0, *nr = rows, *nc = cols;
-    if (placement.has_shard()) {
-      auto [b, n] =
-          Chunk(placement.shard().dim() == 0 ? rows : cols, static_cast<int>(workers.size()), r);
-      (placement.shard().dim() == 0 ? *r0 : *c0) = b;
-      (placement.shard().dim() == 0 ? *nr : *nc) = n;
-    }
+    const Box2d b = RankBox(rows, cols, placement, static_cast<int>(workers.size()), r);
+    *r0 = b.r0, *c0 = b.c0, *nr = b.rows, *nc = b.cols;
   }
 };
 
@@ -56,17 +49,6 @@ v1::TensorLayout* AddMesh(v1::Side* side, const Tensor2d& t) {
   for (size_t i = 0; i < t.workers.size(); ++i) m->add_ranks(static_cast<int32_t>(i));
   *m->add_placements() = t.placement;
   return l;
-}
-
-v1::Side MakeSide(const std::string& name, const std::vector<int32_t>& workers) {
-  v1::Side s;
-  s.set_name(name);
-  for (int32_t w : workers) {
-    v1::RankInfo* r = s.add_ranks();
-    r->set_worker(w);
-    r->set_node("n0");
-  }
-  return s;
 }
 
 // Values with a different magnitude per block row, inexact in fp8, exact in bf16.

@@ -20,6 +20,17 @@ using testing::View;
 constexpr BufferSide kSrc = BufferSide::kSource;
 constexpr BufferSide kDst = BufferSide::kDestination;
 
+// Registers fp32 tensor "s" of `n` elements as worker 0's source and worker
+// `dst`'s destination; the plan moves it in one bucket (bucket 0).
+v1::Plan OneFloatBucket(Cluster& c, int32_t dst, int64_t n) {
+  c.Add(0, kSrc, "s", v1::FP32, n);
+  c.Add(dst, kDst, "s", v1::FP32, n);
+  PlanBuilder pb;
+  pb.AddBucket(0, dst, 0,
+               {Piece(View("s", 0, {n}, v1::FP32), View("s", 0, {n}, v1::FP32), v1::FP32)});
+  return pb.Build();
+}
+
 void FillFloats(float* p, int64_t n, float base) {
   for (int64_t i = 0; i < n; ++i) p[i] = base + 0.37f * static_cast<float>(i) - 1.0f / (i + 3);
 }
@@ -269,16 +280,12 @@ TEST(ExecutorTest, ReplaysForNewVersions) {
 // and peer, within the round timeout.
 TEST(ExecutorTest, SilentPeerHitsRoundDeadline) {
   Cluster c(2);
-  c.Add(0, kSrc, "s", v1::FP32, 256);
-  c.Add(1, kDst, "s", v1::FP32, 256);
-  PlanBuilder pb;
-  pb.AddBucket(0, 1, 0,
-               {Piece(View("s", 0, {256}, v1::FP32), View("s", 0, {256}, v1::FP32), v1::FP32)});
+  const v1::Plan plan = OneFloatBucket(c, 1, 256);
   ExecutorOptions o;
   o.round_timeout = absl::Seconds(1);
   ASSERT_TRUE(c.Connect(o).ok());
   const absl::Time start = absl::Now();
-  auto results = c.Run(pb.Build(), absl::Seconds(60), /*silent=*/{1});
+  auto results = c.Run(plan, absl::Seconds(60), /*silent=*/{1});
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   ASSERT_FALSE(results[0].ok());
   const absl::Status& s = results[0].status();
@@ -291,18 +298,14 @@ TEST(ExecutorTest, SilentPeerHitsRoundDeadline) {
 // Abort from another thread ends a sync stuck on a silent peer.
 TEST(ExecutorTest, AbortEndsSyncPromptly) {
   Cluster c(2);
-  c.Add(0, kSrc, "s", v1::FP32, 256);
-  c.Add(1, kDst, "s", v1::FP32, 256);
-  PlanBuilder pb;
-  pb.AddBucket(0, 1, 0,
-               {Piece(View("s", 0, {256}, v1::FP32), View("s", 0, {256}, v1::FP32), v1::FP32)});
+  const v1::Plan plan = OneFloatBucket(c, 1, 256);
   ASSERT_TRUE(c.Connect().ok());
   const absl::Time start = absl::Now();
   std::thread aborter([&] {
     absl::SleepFor(absl::Milliseconds(300));
     c.executor(0).Abort("operator cancelled sync");
   });
-  auto results = c.Run(pb.Build(), absl::Seconds(60), /*silent=*/{1});
+  auto results = c.Run(plan, absl::Seconds(60), /*silent=*/{1});
   aborter.join();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   ASSERT_FALSE(results[0].ok());
@@ -313,13 +316,9 @@ TEST(ExecutorTest, AbortEndsSyncPromptly) {
 
 TEST(ExecutorTest, RefusesPlanBoundAgainstOldRegistry) {
   Cluster c(1);
-  c.Add(0, kSrc, "a", v1::FP32, 4);
-  c.Add(0, kDst, "a", v1::FP32, 4);
-  PlanBuilder pb;
-  pb.AddBucket(0, 0, 0,
-               {Piece(View("a", 0, {4}, v1::FP32), View("a", 0, {4}, v1::FP32), v1::FP32)});
+  const v1::Plan plan = OneFloatBucket(c, 0, 4);
   ASSERT_TRUE(c.Connect().ok());
-  auto bound = BindPlan(pb.Build(), 0, c.registry(0), MemorySpace::kHost);
+  auto bound = BindPlan(plan, 0, c.registry(0), MemorySpace::kHost);
   ASSERT_TRUE(bound.ok()) << bound.status();
   c.Add(0, kDst, "b", v1::FP32, 4);
   auto r = c.executor(0).Run(**bound, c.registry(0).generation(), absl::Now() + absl::Seconds(5));

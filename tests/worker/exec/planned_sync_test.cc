@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "tests/controller/plan/planner_test_util.h"
 #include "tests/worker/exec/cluster.h"
+#include "tests/worker/exec/spec_helpers.h"
 
 namespace wsync::exec {
 namespace {
@@ -17,18 +18,10 @@ namespace {
 using plan::planner_testing::Part;
 using plan::planner_testing::Rep;
 using plan::planner_testing::Sh;
+using testing::Box2d;
 using testing::Cluster;
-
-v1::Side MakeSide(const std::string& name, const std::vector<int32_t>& workers) {
-  v1::Side s;
-  s.set_name(name);
-  for (int32_t w : workers) {
-    v1::RankInfo* r = s.add_ranks();
-    r->set_worker(w);
-    r->set_node("n0");
-  }
-  return s;
-}
+using testing::MakeSide;
+using testing::RankBox;
 
 // 1-D mesh over all ranks of the side.
 void AddTensor(v1::Side* side, const std::string& name, std::vector<int64_t> shape, v1::DType dtype,
@@ -41,13 +34,6 @@ void AddTensor(v1::Side* side, const std::string& name, std::vector<int64_t> sha
   m->add_mesh_shape(side->ranks_size());
   for (int i = 0; i < side->ranks_size(); ++i) m->add_ranks(i);
   *m->add_placements() = placement;
-}
-
-// torch.chunk: chunk size ceil(n / parts); later chunks shrink or vanish.
-std::pair<int64_t, int64_t> Chunk(int64_t n, int parts, int i) {
-  const int64_t c = (n + parts - 1) / parts;
-  const int64_t begin = std::min(n, c * i);
-  return {begin, std::min(n, begin + c) - begin};
 }
 
 // Exactly representable in bf16 and fp32, so sums in any order agree.
@@ -66,12 +52,8 @@ void Register(Cluster& c, const v1::Side& side, BufferSide which, const v1::Tens
   const int parts = side.ranks_size();
   const v1::Placement& p = t.mesh().placements(0);
   for (int r = 0; r < parts; ++r) {
-    int64_t rows = t.shape(0), cols = t.shape(1), r0 = 0, c0 = 0;
-    if (p.has_shard()) {
-      auto [b, n] = Chunk(p.shard().dim() == 0 ? rows : cols, parts, r);
-      (p.shard().dim() == 0 ? r0 : c0) = b;
-      (p.shard().dim() == 0 ? rows : cols) = n;
-    }
+    const Box2d box = RankBox(t.shape(0), t.shape(1), p, parts, r);
+    const int64_t rows = box.rows, cols = box.cols, r0 = box.r0, c0 = box.c0;
     const int32_t w = side.ranks(r).worker();
     c.Add(w, which, t.name(), t.dtype(), rows * cols);
     if (which != BufferSide::kSource) continue;
@@ -95,12 +77,8 @@ void CheckDestination(Cluster& c, const v1::Side& side, const v1::TensorLayout& 
   const int parts = side.ranks_size();
   const v1::Placement& p = t.mesh().placements(0);
   for (int r = 0; r < parts; ++r) {
-    int64_t rows = t.shape(0), cols = t.shape(1), r0 = 0, c0 = 0;
-    if (p.has_shard()) {
-      auto [b, n] = Chunk(p.shard().dim() == 0 ? rows : cols, parts, r);
-      (p.shard().dim() == 0 ? r0 : c0) = b;
-      (p.shard().dim() == 0 ? rows : cols) = n;
-    }
+    const Box2d box = RankBox(t.shape(0), t.shape(1), p, parts, r);
+    const int64_t rows = box.rows, cols = box.cols, r0 = box.r0, c0 = box.c0;
     const int32_t w = side.ranks(r).worker();
     for (int64_t i = 0; i < rows; ++i) {
       for (int64_t j = 0; j < cols; ++j) {

@@ -54,14 +54,10 @@ class DataOpsConformanceTest
 
   // Backend memory holding `host`'s bytes.
   std::shared_ptr<uint8_t> Upload(const std::vector<uint8_t>& host) {
-    auto p = factory().Allocate(host.size());
-    factory().Write(p.get(), host.data(), host.size());
-    return p;
+    return factory().Upload(host);
   }
   std::vector<uint8_t> Download(const void* p, size_t bytes) {
-    std::vector<uint8_t> host(bytes);
-    factory().Read(host.data(), p, bytes);
-    return host;
+    return factory().Download(p, bytes);
   }
   // A call's status, or the deferred one Synchronize() reports.
   absl::Status Settle(absl::Status issued) {

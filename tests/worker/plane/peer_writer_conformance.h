@@ -68,15 +68,13 @@ class PeerWriterConformanceTest
   exec::PeerWriter& writer() { return *w_.writer; }
   exec::DataOps& ops() { return *w_.ops; }
 
+  // Backend memory holding `host`'s bytes: a peer's buffer where `peer`.
   std::shared_ptr<uint8_t> Upload(const std::vector<uint8_t>& host, bool peer = false) {
-    auto p = peer ? factory().AllocatePeer(host.size()) : factory().Allocate(host.size());
-    factory().Write(p.get(), host.data(), host.size());
-    return p;
+    return peer ? factory().Filled(factory().AllocatePeer(host.size()), host)
+                : factory().Upload(host);
   }
   std::vector<uint8_t> Download(const void* p, size_t bytes) {
-    std::vector<uint8_t> host(bytes);
-    factory().Read(host.data(), p, bytes);
-    return host;
+    return factory().Download(p, bytes);
   }
   // Checks that (rows, cols) of `to` at `dst` (transposed) equal `src_host`
   // (from, padded rows) cast by common/cast.h.

@@ -32,6 +32,22 @@ class TestMemory {
   }
   virtual void Write(void* dst, const void* host, size_t bytes) { std::memcpy(dst, host, bytes); }
   virtual void Read(void* host, const void* src, size_t bytes) { std::memcpy(host, src, bytes); }
+
+  // `p` (at least host.size() bytes) once `host`'s bytes are written into it.
+  std::shared_ptr<uint8_t> Filled(std::shared_ptr<uint8_t> p, const std::vector<uint8_t>& host) {
+    Write(p.get(), host.data(), host.size());
+    return p;
+  }
+  // Memory from Allocate holding `host`'s bytes.
+  std::shared_ptr<uint8_t> Upload(const std::vector<uint8_t>& host) {
+    return Filled(Allocate(host.size()), host);
+  }
+  // `bytes` bytes at `p`, read back into host memory.
+  std::vector<uint8_t> Download(const void* p, size_t bytes) {
+    std::vector<uint8_t> host(bytes);
+    Read(host.data(), p, bytes);
+    return host;
+  }
 };
 
 // `n` fp32 values: random normals of either sign and magnitudes from 1e-3 to

@@ -9,8 +9,8 @@
 #include "common/status_macros.h"
 #include "worker/backends/cuda/cuda_data_ops_internal.h"
 #include "worker/backends/cuda/cuda_status.h"
-#include "worker/backends/cuda/device_timeline.h"
 #include "worker/backends/cuda/staging_pool.h"
+#include "worker/backends/cuda/stream_marks.h"
 
 namespace wsync::cuda {
 
@@ -106,7 +106,6 @@ absl::StatusOr<std::unique_ptr<CudaDataOps>> CudaDataOps::Create(const Options& 
   ops->kernels_->set_reserved_sms(options.reserved_sms);
   ops->kernels_->set_retired(&ops->retired_);
   ops->pool_ = std::make_shared<StagingPool>(options.device);
-  ops->copy_engine_ = CopyEngineBatch(options.copy_engine);
   return ops;
 }
 
@@ -139,33 +138,23 @@ absl::StatusOr<char*> CudaDataOps::Scratch(int64_t bytes) {
 }
 
 absl::Status CudaDataOps::Run(std::string key) {
-  copy_engine_copies_ += copy_engine_.copies();
-  copy_engine_bytes_ += copy_engine_.bytes();
-  RETURN_IF_ERROR(copy_engine_.Issue(stream_.get()));
-  if (key.empty())
-    return table_.empty() ? absl::OkStatus() : kernels_->Launch(table_, stream_.get());
-  if (table_.empty() && copy_engine_.empty()) return absl::OkStatus();
+  if (table_.empty()) return absl::OkStatus();
+  if (key.empty()) return kernels_->Launch(table_, stream_.get());
   CachedTable entry;
-  if (!table_.empty()) {
-    const TableLayout layout = TableLayout::Of(table_);
-    if (cache_device_bytes_ + static_cast<int64_t>(layout.total) > table_cache_bytes_) {
-      // Queued kernels may still read them: freed by the next Synchronize().
-      for (auto& [k, e] : cache_) retired_.Retire(std::move(e.table));
-      cache_.clear();
-      named_.clear();
-      cache_device_bytes_ = 0;
-    }
-    if (absl::Status s = kernels_->Launch(table_, stream_.get(), &entry.table); !s.ok()) {
-      retired_.Retire(std::move(entry.table));  // may be allocated already: not freed here
-      return s;
-    }
-    entry.layout = layout;
-    cache_device_bytes_ += static_cast<int64_t>(entry.table.size());
+  const TableLayout layout = TableLayout::Of(table_);
+  if (cache_device_bytes_ + static_cast<int64_t>(layout.total) > table_cache_bytes_) {
+    // Queued kernels may still read them: freed by the next Synchronize().
+    for (auto& [k, e] : cache_) retired_.Retire(std::move(e.table));
+    cache_.clear();
+    named_.clear();
+    cache_device_bytes_ = 0;
   }
-  entry.copy_engine = copy_engine_;
-  // Host-side copy lists count against the same budget, so calls that use
-  // only the copy engines cannot grow the cache without bound.
-  cache_device_bytes_ += copy_engine_.copies() * static_cast<int64_t>(sizeof(cudaMemcpy3DBatchOp));
+  if (absl::Status s = kernels_->Launch(table_, stream_.get(), &entry.table); !s.ok()) {
+    retired_.Retire(std::move(entry.table));  // may be allocated already: not freed here
+    return s;
+  }
+  entry.layout = layout;
+  cache_device_bytes_ += static_cast<int64_t>(entry.table.size());
   entry.key = key;
   cache_[std::move(key)] = std::move(entry);
   return absl::OkStatus();
@@ -173,33 +162,23 @@ absl::Status CudaDataOps::Run(std::string key) {
 
 absl::Status CudaDataOps::Replay(CachedTable& entry) {
   ++cache_hits_;
-  copy_engine_copies_ += entry.copy_engine.copies();
-  copy_engine_bytes_ += entry.copy_engine.bytes();
-  RETURN_IF_ERROR(entry.copy_engine.Issue(stream_.get()));
   if (entry.table.size() == 0) return absl::OkStatus();
   return kernels_->LaunchResident(entry.table.data(), entry.layout, stream_.get());
 }
 
-absl::Status CudaDataOps::AddRequest(const ViewRef& src, const ViewRef& dst, const int64_t* shape,
-                                     int ndim, const char* label) {
-  if (copy_engine_.TryAdd(src, dst, shape, ndim)) return absl::OkStatus();
-  return table_.AddCopy(src, dst, shape, ndim, label);
-}
-
-absl::Status CudaDataOps::AddPackRequest(const exec::PackItem& it, void* staging_base, size_t index,
-                                         bool copy_engine_ok) {
+absl::Status CudaDataOps::AddPackRequest(const exec::PackItem& it, void* staging_base,
+                                         size_t index) {
   int64_t strides[kMaxRequestDims];
   RowMajor(it.src.shape.data(), it.src.ndim, strides);
   char label[32];
   snprintf(label, sizeof(label), "pack item %zu", index);
   const ViewRef src{it.src.data, it.src.dtype, it.src.strides.data()};
   const ViewRef dst{static_cast<char*>(staging_base) + it.staging_offset, it.wire_dtype, strides};
-  if (copy_engine_ok) return AddRequest(src, dst, it.src.shape.data(), it.src.ndim, label);
   return table_.AddCopy(src, dst, it.src.shape.data(), it.src.ndim, label);
 }
 
 absl::Status CudaDataOps::AddCopyItem(const StridedView& src, const StridedView& dst,
-                                      const char* what, size_t index, bool copy_engine_ok) {
+                                      const char* what, size_t index) {
   int64_t shape[kMaxRequestDims], ss[kMaxRequestDims], ds[kMaxRequestDims];
   int n = 0;
   if (!CommonShape(src, dst, shape, ss, ds, &n)) {
@@ -209,12 +188,11 @@ absl::Status CudaDataOps::AddCopyItem(const StridedView& src, const StridedView&
   char label[64];
   snprintf(label, sizeof(label), "%s item %zu", what, index);
   const ViewRef s{src.data, src.dtype, ss}, d{dst.data, dst.dtype, ds};
-  if (copy_engine_ok) return AddRequest(s, d, shape, n, label);
   return table_.AddCopy(s, d, shape, n, label);
 }
 
 absl::Status CudaDataOps::Pack(absl::Span<const exec::PackItem> items, void* staging_base) {
-  const TimelineMarkOnExit mark("pack", stream_.get());
+  const StreamMarkOnExit mark("pack", stream_.get());
   for (const exec::PackItem& it : items) {
     if (it.quant_block_rows > 0) return PackQuantized(items, staging_base);
   }
@@ -229,18 +207,17 @@ absl::Status CudaDataOps::Pack(absl::Span<const exec::PackItem> items, void* sta
   }
   if (auto it = cache_.find(key); it != cache_.end()) return Replay(it->second);
   table_.Clear();
-  copy_engine_.Clear();
   for (size_t i = 0; i < items.size(); ++i) {
     RETURN_IF_ERROR(CheckPackItem(items[i], staging_base, i));
     if (items[i].src.num_elements() == 0) continue;
-    RETURN_IF_ERROR(AddPackRequest(items[i], staging_base, i, /*copy_engine_ok=*/true));
+    RETURN_IF_ERROR(AddPackRequest(items[i], staging_base, i));
   }
   return Run(std::move(key));
 }
 
 absl::Status CudaDataOps::Unpack(const void* staging_base,
                                  absl::Span<const exec::UnpackItem> items) {
-  const TimelineMarkOnExit mark("unpack", stream_.get());
+  const StreamMarkOnExit mark("unpack", stream_.get());
   std::string key;
   key.reserve(16 + items.size() * 64);
   key.push_back('U');
@@ -252,7 +229,6 @@ absl::Status CudaDataOps::Unpack(const void* staging_base,
   }
   if (auto it = cache_.find(key); it != cache_.end()) return Replay(it->second);
   table_.Clear();
-  copy_engine_.Clear();
   for (size_t i = 0; i < items.size(); ++i) {
     const exec::UnpackItem& it = items[i];
     absl::Status s = CheckView(it.dst, "unpack destination");
@@ -264,7 +240,7 @@ absl::Status CudaDataOps::Unpack(const void* staging_base,
     RowMajor(it.dst.shape.data(), it.dst.ndim, strides);
     char label[32];
     snprintf(label, sizeof(label), "unpack item %zu", i);
-    s = AddRequest(
+    s = table_.AddCopy(
         ViewRef{static_cast<const char*>(staging_base) + it.staging_offset, it.wire_dtype, strides},
         ViewRef{it.dst.data, it.dst.dtype, it.dst.strides.data()}, it.dst.shape.data(), it.dst.ndim,
         label);
@@ -288,11 +264,10 @@ absl::Status CudaDataOps::Copy(absl::Span<const exec::CopyItem> items, exec::Ite
 
 absl::Status CudaDataOps::CopyKeyed(absl::Span<const exec::CopyItem> items, std::string key,
                                     CachedTable* known) {
-  const TimelineMarkOnExit mark("copy", stream_.get());
+  const StreamMarkOnExit mark("copy", stream_.get());
   if (known != nullptr) return Replay(*known);
   if (auto it = cache_.find(key); it != cache_.end()) return Replay(it->second);
   table_.Clear();
-  copy_engine_.Clear();
   pre_table_.Clear();
   // Items whose shapes have no common refinement go through a contiguous
   // scratch copy in the source dtype: reserve that scratch first.
@@ -309,7 +284,7 @@ absl::Status CudaDataOps::CopyKeyed(absl::Span<const exec::CopyItem> items, std:
   RETURN_IF_ERROR(AddItemsViaScratch(
       items, via_scratch, "copy", [this](int64_t bytes) { return Scratch(bytes); },
       [this](const StridedView& src, const StridedView& dst, size_t i) {
-        return AddCopyItem(src, dst, "copy", i, /*copy_engine_ok=*/true);
+        return AddCopyItem(src, dst, "copy", i);
       }));
   if (!pre_table_.empty()) {
     RETURN_IF_ERROR(kernels_->Launch(pre_table_, stream_.get()));
@@ -352,7 +327,6 @@ absl::Status CudaDataOps::Reduce(absl::Span<const exec::ReduceInput> inputs,
                                  absl::Span<const exec::ReduceItem> items,
                                  const void* staging_base) {
   table_.Clear();
-  copy_engine_.Clear();
   pre_table_.Clear();
   // Pass 1: validate, and size the scratch for inputs that are strided or not
   // in the accumulate dtype (converted first, like the host does).

@@ -25,7 +25,6 @@
 #include "absl/container/node_hash_map.h"
 #include "worker/backends/cuda/batched_kernels.h"
 #include "worker/backends/cuda/block_fp8_kernel.h"
-#include "worker/backends/cuda/copy_engine_batch.h"
 #include "worker/backends/cuda/cuda_handles.h"
 #include "worker/backends/cuda/piece_table.h"
 #include "worker/backends/cuda/retired_memory.h"
@@ -48,22 +47,15 @@ class CudaDataOps : public exec::DataOps {
     // wait for SM slots held by another kernel (puts, NCCL) still share the
     // work once they start.
     int blocks_per_sm = 8;
-    // Which pack / unpack / copy requests go to the copy engines
-    // (copy_engine_batch.h); the default min_bytes 0 keeps all on the kernel.
-    CopyEngineOptions copy_engine;
     // The put_* fields configure the CudaPeerWriter of these ops (CudaBackend
-    // makes one per channel). Puts of at least this many bytes that convert nothing and have at
-    // most 2 dims, each with a contiguous innermost dim, go to the copy engines (one
-    // cudaMemcpy2DAsync / cudaMemcpyAsync each; on H200 a big strided peer
-    // write by the copy engines beat SM stores, 390 vs 351 GB/s). Smaller
-    // ones stay in one piece-kernel launch: thousands of memcpy calls would
-    // cost more in call overhead than they move. 0 keeps every put on the
-    // kernel.
+    // makes one per channel). Puts of at least this many bytes that convert
+    // nothing and have at most 2 dims, each with a contiguous innermost dim,
+    // go to the copy engines (one cudaMemcpy2DAsync / cudaMemcpyAsync each);
+    // smaller ones stay in one piece-kernel launch. 0 keeps every put on the
+    // kernel. docs/gpu.md ("How a put is carried out") has the measurements
+    // behind the defaults.
     int64_t put_copy_engine_min_bytes = int64_t{4} << 20;
-    // Shortest contiguous row (bytes) of a 2-D put worth a copy engine. On
-    // H200 the engines wrote Llama-3-8B's o_proj halves (4 KiB rows) to the
-    // peer at 277 GB/s where the kernel reached 365: at 8 KiB the colocated
-    // sync went 6.0 -> 5.2 ms.
+    // Shortest contiguous row (bytes) of a 2-D put sent to a copy engine.
     int64_t put_copy_engine_min_row_bytes = 8192;
     // Grid of the put kernel beside other work: it holds this many SM slots
     // per SM, and the local-copy kernel the rest.
@@ -108,16 +100,12 @@ class CudaDataOps : public exec::DataOps {
   // the writer's puts count apart).
   int64_t launches() const { return kernels_->launches(); }
   int64_t table_cache_hits() const { return cache_hits_; }
-  // Copies and bytes sent to the copy engines so far.
-  int64_t copy_engine_copies() const { return copy_engine_copies_; }
-  int64_t copy_engine_bytes() const { return copy_engine_bytes_; }
 
  private:
   struct CachedTable {
     std::string key;
-    DeviceBuffer table;  // empty when every request went to the copy engines
+    DeviceBuffer table;
     TableLayout layout;
-    CopyEngineBatch copy_engine;
   };
 
   friend class CudaPeerWriter;
@@ -127,23 +115,16 @@ class CudaDataOps : public exec::DataOps {
   // prepared list resolved to).
   absl::Status CopyKeyed(absl::Span<const exec::CopyItem> items, std::string key,
                          CachedTable* known = nullptr);
-  // Runs `copy_engine_` and `table_` (built by the caller) and keeps them
-  // resident under `key` (unless empty).
+  // Launches `table_` (built by the caller) and keeps it resident under
+  // `key` (unless empty).
   absl::Status Run(std::string key);
-  // A cached call: its copy-engine batch, then its resident table.
+  // A cached call: launches its resident table.
   absl::Status Replay(CachedTable& entry);
-  // Adds one pack / unpack / copy request to the copy-engine batch if it
-  // qualifies, else to `table_`.
-  absl::Status AddRequest(const ViewRef& src, const ViewRef& dst, const int64_t* shape, int ndim,
-                          const char* label);
-  // Adds pack item `it` (no quantization) to `table_`, or, where
-  // copy_engine_ok and it qualifies, to the copy-engine batch.
-  absl::Status AddPackRequest(const exec::PackItem& it, void* staging_base, size_t index,
-                              bool copy_engine_ok);
-  // Adds src -> dst to `table_`, or, where copy_engine_ok and it qualifies,
-  // to the copy-engine batch.
+  // Adds pack item `it` (no quantization) to `table_`.
+  absl::Status AddPackRequest(const exec::PackItem& it, void* staging_base, size_t index);
+  // Adds src -> dst to `table_`.
   absl::Status AddCopyItem(const exec::StridedView& src, const exec::StridedView& dst,
-                           const char* what, size_t index, bool copy_engine_ok = false);
+                           const char* what, size_t index);
   absl::StatusOr<char*> Scratch(int64_t bytes);
   // Every non-empty item of a copy call: items that `via_scratch`
   // names (ascending; shapes with no common refinement) first go src -> a
@@ -171,9 +152,6 @@ class CudaDataOps : public exec::DataOps {
   std::unique_ptr<BatchedKernels> kernels_;
   std::shared_ptr<StagingPool> pool_;
   PieceTable table_;
-  CopyEngineBatch copy_engine_;
-  int64_t copy_engine_copies_ = 0;
-  int64_t copy_engine_bytes_ = 0;
   // Second pass of copies that go through scratch (shapes with no common
   // refinement, strided reduce inputs).
   PieceTable pre_table_;

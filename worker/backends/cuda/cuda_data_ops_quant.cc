@@ -40,7 +40,6 @@ absl::Status CudaDataOps::LaunchQuant(const std::vector<QuantRegionDesc>& region
 absl::Status CudaDataOps::PackQuantized(absl::Span<const exec::PackItem> items,
                                         void* staging_base) {
   table_.Clear();
-  copy_engine_.Clear();
   int64_t need = 0;
   for (const exec::PackItem& it : items) {
     if (it.quant_block_rows > 0) need += (it.src.num_elements() * 4 + 255) / 256 * 256;
@@ -55,7 +54,7 @@ absl::Status CudaDataOps::PackQuantized(absl::Span<const exec::PackItem> items,
     if (n == 0) continue;
     char* const stage = static_cast<char*>(staging_base);
     if (it.quant_block_rows <= 0) {
-      RETURN_IF_ERROR(AddPackRequest(it, staging_base, i, /*copy_engine_ok=*/false));
+      RETURN_IF_ERROR(AddPackRequest(it, staging_base, i));
       continue;
     }
     if (it.wire_dtype != v1::FP8_E4M3 || it.quant_block_cols <= 0 ||
@@ -99,7 +98,6 @@ absl::Status CudaDataOps::Quantize(absl::Span<const exec::QuantizeInput> inputs,
                                    absl::Span<const exec::QuantizeItem> items,
                                    const void* staging_base) {
   table_.Clear();
-  copy_engine_.Clear();
   int64_t need = 0;
   for (const exec::QuantizeItem& q : items) need += (q.dst.num_elements() * 4 + 255) / 256 * 256;
   RETURN_IF_ERROR(ReserveScratch(need));

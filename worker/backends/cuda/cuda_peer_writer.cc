@@ -11,7 +11,7 @@
 #include "common/status_macros.h"
 #include "worker/backends/cuda/cuda_data_ops_internal.h"
 #include "worker/backends/cuda/cuda_status.h"
-#include "worker/backends/cuda/device_timeline.h"
+#include "worker/backends/cuda/stream_marks.h"
 
 namespace wsync::cuda {
 
@@ -235,10 +235,10 @@ absl::Status CudaPeerWriter::Put(absl::Span<const exec::CopyItem> items, exec::I
 absl::Status CudaPeerWriter::PutKeyed(absl::Span<const exec::CopyItem> items, bool alone,
                                       std::string key, CachedPut* known) {
   if (items.empty()) return absl::OkStatus();
-  TimelineMark("put_issue", put_stream_.get());
+  StreamMark("put_issue", put_stream_.get());
   const auto marks = absl::MakeCleanup([this] {  // every put stream's end
-    TimelineMark("put", put_stream_.get());
-    for (const Stream& st : put_copy_streams_) TimelineMark("put_ce", st.get());
+    StreamMark("put", put_stream_.get());
+    for (const Stream& st : put_copy_streams_) StreamMark("put_ce", st.get());
   });
   put_launcher_ = alone ? put_kernels_alone_.get() : put_kernels_.get();
   DeviceGuard guard(device_);  // launches need the put stream's device current

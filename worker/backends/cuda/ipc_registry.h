@@ -50,12 +50,9 @@ absl::StatusOr<IpcTensorHandle> ExportTensor(const void* ptr, uint64_t bytes,
 // process sees with peer access from it (NVLink or PCIe).
 absl::StatusOr<std::vector<std::string>> WritableDeviceUuids(int device);
 
-// Copy engines write a peer's allocation about 25 % slower when its size is
-// not a multiple of 64 KiB (measured on 2 x H200, driver 580: 256 B, 4 KiB
-// and 32 KiB past a multiple slow, 64 KiB and 1 MiB past not;
-// bench/results/gpu-2026-11-26-session8.md). PyTorch's caching allocator
-// makes large segments multiples of 2 MiB, so vLLM's weights are not
-// affected; other allocators may be.
+// True when copy-engine writes into a peer's allocation of this size are
+// slow: its size is not a multiple of 64 KiB (docs/gpu.md, "Peer
+// allocations should be multiples of 64 KiB").
 inline bool SlowForPeerWrites(uint64_t allocation_bytes) {
   return allocation_bytes % (uint64_t{64} << 10) != 0;
 }

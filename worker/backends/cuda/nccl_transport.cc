@@ -11,7 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "worker/backends/cuda/cuda_status.h"
-#include "worker/backends/cuda/device_timeline.h"
+#include "worker/backends/cuda/stream_marks.h"
 
 namespace wsync::transport {
 namespace {
@@ -246,7 +246,7 @@ absl::Status NcclTransport::Wait(absl::Time deadline, const cuda::Event* event,
         AbortLocked(std::string(s.message()));
         return s;
       }
-      cuda::TimelineMark("nccl", stream_.get());
+      cuda::StreamMark("nccl", stream_.get());
       if (on_issued) on_issued();
     }
     if (issued) {

@@ -32,11 +32,8 @@ struct NcclTransportOptions {
   // Deadline for every rank to join the communicator.
   absl::Duration init_timeout = absl::Seconds(120);
   // NCCL_MIN_P2P_NCHANNELS for this process, unless the environment sets it
-  // (0: NCCL's default). NCCL sizes send/recv channels for collective-heavy
-  // jobs; with wsync's point-to-point rounds of dozens of 16-64 MiB messages
-  // 64 channels move 360 GB/s where the default moves 260 (bench/results,
-  // 4 x H200, NCCL 2.28.3). NCCL reads it once, at the process's first
-  // communicator.
+  // (0: NCCL's default; docs/gpu.md "NCCL transport" says why 64). NCCL
+  // reads it once, at the process's first communicator.
   int min_p2p_channels = 64;
   // Not owned, may be null: when it turns true, communicator setup and any
   // round in flight end with CANCELLED (the worker's abort of a sync; without

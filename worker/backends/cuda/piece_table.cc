@@ -8,6 +8,20 @@
 namespace wsync::cuda {
 namespace {
 
+// A piece with `n` dims (shape, source and destination strides), right-aligned
+// in the descriptor's kMaxPieceDims; the rest stays as PieceDesc sets it.
+PieceDesc PieceOfDims(const int64_t* shape, const int64_t* src_strides, const int64_t* dst_strides,
+                      int n) {
+  PieceDesc p;
+  const int off = kMaxPieceDims - n;
+  for (int d = 0; d < n; ++d) {
+    p.shape[off + d] = shape[d];
+    p.src_stride[off + d] = src_strides[d];
+    p.dst_stride[off + d] = dst_strides[d];
+  }
+  return p;
+}
+
 bool Aligned16(uint64_t address) { return (address & 15u) == 0; }
 
 std::string DimsString(const int64_t* v, int n) {
@@ -66,6 +80,14 @@ void PieceTable::Clear() {
   non_copy_pieces_ = 0;
 }
 
+void PieceTable::Append(const PieceDesc& p) {
+  const auto index = static_cast<int32_t>(pieces_.size());
+  pieces_.push_back(p);
+  if (p.mode != kModeVecCopy && p.mode != kModeRawCopy) ++non_copy_pieces_;
+  AddTasks(index, p);
+  bytes_written_ += p.shape[0] * p.shape[1] * p.shape[2] * p.shape[3] * p.dst_esize;
+}
+
 void PieceTable::AddTasks(int32_t piece_index, const PieceDesc& p) {
   const int64_t rows = p.shape[0] * p.shape[1] * p.shape[2];
   const int64_t cols = p.shape[3];
@@ -83,26 +105,20 @@ void PieceTable::AddTasks(int32_t piece_index, const PieceDesc& p) {
   }
 }
 
-absl::Status PieceTable::AddNormalizedCopy(const char* src, DType sd, const int64_t* ss,
-                                           char* dst, DType dd, const int64_t* ds,
-                                           const int64_t* shape, int ndim) {
+absl::Status PieceTable::AddNormalizedCopy(const char* src, DType sd, const int64_t* ss, char* dst,
+                                           DType dd, const int64_t* ds, const int64_t* shape,
+                                           int ndim) {
   if (ndim > kMaxPieceDims) {
     // More irreducible dims than the kernel walks: peel the outermost one.
     const int64_t se = DTypeSize(sd), de = DTypeSize(dd);
     for (int64_t i = 0; i < shape[0]; ++i) {
-      absl::Status s = AddNormalizedCopy(src + i * ss[0] * se, sd, ss + 1, dst + i * ds[0] * de,
-                                         dd, ds + 1, shape + 1, ndim - 1);
+      absl::Status s = AddNormalizedCopy(src + i * ss[0] * se, sd, ss + 1, dst + i * ds[0] * de, dd,
+                                         ds + 1, shape + 1, ndim - 1);
       if (!s.ok()) return s;
     }
     return absl::OkStatus();
   }
-  PieceDesc p;
-  const int off = kMaxPieceDims - ndim;
-  for (int d = 0; d < ndim; ++d) {
-    p.shape[off + d] = shape[d];
-    p.src_stride[off + d] = ss[d];
-    p.dst_stride[off + d] = ds[d];
-  }
+  PieceDesc p = PieceOfDims(shape, ss, ds, ndim);
   p.src = reinterpret_cast<uint64_t>(src);
   p.dst = reinterpret_cast<uint64_t>(dst);
   p.src_dtype = sd;
@@ -126,19 +142,15 @@ absl::Status PieceTable::AddNormalizedCopy(const char* src, DType sd, const int6
   if (pieces_.size() >= static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     return absl::ResourceExhaustedError("piece table full");
   }
-  const auto index = static_cast<int32_t>(pieces_.size());
-  pieces_.push_back(p);
-  if (p.mode != kModeVecCopy && p.mode != kModeRawCopy) ++non_copy_pieces_;
-  AddTasks(index, p);
-  bytes_written_ += p.shape[0] * p.shape[1] * p.shape[2] * p.shape[3] * p.dst_esize;
+  Append(p);
   return absl::OkStatus();
 }
 
 absl::Status PieceTable::AddCopy(const ViewRef& src, const ViewRef& dst, const int64_t* shape,
                                  int ndim, const char* label) {
   if (ndim < 0 || ndim > kMaxRequestDims) {
-    return absl::InvalidArgumentError(absl::StrCat("copy ", label, ": ", ndim, " dims (max ",
-                                                   kMaxRequestDims, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("copy ", label, ": ", ndim, " dims (max ", kMaxRequestDims, ")"));
   }
   if (!KernelSupportsCast(src.dtype, dst.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("copy ", label, ": no conversion from ",
@@ -151,18 +163,18 @@ absl::Status PieceTable::AddCopy(const ViewRef& src, const ViewRef& dst, const i
     ss[d] = src.strides[d];
     ds[d] = dst.strides[d];
     if (sh[d] < 0 || ss[d] < 0 || ds[d] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "copy ", label, ": negative shape or stride: shape ", DimsString(shape, ndim),
-          " src strides ", DimsString(src.strides, ndim), " dst strides ",
-          DimsString(dst.strides, ndim)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("copy ", label, ": negative shape or stride: shape ",
+                       DimsString(shape, ndim), " src strides ", DimsString(src.strides, ndim),
+                       " dst strides ", DimsString(dst.strides, ndim)));
     }
   }
   int64_t* strides[2] = {ss, ds};
   const int n = ndim == 0 ? (sh[0] = ss[0] = ds[0] = 1) : NormalizeDims(sh, ndim, strides, 2);
   if (n == 0) return absl::OkStatus();
   if (src.data == nullptr || dst.data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("copy ", label, ": null ",
-                                                   src.data ? "destination" : "source"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("copy ", label, ": null ", src.data ? "destination" : "source"));
   }
   return AddNormalizedCopy(static_cast<const char*>(src.data), src.dtype, ss,
                            static_cast<char*>(const_cast<void*>(dst.data)), dst.dtype, ds, sh, n);
@@ -184,10 +196,10 @@ absl::Status PieceTable::AddReduce(const void* const* inputs, int num_inputs, DT
   if (!KernelSupportsCast(input_dtype, accumulate_dtype) ||
       !KernelSupportsCast(accumulate_dtype, dst.dtype) || accumulate_dtype == v1::BOOL ||
       (!is_float && op == v1::REDUCE_AVG)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reduce ", label, ": ", v1::ReduceOp_Name(op), " of ", DTypeName(input_dtype),
-        " accumulated in ", DTypeName(accumulate_dtype), " into ", DTypeName(dst.dtype),
-        " is not defined"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce ", label, ": ", v1::ReduceOp_Name(op), " of ", DTypeName(input_dtype),
+                     " accumulated in ", DTypeName(accumulate_dtype), " into ",
+                     DTypeName(dst.dtype), " is not defined"));
   }
   for (int i = 0; i < num_inputs; ++i) {
     if (inputs[i] == nullptr) {
@@ -217,13 +229,7 @@ absl::Status PieceTable::AddReduce(const void* const* inputs, int num_inputs, DT
   if (dst.data == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("reduce ", label, ": null destination"));
   }
-  PieceDesc p;
-  const int off = kMaxPieceDims - n;
-  for (int d = 0; d < n; ++d) {
-    p.shape[off + d] = sh[d];
-    p.src_stride[off + d] = is[d];
-    p.dst_stride[off + d] = ds[d];
-  }
+  PieceDesc p = PieceOfDims(sh, is, ds, n);
   p.mode = kModeReduce;
   p.src = inputs_.size();
   for (int i = 0; i < num_inputs; ++i) inputs_.push_back(reinterpret_cast<uint64_t>(inputs[i]));
@@ -235,11 +241,7 @@ absl::Status PieceTable::AddReduce(const void* const* inputs, int num_inputs, DT
   p.average = op == v1::REDUCE_AVG ? 1 : 0;
   p.src_esize = static_cast<int32_t>(DTypeSize(input_dtype));
   p.dst_esize = static_cast<int32_t>(DTypeSize(dst.dtype));
-  const auto index = static_cast<int32_t>(pieces_.size());
-  pieces_.push_back(p);
-  if (p.mode != kModeVecCopy && p.mode != kModeRawCopy) ++non_copy_pieces_;
-  AddTasks(index, p);
-  bytes_written_ += p.shape[0] * p.shape[1] * p.shape[2] * p.shape[3] * p.dst_esize;
+  Append(p);
   return absl::OkStatus();
 }
 

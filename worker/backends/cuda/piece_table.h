@@ -61,6 +61,8 @@ class PieceTable {
   bool copy_only() const { return non_copy_pieces_ == 0; }
 
  private:
+  // Adds `p` and its tasks.
+  void Append(const PieceDesc& p);
   void AddTasks(int32_t piece_index, const PieceDesc& p);
   absl::Status AddNormalizedCopy(const char* src, DType sd, const int64_t* ss, char* dst, DType dd,
                                  const int64_t* ds, const int64_t* shape, int ndim);

@@ -1,12 +1,13 @@
 // A diagnostic: when, on the GPU, each piece of a sync's work finished (local
-// copies, puts, NCCL rounds), and when the host issued it. The executor's host
-// timings cannot tell a kernel that waited for SM slots from one that ran
-// slowly; these device times can (bench/gpu/sync_bench.cc --timeline).
+// copies, puts, NCCL rounds: the CUDA backend's stream marks,
+// worker/backends/cuda/stream_marks.h), and when the host issued it. The
+// executor's host timings cannot tell a kernel that waited for SM slots from
+// one that ran slowly; these device times can (sync_bench.cc --timeline).
 //
-// Off unless a benchmark enables it: Mark then costs one atomic load. Marks
-// past the capacity are dropped (and counted), never allocated on the way.
-#ifndef WSYNC_WORKER_BACKENDS_CUDA_DEVICE_TIMELINE_H_
-#define WSYNC_WORKER_BACKENDS_CUDA_DEVICE_TIMELINE_H_
+// Off unless enabled: a mark then costs one atomic load. Marks past the
+// capacity are dropped (and counted), never allocated on the way.
+#ifndef WSYNC_BENCH_GPU_DEVICE_TIMELINE_H_
+#define WSYNC_BENCH_GPU_DEVICE_TIMELINE_H_
 
 #include <cuda_runtime_api.h>
 
@@ -19,18 +20,20 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/backends/cuda/cuda_handles.h"
+#include "worker/backends/cuda/stream_marks.h"
 
 namespace wsync::cuda {
 
-class DeviceTimeline {
+class DeviceTimeline : public StreamMarkObserver {
  public:
   struct Entry {
     const char* label;
     double device_ms;  // completion on the device, since Begin
     double host_ms;    // when the host issued the mark, since Begin
   };
-  // Turns the process-wide timeline on for `device`, with room for
-  // `capacity` marks per Begin. Once on, later calls change nothing.
+  // Turns the process-wide timeline on for `device` (installs it as the
+  // stream-mark observer), with room for `capacity` marks per Begin. Once on,
+  // later calls change nothing.
   static absl::Status Enable(int device, int capacity);
   // The enabled timeline, or null.
   static DeviceTimeline* Active() { return active_.load(std::memory_order_acquire); }
@@ -38,14 +41,14 @@ class DeviceTimeline {
   // Starts a new timeline: its zero is when `stream` reaches this point.
   absl::Status Begin(cudaStream_t stream);
   // `label` must outlive Collect (a string literal).
-  void Mark(const char* label, cudaStream_t stream);
+  void Mark(const char* label, cudaStream_t stream) override;
   // Waits for every mark since Begin.
   absl::StatusOr<std::vector<Entry>> Collect();
   int dropped() {
     std::lock_guard<std::mutex> lock(mu_);
     return dropped_;
   }
-  ~DeviceTimeline();
+  ~DeviceTimeline() override;
 
  private:
   DeviceTimeline() = default;
@@ -62,23 +65,6 @@ class DeviceTimeline {
   int dropped_ = 0;
 };
 
-inline void TimelineMark(const char* label, cudaStream_t stream) {
-  if (DeviceTimeline* t = DeviceTimeline::Active()) t->Mark(label, stream);
-}
-
-// Marks when the scope ends, whichever way it returns.
-class TimelineMarkOnExit {
- public:
-  TimelineMarkOnExit(const char* label, cudaStream_t stream) : label_(label), stream_(stream) {}
-  ~TimelineMarkOnExit() { TimelineMark(label_, stream_); }
-  TimelineMarkOnExit(const TimelineMarkOnExit&) = delete;
-  TimelineMarkOnExit& operator=(const TimelineMarkOnExit&) = delete;
-
- private:
-  const char* label_;
-  cudaStream_t stream_;
-};
-
 }  // namespace wsync::cuda
 
-#endif  // WSYNC_WORKER_BACKENDS_CUDA_DEVICE_TIMELINE_H_
+#endif  // WSYNC_BENCH_GPU_DEVICE_TIMELINE_H_

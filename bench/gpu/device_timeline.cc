@@ -1,4 +1,4 @@
-#include "worker/backends/cuda/device_timeline.h"
+#include "bench/gpu/device_timeline.h"
 
 #include "absl/strings/str_cat.h"
 #include "worker/backends/cuda/cuda_status.h"
@@ -28,10 +28,14 @@ absl::Status DeviceTimeline::Enable(int device, int capacity) {
   t.labels_.assign(capacity, nullptr);
   t.host_ms_.assign(capacity, 0.0);
   active_.store(&t, std::memory_order_release);
+  SetStreamMarkObserver(&t);
   return absl::OkStatus();
 }
 
-DeviceTimeline::~DeviceTimeline() { active_.store(nullptr, std::memory_order_release); }
+DeviceTimeline::~DeviceTimeline() {
+  SetStreamMarkObserver(nullptr);
+  active_.store(nullptr, std::memory_order_release);
+}
 
 absl::Status DeviceTimeline::Begin(cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import wsync
+import wsync.torch
 from wsync import cuda_ipc
 
 HANDLE = bytes(range(64))

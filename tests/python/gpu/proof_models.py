@@ -91,6 +91,22 @@ def unfuse_experts(c, full):
     return out
 
 
+def fuse_experts(c, full):
+    """The inverse of unfuse_experts: transformers >= 5's naming."""
+    out, layers = {}, set()
+    for name, t in full.items():
+        if ".mlp.experts." not in name:
+            out[name] = t
+        else:
+            layers.add(name[:name.index(".mlp.experts.")])
+    for p in sorted(layers):
+        ex = [f"{p}.mlp.experts.{e}." for e in range(c["num_experts"])]
+        out[f"{p}.mlp.experts.gate_up_proj"] = torch.stack(
+            [torch.cat([full[x + "gate_proj.weight"], full[x + "up_proj.weight"]]) for x in ex])
+        out[f"{p}.mlp.experts.down_proj"] = torch.stack([full[x + "down_proj.weight"] for x in ex])
+    return out
+
+
 def _rows(t, lo, n):
     return t[lo:lo + n]
 

@@ -139,7 +139,8 @@ def check(cfg, full, recv):
 def run_model(args, model, device, services, client, out):
     size = "tiny" if args.tiny else "gpu"
     cfg = proof_models.CONFIGS[(model, size)]
-    trainer = trainers.make(cfg, device, RANK, WORLD, prefer_real=not args.stand_in)
+    trainer = trainers.make(cfg, device, RANK, WORLD, prefer_real=not args.stand_in,
+                            fused_experts=args.fused_experts)
     fused = trainer.fused_experts
     dst = load_destination(model, size, "stacked" if fused else "separate")
     if fused:
@@ -202,6 +203,8 @@ def main():
     ap.add_argument("--cpu", action="store_true", help="host tensors and gloo even with CUDA")
     ap.add_argument("--stand-in", action="store_true",
                     help="the DTensor stand-in trainer even where FSDP2 and transformers exist")
+    ap.add_argument("--fused-experts", action="store_true",
+                    help="the stand-in holds MoE experts fused, as transformers >= 5 does")
     ap.add_argument("--run-dir", required=True, help="shared by the ranks: ports, sockets, logs")
     ap.add_argument("--bin-dir", default="",
                     help="holds wsync-controller and wsync-worker (default: the build tree)")

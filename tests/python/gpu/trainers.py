@@ -13,10 +13,10 @@ import torch.distributed as dist
 import proof_models
 
 
-def make(cfg, device, rank, world, prefer_real=True):
+def make(cfg, device, rank, world, prefer_real=True, fused_experts=False):
     if prefer_real and device.type == "cuda":
         return FsdpTrainer(cfg, device, world)
-    return StandInTrainer(cfg, rank, world)
+    return StandInTrainer(cfg, rank, world, fused_experts)
 
 
 def _hf_model(cfg):
@@ -68,18 +68,22 @@ class FsdpTrainer:
 
 class StandInTrainer:
     """HF tensors (fp32) sharded on dim 0 by torch.chunk's rule over `world`
-    ranks; each step adds seeded noise to the local shards in place."""
+    ranks; each step adds seeded noise to the local shards in place. With
+    `fused_experts`, MoE experts are held as transformers >= 5 holds them
+    (experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I])."""
 
-    def __init__(self, cfg, rank, world):
+    def __init__(self, cfg, rank, world, fused_experts=False):
         import ducks
         self.cfg, self.rank, self.world = cfg, rank, world
         g = torch.Generator().manual_seed(0)
         full = {n: torch.randn(*s, generator=g) for n, s in proof_models.hf_shapes(cfg).items()}
+        self.fused_experts = fused_experts and cfg["model_type"] == "qwen3_moe"
+        if self.fused_experts:
+            full = proof_models.fuse_experts(cfg, full)
         self.params = {n: ducks.DTensor(t, list(range(world)), [ducks.Shard(0)], rank)
                        for n, t in full.items()}
         self.locals = {n: p.to_local() for n, p in self.params.items()}
-        self.fused_experts = False
-        self.kind = "dtensor-stand-in"
+        self.kind = "dtensor-stand-in" + ("-fused-experts" if self.fused_experts else "")
 
     def describe_items(self):
         return list(self.params.items())
@@ -96,4 +100,5 @@ class StandInTrainer:
     def full_tensors(self):
         shards = [None] * self.world
         dist.all_gather_object(shards, {n: t.clone() for n, t in self.locals.items()})
-        return {n: torch.cat([s[n] for s in shards]) for n in self.locals}
+        full = {n: torch.cat([s[n] for s in shards]) for n in self.locals}
+        return proof_models.unfuse_experts(self.cfg, full) if self.fused_experts else full

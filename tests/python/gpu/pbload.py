@@ -34,12 +34,42 @@ def _message_class(pool, desc):
     return message_factory.MessageFactory(pool).GetPrototype(desc)
 
 
+class _EnumWrapper:
+    """Name() / Value() / values() of an enum descriptor, should the
+    runtime's internal EnumTypeWrapper ever move."""
+
+    def __init__(self, desc):
+        self.DESCRIPTOR = desc
+
+    def Name(self, number):
+        return self.DESCRIPTOR.values_by_number[number].name
+
+    def Value(self, name):
+        return self.DESCRIPTOR.values_by_name[name].number
+
+    def keys(self):
+        return [v.name for v in self.DESCRIPTOR.values]
+
+    def values(self):
+        return [v.number for v in self.DESCRIPTOR.values]
+
+    def items(self):
+        return [(v.name, v.number) for v in self.DESCRIPTOR.values]
+
+
+def _enum_wrapper(desc):
+    try:
+        from google.protobuf.internal import enum_type_wrapper
+        return enum_type_wrapper.EnumTypeWrapper(desc)
+    except ImportError:
+        return _EnumWrapper(desc)
+
+
 def _module(pool, file_desc, modname):
-    from google.protobuf.internal import enum_type_wrapper
     mod = types.ModuleType(f"wsync.v1.{modname}")
     mod.DESCRIPTOR = file_desc
     for name, enum in file_desc.enum_types_by_name.items():
-        setattr(mod, name, enum_type_wrapper.EnumTypeWrapper(enum))
+        setattr(mod, name, _enum_wrapper(enum))
         for v in enum.values:
             setattr(mod, v.name, v.number)
     for name, msg in file_desc.message_types_by_name.items():

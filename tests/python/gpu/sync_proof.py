@@ -84,8 +84,10 @@ class Services:
 
     def __init__(self, run_dir, bin_dir, device):
         self.dir = run_dir
-        controller = os.path.join(bin_dir, "wsync-controller") if bin_dir else harness.CONTROLLER_BIN
-        worker = os.path.join(bin_dir, "wsync-worker") if bin_dir else harness.WORKER_BIN
+        controller, worker = harness.CONTROLLER_BIN, harness.WORKER_BIN
+        if bin_dir:
+            controller = os.path.join(bin_dir, "wsync-controller")
+            worker = os.path.join(bin_dir, "wsync-worker")
         self.procs = []
         pf = os.path.join(run_dir, "controller.ports")
         if RANK == 0:
@@ -152,8 +154,11 @@ def run_model(args, model, device, services, client, out):
                                socket=services.socket)
     recv = receivers_for(spec, device)
     rreg = wsync.torch.register(recv, group="inference", rank=RANK, socket=services.socket)
+    storage = sum((t.to_local() if hasattr(t, "to_local") else t).untyped_storage().nbytes()
+                  for _, t in trainer.describe_items()) if device.type == "cuda" else 0
     log(f"{model}: {trainer.kind}, registered {reg.bytes} trainer bytes "
-        f"({type(reg).__name__}), {rreg.bytes} receiver bytes")
+        f"({type(reg).__name__}; their storages hold {storage} bytes with FSDP2's padding), "
+        f"{rreg.bytes} receiver bytes")
     ok = True
     if RANK == 0:
         client.wait_for_workers({"trainer": WORLD, "inference": WORLD}, timeout=60, buffers=True)

@@ -35,7 +35,19 @@ class FsdpTrainer:
         from torch.distributed.fsdp import fully_shard
         self.cfg, self.device = cfg, device
         torch.manual_seed(0)
-        model = _hf_model(cfg).float().to(device)
+        model = _hf_model(cfg).float()
+        # Every parameter from one seeded generator, identical on every rank
+        # (transformers may leave some, e.g. fused experts, to lazy init).
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.fill_(1.0)
+                else:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+        if hasattr(model, "set_experts_implementation"):  # transformers >= 5
+            model.set_experts_implementation("eager")
+        model = model.to(device)
         mesh = init_device_mesh(device.type, (world,))
         for layer in model.model.layers:
             fully_shard(layer, mesh=mesh)

@@ -154,17 +154,20 @@ def run_model(args, model, device, services, client, out):
                                socket=services.socket)
     recv = receivers_for(spec, device)
     rreg = wsync.torch.register(recv, group="inference", rank=RANK, socket=services.socket)
-    storage = sum((t.to_local() if hasattr(t, "to_local") else t).untyped_storage().nbytes()
-                  for _, t in trainer.describe_items()) if device.type == "cuda" else 0
+    padded = ""
+    if device.type == "cuda":
+        held = sum(t.to_local().untyped_storage().nbytes() for _, t in trainer.describe_items())
+        padded = f"; their storages, with FSDP2's padding, hold {held}"
     log(f"{model}: {trainer.kind}, registered {reg.bytes} trainer bytes "
-        f"({type(reg).__name__}; their storages hold {storage} bytes with FSDP2's padding), "
-        f"{rreg.bytes} receiver bytes")
+        f"({type(reg).__name__}{padded}), {rreg.bytes} receiver bytes")
     ok = True
+    dist.barrier()  # every rank registered this model's tensors (replacing the last model's)
     if RANK == 0:
         client.wait_for_workers({"trainer": WORLD, "inference": WORLD}, timeout=60, buffers=True)
         client.define_transfer(model, spec, source_group="trainer",
                                destination_group="inference")
     dist.barrier()
+    times = []
     for version in range(1, args.versions + 1):
         trainer.step(version)
         t_step = time.perf_counter()
@@ -181,6 +184,7 @@ def run_model(args, model, device, services, client, out):
                        max_execute_s=round(status.max_execute_seconds, 6),
                        bytes=status.bytes_total, direct_pairs=status.direct_pairs,
                        gbps=round(status.bytes_total / max(t1 - t0, 1e-9) / 1e9, 3))
+            times.append((t1 - t0, t1 - t_step))
         dist.barrier()
         bad = check(cfg, trainer.full_tensors(), recv)
         flags = [None] * WORLD
@@ -192,6 +196,12 @@ def run_model(args, model, device, services, client, out):
             print("PROOF " + json.dumps(rec), flush=True)
             out.write(json.dumps(rec) + "\n")
             out.flush()
+    if RANK == 0 and len(times) > 1:
+        steady = sorted(times[1:])  # version 1 also sets up the transport
+        med = steady[len(steady) // 2]
+        log(f"{model}: steady-state sync {med[0] * 1e3:.2f} ms, optimizer.step() -> "
+            f"sync().wait() {med[1] * 1e3:.2f} ms (median of versions 2..{args.versions}; "
+            f"{rec.get('bytes', 0)} bytes)")
     stale = reg.stale()
     if stale:
         log(f"{model}: registered tensors moved during training: {stale[:4]}")

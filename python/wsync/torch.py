@@ -2,21 +2,33 @@
 
     reg = wsync.torch.register(model, group="trainer", rank=rank)
 
+Device (CUDA) tensors, for a worker started with ``--device N`` on the same
+GPU, are registered by legacy CUDA IPC (wsync.cuda_ipc): the handle of the
+cudaMalloc allocation holding each tensor, the allocation's size and the
+tensor's byte range in it. Nothing is copied or re-pointed: the worker reads
+and writes the trainer's live memory. DTensors register their local tensor
+(``to_local()``), which is the parameter's own storage: for FSDP2's
+``fully_shard`` it views the padded shard buffer from offset 0 with the
+unpadded local shard's size (torch.chunk rows), so the registered range is
+exactly the local shard and the padding is not registered. Memory from
+``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (cuMem) has no legacy
+handle and is refused with a FailedPrecondition naming the setting (the
+SCM_RIGHTS file-descriptor path is future work). Legacy IPC handles open only
+inside the owner's PID namespace (docs/gpu.md).
+
 Host (CPU) tensors are moved into one POSIX shared-memory object that the
 worker maps: each tensor's data is copied there and the tensor (parameter)
 is re-pointed at it in place (``tensor.data = shm_view``), so the trainer keeps
 using the same objects and the worker reads / writes the live values. The
 mapping lives as long as any tensor viewing it (the tensors hold the mmap). The
 shm name stays until ``Registration.close()`` or the process exits (peer
-workers open it by name for direct writes).
+workers open it by name for direct writes). Host DTensors are refused (their
+owner, e.g. FSDP2's padded shard buffer, would not follow a move).
+
 If the trainer reallocates a registered tensor (optimizer offload/reload,
 ``param.data = new``) ``Registration.stale()`` names it and ``refresh()``
-moves and registers it again.
-
-Device (CUDA) tensors need the worker's CUDA IPC / SCM_RIGHTS path, which this
-package does not provide yet: they are refused with an error saying so, and so
-are DTensors (their owner, e.g. FSDP2's padded shard buffer, would not follow a
-move): register the local tensors your code owns.
+registers it again (host: moved into a new shm object; device: exported
+again where it now lives).
 """
 import atexit
 import mmap
@@ -26,7 +38,7 @@ import uuid
 import grpc
 import torch as _torch
 
-from wsync import dtypes, errors
+from wsync import cuda_ipc, dtypes, errors
 from wsync._proto import worker_local_pb2 as lpb
 from wsync._proto import worker_local_pb2_grpc as lpb_grpc
 
@@ -57,8 +69,8 @@ def _check_movable(name, t):
 def _check_host(name, t):
     if t.device.type != "cpu":
         raise errors.FailedPrecondition(
-            f"tensor {name!r} is on {t.device}: this package registers host tensors only "
-            "(shared memory, host workers); device tensors need the CUDA IPC path")
+            f"tensor {name!r} is on {t.device}: wsync registers host tensors only (shared "
+            "memory, host workers) or CUDA tensors (CUDA IPC, workers with --device)")
 
 
 def _aligned(n):
@@ -221,24 +233,49 @@ class Registration:
         self.close()
 
 
+def _is_dtensor(t):
+    return hasattr(t, "placements") and hasattr(t, "device_mesh")
+
+
+def _is_cuda(t):
+    return (t.to_local() if _is_dtensor(t) else t).device.type == "cuda"
+
+
 def register(tensors, *, group, rank=None, socket=None, names=None, replace=True, timeout=10.0):
-    """Registers `tensors` (a torch.nn.Module, a dict or (name, tensor) pairs of
-    host tensors this process owns) with the worker of `group`/`rank`
-    (rank default: $RANK) at `socket` (default: default_socket). `names`
-    maps a tensor's name to the buffer name of the layout (default: the same).
-    Returns a Registration. Raises FailedPrecondition for device tensors and
-    the worker's errors as WsyncError (InvalidArgument: not one of its groups,
-    bad shape; Unavailable: no worker at the socket)."""
+    """Registers `tensors` (a torch.nn.Module, a dict or (name, tensor) pairs
+    this process owns; all on the host or all on CUDA) with the worker of
+    `group`/`rank` (rank default: $RANK) at `socket` (default:
+    default_socket). `names` maps a tensor's name to the buffer name of the
+    layout (default: the same). Returns a Registration (host) or a
+    CudaRegistration (device). Raises FailedPrecondition for host DTensors
+    and for CUDA memory legacy IPC cannot export (expandable segments),
+    InvalidArgument for a mix of host and device tensors, and the worker's
+    errors as WsyncError (InvalidArgument: not one of its groups, bad shape,
+    wrong GPU; Unavailable: no worker at the socket)."""
     if rank is None:
         rank = int(os.environ.get("RANK", "0"))
+    named = [((names or {}).get(n, n), n, t) for n, t in _named(tensors)]
+    on_cuda = {n for _, n, t in named if _is_cuda(t)}
+    if on_cuda and len(on_cuda) != len(named):
+        host = next(n for _, n, _ in named if n not in on_cuda)
+        raise errors.InvalidArgument(
+            f"tensor {host!r} is on the host but {sorted(on_cuda)[0]!r} is on CUDA: one "
+            "registration holds host tensors (host worker) or device tensors (worker with "
+            "--device), not both")
+    socket = socket or default_socket(group, rank)
+    if on_cuda:
+        reg = CudaRegistration(socket, group, timeout)
+        reg.add([(buf, t) for buf, _, t in named])
+        reg.send(replace=replace)
+        return reg
     items = []
-    for name, t in _named(tensors):
+    for buf, name, t in named:
         _check_movable(name, t)
         _check_host(name, t)
         if not t.is_contiguous():
             raise errors.InvalidArgument(f"tensor {name!r} is not contiguous")
-        items.append(((names or {}).get(name, name), t))
-    reg = Registration(socket or default_socket(group, rank), group, timeout)
+        items.append((buf, t))
+    reg = Registration(socket, group, timeout)
     reg._move(items)
     try:
         reg.send(replace=replace)
@@ -246,6 +283,64 @@ def register(tensors, *, group, rank=None, socket=None, names=None, replace=True
         reg.close()
         raise
     return reg
+
+
+class CudaRegistration(Registration):
+    """Device tensors of one group registered with one worker by CUDA IPC.
+    ``tensors`` holds what was passed (DTensors included); the registered
+    memory is each one's local tensor where it lives."""
+
+    def __init__(self, socket, group, timeout):
+        super().__init__(socket, group, timeout)
+        self._ipc = {}    # registered name -> CudaIpc fields
+        self._where = {}  # registered name -> (data_ptr, shape, dtype) at export
+
+    @staticmethod
+    def _local(t):
+        return t.to_local() if _is_dtensor(t) else t
+
+    def add(self, items):
+        """Exports each (name, tensor) by CUDA IPC (no copy)."""
+        segments, uuids = cuda_ipc.SegmentSizes(), {}
+        for name, t in items:
+            local = self._local(t)
+            self._ipc[name] = cuda_ipc.export(name, local, segments, uuids)
+            self._where[name] = (local.data_ptr(), tuple(local.shape), local.dtype)
+            self.tensors[name] = t
+            self.bytes += self._ipc[name]["size"]
+
+    def request(self, replace=True):
+        req = lpb.RegisterTensorsRequest(group=self.group, replace=replace)
+        for name, t in self.tensors.items():
+            local = self._local(t)
+            req.tensors.add(name=name, dtype=dtypes.value(local.dtype), shape=list(local.shape),
+                            cuda_ipc=lpb.CudaIpc(**self._ipc[name]))
+        return req
+
+    def stale(self):
+        out = []
+        for name, t in self.tensors.items():
+            local = self._local(t)
+            if (local.data_ptr(), tuple(local.shape), local.dtype) != self._where[name]:
+                out.append(name)
+        return out
+
+    def refresh(self):
+        """Exports the reallocated tensors again and replaces the
+        registration; returns whether anything had moved."""
+        moved = self.stale()
+        if not moved:
+            return False
+        items = [(n, self.tensors[n]) for n in moved]
+        for n in moved:
+            self.bytes -= self._ipc[n]["size"]
+        self.add(items)
+        self.send(replace=True)
+        return True
+
+    def close(self):
+        """Nothing to release here: the worker unmaps a base when the group
+        registers again or the worker goes."""
 
 
 def sync_events(socket, timeout=None):

@@ -1,0 +1,253 @@
+"""The GPU proof (issue 16): a real trainer syncs every new version into
+vLLM-layout receivers, checked bit for bit. Run by run_gpu_proof.sh:
+
+    torchrun --nproc_per_node 2 tests/python/gpu/sync_proof.py --out $OUT
+
+Each of the 2 ranks (one GPU each) trains a transformers model built from a
+small config with random init (Llama-shaped and Qwen3-MoE-shaped; no
+downloads), wrapped with FSDP2 fully_shard, with AdamW steps. Its worker
+(`wsync-worker --device r`, memberships trainer:r:2 and inference:r:2: the
+receivers are colocated on the same GPUs) gets the rank's FSDP2 shards and the
+receivers' vLLM-layout parameters (fused qkv / gate_up / stacked experts,
+TP=2, bf16, plain CUDA tensors), all registered by CUDA IPC through
+wsync.torch.register. The transfer is the source side derived from the model
+(wsync.layouts) and the destination side of wsync.vllm (from a committed
+fixture: wsync._native does not load on the GPU machine's Python). After
+every sync every receiver parameter must equal the trainer's full_tensor()
+put into vLLM's layout by an independent reading of vLLM's loaders
+(proof_models.vllm_reference) and cast to bf16, bit for bit; the untouched
+vocab padding must stay zero.
+
+Without CUDA (or with --cpu) the same script runs on the host: gloo, host
+workers, shared memory; with torch < 2.6 or without transformers the trainer
+is the tests' DTensor stand-in (ducks) over the same HF tensors, updated in
+place each version. Results: one JSON line per model and version on stdout
+("PROOF {...}") and in --out/proof.jsonl; exit status 0 only if every check
+held.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+import pbload  # noqa: E402
+
+PROTOBUF = pbload.install()
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from google.protobuf import json_format  # noqa: E402
+
+import wsync  # noqa: E402
+import wsync.torch  # noqa: E402
+from wsync import layouts  # noqa: E402
+from wsync._proto import layout_pb2  # noqa: E402
+
+import proof_models  # noqa: E402
+import trainers  # noqa: E402
+import harness  # noqa: E402
+from harness import Process, read_port_file  # noqa: E402
+
+RANK = int(os.environ.get("RANK", "0"))
+WORLD = int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def log(*a):
+    print(f"[rank {RANK}]", *a, flush=True)
+
+
+def load_destination(model, size, experts):
+    path = os.path.join(HERE, "fixtures", proof_models.fixture_name(model, size, experts))
+    return json_format.Parse(open(path).read(), layout_pb2.TransferSpec())
+
+
+def fused_expert_mappings(dst, moe_intermediate):
+    """Mappings of the stacked fixture (experts.gate_proj / up_proj [E, I, H])
+    rewritten for transformers >= 5's fused experts.gate_up_proj [E, 2I, H]
+    (gate rows first)."""
+    for m in dst.mappings:
+        if m.src.endswith("mlp.experts.gate_proj"):
+            m.src = m.src[:-len("gate_proj")] + "gate_up_proj"
+        elif m.src.endswith("mlp.experts.up_proj"):
+            m.src = m.src[:-len("up_proj")] + "gate_up_proj"
+            m.src_box.offset[1] += moe_intermediate
+    return dst
+
+
+class Services:
+    """The controller (rank 0) and this rank's worker, sharing run_dir."""
+
+    def __init__(self, run_dir, bin_dir, device):
+        self.dir = run_dir
+        controller, worker = harness.CONTROLLER_BIN, harness.WORKER_BIN
+        if bin_dir:
+            controller = os.path.join(bin_dir, "wsync-controller")
+            worker = os.path.join(bin_dir, "wsync-worker")
+        self.procs = []
+        pf = os.path.join(run_dir, "controller.ports")
+        if RANK == 0:
+            self.procs.append(Process(
+                [controller, "--listen=127.0.0.1:0",
+                 "--metrics_port=-1", f"--port_file={pf}"],
+                os.path.join(run_dir, "controller.log")))
+        self.address = "127.0.0.1:" + read_port_file(
+            pf, "grpc_port", timeout=60, proc=self.procs[0].proc if self.procs else None)
+        self.socket = os.path.join(run_dir, f"worker{RANK}.sock")
+        wpf = os.path.join(run_dir, f"worker{RANK}.ports")
+        flags = [f"--device={device.index}"] if device.type == "cuda" else []
+        self.procs.append(Process(
+            [worker, f"--controller={self.address}",
+             f"--groups=trainer:{RANK}:{WORLD},inference:{RANK}:{WORLD}",
+             f"--local_socket={self.socket}", "--metrics_port=-1", f"--port_file={wpf}",
+             "--node=n0", *flags], os.path.join(run_dir, f"worker{RANK}.log")))
+        read_port_file(wpf, "local_socket", timeout=60, proc=self.procs[-1].proc)
+
+    def close(self):
+        for p in reversed(self.procs):
+            p.stop()
+
+
+def receivers_for(spec, device):
+    return {b: torch.zeros(n, dtype=torch.bfloat16, device=device)
+            for b, (_, n) in layouts.local_buffers(spec.destination, RANK).items()}
+
+
+def check(cfg, full, recv):
+    """Mismatches of this rank's receivers against the reference."""
+    ref = proof_models.vllm_reference(cfg, full, proof_models.TP, RANK)
+    bad = []
+    if set(ref) != set(recv):
+        bad.append(f"receiver names differ: only reference {sorted(set(ref) - set(recv))[:4]}, "
+                   f"only receivers {sorted(set(recv) - set(ref))[:4]}")
+    for name in sorted(set(ref) & set(recv)):
+        want = ref[name].to(torch.bfloat16).flatten()
+        got = recv[name]
+        n = want.numel()
+        if got.numel() < n:
+            bad.append(f"{name}: receiver has {got.numel()} elements, reference {n}")
+        elif not torch.equal(got[:n].view(torch.int16), want.to(got.device).view(torch.int16)):
+            diff = (got[:n].float() != want.to(got.device).float()).sum().item()
+            bad.append(f"{name}: {diff} of {n} elements differ")
+        elif got.numel() > n and got[n:].view(torch.int16).any():
+            bad.append(f"{name}: the padding past {n} elements was written")
+    return bad
+
+
+def run_model(args, model, device, services, client, out):
+    size = "tiny" if args.tiny else "gpu"
+    cfg = proof_models.CONFIGS[(model, size)]
+    trainer = trainers.make(cfg, device, RANK, WORLD, prefer_real=not args.stand_in,
+                            fused_experts=args.fused_experts)
+    fused = trainer.fused_experts
+    dst = load_destination(model, size, "stacked" if fused else "separate")
+    if fused:
+        dst = fused_expert_mappings(dst, cfg["moe_intermediate_size"])
+    src = layouts.source_side(layouts.gather(layouts.describe(trainer.describe_items(),
+                                                              rank=RANK)))
+    spec = layouts.transfer_spec(src, dst, name=model)
+    reg = wsync.torch.register(trainer.register_items(), group="trainer", rank=RANK,
+                               socket=services.socket)
+    recv = receivers_for(spec, device)
+    rreg = wsync.torch.register(recv, group="inference", rank=RANK, socket=services.socket)
+    padded = ""
+    if device.type == "cuda":
+        held = sum(t.to_local().untyped_storage().nbytes() for _, t in trainer.describe_items())
+        padded = f"; their storages, with FSDP2's padding, hold {held}"
+    log(f"{model}: {trainer.kind}, registered {reg.bytes} trainer bytes "
+        f"({type(reg).__name__}{padded}), {rreg.bytes} receiver bytes")
+    ok = True
+    dist.barrier()  # every rank registered this model's tensors (replacing the last model's)
+    if RANK == 0:
+        client.wait_for_workers({"trainer": WORLD, "inference": WORLD}, timeout=60, buffers=True)
+        client.define_transfer(model, spec, source_group="trainer",
+                               destination_group="inference")
+    dist.barrier()
+    times = []
+    for version in range(1, args.versions + 1):
+        trainer.step(version)
+        t_step = time.perf_counter()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dist.barrier()
+        rec = {"model": model, "trainer": trainer.kind, "version": version, "device": str(device)}
+        if RANK == 0:
+            t0 = time.perf_counter()
+            status = client.sync(version, transfer=model).wait(timeout=120, show_progress=False)
+            t1 = time.perf_counter()
+            rec.update(sync_wait_s=round(t1 - t0, 6), step_to_synced_s=round(t1 - t_step, 6),
+                       controller_elapsed_s=round(status.elapsed_seconds, 6),
+                       max_execute_s=round(status.max_execute_seconds, 6),
+                       bytes=status.bytes_total, direct_pairs=status.direct_pairs,
+                       gbps=round(status.bytes_total / max(t1 - t0, 1e-9) / 1e9, 3))
+            times.append((t1 - t0, t1 - t_step))
+        dist.barrier()
+        bad = check(cfg, trainer.full_tensors(), recv)
+        flags = [None] * WORLD
+        dist.all_gather_object(flags, bad)
+        rec["mismatches"] = [m for per in flags for m in per][:20]
+        rec["bit_exact"] = not rec["mismatches"]
+        ok = ok and rec["bit_exact"]
+        if RANK == 0:
+            print("PROOF " + json.dumps(rec), flush=True)
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+    if RANK == 0 and len(times) > 1:
+        steady = sorted(times[1:])  # version 1 also sets up the transport
+        med = steady[len(steady) // 2]
+        log(f"{model}: steady-state sync {med[0] * 1e3:.2f} ms, optimizer.step() -> "
+            f"sync().wait() {med[1] * 1e3:.2f} ms (median of versions 2..{args.versions}; "
+            f"{rec.get('bytes', 0)} bytes)")
+    stale = reg.stale()
+    if stale:
+        log(f"{model}: registered tensors moved during training: {stale[:4]}")
+        ok = False
+    dist.barrier()
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="llama,qwen3_moe")
+    ap.add_argument("--versions", type=int, default=3)
+    ap.add_argument("--tiny", action="store_true", help="the tiny configs (CPU variant)")
+    ap.add_argument("--cpu", action="store_true", help="host tensors and gloo even with CUDA")
+    ap.add_argument("--stand-in", action="store_true",
+                    help="the DTensor stand-in trainer even where FSDP2 and transformers exist")
+    ap.add_argument("--fused-experts", action="store_true",
+                    help="the stand-in holds MoE experts fused, as transformers >= 5 does")
+    ap.add_argument("--run-dir", required=True, help="shared by the ranks: ports, sockets, logs")
+    ap.add_argument("--bin-dir", default="",
+                    help="holds wsync-controller and wsync-worker (default: the build tree)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    cuda = torch.cuda.is_available() and not args.cpu
+    if cuda:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", RANK)))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group("nccl" if cuda else "gloo")
+    os.makedirs(args.out, exist_ok=True)
+    log(f"torch {torch.__version__}, protobuf runtime {PROTOBUF}, device {device}")
+    services = Services(args.run_dir, args.bin_dir, device)
+    client = wsync.Client(services.address, timeout=60) if RANK == 0 else None
+    ok = True
+    try:
+        with open(os.path.join(args.out, f"proof{RANK}.jsonl"), "a") as out:
+            for model in args.models.split(","):
+                ok = run_model(args, model, device, services, client, out) and ok
+    finally:
+        dist.barrier()
+        services.close()
+        dist.destroy_process_group()
+    log("PROOF " + ("PASSED" if ok else "FAILED"))
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

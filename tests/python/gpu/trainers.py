@@ -1,0 +1,116 @@
+"""The proof's trainers: a transformers model under FSDP2 fully_shard with
+AdamW (GPUs), or, where torch < 2.6 / no transformers / host tensors, the
+tests' DTensor stand-in over the same HF tensors. Both give:
+
+    describe_items()  (name, DTensor) pairs for wsync.layouts.describe
+    register_items()  what wsync.torch.register gets
+    step(version)     one training step, in place
+    full_tensors()    {HF name (separate experts): full fp32 tensor on the host}
+"""
+import torch
+import torch.distributed as dist
+
+import proof_models
+
+
+def make(cfg, device, rank, world, prefer_real=True, fused_experts=False):
+    if prefer_real and device.type == "cuda":
+        return FsdpTrainer(cfg, device, world)
+    return StandInTrainer(cfg, rank, world, fused_experts)
+
+
+def _hf_model(cfg):
+    import transformers
+    kwargs = {k: v for k, v in cfg.items()
+              if k not in ("model_type", "architectures", "torch_dtype")}
+    if cfg["model_type"] == "llama":
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**kwargs))
+    return transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**kwargs))
+
+
+class FsdpTrainer:
+    def __init__(self, cfg, device, world):
+        import transformers
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        self.cfg, self.device = cfg, device
+        torch.manual_seed(0)
+        model = _hf_model(cfg).float()
+        # Every parameter from one seeded generator, identical on every rank
+        # (transformers may leave some, e.g. fused experts, to lazy init).
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.fill_(1.0)
+                else:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+        if hasattr(model, "set_experts_implementation"):  # transformers >= 5
+            model.set_experts_implementation("eager")
+        model = model.to(device)
+        mesh = init_device_mesh(device.type, (world,))
+        for layer in model.model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        self.model = model
+        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        names = [n for n, _ in model.named_parameters()]
+        self.fused_experts = any(n.endswith("mlp.experts.gate_up_proj") for n in names)
+        self.kind = f"fsdp2+transformers-{transformers.__version__}"
+
+    def describe_items(self):
+        return list(self.model.named_parameters())
+
+    def register_items(self):
+        return self.describe_items()
+
+    def step(self, version):
+        g = torch.Generator(device="cpu").manual_seed(version)
+        ids = torch.randint(0, self.cfg["vocab_size"], (4, 64), generator=g).to(self.device)
+        loss = self.model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+    def full_tensors(self):
+        full = {n: p.full_tensor().detach().float().cpu()
+                for n, p in self.model.named_parameters()}
+        return proof_models.unfuse_experts(self.cfg, full) if self.fused_experts else full
+
+
+class StandInTrainer:
+    """HF tensors (fp32) sharded on dim 0 by torch.chunk's rule over `world`
+    ranks; each step adds seeded noise to the local shards in place. With
+    `fused_experts`, MoE experts are held as transformers >= 5 holds them
+    (experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I])."""
+
+    def __init__(self, cfg, rank, world, fused_experts=False):
+        import ducks
+        self.cfg, self.rank, self.world = cfg, rank, world
+        g = torch.Generator().manual_seed(0)
+        full = {n: torch.randn(*s, generator=g) for n, s in proof_models.hf_shapes(cfg).items()}
+        self.fused_experts = fused_experts and cfg["model_type"] == "qwen3_moe"
+        if self.fused_experts:
+            full = proof_models.fuse_experts(cfg, full)
+        self.params = {n: ducks.DTensor(t, list(range(world)), [ducks.Shard(0)], rank)
+                       for n, t in full.items()}
+        self.locals = {n: p.to_local() for n, p in self.params.items()}
+        self.kind = "dtensor-stand-in" + ("-fused-experts" if self.fused_experts else "")
+
+    def describe_items(self):
+        return list(self.params.items())
+
+    def register_items(self):
+        return self.locals
+
+    def step(self, version):
+        g = torch.Generator().manual_seed(1000 * version + self.rank)
+        with torch.no_grad():
+            for t in self.locals.values():
+                t.add_(torch.randn(t.shape, generator=g), alpha=0.01)
+
+    def full_tensors(self):
+        shards = [None] * self.world
+        dist.all_gather_object(shards, {n: t.clone() for n, t in self.locals.items()})
+        full = {n: torch.cat([s[n] for s in shards]) for n in self.locals}
+        return proof_models.unfuse_experts(self.cfg, full) if self.fused_experts else full

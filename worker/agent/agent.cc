@@ -111,8 +111,7 @@ void WorkerAgent::SessionLoop() {
     rctx.set_deadline(In(absl::Seconds(5)));
     grpc::Status s = stub_->RegisterWorker(&rctx, req, &resp);
     if (!s.ok()) {
-      std::fprintf(stderr, "[worker %s] register: %s (retrying)\n", Roles(options_).c_str(),
-                   s.error_message().c_str());
+      spdlog::warn("[worker {}] register: {} (retrying)", Roles(options_), s.error_message());
       absl::SleepFor(backoff);
       backoff = std::min(backoff * 2, absl::Seconds(1));
       continue;
@@ -128,8 +127,7 @@ void WorkerAgent::SessionLoop() {
       stream_ctx_ = &ctx;
       if (stop_.load()) ctx.TryCancel();
     }
-    std::fprintf(stderr, "[worker %s] registered, lease %s\n", Roles(options_).c_str(),
-                 resp.lease_id().c_str());
+    spdlog::info("[worker {}] registered, lease {}", Roles(options_), resp.lease_id());
     // An owner that registered tensors while we were registering saw no lease
     // and could not forward them: send the current list now.
     if (tensors_.version() != buffers_version) PushBuffers(resp.lease_id());
@@ -327,6 +325,15 @@ void WorkerAgent::Publish(const v1::SyncEvent& e) {
 absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterTensors(
     const v1::RegisterTensorsRequest& req) {
   auto resp = tensors_.Register(req);
+  if (!resp.ok()) return resp;
+  const std::string lease_id = lease();
+  if (!lease_id.empty()) PushBuffers(lease_id);
+  return resp;
+}
+
+absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterLocal(
+    const std::string& group, std::vector<LocalTensor> tensors, bool replace) {
+  auto resp = tensors_.RegisterLocal(group, std::move(tensors), replace);
   if (!resp.ok()) return resp;
   const std::string lease_id = lease();
   if (!lease_id.empty()) PushBuffers(lease_id);

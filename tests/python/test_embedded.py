@@ -217,3 +217,43 @@ def test_embedded_worker_bad_options():
         embedded.Worker("127.0.0.1:1", "inference:2:2")
     with pytest.raises(errors.InvalidArgument, match="bad membership"):
         embedded.Worker("127.0.0.1:1", "inference:0")
+
+
+def test_embedded_on_both_sides(cluster, children):
+    """Trainer and receivers all embedded (the GPU test's steps, on the host)."""
+    shapes = {n: s for n, s, _ in trainer_tensors("tiny-llama")}
+    full = full_tensors(shapes, torch.float32, seed=3)
+    src = layouts.source_side(layouts.describe(list(full.items()), rank=0))
+    spec = layouts.transfer_spec(src, vllm.destination(TINY_LLAMA, tp=TP), name="tiny")
+    trainer = Child(cluster.address, "trainer:0:1")
+    children.append(trainer)
+    assert trainer("start") == "host"
+    num, _ = trainer("register_values", embedded_rank.encode_all(full))
+    assert num == len(full)
+    receivers = [Child(cluster.address, f"inference:{r}:{TP}") for r in range(TP)]
+    children.extend(receivers)
+    for r, c in enumerate(receivers):
+        c("start")
+        c("alloc_register", {b: n for b, (_, n) in
+                             layouts.local_buffers(spec.destination, r).items()})
+    client = wsync.Client(cluster.address, timeout=20)
+    client.wait_for_workers({"trainer": 1, "inference": TP}, timeout=30, buffers=True)
+    client.define_transfer("weights", spec)
+    for version in (1, 2):
+        if version > 1:
+            trainer("step", 0.25, -2.0)
+            for t in full.values():
+                t.mul_(0.25).add_(-2.0)
+        client.sync(version).wait(timeout=TIMEOUT)
+        check_children(spec, full, receivers)
+    assert trainer("status")["last_version"] == 2
+
+
+def test_embedded_worker_without_controller_stops_promptly():
+    w = embedded.Worker("127.0.0.1:1", "inference:0:1")
+    with pytest.raises(errors.DeadlineExceeded, match="holds no lease"):
+        w.wait_registered(timeout=0.5)
+    assert w.register({"x": torch.zeros(4)}) == (1, 16)  # kept for when it registers
+    start = time.monotonic()
+    w.stop()
+    assert time.monotonic() - start < 10 and not w.running

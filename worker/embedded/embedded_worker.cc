@@ -144,17 +144,19 @@ bool EmbeddedWorker::stopped() const {
 absl::StatusOr<v1::RegisterTensorsResponse> EmbeddedWorker::Register(
     const std::string& group, std::vector<PointerTensor> tensors, bool replace) {
   absl::MutexLock lock(&mu_);
+  if (stopped_) {
+    const std::string who =
+        tensors.empty() ? ""
+                        : absl::StrCat("tensor '", tensors[0].name, "' of group '", group, "': ");
+    return absl::FailedPreconditionError(
+        absl::StrCat(who, "embedded worker ", Roles(), " is stopped"));
+  }
   std::vector<agent::LocalTensor> local;
   for (PointerTensor& t : tensors) {
-    const std::string what = absl::StrCat("tensor '", t.name, "' of group '", group, "'");
-    if (stopped_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(what, ": embedded worker ", Roles(), " is stopped"));
-    }
     if (t.device != options_.device) {
       return absl::FailedPreconditionError(
-          absl::StrCat(what, ": its memory is on ", DeviceName(t.device), ", this worker moves ",
-                       DeviceName(options_.device)));
+          absl::StrCat("tensor '", t.name, "' of group '", group, "': its memory is on ",
+                       DeviceName(t.device), ", this worker moves ", DeviceName(options_.device)));
     }
     agent::LocalTensor l;
     l.reg.set_name(t.name);
@@ -165,9 +167,6 @@ absl::StatusOr<v1::RegisterTensorsResponse> EmbeddedWorker::Register(
     l.space = t.device < 0 ? plane::MemorySpace::kHost : plane::MemorySpace::kCuda;
     l.hold = std::move(t.hold);
     local.push_back(std::move(l));
-  }
-  if (stopped_) {
-    return absl::FailedPreconditionError(absl::StrCat("embedded worker ", Roles(), " is stopped"));
   }
   return agent_->RegisterLocal(group, std::move(local), replace);
 }

@@ -66,7 +66,7 @@ def _call(fn, *args, **kwargs):
 
 
 def backends():
-    """The data-plane backends this build has: ["host"] or ["cuda", "host"]."""
+    """The data-plane backends this build has: ["host"], or ["host", "cuda"] with CUDA."""
     return list(_native().backends())
 
 

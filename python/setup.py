@@ -3,7 +3,8 @@
 build_py adds what is generated, never checked in:
   * wsync/v1/*_pb2.py, *_pb2_grpc.py: protoc + grpc_python_plugin
     (Debian's protobuf-compiler-grpc) over ../proto/wsync/v1/*.proto;
-  * wsync/_native*.so: the CMake target wsync_native. Taken from
+  * wsync/_native*.so: the CMake target wsync_native (layout builders and the
+    embedded worker). Taken from
     $WSYNC_BUILD_DIR/python/wsync when that build has it, else built with CMake
     in python/build/cmake ($WSYNC_SKIP_NATIVE=1: leave it out; wsync.vllm then
     cannot be used).

@@ -146,6 +146,10 @@ py::list ModelTensorList(const py::dict& config, const std::string& experts) {
 }  // namespace
 }  // namespace wsync::catalog
 
+namespace wsync::python {
+void BindWorker(py::module_& m);  // worker_module.cc
+}  // namespace wsync::python
+
 PYBIND11_MODULE(_native, m) {
   using namespace wsync::catalog;
   m.doc() = "wsync's C++ catalog: vLLM destination layouts for a model config";
@@ -166,4 +170,6 @@ PYBIND11_MODULE(_native, m) {
     for (const ModelConfig& c : AllModels()) names.append(c.name);
     return names;
   });
+  py::module_ worker = m.def_submodule("worker", "The embedded wsync worker (use wsync.embedded).");
+  wsync::python::BindWorker(worker);
 }

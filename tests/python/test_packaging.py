@@ -19,6 +19,8 @@ def test_pip_install_offline(tmp_path):
             "s = wsync.vllm.destination({'model_type': 'qwen3', 'hidden_size': 64, "
             "'intermediate_size': 96, 'num_hidden_layers': 1, 'num_attention_heads': 8, "
             "'num_key_value_heads': 2, 'head_dim': 8, 'vocab_size': 100}, tp=2)\n"
+            "import wsync.embedded\n"
+            "assert 'host' in wsync.embedded.backends(), wsync.embedded.backends()\n"
             "print(len(s.destination.tensors))\n" % str(target))
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True, env=dict(os.environ, PYTHONPATH=str(target)), timeout=60,

@@ -331,6 +331,15 @@ absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterTensors(
   return resp;
 }
 
+absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterLocal(
+    const std::string& group, std::vector<LocalTensor> tensors, bool replace) {
+  auto resp = tensors_.RegisterLocal(group, std::move(tensors), replace);
+  if (!resp.ok()) return resp;
+  const std::string lease_id = lease();
+  if (!lease_id.empty()) PushBuffers(lease_id);
+  return resp;
+}
+
 void WorkerAgent::PushBuffers(const std::string& lease_id) {
   // The controller checks plans against these before a sync starts.
   v1::UpdateBuffersRequest u;

@@ -69,6 +69,11 @@ class WorkerAgent {
   // Local API.
   absl::StatusOr<v1::RegisterTensorsResponse> RegisterTensors(
       const v1::RegisterTensorsRequest& req);
+  // Memory of this process, by pointer (an embedded worker's owner): see
+  // TensorTable::RegisterLocal.
+  absl::StatusOr<v1::RegisterTensorsResponse> RegisterLocal(const std::string& group,
+                                                            std::vector<LocalTensor> tensors,
+                                                            bool replace);
   std::shared_ptr<EventQueue> Subscribe();
   void Unsubscribe(const std::shared_ptr<EventQueue>& q);
   v1::LocalStatusResponse Status();

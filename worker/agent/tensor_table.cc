@@ -5,53 +5,122 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/dtype.h"
+#include "common/status_macros.h"
 
 namespace wsync::agent {
+namespace {
+
+std::string What(const std::string& group, const v1::TensorRegistration& t) {
+  return absl::StrCat("tensor '", t.name(), "' of group '", group, "'");
+}
+
+// The bytes `t`'s dtype and shape need; errors start with `what`.
+absl::StatusOr<int64_t> NeededBytes(const v1::TensorRegistration& t, const std::string& what) {
+  if (t.name().empty()) return absl::InvalidArgumentError("RegisterTensors: empty tensor name");
+  const int64_t es = DTypeSize(t.dtype());
+  if (es == 0) return absl::InvalidArgumentError(absl::StrCat(what, ": no dtype"));
+  int64_t elements = 1;
+  for (int64_t d : t.shape()) {
+    if (d < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": negative dimension"));
+    elements *= d;
+  }
+  return elements * es;
+}
+
+bool HasLocation(const v1::TensorRegistration& t) { return t.has_shm() || t.has_cuda_ipc(); }
+
+}  // namespace
+
+absl::Status TensorTable::CheckGroup(const std::string& group) const {
+  if (std::find(groups_.begin(), groups_.end(), group) != groups_.end()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("RegisterTensors: this worker is not in group '", group,
+                   "' (its groups: ", absl::StrJoin(groups_, ", "), ")"));
+}
+
+absl::Status TensorTable::CheckConflict(const TensorEntry& e, bool replace) const {
+  if (replace) return absl::OkStatus();
+  auto it = tensors_.find({e.group, e.reg.name()});
+  if (it == tensors_.end()) return absl::OkStatus();
+  const TensorEntry& old = it->second;
+  const bool same = old.reg.SerializeAsString() == e.reg.SerializeAsString() &&
+                    (HasLocation(e.reg) || (old.data == e.data && old.bytes == e.bytes));
+  if (same) return absl::OkStatus();
+  return absl::AlreadyExistsError(
+      absl::StrCat(What(e.group, e.reg), " is already registered with another location or shape"));
+}
 
 absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::Register(
     const v1::RegisterTensorsRequest& req) {
-  if (std::find(groups_.begin(), groups_.end(), req.group()) == groups_.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RegisterTensors: this worker is not in group '", req.group(),
-                     "' (its groups: ", absl::StrJoin(groups_, ", "), ")"));
-  }
+  RETURN_IF_ERROR(CheckGroup(req.group()));
   // Validate and map everything first: a bad entry changes nothing.
   std::vector<TensorEntry> fresh;
   absl::MutexLock lock(&mu_);
   for (const v1::TensorRegistration& t : req.tensors()) {
-    const std::string what = absl::StrCat("tensor '", t.name(), "' of group '", req.group(), "'");
-    if (t.name().empty()) return absl::InvalidArgumentError("RegisterTensors: empty tensor name");
-    const int64_t es = DTypeSize(t.dtype());
-    if (es == 0) return absl::InvalidArgumentError(absl::StrCat(what, ": no dtype"));
-    int64_t elements = 1;
-    for (int64_t d : t.shape()) {
-      if (d < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": negative dimension"));
-      elements *= d;
-    }
-    if (!req.replace()) {
-      auto it = tensors_.find({req.group(), t.name()});
-      if (it != tensors_.end() && it->second.reg.SerializeAsString() != t.SerializeAsString()) {
-        return absl::AlreadyExistsError(
-            absl::StrCat(what, " is already registered with another location or shape"));
-      }
-    }
-    plane::BufferLocation where;
-    if (t.has_shm()) where.shm = &t.shm();
-    if (t.has_cuda_ipc()) where.cuda_ipc = &t.cuda_ipc();
-    auto opened = backend_->OpenBuffer(where, elements * es, /*peer=*/false, what, &mappings_);
-    if (!opened.ok()) return opened.status();
+    const std::string what = What(req.group(), t);
+    absl::StatusOr<int64_t> needed = NeededBytes(t, what);
+    if (!needed.ok()) return needed.status();
     TensorEntry e;
     e.group = req.group();
     e.reg = t;
+    RETURN_IF_ERROR(CheckConflict(e, req.replace()));
+    plane::BufferLocation where;
+    if (t.has_shm()) where.shm = &t.shm();
+    if (t.has_cuda_ipc()) where.cuda_ipc = &t.cuda_ipc();
+    auto opened = backend_->OpenBuffer(where, *needed, /*peer=*/false, what, &mappings_);
+    if (!opened.ok()) return opened.status();
     e.data = opened->data;
     e.hold = std::move(opened->hold);
     e.identity = std::move(opened->identity);
     e.bytes = t.has_shm() ? t.shm().size() : t.cuda_ipc().size();
     fresh.push_back(std::move(e));
   }
-  if (req.replace()) {
+  return Commit(req.group(), std::move(fresh), req.replace());
+}
+
+absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::RegisterLocal(
+    const std::string& group, std::vector<LocalTensor> tensors, bool replace) {
+  RETURN_IF_ERROR(CheckGroup(group));
+  std::vector<TensorEntry> fresh;
+  absl::MutexLock lock(&mu_);
+  for (LocalTensor& t : tensors) {
+    const std::string what = What(group, t.reg);
+    if (HasLocation(t.reg)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": a tensor registered by pointer names no shm / CUDA IPC location"));
+    }
+    absl::StatusOr<int64_t> needed = NeededBytes(t.reg, what);
+    if (!needed.ok()) return needed.status();
+    if (t.space != backend_->memory_space()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": its memory is ", t.space == plane::MemorySpace::kHost ? "host" : "device",
+          " memory, the worker's backend (", backend_->Name(), ") moves ",
+          backend_->memory_space() == plane::MemorySpace::kHost ? "host" : "device", " memory"));
+    }
+    if (t.data == nullptr && *needed > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": null data pointer"));
+    }
+    if (t.bytes < *needed) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": ", t.bytes, " bytes cannot hold its dtype and shape (", *needed, " bytes)"));
+    }
+    TensorEntry e;
+    e.group = group;
+    e.reg = std::move(t.reg);
+    e.data = t.data;
+    e.bytes = t.bytes;
+    e.hold = std::move(t.hold);
+    RETURN_IF_ERROR(CheckConflict(e, replace));
+    fresh.push_back(std::move(e));
+  }
+  return Commit(group, std::move(fresh), replace);
+}
+
+v1::RegisterTensorsResponse TensorTable::Commit(const std::string& group,
+                                                std::vector<TensorEntry> fresh, bool replace) {
+  if (replace) {
     for (auto it = tensors_.begin(); it != tensors_.end();) {
-      it = it->first.first == req.group() ? tensors_.erase(it) : std::next(it);
+      it = it->first.first == group ? tensors_.erase(it) : std::next(it);
     }
   }
   for (TensorEntry& e : fresh) {
@@ -60,13 +129,12 @@ absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::Register(
   ++version_;
   v1::RegisterTensorsResponse resp;
   for (const auto& [key, e] : tensors_) {
-    if (key.first != req.group()) continue;
+    if (key.first != group) continue;
     resp.set_num_tensors(resp.num_tensors() + 1);
     resp.set_bytes(resp.bytes() + e.bytes);
   }
   return resp;
 }
-
 TensorSnapshot TensorTable::Snapshot() const {
   absl::MutexLock lock(&mu_);
   TensorSnapshot s;

@@ -4,7 +4,9 @@
 // a CUDA IPC handle on the CUDA one). Thread-safe. Snapshots keep the
 // mappings alive, so a sync in flight never sees memory unmapped under it
 // when the owner re-registers; a mapping is released with the last entry or
-// snapshot that uses it.
+// snapshot that uses it. An embedded worker's owner (the same process)
+// registers its memory by pointer instead (RegisterLocal): nothing is mapped,
+// and the entry's hold keeps the owner's memory alive.
 #ifndef WSYNC_WORKER_AGENT_TENSOR_TABLE_H_
 #define WSYNC_WORKER_AGENT_TENSOR_TABLE_H_
 
@@ -33,6 +35,15 @@ struct TensorEntry {
   int64_t bytes = 0;
 };
 
+// One tensor of the worker's own process, handed over by pointer.
+struct LocalTensor {
+  v1::TensorRegistration reg;                            // name, dtype, shape; no location
+  void* data = nullptr;                                  // its first byte
+  int64_t bytes = 0;                                     // at least elements * dtype size
+  plane::MemorySpace space = plane::MemorySpace::kHost;  // where `data` points
+  std::shared_ptr<void> hold;  // keeps the memory alive while registered or in a sync
+};
+
 struct TensorSnapshot {
   uint64_t version = 0;
   std::vector<TensorEntry> tensors;
@@ -47,6 +58,15 @@ class TensorTable {
       : groups_(std::move(groups)), backend_(backend) {}
 
   absl::StatusOr<v1::RegisterTensorsResponse> Register(const v1::RegisterTensorsRequest& req);
+  // Registers memory of this process for `group` (replace: as the request's
+  // flag). Refused, naming the tensor, with INVALID_ARGUMENT for a null
+  // pointer, a size below elements * dtype size or a bad dtype / shape, and
+  // FAILED_PRECONDITION for memory of another space than the backend's. A bad
+  // entry changes nothing. Such entries report no location (BufferInfos): no
+  // peer maps them.
+  absl::StatusOr<v1::RegisterTensorsResponse> RegisterLocal(const std::string& group,
+                                                            std::vector<LocalTensor> tensors,
+                                                            bool replace);
   TensorSnapshot Snapshot() const;
   std::vector<v1::BufferInfo> BufferInfos() const;
   // What BufferInfos() reports for one entry.
@@ -54,6 +74,13 @@ class TensorTable {
   uint64_t version() const;
 
  private:
+  absl::Status CheckGroup(const std::string& group) const;
+  // Refuses an entry replacing another one unless `replace`.
+  absl::Status CheckConflict(const TensorEntry& e, bool replace) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::RegisterTensorsResponse Commit(const std::string& group, std::vector<TensorEntry> fresh,
+                                     bool replace) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const std::vector<std::string> groups_;
   plane::Backend* const backend_;
   mutable absl::Mutex mu_;

@@ -1,0 +1,186 @@
+#include "worker/embedded/embedded_worker.h"
+
+#include <unistd.h>
+
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "worker/node/backend_registry.h"
+
+namespace wsync::embedded {
+namespace {
+
+absl::Status CheckOptions(const EmbeddedOptions& o) {
+  if (o.memberships.empty()) {
+    return absl::InvalidArgumentError("embedded worker: no group membership given");
+  }
+  for (const v1::Membership& m : o.memberships) {
+    if (m.group().empty() || m.group_size() <= 0 || m.rank() < 0 || m.rank() >= m.group_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("embedded worker: bad membership '", m.group(),
+                                                     ":", m.rank(), ":", m.group_size(),
+                                                     "' (want group:rank:size, 0 <= rank < size)"));
+    }
+  }
+  if (o.device < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "embedded worker: device must be a GPU index or -1 (host memory), got ", o.device));
+  }
+  if (o.staging_limit_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "embedded worker: staging_limit_bytes must be >= 0, got ", o.staging_limit_bytes));
+  }
+  if (o.metrics_port < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedded worker: metrics_port must be -1 (none), 0 (any) or a port, got ",
+                     o.metrics_port));
+  }
+  return absl::OkStatus();
+}
+
+std::string DefaultNode() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+std::string RandomInstance() {
+  std::random_device rd;
+  return absl::StrFormat("%08x%08x-%d-embedded", rd(), rd(), getpid());
+}
+
+std::string DeviceName(int device) {
+  return device < 0 ? "host memory" : absl::StrCat("cuda:", device);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EmbeddedWorker>> EmbeddedWorker::Create(EmbeddedOptions options) {
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  if (options.node.empty()) options.node = DefaultNode();
+  if (options.instance_id.empty()) options.instance_id = RandomInstance();
+  plane::BackendConfig config;
+  config.device = options.device;
+  config.data_address = options.data_address;
+  auto backend = node::CreateBackend(node::BackendNameFor(config), config);
+  if (!backend.ok()) {
+    return absl::Status(backend.status().code(),
+                        absl::StrCat("embedded worker: ", backend.status().message()));
+  }
+  std::unique_ptr<EmbeddedWorker> w(new EmbeddedWorker(std::move(options), std::move(*backend)));
+  if (w->options_.metrics_port >= 0) {
+    absl::Status s =
+        w->metrics_.Serve(absl::StrCat(w->options_.metrics_host, ":", w->options_.metrics_port));
+    if (!s.ok()) return s;
+  }
+  return w;
+}
+
+EmbeddedWorker::EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::Backend> backend)
+    : options_(std::move(options)), backend_(std::move(backend)) {
+  agent::AgentOptions a;
+  a.controller = options_.controller;
+  a.memberships = options_.memberships;
+  a.node = options_.node;
+  a.device_uuid = backend_->device_uuid();
+  a.data_address = options_.data_address;
+  a.capabilities = backend_->capabilities();
+  a.instance_id = options_.instance_id;
+  a.round_timeout = options_.round_timeout;
+  a.staging_limit_bytes = options_.staging_limit_bytes;
+  a.backend = backend_.get();
+  // No direct writes: no other process can map this process's memory.
+  agent_ = std::make_unique<agent::WorkerAgent>(std::move(a), &metrics_);
+}
+
+EmbeddedWorker::~EmbeddedWorker() { Stop(); }
+
+std::string EmbeddedWorker::Roles() const {
+  std::vector<std::string> roles;
+  for (const v1::Membership& m : options_.memberships) {
+    roles.push_back(absl::StrCat(m.group(), ":", m.rank()));
+  }
+  return absl::StrJoin(roles, ",");
+}
+
+absl::Status EmbeddedWorker::Start() {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("embedded worker ", Roles(), ": stopped; create a new one"));
+  }
+  if (started_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("embedded worker ", Roles(), ": already started"));
+  }
+  started_ = true;
+  agent_->Start();
+  spdlog::info("embedded worker {} started ({}, controller {})", Roles(), backend_->Name(),
+               options_.controller);
+  return absl::OkStatus();
+}
+
+void EmbeddedWorker::Stop() {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  agent_->Stop();
+  spdlog::info("embedded worker {} stopped", Roles());
+}
+
+bool EmbeddedWorker::running() const {
+  absl::MutexLock lock(&mu_);
+  return started_ && !stopped_;
+}
+
+bool EmbeddedWorker::stopped() const {
+  absl::MutexLock lock(&mu_);
+  return stopped_;
+}
+
+absl::StatusOr<v1::RegisterTensorsResponse> EmbeddedWorker::Register(
+    const std::string& group, std::vector<PointerTensor> tensors, bool replace) {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) {
+    const std::string who =
+        tensors.empty() ? ""
+                        : absl::StrCat("tensor '", tensors[0].name, "' of group '", group, "': ");
+    return absl::FailedPreconditionError(
+        absl::StrCat(who, "embedded worker ", Roles(), " is stopped"));
+  }
+  std::vector<agent::LocalTensor> local;
+  for (PointerTensor& t : tensors) {
+    if (t.device != options_.device) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("tensor '", t.name, "' of group '", group, "': its memory is on ",
+                       DeviceName(t.device), ", this worker moves ", DeviceName(options_.device)));
+    }
+    agent::LocalTensor l;
+    l.reg.set_name(t.name);
+    l.reg.set_dtype(t.dtype);
+    for (int64_t d : t.shape) l.reg.add_shape(d);
+    l.data = reinterpret_cast<void*>(t.data);
+    l.bytes = t.bytes;
+    l.space = t.device < 0 ? plane::MemorySpace::kHost : plane::MemorySpace::kCuda;
+    l.hold = std::move(t.hold);
+    local.push_back(std::move(l));
+  }
+  return agent_->RegisterLocal(group, std::move(local), replace);
+}
+
+v1::LocalStatusResponse EmbeddedWorker::Status() { return agent_->Status(); }
+
+std::shared_ptr<agent::EventQueue> EmbeddedWorker::Subscribe() { return agent_->Subscribe(); }
+
+void EmbeddedWorker::Unsubscribe(const std::shared_ptr<agent::EventQueue>& q) {
+  agent_->Unsubscribe(q);
+}
+
+int EmbeddedWorker::metrics_port() const {
+  return options_.metrics_port >= 0 ? metrics_.port() : -1;
+}
+
+}  // namespace wsync::embedded

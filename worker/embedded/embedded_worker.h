@@ -1,0 +1,106 @@
+// The worker agent run inside the owner's process (the embedded worker): the
+// agent wsync-worker runs (controller lease, assignment stream, SyncRunner,
+// optional /metrics), built through the same composition root
+// (node::CreateBackend: the host backend, or the CUDA one in a CUDA build
+// when a device is given), with the owner's tensors registered by pointer
+// instead of over the local Unix-socket API. Nothing is shared with other
+// processes: the worker takes no part in direct writes (it advertises no
+// memory domain), so every bucket to or from it goes over the transport.
+//
+// Lifecycle: Create -> [Register]* -> Start -> [Register | Status | events]*
+// -> Stop. Stop is final (ends the lease: the controller sees the assignment
+// stream close and drops the worker), idempotent, and joins every thread;
+// calls after it are FAILED_PRECONDITION. Thread-safe.
+#ifndef WSYNC_WORKER_EMBEDDED_EMBEDDED_WORKER_H_
+#define WSYNC_WORKER_EMBEDDED_EMBEDDED_WORKER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker/agent/agent.h"
+#include "worker/agent/worker_metrics.h"
+#include "worker/plane/backend.h"
+#include "wsync/v1/controller.pb.h"
+#include "wsync/v1/worker_local.pb.h"
+
+namespace wsync::embedded {
+
+// wsync-worker's flags, for a worker in this process.
+struct EmbeddedOptions {
+  std::string controller = "127.0.0.1:50051";
+  std::vector<v1::Membership> memberships;  // at least one
+  std::string node;                         // "": the host name
+  int device = -1;                          // CUDA device; -1: host memory over Gloo
+  std::string data_address = "127.0.0.1";
+  int32_t metrics_port = -1;  // -1: no /metrics endpoint; 0: any free port
+  std::string metrics_host = "127.0.0.1";
+  absl::Duration round_timeout = absl::Seconds(60);
+  int64_t staging_limit_bytes = 0;
+  std::string instance_id;  // "": random
+};
+
+// One tensor of this process, by pointer.
+struct PointerTensor {
+  std::string name;
+  v1::DType dtype = v1::DTYPE_UNSPECIFIED;
+  std::vector<int64_t> shape;
+  uintptr_t data = 0;
+  int64_t bytes = 0;           // of the memory at `data` (at least elements * dtype size)
+  int device = -1;             // CUDA device of `data`; -1: host memory
+  std::shared_ptr<void> hold;  // keeps the memory alive while the worker may touch it
+};
+
+class EmbeddedWorker {
+ public:
+  // INVALID_ARGUMENT for bad options; the backend's error when it cannot be
+  // made (e.g. a device without a CUDA build); the metrics endpoint's when it
+  // cannot bind.
+  static absl::StatusOr<std::unique_ptr<EmbeddedWorker>> Create(EmbeddedOptions options);
+  ~EmbeddedWorker();
+
+  // Starts the lease and the sync thread. FAILED_PRECONDITION when already
+  // started or stopped.
+  absl::Status Start();
+  void Stop();
+  bool running() const;
+  bool stopped() const;
+
+  // Registers `tensors` for `group` (replace: drop the group's others).
+  // Errors name the tensor: those of TensorTable::RegisterLocal, and
+  // FAILED_PRECONDITION for a tensor on another device than the worker's or
+  // a stopped worker. A bad entry changes nothing.
+  absl::StatusOr<v1::RegisterTensorsResponse> Register(const std::string& group,
+                                                       std::vector<PointerTensor> tensors,
+                                                       bool replace);
+  v1::LocalStatusResponse Status();
+  // Sync events from now on (as the local API's SyncEvents stream).
+  std::shared_ptr<agent::EventQueue> Subscribe();
+  void Unsubscribe(const std::shared_ptr<agent::EventQueue>& q);
+
+  std::string backend_name() const { return backend_->Name(); }
+  int metrics_port() const;  // -1 without an endpoint
+  const EmbeddedOptions& options() const { return options_; }
+
+ private:
+  EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::Backend> backend);
+  std::string Roles() const;
+
+  const EmbeddedOptions options_;
+  const std::unique_ptr<plane::Backend> backend_;
+  agent::WorkerMetrics metrics_;
+  std::unique_ptr<agent::WorkerAgent> agent_;
+
+  mutable absl::Mutex mu_;  // serialises lifecycle changes with registrations
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace wsync::embedded
+
+#endif  // WSYNC_WORKER_EMBEDDED_EMBEDDED_WORKER_H_

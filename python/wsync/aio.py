@@ -11,7 +11,7 @@ import time
 import grpc
 
 from wsync import errors, progress as progress_mod, specs
-from wsync.client import _POLL_MS, _RUNNING, _result
+from wsync.client import _POLL_MS, _RUNNING, _WATCH_SLICE_S, _result
 from wsync._proto import controller_pb2 as pb
 from wsync._proto import controller_pb2_grpc as pb_grpc
 
@@ -59,17 +59,26 @@ class SyncHandle:
                 return _result(self.status)
 
     async def watch(self, timeout=None):
-        """Async iterator of SyncStatus updates until the sync ends."""
-        call = self._client._stub.WatchSync(pb.WatchSyncRequest(sync_id=self.sync_id),
-                                            timeout=timeout)
-        try:
-            async for status in call:
-                self.status = status
-                yield status
-        except grpc.RpcError as e:
-            raise errors.from_rpc_error(e, self._client._where) from None
-        finally:
-            call.cancel()
+        """Async iterator of SyncStatus updates until the sync ends (the stream
+        is reopened every _WATCH_SLICE_S seconds, as the sync client does)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _WATCH_SLICE_S if end is None else min(_WATCH_SLICE_S, end - time.monotonic())
+            if left <= 0:
+                raise errors.DeadlineExceeded(
+                    f"sync {self.sync_id} still running after {timeout} s", status=self.status)
+            call = self._client._stub.WatchSync(pb.WatchSyncRequest(sync_id=self.sync_id),
+                                                timeout=left)
+            try:
+                async for status in call:
+                    self.status = status
+                    yield status
+                return
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise errors.from_rpc_error(e, self._client._where) from None
+            finally:
+                call.cancel()
 
     async def cancel(self, reason="cancelled by the trainer"):
         self.status = await self._client._rpc("Cancel", pb.CancelRequest(

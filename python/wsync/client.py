@@ -17,6 +17,7 @@ from wsync._proto import controller_pb2 as pb
 from wsync._proto import controller_pb2_grpc as pb_grpc
 
 _RUNNING = pb.SYNC_RUNNING
+_WATCH_SLICE_S = 30.0  # longest single WatchSync call
 _POLL_MS = 1000  # longest single WaitSync call of a wait loop
 
 
@@ -91,17 +92,29 @@ class SyncHandle:
         return self.wait(timeout=1.0, show_progress=False)
 
     def watch(self, timeout=None):
-        """Yields a SyncStatus on every change until the sync ends (WatchSync)."""
-        stream = self._client._stub.WatchSync(pb.WatchSyncRequest(sync_id=self.sync_id),
-                                              timeout=timeout)
-        try:
-            for status in stream:
-                self.status = status
-                yield status
-        except grpc.RpcError as e:
-            raise errors.from_rpc_error(e, self._client._where) from None
-        finally:
-            stream.cancel()
+        """Yields a SyncStatus on every change until the sync ends (WatchSync).
+
+        The stream is reopened every _WATCH_SLICE_S seconds, so no single call
+        waits without a deadline on a connection that stopped answering."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _WATCH_SLICE_S if end is None else min(_WATCH_SLICE_S, end - time.monotonic())
+            if left <= 0:
+                raise errors.DeadlineExceeded(
+                    f"sync {self.sync_id} (transfer {self.transfer!r}, version {self.version}) "
+                    f"still running after {timeout} s", status=self.status)
+            stream = self._client._stub.WatchSync(pb.WatchSyncRequest(sync_id=self.sync_id),
+                                                  timeout=left)
+            try:
+                for status in stream:
+                    self.status = status
+                    yield status
+                return
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise errors.from_rpc_error(e, self._client._where) from None
+            finally:
+                stream.cancel()
 
     def cancel(self, reason="cancelled by the trainer"):
         """Ends the sync as SYNC_CANCELLED; returns its SyncStatus."""

@@ -104,7 +104,10 @@ def _parse_member(message):
 
     The controller names workers as ``<group>/<rank>`` (docs/api.md)."""
     import re
-    m = re.search(r"\b([A-Za-z][A-Za-z0-9_.-]*)/(\d+)\b", message)
+    # Only where the controller names a worker: "worker G/R", or "G/R:" opening
+    # the message or a parenthesis (rendezvous keys and buffer names also hold
+    # slashes and digits).
+    m = re.search(r"(?:\bworker |^|\()([A-Za-z][A-Za-z0-9_.-]*)/(\d+)(?=[ :)]|$)", message)
     if m:
         return m.group(1), int(m.group(2))
     return "", -1

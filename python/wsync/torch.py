@@ -213,11 +213,24 @@ class Registration:
         if not self.stale():
             return False
         items = list(self.tensors.items())
-        old = self._arena
+        saved = (self._arena, self.tensors, self._views, self._offsets, self.bytes)
+        # Where each tensor lives now (the trainer's new memory): if the worker
+        # does not take the new object, the tensors go back there, so stale()
+        # still names them and a later refresh() tries again.
+        current = {name: t.data for name, t in items}
         self.tensors, self._views, self._offsets, self.bytes = {}, {}, {}, 0
         self._move(items)
-        self.send(replace=True)
-        old.unlink()
+        try:
+            self.send(replace=True)
+        except BaseException:
+            fresh = self._arena
+            with _torch.no_grad():
+                for name, t in items:
+                    t.data = current[name]
+            self._arena, self.tensors, self._views, self._offsets, self.bytes = saved
+            fresh.unlink()
+            raise
+        saved[0].unlink()
         return True
 
     def close(self):

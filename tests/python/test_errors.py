@@ -142,6 +142,17 @@ def test_stalled_worker_timeout_and_cancel(cluster, ranks):
         with pytest.raises(wsync.DeadlineExceeded, match="still running"):
             handle.wait(timeout=0.5)
         assert not handle.progress().done
+        # watch() reopens its stream in slices (review finding: one WatchSync
+        # call had no deadline): across several slices it keeps going and ends
+        # at the caller's timeout.
+        from wsync import client as client_mod
+        slice_s, client_mod._WATCH_SLICE_S = client_mod._WATCH_SLICE_S, 0.2
+        try:
+            with pytest.raises(wsync.DeadlineExceeded, match="still running"):
+                for _ in handle.watch(timeout=1.0):
+                    pass
+        finally:
+            client_mod._WATCH_SLICE_S = slice_s
         handle.cancel("test cancels")
         with pytest.raises(wsync.SyncCancelled, match="test cancels"):
             handle.wait(timeout=10)

@@ -8,6 +8,7 @@ import sys
 
 import torch
 
+import wsync.errors
 import wsync.torch
 
 from harness import BUILD, ROOT
@@ -33,6 +34,30 @@ def test_tensors_move_into_shm_in_place_and_outlive_the_registration(cluster):
     with torch.no_grad():
         weight.sub_(weight.grad)
     assert os.path.exists("/dev/shm" + name)  # still registered: the name stays
+
+
+def test_a_failed_refresh_leaves_the_tensors_stale_and_retries(cluster):
+    # Review finding: refresh() used to re-point the tensors into a new shm object
+    # before the worker took it; when that failed, stale() named nothing and the
+    # worker kept reading memory the trainer no longer wrote.
+    sock = cluster.worker("trainer:0:1")
+    w = torch.zeros(8)
+    reg = wsync.torch.register([("w", w)], group="trainer", rank=0, socket=sock)
+    first = reg.shm_name
+    w.data = torch.full((8,), 2.0)  # the trainer reallocates
+    assert reg.stale() == ["w"]
+    reg.socket, reg.timeout = sock + ".gone", 0.5
+    try:
+        reg.refresh()
+        raise AssertionError("refresh() through a missing socket must fail")
+    except wsync.errors.WsyncError:
+        pass
+    assert reg.stale() == ["w"] and reg.shm_name == first
+    assert torch.equal(w, torch.full((8,), 2.0))
+    reg.socket, reg.timeout = sock, 10.0
+    assert reg.refresh() and reg.stale() == [] and reg.shm_name != first
+    assert not os.path.exists("/dev/shm" + first)
+    assert torch.equal(w, torch.full((8,), 2.0))
 
 
 def test_buffer_names_can_differ_from_tensor_names(cluster):

@@ -117,6 +117,9 @@ void SyncCoordinator::FinishLocked(SyncRecord& sync, v1::SyncPhase phase, int32_
   if (phase != v1::SYNC_SUCCEEDED) {
     for (const Participant& p : sync.parts) {
       if (p.done) continue;
+      // It may drop the assignment unrun (an abort while still queued) and
+      // never cache the op list: the next sync with this part sends it again.
+      workers_->ForgetPartSent(p.lease_id, p.part_key);
       v1::Assignment a;
       a.mutable_abort()->set_sync_id(s.sync_id());
       a.mutable_abort()->set_reason(error);

@@ -75,6 +75,7 @@ class SyncCoordinator {
     int32_t worker = 0;
     std::string lease_id;
     std::vector<v1::Membership> roles;
+    std::string part_key;  // SyncAssignment.part_key
     bool done = false;
     int64_t bytes_done = 0;
   };

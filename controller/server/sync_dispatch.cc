@@ -193,6 +193,7 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
     p.worker = w;
     p.lease_id = (*leases)[w];
     p.roles = resolved->roles[w];
+    p.part_key = parts[w].key;
     v1::Assignment a;
     *a.mutable_sync() = AssignmentLocked(t, *sync, *resolved, dispatch, parts[w], w);
     workers_->Push(p.lease_id, std::move(a));  // a lost worker fails the sync (WorkerLost)

@@ -195,6 +195,8 @@ void WorkerAgent::OnAssignment(const v1::Assignment& a, const std::string& lease
     absl::MutexLock lock(&mu_);
     for (auto it = queue_.begin(); it != queue_.end(); ++it) {
       if (it->assignment.sync_id() == id) {
+        // The controller sends a part's op list once: keep it for later syncs.
+        if (it->assignment.has_plan()) dropped_plans_.push_back(std::move(it->assignment));
         queue_.erase(it);
         dropped = true;
         break;
@@ -249,13 +251,16 @@ void WorkerAgent::ExecLoop() {
   uint64_t epoch_seen = 0;
   while (!stop_.load()) {
     Queued q;
+    std::vector<v1::SyncAssignment> dropped;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !queue_.empty(); };
       if (!mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100))) continue;
       q = std::move(queue_.front());
       queue_.pop_front();
+      dropped.swap(dropped_plans_);
     }
+    for (const v1::SyncAssignment& d : dropped) runner_.CachePlan(d);
     if (q.lease_epoch != epoch_seen) {
       // A new lease means new transfer generations: old sockets are useless.
       runner_.DropTransports();

@@ -111,6 +111,9 @@ class WorkerAgent {
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  // Assignments aborted while queued that carried an op list: the exec
+  // thread caches their lists before it runs the next sync.
+  std::vector<v1::SyncAssignment> dropped_plans_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<EventQueue>> subscribers_ ABSL_GUARDED_BY(mu_);
   int64_t last_version_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t syncs_ok_ ABSL_GUARDED_BY(mu_) = 0;

@@ -103,6 +103,35 @@ TEST_F(SyncCoordinatorTest, SyncSendsOpListOncePerPlanKeyAndVersionsMoveForward)
   EXPECT_EQ(plans_->misses(), 1);
 }
 
+TEST_F(SyncCoordinatorTest, AnAbortedSyncSendsTheOpListAgainToWorkersThatDidNotReport) {
+  const std::string s0 = Register("a", "src", 0, 2, 16);
+  const std::string s1 = Register("b", "src", 1, 2, 16);
+  const std::string d0 = Register("c", "dst", 0, 1, 32);
+  std::map<std::string, uint64_t> tokens;
+  for (const auto& l : {s0, s1, d0}) tokens[l] = *controller_->workers().OpenStream(l);
+  DefineSimple();
+  auto first = StartSync(1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  for (const auto& l : {s0, s1, d0}) EXPECT_TRUE(Next(l, tokens[l]).has_plan());
+  // s0 ran it (and cached the op list); the others may drop it unrun.
+  v1::ReportResultRequest r;
+  r.set_lease_id(s0);
+  r.set_sync_id(first->sync_id());
+  ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
+  ASSERT_TRUE(controller_->syncs().Cancel(first->sync_id(), "test").ok());
+  for (const auto& l : {s1, d0}) {
+    auto a = controller_->workers().NextAssignment(l, tokens[l], absl::Seconds(1));
+    ASSERT_TRUE(a.ok() && a->has_value());
+    EXPECT_TRUE((*a)->has_abort());
+  }
+  auto second = StartSync(1);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_FALSE(Next(s0, tokens[s0]).has_plan()) << "s0 ran the first sync: it holds the list";
+  for (const auto& l : {s1, d0}) {
+    EXPECT_TRUE(Next(l, tokens[l]).has_plan()) << "the aborted assignment may never have run";
+  }
+}
+
 TEST_F(SyncCoordinatorTest, TransportIsNcclWhenEveryWorkerRunsTheGpuPlane) {
   const std::vector<v1::TransportKind> gpu = {v1::TRANSPORT_NCCL};
   const std::string s0 = Register("a", "src", 0, 2, 16, gpu);

@@ -91,7 +91,8 @@ class SyncCoordinator {
     std::string name;
     std::string source_group;
     std::string destination_group;
-    v1::TransferSpec spec;  // as defined by the trainer
+    v1::TransferSpec spec;    // as defined by the trainer
+    uint64_t definition = 0;  // bumped by each DefineTransfer
     int64_t last_success_version = 0;
     int64_t generation = 0;
     std::vector<std::string> generation_leases;  // worker id -> lease

@@ -178,6 +178,10 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
   if (it == transfers_.end()) return absl::NotFoundError("Sync: transfer removed meanwhile");
   Transfer& t = it->second;
   if (absl::Status st = CheckStartLocked(t, req); !st.ok()) return st;
+  if (t.definition != defined.definition) {
+    return absl::AbortedError(
+        absl::StrCat("Sync: transfer '", t.name, "' redefined while planning; retry"));
+  }
   absl::StatusOr<std::vector<std::string>> leases = CheckWorkersLocked(*resolved, *plan);
   if (!leases.ok()) return leases.status();
   // Before the generation changes: a refused sync leaves the transfer as it was.

@@ -1,5 +1,10 @@
 // SyncCoordinator (with the registry and rendezvous it drives, composed by
 // Controller): the real planner, workers simulated by calls.
+#include <atomic>
+#include <iostream>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "controller/server/controller.h"
 #include "gtest/gtest.h"
@@ -213,7 +218,7 @@ TEST_F(SyncCoordinatorTest, MissedHeartbeatsExpireTheLeaseAndFailTheSync) {
   auto started = controller_->syncs().StartSync(req);
   ASSERT_TRUE(started.ok()) << started.status();
   // s0 and d0 keep heartbeating; s1 is silent.
-  const absl::Time until = absl::Now() + absl::Seconds(2);
+  const absl::Time until = absl::Now() + absl::Seconds(1);
   while (absl::Now() < until) {
     ASSERT_TRUE(controller_->workers().Heartbeat(s0).ok());
     ASSERT_TRUE(controller_->workers().Heartbeat(d0).ok());
@@ -310,6 +315,52 @@ TEST_F(SyncCoordinatorTest, ATighterLimitAfterDefineIsRefusedAtSync) {
   EXPECT_NE(started.status().message().find("dst/0"), std::string::npos) << started.status();
   EXPECT_NE(started.status().message().find("--staging_limit_bytes 10"), std::string::npos)
       << started.status();
+}
+
+// A DefineTransfer that completes while a Sync plans the previous spec must
+// not let that sync run the old plan under the new definition: either the
+// sync is refused (ABORTED, retry) or it runs the definition in force.
+TEST_F(SyncCoordinatorTest, ASyncNeverRunsASpecRedefinedWhilePlanning) {
+  Register("a", "src", 0, 2, 16);
+  Register("b", "src", 1, 2, 16);
+  Register("c", "dst", 0, 1, 32);
+  auto first = controller_->syncs().DefineTransfer(controller_testing::SimpleTransfer());
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::Mutex define_mu;
+  std::string defined_key = first->plan_key();  // of the definition in force
+  std::atomic<bool> stop{false};
+  std::thread redefine([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      absl::MutexLock lock(&define_mu);
+      auto r = controller_->syncs().DefineTransfer(
+          controller_testing::SimpleTransfer(i % 2 == 0 ? 4 : 8));
+      if (r.ok()) defined_key = r->plan_key();
+    }
+  });
+  int started = 0, aborted = 0;
+  const absl::Time until = absl::Now() + absl::Seconds(1);
+  while (absl::Now() < until) {
+    auto sync = StartSync(1);
+    if (!sync.ok()) {
+      // Refused while planning, or a DefineTransfer committed in between.
+      ASSERT_TRUE(sync.status().code() == absl::StatusCode::kAborted ||
+                  sync.status().code() == absl::StatusCode::kFailedPrecondition)
+          << sync.status();
+      aborted += sync.status().code() == absl::StatusCode::kAborted;
+      continue;
+    }
+    ++started;
+    {
+      // No definition commits while the sync is in flight.
+      absl::MutexLock lock(&define_mu);
+      EXPECT_EQ(sync->plan_key(), defined_key) << "sync " << sync->sync_id();
+    }
+    ASSERT_TRUE(controller_->syncs().Cancel(sync->sync_id(), "test").ok());
+  }
+  stop.store(true);
+  redefine.join();
+  EXPECT_GT(started, 0);
+  std::cerr << started << " syncs started, " << aborted << " refused as redefined\n";
 }
 
 }  // namespace

@@ -158,7 +158,8 @@ absl::StatusOr<v1::SyncStatus> SyncCoordinator::WaitSync(const std::string& sync
   absl::MutexLock lock(&mu_);
   auto it = syncs_.find(sync_id);
   if (it == syncs_.end()) return absl::NotFoundError(absl::StrCat("unknown sync '", sync_id, "'"));
-  SyncRecord* sync = it->second.get();
+  // Tick may prune the record while this waits: hold it.
+  const std::shared_ptr<SyncRecord> sync = it->second;
   // Without a timeout the sync's own deadline bounds the wait (Tick ends it).
   const absl::Time until =
       timeout > absl::ZeroDuration() ? absl::Now() + timeout : sync->deadline + absl::Seconds(5);
@@ -174,7 +175,7 @@ absl::StatusOr<v1::SyncStatus> SyncCoordinator::NextSyncUpdate(const std::string
   absl::MutexLock lock(&mu_);
   auto it = syncs_.find(sync_id);
   if (it == syncs_.end()) return absl::NotFoundError(absl::StrCat("unknown sync '", sync_id, "'"));
-  SyncRecord* sync = it->second.get();
+  const std::shared_ptr<SyncRecord> sync = it->second;  // see WaitSync
   while (sync->changes <= *seen && !sync->finished() && !shutdown_) {
     if (cv_.WaitWithDeadline(&mu_, until)) break;
   }

@@ -48,7 +48,8 @@ class SyncCoordinator {
   absl::StatusOr<v1::DefineTransferResponse> DefineTransfer(const v1::DefineTransferRequest& req);
   absl::StatusOr<v1::PlanResponse> PlanTransfer(const v1::PlanRequest& req);
   absl::StatusOr<v1::SyncResponse> StartSync(const v1::SyncRequest& req);
-  // Returns once the sync ended or `timeout` passed (its current status).
+  // Returns once the sync ended or `timeout` passed (its current status; its
+  // final one also when the record was pruned meanwhile).
   absl::StatusOr<v1::SyncStatus> WaitSync(const std::string& sync_id, absl::Duration timeout);
   // For WatchSync: returns once the sync changed after `*seen` (updated), it
   // ended, or `wait` passed.
@@ -186,7 +187,8 @@ class SyncCoordinator {
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<std::string, Transfer> transfers_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::unique_ptr<SyncRecord>> syncs_ ABSL_GUARDED_BY(mu_);
+  // Shared: a waiter keeps its record while Tick may prune it.
+  absl::flat_hash_map<std::string, std::shared_ptr<SyncRecord>> syncs_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> sync_order_ ABSL_GUARDED_BY(mu_);  // for pruning
   // Worker parts of plans, unrouted "<plan key>/<worker>" and routed
   // "<plan key>/<worker>/<routes>" (built outside mu_).

@@ -363,5 +363,44 @@ TEST_F(SyncCoordinatorTest, ASyncNeverRunsASpecRedefinedWhilePlanning) {
   std::cerr << started << " syncs started, " << aborted << " refused as redefined\n";
 }
 
+// Tick may finish a sync and prune its record (the oldest, past 256) in one
+// call while WaitSync sleeps on it: the waiter still gets its final status.
+TEST_F(SyncCoordinatorTest, AWaiterGetsTheFinalStatusOfASyncPrunedWhileItWaits) {
+  Register("a", "src", 0, 2, 16);
+  Register("b", "src", 1, 2, 16);
+  Register("c", "dst", 0, 1, 32);
+  DefineSimple();
+  v1::DefineTransferRequest other = controller_testing::SimpleTransfer();
+  other.set_name("u");
+  ASSERT_TRUE(controller_->syncs().DefineTransfer(other).ok());
+  v1::SyncRequest req;
+  req.set_transfer("t");
+  req.set_version(1);
+  req.set_deadline_ms(300);
+  auto oldest = controller_->syncs().StartSync(req);
+  ASSERT_TRUE(oldest.ok()) << oldest.status();
+  for (int i = 0; i < 256; ++i) {
+    v1::SyncRequest u;
+    u.set_transfer("u");
+    u.set_version(1);
+    auto s = controller_->syncs().StartSync(u);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE(controller_->syncs().Cancel(s->sync_id(), "filler").ok());
+  }
+  absl::StatusOr<v1::SyncStatus> waited;
+  std::thread waiter(
+      [&] { waited = controller_->syncs().WaitSync(oldest->sync_id(), absl::Seconds(10)); });
+  absl::SleepFor(absl::Milliseconds(400));  // past its deadline, the waiter asleep
+  controller_->syncs().Tick();
+  waiter.join();
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_EQ(waited->phase(), v1::SYNC_FAILED);
+  EXPECT_EQ(waited->error_code(), static_cast<int32_t>(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_NE(waited->error().find("deadline"), std::string::npos) << waited->error();
+  EXPECT_EQ(controller_->syncs().WaitSync(oldest->sync_id(), absl::Seconds(1)).status().code(),
+            absl::StatusCode::kNotFound)
+      << "pruned";
+}
+
 }  // namespace
 }  // namespace wsync::controller

@@ -26,7 +26,16 @@ absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::Register(
     int64_t elements = 1;
     for (int64_t d : t.shape()) {
       if (d < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": negative dimension"));
-      elements *= d;
+      if (__builtin_mul_overflow(elements, d, &elements)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": shape [", absl::StrJoin(t.shape(), ", "), "] overflows 64-bit sizes"));
+      }
+    }
+    int64_t bytes = 0;
+    if (__builtin_mul_overflow(elements, es, &bytes)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": shape [",
+                                                     absl::StrJoin(t.shape(), ", "), "] of ", es,
+                                                     "-byte elements overflows 64-bit sizes"));
     }
     if (!req.replace()) {
       auto it = tensors_.find({req.group(), t.name()});
@@ -38,7 +47,7 @@ absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::Register(
     plane::BufferLocation where;
     if (t.has_shm()) where.shm = &t.shm();
     if (t.has_cuda_ipc()) where.cuda_ipc = &t.cuda_ipc();
-    auto opened = backend_->OpenBuffer(where, elements * es, /*peer=*/false, what, &mappings_);
+    auto opened = backend_->OpenBuffer(where, bytes, /*peer=*/false, what, &mappings_);
     if (!opened.ok()) return opened.status();
     TensorEntry e;
     e.group = req.group();

@@ -179,6 +179,10 @@ absl::StatusOr<v1::SyncStatus> SyncCoordinator::NextSyncUpdate(const std::string
   while (sync->changes <= *seen && !sync->finished() && !shutdown_) {
     if (cv_.WaitWithDeadline(&mu_, until)) break;
   }
+  if (shutdown_ && !sync->finished()) {
+    return absl::UnavailableError(
+        absl::StrCat("controller shutting down; sync '", sync_id, "' did not end"));
+  }
   *seen = sync->changes;
   return SnapshotLocked(*sync);
 }

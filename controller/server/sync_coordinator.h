@@ -51,8 +51,9 @@ class SyncCoordinator {
   // Returns once the sync ended or `timeout` passed (its current status; its
   // final one also when the record was pruned meanwhile).
   absl::StatusOr<v1::SyncStatus> WaitSync(const std::string& sync_id, absl::Duration timeout);
-  // For WatchSync: returns once the sync changed after `*seen` (updated), it
-  // ended, or `wait` passed.
+  // For WaitSync / WatchSync: returns once the sync changed after `*seen`
+  // (updated), it ended, or `wait` passed; UNAVAILABLE once shut down with
+  // the sync still running (so that callers looping on it stop).
   absl::StatusOr<v1::SyncStatus> NextSyncUpdate(const std::string& sync_id, int64_t* seen,
                                                 absl::Duration wait);
   absl::StatusOr<v1::SyncStatus> Cancel(const std::string& sync_id, const std::string& reason);

@@ -402,5 +402,26 @@ TEST_F(SyncCoordinatorTest, AWaiterGetsTheFinalStatusOfASyncPrunedWhileItWaits) 
       << "pruned";
 }
 
+// The WaitSync / WatchSync handlers loop on NextSyncUpdate: after Shutdown it
+// must end their loop rather than return at once with the sync running.
+TEST_F(SyncCoordinatorTest, NextSyncUpdateIsUnavailableOnceShutDown) {
+  Register("a", "src", 0, 2, 16);
+  Register("b", "src", 1, 2, 16);
+  Register("c", "dst", 0, 1, 32);
+  DefineSimple();
+  auto started = StartSync(1);
+  ASSERT_TRUE(started.ok()) << started.status();
+  int64_t seen = -1;
+  auto running = controller_->syncs().NextSyncUpdate(started->sync_id(), &seen, absl::Seconds(1));
+  ASSERT_TRUE(running.ok()) << running.status();
+  EXPECT_EQ(running->phase(), v1::SYNC_RUNNING);
+  controller_->syncs().Shutdown();
+  const absl::Time before = absl::Now();
+  auto after = controller_->syncs().NextSyncUpdate(started->sync_id(), &seen, absl::Seconds(5));
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable) << after.status();
+  EXPECT_NE(after.status().message().find("shutting down"), std::string::npos) << after.status();
+  EXPECT_LT(absl::Now() - before, absl::Seconds(1));
+}
+
 }  // namespace
 }  // namespace wsync::controller

@@ -49,6 +49,8 @@ absl::Status SyncCoordinator::ReportResult(const v1::ReportResultRequest& req) {
       // Late (after an abort or another worker's failure): the outcome
       // stands, but AwaitWriters learns this worker stopped writing.
       p.done = true;
+      // It ran the assignment, so it holds the op list FinishLocked forgot.
+      if (req.code() == 0) workers_->MarkPartSent(p.lease_id, p.part_key);
       cv_.SignalAll();
       return absl::OkStatus();
     }

@@ -7,8 +7,9 @@
 // back while holding its own lock, so the order is always
 // SyncCoordinator -> WorkerRegistry and SyncCoordinator -> Rendezvous.
 // Planning and part extraction run unlocked (parts have their own cache lock,
-// a leaf). Every wait is bounded: WaitSync and NextSyncUpdate take deadlines,
-// Tick() ends syncs past theirs.
+// a leaf); routes are decided again under the lock only when a worker's
+// direct-write state changed meanwhile. Every wait is bounded: WaitSync and NextSyncUpdate take
+// deadlines, Tick() ends syncs past theirs.
 #ifndef WSYNC_CONTROLLER_SERVER_SYNC_COORDINATOR_H_
 #define WSYNC_CONTROLLER_SERVER_SYNC_COORDINATOR_H_
 
@@ -150,9 +151,12 @@ class SyncCoordinator {
   absl::Status CheckStartLocked(const Transfer& t, const v1::SyncRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every worker of `resolved` is alive and holds every buffer its part
-  // uses; returns their leases (by worker id).
-  absl::StatusOr<std::vector<std::string>> CheckWorkersLocked(const Resolved& resolved,
-                                                              const PlanForSync& plan)
+  // uses; returns their leases (by worker id). A worker whose direct-write
+  // state (domain, unavailable) changed since `resolved` was taken is
+  // updated there and *reroute set: its routes must be decided again.
+  absl::StatusOr<std::vector<std::string>> CheckWorkersLocked(Resolved& resolved,
+                                                              const PlanForSync& plan,
+                                                              bool* reroute)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new transport generation (and rendezvous scope) when the transfer has
   // none yet, its last one broke or its workers changed.

@@ -49,6 +49,8 @@ absl::Status SyncCoordinator::ReportResult(const v1::ReportResultRequest& req) {
       // Late (after an abort or another worker's failure): the outcome
       // stands, but AwaitWriters learns this worker stopped writing.
       p.done = true;
+      // It ran the assignment, so it holds the op list FinishLocked forgot.
+      if (req.code() == 0) workers_->MarkPartSent(p.lease_id, p.part_key);
       cv_.SignalAll();
       return absl::OkStatus();
     }
@@ -117,6 +119,9 @@ void SyncCoordinator::FinishLocked(SyncRecord& sync, v1::SyncPhase phase, int32_
   if (phase != v1::SYNC_SUCCEEDED) {
     for (const Participant& p : sync.parts) {
       if (p.done) continue;
+      // It may drop the assignment unrun (an abort while still queued) and
+      // never cache the op list: the next sync with this part sends it again.
+      workers_->ForgetPartSent(p.lease_id, p.part_key);
       v1::Assignment a;
       a.mutable_abort()->set_sync_id(s.sync_id());
       a.mutable_abort()->set_reason(error);
@@ -155,7 +160,8 @@ absl::StatusOr<v1::SyncStatus> SyncCoordinator::WaitSync(const std::string& sync
   absl::MutexLock lock(&mu_);
   auto it = syncs_.find(sync_id);
   if (it == syncs_.end()) return absl::NotFoundError(absl::StrCat("unknown sync '", sync_id, "'"));
-  SyncRecord* sync = it->second.get();
+  // Tick may prune the record while this waits: hold it.
+  const std::shared_ptr<SyncRecord> sync = it->second;
   // Without a timeout the sync's own deadline bounds the wait (Tick ends it).
   const absl::Time until =
       timeout > absl::ZeroDuration() ? absl::Now() + timeout : sync->deadline + absl::Seconds(5);
@@ -171,9 +177,13 @@ absl::StatusOr<v1::SyncStatus> SyncCoordinator::NextSyncUpdate(const std::string
   absl::MutexLock lock(&mu_);
   auto it = syncs_.find(sync_id);
   if (it == syncs_.end()) return absl::NotFoundError(absl::StrCat("unknown sync '", sync_id, "'"));
-  SyncRecord* sync = it->second.get();
+  const std::shared_ptr<SyncRecord> sync = it->second;  // see WaitSync
   while (sync->changes <= *seen && !sync->finished() && !shutdown_) {
     if (cv_.WaitWithDeadline(&mu_, until)) break;
+  }
+  if (shutdown_ && !sync->finished()) {
+    return absl::UnavailableError(
+        absl::StrCat("controller shutting down; sync '", sync_id, "' did not end"));
   }
   *seen = sync->changes;
   return SnapshotLocked(*sync);

@@ -7,8 +7,9 @@
 // back while holding its own lock, so the order is always
 // SyncCoordinator -> WorkerRegistry and SyncCoordinator -> Rendezvous.
 // Planning and part extraction run unlocked (parts have their own cache lock,
-// a leaf). Every wait is bounded: WaitSync and NextSyncUpdate take deadlines,
-// Tick() ends syncs past theirs.
+// a leaf); routes are decided again under the lock only when a worker's
+// direct-write state changed meanwhile. Every wait is bounded: WaitSync and NextSyncUpdate take
+// deadlines, Tick() ends syncs past theirs.
 #ifndef WSYNC_CONTROLLER_SERVER_SYNC_COORDINATOR_H_
 #define WSYNC_CONTROLLER_SERVER_SYNC_COORDINATOR_H_
 
@@ -48,10 +49,12 @@ class SyncCoordinator {
   absl::StatusOr<v1::DefineTransferResponse> DefineTransfer(const v1::DefineTransferRequest& req);
   absl::StatusOr<v1::PlanResponse> PlanTransfer(const v1::PlanRequest& req);
   absl::StatusOr<v1::SyncResponse> StartSync(const v1::SyncRequest& req);
-  // Returns once the sync ended or `timeout` passed (its current status).
+  // Returns once the sync ended or `timeout` passed (its current status; its
+  // final one also when the record was pruned meanwhile).
   absl::StatusOr<v1::SyncStatus> WaitSync(const std::string& sync_id, absl::Duration timeout);
-  // For WatchSync: returns once the sync changed after `*seen` (updated), it
-  // ended, or `wait` passed.
+  // For WaitSync / WatchSync: returns once the sync changed after `*seen`
+  // (updated), it ended, or `wait` passed; UNAVAILABLE once shut down with
+  // the sync still running (so that callers looping on it stop).
   absl::StatusOr<v1::SyncStatus> NextSyncUpdate(const std::string& sync_id, int64_t* seen,
                                                 absl::Duration wait);
   absl::StatusOr<v1::SyncStatus> Cancel(const std::string& sync_id, const std::string& reason);
@@ -75,6 +78,7 @@ class SyncCoordinator {
     int32_t worker = 0;
     std::string lease_id;
     std::vector<v1::Membership> roles;
+    std::string part_key;  // SyncAssignment.part_key
     bool done = false;
     int64_t bytes_done = 0;
   };
@@ -90,7 +94,8 @@ class SyncCoordinator {
     std::string name;
     std::string source_group;
     std::string destination_group;
-    v1::TransferSpec spec;  // as defined by the trainer
+    v1::TransferSpec spec;    // as defined by the trainer
+    uint64_t definition = 0;  // bumped by each DefineTransfer
     int64_t last_success_version = 0;
     int64_t generation = 0;
     std::vector<std::string> generation_leases;  // worker id -> lease
@@ -146,9 +151,12 @@ class SyncCoordinator {
   absl::Status CheckStartLocked(const Transfer& t, const v1::SyncRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every worker of `resolved` is alive and holds every buffer its part
-  // uses; returns their leases (by worker id).
-  absl::StatusOr<std::vector<std::string>> CheckWorkersLocked(const Resolved& resolved,
-                                                              const PlanForSync& plan)
+  // uses; returns their leases (by worker id). A worker whose direct-write
+  // state (domain, unavailable) changed since `resolved` was taken is
+  // updated there and *reroute set: its routes must be decided again.
+  absl::StatusOr<std::vector<std::string>> CheckWorkersLocked(Resolved& resolved,
+                                                              const PlanForSync& plan,
+                                                              bool* reroute)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new transport generation (and rendezvous scope) when the transfer has
   // none yet, its last one broke or its workers changed.
@@ -184,7 +192,8 @@ class SyncCoordinator {
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<std::string, Transfer> transfers_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::unique_ptr<SyncRecord>> syncs_ ABSL_GUARDED_BY(mu_);
+  // Shared: a waiter keeps its record while Tick may prune it.
+  absl::flat_hash_map<std::string, std::shared_ptr<SyncRecord>> syncs_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> sync_order_ ABSL_GUARDED_BY(mu_);  // for pruning
   // Worker parts of plans, unrouted "<plan key>/<worker>" and routed
   // "<plan key>/<worker>/<routes>" (built outside mu_).

@@ -122,10 +122,11 @@ v1::SyncAssignment SyncCoordinator::AssignmentLocked(const Transfer& t, const Sy
 }
 
 absl::StatusOr<std::vector<std::string>> SyncCoordinator::CheckWorkersLocked(
-    const Resolved& resolved, const PlanForSync& plan) {
+    Resolved& resolved, const PlanForSync& plan, bool* reroute) {
   std::vector<std::string> leases;
+  *reroute = false;
   for (int32_t w = 0; w < static_cast<int32_t>(resolved.workers.size()); ++w) {
-    const std::string& lease = resolved.workers[w].lease_id;
+    const std::string lease = resolved.workers[w].lease_id;
     std::optional<WorkerSnapshot> worker = workers_->Find(lease);
     if (!worker.has_value()) {
       return absl::UnavailableError(
@@ -133,6 +134,13 @@ absl::StatusOr<std::vector<std::string>> SyncCoordinator::CheckWorkersLocked(
     }
     absl::Status st = CheckBuffers(*plan.parts[w], w, *worker, /*require_all=*/true);
     if (!st.ok()) return st;
+    WorkerSnapshot& used = resolved.workers[w];
+    if (worker->direct_writes_unavailable != used.direct_writes_unavailable ||
+        worker->info->direct_write_domain() != used.info->direct_write_domain()) {
+      // E.g. a report of direct_writes_unavailable that arrived while planning.
+      used = *std::move(worker);
+      *reroute = true;
+    }
     leases.push_back(lease);
   }
   return leases;
@@ -169,8 +177,8 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
   if (!resolved.ok()) return resolved.status();
   absl::StatusOr<PlanForSync> plan = GetPlan(*resolved, /*with_parts=*/true);
   if (!plan.ok()) return plan.status();
-  const Dispatch dispatch = Decide(defined.name, *resolved, *plan);
-  const std::vector<RoutedPartRef> parts = Route(*plan, dispatch);
+  Dispatch dispatch = Decide(defined.name, *resolved, *plan);
+  std::vector<RoutedPartRef> parts = Route(*plan, dispatch);
   const double plan_seconds = absl::ToDoubleSeconds(absl::Now() - trigger);
 
   absl::MutexLock lock(&mu_);
@@ -178,8 +186,19 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
   if (it == transfers_.end()) return absl::NotFoundError("Sync: transfer removed meanwhile");
   Transfer& t = it->second;
   if (absl::Status st = CheckStartLocked(t, req); !st.ok()) return st;
-  absl::StatusOr<std::vector<std::string>> leases = CheckWorkersLocked(*resolved, *plan);
+  if (t.definition != defined.definition) {
+    return absl::AbortedError(
+        absl::StrCat("Sync: transfer '", t.name, "' redefined while planning; retry"));
+  }
+  bool reroute = false;
+  absl::StatusOr<std::vector<std::string>> leases = CheckWorkersLocked(*resolved, *plan, &reroute);
   if (!leases.ok()) return leases.status();
+  if (reroute) {
+    // Rare (a worker's direct-write state changed while planning): decided
+    // again under the lock, from the fresh snapshots.
+    dispatch = Decide(defined.name, *resolved, *plan);
+    parts = Route(*plan, dispatch);
+  }
   // Before the generation changes: a refused sync leaves the transfer as it was.
   if (!dispatch.transport.ok()) return dispatch.transport.status();
   RenewGenerationLocked(t, *leases);
@@ -193,6 +212,7 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
     p.worker = w;
     p.lease_id = (*leases)[w];
     p.roles = resolved->roles[w];
+    p.part_key = parts[w].key;
     v1::Assignment a;
     *a.mutable_sync() = AssignmentLocked(t, *sync, *resolved, dispatch, parts[w], w);
     workers_->Push(p.lease_id, std::move(a));  // a lost worker fails the sync (WorkerLost)

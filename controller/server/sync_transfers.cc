@@ -224,6 +224,7 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
   t.source_group = req.source_group();
   t.destination_group = req.destination_group();
   t.spec = req.spec();
+  ++t.definition;  // a StartSync planning the old spec meanwhile is refused
   t.plan_key = plan->plan->key();
   t.generation_broken = true;  // layouts may have changed: fresh transport
   v1::DefineTransferResponse resp;

@@ -303,6 +303,12 @@ bool WorkerRegistry::MarkPartSent(const std::string& lease_id, const std::string
   return it != workers_.end() && it->second->parts_sent.insert(part_key).second;
 }
 
+void WorkerRegistry::ForgetPartSent(const std::string& lease_id, const std::string& part_key) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(lease_id);
+  if (it != workers_.end()) it->second->parts_sent.erase(part_key);
+}
+
 void WorkerRegistry::MarkDirectWritesUnavailable(const std::string& lease_id) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(lease_id);

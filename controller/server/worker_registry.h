@@ -100,6 +100,9 @@ class WorkerRegistry {
   bool Push(const std::string& lease_id, v1::Assignment a);
   // True the first time `part_key` is marked for this lease (send the part).
   bool MarkPartSent(const std::string& lease_id, const std::string& part_key);
+  // The lease may not hold `part_key` (its assignment was dropped unrun):
+  // the next MarkPartSent for it returns true again.
+  void ForgetPartSent(const std::string& lease_id, const std::string& part_key);
   void MarkDirectWritesUnavailable(const std::string& lease_id);
   // After a failure: every peer list goes again to this lease.
   void ForgetPeerLists(const std::string& lease_id);

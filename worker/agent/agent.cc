@@ -128,9 +128,15 @@ void WorkerAgent::SessionLoop() {
       if (stop_.load()) ctx.TryCancel();
     }
     spdlog::info("[worker {}] registered, lease {}", Roles(options_), resp.lease_id());
+    {
+      absl::MutexLock lock(&push_mu_);
+      if (pushed_lease_ != resp.lease_id()) pushed_version_ = 0;
+      pushed_lease_ = resp.lease_id();
+      pushed_version_ = std::max(pushed_version_, buffers_version);
+    }
     // An owner that registered tensors while we were registering saw no lease
     // and could not forward them: send the current list now.
-    if (tensors_.version() != buffers_version) PushBuffers(resp.lease_id());
+    PushBuffers(resp.lease_id());
     v1::AssignmentsRequest areq;
     areq.set_lease_id(resp.lease_id());
     auto reader = stub_->Assignments(&ctx, areq);
@@ -173,6 +179,8 @@ void WorkerAgent::HeartbeatLoop() {
         // The controller forgot us (restart or expiry): end the stream, re-register.
         absl::MutexLock lock(&mu_);
         if (lease_id_ == lease_id && stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+      } else if (s.ok()) {
+        PushBuffers(lease_id);  // retries a push that failed (no-op when current)
       }
     }
     for (absl::Duration slept; slept < interval && !stop_.load(); slept += absl::Milliseconds(20)) {
@@ -195,6 +203,8 @@ void WorkerAgent::OnAssignment(const v1::Assignment& a, const std::string& lease
     absl::MutexLock lock(&mu_);
     for (auto it = queue_.begin(); it != queue_.end(); ++it) {
       if (it->assignment.sync_id() == id) {
+        // The controller sends a part's op list once: keep it for later syncs.
+        if (it->assignment.has_plan()) dropped_plans_.push_back(std::move(it->assignment));
         queue_.erase(it);
         dropped = true;
         break;
@@ -249,13 +259,16 @@ void WorkerAgent::ExecLoop() {
   uint64_t epoch_seen = 0;
   while (!stop_.load()) {
     Queued q;
+    std::vector<v1::SyncAssignment> dropped;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !queue_.empty(); };
       if (!mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100))) continue;
       q = std::move(queue_.front());
       queue_.pop_front();
+      dropped.swap(dropped_plans_);
     }
+    for (const v1::SyncAssignment& d : dropped) runner_.CachePlan(d);
     if (q.lease_epoch != epoch_seen) {
       // A new lease means new transfer generations: old sockets are useless.
       runner_.DropTransports();
@@ -342,6 +355,10 @@ absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterLocal(
 
 void WorkerAgent::PushBuffers(const std::string& lease_id) {
   // The controller checks plans against these before a sync starts.
+  absl::MutexLock lock(&push_mu_);
+  // Read before the list: a registration in between is pushed again later.
+  const uint64_t version = tensors_.version();
+  if (pushed_lease_ == lease_id && pushed_version_ >= version) return;
   v1::UpdateBuffersRequest u;
   u.set_lease_id(lease_id);
   for (auto& b : tensors_.BufferInfos()) *u.add_buffers() = std::move(b);
@@ -350,9 +367,14 @@ void WorkerAgent::PushBuffers(const std::string& lease_id) {
   v1::UpdateBuffersResponse ur;
   grpc::Status s = stub_->UpdateBuffers(&ctx, u, &ur);
   if (!s.ok()) {
-    // Registered locally; the next registration with the controller carries them.
+    // Registered locally; the heartbeat loop (or the next registration)
+    // sends them again.
     spdlog::warn("[worker {}] UpdateBuffers: {}", Roles(options_), s.error_message());
+    return;
   }
+  if (pushed_lease_ != lease_id) pushed_version_ = 0;
+  pushed_lease_ = lease_id;
+  pushed_version_ = std::max(pushed_version_, version);
 }
 
 std::shared_ptr<EventQueue> WorkerAgent::Subscribe() {

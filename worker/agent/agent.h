@@ -95,7 +95,10 @@ class WorkerAgent {
   // period or two) until its direct writers into this worker reported or
   // were lost; returns those still pending ("" when none).
   std::string AwaitWriters(const v1::SyncAssignment& a, const std::string& lease_id);
-  void PushBuffers(const std::string& lease_id);
+  // Sends the newest buffer list to the controller unless `lease_id` already
+  // has it. Serialized, so an older list never arrives last; a failed push
+  // is retried by the heartbeat loop.
+  void PushBuffers(const std::string& lease_id) ABSL_LOCKS_EXCLUDED(push_mu_);
   std::string lease() const;
 
   const AgentOptions options_;
@@ -110,12 +113,20 @@ class WorkerAgent {
   std::thread heartbeat_;
   std::thread exec_;
 
+  absl::Mutex push_mu_;
+  // The lease that last got the buffer list and the TensorTable version sent.
+  std::string pushed_lease_ ABSL_GUARDED_BY(push_mu_);
+  uint64_t pushed_version_ ABSL_GUARDED_BY(push_mu_) = 0;
+
   mutable absl::Mutex mu_;
   std::string lease_id_ ABSL_GUARDED_BY(mu_);
   uint64_t lease_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  // Assignments aborted while queued that carried an op list: the exec
+  // thread caches their lists before it runs the next sync.
+  std::vector<v1::SyncAssignment> dropped_plans_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<EventQueue>> subscribers_ ABSL_GUARDED_BY(mu_);
   int64_t last_version_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t syncs_ok_ ABSL_GUARDED_BY(mu_) = 0;

@@ -21,6 +21,12 @@ exec::ExecutorOptions ExecutorOptionsOf(const RunnerOptions& o) {
   eo.staging_limit_bytes = o.staging_limit_bytes;
   return eo;
 }
+
+// The routed part's key (plan key, worker, routes); older controllers send
+// none.
+std::string PlanId(const v1::SyncAssignment& a) {
+  return a.part_key().empty() ? absl::StrCat(a.plan_key(), "/", a.worker()) : a.part_key();
+}
 }  // namespace
 
 SyncRunner::SyncRunner(TensorTable* tensors, WorkerMetrics* metrics, RunnerOptions options)
@@ -111,6 +117,13 @@ absl::StatusOr<node::Channel*> SyncRunner::EnsureChannel(
   });
 }
 
+void SyncRunner::CachePlan(const v1::SyncAssignment& a) {
+  if (!a.has_plan()) return;
+  const std::string plan_id = PlanId(a);
+  plans_[plan_id] = std::make_shared<const v1::Plan>(a.plan());
+  bound_.erase(plan_id);
+}
+
 v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
                                         std::shared_ptr<v1::WorkerService::Stub> stub,
                                         const std::string& lease_id, const ProgressFn& progress) {
@@ -133,10 +146,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   r.set_round(-1);
   r.set_op(-1);
   r.set_peer(-1);
-  // The routed part's key (plan key, worker, routes); older controllers
-  // send none.
-  const std::string plan_id =
-      a.part_key().empty() ? absl::StrCat(a.plan_key(), "/", a.worker()) : a.part_key();
+  const std::string plan_id = PlanId(a);
   int32_t rounds_done = 0;
   const exec::BoundPlan* bound_plan = nullptr;
   auto finish = [&](const absl::Status& s) {
@@ -156,10 +166,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   };
 
   // 1. The op list: sent once per plan key, cached afterwards.
-  if (a.has_plan()) {
-    plans_[plan_id] = std::make_shared<const v1::Plan>(a.plan());
-    bound_.erase(plan_id);
-  }
+  CachePlan(a);
   auto pit = plans_.find(plan_id);
   if (pit == plans_.end()) {
     return finish(absl::FailedPreconditionError(

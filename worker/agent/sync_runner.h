@@ -45,6 +45,11 @@ class SyncRunner {
                               std::shared_ptr<v1::WorkerService::Stub> stub,
                               const std::string& lease_id, const ProgressFn& progress);
 
+  // Caches the op list `a` carries (if any) without running it, for an
+  // assignment dropped before it ran: the controller sends each part once.
+  // Call from the thread that calls Run.
+  void CachePlan(const v1::SyncAssignment& a);
+
   // Aborts sync `sync_id` if it is running (empty: whatever runs).
   void Abort(const std::string& sync_id, const std::string& reason);
 

@@ -22,9 +22,18 @@ absl::StatusOr<int64_t> NeededBytes(const v1::TensorRegistration& t, const std::
   int64_t elements = 1;
   for (int64_t d : t.shape()) {
     if (d < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": negative dimension"));
-    elements *= d;
+    if (__builtin_mul_overflow(elements, d, &elements)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": shape [", absl::StrJoin(t.shape(), ", "), "] overflows 64-bit sizes"));
+    }
   }
-  return elements * es;
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(elements, es, &bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": shape [",
+                                                   absl::StrJoin(t.shape(), ", "), "] of ", es,
+                                                   "-byte elements overflows 64-bit sizes"));
+  }
+  return bytes;
 }
 
 bool HasLocation(const v1::TensorRegistration& t) { return t.has_shm() || t.has_cuda_ipc(); }

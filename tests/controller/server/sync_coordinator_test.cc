@@ -1,5 +1,10 @@
 // SyncCoordinator (with the registry and rendezvous it drives, composed by
 // Controller): the real planner, workers simulated by calls.
+#include <atomic>
+#include <iostream>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "controller/server/controller.h"
 #include "gtest/gtest.h"
@@ -103,6 +108,35 @@ TEST_F(SyncCoordinatorTest, SyncSendsOpListOncePerPlanKeyAndVersionsMoveForward)
   EXPECT_EQ(plans_->misses(), 1);
 }
 
+TEST_F(SyncCoordinatorTest, AnAbortedSyncSendsTheOpListAgainToWorkersThatDidNotReport) {
+  const std::string s0 = Register("a", "src", 0, 2, 16);
+  const std::string s1 = Register("b", "src", 1, 2, 16);
+  const std::string d0 = Register("c", "dst", 0, 1, 32);
+  std::map<std::string, uint64_t> tokens;
+  for (const auto& l : {s0, s1, d0}) tokens[l] = *controller_->workers().OpenStream(l);
+  DefineSimple();
+  auto first = StartSync(1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  for (const auto& l : {s0, s1, d0}) EXPECT_TRUE(Next(l, tokens[l]).has_plan());
+  // s0 ran it (and cached the op list); the others may drop it unrun.
+  v1::ReportResultRequest r;
+  r.set_lease_id(s0);
+  r.set_sync_id(first->sync_id());
+  ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
+  ASSERT_TRUE(controller_->syncs().Cancel(first->sync_id(), "test").ok());
+  for (const auto& l : {s1, d0}) {
+    auto a = controller_->workers().NextAssignment(l, tokens[l], absl::Seconds(1));
+    ASSERT_TRUE(a.ok() && a->has_value());
+    EXPECT_TRUE((*a)->has_abort());
+  }
+  auto second = StartSync(1);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_FALSE(Next(s0, tokens[s0]).has_plan()) << "s0 ran the first sync: it holds the list";
+  for (const auto& l : {s1, d0}) {
+    EXPECT_TRUE(Next(l, tokens[l]).has_plan()) << "the aborted assignment may never have run";
+  }
+}
+
 TEST_F(SyncCoordinatorTest, TransportIsNcclWhenEveryWorkerRunsTheGpuPlane) {
   const std::vector<v1::TransportKind> gpu = {v1::TRANSPORT_NCCL};
   const std::string s0 = Register("a", "src", 0, 2, 16, gpu);
@@ -184,7 +218,7 @@ TEST_F(SyncCoordinatorTest, MissedHeartbeatsExpireTheLeaseAndFailTheSync) {
   auto started = controller_->syncs().StartSync(req);
   ASSERT_TRUE(started.ok()) << started.status();
   // s0 and d0 keep heartbeating; s1 is silent.
-  const absl::Time until = absl::Now() + absl::Seconds(2);
+  const absl::Time until = absl::Now() + absl::Seconds(1);
   while (absl::Now() < until) {
     ASSERT_TRUE(controller_->workers().Heartbeat(s0).ok());
     ASSERT_TRUE(controller_->workers().Heartbeat(d0).ok());
@@ -281,6 +315,112 @@ TEST_F(SyncCoordinatorTest, ATighterLimitAfterDefineIsRefusedAtSync) {
   EXPECT_NE(started.status().message().find("dst/0"), std::string::npos) << started.status();
   EXPECT_NE(started.status().message().find("--staging_limit_bytes 10"), std::string::npos)
       << started.status();
+}
+
+// A DefineTransfer that completes while a Sync plans the previous spec must
+// not let that sync run the old plan under the new definition: either the
+// sync is refused (ABORTED, retry) or it runs the definition in force.
+TEST_F(SyncCoordinatorTest, ASyncNeverRunsASpecRedefinedWhilePlanning) {
+  Register("a", "src", 0, 2, 16);
+  Register("b", "src", 1, 2, 16);
+  Register("c", "dst", 0, 1, 32);
+  auto first = controller_->syncs().DefineTransfer(controller_testing::SimpleTransfer());
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::Mutex define_mu;
+  std::string defined_key = first->plan_key();  // of the definition in force
+  std::atomic<bool> stop{false};
+  std::thread redefine([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      absl::MutexLock lock(&define_mu);
+      auto r = controller_->syncs().DefineTransfer(
+          controller_testing::SimpleTransfer(i % 2 == 0 ? 4 : 8));
+      if (r.ok()) defined_key = r->plan_key();
+    }
+  });
+  int started = 0, aborted = 0;
+  const absl::Time until = absl::Now() + absl::Seconds(1);
+  while (absl::Now() < until) {
+    auto sync = StartSync(1);
+    if (!sync.ok()) {
+      // Refused while planning, or a DefineTransfer committed in between.
+      ASSERT_TRUE(sync.status().code() == absl::StatusCode::kAborted ||
+                  sync.status().code() == absl::StatusCode::kFailedPrecondition)
+          << sync.status();
+      aborted += sync.status().code() == absl::StatusCode::kAborted;
+      continue;
+    }
+    ++started;
+    {
+      // No definition commits while the sync is in flight.
+      absl::MutexLock lock(&define_mu);
+      EXPECT_EQ(sync->plan_key(), defined_key) << "sync " << sync->sync_id();
+    }
+    ASSERT_TRUE(controller_->syncs().Cancel(sync->sync_id(), "test").ok());
+  }
+  stop.store(true);
+  redefine.join();
+  EXPECT_GT(started, 0);
+  std::cerr << started << " syncs started, " << aborted << " refused as redefined\n";
+}
+
+// Tick may finish a sync and prune its record (the oldest, past 256) in one
+// call while WaitSync sleeps on it: the waiter still gets its final status.
+TEST_F(SyncCoordinatorTest, AWaiterGetsTheFinalStatusOfASyncPrunedWhileItWaits) {
+  Register("a", "src", 0, 2, 16);
+  Register("b", "src", 1, 2, 16);
+  Register("c", "dst", 0, 1, 32);
+  DefineSimple();
+  v1::DefineTransferRequest other = controller_testing::SimpleTransfer();
+  other.set_name("u");
+  ASSERT_TRUE(controller_->syncs().DefineTransfer(other).ok());
+  v1::SyncRequest req;
+  req.set_transfer("t");
+  req.set_version(1);
+  req.set_deadline_ms(300);
+  auto oldest = controller_->syncs().StartSync(req);
+  ASSERT_TRUE(oldest.ok()) << oldest.status();
+  for (int i = 0; i < 256; ++i) {
+    v1::SyncRequest u;
+    u.set_transfer("u");
+    u.set_version(1);
+    auto s = controller_->syncs().StartSync(u);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE(controller_->syncs().Cancel(s->sync_id(), "filler").ok());
+  }
+  absl::StatusOr<v1::SyncStatus> waited;
+  std::thread waiter(
+      [&] { waited = controller_->syncs().WaitSync(oldest->sync_id(), absl::Seconds(10)); });
+  absl::SleepFor(absl::Milliseconds(400));  // past its deadline, the waiter asleep
+  controller_->syncs().Tick();
+  waiter.join();
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_EQ(waited->phase(), v1::SYNC_FAILED);
+  EXPECT_EQ(waited->error_code(), static_cast<int32_t>(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_NE(waited->error().find("deadline"), std::string::npos) << waited->error();
+  EXPECT_EQ(controller_->syncs().WaitSync(oldest->sync_id(), absl::Seconds(1)).status().code(),
+            absl::StatusCode::kNotFound)
+      << "pruned";
+}
+
+// The WaitSync / WatchSync handlers loop on NextSyncUpdate: after Shutdown it
+// must end their loop rather than return at once with the sync running.
+TEST_F(SyncCoordinatorTest, NextSyncUpdateIsUnavailableOnceShutDown) {
+  Register("a", "src", 0, 2, 16);
+  Register("b", "src", 1, 2, 16);
+  Register("c", "dst", 0, 1, 32);
+  DefineSimple();
+  auto started = StartSync(1);
+  ASSERT_TRUE(started.ok()) << started.status();
+  int64_t seen = -1;
+  auto running = controller_->syncs().NextSyncUpdate(started->sync_id(), &seen, absl::Seconds(1));
+  ASSERT_TRUE(running.ok()) << running.status();
+  EXPECT_EQ(running->phase(), v1::SYNC_RUNNING);
+  controller_->syncs().Shutdown();
+  const absl::Time before = absl::Now();
+  auto after = controller_->syncs().NextSyncUpdate(started->sync_id(), &seen, absl::Seconds(5));
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable) << after.status();
+  EXPECT_NE(after.status().message().find("shutting down"), std::string::npos) << after.status();
+  EXPECT_LT(absl::Now() - before, absl::Seconds(1));
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 // SyncCoordinator routes: which worker pairs of a sync write directly, how
 // their parts are marked and what their assignments say (routes_fixture.h).
+#include <atomic>
+#include <iostream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -268,6 +271,73 @@ TEST_F(SyncRoutesTest, AWriterThatCannotMapItsPeersIsPairedNoMore) {
   EXPECT_FALSE(as[1].has_plan()) << "worker 1 holds the part of these routes";
   EXPECT_TRUE(as[2].has_plan());
   EXPECT_THAT(Routes(as[2]), ElementsAre("0->2:T", "1->2:P"));
+}
+
+// A report of direct_writes_unavailable that the coordinator takes while a
+// sync is being planned still counts for that sync: any sync whose locked
+// start came after the report has the reporter write no peer directly.
+TEST_F(SyncRoutesTest, UnavailableReportedWhilePlanningCountsForThatSync) {
+  int trials = 0;
+  const absl::Time until = absl::Now() + absl::Seconds(1);
+  while (absl::Now() < until) {
+    ++trials;
+    Restart(/*direct_writes=*/true);
+    const auto leases = RegisterHosts("h", "h", "h");
+    Define();
+    v1::DefineTransferRequest u = controller_testing::SimpleTransfer();
+    u.set_name("u");
+    ASSERT_TRUE(controller_->syncs().DefineTransfer(u).ok());
+    v1::SyncRequest ureq;
+    ureq.set_transfer("u");
+    ureq.set_version(1);
+    auto usync = controller_->syncs().StartSync(ureq);
+    ASSERT_TRUE(usync.ok()) << usync.status();
+    // The report (under the coordinator's lock), then where the syncs of "t"
+    // stood: the last finished one, and whether one was in flight.
+    std::atomic<bool> reported{false};
+    std::string last;
+    bool in_flight = false;
+    std::thread reporter([&] {
+      absl::SleepFor(absl::Microseconds(trials % 7 * 50));
+      v1::ReportResultRequest r;
+      r.set_lease_id(leases[0]);  // src/0: it writes dst/0 no more
+      r.set_sync_id(usync->sync_id());
+      r.set_direct_writes_unavailable(true);
+      EXPECT_TRUE(controller_->syncs().ReportResult(r).ok());
+      const v1::GetStatusResponse status = controller_->syncs().GetStatus();
+      for (const v1::TransferStatus& t : status.transfers()) {
+        if (t.name() != "t") continue;
+        last = t.last_sync().sync_id();
+        in_flight = t.in_flight_version() != 0;
+      }
+      reported.store(true);
+    });
+    std::vector<std::pair<std::string, int32_t>> started;  // id, direct pairs
+    for (int after = 0; after < 3;) {
+      if (reported.load()) ++after;
+      v1::SyncRequest req;
+      req.set_transfer("t");
+      req.set_version(1);
+      auto sync = controller_->syncs().StartSync(req);
+      ASSERT_TRUE(sync.ok()) << sync.status();
+      auto st = controller_->syncs().Cancel(sync->sync_id(), "test");
+      ASSERT_TRUE(st.ok()) << st.status();
+      started.emplace_back(sync->sync_id(), st->direct_pairs());
+    }
+    reporter.join();
+    // The syncs of "t" run one at a time, in this order: those after `last`
+    // (and after the one in flight then) took their lock after the report.
+    size_t first_after = 0;
+    while (first_after < started.size() && started[first_after].first != last) ++first_after;
+    first_after = last.empty() ? 0 : first_after + 1;
+    if (in_flight) ++first_after;
+    ASSERT_LE(first_after, started.size());
+    for (size_t i = first_after; i < started.size(); ++i) {
+      EXPECT_EQ(started[i].second, 1) << "sync " << started[i].first << " started after the report";
+    }
+    if (HasFailure()) break;
+  }
+  std::cerr << trials << " trials\n";
 }
 
 }  // namespace

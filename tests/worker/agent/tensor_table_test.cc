@@ -1,0 +1,43 @@
+// TensorTable: registrations are validated before anything is mapped.
+#include "worker/agent/tensor_table.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "worker/backends/host/host_backend.h"
+
+namespace wsync::agent {
+namespace {
+
+v1::RegisterTensorsRequest OneTensor(const std::string& name,
+                                     std::initializer_list<int64_t> shape) {
+  v1::RegisterTensorsRequest req;
+  req.set_group("g");
+  v1::TensorRegistration* t = req.add_tensors();
+  t->set_name(name);
+  t->set_dtype(v1::FP32);
+  for (int64_t d : shape) t->add_shape(d);
+  t->mutable_shm()->set_name("/wsync-tensor-table-test-absent");
+  t->mutable_shm()->set_size(16);
+  return req;
+}
+
+TEST(TensorTableTest, AShapeWhoseSizeOverflowsIsRefusedNamingTheTensor) {
+  host::HostBackend backend{plane::BackendConfig()};
+  TensorTable table({"g"}, &backend);
+  // 2^32 * 2^32 elements: the element count overflows (and wraps to 0).
+  auto elements = table.Register(OneTensor("huge", {int64_t{1} << 32, int64_t{1} << 32}));
+  ASSERT_EQ(elements.status().code(), absl::StatusCode::kInvalidArgument) << elements.status();
+  EXPECT_NE(elements.status().message().find("tensor 'huge' of group 'g'"), std::string::npos)
+      << elements.status();
+  EXPECT_NE(elements.status().message().find("overflows"), std::string::npos) << elements.status();
+  // 2^62 fp32 elements: the count fits, its bytes do not.
+  auto bytes = table.Register(OneTensor("wide", {int64_t{1} << 62}));
+  ASSERT_EQ(bytes.status().code(), absl::StatusCode::kInvalidArgument) << bytes.status();
+  EXPECT_NE(bytes.status().message().find("tensor 'wide'"), std::string::npos) << bytes.status();
+  EXPECT_NE(bytes.status().message().find("overflows"), std::string::npos) << bytes.status();
+  EXPECT_EQ(table.version(), 0u) << "nothing registered";
+}
+
+}  // namespace
+}  // namespace wsync::agent

@@ -125,9 +125,13 @@ py::tuple Register(EmbeddedWorker& w, const std::string& group,
 
 py::dict Status(EmbeddedWorker& w) {
   wsync::v1::LocalStatusResponse s;
+  bool running;
   {
+    // No C++ lock is ever waited for with the GIL held: a thread that holds
+    // the worker's locks may need the GIL to drop a tensor's Python reference.
     py::gil_scoped_release nogil;
     s = w.Status();
+    running = w.running();
   }
   py::dict d;
   d["registered"] = s.registered();
@@ -135,7 +139,7 @@ py::dict Status(EmbeddedWorker& w) {
   d["last_version"] = s.last_version();
   d["syncs_ok"] = s.syncs_ok();
   d["syncs_failed"] = s.syncs_failed();
-  d["running"] = w.running();
+  d["running"] = running;
   return d;
 }
 
@@ -148,9 +152,12 @@ class Events {
   py::object Next(double timeout_s) {
     wsync::v1::SyncEvent e;
     bool got;
+    // A copy taken with the GIL held: close() from another thread may reset
+    // queue_ while this one waits.
+    std::shared_ptr<wsync::agent::EventQueue> queue = queue_;
     {
       py::gil_scoped_release nogil;
-      got = queue_ != nullptr && queue_->Pop(&e, absl::Seconds(timeout_s));
+      got = queue != nullptr && queue->Pop(&e, absl::Seconds(timeout_s));
     }
     if (!got) return py::none();
     py::dict d;
@@ -210,8 +217,16 @@ void BindWorker(py::module_& m) {
       .def(
           "events", [](EmbeddedWorker& w) { return std::make_unique<Events>(&w); },
           py::keep_alive<0, 1>())
-      .def_property_readonly("running", &EmbeddedWorker::running)
-      .def_property_readonly("stopped", &EmbeddedWorker::stopped)
+      .def_property_readonly("running",
+                             [](EmbeddedWorker& w) {
+                               py::gil_scoped_release nogil;
+                               return w.running();
+                             })
+      .def_property_readonly("stopped",
+                             [](EmbeddedWorker& w) {
+                               py::gil_scoped_release nogil;
+                               return w.stopped();
+                             })
       .def_property_readonly("backend", &EmbeddedWorker::backend_name)
       .def_property_readonly("metrics_port", &EmbeddedWorker::metrics_port);
 }

@@ -106,8 +106,23 @@ def pointer_of(name, tensor):
     """The Pointer of a torch tensor (keeping the tensor alive)."""
     t = _local(name, tensor)
     device = -1 if t.device.type == "cpu" else (t.device.index or 0)
+    # The worker keeps (tensor, the view of its memory now): after
+    # `param.data = new` the Parameter alone no longer holds the registered
+    # storage, which the worker may still touch until refresh().
     return Pointer(name, dtypes.value(t.dtype), tuple(t.shape), t.data_ptr(),
-                   t.numel() * t.element_size(), device, tensor)
+                   t.numel() * t.element_size(), device, _Held(tensor, t.detach()))
+
+
+class _Held(tuple):
+    """What the worker keeps for a torch tensor: (the tensor, its registered memory)."""
+
+    def __new__(cls, tensor, memory):
+        return super().__new__(cls, (tensor, memory))
+
+
+def _owner(keep):
+    """The tensor a Pointer's keep stands for (itself unless _Held)."""
+    return keep[0] if isinstance(keep, _Held) else keep
 
 
 class Worker:
@@ -198,8 +213,12 @@ class Worker:
         """{group: [name]} of tensors whose storage moved since registration."""
         moved = {}
         for (group, name), p in self._registered.items():
-            t = p.keep
-            if hasattr(t, "data_ptr") and _local(name, t).data_ptr() != p.data_ptr:
+            t = _owner(p.keep)
+            if not hasattr(t, "data_ptr"):
+                continue
+            now = _local(name, t)
+            if (now.data_ptr() != p.data_ptr or tuple(now.shape) != tuple(p.shape)
+                    or dtypes.value(now.dtype) != p.dtype):
                 moved.setdefault(group, []).append(name)
         return moved
 
@@ -214,7 +233,7 @@ class Worker:
         False when none moved."""
         with self._lock:
             moved = self._moved()
-            again = {g: [pointer_of(n, p.keep) if hasattr(p.keep, "data_ptr") else p
+            again = {g: [pointer_of(n, _owner(p.keep)) if hasattr(_owner(p.keep), "data_ptr") else p
                          for (gg, n), p in self._registered.items() if gg == g]
                      for g in moved}
         for group, pointers in again.items():

@@ -345,10 +345,17 @@ class CudaRegistration(Registration):
         if not moved:
             return False
         items = [(n, self.tensors[n]) for n in moved]
-        for n in moved:
-            self.bytes -= self._ipc[n]["size"]
-        self.add(items)
-        self.send(replace=True)
+        # Until the worker took the new handles, stale() must still name the
+        # moved tensors (a failed send or export is retried by the next refresh).
+        saved = (dict(self._ipc), dict(self._where), dict(self.tensors), self.bytes)
+        try:
+            for n in moved:
+                self.bytes -= self._ipc[n]["size"]
+            self.add(items)
+            self.send(replace=True)
+        except BaseException:
+            self._ipc, self._where, self.tensors, self.bytes = saved
+            raise
         return True
 
     def close(self):

@@ -180,7 +180,7 @@ void WorkerAgent::HeartbeatLoop() {
         absl::MutexLock lock(&mu_);
         if (lease_id_ == lease_id && stream_ctx_ != nullptr) stream_ctx_->TryCancel();
       } else if (s.ok()) {
-        PushBuffers(lease_id);  // retries a push that failed (no-op when current)
+        RetryBuffersPush(lease_id);  // retries a push that failed (no-op when current)
       }
     }
     for (absl::Duration slept; slept < interval && !stop_.load(); slept += absl::Milliseconds(20)) {
@@ -354,8 +354,20 @@ absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterLocal(
 }
 
 void WorkerAgent::PushBuffers(const std::string& lease_id) {
-  // The controller checks plans against these before a sync starts.
   absl::MutexLock lock(&push_mu_);
+  PushBuffersLocked(lease_id);
+}
+
+void WorkerAgent::RetryBuffersPush(const std::string& lease_id) {
+  // A push in flight (a registration's) is not waited for: the heartbeat
+  // must not stall behind its deadline.
+  if (!push_mu_.TryLock()) return;
+  PushBuffersLocked(lease_id);
+  push_mu_.Unlock();
+}
+
+void WorkerAgent::PushBuffersLocked(const std::string& lease_id) {
+  // The controller checks plans against these before a sync starts.
   // Read before the list: a registration in between is pushed again later.
   const uint64_t version = tensors_.version();
   if (pushed_lease_ == lease_id && pushed_version_ >= version) return;

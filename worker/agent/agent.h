@@ -99,6 +99,9 @@ class WorkerAgent {
   // has it. Serialized, so an older list never arrives last; a failed push
   // is retried by the heartbeat loop.
   void PushBuffers(const std::string& lease_id) ABSL_LOCKS_EXCLUDED(push_mu_);
+  // PushBuffers unless a push is in flight (the heartbeat's retry).
+  void RetryBuffersPush(const std::string& lease_id) ABSL_LOCKS_EXCLUDED(push_mu_);
+  void PushBuffersLocked(const std::string& lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(push_mu_);
   std::string lease() const;
 
   const AgentOptions options_;

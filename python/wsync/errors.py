@@ -110,6 +110,10 @@ def _parse_member(message):
     m = re.search(r"(?:\bworker |^|\()([A-Za-z][A-Za-z0-9_.-]*)/(\d+)(?=[ :)]|$)", message)
     if m:
         return m.group(1), int(m.group(2))
+    # "group 'G' rank R": a rank that is not (or no longer) registered.
+    m = re.search(r"\bgroup '([^']+)' rank (\d+)\b", message)
+    if m:
+        return m.group(1), int(m.group(2))
     return "", -1
 
 

@@ -185,3 +185,16 @@ def test_registration_errors(cluster, ranks, tmp_path):
         wsync.torch.register({W: dtensor}, group="trainer", socket=ranks[0])
     with pytest.raises(wsync.InvalidArgument, match="not contiguous"):
         wsync.torch.register({W: torch.ones(4, 4).t()}, group="trainer", socket=ranks[0])
+
+
+def test_group_and_rank_come_only_from_the_controllers_forms():
+    # A killed worker is named "worker G/R (...)" while its lease lives and
+    # "group 'G' rank R ... is not registered" once it is gone (test_worker_down
+    # races the two); rendezvous keys and buffer names hold slashes too.
+    from wsync.errors import _parse_member
+    assert _parse_member("worker trainer/1 (pid 7 on n0) lost") == ("trainer", 1)
+    assert _parse_member("transfer 't': group 'trainer' rank 1 of 2 is not registered") == (
+        "trainer", 1)
+    assert _parse_member("inference/0: worker inference/0 lost") == ("inference", 0)
+    assert _parse_member("kv key weights/3/x timed out") == ("", -1)
+    assert _parse_member("buffer layers/12/w has no room") == ("", -1)

@@ -26,6 +26,7 @@ import time
 import weakref
 
 from wsync import dtypes, errors
+from wsync.torch import _named  # (name, tensor) pairs of a module, dict or list
 
 # One tensor by pointer: what the worker needs to read and write it.
 Pointer = collections.namedtuple("Pointer", "name dtype shape data_ptr nbytes device keep")
@@ -81,14 +82,6 @@ def parse_groups(groups):
             out.append((parts[0], int(parts[1]), int(parts[2])))
         return out
     return [(str(g), int(r), int(s)) for g, r, s in groups]
-
-
-def _named(tensors):
-    if hasattr(tensors, "named_parameters"):
-        return list(tensors.named_parameters())
-    if isinstance(tensors, dict):
-        return list(tensors.items())
-    return list(tensors)
 
 
 def _local(name, t):

@@ -275,8 +275,9 @@ class _Deriver:
     def vocab(self, mname, m, params):
         w = params.pop("weight", None)
         if w is None or params:
+            found = sorted(params) + (["weight"] if w else [])
             raise ValueError(f"vLLM module {mname!r} ({type(m).__name__}): expected exactly one "
-                             f"parameter 'weight', found {sorted(params) + (['weight'] if w else [])}")
+                             f"parameter 'weight', found {found}")
         vocab, org = _attr(m, mname, "num_embeddings"), _attr(m, mname, "org_vocab_size")
         if vocab != org:
             _fail(w, f"{vocab - org} added (LoRA) vocabulary rows are not supported")
@@ -307,9 +308,10 @@ class _Deriver:
         ipp, H = _attr(m, mname, "intermediate_size_per_partition"), _attr(m, mname, "hidden_size")
         tp, ep = int(getattr(m, "tp_size", 1)), int(getattr(m, "ep_size", 1))
         tr = int(getattr(m, "tp_rank", 0)) if tp > 1 else 0
+        er = int(getattr(m, "ep_rank", 0)) if ep > 1 else 0
         if (tp, ep) not in ((self.tp_size, 1), (1, self.ep_size)) or \
-                (ep > 1 and getattr(m, "ep_rank", 0) != self.ep_rank) or (tp > 1 and tr != self.tp_rank):
-            _fail(w13, f"FusedMoE tp {tp} rank {tr}, ep {ep} rank {getattr(m, 'ep_rank', 0)}: "
+                (ep > 1 and er != self.ep_rank) or (tp > 1 and tr != self.tp_rank):
+            _fail(w13, f"FusedMoE tp {tp} rank {tr}, ep {ep} rank {er}: "
                   f"expected tp {self.tp_size} rank {self.tp_rank} or ep {self.ep_size} rank "
                   f"{self.ep_rank} (expert parallelism over the tp ranks)")
         self.check_config(w13, ("num_experts", "n_routed_experts"), E)

@@ -243,7 +243,7 @@ class Rank:
             local, ids, emap = num_experts, list(range(num_experts)), None
         ipp = divide(inter, tp)
         fp8 = self.fp8_block
-        if fp8 and (ipp % 128 or (tp > 1 and ipp % 128)):
+        if fp8 and ipp % 128:  # block_n (and, with tp > 1, block_k) must divide it
             raise ValueError(f"{name}: intermediate_size_per_partition {ipp} not a multiple of "
                              f"block 128 ({R_FP8_MOE})")
         self.module(name, "FusedMoE", ["PluggableLayer"], [R_MOE, R_FP8_MOE] if fp8 else [R_MOE],
@@ -256,12 +256,13 @@ class Rank:
         wdt = "float8_e4m3fn" if fp8 else self.dtype
         rules = [R_MOE, R_FP8_MOE] if fp8 else [R_MOE]
         e = prefix + "experts.{e}."
-        self.param(name + ".w13_weight", name, [local, 2 * ipp, hidden], wdt, rules, experts=[ids[0], ids[-1] + 1],
+        held = [ids[0], ids[-1] + 1]
+        self.param(name + ".w13_weight", name, [local, 2 * ipp, hidden], wdt, rules, experts=held,
                    pieces=[{"hf": e + "gate_proj.weight", "dim": 0, "src_start": tr * ipp,
                             "length": ipp, "local_start": 0},
                            {"hf": e + "up_proj.weight", "dim": 0, "src_start": tr * ipp,
                             "length": ipp, "local_start": ipp}])
-        self.param(name + ".w2_weight", name, [local, hidden, ipp], wdt, rules, experts=[ids[0], ids[-1] + 1],
+        self.param(name + ".w2_weight", name, [local, hidden, ipp], wdt, rules, experts=held,
                    pieces=[{"hf": e + "down_proj.weight", "dim": 1, "src_start": tr * ipp,
                             "length": ipp, "local_start": 0}])
         if fp8:

@@ -362,3 +362,54 @@ def test_sync_writes_into_the_live_parameters(cluster):
             assert torch.equal(p.data, want[name]), f"rank {r}: {name}"
     for reg in regs:
         reg.close()
+
+
+# Block-fp8 DeepSeek-V3 scaled down to dims vLLM accepts for 128 x 128 blocks at TP 2.
+TINY_FP8_MLA = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+                "hidden_size": 256, "intermediate_size": 256, "moe_intermediate_size": 256,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "n_routed_experts": 4,
+                "n_shared_experts": 1, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+                "q_lora_rank": 128, "kv_lora_rank": 128, "qk_nope_head_dim": 64,
+                "qk_rope_head_dim": 64, "v_head_dim": 64, "vocab_size": 100,
+                "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
+                "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+
+
+@pytest.mark.parametrize("ep,experts", [(False, "separate"), (True, "stacked")])
+def test_block_fp8_mla_plan_replays_every_element(tmp_path, ep, experts):
+    """A tiny block-fp8 DeepSeek-V3 at TP 2: the merged live derivation equals
+    the HF-config path, and wsyncctl plan --verify (the planner's replay
+    oracle: quantizes receiver-side and checks every destination element and
+    scale) accepts it with the scales written into the live scale parameters."""
+    import subprocess
+    from google.protobuf import json_format
+    from harness import WSYNCCTL_BIN
+    from wsync import _native
+    cfg, tp = TINY_FP8_MLA, 2
+    parts = []
+    for rec in tiny_ranks(RECORDER.deepseek_v3, cfg, tp, ep, fp8_block=True):
+        parts.append(vllm_live.destination_from_model(
+            build_model(rec), tp_rank=rec["tp_rank"], tp_size=tp, ep_rank=rec["ep_rank"],
+            ep_size=tp if ep else 1, hf_config=cfg, experts=experts))
+    dst = vllm_live.merge(parts)
+    want = vllm.destination(cfg, tp=tp, expert_parallel=ep, experts=experts)
+    assert {t.name: normalized(t) for t in dst.destination.tensors} == \
+        {t.name: normalized(t) for t in want.destination.tensors}
+    assert sorted(m.SerializeToString() for m in dst.mappings) == \
+        sorted(m.SerializeToString() for m in want.mappings)
+    scales = [t for t in dst.destination.tensors if "w13_weight_scale_inv" in t.name]
+    assert scales and all(f.buffer == "model.layers.1.mlp.experts.w13_weight_scale_inv"
+                          for t in scales for f in t.fragments.fragments)
+    src = layouts.source_side(layouts.describe(
+        [(t["name"], torch.empty(t["shape"], dtype=torch.float32 if t["keep_fp32"] else
+                                 torch.bfloat16, device="meta"))
+         for t in _native.model_tensors(vllm.model_config(cfg)[0], experts)]))
+    src.ranks.add(worker=0, node="n0")
+    spec = layouts.transfer_spec(src, dst, name="tiny-fp8")
+    for r in range(tp):
+        spec.destination.ranks.add(worker=1 + r, node="n1")
+    path = tmp_path / "spec.json"
+    path.write_text(json_format.MessageToJson(spec))
+    out = subprocess.run([WSYNCCTL_BIN, "plan", str(path), "--verify"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and "verify: OK" in out.stdout, out.stdout + out.stderr

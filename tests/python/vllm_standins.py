@@ -98,12 +98,13 @@ TINY_MOE = dict(TINY_QWEN3_MOE, max_position_embeddings=32, torch_dtype="float32
 TINY = dict(TINY_LLAMA, max_position_embeddings=32, torch_dtype="float32")
 
 
-def tiny_ranks(builder, cfg, tp, ep):
+def tiny_ranks(builder, cfg, tp, ep, fp8_block=False):
     """Every rank of a tiny model in the recordings' form, by the recorder's
-    rules (names, shapes, module attributes); every layer, float32."""
+    rules (names, shapes, module attributes); every layer, float32 (bf16
+    and float8_e4m3fn weights with their block scales with `fp8_block`)."""
     out = []
     for r in range(tp):
-        rank = RECORDER.Rank(r, tp, ep, "float32", False)
+        rank = RECORDER.Rank(r, tp, ep, "bfloat16" if fp8_block else "float32", fp8_block)
         builder(rank, cfg, list(range(cfg["num_hidden_layers"])))
         out.append({"tp_rank": r, "ep_rank": r if ep else 0, "modules": rank.modules,
                     "parameters": rank.parameters, "buffers": rank.buffers})

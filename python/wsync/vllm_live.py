@@ -129,6 +129,8 @@ def _strides(shape):
 
 
 class _Deriver:
+    """Emits one rank's tensors, buffers and mappings, layer by layer."""
+
     def __init__(self, out, *, tp_rank, tp_size, ep_rank, ep_size, config, experts):
         self.out, self.cfg, self.experts = out, config, experts
         self.tp_rank, self.tp_size, self.ep_rank, self.ep_size = tp_rank, tp_size, ep_rank, ep_size
@@ -144,9 +146,11 @@ class _Deriver:
             _fail(p, "expected a contiguous parameter (wsync writes it row-major)")
         elem = dtypes.size(p.dtype)
         scale_name = _scale_name(name) if scale is not None else None
-        if p.dtype == _FP8 and scale is None:
+        if (p.dtype == _FP8) != (scale is not None):
             _fail(p, "float8_e4m3fn weight without a weight_scale_inv parameter: only vLLM's "
-                  "block-fp8 (weight_block_size [128, 128]) is supported")
+                  "block-fp8 (weight_block_size [128, 128]) is supported" if scale is None else
+                  f"block scales {scale.name!r} given for a {p.dtype} weight (expected "
+                  "float8_e4m3fn)")
         self.out.tensor(name, p.dtype, shape, offset, length, p.name, byte_offset * elem,
                         scale=scale_name)
         self.out.buffers[p.name] = p.tensor
@@ -182,6 +186,9 @@ class _Deriver:
     # ------------------------------------------------------------ layers --
 
     def linear(self, mname, m, kinds, params):
+        """A LinearBase: weight (bf16, or float8_e4m3fn with its block scales
+        weight_scale_inv), optional bias; DeepSeek's router keeps its
+        e_score_correction_bias on the gate, a ReplicatedLinear."""
         w = params.pop("weight", None)
         if w is None:
             raise ValueError(f"vLLM module {mname!r} ({type(m).__name__}): no weight parameter")
@@ -189,47 +196,53 @@ class _Deriver:
         if scale is not None and list(_attr(m, mname, "weight_block_size")) != [128, 128]:
             _fail(scale, f"weight_block_size {m.weight_block_size}: only [128, 128] is supported")
         bias = params.pop("bias", None)
-        extra = params.pop("e_score_correction_bias", None)
-        if extra is not None:  # DeepSeek's router bias lives on the gate (a ReplicatedLinear)
-            self.whole(extra)
+        router_bias = params.pop("e_score_correction_bias", None)
         if params:
             _fail(next(iter(params.values())), f"unexpected parameter of {type(m).__name__} "
                   "(only weight, bias and block-fp8 weight_scale_inv are understood)")
-        tp = int(getattr(m, "tp_size", 1) if not getattr(m, "disable_tp", False) else 1)
+        if router_bias is not None:
+            self.whole(router_bias)
+        tp = 1 if getattr(m, "disable_tp", False) else int(getattr(m, "tp_size", 1))
         rank = int(getattr(m, "tp_rank", 0)) if tp > 1 else 0
-        if tp not in (1, self.tp_size):
-            _fail(w, f"module tp_size {tp}, expected 1 or {self.tp_size}")
-        if tp > 1 and rank != self.tp_rank:
-            _fail(w, f"module tp_rank {rank}, expected {self.tp_rank}")
+        if tp not in (1, self.tp_size) or (tp > 1 and rank != self.tp_rank):
+            _fail(w, f"module tp_size {tp} tp_rank {rank}, expected tp_size 1 or "
+                  f"{self.tp_size} with tp_rank {self.tp_rank}")
         if "ReplicatedLinear" in kinds:
+            _expect_shape(w, [_attr(m, mname, "output_size"), _attr(m, mname, "input_size")],
+                          "ReplicatedLinear [output_size, input_size]")
             self.emit(w, w.shape, [0, 0], w.shape, scale=scale)
-            if bias is not None:
-                self.whole(bias)
+        elif "RowParallelLinear" in kinds:
+            self.row_linear(mname, m, w, scale, tp, rank)
+        else:
+            self.column_linear(mname, m, kinds, w, scale, bias, tp, rank)
             return
-        if "RowParallelLinear" in kinds:
-            ipp = w.shape[1]
-            _expect_shape(w, [_attr(m, mname, "output_size"),
-                              _attr(m, mname, "input_size") // tp], "RowParallelLinear "
-                          "[output_size, input_size / tp]")
-            self.emit(w, [w.shape[0], ipp * tp], [0, rank * ipp], w.shape, scale=scale)
-            if bias is not None:
-                self.whole(bias)
-            return
+        if bias is not None:  # replicated, and a row-parallel layer's bias is whole
+            self.whole(bias)
+
+    def row_linear(self, mname, m, w, scale, tp, rank):
+        ipp = w.shape[1]
+        _expect_shape(w, [_attr(m, mname, "output_size"), _attr(m, mname, "input_size") // tp],
+                      "RowParallelLinear [output_size, input_size / tp]")
+        self.emit(w, [w.shape[0], ipp * tp], [0, rank * ipp], w.shape, scale=scale)
+
+    def column_linear(self, mname, m, kinds, w, scale, bias, tp, rank):
+        """Column-parallel (and fused: qkv, gate_up, fused_qkv_a): rank r's
+        rows [r*L, (r+1)*L) of the stacked local weights, fed per segment."""
         segs = self.column_segments(mname, m, kinds, w, tp, rank)
         out_pp = sum(n for _, _, n in segs)
         _expect_shape(w, [out_pp, _attr(m, mname, "input_size")],
                       f"{type(m).__name__} rows {[n for _, _, n in segs]} x input_size")
-        fused = len(segs) > 1 or segs[0][0] != w.name
         self.emit(w, [out_pp * tp, w.shape[1]], [rank * out_pp, 0], w.shape, scale=scale)
         if bias is not None:
             _expect_shape(bias, [out_pp], "the fused rows of the weight")
             self.emit(bias, [out_pp * tp], [rank * out_pp], [out_pp])
+        if len(segs) == 1 and segs[0][0] == w.name:
+            return  # fed whole by the source of the same name
         at = rank * out_pp
         for src, start, n in segs:
-            if fused:
-                self.out.map(w.name, [at, 0], src, [start, 0], [n, w.shape[1]])
-                if bias is not None:
-                    self.out.map(bias.name, [at], src[:-len("weight")] + "bias", [start], [n])
+            self.out.map(w.name, [at, 0], src, [start, 0], [n, w.shape[1]])
+            if bias is not None:
+                self.out.map(bias.name, [at], src[:-len("weight")] + "bias", [start], [n])
             at += n
 
     def column_segments(self, mname, m, kinds, w, tp, rank):

@@ -413,3 +413,27 @@ def test_block_fp8_mla_plan_replays_every_element(tmp_path, ep, experts):
     out = subprocess.run([WSYNCCTL_BIN, "plan", str(path), "--verify"], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0 and "verify: OK" in out.stdout, out.stdout + out.stderr
+
+
+def test_qwen2_qkv_bias_and_tied_embeddings_match_the_hf_config_path():
+    """Qwen2's fused qkv bias (rows of the weight's segments) and tied
+    embeddings (vLLM's ParallelLMHead.tie_weights: lm_head.weight is
+    embed_tokens.weight, held once) at TP 4 over 2 kv heads."""
+    cfg, tp = dict(TINY, model_type="qwen2", tie_word_embeddings=True), 4
+    parts = []
+    for rec in tiny_ranks(RECORDER.llama, cfg, tp, False):
+        for p in list(rec["parameters"]):
+            if p["name"].endswith("qkv_proj.weight"):
+                rec["parameters"].append(dict(p, name=p["name"][:-len("weight")] + "bias",
+                                              shape=p["shape"][:1]))
+        model = build_model(rec)
+        model.lm_head.weight = model.model.embed_tokens.weight
+        parts.append(vllm_live.destination_from_model(model, tp_rank=rec["tp_rank"],
+                                                      tp_size=tp, hf_config=cfg))
+    assert "lm_head.weight" not in parts[0].buffers
+    got = vllm_live.merge(parts)
+    want = vllm.destination(cfg, tp=tp, dtype="fp32")
+    assert {t.name: normalized(t) for t in got.destination.tensors} == \
+        {t.name: normalized(t) for t in want.destination.tensors}
+    assert sorted(m.SerializeToString() for m in got.mappings) == \
+        sorted(m.SerializeToString() for m in want.mappings)

@@ -69,7 +69,13 @@ def build_model(rank_rec, device="meta", fill=None):
     """The module tree of one recorded rank: vLLM's classes (by name),
     attributes, parameters of the recorded shapes and dtypes, buffers."""
     root = torch.nn.Module()
-    for name in sorted(rank_rec["modules"], key=lambda n: n.count(".")):
+    # vLLM's construction order (that of the parameters; the recorded modules
+    # are sorted by name): named_parameters() lists a tied weight under the
+    # first module holding it, embed_tokens before lm_head.
+    order = list(dict.fromkeys(p["module"] for p in rank_rec["parameters"]))
+    for name in order + sorted(set(rank_rec["modules"]) - set(order)):
+        if name not in rank_rec["modules"]:
+            continue
         info = rank_rec["modules"][name]
         parent, _, short = name.rpartition(".")
         m = vllm_class(info["class"], info["bases"])()

@@ -27,6 +27,12 @@ know, or that disagree with their module's attributes, are errors naming
 the parameter and what was expected; ``skip`` (names or fnmatch patterns)
 lists parameters the caller leaves out on purpose; module buffers (rotary
 caches, expert maps) are never transferred and are listed.
+
+The parameters are taken as vLLM's create_weights lays them out (the
+checkpoint's form). Where a quantization method re-lays them out in
+process_weights_after_loading (e.g. fp8 scales for DeepGEMM), that
+destination is not the final one: the caller must run the post-processing
+after each version, or derive before it and keep the pre-processed storage.
 """
 import fnmatch
 

@@ -192,9 +192,10 @@ BuiltGroup BuildReplicatedConcat(const std::string& name,
   return out;
 }
 
-int64_t PaddedVocab(int64_t vocab, int64_t tp) {
-  const int64_t pad = 64 * tp;
-  return (vocab + pad - 1) / pad * pad;
+int64_t PaddedVocab(int64_t vocab) {
+  // vLLM's pad_vocab_size(vocab, DEFAULT_VOCAB_PADDING_SIZE = 64), independent of tp.
+  constexpr int64_t kPad = 64;
+  return (vocab + kPad - 1) / kPad * kPad;
 }
 
 absl::StatusOr<BuiltGroup> BuildPaddedVocab(const std::string& name, int64_t vocab, int64_t hidden,
@@ -202,7 +203,8 @@ absl::StatusOr<BuiltGroup> BuildPaddedVocab(const std::string& name, int64_t voc
   if (vocab <= 0 || hidden <= 0 || group.tp <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": bad vocab/hidden/tp"));
   }
-  const int64_t padded = PaddedVocab(vocab, group.tp);
+  const int64_t padded = PaddedVocab(vocab);
+  RETURN_IF_ERROR(CheckDivides(name + " padded vocab", padded, group.tp));
   const int64_t per_rank = padded / group.tp;
   BuiltGroup out;
   v1::TensorLayout t = NewTensor(name, dtype, {padded, hidden});

@@ -88,12 +88,14 @@ BuiltGroup BuildReplicatedConcat(const std::string& name,
                                  int64_t cols, v1::DType dtype, const VllmGroup& group);
 
 // VocabParallelEmbedding / ParallelLMHead: the vocab is padded to a multiple of
-// 64 * tp, rank r owns padded rows [r*P, (r+1)*P); its fragment covers only the
-// real rows in that range (padding receives nothing; a rank of only padding has
-// no fragment). Destination shape [padded, hidden].
+// 64 (vLLM's pad_vocab_size with DEFAULT_VOCAB_PADDING_SIZE, whatever the tp),
+// the padded vocab must divide by tp (vLLM's divide()), rank r owns padded rows
+// [r*P, (r+1)*P); its fragment covers only the real rows in that range (padding
+// receives nothing; a rank of only padding has no fragment). Destination shape
+// [padded, hidden].
 absl::StatusOr<BuiltGroup> BuildPaddedVocab(const std::string& name, int64_t vocab, int64_t hidden,
                                             v1::DType dtype, const VllmGroup& group);
-int64_t PaddedVocab(int64_t vocab, int64_t tp);
+int64_t PaddedVocab(int64_t vocab);
 
 // FusedMoE: w13 [E, 2I, H] (per expert [gate; up]) and w2 [E, H, I].
 // TP: rank r holds every expert's [gate_r; up_r] and down[:, I_r]; EP: rank r

@@ -21,8 +21,8 @@ TEST(CaseTest, ParsesSources) {
   EXPECT_EQ(m->NumRanks(), 16);
   EXPECT_EQ(m->ep, 2);
   EXPECT_EQ(SourceToString(*m), "megatron:tp2,pp2,dp4,ep2");
-  for (const char* bad :
-       {"fsdp:", "fsdp:0", "fsdp:x", "hsdp:8", "megatron:tp2,qq2", "megatron:tp-1", "megatron:tp2,tp4", "ddp:8", ""}) {
+  for (const char* bad : {"fsdp:", "fsdp:0", "fsdp:x", "hsdp:8", "megatron:tp2,qq2",
+                          "megatron:tp-1", "megatron:tp2,tp4", "ddp:8", ""}) {
     auto s = ParseSource(bad);
     EXPECT_FALSE(s.ok()) << bad;
     EXPECT_NE(s.status().message().find("'"), std::string::npos) << s.status();
@@ -153,9 +153,12 @@ TEST(CaseTest, ClearErrors) {
   o.destination = *ParseDestination("vllm-tp:3");
   s = BuildCase(o);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("qkv_proj"), std::string::npos) << s.status();
+  // The 128 padded vocab rows do not split over 3 ranks either (vLLM, too,
+  // builds embed_tokens, and fails there, before the layers).
+  EXPECT_NE(s.status().message().find("model.embed_tokens.weight padded vocab"), std::string::npos)
+      << s.status();
   o.destination = *ParseDestination("vllm-tp:2,ep");
-  EXPECT_FALSE(BuildCase(o).ok());  // dense model
+  EXPECT_FALSE(BuildCase(o).ok());                  // dense model
   o.source = *ParseSource("megatron:tp512,dp512");  // 262144 ranks
   o.destination = *ParseDestination("vllm-tp:2");
   s = BuildCase(o);

@@ -101,19 +101,32 @@ TEST(VllmLayoutTest, RowAndColumnParallel) {
 }
 
 TEST(VllmLayoutTest, PaddedVocabCoversOnlyRealRows) {
-  EXPECT_EQ(PaddedVocab(100, 2), 128);
-  EXPECT_EQ(PaddedVocab(128256, 8), 128512);
+  EXPECT_EQ(PaddedVocab(100), 128);
+  // vLLM pads to 64 whatever the tp: Llama-3's 128256 rows stay 128256 at tp 8.
+  EXPECT_EQ(PaddedVocab(128256), 128256);
   auto g = BuildPaddedVocab("emb", 100, 3, v1::BF16, {2, 1});
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(Shape(g->tensors[0]), (V{128, 3}));
   EXPECT_EQ(Fragments(g->tensors[0]),
             (std::vector<F>{{0, {0, 0}, {64, 3}, "emb", 0}, {1, {64, 0}, {36, 3}, "emb", 0}}));
   EXPECT_EQ(Mappings(*g), (std::vector<M>{{{0, 0}, "emb", {0, 0}, {100, 3}}}));
-  // tp 4: padded to 256, 64 rows each; ranks 2 and 3 hold only padding.
+  // tp 4: padded to 128, 32 rows each; rank 3 holds 4 real rows and 28 of padding.
   auto g4 = BuildPaddedVocab("emb", 100, 3, v1::BF16, {4, 1});
   ASSERT_TRUE(g4.ok());
-  EXPECT_EQ(Fragments(g4->tensors[0]),
-            (std::vector<F>{{0, {0, 0}, {64, 3}, "emb", 0}, {1, {64, 0}, {36, 3}, "emb", 0}}));
+  EXPECT_EQ(Shape(g4->tensors[0]), (V{128, 3}));
+  EXPECT_EQ(Fragments(g4->tensors[0]), (std::vector<F>{{0, {0, 0}, {32, 3}, "emb", 0},
+                                                       {1, {32, 0}, {32, 3}, "emb", 0},
+                                                       {2, {64, 0}, {32, 3}, "emb", 0},
+                                                       {3, {96, 0}, {4, 3}, "emb", 0}}));
+  // tp 8 with a vocab of 10 rows: 64 rows, 8 per rank; ranks 2-7 hold only padding.
+  auto g8 = BuildPaddedVocab("emb", 10, 3, v1::BF16, {8, 1});
+  ASSERT_TRUE(g8.ok());
+  EXPECT_EQ(Fragments(g8->tensors[0]),
+            (std::vector<F>{{0, {0, 0}, {8, 3}, "emb", 0}, {1, {8, 0}, {2, 3}, "emb", 0}}));
+  // The padded vocab must divide by tp, as vLLM's divide() asserts.
+  auto bad = BuildPaddedVocab("emb", 100, 3, v1::BF16, {3, 1});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("emb padded vocab"), std::string::npos);
 }
 
 TEST(VllmLayoutTest, ReplicatedConcat) {

@@ -21,6 +21,13 @@ cudaError_t Checksum16Strided(const void* p, int64_t rows, int64_t cols, int64_t
 
 // dst[0, bytes) = src[0, bytes) with `grid` blocks of 256 threads, 16 bytes
 // per load (both 16-byte aligned, bytes a multiple of 16).
+// The same over 32-bit elements (row_stride in elements): each gets a finite
+// bf16 pattern in its upper half and zero below, so it casts to bf16 exactly;
+// the checksum covers the upper halves (equal to a bf16 copy's checksum).
+cudaError_t Fill32Strided(void* p, int64_t rows, int64_t cols, int64_t row_stride, uint64_t seed,
+                          cudaStream_t stream);
+cudaError_t ChecksumUpper16Strided(const void* p, int64_t rows, int64_t cols, int64_t row_stride,
+                                   unsigned long long* sum, cudaStream_t stream);
 cudaError_t CopySimple(void* dst, const void* src, int64_t bytes, int grid, cudaStream_t stream);
 
 }  // namespace wsync::bench

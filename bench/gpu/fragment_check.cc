@@ -37,7 +37,7 @@ std::vector<Dim> Coalesce(const plan::CompiledFragment& f) {
 // Calls fn(ptr, rows, cols, row_stride, block) for the 2-D blocks (unit inner
 // stride, or cols == 1) the fragment's view is made of.
 cudaError_t ForEachBlock(
-    char* base, const plan::CompiledFragment& f,
+    char* base, int64_t element_bytes, const plan::CompiledFragment& f,
     const std::function<cudaError_t(char*, int64_t, int64_t, int64_t, int64_t)>& fn) {
   std::vector<Dim> dims = Coalesce(f);
   if (dims.empty()) return fn(base, 1, 1, 1, 0);
@@ -63,7 +63,10 @@ cudaError_t ForEachBlock(
       off += (rem % dims[d].length) * dims[d].stride;
       rem /= dims[d].length;
     }
-    if (cudaError_t e = fn(base + off * 2, rows, cols, row_stride, b); e != cudaSuccess) return e;
+    if (cudaError_t e = fn(base + off * element_bytes, rows, cols, row_stride, b);
+        e != cudaSuccess) {
+      return e;
+    }
   }
   return cudaSuccess;
 }
@@ -94,10 +97,10 @@ absl::Status ForEachFragment(
   const exec::BufferSide bside =
       role == plan::SideRole::kSource ? exec::BufferSide::kSource : exec::BufferSide::kDestination;
   for (const plan::CompiledTensor& t : compiled->tensors) {
-    if (DTypeSize(t.dtype) != 2) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor ", t.name, ": the benchmark check handles 16-bit dtypes only, not ",
-                       DTypeName(t.dtype)));
+    if (DTypeSize(t.dtype) != 2 && DTypeSize(t.dtype) != 4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", t.name, ": the benchmark check handles 16- and 32-bit dtypes only, not ",
+          DTypeName(t.dtype)));
     }
     for (size_t i = 0; i < t.fragments.size(); ++i) {
       const plan::CompiledFragment& f = t.fragments[i];
@@ -124,9 +127,12 @@ absl::Status FillSourceFragments(const v1::Side& side, int32_t worker,
       side, plan::SideRole::kSource, worker, registry, /*distinct=*/false,
       [&](const plan::CompiledTensor& t, const plan::CompiledFragment& f, char* p) {
         const uint64_t seed = SeedOf(t.name, f.box);
+        const int64_t es = DTypeSize(t.dtype);
         const cudaError_t e = ForEachBlock(
-            p, f, [&](char* q, int64_t rows, int64_t cols, int64_t row_stride, int64_t block) {
-              return Fill16Strided(q, rows, cols, row_stride, seed + 0x9E3779B9ull * block, stream);
+            p, es, f, [&](char* q, int64_t rows, int64_t cols, int64_t row_stride, int64_t block) {
+              const uint64_t s = seed + 0x9E3779B9ull * block;
+              return es == 4 ? Fill32Strided(q, rows, cols, row_stride, s, stream)
+                             : Fill16Strided(q, rows, cols, row_stride, s, stream);
             });
         if (e != cudaSuccess) {
           return absl::InternalError(absl::StrCat("fill ", t.name, ": ", cudaGetErrorString(e)));
@@ -147,9 +153,11 @@ absl::StatusOr<unsigned long long> SideChecksum(const v1::Side& side, plan::Side
   absl::Status s = ForEachFragment(
       side, role, worker, registry, /*distinct=*/true,
       [&](const plan::CompiledTensor& t, const plan::CompiledFragment& f, char* p) {
+        const int64_t es = DTypeSize(t.dtype);
         const cudaError_t e = ForEachBlock(
-            p, f, [&](char* q, int64_t rows, int64_t cols, int64_t row_stride, int64_t) {
-              return Checksum16Strided(q, rows, cols, row_stride, d, stream);
+            p, es, f, [&](char* q, int64_t rows, int64_t cols, int64_t row_stride, int64_t) {
+              return es == 4 ? ChecksumUpper16Strided(q, rows, cols, row_stride, d, stream)
+                             : Checksum16Strided(q, rows, cols, row_stride, d, stream);
             });
         if (e != cudaSuccess) {
           return absl::InternalError(

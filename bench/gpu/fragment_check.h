@@ -19,7 +19,8 @@
 
 namespace wsync::bench {
 
-// Fills this worker's fragments of the source side (16-bit dtypes only).
+// Fills this worker's fragments of the source side (16- and 32-bit dtypes;
+// 32-bit elements get values a bf16 cast keeps exactly, see bench_kernels.h).
 absl::Status FillSourceFragments(const v1::Side& side, int32_t worker,
                                  const exec::BufferRegistry& registry, cudaStream_t stream);
 

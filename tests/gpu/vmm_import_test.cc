@@ -137,9 +137,13 @@ TEST_F(VmmImportTest, RefusesBadChunkListsNamingTheTensor) {
   expect(owner.Vmm(g, 2 * g), absl::StatusCode::kInvalidArgument, "outside its 2 chunks");
   expect(owner.Vmm(-1, 4), absl::StatusCode::kInvalidArgument, "outside");
   vmm = owner.Vmm(0, g);
-  vmm.mutable_chunks(0)->set_bytes(INT64_MAX - g + 1);
+  vmm.mutable_chunks(0)->set_bytes(INT64_MAX - g + 1);  // a multiple of the granularity
   vmm.mutable_chunks(1)->set_bytes(INT64_MAX - g + 1);
-  expect(vmm, absl::StatusCode::kInvalidArgument, "");
+  expect(vmm, absl::StatusCode::kInvalidArgument, "more than any GPU holds");
+  auto* third = vmm.add_chunks();  // the sum passes 2^64
+  third->set_fd_index(0);
+  third->set_bytes(INT64_MAX - g + 1);
+  expect(vmm, absl::StatusCode::kInvalidArgument, "chunk sizes overflow");
   vmm.clear_chunks();
   expect(vmm, absl::StatusCode::kInvalidArgument, "without chunks");
 }

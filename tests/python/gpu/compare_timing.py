@@ -2,24 +2,24 @@
 the timing stage's sync().wait() (trainer side, through controller, workers,
 CUDA IPC registration) against wsync_bench_gpu_sync --spec on the same spec
 (the executor alone, on buffers of its own), both steady state. Run by
-run_gpu_proof.sh:  python3 compare_timing.py $OUT"""
+run_gpu_proof.sh:  python3 compare_timing.py $OUT <stage>"""
 import json
 import os
 import statistics
 import sys
 
 
-def proof_records(out):
-    path = os.path.join(out, "timing", "proof0.jsonl")
+def proof_records(out, stage):
+    path = os.path.join(out, stage, "proof0.jsonl")
     recs = [json.loads(line) for line in open(path) if line.strip()]
     return [r for r in recs if r["version"] >= 2 and "sync_wait_s" in r]
 
 
-def bench_median(out):
+def bench_median(out, stage):
     """The slowest worker's median sync of the bench (a sync ends with its
     last worker)."""
     medians = []
-    for line in open(os.path.join(out, "bench_timing.log")):
+    for line in open(os.path.join(out, f"bench_{stage}.log")):
         i = line.find("{")
         if "RESULT" not in line or i < 0:
             continue
@@ -27,19 +27,20 @@ def bench_median(out):
         if r.get("bench") == "wsync_sync":
             medians.append(r["median_s"])
     if not medians:
-        raise SystemExit("no wsync_sync RESULT in bench_timing.log")
+        raise SystemExit(f"no wsync_sync RESULT in bench_{stage}.log")
     return max(medians)
 
 
-def main(out):
-    recs = proof_records(out)
+def main(out, stage):
+    recs = proof_records(out, stage)
     if not recs:
         raise SystemExit("no steady-state proof records (versions >= 2)")
     wait = statistics.median(r["sync_wait_s"] for r in recs)
     step = statistics.median(r["step_to_synced_s"] for r in recs)
     execute = statistics.median(r["max_execute_s"] for r in recs)
-    bench = bench_median(out)
-    summary = {"bytes": recs[0]["bytes"], "versions": len(recs),
+    bench = bench_median(out, stage)
+    summary = {"stage": stage, "model": recs[0]["model"], "size": recs[0]["size"],
+               "bytes": recs[0]["bytes"], "versions": len(recs),
                "python_sync_wait_s": round(wait, 6), "step_to_synced_s": round(step, 6),
                "worker_execute_s": round(execute, 6), "bench_median_s": round(bench, 6),
                "wait_over_bench": round(wait / bench, 4),
@@ -52,4 +53,4 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2])

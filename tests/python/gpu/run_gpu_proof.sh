@@ -18,6 +18,7 @@
 #      timing       2 GPUs, a 0.5 B-parameter Llama; then the data-plane
 #                   benchmark (wsync_bench_gpu_sync --spec) on the same spec,
 #                   compared by compare_timing.py
+#      timing_transport  the same with the workers' direct writes off (NCCL)
 # Results in $OUT (default ./gpu-out): proof_<stage>.log, <stage>/proof0.jsonl
 # (one record per model and version), <stage>/spec_*.json, bench_*.log,
 # timing.txt, export_*.log, the services' logs. Exit status 0 only if every
@@ -66,14 +67,15 @@ proof() {
 # The data-plane benchmark on the spec a proof synced: same tensors, same
 # plan, buffers of its own (bench NAME SPEC_TAG NWORKERS).
 bench() {
-  local name=$1 tag=$2
-  echo "=== bench $name ($tag)"
+  local name=$1 tag=$2 direct=$3
+  echo "=== bench $name ($tag, --direct $direct)"
   timeout 300 "$bundle/bin/wsync_bench_gpu_sync" --spec "$OUT/$name/spec_$tag.json" \
-    --mode spec --iters 10 --direct 1 2>&1 | tee "$OUT/bench_$name.log"
+    --mode spec --iters 10 --direct "$direct" 2>&1 | tee "$OUT/bench_$name.log"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  python3 $gpu/compare_timing.py "$OUT" "$name" 2>&1 | tee -a "$OUT/timing.txt"
 }
 ngpu=$(nvidia-smi -L | wc -l)
-stages=${WSYNC_PROOF_STAGES:-colocated,expandable,disjoint,tpfsdp,timing}
+stages=${WSYNC_PROOF_STAGES:-colocated,expandable,disjoint,tpfsdp,timing,timing_transport}
 models=${WSYNC_PROOF_MODELS:-llama,qwen3_moe}
 for stage in ${stages//,/ }; do
   case $stage in
@@ -89,16 +91,23 @@ for stage in ${stages//,/ }; do
             --models "$models" ;;
         tpfsdp) proof tpfsdp 4 -- --placement tpfsdp --models llama ;;
       esac ;;
-    timing)
-      WSYNC_PROOF_VERSIONS=${WSYNC_TIMING_VERSIONS:-8} proof timing 2 CUDA_VISIBLE_DEVICES=0,1 \
-        -- --models llama --size large
-      bench timing llama_large_colocated ;;
+    timing|timing_transport)
+      # timing: direct writes between the colocated workers (the default);
+      # timing_transport: workers without them (--direct_writes=false, NCCL).
+      flags=""; direct=1
+      if [ $stage = timing_transport ]; then flags=--direct_writes=false; direct=0; fi
+      WSYNC_PROOF_VERSIONS=${WSYNC_TIMING_VERSIONS:-8} proof $stage 2 CUDA_VISIBLE_DEVICES=0,1 \
+        WSYNC_PROOF_WORKER_FLAGS=$flags -- --models "${WSYNC_TIMING_MODELS:-llama}" \
+        --size "${WSYNC_TIMING_SIZE:-large}"
+      for m in ${WSYNC_TIMING_MODELS:-llama}; do
+        bench $stage ${m}_${WSYNC_TIMING_SIZE:-large}_colocated $direct
+      done ;;
     *) echo "unknown stage $stage"; rc=1 ;;
   esac
 done
 echo "=== summary"
 grep -h '^PROOF ' "$OUT"/proof_*.log | cut -c1-300
 grep -h 'PROOF PASSED\|PROOF FAILED\|export OK\|refused:\|steady-state' "$OUT"/*.log | cut -c1-240
-python3 $gpu/compare_timing.py "$OUT" 2>&1 | tee "$OUT/timing.txt"
+cat "$OUT/timing.txt" 2>/dev/null
 echo "rc=$rc"
 exit $rc

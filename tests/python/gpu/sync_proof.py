@@ -57,6 +57,16 @@ RANK = int(os.environ.get("RANK", "0"))
 WORLD = int(os.environ.get("WORLD_SIZE", "1"))
 
 
+class HOST:
+    """The process group the script meets on: gloo (host), never the GPUs'
+    NCCL. A rank waiting in an NCCL barrier spins a kernel on its GPU, and
+    kernels of different processes time-slice a GPU: a colocated worker's
+    sync would be slowed by the trainer ranks waiting for rank 0's
+    sync().wait() (measured 3-4x on 2 x H100). Trainers should wait the same
+    way (README, "Use it from your trainer")."""
+    group = None
+
+
 class Roles:
     """Which ranks train and which receive, per --placement:
     colocated  every rank trains (FSDP2 over all); ranks 0..TP-1 also receive
@@ -156,6 +166,7 @@ class Services:
         self.socket = os.path.join(run_dir, f"worker{RANK}.sock")
         wpf = os.path.join(run_dir, f"worker{RANK}.ports")
         flags = [f"--device={device.index}"] if device.type == "cuda" else []
+        flags += os.environ.get("WSYNC_PROOF_WORKER_FLAGS", "").split()
         self.procs.append(Process(
             [worker, f"--controller={self.address}",
              f"--groups={groups}",
@@ -180,7 +191,7 @@ def reference_full(roles, trainer):
     full = trainer.full_tensors() if trainer is not None else None
     if roles.placement == "disjoint":
         box = [full]
-        dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, src=0, group=HOST.group)
         full = box[0]
     return full
 
@@ -236,14 +247,14 @@ def run_model(args, roles, model, device, services, client, out):
     if fused:
         dst = fused_expert_mappings(dst, cfg["moe_intermediate_size"])
     items = trainer.describe_items() if trainer is not None else []
-    src = layouts.source_side(layouts.gather(layouts.describe(items, rank=RANK)))
+    src = layouts.source_side(layouts.gather(layouts.describe(items, rank=RANK), group=HOST.group))
     spec = layouts.transfer_spec(src, dst, name=model)
     reg, rreg, recv = register_all(roles, trainer, spec, device, services)
     kind = dist_first(trainer.kind if trainer is not None else None)
     log(f"{model}: {kind}, registered {reg.bytes if reg else 0} trainer bytes "
         f"({type(reg).__name__}), {rreg.bytes if rreg else 0} receiver bytes")
     ok = True
-    dist.barrier()  # every rank registered this model's tensors (replacing the last model's)
+    dist.barrier(group=HOST.group)  # every rank registered this model's tensors (replacing the last model's)
     if RANK == 0:
         client.wait_for_workers({"trainer": len(roles.trainers),
                                  "inference": len(roles.receivers)}, timeout=60, buffers=True)
@@ -252,7 +263,7 @@ def run_model(args, roles, model, device, services, client, out):
         tag = f"{model}_{size}_{roles.placement}"
         with open(os.path.join(args.out, f"spec_{tag}.json"), "w") as f:
             f.write(json_format.MessageToJson(roles.bench_spec(spec)))
-    dist.barrier()
+    dist.barrier(group=HOST.group)
     times = []
     for version in range(1, args.versions + 1):
         if trainer is not None:
@@ -260,7 +271,7 @@ def run_model(args, roles, model, device, services, client, out):
         t_step = time.perf_counter()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        dist.barrier()
+        dist.barrier(group=HOST.group)
         rec = {"model": model, "size": size, "placement": roles.placement, "trainer": kind,
                "version": version, "device": str(device),
                "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
@@ -270,15 +281,18 @@ def run_model(args, roles, model, device, services, client, out):
             t1 = time.perf_counter()
             rec.update(sync_wait_s=round(t1 - t0, 6), step_to_synced_s=round(t1 - t_step, 6),
                        controller_elapsed_s=round(status.elapsed_seconds, 6),
+                       plan_s=round(status.plan_seconds, 6),
+                       dispatch_s=round(status.dispatch_seconds, 6),
+                       max_setup_s=round(status.max_setup_seconds, 6),
                        max_execute_s=round(status.max_execute_seconds, 6),
                        bytes=status.bytes_total, direct_pairs=status.direct_pairs,
                        gbps=round(status.bytes_total / max(t1 - t0, 1e-9) / 1e9, 3))
             times.append((t1 - t0, t1 - t_step))
-        dist.barrier()
+        dist.barrier(group=HOST.group)
         full = reference_full(roles, trainer)
         bad = check(cfg, full, recv, roles.receiver_rank) if recv is not None else []
         flags = [None] * WORLD
-        dist.all_gather_object(flags, bad)
+        dist.all_gather_object(flags, bad, group=HOST.group)
         rec["mismatches"] = [m for per in flags for m in per][:20]
         rec["bit_exact"] = not rec["mismatches"]
         ok = ok and rec["bit_exact"]
@@ -296,20 +310,20 @@ def run_model(args, roles, model, device, services, client, out):
     if stale:
         log(f"{model}: registered tensors moved during training: {stale[:4]}")
         ok = False
-    dist.barrier()
+    dist.barrier(group=HOST.group)
     return ok
 
 
 def dist_any(flag):
     flags = [None] * WORLD
-    dist.all_gather_object(flags, bool(flag))
+    dist.all_gather_object(flags, bool(flag), group=HOST.group)
     return any(flags)
 
 
 def dist_first(value):
     """The first rank's non-None `value`."""
     values = [None] * WORLD
-    dist.all_gather_object(values, value)
+    dist.all_gather_object(values, value, group=HOST.group)
     return next(v for v in values if v is not None)
 
 
@@ -337,6 +351,7 @@ def main():
     else:
         device = torch.device("cpu")
     dist.init_process_group("nccl" if cuda else "gloo")
+    HOST.group = dist.new_group(backend="gloo") if cuda else None
     os.makedirs(args.out, exist_ok=True)
     log(f"torch {torch.__version__}, protobuf runtime {PROTOBUF}, device {device}")
     roles = Roles(args.placement)
@@ -348,7 +363,7 @@ def main():
             for model in args.models.split(","):
                 ok = run_model(args, roles, model, device, services, client, out) and ok
     finally:
-        dist.barrier()
+        dist.barrier(group=HOST.group)
         services.close()
         dist.destroy_process_group()
     log("PROOF " + ("PASSED" if ok else "FAILED"))

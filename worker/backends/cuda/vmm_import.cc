@@ -56,6 +56,11 @@ absl::StatusOr<uint64_t> VmmRangeBytes(const v1::CudaVmm& vmm, const plane::FdBa
       return absl::InvalidArgumentError(absl::StrCat(what, ": chunk sizes overflow"));
     }
   }
+  if (total > kMaxVmmRangeBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": chunks of ", total,
+                                                   " bytes in all, more than any GPU holds (",
+                                                   kMaxVmmRangeBytes, ")"));
+  }
   uint64_t end = 0;
   if (vmm.offset() < 0 || vmm.size() < 0 ||
       __builtin_add_overflow(static_cast<uint64_t>(vmm.offset()), static_cast<uint64_t>(vmm.size()),

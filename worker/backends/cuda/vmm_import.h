@@ -20,14 +20,17 @@
 
 namespace wsync::cuda {
 
+// The most one registration's chunks may add up to (1 TiB).
+inline constexpr uint64_t kMaxVmmRangeBytes = uint64_t{1} << 40;
+
 class VmmMapping {
  public:
   // Maps `vmm`'s chunks (descriptors from `fds`) for `device`. Errors start
   // with `what`: INVALID_ARGUMENT for a chunk list that names a descriptor
   // outside the batch, a size that is not a positive multiple of the
-  // allocation granularity, or a tensor range outside the chunks (all sizes
-  // overflow-checked); the driver's error, with the chunk, when importing or
-  // mapping fails (e.g. a descriptor that is no CUDA allocation).
+  // allocation granularity, chunks of more than kMaxVmmRangeBytes, or a
+  // tensor range outside the chunks (all sizes overflow-checked); the driver's error, with the
+  // chunk, when importing or mapping fails (e.g. a descriptor that is no CUDA allocation).
   static absl::StatusOr<std::shared_ptr<VmmMapping>> Map(int device, const v1::CudaVmm& vmm,
                                                          const plane::FdBatch& fds,
                                                          const std::string& what);

@@ -47,14 +47,16 @@ def hf_tensors(c, seed=0):
         p = f"model.layers.{i}."
         shapes.update({p + "input_layernorm.weight": [h],
                        p + "post_attention_layernorm.weight": [h],
-                       p + "self_attn.q_proj.weight": [q, h], p + "self_attn.k_proj.weight": [kv, h],
+                       p + "self_attn.q_proj.weight": [q, h],
+                       p + "self_attn.k_proj.weight": [kv, h],
                        p + "self_attn.v_proj.weight": [kv, h],
                        p + "self_attn.o_proj.weight": [h, q]})
         if c["model_type"] == "qwen2":
             shapes.update({p + "self_attn.q_proj.bias": [q], p + "self_attn.k_proj.bias": [kv],
                            p + "self_attn.v_proj.bias": [kv]})
         if c["model_type"] in ("qwen3", "qwen3_moe"):
-            shapes.update({p + "self_attn.q_norm.weight": [hd], p + "self_attn.k_norm.weight": [hd]})
+            shapes.update({p + "self_attn.q_norm.weight": [hd],
+                           p + "self_attn.k_norm.weight": [hd]})
         mlps = ([f"{p}mlp.experts.{e}." for e in range(c["num_experts"])]
                 if c.get("num_experts") else [p + "mlp."])
         if c.get("num_experts"):
@@ -318,7 +320,8 @@ def test_tp_not_dividing_the_query_groups_is_refused():
                                          r"x \(q_per_group 4 \+ 2\) x head_dim 4 = 48"):
         megatron.qkv_records("x.linear_qkv.weight", t, rank=0, megatron=layouts.Megatron(0, 2),
                              config=cfg, prefix="p.", suffix="weight")
-    with pytest.raises(ValueError, match="num_query_groups 3 does not divide num_attention_heads 8"):
+    with pytest.raises(ValueError,
+                       match="num_query_groups 3 does not divide num_attention_heads 8"):
         megatron.Config(8, 4, num_query_groups=3)
 
 

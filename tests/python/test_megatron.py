@@ -18,6 +18,7 @@ import torch
 import wsync
 import wsync.torch
 from wsync import layouts, megatron, vllm
+from wsync._proto import layout_pb2
 
 from harness import expected_destination
 from models import TINY_LLAMA
@@ -325,9 +326,10 @@ def test_tp_not_dividing_the_query_groups_is_refused():
         megatron.Config(8, 4, num_query_groups=3)
 
 
-def test_megatron_trainer_syncs_into_vllm(cluster):
+def test_megatron_trainer_syncs_into_vllm_and_hf_layouts(cluster):
     """Megatron TP=4 (GQA: 2 query groups split over 4 ranks; qkv bias; padded
-    vocabulary) -> vLLM TP=2, through real wsync processes; every
+    vocabulary) -> vLLM TP=2 (qkv_proj, gate_up_proj), and -> one rank holding
+    the HF tensors as they are, through real wsync processes; every
     destination element checked against the HF tensors."""
     tp, vtp = 4, 2
     c = dict(TINY_LLAMA, model_type="qwen2", architectures=["Qwen2ForCausalLM"])
@@ -335,11 +337,15 @@ def test_megatron_trainer_syncs_into_vllm(cluster):
     full = hf_tensors(c, seed=1)
     side, bufs = derive(full, c, tp, padded_vocab=128)
     spec = layouts.transfer_spec(side, vllm.destination(c, tp=vtp, dtype="bf16"), name="meg")
+    hf_side = layouts.source_side(layouts.describe(full.items(), rank=0), name="hf")
+    hf_spec = layouts.transfer_spec(side, layout_pb2.TransferSpec(destination=hf_side),
+                                    name="meg-hf")
     socks = {}
     for r in range(tp):
         socks[("trainer", r)] = cluster.worker(f"trainer:{r}:{tp}")
     for r in range(vtp):
         socks[("inference", r)] = cluster.worker(f"inference:{r}:{vtp}")
+    socks[("hf", 0)] = cluster.worker("hf:0:1")
     regs = [wsync.torch.register(bufs[r], group="trainer", rank=r, socket=socks[("trainer", r)])
             for r in range(tp)]
     receivers = []
@@ -348,14 +354,21 @@ def test_megatron_trainer_syncs_into_vllm(cluster):
                for b, (_, n) in layouts.local_buffers(spec.destination, r).items()}
         receivers.append(wsync.torch.register(dst, group="inference", rank=r,
                                               socket=socks[("inference", r)]))
+    hf = wsync.torch.register({n: torch.zeros(t.numel()) for n, t in full.items()}, group="hf",
+                              rank=0, socket=socks[("hf", 0)])
     client = wsync.Client(cluster.address, timeout=20)
-    client.wait_for_workers({"trainer": tp, "inference": vtp}, timeout=30, buffers=True)
+    client.wait_for_workers({"trainer": tp, "inference": vtp, "hf": 1}, timeout=30,
+                            buffers=True)
     client.define_transfer("meg", spec)
-    client.sync(1).wait(timeout=60)
+    client.define_transfer("meg-hf", hf_spec, destination_group="hf")
+    client.sync(1, transfer="meg").wait(timeout=60)
+    client.sync(1, transfer="meg-hf").wait(timeout=60)
     for r, reg in enumerate(receivers):
         want = expected_destination(spec, full, r, torch.bfloat16)
         for buf, values in want.items():
             got = reg.tensors[buf].flatten()[:values.numel()]
             assert torch.equal(got, values), f"inference rank {r} buffer {buf}"
-    for reg in regs + receivers:
+    for name, t in full.items():
+        assert torch.equal(hf.tensors[name], t.flatten()), name
+    for reg in regs + receivers + [hf]:
         reg.close()

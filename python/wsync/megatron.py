@@ -30,6 +30,7 @@ register ``buffers(model)`` so names match.
     side = wsync.layouts.source_side(wsync.layouts.gather(recs))
     wsync.torch.register(wsync.megatron.buffers(model), group="trainer", rank=rank)
 """
+import math
 import re
 
 from wsync import dtypes, layouts
@@ -45,7 +46,24 @@ _LAYER = {"self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight
           "mlp.linear_fc1.layer_norm_weight": "post_attention_layernorm.weight",
           "pre_mlp_layernorm.weight": "post_attention_layernorm.weight",
           "mlp.linear_fc2.weight": "mlp.down_proj.weight",
-          "mlp.router.weight": "mlp.gate.weight"}
+          "mlp.router.weight": "mlp.gate.weight",
+          "mlp.router.expert_bias": "mlp.gate.e_score_correction_bias",
+          "mlp.shared_experts.linear_fc2.weight": "mlp.shared_experts.down_proj.weight",
+          # Multi-latent attention (DeepSeek-V3 / Kimi-K2): no reordering,
+          # Megatron applies DeepSeek's rope de-interleave on the fly as HF does.
+          "self_attention.linear_q_proj.weight": "self_attn.q_proj.weight",
+          "self_attention.linear_q_down_proj.weight": "self_attn.q_a_proj.weight",
+          "self_attention.linear_q_up_proj.weight": "self_attn.q_b_proj.weight",
+          "self_attention.linear_q_up_proj.layer_norm_weight": "self_attn.q_a_layernorm.weight",
+          "self_attention.linear_kv_down_proj.weight": "self_attn.kv_a_proj_with_mqa.weight",
+          "self_attention.linear_kv_up_proj.weight": "self_attn.kv_b_proj.weight",
+          "self_attention.linear_kv_up_proj.layer_norm_weight": "self_attn.kv_a_layernorm.weight",
+          "self_attention.kv_layernorm.weight": "self_attn.kv_a_layernorm.weight",
+          "self_attention.linear_qkv_down_proj.layer_norm_weight": "input_layernorm.weight"}
+# q_layernorm is Qwen3's per-head q_norm, or MLA's q_a_layernorm.
+_Q_NORM = "self_attention.q_layernorm.weight"
+_GATE_UP = {"mlp.linear_fc1.weight": "mlp.", "mlp.shared_experts.linear_fc1.weight":
+            "mlp.shared_experts."}
 _QKV = {"self_attention.linear_qkv.weight": "weight", "self_attention.linear_qkv.bias": "bias"}
 _LAYER_RE = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 # SequentialMLP: experts.local_experts.<i>.linear_fc<n>.weight;
@@ -58,18 +76,23 @@ _VOCAB = ("model.embed_tokens.weight", "lm_head.weight")
 class Config:
     """The model shape the fused layouts need (Megatron's TransformerConfig
     fields): attention heads, query groups (None: no GQA), head dim
-    (kv_channels), whether the MLP is gated, the number of MoE experts, and the
+    (kv_channels), whether the MLP is gated, the number of MoE experts, the
     HF vocabulary size (vocab_size; Megatron pads its embedding rows, the
-    padding rows are not synced; None: no padding)."""
+    padding rows are not synced; None: no padding), and for multi-latent
+    attention the flag and q_lora_rank (FusedMLASelfAttention's
+    linear_qkv_down_proj is [q_a_proj; kv_a_proj_with_mqa])."""
 
     def __init__(self, num_attention_heads, kv_channels, num_query_groups=None,
-                 gated_linear_unit=True, num_moe_experts=0, vocab_size=None):
+                 gated_linear_unit=True, num_moe_experts=0, vocab_size=None,
+                 multi_latent_attention=False, q_lora_rank=None):
         self.num_attention_heads = int(num_attention_heads)
         self.num_query_groups = int(num_query_groups or num_attention_heads)
         self.kv_channels = int(kv_channels)
         self.gated_linear_unit = bool(gated_linear_unit)
         self.num_moe_experts = int(num_moe_experts or 0)
         self.vocab_size = None if vocab_size is None else int(vocab_size)
+        self.multi_latent_attention = bool(multi_latent_attention)
+        self.q_lora_rank = None if q_lora_rank is None else int(q_lora_rank)
         if self.num_attention_heads % self.num_query_groups:
             raise ValueError(f"num_query_groups {self.num_query_groups} does not divide "
                              f"num_attention_heads {self.num_attention_heads}")
@@ -82,17 +105,21 @@ class Config:
         return cls(c.num_attention_heads, c.kv_channels or c.hidden_size // c.num_attention_heads,
                    num_query_groups=groups,
                    gated_linear_unit=getattr(c, "gated_linear_unit", True),
-                   num_moe_experts=getattr(c, "num_moe_experts", 0) or 0, vocab_size=vocab_size)
+                   num_moe_experts=getattr(c, "num_moe_experts", 0) or 0, vocab_size=vocab_size,
+                   multi_latent_attention=getattr(c, "multi_latent_attention", False),
+                   q_lora_rank=getattr(c, "q_lora_rank", None))
 
 
 # ------------------------------------------------------------ HF names --
 
-def hf_name(name, *, layer_offset=0, expert_offset=0):
+def hf_name(name, *, layer_offset=0, expert_offset=0, mla=False):
     """(kind, HF name or HF prefix) of Megatron parameter `name`: kind "plain"
     (the HF tensor), "qkv" (prefix ``model.layers.L.self_attn.``, suffix
-    weight/bias after ``|``) or "gate_up" (prefix of gate_proj / up_proj).
+    weight/bias after ``|``), "gate_up" (prefix of gate_proj / up_proj) or
+    "qkv_a" (MLA's fused down projection; prefix ``...self_attn.``).
     Local layer i is global layer layer_offset + i; local expert i is global
-    expert expert_offset + i. Raises ValueError for a name it does not know."""
+    expert expert_offset + i; `mla`: the model uses multi-latent attention.
+    Raises ValueError for a name it does not know."""
     if name in _TOP:
         return "plain", _TOP[name]
     m = _LAYER_RE.match(name)
@@ -103,10 +130,15 @@ def hf_name(name, *, layer_offset=0, expert_offset=0):
     rest = m.group(2)
     if rest in _LAYER:
         return "plain", layer + _LAYER[rest]
+    if rest == _Q_NORM:
+        return "plain", layer + ("self_attn.q_a_layernorm.weight" if mla
+                                 else "self_attn.q_norm.weight")
     if rest in _QKV:
         return "qkv", f"{layer}self_attn.|{_QKV[rest]}"
-    if rest == "mlp.linear_fc1.weight":
-        return "gate_up", layer + "mlp."
+    if rest == "self_attention.linear_qkv_down_proj.weight":
+        return "qkv_a", layer + "self_attn."
+    if rest in _GATE_UP:
+        return "gate_up", layer + _GATE_UP[rest]
     e = _EXPERT_RE.match(rest)
     if e is not None:
         idx, fc = (e.group(1), e.group(2)) if e.group(1) is not None else (e.group(4), e.group(3))
@@ -133,46 +165,78 @@ def _tp_shard(name, t, meg, what):
                          f"{getattr(t, 'tensor_model_parallel', None)} partition_dim="
                          f"{getattr(t, 'partition_dim', None)}")
     tp_rank, tp = meg.tp_of(t)
-    row_elems = 1
-    for d in t.shape[1:]:
-        row_elems *= d
-    return tp_rank, tp, row_elems
+    return tp_rank, tp, math.prod(t.shape[1:])
+
+
+def _window(name, t, meg, segments):
+    """Box records of this rank's rows of a global tensor that is `segments`
+    [(HF name, HF shape, first HF row, rows)] end to end, split over TP as
+    one contiguous chunk per rank (or held whole when not tensor-parallel)."""
+    if getattr(t, "tensor_model_parallel", False):
+        tp_rank, tp, row_elems = _tp_shard(name, t, meg, "fused")
+    else:
+        tp_rank, tp, row_elems = 0, 1, math.prod(t.shape[1:])
+    total = sum(n for _, _, _, n in segments)
+    if t.shape[0] * tp != total:
+        return None, (t.shape[0], tp, total)
+    lo, hi = tp_rank * t.shape[0], (tp_rank + 1) * t.shape[0]
+    out, start = [], 0
+    for hf, shape, first, n in segments:
+        a, b = max(lo, start), min(hi, start + n)
+        if a < b:
+            rows = (first + a - start, first + b - start)
+            out.append((hf, shape, rows, row_elems, a - lo))
+        start += n
+    return out, None
+
+
+def _records(name, t, rank, boxes):
+    return [_box(hf, t, shape, rank, rows, row_elems, local, name)
+            for hf, shape, rows, row_elems, local in boxes]
 
 
 def qkv_records(name, t, *, rank, megatron, config, prefix, suffix):
     """Box records of HF q_proj / k_proj / v_proj (prefix + "q_proj." + suffix)
     for this rank's shard `t` of Megatron's interleaved linear_qkv."""
-    tp_rank, tp, row_elems = _tp_shard(name, t, megatron, "fused qkv")
+    _, tp = megatron.tp_of(t)
     groups, hd = config.num_query_groups, config.kv_channels
     qpg = config.num_attention_heads // groups
     if groups % tp and tp % groups:
         raise ValueError(f"Megatron tensor {name!r}: tensor-parallel size {tp} and "
                          f"num_query_groups {groups}: Megatron-core needs one to divide the "
                          "other (each rank holds whole query groups, or a group is split evenly)")
-    per_group = (qpg + 2) * hd
-    rows = t.shape[0] * tp
-    if rows != groups * per_group:
-        raise ValueError(f"Megatron tensor {name!r}: local rows {t.shape[0]} x tp {tp} = {rows}, "
-                         f"expected num_query_groups {groups} x (q_per_group {qpg} + 2) x "
-                         f"head_dim {hd} = {groups * per_group}")
     cols = list(t.shape[1:])
-    # (HF tensor, its first row in group g, start and end in the group's rows).
-    parts = [("q_proj", lambda g: g * qpg * hd, 0, qpg * hd),
-             ("k_proj", lambda g: g * hd, qpg * hd, (qpg + 1) * hd),
-             ("v_proj", lambda g: g * hd, (qpg + 1) * hd, per_group)]
-    shapes = {"q_proj": [groups * qpg * hd] + cols, "k_proj": [groups * hd] + cols,
-              "v_proj": [groups * hd] + cols}
-    lo, hi = tp_rank * t.shape[0], (tp_rank + 1) * t.shape[0]
-    out, row = [], lo
-    while row < hi:
-        g, within = divmod(row, per_group)
-        part, first, start, end = next(p for p in parts if p[2] <= within < p[3])
-        n = min(end - within, hi - row)
-        hf_first = first(g) + within - start
-        out.append(_box(f"{prefix}{part}.{suffix}", t, shapes[part], rank,
-                        (hf_first, hf_first + n), row_elems, row - lo, name))
-        row += n
-    return out
+    q, q_shape = f"{prefix}q_proj.{suffix}", [groups * qpg * hd] + cols
+    k, v, kv_shape = f"{prefix}k_proj.{suffix}", f"{prefix}v_proj.{suffix}", [groups * hd] + cols
+    segments = []  # per query group: its q heads, its k head, its v head
+    for g in range(groups):
+        segments += [(q, q_shape, g * qpg * hd, qpg * hd), (k, kv_shape, g * hd, hd),
+                     (v, kv_shape, g * hd, hd)]
+    boxes, bad = _window(name, t, megatron, segments)
+    if bad is not None:
+        raise ValueError(f"Megatron tensor {name!r}: local rows {bad[0]} x tp {bad[1]} = "
+                         f"{bad[0] * bad[1]}, expected num_query_groups {groups} x (q_per_group "
+                         f"{qpg} + 2) x head_dim {hd} = {bad[2]}")
+    return _records(name, t, rank, boxes)
+
+
+def qkv_a_records(name, t, *, rank, megatron, config, prefix):
+    """Box records of HF q_a_proj / kv_a_proj_with_mqa for this rank's part of
+    FusedMLASelfAttention's linear_qkv_down_proj ([q_a_proj; kv_a_proj_with_mqa],
+    duplicated on every rank or split over TP)."""
+    if config.q_lora_rank is None:
+        raise ValueError(f"Megatron tensor {name!r}: fused MLA down projection needs "
+                         "Config(q_lora_rank=...)")
+    _, tp = megatron.tp_of(t) if getattr(t, "tensor_model_parallel", False) else (0, 1)
+    cols, ql = list(t.shape[1:]), config.q_lora_rank
+    kv_rows = t.shape[0] * tp - ql
+    if kv_rows <= 0:
+        raise ValueError(f"Megatron tensor {name!r}: {t.shape[0] * tp} rows, not more than "
+                         f"q_lora_rank {ql}")
+    boxes, _ = _window(name, t, megatron, [
+        (prefix + "q_a_proj.weight", [ql] + cols, 0, ql),
+        (prefix + "kv_a_proj_with_mqa.weight", [kv_rows] + cols, 0, kv_rows)])
+    return _records(name, t, rank, boxes)
 
 
 def gate_up_records(name, t, *, rank, megatron, prefix):
@@ -248,11 +312,15 @@ def describe(model, *, rank, megatron, config, layer_offset=None):
     records = []
     for name, t in named:
         kind, hf = hf_name(name, layer_offset=_layer_offset(module, name, layer_offset),
-                           expert_offset=megatron.ep_rank * local_experts)
+                           expert_offset=megatron.ep_rank * local_experts,
+                           mla=config.multi_latent_attention)
         if kind == "qkv":
             prefix, suffix = hf.split("|")
             records += qkv_records(name, t, rank=rank, megatron=megatron, config=config,
                                    prefix=prefix, suffix=suffix)
+        elif kind == "qkv_a":
+            records += qkv_a_records(name, t, rank=rank, megatron=megatron, config=config,
+                                     prefix=hf)
         elif kind == "gate_up":
             if not config.gated_linear_unit:
                 raise ValueError(f"Megatron tensor {name!r}: linear_fc1 without "

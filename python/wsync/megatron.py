@@ -1,4 +1,5 @@
-"""Megatron-core GPT models (Llama, Qwen2/3, Qwen3-MoE) as a wsync source.
+"""Megatron-core GPT models (Llama, Qwen2/3, Qwen3-MoE, DeepSeek-V3 / Kimi-K2
+multi-latent attention) as a wsync source.
 
 Megatron-core holds some Hugging Face tensors fused, in layouts that are not
 a concatenation of the HF tensors:
@@ -15,6 +16,10 @@ a concatenation of the HF tensors:
   holds its chunk of gate, then its chunk of up (``saver_base``: ``cat(W_r,
   V_r)``), whatever ``partition_stride`` (1, or 2 in newer releases) says.
   Expert ``linear_fc1`` tensors likewise over the expert-TP group.
+* FusedMLASelfAttention's ``linear_qkv_down_proj.weight``: ``[q_a_proj;
+  kv_a_proj_with_mqa]``, duplicated or one contiguous TP chunk per rank.
+  The other MLA projections are plain tensors in HF's row order (Megatron
+  de-interleaves the rope dims at run time, as HF DeepSeek-V3 does).
 
 ``describe`` turns a rank's Megatron parameters into wsync.layouts records
 of the HF-named tensors wsync.vllm.destination maps from: a fused tensor
@@ -40,7 +45,6 @@ _TOP = {"embedding.word_embeddings.weight": "model.embed_tokens.weight",
         "output_layer.weight": "lm_head.weight"}
 _LAYER = {"self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
           "input_layernorm.weight": "input_layernorm.weight",
-          "self_attention.q_layernorm.weight": "self_attn.q_norm.weight",
           "self_attention.k_layernorm.weight": "self_attn.k_norm.weight",
           "self_attention.linear_proj.weight": "self_attn.o_proj.weight",
           "mlp.linear_fc1.layer_norm_weight": "post_attention_layernorm.weight",

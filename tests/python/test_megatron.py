@@ -10,8 +10,6 @@ docs/layout-spec.md) and must give back exactly the HF tensors, covering
 every element; the mappings of vLLM's destination must find those tensors.
 End to end, a Megatron TP=4 trainer with GQA, qkv bias and a padded
 vocabulary syncs into vLLM's TP=2 layout through real wsync processes."""
-import math
-
 import pytest
 import torch
 
@@ -21,6 +19,7 @@ from wsync import layouts, megatron, vllm
 from wsync._proto import layout_pb2
 
 from harness import expected_destination
+from megatron_ranks import assert_hf_tensors, gated_fc1, interleave_qkv, tp_param
 from models import TINY_LLAMA
 
 HIDDEN = 16
@@ -67,22 +66,6 @@ def hf_tensors(c, seed=0):
             shapes.update({m + "gate_proj.weight": [inter, h], m + "up_proj.weight": [inter, h],
                            m + "down_proj.weight": [h, inter]})
     return {n: torch.randn(*s, generator=g) for n, s in shapes.items()}
-
-
-def tp_param(t, dim, tp, r, stride=1):
-    """Shard r of `t` over tp on `dim`, with Megatron's attributes."""
-    p = t.chunk(tp, dim)[r].clone() if dim is not None else t.clone()
-    p.tensor_model_parallel = dim is not None
-    p.partition_dim = -1 if dim is None else dim
-    p.partition_stride = stride
-    return p
-
-
-def interleave_qkv(q, k, v, groups):
-    """Megatron's linear_qkv from HF q/k/v (per group: its q heads, k, v)."""
-    rest = q.shape[1:]
-    return torch.cat([q.reshape(groups, -1, *rest), k.reshape(groups, -1, *rest),
-                      v.reshape(groups, -1, *rest)], dim=1).reshape(-1, *rest)
 
 
 def megatron_params(full, c, tp, tp_rank, ep=1, ep_rank=0, padded_vocab=None):
@@ -138,70 +121,6 @@ def megatron_params(full, c, tp, tp_rank, ep=1, ep_rank=0, padded_vocab=None):
     return out
 
 
-def gated_fc1(gate, up, tp, r, expert=False):
-    """saver_base: cat(chunk(W)[r], chunk(V)[r]); newer Megatron marks it stride 2."""
-    p = tp_param(torch.cat([gate.chunk(tp)[r], up.chunk(tp)[r]]), 0, 1, 0, stride=2)
-    if expert:
-        p.allreduce = False
-    return p
-
-
-def chunk(n, parts, i):
-    cs = -(-n // parts)
-    lo = min(i * cs, n)
-    return lo, min(lo + cs, n)
-
-
-def shard_box(t, flat):
-    """(offset, length) rank `flat` of a mesh tensor holds (Shard / Replicate)."""
-    coord, rest = [], flat
-    for n in reversed(t.mesh.mesh_shape):
-        coord.append(rest % n)
-        rest //= n
-    coord.reverse()
-    offset, length = [0] * len(t.shape), list(t.shape)
-    for m, p in enumerate(t.mesh.placements):
-        kind = p.WhichOneof("kind")
-        assert kind in ("shard", "replicate"), kind
-        if kind == "shard":
-            d = p.shard.dim
-            lo, hi = chunk(length[d], t.mesh.mesh_shape[m], coord[m])
-            offset[d] += lo
-            length[d] = hi - lo
-    return offset, length
-
-
-def read_back(side, rank_buffers):
-    """{tensor: global tensor} read out of every rank's buffers as `side`
-    says (an element two ranks hold must agree; every element must be held)."""
-    out = {}
-    for t in side.tensors:
-        full = torch.full(list(t.shape), math.nan)
-        pieces = []  # (rank, offset, length, values)
-        if t.WhichOneof("layout") == "mesh":
-            for flat, rank in enumerate(t.mesh.ranks):
-                offset, length = shard_box(t, flat)
-                buf = rank_buffers[rank][t.mesh.buffer or t.name]
-                pieces.append((rank, offset, length, buf.reshape(length)))
-        else:
-            for f in t.fragments.fragments:
-                length = list(f.box.length)
-                strides = list(f.strides) or [math.prod(length[d + 1:]) for d in range(len(length))]
-                buf = rank_buffers[f.rank][f.buffer or t.name].flatten()
-                assert f.byte_offset % buf.element_size() == 0
-                view = torch.as_strided(buf, length, strides, f.byte_offset // buf.element_size())
-                pieces.append((f.rank, list(f.box.offset), length, view))
-        for rank, offset, length, values in pieces:
-            sl = tuple(slice(o, o + n) for o, n in zip(offset, length))
-            held = full[sl]
-            seen = ~torch.isnan(held)
-            assert torch.equal(held[seen], values[seen]), f"{t.name}: rank {rank} disagrees"
-            full[sl] = values
-        assert not torch.isnan(full).any(), f"{t.name}: elements no rank holds"
-        out[t.name] = full
-    return out
-
-
 def derive(full, c, tp, dp=1, ep=1, padded_vocab=None):
     """(side, {rank: {buffer: tensor}}) for Megatron ranks tp x dp (ep over dp)."""
     cfg = megatron.Config(c["num_attention_heads"], c["head_dim"],
@@ -217,13 +136,6 @@ def derive(full, c, tp, dp=1, ep=1, padded_vocab=None):
         per_rank.append(megatron.describe(params.items(), rank=rank, megatron=meg, config=cfg))
         bufs[rank] = megatron.buffers(params.items())
     return layouts.source_side(per_rank), bufs
-
-
-def assert_hf_tensors(side, bufs, full):
-    got = read_back(side, bufs)
-    assert sorted(got) == sorted(full)
-    for name, want in full.items():
-        assert torch.equal(got[name], want), name
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4])

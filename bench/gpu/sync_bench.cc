@@ -32,11 +32,14 @@
 //       [--early-local-rounds 1]   (ExecutorOptions::early_local_rounds; -1: all)
 //       [--measure-issue-keys 1]   (CPU only: the data ops' cache-key cost per round, exits)
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
+//       [--spec FILE --mode spec]   (a TransferSpec in JSON whose sides list their
+//                                    workers, instead of a catalog model)
 #include <cuda_runtime_api.h>
 
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <optional>
 
@@ -58,6 +61,7 @@
 #include "controller/plan/compiled_layout.h"
 #include "controller/plan/planner.h"
 #include "controller/plan/routes.h"
+#include "google/protobuf/util/json_util.h"
 #include "worker/backends/cuda/cuda_backend.h"
 #include "worker/backends/cuda/cuda_data_ops.h"
 #include "worker/backends/cuda/cuda_peer_writer.h"
@@ -78,6 +82,7 @@ struct Flags {
   int64_t bucket_mib = 256, staging_mib = 2048, zero_copy_mib = 32;
   double nvlink_gbps = 368, bidir_gbps = 354, copy_gbps = 2071;
   std::string dump_shapes;
+  std::string spec_file;            // --spec: mode "spec" syncs this TransferSpec (JSON)
   bool measure_issue_keys = false;  // CPU only: time the data ops' cache keys per round
   bool pipeline = true;             // ExecutorOptions::pipeline (0: the unpipelined baseline)
   int blocks_per_sm = 8;            // CudaDataOps::Options::blocks_per_sm
@@ -175,7 +180,24 @@ constexpr CaseLayout kCases[] = {
     {"colocated4", "fsdp:4", "vllm-tp:2x2", true},
 };
 
-absl::StatusOr<Case> MakeCase(const Flags& f, const std::string& mode) {
+// --spec: a TransferSpec in JSON whose sides name their workers (RankInfo),
+// e.g. the one tests/python/gpu/sync_proof.py syncs through the services.
+absl::StatusOr<v1::TransferSpec> LoadSpec(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read --spec ", path));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  v1::TransferSpec spec;
+  const auto s = google::protobuf::util::JsonStringToMessage(text, &spec);
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--spec ", path, ": ", s.ToString()));
+  if (spec.source().ranks().empty() || spec.destination().ranks().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--spec ", path, ": both sides must list their ranks' workers"));
+  }
+  return spec;
+}
+
+absl::StatusOr<v1::TransferSpec> CaseSpec(const Flags& f, const std::string& mode) {
+  if (mode == "spec") return LoadSpec(f.spec_file);
   catalog::CaseOptions o;
   o.model = f.model;
   const CaseLayout* layout = nullptr;
@@ -186,11 +208,13 @@ absl::StatusOr<Case> MakeCase(const Flags& f, const std::string& mode) {
   ASSIGN_OR_RETURN(o.source, catalog::ParseSource(layout->source));
   ASSIGN_OR_RETURN(o.destination, catalog::ParseDestination(layout->destination));
   o.colocated = layout->colocated;
+  return catalog::BuildCase(o);
+}
+
+absl::StatusOr<Case> MakeCase(const Flags& f, const std::string& mode) {
   Case c;
   c.mode = mode;
-  auto spec = catalog::BuildCase(o);
-  if (!spec.ok()) return spec.status();
-  c.spec = std::move(*spec);
+  ASSIGN_OR_RETURN(c.spec, CaseSpec(f, mode));
   // Both GPUs of the test machine share one node (NVLink).
   for (auto* side : {c.spec.mutable_source(), c.spec.mutable_destination()}) {
     for (auto& r : *side->mutable_ranks()) r.set_node("node0");
@@ -557,6 +581,8 @@ int main(int argc, char** argv) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--model")
       f.model = v;
+    else if (k == "--spec")
+      f.spec_file = v;
     else if (k == "--mode")
       f.modes = absl::StrSplit(v, ',');
     else if (k == "--iters")
@@ -612,6 +638,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!f.spec_file.empty()) f.model = f.spec_file;  // names the case in the results
   if (!f.dump_shapes.empty()) return DumpShapes(f);
   int rc = 0;
   for (const std::string& mode : f.modes) {

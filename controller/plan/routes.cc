@@ -47,7 +47,7 @@ std::vector<WorkerPair> PeerWriteEligiblePairs(const v1::Plan& plan) {
 
 bool CanPeerWrite(const RouteEndpoint& sender, const RouteEndpoint& receiver,
                   v1::TransportKind transport) {
-  if (sender.unavailable) return false;
+  if (sender.unavailable || receiver.unmappable_buffers) return false;
   if (sender.domain.empty() || sender.domain != receiver.domain) return false;
   if (transport == v1::TRANSPORT_NCCL) {
     // The sender's device writes the receiver's GPU memory over peer access.

@@ -48,11 +48,15 @@ struct RouteEndpoint {
   std::string device_uuid;             // its GPU (NCCL only)
   std::vector<std::string> peer_gpus;  // GPUs its device can write (NCCL only)
   bool unavailable = false;            // it reported it cannot map its peers
+  // Some of its buffers report no location a peer could map (CUDA virtual
+  // memory, registered from the owner's descriptors): it is never written
+  // directly.
+  bool unmappable_buffers = false;
 };
 
 // Whether `sender` can write `receiver`'s memory over `transport`: both in
-// one non-empty domain, the sender able to map peers, and over NCCL the
-// receiver's GPU among the sender's peer GPUs.
+// one non-empty domain, the sender able to map peers, the receiver's buffers
+// all mappable, and over NCCL the receiver's GPU among the sender's peer GPUs.
 bool CanPeerWrite(const RouteEndpoint& sender, const RouteEndpoint& receiver,
                   v1::TransportKind transport);
 

@@ -32,9 +32,9 @@ whole run, so this costs nothing in practice; re-registration after a
 reallocation leaks the old block.
 
 Memory from cuMemCreate (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``)
-has no legacy handle: it is refused with ExpandableSegmentsError. Exporting it
-as POSIX file descriptors passed over the worker's Unix socket (SCM_RIGHTS) is
-future work (issue 16).
+has no legacy handle: wsync.torch registers it through wsync.cuda_vmm (POSIX
+file descriptors over the worker's descriptor socket, SCM_RIGHTS) instead;
+``export`` itself refuses it with ExpandableSegmentsError.
 """
 import os
 
@@ -50,8 +50,8 @@ EXPANDABLE_ADVICE = (
     "expandable_segments:True) is allocated with cuMemCreate and has no legacy CUDA IPC "
     "handle, so the worker cannot open it. Start the trainer without expandable_segments "
     "(unset it, or PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False) for the weights "
-    "wsync reads or writes; exporting cuMem memory as POSIX file descriptors over the "
-    "worker's socket (SCM_RIGHTS) is not supported yet (issue 16)")
+    "wsync reads or writes, or register through wsync.torch.register, which exports cuMem "
+    "memory as POSIX file descriptors over the worker's descriptor socket (SCM_RIGHTS)")
 
 
 class ExpandableSegmentsError(errors.FailedPrecondition):
@@ -113,6 +113,18 @@ class SegmentSizes:
             if seg.get("is_expandable"):
                 self._expandable.add(key)
 
+    def is_expandable(self, name, device, ptr):
+        """Whether `ptr` lies in an expandable segment (cuMem memory, exported
+        by wsync.cuda_vmm), or in no segment torch knows while expandable
+        segments are on."""
+        for dev, base in self._expandable:
+            if dev == device and base <= ptr < base + self._sizes[(dev, base)]:
+                return True
+        if any(dev == device and base <= ptr < base + size
+               for (dev, base), size in self._sizes.items()):
+            return False
+        return expandable_segments_setting()
+
     def check_legacy(self, name, device, ptr):
         """ExpandableSegmentsError when `ptr` lies in an expandable segment
         (checked before asking torch to export it)."""
@@ -132,6 +144,13 @@ class SegmentSizes:
                 "segment of PyTorch's caching allocator (torch.cuda.memory_snapshot()); "
                 "register tensors allocated by PyTorch's native allocator")
         return self._sizes[key]
+
+
+def cached_uuid(uuids, device):
+    """gpu_uuid(device), once per device in `uuids`."""
+    if device not in uuids:
+        uuids[device] = gpu_uuid(device)
+    return uuids[device]
 
 
 def export(name, t, segments, uuids):
@@ -161,7 +180,5 @@ def export(name, t, segments, uuids):
         raise errors.InvalidArgument(
             f"tensor {name!r}: {nbytes} bytes at offset {offset} run past its allocation of "
             f"{base_size} bytes")
-    if device not in uuids:
-        uuids[device] = gpu_uuid(device)
     return {"handle": handle, "device": device, "offset": offset, "size": nbytes,
-            "gpu_uuid": uuids[device], "base_size": base_size}
+            "gpu_uuid": cached_uuid(uuids, device), "base_size": base_size}

@@ -219,10 +219,23 @@ def _set_mesh(t, mesh_shape, ranks, placements, buffer):
 
 
 def _merge_mesh(name, recs):
-    _check_same(name, recs, ("dtype", "shape", "mesh_shape", "ranks", "placements", "buffer"))
+    """One mesh layout; records of several disjoint meshes of the same shape
+    and placements (e.g. a norm weight FSDP-sharded over each tensor-parallel
+    rank's data-parallel sub-mesh) are replicas: an outer Replicate dim."""
+    _check_same(name, recs, ("dtype", "shape", "mesh_shape", "placements", "buffer"))
+    groups = sorted({tuple(r["ranks"]) for r in recs})
+    seen = set()
+    for g in groups:
+        if seen & set(g):
+            raise ValueError(f"tensor {name!r}: ranks describe overlapping meshes {groups}")
+        seen |= set(g)
     r = recs[0]
     t = _layout(name, r["dtype"], r["shape"])
-    _set_mesh(t, r["mesh_shape"], r["ranks"], r["placements"], r.get("buffer"))
+    if len(groups) == 1:
+        _set_mesh(t, r["mesh_shape"], r["ranks"], r["placements"], r.get("buffer"))
+    else:
+        _set_mesh(t, [len(groups)] + list(r["mesh_shape"]), [x for g in groups for x in g],
+                  [replicate()] + list(r["placements"]), r.get("buffer"))
     return t
 
 

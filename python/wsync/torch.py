@@ -38,7 +38,7 @@ import uuid
 import grpc
 import torch as _torch
 
-from wsync import cuda_ipc, dtypes, errors
+from wsync import cuda_ipc, cuda_vmm, dtypes, errors
 from wsync._proto import worker_local_pb2 as lpb
 from wsync._proto import worker_local_pb2_grpc as lpb_grpc
 
@@ -305,29 +305,71 @@ class CudaRegistration(Registration):
 
     def __init__(self, socket, group, timeout):
         super().__init__(socket, group, timeout)
-        self._ipc = {}    # registered name -> CudaIpc fields
+        self._ipc = {}    # registered name -> CudaIpc fields (cudaMalloc memory)
+        self._vmm = {}    # registered name -> (device, data_ptr, bytes, gpu_uuid) (cuMem memory)
+        self._size = {}   # registered name -> bytes
         self._where = {}  # registered name -> (data_ptr, shape, dtype) at export
+        self._vmm_fields = {}  # registered name -> CudaVmm fields of the last send
 
     @staticmethod
     def _local(t):
         return t.to_local() if _is_dtensor(t) else t
 
     def add(self, items):
-        """Exports each (name, tensor) by CUDA IPC (no copy)."""
+        """Exports each (name, tensor) where it lives (no copy): by CUDA IPC,
+        or, for expandable segments, as file descriptors at send()."""
         segments, uuids = cuda_ipc.SegmentSizes(), {}
         for name, t in items:
             local = self._local(t)
-            self._ipc[name] = cuda_ipc.export(name, local, segments, uuids)
+            self._ipc.pop(name, None)
+            self._vmm.pop(name, None)
+            if segments.is_expandable(name, local.device.index, local.data_ptr()):
+                nbytes = _vmm_checked_bytes(name, local)
+                self._vmm[name] = (local.device.index, local.data_ptr(), nbytes,
+                                   cuda_ipc.cached_uuid(uuids, local.device.index))
+            else:
+                self._ipc[name] = cuda_ipc.export(name, local, segments, uuids)
+                nbytes = self._ipc[name]["size"]
             self._where[name] = (local.data_ptr(), tuple(local.shape), local.dtype)
             self.tensors[name] = t
-            self.bytes += self._ipc[name]["size"]
+            self._size[name] = nbytes
+            self.bytes += nbytes
+
+    def _export_vmm(self):
+        """Hands the worker the descriptors of every cuMem chunk the tensors
+        use; returns the CudaVmm fields per tensor (with the token)."""
+        if not self._vmm:
+            return {}
+        export = cuda_vmm.Export()
+        try:
+            for name, (device, ptr, nbytes, uuid_) in self._vmm.items():
+                with _torch.cuda.device(device):
+                    export.add(name, ptr, nbytes, uuid_)
+            token = cuda_vmm.send_fds(cuda_vmm.fd_socket_path(self.socket), export.fds,
+                                      self.timeout)
+        finally:
+            export.close()
+        out = {}
+        for name, f in export.tensors.items():
+            chunks = [lpb.CudaVmm.Chunk(fd_index=i, bytes=b) for i, b in f["chunks"]]
+            out[name] = lpb.CudaVmm(fd_token=token, chunks=chunks, offset=f["offset"],
+                                    size=f["size"], gpu_uuid=f["gpu_uuid"])
+        return out
+
+    def send(self, replace=True):
+        self._vmm_fields = self._export_vmm()
+        return super().send(replace)
 
     def request(self, replace=True):
         req = lpb.RegisterTensorsRequest(group=self.group, replace=replace)
         for name, t in self.tensors.items():
             local = self._local(t)
-            req.tensors.add(name=name, dtype=dtypes.value(local.dtype), shape=list(local.shape),
-                            cuda_ipc=lpb.CudaIpc(**self._ipc[name]))
+            entry = req.tensors.add(name=name, dtype=dtypes.value(local.dtype),
+                                    shape=list(local.shape))
+            if name in self._vmm:
+                entry.cuda_vmm.CopyFrom(self._vmm_fields[name])
+            else:
+                entry.cuda_ipc.CopyFrom(lpb.CudaIpc(**self._ipc[name]))
         return req
 
     def stale(self):
@@ -347,20 +389,31 @@ class CudaRegistration(Registration):
         items = [(n, self.tensors[n]) for n in moved]
         # Until the worker took the new handles, stale() must still name the
         # moved tensors (a failed send or export is retried by the next refresh).
-        saved = (dict(self._ipc), dict(self._where), dict(self.tensors), self.bytes)
+        saved = (dict(self._ipc), dict(self._vmm), dict(self._size), dict(self._where),
+                 dict(self.tensors), self.bytes)
         try:
             for n in moved:
-                self.bytes -= self._ipc[n]["size"]
+                self.bytes -= self._size[n]
             self.add(items)
             self.send(replace=True)
         except BaseException:
-            self._ipc, self._where, self.tensors, self.bytes = saved
+            (self._ipc, self._vmm, self._size, self._where, self.tensors,
+             self.bytes) = saved
             raise
         return True
 
     def close(self):
         """Nothing to release here: the worker unmaps a base when the group
         registers again or the worker goes."""
+
+
+def _vmm_checked_bytes(name, t):
+    if not t.is_contiguous():
+        raise errors.InvalidArgument(f"tensor {name!r} is not contiguous")
+    nbytes = t.numel() * t.element_size()
+    if nbytes == 0:
+        raise errors.InvalidArgument(f"tensor {name!r} has no data (0 bytes): nothing to register")
+    return nbytes
 
 
 def sync_events(socket, timeout=None):

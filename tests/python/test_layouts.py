@@ -133,6 +133,29 @@ def test_strided_shard_doc_example_and_local_buffers():
         assert layouts.local_buffers(side, rank) == {"w": ("FP32", local.numel())}
 
 
+def test_sub_meshes_of_each_tp_rank_merge_as_replicas():
+    # TP x FSDP on a (dp=2, tp=2) mesh: a norm weight is not tensor-parallel,
+    # so FSDP2 shards it over each tp rank's dp sub-mesh: ranks {0, 2} and
+    # {1, 3} each hold Shard(0) of it. Merged: an outer Replicate over them.
+    full = torch.arange(8.)
+    per_rank = []
+    for rank in range(4):
+        sub = [rank % 2, rank % 2 + 2]
+        per_rank.append(layouts.describe(
+            [("norm", ducks.DTensor(full, sub, [ducks.Shard(0)], rank))], rank=rank))
+    side = layouts.source_side(per_rank)
+    assert mesh_json(side.tensors[0]) == {
+        "meshShape": ["2", "2"], "ranks": [0, 2, 1, 3],
+        "placements": [{"replicate": {}}, {"shard": {}}]}
+    for rank in range(4):
+        local = ducks.DTensor(full, [rank % 2, rank % 2 + 2], [ducks.Shard(0)], rank).to_local()
+        assert layouts.local_buffers(side, rank) == {"norm": ("FP32", local.numel())}
+    overlapping = [layouts.describe([("n", ducks.DTensor(full, m, [ducks.Shard(0)], r))], rank=r)
+                   for r, m in ((0, [0, 1]), (1, [1, 2]))]
+    with pytest.raises(ValueError, match="overlapping meshes"):
+        layouts.source_side(overlapping)
+
+
 def test_uneven_shards_and_empty_rank():
     # shape [5, 3] over 4 ranks: chunks 2, 2, 1 and nothing on rank 3.
     full = torch.zeros(5, 3)

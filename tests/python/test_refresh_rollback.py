@@ -26,7 +26,11 @@ def test_a_failed_cuda_refresh_is_retried(monkeypatch):
                     offset=0, size=local.numel() * local.element_size())
 
     monkeypatch.setattr(cuda_ipc, "export", fake_export)
-    monkeypatch.setattr(cuda_ipc, "SegmentSizes", lambda: None)  # no CUDA here
+    class NoExpandableSegments:  # torch.cuda.memory_snapshot() needs CUDA
+        def is_expandable(self, name, device, ptr):
+            return False
+
+    monkeypatch.setattr(cuda_ipc, "SegmentSizes", NoExpandableSegments)
     reg = wsync.torch.CudaRegistration("/nonexistent.sock", "trainer", 0.2)
     w = torch.zeros(4)
     reg.add([("w", w)])

@@ -337,7 +337,21 @@ void WorkerAgent::Publish(const v1::SyncEvent& e) {
 
 absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterTensors(
     const v1::RegisterTensorsRequest& req) {
-  auto resp = tensors_.Register(req);
+  TensorTable::FdBatches fds;
+  for (const v1::TensorRegistration& t : req.tensors()) {
+    if (!t.has_cuda_vmm() || fds.count(t.cuda_vmm().fd_token()) != 0) continue;
+    const std::string what = absl::StrCat("tensor '", t.name(), "' of group '", req.group(), "'");
+    if (options_.fd_inbox == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what,
+                       ": this worker has no descriptor socket (CUDA virtual memory "
+                       "needs wsync-worker --device with its local socket)"));
+    }
+    auto batch = options_.fd_inbox->Claim(t.cuda_vmm().fd_token(), what);
+    if (!batch.ok()) return batch.status();
+    fds.emplace(t.cuda_vmm().fd_token(), *std::move(batch));
+  }
+  auto resp = tensors_.Register(req, fds);
   if (!resp.ok()) return resp;
   const std::string lease_id = lease();
   if (!lease_id.empty()) PushBuffers(lease_id);

@@ -15,6 +15,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
+#include "worker/agent/fd_inbox.h"
 #include "worker/agent/sync_runner.h"
 #include "worker/agent/tensor_table.h"
 #include "worker/agent/worker_metrics.h"
@@ -44,6 +45,9 @@ struct AgentOptions {
   // advertises (empty: it takes no part) and, on a GPU, the GPUs it can write.
   std::string direct_write_domain;
   std::vector<std::string> peer_gpu_uuids;
+  // Not owned, may be null: the descriptor socket whose batches CudaVmm
+  // registrations claim.
+  FdInbox* fd_inbox = nullptr;
 };
 
 // Events for one local subscriber (SyncEvents stream).

@@ -36,7 +36,14 @@ absl::StatusOr<int64_t> NeededBytes(const v1::TensorRegistration& t, const std::
   return bytes;
 }
 
-bool HasLocation(const v1::TensorRegistration& t) { return t.has_shm() || t.has_cuda_ipc(); }
+bool HasLocation(const v1::TensorRegistration& t) {
+  return t.has_shm() || t.has_cuda_ipc() || t.has_cuda_vmm();
+}
+
+int64_t RangeBytes(const v1::TensorRegistration& t) {
+  if (t.has_shm()) return t.shm().size();
+  return t.has_cuda_ipc() ? t.cuda_ipc().size() : t.cuda_vmm().size();
+}
 
 }  // namespace
 
@@ -60,7 +67,7 @@ absl::Status TensorTable::CheckConflict(const TensorEntry& e, bool replace) cons
 }
 
 absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::Register(
-    const v1::RegisterTensorsRequest& req) {
+    const v1::RegisterTensorsRequest& req, const FdBatches& fds) {
   RETURN_IF_ERROR(CheckGroup(req.group()));
   // Validate and map everything first: a bad entry changes nothing.
   std::vector<TensorEntry> fresh;
@@ -76,12 +83,22 @@ absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::Register(
     plane::BufferLocation where;
     if (t.has_shm()) where.shm = &t.shm();
     if (t.has_cuda_ipc()) where.cuda_ipc = &t.cuda_ipc();
+    if (t.has_cuda_vmm()) {
+      where.cuda_vmm = &t.cuda_vmm();
+      auto batch = fds.find(t.cuda_vmm().fd_token());
+      if (batch == fds.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": no descriptors for token '", t.cuda_vmm().fd_token(),
+                         "' (send them to the worker's descriptor socket first; docs/api.md)"));
+      }
+      where.fds = batch->second.get();
+    }
     auto opened = backend_->OpenBuffer(where, *needed, /*peer=*/false, what, &mappings_);
     if (!opened.ok()) return opened.status();
     e.data = opened->data;
     e.hold = std::move(opened->hold);
     e.identity = std::move(opened->identity);
-    e.bytes = t.has_shm() ? t.shm().size() : t.cuda_ipc().size();
+    e.bytes = RangeBytes(t);
     fresh.push_back(std::move(e));
   }
   return Commit(req.group(), std::move(fresh), req.replace());
@@ -96,7 +113,7 @@ absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::RegisterLocal(
     const std::string what = What(group, t.reg);
     if (HasLocation(t.reg)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(what, ": a tensor registered by pointer names no shm / CUDA IPC location"));
+          absl::StrCat(what, ": a tensor registered by pointer names no shm / CUDA location"));
     }
     absl::StatusOr<int64_t> needed = NeededBytes(t.reg, what);
     if (!needed.ok()) return needed.status();

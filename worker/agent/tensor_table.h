@@ -57,7 +57,12 @@ class TensorTable {
   TensorTable(std::vector<std::string> groups, plane::Backend* backend)
       : groups_(std::move(groups)), backend_(backend) {}
 
-  absl::StatusOr<v1::RegisterTensorsResponse> Register(const v1::RegisterTensorsRequest& req);
+  // Descriptor batches by token (CudaVmm.fd_token), claimed by the caller.
+  using FdBatches = std::map<std::string, std::shared_ptr<const plane::FdBatch>>;
+
+  // `fds` holds the batch of every token the request's CudaVmm entries name.
+  absl::StatusOr<v1::RegisterTensorsResponse> Register(const v1::RegisterTensorsRequest& req,
+                                                       const FdBatches& fds = {});
   // Registers memory of this process for `group` (replace: as the request's
   // flag). Refused, naming the tensor, with INVALID_ARGUMENT for a null
   // pointer, a size below elements * dtype size or a bad dtype / shape, and

@@ -2,6 +2,7 @@
 // every sync over the data plane, serves the owner process on a Unix socket.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -82,6 +83,13 @@ bool OnCommandLine(int argc, char** argv, const std::string& flag) {
     if (arg == flag || absl::StartsWith(arg, flag + "=")) return true;
   }
   return false;
+}
+// Descriptor batches wait as open files: take the hard limit.
+void RaiseOpenFileLimit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) return;
+  lim.rlim_cur = lim.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &lim) != 0) spdlog::warn("cannot raise RLIMIT_NOFILE");
 }
 }  // namespace
 
@@ -180,6 +188,17 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // Descriptors (CUDA virtual memory) arrive beside the local API; the
+  // backend decides what it can open from them.
+  RaiseOpenFileLimit();
+  wsync::agent::FdInboxOptions inbox_options;
+  inbox_options.path = wsync::agent::FdSocketPath(socket_path);
+  auto fd_inbox = wsync::agent::FdInbox::Start(inbox_options);
+  if (!fd_inbox.ok()) {
+    spdlog::error("wsync-worker: {}", fd_inbox.status().ToString());
+    return 1;
+  }
+  options.fd_inbox = fd_inbox->get();
   wsync::agent::WorkerAgent agent(options, &metrics);
   wsync::agent::LocalServiceImpl local(&agent);
   unlink(socket_path.c_str());  // a stale socket of an earlier run
@@ -197,6 +216,7 @@ int main(int argc, char** argv) {
     {
       std::ofstream out(port_file + ".tmp");
       out << "metrics_port=" << metrics.port() << "\nlocal_socket=" << socket_path << "\n";
+      out << "fd_socket=" << (*fd_inbox)->path() << "\n";
     }
     std::rename((port_file + ".tmp").c_str(), port_file.c_str());
   }

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "worker/plane/data_ops.h"
+#include "worker/plane/fd_batch.h"
 #include "worker/plane/kv_store.h"
 #include "worker/plane/peer_writer.h"
 #include "worker/plane/transport.h"
@@ -34,11 +35,14 @@ using TransportKind = v1::TransportKind;
 // "gloo", "nccl" (for messages).
 std::string TransportKindName(TransportKind kind);
 
-// Where a registered buffer lives: one of the two is set (the owner's
-// registration or a peer's BufferInfo).
+// Where a registered buffer lives: one of the three is set (the owner's
+// registration or a peer's BufferInfo; cuda_vmm only from the owner, with the
+// descriptor batch its token names in `fds`).
 struct BufferLocation {
   const v1::HostShm* shm = nullptr;
   const v1::CudaIpc* cuda_ipc = nullptr;
+  const v1::CudaVmm* cuda_vmm = nullptr;
+  const FdBatch* fds = nullptr;
 };
 
 // A buffer opened in this process.

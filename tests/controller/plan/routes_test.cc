@@ -151,6 +151,17 @@ TEST(RoutesTest, CanPeerWriteNeedsOneNonEmptyDomain) {
   EXPECT_TRUE(CanPeerWrite(Endpoint("h"), unavailable, v1::TRANSPORT_GLOO));
 }
 
+TEST(RoutesTest, AReceiverWithUnmappableBuffersIsNeverWrittenDirectly) {
+  // Its CUDA virtual memory came as the owner's descriptors: no peer maps it.
+  RouteEndpoint vmm = Endpoint("n", "GPU-1");
+  vmm.unmappable_buffers = true;
+  const RouteEndpoint sender = Endpoint("n", "GPU-0", {"GPU-0", "GPU-1"});
+  EXPECT_FALSE(CanPeerWrite(sender, vmm, v1::TRANSPORT_NCCL));
+  // It still writes others directly (it reads its own sources).
+  vmm.peer_gpus = {"GPU-0", "GPU-1"};
+  EXPECT_TRUE(CanPeerWrite(vmm, Endpoint("n", "GPU-0"), v1::TRANSPORT_NCCL));
+}
+
 TEST(RoutesTest, OverNcclTheReceiversGpuMustBeAmongTheSendersPeers) {
   const RouteEndpoint sender = Endpoint("n", "GPU-0", {"GPU-0", "GPU-1"});
   EXPECT_TRUE(CanPeerWrite(sender, Endpoint("n", "GPU-1"), v1::TRANSPORT_NCCL));

@@ -8,8 +8,9 @@ legacy: a tensor carved from a caching-allocator segment exports the 64-byte
 handle of the segment's base, the segment's size, the tensor's offset inside
 it (block offset + storage offset) and nvidia-smi's GPU UUID; FSDP2-style
 views (a prefix of a padded buffer) register their own bytes only.
-expandable: register() refuses the tensor with ExpandableSegmentsError naming
-the setting, before contacting any worker.
+expandable: expandable segments export as POSIX descriptors (wsync.cuda_vmm),
+one per physical allocation a tensor touches; memory without a shareable
+handle type (vLLM sleep mode) is refused naming the embedded worker.
 """
 import os
 import subprocess
@@ -52,17 +53,83 @@ def legacy():
     print("legacy export OK")
 
 
+def _no_handle_allocation(nbytes):
+    """cuMemCreate'd device memory with no shareable handle type, mapped
+    (vLLM's sleep-mode allocator does this): (ptr, release)."""
+    import ctypes
+    cu = ctypes.CDLL("libcuda.so.1")
+
+    class Prop(ctypes.Structure):  # CUmemAllocationProp (cuda.h), zeroed fields
+        _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int),
+                    ("loc_type", ctypes.c_int), ("loc_id", ctypes.c_int),
+                    ("win32", ctypes.c_void_p), ("compression", ctypes.c_ubyte),
+                    ("gpuDirect", ctypes.c_ubyte), ("usage", ctypes.c_ushort),
+                    ("reserved", ctypes.c_ubyte * 4)]
+
+    class Access(ctypes.Structure):  # CUmemAccessDesc
+        _fields_ = [("loc_type", ctypes.c_int), ("loc_id", ctypes.c_int), ("flags", ctypes.c_int)]
+
+    torch.cuda.init()
+    prop = Prop(type=1, requestedHandleTypes=0, loc_type=1, loc_id=torch.cuda.current_device())
+    h, ptr = ctypes.c_uint64(), ctypes.c_uint64()
+    assert cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(nbytes), ctypes.byref(prop),
+                          ctypes.c_ulonglong(0)) == 0
+    assert cu.cuMemAddressReserve(ctypes.byref(ptr), ctypes.c_size_t(nbytes),
+                                  ctypes.c_size_t(0), ctypes.c_uint64(0),
+                                  ctypes.c_ulonglong(0)) == 0
+    assert cu.cuMemMap(ptr, ctypes.c_size_t(nbytes), ctypes.c_size_t(0), h,
+                       ctypes.c_ulonglong(0)) == 0
+    acc = Access(loc_type=1, loc_id=torch.cuda.current_device(), flags=3)
+    assert cu.cuMemSetAccess(ptr, ctypes.c_size_t(nbytes), ctypes.byref(acc),
+                             ctypes.c_size_t(1)) == 0
+
+    def release():
+        cu.cuMemUnmap(ptr, ctypes.c_size_t(nbytes))
+        cu.cuMemAddressFree(ptr, ctypes.c_size_t(nbytes))
+        cu.cuMemRelease(h)
+    return ptr.value, release
+
+
 def expandable():
+    """Expandable segments export as POSIX descriptors, one per physical
+    allocation the tensor touches; legacy export still refuses them by name;
+    memory without a shareable handle type is refused naming the embedded
+    worker."""
+    from wsync import cuda_vmm
     assert cuda_ipc.expandable_segments_setting(), "run with expandable_segments:True"
-    t = torch.ones(1 << 20, device="cuda:0")
+    small = torch.ones(1 << 10, device="cuda:0")
+    big = torch.ones(60 << 18, device="cuda:0")  # 60 MiB: several 20 MiB chunks
+    seg, uuids = cuda_ipc.SegmentSizes(), {}
+    assert seg.is_expandable("big", 0, big.data_ptr())
     try:
-        wsync.torch.register({"w": t}, group="trainer", rank=0, socket="/nonexistent.sock",
-                             timeout=1)
+        cuda_ipc.export("big", big, seg, uuids)
+        raise AssertionError("legacy export took an expandable segment")
     except cuda_ipc.ExpandableSegmentsError as e:
-        assert "expandable_segments:True" in str(e) and "SCM_RIGHTS" in str(e), e
-        print(f"expandable segments refused: {e}")
-        return
-    raise AssertionError("a tensor in an expandable segment was not refused")
+        assert "expandable_segments:True" in str(e), e
+    exp = cuda_vmm.Export()
+    try:
+        for name, t in (("small", small), ("big", big)):
+            exp.add(name, t.data_ptr(), t.numel() * t.element_size(), "GPU-x")
+        for name, f in exp.tensors.items():
+            sizes = [b for _, b in f["chunks"]]
+            print(f"{name}: {len(sizes)} chunks of {sizes} bytes, offset {f['offset']}")
+            assert all(b > 0 and b % (2 << 20) == 0 for b in sizes), sizes
+            assert f["offset"] + f["size"] <= sum(sizes), f
+        assert len(exp.tensors["big"]["chunks"]) >= 3, exp.tensors["big"]
+        assert len(exp.fds) == len({i for f in exp.tensors.values() for i, _ in f["chunks"]})
+        assert all(fd >= 0 for fd in exp.fds)
+    finally:
+        exp.close()
+    ptr, release = _no_handle_allocation(2 << 20)
+    try:
+        cuda_vmm.Export().add("sleeping", ptr, 4096, "GPU-x")
+        raise AssertionError("memory without a shareable handle type was exported")
+    except cuda_vmm.VmmExportError as e:
+        assert "wsync.embedded" in str(e), e
+        print(f"no-handle memory refused: {e}")
+    finally:
+        release()
+    print("expandable export OK")
 
 
 if __name__ == "__main__":

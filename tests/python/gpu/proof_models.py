@@ -6,7 +6,7 @@ VocabParallelEmbedding / ParallelLMHead padded to multiples of 64, FusedMoE
 w13 = [gate; up] and w2 per expert), not from wsync's spec."""
 import torch
 
-# "gpu": the sizes the GPU proof trains; "tiny": the CPU variant's.
+# "gpu": the sizes the GPU proof trains ("large" for timing); "tiny": the CPU variant's.
 CONFIGS = {
     ("llama", "gpu"): {
         "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 1024,
@@ -19,6 +19,13 @@ CONFIGS = {
         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64,
         "vocab_size": 32000, "num_experts": 16, "num_experts_per_tok": 4,
         "moe_intermediate_size": 256, "decoder_sparse_step": 1, "mlp_only_layers": [],
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
+    # ~0.5 B parameters: the size at which the Python path is compared with
+    # the data-plane benchmark (control overhead amortised as in real syncs).
+    ("llama", "large"): {
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 2048,
+        "intermediate_size": 5632, "num_hidden_layers": 8, "num_attention_heads": 16,
+        "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 32000,
         "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
     ("llama", "tiny"): {
         "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,

@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # The GPU proof of issue 16, in one call from the repo root on the 2-GPU
-# machine (carry .devbundle and build/python; Python 3.12 with torch,
+# machine (4 GPUs for every stage; carry .devbundle and build/python; Python 3.12 with torch,
 # transformers, grpcio, protobuf there):
 #   bash tests/python/gpu/run_gpu_proof.sh
 # 1. export checks of wsync.cuda_ipc (legacy handle fields; expandable
 #    segments refused by name),
-# 2. sync_proof.py under torchrun on 2 GPUs: FSDP2 transformers trainers
-#    (Llama- and Qwen3-MoE-shaped) -> colocated vLLM TP=2 receivers through
-#    the bundle's wsync-controller / wsync-worker --device, bit-exact checks,
-#    sync times.
-# Results in $OUT (default ./gpu-out): proof.log, proof0.jsonl (one record per
-# model and version), export_*.log, the services' logs. Exit status 0 only if
-# every check held. WSYNC_PROOF_VERSIONS (default 3), WSYNC_PROOF_MODELS.
+# 2. sync_proof.py under torchrun, stage by stage (WSYNC_PROOF_STAGES, default
+#    all): FSDP2 transformers trainers (Llama- and Qwen3-MoE-shaped) -> vLLM
+#    TP=2 receivers through the bundle's wsync-controller / wsync-worker
+#    --device, bit-exact checks, sync times:
+#      colocated    2 GPUs, receivers on the trainers' GPUs
+#      expandable   the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+#                   (trainer and receivers in cuMem memory, SCM_RIGHTS export)
+#      disjoint     4 GPUs: trainers on 0-1, receivers on 2-3
+#      disjoint_expandable  (not in the default list) the same, expandable
+#      tpfsdp       4 GPUs: Llama TP=2 x FSDP2 dp=2 (2-D DTensors)
+#      timing       2 GPUs, a 0.5 B-parameter Llama; then the data-plane
+#                   benchmark (wsync_bench_gpu_sync --spec) on the same spec,
+#                   compared by compare_timing.py
+# Results in $OUT (default ./gpu-out): proof_<stage>.log, <stage>/proof0.jsonl
+# (one record per model and version), <stage>/spec_*.json, bench_*.log,
+# timing.txt, export_*.log, the services' logs. Exit status 0 only if every
+# check held. WSYNC_PROOF_VERSIONS (default 3), WSYNC_PROOF_MODELS.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -37,15 +47,58 @@ timeout 60 python3 $gpu/export_check.py legacy 2>&1 | tee "$OUT/export_legacy.lo
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 60 python3 $gpu/export_check.py expandable \
   2>&1 | tee "$OUT/export_expandable.log"
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-run_dir=$(mktemp -d /tmp/wsync-proof-XXXXXX)
-timeout 240 torchrun --nproc_per_node 2 --master_port 29571 $gpu/sync_proof.py \
-  --run-dir "$run_dir" --bin-dir "$bundle/bin" --out "$OUT" \
-  --versions "${WSYNC_PROOF_VERSIONS:-3}" --models "${WSYNC_PROOF_MODELS:-llama,qwen3_moe}" \
-  2>&1 | tee "$OUT/proof.log"
-[ "${PIPESTATUS[0]}" = 0 ] || rc=1
-cp "$run_dir"/*.log "$OUT"/ 2>/dev/null
+# One torchrun: proof NAME NPROC [VAR=VALUE...] -- sync_proof.py args.
+port=29571
+proof() {
+  local name=$1 nproc=$2; shift 2
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  local run_dir; run_dir=$(mktemp -d /tmp/wsync-proof-XXXXXX)
+  port=$((port + 1))
+  echo "=== proof $name ($nproc GPUs${envs[*]:+, ${envs[*]}})"
+  env "${envs[@]}" timeout 300 torchrun --nproc_per_node "$nproc" --master_port $port \
+    $gpu/sync_proof.py --run-dir "$run_dir" --bin-dir "$bundle/bin" --out "$OUT/$name" \
+    --versions "${WSYNC_PROOF_VERSIONS:-3}" "$@" 2>&1 | tee "$OUT/proof_$name.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  mkdir -p "$OUT/$name" && cp "$run_dir"/*.log "$OUT/$name"/ 2>/dev/null
+}
+# The data-plane benchmark on the spec a proof synced: same tensors, same
+# plan, buffers of its own (bench NAME SPEC_TAG NWORKERS).
+bench() {
+  local name=$1 tag=$2
+  echo "=== bench $name ($tag)"
+  timeout 300 "$bundle/bin/wsync_bench_gpu_sync" --spec "$OUT/$name/spec_$tag.json" \
+    --mode spec --iters 10 --direct 1 2>&1 | tee "$OUT/bench_$name.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+}
+ngpu=$(nvidia-smi -L | wc -l)
+stages=${WSYNC_PROOF_STAGES:-colocated,expandable,disjoint,tpfsdp,timing}
+models=${WSYNC_PROOF_MODELS:-llama,qwen3_moe}
+for stage in ${stages//,/ }; do
+  case $stage in
+    colocated) proof colocated 2 CUDA_VISIBLE_DEVICES=0,1 -- --models "$models" ;;
+    expandable) proof expandable 2 CUDA_VISIBLE_DEVICES=0,1 \
+        PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- --models "$models" ;;
+    disjoint|disjoint_expandable|tpfsdp)
+      if [ "$ngpu" -lt 4 ]; then echo "=== $stage skipped: $ngpu GPUs, needs 4"; continue; fi
+      case $stage in
+        disjoint) proof disjoint 4 -- --placement disjoint --models "$models" ;;
+        disjoint_expandable) proof disjoint_expandable 4 \
+            PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- --placement disjoint \
+            --models "$models" ;;
+        tpfsdp) proof tpfsdp 4 -- --placement tpfsdp --models llama ;;
+      esac ;;
+    timing)
+      WSYNC_PROOF_VERSIONS=${WSYNC_TIMING_VERSIONS:-8} proof timing 2 CUDA_VISIBLE_DEVICES=0,1 \
+        -- --models llama --size large
+      bench timing llama_large_colocated ;;
+    *) echo "unknown stage $stage"; rc=1 ;;
+  esac
+done
 echo "=== summary"
-grep -h '^PROOF ' "$OUT/proof.log" | cut -c1-400
-grep -h 'PROOF PASSED\|PROOF FAILED\|export OK\|refused:' "$OUT"/*.log | cut -c1-200
+grep -h '^PROOF ' "$OUT"/proof_*.log | cut -c1-300
+grep -h 'PROOF PASSED\|PROOF FAILED\|export OK\|refused:\|steady-state' "$OUT"/*.log | cut -c1-240
+python3 $gpu/compare_timing.py "$OUT" 2>&1 | tee "$OUT/timing.txt"
 echo "rc=$rc"
 exit $rc

@@ -57,6 +57,62 @@ RANK = int(os.environ.get("RANK", "0"))
 WORLD = int(os.environ.get("WORLD_SIZE", "1"))
 
 
+class Roles:
+    """Which ranks train and which receive, per --placement:
+    colocated  every rank trains (FSDP2 over all); ranks 0..TP-1 also receive
+    disjoint   ranks 0..WORLD/2-1 train (FSDP2 over them); the others receive
+               (TP=2 on their own GPUs)
+    tpfsdp     every rank trains on a (dp, tp=2) mesh: TP by parallelize_module,
+               FSDP2 over dp on top; ranks 0..TP-1 also receive."""
+
+    def __init__(self, placement):
+        tp = proof_models.TP
+        self.placement = placement
+        if placement == "disjoint":
+            if WORLD < 2 * tp:
+                raise SystemExit(f"--placement disjoint needs {2 * tp} ranks, got {WORLD}")
+            self.trainers = list(range(WORLD - tp))
+            self.receivers = list(range(WORLD - tp, WORLD))
+        elif placement in ("colocated", "tpfsdp"):
+            self.trainers, self.receivers = list(range(WORLD)), list(range(tp))
+        else:
+            raise SystemExit(f"unknown --placement {placement}")
+        self.trainer_rank = RANK if RANK in self.trainers else None
+        self.receiver_rank = self.receivers.index(RANK) if RANK in self.receivers else None
+
+    def groups(self):
+        g = []
+        if self.trainer_rank is not None:
+            g.append(f"trainer:{self.trainer_rank}:{len(self.trainers)}")
+        if self.receiver_rank is not None:
+            g.append(f"inference:{self.receiver_rank}:{len(self.receivers)}")
+        return ",".join(g)
+
+    def meshes(self, device):
+        """(FSDP mesh, TP mesh or None) of this rank's trainer; made on every
+        rank (mesh creation is collective), None for a receiver-only rank."""
+        from torch.distributed.device_mesh import init_device_mesh
+        if self.placement == "tpfsdp":
+            m = init_device_mesh(device.type, (WORLD // proof_models.TP, proof_models.TP),
+                                 mesh_dim_names=("dp", "tp"))
+            return m["dp"], m["tp"]
+        if self.placement == "disjoint":
+            m = init_device_mesh(device.type, (2, WORLD // 2), mesh_dim_names=("role", "dp"))
+            return (m["dp"] if self.trainer_rank is not None else None), None
+        return init_device_mesh(device.type, (WORLD,)), None
+
+    def bench_spec(self, spec):
+        """`spec` with its sides' workers, as the controller places them here
+        (worker w = global rank w, one node), for the data-plane bench."""
+        out = type(spec)()
+        out.CopyFrom(spec)
+        for side, ranks in ((out.source, self.trainers), (out.destination, self.receivers)):
+            del side.ranks[:]
+            for r in ranks:
+                side.ranks.add(worker=r, node="node0")
+        return out
+
+
 def log(*a):
     print(f"[rank {RANK}]", *a, flush=True)
 
@@ -82,7 +138,7 @@ def fused_expert_mappings(dst, moe_intermediate):
 class Services:
     """The controller (rank 0) and this rank's worker, sharing run_dir."""
 
-    def __init__(self, run_dir, bin_dir, device):
+    def __init__(self, run_dir, bin_dir, device, groups):
         self.dir = run_dir
         controller, worker = harness.CONTROLLER_BIN, harness.WORKER_BIN
         if bin_dir:
@@ -103,7 +159,7 @@ class Services:
         flags = [f"--device={device.index if device.type == 'cuda' else -1}"]
         self.procs.append(Process(
             [worker, f"--controller={self.address}",
-             f"--groups=trainer:{RANK}:{WORLD},inference:{RANK}:{WORLD}",
+             f"--groups={groups}",
              f"--local_socket={self.socket}", "--metrics_port=-1", f"--port_file={wpf}",
              "--node=n0", *flags], os.path.join(run_dir, f"worker{RANK}.log")))
         read_port_file(wpf, "local_socket", timeout=60, proc=self.procs[-1].proc)
@@ -113,14 +169,26 @@ class Services:
             p.stop()
 
 
-def receivers_for(spec, device):
+def receivers_for(spec, device, rank):
     return {b: torch.zeros(n, dtype=torch.bfloat16, device=device)
-            for b, (_, n) in layouts.local_buffers(spec.destination, RANK).items()}
+            for b, (_, n) in layouts.local_buffers(spec.destination, rank).items()}
 
 
-def check(cfg, full, recv):
-    """Mismatches of this rank's receivers against the reference."""
-    ref = proof_models.vllm_reference(cfg, full, proof_models.TP, RANK)
+def reference_full(roles, trainer):
+    """The trainer's full tensors on every rank that receives (the trainers'
+    full_tensor() is collective over their mesh; receiver-only ranks get
+    rank 0's copy)."""
+    full = trainer.full_tensors() if trainer is not None else None
+    if roles.placement == "disjoint":
+        box = [full]
+        dist.broadcast_object_list(box, src=0)
+        full = box[0]
+    return full
+
+
+def check(cfg, full, recv, rank):
+    """Mismatches of receiver rank `rank`'s tensors against the reference."""
+    ref = proof_models.vllm_reference(cfg, full, proof_models.TP, rank)
     bad = []
     if set(ref) != set(recv):
         bad.append(f"receiver names differ: only reference {sorted(set(ref) - set(recv))[:4]}, "
@@ -139,43 +207,64 @@ def check(cfg, full, recv):
     return bad
 
 
-def run_model(args, model, device, services, client, out):
-    size = "tiny" if args.tiny else "gpu"
+def make_trainer(args, roles, cfg, device):
+    fsdp_mesh, tp_mesh = roles.meshes(device) if device.type == "cuda" else (None, None)
+    if roles.trainer_rank is None:
+        return None
+    return trainers.make(cfg, device, roles.trainer_rank, len(roles.trainers),
+                         prefer_real=not args.stand_in, fused_experts=args.fused_experts,
+                         mesh=fsdp_mesh, tp_mesh=tp_mesh)
+
+
+def register_all(roles, trainer, spec, device, services):
+    reg = rreg = recv = None
+    if trainer is not None:
+        reg = wsync.torch.register(trainer.register_items(), group="trainer",
+                                   rank=roles.trainer_rank, socket=services.socket)
+    if roles.receiver_rank is not None:
+        recv = receivers_for(spec, device, roles.receiver_rank)
+        rreg = wsync.torch.register(recv, group="inference", rank=roles.receiver_rank,
+                                    socket=services.socket)
+    return reg, rreg, recv
+
+
+def run_model(args, roles, model, device, services, client, out):
+    size = "tiny" if args.tiny else args.size
     cfg = proof_models.CONFIGS[(model, size)]
-    trainer = trainers.make(cfg, device, RANK, WORLD, prefer_real=not args.stand_in,
-                            fused_experts=args.fused_experts)
-    fused = trainer.fused_experts
+    trainer = make_trainer(args, roles, cfg, device)
+    fused = bool(dist_any(trainer is not None and trainer.fused_experts))
     dst = load_destination(model, size, "stacked" if fused else "separate")
     if fused:
         dst = fused_expert_mappings(dst, cfg["moe_intermediate_size"])
-    src = layouts.source_side(layouts.gather(layouts.describe(trainer.describe_items(),
-                                                              rank=RANK)))
+    items = trainer.describe_items() if trainer is not None else []
+    src = layouts.source_side(layouts.gather(layouts.describe(items, rank=RANK)))
     spec = layouts.transfer_spec(src, dst, name=model)
-    reg = wsync.torch.register(trainer.register_items(), group="trainer", rank=RANK,
-                               socket=services.socket)
-    recv = receivers_for(spec, device)
-    rreg = wsync.torch.register(recv, group="inference", rank=RANK, socket=services.socket)
-    padded = ""
-    if device.type == "cuda":
-        held = sum(t.to_local().untyped_storage().nbytes() for _, t in trainer.describe_items())
-        padded = f"; their storages, with FSDP2's padding, hold {held}"
-    log(f"{model}: {trainer.kind}, registered {reg.bytes} trainer bytes "
-        f"({type(reg).__name__}{padded}), {rreg.bytes} receiver bytes")
+    reg, rreg, recv = register_all(roles, trainer, spec, device, services)
+    kind = dist_first(trainer.kind if trainer is not None else None)
+    log(f"{model}: {kind}, registered {reg.bytes if reg else 0} trainer bytes "
+        f"({type(reg).__name__}), {rreg.bytes if rreg else 0} receiver bytes")
     ok = True
     dist.barrier()  # every rank registered this model's tensors (replacing the last model's)
     if RANK == 0:
-        client.wait_for_workers({"trainer": WORLD, "inference": WORLD}, timeout=60, buffers=True)
+        client.wait_for_workers({"trainer": len(roles.trainers),
+                                 "inference": len(roles.receivers)}, timeout=60, buffers=True)
         client.define_transfer(model, spec, source_group="trainer",
                                destination_group="inference")
+        tag = f"{model}_{size}_{roles.placement}"
+        with open(os.path.join(args.out, f"spec_{tag}.json"), "w") as f:
+            f.write(json_format.MessageToJson(roles.bench_spec(spec)))
     dist.barrier()
     times = []
     for version in range(1, args.versions + 1):
-        trainer.step(version)
+        if trainer is not None:
+            trainer.step(version)
         t_step = time.perf_counter()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         dist.barrier()
-        rec = {"model": model, "trainer": trainer.kind, "version": version, "device": str(device)}
+        rec = {"model": model, "size": size, "placement": roles.placement, "trainer": kind,
+               "version": version, "device": str(device),
+               "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
         if RANK == 0:
             t0 = time.perf_counter()
             status = client.sync(version, transfer=model).wait(timeout=120, show_progress=False)
@@ -187,7 +276,8 @@ def run_model(args, model, device, services, client, out):
                        gbps=round(status.bytes_total / max(t1 - t0, 1e-9) / 1e9, 3))
             times.append((t1 - t0, t1 - t_step))
         dist.barrier()
-        bad = check(cfg, trainer.full_tensors(), recv)
+        full = reference_full(roles, trainer)
+        bad = check(cfg, full, recv, roles.receiver_rank) if recv is not None else []
         flags = [None] * WORLD
         dist.all_gather_object(flags, bad)
         rec["mismatches"] = [m for per in flags for m in per][:20]
@@ -203,7 +293,7 @@ def run_model(args, model, device, services, client, out):
         log(f"{model}: steady-state sync {med[0] * 1e3:.2f} ms, optimizer.step() -> "
             f"sync().wait() {med[1] * 1e3:.2f} ms (median of versions 2..{args.versions}; "
             f"{rec.get('bytes', 0)} bytes)")
-    stale = reg.stale()
+    stale = reg.stale() if reg is not None else []
     if stale:
         log(f"{model}: registered tensors moved during training: {stale[:4]}")
         ok = False
@@ -211,11 +301,26 @@ def run_model(args, model, device, services, client, out):
     return ok
 
 
+def dist_any(flag):
+    flags = [None] * WORLD
+    dist.all_gather_object(flags, bool(flag))
+    return any(flags)
+
+
+def dist_first(value):
+    """The first rank's non-None `value`."""
+    values = [None] * WORLD
+    dist.all_gather_object(values, value)
+    return next(v for v in values if v is not None)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="llama,qwen3_moe")
     ap.add_argument("--versions", type=int, default=3)
     ap.add_argument("--tiny", action="store_true", help="the tiny configs (CPU variant)")
+    ap.add_argument("--size", default="gpu", help="proof_models.CONFIGS size on GPUs")
+    ap.add_argument("--placement", default="colocated", help="colocated, disjoint or tpfsdp")
     ap.add_argument("--cpu", action="store_true", help="host tensors and gloo even with CUDA")
     ap.add_argument("--stand-in", action="store_true",
                     help="the DTensor stand-in trainer even where FSDP2 and transformers exist")
@@ -235,13 +340,14 @@ def main():
     dist.init_process_group("nccl" if cuda else "gloo")
     os.makedirs(args.out, exist_ok=True)
     log(f"torch {torch.__version__}, protobuf runtime {PROTOBUF}, device {device}")
-    services = Services(args.run_dir, args.bin_dir, device)
+    roles = Roles(args.placement)
+    services = Services(args.run_dir, args.bin_dir, device, roles.groups())
     client = wsync.Client(services.address, timeout=60) if RANK == 0 else None
     ok = True
     try:
         with open(os.path.join(args.out, f"proof{RANK}.jsonl"), "a") as out:
             for model in args.models.split(","):
-                ok = run_model(args, model, device, services, client, out) and ok
+                ok = run_model(args, roles, model, device, services, client, out) and ok
     finally:
         dist.barrier()
         services.close()

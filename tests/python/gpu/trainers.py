@@ -13,10 +13,22 @@ import torch.distributed as dist
 import proof_models
 
 
-def make(cfg, device, rank, world, prefer_real=True, fused_experts=False):
+def make(cfg, device, rank, world, prefer_real=True, fused_experts=False, mesh=None,
+         tp_mesh=None):
+    """`mesh`: the FSDP2 mesh (default: all `world` ranks); `tp_mesh`: also
+    tensor-parallel over it (parallelize_module, Llama only), FSDP2 on top."""
     if prefer_real and device.type == "cuda":
-        return FsdpTrainer(cfg, device, world)
+        return FsdpTrainer(cfg, device, world, mesh=mesh, tp_mesh=tp_mesh)
     return StandInTrainer(cfg, rank, world, fused_experts)
+
+
+# Megatron-style TP of a transformers Llama decoder layer.
+def _llama_tp_plan():
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    return {"self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+            "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(),
+            "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
+            "mlp.down_proj": RowwiseParallel()}
 
 
 def _hf_model(cfg):
@@ -29,10 +41,11 @@ def _hf_model(cfg):
 
 
 class FsdpTrainer:
-    def __init__(self, cfg, device, world):
+    def __init__(self, cfg, device, world, mesh=None, tp_mesh=None):
         import transformers
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor.parallel import parallelize_module
         self.cfg, self.device = cfg, device
         torch.manual_seed(0)
         model = _hf_model(cfg).float()
@@ -48,7 +61,12 @@ class FsdpTrainer:
         if hasattr(model, "set_experts_implementation"):  # transformers >= 5
             model.set_experts_implementation("eager")
         model = model.to(device)
-        mesh = init_device_mesh(device.type, (world,))
+        mesh = mesh if mesh is not None else init_device_mesh(device.type, (world,))
+        if tp_mesh is not None:
+            if cfg["model_type"] != "llama":
+                raise ValueError("the proof's TP plan is for Llama-shaped models")
+            for layer in model.model.layers:
+                parallelize_module(layer, tp_mesh, _llama_tp_plan())
         for layer in model.model.layers:
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
@@ -56,7 +74,8 @@ class FsdpTrainer:
         self.opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         names = [n for n, _ in model.named_parameters()]
         self.fused_experts = any(n.endswith("mlp.experts.gate_up_proj") for n in names)
-        self.kind = f"fsdp2+transformers-{transformers.__version__}"
+        tp = f"tp{tp_mesh.size()}x" if tp_mesh is not None else ""
+        self.kind = f"{tp}fsdp2({mesh.size()})+transformers-{transformers.__version__}"
 
     def describe_items(self):
         return list(self.model.named_parameters())

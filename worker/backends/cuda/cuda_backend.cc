@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "worker/backends/cuda/cuda_peer_writer.h"
 #include "worker/backends/cuda/nccl_transport.h"
+#include "worker/backends/cuda/vmm_import.h"
 #include "worker/plane/memory_domain.h"
 
 namespace wsync::cuda {
@@ -37,7 +38,7 @@ absl::StatusOr<plane::OpenedBuffer> CudaBackend::OpenBuffer(const plane::BufferL
                                                             int64_t bytes, bool peer,
                                                             const std::string& what,
                                                             plane::MappingCache* cache) {
-  (void)cache;  // the IpcRegistry maps each allocation once
+  if (where.cuda_vmm != nullptr) return OpenVmm(where, bytes, peer, what, cache);
   if (where.shm != nullptr) {
     return absl::FailedPreconditionError(
         peer ? absl::StrCat(what, ": host memory, but this worker moves device memory")
@@ -75,6 +76,49 @@ absl::StatusOr<plane::OpenedBuffer> CudaBackend::OpenBuffer(const plane::BufferL
   plane::OpenedBuffer out;
   out.data = data;
   out.hold = std::shared_ptr<void>(data, [registry, h](void*) { registry->Release(h); });
+  return out;
+}
+
+absl::StatusOr<plane::OpenedBuffer> CudaBackend::OpenVmm(const plane::BufferLocation& where,
+                                                         int64_t bytes, bool peer,
+                                                         const std::string& what,
+                                                         plane::MappingCache* cache) {
+  const v1::CudaVmm& vmm = *where.cuda_vmm;
+  if (peer || where.fds == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what,
+        ": CUDA virtual memory opens only from its owner's descriptors, not as a peer's "
+        "buffer"));
+  }
+  if (vmm.gpu_uuid() != ipc_->uuid()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " lives on ", vmm.gpu_uuid(),
+                                                   " but this worker maps device ", device(), " (",
+                                                   ipc_->uuid(), ")"));
+  }
+  if (bytes < 0 || bytes > vmm.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": CUDA virtual memory range of ",
+                                                   vmm.size(), " bytes cannot hold ", bytes,
+                                                   " bytes"));
+  }
+  // Tensors over the same chunks of one batch share a mapping.
+  std::string key = absl::StrCat("vmm:", vmm.fd_token());
+  for (const v1::CudaVmm::Chunk& c : vmm.chunks())
+    absl::StrAppend(&key, ":", c.fd_index(), "+", c.bytes());
+  std::shared_ptr<VmmMapping> mapping;
+  if (cache != nullptr) {
+    auto it = cache->find(key);
+    if (it != cache->end()) mapping = std::static_pointer_cast<VmmMapping>(it->second.lock());
+  }
+  if (mapping == nullptr) {
+    ASSIGN_OR_RETURN(mapping, VmmMapping::Map(device(), vmm, *where.fds, what));
+    if (cache != nullptr) (*cache)[key] = mapping;
+  } else {
+    // The checks Map makes, for this tensor's range.
+    RETURN_IF_ERROR(VmmRangeBytes(vmm, *where.fds, 1, what).status());
+  }
+  plane::OpenedBuffer out;
+  out.data = static_cast<char*>(mapping->base()) + vmm.offset();
+  out.hold = mapping;
   return out;
 }
 

@@ -24,7 +24,7 @@ class CudaBackend : public plane::Backend {
   std::string Name() const override;
   plane::TransportKind transport_kind() const override { return v1::TRANSPORT_NCCL; }
   plane::MemorySpace memory_space() const override { return plane::MemorySpace::kCuda; }
-  std::vector<std::string> capabilities() const override { return {"cuda_ipc"}; }
+  std::vector<std::string> capabilities() const override { return {"cuda_ipc", "cuda_vmm"}; }
   std::string device_uuid() const override { return ipc_->uuid(); }
 
   // Each allocation base is mapped once however many buffers live in it
@@ -47,6 +47,11 @@ class CudaBackend : public plane::Backend {
  private:
   CudaBackend(std::unique_ptr<IpcRegistry> ipc, CudaDataOps::Options ops_options)
       : ipc_(std::move(ipc)), ops_options_(ops_options) {}
+
+  // CUDA virtual memory from the owner's descriptors (vmm_import.h).
+  absl::StatusOr<plane::OpenedBuffer> OpenVmm(const plane::BufferLocation& where, int64_t bytes,
+                                              bool peer, const std::string& what,
+                                              plane::MappingCache* cache);
 
   // Outlives every buffer it opened (the worker destroys its tensors first).
   std::unique_ptr<IpcRegistry> ipc_;

@@ -41,6 +41,8 @@ absl::StatusOr<DriverApi> LoadAll() {
   load("cuMemSetAccess", &api.cuMemSetAccess);
   load("cuMemGetAllocationGranularity", &api.cuMemGetAllocationGranularity);
   load("cuCtxGetCurrent", &api.cuCtxGetCurrent);
+  load("cuMemImportFromShareableHandle", &api.cuMemImportFromShareableHandle);
+  load("cuMemExportToShareableHandle", &api.cuMemExportToShareableHandle);
   if (!s.ok()) return s;
   return api;
 }

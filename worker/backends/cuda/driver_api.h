@@ -29,6 +29,10 @@ struct DriverApi {
   CUresult (*cuMemGetAllocationGranularity)(size_t*, const CUmemAllocationProp*,
                                             CUmemAllocationGranularity_flags) = nullptr;
   CUresult (*cuCtxGetCurrent)(CUcontext*) = nullptr;
+  CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle*, void*,
+                                             CUmemAllocationHandleType) = nullptr;
+  CUresult (*cuMemExportToShareableHandle)(void*, CUmemGenericAllocationHandle,
+                                           CUmemAllocationHandleType, unsigned long long) = nullptr;
 };
 
 // Loaded once; an error when the driver is missing or too old.

@@ -16,11 +16,11 @@ absl::StatusOr<plane::OpenedBuffer> HostBackend::OpenBuffer(const plane::BufferL
                                                             int64_t bytes, bool peer,
                                                             const std::string& what,
                                                             plane::MappingCache* cache) {
-  if (where.cuda_ipc != nullptr) {
+  if (where.cuda_ipc != nullptr || where.cuda_vmm != nullptr) {
     return absl::FailedPreconditionError(
         peer ? absl::StrCat(what, ": device memory, but this worker moves host memory")
              : absl::StrCat(what,
-                            ": CUDA IPC buffers need a worker with the GPU data plane "
+                            ": CUDA device buffers need a worker with the GPU data plane "
                             "(wsync-worker --device N, built with WSYNC_WITH_CUDA); this one "
                             "moves host memory"));
   }

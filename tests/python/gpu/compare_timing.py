@@ -1,0 +1,55 @@
+"""The Python path against the data-plane benchmark, for the same tensors:
+the timing stage's sync().wait() (trainer side, through controller, workers,
+CUDA IPC registration) against wsync_bench_gpu_sync --spec on the same spec
+(the executor alone, on buffers of its own), both steady state. Run by
+run_gpu_proof.sh:  python3 compare_timing.py $OUT"""
+import json
+import os
+import statistics
+import sys
+
+
+def proof_records(out):
+    path = os.path.join(out, "timing", "proof0.jsonl")
+    recs = [json.loads(line) for line in open(path) if line.strip()]
+    return [r for r in recs if r["version"] >= 2 and "sync_wait_s" in r]
+
+
+def bench_median(out):
+    """The slowest worker's median sync of the bench (a sync ends with its
+    last worker)."""
+    medians = []
+    for line in open(os.path.join(out, "bench_timing.log")):
+        i = line.find("{")
+        if "RESULT" not in line or i < 0:
+            continue
+        r = json.loads(line[i:])
+        if r.get("bench") == "wsync_sync":
+            medians.append(r["median_s"])
+    if not medians:
+        raise SystemExit("no wsync_sync RESULT in bench_timing.log")
+    return max(medians)
+
+
+def main(out):
+    recs = proof_records(out)
+    if not recs:
+        raise SystemExit("no steady-state proof records (versions >= 2)")
+    wait = statistics.median(r["sync_wait_s"] for r in recs)
+    step = statistics.median(r["step_to_synced_s"] for r in recs)
+    execute = statistics.median(r["max_execute_s"] for r in recs)
+    bench = bench_median(out)
+    summary = {"bytes": recs[0]["bytes"], "versions": len(recs),
+               "python_sync_wait_s": round(wait, 6), "step_to_synced_s": round(step, 6),
+               "worker_execute_s": round(execute, 6), "bench_median_s": round(bench, 6),
+               "wait_over_bench": round(wait / bench, 4),
+               "execute_over_bench": round(execute / bench, 4)}
+    print("TIMING " + json.dumps(summary))
+    ok = wait <= 1.05 * bench
+    print(f"Python path sync().wait() {wait * 1e3:.2f} ms vs data-plane bench {bench * 1e3:.2f} ms"
+          f" for {summary['bytes']} bytes: {summary['wait_over_bench']:.3f}x "
+          f"({'within' if ok else 'OVER'} the 5 % target)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -5,10 +5,13 @@ Each rank describes what it holds (``describe``): a DTensor parameter
 carries its whole layout in its mesh and placements; a Megatron-core
 parameter says by its attributes (``tensor_model_parallel``,
 ``partition_dim``, ``partition_stride``) how it is split over the
-tensor-parallel ranks; any other tensor is held whole by the rank unless it
+tensor-parallel ranks (Megatron's fused qkv / gated fc1 and its names:
+wsync.megatron); any other tensor is held whole by the rank unless it
 was ``annotate``d (a mesh layout, or the box of the global tensor the rank
-holds). ``source_side`` merges the descriptions of every rank (gathered with
-``gather`` or passed in) into a wsync.v1.Side (docs/layout-spec.md).
+holds). A box record may also give the box's ``byte_offset`` in its buffer
+and element ``strides`` (several boxes of one buffer). ``source_side``
+merges the descriptions of every rank (gathered with ``gather`` or passed
+in) into a wsync.v1.Side (docs/layout-spec.md).
 
 Records are plain dicts, so they pickle through
 ``torch.distributed.all_gather_object``.
@@ -271,6 +274,9 @@ def _merge_boxes(name, recs):
         f.box.length.extend(r["length"])
         if r.get("buffer"):
             f.buffer = r["buffer"]
+        f.byte_offset = r.get("byte_offset", 0)
+        if r.get("strides"):
+            f.strides.extend(r["strides"])
     return t
 
 

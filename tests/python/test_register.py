@@ -5,6 +5,7 @@ import gc
 import os
 import subprocess
 import sys
+import time
 
 import torch
 
@@ -26,6 +27,10 @@ def test_tensors_move_into_shm_in_place_and_outlive_the_registration(cluster):
     req = reg.request()
     assert [(t.name, list(t.shape), t.shm.offset, t.shm.size) for t in req.tensors] == [
         ("weight", [3, 4], 0, 48), ("bias", [3], 64, 12)]
+    # The worker takes its controller lease a moment after it serves its socket.
+    deadline = time.monotonic() + 20
+    while not wsync.torch.local_status(sock).registered and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert wsync.torch.local_status(sock).registered
     del reg
     gc.collect()

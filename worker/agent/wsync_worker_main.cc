@@ -5,22 +5,25 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 
 #include "absl/debugging/failure_signal_handler.h"
 #include "absl/debugging/symbolize.h"
 #include "absl/flags/flag.h"
-#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/env_flags.h"
 #include "common/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/agent/agent.h"
+#include "worker/agent/launch_env.h"
 #include "worker/agent/local_service.h"
 #include "worker/node/backend_registry.h"
 
@@ -28,7 +31,9 @@ ABSL_FLAG(std::string, controller, "127.0.0.1:50051",
           "Controller address host:port. Env: WSYNC_CONTROLLER.");
 ABSL_FLAG(std::string, groups, "",
           "Comma-separated memberships group:rank:size, e.g. 'trainer:0:4' or, for a worker "
-          "colocated in two groups, 'trainer:1:4,inference:1:2'. Env: WSYNC_GROUPS.");
+          "colocated in two groups, 'trainer:1:4,inference:1:2'. 'group' or 'group:size' takes "
+          "the rank (and size) from a launcher's environment: RANK, JOB_COMPLETION_INDEX or the "
+          "pod name's ordinal; WSYNC_GROUP_SIZE or WORLD_SIZE. Env: WSYNC_GROUPS, or WSYNC_GROUP.");
 ABSL_FLAG(std::string, node, "", "Node name for topology (default: hostname). Env: WSYNC_NODE.");
 ABSL_FLAG(std::string, device_uuid, "",
           "Device UUID reported to the controller. Env: "
@@ -57,7 +62,7 @@ ABSL_FLAG(std::string, instance_id, "",
 ABSL_FLAG(int32_t, device, -1,
           "CUDA device of this worker's GPU data plane: owners register device tensors (CUDA "
           "IPC) and transfers run over NCCL. -1: host memory over Gloo. Needs a build with "
-          "WSYNC_WITH_CUDA. Env: WSYNC_DEVICE.");
+          "WSYNC_WITH_CUDA. Default: $LOCAL_RANK in such a build, else -1. Env: WSYNC_DEVICE.");
 ABSL_FLAG(bool, direct_writes, true,
           "Offer direct writes: a peer worker that can map this worker's registered buffers "
           "(host: the same /dev/shm; GPU: the same host and PID namespace, with peer access) "
@@ -69,25 +74,15 @@ ABSL_FLAG(std::string, port_file, "",
           "WSYNC_PORT_FILE.");
 
 namespace {
-bool ParseGroups(const std::string& text, std::vector<wsync::v1::Membership>* out,
-                 std::string* error) {
-  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    std::vector<std::string> parts = absl::StrSplit(item, ':');
-    wsync::v1::Membership m;
-    int32_t rank = -1;
-    int32_t size = -1;
-    if (parts.size() != 3 || parts[0].empty() || !absl::SimpleAtoi(parts[1], &rank) ||
-        !absl::SimpleAtoi(parts[2], &size) || rank < 0 || size <= 0 || rank >= size) {
-      *error = absl::StrCat("bad membership '", item, "' (want group:rank:size)");
-      return false;
-    }
-    m.set_group(parts[0]);
-    m.set_rank(rank);
-    m.set_group_size(size);
-    out->push_back(m);
+// Whether --flag (or -flag, with or without =value) is among the arguments.
+bool OnCommandLine(int argc, char** argv, const std::string& flag) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg(argv[i]);
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "--")) absl::ConsumePrefix(&arg, "-");
+    if (arg == flag || absl::StartsWith(arg, flag + "=")) return true;
   }
-  if (out->empty()) *error = "--groups is required";
-  return !out->empty();
+  return false;
 }
 // Descriptor batches wait as open files: take the hard limit.
 void RaiseOpenFileLimit() {
@@ -122,11 +117,20 @@ int main(int argc, char** argv) {
   absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
 
   wsync::agent::AgentOptions options;
-  std::string error;
-  if (!ParseGroups(absl::GetFlag(FLAGS_groups), &options.memberships, &error)) {
-    spdlog::error("wsync-worker: {}", error);
+  wsync::agent::LaunchFlags launch;
+  launch.groups = absl::GetFlag(FLAGS_groups);
+  launch.device = absl::GetFlag(FLAGS_device);
+  launch.device_given =
+      OnCommandLine(argc, argv, "device") || std::getenv("WSYNC_DEVICE") != nullptr;
+  const std::vector<std::string> backends = wsync::node::BackendNames();
+  launch.cuda_built = std::find(backends.begin(), backends.end(), "cuda") != backends.end();
+  auto settings = wsync::agent::ResolveLaunch(launch, wsync::agent::ProcessEnvironment());
+  if (!settings.ok()) {
+    spdlog::error("wsync-worker: {}", std::string(settings.status().message()));
     return 2;
   }
+  for (const std::string& line : settings->sources) spdlog::info("wsync-worker: {}", line);
+  options.memberships = settings->memberships;
   options.controller = absl::GetFlag(FLAGS_controller);
   options.node = absl::GetFlag(FLAGS_node);
   if (options.node.empty()) {
@@ -148,13 +152,13 @@ int main(int argc, char** argv) {
     std::random_device rd;
     options.instance_id = absl::StrFormat("%08x%08x-%d", rd(), rd(), getpid());
   }
-  if (absl::GetFlag(FLAGS_device) < -1) {
+  if (settings->device < -1) {
     spdlog::error("wsync-worker: --device must be a GPU index or -1 (host memory), got {}",
-                  absl::GetFlag(FLAGS_device));
+                  settings->device);
     return 2;
   }
   wsync::plane::BackendConfig config;
-  config.device = absl::GetFlag(FLAGS_device);
+  config.device = settings->device;
   config.data_address = options.data_address;
   auto backend = wsync::node::CreateBackend(wsync::node::BackendNameFor(config), config);
   if (!backend.ok()) {

@@ -165,7 +165,8 @@ class Services:
             pf, "grpc_port", timeout=60, proc=self.procs[0].proc if self.procs else None)
         self.socket = os.path.join(run_dir, f"worker{RANK}.sock")
         wpf = os.path.join(run_dir, f"worker{RANK}.ports")
-        flags = [f"--device={device.index}"] if device.type == "cuda" else []
+        # Host: -1 explicitly, or a CUDA build would take $LOCAL_RANK as the device.
+        flags = [f"--device={device.index if device.type == 'cuda' else -1}"]
         flags += os.environ.get("WSYNC_PROOF_WORKER_FLAGS", "").split()
         self.procs.append(Process(
             [worker, f"--controller={self.address}",

@@ -53,7 +53,13 @@ WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
       tensors_(GroupsOf(options_), options_.backend),
       runner_(
           &tensors_, metrics,
-          RunnerOptions{options_.round_timeout, options_.staging_limit_bytes, options_.backend}) {
+          RunnerOptions{options_.round_timeout, options_.staging_limit_bytes, options_.backend}),
+      progress_([this](const v1::ReportProgressRequest& p) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(In(absl::Seconds(2)));
+        v1::ReportProgressResponse resp;
+        stub_->ReportProgress(&ctx, p, &resp);  // best effort
+      }) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);  // op lists can be large
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
@@ -292,10 +298,7 @@ void WorkerAgent::ExecLoop() {
       p.set_rounds_done(done);
       p.set_rounds_total(total);
       p.set_bytes_done(bytes);
-      grpc::ClientContext ctx;
-      ctx.set_deadline(In(absl::Seconds(2)));
-      v1::ReportProgressResponse resp;
-      stub_->ReportProgress(&ctx, p, &resp);  // best effort
+      progress_.Post(std::move(p));
     };
     v1::ReportResultRequest r = runner_.Run(a, stub_, q.lease_id, progress);
     const bool ok = r.code() == 0;

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/agent/fd_inbox.h"
+#include "worker/agent/progress_reporter.h"
 #include "worker/agent/sync_runner.h"
 #include "worker/agent/tensor_table.h"
 #include "worker/agent/worker_metrics.h"
@@ -114,6 +115,8 @@ class WorkerAgent {
   SyncRunner runner_;
   std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<v1::WorkerService::Stub> stub_;
+  // Running syncs' progress, delivered off the exec thread (uses stub_).
+  ProgressReporter progress_;
 
   std::atomic<bool> stop_{false};
   std::thread session_;

@@ -1,0 +1,355 @@
+"""One vLLM rank receiving weights through wsync: the core behind both vLLM routes.
+
+    rx = Receiver(model, tp_rank=r, tp_size=tp, dp_rank=d, dp_size=dp, sleep=...)
+    rx.start(controller)      # embedded worker for inference:<d*tp+r>:<dp*tp>, live params registered
+    # per version, while vLLM's generation is paused:
+    rx.begin()                # wake the weights if asleep, open the update window
+    rx.receive(version)       # wait until wsync wrote `version` into the live parameters
+    rx.finish()               # post-process if needed, record the version
+    rx.stop()
+
+Used by ``wsync.vllm_engine`` (vLLM's WeightTransferEngine, backend "wsync") and
+``wsync.vllm_extension`` (``--worker-extension-cls``); both are thin adapters.
+
+Contracts:
+* The destination is derived from the live model (``wsync.vllm_live``) and every
+  parameter is registered where it lives (by pointer, no copy): the trainer's sync
+  writes straight into vLLM's parameter storage, so CUDA graphs stay valid.
+* The writes are driven by the controller (the trainer's ``wsync.Client.sync``), not by
+  this object: it opens a window (``begin``), waits for the version (``receive``) and
+  closes it (``finish``). vLLM's generation must be paused around the window (the
+  engine core's pause / resume; docs/vllm.md).
+* Sleep mode: ``begin`` wakes the weights first when ``sleep.asleep()`` says they are
+  asleep (writing into unmapped sleep-mode memory crashes the process); it refuses to
+  open the window if they stay asleep.
+* Failure: a failed sync may have written part of the version into the live
+  parameters. The receiver then holds *mixed* weights: ``receive`` retries (waits for
+  the trainer's next attempt at the same version) up to ``retries`` times, then raises
+  ``wsync.errors.Aborted`` naming the version and the failed rank; ``finish`` refuses
+  (``FailedPrecondition``) until a later sync succeeds. ``status()["mixed"]`` says so.
+  Generation must stay paused while mixed.
+* Post-processing: ``process_weights_after_loading`` of a layer's quantization method
+  runs after each version only where the wire format is not the final one
+  (``postprocess``: "auto" = modules whose quant_method is not vLLM's Unquantized*
+  method; "never"; "always"). It must work in place: a post-processing step that moved
+  a registered parameter's storage is an error naming the parameters.
+"""
+import threading
+import time
+
+from wsync import embedded, errors, vllm_live
+from wsync.errors import _parse_member
+
+POSTPROCESS = ("auto", "never", "always")
+
+
+def _ranks_from_model(model):
+    """(tp_rank, tp_size, ep_rank, ep_size) as the model's vLLM layers hold them:
+    the tensor-parallel layers (tp_size > 1) must agree; FusedMoE gives ep."""
+    tp, ep = {}, {}
+    for name, m in model.named_modules():
+        if getattr(m, "disable_tp", False) or not hasattr(m, "tp_rank"):
+            continue
+        if int(getattr(m, "tp_size", 1)) > 1:
+            tp.setdefault((int(m.tp_rank), int(m.tp_size)), name)
+        if int(getattr(m, "ep_size", 1)) > 1:
+            ep.setdefault((int(getattr(m, "ep_rank", 0)), int(m.ep_size)), name)
+    for what, seen in (("tensor", tp), ("expert", ep)):
+        if len(seen) > 1:
+            raise errors.InvalidArgument(
+                f"the model's layers disagree on the {what}-parallel (rank, size): "
+                + ", ".join(f"{n} says {k}" for k, n in seen.items()))
+    (tp_rank, tp_size), = tp or {(0, 1): ""}
+    (ep_rank, ep_size), = ep or {(0, 1): ""}
+    return tp_rank, tp_size, ep_rank, ep_size
+
+
+class Receiver:
+    """The receiving side of one vLLM rank (see the module docstring).
+
+    ``sleep``: None (no sleep mode) or an object with ``asleep()`` -> bool and
+    ``wake_up()``. ``timeout``: seconds ``receive`` waits for a version.
+    ``retries``: failed attempts at a version ``receive`` waits through."""
+
+    def __init__(self, model, *, tp_rank, tp_size, ep_rank=0, ep_size=1, dp_rank=0, dp_size=1,
+                 group="inference", hf_config=None, experts="separate", skip=(), device=None,
+                 sleep=None, postprocess="auto", timeout=300.0, retries=0):
+        if postprocess not in POSTPROCESS:
+            raise errors.InvalidArgument(f"postprocess {postprocess!r}: expected one of "
+                                         f"{', '.join(POSTPROCESS)}")
+        if dp_size > 1 and ep_size > 1:
+            raise errors.InvalidArgument(
+                f"expert parallelism across {dp_size} data-parallel replicas is not supported "
+                f"(ep_size {ep_size}): the destination is derived per tensor-parallel group")
+        if not 0 <= dp_rank < dp_size:
+            raise errors.InvalidArgument(f"data-parallel rank {dp_rank} of {dp_size}")
+        self.model, self.device, self.sleep = model, device, sleep
+        self.group, self.postprocess = group, postprocess
+        self.timeout, self.retries = float(timeout), int(retries)
+        self.tp_rank, self.tp_size = tp_rank, tp_size
+        self.rank, self.size = dp_rank * tp_size + tp_rank, dp_size * tp_size
+        self.live = vllm_live.destination_from_model(
+            model, tp_rank=tp_rank, tp_size=tp_size, ep_rank=ep_rank, ep_size=ep_size,
+            hf_config=hf_config, experts=experts, rank=self.rank, skip=skip, name=group)
+        self.worker = None
+        self.weight_version = None  # the version these weights are, once finished
+        self._lock = threading.Lock()
+        self._events = None
+        self._window = False
+        self._received = None  # version received in the open window
+        self._mixed = None  # (version, failed group, failed rank, error) while mixed
+        self._seen = (0, 0)  # the worker's (syncs_ok, syncs_failed) when the last window closed
+        self.outside_window = []  # versions synced while no window was open
+        self.post_processed = []  # modules post-processed after the last version
+
+    # ------------------------------------------------------------ lifecycle --
+    @property
+    def membership(self):
+        return f"{self.group}:{self.rank}:{self.size}"
+
+    def start(self, controller, **worker_options):
+        """Starts this rank's embedded worker and registers every live parameter."""
+        if self.worker is not None:
+            raise errors.FailedPrecondition(f"{self.membership}: the embedded worker is "
+                                            "already running")
+        self.worker = embedded.Worker(controller, self.membership, device=self.device,
+                                      **worker_options)
+        try:
+            self.worker.register(self.live.buffers)
+        except errors.WsyncError:
+            self.worker.stop()
+            self.worker = None
+            raise
+        return self
+
+    def stop(self):
+        if self._events is not None:
+            self._events.close()
+            self._events = None
+        if self.worker is not None:
+            self.worker.stop()
+
+    def _need_worker(self, what):
+        if self.worker is None:
+            raise errors.FailedPrecondition(f"{self.membership}: {what} before start(): "
+                                            "initialize the transfer engine first")
+        return self.worker
+
+    # ---------------------------------------------------------- the window --
+    def begin(self):
+        """Opens the update window: wakes the weights if asleep, subscribes to
+        the worker's sync events. vLLM's generation must be paused already."""
+        w = self._need_worker("begin")
+        with self._lock:
+            if self._window:
+                raise errors.FailedPrecondition(
+                    f"{self.membership}: a weight update is already open (received "
+                    f"{self._received}); finish it first")
+            self._check_outside_window(w.status())
+            if self.sleep is not None and self.sleep.asleep():
+                self.sleep.wake_up()
+                if self.sleep.asleep():
+                    raise errors.FailedPrecondition(
+                        f"{self.membership}: the weights are still asleep after wake_up: "
+                        "refusing to update asleep weights")
+            moved = w.stale()
+            if moved:
+                raise errors.FailedPrecondition(
+                    f"{self.membership}: parameters {moved[:5]} moved since registration "
+                    "(woken into new memory?): the destination no longer matches")
+            self._events = w.events()
+            self._window, self._received = True, None
+
+    def _check_outside_window(self, st):
+        """Notes syncs that ran while no window was open (generation was not
+        paused): their versions go to ``outside_window``; a failed one leaves
+        the weights mixed."""
+        ok, failed = int(st["syncs_ok"]), int(st["syncs_failed"])
+        if (ok, failed) != self._seen:
+            self.outside_window.append(int(st["last_version"]))
+            if failed > self._seen[1] and self._mixed is None:
+                self._mixed = (int(st["last_version"]) + 1, "", -1,
+                               "a sync failed while no weight update was open")
+            self._seen = (ok, failed)
+
+    def receive(self, version, timeout=None):
+        """Waits until the worker finished `version` (or a later one) into the
+        live parameters. On a failed attempt: waits for up to ``retries``
+        further attempts, then raises Aborted naming the version and the
+        failed rank (the weights are mixed). DeadlineExceeded after `timeout`."""
+        if not self._window:
+            raise errors.FailedPrecondition(
+                f"{self.membership}: receive({version}) without begin(): pause generation "
+                "and start the weight update first")
+        timeout = self.timeout if timeout is None else float(timeout)
+        end = time.monotonic() + timeout
+        started, failures = False, 0
+        st = self.worker.status()
+        if self._mixed is None and int(st["last_version"]) >= version:
+            return self._received_version(int(st["last_version"]))
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                if started:
+                    self._mixed = (version, "", -1, f"no end after {timeout} s")
+                raise errors.DeadlineExceeded(
+                    f"{self.membership}: version {version} not received after {timeout} s "
+                    f"(a sync {'started' if started else 'never started'}; worker status "
+                    f"{st})", group=self.group, rank=self.rank)
+            e = self._events.next(min(left, 0.5))
+            if e is None or e["version"] < version:
+                continue
+            if e["kind"] == "started":
+                started = True
+                continue
+            if e["ok"]:
+                return self._received_version(int(e["version"]))
+            group, rank = _parse_member(e["error"] or "")
+            self._mixed = (int(e["version"]), group, rank, e["error"])
+            failures += 1
+            if failures > self.retries:
+                raise errors.Aborted(
+                    f"{self.membership}: the sync of version {e['version']} failed"
+                    + (f" at {group}/{rank}" if group else "") + f" ({e['error']}); the live "
+                    f"weights are mixed (version {self.weight_version} partly overwritten): "
+                    "generation must stay paused until a sync of this version succeeds",
+                    group=group, rank=rank)
+
+    def _received_version(self, version):
+        self._received, self._mixed = version, None
+        return version
+
+    def finish(self):
+        """Closes the window: post-processes (where the wire format is not
+        final) and records the version. Refuses while the weights are mixed
+        or when nothing was received. Returns the version now served."""
+        w = self._need_worker("finish")
+        with self._lock:
+            if not self._window:
+                raise errors.FailedPrecondition(f"{self.membership}: finish without begin")
+            if self._mixed is not None:
+                v, group, rank, error = self._mixed
+                raise errors.FailedPrecondition(
+                    f"{self.membership}: refusing to finish the update: version {v} failed"
+                    + (f" at {group}/{rank}" if group else "") + f" ({error}) and the live "
+                    "weights are mixed; keep generation paused and sync the version again",
+                    group=group, rank=rank)
+            if self._received is None:
+                raise errors.FailedPrecondition(
+                    f"{self.membership}: finish without a received version: call receive "
+                    "(vLLM's update_weights) with the version the trainer synced")
+            self._post_process()
+            self.weight_version = self._received
+            self._close(w)
+            return self.weight_version
+
+    def abort(self):
+        """Closes the window without recording a version (a failed update)."""
+        with self._lock:
+            if self._window:
+                self._close(self.worker)
+
+    def _close(self, w):
+        self._window = False
+        if self._events is not None:
+            self._events.close()
+            self._events = None
+        st = w.status()
+        self._seen = (int(st["syncs_ok"]), int(st["syncs_failed"]))
+
+    # ------------------------------------------------------- post-process --
+    def _post_process(self):
+        if self.postprocess == "never":
+            return
+        ran = []
+        for name, m in self.model.named_modules():
+            qm = getattr(m, "quant_method", None)
+            fn = getattr(qm, "process_weights_after_loading", None)
+            if fn is None:
+                continue
+            if self.postprocess == "auto" and type(qm).__name__.startswith("Unquantized"):
+                continue
+            fn(m)
+            ran.append(name)
+        moved = self.worker.stale()
+        if moved:
+            raise errors.FailedPrecondition(
+                f"{self.membership}: process_weights_after_loading of {ran[:5]} moved "
+                f"parameters {moved[:5]}: wsync writes into the registered storage, so the "
+                "post-processing must work in place (or set postprocess='never' and send the "
+                "final format)")
+        self.post_processed = ran
+
+    # --------------------------------------------------------------- status --
+    def status(self):
+        """{membership, weight_version, window_open, received, mixed,
+        outside_window, worker: the embedded worker's status}."""
+        mixed = None
+        if self._mixed is not None:
+            v, g, r, e = self._mixed
+            mixed = {"version": v, "failed_group": g, "failed_rank": r, "error": e}
+        return {"membership": self.membership, "weight_version": self.weight_version,
+                "window_open": self._window, "received": self._received, "mixed": mixed,
+                "outside_window": list(self.outside_window),
+                "worker": self.worker.status() if self.worker is not None else None}
+
+
+def receiver_for(model, *, parallel_config=None, dp_rank=None, **options):
+    """A Receiver for a vLLM model, its ranks read from the model's own layers
+    (tp_rank / tp_size of its parallel linear layers, ep of FusedMoE) and the
+    data-parallel replica from vLLM's ParallelConfig, cross-checked."""
+    tp_rank, tp_size, ep_rank, ep_size = _ranks_from_model(model)
+    dp_size = 1
+    if parallel_config is not None:
+        want = int(getattr(parallel_config, "tensor_parallel_size", tp_size))
+        if want != tp_size:
+            raise errors.InvalidArgument(
+                f"vLLM's tensor_parallel_size is {want}, the model's layers say tp_size "
+                f"{tp_size}")
+        if int(getattr(parallel_config, "pipeline_parallel_size", 1)) != 1:
+            raise errors.InvalidArgument("pipeline parallelism is not supported by the wsync "
+                                         "vLLM backend (pipeline_parallel_size must be 1)")
+        dp_size = int(getattr(parallel_config, "data_parallel_size", 1) or 1)
+        if dp_rank is None:
+            dp_rank = int(getattr(parallel_config, "data_parallel_rank", 0) or 0)
+    return Receiver(model, tp_rank=tp_rank, tp_size=tp_size, ep_rank=ep_rank, ep_size=ep_size,
+                    dp_rank=dp_rank or 0, dp_size=dp_size, **options)
+
+
+class CuMemSleep:
+    """vLLM's sleep mode, seen through its CuMemAllocator: the weights are
+    asleep when an allocation tagged "weights" is (``is_asleep``, or, in
+    versions without it, holds a CPU backup). ``wake_up`` maps them back at the
+    same addresses (so registered pointers stay valid). ``wake`` overrides how
+    (the vLLM Worker's own ``wake_up(tags=["weights"])`` on the extension route)."""
+
+    def __init__(self, allocator, wake=None):
+        self.allocator = allocator
+        self._wake = wake
+
+    @classmethod
+    def of_vllm(cls, wake=None):
+        """The process's CuMemAllocator if vLLM made one (sleep mode on), else None."""
+        try:
+            from vllm.device_allocator.cumem import CuMemAllocator
+        except ImportError:
+            return None
+        inst = getattr(CuMemAllocator, "instance", None)
+        return None if inst is None else cls(inst, wake)
+
+    def asleep(self):
+        for data in list(getattr(self.allocator, "pointer_to_data", {}).values()):
+            if getattr(data, "tag", None) != "weights":
+                continue
+            flag = getattr(data, "is_asleep", None)
+            if flag is None:
+                flag = getattr(data, "cpu_backup_tensor", None) is not None
+            if flag:
+                return True
+        return False
+
+    def wake_up(self):
+        if self._wake is not None:
+            self._wake()
+        else:
+            self.allocator.wake_up(tags=["weights"])

@@ -177,9 +177,15 @@ class WsyncWeightTransferEngine(_base()):
         self._rx().begin()
 
     def receive_weights(self, update_info):
-        """Waits for ``update_info.version``; on failure the update stays open and
-        the weights are reported mixed (finish_weight_update refuses)."""
-        self._rx().receive(update_info.version, update_info.timeout)
+        """Waits for ``update_info.version``. On failure the window closes (vLLM's
+        worker ends the update when update_weights raises) and, where the sync
+        failed, the weights stay reported mixed until a later sync succeeds."""
+        rx = self._rx()
+        try:
+            rx.receive(update_info.version, update_info.timeout)
+        except errors.WsyncError:
+            rx.abort()  # vLLM's worker leaves the update too (gpu_worker.update_weights)
+            raise
 
     def finish_weight_update(self):
         """Post-processes and records the version; refuses on mixed weights, in

@@ -70,8 +70,14 @@ class WsyncWorkerExtension:
         self._wsync_rx().begin()
 
     def wsync_receive(self, version, timeout=None):
-        """Waits until `version` is written into the live parameters."""
-        return self._wsync_rx().receive(int(version), timeout)
+        """Waits until `version` is written into the live parameters; closes
+        the window on failure (begin again to retry)."""
+        rx = self._wsync_rx()
+        try:
+            return rx.receive(int(version), timeout)
+        except errors.WsyncError:
+            rx.abort()
+            raise
 
     def wsync_finish_update(self):
         """Post-processes where needed and records the version; refuses (and

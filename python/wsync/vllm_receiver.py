@@ -91,7 +91,7 @@ class Receiver:
         self.live = vllm_live.destination_from_model(
             model, tp_rank=tp_rank, tp_size=tp_size, ep_rank=ep_rank, ep_size=ep_size,
             hf_config=hf_config, experts=experts, rank=self.rank, skip=skip, name=group)
-        self.worker = None
+        self.worker = self.controller = None
         self.weight_version = None  # the version these weights are, once finished
         self._lock = threading.Lock()
         self._events = None
@@ -112,6 +112,7 @@ class Receiver:
         if self.worker is not None:
             raise errors.FailedPrecondition(f"{self.membership}: the embedded worker is "
                                             "already running")
+        self.controller = controller
         self.worker = embedded.Worker(controller, self.membership, device=self.device,
                                       **worker_options)
         try:
@@ -152,7 +153,7 @@ class Receiver:
                     raise errors.FailedPrecondition(
                         f"{self.membership}: the weights are still asleep after wake_up: "
                         "refusing to update asleep weights")
-            moved = w.stale()
+            moved = self.moved()
             if moved:
                 raise errors.FailedPrecondition(
                     f"{self.membership}: parameters {moved[:5]} moved since registration "
@@ -204,16 +205,33 @@ class Receiver:
                 continue
             if e["ok"]:
                 return self._received_version(int(e["version"]))
-            group, rank = _parse_member(e["error"] or "")
-            self._mixed = (int(e["version"]), group, rank, e["error"])
+            group, rank, error = self._first_cause(e)
+            self._mixed = (int(e["version"]), group, rank, error)
             failures += 1
             if failures > self.retries:
                 raise errors.Aborted(
                     f"{self.membership}: the sync of version {e['version']} failed"
-                    + (f" at {group}/{rank}" if group else "") + f" ({e['error']}); the live "
+                    + (f" at {group}/{rank}" if group else "") + f" ({error}); the live "
                     f"weights are mixed (version {self.weight_version} partly overwritten): "
                     "generation must stay paused until a sync of this version succeeds",
                     group=group, rank=rank)
+
+    def _first_cause(self, event, wait_s=3.0):
+        """(failed group, rank, error) of a failed sync: the controller's first
+        cause (it names the rank that failed, e.g. a trainer rank that died),
+        else what this worker saw."""
+        try:
+            from wsync.client import Client
+            from wsync._proto import controller_pb2 as pb
+            with Client(self.controller, timeout=wait_s + 2) as c:
+                st = c._rpc("WaitSync", pb.WaitSyncRequest(sync_id=event["sync_id"],
+                                                           timeout_ms=int(wait_s * 1000)))
+            if st.phase != pb.SYNC_RUNNING and st.failed_group:
+                return st.failed_group, int(st.failed_rank), st.error
+        except (errors.WsyncError, ImportError):
+            pass
+        group, rank = _parse_member(event["error"] or "")
+        return group, rank, event["error"]
 
     def _received_version(self, version):
         self._received, self._mixed = version, None
@@ -271,7 +289,7 @@ class Receiver:
                 continue
             fn(m)
             ran.append(name)
-        moved = self.worker.stale()
+        moved = self.moved()
         if moved:
             raise errors.FailedPrecondition(
                 f"{self.membership}: process_weights_after_loading of {ran[:5]} moved "
@@ -279,6 +297,18 @@ class Receiver:
                 "post-processing must work in place (or set postprocess='never' and send the "
                 "final format)")
         self.post_processed = ran
+
+    def moved(self):
+        """Registered parameters that are no longer where the model holds them:
+        replaced in the module (``layer.weight = Parameter(...)``), reallocated
+        (``param.data = ...``) or gone."""
+        now = dict(self.model.named_parameters())
+        out = []
+        for name, t in self.live.buffers.items():
+            p = now.get(name)
+            if p is None or p.data_ptr() != t.data_ptr() or p.shape != t.shape:
+                out.append(name)
+        return out + [n for n in (self.worker.stale() if self.worker else []) if n not in out]
 
     # --------------------------------------------------------------- status --
     def status(self):

@@ -15,6 +15,7 @@ mid-sync leaves the receivers on the old version or refusing to finish
 post-processing runs only where needed, and the extension route."""
 import concurrent.futures
 import signal
+import time
 import types
 
 import pytest
@@ -191,13 +192,20 @@ def test_killed_trainer_mid_sync_leaves_receivers_paused_not_mixed(cluster, engi
     s.step(3.0, -1.0)
     for w in s.workers:
         w.start_weight_update()
+    # The trainer's worker is frozen, so the sync cannot end before it dies.
+    trainer = s.cluster.workers["trainer:0:1"].proc
+    trainer.send_signal(signal.SIGSTOP)
     handle = s.client.sync(2)
-    s.cluster.workers["trainer:0:1"].proc.send_signal(signal.SIGKILL)
     with concurrent.futures.ThreadPoolExecutor(len(s.workers)) as pool:
         futures = [pool.submit(w.update_weights, {"version": 2}) for w in s.workers]
+        time.sleep(0.5)
+        assert not any(f.done() for f in futures)
+        trainer.send_signal(signal.SIGKILL)
         for f in futures:
-            with pytest.raises((errors.Aborted, errors.DeadlineExceeded), match="version 2"):
+            with pytest.raises((errors.Aborted, errors.DeadlineExceeded), match="version 2") as e:
                 f.result(timeout=TIMEOUT)
+            if isinstance(e.value, errors.Aborted):  # the controller's first cause
+                assert e.value.group and e.value.rank >= 0 and "mixed" in str(e.value)
     with pytest.raises(errors.WsyncError):
         handle.wait(timeout=TIMEOUT, show_progress=False)
     for i, w in enumerate(s.workers):
@@ -275,13 +283,13 @@ def test_post_processing_only_where_the_wire_format_is_not_final(cluster, engine
     setups.append(s)
     layers = s.models[0].model.layers
     fp8, plain = Fp8Method(), UnquantizedLinearMethod()
-    layers[0].self_attn.o_proj.quant_method = fp8
-    layers[0].self_attn.qkv_proj.quant_method = plain
+    getattr(layers, "0").self_attn.o_proj.quant_method = fp8
+    getattr(layers, "0").self_attn.qkv_proj.quant_method = plain
     s.update(1)
     s.update(2)
     assert (fp8.calls, plain.calls) == (2, 0)
     assert s.workers[0].engine.receiver.post_processed == ["model.layers.0.self_attn.o_proj"]
-    layers[1].self_attn.o_proj.quant_method = Fp8Method(replace=True)
+    getattr(layers, "1").self_attn.o_proj.quant_method = Fp8Method(replace=True)
     s.workers[0].start_weight_update()
     s.client.sync(3).wait(timeout=TIMEOUT, show_progress=False)
     s.workers[0].update_weights({"version": 3})
@@ -326,7 +334,10 @@ def test_worker_extension_route(cluster):
     the trainer calls the methods on every rank (collective_rpc)."""
     from wsync.vllm_extension import WsyncWorkerExtension
 
-    class Worker:  # the parts of vLLM's GPU Worker the extension uses
+    class WorkerBase:
+        pass
+
+    class Worker(WorkerBase):  # the parts of vLLM's GPU Worker the extension uses
         def __init__(self, model, tp):
             self.model_runner = types.SimpleNamespace(model=model, get_model=lambda: model)
             self.vllm_config = vllm_config(tp)
@@ -335,7 +346,7 @@ def test_worker_extension_route(cluster):
         def wake_up(self, tags=None):
             raise AssertionError("not asleep")
 
-    Worker.__bases__ += (WsyncWorkerExtension,)
+    Worker.__bases__ += (WsyncWorkerExtension,)  # as vLLM's WorkerWrapperBase.init_worker
     cfg, tp = TINY_MOE, 2
     full = full_tensors(hf_shapes(cfg), seed=5)
     reg = wsync.torch.register(full, group="trainer", rank=0,

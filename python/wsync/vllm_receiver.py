@@ -1,7 +1,7 @@
 """One vLLM rank receiving weights through wsync: the core behind both vLLM routes.
 
     rx = Receiver(model, tp_rank=r, tp_size=tp, dp_rank=d, dp_size=dp, sleep=...)
-    rx.start(controller)      # embedded worker for inference:<d*tp+r>:<dp*tp>, live params registered
+    rx.start(controller)      # embedded worker inference:<d*tp+r>:<dp*tp>, live params registered
     # per version, while vLLM's generation is paused:
     rx.begin()                # wake the weights if asleep, open the update window
     rx.receive(version)       # wait until wsync wrote `version` into the live parameters

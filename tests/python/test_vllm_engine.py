@@ -234,6 +234,52 @@ def test_killed_trainer_mid_sync_leaves_receivers_paused_not_mixed(cluster, engi
                for w in s.workers)
 
 
+def test_retry_policy_waits_through_a_failed_attempt(cluster, engine_mod, setups):
+    """retries=1: update_weights waits through the killed trainer's failed
+    attempt and returns once the trainer's second attempt succeeds."""
+    s = Setup(cluster, init={"retries": 1, "timeout": 50.0})
+    setups.append(s)
+    s.update(1)
+    s.step(0.25, 4.0)
+    trainer = s.cluster.workers["trainer:0:1"].proc
+    trainer.send_signal(signal.SIGSTOP)
+    for w in s.workers:
+        w.start_weight_update()
+    first = s.client.sync(2)
+    with concurrent.futures.ThreadPoolExecutor(len(s.workers)) as pool:
+        futures = [pool.submit(w.update_weights, {"version": 2}) for w in s.workers]
+        time.sleep(0.5)
+        trainer.send_signal(signal.SIGKILL)
+        with pytest.raises(errors.SyncFailed):
+            first.wait(timeout=TIMEOUT, show_progress=False)
+        end = time.monotonic() + 10
+        while any(w.engine.status()["mixed"] is None for w in s.workers):
+            assert time.monotonic() < end, "the receivers never saw the failed attempt"
+            time.sleep(0.05)
+        assert not any(f.done() for f in futures)  # still waiting: one retry allowed
+        s.cluster.workers["trainer:0:1"].stop()
+        s.start_trainer()
+        s.define()
+        send = engine_mod.WsyncWeightTransferEngine.trainer_send_weights
+        send(iter(()), {"client": s.client, "version": 2, "timeout": TIMEOUT})
+        for f in futures:
+            f.result(timeout=TIMEOUT)
+    for w in s.workers:
+        w.finish_weight_update()
+        assert w.engine.weight_version == 2
+    s.check()
+
+
+def test_a_sync_outside_the_update_window_is_reported(cluster, engine_mod, setups):
+    s = Setup(cluster, cfg=TINY, builder=RECORDER.llama, tp=1, ep=False)
+    setups.append(s)
+    s.update(1)
+    s.client.sync(2).wait(timeout=TIMEOUT, show_progress=False)  # vLLM was not paused
+    s.update(3)
+    assert s.workers[0].engine.status()["outside_window"] == [2]
+    s.check()
+
+
 def test_asleep_weights_are_woken_before_the_update(cluster, engine_mod, setups):
     s = Setup(cluster, sleep=True)
     setups.append(s)

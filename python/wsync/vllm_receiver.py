@@ -163,15 +163,24 @@ class Receiver:
 
     def _check_outside_window(self, st):
         """Notes syncs that ran while no window was open (generation was not
-        paused): their versions go to ``outside_window``; a failed one leaves
-        the weights mixed."""
+        paused): their versions go to ``outside_window``. A failed one leaves
+        the weights mixed; successes alone (a full rewrite) end a mixed state."""
         ok, failed = int(st["syncs_ok"]), int(st["syncs_failed"])
-        if (ok, failed) != self._seen:
-            self.outside_window.append(int(st["last_version"]))
-            if failed > self._seen[1] and self._mixed is None:
-                self._mixed = (int(st["last_version"]) + 1, "", -1,
-                               "a sync failed while no weight update was open")
-            self._seen = (ok, failed)
+        if (ok, failed) == self._seen:
+            return
+        self.outside_window.append(int(st["last_version"]))
+        if failed > self._seen[1]:
+            self._mixed = self._mixed or (None, "", -1, "a sync failed while no weight update "
+                                          "was open")
+        elif self._mixed is not None:
+            self._mixed = None
+        self._seen = (ok, failed)
+
+    def _mixed_text(self):
+        v, group, rank, error = self._mixed
+        return ((f"the sync of version {v}" if v is not None else "a sync") + " failed"
+                + (f" at {group}/{rank}" if group else "") + f" ({error}); the live weights "
+                f"are mixed (version {self.weight_version} partly overwritten)")
 
     def receive(self, version, timeout=None):
         """Waits until the worker finished `version` (or a later one) into the
@@ -184,37 +193,31 @@ class Receiver:
                 "and start the weight update first")
         timeout = self.timeout if timeout is None else float(timeout)
         end = time.monotonic() + timeout
+        if self._mixed is None and int(self.worker.status()["last_version"]) >= version:
+            return self._received_version(int(self.worker.status()["last_version"]))
         started, failures = False, 0
-        st = self.worker.status()
-        if self._mixed is None and int(st["last_version"]) >= version:
-            return self._received_version(int(st["last_version"]))
-        while True:
-            left = end - time.monotonic()
-            if left <= 0:
-                if started:
-                    self._mixed = (version, "", -1, f"no end after {timeout} s")
-                raise errors.DeadlineExceeded(
-                    f"{self.membership}: version {version} not received after {timeout} s "
-                    f"(a sync {'started' if started else 'never started'}; worker status "
-                    f"{st})", group=self.group, rank=self.rank)
-            e = self._events.next(min(left, 0.5))
+        while time.monotonic() < end:
+            e = self._events.next(max(0.0, min(end - time.monotonic(), 0.5)))
             if e is None or e["version"] < version:
                 continue
             if e["kind"] == "started":
                 started = True
-                continue
-            if e["ok"]:
+            elif e["ok"]:
                 return self._received_version(int(e["version"]))
-            group, rank, error = self._first_cause(e)
-            self._mixed = (int(e["version"]), group, rank, error)
-            failures += 1
-            if failures > self.retries:
-                raise errors.Aborted(
-                    f"{self.membership}: the sync of version {e['version']} failed"
-                    + (f" at {group}/{rank}" if group else "") + f" ({error}); the live "
-                    f"weights are mixed (version {self.weight_version} partly overwritten): "
-                    "generation must stay paused until a sync of this version succeeds",
-                    group=group, rank=rank)
+            else:
+                group, rank, error = self._first_cause(e)
+                self._mixed = (int(e["version"]), group, rank, error)
+                failures += 1
+                if failures > self.retries:
+                    raise errors.Aborted(
+                        f"{self.membership}: {self._mixed_text()}: generation must stay "
+                        "paused until a sync of this version succeeds", group=group, rank=rank)
+        if started:
+            self._mixed = (version, "", -1, f"started, no end after {timeout} s")
+        raise errors.DeadlineExceeded(
+            f"{self.membership}: version {version} not received after {timeout} s (a sync "
+            f"{'started' if started else 'never started'}; worker status "
+            f"{self.worker.status()})", group=self.group, rank=self.rank)
 
     def _first_cause(self, event, wait_s=3.0):
         """(failed group, rank, error) of a failed sync: the controller's first
@@ -246,12 +249,10 @@ class Receiver:
             if not self._window:
                 raise errors.FailedPrecondition(f"{self.membership}: finish without begin")
             if self._mixed is not None:
-                v, group, rank, error = self._mixed
                 raise errors.FailedPrecondition(
-                    f"{self.membership}: refusing to finish the update: version {v} failed"
-                    + (f" at {group}/{rank}" if group else "") + f" ({error}) and the live "
-                    "weights are mixed; keep generation paused and sync the version again",
-                    group=group, rank=rank)
+                    f"{self.membership}: refusing to finish the update: {self._mixed_text()}; "
+                    "keep generation paused and sync the version again",
+                    group=self._mixed[1], rank=self._mixed[2])
             if self._received is None:
                 raise errors.FailedPrecondition(
                     f"{self.membership}: finish without a received version: call receive "

@@ -433,3 +433,33 @@ def test_worker_extension_route(cluster):
     finally:
         collective_rpc("wsync_stop")
         reg.close()
+
+
+def test_refuses_layouts_it_cannot_derive():
+    from wsync.vllm_receiver import receiver_for
+    moe = build_model(tiny_ranks(RECORDER.qwen3_moe, TINY_MOE, 2, True)[1], fill=loaded_before)
+    with pytest.raises(errors.InvalidArgument, match="expert parallelism across 2 data-parallel"):
+        receiver_for(moe, parallel_config=vllm_config(2, dp=2).parallel_config)
+    pp = vllm_config(2).parallel_config
+    pp.pipeline_parallel_size = 2
+    with pytest.raises(errors.InvalidArgument, match="pipeline_parallel_size must be 1"):
+        receiver_for(moe, parallel_config=pp)
+    with pytest.raises(errors.InvalidArgument, match="postprocess 'sometimes'"):
+        receiver_for(moe, parallel_config=vllm_config(2).parallel_config,
+                     postprocess="sometimes")
+    rx = receiver_for(moe, parallel_config=vllm_config(2).parallel_config)
+    assert (rx.membership, rx.tp_rank) == ("inference:1:2", 1)
+
+
+def test_vllm_plugin_entry_point_registers_the_backend(engine_mod):
+    """vLLM runs the ``vllm.general_plugins`` entry points in every process."""
+    import importlib
+    import os
+    import tomllib
+    from harness import ROOT
+    with open(os.path.join(ROOT, "python", "pyproject.toml"), "rb") as f:
+        eps = tomllib.load(f)["project"]["entry-points"]["vllm.general_plugins"]
+    module, _, fn = eps["wsync"].partition(":")
+    assert getattr(importlib.import_module(module), fn) is engine_mod.register
+    factory = standins.WeightTransferEngineFactory
+    assert factory._registry["wsync"]() is engine_mod.WsyncWeightTransferEngine

@@ -157,11 +157,10 @@ class WsyncWeightTransferEngine(_base()):
             device = None
         elif device is None:
             device = 0
-        enable_sleep = bool(getattr(self.model_config, "enable_sleep_mode", False))
         rx = receiver_for(self.model, parallel_config=self.parallel_config,
                           group=info.group, hf_config=info.hf_config, experts=info.experts,
                           skip=tuple(info.skip), device=device,
-                          sleep=CuMemSleep.of_vllm() if enable_sleep else None,
+                          sleep=CuMemSleep.of_vllm(),  # None without vLLM's cumem allocator
                           postprocess=info.postprocess, timeout=info.timeout,
                           retries=info.retries)
         self.receiver = rx.start(controller, **info.worker)

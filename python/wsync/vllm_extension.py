@@ -10,8 +10,8 @@ trainer calls them on every rank with ``collective_rpc`` (``LLM.collective_rpc``
 
     llm.collective_rpc("wsync_start", args=("controller:50051",))
     # per version, with generation paused (``pause_generation``):
-    llm.collective_rpc("wsync_begin_update")
-    #   ... trainer: wsync.Client.sync(v), and at the same time:
+    llm.collective_rpc("wsync_begin_update")       # every rank, before the trainer syncs
+    handle = client.sync(v)                         # wsync.Client of the trainer
     llm.collective_rpc("wsync_receive", args=(v,))
     llm.collective_rpc("wsync_finish_update")      # then resume generation
 
@@ -37,10 +37,8 @@ class WsyncWorkerExtension:
         return self._wsync_receiver
 
     def _wsync_sleep(self):
-        model_config = getattr(self.vllm_config, "model_config", None)
-        if not getattr(model_config, "enable_sleep_mode", False):
-            return None
-        # The Worker's wake_up also restores the buffers a level-2 sleep saved.
+        # None without vLLM's cumem allocator (sleep mode off). The Worker's
+        # wake_up also restores the buffers a level-2 sleep saved.
         return CuMemSleep.of_vllm(wake=lambda: self.wake_up(tags=["weights"]))
 
     def wsync_start(self, controller, group="inference", *, timeout=300.0, retries=0,
@@ -84,18 +82,6 @@ class WsyncWorkerExtension:
         closes the window) while the weights are mixed."""
         rx = self._wsync_rx()
         try:
-            return rx.finish()
-        except errors.WsyncError:
-            rx.abort()
-            raise
-
-    def wsync_update(self, version, timeout=None):
-        """begin + receive + finish in one call (the trainer syncs `version`
-        concurrently); closes the window on failure and re-raises."""
-        rx = self._wsync_rx()
-        rx.begin()
-        try:
-            rx.receive(int(version), timeout)
             return rx.finish()
         except errors.WsyncError:
             rx.abort()

@@ -22,6 +22,10 @@ Contracts:
 * Sleep mode: ``begin`` wakes the weights first when ``sleep.asleep()`` says they are
   asleep (writing into unmapped sleep-mode memory crashes the process); it refuses to
   open the window if they stay asleep.
+* Windows: the worker's sync events are read for its whole life (wsync._sync_watch);
+  a sync counts for ``receive`` if it started inside the window, or, having started
+  before, if ``begin`` did not wake the weights since. Others are reported in
+  ``status()["outside_window"]``.
 * Failure: a failed sync may have written part of the version into the live
   parameters. The receiver then holds *mixed* weights: ``receive`` retries (waits for
   the trainer's next attempt at the same version) up to ``retries`` times, then raises
@@ -38,6 +42,7 @@ import threading
 import time
 
 from wsync import embedded, errors, vllm_live
+from wsync._sync_watch import SyncWatch
 from wsync.errors import _parse_member
 
 POSTPROCESS = ("auto", "never", "always")
@@ -94,11 +99,12 @@ class Receiver:
         self.worker = self.controller = None
         self.weight_version = None  # the version these weights are, once finished
         self._lock = threading.Lock()
-        self._events = None
+        self._watch = None  # SyncWatch of the worker's sync events
         self._window = False
+        self._woke = False  # the open window woke the weights from sleep
+        self._done_at_begin = 0  # the highest version done when the window opened
         self._received = None  # version received in the open window
         self._mixed = None  # (version, failed group, failed rank, error) while mixed
-        self._seen = (0, 0)  # the worker's (syncs_ok, syncs_failed) when the last window closed
         self.outside_window = []  # versions synced while no window was open
         self.post_processed = []  # modules post-processed after the last version
 
@@ -121,12 +127,13 @@ class Receiver:
             self.worker.stop()
             self.worker = None
             raise
+        self._watch = SyncWatch(self.worker, self._outside)
         return self
 
     def stop(self):
-        if self._events is not None:
-            self._events.close()
-            self._events = None
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
         if self.worker is not None:
             self.worker.stop()
 
@@ -138,86 +145,107 @@ class Receiver:
 
     # ---------------------------------------------------------- the window --
     def begin(self):
-        """Opens the update window: wakes the weights if asleep, subscribes to
-        the worker's sync events. vLLM's generation must be paused already."""
-        w = self._need_worker("begin")
+        """Opens the update window: wakes the weights if asleep. vLLM's
+        generation must be paused already, and the trainer syncs only after
+        this returned on every rank."""
+        self._need_worker("begin")
         with self._lock:
             if self._window:
                 raise errors.FailedPrecondition(
                     f"{self.membership}: a weight update is already open (received "
                     f"{self._received}); finish it first")
-            self._check_outside_window(w.status())
-            if self.sleep is not None and self.sleep.asleep():
-                self.sleep.wake_up()
-                if self.sleep.asleep():
-                    raise errors.FailedPrecondition(
-                        f"{self.membership}: the weights are still asleep after wake_up: "
-                        "refusing to update asleep weights")
+            self._woke = self._wake()
             moved = self.moved()
             if moved:
                 raise errors.FailedPrecondition(
                     f"{self.membership}: parameters {moved[:5]} moved since registration "
                     "(woken into new memory?): the destination no longer matches")
-            self._events = w.events()
+            self._done_at_begin = self._watch.open()
             self._window, self._received = True, None
 
-    def _check_outside_window(self, st):
-        """Notes syncs that ran while no window was open (generation was not
-        paused): their versions go to ``outside_window``. A failed one leaves
-        the weights mixed; successes alone (a full rewrite) end a mixed state."""
-        ok, failed = int(st["syncs_ok"]), int(st["syncs_failed"])
-        if (ok, failed) == self._seen:
-            return
-        self.outside_window.append(int(st["last_version"]))
-        if failed > self._seen[1]:
-            self._mixed = self._mixed or (None, "", -1, "a sync failed while no weight update "
-                                          "was open")
-        elif self._mixed is not None:
+    def _wake(self):
+        """Wakes asleep weights; True if they were asleep."""
+        if self.sleep is None or not self.sleep.asleep():
+            return False
+        self.sleep.wake_up()
+        if self.sleep.asleep():
+            raise errors.FailedPrecondition(
+                f"{self.membership}: the weights are still asleep after wake_up: refusing to "
+                "update asleep weights")
+        return True
+
+    def _outside(self, e):
+        """A sync that did not start in an update window (generation was not
+        paused): reported in ``outside_window``; a failed one leaves the weights
+        mixed, a successful one (a full rewrite) ends a mixed state."""
+        self.outside_window.append(int(e["version"]))
+        if not e["ok"]:
+            self._mixed = self._mixed or (int(e["version"]), "", -1, "it did not start in an "
+                                          f"update window: {e['error']}")
+        elif not self._window:
             self._mixed = None
-        self._seen = (ok, failed)
 
     def _mixed_text(self):
         v, group, rank, error = self._mixed
-        return ((f"the sync of version {v}" if v is not None else "a sync") + " failed"
-                + (f" at {group}/{rank}" if group else "") + f" ({error}); the live weights "
-                f"are mixed (version {self.weight_version} partly overwritten)")
+        return (f"the sync of version {v} failed" + (f" at {group}/{rank}" if group else "")
+                + f" ({error}); the live weights are mixed (version {self.weight_version} "
+                "partly overwritten)")
 
     def receive(self, version, timeout=None):
         """Waits until the worker finished `version` (or a later one) into the
         live parameters. On a failed attempt: waits for up to ``retries``
         further attempts, then raises Aborted naming the version and the
-        failed rank (the weights are mixed). DeadlineExceeded after `timeout`."""
+        failed rank (the weights are mixed). DeadlineExceeded after `timeout`.
+        A sync that began before the window opened counts only if the weights
+        were not woken since (waking restored the pre-sleep contents)."""
         if not self._window:
             raise errors.FailedPrecondition(
                 f"{self.membership}: receive({version}) without begin(): pause generation "
                 "and start the weight update first")
         timeout = self.timeout if timeout is None else float(timeout)
         end = time.monotonic() + timeout
-        if self._mixed is None and int(self.worker.status()["last_version"]) >= version:
-            return self._received_version(int(self.worker.status()["last_version"]))
-        started, failures = False, 0
-        while time.monotonic() < end:
-            e = self._events.next(max(0.0, min(end - time.monotonic(), 0.5)))
-            if e is None or e["version"] < version:
+        if self._mixed is None and self._done_at_begin >= version:
+            return self._early(self._done_at_begin, ok=True)
+        failures, index = 0, 0
+        while True:
+            e = self._watch.next(index, end)
+            if e is None:
+                break
+            index += 1
+            if e["version"] < version:
                 continue
-            if e["kind"] == "started":
-                started = True
-            elif e["ok"]:
+            if not e["inside"]:
+                return self._early(int(e["version"]), e["ok"])
+            if e["ok"]:
                 return self._received_version(int(e["version"]))
-            else:
-                group, rank, error = self._first_cause(e)
-                self._mixed = (int(e["version"]), group, rank, error)
-                failures += 1
-                if failures > self.retries:
-                    raise errors.Aborted(
-                        f"{self.membership}: {self._mixed_text()}: generation must stay "
-                        "paused until a sync of this version succeeds", group=group, rank=rank)
+            group, rank, error = self._first_cause(e)
+            self._mixed = (int(e["version"]), group, rank, error)
+            failures += 1
+            if failures > self.retries:
+                raise errors.Aborted(
+                    f"{self.membership}: {self._mixed_text()}: generation must stay paused "
+                    "until a sync of this version succeeds", group=group, rank=rank)
+        started = self._watch.started_unfinished()
         if started:
             self._mixed = (version, "", -1, f"started, no end after {timeout} s")
         raise errors.DeadlineExceeded(
             f"{self.membership}: version {version} not received after {timeout} s (a sync "
             f"{'started' if started else 'never started'}; worker status "
             f"{self.worker.status()})", group=self.group, rank=self.rank)
+
+    def _early(self, version, ok):
+        """A sync of `version` that began before this window opened: the trainer
+        synced before start_weight_update (reported in ``outside_window``).
+        Accepted if it succeeded and the weights were not woken since."""
+        if ok and not self._woke:
+            return self._received_version(version)
+        why = ("failed" if not ok else "was written before begin() woke the weights from "
+               "sleep (waking restored the pre-sleep contents)")
+        self._mixed = (version, "", -1, f"it began before the update window opened and {why}")
+        raise errors.Aborted(
+            f"{self.membership}: {self._mixed_text()}: start the weight update on every rank "
+            "before the trainer syncs, then sync a new version", group=self.group,
+            rank=self.rank)
 
     def _first_cause(self, event, wait_s=3.0):
         """(failed group, rank, error) of a failed sync: the controller's first
@@ -270,11 +298,7 @@ class Receiver:
 
     def _close(self, w):
         self._window = False
-        if self._events is not None:
-            self._events.close()
-            self._events = None
-        st = w.status()
-        self._seen = (int(st["syncs_ok"]), int(st["syncs_failed"]))
+        self._watch.close()
 
     # ------------------------------------------------------- post-process --
     def _post_process(self):

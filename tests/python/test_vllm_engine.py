@@ -308,6 +308,30 @@ def test_asleep_weights_are_woken_before_the_update(cluster, engine_mod, setups)
     assert not s.workers[0].active
 
 
+def test_a_sync_into_asleep_weights_before_the_window_is_refused(cluster, engine_mod, setups):
+    """A trainer that syncs before start_weight_update writes into asleep
+    weights; waking then restores the old contents: the engine refuses that
+    version (one vLLM rank: in vLLM each rank has its own allocator)."""
+    s = Setup(cluster, cfg=TINY, builder=RECORDER.llama, tp=1, ep=False, sleep=True)
+    setups.append(s)
+    alloc = standins.CuMemAllocator.get_instance()
+    s.update(1)
+    v1 = {k: t.clone() for k, t in s.full.items()}
+    alloc.sleep(offload_tags=("weights",))
+    s.step(2.0, 0.5)
+    s.client.sync(2).wait(timeout=TIMEOUT, show_progress=False)
+    w = s.workers[0]
+    w.start_weight_update()
+    s.check(v1)  # the wake restored version 1
+    with pytest.raises(errors.Aborted, match="version 2 .*woke the weights"):
+        w.update_weights({"version": 2})
+    assert w.engine.weight_version == 1 and 2 in w.engine.status()["outside_window"]
+    s.step(0.5, 0.0)
+    s.update(3)
+    s.check()
+    assert w.engine.weight_version == 3 and w.engine.status()["mixed"] is None
+
+
 class Fp8Method:
     """A quantization method whose final layout differs from the wire one."""
 
@@ -375,9 +399,10 @@ def test_engine_refusals_name_what_was_expected(cluster, engine_mod, monkeypatch
         bad.init_weight_transfer_engine({"controller": cluster.address})
 
 
-def test_worker_extension_route(cluster):
+def test_worker_extension_route(cluster, engine_mod):
     """--worker-extension-cls: vLLM appends the class to its Worker's bases;
-    the trainer calls the methods on every rank (collective_rpc)."""
+    the trainer calls the methods on every rank (collective_rpc). Asleep
+    weights are woken through the Worker's own wake_up."""
     from wsync.vllm_extension import WsyncWorkerExtension
 
     class WorkerBase:
@@ -390,7 +415,8 @@ def test_worker_extension_route(cluster):
             self.device = torch.device("cpu")
 
         def wake_up(self, tags=None):
-            raise AssertionError("not asleep")
+            woken.append(tags)
+            standins.CuMemAllocator.get_instance().wake_up(tags)
 
     Worker.__bases__ += (WsyncWorkerExtension,)  # as vLLM's WorkerWrapperBase.init_worker
     cfg, tp = TINY_MOE, 2
@@ -400,6 +426,9 @@ def test_worker_extension_route(cluster):
     models = [build_model(r, fill=loaded_before) for r in tiny_ranks(RECORDER.qwen3_moe, cfg,
                                                                       tp, True)]
     workers = [Worker(m, tp) for m in models]
+    woken, alloc = [], standins.CuMemAllocator.get_instance()
+    for m in models:
+        alloc.track([p.data for p in m.parameters()])
 
     def collective_rpc(method, *args):
         with concurrent.futures.ThreadPoolExecutor(len(workers)) as pool:
@@ -421,15 +450,20 @@ def test_worker_extension_route(cluster):
             if version > 1:
                 for t in full.values():
                     t.mul_(2.0).add_(-3.0)
-            with concurrent.futures.ThreadPoolExecutor(1) as pool:
-                update = pool.submit(collective_rpc, "wsync_update", version)
-                client.sync(version).wait(timeout=TIMEOUT, show_progress=False)
-                assert update.result(timeout=TIMEOUT) == [version, version]
+                alloc.sleep(offload_tags=("weights",))
+            collective_rpc("wsync_begin_update")
+            handle = client.sync(version)
+            assert collective_rpc("wsync_receive", version) == [version, version]
+            assert collective_rpc("wsync_finish_update") == [version, version]
+            handle.wait(timeout=TIMEOUT, show_progress=False)
             for r, m in enumerate(models):
                 want = vllm_rank_tensors(cfg, full, tp, r, True)
                 for name, p in m.named_parameters():
                     assert torch.equal(p.data, want[name]), f"rank {r}: {name}"
         assert [st["weight_version"] for st in collective_rpc("wsync_status")] == [2, 2]
+        # Version 2 found the weights asleep: woken through Worker.wake_up (the
+        # ranks share this process's allocator, so the first rank wakes them all).
+        assert woken and all(tags == ["weights"] for tags in woken)
     finally:
         collective_rpc("wsync_stop")
         reg.close()

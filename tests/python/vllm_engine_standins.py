@@ -17,6 +17,7 @@ import abc
 import dataclasses
 import importlib
 import sys
+import threading
 import types
 
 import torch
@@ -117,6 +118,7 @@ class CuMemAllocator:
         self.pointer_to_data = {}
         self.calls = []
         self._tensors = {}
+        self._lock = threading.Lock()
 
     @classmethod
     def get_instance(cls):
@@ -141,12 +143,13 @@ class CuMemAllocator:
             d.is_asleep = True
 
     def wake_up(self, tags=None):
-        self.calls.append(("wake_up", tags))
-        for ptr, d in self.pointer_to_data.items():
-            if tags is None or d.tag in tags:
-                if d.cpu_backup_tensor is not None:
-                    self._tensors[ptr].detach().copy_(d.cpu_backup_tensor)
-                d.cpu_backup_tensor, d.is_asleep = None, False
+        with self._lock:  # one allocator per process in vLLM; here ranks share it
+            self.calls.append(("wake_up", tags))
+            for ptr, d in self.pointer_to_data.items():
+                if tags is None or d.tag in tags:
+                    if d.cpu_backup_tensor is not None:
+                        self._tensors[ptr].detach().copy_(d.cpu_backup_tensor)
+                    d.cpu_backup_tensor, d.is_asleep = None, False
 
 
 def install():

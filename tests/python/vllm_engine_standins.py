@@ -173,7 +173,10 @@ def uninstall():
 
 class GpuWorkerCalls:
     """The calls vllm/v1/worker/gpu_worker.py's Worker makes on its
-    weight-transfer engine (the worker's own state machine included):
+    weight-transfer engine (the worker's own state machine included), read
+    from the gpu_worker.py whose load_model creates the engine with
+    (config, vllm_config, device, model), the signature of base.py at
+    02f250b03f38 (cited by method, the stored copy carried no commit):
 
     * Worker.load_model, after model_runner.load_model():
       WeightTransferEngineFactory.create_engine(weight_transfer_config,

@@ -25,6 +25,7 @@ The chunk layout is read from the driver (ctypes over libcuda.so.1):
 import ctypes
 import os
 import socket as _socket
+import time
 
 from wsync import errors
 
@@ -107,23 +108,30 @@ def _export_chunk(drv, name, base):
     finally:
         drv.release(handle.value)
     if res != 0:
+        text = drv.text(res)
+        # INVALID_VALUE / NOT_SUPPORTED: the allocation has no POSIX handle type.
+        advice = NO_HANDLE_ADVICE if text in ("CUDA_ERROR_INVALID_VALUE",
+                                              "CUDA_ERROR_NOT_SUPPORTED") else (
+            "(out of open files? check RLIMIT_NOFILE)")
         raise VmmExportError(f"tensor {name!r}: cuMemExportToShareableHandle(POSIX fd) failed "
-                             f"with {drv.text(res)}: {NO_HANDLE_ADVICE}")
+                             f"with {text}: {advice}")
     return fd.value
 
 
 class Export:
-    """The chunks behind a set of tensors: one descriptor per distinct chunk
-    and, per tensor, its CudaVmm fields except the token. close() closes the
-    descriptors (after they were sent, the worker holds its own copies)."""
+    """The chunks behind a set of tensors and, per tensor, its CudaVmm fields
+    except the token. add() only reads the layout; send() exports the chunks
+    and hands them to the worker at most 250 at a time, closing each slice's
+    descriptors once sent, so a large model never holds more than 250 open."""
 
     def __init__(self):
-        self.fds = []        # descriptor per chunk, in discovery order
-        self._index = {}     # chunk base -> index into fds
+        self.bases = []      # chunk base addresses, in discovery order
+        self._index = {}     # chunk base -> index into bases
         self.tensors = {}    # name -> {"chunks": [(index, bytes)], "offset", "size", "gpu_uuid"}
+        self._owner = {}     # chunk index -> the first tensor using it (for errors)
 
     def add(self, name, ptr, nbytes, gpu_uuid):
-        """Exports the chunks [ptr, ptr + nbytes) touches (at least one)."""
+        """Records the chunks [ptr, ptr + nbytes) touches (at least one)."""
         drv = _driver()
         chunks, first, addr, end = [], None, ptr, ptr + max(nbytes, 1)
         while addr < end:
@@ -134,35 +142,91 @@ class Export:
                 raise VmmExportError(
                     f"tensor {name!r}: its memory is not one contiguous run of mappings "
                     f"(a mapping starts at {base:#x}, expected {addr:#x})")
+            if size <= 0:
+                raise VmmExportError(f"tensor {name!r}: an empty mapping at {base:#x}")
             if base not in self._index:
-                self._index[base] = len(self.fds)
-                self.fds.append(_export_chunk(drv, name, base))
+                self._index[base] = len(self.bases)
+                self._owner[len(self.bases)] = name
+                self.bases.append(base)
             chunks.append((self._index[base], size))
             addr = base + size
         self.tensors[name] = {"chunks": chunks, "offset": ptr - first, "size": nbytes,
                               "gpu_uuid": gpu_uuid}
 
-    def close(self):
-        for fd in self.fds:
-            os.close(fd)
-        self.fds = []
+    def send(self, fd_socket, timeout=10.0):
+        """Exports every chunk and hands the descriptors to the worker's
+        descriptor socket; returns the token naming them."""
+        if not self.bases:
+            raise errors.InvalidArgument("no CUDA virtual memory to export")
+        drv = _driver()
+        with _connect(fd_socket, timeout) as s:
+            for i in range(0, len(self.bases), _MAX_FDS_PER_MESSAGE):
+                fds = []
+                try:
+                    for j in range(i, min(i + _MAX_FDS_PER_MESSAGE, len(self.bases))):
+                        fds.append(_export_chunk(drv, self._owner[j], self.bases[j]))
+                    _send(s, fd_socket, [b"WSFD"], fds)
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+            _send(s, fd_socket, [b"DONE"], [])
+            return _reply(s, fd_socket)
 
 
-def send_fds(fd_socket, fds, timeout=10.0):
-    """Hands `fds` to the worker's descriptor socket; returns the token."""
-    with _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET) as s:
+def _connect(fd_socket, timeout):
+    """A connection to the worker's descriptor socket, waiting up to `timeout`
+    for a worker that is still starting."""
+    end = time.monotonic() + timeout
+    while True:
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         s.settimeout(timeout)
         try:
             s.connect(fd_socket)
+            return s
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            s.close()
+            if time.monotonic() >= end:
+                raise errors.Unavailable(
+                    f"worker descriptor socket {fd_socket}: {e} after {timeout} s (is the worker "
+                    "running on this machine, as this user?)") from None
+            time.sleep(0.05)
         except OSError as e:
-            raise errors.Unavailable(
-                f"worker descriptor socket {fd_socket}: {e} (is the worker started with "
-                "--device, and is this the same machine and user?)") from None
-        for i in range(0, len(fds), _MAX_FDS_PER_MESSAGE):
-            _socket.send_fds(s, [b"WSFD"], fds[i:i + _MAX_FDS_PER_MESSAGE])
-        s.send(b"DONE")
+            s.close()
+            raise errors.Unavailable(f"worker descriptor socket {fd_socket}: {e}") from None
+
+
+def _reply(s, fd_socket):
+    try:
         reply = s.recv(4096).decode(errors="replace")
+    except OSError as e:
+        raise errors.Unavailable(f"worker descriptor socket {fd_socket}: no answer: {e}") from None
     if reply.startswith("OK "):
         return reply[3:].strip()
-    raise errors.FailedPrecondition(
-        f"worker descriptor socket {fd_socket}: {reply[4:] if reply.startswith('ERR ') else reply!r}")
+    if reply.startswith("ERR "):
+        raise errors.FailedPrecondition(f"worker descriptor socket {fd_socket}: {reply[4:]}")
+    raise errors.Unavailable(f"worker descriptor socket {fd_socket}: closed without an answer")
+
+
+def _send(s, fd_socket, data, fds):
+    """One message; if the worker already refused the batch (it answers, then
+    closes), its answer is the error rather than a broken pipe."""
+    try:
+        if fds:
+            _socket.send_fds(s, data, fds)
+        else:
+            s.send(data[0])
+    except (BrokenPipeError, ConnectionResetError):
+        _reply(s, fd_socket)  # raises with the worker's message
+        raise errors.Unavailable(f"worker descriptor socket {fd_socket}: closed") from None
+    except OSError as e:
+        raise errors.Unavailable(f"worker descriptor socket {fd_socket}: {e}") from None
+
+
+def send_fds(fd_socket, fds, timeout=10.0):
+    """Hands already open `fds` to the worker's descriptor socket (at most 250
+    per message); returns the token. The caller keeps and closes its fds."""
+    with _connect(fd_socket, timeout) as s:
+        for i in range(0, len(fds), _MAX_FDS_PER_MESSAGE):
+            _send(s, fd_socket, [b"WSFD"], fds[i:i + _MAX_FDS_PER_MESSAGE])
+        _send(s, fd_socket, [b"DONE"], [])
+        return _reply(s, fd_socket)

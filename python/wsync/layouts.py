@@ -218,12 +218,21 @@ def _set_mesh(t, mesh_shape, ranks, placements, buffer):
     json_format.ParseDict(mesh, t.mesh)
 
 
-def _merge_mesh(name, recs):
-    """One mesh layout; records of several disjoint meshes of the same shape
+def _merge_mesh(name, recs, replicated_meshes=False):
+    """One mesh layout. Records of several disjoint meshes of the same shape
     and placements (e.g. a norm weight FSDP-sharded over each tensor-parallel
-    rank's data-parallel sub-mesh) are replicas: an outer Replicate dim."""
+    rank's data-parallel sub-mesh) are replicas, an outer Replicate dim, only
+    with `replicated_meshes`: the same name on separate meshes may also be
+    different data (experts named by their local index on each expert-parallel
+    rank), which nothing in a DTensor tells apart."""
     _check_same(name, recs, ("dtype", "shape", "mesh_shape", "placements", "buffer"))
     groups = sorted({tuple(r["ranks"]) for r in recs})
+    if len(groups) > 1 and not replicated_meshes:
+        raise ValueError(
+            f"tensor {name!r}: ranks hold it on {len(groups)} separate meshes {groups[:4]}; if "
+            "each mesh holds the same tensor (e.g. a norm weight under TP x FSDP2, sharded over "
+            "each TP rank's data-parallel sub-mesh), pass source_side(..., "
+            "replicated_meshes=True); if they hold different data, give them distinct names")
     seen = set()
     for g in groups:
         if seen & set(g):
@@ -283,11 +292,13 @@ def _merge_boxes(name, recs):
 _MERGE = {"mesh": _merge_mesh, "megatron": _merge_megatron, "box": _merge_boxes}
 
 
-def source_side(records, *, name="trainer"):
+def source_side(records, *, name="trainer", replicated_meshes=False):
     """A wsync.v1.Side from the records of every rank (a list of per-rank lists,
     as ``gather`` returns, or one flat list). Tensors keep the order of first
     appearance. The side's ranks are left empty: the controller fills them
-    from the registered workers."""
+    from the registered workers. `replicated_meshes`: a tensor that ranks
+    hold on several disjoint meshes of one shape is the same tensor on each
+    (TP x FSDP2's non-TP parameters); otherwise that is an error."""
     by_name = {}
     for r in _flatten(records):
         by_name.setdefault(r["name"], []).append(r)
@@ -296,7 +307,11 @@ def source_side(records, *, name="trainer"):
         kinds = {r["kind"] for r in recs}
         if len(kinds) != 1:
             raise ValueError(f"tensor {tname!r}: ranks describe it differently ({sorted(kinds)})")
-        side.tensors.append(_MERGE[kinds.pop()](tname, recs))
+        kind = kinds.pop()
+        if kind == "mesh":
+            side.tensors.append(_merge_mesh(tname, recs, replicated_meshes))
+        else:
+            side.tensors.append(_MERGE[kind](tname, recs))
     return side
 
 

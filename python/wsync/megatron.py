@@ -272,20 +272,31 @@ def _vocab_records(name, hf, t, rank, meg, vocab):
     return [_box(hf, t, [vocab] + list(t.shape[1:]), rank, (lo, hi), row_elems, 0, name)]
 
 
-def _layer_offset(module, name, layer_offset):
+def _layer_modules(module):
+    """{wrapper-stripped name: module} of `module`'s submodules (DDP and
+    Float16Module add "module." prefixes that parameter names lose in
+    buffers())."""
+    return {_strip(n): m for n, m in module.named_modules()} if module is not None else {}
+
+
+def _layer_offset(layers, name, layer_offset, megatron):
     """Global index of local layer 0 of `name`'s block: `layer_offset` when
     given, else the layer module's layer_number (1-based, global) minus its
-    local index, else 0."""
-    if layer_offset is not None or module is None:
-        return layer_offset or 0
+    local index; 0 only on the first pipeline stage."""
+    if layer_offset is not None:
+        return layer_offset
     m = _LAYER_RE.match(name)
     if m is None:
         return 0
-    try:
-        number = module.get_submodule(f"decoder.layers.{m.group(1)}").layer_number
-    except AttributeError:
+    number = getattr(layers.get(f"decoder.layers.{m.group(1)}"), "layer_number", None)
+    if number is not None:
+        return int(number) - 1 - int(m.group(1))
+    if megatron.pp_rank == 0:
         return 0
-    return int(number) - 1 - int(m.group(1))
+    raise ValueError(
+        f"Megatron tensor {name!r}: pipeline stage {megatron.pp_rank} but no layer_number on "
+        "its layer module to place its layers globally; pass describe(..., layer_offset=N) "
+        "(the global index of this stage's first layer)")
 
 
 def _strip(name):
@@ -310,12 +321,12 @@ def describe(model, *, rank, megatron, config, layer_offset=None):
     this pipeline stage's first layer (default: from the layers' layer_number
     when `model` is a module, else 0). Local experts are numbered globally
     from ep_rank * num_local_experts."""
-    module = model if hasattr(model, "named_parameters") else None
+    layers = _layer_modules(model if hasattr(model, "named_parameters") else None)
     named = list(buffers(model).items())
     local_experts = config.num_moe_experts // megatron.ep_size if config.num_moe_experts else 0
     records = []
     for name, t in named:
-        kind, hf = hf_name(name, layer_offset=_layer_offset(module, name, layer_offset),
+        kind, hf = hf_name(name, layer_offset=_layer_offset(layers, name, layer_offset, megatron),
                            expert_offset=megatron.ep_rank * local_experts,
                            mla=config.multi_latent_attention)
         if kind == "qkv":

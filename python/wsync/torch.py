@@ -341,14 +341,16 @@ class CudaRegistration(Registration):
         if not self._vmm:
             return {}
         export = cuda_vmm.Export()
-        try:
-            for name, (device, ptr, nbytes, uuid_) in self._vmm.items():
-                with _torch.cuda.device(device):
-                    export.add(name, ptr, nbytes, uuid_)
-            token = cuda_vmm.send_fds(cuda_vmm.fd_socket_path(self.socket), export.fds,
-                                      self.timeout)
-        finally:
-            export.close()
+        devices = {device for device, _, _, _ in self._vmm.values()}
+        for name, (device, ptr, nbytes, uuid_) in self._vmm.items():
+            with _torch.cuda.device(device):
+                export.add(name, ptr, nbytes, uuid_)
+        if len(devices) > 1:
+            raise errors.InvalidArgument(
+                f"tensors on {len(devices)} devices {sorted(devices)}: a worker maps one GPU's "
+                "memory; register each device's tensors with its own worker")
+        with _torch.cuda.device(devices.pop()):
+            token = export.send(cuda_vmm.fd_socket_path(self.socket), self.timeout)
         out = {}
         for name, f in export.tensors.items():
             chunks = [lpb.CudaVmm.Chunk(fd_index=i, bytes=b) for i, b in f["chunks"]]
@@ -382,10 +384,18 @@ class CudaRegistration(Registration):
 
     def refresh(self):
         """Exports the reallocated tensors again and replaces the
-        registration; returns whether anything had moved."""
+        registration; returns whether it registered again. Tensors in
+        expandable segments are always registered again: the allocator may map
+        new physical memory at the same address (offload / reload,
+        empty_cache), which stale()'s pointer check cannot see, while the
+        worker would keep the old memory mapped. That costs one descriptor per
+        chunk and one RegisterTensors call."""
         moved = self.stale()
         if not moved:
-            return False
+            if not self._vmm:
+                return False
+            self.send(replace=True)
+            return True
         items = [(n, self.tensors[n]) for n in moved]
         # Until the worker took the new handles, stale() must still name the
         # moved tensors (a failed send or export is retried by the next refresh).

@@ -183,6 +183,8 @@ class _Deriver:
                                         for o, n in zip(offset[-2:], length[-2:])]
         s_shape = list(shape[:nlead]) + [_cdiv(n, 128) for n in shape[-2:]]
         strides = ([sstr[-3]] if nlead else []) + sstr[-2:]
+        if s.dtype != "FP32":
+            _fail(s, f"block scales of dtype {s.dtype}: only fp32 weight_scale_inv is supported")
         self.out.tensor(name, s.dtype, s_shape, s_off, s_len, s.name, 4 * at, strides=strides)
         self.out.buffers[s.name] = s.tensor
 
@@ -309,7 +311,8 @@ class _Deriver:
         get = (lambda k: si[k]) if isinstance(si, dict) else (lambda k: getattr(si, k))
         start, lo, hi = (get("padded_org_vocab_start_index"), get("org_vocab_start_index"),
                          get("org_vocab_end_index"))
-        if padded != per * self.tp_size or start != self.tp_rank * per or lo != min(start, org):
+        if (padded != per * self.tp_size or start != self.tp_rank * per or lo != min(start, org)
+                or hi != min(start + per, org)):
             _fail(w, f"shard [{lo}, {hi}) at padded row {start} of {padded}: expected rank "
                   f"{self.tp_rank}'s {per} rows of {per * self.tp_size}")
         if hi > lo:

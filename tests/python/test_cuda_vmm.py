@@ -76,5 +76,36 @@ def test_export_without_a_gpu_is_a_clear_error():
         assert "libcuda" in str(e) or "'w'" in str(e)
     else:
         pytest.fail("exporting a host address as CUDA virtual memory succeeded")
+
+
+def test_a_worker_that_is_still_starting_is_waited_for(cluster, tmp_path):
+    # Review finding: the descriptor path failed at once where the CUDA IPC
+    # path waits for the worker's socket (a sidecar starting beside its owner).
+    import threading
+    sock = str(tmp_path / "late.sock")
+    starter = threading.Timer(0.5, lambda: cluster.worker(
+        "trainer:0:1", flags=[f"--local_socket={sock}"]))
+    starter.start()
+    fds = _memfds(1)
+    try:
+        token = wsync.cuda_vmm.send_fds(wsync.cuda_vmm.fd_socket_path(sock), fds, timeout=15)
     finally:
-        exp.close()
+        os.close(fds[0])
+        starter.join()
+    assert len(token) == 32
+
+
+def test_a_refused_batch_reports_the_workers_reason(cluster):
+    # 300 descriptors against a worker that takes at most 250 per message is
+    # still fine (the client splits); a bad tag is refused with the worker's
+    # own message, not a broken pipe.
+    import socket
+    sock = cluster.worker("trainer:0:1")
+    fds = _memfds(1)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+            s.connect(wsync.cuda_vmm.fd_socket_path(sock))
+            socket.send_fds(s, [b"NOPE"], fds)
+            assert "expected" in s.recv(4096).decode()
+    finally:
+        os.close(fds[0])

@@ -143,7 +143,11 @@ def test_sub_meshes_of_each_tp_rank_merge_as_replicas():
         sub = [rank % 2, rank % 2 + 2]
         per_rank.append(layouts.describe(
             [("norm", ducks.DTensor(full, sub, [ducks.Shard(0)], rank))], rank=rank))
-    side = layouts.source_side(per_rank)
+    # Review finding: the same name on separate meshes may be different data
+    # (experts named by local index per EP rank): merged only when asked.
+    with pytest.raises(ValueError, match="separate meshes.*replicated_meshes=True"):
+        layouts.source_side(per_rank)
+    side = layouts.source_side(per_rank, replicated_meshes=True)
     assert mesh_json(side.tensors[0]) == {
         "meshShape": ["2", "2"], "ranks": [0, 2, 1, 3],
         "placements": [{"replicate": {}}, {"shard": {}}]}
@@ -153,7 +157,7 @@ def test_sub_meshes_of_each_tp_rank_merge_as_replicas():
     overlapping = [layouts.describe([("n", ducks.DTensor(full, m, [ducks.Shard(0)], r))], rank=r)
                    for r, m in ((0, [0, 1]), (1, [1, 2]))]
     with pytest.raises(ValueError, match="overlapping meshes"):
-        layouts.source_side(overlapping)
+        layouts.source_side(overlapping, replicated_meshes=True)
 
 
 def test_uneven_shards_and_empty_rank():

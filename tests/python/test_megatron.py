@@ -184,25 +184,35 @@ def test_layer_offset_from_the_pipeline_stage():
     c = hf_config(4, 2, layers=1)
     params = megatron_params(hf_tensors(c), c, 1, 0)
 
-    class Stage(torch.nn.Module):
-        """Pipeline stage 2 of 2 (DDP-wrapped names): its local layer 0 is
-        global layer 3 (TransformerLayer.layer_number is 1-based, global)."""
-
+    class Inner(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.decoder = torch.nn.Module()
             self.decoder.layers = torch.nn.ModuleList([torch.nn.Module()])
             self.decoder.layers[0].layer_number = 4
 
+    class Stage(torch.nn.Module):
+        """Pipeline stage 2 of 2 wrapped as DDP wraps it (module.decoder...,
+        for parameters and modules alike): its local layer 0 is global layer
+        3 (TransformerLayer.layer_number is 1-based, global)."""
+
+        def __init__(self):
+            super().__init__()
+            self.module = Inner()
+
         def named_parameters(self):
             return [("module." + n, t) for n, t in params.items() if n.startswith("decoder.l")]
 
     cfg = megatron.Config(4, 4, num_query_groups=2)
-    names = {r["name"] for r in megatron.describe(Stage(), rank=0, megatron=layouts.Megatron(0, 1),
-                                                  config=cfg)}
+    stage2 = layouts.Megatron(0, 1, pp_rank=1)
+    names = {r["name"] for r in megatron.describe(Stage(), rank=0, megatron=stage2, config=cfg)}
     assert "model.layers.3.self_attn.q_proj.weight" in names
     assert "model.layers.3.mlp.up_proj.weight" in names
     assert not any(".layers.0." in n for n in names)
+    # Review finding: a later stage whose layers cannot be placed was silently
+    # mapped onto layers 0.. of the first stage.
+    with pytest.raises(ValueError, match="pipeline stage 1.*layer_offset"):
+        megatron.describe(params.items(), rank=0, megatron=stage2, config=cfg)
     explicit = megatron.describe(params.items(), rank=0, megatron=layouts.Megatron(0, 1),
                                  config=cfg, layer_offset=5)
     assert "model.layers.5.input_layernorm.weight" in {r["name"] for r in explicit}

@@ -16,7 +16,7 @@ from harness import WORKER_BIN, read_port_file
 
 
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "JOB_COMPLETION_INDEX", "POD_NAME",
-                 "HOSTNAME")
+                 "HOSTNAME", "KUBERNETES_SERVICE_HOST")
 
 
 def clean_env(**extra):
@@ -84,7 +84,8 @@ def test_worker_binary_takes_group_and_rank_from_the_environment(cluster, tmp_pa
     workers = {
         "t1": clean_env(WSYNC_GROUP="trainer", RANK="1", WORLD_SIZE="2"),
         "t0": clean_env(WSYNC_GROUP="trainer", RANK="0", WORLD_SIZE="2"),
-        "vllm-1": clean_env(WSYNC_GROUPS="inference", POD_NAME="vllm-1", WSYNC_GROUP_SIZE="2"),
+        "vllm-1": clean_env(WSYNC_GROUPS="inference", POD_NAME="vllm-1", WSYNC_GROUP_SIZE="2",
+                            KUBERNETES_SERVICE_HOST="10.0.0.1"),
     }
     procs = []
     try:
@@ -112,7 +113,8 @@ def test_worker_binary_takes_group_and_rank_from_the_environment(cluster, tmp_pa
 @pytest.mark.parametrize("env,match", [
     (dict(WSYNC_GROUP="trainer", WORLD_SIZE="2"),
      "no rank for group 'trainer': read RANK (unset), WSYNC_RANK (unset), "
-     "JOB_COMPLETION_INDEX (unset), POD_NAME (unset), HOSTNAME (unset)"),
+     "JOB_COMPLETION_INDEX (unset), POD_NAME (unset) (not in a Kubernetes pod), "
+     "HOSTNAME (unset) (not in a Kubernetes pod)"),
     (dict(WSYNC_GROUP="trainer", RANK="1", JOB_COMPLETION_INDEX="0", WORLD_SIZE="2"),
      "conflicting ranks in the environment: RANK=1 but JOB_COMPLETION_INDEX=0"),
     (dict(RANK="0", WORLD_SIZE="1"), "no groups")])

@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 
 namespace wsync::agent {
 namespace {
@@ -55,6 +57,25 @@ absl::Status CheckPeer(int conn) {
   return absl::OkStatus();
 }
 
+// Waits until `conn` is readable, `deadline` passes or `wake` (the inbox's
+// stop pipe) is readable.
+absl::Status AwaitReadable(int conn, int wake, absl::Time deadline) {
+  for (;;) {
+    const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (left_ms <= 0) {
+      return absl::DeadlineExceededError(
+          "descriptor socket: the owner did not send its whole batch in time");
+    }
+    pollfd fds[2] = {{conn, POLLIN, 0}, {wake, POLLIN, 0}};
+    const int n = poll(fds, 2, static_cast<int>(std::min<int64_t>(left_ms, 1000)));
+    if (n < 0 && errno != EINTR) return Errno("descriptor socket: poll");
+    if (n > 0 && fds[1].revents != 0) {
+      return absl::CancelledError("descriptor socket: the worker is stopping");
+    }
+    if (n > 0 && fds[0].revents != 0) return absl::OkStatus();
+  }
+}
+
 // One message: its tag bytes and the descriptors attached (appended to *fds).
 absl::StatusOr<std::string> ReceiveMessage(int conn, std::vector<int>* fds) {
   char data[16];
@@ -65,12 +86,8 @@ absl::StatusOr<std::string> ReceiveMessage(int conn, std::vector<int>* fds) {
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof(control);
-  const ssize_t n = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
-  if (n < 0) {
-    return errno == EAGAIN || errno == EWOULDBLOCK
-               ? absl::DeadlineExceededError("descriptor socket: the owner sent nothing in time")
-               : Errno("descriptor socket: recvmsg");
-  }
+  const ssize_t n = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  if (n < 0) return Errno("descriptor socket: recvmsg");
   if (n == 0) return absl::UnavailableError("descriptor socket: the owner hung up before DONE");
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -79,8 +96,9 @@ absl::StatusOr<std::string> ReceiveMessage(int conn, std::vector<int>* fds) {
     for (size_t i = 0; i < count; ++i) fds->push_back(in[i]);
   }
   if ((msg.msg_flags & MSG_CTRUNC) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "descriptor socket: more than ", kMaxFdsPerMessage, " descriptors in one message"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("descriptor socket: descriptors were dropped: more than ", kMaxFdsPerMessage,
+                     " in one message, or this worker ran out of open files (RLIMIT_NOFILE)"));
   }
   if ((msg.msg_flags & MSG_TRUNC) != 0) {
     return absl::InvalidArgumentError("descriptor socket: a message longer than its tag");
@@ -113,11 +131,12 @@ absl::StatusOr<std::unique_ptr<FdInbox>> FdInbox::Start(FdInboxOptions options) 
   if (inbox->listen_fd_ < 0) return Errno("descriptor socket: socket");
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.data(), path.size());
-  ::unlink(path.c_str());
-  const mode_t old_mask = umask(0077);  // the file is created 0600
-  const int bound = bind(inbox->listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  umask(old_mask);
-  if (bound != 0) return Errno(absl::StrCat("descriptor socket: bind ", path));
+  ::unlink(path.c_str());  // a stale socket of an earlier run
+  if (bind(inbox->listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return Errno(absl::StrCat("descriptor socket: bind ", path));
+  }
+  // Before listen(): nobody can connect while the file is still group-readable.
+  if (chmod(path.c_str(), 0600) != 0) return Errno(absl::StrCat("descriptor socket: chmod ", path));
   if (listen(inbox->listen_fd_, 16) != 0) return Errno("descriptor socket: listen");
   if (pipe2(inbox->wake_, O_CLOEXEC) != 0) return Errno("descriptor socket: pipe");
   inbox->thread_ = std::thread([p = inbox.get()] { p->Serve(); });
@@ -137,17 +156,31 @@ FdInbox::~FdInbox() {
 }
 
 void FdInbox::Serve() {
+  // Wakes at least every ttl / 4 (at most 1 s) to close expired batches.
+  const int tick_ms =
+      static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(options_.ttl) / 4, 1, 1000));
   for (;;) {
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
+    const int n = poll(fds, 2, tick_ms);
+    if (n < 0) {
       if (errno == EINTR) continue;
       spdlog::error("descriptor socket: poll: {}", std::strerror(errno));
       return;
     }
     if (fds[1].revents != 0) return;
+    {
+      absl::MutexLock lock(&mu_);
+      ExpireLocked(absl::Now());
+    }
     if ((fds[0].revents & POLLIN) == 0) continue;
-    const int conn = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (conn < 0) continue;
+    const int conn = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (conn < 0) {
+      // E.g. out of open files: back off instead of spinning on poll().
+      spdlog::warn("descriptor socket: accept: {}", std::strerror(errno));
+      pollfd wake = {wake_[0], POLLIN, 0};
+      poll(&wake, 1, 100);
+      continue;
+    }
     HandleConnection(conn);
     ::close(conn);
   }
@@ -155,7 +188,6 @@ void FdInbox::Serve() {
 
 void FdInbox::HandleConnection(int conn) {
   const timeval tv = absl::ToTimeval(options_.io_timeout);
-  setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   std::vector<int> fds;
   absl::Status s = CheckPeer(conn);
@@ -171,8 +203,10 @@ void FdInbox::HandleConnection(int conn) {
 }
 
 absl::Status FdInbox::ReceiveBatch(int conn, std::vector<int>* out) {
+  const absl::Time deadline = absl::Now() + options_.io_timeout;
   for (;;) {
     const size_t before = out->size();
+    RETURN_IF_ERROR(AwaitReadable(conn, wake_[0], deadline));
     absl::StatusOr<std::string> tag = ReceiveMessage(conn, out);
     if (!tag.ok()) return tag.status();
     if (*tag == kDoneTag && out->size() == before) break;

@@ -10,8 +10,11 @@
 //   owner -> "DONE"
 //   inbox -> "OK <token>"  or  "ERR <message>"
 // Only processes of the worker's own user (or root) are served (SO_PEERCRED):
-// descriptors grant access to memory. A connection that sends nothing for
-// `io_timeout` is dropped; the socket file is created mode 0600.
+// descriptors grant access to memory. One connection is served at a time and
+// must deliver its whole batch within `io_timeout`; stopping the inbox ends a
+// connection in progress. Expired batches are closed within ttl / 4 (at most
+// a second) whether or not anything else happens. The socket file is mode
+// 0600.
 #ifndef WSYNC_WORKER_AGENT_FD_INBOX_H_
 #define WSYNC_WORKER_AGENT_FD_INBOX_H_
 
@@ -32,7 +35,7 @@ namespace wsync::agent {
 struct FdInboxOptions {
   std::string path;  // socket file; replaced if it exists
   absl::Duration ttl = absl::Minutes(1);
-  absl::Duration io_timeout = absl::Seconds(5);
+  absl::Duration io_timeout = absl::Seconds(10);  // per connection, whole batch
   int32_t max_fds_per_batch = 16384;
   int32_t max_fds_pending = 32768;  // over all unclaimed batches
 };

@@ -75,7 +75,14 @@ absl::StatusOr<Sourced> EnvRank(const EnvMap& env, const std::string& group) {
   if (rank->has_value()) return **rank;
   std::vector<std::string> read;
   for (const char* var : kRankVars) read.push_back(Shown(env, var));
+  // A pod's name ends in its StatefulSet ordinal; outside Kubernetes a host
+  // named like "gpu-node-3" says nothing about a rank.
+  const bool in_pod = !Get(env, "KUBERNETES_SERVICE_HOST").empty();
   for (const char* var : kNameVars) {
+    if (!in_pod) {
+      read.push_back(absl::StrCat(Shown(env, var), " (not in a Kubernetes pod)"));
+      continue;
+    }
     const std::string name = Get(env, var);
     const int64_t ordinal = NameOrdinal(name);
     if (ordinal >= 0) return Sourced{ordinal, absl::StrCat(var, "=", name)};

@@ -152,6 +152,11 @@ v1::RegisterTensorsResponse TensorTable::Commit(const std::string& group,
   for (TensorEntry& e : fresh) {
     tensors_[{e.group, e.reg.name()}] = std::move(e);
   }
+  // Mappings no entry holds any more (a snapshot may still: it keeps the
+  // object alive, and the next registration maps it afresh).
+  for (auto it = mappings_.begin(); it != mappings_.end();) {
+    it = it->second.expired() ? mappings_.erase(it) : std::next(it);
+  }
   ++version_;
   v1::RegisterTensorsResponse resp;
   for (const auto& [key, e] : tensors_) {
@@ -161,6 +166,11 @@ v1::RegisterTensorsResponse TensorTable::Commit(const std::string& group,
   }
   return resp;
 }
+size_t TensorTable::mapping_count() const {
+  absl::MutexLock lock(&mu_);
+  return mappings_.size();
+}
+
 TensorSnapshot TensorTable::Snapshot() const {
   absl::MutexLock lock(&mu_);
   TensorSnapshot s;

@@ -77,6 +77,9 @@ class TensorTable {
   // What BufferInfos() reports for one entry.
   static v1::BufferInfo InfoOf(const TensorEntry& e);
   uint64_t version() const;
+  // Objects mapped for the current entries (each object once), e.g. shm
+  // objects; mappings no entry holds are forgotten at the next registration.
+  size_t mapping_count() const;
 
  private:
   absl::Status CheckGroup(const std::string& group) const;

@@ -194,11 +194,13 @@ int main(int argc, char** argv) {
   wsync::agent::FdInboxOptions inbox_options;
   inbox_options.path = wsync::agent::FdSocketPath(socket_path);
   auto fd_inbox = wsync::agent::FdInbox::Start(inbox_options);
-  if (!fd_inbox.ok()) {
-    spdlog::error("wsync-worker: {}", fd_inbox.status().ToString());
-    return 1;
+  if (fd_inbox.ok()) {
+    options.fd_inbox = fd_inbox->get();
+  } else {
+    // Only CUDA virtual memory needs it: such registrations are then refused
+    // by name ("no descriptor socket").
+    spdlog::warn("wsync-worker: no descriptor socket: {}", fd_inbox.status().ToString());
   }
-  options.fd_inbox = fd_inbox->get();
   wsync::agent::WorkerAgent agent(options, &metrics);
   wsync::agent::LocalServiceImpl local(&agent);
   unlink(socket_path.c_str());  // a stale socket of an earlier run
@@ -216,7 +218,7 @@ int main(int argc, char** argv) {
     {
       std::ofstream out(port_file + ".tmp");
       out << "metrics_port=" << metrics.port() << "\nlocal_socket=" << socket_path << "\n";
-      out << "fd_socket=" << (*fd_inbox)->path() << "\n";
+      if (fd_inbox.ok()) out << "fd_socket=" << (*fd_inbox)->path() << "\n";
     }
     std::rename((port_file + ".tmp").c_str(), port_file.c_str());
   }

@@ -248,7 +248,8 @@ def run_model(args, roles, model, device, services, client, out):
     if fused:
         dst = fused_expert_mappings(dst, cfg["moe_intermediate_size"])
     items = trainer.describe_items() if trainer is not None else []
-    src = layouts.source_side(layouts.gather(layouts.describe(items, rank=RANK), group=HOST.group))
+    src = layouts.source_side(layouts.gather(layouts.describe(items, rank=RANK), group=HOST.group),
+                              replicated_meshes=roles.placement == "tpfsdp")
     spec = layouts.transfer_spec(src, dst, name=model)
     reg, rreg, recv = register_all(roles, trainer, spec, device, services)
     kind = dist_first(trainer.kind if trainer is not None else None)

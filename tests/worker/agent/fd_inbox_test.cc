@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -186,8 +187,58 @@ TEST_F(FdInboxTest, ASilentOwnerTimesOutAndTheNextOneIsServed) {
   Pipe p;
   Client silent(inbox_->path());
   ASSERT_TRUE(silent.Send("WSFD", {p.fds[0]}));  // never says DONE
-  EXPECT_NE(silent.Reply().find("sent nothing in time"), std::string::npos);
+  EXPECT_NE(silent.Reply().find("did not send its whole batch in time"), std::string::npos);
   EXPECT_EQ(SendBatch({p.fds[1]}).rfind("OK ", 0), 0u);
+}
+
+TEST_F(FdInboxTest, ADrippingOwnerIsCutOffAtTheBatchDeadline) {
+  FdInboxOptions o;
+  o.io_timeout = absl::Milliseconds(200);
+  StartInbox(o);
+  Pipe p;
+  Client drip(inbox_->path());
+  const absl::Time t0 = absl::Now();
+  // A message every 50 ms never lets a per-message timeout fire.
+  for (int i = 0; i < 20 && drip.Send("WSFD", {p.fds[0]}); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_NE(drip.Reply().find("in time"), std::string::npos);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
+  EXPECT_EQ(SendBatch({p.fds[1]}).rfind("OK ", 0), 0u);
+}
+
+TEST_F(FdInboxTest, StoppingEndsAConnectionInProgress) {
+  FdInboxOptions o;
+  o.io_timeout = absl::Seconds(30);
+  StartInbox(o);
+  Pipe p;
+  Client stuck(inbox_->path());
+  ASSERT_TRUE(stuck.Send("WSFD", {p.fds[0]}));  // and nothing more
+  absl::SleepFor(absl::Milliseconds(50));
+  const absl::Time t0 = absl::Now();
+  inbox_.reset();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
+}
+
+TEST_F(FdInboxTest, ExpiresWithoutAnyFurtherTraffic) {
+  FdInboxOptions o;
+  o.ttl = absl::Milliseconds(100);
+  StartInbox(o);
+  Pipe p;
+  const int before = OpenFds();
+  ASSERT_EQ(SendBatch({p.fds[0], p.fds[1]}).rfind("OK ", 0), 0u);
+  for (int i = 0; i < 200 && inbox_->pending_fds() != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(inbox_->pending_fds(), 0);
+  EXPECT_EQ(OpenFdsSettled(before), before);
+}
+
+TEST_F(FdInboxTest, TheSocketFileIsPrivate) {
+  StartInbox();
+  struct stat st {};
+  ASSERT_EQ(stat(inbox_->path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
 }
 
 TEST_F(FdInboxTest, LimitsDescriptorsWaitingToBeClaimed) {

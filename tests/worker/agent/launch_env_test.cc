@@ -66,18 +66,23 @@ TEST(LaunchEnvTest, IndexedJobAndStatefulSetOrdinals) {
                            {{"JOB_COMPLETION_INDEX", "1"}, {"WSYNC_GROUP_SIZE", "2"}});
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(Memberships(*job), "inference:1:2;");
+  const std::pair<const std::string, std::string> kPod = {"KUBERNETES_SERVICE_HOST", "10.0.0.1"};
   auto sts =
-      ResolveLaunch(Groups("inference"), {{"HOSTNAME", "vllm-3"}, {"WSYNC_GROUP_SIZE", "4"}});
+      ResolveLaunch(Groups("inference"), {{"HOSTNAME", "vllm-3"}, {"WSYNC_GROUP_SIZE", "4"}, kPod});
   ASSERT_TRUE(sts.ok()) << sts.status();
   EXPECT_EQ(Memberships(*sts), "inference:3:4;");
   EXPECT_TRUE(Has(sts->sources[0], "rank 3 from HOSTNAME=vllm-3")) << sts->sources[0];
   // POD_NAME (downward API) is read before HOSTNAME; RANK before both.
-  auto pod = ResolveLaunch(Groups("inference:4"), {{"POD_NAME", "vllm-2"}, {"HOSTNAME", "vllm-3"}});
+  auto pod =
+      ResolveLaunch(Groups("inference:4"), {{"POD_NAME", "vllm-2"}, {"HOSTNAME", "vllm-3"}, kPod});
   ASSERT_TRUE(pod.ok()) << pod.status();
   EXPECT_EQ(Memberships(*pod), "inference:2:4;");
-  auto rank = ResolveLaunch(Groups("inference:4"), {{"RANK", "0"}, {"HOSTNAME", "vllm-3"}});
+  auto rank = ResolveLaunch(Groups("inference:4"), {{"RANK", "0"}, {"HOSTNAME", "vllm-3"}, kPod});
   ASSERT_TRUE(rank.ok()) << rank.status();
   EXPECT_EQ(Memberships(*rank), "inference:0:4;");
+  // Review finding: outside a pod, a host named "gpu-node-3" is no rank 3.
+  const std::string e = Error(Groups("inference:4"), {{"HOSTNAME", "gpu-node-3"}});
+  EXPECT_TRUE(Has(e, "HOSTNAME='gpu-node-3' (not in a Kubernetes pod)")) << e;
 }
 
 TEST(LaunchEnvTest, NameOrdinal) {
@@ -114,7 +119,9 @@ TEST(LaunchEnvTest, DeviceFromLocalRankOnlyWithCuda) {
 }
 
 TEST(LaunchEnvTest, NoRankIsAnErrorNamingWhatWasRead) {
-  const std::string e = Error(Groups("trainer"), {{"WORLD_SIZE", "2"}, {"HOSTNAME", "devbox"}});
+  const std::string e =
+      Error(Groups("trainer"),
+            {{"WORLD_SIZE", "2"}, {"HOSTNAME", "devbox"}, {"KUBERNETES_SERVICE_HOST", "10.0.0.1"}});
   EXPECT_TRUE(Has(e, "no rank for group 'trainer'")) << e;
   EXPECT_TRUE(Has(e, "RANK (unset)")) << e;
   EXPECT_TRUE(Has(e, "JOB_COMPLETION_INDEX (unset)")) << e;

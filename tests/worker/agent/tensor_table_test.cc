@@ -1,8 +1,13 @@
 // TensorTable: registrations are validated before anything is mapped.
 #include "worker/agent/tensor_table.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/backends/host/host_backend.h"
 
@@ -37,6 +42,27 @@ TEST(TensorTableTest, AShapeWhoseSizeOverflowsIsRefusedNamingTheTensor) {
   EXPECT_NE(bytes.status().message().find("tensor 'wide'"), std::string::npos) << bytes.status();
   EXPECT_NE(bytes.status().message().find("overflows"), std::string::npos) << bytes.status();
   EXPECT_EQ(table.version(), 0u) << "nothing registered";
+}
+
+// Review finding: every registration of a new object added a mapping-cache
+// key that was never removed (CUDA virtual memory keys carry a one-time token).
+TEST(TensorTableTest, MappingsOfReplacedRegistrationsAreForgotten) {
+  host::HostBackend backend{plane::BackendConfig()};
+  TensorTable table({"g"}, &backend);
+  for (int i = 0; i < 5; ++i) {
+    const std::string name = absl::StrCat("/wsync-tt-test-", getpid(), "-", i);
+    const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR | O_EXCL, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, 64), 0);
+    close(fd);
+    v1::RegisterTensorsRequest req = OneTensor("w", {4});
+    req.set_replace(true);
+    req.mutable_tensors(0)->mutable_shm()->set_name(name);
+    auto r = table.Register(req);
+    shm_unlink(name.c_str());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(table.mapping_count(), 1u) << "registration " << i;
+  }
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 //  - Rendezvous (rendezvous.h): the transports' key-value scopes.
 //  - SyncCoordinator (sync_coordinator.h): transfers, plans and their worker
 //    parts, routes, syncs.
+//  - ServingBoard (serving_board.h): the versions the owners serve, by
+//    replica; it calls no other owner.
 // Lock order: SyncCoordinator -> WorkerRegistry and SyncCoordinator ->
 // Rendezvous (the coordinator calls both while holding its lock); the
 // registry and the rendezvous never call another owner while holding theirs.
@@ -17,6 +19,7 @@
 #include "controller/server/metrics.h"
 #include "controller/server/plan_source.h"
 #include "controller/server/rendezvous.h"
+#include "controller/server/serving_board.h"
 #include "controller/server/sync_coordinator.h"
 #include "controller/server/worker_registry.h"
 
@@ -32,8 +35,17 @@ class Controller {
   WorkerRegistry& workers() { return workers_; }
   Rendezvous& rendezvous() { return rendezvous_; }
   SyncCoordinator& syncs() { return syncs_; }
+  ServingBoard& serving() { return serving_; }
 
-  // Expires leases, then sync deadlines. Call periodically.
+  // A heartbeat's serving reports: recorded for the lease's groups.
+  // NOT_FOUND for a lease that is not alive, INVALID_ARGUMENT (serving_board.h).
+  absl::Status RecordServing(const std::string& lease_id,
+                             const google::protobuf::RepeatedPtrField<v1::ServingReport>& reports);
+  // What each replica of `group` serves, from its live holders and reports.
+  v1::ReplicasResponse Replicas(const std::string& group);
+
+  // Expires leases, then sync deadlines; refreshes the replica gauges. Call
+  // periodically.
   void Tick();
   // Ends every stream and wait promptly (server shutdown).
   void Shutdown();
@@ -42,6 +54,7 @@ class Controller {
   WorkerRegistry workers_;
   Rendezvous rendezvous_;
   SyncCoordinator syncs_;
+  ServingBoard serving_;
 };
 
 }  // namespace wsync::controller

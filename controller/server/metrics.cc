@@ -51,6 +51,16 @@ ControllerMetrics::ControllerMetrics() : registry_(std::make_shared<prometheus::
                          .Name("wsync_weight_version")
                          .Help("Last successfully synced weight version, per transfer.")
                          .Register(*registry_);
+  replica_version_ = &prometheus::BuildGauge()
+                          .Name("wsync_replica_serving_version")
+                          .Help("The weight version every rank of a replica serves (0 unless all "
+                                "serve one version), per destination group and replica label.")
+                          .Register(*registry_);
+  replica_state_ = &prometheus::BuildGauge()
+                        .Name("wsync_replica_state")
+                        .Help("1 for a replica's current state (serving, mixed, paused, "
+                              "updating, failed, incomplete), 0 for the others.")
+                        .Register(*registry_);
 }
 
 absl::Status ControllerMetrics::Serve(const std::string& bind_address) {
@@ -71,6 +81,15 @@ void ControllerMetrics::PlanBuilt(double seconds) { plan_duration_->Observe(seco
 
 void ControllerMetrics::SetWeightVersion(const std::string& transfer, double version) {
   weight_version_->Add({{"transfer", transfer}}).Set(version);
+}
+
+void ControllerMetrics::SetReplica(const std::string& group, const std::string& replica,
+                                   const std::string& state, double version) {
+  replica_version_->Add({{"group", group}, {"replica", replica}}).Set(version);
+  for (const char* s : {"serving", "mixed", "paused", "updating", "failed", "incomplete"}) {
+    replica_state_->Add({{"group", group}, {"replica", replica}, {"state", s}})
+        .Set(state == s ? 1 : 0);
+  }
 }
 
 }  // namespace wsync::controller

@@ -33,6 +33,10 @@ class ControllerMetrics {
     workers_alive_->Set(alive);
   }
   void SetWeightVersion(const std::string& transfer, double version);
+  // A replica's aggregate (serving_board.h): the version every rank serves
+  // (0 unless serving) and its state, one series per state set to 1 / 0.
+  void SetReplica(const std::string& group, const std::string& replica, const std::string& state,
+                  double version);
 
   prometheus::Registry& registry() { return *registry_; }
 
@@ -48,6 +52,8 @@ class ControllerMetrics {
   prometheus::Counter* cache_hits_;
   prometheus::Counter* cache_misses_;
   prometheus::Family<prometheus::Gauge>* weight_version_;
+  prometheus::Family<prometheus::Gauge>* replica_version_;
+  prometheus::Family<prometheus::Gauge>* replica_state_;
 };
 
 }  // namespace wsync::controller

@@ -41,6 +41,9 @@ _CODES = {"INVALID_ARGUMENT": errors.InvalidArgument, "NOT_FOUND": errors.NotFou
 
 _LIVE = weakref.WeakSet()
 
+# set_serving's states -> the ServingState values of worker_local.proto.
+SERVING_STATES = {"serving": 1, "paused": 2, "updating": 3, "failed": 4}
+
 
 def _native():
     # torch first: a CUDA build's libnccl.so.2 then binds to the copy torch
@@ -237,6 +240,25 @@ class Worker:
     def status(self):
         """{registered, lease_id, last_version, syncs_ok, syncs_failed, running}."""
         return self._w.status()
+
+    def set_serving(self, version, state, *, group=None, replica="", replica_ranks=0):
+        """Tells the worker which weight `version` this process serves for
+        `group` (default: the worker's only group) and in what `state`: one
+        of "serving", "paused", "updating", "failed" (SERVING_STATES). The
+        worker exports it on /metrics (wsync_worker_serving_version /
+        _state) and reports it to the controller at once, where
+        ``Client.serving()`` shows it per replica. `replica` labels the model
+        copy this rank belongs to (e.g. one vLLM server's TP ranks; "": the
+        group's unlabelled ranks form one replica) and `replica_ranks` its
+        number of ranks (0: unknown). docs/api.md, "Serving versions"."""
+        if state not in SERVING_STATES:
+            raise errors.InvalidArgument(
+                f"set_serving: state {state!r} is not one of {sorted(SERVING_STATES)}")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise errors.InvalidArgument(
+                f"set_serving: version {version!r} is not a non-negative int")
+        _call(self._w.set_serving, self._group(group), version, SERVING_STATES[state],
+              replica=str(replica), replica_ranks=int(replica_ranks))
 
     def events(self):
         """A subscription to sync events from now on: ``next(timeout)`` gives

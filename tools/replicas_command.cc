@@ -38,8 +38,7 @@ void PrintTable(const v1::ReplicasResponse& r) {
               r.replicas_size());
   for (const v1::ReplicaServing& rep : r.replicas()) {
     std::printf("replica %-14s %-10s version %-8lld ranks %d/%d  last synced %lld\n",
-                Label(rep.replica()).c_str(),
-                controller::ReplicaStateName(rep.state()),
+                Label(rep.replica()).c_str(), controller::ReplicaStateName(rep.state()),
                 static_cast<long long>(rep.version()), rep.ranks_size(), rep.expected_ranks(),
                 static_cast<long long>(rep.last_synced_version()));
     for (const v1::RankServing& rank : rep.ranks()) {
@@ -57,8 +56,8 @@ void PrintTable(const v1::ReplicasResponse& r) {
 }  // namespace
 
 int RunReplicasCommand(const std::vector<std::string>& argv) {
-  auto args = ParseArgs(argv, FlagSpec{{"controller", "group", "version", "timeout_ms"},
-                                       {"json", "help"}});
+  auto args =
+      ParseArgs(argv, FlagSpec{{"controller", "group", "version", "timeout_ms"}, {"json", "help"}});
   if (!args.ok()) {
     spdlog::error("replicas: {}", std::string(args.status().message()));
     ReplicasUsage(stderr);

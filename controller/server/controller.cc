@@ -20,6 +20,13 @@ Controller::Controller(const ControllerConfig& config, ControllerMetrics* metric
 void Controller::Tick() {
   workers_.Tick();
   syncs_.Tick();
+  // The replica gauges need not follow every 25 ms tick.
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  int64_t due = next_serving_export_ms_.load();
+  if (now_ms < due || !next_serving_export_ms_.compare_exchange_strong(
+                          due, now_ms + absl::ToInt64Milliseconds(kServingExportPeriod))) {
+    return;
+  }
   for (const std::string& group : serving_.Groups()) serving_.Export(Replicas(group));
 }
 
@@ -29,8 +36,8 @@ absl::Status Controller::RecordServing(
   if (reports.empty()) return absl::OkStatus();
   std::optional<WorkerSnapshot> w = workers_.Find(lease_id);
   if (!w.has_value()) {
-    return absl::NotFoundError(absl::StrCat("serving reports of lease ", lease_id,
-                                            ": the lease is not alive"));
+    return absl::NotFoundError(
+        absl::StrCat("serving reports of lease ", lease_id, ": the lease is not alive"));
   }
   return serving_.Record(lease_id, w->info->memberships(), reports, absl::Now());
 }

@@ -15,6 +15,9 @@
 #ifndef WSYNC_CONTROLLER_SERVER_CONTROLLER_H_
 #define WSYNC_CONTROLLER_SERVER_CONTROLLER_H_
 
+#include <atomic>
+#include <cstdint>
+
 #include "controller/server/config.h"
 #include "controller/server/metrics.h"
 #include "controller/server/plan_source.h"
@@ -44,8 +47,8 @@ class Controller {
   // What each replica of `group` serves, from its live holders and reports.
   v1::ReplicasResponse Replicas(const std::string& group);
 
-  // Expires leases, then sync deadlines; refreshes the replica gauges. Call
-  // periodically.
+  // Expires leases, then sync deadlines; refreshes the replica gauges (every
+  // kServingExportPeriod). Call periodically.
   void Tick();
   // Ends every stream and wait promptly (server shutdown).
   void Shutdown();
@@ -55,6 +58,9 @@ class Controller {
   Rendezvous rendezvous_;
   SyncCoordinator syncs_;
   ServingBoard serving_;
+  // Tick() refreshes the replica gauges at most this often.
+  static constexpr absl::Duration kServingExportPeriod = absl::Milliseconds(500);
+  std::atomic<int64_t> next_serving_export_ms_{0};
 };
 
 }  // namespace wsync::controller

@@ -155,8 +155,7 @@ grpc::Status TrainerServiceImpl::ListWorkers(grpc::ServerContext*,
 grpc::Status TrainerServiceImpl::Replicas(grpc::ServerContext*, const v1::ReplicasRequest* req,
                                           v1::ReplicasResponse* resp) {
   if (req->group().empty()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "Replicas: name the destination group");
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Replicas: name the destination group");
   }
   *resp = controller_->Replicas(req->group());
   return grpc::Status::OK;

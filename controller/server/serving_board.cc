@@ -140,8 +140,8 @@ absl::Status ServingBoard::Record(
     }
     if (rep.state() == v1::SERVING_STATE_UNSPECIFIED) {
       return absl::InvalidArgumentError(absl::StrCat("serving report for group '", rep.group(),
-                                                     "' rank ", m->rank(), " of lease ",
-                                                     lease_id, " has no state"));
+                                                     "' rank ", m->rank(), " of lease ", lease_id,
+                                                     " has no state"));
     }
     checked.emplace_back(m->rank(), &rep);
   }
@@ -177,10 +177,9 @@ v1::ReplicasResponse ServingBoard::Replicas(const std::string& group, const Grou
     for (const auto& [r, e] : entries) ranks.insert(r);
     for (int32_t r : ranks) {
       auto e = entries.find(r);
-      RankView v = e == entries.end()
-                       ? ViewOf(r, holder(r), nullptr, "", now, now)
-                       : ViewOf(r, holder(r), &e->second.report, e->second.lease_id,
-                                e->second.received, now);
+      RankView v = e == entries.end() ? ViewOf(r, holder(r), nullptr, "", now, now)
+                                      : ViewOf(r, holder(r), &e->second.report, e->second.lease_id,
+                                               e->second.received, now);
       int32_t& want = expected[v.replica];
       want = std::max(want, v.replica_ranks);
       by_label[v.replica].push_back(std::move(v));
@@ -200,25 +199,35 @@ v1::ReplicasResponse ServingBoard::Replicas(const std::string& group, const Grou
   resp.set_group(group);
   resp.set_group_size(holders.size);
   for (auto& [label, views] : by_label) {
-    *resp.add_replicas() = Summarize(label, views, std::max<int32_t>(
-                                                       expected[label],
-                                                       static_cast<int32_t>(views.size())));
+    *resp.add_replicas() = Summarize(
+        label, views, std::max<int32_t>(expected[label], static_cast<int32_t>(views.size())));
   }
   return resp;
 }
 
 std::vector<std::string> ServingBoard::Groups() {
   absl::MutexLock lock(&mu_);
-  std::vector<std::string> out;
-  for (const auto& [g, entries] : groups_) out.push_back(g);
-  return out;
+  std::set<std::string> out = exported_;
+  for (const auto& [g, entries] : groups_) out.insert(g);
+  return std::vector<std::string>(out.begin(), out.end());
 }
 
 void ServingBoard::Export(const v1::ReplicasResponse& r) {
   if (metrics_ == nullptr) return;
-  for (const v1::ReplicaServing& rep : r.replicas()) {
-    metrics_->SetReplica(r.group(), rep.replica(), ReplicaStateName(rep.state()), rep.version());
+  {
+    absl::MutexLock lock(&mu_);
+    if (r.replicas().empty()) {
+      exported_.erase(r.group());
+    } else {
+      exported_.insert(r.group());
+    }
   }
+  std::vector<ControllerMetrics::ReplicaGauge> gauges;
+  for (const v1::ReplicaServing& rep : r.replicas()) {
+    gauges.push_back(
+        {rep.replica(), ReplicaStateName(rep.state()), static_cast<double>(rep.version())});
+  }
+  metrics_->SetReplicas(r.group(), gauges);
 }
 
 }  // namespace wsync::controller

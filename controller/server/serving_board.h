@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -61,9 +62,10 @@ class ServingBoard {
   // The replicas of `group` given its live holders.
   v1::ReplicasResponse Replicas(const std::string& group, const GroupHolders& holders,
                                 absl::Time now);
-  // Groups with reports (for the metrics refresh).
+  // Groups with reports or with replica gauges (for the metrics refresh).
   std::vector<std::string> Groups();
-  // Sets the replica gauges of `r` (no-op without metrics).
+  // Sets the replica gauges of `r`, removing those of replicas it no longer
+  // has (no-op without metrics).
   void Export(const v1::ReplicasResponse& r);
 
  private:
@@ -78,6 +80,7 @@ class ServingBoard {
   absl::Mutex mu_;
   // group -> rank -> the last report for it.
   std::map<std::string, std::map<int32_t, Entry>> groups_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> exported_ ABSL_GUARDED_BY(mu_);  // groups with gauges
 };
 
 // "serving", "paused", ... (the names of the metrics' state label and of

@@ -21,9 +21,8 @@ absl::Status ServingTable::Set(const v1::SetServingRequest& req) {
         absl::StrCat(what, ": this worker is not in it (its groups: ", groups, ")"));
   }
   if (req.state() == v1::SERVING_STATE_UNSPECIFIED || !v1::ServingState_IsValid(req.state())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": state ", req.state(),
-                     " is not one of serving, paused, updating, failed"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": state ", req.state(), " is not one of serving, paused, updating, failed"));
   }
   if (req.version() < 0) {
     return absl::InvalidArgumentError(

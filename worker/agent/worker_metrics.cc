@@ -21,9 +21,10 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                          .Add({});
   auto& direct = prometheus::BuildCounter()
                      .Name("wsync_worker_direct_write_bytes_total")
-                     .Help("Bytes written directly into mapped peer buffers (direction=\"out\") "
-                           "or into this worker's by peers (\"in\"); part of the sent / received "
-                           "bytes.")
+                     .Help(
+                         "Bytes written directly into mapped peer buffers (direction=\"out\") "
+                         "or into this worker's by peers (\"in\"); part of the sent / received "
+                         "bytes.")
                      .Register(*registry_);
   direct_out_ = &direct.Add({{"direction", "out"}});
   direct_in_ = &direct.Add({{"direction", "in"}});
@@ -45,8 +46,9 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
   slow_peer_mappings_ =
       &prometheus::BuildGauge()
            .Name("wsync_worker_slow_peer_mappings")
-           .Help("Peer GPU allocations this worker maps for direct writes whose size is not a "
-                 "multiple of 64 KiB (the copy engines write those ~25 % slower).")
+           .Help(
+               "Peer GPU allocations this worker maps for direct writes whose size is not a "
+               "multiple of 64 KiB (the copy engines write those ~25 % slower).")
            .Register(*registry_)
            .Add({});
   errors_ = &prometheus::BuildCounter()
@@ -59,8 +61,9 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                           .Register(*registry_);
   serving_state_ = &prometheus::BuildGauge()
                         .Name("wsync_worker_serving_state")
-                        .Help("1 for the owner's current state (serving, paused, updating, "
-                              "failed), 0 for the others, per group.")
+                        .Help(
+                            "1 for the owner's current state (serving, paused, updating, "
+                            "failed), 0 for the others, per group.")
                         .Register(*registry_);
   // Zero series for the usual codes, so that rates work before the first error.
   for (absl::StatusCode c : {absl::StatusCode::kAborted, absl::StatusCode::kCancelled,

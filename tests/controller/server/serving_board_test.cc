@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "prometheus/metric_family.h"
 
 namespace wsync::controller {
 namespace {
@@ -196,6 +197,42 @@ TEST_F(ServingBoardTest, BadReportsAreRefusedWhole) {
   *twice.Add() = twice[0];
   s = board_.Record("L0", Member("inf", 0, 1), twice, kT0);
   EXPECT_THAT(s.message(), HasSubstr("repeated"));
+}
+
+// The value of wsync_replica_serving_version{group="inf",replica=`label`},
+// or -1 when there is no such series.
+double ReplicaVersionGauge(ControllerMetrics& m, const std::string& label) {
+  for (const prometheus::MetricFamily& f : m.registry().Collect()) {
+    if (f.name != "wsync_replica_serving_version") continue;
+    for (const prometheus::ClientMetric& c : f.metric) {
+      bool match = true;
+      for (const prometheus::ClientMetric::Label& l : c.label) {
+        if (l.name == "replica") match &= l.value == label;
+        if (l.name == "group") match &= l.value == "inf";
+      }
+      if (match) return c.gauge.value;
+    }
+  }
+  return -1;
+}
+
+TEST(ServingBoardMetricsTest, GaugesFollowTheReplicasAndGoWithThem) {
+  ControllerMetrics metrics;
+  ServingBoard board(&metrics, absl::Minutes(10));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(board
+                    .Record("L" + std::to_string(r), Member("inf", r, 2),
+                            Report("inf", 8, v1::SERVING_STATE_SERVING, "a", 2), kT0)
+                    .ok());
+  }
+  board.Export(board.Replicas("inf", Holders(2), kT0));
+  EXPECT_EQ(ReplicaVersionGauge(metrics, "a"), 8);
+  board.Export(board.Replicas("inf", GroupHolders{}, kT0));  // both workers lost
+  EXPECT_EQ(ReplicaVersionGauge(metrics, "a"), 0);
+  EXPECT_EQ(board.Groups(), std::vector<std::string>{"inf"});
+  board.Export(board.Replicas("inf", GroupHolders{}, kT0 + absl::Minutes(11)));  // forgotten
+  EXPECT_EQ(ReplicaVersionGauge(metrics, "a"), -1);
+  EXPECT_TRUE(board.Groups().empty());
 }
 
 }  // namespace

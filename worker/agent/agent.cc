@@ -138,6 +138,7 @@ void WorkerAgent::SessionLoop() {
     // An owner that registered tensors while we were registering saw no lease
     // and could not forward them: send the current list now.
     PushBuffers(resp.lease_id());
+    serving_.MarkUnsent();  // the new lease hears what the owner serves at once
     v1::AssignmentsRequest areq;
     areq.set_lease_id(resp.lease_id());
     auto reader = stub_->Assignments(&ctx, areq);

@@ -62,4 +62,9 @@ bool ServingTable::TakeChanged() {
   return was;
 }
 
+void ServingTable::MarkUnsent() {
+  absl::MutexLock lock(&mu_);
+  changed_ = changed_ || !by_group_.empty();
+}
+
 }  // namespace wsync::agent

@@ -29,8 +29,11 @@ class ServingTable {
   absl::Status Set(const v1::SetServingRequest& req);
   // One report per group that was set, with this worker's last synced version.
   std::vector<v1::ServingReport> Reports(int64_t last_synced_version);
-  // True once after each Set (the heartbeat then goes at once).
+  // True once after each Set or MarkUnsent (the heartbeat then goes at once).
   bool TakeChanged();
+  // A new lease has not heard the reports: the next heartbeat goes at once
+  // (no-op while nothing was set).
+  void MarkUnsent();
 
  private:
   const std::vector<v1::Membership> memberships_;

@@ -7,8 +7,8 @@
 #include <iostream>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "controller/server/serving_board.h"
 #include "google/protobuf/util/json_util.h"
@@ -69,11 +69,18 @@ int RunReplicasCommand(const std::vector<std::string>& argv) {
   }
   auto version = args->IntValue("version", -1);
   auto timeout_ms = args->IntValue("timeout_ms", 10000);
-  if (args->Value("controller").empty() || !args->positional().empty() || !version.ok() ||
-      !timeout_ms.ok()) {
-    spdlog::error("replicas: {}", !version.ok()      ? std::string(version.status().message())
-                                  : !timeout_ms.ok() ? std::string(timeout_ms.status().message())
-                                                     : "--controller HOST:PORT is required");
+  absl::Status usage = !version.ok()      ? version.status()
+                       : !timeout_ms.ok() ? timeout_ms.status()
+                                          : absl::OkStatus();
+  if (usage.ok() && args->Value("controller").empty()) {
+    usage = absl::InvalidArgumentError("--controller HOST:PORT is required");
+  }
+  if (usage.ok() && !args->positional().empty()) {
+    usage = absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", args->positional()[0], "'"));
+  }
+  if (!usage.ok()) {
+    spdlog::error("replicas: {}", std::string(usage.message()));
     ReplicasUsage(stderr);
     return kExitUsage;
   }

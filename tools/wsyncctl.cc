@@ -1,4 +1,4 @@
-// wsyncctl: command-line front end of wsync (planning, catalog, ...).
+// wsyncctl: command-line front end of wsync (planning, catalog, replicas, ...).
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -16,6 +16,8 @@ constexpr Subcommand kSubcommands[] = {
      RunPlanCommand},
     {"catalog", "emit the TransferSpec JSON of a catalog case, or --list the models",
      RunCatalogCommand},
+    {"replicas", "what each replica of a destination group serves (from the controller)",
+     RunReplicasCommand},
 };
 
 void Usage(FILE* out) {

@@ -1,12 +1,16 @@
 #include "controller/server/controller.h"
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
 namespace wsync::controller {
 
 Controller::Controller(const ControllerConfig& config, ControllerMetrics* metrics,
                        PlanSource* plans)
     : workers_(config, metrics),
       rendezvous_([this](const std::string& lease) { return workers_.IsAlive(lease); }),
-      syncs_(config, metrics, plans, &workers_, &rendezvous_) {
+      syncs_(config, metrics, plans, &workers_, &rendezvous_),
+      serving_(metrics) {
   workers_.SetLossListener([this](const WorkerLoss& loss) {
     syncs_.WorkerLost(loss);
     rendezvous_.WakeAll();
@@ -16,6 +20,34 @@ Controller::Controller(const ControllerConfig& config, ControllerMetrics* metric
 void Controller::Tick() {
   workers_.Tick();
   syncs_.Tick();
+  // The replica gauges need not follow every 25 ms tick.
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  int64_t due = next_serving_export_ms_.load();
+  if (now_ms < due || !next_serving_export_ms_.compare_exchange_strong(
+                          due, now_ms + absl::ToInt64Milliseconds(kServingExportPeriod))) {
+    return;
+  }
+  for (const std::string& group : serving_.Groups()) serving_.Export(Replicas(group));
+}
+
+absl::Status Controller::RecordServing(
+    const std::string& lease_id,
+    const google::protobuf::RepeatedPtrField<v1::ServingReport>& reports) {
+  if (reports.empty()) return absl::OkStatus();
+  std::optional<WorkerSnapshot> w = workers_.Find(lease_id);
+  if (!w.has_value()) {
+    return absl::NotFoundError(
+        absl::StrCat("serving reports of lease ", lease_id, ": the lease is not alive"));
+  }
+  return serving_.Record(lease_id, w->info->memberships(), reports, absl::Now());
+}
+
+v1::ReplicasResponse Controller::Replicas(const std::string& group) {
+  WorkerRegistry::Group g = workers_.FindGroup(group);
+  GroupHolders holders;
+  holders.size = g.size;
+  for (const auto& rank : g.ranks) holders.leases.push_back(rank ? rank->lease_id : "");
+  return serving_.Replicas(group, holders, absl::Now());
 }
 
 void Controller::Shutdown() {

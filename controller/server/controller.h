@@ -4,6 +4,8 @@
 //  - Rendezvous (rendezvous.h): the transports' key-value scopes.
 //  - SyncCoordinator (sync_coordinator.h): transfers, plans and their worker
 //    parts, routes, syncs.
+//  - ServingBoard (serving_board.h): the versions the owners serve, by
+//    replica; it calls no other owner.
 // Lock order: SyncCoordinator -> WorkerRegistry and SyncCoordinator ->
 // Rendezvous (the coordinator calls both while holding its lock); the
 // registry and the rendezvous never call another owner while holding theirs.
@@ -13,10 +15,14 @@
 #ifndef WSYNC_CONTROLLER_SERVER_CONTROLLER_H_
 #define WSYNC_CONTROLLER_SERVER_CONTROLLER_H_
 
+#include <atomic>
+#include <cstdint>
+
 #include "controller/server/config.h"
 #include "controller/server/metrics.h"
 #include "controller/server/plan_source.h"
 #include "controller/server/rendezvous.h"
+#include "controller/server/serving_board.h"
 #include "controller/server/sync_coordinator.h"
 #include "controller/server/worker_registry.h"
 
@@ -32,8 +38,17 @@ class Controller {
   WorkerRegistry& workers() { return workers_; }
   Rendezvous& rendezvous() { return rendezvous_; }
   SyncCoordinator& syncs() { return syncs_; }
+  ServingBoard& serving() { return serving_; }
 
-  // Expires leases, then sync deadlines. Call periodically.
+  // A heartbeat's serving reports: recorded for the lease's groups.
+  // NOT_FOUND for a lease that is not alive, INVALID_ARGUMENT (serving_board.h).
+  absl::Status RecordServing(const std::string& lease_id,
+                             const google::protobuf::RepeatedPtrField<v1::ServingReport>& reports);
+  // What each replica of `group` serves, from its live holders and reports.
+  v1::ReplicasResponse Replicas(const std::string& group);
+
+  // Expires leases, then sync deadlines; refreshes the replica gauges (every
+  // kServingExportPeriod). Call periodically.
   void Tick();
   // Ends every stream and wait promptly (server shutdown).
   void Shutdown();
@@ -42,6 +57,10 @@ class Controller {
   WorkerRegistry workers_;
   Rendezvous rendezvous_;
   SyncCoordinator syncs_;
+  ServingBoard serving_;
+  // Tick() refreshes the replica gauges at most this often.
+  static constexpr absl::Duration kServingExportPeriod = absl::Milliseconds(500);
+  std::atomic<int64_t> next_serving_export_ms_{0};
 };
 
 }  // namespace wsync::controller

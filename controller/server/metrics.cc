@@ -51,6 +51,18 @@ ControllerMetrics::ControllerMetrics() : registry_(std::make_shared<prometheus::
                          .Name("wsync_weight_version")
                          .Help("Last successfully synced weight version, per transfer.")
                          .Register(*registry_);
+  replica_version_ = &prometheus::BuildGauge()
+                          .Name("wsync_replica_serving_version")
+                          .Help(
+                              "The weight version every rank of a replica serves (0 unless all "
+                              "serve one version), per destination group and replica label.")
+                          .Register(*registry_);
+  replica_state_ = &prometheus::BuildGauge()
+                        .Name("wsync_replica_state")
+                        .Help(
+                            "1 for a replica's current state (serving, mixed, paused, "
+                            "updating, failed, incomplete), 0 for the others.")
+                        .Register(*registry_);
 }
 
 absl::Status ControllerMetrics::Serve(const std::string& bind_address) {
@@ -71,6 +83,32 @@ void ControllerMetrics::PlanBuilt(double seconds) { plan_duration_->Observe(seco
 
 void ControllerMetrics::SetWeightVersion(const std::string& transfer, double version) {
   weight_version_->Add({{"transfer", transfer}}).Set(version);
+}
+
+void ControllerMetrics::SetReplicas(const std::string& group,
+                                    const std::vector<ReplicaGauge>& replicas) {
+  static constexpr const char* kStates[] = {"serving",  "mixed",  "paused",
+                                            "updating", "failed", "incomplete"};
+  absl::MutexLock lock(&replicas_mu_);
+  std::set<std::string>& exported = replicas_exported_[group];
+  std::set<std::string> now;
+  for (const ReplicaGauge& r : replicas) {
+    replica_version_->Add({{"group", group}, {"replica", r.replica}}).Set(r.version);
+    for (const char* s : kStates) {
+      replica_state_->Add({{"group", group}, {"replica", r.replica}, {"state", s}})
+          .Set(r.state == s ? 1 : 0);
+    }
+    now.insert(r.replica);
+  }
+  for (const std::string& gone : exported) {
+    if (now.count(gone) != 0) continue;
+    replica_version_->Remove(&replica_version_->Add({{"group", group}, {"replica", gone}}));
+    for (const char* s : kStates) {
+      replica_state_->Remove(
+          &replica_state_->Add({{"group", group}, {"replica", gone}, {"state", s}}));
+    }
+  }
+  exported = std::move(now);
 }
 
 }  // namespace wsync::controller

@@ -3,10 +3,14 @@
 #ifndef WSYNC_CONTROLLER_SERVER_METRICS_H_
 #define WSYNC_CONTROLLER_SERVER_METRICS_H_
 
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/metrics_endpoint.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -33,6 +37,15 @@ class ControllerMetrics {
     workers_alive_->Set(alive);
   }
   void SetWeightVersion(const std::string& transfer, double version);
+  // The replicas of `group` (serving_board.h): per replica the version every
+  // rank serves (0 unless serving) and its state, one series per state set to
+  // 1 / 0. The series of the group's replicas not listed are removed.
+  struct ReplicaGauge {
+    std::string replica;
+    std::string state;
+    double version = 0;
+  };
+  void SetReplicas(const std::string& group, const std::vector<ReplicaGauge>& replicas);
 
   prometheus::Registry& registry() { return *registry_; }
 
@@ -48,6 +61,11 @@ class ControllerMetrics {
   prometheus::Counter* cache_hits_;
   prometheus::Counter* cache_misses_;
   prometheus::Family<prometheus::Gauge>* weight_version_;
+  prometheus::Family<prometheus::Gauge>* replica_version_;
+  prometheus::Family<prometheus::Gauge>* replica_state_;
+  absl::Mutex replicas_mu_;
+  // group -> replica labels with series.
+  std::map<std::string, std::set<std::string>> replicas_exported_ ABSL_GUARDED_BY(replicas_mu_);
 };
 
 }  // namespace wsync::controller

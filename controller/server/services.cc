@@ -24,7 +24,9 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext*,
 
 grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
                                           v1::HeartbeatResponse* resp) {
-  return Fill(controller_->workers().Heartbeat(req->lease_id()), resp);
+  grpc::Status s = Fill(controller_->workers().Heartbeat(req->lease_id()), resp);
+  if (!s.ok()) return s;
+  return ToGrpc(controller_->RecordServing(req->lease_id(), req->serving()));
 }
 
 grpc::Status WorkerServiceImpl::UpdateBuffers(grpc::ServerContext*,
@@ -147,6 +149,15 @@ grpc::Status TrainerServiceImpl::ListWorkers(grpc::ServerContext*,
                                              const v1::ListWorkersRequest* req,
                                              v1::ListWorkersResponse* resp) {
   *resp = controller_->workers().ListWorkers(req->group());
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainerServiceImpl::Replicas(grpc::ServerContext*, const v1::ReplicasRequest* req,
+                                          v1::ReplicasResponse* resp) {
+  if (req->group().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Replicas: name the destination group");
+  }
+  *resp = controller_->Replicas(req->group());
   return grpc::Status::OK;
 }
 

@@ -61,6 +61,8 @@ class TrainerServiceImpl final : public v1::TrainerService::Service {
                       v1::SyncStatus* resp) override;
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest* req,
                            v1::ListWorkersResponse* resp) override;
+  grpc::Status Replicas(grpc::ServerContext*, const v1::ReplicasRequest* req,
+                        v1::ReplicasResponse* resp) override;
 
  private:
   Controller* const controller_;

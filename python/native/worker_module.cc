@@ -143,6 +143,22 @@ py::dict Status(EmbeddedWorker& w) {
   return d;
 }
 
+void SetServing(EmbeddedWorker& w, const std::string& group, int64_t version, int state,
+                const std::string& replica, int32_t replica_ranks) {
+  wsync::v1::SetServingRequest req;
+  req.set_group(group);
+  req.set_version(version);
+  req.set_state(static_cast<wsync::v1::ServingState>(state));
+  req.set_replica(replica);
+  req.set_replica_ranks(replica_ranks);
+  absl::Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = w.SetServing(req);
+  }
+  Check(s);
+}
+
 // One subscriber's sync events.
 class Events {
  public:
@@ -214,6 +230,8 @@ void BindWorker(py::module_& m) {
       .def("stop", &EmbeddedWorker::Stop, py::call_guard<py::gil_scoped_release>())
       .def("register", &Register, py::arg("group"), py::arg("tensors"), py::arg("replace") = false)
       .def("status", &Status)
+      .def("set_serving", &SetServing, py::arg("group"), py::arg("version"), py::arg("state"),
+           py::arg("replica") = "", py::arg("replica_ranks") = 0)
       .def(
           "events", [](EmbeddedWorker& w) { return std::make_unique<Events>(&w); },
           py::keep_alive<0, 1>())

@@ -11,7 +11,7 @@ import time
 import grpc
 
 from wsync import errors, progress as progress_mod, specs
-from wsync.client import _POLL_MS, _RUNNING, _WATCH_SLICE_S, _result
+from wsync.client import _POLL_MS, _RUNNING, _WATCH_SLICE_S, _result, replicas_serving
 from wsync._proto import controller_pb2 as pb
 from wsync._proto import controller_pb2_grpc as pb_grpc
 
@@ -141,6 +141,15 @@ class Client:
 
     async def cancel(self, sync_id, reason="cancelled by the trainer"):
         return await self._rpc("Cancel", pb.CancelRequest(sync_id=sync_id, reason=reason))
+
+    async def serving(self, group="inference"):
+        """As wsync.Client.serving: the ReplicaServing list of `group`."""
+        resp = await self._rpc("Replicas", pb.ReplicasRequest(group=group))
+        return list(resp.replicas)
+
+    async def replicas_at(self, version, group="inference"):
+        """As wsync.Client.replicas_at: labels of the replicas serving `version`."""
+        return replicas_serving(await self.serving(group), version)
 
     async def wait_for_workers(self, groups, timeout=30.0, buffers=False):
         end = time.monotonic() + timeout

@@ -30,6 +30,12 @@ def _result(status):
     raise errors.SyncFailed(status)
 
 
+def replicas_serving(replicas, version):
+    """Labels of the ReplicaServing entries serving exactly `version`."""
+    return [r.replica for r in replicas
+            if r.state == pb.REPLICA_SERVING and r.version == version]
+
+
 class SyncHandle:
     """A started sync: ``wait()``, ``progress()``, ``cancel()``, ``watch()``."""
 
@@ -189,6 +195,19 @@ class Client:
 
     def cancel(self, sync_id, reason="cancelled by the trainer"):
         return self._rpc("Cancel", pb.CancelRequest(sync_id=sync_id, reason=reason))
+
+    def serving(self, group="inference"):
+        """What each replica of destination `group` serves: a list of
+        ReplicaServing (replica label, state, version, expected ranks, and per
+        rank its version, state, last synced version and report age), by
+        label. A replica serves version V (state REPLICA_SERVING) only when
+        every rank it expects is live and its owner reported serving V
+        (docs/api.md, "Serving versions")."""
+        return list(self._rpc("Replicas", pb.ReplicasRequest(group=group)).replicas)
+
+    def replicas_at(self, version, group="inference"):
+        """Labels of the replicas of `group` whose every rank serves `version`."""
+        return replicas_serving(self.serving(group), version)
 
     def wait_for_workers(self, groups, timeout=30.0, buffers=False):
         """Waits until every rank of `groups` ({group: size}) holds a live lease

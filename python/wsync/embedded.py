@@ -26,6 +26,7 @@ import time
 import weakref
 
 from wsync import dtypes, errors
+from wsync._proto import worker_local_pb2 as _lpb
 from wsync.torch import _named  # (name, tensor) pairs of a module, dict or list
 
 # One tensor by pointer: what the worker needs to read and write it.
@@ -40,6 +41,10 @@ _CODES = {"INVALID_ARGUMENT": errors.InvalidArgument, "NOT_FOUND": errors.NotFou
           "RESOURCE_EXHAUSTED": errors.ResourceExhausted, "INTERNAL": errors.Internal}
 
 _LIVE = weakref.WeakSet()
+
+# set_serving's states -> the ServingState values of worker_local.proto.
+SERVING_STATES = {"serving": _lpb.SERVING_STATE_SERVING, "paused": _lpb.SERVING_STATE_PAUSED,
+                  "updating": _lpb.SERVING_STATE_UPDATING, "failed": _lpb.SERVING_STATE_FAILED}
 
 
 def _native():
@@ -237,6 +242,25 @@ class Worker:
     def status(self):
         """{registered, lease_id, last_version, syncs_ok, syncs_failed, running}."""
         return self._w.status()
+
+    def set_serving(self, version, state, *, group=None, replica="", replica_ranks=0):
+        """Tells the worker which weight `version` this process serves for
+        `group` (default: the worker's only group) and in what `state`: one
+        of "serving", "paused", "updating", "failed" (SERVING_STATES). The
+        worker exports it on /metrics (wsync_worker_serving_version /
+        _state) and reports it to the controller at once, where
+        ``Client.serving()`` shows it per replica. `replica` labels the model
+        copy this rank belongs to (e.g. one vLLM server's TP ranks; "": the
+        group's unlabelled ranks form one replica) and `replica_ranks` its
+        number of ranks (0: unknown). docs/api.md, "Serving versions"."""
+        if state not in SERVING_STATES:
+            raise errors.InvalidArgument(
+                f"set_serving: state {state!r} is not one of {sorted(SERVING_STATES)}")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise errors.InvalidArgument(
+                f"set_serving: version {version!r} is not a non-negative int")
+        _call(self._w.set_serving, self._group(group), version, SERVING_STATES[state],
+              replica=str(replica), replica_ranks=int(replica_ranks))
 
     def events(self):
         """A subscription to sync events from now on: ``next(timeout)`` gives

@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <fstream>
 
+#include "absl/time/clock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
+#include "tools/demo/owner.h"
 
 namespace wsync::integration {
 namespace {
@@ -58,18 +60,50 @@ TEST(MetricsIntegration, ControllerAndWorkerMetricsPassPromtool) {
     ASSERT_TRUE(run.SyncAndWait("t", v, &st).ok());
     ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
   }
-  const std::string controller = HttpGet(run.cluster->controller_metrics_port(), "/metrics");
+  // The inference owners serve version 2 (SetServing on their workers).
+  for (int r = 0; r < 2; ++r) {
+    v1::SetServingRequest req;
+    req.set_group("inference");
+    req.set_version(2);
+    req.set_state(v1::SERVING_STATE_SERVING);
+    req.set_replica("r0");
+    req.set_replica_ranks(2);
+    grpc::ClientContext ctx;
+    v1::SetServingResponse resp;
+    const grpc::Status s = demo::LocalStub(run.cluster->worker(run.dst_worker[r]).socket)
+                               ->SetServing(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  const std::string serving_series =
+      "wsync_replica_state{group=\"inference\",replica=\"r0\",state=\"serving\"} 1";
+  std::string controller;
+  for (int i = 0; i < 200 && controller.find(serving_series) == std::string::npos; ++i) {
+    if (i > 0) absl::SleepFor(absl::Milliseconds(50));
+    controller = HttpGet(run.cluster->controller_metrics_port(), "/metrics");
+  }
   for (const char* needle :
        {"wsync_syncs_total{outcome=\"succeeded\"} 2", "wsync_sync_duration_seconds_bucket",
         "wsync_sync_bytes ", "wsync_workers_registered 4", "wsync_workers_alive 4",
         "wsync_plan_duration_seconds_count 1", "wsync_plan_cache_hits_total",
-        "wsync_plan_cache_misses_total 1", "wsync_weight_version{transfer=\"t\"} 2"}) {
+        "wsync_plan_cache_misses_total 1", "wsync_weight_version{transfer=\"t\"} 2",
+        "wsync_replica_serving_version{group=\"inference\",replica=\"r0\"} 2",
+        serving_series.c_str()}) {
     EXPECT_NE(controller.find(needle), std::string::npos) << needle << "\n" << controller;
   }
   std::string out;
   EXPECT_EQ(Promtool(controller, &out), 0) << out;
   const std::string worker =
       HttpGet(run.cluster->worker(run.src_worker[0]).metrics_port, "/metrics");
+  const std::string inference =
+      HttpGet(run.cluster->worker(run.dst_worker[1]).metrics_port, "/metrics");
+  for (const char* needle :
+       {"wsync_worker_serving_version{group=\"inference\"} 2",
+        "wsync_worker_serving_state{group=\"inference\",state=\"serving\"} 1",
+        "wsync_worker_serving_state{group=\"inference\",state=\"failed\"} 0"}) {
+    EXPECT_NE(inference.find(needle), std::string::npos) << needle << "\n" << inference;
+  }
+  out.clear();
+  EXPECT_EQ(Promtool(inference, &out), 0) << out;
   for (const char* needle :
        {"wsync_worker_bytes_sent_total", "wsync_worker_bytes_received_total",
         "wsync_worker_round_duration_seconds_bucket", "wsync_worker_sync_duration_seconds_count 2",

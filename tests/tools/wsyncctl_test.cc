@@ -59,6 +59,22 @@ TEST(WsyncctlTest, UsageAndUnknownCommand) {
   EXPECT_EQ(Ctl("plan --help").code, 0);
 }
 
+TEST(WsyncctlTest, ReplicasUsageAndUnreachableController) {
+  Result r = Ctl("replicas --help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("--controller HOST:PORT"), std::string::npos) << r.out;
+  r = Ctl("replicas --group inference");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--controller HOST:PORT is required"), std::string::npos) << r.out;
+  r = Ctl("replicas --controller 127.0.0.1:1 --version x");
+  EXPECT_EQ(r.code, 2);
+  // Nothing listens on port 1: the error names the group and the controller.
+  r = Ctl("replicas --controller 127.0.0.1:1 --group serve --timeout_ms 300");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("replicas of group 'serve' from controller 127.0.0.1:1"), std::string::npos)
+      << r.out;
+}
+
 TEST(WsyncctlTest, CatalogThenPlanAndVerify) {
   const std::string spec = TempPath("tiny.json");
   Result r = Ctl(absl::StrCat("catalog ", kTinyCase, " --out ", spec));

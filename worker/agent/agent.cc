@@ -51,6 +51,7 @@ WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
     : options_(std::move(options)),
       metrics_(metrics),
       tensors_(GroupsOf(options_), options_.backend),
+      serving_(options_.memberships),
       runner_(
           &tensors_, metrics,
           RunnerOptions{options_.round_timeout, options_.staging_limit_bytes, options_.backend}),
@@ -143,6 +144,7 @@ void WorkerAgent::SessionLoop() {
     // An owner that registered tensors while we were registering saw no lease
     // and could not forward them: send the current list now.
     PushBuffers(resp.lease_id());
+    serving_.MarkUnsent();  // the new lease hears what the owner serves at once
     v1::AssignmentsRequest areq;
     areq.set_lease_id(resp.lease_id());
     auto reader = stub_->Assignments(&ctx, areq);
@@ -179,6 +181,8 @@ void WorkerAgent::HeartbeatLoop() {
       ctx.set_deadline(In(interval));
       v1::HeartbeatRequest req;
       req.set_lease_id(lease_id);
+      serving_.TakeChanged();  // this heartbeat carries the change
+      for (auto& r : serving_.Reports(Status().last_version())) *req.add_serving() = std::move(r);
       v1::HeartbeatResponse resp;
       grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
       if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
@@ -189,7 +193,9 @@ void WorkerAgent::HeartbeatLoop() {
         RetryBuffersPush(lease_id);  // retries a push that failed (no-op when current)
       }
     }
-    for (absl::Duration slept; slept < interval && !stop_.load(); slept += absl::Milliseconds(20)) {
+    // An owner's SetServing cuts the wait short: the controller hears it now.
+    for (absl::Duration slept; slept < interval && !stop_.load() && !serving_.TakeChanged();
+         slept += absl::Milliseconds(20)) {
       absl::SleepFor(absl::Milliseconds(20));
     }
   }
@@ -427,6 +433,14 @@ v1::LocalStatusResponse WorkerAgent::Status() {
   s.set_syncs_ok(syncs_ok_);
   s.set_syncs_failed(syncs_failed_);
   return s;
+}
+
+absl::Status WorkerAgent::SetServing(const v1::SetServingRequest& req) {
+  if (absl::Status s = serving_.Set(req); !s.ok()) return s;
+  if (metrics_ != nullptr) {
+    metrics_->Serving(req.group(), req.version(), ServingStateLabel(req.state()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace wsync::agent

@@ -17,6 +17,7 @@
 #include "grpcpp/grpcpp.h"
 #include "worker/agent/fd_inbox.h"
 #include "worker/agent/progress_reporter.h"
+#include "worker/agent/serving.h"
 #include "worker/agent/sync_runner.h"
 #include "worker/agent/tensor_table.h"
 #include "worker/agent/worker_metrics.h"
@@ -82,6 +83,9 @@ class WorkerAgent {
   std::shared_ptr<EventQueue> Subscribe();
   void Unsubscribe(const std::shared_ptr<EventQueue>& q);
   v1::LocalStatusResponse Status();
+  // The version the owner serves for a group (serving.h): exported as a
+  // metric and sent to the controller with the next heartbeat, at once.
+  absl::Status SetServing(const v1::SetServingRequest& req);
 
  private:
   struct Queued {
@@ -112,6 +116,7 @@ class WorkerAgent {
   const AgentOptions options_;
   WorkerMetrics* const metrics_;
   TensorTable tensors_;
+  ServingTable serving_;
   SyncRunner runner_;
   std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<v1::WorkerService::Stub> stub_;

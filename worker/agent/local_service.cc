@@ -33,4 +33,10 @@ grpc::Status LocalServiceImpl::Status(grpc::ServerContext*, const v1::LocalStatu
   return grpc::Status::OK;
 }
 
+grpc::Status LocalServiceImpl::SetServing(grpc::ServerContext*, const v1::SetServingRequest* req,
+                                          v1::SetServingResponse*) {
+  const absl::Status s = agent_->SetServing(*req);
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
 }  // namespace wsync::agent

@@ -19,6 +19,8 @@ class LocalServiceImpl final : public v1::WorkerLocal::Service {
                           grpc::ServerWriter<v1::SyncEvent>* writer) override;
   grpc::Status Status(grpc::ServerContext*, const v1::LocalStatusRequest*,
                       v1::LocalStatusResponse* resp) override;
+  grpc::Status SetServing(grpc::ServerContext*, const v1::SetServingRequest* req,
+                          v1::SetServingResponse* resp) override;
 
  private:
   WorkerAgent* const agent_;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "wsync/v1/worker_local.pb.h"
 
 namespace wsync::agent {
 
@@ -20,9 +21,10 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                          .Add({});
   auto& direct = prometheus::BuildCounter()
                      .Name("wsync_worker_direct_write_bytes_total")
-                     .Help("Bytes written directly into mapped peer buffers (direction=\"out\") "
-                           "or into this worker's by peers (\"in\"); part of the sent / received "
-                           "bytes.")
+                     .Help(
+                         "Bytes written directly into mapped peer buffers (direction=\"out\") "
+                         "or into this worker's by peers (\"in\"); part of the sent / received "
+                         "bytes.")
                      .Register(*registry_);
   direct_out_ = &direct.Add({{"direction", "out"}});
   direct_in_ = &direct.Add({{"direction", "in"}});
@@ -44,14 +46,25 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
   slow_peer_mappings_ =
       &prometheus::BuildGauge()
            .Name("wsync_worker_slow_peer_mappings")
-           .Help("Peer GPU allocations this worker maps for direct writes whose size is not a "
-                 "multiple of 64 KiB (the copy engines write those ~25 % slower).")
+           .Help(
+               "Peer GPU allocations this worker maps for direct writes whose size is not a "
+               "multiple of 64 KiB (the copy engines write those ~25 % slower).")
            .Register(*registry_)
            .Add({});
   errors_ = &prometheus::BuildCounter()
                  .Name("wsync_worker_errors_total")
                  .Help("Syncs this worker ended with an error, by status code.")
                  .Register(*registry_);
+  serving_version_ = &prometheus::BuildGauge()
+                          .Name("wsync_worker_serving_version")
+                          .Help("The weight version the owner serves, per group (SetServing).")
+                          .Register(*registry_);
+  serving_state_ = &prometheus::BuildGauge()
+                        .Name("wsync_worker_serving_state")
+                        .Help(
+                            "1 for the owner's current state (serving, paused, updating, "
+                            "failed), 0 for the others, per group.")
+                        .Register(*registry_);
   // Zero series for the usual codes, so that rates work before the first error.
   for (absl::StatusCode c : {absl::StatusCode::kAborted, absl::StatusCode::kCancelled,
                              absl::StatusCode::kDeadlineExceeded, absl::StatusCode::kUnavailable,
@@ -69,6 +82,28 @@ int WorkerMetrics::port() const { return endpoint_.port(); }
 
 void WorkerMetrics::Error(absl::StatusCode code) {
   errors_->Add({{"code", absl::AsciiStrToLower(absl::StatusCodeToString(code))}}).Increment();
+}
+
+void WorkerMetrics::Serving(const std::string& group, int64_t version, const std::string& state) {
+  serving_version_->Add({{"group", group}}).Set(static_cast<double>(version));
+  for (const char* s : {"serving", "paused", "updating", "failed"}) {
+    serving_state_->Add({{"group", group}, {"state", s}}).Set(state == s ? 1 : 0);
+  }
+}
+
+std::string ServingStateLabel(int state) {
+  switch (state) {
+    case v1::SERVING_STATE_SERVING:
+      return "serving";
+    case v1::SERVING_STATE_PAUSED:
+      return "paused";
+    case v1::SERVING_STATE_UPDATING:
+      return "updating";
+    case v1::SERVING_STATE_FAILED:
+      return "failed";
+    default:
+      return "unknown";
+  }
 }
 
 }  // namespace wsync::agent

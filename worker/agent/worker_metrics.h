@@ -1,5 +1,6 @@
 // The worker's Prometheus metrics (pull exposer on /metrics). Base units; the
-// only label is the error's status code name.
+// labels are the error's status code name and, for the serving metrics, the
+// group and the owner's state.
 #ifndef WSYNC_WORKER_AGENT_WORKER_METRICS_H_
 #define WSYNC_WORKER_AGENT_WORKER_METRICS_H_
 
@@ -37,6 +38,10 @@ class WorkerMetrics {
   void Staging(double bytes) { staging_bytes_->Set(bytes); }
   void SlowPeerMappings(double count) { slow_peer_mappings_->Set(count); }
   void Error(absl::StatusCode code);
+  // What the owner serves for `group` (SetServing): the version and the
+  // state, one series per state ("serving", "paused", "updating", "failed")
+  // set to 1 / 0.
+  void Serving(const std::string& group, int64_t version, const std::string& state);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -50,7 +55,13 @@ class WorkerMetrics {
   prometheus::Gauge* staging_bytes_;
   prometheus::Gauge* slow_peer_mappings_;
   prometheus::Family<prometheus::Counter>* errors_;
+  prometheus::Family<prometheus::Gauge>* serving_version_;
+  prometheus::Family<prometheus::Gauge>* serving_state_;
 };
+
+// The state label of the serving metric: "serving", "paused", "updating",
+// "failed" ("unknown" for anything else).
+std::string ServingStateLabel(int state);
 
 }  // namespace wsync::agent
 

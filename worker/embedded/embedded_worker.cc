@@ -173,6 +173,15 @@ absl::StatusOr<v1::RegisterTensorsResponse> EmbeddedWorker::Register(
 
 v1::LocalStatusResponse EmbeddedWorker::Status() { return agent_->Status(); }
 
+absl::Status EmbeddedWorker::SetServing(const v1::SetServingRequest& req) {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "SetServing for group '", req.group(), "': embedded worker ", Roles(), " is stopped"));
+  }
+  return agent_->SetServing(req);
+}
+
 std::shared_ptr<agent::EventQueue> EmbeddedWorker::Subscribe() { return agent_->Subscribe(); }
 
 void EmbeddedWorker::Unsubscribe(const std::shared_ptr<agent::EventQueue>& q) {

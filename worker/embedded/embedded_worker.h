@@ -7,7 +7,8 @@
 // processes: the worker takes no part in direct writes (it advertises no
 // memory domain), so every bucket to or from it goes over the transport.
 //
-// Lifecycle: Create -> [Register]* -> Start -> [Register | Status | events]*
+// Lifecycle: Create -> [Register]* -> Start -> [Register | SetServing | Status |
+// events]*
 // -> Stop. Stop is final (ends the lease: the controller sees the assignment
 // stream close and drops the worker), idempotent, and joins every thread;
 // calls after it are FAILED_PRECONDITION. Thread-safe.
@@ -79,6 +80,11 @@ class EmbeddedWorker {
                                                        std::vector<PointerTensor> tensors,
                                                        bool replace);
   v1::LocalStatusResponse Status();
+  // The version the owner serves for `req.group()` (worker/agent/serving.h):
+  // reported to the controller with the next heartbeat and on /metrics.
+  // INVALID_ARGUMENT naming the group for a bad request; FAILED_PRECONDITION
+  // once stopped.
+  absl::Status SetServing(const v1::SetServingRequest& req);
   // Sync events from now on (as the local API's SyncEvents stream).
   std::shared_ptr<agent::EventQueue> Subscribe();
   void Unsubscribe(const std::shared_ptr<agent::EventQueue>& q);

@@ -183,6 +183,7 @@ class Events {
     d["version"] = e.version();
     d["ok"] = e.ok();
     d["error"] = e.error();
+    d["untouched"] = e.untouched();
     return d;
   }
   void Close() {
@@ -232,6 +233,8 @@ void BindWorker(py::module_& m) {
       .def("status", &Status)
       .def("set_serving", &SetServing, py::arg("group"), py::arg("version"), py::arg("state"),
            py::arg("replica") = "", py::arg("replica_ranks") = 0)
+      .def("hold_syncs", &EmbeddedWorker::HoldSyncs, py::arg("reason"),
+           py::call_guard<py::gil_scoped_release>())
       .def(
           "events", [](EmbeddedWorker& w) { return std::make_unique<Events>(&w); },
           py::keep_alive<0, 1>())

@@ -243,6 +243,19 @@ class Worker:
         """{registered, lease_id, last_version, syncs_ok, syncs_failed, running}."""
         return self._w.status()
 
+    def hold(self, reason):
+        """Holds syncs off: each sync the controller assigns while held fails
+        at once, naming `reason`, before any registered tensor is touched
+        (event "finished" with ``untouched``). For memory that must not be
+        written now (an inference engine generating, weights asleep)."""
+        if not reason:
+            raise errors.InvalidArgument("hold: give the reason syncs are held off")
+        self._w.hold_syncs(str(reason))
+
+    def admit(self):
+        """Admits syncs again after hold()."""
+        self._w.hold_syncs("")
+
     def set_serving(self, version, state, *, group=None, replica="", replica_ranks=0):
         """Tells the worker which weight `version` this process serves for
         `group` (default: the worker's only group) and in what `state`: one

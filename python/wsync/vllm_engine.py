@@ -60,6 +60,9 @@ class WsyncInitInfo:
     dp_rank * tp + tp_rank). ``timeout``: seconds update_weights waits for a
     version; ``retries``: failed attempts at one version it waits through.
     ``postprocess``: "auto" | "never" | "always" (wsync.vllm_receiver).
+    ``hold_outside_window``: refuse syncs, untouched, outside
+    start_weight_update .. finish_weight_update (default; False: accept and
+    report them).
     ``experts``: "separate" or "stacked" trainer expert naming. ``skip``:
     parameter names / patterns not transferred. ``hf_config``: cross-checks
     counts. ``worker``: extra wsync.embedded.Worker options (metrics_port,
@@ -69,6 +72,7 @@ class WsyncInitInfo:
     timeout: float = 300.0
     retries: int = 0
     postprocess: str = "auto"
+    hold_outside_window: bool = True
     experts: str = "separate"
     skip: list = dataclasses.field(default_factory=list)
     hf_config: dict = None
@@ -162,7 +166,7 @@ class WsyncWeightTransferEngine(_base()):
                           skip=tuple(info.skip), device=device,
                           sleep=CuMemSleep.of_vllm(),  # None without vLLM's cumem allocator
                           postprocess=info.postprocess, timeout=info.timeout,
-                          retries=info.retries)
+                          retries=info.retries, hold_outside_window=info.hold_outside_window)
         self.receiver = rx.start(controller, **info.worker)
 
     def _rx(self):

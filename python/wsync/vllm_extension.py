@@ -43,7 +43,7 @@ class WsyncWorkerExtension:
 
     def wsync_start(self, controller, group="inference", *, timeout=300.0, retries=0,
                     postprocess="auto", experts="separate", skip=(), hf_config=None,
-                    worker=None):
+                    worker=None, hold_outside_window=True):
         """Starts this rank's embedded worker for the live model and registers
         every parameter. Returns {membership, spec}: spec is this rank's
         destination part (TransferSpec bytes) for wsync.vllm_live.merge."""
@@ -59,7 +59,8 @@ class WsyncWorkerExtension:
         rx = receiver_for(model, parallel_config=self.vllm_config.parallel_config,
                           group=group, hf_config=hf_config, experts=experts, skip=tuple(skip),
                           device=index, sleep=self._wsync_sleep(), postprocess=postprocess,
-                          timeout=timeout, retries=retries)
+                          timeout=timeout, retries=retries,
+                          hold_outside_window=hold_outside_window)
         self._wsync_receiver = rx.start(controller, **(worker or {}))
         return {"membership": rx.membership, "spec": rx.live.spec.SerializeToString()}
 

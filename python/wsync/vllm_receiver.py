@@ -78,7 +78,8 @@ class Receiver:
 
     def __init__(self, model, *, tp_rank, tp_size, ep_rank=0, ep_size=1, dp_rank=0, dp_size=1,
                  group="inference", hf_config=None, experts="separate", skip=(), device=None,
-                 sleep=None, postprocess="auto", timeout=300.0, retries=0):
+                 sleep=None, postprocess="auto", timeout=300.0, retries=0,
+                 hold_outside_window=True):
         if postprocess not in POSTPROCESS:
             raise errors.InvalidArgument(f"postprocess {postprocess!r}: expected one of "
                                          f"{', '.join(POSTPROCESS)}")
@@ -91,7 +92,9 @@ class Receiver:
         self.model, self.device, self.sleep = model, device, sleep
         self.group, self.postprocess = group, postprocess
         self.timeout, self.retries = float(timeout), int(retries)
+        self.hold_outside_window = bool(hold_outside_window)
         self.tp_rank, self.tp_size = tp_rank, tp_size
+        self.dp_rank = dp_rank
         self.rank, self.size = dp_rank * tp_size + tp_rank, dp_size * tp_size
         self.live = vllm_live.destination_from_model(
             model, tp_rank=tp_rank, tp_size=tp_size, ep_rank=ep_rank, ep_size=ep_size,
@@ -128,7 +131,29 @@ class Receiver:
             self.worker = None
             raise
         self._watch = SyncWatch(self.worker, self._outside)
+        self._hold()
+        self._report("serving")  # the weights vLLM loaded: version 0 until a sync
         return self
+
+    def _hold(self):
+        """Outside an update window the worker refuses syncs before touching
+        the weights (vLLM may be generating from them, or they may be asleep:
+        writing asleep weights crashes vLLM)."""
+        if self.hold_outside_window:
+            self.worker.hold(f"{self.membership} is not in a weight update (vLLM serves "
+                             "from these weights); call start_weight_update on every rank "
+                             "before the trainer syncs")
+
+    def _report(self, state):
+        """Tells the controller (through the worker) which version this rank
+        serves and in what state; one vLLM server (data-parallel replica
+        `dp<i>`, its tp ranks) is one replica. Best effort: a failed report
+        never fails the update, the next one (or the heartbeat) carries it."""
+        try:
+            self.worker.set_serving(self.weight_version or 0, state,
+                                    replica=f"dp{self.dp_rank}", replica_ranks=self.tp_size)
+        except (errors.WsyncError, AttributeError):
+            pass
 
     def stop(self):
         if self._watch is not None:
@@ -162,6 +187,8 @@ class Receiver:
                     "(woken into new memory?): the destination no longer matches")
             self._done_at_begin = self._watch.open()
             self._window, self._received = True, None
+            self.worker.admit()
+            self._report("updating")
 
     def _wake(self):
         """Wakes asleep weights; True if they were asleep."""
@@ -177,8 +204,11 @@ class Receiver:
     def _outside(self, e):
         """A sync that did not start in an update window (generation was not
         paused): reported in ``outside_window``; a failed one leaves the weights
-        mixed, a successful one (a full rewrite) ends a mixed state."""
+        mixed, a successful one (a full rewrite) ends a mixed state; one the
+        held worker refused (``untouched``) changed nothing."""
         self.outside_window.append(int(e["version"]))
+        if e.get("untouched"):
+            return  # refused while held: nothing was written
         if not e["ok"]:
             self._mixed = self._mixed or (int(e["version"]), "", -1, "it did not start in an "
                                           f"update window: {e['error']}")
@@ -220,6 +250,7 @@ class Receiver:
                 return self._received_version(int(e["version"]))
             group, rank, error = self._first_cause(e)
             self._mixed = (int(e["version"]), group, rank, error)
+            self._report("failed")
             failures += 1
             if failures > self.retries:
                 raise errors.Aborted(
@@ -288,6 +319,7 @@ class Receiver:
             self._post_process()
             self.weight_version = self._received
             self._close(w)
+            self._report("serving")
             return self.weight_version
 
     def abort(self):
@@ -295,8 +327,10 @@ class Receiver:
         with self._lock:
             if self._window:
                 self._close(self.worker)
+                self._report("failed" if self._mixed is not None else "paused")
 
     def _close(self, w):
+        self._hold()
         self._window = False
         self._watch.close()
 

@@ -172,6 +172,9 @@ def test_engine_driven_like_gpu_worker_several_versions(cluster, engine_mod, set
             assert w.engine.status()["mixed"] is None
     assert ptrs == [{n: p.data_ptr() for n, p in m.named_parameters()} for m in s.models]
     assert s.client.transfer_status("weights").last_success_version == 3
+    # Issue 17 item 3: the server (replica dp0, both TP ranks) reports what it serves.
+    assert standins.replicas_at(s.client, 3, ["dp0"]) == ["dp0"]
+    assert s.client.replicas_at(2) == []
 
 
 def test_data_parallel_replicas_are_ranks_of_one_group(cluster, engine_mod, setups):
@@ -208,6 +211,9 @@ def test_killed_trainer_mid_sync_leaves_receivers_paused_not_mixed(cluster, engi
                 assert e.value.group and e.value.rank >= 0 and "mixed" in str(e.value)
     with pytest.raises(errors.WsyncError):
         handle.wait(timeout=TIMEOUT, show_progress=False)
+    # No replica serves version 2, and none claims to serve 1 while some rank's
+    # weights may be mixed.
+    assert standins.replicas_at(s.client, 2, []) == []
     for i, w in enumerate(s.workers):
         # vLLM's worker left the update; finish refuses; the version is still 1.
         assert not w.active and w.engine.weight_version == 1
@@ -232,6 +238,7 @@ def test_killed_trainer_mid_sync_leaves_receivers_paused_not_mixed(cluster, engi
     s.check()
     assert all(w.engine.weight_version == 2 and w.engine.status()["mixed"] is None
                for w in s.workers)
+    assert standins.replicas_at(s.client, 2, ["dp0"]) == ["dp0"]
 
 
 def test_retry_policy_waits_through_a_failed_attempt(cluster, engine_mod, setups):
@@ -270,8 +277,26 @@ def test_retry_policy_waits_through_a_failed_attempt(cluster, engine_mod, setups
     s.check()
 
 
-def test_a_sync_outside_the_update_window_is_reported(cluster, engine_mod, setups):
+def test_a_sync_outside_the_update_window_is_refused_untouched(cluster, engine_mod, setups):
+    # vLLM was not paused (no start_weight_update): the held worker refuses
+    # before touching a weight, and the trainer hears why.
     s = Setup(cluster, cfg=TINY, builder=RECORDER.llama, tp=1, ep=False)
+    setups.append(s)
+    s.update(1)
+    v1 = {k: t.clone() for k, t in s.full.items()}
+    s.step(1.0, 1.0)
+    with pytest.raises(errors.WsyncError, match="not in a weight update"):
+        s.client.sync(2).wait(timeout=TIMEOUT, show_progress=False)
+    s.check(v1)
+    st = s.workers[0].engine.status()
+    assert st["outside_window"] == [2] and st["mixed"] is None
+    s.update(3)
+    s.check()
+
+
+def test_without_the_hold_a_sync_outside_the_window_is_reported(cluster, engine_mod, setups):
+    s = Setup(cluster, cfg=TINY, builder=RECORDER.llama, tp=1, ep=False,
+              init={"hold_outside_window": False})
     setups.append(s)
     s.update(1)
     s.client.sync(2).wait(timeout=TIMEOUT, show_progress=False)  # vLLM was not paused
@@ -309,10 +334,12 @@ def test_asleep_weights_are_woken_before_the_update(cluster, engine_mod, setups)
 
 
 def test_a_sync_into_asleep_weights_before_the_window_is_refused(cluster, engine_mod, setups):
-    """A trainer that syncs before start_weight_update writes into asleep
-    weights; waking then restores the old contents: the engine refuses that
-    version (one vLLM rank: in vLLM each rank has its own allocator)."""
-    s = Setup(cluster, cfg=TINY, builder=RECORDER.llama, tp=1, ep=False, sleep=True)
+    """Without the hold, a trainer that syncs before start_weight_update
+    writes into asleep weights; waking then restores the old contents: the
+    engine refuses that version (one vLLM rank: in vLLM each rank has its own
+    allocator). With the hold (the default) such a sync never writes."""
+    s = Setup(cluster, cfg=TINY, builder=RECORDER.llama, tp=1, ep=False, sleep=True,
+              init={"hold_outside_window": False})
     setups.append(s)
     alloc = standins.CuMemAllocator.get_instance()
     s.update(1)

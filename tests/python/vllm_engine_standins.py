@@ -17,6 +17,7 @@ import abc
 import dataclasses
 import importlib
 import sys
+import time
 import threading
 import types
 
@@ -225,3 +226,14 @@ class GpuWorkerCalls:
 
     def shutdown(self):
         self.engine.shutdown()
+
+
+def replicas_at(client, version, want, timeout=10.0):
+    """client.replicas_at(version) once it equals `want` (reports travel
+    asynchronously), or its last value after `timeout`."""
+    end = time.monotonic() + timeout
+    got = client.replicas_at(version)
+    while got != want and time.monotonic() < end:
+        time.sleep(0.05)
+        got = client.replicas_at(version)
+    return got

@@ -287,6 +287,7 @@ void WorkerAgent::ExecLoop() {
       epoch_seen = q.lease_epoch;
     }
     const v1::SyncAssignment& a = q.assignment;
+    if (RefuseIfHeld(a, q.lease_id)) continue;
     v1::SyncEvent ev;
     ev.set_kind(v1::SyncEvent::STARTED);
     ev.set_sync_id(a.sync_id());
@@ -337,6 +338,47 @@ void WorkerAgent::ExecLoop() {
     ev.set_error(error);
     Publish(ev);
   }
+}
+
+void WorkerAgent::HoldSyncs(std::string reason) {
+  absl::MutexLock lock(&mu_);
+  held_ = std::move(reason);
+}
+
+bool WorkerAgent::RefuseIfHeld(const v1::SyncAssignment& a, const std::string& lease_id) {
+  std::string held;
+  {
+    absl::MutexLock lock(&mu_);
+    held = held_;
+  }
+  if (held.empty()) return false;
+  runner_.CachePlan(a);  // the op list comes once per plan key
+  const std::string error =
+      absl::StrCat("worker ", Roles(options_), ": sync ", a.sync_id(), " (version ", a.version(),
+                   ") refused, nothing written: its owner holds syncs off: ", held);
+  spdlog::warn("[worker {}] {}", Roles(options_), error);
+  v1::ReportResultRequest r;
+  r.set_sync_id(a.sync_id());
+  r.set_code(static_cast<int32_t>(absl::StatusCode::kFailedPrecondition));
+  r.set_message(error);
+  r.set_round(-1);
+  r.set_op(-1);
+  r.set_peer(-1);
+  Report(r, lease_id);
+  {
+    absl::MutexLock lock(&mu_);
+    ++syncs_failed_;
+  }
+  v1::SyncEvent ev;
+  ev.set_kind(v1::SyncEvent::FINISHED);
+  ev.set_sync_id(a.sync_id());
+  ev.set_transfer(a.transfer());
+  ev.set_version(a.version());
+  ev.set_ok(false);
+  ev.set_error(error);
+  ev.set_untouched(true);
+  Publish(ev);
+  return true;
 }
 
 void WorkerAgent::Publish(const v1::SyncEvent& e) {

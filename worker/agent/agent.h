@@ -86,6 +86,13 @@ class WorkerAgent {
   // The version the owner serves for a group (serving.h): exported as a
   // metric and sent to the controller with the next heartbeat, at once.
   absl::Status SetServing(const v1::SetServingRequest& req);
+  // Holds syncs off (non-empty `reason`) or admits them again (""). A held
+  // worker fails each sync it is assigned at once, before touching any
+  // buffer, with FAILED_PRECONDITION naming `reason`, and tells its
+  // subscribers (FINISHED, untouched); a sync already running is not
+  // affected. For owners whose memory must not be written at some times
+  // (an inference engine generating, or with its weights asleep).
+  void HoldSyncs(std::string reason);
 
  private:
   struct Queued {
@@ -98,6 +105,8 @@ class WorkerAgent {
   void HeartbeatLoop();
   void ExecLoop();
   void Publish(const v1::SyncEvent& e);
+  // Fails assignment `a` without running it when syncs are held; true if so.
+  bool RefuseIfHeld(const v1::SyncAssignment& a, const std::string& lease_id);
   void OnAssignment(const v1::Assignment& a, const std::string& lease_id, uint64_t epoch);
   void Report(v1::ReportResultRequest r, const std::string& lease_id);
   // After failed sync `a`: waits (past its deadline by at most a lease
@@ -146,6 +155,7 @@ class WorkerAgent {
   int64_t last_version_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t syncs_ok_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t syncs_failed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string held_ ABSL_GUARDED_BY(mu_);  // HoldSyncs' reason; "" admits syncs
 };
 
 }  // namespace wsync::agent

@@ -182,6 +182,8 @@ absl::Status EmbeddedWorker::SetServing(const v1::SetServingRequest& req) {
   return agent_->SetServing(req);
 }
 
+void EmbeddedWorker::HoldSyncs(std::string reason) { agent_->HoldSyncs(std::move(reason)); }
+
 std::shared_ptr<agent::EventQueue> EmbeddedWorker::Subscribe() { return agent_->Subscribe(); }
 
 void EmbeddedWorker::Unsubscribe(const std::shared_ptr<agent::EventQueue>& q) {

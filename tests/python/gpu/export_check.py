@@ -107,22 +107,25 @@ def expandable():
     except cuda_ipc.ExpandableSegmentsError as e:
         assert "expandable_segments:True" in str(e), e
     exp = cuda_vmm.Export()
-    try:
-        for name, t in (("small", small), ("big", big)):
-            exp.add(name, t.data_ptr(), t.numel() * t.element_size(), "GPU-x")
-        for name, f in exp.tensors.items():
-            sizes = [b for _, b in f["chunks"]]
-            print(f"{name}: {len(sizes)} chunks of {sizes} bytes, offset {f['offset']}")
-            assert all(b > 0 and b % (2 << 20) == 0 for b in sizes), sizes
-            assert f["offset"] + f["size"] <= sum(sizes), f
-        assert len(exp.tensors["big"]["chunks"]) >= 3, exp.tensors["big"]
-        assert len(exp.fds) == len({i for f in exp.tensors.values() for i, _ in f["chunks"]})
-        assert all(fd >= 0 for fd in exp.fds)
-    finally:
-        exp.close()
+    for name, t in (("small", small), ("big", big)):
+        exp.add(name, t.data_ptr(), t.numel() * t.element_size(), "GPU-x")
+    for name, f in exp.tensors.items():
+        sizes = [b for _, b in f["chunks"]]
+        print(f"{name}: {len(sizes)} chunks of {sizes} bytes, offset {f['offset']}")
+        assert all(b > 0 and b % (2 << 20) == 0 for b in sizes), sizes
+        assert f["offset"] + f["size"] <= sum(sizes), f
+    assert len(exp.tensors["big"]["chunks"]) >= 3, exp.tensors["big"]
+    assert len(exp.bases) == len({i for f in exp.tensors.values() for i, _ in f["chunks"]})
+    drv = cuda_vmm._driver()
+    for base in exp.bases:  # what send() does per chunk, without a worker
+        fd = cuda_vmm._export_chunk(drv, "chunk", base)
+        assert fd >= 0
+        os.close(fd)
     ptr, release = _no_handle_allocation(2 << 20)
     try:
-        cuda_vmm.Export().add("sleeping", ptr, 4096, "GPU-x")
+        sleeping = cuda_vmm.Export()
+        sleeping.add("sleeping", ptr, 4096, "GPU-x")  # the layout reads fine ...
+        cuda_vmm._export_chunk(drv, "sleeping", sleeping.bases[0])  # ... the export cannot
         raise AssertionError("memory without a shareable handle type was exported")
     except cuda_vmm.VmmExportError as e:
         assert "wsync.embedded" in str(e), e

@@ -96,26 +96,38 @@ grpc::Status TrainerServiceImpl::Plan(grpc::ServerContext*, const v1::PlanReques
   return Fill(controller_->syncs().PlanTransfer(*req), resp);
 }
 
-grpc::Status TrainerServiceImpl::Sync(grpc::ServerContext*, const v1::SyncRequest* req,
+grpc::Status TrainerServiceImpl::Sync(grpc::ServerContext* ctx, const v1::SyncRequest* req,
                                       v1::SyncResponse* resp) {
-  return Fill(controller_->syncs().StartSync(*req), resp);
+  if (req->wait_ms() < 0) {
+    return ToGrpc(
+        absl::InvalidArgumentError(absl::StrCat("Sync: negative wait_ms ", req->wait_ms())));
+  }
+  grpc::Status started = Fill(controller_->syncs().StartSync(*req), resp);
+  if (!started.ok() || req->wait_ms() == 0) return started;
+  return AwaitEnd(ctx, resp->sync_id(), absl::Now() + absl::Milliseconds(req->wait_ms()),
+                  resp->mutable_status());
+}
+
+grpc::Status TrainerServiceImpl::AwaitEnd(grpc::ServerContext* ctx, const std::string& sync_id,
+                                          absl::Time until, v1::SyncStatus* out) {
+  // Waits in slices so that a client that gave up frees the thread.
+  int64_t seen = -1;
+  while (true) {
+    auto status = controller_->syncs().NextSyncUpdate(sync_id, &seen, kPoll * 4);
+    if (!status.ok()) return ToGrpc(status.status());
+    if (status->phase() != v1::SYNC_RUNNING || absl::Now() >= until || ctx->IsCancelled()) {
+      *out = *std::move(status);
+      return grpc::Status::OK;
+    }
+  }
 }
 
 grpc::Status TrainerServiceImpl::WaitSync(grpc::ServerContext* ctx, const v1::WaitSyncRequest* req,
                                           v1::SyncStatus* resp) {
-  // Waits in slices so that a client that gave up frees the thread.
   const absl::Time until = req->timeout_ms() > 0
                                ? absl::Now() + absl::Milliseconds(req->timeout_ms())
                                : absl::InfiniteFuture();
-  int64_t seen = -1;
-  while (true) {
-    auto status = controller_->syncs().NextSyncUpdate(req->sync_id(), &seen, kPoll * 4);
-    if (!status.ok()) return ToGrpc(status.status());
-    if (status->phase() != v1::SYNC_RUNNING || absl::Now() >= until || ctx->IsCancelled()) {
-      *resp = *std::move(status);
-      return grpc::Status::OK;
-    }
-  }
+  return AwaitEnd(ctx, req->sync_id(), until, resp);
 }
 
 grpc::Status TrainerServiceImpl::WatchSync(grpc::ServerContext* ctx,

@@ -4,6 +4,7 @@
 #define WSYNC_CONTROLLER_SERVER_SERVICES_H_
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "controller/server/controller.h"
 #include "grpcpp/grpcpp.h"
 #include "wsync/v1/controller.grpc.pb.h"
@@ -65,6 +66,10 @@ class TrainerServiceImpl final : public v1::TrainerService::Service {
                         v1::ReplicasResponse* resp) override;
 
  private:
+  // Sync `sync_id`'s status once it ended, `until` passed or the client left.
+  grpc::Status AwaitEnd(grpc::ServerContext* ctx, const std::string& sync_id, absl::Time until,
+                        v1::SyncStatus* out);
+
   Controller* const controller_;
 };
 

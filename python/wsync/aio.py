@@ -26,7 +26,7 @@ class SyncHandle:
         self.sync_id = response.sync_id
         self.plan_key = response.plan_key
         self.plan_cache_hit = response.plan_cache_hit
-        self.status = None
+        self.status = response.status if response.HasField("status") else None
 
     async def poll(self):
         self.status = await self._client._rpc("WaitSync", pb.WaitSyncRequest(
@@ -39,6 +39,8 @@ class SyncHandle:
     async def wait(self, timeout=None, show_progress=False):
         """As wsync.SyncHandle.wait: the SyncStatus, or SyncFailed /
         SyncCancelled / DeadlineExceeded."""
+        if self.status is not None and self.status.phase != _RUNNING:
+            return _result(self.status)  # it ended in Sync's own round trip
         display = (progress_mod.Display(f"sync {self.transfer} v{self.version}")
                    if progress_mod.want_display(show_progress) else None)
         end = None if timeout is None else time.monotonic() + timeout
@@ -125,11 +127,15 @@ class Client:
         return await self._rpc("Plan", pb.PlanRequest(transfer=transfer or self._transfer(),
                                                       full=full))
 
-    async def sync(self, version, transfer=None, deadline=None):
+    async def sync(self, version, transfer=None, deadline=None, wait=None):
+        """As wsync.Client.sync (`wait`: answered once the sync ended or
+        `wait` seconds passed)."""
         name = transfer or self._transfer()
+        wait_ms = 0 if wait is None else max(1, int(wait * 1000))
         resp = await self._rpc("Sync", pb.SyncRequest(
-            transfer=name, version=version,
-            deadline_ms=0 if deadline is None else int(deadline * 1000)))
+            transfer=name, version=version, wait_ms=wait_ms,
+            deadline_ms=0 if deadline is None else int(deadline * 1000)),
+            timeout=wait_ms / 1000 + self.timeout)
         return SyncHandle(self, name, version, resp)
 
     async def status(self):

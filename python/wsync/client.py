@@ -46,7 +46,8 @@ class SyncHandle:
         self.sync_id = response.sync_id
         self.plan_key = response.plan_key
         self.plan_cache_hit = response.plan_cache_hit
-        self.status = None  # the last SyncStatus seen
+        # The last SyncStatus seen (Sync with `wait` answers with one).
+        self.status = response.status if response.HasField("status") else None
 
     def __repr__(self):
         return f"SyncHandle({self.transfer!r}, version={self.version}, id={self.sync_id!r})"
@@ -72,6 +73,8 @@ class SyncHandle:
         pass first (the sync keeps running; wait again or cancel()). With
         `show_progress` (default: when stderr is a terminal) a live line
         shows bytes, GB/s and workers done."""
+        if self.status is not None and self.status.phase != _RUNNING:
+            return _result(self.status)  # it ended in Sync's own round trip
         if progress_mod.want_display(show_progress):
             return self._wait_displayed(timeout)
         end = None if timeout is None else time.monotonic() + timeout
@@ -169,13 +172,19 @@ class Client:
     def plan(self, transfer=None, full=False):
         return self._rpc("Plan", pb.PlanRequest(transfer=transfer or self._transfer(), full=full))
 
-    def sync(self, version, transfer=None, deadline=None):
-        """Starts syncing weight `version`; returns a SyncHandle at once.
-        `deadline` (seconds) bounds the sync (default: the controller's)."""
+    def sync(self, version, transfer=None, deadline=None, wait=None):
+        """Starts syncing weight `version`; returns a SyncHandle. `deadline`
+        (seconds) bounds the sync (default: the controller's). With `wait`
+        (seconds) the controller answers once the sync ended or `wait`
+        passed, so ``client.sync(v, wait=60).wait(timeout=60)`` costs one
+        round trip for a sync shorter than a minute (``wait()`` then returns
+        at once); without it Sync answers as soon as the sync started."""
         name = transfer or self._transfer()
+        wait_ms = 0 if wait is None else max(1, int(wait * 1000))
         resp = self._rpc("Sync", pb.SyncRequest(
-            transfer=name, version=version,
-            deadline_ms=0 if deadline is None else int(deadline * 1000)))
+            transfer=name, version=version, wait_ms=wait_ms,
+            deadline_ms=0 if deadline is None else int(deadline * 1000)),
+            timeout=wait_ms / 1000 + self.timeout)
         return SyncHandle(self, name, version, resp)
 
     def status(self):

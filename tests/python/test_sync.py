@@ -167,3 +167,38 @@ async def test_async_client(cluster):
         st = await ac.status()
         assert st.transfers[0].last_success_version == 2
     check_receivers(spec, full, receivers)
+
+
+def test_sync_with_wait_ends_in_one_round_trip(cluster):
+    client, spec, full, params, regs, receivers = setup_transfer(cluster)
+    client.define_transfer("weights", spec)
+    handle = client.sync(1, wait=60)
+    # The controller answered once the sync had ended: no WaitSync needed.
+    assert handle.status is not None
+    assert handle.status.phase == wsync._proto.controller_pb2.SYNC_SUCCEEDED
+    calls = []
+    rpc = client._rpc
+    client._rpc = lambda *a, **k: calls.append(a[0]) or rpc(*a, **k)
+    assert handle.wait(timeout=60).bytes_done == handle.status.bytes_total
+    assert calls == []
+    client._rpc = rpc
+    check_receivers(spec, full, receivers)
+    # A wait shorter than the sync answers with a running status; wait() goes on.
+    slow = client.sync(2, wait=0.001)
+    assert slow.wait(timeout=60).phase == wsync._proto.controller_pb2.SYNC_SUCCEEDED
+    with pytest.raises(wsync.errors.InvalidArgument, match="negative wait_ms"):
+        client._rpc("Sync", wsync._proto.controller_pb2.SyncRequest(
+            transfer="weights", version=3, wait_ms=-1))
+    client.close()
+
+
+@pytest.mark.asyncio
+async def test_async_sync_with_wait(cluster):
+    client, spec, full, params, regs, receivers = setup_transfer(cluster)
+    client.define_transfer("weights", spec)
+    client.close()
+    import wsync.aio
+    async with wsync.aio.Client(cluster.address, timeout=20) as ac:
+        handle = await ac.sync(1, transfer="weights", wait=60)
+        assert handle.status.phase == wsync._proto.controller_pb2.SYNC_SUCCEEDED
+        assert (await handle.wait(timeout=60)).version == 1

@@ -279,7 +279,8 @@ def run_model(args, roles, model, device, services, client, out):
                "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
         if RANK == 0:
             t0 = time.perf_counter()
-            status = client.sync(version, transfer=model).wait(timeout=120, show_progress=False)
+            status = client.sync(version, transfer=model, wait=120).wait(
+                timeout=120, show_progress=False)  # one round trip (SyncRequest.wait_ms)
             t1 = time.perf_counter()
             rec.update(sync_wait_s=round(t1 - t0, 6), step_to_synced_s=round(t1 - t_step, 6),
                        controller_elapsed_s=round(status.elapsed_seconds, 6),

@@ -251,17 +251,42 @@ absl::StatusOr<v1::AwaitWritersResponse> SyncCoordinator::AwaitWriters(
 
 void SyncCoordinator::WorkerLost(const WorkerLoss& loss) {
   absl::MutexLock lock(&mu_);
-  // Every running sync this worker takes part in fails, naming it.
+  // Every running sync this worker takes part in fails, naming it; a sync
+  // that already failed because a peer lost its connection to this worker
+  // names it as its cause from now on.
   for (auto& [id, sync] : syncs_) {
-    if (sync->finished()) continue;
     for (const Participant& p : sync->parts) {
       if (p.lease_id != loss.lease_id) continue;
-      FinishLocked(*sync, v1::SYNC_FAILED, static_cast<int32_t>(absl::StatusCode::kUnavailable),
-                   absl::StrCat(loss.description, " lost: ", loss.reason), p.worker, -1, -1, -1);
+      if (!sync->finished()) {
+        FinishLocked(*sync, v1::SYNC_FAILED, static_cast<int32_t>(absl::StatusCode::kUnavailable),
+                     absl::StrCat(loss.description, " lost: ", loss.reason), p.worker, -1, -1, -1);
+      } else {
+        BlameLostPeerLocked(*sync, p, loss);
+      }
       break;
     }
   }
   cv_.SignalAll();
+}
+
+void SyncCoordinator::BlameLostPeerLocked(SyncRecord& sync, const Participant& lost,
+                                          const WorkerLoss& loss) {
+  v1::SyncStatus& s = sync.status;
+  // Only a failure another worker reported about this one as its peer, and
+  // only while the loss can still explain it (a silent worker is declared
+  // lost within one lease TTL).
+  const absl::Time ended = sync.start + absl::Seconds(s.elapsed_seconds());
+  if (s.phase() != v1::SYNC_FAILED || s.failed_peer() != lost.worker ||
+      s.failed_worker() == lost.worker || lost.roles.empty() ||
+      absl::Now() - ended > 2 * config_.lease_ttl) {
+    return;
+  }
+  s.set_error(absl::StrCat(loss.description, " [worker ", lost.worker, "] was lost (", loss.reason,
+                           "), the likely cause; first report: ", s.error()));
+  s.set_failed_worker(lost.worker);
+  s.set_failed_group(lost.roles[0].group());
+  s.set_failed_rank(lost.roles[0].rank());
+  ++sync.changes;
 }
 
 void SyncCoordinator::Tick() {

@@ -175,6 +175,10 @@ class SyncCoordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ----- sync_coordinator.cc
+  // A failed sync whose first report blamed the connection to peer `lost`
+  // names `lost` as its cause once it is declared lost (shortly after).
+  void BlameLostPeerLocked(SyncRecord& sync, const Participant& lost, const WorkerLoss& loss)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a running sync; for failures `cause` names the worker (or -1).
   void FinishLocked(SyncRecord& sync, v1::SyncPhase phase, int32_t code, const std::string& error,
                     int32_t cause_worker, int32_t round, int32_t op, int32_t peer)

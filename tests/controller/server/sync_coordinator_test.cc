@@ -235,6 +235,49 @@ TEST_F(SyncCoordinatorTest, MissedHeartbeatsExpireTheLeaseAndFailTheSync) {
   EXPECT_EQ(controller_->workers().Heartbeat(s1).status().code(), absl::StatusCode::kNotFound);
 }
 
+// A trainer worker dies mid-sync: a receiver reports the lost connection
+// first, the controller declares the trainer lost a lease TTL later; the
+// sync then names the trainer, not the receiver, as its cause.
+TEST_F(SyncCoordinatorTest, APeerDeclaredLostAfterTheFailureBecomesItsCause) {
+  const std::string s0 = Register("a", "src", 0, 2, 16);
+  const std::string s1 = Register("b", "src", 1, 2, 16);
+  const std::string d0 = Register("c", "dst", 0, 1, 32);
+  std::map<std::string, uint64_t> tokens;
+  for (const auto& l : {s0, s1, d0}) tokens[l] = *controller_->workers().OpenStream(l);
+  DefineSimple();
+  auto started = StartSync(1);
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::map<std::string, int32_t> worker;
+  for (const auto& l : {s0, s1, d0}) worker[l] = Next(l, tokens[l]).worker();
+  v1::ReportResultRequest r;
+  r.set_lease_id(d0);
+  r.set_sync_id(started->sync_id());
+  r.set_code(static_cast<int>(absl::StatusCode::kUnavailable));
+  r.set_message("round 0: recv from peer failed (peer connection lost?)");
+  r.set_peer(worker[s0]);
+  ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
+  auto first = controller_->syncs().WaitSync(started->sync_id(), absl::Seconds(1));
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->failed_group(), "dst");
+  // s0 is silent from here on (its lease TTL is 300 ms); the others heartbeat.
+  const absl::Time silent_until = absl::Now() + absl::Seconds(2);
+  absl::StatusOr<v1::SyncStatus> st;
+  while (absl::Now() < silent_until) {
+    ASSERT_TRUE(controller_->workers().Heartbeat(s1).ok());
+    ASSERT_TRUE(controller_->workers().Heartbeat(d0).ok());
+    controller_->Tick();
+    st = controller_->syncs().WaitSync(started->sync_id(), absl::Milliseconds(1));
+    if (st.ok() && st->failed_group() == "src") break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->failed_group(), "src");
+  EXPECT_EQ(st->failed_rank(), 0);
+  EXPECT_NE(st->error().find("was lost"), std::string::npos) << st->error();
+  EXPECT_NE(st->error().find("first report"), std::string::npos) << st->error();
+  EXPECT_NE(st->error().find("peer connection lost"), std::string::npos) << st->error();
+}
+
 TEST_F(SyncCoordinatorTest, RendezvousKeysLiveInTheGenerationScope) {
   const std::string s0 = Register("a", "src", 0, 2, 16);
   Register("b", "src", 1, 2, 16);

@@ -26,7 +26,7 @@ import time
 import weakref
 
 from wsync import dtypes, errors
-from wsync._proto import worker_local_pb2 as _lpb
+from wsync.torch import SERVING_STATES  # set_serving's states
 from wsync.torch import _named  # (name, tensor) pairs of a module, dict or list
 
 # One tensor by pointer: what the worker needs to read and write it.
@@ -42,9 +42,6 @@ _CODES = {"INVALID_ARGUMENT": errors.InvalidArgument, "NOT_FOUND": errors.NotFou
 
 _LIVE = weakref.WeakSet()
 
-# set_serving's states -> the ServingState values of worker_local.proto.
-SERVING_STATES = {"serving": _lpb.SERVING_STATE_SERVING, "paused": _lpb.SERVING_STATE_PAUSED,
-                  "updating": _lpb.SERVING_STATE_UPDATING, "failed": _lpb.SERVING_STATE_FAILED}
 
 
 def _native():

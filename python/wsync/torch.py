@@ -199,6 +199,11 @@ class Registration:
                 err.args = (err.message,)
                 raise err from None
 
+    def set_serving(self, version, state, *, replica="", replica_ranks=0):
+        """wsync.torch.set_serving for this registration's worker and group."""
+        set_serving(self.socket, self.group, version, state, replica=replica,
+                    replica_ranks=replica_ranks, timeout=self.timeout)
+
     def stale(self):
         """Names of registered tensors whose data no longer lives where it was
         registered (reallocated since)."""
@@ -433,6 +438,29 @@ def sync_events(socket, timeout=None):
         try:
             for ev in stub.SyncEvents(lpb.SyncEventsRequest(), timeout=timeout):
                 yield ev
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e, f"worker socket {socket}") from None
+
+
+# set_serving's states -> the ServingState values of worker_local.proto.
+SERVING_STATES = {"serving": lpb.SERVING_STATE_SERVING, "paused": lpb.SERVING_STATE_PAUSED,
+                  "updating": lpb.SERVING_STATE_UPDATING, "failed": lpb.SERVING_STATE_FAILED}
+
+
+def set_serving(socket, group, version, state, *, replica="", replica_ranks=0, timeout=5.0):
+    """Tells the worker at `socket` which weight `version` this process
+    serves for `group`, in `state` ("serving", "paused", "updating",
+    "failed"); the controller then answers Client.serving / replicas_at with
+    it (docs/api.md, "Serving versions"). For owners beside a wsync-worker
+    process; an embedded worker has Worker.set_serving."""
+    if state not in SERVING_STATES:
+        raise errors.InvalidArgument(
+            f"set_serving: state {state!r} is not one of {sorted(SERVING_STATES)}")
+    req = lpb.SetServingRequest(group=group, version=int(version), state=SERVING_STATES[state],
+                                replica=replica, replica_ranks=int(replica_ranks))
+    with grpc.insecure_channel("unix:" + socket) as channel:
+        try:
+            lpb_grpc.WorkerLocalStub(channel).SetServing(req, timeout=timeout)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e, f"worker socket {socket}") from None
 

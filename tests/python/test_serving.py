@@ -12,7 +12,6 @@ import subprocess
 import time
 import urllib.request
 
-import grpc
 import pytest
 import torch
 
@@ -21,16 +20,12 @@ import wsync.aio
 import wsync.torch
 from wsync import embedded, errors, layouts, vllm
 from wsync._proto import controller_pb2 as pb
-from wsync._proto import worker_local_pb2 as lpb
-from wsync._proto import worker_local_pb2_grpc as lpb_grpc
 
 import ducks
 from harness import Cluster, WSYNCCTL_BIN, full_tensors, read_port_file
 from models import TINY_LLAMA, trainer_tensors
 
 TP = 2
-STATE = {"serving": lpb.SERVING_STATE_SERVING, "paused": lpb.SERVING_STATE_PAUSED,
-         "updating": lpb.SERVING_STATE_UPDATING, "failed": lpb.SERVING_STATE_FAILED}
 
 
 def wait_until(pred, what, timeout=20.0):
@@ -44,11 +39,10 @@ def wait_until(pred, what, timeout=20.0):
 
 
 def set_serving(sock, version, state, replica="a", replica_ranks=TP, group="inference"):
-    """SetServing over a wsync-worker's local socket, as an owner process does."""
-    with grpc.insecure_channel("unix:" + sock) as ch:
-        lpb_grpc.WorkerLocalStub(ch).SetServing(lpb.SetServingRequest(
-            group=group, version=version, state=STATE[state], replica=replica,
-            replica_ranks=replica_ranks), timeout=10)
+    """SetServing over a wsync-worker's local socket, as an owner process does
+    (wsync.torch.set_serving)."""
+    wsync.torch.set_serving(sock, group, version, state, replica=replica,
+                            replica_ranks=replica_ranks, timeout=10)
 
 
 def scrape(port):
@@ -214,3 +208,22 @@ def test_embedded_workers_report_serving(cluster):
     finally:
         for w in ws:
             w.stop()
+
+
+def test_an_owner_beside_a_worker_process_reports_through_its_registration(cluster):
+    sock = cluster.worker("inference:0:1")
+    reg = wsync.torch.register({"w": torch.zeros(4)}, group="inference", rank=0, socket=sock)
+    try:
+        reg.set_serving(7, "serving", replica="r0", replica_ranks=1)
+        client = wsync.Client(cluster.address, timeout=20)
+        end = time.monotonic() + 10
+        while client.replicas_at(7) != ["r0"] and time.monotonic() < end:
+            time.sleep(0.05)
+        assert client.replicas_at(7) == ["r0"]
+        client.close()
+        with pytest.raises(errors.InvalidArgument, match="'asleep' is not one of"):
+            reg.set_serving(8, "asleep")
+        with pytest.raises(errors.InvalidArgument, match="group 'trainer'"):
+            wsync.torch.set_serving(sock, "trainer", 8, "serving")
+    finally:
+        reg.close()

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/serving_state.h"
 #include "controller/server/serving_board.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
@@ -46,7 +47,7 @@ void PrintTable(const v1::ReplicasResponse& r) {
           rank.ms_since_report() < 0 ? "never" : absl::StrCat(rank.ms_since_report(), " ms ago");
       const char* liveness = !rank.live() ? "lost" : rank.reported() ? "live" : "silent";
       std::printf("  rank %-4d %-9s version %-8lld synced %-8lld %-6s reported %s\n", rank.rank(),
-                  rank.reported() ? controller::ServingStateName(rank.state()) : "-",
+                  rank.reported() ? ServingStateName(rank.state()) : "-",
                   static_cast<long long>(rank.version()),
                   static_cast<long long>(rank.last_synced_version()), liveness, age.c_str());
     }

@@ -81,21 +81,6 @@ v1::ReplicaServing Summarize(const std::string& label, std::vector<RankView>& ra
 
 }  // namespace
 
-const char* ServingStateName(v1::ServingState s) {
-  switch (s) {
-    case v1::SERVING_STATE_SERVING:
-      return "serving";
-    case v1::SERVING_STATE_PAUSED:
-      return "paused";
-    case v1::SERVING_STATE_UPDATING:
-      return "updating";
-    case v1::SERVING_STATE_FAILED:
-      return "failed";
-    default:
-      return "unknown";
-  }
-}
-
 const char* ReplicaStateName(v1::ReplicaState s) {
   switch (s) {
     case v1::REPLICA_SERVING:

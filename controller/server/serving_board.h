@@ -83,9 +83,8 @@ class ServingBoard {
   std::set<std::string> exported_ ABSL_GUARDED_BY(mu_);  // groups with gauges
 };
 
-// "serving", "paused", ... (the names of the metrics' state label and of
-// wsyncctl).
-const char* ServingStateName(v1::ServingState s);
+// "serving", "mixed", ... (the replica metric's state label and wsyncctl's;
+// a rank's state: wsync::ServingStateName in common/serving_state.h).
 const char* ReplicaStateName(v1::ReplicaState s);
 
 }  // namespace wsync::controller

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/peer_lists.h"
+#include "common/serving_state.h"
 
 namespace wsync::agent {
 
@@ -480,7 +481,7 @@ v1::LocalStatusResponse WorkerAgent::Status() {
 absl::Status WorkerAgent::SetServing(const v1::SetServingRequest& req) {
   if (absl::Status s = serving_.Set(req); !s.ok()) return s;
   if (metrics_ != nullptr) {
-    metrics_->Serving(req.group(), req.version(), ServingStateLabel(req.state()));
+    metrics_->Serving(req.group(), req.version(), ServingStateName(req.state()));
   }
   return absl::OkStatus();
 }

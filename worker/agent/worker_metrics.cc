@@ -2,6 +2,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/serving_state.h"
 #include "wsync/v1/worker_local.pb.h"
 
 namespace wsync::agent {
@@ -86,23 +87,8 @@ void WorkerMetrics::Error(absl::StatusCode code) {
 
 void WorkerMetrics::Serving(const std::string& group, int64_t version, const std::string& state) {
   serving_version_->Add({{"group", group}}).Set(static_cast<double>(version));
-  for (const char* s : {"serving", "paused", "updating", "failed"}) {
+  for (const char* s : kServingStateNames) {
     serving_state_->Add({{"group", group}, {"state", s}}).Set(state == s ? 1 : 0);
-  }
-}
-
-std::string ServingStateLabel(int state) {
-  switch (state) {
-    case v1::SERVING_STATE_SERVING:
-      return "serving";
-    case v1::SERVING_STATE_PAUSED:
-      return "paused";
-    case v1::SERVING_STATE_UPDATING:
-      return "updating";
-    case v1::SERVING_STATE_FAILED:
-      return "failed";
-    default:
-      return "unknown";
   }
 }
 

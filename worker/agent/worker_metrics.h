@@ -59,10 +59,6 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>* serving_state_;
 };
 
-// The state label of the serving metric: "serving", "paused", "updating",
-// "failed" ("unknown" for anything else).
-std::string ServingStateLabel(int state);
-
 }  // namespace wsync::agent
 
 #endif  // WSYNC_WORKER_AGENT_WORKER_METRICS_H_

@@ -159,18 +159,37 @@ class Export:
         if not self.bases:
             raise errors.InvalidArgument("no CUDA virtual memory to export")
         drv = _driver()
-        with _connect(fd_socket, timeout) as s:
-            for i in range(0, len(self.bases), _MAX_FDS_PER_MESSAGE):
-                fds = []
-                try:
-                    for j in range(i, min(i + _MAX_FDS_PER_MESSAGE, len(self.bases))):
-                        fds.append(_export_chunk(drv, self._owner[j], self.bases[j]))
-                    _send(s, fd_socket, [b"WSFD"], fds)
-                finally:
-                    for fd in fds:
-                        os.close(fd)
-            _send(s, fd_socket, [b"DONE"], [])
-            return _reply(s, fd_socket)
+
+        def export(lo, hi):
+            fds = []
+            try:
+                for j in range(lo, hi):
+                    fds.append(_export_chunk(drv, self._owner[j], self.bases[j]))
+            except BaseException:
+                _close(fds)
+                raise
+            return fds
+        return _handover(fd_socket, timeout, len(self.bases), export, _close)
+
+
+def _close(fds):
+    for fd in fds:
+        os.close(fd)
+
+
+def _handover(fd_socket, timeout, count, fds_of, release):
+    """The descriptor protocol (worker/agent/fd_inbox.h): `count` descriptors,
+    made by fds_of(lo, hi) at most 250 at a time and passed to release()
+    once sent (or failed), then DONE; returns the worker's token."""
+    with _connect(fd_socket, timeout) as s:
+        for lo in range(0, count, _MAX_FDS_PER_MESSAGE):
+            fds = fds_of(lo, min(lo + _MAX_FDS_PER_MESSAGE, count))
+            try:
+                _send(s, fd_socket, [b"WSFD"], fds)
+            finally:
+                release(fds)
+        _send(s, fd_socket, [b"DONE"], [])
+        return _reply(s, fd_socket)
 
 
 def _connect(fd_socket, timeout):
@@ -225,8 +244,4 @@ def _send(s, fd_socket, data, fds):
 def send_fds(fd_socket, fds, timeout=10.0):
     """Hands already open `fds` to the worker's descriptor socket (at most 250
     per message); returns the token. The caller keeps and closes its fds."""
-    with _connect(fd_socket, timeout) as s:
-        for i in range(0, len(fds), _MAX_FDS_PER_MESSAGE):
-            _send(s, fd_socket, [b"WSFD"], fds[i:i + _MAX_FDS_PER_MESSAGE])
-        _send(s, fd_socket, [b"DONE"], [])
-        return _reply(s, fd_socket)
+    return _handover(fd_socket, timeout, len(fds), lambda lo, hi: fds[lo:hi], lambda _: None)

@@ -109,3 +109,35 @@ def test_a_refused_batch_reports_the_workers_reason(cluster):
             assert "expected" in s.recv(4096).decode()
     finally:
         os.close(fds[0])
+
+
+def test_export_sends_its_chunks_250_at_a_time_and_closes_each_slice(cluster, monkeypatch):
+    # The CUDA export itself needs a GPU (tests/python/gpu/export_check.py);
+    # here each "chunk" exports as a memfd, to check the slicing and that no
+    # descriptor outlives its slice (review finding: ~800 open at once).
+    sock = cluster.worker("trainer:0:1")
+    open_now = []
+    most = [0]
+
+    def fake_export(drv, name, base):
+        fd = os.memfd_create(f"chunk-{base}")
+        open_now.append(fd)
+        most[0] = max(most[0], len(open_now))
+        return fd
+
+    real_close = os.close
+
+    def tracking_close(fd):
+        if fd in open_now:
+            open_now.remove(fd)
+        real_close(fd)
+
+    monkeypatch.setattr(wsync.cuda_vmm, "_driver", lambda: None)
+    monkeypatch.setattr(wsync.cuda_vmm, "_export_chunk", fake_export)
+    monkeypatch.setattr(wsync.cuda_vmm.os, "close", tracking_close)
+    exp = wsync.cuda_vmm.Export()
+    exp.bases = list(range(0x1000, 0x1000 + 600))
+    exp._owner = {i: "w" for i in range(600)}
+    token = exp.send(wsync.cuda_vmm.fd_socket_path(sock))
+    assert len(token) == 32
+    assert open_now == [] and most[0] == 250

@@ -289,12 +289,7 @@ void WorkerAgent::ExecLoop() {
     }
     const v1::SyncAssignment& a = q.assignment;
     if (RefuseIfHeld(a, q.lease_id)) continue;
-    v1::SyncEvent ev;
-    ev.set_kind(v1::SyncEvent::STARTED);
-    ev.set_sync_id(a.sync_id());
-    ev.set_transfer(a.transfer());
-    ev.set_version(a.version());
-    Publish(ev);
+    Publish(EventOf(a, v1::SyncEvent::STARTED));
     absl::Time last_progress = absl::InfinitePast();
     auto progress = [&](int32_t done, int32_t total, int64_t bytes) {
       // Throttled: the controller needs a trend, not every round.
@@ -325,20 +320,35 @@ void WorkerAgent::ExecLoop() {
                         " did not report before the deadline: they may still be writing");
       }
     }
-    {
-      absl::MutexLock lock(&mu_);
-      if (ok) {
-        ++syncs_ok_;
-        last_version_ = std::max(last_version_, a.version());
-      } else {
-        ++syncs_failed_;
-      }
-    }
-    ev.set_kind(v1::SyncEvent::FINISHED);
-    ev.set_ok(ok);
-    ev.set_error(error);
-    Publish(ev);
+    PublishEnd(a, ok, error, /*untouched=*/false);
   }
+}
+
+v1::SyncEvent WorkerAgent::EventOf(const v1::SyncAssignment& a, v1::SyncEvent::Kind kind) {
+  v1::SyncEvent ev;
+  ev.set_kind(kind);
+  ev.set_sync_id(a.sync_id());
+  ev.set_transfer(a.transfer());
+  ev.set_version(a.version());
+  return ev;
+}
+
+void WorkerAgent::PublishEnd(const v1::SyncAssignment& a, bool ok, const std::string& error,
+                             bool untouched) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (ok) {
+      ++syncs_ok_;
+      last_version_ = std::max(last_version_, a.version());
+    } else {
+      ++syncs_failed_;
+    }
+  }
+  v1::SyncEvent ev = EventOf(a, v1::SyncEvent::FINISHED);
+  ev.set_ok(ok);
+  ev.set_error(error);
+  ev.set_untouched(untouched);
+  Publish(ev);
 }
 
 void WorkerAgent::HoldSyncs(std::string reason) {
@@ -366,19 +376,7 @@ bool WorkerAgent::RefuseIfHeld(const v1::SyncAssignment& a, const std::string& l
   r.set_op(-1);
   r.set_peer(-1);
   Report(r, lease_id);
-  {
-    absl::MutexLock lock(&mu_);
-    ++syncs_failed_;
-  }
-  v1::SyncEvent ev;
-  ev.set_kind(v1::SyncEvent::FINISHED);
-  ev.set_sync_id(a.sync_id());
-  ev.set_transfer(a.transfer());
-  ev.set_version(a.version());
-  ev.set_ok(false);
-  ev.set_error(error);
-  ev.set_untouched(true);
-  Publish(ev);
+  PublishEnd(a, /*ok=*/false, error, /*untouched=*/true);
   return true;
 }
 

@@ -105,6 +105,9 @@ class WorkerAgent {
   void HeartbeatLoop();
   void ExecLoop();
   void Publish(const v1::SyncEvent& e);
+  static v1::SyncEvent EventOf(const v1::SyncAssignment& a, v1::SyncEvent::Kind kind);
+  // Counts sync `a`'s outcome and tells the subscribers (FINISHED).
+  void PublishEnd(const v1::SyncAssignment& a, bool ok, const std::string& error, bool untouched);
   // Fails assignment `a` without running it when syncs are held; true if so.
   bool RefuseIfHeld(const v1::SyncAssignment& a, const std::string& lease_id);
   void OnAssignment(const v1::Assignment& a, const std::string& lease_id, uint64_t epoch);

@@ -11,7 +11,8 @@ import time
 import grpc
 
 from wsync import errors, progress as progress_mod, specs
-from wsync.client import _POLL_MS, _RUNNING, _WATCH_SLICE_S, _result, replicas_serving
+from wsync.client import (_POLL_MS, _RUNNING, _WATCH_SLICE_S, _result, replicas_serving,
+                          sync_request)
 from wsync._proto import controller_pb2 as pb
 from wsync._proto import controller_pb2_grpc as pb_grpc
 
@@ -130,13 +131,9 @@ class Client:
     async def sync(self, version, transfer=None, deadline=None, wait=None):
         """As wsync.Client.sync (`wait`: answered once the sync ended or
         `wait` seconds passed)."""
-        name = transfer or self._transfer()
-        wait_ms = 0 if wait is None else max(1, int(wait * 1000))
-        resp = await self._rpc("Sync", pb.SyncRequest(
-            transfer=name, version=version, wait_ms=wait_ms,
-            deadline_ms=0 if deadline is None else int(deadline * 1000)),
-            timeout=wait_ms / 1000 + self.timeout)
-        return SyncHandle(self, name, version, resp)
+        req = sync_request(transfer or self._transfer(), version, deadline, wait)
+        resp = await self._rpc("Sync", req, timeout=req.wait_ms / 1000 + self.timeout)
+        return SyncHandle(self, req.transfer, version, resp)
 
     async def status(self):
         return await self._rpc("GetStatus", pb.GetStatusRequest())

@@ -30,6 +30,13 @@ def _result(status):
     raise errors.SyncFailed(status)
 
 
+def sync_request(transfer, version, deadline=None, wait=None):
+    """The SyncRequest of Client.sync (seconds -> milliseconds)."""
+    return pb.SyncRequest(transfer=transfer, version=version,
+                          deadline_ms=0 if deadline is None else int(deadline * 1000),
+                          wait_ms=0 if wait is None else max(1, int(wait * 1000)))
+
+
 def replicas_serving(replicas, version):
     """Labels of the ReplicaServing entries serving exactly `version`."""
     return [r.replica for r in replicas
@@ -179,13 +186,9 @@ class Client:
         passed, so ``client.sync(v, wait=60).wait(timeout=60)`` costs one
         round trip for a sync shorter than a minute (``wait()`` then returns
         at once); without it Sync answers as soon as the sync started."""
-        name = transfer or self._transfer()
-        wait_ms = 0 if wait is None else max(1, int(wait * 1000))
-        resp = self._rpc("Sync", pb.SyncRequest(
-            transfer=name, version=version, wait_ms=wait_ms,
-            deadline_ms=0 if deadline is None else int(deadline * 1000)),
-            timeout=wait_ms / 1000 + self.timeout)
-        return SyncHandle(self, name, version, resp)
+        req = sync_request(transfer or self._transfer(), version, deadline, wait)
+        resp = self._rpc("Sync", req, timeout=req.wait_ms / 1000 + self.timeout)
+        return SyncHandle(self, req.transfer, version, resp)
 
     def status(self):
         """GetStatusResponse: transfers, worker counts, plan cache stats."""

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "controller/server/sync_coordinator.h"
@@ -44,9 +43,7 @@ SyncCoordinator::Dispatch SyncCoordinator::Decide(const std::string& transfer,
     e.device_uuid = w.info->device_uuid();
     e.peer_gpus.assign(w.info->peer_gpu_uuids().begin(), w.info->peer_gpu_uuids().end());
     e.unavailable = w.direct_writes_unavailable;
-    e.unmappable_buffers = absl::c_any_of(w.info->buffers(), [](const v1::BufferInfo& b) {
-      return b.location_case() == v1::BufferInfo::LOCATION_NOT_SET;
-    });
+    e.unmappable_buffers = w.unmappable_buffers;
     endpoints.push_back(std::move(e));
   }
   d.peer_writes = plan::ChoosePeerWrites(*eligible, endpoints, *d.transport);

@@ -48,6 +48,12 @@ absl::Status CheckRequest(const v1::RegisterWorkerRequest& req) {
   return absl::OkStatus();
 }
 
+bool HasUnmappableBuffers(const v1::RegisterWorkerRequest& info) {
+  return absl::c_any_of(info.buffers(), [](const v1::BufferInfo& b) {
+    return b.location_case() == v1::BufferInfo::LOCATION_NOT_SET;
+  });
+}
+
 }  // namespace
 
 WorkerRegistry::WorkerRegistry(ControllerConfig config, ControllerMetrics* metrics)
@@ -84,6 +90,7 @@ WorkerSnapshot WorkerRegistry::SnapshotLocked(const Worker& w) {
   s.info = w.info;
   s.registration = w.registration;
   s.direct_writes_unavailable = w.direct_writes_unavailable;
+  s.unmappable_buffers = w.unmappable_buffers;
   s.description = DescribeLocked(w.lease_id);
   return s;
 }
@@ -132,6 +139,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::RegisterWorker(
     auto w = std::make_unique<Worker>();
     w->lease_id = absl::StrCat("L", config_.instance, "-", next_id_++);
     w->info = std::make_shared<const v1::RegisterWorkerRequest>(req);
+    w->unmappable_buffers = HasUnmappableBuffers(*w->info);
     w->registration = next_id_++;
     w->last_heartbeat = absl::Now();
     for (const auto& m : req.memberships()) ranks_[RankKey(m.group(), m.rank())] = w->lease_id;
@@ -174,6 +182,7 @@ absl::Status WorkerRegistry::UpdateBuffers(const v1::UpdateBuffersRequest& req) 
   auto info = std::make_shared<v1::RegisterWorkerRequest>(*w->info);
   *info->mutable_buffers() = req.buffers();
   w->info = std::move(info);
+  w->unmappable_buffers = HasUnmappableBuffers(*w->info);
   w->registration = next_id_++;
   w->last_heartbeat = absl::Now();
   return absl::OkStatus();

@@ -42,6 +42,9 @@ struct WorkerSnapshot {
   int64_t registration = 0;
   // It reported that it cannot map its direct-write peers.
   bool direct_writes_unavailable = false;
+  // Some of its buffers report no location a peer could map (CUDA virtual
+  // memory from the owner's descriptors): it is never written directly.
+  bool unmappable_buffers = false;
   std::string description;  // "worker src/0 (pid 12 on node-a)"
 };
 
@@ -135,6 +138,7 @@ class WorkerRegistry {
     int waiters = 0;
     absl::flat_hash_set<std::string> parts_sent;  // SyncAssignment.part_key
     bool direct_writes_unavailable = false;
+    bool unmappable_buffers = false;  // of info's buffers, set with them
     // Identifies its current buffer registration (RegisterWorker, then each
     // UpdateBuffers), unique in this controller: peers that mapped an older
     // list get the new one.

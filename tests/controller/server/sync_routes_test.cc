@@ -59,6 +59,29 @@ TEST_F(SyncRoutesTest, HostWorkersOfOneDomainWriteDirectlyWithShmLocations) {
   EXPECT_EQ(as[2].part_key(), absl::StrCat(as[2].plan_key(), "/2/pw:to=;by=0,1"));
 }
 
+// CUDA virtual memory registered from the owner's descriptors reports no
+// location: nobody writes that worker directly until its buffers are
+// mappable again.
+TEST_F(SyncRoutesTest, AReceiverWithABufferWithoutLocationIsNotWrittenDirectly) {
+  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  v1::UpdateBuffersRequest update;
+  update.set_lease_id(leases[2]);
+  v1::BufferInfo* b = update.add_buffers();
+  *b = ShmBuffer("dst", "/wsync-dst0", 32);
+  b->clear_shm();
+  ASSERT_TRUE(controller_->workers().UpdateBuffers(update).ok());
+  int32_t pairs = -1;
+  auto as = Sync(leases, 1, &pairs);
+  ASSERT_EQ(as.size(), 3u);
+  EXPECT_EQ(pairs, 0);
+  EXPECT_THAT(Routes(as[2]), ElementsAre("0->2:T", "1->2:T"));
+  *update.mutable_buffers(0) = ShmBuffer("dst", "/wsync-dst0", 32);
+  ASSERT_TRUE(controller_->workers().UpdateBuffers(update).ok());
+  as = Sync(leases, 2, &pairs);
+  EXPECT_EQ(pairs, 2);
+}
+
 TEST_F(SyncRoutesTest, WithoutPeerWritesThePartsAreTheUnroutedOnes) {
   const auto leases = RegisterHosts("host-a", "host-b", "host-c");
   Define();

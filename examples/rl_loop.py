@@ -75,13 +75,13 @@ def start_wsync(build, tmp):
         raise TimeoutError(f"{path}: no {key}")
 
     procs = [run([f"{build}/controller/server/wsync-controller", "--listen=127.0.0.1:0",
-                  "--metrics_port=-1", f"--port_file={tmp}/c.ports"], "controller")]
+                  "--insecure", "--metrics_port=-1", f"--port_file={tmp}/c.ports"], "controller")]
     address = "127.0.0.1:" + wait_for(f"{tmp}/c.ports", "grpc_port")
     sockets = {}
     for group, rank, size in (("trainer", 0, 1), ("inference", 0, 2), ("inference", 1, 2)):
         name = f"{group}-{rank}"
         procs.append(run([f"{build}/worker/agent/wsync-worker", f"--controller={address}",
-                          f"--groups={group}:{rank}:{size}", f"--local_socket={tmp}/{name}.sock",
+                          "--insecure", f"--groups={group}:{rank}:{size}", f"--local_socket={tmp}/{name}.sock",
                           "--metrics_port=-1", f"--port_file={tmp}/{name}.ports"], name))
         sockets[(group, rank)] = wait_for(f"{tmp}/{name}.ports", "local_socket")
     return address, sockets, procs

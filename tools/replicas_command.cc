@@ -4,11 +4,16 @@
 // replicas serving V, one a line (exit 1 when none does).
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <memory>
+#include <sstream>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/logging.h"
 #include "common/serving_state.h"
 #include "controller/server/serving_board.h"
@@ -25,11 +30,51 @@ void ReplicasUsage(FILE* out) {
   std::fprintf(out,
                "usage: wsyncctl replicas --controller HOST:PORT [--group G] [--version V] "
                "[--json] [--timeout_ms MS]\n"
+               "         [--controller_ca PEM [--cert PEM --key PEM]] [--token_file FILE]\n"
+               "  TLS when --controller_ca names the CA of the controller's certificate "
+               "(plaintext otherwise,\n"
+               "  for a --insecure controller); --token_file holds a bearer token of role "
+               "reader or above\n"
                "  the replicas of destination group G (default: inference): state, version, "
                "and each rank's\n"
                "  version, state, last synced version and report age; --version V prints "
                "only the labels\n"
                "  of the replicas serving V (exit 1 when none does)\n");
+}
+
+absl::StatusOr<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// TLS (mutual with --cert / --key) when --controller_ca is given; plaintext
+// otherwise. The token rides as call metadata (see Replicas below).
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const Args& args) {
+  if (!args.Has("controller_ca")) {
+    if (args.Has("cert") || args.Has("key")) {
+      return absl::InvalidArgumentError("--cert / --key need --controller_ca (TLS)");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions ssl;
+  absl::StatusOr<std::string> ca = ReadText(args.Value("controller_ca"));
+  if (!ca.ok()) return ca.status();
+  ssl.pem_root_certs = *ca;
+  if (args.Has("cert") != args.Has("key")) {
+    return absl::InvalidArgumentError("--cert and --key go together");
+  }
+  if (args.Has("cert")) {
+    absl::StatusOr<std::string> cert = ReadText(args.Value("cert"));
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadText(args.Value("key"));
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *cert;
+    ssl.pem_private_key = *key;
+  }
+  return grpc::SslCredentials(ssl);
 }
 
 std::string Label(const std::string& replica) { return replica.empty() ? "(unlabelled)" : replica; }
@@ -57,8 +102,9 @@ void PrintTable(const v1::ReplicasResponse& r) {
 }  // namespace
 
 int RunReplicasCommand(const std::vector<std::string>& argv) {
-  auto args =
-      ParseArgs(argv, FlagSpec{{"controller", "group", "version", "timeout_ms"}, {"json", "help"}});
+  auto args = ParseArgs(argv, FlagSpec{{"controller", "group", "version", "timeout_ms",
+                                        "controller_ca", "cert", "key", "token_file"},
+                                       {"json", "help"}});
   if (!args.ok()) {
     spdlog::error("replicas: {}", std::string(args.status().message()));
     ReplicasUsage(stderr);
@@ -85,10 +131,22 @@ int RunReplicasCommand(const std::vector<std::string>& argv) {
     ReplicasUsage(stderr);
     return kExitUsage;
   }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = Credentials(*args);
+  std::string token;
+  if (credentials.ok() && args->Has("token_file")) {
+    absl::StatusOr<std::string> text = ReadText(args->Value("token_file"));
+    if (!text.ok()) credentials = text.status();
+    if (text.ok()) token = std::string(absl::StripAsciiWhitespace(*text));
+  }
+  if (!credentials.ok()) {
+    spdlog::error("replicas: {}", std::string(credentials.status().message()));
+    return kExitUsage;
+  }
   const std::string group = args->Has("group") ? args->Value("group") : "inference";
-  auto stub = v1::TrainerService::NewStub(
-      grpc::CreateChannel(args->Value("controller"), grpc::InsecureChannelCredentials()));
+  auto stub =
+      v1::TrainerService::NewStub(grpc::CreateChannel(args->Value("controller"), *credentials));
   grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata("authorization", absl::StrCat("Bearer ", token));
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(*timeout_ms));
   v1::ReplicasRequest req;
   req.set_group(group);

@@ -21,13 +21,20 @@ std::string Rendezvous::ScopePrefix(const std::string& transfer, int64_t generat
   return absl::StrCat(transfer, "/", generation, "/");
 }
 
-const absl::flat_hash_map<std::string, std::string>* Rendezvous::ScopeOfLocked(
-    const std::string& key) {
-  const absl::flat_hash_map<std::string, std::string>* scope = nullptr;
-  for (const auto& [prefix, s] : scopes_) {
+Rendezvous::Scope* Rendezvous::ScopeOfLocked(const std::string& key) {
+  Scope* scope = nullptr;
+  for (auto& [prefix, s] : scopes_) {
     if (absl::StartsWith(key, prefix)) scope = &s;
   }
   return scope;
+}
+
+absl::Status Rendezvous::CheckMember(const Scope& scope, const std::string& lease,
+                                     const std::string& key, absl::string_view method) {
+  if (scope.leases.contains(lease)) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat(method, ": key '", key, "' is in rendezvous scope '", scope.prefix,
+                   "', whose transfer generation does not include the calling worker"));
 }
 
 absl::Status Rendezvous::Set(const v1::KvSetRequest& req) {
@@ -35,15 +42,17 @@ absl::Status Rendezvous::Set(const v1::KvSetRequest& req) {
     return absl::NotFoundError(absl::StrCat("KvSet: lease '", req.lease_id(), "' is not alive"));
   }
   absl::MutexLock lock(&mu_);
-  for (auto& [prefix, scope] : scopes_) {
-    if (absl::StartsWith(req.key(), prefix)) {
-      scope[req.key()] = req.value();
-      cv_.SignalAll();
-      return absl::OkStatus();
-    }
+  Scope* scope = ScopeOfLocked(req.key());
+  if (scope == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "KvSet: key '", req.key(), "' is outside every live rendezvous scope (stale generation?)"));
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "KvSet: key '", req.key(), "' is outside every live rendezvous scope (stale generation?)"));
+  if (absl::Status st = CheckMember(*scope, req.lease_id(), req.key(), "KvSet"); !st.ok()) {
+    return st;
+  }
+  scope->keys[req.key()] = req.value();
+  cv_.SignalAll();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::KvGetResponse> Rendezvous::Get(const v1::KvGetRequest& req) {
@@ -60,13 +69,16 @@ absl::StatusOr<v1::KvGetResponse> Rendezvous::Get(const v1::KvGetRequest& req) {
     std::vector<std::string> missing;
     v1::KvGetResponse resp;
     for (const std::string& key : req.keys()) {
-      const auto* scope = ScopeOfLocked(key);
+      const Scope* scope = ScopeOfLocked(key);
       if (scope == nullptr) {
         return absl::AbortedError(absl::StrCat(
             "KvGet: key '", key, "' is outside every live rendezvous scope (generation ended)"));
       }
-      auto it = scope->find(key);
-      if (it == scope->end()) {
+      if (absl::Status st = CheckMember(*scope, req.lease_id(), key, "KvGet"); !st.ok()) {
+        return st;
+      }
+      auto it = scope->keys.find(key);
+      if (it == scope->keys.end()) {
         missing.push_back(key);
       } else {
         resp.add_values(it->second);
@@ -84,10 +96,14 @@ absl::StatusOr<v1::KvGetResponse> Rendezvous::Get(const v1::KvGetRequest& req) {
 }
 
 void Rendezvous::OpenScope(const std::string& transfer, int64_t old_generation,
-                           int64_t new_generation) {
+                           int64_t new_generation, const std::vector<std::string>& leases) {
   absl::MutexLock lock(&mu_);
   scopes_.erase(ScopePrefix(transfer, old_generation));
-  scopes_[ScopePrefix(transfer, new_generation)];
+  const std::string prefix = ScopePrefix(transfer, new_generation);
+  Scope& scope = scopes_[prefix];
+  scope.prefix = prefix;
+  scope.leases = absl::flat_hash_set<std::string>(leases.begin(), leases.end());
+  scope.keys.clear();
   cv_.SignalAll();  // waiters in the old scope end
 }
 

@@ -1,7 +1,8 @@
 // Rendezvous: the key-value store the workers' transports meet through. Keys
 // live in scopes, one per transfer generation ("<transfer>/<generation>/");
 // opening a transfer's next scope ends its previous one, and Gets waiting in
-// an ended scope fail.
+// an ended scope fail. A scope belongs to the leases of its generation's
+// workers: only they may set or get its keys.
 //
 // Locking: one mutex, held only inside a call; the lease check (`alive`) runs
 // without it, so the store never holds two owners' locks.
@@ -11,11 +12,14 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "wsync/v1/controller.pb.h"
 
@@ -30,31 +34,40 @@ class Rendezvous {
 
   static std::string ScopePrefix(const std::string& transfer, int64_t generation);
 
-  // NOT_FOUND for a dead lease, FAILED_PRECONDITION outside every live scope.
+  // NOT_FOUND for a dead lease, FAILED_PRECONDITION outside every live scope,
+  // PERMISSION_DENIED when the lease is not one of the scope's workers.
   absl::Status Set(const v1::KvSetRequest& req);
   // Waits up to req.timeout_ms for every key: DEADLINE_EXCEEDED naming the
   // missing ones, ABORTED once a key's scope ended, NOT_FOUND once the lease
-  // died, UNAVAILABLE at shutdown.
+  // died, PERMISSION_DENIED for a scope not of this lease, UNAVAILABLE at
+  // shutdown.
   absl::StatusOr<v1::KvGetResponse> Get(const v1::KvGetRequest& req);
   // Ends `transfer`'s scope of `old_generation` (if open) and opens the one
-  // of `new_generation`.
-  void OpenScope(const std::string& transfer, int64_t old_generation, int64_t new_generation);
+  // of `new_generation`, owned by `leases` (the generation's workers).
+  void OpenScope(const std::string& transfer, int64_t old_generation, int64_t new_generation,
+                 const std::vector<std::string>& leases);
   // A lease ended: waiting Gets look at their lease again.
   void WakeAll();
   void Shutdown();
 
  private:
+  struct Scope {
+    std::string prefix;
+    absl::flat_hash_set<std::string> leases;  // its workers
+    absl::flat_hash_map<std::string, std::string> keys;
+  };
   // The scope holding `key`; null when none does.
-  const absl::flat_hash_map<std::string, std::string>* ScopeOfLocked(const std::string& key)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Scope* ScopeOfLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK when `lease` is one of `scope`'s workers; PERMISSION_DENIED otherwise.
+  static absl::Status CheckMember(const Scope& scope, const std::string& lease,
+                                  const std::string& key, absl::string_view method);
 
   const std::function<bool(const std::string&)> alive_;
   absl::Mutex mu_;
   absl::CondVar cv_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  // Scope prefix -> key -> value.
-  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::string>> scopes_
-      ABSL_GUARDED_BY(mu_);
+  // By prefix.
+  absl::flat_hash_map<std::string, Scope> scopes_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace wsync::controller

@@ -10,18 +10,21 @@ namespace wsync::controller {
 
 absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(ServerOptions options) {
   std::unique_ptr<ControllerServer> s(new ControllerServer());
+  absl::StatusOr<std::unique_ptr<Authenticator>> auth = Authenticator::Create(options.auth);
+  if (!auth.ok()) return auth.status();
+  s->auth_ = *std::move(auth);
   if (!options.metrics_address.empty()) {
     absl::Status st = s->metrics_.Serve(options.metrics_address);
     if (!st.ok()) return st;
   }
   s->controller_ = std::make_unique<Controller>(options.config, &s->metrics_, &s->plans_);
-  s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->controller_.get());
-  s->trainer_service_ = std::make_unique<TrainerServiceImpl>(s->controller_.get());
+  s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->controller_.get(), s->auth_.get());
+  s->trainer_service_ = std::make_unique<TrainerServiceImpl>(s->controller_.get(), s->auth_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(options.listen_address, s->auth_->ServerCredentials(), &s->port_);
   builder.RegisterService(s->worker_service_.get());
   builder.RegisterService(s->trainer_service_.get());
   const int max = static_cast<int>(std::min<int64_t>(options.max_message_bytes, INT32_MAX));

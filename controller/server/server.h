@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "controller/server/auth.h"
 #include "controller/server/controller.h"
 #include "controller/server/metrics.h"
 #include "controller/server/plan_source.h"
@@ -18,10 +19,13 @@
 namespace wsync::controller {
 
 struct ServerOptions {
-  std::string listen_address = "0.0.0.0:50051";  // port 0: pick one
-  std::string metrics_address = "0.0.0.0:9464";  // empty: no metrics endpoint
+  std::string listen_address = "127.0.0.1:50051";  // port 0: pick one
+  std::string metrics_address = "127.0.0.1:9464";  // empty: no metrics endpoint
   int64_t max_message_bytes = 256ll << 20;
   ControllerConfig config;
+  // TLS and callers (auth.h). The default needs cert_file / key_file; a
+  // plaintext server (tests, a trusted network) sets auth.insecure.
+  AuthOptions auth;
 };
 
 class ControllerServer {
@@ -39,6 +43,7 @@ class ControllerServer {
 
   ControllerMetrics metrics_;
   PlanSource plans_;
+  std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<TrainerServiceImpl> trainer_service_;

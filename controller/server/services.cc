@@ -1,6 +1,7 @@
 #include "controller/server/services.h"
 
 #include "absl/time/clock.h"
+#include "common/lease_metadata.h"
 
 namespace wsync::controller {
 
@@ -16,28 +17,45 @@ grpc::Status Fill(absl::StatusOr<T> result, T* out) {
 }
 }  // namespace
 
-grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext*,
-                                               const v1::RegisterWorkerRequest* req,
-                                               v1::RegisterWorkerResponse* resp) {
-  return Fill(controller_->workers().RegisterWorker(*req), resp);
+absl::Status WorkerServiceImpl::Admit(const grpc::ServerContext& ctx, const std::string& lease_id,
+                                      absl::string_view method) {
+  absl::StatusOr<Caller> caller = auth_->RequireWorker(ctx, method);
+  if (!caller.ok()) return caller.status();
+  return controller_->workers().CheckCaller(lease_id, caller->identity, method);
 }
 
-grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
+                                               const v1::RegisterWorkerRequest* req,
+                                               v1::RegisterWorkerResponse* resp) {
+  absl::StatusOr<Caller> caller = auth_->RequireWorker(*ctx, "RegisterWorker");
+  if (!caller.ok()) return ToGrpc(caller.status());
+  if (absl::Status st = auth_->CheckGroups(*caller, *req); !st.ok()) return ToGrpc(st);
+  const auto& md = ctx->client_metadata();
+  auto previous = md.find(kPreviousLeaseMetadata);
+  const std::string previous_lease =
+      previous == md.end() ? "" : std::string(previous->second.data(), previous->second.size());
+  return Fill(controller_->workers().RegisterWorker(*req, caller->identity, previous_lease), resp);
+}
+
+grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                           v1::HeartbeatResponse* resp) {
+  if (absl::Status st = Admit(*ctx, req->lease_id(), "Heartbeat"); !st.ok()) return ToGrpc(st);
   grpc::Status s = Fill(controller_->workers().Heartbeat(req->lease_id()), resp);
   if (!s.ok()) return s;
   return ToGrpc(controller_->RecordServing(req->lease_id(), req->serving()));
 }
 
-grpc::Status WorkerServiceImpl::UpdateBuffers(grpc::ServerContext*,
+grpc::Status WorkerServiceImpl::UpdateBuffers(grpc::ServerContext* ctx,
                                               const v1::UpdateBuffersRequest* req,
                                               v1::UpdateBuffersResponse*) {
+  if (absl::Status st = Admit(*ctx, req->lease_id(), "UpdateBuffers"); !st.ok()) return ToGrpc(st);
   return ToGrpc(controller_->workers().UpdateBuffers(*req));
 }
 
 grpc::Status WorkerServiceImpl::Assignments(grpc::ServerContext* ctx,
                                             const v1::AssignmentsRequest* req,
                                             grpc::ServerWriter<v1::Assignment>* writer) {
+  if (absl::Status st = Admit(*ctx, req->lease_id(), "Assignments"); !st.ok()) return ToGrpc(st);
   absl::StatusOr<uint64_t> token = controller_->workers().OpenStream(req->lease_id());
   if (!token.ok()) return ToGrpc(token.status());
   // Headers now, so that the worker knows the stream is established.
@@ -57,52 +75,63 @@ grpc::Status WorkerServiceImpl::Assignments(grpc::ServerContext* ctx,
   }
 }
 
-grpc::Status WorkerServiceImpl::ReportProgress(grpc::ServerContext*,
+grpc::Status WorkerServiceImpl::ReportProgress(grpc::ServerContext* ctx,
                                                const v1::ReportProgressRequest* req,
                                                v1::ReportProgressResponse*) {
+  if (absl::Status st = Admit(*ctx, req->lease_id(), "ReportProgress"); !st.ok()) return ToGrpc(st);
   return ToGrpc(controller_->syncs().ReportProgress(*req));
 }
 
-grpc::Status WorkerServiceImpl::ReportResult(grpc::ServerContext*,
+grpc::Status WorkerServiceImpl::ReportResult(grpc::ServerContext* ctx,
                                              const v1::ReportResultRequest* req,
                                              v1::ReportResultResponse*) {
+  if (absl::Status st = Admit(*ctx, req->lease_id(), "ReportResult"); !st.ok()) return ToGrpc(st);
   return ToGrpc(controller_->syncs().ReportResult(*req));
 }
 
-grpc::Status WorkerServiceImpl::KvSet(grpc::ServerContext*, const v1::KvSetRequest* req,
+grpc::Status WorkerServiceImpl::KvSet(grpc::ServerContext* ctx, const v1::KvSetRequest* req,
                                       v1::KvSetResponse*) {
+  if (absl::Status st = Admit(*ctx, req->lease_id(), "KvSet"); !st.ok()) return ToGrpc(st);
   return ToGrpc(controller_->rendezvous().Set(*req));
 }
 
-grpc::Status WorkerServiceImpl::KvGet(grpc::ServerContext*, const v1::KvGetRequest* req,
+grpc::Status WorkerServiceImpl::KvGet(grpc::ServerContext* ctx, const v1::KvGetRequest* req,
                                       v1::KvGetResponse* resp) {
+  if (absl::Status st = Admit(*ctx, req->lease_id(), "KvGet"); !st.ok()) return ToGrpc(st);
   return Fill(controller_->rendezvous().Get(*req), resp);
 }
 
-grpc::Status WorkerServiceImpl::AwaitWriters(grpc::ServerContext*,
+grpc::Status WorkerServiceImpl::AwaitWriters(grpc::ServerContext* ctx,
                                              const v1::AwaitWritersRequest* req,
                                              v1::AwaitWritersResponse* resp) {
+  if (absl::Status st = Admit(*ctx, req->lease_id(), "AwaitWriters"); !st.ok()) return ToGrpc(st);
   return Fill(controller_->syncs().AwaitWriters(*req), resp);
 }
 
-grpc::Status TrainerServiceImpl::DefineTransfer(grpc::ServerContext*,
+grpc::Status TrainerServiceImpl::DefineTransfer(grpc::ServerContext* ctx,
                                                 const v1::DefineTransferRequest* req,
                                                 v1::DefineTransferResponse* resp) {
+  absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kTrainer, "DefineTransfer");
+  if (!caller.ok()) return ToGrpc(caller.status());
   return Fill(controller_->syncs().DefineTransfer(*req), resp);
 }
 
-grpc::Status TrainerServiceImpl::Plan(grpc::ServerContext*, const v1::PlanRequest* req,
+grpc::Status TrainerServiceImpl::Plan(grpc::ServerContext* ctx, const v1::PlanRequest* req,
                                       v1::PlanResponse* resp) {
+  absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kReader, "Plan");
+  if (!caller.ok()) return ToGrpc(caller.status());
   return Fill(controller_->syncs().PlanTransfer(*req), resp);
 }
 
 grpc::Status TrainerServiceImpl::Sync(grpc::ServerContext* ctx, const v1::SyncRequest* req,
                                       v1::SyncResponse* resp) {
+  absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kTrainer, "Sync");
+  if (!caller.ok()) return ToGrpc(caller.status());
   if (req->wait_ms() < 0) {
     return ToGrpc(
         absl::InvalidArgumentError(absl::StrCat("Sync: negative wait_ms ", req->wait_ms())));
   }
-  grpc::Status started = Fill(controller_->syncs().StartSync(*req), resp);
+  grpc::Status started = Fill(controller_->syncs().StartSync(*req, caller->identity), resp);
   if (!started.ok() || req->wait_ms() == 0) return started;
   return AwaitEnd(ctx, resp->sync_id(), absl::Now() + absl::Milliseconds(req->wait_ms()),
                   resp->mutable_status());
@@ -124,6 +153,8 @@ grpc::Status TrainerServiceImpl::AwaitEnd(grpc::ServerContext* ctx, const std::s
 
 grpc::Status TrainerServiceImpl::WaitSync(grpc::ServerContext* ctx, const v1::WaitSyncRequest* req,
                                           v1::SyncStatus* resp) {
+  absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kReader, "WaitSync");
+  if (!caller.ok()) return ToGrpc(caller.status());
   const absl::Time until = req->timeout_ms() > 0
                                ? absl::Now() + absl::Milliseconds(req->timeout_ms())
                                : absl::InfiniteFuture();
@@ -133,6 +164,8 @@ grpc::Status TrainerServiceImpl::WaitSync(grpc::ServerContext* ctx, const v1::Wa
 grpc::Status TrainerServiceImpl::WatchSync(grpc::ServerContext* ctx,
                                            const v1::WatchSyncRequest* req,
                                            grpc::ServerWriter<v1::SyncStatus>* writer) {
+  absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kReader, "WatchSync");
+  if (!caller.ok()) return ToGrpc(caller.status());
   int64_t seen = -1;
   while (!ctx->IsCancelled()) {
     const int64_t before = seen;
@@ -146,26 +179,36 @@ grpc::Status TrainerServiceImpl::WatchSync(grpc::ServerContext* ctx,
   return grpc::Status(grpc::StatusCode::CANCELLED, "watcher went away");
 }
 
-grpc::Status TrainerServiceImpl::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+grpc::Status TrainerServiceImpl::GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest*,
                                            v1::GetStatusResponse* resp) {
+  absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kReader, "GetStatus");
+  if (!caller.ok()) return ToGrpc(caller.status());
   *resp = controller_->syncs().GetStatus();
   return grpc::Status::OK;
 }
 
-grpc::Status TrainerServiceImpl::Cancel(grpc::ServerContext*, const v1::CancelRequest* req,
+grpc::Status TrainerServiceImpl::Cancel(grpc::ServerContext* ctx, const v1::CancelRequest* req,
                                         v1::SyncStatus* resp) {
-  return Fill(controller_->syncs().Cancel(req->sync_id(), req->reason()), resp);
+  absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kTrainer, "Cancel");
+  if (!caller.ok()) return ToGrpc(caller.status());
+  return Fill(controller_->syncs().Cancel(req->sync_id(), req->reason(), caller->identity,
+                                          caller->role >= Role::kAdmin),
+              resp);
 }
 
-grpc::Status TrainerServiceImpl::ListWorkers(grpc::ServerContext*,
+grpc::Status TrainerServiceImpl::ListWorkers(grpc::ServerContext* ctx,
                                              const v1::ListWorkersRequest* req,
                                              v1::ListWorkersResponse* resp) {
+  absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kReader, "ListWorkers");
+  if (!caller.ok()) return ToGrpc(caller.status());
   *resp = controller_->workers().ListWorkers(req->group());
   return grpc::Status::OK;
 }
 
-grpc::Status TrainerServiceImpl::Replicas(grpc::ServerContext*, const v1::ReplicasRequest* req,
+grpc::Status TrainerServiceImpl::Replicas(grpc::ServerContext* ctx, const v1::ReplicasRequest* req,
                                           v1::ReplicasResponse* resp) {
+  absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kReader, "Replicas");
+  if (!caller.ok()) return ToGrpc(caller.status());
   if (req->group().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Replicas: name the destination group");
   }

@@ -1,10 +1,13 @@
 // gRPC adapters of the controller's state owners (controller.h): the worker
-// and trainer services.
+// and trainer services. Every handler first admits its caller (auth.h): a
+// worker call names a lease bound to the caller's identity; a trainer call
+// needs a role (docs/security.md).
 #ifndef WSYNC_CONTROLLER_SERVER_SERVICES_H_
 #define WSYNC_CONTROLLER_SERVER_SERVICES_H_
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "controller/server/auth.h"
 #include "controller/server/controller.h"
 #include "grpcpp/grpcpp.h"
 #include "wsync/v1/controller.grpc.pb.h"
@@ -12,12 +15,15 @@
 namespace wsync::controller {
 
 inline grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
-  explicit WorkerServiceImpl(Controller* controller) : controller_(controller) {}
+  // Neither is owned; both outlive the service.
+  WorkerServiceImpl(Controller* controller, Authenticator* auth)
+      : controller_(controller), auth_(auth) {}
 
   grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* req,
                               v1::RegisterWorkerResponse* resp) override;
@@ -39,12 +45,20 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
                             v1::AwaitWritersResponse* resp) override;
 
  private:
+  // OK when the caller is a worker (mutual TLS, unless insecure) whose
+  // identity holds `lease_id`.
+  absl::Status Admit(const grpc::ServerContext& ctx, const std::string& lease_id,
+                     absl::string_view method);
+
   Controller* const controller_;
+  Authenticator* const auth_;
 };
 
 class TrainerServiceImpl final : public v1::TrainerService::Service {
  public:
-  explicit TrainerServiceImpl(Controller* controller) : controller_(controller) {}
+  // Neither is owned; both outlive the service.
+  TrainerServiceImpl(Controller* controller, Authenticator* auth)
+      : controller_(controller), auth_(auth) {}
 
   grpc::Status DefineTransfer(grpc::ServerContext*, const v1::DefineTransferRequest* req,
                               v1::DefineTransferResponse* resp) override;
@@ -71,6 +85,7 @@ class TrainerServiceImpl final : public v1::TrainerService::Service {
                         v1::SyncStatus* out);
 
   Controller* const controller_;
+  Authenticator* const auth_;
 };
 
 }  // namespace wsync::controller

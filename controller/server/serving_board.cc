@@ -23,7 +23,6 @@ RankView ViewOf(int32_t rank, const std::string& holder, const v1::ServingReport
   v.rank.set_rank(rank);
   v.rank.set_ms_since_report(-1);
   v.rank.set_live(!holder.empty());
-  v.rank.set_lease_id(holder);
   if (report == nullptr) return v;
   v.replica = report->replica();
   v.replica_ranks = report->replica_ranks();
@@ -34,7 +33,6 @@ RankView ViewOf(int32_t rank, const std::string& holder, const v1::ServingReport
   v.rank.set_ms_since_report(absl::ToInt64Milliseconds(now - received));
   // A report counts only while the lease that sent it holds the rank.
   v.rank.set_reported(!holder.empty() && holder == report_lease);
-  if (holder.empty()) v.rank.set_lease_id(report_lease);
   return v;
 }
 

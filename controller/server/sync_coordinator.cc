@@ -11,6 +11,14 @@
 
 namespace wsync::controller {
 
+absl::Status SyncCoordinator::CheckBytesLocked(const Participant& p, int64_t bytes_done,
+                                               absl::string_view method) {
+  if (bytes_done >= 0 && bytes_done <= p.bytes_planned) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      method, ": ", workers_->Describe(p.lease_id), " [worker ", p.worker, "] reports bytes_done ",
+      bytes_done, " but the plan writes ", p.bytes_planned, " bytes into it"));
+}
+
 absl::Status SyncCoordinator::ReportProgress(const v1::ReportProgressRequest& req) {
   absl::MutexLock lock(&mu_);
   auto it = syncs_.find(req.sync_id());
@@ -20,6 +28,9 @@ absl::Status SyncCoordinator::ReportProgress(const v1::ReportProgressRequest& re
   SyncRecord& sync = *it->second;
   for (Participant& p : sync.parts) {
     if (p.lease_id != req.lease_id()) continue;
+    if (absl::Status st = CheckBytesLocked(p, req.bytes_done(), "ReportProgress"); !st.ok()) {
+      return st;
+    }
     if (!sync.finished() && !p.done) {
       p.bytes_done = req.bytes_done();
       ++sync.changes;
@@ -40,6 +51,9 @@ absl::Status SyncCoordinator::ReportResult(const v1::ReportResultRequest& req) {
   SyncRecord& sync = *it->second;
   for (Participant& p : sync.parts) {
     if (p.lease_id != req.lease_id()) continue;
+    if (absl::Status st = CheckBytesLocked(p, req.bytes_done(), "ReportResult"); !st.ok()) {
+      return st;
+    }
     if (req.direct_writes_unavailable()) workers_->MarkDirectWritesUnavailable(p.lease_id);
     // A worker whose sync failed may have dropped its peer mappings (of this
     // transfer, or all of them): its next assignments carry every list again.
@@ -190,10 +204,16 @@ absl::StatusOr<v1::SyncStatus> SyncCoordinator::NextSyncUpdate(const std::string
 }
 
 absl::StatusOr<v1::SyncStatus> SyncCoordinator::Cancel(const std::string& sync_id,
-                                                       const std::string& reason) {
+                                                       const std::string& reason,
+                                                       const std::string& caller, bool any) {
   absl::MutexLock lock(&mu_);
   auto it = syncs_.find(sync_id);
   if (it == syncs_.end()) return absl::NotFoundError(absl::StrCat("unknown sync '", sync_id, "'"));
+  if (!any && it->second->started_by != caller) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "Cancel: sync '", sync_id, "' was started by '", it->second->started_by, "'; identity '",
+        caller, "' (role trainer) may cancel only its own syncs, role admin any"));
+  }
   FinishLocked(*it->second, v1::SYNC_CANCELLED, static_cast<int32_t>(absl::StatusCode::kCancelled),
                absl::StrCat("cancelled by the trainer", reason.empty() ? "" : ": ", reason), -1, -1,
                -1, -1);

@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "controller/plan/routes.h"
@@ -48,7 +49,9 @@ class SyncCoordinator {
   // ----- Trainer API.
   absl::StatusOr<v1::DefineTransferResponse> DefineTransfer(const v1::DefineTransferRequest& req);
   absl::StatusOr<v1::PlanResponse> PlanTransfer(const v1::PlanRequest& req);
-  absl::StatusOr<v1::SyncResponse> StartSync(const v1::SyncRequest& req);
+  // `started_by`: the caller's identity, which may cancel it (see Cancel).
+  absl::StatusOr<v1::SyncResponse> StartSync(const v1::SyncRequest& req,
+                                             const std::string& started_by = "");
   // Returns once the sync ended or `timeout` passed (its current status; its
   // final one also when the record was pruned meanwhile).
   absl::StatusOr<v1::SyncStatus> WaitSync(const std::string& sync_id, absl::Duration timeout);
@@ -57,7 +60,10 @@ class SyncCoordinator {
   // the sync still running (so that callers looping on it stop).
   absl::StatusOr<v1::SyncStatus> NextSyncUpdate(const std::string& sync_id, int64_t* seen,
                                                 absl::Duration wait);
-  absl::StatusOr<v1::SyncStatus> Cancel(const std::string& sync_id, const std::string& reason);
+  // `any`: the caller may cancel every sync (role admin); otherwise only the
+  // syncs `caller` started (PERMISSION_DENIED naming both identities).
+  absl::StatusOr<v1::SyncStatus> Cancel(const std::string& sync_id, const std::string& reason,
+                                        const std::string& caller = "", bool any = true);
   v1::GetStatusResponse GetStatus();
 
   // ----- Worker API.
@@ -81,12 +87,16 @@ class SyncCoordinator {
     std::string part_key;  // SyncAssignment.part_key
     bool done = false;
     int64_t bytes_done = 0;
+    // The most its reports may claim: the plan's bytes into it (received
+    // plus local copies, RankSummary).
+    int64_t bytes_planned = 0;
   };
   struct SyncRecord {
     v1::SyncStatus status;
     absl::Time start;
     absl::Time deadline;
     std::vector<Participant> parts;
+    std::string started_by;  // the trainer's identity
     int64_t changes = 0;
     bool finished() const { return status.phase() != v1::SYNC_RUNNING; }
   };
@@ -184,6 +194,11 @@ class SyncCoordinator {
                     int32_t cause_worker, int32_t round, int32_t op, int32_t peer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::SyncStatus SnapshotLocked(const SyncRecord& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // INVALID_ARGUMENT naming the worker when a report claims more bytes than
+  // the plan writes into it (or a negative count).
+  absl::Status CheckBytesLocked(const Participant& p, int64_t bytes_done, absl::string_view method)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static int64_t PlannedBytesInto(const v1::Plan& plan, int32_t worker);
 
   const ControllerConfig config_;
   ControllerMetrics* const metrics_;

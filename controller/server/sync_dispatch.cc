@@ -62,6 +62,13 @@ std::vector<SyncCoordinator::RoutedPartRef> SyncCoordinator::Route(const PlanFor
   return out;
 }
 
+int64_t SyncCoordinator::PlannedBytesInto(const v1::Plan& plan, int32_t worker) {
+  for (const v1::RankSummary& r : plan.summary().ranks()) {
+    if (r.worker() == worker) return r.bytes_in() + r.bytes_local();
+  }
+  return plan.summary().destination_bytes();
+}
+
 std::unique_ptr<SyncCoordinator::SyncRecord> SyncCoordinator::NewRecordLocked(
     const Transfer& t, const v1::SyncRequest& req, const PlanForSync& plan, absl::Time trigger,
     int32_t num_workers) {
@@ -149,13 +156,14 @@ absl::StatusOr<std::vector<std::string>> SyncCoordinator::CheckWorkersLocked(
 
 void SyncCoordinator::RenewGenerationLocked(Transfer& t, const std::vector<std::string>& leases) {
   if (t.generation != 0 && !t.generation_broken && t.generation_leases == leases) return;
-  rendezvous_->OpenScope(t.name, t.generation, t.generation + 1);
+  rendezvous_->OpenScope(t.name, t.generation, t.generation + 1, leases);
   ++t.generation;
   t.generation_leases = leases;
   t.generation_broken = false;
 }
 
-absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncRequest& req) {
+absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncRequest& req,
+                                                            const std::string& started_by) {
   const absl::Time trigger = absl::Now();
   if (req.deadline_ms() < 0) {
     return absl::InvalidArgumentError(
@@ -205,6 +213,7 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
   RenewGenerationLocked(t, *leases);
   const int32_t num_workers = static_cast<int32_t>(leases->size());
   std::unique_ptr<SyncRecord> sync = NewRecordLocked(t, req, *plan, trigger, num_workers);
+  sync->started_by = started_by;
   v1::SyncStatus& s = sync->status;
   s.set_plan_seconds(plan_seconds);
   s.set_direct_pairs(static_cast<int32_t>(dispatch.peer_writes.size()));
@@ -214,6 +223,7 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
     p.lease_id = (*leases)[w];
     p.roles = resolved->roles[w];
     p.part_key = parts[w].key;
+    p.bytes_planned = PlannedBytesInto(*plan->plan, w);
     v1::Assignment a;
     *a.mutable_sync() = AssignmentLocked(t, *sync, *resolved, dispatch, parts[w], w);
     workers_->Push(p.lease_id, std::move(a));  // a lost worker fails the sync (WorkerLost)

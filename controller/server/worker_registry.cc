@@ -1,12 +1,17 @@
 #include "controller/server/worker_registry.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <cerrno>
 
 #include "absl/algorithm/container.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/lease_metadata.h"
 #include "common/logging.h"
 #include "common/peer_lists.h"
 
@@ -48,6 +53,22 @@ absl::Status CheckRequest(const v1::RegisterWorkerRequest& req) {
   return absl::OkStatus();
 }
 
+// A lease id: 128 bits from the kernel's CSPRNG, hex.
+absl::StatusOr<std::string> NewLeaseSecret() {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::InternalError(absl::StrCat("RegisterWorker: getrandom failed: errno ", errno));
+    }
+    got += static_cast<size_t>(n);
+  }
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+}
+
 bool HasUnmappableBuffers(const v1::RegisterWorkerRequest& info) {
   return absl::c_any_of(info.buffers(), [](const v1::BufferInfo& b) {
     return b.location_case() == v1::BufferInfo::LOCATION_NOT_SET;
@@ -76,7 +97,7 @@ WorkerRegistry::Worker* WorkerRegistry::FindAliveLocked(const std::string& lease
 
 std::string WorkerRegistry::DescribeLocked(const std::string& lease_id) {
   auto it = workers_.find(lease_id);
-  if (it == workers_.end()) return absl::StrCat("lease ", lease_id);
+  if (it == workers_.end()) return "a worker whose lease ended";
   const v1::RegisterWorkerRequest& info = *it->second->info;
   std::vector<std::string> roles;
   for (const auto& m : info.memberships()) roles.push_back(RankKey(m.group(), m.rank()));
@@ -103,9 +124,9 @@ absl::Status WorkerRegistry::CheckMembershipsLocked(const v1::RegisterWorkerRequ
     if (it != ranks_.end()) {
       Worker* holder = FindAliveLocked(it->second);
       if (holder != nullptr && holder->info->instance_id() != req.instance_id()) {
-        return absl::AlreadyExistsError(
-            absl::StrCat("group '", m.group(), "' rank ", m.rank(), " is already held by ",
-                         DescribeLocked(holder->lease_id), ", lease ", holder->lease_id));
+        return absl::AlreadyExistsError(absl::StrCat("group '", m.group(), "' rank ", m.rank(),
+                                                     " is already held by ",
+                                                     DescribeLocked(holder->lease_id)));
       }
     }
     for (const auto& [lease, w] : workers_) {
@@ -122,14 +143,48 @@ absl::Status WorkerRegistry::CheckMembershipsLocked(const v1::RegisterWorkerRequ
   return absl::OkStatus();
 }
 
+absl::Status WorkerRegistry::CheckReplacementLocked(const v1::RegisterWorkerRequest& req,
+                                                    const std::string& identity,
+                                                    const std::string& previous_lease) {
+  for (auto& [lease, w] : workers_) {
+    if (!w->alive || w->info->instance_id() != req.instance_id()) continue;
+    // An instance id is listed (ListWorkers): taking over its lease needs
+    // the lease's secret and the same authenticated identity.
+    if (previous_lease != lease || w->identity != identity) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("RegisterWorker: instance '", req.instance_id(), "' is held by live ",
+                       DescribeLocked(lease), "; replacing it needs that lease's id (metadata ",
+                       kPreviousLeaseMetadata, ")",
+                       w->identity.empty() ? "" : absl::StrCat(" and identity '", w->identity, "'"),
+                       " (this caller: '", identity, "')"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerRegistry::CheckCaller(const std::string& lease_id, const std::string& identity,
+                                         absl::string_view method) {
+  absl::MutexLock lock(&mu_);
+  const Worker* w = FindAliveLocked(lease_id);
+  if (w == nullptr || w->identity == identity) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat(method, ": the lease of ", DescribeLocked(lease_id), " belongs to identity '",
+                   w->identity, "', not to the caller '", identity, "'"));
+}
+
 absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::RegisterWorker(
-    const v1::RegisterWorkerRequest& req) {
+    const v1::RegisterWorkerRequest& req, const std::string& identity,
+    const std::string& previous_lease) {
   if (absl::Status st = CheckRequest(req); !st.ok()) return st;
+  absl::StatusOr<std::string> lease_id = NewLeaseSecret();
+  if (!lease_id.ok()) return lease_id.status();
   std::vector<WorkerLoss> lost;
   v1::RegisterWorkerResponse resp;
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return absl::UnavailableError("controller is shutting down");
+    if (absl::Status st = CheckReplacementLocked(req, identity, previous_lease); !st.ok())
+      return st;
     if (absl::Status st = CheckMembershipsLocked(req); !st.ok()) return st;
     for (auto& [lease, w] : workers_) {
       if (w->alive && w->info->instance_id() == req.instance_id()) {
@@ -137,7 +192,8 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::RegisterWorker(
       }
     }
     auto w = std::make_unique<Worker>();
-    w->lease_id = absl::StrCat("L", config_.instance, "-", next_id_++);
+    w->lease_id = *std::move(lease_id);
+    w->identity = identity;
     w->info = std::make_shared<const v1::RegisterWorkerRequest>(req);
     w->unmappable_buffers = HasUnmappableBuffers(*w->info);
     w->registration = next_id_++;
@@ -147,12 +203,12 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::RegisterWorker(
     resp.set_lease_ttl_ms(absl::ToInt64Milliseconds(config_.lease_ttl));
     resp.set_heartbeat_interval_ms(std::max<int64_t>(1, resp.lease_ttl_ms() / 4));
     resp.set_controller_instance(config_.instance);
-    spdlog::info("[controller] registered {} as lease {}",
+    spdlog::info("[controller] registered {} (identity '{}')",
                  absl::StrJoin(req.memberships(), "+",
                                [](std::string* out, const v1::Membership& m) {
                                  absl::StrAppend(out, m.group(), "/", m.rank());
                                }),
-                 w->lease_id);
+                 identity);
     workers_[w->lease_id] = std::move(w);
   }
   Deliver(lost);
@@ -241,7 +297,7 @@ void WorkerRegistry::MarkDeadLocked(Worker& w, const std::string& reason,
                                     std::vector<WorkerLoss>* lost) {
   if (!w.alive) return;
   const std::string who = DescribeLocked(w.lease_id);
-  spdlog::warn("[controller] {} lease {} dead: {}", who, w.lease_id, reason);
+  spdlog::warn("[controller] {}: lease dead: {}", who, reason);
   w.alive = false;
   w.died_at = absl::Now();
   w.outbox.clear();
@@ -417,7 +473,6 @@ v1::ListWorkersResponse WorkerRegistry::ListWorkers(const std::string& group) {
     for (const auto& m : in.memberships()) match = match || m.group() == group;
     if (!match) continue;
     v1::RegisteredWorker* info = resp.add_workers();
-    info->set_lease_id(lease);
     info->set_instance_id(in.instance_id());
     *info->mutable_memberships() = in.memberships();
     info->set_node(in.node());

@@ -26,6 +26,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "controller/server/config.h"
@@ -66,7 +67,19 @@ class WorkerRegistry {
   void SetLossListener(std::function<void(const WorkerLoss&)> listener);
 
   // ----- Worker API.
-  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& req);
+  // `identity`: the caller's authenticated identity ("" in plaintext), bound
+  // to the new lease (see CheckCaller). The lease id is 128 random bits from
+  // the OS CSPRNG. A live lease of the same instance_id is replaced only when
+  // `previous_lease` is its id and `identity` its identity; otherwise
+  // ALREADY_EXISTS (an instance id is listed: it is no credential).
+  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& req,
+                                                            const std::string& identity = "",
+                                                            const std::string& previous_lease = "");
+  // Whether the caller of identity `identity` may act for `lease_id`: OK when
+  // the lease is unknown or dead (the call then fails NOT_FOUND where it is
+  // used) or is bound to `identity`; PERMISSION_DENIED naming both otherwise.
+  absl::Status CheckCaller(const std::string& lease_id, const std::string& identity,
+                           absl::string_view method);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& lease_id);
   absl::Status UpdateBuffers(const v1::UpdateBuffersRequest& req);
   // The lease's assignment stream: Open returns a token; a later Open (or the
@@ -126,6 +139,7 @@ class WorkerRegistry {
  private:
   struct Worker {
     std::string lease_id;
+    std::string identity;  // authenticated at registration ("" in plaintext)
     std::shared_ptr<const v1::RegisterWorkerRequest> info;
     absl::Time last_heartbeat;
     bool alive = true;
@@ -154,6 +168,10 @@ class WorkerRegistry {
   std::string DescribeLocked(const std::string& lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   WorkerSnapshot SnapshotLocked(const Worker& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckMembershipsLocked(const v1::RegisterWorkerRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckReplacementLocked(const v1::RegisterWorkerRequest& req,
+                                      const std::string& identity,
+                                      const std::string& previous_lease)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkDeadLocked(Worker& w, const std::string& reason, std::vector<WorkerLoss>* lost)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

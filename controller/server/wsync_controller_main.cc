@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>  // std::rename
+#include <cstdlib>
 #include <fstream>
 #include <random>
 
@@ -18,14 +19,36 @@
 #include "controller/plan/huge_page_allocator.h"
 #include "controller/server/server.h"
 
-ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
+ABSL_FLAG(std::string, listen, "",
           "gRPC listen address host:port of the worker and trainer services (port 0: any free "
-          "port, see --port_file). Env: WSYNC_LISTEN.");
+          "port, see --port_file). Default: $POD_IP:50051 when POD_IP is set, else "
+          "127.0.0.1:50051 (never every interface unless asked). Env: WSYNC_LISTEN.");
 ABSL_FLAG(int32_t, metrics_port, 9464,
           "Port of the Prometheus /metrics endpoint (0: any free port, -1: disabled). Env: "
           "WSYNC_METRICS_PORT.");
-ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
-          "Address the /metrics endpoint binds to. Env: WSYNC_METRICS_HOST.");
+ABSL_FLAG(std::string, metrics_host, "",
+          "Address the /metrics endpoint binds to (plain HTTP). Default: $POD_IP when set, else "
+          "127.0.0.1. Env: WSYNC_METRICS_HOST.");
+ABSL_FLAG(bool, insecure, false,
+          "Serve plaintext gRPC without certificates (logs a warning): any network peer can "
+          "then act as any worker or trainer that knows a lease id or token. Only for tests "
+          "and trusted networks. Env: WSYNC_INSECURE.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of the controller (TLS; required unless --insecure). Reloaded "
+          "every --tls_reload_interval. Env: WSYNC_TLS_CERT.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert. Env: WSYNC_TLS_KEY.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle that signs client certificates (mutual TLS). Workers must present one "
+          "with a URI SAN wsync://group/<group> per group they register in; trainers may "
+          "present one with wsync://role/<reader|trainer|admin> instead of a token. Empty: no "
+          "client certificates (then no worker can register). Env: WSYNC_TLS_CLIENT_CA.");
+ABSL_FLAG(absl::Duration, tls_reload_interval, absl::Seconds(10),
+          "How often --tls_cert, --tls_key and --tls_client_ca are re-read (rotation without "
+          "restart; at least 1s). Env: WSYNC_TLS_RELOAD_INTERVAL.");
+ABSL_FLAG(std::string, tokens_file, "",
+          "Bearer tokens of the trainer API, one '<token> <role> <name>' per line (role: "
+          "reader, trainer or admin; tokens of 16+ characters); re-read when it changes. "
+          "Clients send 'authorization: Bearer <token>'. Env: WSYNC_TOKENS_FILE.");
 ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(10),
           "Worker lease time-to-live: a worker without a heartbeat for this long is dead and "
           "its syncs fail. Workers heartbeat every TTL/4. Env: WSYNC_LEASE_TTL.");
@@ -53,7 +76,8 @@ int main(int argc, char** argv) {
       "Flags also read WSYNC_<FLAG> environment variables; the command line wins.",
       "controller/server/",
       {"listen", "metrics_port", "metrics_host", "lease_ttl", "sync_deadline", "max_message_bytes",
-       "port_file", "direct_writes"});
+       "port_file", "direct_writes", "insecure", "tls_cert", "tls_key", "tls_client_ca",
+       "tls_reload_interval", "tokens_file"});
   wsync::InitLogging("wsync-controller");
 
   // Signals are taken by sigwait below, never by an asynchronous handler.
@@ -71,10 +95,15 @@ int main(int argc, char** argv) {
   absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
 
   wsync::controller::ServerOptions options;
+  const char* pod_ip = std::getenv("POD_IP");
+  const std::string default_host = pod_ip != nullptr && *pod_ip != '\0' ? pod_ip : "127.0.0.1";
   options.listen_address = absl::GetFlag(FLAGS_listen);
+  if (options.listen_address.empty()) options.listen_address = default_host + ":50051";
+  std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  if (metrics_host.empty()) metrics_host = default_host;
   const int32_t metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (metrics_port >= 0) {
-    options.metrics_address = absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":", metrics_port);
+    options.metrics_address = absl::StrCat(metrics_host, ":", metrics_port);
   } else {
     options.metrics_address.clear();
   }
@@ -82,6 +111,18 @@ int main(int argc, char** argv) {
   options.config.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
   options.config.sync_deadline = absl::GetFlag(FLAGS_sync_deadline);
   options.config.direct_writes = absl::GetFlag(FLAGS_direct_writes);
+  options.auth.insecure = absl::GetFlag(FLAGS_insecure);
+  options.auth.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.auth.key_file = absl::GetFlag(FLAGS_tls_key);
+  options.auth.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.auth.tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  options.auth.reload_interval = absl::GetFlag(FLAGS_tls_reload_interval);
+  if (options.auth.insecure) {
+    spdlog::warn(
+        "wsync-controller: --insecure: plaintext gRPC, no certificates; anyone who can reach "
+        "{} can act as a worker that knows a lease id{}",
+        options.listen_address, options.auth.tokens_file.empty() ? " and as an admin trainer" : "");
+  }
   if (options.config.lease_ttl <= absl::ZeroDuration() ||
       options.config.sync_deadline <= absl::ZeroDuration() || options.max_message_bytes <= 0) {
     spdlog::error(

@@ -69,9 +69,15 @@ WorkerPtr Make(const std::string& controller,
                const std::vector<std::tuple<std::string, int, int>>& groups, int device,
                const std::string& node, const std::string& data_address, int metrics_port,
                const std::string& metrics_host, double round_timeout_s, int64_t staging_limit_bytes,
-               const std::string& instance_id) {
+               const std::string& instance_id, const std::string& controller_ca,
+               const std::string& cert, const std::string& key) {
   EmbeddedOptions o;
   o.controller = controller;
+  // TLS when a CA names the controller's issuer; plaintext otherwise.
+  o.tls.insecure = controller_ca.empty();
+  o.tls.ca_file = controller_ca;
+  o.tls.cert_file = cert;
+  o.tls.key_file = key;
   for (const auto& [group, rank, size] : groups) {
     wsync::v1::Membership m;
     m.set_group(group);
@@ -218,7 +224,8 @@ void BindWorker(py::module_& m) {
            py::arg("node") = "", py::arg("data_address") = "127.0.0.1",
            py::arg("metrics_port") = -1, py::arg("metrics_host") = "127.0.0.1",
            py::arg("round_timeout_s") = 60.0, py::arg("staging_limit_bytes") = 0,
-           py::arg("instance_id") = "")
+           py::arg("instance_id") = "", py::arg("controller_ca") = "", py::arg("cert") = "",
+           py::arg("key") = "")
       .def("start",
            [](EmbeddedWorker& w) {
              absl::Status s;

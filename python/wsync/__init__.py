@@ -16,11 +16,13 @@ __path__ = _pkgutil.extend_path(__path__, __name__)
 
 _ERRORS = ("WsyncError", "InvalidArgument", "NotFound", "AlreadyExists", "FailedPrecondition",
            "Unavailable", "DeadlineExceeded", "Aborted", "Cancelled", "ResourceExhausted",
-           "Internal", "SyncFailed", "SyncCancelled")
-__all__ = ["Client", "SyncHandle", *_ERRORS]
+           "Internal", "Unauthenticated", "PermissionDenied", "SyncFailed", "SyncCancelled")
+__all__ = ["Client", "SyncHandle", "Tls", *_ERRORS]
 
 
 def __getattr__(name):
+    if name == "Tls":
+        return getattr(_importlib.import_module("wsync._channel"), name)
     if name in ("Client", "SyncHandle"):
         return getattr(_importlib.import_module("wsync.client"), name)
     if name in _ERRORS:

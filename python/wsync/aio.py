@@ -10,7 +10,7 @@ import time
 
 import grpc
 
-from wsync import errors, progress as progress_mod, specs
+from wsync import _channel, errors, progress as progress_mod, specs
 from wsync.client import (_POLL_MS, _RUNNING, _WATCH_SLICE_S, _result, replicas_serving,
                           sync_request)
 from wsync._proto import controller_pb2 as pb
@@ -71,7 +71,7 @@ class SyncHandle:
                 raise errors.DeadlineExceeded(
                     f"sync {self.sync_id} still running after {timeout} s", status=self.status)
             call = self._client._stub.WatchSync(pb.WatchSyncRequest(sync_id=self.sync_id),
-                                                timeout=left)
+                                                timeout=left, metadata=self._client._metadata)
             try:
                 async for status in call:
                     self.status = status
@@ -93,10 +93,13 @@ class Client:
     """asyncio client of the controller's TrainerService (same methods as
     wsync.Client, as coroutines). Create it inside the running event loop."""
 
-    def __init__(self, address, *, timeout=30.0, channel=None, options=()):
+    def __init__(self, address, *, timeout=30.0, channel=None, options=(), tls=False,
+                 token=None):
+        """`tls` and `token` as for wsync.Client."""
         self.address = address
         self.timeout = timeout
-        self._channel = channel or grpc.aio.insecure_channel(address, options=list(options))
+        self._channel = channel or _channel.open_channel(address, tls, token, options, aio=True)
+        self._metadata = _channel.token_metadata(token)
         self._stub = pb_grpc.TrainerServiceStub(self._channel)
         self._where = f"controller {address}"
         self.transfer = None
@@ -112,7 +115,8 @@ class Client:
 
     async def _rpc(self, method, request, timeout=None):
         try:
-            return await getattr(self._stub, method)(request, timeout=timeout or self.timeout)
+            return await getattr(self._stub, method)(request, timeout=timeout or self.timeout,
+                                                     metadata=self._metadata)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e, self._where) from None
 

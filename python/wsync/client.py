@@ -12,7 +12,7 @@ import time
 
 import grpc
 
-from wsync import errors, progress as progress_mod, specs
+from wsync import _channel, errors, progress as progress_mod, specs
 from wsync._proto import controller_pb2 as pb
 from wsync._proto import controller_pb2_grpc as pb_grpc
 
@@ -120,7 +120,7 @@ class SyncHandle:
                     f"sync {self.sync_id} (transfer {self.transfer!r}, version {self.version}) "
                     f"still running after {timeout} s", status=self.status)
             stream = self._client._stub.WatchSync(pb.WatchSyncRequest(sync_id=self.sync_id),
-                                                  timeout=left)
+                                                  timeout=left, metadata=self._client._metadata)
             try:
                 for status in stream:
                     self.status = status
@@ -142,10 +142,16 @@ class SyncHandle:
 class Client:
     """Synchronous client of the controller's TrainerService."""
 
-    def __init__(self, address, *, timeout=30.0, channel=None, options=()):
+    def __init__(self, address, *, timeout=30.0, channel=None, options=(), tls=False,
+                 token=None):
+        """`tls`: False (plaintext, a --insecure controller), True (TLS with
+        the system roots), a CA file path, or wsync.Tls(ca, cert, key) for
+        mutual TLS. `token`: a bearer token of the controller's
+        --tokens_file, sent with every call (docs/security.md)."""
         self.address = address
         self.timeout = timeout
-        self._channel = channel or grpc.insecure_channel(address, options=list(options))
+        self._channel = channel or _channel.open_channel(address, tls, token, options)
+        self._metadata = _channel.token_metadata(token)
         self._stub = pb_grpc.TrainerServiceStub(self._channel)
         self._where = f"controller {address}"
         self.transfer = None  # the last transfer defined (default of sync())
@@ -161,7 +167,8 @@ class Client:
 
     def _rpc(self, method, request, timeout=None):
         try:
-            return getattr(self._stub, method)(request, timeout=timeout or self.timeout)
+            return getattr(self._stub, method)(request, timeout=timeout or self.timeout,
+                                               metadata=self._metadata)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e, self._where) from None
 

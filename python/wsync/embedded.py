@@ -125,19 +125,24 @@ class Worker:
     triples), connected to `controller` (host:port). `device`: the CUDA device
     of the tensors it moves (needs a CUDA build), None for host memory.
     `metrics_port`: None for no /metrics endpoint, 0 for any free port.
+    `controller_ca`: PEM CA of the controller's certificate (TLS; empty:
+    plaintext, for a --insecure controller); `cert` / `key`: this worker's
+    client certificate (mutual TLS, docs/security.md).
     Starts at once unless `start=False`; ``stop()`` (or the end of a ``with``
     block, or process exit) ends it."""
 
     def __init__(self, controller, groups, *, device=None, node="", data_address="127.0.0.1",
                  metrics_port=None, metrics_host="127.0.0.1", round_timeout=60.0,
-                 staging_limit_bytes=0, instance_id="", start=True):
+                 staging_limit_bytes=0, instance_id="", controller_ca="", cert="", key="",
+                 start=True):
         self.groups = parse_groups(groups)
         self._w = _call(_native().EmbeddedWorker, controller, self.groups,
                         device=-1 if device is None else int(device), node=node,
                         data_address=data_address,
                         metrics_port=-1 if metrics_port is None else int(metrics_port),
                         metrics_host=metrics_host, round_timeout_s=float(round_timeout),
-                        staging_limit_bytes=int(staging_limit_bytes), instance_id=instance_id)
+                        staging_limit_bytes=int(staging_limit_bytes), instance_id=instance_id,
+                        controller_ca=controller_ca, cert=cert, key=key)
         self._lock = threading.Lock()
         self._registered = {}  # (group, name) -> (tensor, data_ptr)
         _LIVE.add(self)

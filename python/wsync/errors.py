@@ -68,6 +68,16 @@ class Internal(WsyncError):
     code = grpc.StatusCode.INTERNAL
 
 
+class Unauthenticated(WsyncError):
+    """No (or an unknown) token or client certificate (docs/security.md)."""
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(WsyncError):
+    """The caller's role or identity may not do this (docs/security.md)."""
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
 class SyncFailed(WsyncError):
     """A sync ended SYNC_FAILED. ``code`` is the first cause's status code;
     ``worker``, ``round``, ``peer`` locate it (-1: unknown)."""
@@ -90,7 +100,7 @@ class SyncCancelled(WsyncError):
 
 _BY_CODE = {cls.code: cls for cls in (
     InvalidArgument, NotFound, AlreadyExists, FailedPrecondition, Unavailable, DeadlineExceeded,
-    Aborted, Cancelled, ResourceExhausted, Internal)}
+    Aborted, Cancelled, ResourceExhausted, Internal, Unauthenticated, PermissionDenied)}
 
 def _code_from_int(value):
     for code in grpc.StatusCode:

@@ -57,6 +57,7 @@ class Cluster:
         pf = os.path.join(self.dir, "controller.ports")
         self.controller = Process(
             [CONTROLLER_BIN, "--listen=127.0.0.1:0", "--metrics_port=-1", f"--port_file={pf}",
+             "--insecure",
              *controller_flags], os.path.join(self.dir, "controller.log"))
         port = read_port_file(pf, "grpc_port", proc=self.controller.proc)
         self.address = f"127.0.0.1:{port}"
@@ -68,7 +69,7 @@ class Cluster:
         name = groups.replace(":", "_").replace(",", "+")
         sock = os.path.join(self.dir, f"{name}.sock")
         pf = os.path.join(self.dir, f"{name}.ports")
-        p = Process([WORKER_BIN, f"--controller={self.address}", f"--groups={groups}",
+        p = Process([WORKER_BIN, f"--controller={self.address}", "--insecure", f"--groups={groups}",
                      f"--local_socket={sock}", "--metrics_port=-1", f"--port_file={pf}",
                      "--node=n0", *flags], os.path.join(self.dir, f"{name}.log"))
         read_port_file(pf, "local_socket", proc=p.proc)

@@ -61,7 +61,7 @@ def start_worker(cluster, tmp_path, name, env):
     """The real wsync-worker with no arguments: everything from `env`."""
     sock, pf = str(tmp_path / f"{name}.sock"), str(tmp_path / f"{name}.ports")
     log = open(tmp_path / f"{name}.log", "wb")
-    env = dict(env, WSYNC_CONTROLLER=cluster.address, WSYNC_LOCAL_SOCKET=sock,
+    env = dict(env, WSYNC_CONTROLLER=cluster.address, WSYNC_INSECURE="true", WSYNC_LOCAL_SOCKET=sock,
                WSYNC_METRICS_PORT="-1", WSYNC_PORT_FILE=pf)
     proc = subprocess.Popen([WORKER_BIN], env=env, stdout=log, stderr=subprocess.STDOUT)
     return proc, pf
@@ -134,7 +134,8 @@ def test_launched_worker_serves_a_sync(cluster, tmp_path):
         for group, rank in (("trainer", 0), ("inference", 0)):
             sock = str(tmp_path / f"{group}.sock")
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE="1", WSYNC_WORKER_BIN=WORKER_BIN,
-                       WSYNC_CONTROLLER=cluster.address, WSYNC_LOCAL_SOCKET=sock,
+                       WSYNC_CONTROLLER=cluster.address, WSYNC_INSECURE="true",
+                       WSYNC_LOCAL_SOCKET=sock,
                        WSYNC_METRICS_PORT="-1", WSYNC_PORT_FILE=str(tmp_path / f"{group}.ports"))
             procs.append(subprocess.Popen([sys.executable, "-m", "wsync.worker", "--group", group],
                                           env=env, stdout=subprocess.DEVNULL,

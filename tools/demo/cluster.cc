@@ -70,6 +70,7 @@ absl::Status Cluster::StartController() {
       absl::StrCat("--lease_ttl=", absl::FormatDuration(options_.lease_ttl)),
       absl::StrCat("--sync_deadline=", absl::FormatDuration(options_.sync_deadline)),
       absl::StrCat("--port_file=", port_file)};
+  if (options_.insecure) argv.push_back("--insecure");
   for (const auto& f : options_.controller_flags) argv.push_back(f);
   auto child = Child::Spawn(argv, options_.work_dir + "/controller.log");
   if (!child.ok()) return child.status();
@@ -80,7 +81,16 @@ absl::Status Cluster::StartController() {
       !absl::SimpleAtoi((*ports)["metrics_port"], &metrics_port_)) {
     return absl::InternalError("bad controller port file");
   }
-  auto channel = grpc::CreateChannel(controller_address(), grpc::InsecureChannelCredentials());
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      options_.insecure ? grpc::InsecureChannelCredentials() : options_.credentials;
+  if (credentials == nullptr) {
+    return absl::InvalidArgumentError("ClusterOptions: TLS (insecure false) needs credentials");
+  }
+  if (!options_.token.empty()) {
+    credentials = grpc::CompositeChannelCredentials(credentials,
+                                                    grpc::AccessTokenCredentials(options_.token));
+  }
+  auto channel = grpc::CreateChannel(controller_address(), credentials);
   trainer_ = v1::TrainerService::NewStub(channel);
   worker_api_ = v1::WorkerService::NewStub(channel);
   return absl::OkStatus();
@@ -104,6 +114,7 @@ absl::Status Cluster::SpawnWorker(WorkerProcess& w) {
                                    "--metrics_host=127.0.0.1",
                                    absl::StrCat("--metrics_port=", w.metrics_port),
                                    absl::StrCat("--port_file=", port_file)};
+  if (options_.insecure) argv.push_back("--insecure");
   for (const auto& f : options_.worker_flags) argv.push_back(f);
   for (const auto& f : w.flags) argv.push_back(f);
   auto child = Child::Spawn(argv, absl::StrCat(options_.work_dir, "/", w.name, ".log"));
@@ -204,7 +215,7 @@ absl::Status Cluster::WaitForWorkers(int n, absl::Duration timeout) {
     absl::StrAppend(&detail, "\n  ", w->name, " (pid ", pid, ") ", state);
     for (const auto& info : last.workers()) {
       if (info.pid() == pid) {
-        absl::StrAppend(&detail, ", lease ", info.lease_id(), info.alive() ? " alive" : " dead",
+        absl::StrAppend(&detail, ", lease", info.alive() ? " alive" : " dead",
                         info.streaming() ? " streaming" : " not streaming", ", last heartbeat ",
                         info.ms_since_heartbeat(), " ms ago");
       }

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
 #include "tools/demo/process.h"
 #include "wsync/v1/controller.grpc.pb.h"
 
@@ -24,6 +25,12 @@ struct ClusterOptions {
   absl::Duration sync_deadline = absl::Seconds(30);
   std::vector<std::string> controller_flags;  // extra
   std::vector<std::string> worker_flags;      // extra
+  // Plaintext controller and workers (--insecure on both). Otherwise the
+  // TLS flags go in controller_flags / worker_flags, and the cluster's own
+  // stubs use `credentials` (with `token` as a bearer token when set).
+  bool insecure = true;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string token;
 };
 
 struct WorkerProcess {
@@ -45,6 +52,7 @@ class Cluster {
   void StopController();
   void KillController();
   int controller_port() const { return port_; }
+  pid_t controller_pid() const { return controller_.pid(); }
   int controller_metrics_port() const { return metrics_port_; }
   std::string controller_address() const;
 

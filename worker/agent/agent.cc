@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/lease_metadata.h"
 #include "common/logging.h"
 #include "common/peer_lists.h"
 #include "common/serving_state.h"
@@ -66,8 +67,11 @@ WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
   args.SetMaxReceiveMessageSize(-1);  // op lists can be large
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  channel_ =
-      grpc::CreateCustomChannel(options_.controller, grpc::InsecureChannelCredentials(), args);
+  channel_ = grpc::CreateCustomChannel(options_.controller,
+                                       options_.controller_credentials != nullptr
+                                           ? options_.controller_credentials
+                                           : grpc::InsecureChannelCredentials(),
+                                       args);
   stub_ = v1::WorkerService::NewStub(channel_);
 }
 
@@ -117,6 +121,9 @@ void WorkerAgent::SessionLoop() {
     v1::RegisterWorkerResponse resp;
     grpc::ClientContext rctx;
     rctx.set_deadline(In(absl::Seconds(5)));
+    if (const std::string previous = lease(); !previous.empty()) {
+      rctx.AddMetadata(kPreviousLeaseMetadata, previous);  // replaces it if still alive
+    }
     grpc::Status s = stub_->RegisterWorker(&rctx, req, &resp);
     if (!s.ok()) {
       spdlog::warn("[worker {}] register: {} (retrying)", Roles(options_), s.error_message());
@@ -135,7 +142,8 @@ void WorkerAgent::SessionLoop() {
       stream_ctx_ = &ctx;
       if (stop_.load()) ctx.TryCancel();
     }
-    spdlog::info("[worker {}] registered, lease {}", Roles(options_), resp.lease_id());
+    spdlog::info("[worker {}] registered (controller instance {})", Roles(options_),
+                 resp.controller_instance());
     {
       absl::MutexLock lock(&push_mu_);
       if (pushed_lease_ != resp.lease_id()) pushed_version_ = 0;

@@ -29,6 +29,8 @@ namespace wsync::agent {
 
 struct AgentOptions {
   std::string controller;  // host:port
+  // How to reach it (controller_channel.h); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> controller_credentials;
   std::vector<v1::Membership> memberships;
   std::string node;
   std::string device_uuid;

@@ -23,12 +23,27 @@
 #include "common/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/agent/agent.h"
+#include "worker/agent/controller_channel.h"
 #include "worker/agent/launch_env.h"
 #include "worker/agent/local_service.h"
 #include "worker/node/backend_registry.h"
 
 ABSL_FLAG(std::string, controller, "127.0.0.1:50051",
           "Controller address host:port. Env: WSYNC_CONTROLLER.");
+ABSL_FLAG(bool, insecure, false,
+          "Dial a plaintext (--insecure) controller. Without it the worker speaks TLS and needs "
+          "--controller_ca. Env: WSYNC_INSECURE.");
+ABSL_FLAG(std::string, controller_ca, "",
+          "PEM CA bundle that signed the controller's certificate; the certificate must name "
+          "the --controller host (SAN DNS or IP). Env: WSYNC_CONTROLLER_CA.");
+ABSL_FLAG(std::string, cert, "",
+          "PEM client certificate of this worker (mutual TLS), with a URI SAN "
+          "wsync://group/<group> for each group of --groups (docs/security.md). Re-read every "
+          "--tls_reload_interval. Env: WSYNC_CERT.");
+ABSL_FLAG(std::string, key, "", "PEM private key of --cert. Env: WSYNC_KEY.");
+ABSL_FLAG(absl::Duration, tls_reload_interval, absl::Seconds(10),
+          "How often --controller_ca, --cert and --key are re-read (rotation without restart). "
+          "Env: WSYNC_TLS_RELOAD_INTERVAL.");
 ABSL_FLAG(std::string, groups, "",
           "Comma-separated memberships group:rank:size, e.g. 'trainer:0:4' or, for a worker "
           "colocated in two groups, 'trainer:1:4,inference:1:2'. 'group' or 'group:size' takes "
@@ -102,7 +117,8 @@ int main(int argc, char** argv) {
       "worker/agent/",
       {"controller", "groups", "node", "device_uuid", "data_address", "local_socket",
        "metrics_port", "metrics_host", "round_timeout", "staging_limit_bytes", "instance_id",
-       "port_file", "device", "direct_writes"});
+       "port_file", "device", "direct_writes", "insecure", "controller_ca", "cert", "key",
+       "tls_reload_interval"});
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -132,6 +148,22 @@ int main(int argc, char** argv) {
   for (const std::string& line : settings->sources) spdlog::info("wsync-worker: {}", line);
   options.memberships = settings->memberships;
   options.controller = absl::GetFlag(FLAGS_controller);
+  wsync::agent::ControllerTls tls;
+  tls.insecure = absl::GetFlag(FLAGS_insecure);
+  tls.ca_file = absl::GetFlag(FLAGS_controller_ca);
+  tls.cert_file = absl::GetFlag(FLAGS_cert);
+  tls.key_file = absl::GetFlag(FLAGS_key);
+  tls.reload_seconds =
+      static_cast<int>(absl::ToInt64Seconds(absl::GetFlag(FLAGS_tls_reload_interval)));
+  auto credentials = wsync::agent::ControllerCredentials(tls);
+  if (!credentials.ok()) {
+    spdlog::error("wsync-worker: {}", std::string(credentials.status().message()));
+    return 2;
+  }
+  if (tls.insecure) {
+    spdlog::warn("wsync-worker: --insecure: plaintext to the controller at {}", options.controller);
+  }
+  options.controller_credentials = *std::move(credentials);
   options.node = absl::GetFlag(FLAGS_node);
   if (options.node.empty()) {
     char host[256] = {};

@@ -62,6 +62,12 @@ absl::StatusOr<std::unique_ptr<EmbeddedWorker>> EmbeddedWorker::Create(EmbeddedO
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
   if (options.node.empty()) options.node = DefaultNode();
   if (options.instance_id.empty()) options.instance_id = RandomInstance();
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      agent::ControllerCredentials(options.tls);
+  if (!credentials.ok()) {
+    return absl::Status(credentials.status().code(),
+                        absl::StrCat("embedded worker: ", credentials.status().message()));
+  }
   plane::BackendConfig config;
   config.device = options.device;
   config.data_address = options.data_address;
@@ -70,7 +76,8 @@ absl::StatusOr<std::unique_ptr<EmbeddedWorker>> EmbeddedWorker::Create(EmbeddedO
     return absl::Status(backend.status().code(),
                         absl::StrCat("embedded worker: ", backend.status().message()));
   }
-  std::unique_ptr<EmbeddedWorker> w(new EmbeddedWorker(std::move(options), std::move(*backend)));
+  std::unique_ptr<EmbeddedWorker> w(
+      new EmbeddedWorker(std::move(options), std::move(*backend), *std::move(credentials)));
   if (w->options_.metrics_port >= 0) {
     absl::Status s =
         w->metrics_.Serve(absl::StrCat(w->options_.metrics_host, ":", w->options_.metrics_port));
@@ -79,10 +86,12 @@ absl::StatusOr<std::unique_ptr<EmbeddedWorker>> EmbeddedWorker::Create(EmbeddedO
   return w;
 }
 
-EmbeddedWorker::EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::Backend> backend)
+EmbeddedWorker::EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::Backend> backend,
+                               std::shared_ptr<grpc::ChannelCredentials> credentials)
     : options_(std::move(options)), backend_(std::move(backend)) {
   agent::AgentOptions a;
   a.controller = options_.controller;
+  a.controller_credentials = std::move(credentials);
   a.memberships = options_.memberships;
   a.node = options_.node;
   a.device_uuid = backend_->device_uuid();

@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/agent/agent.h"
+#include "worker/agent/controller_channel.h"
 #include "worker/agent/worker_metrics.h"
 #include "worker/plane/backend.h"
 #include "wsync/v1/controller.pb.h"
@@ -44,6 +45,8 @@ struct EmbeddedOptions {
   absl::Duration round_timeout = absl::Seconds(60);
   int64_t staging_limit_bytes = 0;
   std::string instance_id;  // "": random
+  // TLS to the controller (docs/security.md); insecure: plaintext.
+  agent::ControllerTls tls;
 };
 
 // One tensor of this process, by pointer.
@@ -96,7 +99,8 @@ class EmbeddedWorker {
   const EmbeddedOptions& options() const { return options_; }
 
  private:
-  EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::Backend> backend);
+  EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::Backend> backend,
+                 std::shared_ptr<grpc::ChannelCredentials> credentials);
   std::string Roles() const;
 
   const EmbeddedOptions options_;

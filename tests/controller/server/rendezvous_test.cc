@@ -62,20 +62,20 @@ TEST_F(RendezvousTest, KeysLiveInTheirGenerationsScope) {
   EXPECT_EQ(Rendezvous::ScopePrefix("t", 1), "t/1/");
   EXPECT_EQ(kv_.Set(Set("t/1/rank0", "x")).code(), absl::StatusCode::kFailedPrecondition)
       << "no scope is open yet";
-  kv_.OpenScope("t", 0, 1);
+  kv_.OpenScope("t", 0, 1, {lease_});
   ASSERT_TRUE(kv_.Set(Set("t/1/rank0", "addr0")).ok());
   EXPECT_EQ(kv_.Set(Set("t/2/rank0", "x")).code(), absl::StatusCode::kFailedPrecondition);
   auto got = kv_.Get(Get({"t/1/rank0"}, 0));
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_THAT(got->values(), ElementsAre("addr0"));
-  kv_.OpenScope("t", 1, 2);
+  kv_.OpenScope("t", 1, 2, {lease_});
   EXPECT_EQ(kv_.Get(Get({"t/1/rank0"}, 0)).status().code(), absl::StatusCode::kAborted);
   EXPECT_EQ(kv_.Get(Get({"t/2/rank0"}, 0)).status().code(), absl::StatusCode::kDeadlineExceeded)
       << "the new scope starts empty";
 }
 
 TEST_F(RendezvousTest, GetWaitsForEveryKeyOrNamesTheMissingOnes) {
-  kv_.OpenScope("t", 0, 1);
+  kv_.OpenScope("t", 0, 1, {lease_});
   std::thread setter([&] {
     absl::SleepFor(absl::Milliseconds(50));
     ASSERT_TRUE(kv_.Set(Set("t/1/b", "vb")).ok());
@@ -92,10 +92,10 @@ TEST_F(RendezvousTest, GetWaitsForEveryKeyOrNamesTheMissingOnes) {
 }
 
 TEST_F(RendezvousTest, AWaitingGetEndsWhenItsScopeEnds) {
-  kv_.OpenScope("t", 0, 1);
+  kv_.OpenScope("t", 0, 1, {lease_});
   std::thread opener([&] {
     absl::SleepFor(absl::Milliseconds(50));
-    kv_.OpenScope("t", 1, 2);
+    kv_.OpenScope("t", 1, 2, {lease_});
   });
   const absl::Time t0 = absl::Now();
   auto got = kv_.Get(Get({"t/1/never"}, 10000));
@@ -105,7 +105,7 @@ TEST_F(RendezvousTest, AWaitingGetEndsWhenItsScopeEnds) {
 }
 
 TEST_F(RendezvousTest, ALostLeaseIsRefusedAndItsWaitingGetEnds) {
-  kv_.OpenScope("t", 0, 1);
+  kv_.OpenScope("t", 0, 1, {lease_});
   auto token = registry_.OpenStream(lease_);
   ASSERT_TRUE(token.ok());
   std::thread closer([&] {
@@ -121,7 +121,7 @@ TEST_F(RendezvousTest, ALostLeaseIsRefusedAndItsWaitingGetEnds) {
 }
 
 TEST_F(RendezvousTest, ShutdownEndsWaits) {
-  kv_.OpenScope("t", 0, 1);
+  kv_.OpenScope("t", 0, 1, {lease_});
   std::thread stopper([&] {
     absl::SleepFor(absl::Milliseconds(50));
     kv_.Shutdown();
@@ -129,6 +129,34 @@ TEST_F(RendezvousTest, ShutdownEndsWaits) {
   auto got = kv_.Get(Get({"t/1/never"}, 10000));
   stopper.join();
   EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// Issue 18: a rogue worker (a live lease of another group) overwrote keys in
+// a live scope. Only the generation's workers may set or read its keys.
+TEST_F(RendezvousTest, OnlyTheGenerationsWorkersMaySetOrGetItsKeys) {
+  v1::RegisterWorkerRequest req;
+  req.set_instance_id("rogue");
+  auto* m = req.add_memberships();
+  m->set_group("made-up");
+  m->set_rank(0);
+  m->set_group_size(1);
+  auto rogue = registry_.RegisterWorker(req);
+  ASSERT_TRUE(rogue.ok()) << rogue.status();
+  kv_.OpenScope("t", 0, 1, {lease_});
+  ASSERT_TRUE(kv_.Set(Set("t/1/rank0", "addr0")).ok());
+
+  v1::KvSetRequest forged = Set("t/1/rank0", "attacker");
+  forged.set_lease_id(rogue->lease_id());
+  absl::Status set = kv_.Set(forged);
+  EXPECT_EQ(set.code(), absl::StatusCode::kPermissionDenied) << set;
+  EXPECT_THAT(set.message(), HasSubstr("t/1/"));
+  v1::KvGetRequest peek = Get({"t/1/rank0"}, 0);
+  peek.set_lease_id(rogue->lease_id());
+  EXPECT_EQ(kv_.Get(peek).status().code(), absl::StatusCode::kPermissionDenied);
+
+  auto got = kv_.Get(Get({"t/1/rank0"}, 0));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(got->values(), ElementsAre("addr0")) << "the worker's value stands";
 }
 
 }  // namespace

@@ -7,11 +7,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "controller/server/controller.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/controller/server/controller_test_util.h"
 
 namespace wsync::controller {
 namespace {
+
+using ::testing::HasSubstr;
 
 class SyncCoordinatorTest : public ::testing::Test {
  protected:
@@ -106,6 +109,57 @@ TEST_F(SyncCoordinatorTest, SyncSendsOpListOncePerPlanKeyAndVersionsMoveForward)
   EXPECT_EQ(controller_->syncs().StartSync(old).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(plans_->misses(), 1);
+}
+
+// Issue 18: forged reports claimed bytes no plan writes. A report may claim
+// at most the plan's bytes into its worker.
+TEST_F(SyncCoordinatorTest, ReportsClaimingMoreBytesThanThePlanWritesAreRefused) {
+  const std::string s0 = Register("a", "src", 0, 2, 16);
+  const std::string s1 = Register("b", "src", 1, 2, 16);
+  const std::string d0 = Register("c", "dst", 0, 1, 32);
+  for (const auto& l : {s0, s1, d0}) ASSERT_TRUE(controller_->workers().OpenStream(l).ok());
+  DefineSimple();
+  auto started = StartSync(1);
+  ASSERT_TRUE(started.ok()) << started.status();
+  v1::ReportProgressRequest p;
+  p.set_lease_id(d0);
+  p.set_sync_id(started->sync_id());
+  p.set_bytes_done(33);
+  absl::Status too_many = controller_->syncs().ReportProgress(p);
+  EXPECT_EQ(too_many.code(), absl::StatusCode::kInvalidArgument) << too_many;
+  EXPECT_THAT(too_many.message(), HasSubstr("worker dst/0"));
+  EXPECT_THAT(too_many.message(), HasSubstr("32 bytes"));
+  v1::ReportResultRequest r;
+  r.set_lease_id(s0);  // a source: nothing is written into it
+  r.set_sync_id(started->sync_id());
+  r.set_bytes_done(1);
+  EXPECT_EQ(controller_->syncs().ReportResult(r).code(), absl::StatusCode::kInvalidArgument);
+  r.set_bytes_done(0);
+  EXPECT_TRUE(controller_->syncs().ReportResult(r).ok());
+  r.set_lease_id(d0);
+  r.set_bytes_done(32);
+  EXPECT_TRUE(controller_->syncs().ReportResult(r).ok());
+}
+
+// A trainer cancels only the syncs it started; an admin any (docs/security.md).
+TEST_F(SyncCoordinatorTest, ATrainerCancelsOnlyItsOwnSyncs) {
+  const std::string s0 = Register("a", "src", 0, 2, 16);
+  const std::string s1 = Register("b", "src", 1, 2, 16);
+  const std::string d0 = Register("c", "dst", 0, 1, 32);
+  for (const auto& l : {s0, s1, d0}) ASSERT_TRUE(controller_->workers().OpenStream(l).ok());
+  DefineSimple();
+  v1::SyncRequest req;
+  req.set_transfer("t");
+  req.set_version(1);
+  auto started = controller_->syncs().StartSync(req, "token:alice");
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto other = controller_->syncs().Cancel(started->sync_id(), "", "token:carol", false);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(other.status().message(), HasSubstr("token:alice"));
+  EXPECT_THAT(other.status().message(), HasSubstr("token:carol"));
+  auto own = controller_->syncs().Cancel(started->sync_id(), "", "token:alice", false);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(own->phase(), v1::SYNC_CANCELLED);
 }
 
 TEST_F(SyncCoordinatorTest, AnAbortedSyncSendsTheOpListAgainToWorkersThatDidNotReport) {

@@ -15,8 +15,8 @@ namespace wsync::controller {
 namespace {
 
 using routes_testing::Host;
-using routes_testing::WorkerSpec;
 using routes_testing::ShmBuffer;
+using routes_testing::WorkerSpec;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using PeerListsTest = routes_testing::SyncRoutesTest;

@@ -69,9 +69,11 @@ TEST_F(WorkerRegistryTest, DuplicateRankAndGroupSizeAreRefused) {
   req.mutable_memberships(0)->set_rank(1);
   req.mutable_memberships(0)->set_group_size(3);
   EXPECT_EQ(registry_->RegisterWorker(req).status().code(), absl::StatusCode::kInvalidArgument);
-  // The same instance may register again: it replaces its lease, which is
-  // reported lost.
-  const std::string again = Register(Request("a", "src", 0, 2));
+  // The same instance may register again: naming its lease, it replaces it,
+  // and the old lease is reported lost.
+  auto again_or = registry_->RegisterWorker(Request("a", "src", 0, 2), "", first);
+  ASSERT_TRUE(again_or.ok()) << again_or.status();
+  const std::string again = again_or->lease_id();
   EXPECT_NE(again, first);
   EXPECT_EQ(registry_->ListWorkers("src").workers_size(), 2);  // old one listed as dead
   EXPECT_FALSE(registry_->IsAlive(first));
@@ -80,6 +82,48 @@ TEST_F(WorkerRegistryTest, DuplicateRankAndGroupSizeAreRefused) {
   EXPECT_EQ(lost[0].lease_id, first);
   EXPECT_EQ(lost[0].reason, "replaced by a new registration");
   EXPECT_EQ(lost[0].description, "worker src/0 (pid 100 on node-a)");
+}
+
+// Issue 18: replaying a victim's (listed) instance_id took its rank and got
+// its assignments; lease ids were sequential and listed.
+TEST_F(WorkerRegistryTest, AnInstanceIdIsNoCredential) {
+  const std::string victim = Register(Request("victim", "dst", 0, 1));
+  auto replay = registry_->RegisterWorker(Request("victim", "dst", 0, 1));
+  EXPECT_EQ(replay.status().code(), absl::StatusCode::kAlreadyExists) << replay.status();
+  EXPECT_THAT(replay.status().message(), HasSubstr("wsync-previous-lease"));
+  // Guessing a lease id does not help either.
+  const std::string guess = victim.substr(0, 31) + (victim.back() == '0' ? "1" : "0");
+  EXPECT_EQ(registry_->RegisterWorker(Request("victim", "dst", 0, 1), "", guess).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  // Nor the secret with another certificate identity.
+  EXPECT_EQ(registry_->RegisterWorker(Request("victim", "dst", 0, 1), "wsync://group/other", victim)
+                .status()
+                .code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(registry_->IsAlive(victim));
+  EXPECT_TRUE(Losses().empty());
+}
+
+TEST_F(WorkerRegistryTest, LeaseIdsAreRandomSecretsBoundToTheirIdentity) {
+  const std::string a = Register(Request("a", "src", 0, 2));
+  auto b = registry_->RegisterWorker(Request("b", "src", 1, 2), "wsync://group/src");
+  ASSERT_TRUE(b.ok()) << b.status();
+  for (const std::string& id : {a, b->lease_id()}) {
+    EXPECT_EQ(id.size(), 32u) << id;
+    EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos) << id;
+  }
+  EXPECT_NE(a, b->lease_id());
+  const v1::ListWorkersResponse listed = registry_->ListWorkers("");
+  ASSERT_EQ(listed.workers_size(), 2);
+  for (const auto& w : listed.workers()) {
+    EXPECT_THAT(w.DebugString(), ::testing::Not(HasSubstr(a)));
+    EXPECT_THAT(w.DebugString(), ::testing::Not(HasSubstr(b->lease_id())));
+  }
+  for (const auto& w : listed.workers()) EXPECT_TRUE(w.lease_id().empty());
+  EXPECT_TRUE(registry_->CheckCaller(b->lease_id(), "wsync://group/src", "KvSet").ok());
+  absl::Status other = registry_->CheckCaller(b->lease_id(), "wsync://group/dst", "KvSet");
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(other.message(), HasSubstr("wsync://group/dst"));
 }
 
 TEST_F(WorkerRegistryTest, MalformedRegistrationsAreRefused) {

@@ -158,7 +158,7 @@ class Services:
         pf = os.path.join(run_dir, "controller.ports")
         if RANK == 0:
             self.procs.append(Process(
-                [controller, "--listen=127.0.0.1:0",
+                [controller, "--listen=127.0.0.1:0", "--insecure",
                  "--metrics_port=-1", f"--port_file={pf}"],
                 os.path.join(run_dir, "controller.log")))
         self.address = "127.0.0.1:" + read_port_file(
@@ -169,7 +169,7 @@ class Services:
         flags = [f"--device={device.index if device.type == 'cuda' else -1}"]
         flags += os.environ.get("WSYNC_PROOF_WORKER_FLAGS", "").split()
         self.procs.append(Process(
-            [worker, f"--controller={self.address}",
+            [worker, f"--controller={self.address}", "--insecure",
              f"--groups={groups}",
              f"--local_socket={self.socket}", "--metrics_port=-1", f"--port_file={wpf}",
              "--node=n0", *flags], os.path.join(run_dir, f"worker{RANK}.log")))

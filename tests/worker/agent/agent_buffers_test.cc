@@ -65,6 +65,7 @@ TEST(AgentBuffersTest, ConcurrentRegistrationsLeaveTheControllerWithTheNewestLis
   controller::ServerOptions so;
   so.listen_address = "127.0.0.1:0";
   so.metrics_address = "";
+  so.auth.insecure = true;  // security is not the subject
   so.config.instance = "agent-buffers-test";
   auto server = controller::ControllerServer::Start(so);
   ASSERT_TRUE(server.ok()) << server.status();

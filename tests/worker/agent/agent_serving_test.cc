@@ -21,6 +21,7 @@ absl::StatusOr<std::unique_ptr<controller::ControllerServer>> StartController(in
   controller::ServerOptions so;
   so.listen_address = absl::StrCat("127.0.0.1:", port);
   so.metrics_address = "";
+  so.auth.insecure = true;  // security is not the subject
   so.config.instance = absl::StrCat("agent-serving-test-", port);
   so.config.lease_ttl = kLeaseTtl;
   return controller::ControllerServer::Start(so);

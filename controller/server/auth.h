@@ -1,0 +1,123 @@
+// Authentication and authorization of the controller's callers
+// (docs/security.md).
+//
+// Identities:
+//  - A client certificate (mutual TLS, verified against --tls_client_ca): its
+//    URI SANs. `wsync://group/<group>` lets the holder register worker ranks
+//    of <group> (one SAN per group; a colocated worker carries several);
+//    `wsync://role/<role>` gives the holder a trainer-API role. The identity
+//    seen in errors and in ListWorkers is the sorted URI SANs joined by ','.
+//  - A bearer token ("authorization: Bearer <token>" metadata), looked up in
+//    --tokens_file (lines "<token> <role> <name>"; '#' starts a comment); its
+//    identity is "token:<name>". A token wins over a certificate's role.
+//
+// Roles (each includes the ones below it):
+//  - reader: GetStatus, ListWorkers, Replicas, Plan, WaitSync, WatchSync.
+//  - trainer: DefineTransfer, Sync, Cancel of the syncs it started.
+//  - admin: Cancel of any sync.
+//
+// Plaintext (--insecure): no certificates; the worker API trusts the lease
+// secret alone; the trainer API needs a token only when --tokens_file is set
+// (otherwise every caller is admin).
+//
+// Thread-safe. The tokens file is re-read when it changes (checked at most
+// once a second); certificates are re-read by gRPC's file watcher.
+#ifndef WSYNC_CONTROLLER_SERVER_AUTH_H_
+#define WSYNC_CONTROLLER_SERVER_AUTH_H_
+
+#include <ctime>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "wsync/v1/controller.pb.h"
+
+namespace wsync::controller {
+
+enum class Role { kNone = 0, kReader = 1, kTrainer = 2, kAdmin = 3 };
+
+absl::string_view RoleName(Role role);
+// "reader", "trainer" or "admin"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<Role> ParseRole(absl::string_view name);
+
+// URI SAN prefixes of the naming rule above.
+inline constexpr absl::string_view kGroupUriPrefix = "wsync://group/";
+inline constexpr absl::string_view kRoleUriPrefix = "wsync://role/";
+
+struct AuthOptions {
+  bool insecure = false;       // plaintext, no certificates (logs a warning)
+  std::string cert_file;       // the controller's certificate chain (PEM)
+  std::string key_file;        // its private key (PEM)
+  std::string client_ca_file;  // CA bundle of client certificates; empty: none accepted
+  std::string tokens_file;     // bearer tokens; empty: none
+  absl::Duration reload_interval = absl::Seconds(10);  // certificate file checks
+};
+
+// Who called, as the transport and the request metadata say.
+struct Caller {
+  std::string identity;             // "" when anonymous
+  std::vector<std::string> groups;  // worker groups its certificate grants
+  Role role = Role::kNone;
+  bool has_certificate = false;
+  bool has_token = false;  // presented one (known or not)
+};
+
+// One line of the tokens file.
+struct TokenEntry {
+  std::string token;
+  Role role = Role::kNone;
+  std::string name;
+};
+// Parses a tokens file's text; INVALID_ARGUMENT naming the bad line.
+absl::StatusOr<std::vector<TokenEntry>> ParseTokens(absl::string_view text, absl::string_view file);
+
+class Authenticator {
+ public:
+  // Validates the options (files readable; TLS needs cert and key unless
+  // insecure) and loads the tokens.
+  static absl::StatusOr<std::unique_ptr<Authenticator>> Create(AuthOptions options);
+
+  bool insecure() const { return options_.insecure; }
+  // TLS credentials reloading the files every reload_interval (client
+  // certificates optional but verified when --tls_client_ca is set), or
+  // plaintext ones when insecure.
+  std::shared_ptr<grpc::ServerCredentials> ServerCredentials() const;
+
+  Caller Identify(const grpc::ServerContext& ctx);
+
+  // Trainer API: OK when the caller holds `needed` or a higher role;
+  // UNAUTHENTICATED naming what was missing (no credentials, unknown token);
+  // PERMISSION_DENIED naming the role needed and the identity seen.
+  absl::StatusOr<Caller> RequireRole(const grpc::ServerContext& ctx, Role needed,
+                                     absl::string_view method);
+  // Worker API: the calling worker (identity "" when insecure), or
+  // UNAUTHENTICATED when a TLS caller has no client certificate.
+  absl::StatusOr<Caller> RequireWorker(const grpc::ServerContext& ctx, absl::string_view method);
+  // The caller's certificate grants every group `req` registers in (always
+  // OK when insecure); PERMISSION_DENIED naming the group and the identity.
+  absl::Status CheckGroups(const Caller& caller, const v1::RegisterWorkerRequest& req) const;
+
+ private:
+  explicit Authenticator(AuthOptions options) : options_(std::move(options)) {}
+  absl::Status ReloadTokensIfChanged() ABSL_LOCKS_EXCLUDED(mu_);
+  // The entry of `token` (compared in constant time), or null.
+  const TokenEntry* FindTokenLocked(absl::string_view token) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const AuthOptions options_;
+  absl::Mutex mu_;
+  std::vector<TokenEntry> tokens_ ABSL_GUARDED_BY(mu_);
+  absl::Time tokens_checked_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  struct timespec tokens_mtime_ ABSL_GUARDED_BY(mu_) = {};
+  off_t tokens_size_ ABSL_GUARDED_BY(mu_) = -1;
+};
+
+}  // namespace wsync::controller
+
+#endif  // WSYNC_CONTROLLER_SERVER_AUTH_H_

@@ -5,6 +5,7 @@ pkgs=(cmake ninja-build g++ ccache pkg-config
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
       libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
       libgloo-dev libspdlog-dev prometheus python3
+      openssl  # the TLS tests make their certificates with it
       # the Python package (python/): Debian's /usr/bin/python3 and its modules
       python3-dev pybind11-dev python3-grpcio python3-protobuf python3-pytest
       python3-pytest-asyncio python3-torch python3-setuptools python3-pip)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -191,18 +192,23 @@ Caller Authenticator::Identify(const grpc::ServerContext& ctx) {
   if (!options_.insecure && auth != nullptr &&
       !auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME).empty()) {
     c.has_certificate = true;
-    std::vector<std::string> uris;
+    // URI SANs; older gRPC builds list them only among all SANs.
+    std::set<std::string> uris;
     for (const grpc::string_ref& v : auth->FindPropertyValues(GRPC_PEER_URI_PROPERTY_NAME)) {
-      std::string uri(v.data(), v.size());
+      uris.emplace(v.data(), v.size());
+    }
+    for (const grpc::string_ref& v : auth->FindPropertyValues(GRPC_X509_SAN_PROPERTY_NAME)) {
+      std::string san(v.data(), v.size());
+      if (absl::StartsWith(san, "wsync://")) uris.insert(std::move(san));
+    }
+    for (const std::string& uri : uris) {
       absl::string_view rest = uri;
       if (absl::ConsumePrefix(&rest, kGroupUriPrefix) && !rest.empty()) {
         c.groups.emplace_back(rest);
       } else if (absl::ConsumePrefix(&rest, kRoleUriPrefix)) {
         if (absl::StatusOr<Role> r = ParseRole(rest); r.ok()) c.role = std::max(c.role, *r);
       }
-      uris.push_back(std::move(uri));
     }
-    std::sort(uris.begin(), uris.end());
     c.identity = absl::StrJoin(uris, ",");
     if (c.identity.empty()) {
       auto cn = auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);

@@ -1,6 +1,7 @@
 // SyncCoordinator (with the registry and rendezvous it drives, composed by
 // Controller): the real planner, workers simulated by calls.
 #include <atomic>
+#include <map>
 #include <iostream>
 #include <thread>
 
@@ -26,6 +27,7 @@ class SyncCoordinatorTest : public ::testing::Test {
     config_.sync_deadline = absl::Seconds(30);
     config_.instance = "test";
     controller_.reset();
+    leases_.clear();
     plans_ = std::make_unique<PlanSource>();
     controller_ = std::make_unique<Controller>(config_, &metrics_, plans_.get());
   }
@@ -46,9 +48,12 @@ class SyncCoordinatorTest : public ::testing::Test {
     b->set_name("w");
     b->set_dtype(v1::FP32);
     b->set_bytes(buffer_bytes);
-    auto resp = controller_->workers().RegisterWorker(req);
+    // The same instance again replaces its lease, naming it (as the agent).
+    std::string& previous = leases_[instance];
+    auto resp = controller_->workers().RegisterWorker(req, "", previous);
     EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->lease_id() : "";
+    previous = resp.ok() ? resp->lease_id() : "";
+    return previous;
   }
 
   void DefineSimple() {
@@ -74,6 +79,7 @@ class SyncCoordinatorTest : public ::testing::Test {
   ControllerMetrics metrics_;
   std::unique_ptr<PlanSource> plans_;
   std::unique_ptr<Controller> controller_;
+  std::map<std::string, std::string> leases_;  // instance -> its last lease
 };
 
 TEST_F(SyncCoordinatorTest, SyncSendsOpListOncePerPlanKeyAndVersionsMoveForward) {

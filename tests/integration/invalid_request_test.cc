@@ -164,7 +164,7 @@ TEST(InvalidRequests, GpuDataPlaneOnAHostOnlyBuildIsRefusedAtStart) {
   const std::string log = absl::StrCat(dir, "/worker.log");
   auto child = demo::Child::Spawn(
       {WSYNC_WORKER_BIN, "--groups=trainer:0:1", "--device=0", "--controller=127.0.0.1:1",
-       absl::StrCat("--local_socket=", dir, "/w.sock"), "--metrics_port=-1"},
+       "--insecure", absl::StrCat("--local_socket=", dir, "/w.sock"), "--metrics_port=-1"},
       log);
   ASSERT_TRUE(child.ok()) << child.status();
   const absl::Time deadline = absl::Now() + absl::Seconds(20);

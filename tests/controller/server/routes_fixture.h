@@ -92,6 +92,7 @@ class SyncRoutesTest : public ::testing::Test {
     config.instance = "test";
     config.direct_writes = direct_writes;
     controller_ = std::make_unique<Controller>(config, &metrics_, &plans_);
+    last_lease_.clear();
   }
 
   std::string Register(const WorkerSpec& spec) {
@@ -122,9 +123,12 @@ class SyncRoutesTest : public ::testing::Test {
       *req.add_buffers() =
           ShmBuffer(spec.group, absl::StrCat("/wsync-", spec.group, spec.rank), spec.bytes);
     }
-    auto resp = controller_->workers().RegisterWorker(req);
+    // The same instance again replaces its lease, naming it (as the agent).
+    std::string& previous = last_lease_[req.instance_id()];
+    auto resp = controller_->workers().RegisterWorker(req, "", previous);
     EXPECT_TRUE(resp.ok()) << resp.status();
     if (!resp.ok()) return "";
+    previous = resp->lease_id();
     auto token = controller_->workers().OpenStream(resp->lease_id());
     EXPECT_TRUE(token.ok()) << token.status();
     tokens_[resp->lease_id()] = token.ok() ? *token : 0;
@@ -197,6 +201,7 @@ class SyncRoutesTest : public ::testing::Test {
   PlanSource plans_;
   std::unique_ptr<Controller> controller_;
   std::map<std::string, uint64_t> tokens_;
+  std::map<std::string, std::string> last_lease_;  // instance -> its last lease
 };
 
 }  // namespace wsync::controller::routes_testing

@@ -246,7 +246,7 @@ std::string ServerName(const grpc::ClientContext& ctx) {
   return cn.empty() ? "" : std::string(cn[0].data(), cn[0].size());
 }
 
-TEST_F(TlsTest, ARotatedServerCertificateIsServedWithoutARestart) {
+TEST_F(TlsTest, ARotatedServerCertificateAndNewTokensAreUsedWithoutARestart) {
   auto cluster = demo::Cluster::Start(options_);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string address = (*cluster)->controller_address();
@@ -273,6 +273,23 @@ TEST_F(TlsTest, ARotatedServerCertificateIsServedWithoutARestart) {
     absl::SleepFor(absl::Milliseconds(200));
   }
   EXPECT_EQ(name, "server2") << "--tls_reload_interval=1s";
+
+  // A token added to --tokens_file works once the file is re-read; one
+  // removed stops working.
+  constexpr char kDave[] = "dave-reader-token-0123456789";
+  auto tls = [&] { return Channel(address, Tls("")); };
+  EXPECT_EQ(GetStatus(tls(), kDave).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  ASSERT_TRUE(certs_
+                  ->Run(absl::StrCat("printf '", kDave, " reader dave\n", kOps,
+                                     " admin ops\n' > tokens.new && mv tokens.new tokens"))
+                  .ok());
+  bool dave = false;
+  for (const absl::Time t = absl::Now() + absl::Seconds(10); absl::Now() < t && !dave;) {
+    dave = GetStatus(tls(), kDave).ok();
+    if (!dave) absl::SleepFor(absl::Milliseconds(200));
+  }
+  EXPECT_TRUE(dave) << "a new token is honoured after the file changed";
+  EXPECT_EQ(GetStatus(tls(), kBob).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ((*cluster)->controller_pid(), controller_pid) << "not restarted";
 }
 

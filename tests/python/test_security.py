@@ -13,7 +13,7 @@ import wsync
 import wsync.aio
 from wsync import errors
 
-from harness import CONTROLLER_BIN, Process, read_port_file
+from harness import CONTROLLER_BIN, WSYNCCTL_BIN, Process, read_port_file
 
 TRAINER = "py-trainer-token-0123456789"
 READER = "py-reader-token-0123456789"
@@ -102,6 +102,21 @@ def test_embedded_worker_registers_over_mutual_tls(tls_controller):
             assert listed[0].lease_id == ""  # a secret, never listed
     finally:
         w.stop()
+
+
+def test_wsyncctl_replicas_speaks_tls_with_a_token(tls_controller, tmp_path):
+    address, d = tls_controller
+    token = tmp_path / "token"
+    token.write_text(READER + "\n")
+    base = [WSYNCCTL_BIN, "replicas", f"--controller={address}", "--group=inference"]
+    ok = subprocess.run(base + [f"--controller_ca={d}/ca.pem", f"--token_file={token}"],
+                        capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0, ok.stderr
+    assert "group inference" in ok.stdout
+    anonymous = subprocess.run(base + [f"--controller_ca={d}/ca.pem"], capture_output=True,
+                               text=True, timeout=30)
+    assert anonymous.returncode != 0
+    assert "no credentials" in anonymous.stdout + anonymous.stderr
 
 
 def test_tls_argument_is_checked():

@@ -71,7 +71,7 @@ TEST_F(AttackTest, ForgedResultsWithGuessedLeaseIdsDoNotFinishASync) {
   }
   run_->Fill(2);
   const pid_t victim = run_->cluster->worker(run_->dst_worker[1]).child.pid();
-  ASSERT_EQ(kill(victim, SIGSTOP), 0);
+  ASSERT_TRUE(Freeze(victim)) << "pid " << victim;
   v1::SyncRequest req;
   req.set_transfer("t");
   req.set_version(2);

@@ -4,11 +4,13 @@
 #ifndef WSYNC_TESTS_INTEGRATION_HARNESS_H_
 #define WSYNC_TESTS_INTEGRATION_HARNESS_H_
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +46,24 @@ inline demo::ClusterOptions DefaultClusterOptions() {
   o.lease_ttl = absl::Seconds(2);
   o.sync_deadline = absl::Seconds(20);
   return o;
+}
+
+// SIGSTOPs `pid` and returns once the kernel shows it stopped (state 'T' in
+// /proc/<pid>/stat); false if it did not stop within 5 s.
+inline bool Freeze(pid_t pid) {
+  if (kill(pid, SIGSTOP) != 0) return false;
+  const absl::Time until = absl::Now() + absl::Seconds(5);
+  while (absl::Now() < until) {
+    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+    std::string line;
+    std::getline(stat, line);
+    const size_t paren = line.rfind(')');
+    if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T') {
+      return true;
+    }
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return false;
 }
 
 template <typename Fn>

@@ -139,7 +139,7 @@ TEST_F(TlsTest, SyncOverMutualTlsWithTokenRoles) {
   // Cancel: not by a reader, nor by another trainer; by the admin.
   run.Fill(2);
   const pid_t frozen = run.cluster->worker(run.dst_worker[1]).child.pid();
-  ASSERT_EQ(kill(frozen, SIGSTOP), 0);
+  ASSERT_TRUE(Freeze(frozen)) << "pid " << frozen;
   ASSERT_TRUE(AsTrainer(tls, kAlice, [&](v1::TrainerService::Stub& s, grpc::ClientContext* c) {
                 return s.Sync(c, sync, &started);
               }).ok());

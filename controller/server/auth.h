@@ -6,7 +6,7 @@
 //    URI SANs. `wsync://group/<group>` lets the holder register worker ranks
 //    of <group> (one SAN per group; a colocated worker carries several);
 //    `wsync://role/<role>` gives the holder a trainer-API role. The identity
-//    seen in errors and in the controller log is the sorted URI SANs joined by ",".
+//    seen in errors and in ListWorkers is the sorted URI SANs joined by ",".
 //  - A bearer token ("authorization: Bearer <token>" metadata), looked up in
 //    --tokens_file (lines "<token> <role> <name>"; '#' starts a comment); its
 //    identity is "token:<name>". A token wins over a certificate's role.

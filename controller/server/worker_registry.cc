@@ -474,6 +474,7 @@ v1::ListWorkersResponse WorkerRegistry::ListWorkers(const std::string& group) {
     if (!match) continue;
     v1::RegisteredWorker* info = resp.add_workers();
     info->set_instance_id(in.instance_id());
+    info->set_identity(w->identity);
     *info->mutable_memberships() = in.memberships();
     info->set_node(in.node());
     info->set_device_uuid(in.device_uuid());

@@ -108,7 +108,10 @@ TEST_F(TlsTest, SyncOverMutualTlsWithTokenRoles) {
                 return s.ListWorkers(c, v1::ListWorkersRequest(), &workers);
               }).ok());
   ASSERT_EQ(workers.workers_size(), 4);
-  for (const auto& w : workers.workers()) EXPECT_TRUE(w.lease_id().empty()) << "never listed";
+  for (const auto& w : workers.workers()) {
+    EXPECT_TRUE(w.lease_id().empty()) << "never listed";
+    EXPECT_EQ(w.identity(), "wsync://group/inference,wsync://group/trainer");
+  }
 
   // Missing or unknown credentials: UNAUTHENTICATED, saying what is missing.
   grpc::Status none = GetStatus(tls, "");

@@ -100,6 +100,7 @@ def test_embedded_worker_registers_over_mutual_tls(tls_controller):
             listed = c.workers("inference")
             assert len(listed) == 1 and listed[0].alive
             assert listed[0].lease_id == ""  # a secret, never listed
+            assert listed[0].identity == "wsync://group/inference"
     finally:
         w.stop()
 

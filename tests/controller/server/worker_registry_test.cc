@@ -120,6 +120,7 @@ TEST_F(WorkerRegistryTest, LeaseIdsAreRandomSecretsBoundToTheirIdentity) {
     EXPECT_THAT(w.DebugString(), ::testing::Not(HasSubstr(b->lease_id())));
   }
   for (const auto& w : listed.workers()) EXPECT_TRUE(w.lease_id().empty());
+  EXPECT_EQ(listed.workers(1).identity(), "wsync://group/src");
   EXPECT_TRUE(registry_->CheckCaller(b->lease_id(), "wsync://group/src", "KvSet").ok());
   absl::Status other = registry_->CheckCaller(b->lease_id(), "wsync://group/dst", "KvSet");
   EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);

@@ -133,6 +133,18 @@ class SyncCoordinator {
     std::shared_ptr<const v1::Plan> part;
   };
 
+  // Everything a sync of one transfer decides before its lock: the bound
+  // spec, the plan and its parts, the routes. Reused by the next sync while
+  // neither the definition nor the registry (WorkerRegistry::epoch) changed.
+  struct Prepared {
+    uint64_t definition = 0;
+    uint64_t registry_epoch = 0;
+    Resolved resolved;
+    PlanForSync plan;
+    Dispatch dispatch;
+    std::vector<RoutedPartRef> parts;
+  };
+
   // ----- sync_transfers.cc
   absl::StatusOr<Resolved> Resolve(const std::string& name, const std::string& source_group,
                                    const std::string& destination_group,
@@ -148,6 +160,12 @@ class SyncCoordinator {
                                              std::string* part_key);
 
   // ----- sync_dispatch.cc
+  // A fresh Prepared for `t` (binding, planning, routing), run unlocked.
+  absl::StatusOr<std::shared_ptr<Prepared>> Prepare(const Transfer& t, uint64_t registry_epoch);
+  // The Prepared of the last sync of `name`, if still current.
+  std::shared_ptr<const Prepared> ReusableLocked(const std::string& name, uint64_t definition,
+                                                 uint64_t registry_epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckStartLocked(const Transfer& t, const v1::SyncRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every worker of `resolved` is alive and holds every buffer its part
@@ -196,6 +214,8 @@ class SyncCoordinator {
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<std::string, Transfer> transfers_ ABSL_GUARDED_BY(mu_);
+  // Transfer name -> what its last started sync prepared (see Prepared).
+  absl::flat_hash_map<std::string, std::shared_ptr<const Prepared>> prepared_ ABSL_GUARDED_BY(mu_);
   // Shared: a waiter keeps its record while Tick may prune it.
   absl::flat_hash_map<std::string, std::shared_ptr<SyncRecord>> syncs_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> sync_order_ ABSL_GUARDED_BY(mu_);  // for pruning

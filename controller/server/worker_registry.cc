@@ -154,6 +154,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::RegisterWorker(
                                }),
                  w->lease_id);
     workers_[w->lease_id] = std::move(w);
+    epoch_.fetch_add(1);
   }
   Deliver(lost);
   return resp;
@@ -185,6 +186,7 @@ absl::Status WorkerRegistry::UpdateBuffers(const v1::UpdateBuffersRequest& req) 
   w->unmappable_buffers = HasUnmappableBuffers(*w->info);
   w->registration = next_id_++;
   w->last_heartbeat = absl::Now();
+  epoch_.fetch_add(1);
   return absl::OkStatus();
 }
 
@@ -244,6 +246,7 @@ void WorkerRegistry::MarkDeadLocked(Worker& w, const std::string& reason,
   spdlog::warn("[controller] {} lease {} dead: {}", who, w.lease_id, reason);
   w.alive = false;
   w.died_at = absl::Now();
+  epoch_.fetch_add(1);
   w.outbox.clear();
   w.cv.SignalAll();
   for (const auto& m : w.info->memberships()) {
@@ -321,7 +324,9 @@ void WorkerRegistry::ForgetPartSent(const std::string& lease_id, const std::stri
 void WorkerRegistry::MarkDirectWritesUnavailable(const std::string& lease_id) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(lease_id);
-  if (it != workers_.end()) it->second->direct_writes_unavailable = true;
+  if (it == workers_.end() || it->second->direct_writes_unavailable) return;
+  it->second->direct_writes_unavailable = true;
+  epoch_.fetch_add(1);
 }
 
 void WorkerRegistry::ForgetPeerLists(const std::string& lease_id) {

@@ -108,6 +108,48 @@ TEST_F(SyncCoordinatorTest, SyncSendsOpListOncePerPlanKeyAndVersionsMoveForward)
   EXPECT_EQ(plans_->misses(), 1);
 }
 
+TEST_F(SyncCoordinatorTest, ASteadySyncReusesItsBindingUntilARegistrationChanges) {
+  const std::string s0 = Register("a", "src", 0, 2, 16);
+  const std::string s1 = Register("b", "src", 1, 2, 16);
+  const std::string d0 = Register("c", "dst", 0, 1, 32);
+  std::map<std::string, uint64_t> tokens;
+  for (const auto& l : {s0, s1, d0}) tokens[l] = *controller_->workers().OpenStream(l);
+  DefineSimple();
+  auto run = [&](int64_t v) {
+    auto started = StartSync(v);
+    ASSERT_TRUE(started.ok()) << started.status();
+    EXPECT_TRUE(started->plan_cache_hit());
+    for (const auto& l : {s0, s1, d0}) {
+      v1::ReportResultRequest r;
+      r.set_lease_id(l);
+      r.set_sync_id(Next(l, tokens[l]).sync_id());
+      ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
+    }
+    auto st = controller_->syncs().WaitSync(started->sync_id(), absl::Seconds(1));
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(st->phase(), v1::SYNC_SUCCEEDED) << st->error();
+  };
+  run(1);
+  const int64_t lookups = plans_->hits() + plans_->misses();
+  run(2);
+  run(3);
+  EXPECT_EQ(plans_->hits() + plans_->misses(), lookups) << "bound and planned once, reused";
+  // The destination now holds a smaller buffer: the next sync binds afresh
+  // and refuses, instead of reusing what was checked before.
+  v1::UpdateBuffersRequest update;
+  update.set_lease_id(d0);
+  auto* b = update.add_buffers();
+  b->set_group("dst");
+  b->set_name("w");
+  b->set_dtype(v1::FP32);
+  b->set_bytes(8);
+  ASSERT_TRUE(controller_->workers().UpdateBuffers(update).ok());
+  auto refused = StartSync(4);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("dst"), std::string::npos) << refused.status();
+  EXPECT_GT(plans_->hits() + plans_->misses(), lookups);
+}
+
 TEST_F(SyncCoordinatorTest, AnAbortedSyncSendsTheOpListAgainToWorkersThatDidNotReport) {
   const std::string s0 = Register("a", "src", 0, 2, 16);
   const std::string s1 = Register("b", "src", 1, 2, 16);

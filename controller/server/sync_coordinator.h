@@ -193,6 +193,9 @@ class SyncCoordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ----- sync_coordinator.cc
+  // The control-path times of one worker's report, into sync.status.
+  void RecordControlPath(SyncRecord& sync, const v1::ReportResultRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A failed sync whose first report blamed the connection to peer `lost`
   // names `lost` as its cause once it is declared lost (shortly after).
   void BlameLostPeerLocked(SyncRecord& sync, const Participant& lost, const WorkerLoss& loss)

@@ -206,7 +206,7 @@ void WorkerAgent::OnAssignment(const v1::Assignment& a, const std::string& lease
                                uint64_t epoch) {
   if (a.has_sync()) {
     absl::MutexLock lock(&mu_);
-    queue_.push_back(Queued{a.sync(), lease_id, epoch});
+    queue_.push_back(Queued{a.sync(), lease_id, epoch, absl::Now()});
     return;
   }
   if (!a.has_abort()) return;
@@ -230,6 +230,7 @@ void WorkerAgent::OnAssignment(const v1::Assignment& a, const std::string& lease
 
 void WorkerAgent::Report(v1::ReportResultRequest r, const std::string& lease_id) {
   r.set_lease_id(lease_id);
+  r.set_reported_unix_us(absl::ToUnixMicros(absl::Now()));
   grpc::ClientContext ctx;
   ctx.set_deadline(In(absl::Seconds(5)));
   v1::ReportResultResponse resp;
@@ -303,7 +304,11 @@ void WorkerAgent::ExecLoop() {
       p.set_bytes_done(bytes);
       progress_.Post(std::move(p));
     };
+    const absl::Time run_start = absl::Now();
     v1::ReportResultRequest r = runner_.Run(a, stub_, q.lease_id, progress);
+    r.set_received_unix_us(absl::ToUnixMicros(q.received));
+    r.set_queued_seconds(absl::ToDoubleSeconds(run_start - q.received));
+    r.set_run_seconds(absl::ToDoubleSeconds(absl::Now() - run_start));
     const bool ok = r.code() == 0;
     if (!ok) {
       spdlog::error("[worker {}] sync {} failed: {}", Roles(options_), a.sync_id(), r.message());

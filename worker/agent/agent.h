@@ -99,6 +99,7 @@ class WorkerAgent {
     v1::SyncAssignment assignment;
     std::string lease_id;
     uint64_t lease_epoch = 0;
+    absl::Time received;  // read off the assignment stream
   };
 
   void SessionLoop();

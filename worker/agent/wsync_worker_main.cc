@@ -24,7 +24,7 @@
 #include "grpcpp/grpcpp.h"
 #include "worker/agent/agent.h"
 #include "worker/agent/launch_env.h"
-#include "worker/agent/local_service.h"
+#include "worker/agent/local_endpoint.h"
 #include "worker/node/backend_registry.h"
 
 ABSL_FLAG(std::string, controller, "127.0.0.1:50051",
@@ -191,25 +191,12 @@ int main(int argc, char** argv) {
   // Descriptors (CUDA virtual memory) arrive beside the local API; the
   // backend decides what it can open from them.
   RaiseOpenFileLimit();
-  wsync::agent::FdInboxOptions inbox_options;
-  inbox_options.path = wsync::agent::FdSocketPath(socket_path);
-  auto fd_inbox = wsync::agent::FdInbox::Start(inbox_options);
-  if (fd_inbox.ok()) {
-    options.fd_inbox = fd_inbox->get();
-  } else {
-    // Only CUDA virtual memory needs it: such registrations are then refused
-    // by name ("no descriptor socket").
-    spdlog::warn("wsync-worker: no descriptor socket: {}", fd_inbox.status().ToString());
-  }
+  std::unique_ptr<wsync::agent::LocalEndpoint> local =
+      wsync::agent::LocalEndpoint::Open(socket_path);
+  options.fd_inbox = local->fd_inbox();
   wsync::agent::WorkerAgent agent(options, &metrics);
-  wsync::agent::LocalServiceImpl local(&agent);
-  unlink(socket_path.c_str());  // a stale socket of an earlier run
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
-  builder.RegisterService(&local);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr) {
-    spdlog::error("wsync-worker: cannot serve the local API on {}", socket_path);
+  if (absl::Status s = local->Serve(&agent); !s.ok()) {
+    spdlog::error("wsync-worker: {}", s.ToString());
     return 1;
   }
   agent.Start();
@@ -218,7 +205,7 @@ int main(int argc, char** argv) {
     {
       std::ofstream out(port_file + ".tmp");
       out << "metrics_port=" << metrics.port() << "\nlocal_socket=" << socket_path << "\n";
-      if (fd_inbox.ok()) out << "fd_socket=" << (*fd_inbox)->path() << "\n";
+      if (local->fd_inbox() != nullptr) out << "fd_socket=" << local->fd_inbox()->path() << "\n";
     }
     std::rename((port_file + ".tmp").c_str(), port_file.c_str());
   }
@@ -226,7 +213,6 @@ int main(int argc, char** argv) {
   sigwait(&signals, &sig);
   spdlog::info("signal {}: stopping", sig);
   agent.Stop();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  unlink(socket_path.c_str());
+  local.reset();
   return 0;
 }

@@ -70,7 +70,15 @@ absl::StatusOr<std::unique_ptr<EmbeddedWorker>> EmbeddedWorker::Create(EmbeddedO
     return absl::Status(backend.status().code(),
                         absl::StrCat("embedded worker: ", backend.status().message()));
   }
-  std::unique_ptr<EmbeddedWorker> w(new EmbeddedWorker(std::move(options), std::move(*backend)));
+  std::unique_ptr<agent::LocalEndpoint> local;
+  if (!options.local_socket.empty()) local = agent::LocalEndpoint::Open(options.local_socket);
+  std::unique_ptr<EmbeddedWorker> w(
+      new EmbeddedWorker(std::move(options), std::move(*backend), std::move(local)));
+  if (w->local_ != nullptr) {
+    if (absl::Status s = w->local_->Serve(w->agent_.get()); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("embedded worker: ", s.message()));
+    }
+  }
   if (w->options_.metrics_port >= 0) {
     absl::Status s =
         w->metrics_.Serve(absl::StrCat(w->options_.metrics_host, ":", w->options_.metrics_port));
@@ -79,8 +87,9 @@ absl::StatusOr<std::unique_ptr<EmbeddedWorker>> EmbeddedWorker::Create(EmbeddedO
   return w;
 }
 
-EmbeddedWorker::EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::Backend> backend)
-    : options_(std::move(options)), backend_(std::move(backend)) {
+EmbeddedWorker::EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::Backend> backend,
+                               std::unique_ptr<agent::LocalEndpoint> local)
+    : options_(std::move(options)), backend_(std::move(backend)), local_(std::move(local)) {
   agent::AgentOptions a;
   a.controller = options_.controller;
   a.memberships = options_.memberships;
@@ -92,6 +101,7 @@ EmbeddedWorker::EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::B
   a.round_timeout = options_.round_timeout;
   a.staging_limit_bytes = options_.staging_limit_bytes;
   a.backend = backend_.get();
+  if (local_ != nullptr) a.fd_inbox = local_->fd_inbox();
   // No direct writes: no other process can map this process's memory.
   agent_ = std::make_unique<agent::WorkerAgent>(std::move(a), &metrics_);
 }
@@ -128,6 +138,7 @@ void EmbeddedWorker::Stop() {
   if (stopped_) return;
   stopped_ = true;
   agent_->Stop();
+  local_.reset();  // no registration reaches a stopped agent
   spdlog::info("embedded worker {} stopped", Roles());
 }
 

@@ -288,6 +288,11 @@ def run_model(args, roles, model, device, services, client, out):
                        dispatch_s=round(status.dispatch_seconds, 6),
                        max_setup_s=round(status.max_setup_seconds, 6),
                        max_execute_s=round(status.max_execute_seconds, 6),
+                       max_deliver_s=round(status.max_deliver_seconds, 6),
+                       max_queue_s=round(status.max_queue_seconds, 6),
+                       max_bind_s=round(status.max_bind_seconds, 6),
+                       max_run_s=round(status.max_run_seconds, 6),
+                       max_report_s=round(status.max_report_seconds, 6),
                        bytes=status.bytes_total, direct_pairs=status.direct_pairs,
                        gbps=round(status.bytes_total / max(t1 - t0, 1e-9) / 1e9, 3))
             times.append((t1 - t0, t1 - t_step))

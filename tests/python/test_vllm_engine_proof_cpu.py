@@ -12,6 +12,10 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "gpu"))
+
+from proof_models import CONFIGS  # noqa: E402
+
 SCRIPT = os.path.join(HERE, "gpu", "vllm_engine_proof.py")
 VERSIONS = 2
 
@@ -64,6 +68,14 @@ def check_records(recs, placement, models=("llama", "qwen3_moe")):
     assert len(last["update_errors"]) == 2, last
     assert all(f"version {kill}" in e for e in last["update_errors"]), last
     assert last["sync_error"], last
+    # Each rank: finish refused (vLLM's worker left the update), and where the
+    # engine reports the weights mixed, a new window's finish refuses too.
+    assert len(last["mixed_reported"]) == 2, last
+    assert sum("without a matching start" in f for f in last["finish_refusals"]) == 2, last
+    for mixed in filter(None, last["mixed_reported"]):
+        assert mixed["version"] == kill, last
+        assert any(f.startswith("FailedPrecondition") and f"version {kill}" in f
+                   for f in last["finish_refusals"]), last
 
 
 def test_colocated_on_the_host(tmp_path):
@@ -83,3 +95,15 @@ def test_fused_experts_on_the_host(tmp_path):
     recs, _ = run_proof(tmp_path, 2, "--models", "qwen3_moe", "--fused-experts", "--no-kill")
     assert [(r["model"], r["version"], r["bit_exact"]) for r in recs] == \
         [("qwen3_moe", v, True) for v in range(1, VERSIONS + 1)]
+
+
+def test_a_stray_write_fails_the_proof(tmp_path):
+    """The proof's comparison can fail: a write into one receiver parameter
+    after version 1 is reported by name and the exit status is 1."""
+    recs, logs = run_proof(tmp_path, 2, "--models", "llama", "--no-kill", "--corrupt-after",
+                           "1", expect_rc=1)
+    assert [(r["version"], r["bit_exact"]) for r in recs] == [(1, False), (2, True)]
+    assert recs[0]["mismatches"] == [
+        "rank 0: model.norm.weight: 1 of %d elements differ"
+        % CONFIGS[("llama", "tiny")]["hidden_size"]], recs[0]
+    assert "VLLM PROOF FAILED" in logs

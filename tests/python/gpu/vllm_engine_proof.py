@@ -237,6 +237,9 @@ class Run:
             mine["finished"] = attempt(self.problems, f"finish_weight_update {v}", self.child,
                                        "finish", self.timeout)
             mine["start_to_finish_s"] = round(time.perf_counter() - t0, 6)
+        if v == self.args.corrupt_after and self.roles.receiver_rank == 0:
+            attempt(self.problems, "corrupt", self.child, "corrupt", self.timeout,
+                    name="model.norm.weight")
         self.barrier()
         self.full = sync_proof.reference_full(self.roles, self.trainer)
         bad = self.check_receiver(self.full, v, mine) if self.child is not None else []
@@ -324,6 +327,8 @@ class Run:
         return self.rec(version=v, case="killed trainer sidecar", kept_version=v - 1,
                         killed_rank=self.victim(),
                         update_errors=[p.get("update_error") for p in per if "update_error" in p],
+                        mixed_reported=[p.get("mixed") for p in per if "rank_tp" in p],
+                        finish_refusals=[f for p in per for f in p.get("refusals", [])],
                         sync_error=next((p["sync_error"] for p in per if "sync_error" in p), None),
                         mismatches=mismatches[:20], bit_exact=not mismatches)
 
@@ -348,20 +353,22 @@ class Run:
         state = attempt(bad, "state", self.child, "state", self.timeout)
         if state is None:
             return bad
-        mine["mixed"] = state["mixed"]
+        mixed = state["mixed"] and dict(state["mixed"], error=state["mixed"]["error"][:200])
+        mine.update(mixed=mixed, rank_tp=self.roles.receiver_rank, refusals=[])
         if state["active"] or state["weight_version"] != v - 1:
             bad.append(f"rank {RANK}: after the failed {v}: active {state['active']}, version "
                        f"{state['weight_version']} (expected {v - 1})")
-        self.expect_error(f"finish_weight_update after the failed {v}",
-                          lambda: self.child("finish", self.timeout), ("RuntimeError",),
-                          "without a matching start")
+        mine["refusals"].append(self.expect_error(
+            f"finish_weight_update after the failed {v}",
+            lambda: self.child("finish", self.timeout), ("RuntimeError",),
+            "without a matching start"))
         if state["mixed"] is not None:
             if state["mixed"]["version"] != v:
                 bad.append(f"rank {RANK}: mixed state names {state['mixed']}, not {v}")
             attempt(bad, "start again", self.child, "start", self.timeout)
-            self.expect_error(f"finish_weight_update of a mixed {v}",
-                              lambda: self.child("finish", self.timeout),
-                              ("FailedPrecondition",), f"version {v}")
+            mine["refusals"].append(self.expect_error(
+                f"finish_weight_update of a mixed {v}", lambda: self.child("finish", self.timeout),
+                ("FailedPrecondition",), f"version {v}"))
             attempt(bad, "leave update", self.child, "leave_update", self.timeout)
         dump = attempt(bad, "dump", self.child, "dump", self.timeout)
         if dump is not None and kept is not None:
@@ -427,6 +434,9 @@ def parse_args():
                     help="update_weights' wait in the kill case")
     ap.add_argument("--round-timeout", type=float, default=30.0,
                     help="the embedded workers' round_timeout")
+    ap.add_argument("--corrupt-after", type=int, default=0,
+                    help="self-check: after this version a stray write hits receiver 0's "
+                         "model.norm.weight, so the run must fail naming it")
     ap.add_argument("--run-dir", required=True, help="shared by the ranks: ports, sockets, logs")
     ap.add_argument("--bin-dir", default="",
                     help="holds wsync-controller and wsync-worker (default: the build tree)")

@@ -250,6 +250,13 @@ class _Rank:
                 "outside_window": st["outside_window"],
                 "moved": sorted(n for n in self.ptrs if now.get(n) != self.ptrs[n])}
 
+    def cmd_corrupt(self, name):
+        """A stray write into one live parameter (the proof's self-check:
+        its comparison must then fail naming `name`)."""
+        p = dict(self.model.named_parameters())[name]
+        with self.torch.no_grad():
+            p.view(-1)[0] += 1.0
+
     def cmd_dump(self):
         return {n: encode(p) for n, p in self.model.named_parameters()}
 

@@ -118,7 +118,7 @@ class Run:
         self.cfg = proof_models.CONFIGS[(model, self.size)]
         self.ep = self.cfg["model_type"] == "qwen3_moe"
         self.group = f"inference_{model}"  # a group per model: each has its own receivers
-        self.problems, self.records, self.full = [], [], None
+        self.problems, self.full = [], None
         self.trainer = self.reg = self.init = None
         self.timeout = args.timeout
 
@@ -399,15 +399,17 @@ def run_model(args, roles, services, client, child, device, model, kill, out):
             emit(out, run.rec(version=0, case="setup", mismatches=problems[:20],
                               bit_exact=False))
             return False
-        memory = gathered(run.init and run.init["memory"])
+        inits = [i for i in gathered(run.init and {
+            "memory": run.init["memory"], "refusal": run.init["export_refusal"]}) if i]
+        memory = {"memory": inits[0]["memory"], "export_refused": [
+            None if i["refusal"] is None else f"{i['refusal']['refused']} of "
+            f"{i['refusal']['allocations']} allocations" for i in inits]}
         for v in range(1, args.versions + 1):
-            rec = run.version(v)
-            rec["memory"] = next(m for m in memory if m)
+            rec = dict(run.version(v), **memory)
             ok = ok and rec["bit_exact"]
             emit(out, rec)
         if kill:
-            rec = run.kill_case(args.versions + 1)
-            rec["memory"] = next(m for m in memory if m)
+            rec = dict(run.kill_case(args.versions + 1), **memory)
             ok = ok and rec["bit_exact"]
             emit(out, rec)
     finally:

@@ -4,7 +4,7 @@
 # transformers, grpcio, protobuf there):
 #   bash tests/python/gpu/run_gpu_proof.sh
 # 1. export checks of wsync.cuda_ipc (legacy handle fields; expandable
-#    segments refused by name),
+#    segments refused by name) and of the vLLM proof's no-handle allocator,
 # 2. sync_proof.py under torchrun, stage by stage (WSYNC_PROOF_STAGES, default
 #    all): FSDP2 transformers trainers (Llama- and Qwen3-MoE-shaped) -> vLLM
 #    TP=2 receivers through the bundle's wsync-controller / wsync-worker
@@ -60,6 +60,8 @@ timeout 60 python3 $gpu/export_check.py legacy 2>&1 | tee "$OUT/export_legacy.lo
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 60 python3 $gpu/export_check.py expandable \
   2>&1 | tee "$OUT/export_expandable.log"
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+timeout 60 python3 $gpu/export_check.py nohandle 2>&1 | tee "$OUT/export_nohandle.log"
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 # One torchrun: proof NAME NPROC [VAR=VALUE...] -- sync_proof.py args.
 port=29571

@@ -23,7 +23,10 @@
 #                   vLLM TP=2 ranks (one spawned process each, wsync's vLLM engine
 #                   with the embedded CUDA worker, weights in cuMem memory without a
 #                   shareable handle) on the same GPUs; versions, then a trainer
-#                   sidecar frozen and killed mid-sync
+#                   sidecar frozen and killed mid-sync. Unrun: a sidecar and an
+#                   embedded worker on one GPU are two ranks of one NCCL
+#                   communicator on one device, which upstream NCCL refuses
+#                   ("Duplicate GPU detected", shown with NCCL_DEBUG=WARN)
 #      vllm_disjoint   the same on 4 GPUs: trainers on 0-1, vLLM ranks on 2-3
 #    The vllm_* stages load wsync._native built for this machine's Python 3.12
 #    (python/README.md, "Building wsync._native for the GPU machine"; carry

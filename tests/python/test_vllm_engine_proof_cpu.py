@@ -59,6 +59,7 @@ def check_records(recs, placement, models=("llama", "qwen3_moe")):
     for r in recs:
         assert r["bit_exact"] and not r["mismatches"], r
         assert r["placement"] == placement and r["memory"] == "host" and r["device"] == "cpu"
+        assert r["export_refused"] == [None, None], r  # host memory: nothing to refuse
     for r in recs[:-1]:
         assert r["bytes"] > 0 and r["sync_wait_s"] > 0, r
         assert r["weight_versions"] == [r["version"]] * 2, r

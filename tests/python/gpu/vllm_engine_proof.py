@@ -265,8 +265,9 @@ class Run:
             if state["weight_version"] != v or state["active"] or state["mixed"] is not None:
                 bad.append(f"rank {RANK}: engine reports version {state['weight_version']}, "
                            f"active {state['active']}, mixed {state['mixed']} after {v}")
-            if state["moved"]:
-                bad.append(f"rank {RANK}: parameters moved: {state['moved'][:5]}")
+            if state["moved"] or state["outside_window"]:
+                bad.append(f"rank {RANK}: parameters moved: {state['moved'][:5]}; syncs "
+                           f"outside an update window: {state['outside_window']}")
         dump = attempt(bad, "dump", self.child, "dump", self.timeout)
         if dump is not None and full is not None:
             bad += compare(self.cfg, full, self.roles.receiver_rank, self.ep, dump)

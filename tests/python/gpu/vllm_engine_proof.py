@@ -7,9 +7,13 @@ run_gpu_proof.sh (stages vllm_colocated, vllm_disjoint):
         --placement colocated --run-dir DIR --out OUT     # 4 GPUs: --placement disjoint
 
 Trainers (sync_proof's roles, trainers, services): colocated, ranks 0-1 train
-(FSDP2 over both); disjoint, ranks 0-1 train and ranks 2-3 only receive. Each
-trainer rank registers its FSDP2 shards with its `wsync-worker --device r`
-sidecar (group trainer). Receivers: one process per vLLM TP rank (TP=2; EP for
+(FSDP2 over both); disjoint, ranks 0-1 train and ranks 2-3 only receive.
+Colocated, each trainer rank registers its FSDP2 shards with the embedded
+worker of the vLLM rank on its GPU (init_info colocated: that worker also
+holds the trainer rank and serves the local API; NCCL refuses two ranks of one
+GPU, and the sleep-mode weights cannot be mapped by the trainer); disjoint
+(or colocated --sidecar), with its `wsync-worker --device r` sidecar (group
+trainer). Receivers: one process per vLLM TP rank (TP=2; EP for
 the MoE), spawned by the rank that owns that GPU (vllm_rank_child), holding
 the vLLM stand-in model's parameters (bf16) in cuMem memory without a
 shareable handle (nohandle_memory) that wsync.cuda_vmm is shown to refuse to
@@ -23,7 +27,9 @@ Checks, per model and version: every receiver parameter equals the trainer's
 full_tensor() put into vLLM's layout by vllm_standins.vllm_rank_tensors (an
 independent reading of vLLM's loaders) cast to bf16, bit for bit; data_ptr()s
 never change; the engine reports weight_version == V and no mixed state. Last,
-the kill case (on the last model): version V+1 starts, a trainer sidecar is
+the kill case (on the last model, with sidecars: colocated, a dead trainer
+process fails no sync, as its memory stays mapped by the vLLM rank's worker):
+version V+1 starts, a trainer sidecar is
 frozen (SIGSTOP) so the sync cannot finish, then killed (SIGKILL); every
 receiver must end on version V: update_weights fails naming V+1, finish
 refuses, weight_version stays V, and every parameter still equals version V.
@@ -139,6 +145,9 @@ class Run:
                     "hf_config": self.cfg, "experts": "stacked" if fused else "separate",
                     "timeout": self.timeout, "worker": {"round_timeout": args.round_timeout,
                                                         "node": "n0"}}
+            if args.colocate:
+                info["colocated"] = {"group": "trainer", "size": len(roles.trainers),
+                                     "socket": self.colocated_socket("{rank}")}
             self.init = attempt(self.problems, "receiver init", self.child, "init",
                                 self.timeout, model=self.model, cfg=self.cfg, tp=TP, ep=self.ep,
                                 init_info=info)
@@ -152,12 +161,18 @@ class Run:
         if self.trainer is not None:
             self.reg = attempt(self.problems, "register trainer", wsync.torch.register,
                                self.trainer.register_items(), group="trainer",
-                               rank=roles.trainer_rank, socket=self.services.socket)
+                               rank=roles.trainer_rank,
+                               socket=(self.colocated_socket(roles.trainer_rank)
+                                       if args.colocate else self.services.socket))
         if agree(self.problems):
             return False
         if RANK == 0:
             attempt(self.problems, "define transfer", self.define, src, parts, fused)
         return not agree(self.problems)
+
+    def colocated_socket(self, rank):
+        """The local socket of the vLLM rank's worker where trainer `rank` registers."""
+        return os.path.join(self.args.run_dir, f"colo-{self.model}-{rank}.sock")
 
     def make_trainer(self):
         """sync_proof's trainer; the stand-in gathers over the trainer ranks only."""
@@ -432,6 +447,10 @@ def parse_args():
     ap.add_argument("--fused-experts", action="store_true",
                     help="the stand-in holds MoE experts fused, as transformers >= 5 does")
     ap.add_argument("--no-kill", action="store_true", help="skip the killed-trainer case")
+    ap.add_argument("--sidecar", action="store_true",
+                    help="colocated: trainers register with sidecar workers (on GPUs NCCL then "
+                         "refuses the two ranks per GPU); default: with the vLLM ranks' "
+                         "workers (init_info colocated)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds for every wait")
     ap.add_argument("--kill-timeout", type=float, default=60.0,
                     help="update_weights' wait in the kill case")
@@ -446,6 +465,9 @@ def parse_args():
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     args.tiny = args.cpu  # sync_proof.make_trainer's reading
+    # Colocated trainers register with the vLLM rank's embedded worker on
+    # their device (init_info colocated): no sidecar, no second rank per GPU.
+    args.colocate = args.placement == "colocated" and not args.sidecar
     return args
 
 
@@ -466,7 +488,7 @@ def main():
     log(f"torch {torch.__version__}, protobuf runtime {sync_proof.PROTOBUF}, device {device}, "
         f"trains {roles.trainer_rank is not None}, receiver {roles.receiver_rank}")
     groups = (f"trainer:{roles.trainer_rank}:{len(roles.trainers)}"
-              if roles.trainer_rank is not None else "")
+              if roles.trainer_rank is not None and not args.colocate else "")
     services = sync_proof.Services(args.run_dir, args.bin_dir, device, groups)
     client = wsync.Client(services.address, timeout=60) if RANK == 0 else None
     child = None
@@ -479,7 +501,9 @@ def main():
     try:
         with open(os.path.join(args.out, "vllm_proof.jsonl"), "a") as out:
             for model in models:
-                kill = not args.no_kill and model == models[-1]
+                # Colocated, the trainer's memory stays mapped by the vLLM
+                # rank's worker: a dead trainer process fails no sync there.
+                kill = not args.no_kill and not args.colocate and model == models[-1]
                 ok = run_model(args, roles, services, client, child, device, model, kill,
                                out) and ok
     finally:

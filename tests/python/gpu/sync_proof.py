@@ -146,7 +146,8 @@ def fused_expert_mappings(dst, moe_intermediate):
 
 
 class Services:
-    """The controller (rank 0) and this rank's worker, sharing run_dir."""
+    """The controller (rank 0) and this rank's worker (none without `groups`),
+    sharing run_dir."""
 
     def __init__(self, run_dir, bin_dir, device, groups):
         self.dir = run_dir
@@ -163,6 +164,9 @@ class Services:
                 os.path.join(run_dir, "controller.log")))
         self.address = "127.0.0.1:" + read_port_file(
             pf, "grpc_port", timeout=60, proc=self.procs[0].proc if self.procs else None)
+        self.socket = None
+        if not groups:  # a rank with nothing to serve (the receivers may embed theirs)
+            return
         self.socket = os.path.join(run_dir, f"worker{RANK}.sock")
         wpf = os.path.join(run_dir, f"worker{RANK}.ports")
         # Host: -1 explicitly, or a CUDA build would take $LOCAL_RANK as the device.

@@ -52,18 +52,20 @@ def run_proof(tmp_path, world, *flags, expect_rc=0):
     return [json.loads(line) for line in open(out / "vllm_proof.jsonl")], logs
 
 
-def check_records(recs, placement, models=("llama", "qwen3_moe")):
+def check_records(recs, placement, models=("llama", "qwen3_moe"), killed=True):
     kill = VERSIONS + 1
-    want = [(m, v) for m in models for v in range(1, VERSIONS + 1)] + [(models[-1], kill)]
-    assert [(r["model"], r["version"]) for r in recs] == want
+    want = [(m, v) for m in models for v in range(1, VERSIONS + 1)]
+    assert [(r["model"], r["version"]) for r in recs] == want + [(models[-1], kill)] * killed
     for r in recs:
         assert r["bit_exact"] and not r["mismatches"], r
         assert r["placement"] == placement and r["memory"] == "host" and r["device"] == "cpu"
         assert r["export_refused"] == [None, None], r  # host memory: nothing to refuse
-    for r in recs[:-1]:
+    for r in recs[:len(want)]:
         assert r["bytes"] > 0 and r["sync_wait_s"] > 0, r
         assert r["weight_versions"] == [r["version"]] * 2, r
         assert len(r["start_to_finish_s"]) == 2 and min(r["start_to_finish_s"]) > 0, r
+    if not killed:
+        return
     last = recs[-1]
     assert last["case"] == "killed trainer sidecar" and last["kept_version"] == VERSIONS
     assert len(last["update_errors"]) == 2, last
@@ -80,8 +82,10 @@ def check_records(recs, placement, models=("llama", "qwen3_moe")):
 
 
 def test_colocated_on_the_host(tmp_path):
+    """The trainer ranks register with the vLLM ranks' workers (no sidecar):
+    no kill case, a dead trainer process fails no sync there."""
     recs, logs = run_proof(tmp_path, 2, "--placement", "colocated")
-    check_records(recs, "colocated")
+    check_records(recs, "colocated", killed=False)
     assert "VLLM PROOF PASSED" in logs
 
 

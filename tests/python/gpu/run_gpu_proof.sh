@@ -93,10 +93,16 @@ vproof() {
   local run_dir; run_dir=$(mktemp -d /tmp/wsync-vproof-XXXXXX)
   port=$((port + 1))
   echo "=== vllm proof $name ($nproc GPUs, wsync._native from $native)"
-  # NCCL_DEBUG=WARN: an NCCL refusal (e.g. two workers of one communicator on one
-  # GPU, as colocated sidecar + embedded worker are) is then named in the logs.
+  # The embedded workers run torch's libnccl (one per process); the sidecars
+  # must run the same version (NCCL ranks of one communicator must agree: the
+  # controller refuses a mix), so torch's comes first on their library path.
+  local torch_nccl; torch_nccl=$(python3 -c "import torch.cuda.nccl as n; n.version()
+print(next(l.split()[-1] for l in open('/proc/self/maps') if 'libnccl' in l))" 2>/dev/null)
+  echo "=== torch's NCCL: ${torch_nccl:-not found}"
+  # NCCL_DEBUG=WARN: an NCCL refusal is then named in the logs.
   PYTHONPATH=$PWD/python:$native:$PWD/build/python${PYTHONPATH:+:$PYTHONPATH} \
-    NCCL_DEBUG=${NCCL_DEBUG:-WARN} LD_LIBRARY_PATH=$(dirname "$native")/lib:$LD_LIBRARY_PATH \
+    NCCL_DEBUG=${NCCL_DEBUG:-WARN} \
+    LD_LIBRARY_PATH=${torch_nccl:+$(dirname "$torch_nccl"):}$(dirname "$native")/lib:$LD_LIBRARY_PATH \
     timeout 600 torchrun --nproc_per_node "$nproc" --master_port $port \
     $gpu/vllm_engine_proof.py --run-dir "$run_dir" --bin-dir "$bundle/bin" --out "$OUT/$name" \
     --versions "${WSYNC_PROOF_VERSIONS:-3}" --models "$models" "$@" 2>&1 | tee "$OUT/proof_$name.log"

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -25,6 +26,7 @@
 #include "worker/agent/agent.h"
 #include "worker/agent/launch_env.h"
 #include "worker/agent/local_service.h"
+#include "worker/agent/local_socket.h"
 #include "worker/node/backend_registry.h"
 
 ABSL_FLAG(std::string, controller, "127.0.0.1:50051",
@@ -43,7 +45,22 @@ ABSL_FLAG(std::string, data_address, "127.0.0.1",
           "WSYNC_DATA_ADDRESS.");
 ABSL_FLAG(std::string, local_socket, "",
           "Unix socket path of the local API for the owner process (default "
-          "/tmp/wsync-worker-<group>-<rank>.sock of the first group). Env: WSYNC_LOCAL_SOCKET.");
+          "$XDG_RUNTIME_DIR/wsync/worker-<group>-<rank>.sock of the first group, or "
+          "/tmp/wsync-<uid>/... without XDG_RUNTIME_DIR). Its directory must be this user's and "
+          "writable by no one else (a missing one is created 0700); the socket is mode 0600. "
+          "Env: WSYNC_LOCAL_SOCKET.");
+ABSL_FLAG(std::string, local_socket_group, "",
+          "Group (name or gid) whose processes may also use the local socket: the socket "
+          "becomes mode 0660 of that group (its directory 0710 when created). Env: "
+          "WSYNC_LOCAL_SOCKET_GROUP.");
+ABSL_FLAG(std::string, local_allowed_uids, "",
+          "Comma-separated uids that may connect to the local socket besides this worker's own "
+          "(checked with SO_PEERCRED; the socket's mode must let them in too). Env: "
+          "WSYNC_LOCAL_ALLOWED_UIDS.");
+ABSL_FLAG(std::string, local_admin_uids, "",
+          "Comma-separated uids whose processes may replace tensors another live process "
+          "registered (otherwise only the registering process may, or its successor once it "
+          "exited). Env: WSYNC_LOCAL_ADMIN_UIDS.");
 ABSL_FLAG(int32_t, metrics_port, 0,
           "Port of the Prometheus /metrics endpoint (0: any free port, -1: disabled). Env: "
           "WSYNC_METRICS_PORT.");
@@ -102,7 +119,8 @@ int main(int argc, char** argv) {
       "worker/agent/",
       {"controller", "groups", "node", "device_uuid", "data_address", "local_socket",
        "metrics_port", "metrics_host", "round_timeout", "staging_limit_bytes", "instance_id",
-       "port_file", "device", "direct_writes"});
+       "port_file", "device", "direct_writes", "local_socket_group", "local_allowed_uids",
+       "local_admin_uids"});
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -172,10 +190,24 @@ int main(int argc, char** argv) {
     options.direct_write_domain = (*backend)->MemoryDomain();
     options.peer_gpu_uuids = (*backend)->WritableDevices();
   }
-  std::string socket_path = absl::GetFlag(FLAGS_local_socket);
-  if (socket_path.empty()) {
-    socket_path = absl::StrCat("/tmp/wsync-worker-", options.memberships[0].group(), "-",
-                               options.memberships[0].rank(), ".sock");
+  auto local_socket = wsync::agent::ResolveLocalSocket(
+      absl::GetFlag(FLAGS_local_socket), absl::GetFlag(FLAGS_local_socket_group),
+      absl::GetFlag(FLAGS_local_allowed_uids), options.memberships[0].group(),
+      options.memberships[0].rank());
+  auto admin_uids =
+      wsync::agent::ParseUids(absl::GetFlag(FLAGS_local_admin_uids), "--local_admin_uids");
+  if (!local_socket.ok() || !admin_uids.ok()) {
+    spdlog::error("wsync-worker: {}",
+                  (local_socket.ok() ? admin_uids.status() : local_socket.status()).ToString());
+    return 2;
+  }
+  const std::string socket_path = local_socket->path;
+  // The directory first: the descriptor socket lives there too.
+  if (absl::Status s = wsync::agent::EnsurePrivateDir(
+          std::filesystem::path(socket_path).parent_path().string(), local_socket->group);
+      !s.ok()) {
+    spdlog::error("wsync-worker: {}", s.ToString());
+    return 2;
   }
 
   wsync::agent::WorkerMetrics metrics;
@@ -202,14 +234,21 @@ int main(int argc, char** argv) {
     spdlog::warn("wsync-worker: no descriptor socket: {}", fd_inbox.status().ToString());
   }
   wsync::agent::WorkerAgent agent(options, &metrics);
-  wsync::agent::LocalServiceImpl local(&agent);
-  unlink(socket_path.c_str());  // a stale socket of an earlier run
+  wsync::agent::PeerDirectory peers;
+  wsync::agent::LocalServiceImpl local(&agent, &peers, *admin_uids);
+  // No listening port: the local socket's own accept loop admits each
+  // connection (SO_PEERCRED) and hands it to this server.
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(&local);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr) {
-    spdlog::error("wsync-worker: cannot serve the local API on {}", socket_path);
+  absl::StatusOr<std::unique_ptr<wsync::agent::LocalSocket>> listener =
+      absl::UnavailableError("cannot start the gRPC server");
+  if (server != nullptr) {
+    listener = wsync::agent::LocalSocket::Start(*std::move(local_socket), server.get(), &peers);
+  }
+  if (!listener.ok()) {
+    spdlog::error("wsync-worker: cannot serve the local API on {}: {}", socket_path,
+                  listener.status().ToString());
     return 1;
   }
   agent.Start();
@@ -226,7 +265,7 @@ int main(int argc, char** argv) {
   sigwait(&signals, &sig);
   spdlog::info("signal {}: stopping", sig);
   agent.Stop();
+  listener->reset();  // no new connections, socket file removed
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  unlink(socket_path.c_str());
   return 0;
 }

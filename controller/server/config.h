@@ -36,6 +36,9 @@ struct ControllerLimits {
   // Blocking waits and watchers (WaitSync, WatchSync, Sync with wait_ms,
   // KvGet with timeout_ms, AwaitWriters) open at once.
   int64_t max_waiters = 16384;  // --max_waiters
+  // One ListWorkers page: workers, and buffers listed over its workers.
+  int32_t list_page_workers = 100;     // --list_workers_page_size
+  int64_t list_page_buffers = 10'000;  // --list_workers_page_buffers
 };
 
 struct ControllerConfig {

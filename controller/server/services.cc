@@ -197,8 +197,9 @@ grpc::Status TrainerServiceImpl::Cancel(grpc::ServerContext*, const v1::CancelRe
 grpc::Status TrainerServiceImpl::ListWorkers(grpc::ServerContext*,
                                              const v1::ListWorkersRequest* req,
                                              v1::ListWorkersResponse* resp) {
-  *resp = controller_->workers().ListWorkers(req->group());
-  return grpc::Status::OK;
+  const ControllerLimits& limits = controller_->limits();
+  return ToGrpc(PageWorkers(controller_->workers().ListWorkers(req->group()), *req,
+                            limits.list_page_workers, limits.list_page_buffers, resp));
 }
 
 grpc::Status TrainerServiceImpl::Replicas(grpc::ServerContext*, const v1::ReplicasRequest* req,

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "controller/server/controller.h"
 #include "controller/server/polled_reactors.h"
+#include "controller/server/worker_pages.h"
 #include "grpcpp/grpcpp.h"
 #include "wsync/v1/controller.grpc.pb.h"
 

@@ -77,6 +77,13 @@ ABSL_FLAG(int64_t, max_waiters, 16384,
           "Waits and watchers (WaitSync, WatchSync, Sync with wait_ms, KvGet with timeout_ms, "
           "AwaitWriters) held at once, without a thread each; more: RESOURCE_EXHAUSTED. Env: "
           "WSYNC_MAX_WAITERS.");
+ABSL_FLAG(int32_t, list_workers_page_size, 100,
+          "Most workers one ListWorkers page lists (also the default page size). Env: "
+          "WSYNC_LIST_WORKERS_PAGE_SIZE.");
+ABSL_FLAG(int64_t, list_workers_page_buffers, 10'000,
+          "Most buffers one ListWorkers page lists over its workers (a worker with more alone "
+          "is listed with its first ones, buffers_truncated); keeps a page under default client "
+          "message limits. Env: WSYNC_LIST_WORKERS_PAGE_BUFFERS.");
 
 namespace {
 // The --min_bucket_bytes ... --max_waiters flags; false (logged) if one is out of range.
@@ -91,14 +98,18 @@ bool ReadLimits(wsync::controller::ControllerLimits* l) {
   l->kv_scope_keys = absl::GetFlag(FLAGS_kv_scope_keys);
   l->max_wait = absl::GetFlag(FLAGS_max_wait);
   l->max_waiters = absl::GetFlag(FLAGS_max_waiters);
+  l->list_page_workers = absl::GetFlag(FLAGS_list_workers_page_size);
+  l->list_page_buffers = absl::GetFlag(FLAGS_list_workers_page_buffers);
   if (l->min_bucket_bytes < 0 || l->max_plan_buckets <= 0 || l->max_plan_pieces <= 0 ||
       l->plan_cache_bytes <= 0 || l->max_sync_deadline <= absl::ZeroDuration() ||
       l->max_version_jump <= 0 || l->kv_scope_bytes <= 0 || l->kv_scope_keys <= 0 ||
-      l->max_wait <= absl::ZeroDuration() || l->max_waiters <= 0) {
+      l->max_wait <= absl::ZeroDuration() || l->max_waiters <= 0 || l->list_page_workers <= 0 ||
+      l->list_page_buffers <= 0) {
     spdlog::error(
         "wsync-controller: --max_plan_buckets, --max_plan_pieces, --plan_cache_bytes, "
         "--max_sync_deadline, --max_version_jump, --kv_scope_bytes, --kv_scope_keys, --max_wait "
-        "and --max_waiters must be positive, --min_bucket_bytes not negative");
+        "--max_waiters and --list_workers_page_* must be positive, --min_bucket_bytes not "
+        "negative");
     return false;
   }
   return true;
@@ -112,10 +123,26 @@ int main(int argc, char** argv) {
       "wsync-controller: control plane of wsync weight syncs (gRPC, package wsync.v1).\n"
       "Flags also read WSYNC_<FLAG> environment variables; the command line wins.",
       "controller/server/",
-      {"listen", "metrics_port", "metrics_host", "lease_ttl", "sync_deadline", "max_message_bytes",
-       "port_file", "direct_writes", "min_bucket_bytes", "max_plan_buckets", "max_plan_pieces",
-       "plan_cache_bytes", "max_sync_deadline", "max_version_jump", "kv_scope_bytes",
-       "kv_scope_keys", "max_wait", "max_waiters"});
+      {"listen",
+       "metrics_port",
+       "metrics_host",
+       "lease_ttl",
+       "sync_deadline",
+       "max_message_bytes",
+       "port_file",
+       "direct_writes",
+       "min_bucket_bytes",
+       "max_plan_buckets",
+       "max_plan_pieces",
+       "plan_cache_bytes",
+       "max_sync_deadline",
+       "max_version_jump",
+       "kv_scope_bytes",
+       "kv_scope_keys",
+       "max_wait",
+       "max_waiters",
+       "list_workers_page_size",
+       "list_workers_page_buffers"});
   wsync::InitLogging("wsync-controller");
 
   // Signals are taken by sigwait below, never by an asynchronous handler.

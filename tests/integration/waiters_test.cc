@@ -1,4 +1,5 @@
-// 4,000 concurrent waiters (WaitSync and WatchSync on a running sync) keep
+// 4,000 concurrent waiters (WaitSync and WatchSync on a running sync, KvGet
+// on a key nobody sets) keep
 // the controller's thread count bounded (issue 18: each held an OS thread,
 // 4,000 -> 4,021 threads), and all of them are answered from the
 // controller's own notification once the sync ends.
@@ -36,6 +37,8 @@ struct Pending {
   v1::SyncStatus unary;
   std::unique_ptr<grpc::ClientAsyncResponseReader<v1::SyncStatus>> wait;
   std::unique_ptr<grpc::ClientAsyncReader<v1::SyncStatus>> watch;
+  v1::KvGetResponse kv;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::KvGetResponse>> kv_get;
   v1::SyncStatus last;  // the watch's latest message
   bool finishing = false;
 };
@@ -63,15 +66,38 @@ TEST(WaitersIntegration, FourThousandWaitersHoldNoThreadEach) {
   const int threads_before = Threads(controller);
   ASSERT_GT(threads_before, 0);
 
-  // Eight channels (distinct arguments: distinct connections), 2,000 of each kind.
+  // A bystander lease (no heartbeat needed within its TTL) waits on a key of
+  // the transfer's rendezvous scope that nobody sets.
+  v1::RegisterWorkerRequest reg;
+  reg.set_instance_id("bystander");
+  auto* m = reg.add_memberships();
+  m->set_group("bystander");
+  m->set_group_size(1);
+  v1::RegisterWorkerResponse lease;
+  ASSERT_TRUE(::wsync::integration::Call([&](grpc::ClientContext* c) {
+                return run.cluster->worker_api().RegisterWorker(c, reg, &lease);
+              }).ok());
+  v1::GetStatusResponse status;
+  ASSERT_TRUE(::wsync::integration::Call([&](grpc::ClientContext* c) {
+                return run.cluster->trainer().GetStatus(c, v1::GetStatusRequest(), &status);
+              }).ok());
+  ASSERT_EQ(status.transfers_size(), 1);
+  const std::string missing_key = absl::StrCat("t/", status.transfers(0).generation(), "/never");
+
+  // Eight channels (distinct arguments: distinct connections): WaitSync,
+  // WatchSync and KvGet calls, 4,000 in all.
   std::vector<std::unique_ptr<v1::TrainerService::Stub>> stubs;
+  std::vector<std::unique_ptr<v1::WorkerService::Stub>> worker_stubs;
   for (int i = 0; i < 8; ++i) {
     grpc::ChannelArguments args;
     args.SetInt("wsync.test.channel", i);
-    stubs.push_back(v1::TrainerService::NewStub(grpc::CreateCustomChannel(
-        run.cluster->controller_address(), grpc::InsecureChannelCredentials(), args)));
+    auto channel = grpc::CreateCustomChannel(run.cluster->controller_address(),
+                                             grpc::InsecureChannelCredentials(), args);
+    stubs.push_back(v1::TrainerService::NewStub(channel));
+    worker_stubs.push_back(v1::WorkerService::NewStub(channel));
   }
   constexpr int kEach = 2000;
+  constexpr int kKvGets = 1000;  // of the 4,000
   grpc::CompletionQueue cq;
   std::vector<std::unique_ptr<Pending>> calls;
   const auto deadline = absl::ToChronoTime(absl::Now() + absl::Seconds(120));
@@ -79,7 +105,14 @@ TEST(WaitersIntegration, FourThousandWaitersHoldNoThreadEach) {
     auto call = std::make_unique<Pending>();
     call->ctx.set_deadline(deadline);
     v1::TrainerService::Stub& stub = *stubs[i % stubs.size()];
-    if (i % 2 == 0) {
+    if (i < kKvGets) {
+      v1::KvGetRequest get;
+      get.set_lease_id(lease.lease_id());
+      get.add_keys(missing_key);
+      get.set_timeout_ms(12'000);
+      call->kv_get = worker_stubs[i % stubs.size()]->AsyncKvGet(&call->ctx, get, &cq);
+      call->kv_get->Finish(&call->kv, &call->status, call.get());
+    } else if (i % 2 == 0) {
       v1::WaitSyncRequest w;
       w.set_sync_id(started.sync_id());
       call->wait = stub.AsyncWaitSync(&call->ctx, w, &cq);
@@ -101,7 +134,7 @@ TEST(WaitersIntegration, FourThousandWaitersHoldNoThreadEach) {
       const auto got = cq.AsyncNext(&tag, &ok, absl::ToChronoTime(until));
       if (got != grpc::CompletionQueue::NextStatus::GOT_EVENT) return;
       Pending* c = static_cast<Pending*>(tag);
-      if (c->wait != nullptr || c->finishing) {
+      if (c->wait != nullptr || c->kv_get != nullptr || c->finishing) {
         ++answered;
       } else if (ok) {
         c->watch->Read(&c->last, c);
@@ -123,12 +156,22 @@ TEST(WaitersIntegration, FourThousandWaitersHoldNoThreadEach) {
   pump(absl::Seconds(60));
   ASSERT_EQ(answered, 2 * kEach);
   int succeeded = 0;
+  int timed_out = 0;
   for (const auto& c : calls) {
+    if (c->kv_get != nullptr) {
+      // Answered at its timeout, by the controller, naming the key.
+      if (c->status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+          c->status.error_message().find("never") != std::string::npos) {
+        ++timed_out;
+      }
+      continue;
+    }
     EXPECT_TRUE(c->status.ok()) << c->status.error_message();
     const v1::SyncStatus& s = c->wait != nullptr ? c->unary : c->last;
     if (s.phase() == v1::SYNC_SUCCEEDED) ++succeeded;
   }
-  EXPECT_EQ(succeeded, 2 * kEach);
+  EXPECT_EQ(succeeded, 2 * kEach - kKvGets);
+  EXPECT_EQ(timed_out, kKvGets);
   std::string first;
   EXPECT_EQ(run.Verify(1, &first), 0) << first;
   cq.Shutdown();

@@ -38,6 +38,9 @@ class Controller {
   WorkerRegistry& workers() { return workers_; }
   Rendezvous& rendezvous() { return rendezvous_; }
   SyncCoordinator& syncs() { return syncs_; }
+  // The waits and watchers the services hold (wait_hub.h).
+  WaitHub& waits() { return waits_; }
+  const ControllerLimits& limits() const { return limits_; }
   ServingBoard& serving() { return serving_; }
 
   // A heartbeat's serving reports: recorded for the lease's groups.
@@ -54,6 +57,8 @@ class Controller {
   void Shutdown();
 
  private:
+  const ControllerLimits limits_;
+  WaitHub waits_;  // first: outlives the owners that notify it
   WorkerRegistry workers_;
   Rendezvous rendezvous_;
   SyncCoordinator syncs_;

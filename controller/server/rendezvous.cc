@@ -15,7 +15,8 @@ namespace {
 constexpr absl::Duration kRecheck = absl::Milliseconds(100);
 }  // namespace
 
-Rendezvous::Rendezvous(std::function<bool(const std::string&)> alive) : alive_(std::move(alive)) {}
+Rendezvous::Rendezvous(std::function<bool(const std::string&)> alive, Quota quota)
+    : alive_(std::move(alive)), quota_(quota) {}
 
 std::string Rendezvous::ScopePrefix(const std::string& transfer, int64_t generation) {
   return absl::StrCat(transfer, "/", generation, "/");
@@ -37,6 +38,24 @@ absl::Status Rendezvous::Set(const v1::KvSetRequest& req) {
   absl::MutexLock lock(&mu_);
   for (auto& [prefix, scope] : scopes_) {
     if (absl::StartsWith(req.key(), prefix)) {
+      auto old = scope.find(req.key());
+      const int64_t before =
+          old == scope.end() ? 0 : static_cast<int64_t>(old->first.size() + old->second.size());
+      const int64_t after = static_cast<int64_t>(req.key().size() + req.value().size());
+      int64_t& used = scope_bytes_[prefix];
+      if (quota_.bytes > 0 && used - before + after > quota_.bytes) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "KvSet: key '", req.key(), "' (", after, " bytes) would take rendezvous scope '",
+            prefix, "' to ", used - before + after, " bytes, over its quota of ", quota_.bytes,
+            " (--kv_scope_bytes)"));
+      }
+      if (quota_.keys > 0 && old == scope.end() &&
+          static_cast<int64_t>(scope.size()) >= quota_.keys) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("KvSet: rendezvous scope '", prefix, "' already holds ", scope.size(),
+                         " keys, its quota (--kv_scope_keys); key '", req.key(), "' refused"));
+      }
+      used += after - before;
       scope[req.key()] = req.value();
       cv_.SignalAll();
       return absl::OkStatus();
@@ -87,6 +106,7 @@ void Rendezvous::OpenScope(const std::string& transfer, int64_t old_generation,
                            int64_t new_generation) {
   absl::MutexLock lock(&mu_);
   scopes_.erase(ScopePrefix(transfer, old_generation));
+  scope_bytes_.erase(ScopePrefix(transfer, old_generation));
   scopes_[ScopePrefix(transfer, new_generation)];
   cv_.SignalAll();  // waiters in the old scope end
 }

@@ -14,7 +14,12 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(Server
     absl::Status st = s->metrics_.Serve(options.metrics_address);
     if (!st.ok()) return st;
   }
-  s->controller_ = std::make_unique<Controller>(options.config, &s->metrics_, &s->plans_);
+  const ControllerLimits& limits = options.config.limits;
+  plan::BuildOptions build;
+  build.max_buckets = limits.max_plan_buckets;
+  build.max_pieces = limits.max_plan_pieces;
+  s->plans_ = std::make_unique<PlanSource>(64, limits.plan_cache_bytes, build);
+  s->controller_ = std::make_unique<Controller>(options.config, &s->metrics_, s->plans_.get());
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->controller_.get());
   s->trainer_service_ = std::make_unique<TrainerServiceImpl>(s->controller_.get());
 

@@ -38,7 +38,7 @@ class ControllerServer {
   ControllerServer() = default;
 
   ControllerMetrics metrics_;
-  PlanSource plans_;
+  std::unique_ptr<PlanSource> plans_;
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<TrainerServiceImpl> trainer_service_;

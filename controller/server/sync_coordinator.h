@@ -31,6 +31,7 @@
 #include "controller/server/metrics.h"
 #include "controller/server/plan_source.h"
 #include "controller/server/rendezvous.h"
+#include "controller/server/wait_hub.h"
 #include "controller/server/worker_checks.h"
 #include "controller/server/worker_registry.h"
 #include "wsync/v1/controller.pb.h"
@@ -72,6 +73,9 @@ class SyncCoordinator {
   void Tick();
   // Ends every wait promptly.
   void Shutdown();
+  // Runs `listener` (under the coordinator's lock; it must not call back) on
+  // every change a wait may be waiting for. Set before the coordinator is shared.
+  void SetChangeListener(std::function<void()> listener) { cv_.SetListener(std::move(listener)); }
 
  private:
   struct Participant {
@@ -213,7 +217,7 @@ class SyncCoordinator {
   Rendezvous* const rendezvous_;
 
   absl::Mutex mu_;
-  absl::CondVar cv_;  // sync changes
+  ChangeSignal cv_;  // sync changes
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<std::string, Transfer> transfers_ ABSL_GUARDED_BY(mu_);

@@ -22,6 +22,13 @@ absl::Status SyncCoordinator::CheckStartLocked(const Transfer& t, const v1::Sync
         absl::StrCat("Sync: version ", req.version(), " of transfer '", t.name,
                      "' is not newer than the last successful version ", t.last_success_version));
   }
+  // A version far ahead would leave no newer one to sync (INT64_MAX).
+  if (req.version() - t.last_success_version > config_.limits.max_version_jump) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Sync: version ", req.version(), " of transfer '", t.name, "' is more than ",
+                     config_.limits.max_version_jump, " ahead of the last successful version ",
+                     t.last_success_version, " (--max_version_jump)"));
+  }
   return absl::OkStatus();
 }
 
@@ -187,6 +194,13 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
   if (req.deadline_ms() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("Sync: negative deadline_ms ", req.deadline_ms()));
+  }
+  const absl::Duration max_deadline = config_.limits.max_sync_deadline;
+  if (absl::Milliseconds(req.deadline_ms()) > max_deadline) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Sync of transfer '", req.transfer(), "': deadline_ms ", req.deadline_ms(),
+                     " exceeds the controller's maximum of ",
+                     absl::ToInt64Milliseconds(max_deadline), " ms (--max_sync_deadline)"));
   }
   // Read before anything is bound: a registry change after this makes the
   // result stale, and it is then not reused.

@@ -193,6 +193,13 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
     return absl::InvalidArgumentError(
         absl::StrCat("DefineTransfer: bad transfer name '", req.name(), "' (empty or has '/')"));
   }
+  const int64_t bucket = req.spec().options().bucket_bytes();
+  if (bucket != 0 && bucket < config_.limits.min_bucket_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DefineTransfer '", req.name(), "': spec.options.bucket_bytes ", bucket,
+                     " is below the controller's minimum of ", config_.limits.min_bucket_bytes,
+                     " bytes (--min_bucket_bytes); 0 picks the default"));
+  }
   {
     absl::MutexLock lock(&mu_);
     auto it = transfers_.find(req.name());

@@ -139,8 +139,15 @@ class Client:
         return await self._rpc("GetStatus", pb.GetStatusRequest())
 
     async def workers(self, group=""):
-        resp = await self._rpc("ListWorkers", pb.ListWorkersRequest(group=group))
-        return list(resp.workers)
+        """As wsync.Client.workers: every page."""
+        out, token = [], ""
+        while True:
+            resp = await self._rpc("ListWorkers",
+                                   pb.ListWorkersRequest(group=group, page_token=token))
+            out.extend(resp.workers)
+            token = resp.next_page_token
+            if not token:
+                return out
 
     async def cancel(self, sync_id, reason="cancelled by the trainer"):
         return await self._rpc("Cancel", pb.CancelRequest(sync_id=sync_id, reason=reason))

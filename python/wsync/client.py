@@ -202,8 +202,15 @@ class Client:
         raise errors.NotFound(f"no transfer {name!r} on {self._where}")
 
     def workers(self, group=""):
-        """The registered workers (RegisteredWorker list), of `group` or all."""
-        return list(self._rpc("ListWorkers", pb.ListWorkersRequest(group=group)).workers)
+        """The registered workers (RegisteredWorker list), of `group` or all,
+        over every ListWorkers page."""
+        out, token = [], ""
+        while True:
+            resp = self._rpc("ListWorkers", pb.ListWorkersRequest(group=group, page_token=token))
+            out.extend(resp.workers)
+            token = resp.next_page_token
+            if not token:
+                return out
 
     def cancel(self, sync_id, reason="cancelled by the trainer"):
         return self._rpc("Cancel", pb.CancelRequest(sync_id=sync_id, reason=reason))

@@ -175,7 +175,13 @@ def test_a_sync_outside_the_update_window_is_refused_untouched(cluster, engine_m
     with pytest.raises(errors.WsyncError, match="not in a weight update"):
         s.client.sync(2).wait(timeout=TIMEOUT, show_progress=False)
     s.check(v1)
+    # The refusal's FINISHED event reaches the receiver's event thread
+    # independently of the trainer's answer: wait (bounded) for it.
+    deadline = time.monotonic() + 10
     st = s.workers[0].engine.status()
+    while st["outside_window"] != [2] and time.monotonic() < deadline:
+        time.sleep(0.01)
+        st = s.workers[0].engine.status()
     assert st["outside_window"] == [2] and st["mixed"] is None
     s.update(3)
     s.check()

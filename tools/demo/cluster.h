@@ -45,6 +45,7 @@ class Cluster {
   void StopController();
   void KillController();
   int controller_port() const { return port_; }
+  pid_t controller_pid() const { return controller_.pid(); }
   int controller_metrics_port() const { return metrics_port_; }
   std::string controller_address() const;
 

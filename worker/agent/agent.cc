@@ -391,7 +391,7 @@ void WorkerAgent::Publish(const v1::SyncEvent& e) {
 }
 
 absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterTensors(
-    const v1::RegisterTensorsRequest& req) {
+    const v1::RegisterTensorsRequest& req, const Registrant& who) {
   TensorTable::FdBatches fds;
   for (const v1::TensorRegistration& t : req.tensors()) {
     if (!t.has_cuda_vmm() || fds.count(t.cuda_vmm().fd_token()) != 0) continue;
@@ -406,7 +406,7 @@ absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterTensors(
     if (!batch.ok()) return batch.status();
     fds.emplace(t.cuda_vmm().fd_token(), *std::move(batch));
   }
-  auto resp = tensors_.Register(req, fds);
+  auto resp = tensors_.Register(req, fds, who);
   if (!resp.ok()) return resp;
   const std::string lease_id = lease();
   if (!lease_id.empty()) PushBuffers(lease_id);

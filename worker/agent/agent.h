@@ -73,8 +73,9 @@ class WorkerAgent {
   void Stop();  // aborts a running sync, ends threads (bounded)
 
   // Local API.
-  absl::StatusOr<v1::RegisterTensorsResponse> RegisterTensors(
-      const v1::RegisterTensorsRequest& req);
+  // `who`: the owner process asking (TensorTable::Register's replace rule).
+  absl::StatusOr<v1::RegisterTensorsResponse> RegisterTensors(const v1::RegisterTensorsRequest& req,
+                                                              const Registrant& who = Registrant());
   // Memory of this process, by pointer (an embedded worker's owner): see
   // TensorTable::RegisterLocal.
   absl::StatusOr<v1::RegisterTensorsResponse> RegisterLocal(const std::string& group,

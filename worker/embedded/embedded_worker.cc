@@ -71,7 +71,16 @@ absl::StatusOr<std::unique_ptr<EmbeddedWorker>> EmbeddedWorker::Create(EmbeddedO
                         absl::StrCat("embedded worker: ", backend.status().message()));
   }
   std::unique_ptr<agent::LocalEndpoint> local;
-  if (!options.local_socket.empty()) local = agent::LocalEndpoint::Open(options.local_socket);
+  if (!options.local_socket.empty()) {
+    agent::LocalSocketOptions socket;
+    socket.path = options.local_socket;
+    auto opened = agent::LocalEndpoint::Open(std::move(socket));
+    if (!opened.ok()) {
+      return absl::Status(opened.status().code(),
+                          absl::StrCat("embedded worker: ", opened.status().message()));
+    }
+    local = *std::move(opened);
+  }
   std::unique_ptr<EmbeddedWorker> w(
       new EmbeddedWorker(std::move(options), std::move(*backend), std::move(local)));
   if (w->local_ != nullptr) {

@@ -51,7 +51,9 @@ struct EmbeddedOptions {
   // socket) is also served on this Unix socket, so that other processes on
   // the worker's device register theirs too (CUDA IPC, descriptors, shared
   // memory), e.g. a colocated trainer's shards beside a vLLM rank's weights:
-  // one worker then holds both memberships and copies locally.
+  // one worker then holds both memberships and copies locally. Its directory
+  // must be private to this user (agent/local_socket.h); only this user's
+  // processes may connect.
   std::string local_socket;
 };
 

@@ -2,7 +2,9 @@
 #include "worker/agent/tensor_table.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
@@ -63,6 +65,51 @@ TEST(TensorTableTest, MappingsOfReplacedRegistrationsAreForgotten) {
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(table.mapping_count(), 1u) << "registration " << i;
   }
+}
+
+// Issue 18: a second local client (replace=true) swapped a destination
+// buffer and the next sync wrote the attacker's values. Only the registering
+// process (or an admin, or a successor once it exited) may replace.
+TEST(TensorTableTest, OnlyTheRegisteringProcessMayReplace) {
+  host::HostBackend backend{plane::BackendConfig()};
+  TensorTable table({"g"}, &backend);
+  const std::string name = absl::StrCat("/wsync-tt-owner-", getpid());
+  const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 64), 0);
+  close(fd);
+  // The owner: a live process other than this one.
+  const pid_t owner = fork();
+  ASSERT_GE(owner, 0);
+  if (owner == 0) {
+    pause();
+    _exit(0);
+  }
+  v1::RegisterTensorsRequest req = OneTensor("w", {4});
+  req.mutable_tensors(0)->mutable_shm()->set_name(name);
+  ASSERT_TRUE(table.Register(req, {}, Registrant{owner, false}).ok());
+  // Another process: neither replace=true nor a re-registration of the name.
+  v1::RegisterTensorsRequest attack = req;
+  attack.set_replace(true);
+  auto refused = table.Register(attack, {}, Registrant{getpid(), false});
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied) << refused.status();
+  EXPECT_NE(refused.status().message().find(absl::StrCat("process ", owner)), std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("--local_admin_uids"), std::string::npos);
+  EXPECT_EQ(table.Register(req, {}, Registrant{getpid(), false}).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // The owner itself and an admin may.
+  EXPECT_TRUE(table.Register(attack, {}, Registrant{owner, false}).ok());
+  EXPECT_TRUE(table.Register(attack, {}, Registrant{getpid() + 0, true}).ok());
+  // Once the admin's registration stands, the old owner is no longer its owner.
+  EXPECT_EQ(table.Register(attack, {}, Registrant{owner, false}).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // A process whose owner exited takes over (an owner restarted).
+  ASSERT_TRUE(table.Register(attack, {}, Registrant{owner, true}).ok());
+  kill(owner, SIGKILL);
+  waitpid(owner, nullptr, 0);
+  EXPECT_TRUE(table.Register(attack, {}, Registrant{getpid(), false}).ok());
+  shm_unlink(name.c_str());
 }
 
 }  // namespace

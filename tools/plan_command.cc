@@ -31,7 +31,9 @@ void PlanUsage(FILE* out) {
                "  --json            print the complete plan (proto3 JSON, docs/plan-format.md)\n"
                "  --verify          replay every op on host arrays and check every destination\n"
                "                    element (needs the buffers of both sides in host memory)\n"
-               "  --verify-max-gib  refuse --verify above this much host memory (default 16)\n"
+               "  --verify-max-gib  refuse --verify above this much host memory (default 16,\n"
+               "                    at most 2^32): every buffer up to its furthest fragment,\n"
+               "                    strides counted\n"
                "  --top N           workers listed in the summary (default 10)\n"
                "  --rounds          also list every round's simulated time and critical worker\n"
                "\ncase flags:\n%s",

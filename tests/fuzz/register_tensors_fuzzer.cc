@@ -2,9 +2,10 @@
 // the worker's local socket receives it) validated and opened by the
 // worker's tensor table on the host backend. Every shm name is pointed at
 // one of the fuzzer's own objects (or at a missing one), so no input maps
-// anything else in /dev/shm; a CUDA VMM token may name the one descriptor
-// batch offered (descriptors of /dev/null: no real IPC). Whatever the table
-// accepts is read end to end: a range outside the mapped object faults.
+// anything else in /dev/shm (the first character of the name picks: "`" an
+// empty object, "a" 64 bytes, "b" 1 MiB, "c" a missing one); a CUDA VMM token may name the one
+// descriptor batch offered (descriptors of /dev/null: no real IPC). Whatever the table accepts is
+// read end to end: a range outside the mapped object faults.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>

@@ -11,16 +11,18 @@
 
 namespace wsync::fuzz {
 
-inline constexpr int kMaxRanks = 8;
-inline constexpr int kMaxTensors = 8;
+inline constexpr int kMaxRanks = 16;
+inline constexpr int kMaxTensors = 128;
 inline constexpr int kMaxDims = 4;
-inline constexpr int64_t kMaxTensorElements = 1 << 14;
+inline constexpr int64_t kMaxTensorElements = 1 << 16;
+inline constexpr int64_t kMaxSideElements = 1 << 18;
 inline constexpr int64_t kMaxMeshRanks = 16;
 inline constexpr int kMaxFragments = 32;
 inline constexpr int64_t kMinBucketBytes = 64;
 
 inline bool SideWithinLimits(const v1::Side& side) {
   if (side.ranks_size() > kMaxRanks || side.tensors_size() > kMaxTensors) return false;
+  int64_t side_elements = 0;
   for (const v1::TensorLayout& t : side.tensors()) {
     if (t.shape_size() > kMaxDims) return false;
     int64_t n = 1;
@@ -29,6 +31,8 @@ inline bool SideWithinLimits(const v1::Side& side) {
       n *= d;
       if (n > kMaxTensorElements) return false;
     }
+    side_elements += n;
+    if (side_elements > kMaxSideElements) return false;
     if (t.has_mesh()) {
       int64_t ranks = 1;
       if (t.mesh().mesh_shape_size() > kMaxDims || t.mesh().placements_size() > kMaxDims)

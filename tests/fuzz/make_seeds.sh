@@ -17,7 +17,7 @@ mkdir -p "$out"/{layout_json_fuzzer,transfer_spec_fuzzer,plan_part_fuzzer,regist
 cases=(
   "tiny_llama_fsdp|--model tiny-llama --source fsdp:2 --destination vllm-tp:2 --gpus-per-node 2"
   "tiny_llama_colocated|--model tiny-llama --source fsdp:2 --destination vllm-tp:2 --colocated --trainer-dtype fp32"
-  "tiny_moe_megatron|--model tiny-qwen3-moe --source megatron:tp2,pp1,dp1,ep2 --destination vllm-tp:2,ep"
+  "tiny_moe_megatron|--model tiny-qwen3-moe --source megatron:tp1,pp1,dp2,ep2 --destination vllm-tp:2,ep"
   "tiny_mla_fp8|--model tiny-mla --source fsdp:2 --destination vllm-tp:2 --fp8-block"
 )
 for c in "${cases[@]}"; do

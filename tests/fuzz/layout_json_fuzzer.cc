@@ -8,6 +8,7 @@
 #include "common/strict_json.h"
 #include "controller/plan/compiled_layout.h"
 #include "google/protobuf/util/json_util.h"
+#include "tests/fuzz/quiet_protobuf.h"
 #include "tests/fuzz/spec_limits.h"
 #include "wsync/v1/layout.pb.h"
 

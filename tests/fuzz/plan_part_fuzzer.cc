@@ -14,6 +14,7 @@
 #include "common/dtype.h"
 #include "common/plan_names.h"
 #include "google/protobuf/message.h"
+#include "tests/fuzz/quiet_protobuf.h"
 #include "worker/backends/host/host_data_ops.h"
 #include "worker/exec/bound_plan.h"
 #include "worker/exec/buffer_registry.h"

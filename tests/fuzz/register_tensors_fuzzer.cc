@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/fuzz/quiet_protobuf.h"
 #include "worker/agent/tensor_table.h"
 #include "worker/backends/host/host_backend.h"
 #include "wsync/v1/worker_local.pb.h"

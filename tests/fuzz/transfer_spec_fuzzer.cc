@@ -10,6 +10,7 @@
 #include "controller/plan/compiled_layout.h"
 #include "controller/plan/planner.h"
 #include "controller/verify/replay.h"
+#include "tests/fuzz/quiet_protobuf.h"
 #include "tests/fuzz/spec_limits.h"
 #include "wsync/v1/layout.pb.h"
 #include "wsync/v1/plan.pb.h"

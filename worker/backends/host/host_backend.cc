@@ -52,10 +52,10 @@ absl::StatusOr<plane::OpenedBuffer> HostBackend::OpenBuffer(const plane::BufferL
     mapping = *std::move(m);
     if (cache != nullptr) (*cache)[key] = mapping;
   }
-  if (absl::Status s = RangeWithin(shm.offset(), shm.size(), mapping->size(),
-                                  absl::StrCat(what, ": shm '", shm.name(), "'"));
-      !s.ok()) {
-    return absl::InvalidArgumentError(s.message());
+  if (!RangeWithin(shm.offset(), shm.size(), mapping->size(), what).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": shm '", shm.name(), "' has ",
+                                                   mapping->size(), " bytes, the buffer needs [",
+                                                   shm.offset(), ", +", shm.size(), ")"));
   }
   plane::OpenedBuffer out;
   out.data = mapping->data() + shm.offset();

@@ -105,9 +105,11 @@ TEST_F(BindTest, AViewWhosePackedSizeOverflowsIsRefused) {
   const int64_t k62 = int64_t{1} << 62;
   PlanBuilder pb;
   pb.AddBucket(0, 1, 0,
-               {Piece(View("w", 0, {k62}, v1::FP32, {0}), View("w", 0, {k62}, v1::BF16, {0}),
+               {Piece(View("w", 0, {4}, v1::FP32, {0}), View("w", 0, {4}, v1::BF16, {0}),
                       v1::FP32)});
   v1::Plan plan = pb.Build();
+  plan.mutable_buckets(0)->mutable_pieces(0)->mutable_src()->set_shape(0, k62);
+  plan.mutable_buckets(0)->mutable_pieces(0)->mutable_dst()->set_shape(0, k62);
   plan.mutable_buckets(0)->set_bytes(16);
   plan.mutable_ranks(0)->mutable_rounds(0)->set_staging_bytes(16);
   plan.mutable_ranks(1)->mutable_rounds(0)->set_staging_bytes(16);

@@ -8,7 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/dtype.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
+#include "worker/agent/location_bounds.h"
 
 namespace wsync::agent {
 namespace {
@@ -22,21 +24,7 @@ absl::StatusOr<int64_t> NeededBytes(const v1::TensorRegistration& t, const std::
   if (t.name().empty()) return absl::InvalidArgumentError("RegisterTensors: empty tensor name");
   const int64_t es = DTypeSize(t.dtype());
   if (es == 0) return absl::InvalidArgumentError(absl::StrCat(what, ": no dtype"));
-  int64_t elements = 1;
-  for (int64_t d : t.shape()) {
-    if (d < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": negative dimension"));
-    if (__builtin_mul_overflow(elements, d, &elements)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": shape [", absl::StrJoin(t.shape(), ", "), "] overflows 64-bit sizes"));
-    }
-  }
-  int64_t bytes = 0;
-  if (__builtin_mul_overflow(elements, es, &bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": shape [",
-                                                   absl::StrJoin(t.shape(), ", "), "] of ", es,
-                                                   "-byte elements overflows 64-bit sizes"));
-  }
-  return bytes;
+  return CheckedBytes(t.shape(), es, what);
 }
 
 bool HasLocation(const v1::TensorRegistration& t) {
@@ -125,6 +113,7 @@ absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::Register(
       }
       where.fds = batch->second.get();
     }
+    RETURN_IF_ERROR(CheckLocationRange(where, *needed, what));
     auto opened = backend_->OpenBuffer(where, *needed, /*peer=*/false, what, &mappings_);
     if (!opened.ok()) return opened.status();
     e.data = opened->data;

@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <limits>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -44,6 +46,50 @@ TEST(TensorTableTest, AShapeWhoseSizeOverflowsIsRefusedNamingTheTensor) {
   EXPECT_NE(bytes.status().message().find("tensor 'wide'"), std::string::npos) << bytes.status();
   EXPECT_NE(bytes.status().message().find("overflows"), std::string::npos) << bytes.status();
   EXPECT_EQ(table.version(), 0u) << "nothing registered";
+}
+
+// A POSIX shm object of `bytes` bytes, unlinked when the test ends.
+struct ShmObject {
+  explicit ShmObject(int64_t bytes) : name(absl::StrCat("/wsync-tt-bounds-", getpid())) {
+    const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR | O_EXCL, 0600);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(ftruncate(fd, bytes), 0);
+    close(fd);
+  }
+  ~ShmObject() { shm_unlink(name.c_str()); }
+  std::string name;
+};
+
+// Issue 18: on a 1 MiB object, offset 2^62 + size 2^62 wraps negative in a
+// naive `offset + size > object` check; the registration must be refused
+// (accepted, the next sync read or wrote far outside the mapping).
+TEST(TensorTableTest, AnShmRangeOutsideTheObjectIsRefusedWithoutOverflow) {
+  host::HostBackend backend{plane::BackendConfig()};
+  TensorTable table({"g"}, &backend);
+  ShmObject shm(1 << 20);
+  const int64_t k62 = int64_t{1} << 62;
+  for (auto [offset, size] : {std::pair<int64_t, int64_t>{k62, k62},
+                              {std::numeric_limits<int64_t>::max() - 8, 16},
+                              {(1 << 20) - 8, 16},
+                              {-16, 16}}) {
+    v1::RegisterTensorsRequest req = OneTensor("w", {4});
+    req.mutable_tensors(0)->mutable_shm()->set_name(shm.name);
+    req.mutable_tensors(0)->mutable_shm()->set_offset(offset);
+    req.mutable_tensors(0)->mutable_shm()->set_size(size);
+    auto r = table.Register(req);
+    ASSERT_FALSE(r.ok()) << "offset " << offset << " size " << size;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_NE(r.status().message().find("tensor 'w' of group 'g'"), std::string::npos)
+        << r.status();
+  }
+  EXPECT_EQ(table.version(), 0u) << "nothing registered";
+  EXPECT_TRUE(table.Snapshot().tensors.empty());
+  // The last 16 bytes of the object are fine.
+  v1::RegisterTensorsRequest last = OneTensor("w", {4});
+  last.mutable_tensors(0)->mutable_shm()->set_name(shm.name);
+  last.mutable_tensors(0)->mutable_shm()->set_offset((1 << 20) - 16);
+  auto ok = table.Register(last);
+  ASSERT_TRUE(ok.ok()) << ok.status();
 }
 
 // Review finding: every registration of a new object added a mapping-cache

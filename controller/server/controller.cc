@@ -6,10 +6,10 @@
 namespace wsync::controller {
 
 Controller::Controller(const ControllerConfig& config, ControllerMetrics* metrics,
-                       PlanSource* plans)
+                       PlanSource* plans, StateStore* store)
     : workers_(config, metrics),
       rendezvous_([this](const std::string& lease) { return workers_.IsAlive(lease); }),
-      syncs_(config, metrics, plans, &workers_, &rendezvous_),
+      syncs_(config, metrics, plans, &workers_, &rendezvous_, store),
       serving_(metrics) {
   workers_.SetLossListener([this](const WorkerLoss& loss) {
     syncs_.WorkerLost(loss);

@@ -288,7 +288,7 @@ void WorkerAgent::ExecLoop() {
       epoch_seen = q.lease_epoch;
     }
     const v1::SyncAssignment& a = q.assignment;
-    if (RefuseIfHeld(a, q.lease_id)) continue;
+    if (RefuseIfHeldOrOlder(a, q.lease_id)) continue;
     Publish(EventOf(a, v1::SyncEvent::STARTED));
     absl::Time last_progress = absl::InfinitePast();
     auto progress = [&](int32_t done, int32_t total, int64_t bytes) {
@@ -340,6 +340,8 @@ void WorkerAgent::PublishEnd(const v1::SyncAssignment& a, bool ok, const std::st
     if (ok) {
       ++syncs_ok_;
       last_version_ = std::max(last_version_, a.version());
+      int64_t& applied = applied_[a.transfer()];
+      applied = std::max(applied, a.version());
     } else {
       ++syncs_failed_;
     }
@@ -356,17 +358,38 @@ void WorkerAgent::HoldSyncs(std::string reason) {
   held_ = std::move(reason);
 }
 
-bool WorkerAgent::RefuseIfHeld(const v1::SyncAssignment& a, const std::string& lease_id) {
+bool WorkerAgent::RefuseIfHeldOrOlder(const v1::SyncAssignment& a, const std::string& lease_id) {
   std::string held;
+  int64_t applied = 0;
   {
     absl::MutexLock lock(&mu_);
     held = held_;
+    auto it = applied_.find(a.transfer());
+    if (it != applied_.end()) applied = it->second;
   }
-  if (held.empty()) return false;
+  if (!held.empty()) {
+    Refuse(
+        a, lease_id,
+        absl::StrCat("worker ", Roles(options_), ": sync ", a.sync_id(), " (version ", a.version(),
+                     ") refused, nothing written: its owner holds syncs off: ", held));
+    return true;
+  }
+  if (a.version() < applied) {
+    Refuse(a, lease_id,
+           absl::StrCat("worker ", Roles(options_), ": sync ", a.sync_id(),
+                        " refused, nothing "
+                        "written: it carries version ",
+                        a.version(), " of transfer '", a.transfer(),
+                        "' but this worker already applied version ", applied,
+                        " (versions never go backwards; did the controller lose its state?)"));
+    return true;
+  }
+  return false;
+}
+
+void WorkerAgent::Refuse(const v1::SyncAssignment& a, const std::string& lease_id,
+                         const std::string& error) {
   runner_.CachePlan(a);  // the op list comes once per plan key
-  const std::string error =
-      absl::StrCat("worker ", Roles(options_), ": sync ", a.sync_id(), " (version ", a.version(),
-                   ") refused, nothing written: its owner holds syncs off: ", held);
   spdlog::warn("[worker {}] {}", Roles(options_), error);
   v1::ReportResultRequest r;
   r.set_sync_id(a.sync_id());
@@ -377,7 +400,6 @@ bool WorkerAgent::RefuseIfHeld(const v1::SyncAssignment& a, const std::string& l
   r.set_peer(-1);
   Report(r, lease_id);
   PublishEnd(a, /*ok=*/false, error, /*untouched=*/true);
-  return true;
 }
 
 void WorkerAgent::Publish(const v1::SyncEvent& e) {

@@ -319,7 +319,9 @@ absl::StatusOr<v1::AwaitWritersResponse> SyncCoordinator::AwaitWriters(
     if (shutdown_) return absl::UnavailableError("controller is shutting down");
     v1::AwaitWritersResponse resp;
     auto it = syncs_.find(req.sync_id());
-    if (it == syncs_.end()) return resp;  // long over: its record was dropped
+    // Long over: its record was dropped, or restored from the saved state
+    // (an earlier instance ran it; its writers are no one's now).
+    if (it == syncs_.end() || it->second->parts.empty()) return resp;
     for (int32_t w : req.workers()) {
       const Participant* found = nullptr;
       for (const Participant& p : it->second->parts) {

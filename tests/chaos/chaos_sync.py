@@ -37,7 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 GROUPS = [("trainer", 0), ("trainer", 1), ("inference", 0), ("inference", 1)]
-SHAPES = {"a": (256, 512), "b": (64, 1024), "c": (1024, 128)}  # fp32, ~1.5 MB in all
+SHAPES = {"a": (512, 1024), "b": (128, 2048), "c": (2048, 256)}  # fp32, 6 MB in all
 LEASE_TTL_S = 2.0
 GRACE_S = 1.0
 SLACK_S = 3.0  # scheduling on a loaded 2-core machine
@@ -226,7 +226,8 @@ class Fault:
         kinds = ["kill_worker"] * 4 + ["stop_worker"] * 4 + ["kill_controller", "stop_controller"]
         self.kind = rng.choice(kinds)
         self.target = rng.choice(GROUPS) if self.kind.endswith("worker") else None
-        self.delay = rng.uniform(0.0, 0.15)
+        # Negative: before the sync starts (it then starts against it).
+        self.delay = rng.uniform(-0.05, 0.15)
         # A stopped worker: shorter than the lease, longer than the deadline,
         # or in between (lease expiry). The controller: below the lease, so
         # that its own stall does not expire every lease at once.
@@ -243,7 +244,7 @@ class Fault:
         return self.cluster.ctl if self.target is None else self.cluster.workers[self.target]
 
     def _run(self):
-        time.sleep(self.delay)
+        time.sleep(max(0.0, self.delay))
         p = self.proc()
         if self.kind.startswith("kill"):
             p.kill()
@@ -261,6 +262,21 @@ class Fault:
         self.thread.join(timeout=5)
         if self.thread.is_alive():
             raise RuntimeError(f"fault thread {self.kind} hung")
+
+
+def recovered(client, wsync, timeout=30.0):
+    """Waits for every worker (the first calls after a controller restart
+    may find the old connection closed); returns the transfer's status."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            client.wait_for_workers({"trainer": 2, "inference": 2}, timeout=timeout,
+                                    buffers=True)
+            return client.transfer_status("chaos")
+        except wsync.errors.Unavailable:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.1)
 
 
 def cut_sync_outcome(client, handle, wsync, pb):
@@ -303,6 +319,8 @@ def main():
                            destination_group="inference")
 
     counts = collections.Counter()
+    faults = collections.Counter()
+    ok_times = []
     violations = []
     max_fail_s = 0.0
     delivered = 0  # highest version the controller confirmed
@@ -312,13 +330,18 @@ def main():
         fault = Fault(cluster, rng, args.deadline) if rng.random() < args.fault_rate else None
         start = time.monotonic()
         outcome, detail = None, ""
+        if fault and fault.delay < 0:
+            fault.start()
+            fault.applied.wait(timeout=10)
         try:
+            handle = None
             handle = client.sync(version, deadline=args.deadline)
-            if fault:
+            if fault and fault.delay >= 0:
                 fault.start()
             handle.wait(timeout=args.deadline + GRACE_S + SLACK_S + 10)
             wrong = owners.wrong_bytes(version)
             outcome = "succeeded" if wrong == 0 else "BAD_BYTES"
+            ok_times.append(time.monotonic() - start)
             detail = f"{wrong} wrong elements"
             if fault:
                 fault.join()
@@ -338,25 +361,28 @@ def main():
                 outcome = "failed_named_right"
             else:
                 outcome, detail = "WRONG_BLAME", f"{fault.kind} {fault.target}: {e}"
-        except (wsync.errors.Unavailable, wsync.errors.DeadlineExceeded,
-                wsync.errors.NotFound) as e:
+        except wsync.WsyncError as e:
             if fault:
                 fault.join()
-            if fault is None or fault.target is not None:
+            if handle is None and fault and fault.delay < 0 and fault.target is not None \
+                    and f"{fault.target[0]}' rank {fault.target[1]}" in str(e):
+                outcome = "refused_at_start_naming_it"  # the worker was already gone
+            elif fault is None or fault.target is not None:
                 outcome, detail = "CONTROLLER_ERROR", f"{type(e).__name__}: {e}"
             else:
                 outcome = "cut_by_controller_fault"
         # Recovery: restart what was killed, wait for every worker.
+        if fault:
+            faults[fault.kind] += 1
         if fault and fault.kind == "kill_controller":
             cluster.start_controller()
-            if outcome == "cut_by_controller_fault":
+            if outcome == "cut_by_controller_fault" and handle is not None:
                 outcome, detail = cut_sync_outcome(client, handle, wsync, pb)
         if fault and fault.kind == "kill_worker":
             cluster.restart_worker(*fault.target)
             owners.reregister(*fault.target)
         try:
-            client.wait_for_workers({"trainer": 2, "inference": 2}, timeout=30, buffers=True)
-            st = client.transfer_status("chaos")
+            st = recovered(client, wsync)
         except wsync.WsyncError as e:
             violations.append(f"v{version}: cluster did not recover: {e}")
             break
@@ -381,6 +407,11 @@ def main():
           f"last delivered version {delivered}")
     for k, v in sorted(counts.items()):
         print(f"  {k:28s} {v}")
+    print(f"  faults injected: {dict(sorted(faults.items()))}")
+    if ok_times:
+        ok_times.sort()
+        print(f"  successful sync (start to verified): median {ok_times[len(ok_times) // 2]:.3f} s,"
+              f" max {ok_times[-1]:.3f} s")
     print(f"  slowest failure: {max_fail_s:.2f} s (deadline {args.deadline} s + grace {GRACE_S} s)")
     for v in violations:
         print("VIOLATION", v)

@@ -377,9 +377,8 @@ bool WorkerAgent::RefuseIfHeldOrOlder(const v1::SyncAssignment& a, const std::st
   if (a.version() < applied) {
     Refuse(a, lease_id,
            absl::StrCat("worker ", Roles(options_), ": sync ", a.sync_id(),
-                        " refused, nothing "
-                        "written: it carries version ",
-                        a.version(), " of transfer '", a.transfer(),
+                        " refused, nothing written: it carries version ", a.version(),
+                        " of transfer '", a.transfer(),
                         "' but this worker already applied version ", applied,
                         " (versions never go backwards; did the controller lose its state?)"));
     return true;

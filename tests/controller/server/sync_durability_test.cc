@@ -86,6 +86,14 @@ TEST_F(SyncDurabilityTest, ARestartedControllerServesTheSameTransferAndNeverGoes
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(unknown.status().message().find("earlier controller instance"), std::string::npos)
       << unknown.status();
+  // A writer of a sync the earlier instance ran waits for no one.
+  v1::AwaitWritersRequest await;
+  await.set_sync_id(v5);
+  await.add_workers(0);
+  await.set_timeout_ms(1000);
+  auto writers = controller_->syncs().AwaitWriters(await);
+  ASSERT_TRUE(writers.ok()) << writers.status();
+  EXPECT_EQ(writers->pending_size(), 0);
   // New ids never collide with the earlier instance's.
   const std::string v6 = Deliver(6);
   EXPECT_NE(v6, cut->sync_id());

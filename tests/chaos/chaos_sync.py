@@ -307,11 +307,19 @@ def main():
     import wsync.torch as wtorch
     from wsync._proto import controller_pb2 as pb, layout_pb2 as lpb
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # runs the cleanup below
     rng = random.Random(args.seed)
     run_dir = tempfile.mkdtemp(prefix="wsync-chaos-")
     cluster = Cluster(args.build, run_dir, [
         f"--state_file={os.path.join(run_dir, 'controller.state')}",
         f"--failure_grace={GRACE_S}s"])
+    try:
+        return run(args, rng, run_dir, cluster, torch, wsync, wtorch, pb, lpb)
+    finally:
+        cluster.close()  # also when interrupted: no process outlives the test
+
+
+def run(args, rng, run_dir, cluster, torch, wsync, wtorch, pb, lpb):
     owners = Owners(cluster, torch, wtorch)
     client = wsync.Client(f"127.0.0.1:{cluster.port}", timeout=10)
     client.wait_for_workers({"trainer": 2, "inference": 2}, timeout=30, buffers=True)
@@ -364,11 +372,14 @@ def main():
         except wsync.WsyncError as e:
             if fault:
                 fault.join()
+            g, r = fault.target if fault and fault.target else ("", -1)
             if handle is None and fault and fault.delay < 0 and fault.target is not None \
-                    and f"{fault.target[0]}' rank {fault.target[1]}" in str(e):
+                    and (f"{g}' rank {r}" in str(e) or f"{g}/{r}" in str(e)):
                 outcome = "refused_at_start_naming_it"  # the worker was already gone
             elif fault is None or fault.target is not None:
                 outcome, detail = "CONTROLLER_ERROR", f"{type(e).__name__}: {e}"
+            elif handle is None:
+                outcome = "refused_at_start_controller_faulted"
             else:
                 outcome = "cut_by_controller_fault"
         # Recovery: restart what was killed, wait for every worker.

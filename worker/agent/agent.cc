@@ -217,7 +217,7 @@ void WorkerAgent::OnAssignment(const v1::Assignment& a, const std::string& lease
     for (auto it = queue_.begin(); it != queue_.end(); ++it) {
       if (it->assignment.sync_id() == id) {
         // The controller sends a part's op list once: keep it for later syncs.
-        if (it->assignment.has_plan()) dropped_plans_.push_back(std::move(it->assignment));
+        dropped_.push_back(std::move(*it));
         queue_.erase(it);
         dropped = true;
         break;
@@ -272,16 +272,31 @@ void WorkerAgent::ExecLoop() {
   uint64_t epoch_seen = 0;
   while (!stop_.load()) {
     Queued q;
-    std::vector<v1::SyncAssignment> dropped;
+    std::vector<Queued> dropped;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !queue_.empty(); };
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return !queue_.empty() || !dropped_.empty();
+      };
       if (!mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100))) continue;
-      q = std::move(queue_.front());
-      queue_.pop_front();
-      dropped.swap(dropped_plans_);
+      dropped.swap(dropped_);
+      if (!queue_.empty()) {
+        q = std::move(queue_.front());
+        queue_.pop_front();
+      }
     }
-    for (const v1::SyncAssignment& d : dropped) runner_.CachePlan(d);
+    for (const Queued& d : dropped) {
+      runner_.CachePlan(d.assignment);
+      v1::ReportResultRequest r;
+      r.set_sync_id(d.assignment.sync_id());
+      r.set_code(static_cast<int32_t>(absl::StatusCode::kAborted));
+      r.set_message("aborted while queued: never ran, nothing written");
+      r.set_round(-1);
+      r.set_op(-1);
+      r.set_peer(-1);
+      Report(r, d.lease_id);
+    }
+    if (q.assignment.sync_id().empty()) continue;  // only dropped ones
     if (q.lease_epoch != epoch_seen) {
       // A new lease means new transfer generations: old sockets are useless.
       runner_.DropTransports();

@@ -157,9 +157,10 @@ class WorkerAgent {
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
-  // Assignments aborted while queued that carried an op list: the exec
-  // thread caches their lists before it runs the next sync.
-  std::vector<v1::SyncAssignment> dropped_plans_ ABSL_GUARDED_BY(mu_);
+  // Assignments aborted while queued: the exec thread caches their op lists
+  // and reports them (ABORTED, nothing written), so that the controller
+  // knows they never write a peer (its AwaitWriters waited for them).
+  std::vector<Queued> dropped_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<EventQueue>> subscribers_ ABSL_GUARDED_BY(mu_);
   int64_t last_version_ ABSL_GUARDED_BY(mu_) = 0;
   // Per transfer, the last version applied here (older ones are refused).

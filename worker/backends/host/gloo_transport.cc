@@ -118,14 +118,8 @@ absl::StatusOr<std::unique_ptr<GlooTransport>> GlooTransport::Create(
     }
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
-    // Gloo connects the pairs one after the other, each waiting up to this
-    // timeout for a peer: a share of the whole keeps the mesh within
-    // connect_timeout when peers are gone (with the whole per pair, a
-    // worker whose peer was killed sat 20 s in here on a 4 s sync deadline,
-    // failing the next syncs: the chaos test, tests/chaos).
-    const absl::Duration per_pair = options.connect_timeout / std::max(1, options.size);
-    context->setTimeout(
-        std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(per_pair))));
+    context->setTimeout(std::chrono::milliseconds(
+        std::max<int64_t>(1, absl::ToInt64Milliseconds(options.connect_timeout))));
     context->connectFullMesh(store, device);
     return std::unique_ptr<GlooTransport>(
         new GlooTransport(options.rank, options.size, std::move(context)));

@@ -330,6 +330,7 @@ def run(args, rng, run_dir, cluster, torch, wsync, wtorch, pb, lpb):
     counts = collections.Counter()
     faults = collections.Counter()
     spill_until = 0.0
+    last_target = None
     spillover = []  # failures within SPILL_S of a worker fault, listed apart
     ok_times = []
     violations = []
@@ -381,10 +382,14 @@ def run(args, rng, run_dir, cluster, torch, wsync, wtorch, pb, lpb):
         except wsync.WsyncError as e:
             if fault:
                 fault.join()
-            g, r = fault.target if fault and fault.target else ("", -1)
-            if handle is None and fault and fault.delay < 0 and fault.target is not None \
+            target = fault.target if fault and fault.target else last_target
+            g, r = target if target else ("", -1)
+            if handle is None and target is not None \
+                    and (fault is not None or time.monotonic() < spill_until) \
                     and (f"{g}' rank {r}" in str(e) or f"{g}/{r}" in str(e)):
-                outcome = "refused_at_start_naming_it"  # the worker was already gone
+                # The faulted worker was already gone (killed, or its lease
+                # expired while stopped, possibly just after the last check).
+                outcome = "refused_at_start_naming_it"
             elif fault is None or fault.target is not None:
                 outcome, detail = "CONTROLLER_ERROR", f"{type(e).__name__}: {e}"
             elif handle is None:
@@ -394,6 +399,7 @@ def run(args, rng, run_dir, cluster, torch, wsync, wtorch, pb, lpb):
         # Recovery: restart what was killed, wait for every worker.
         if fault and fault.target is not None:
             spill_until = time.monotonic() + SPILL_S
+            last_target = fault.target
         if fault:
             faults[fault.kind] += 1
         if fault and fault.kind == "kill_controller":

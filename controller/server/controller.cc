@@ -6,13 +6,13 @@
 namespace wsync::controller {
 
 Controller::Controller(const ControllerConfig& config, ControllerMetrics* metrics,
-                       PlanSource* plans)
+                       PlanSource* plans, StateStore* store)
     : limits_(config.limits),
       waits_(config.limits.max_waiters),
       workers_(config, metrics),
       rendezvous_([this](const std::string& lease) { return workers_.IsAlive(lease); },
                   Rendezvous::Quota{config.limits.kv_scope_bytes, config.limits.kv_scope_keys}),
-      syncs_(config, metrics, plans, &workers_, &rendezvous_),
+      syncs_(config, metrics, plans, &workers_, &rendezvous_, store),
       serving_(metrics) {
   rendezvous_.SetChangeListener([this] { waits_.NotifyAll(); });
   syncs_.SetChangeListener([this] { waits_.NotifyAll(); });

@@ -23,6 +23,7 @@
 #include "controller/server/plan_source.h"
 #include "controller/server/rendezvous.h"
 #include "controller/server/serving_board.h"
+#include "controller/server/state_store.h"
 #include "controller/server/sync_coordinator.h"
 #include "controller/server/worker_registry.h"
 
@@ -30,8 +31,10 @@ namespace wsync::controller {
 
 class Controller {
  public:
-  // `metrics` may be null; `metrics` and `plans` must outlive the controller.
-  Controller(const ControllerConfig& config, ControllerMetrics* metrics, PlanSource* plans);
+  // `metrics` and `store` may be null (no state persists); what is given
+  // must outlive the controller.
+  Controller(const ControllerConfig& config, ControllerMetrics* metrics, PlanSource* plans,
+             StateStore* store = nullptr);
   Controller(const Controller&) = delete;
   Controller& operator=(const Controller&) = delete;
 

@@ -21,6 +21,12 @@ struct ServerOptions {
   std::string listen_address = "0.0.0.0:50051";  // port 0: pick one
   std::string metrics_address = "0.0.0.0:9464";  // empty: no metrics endpoint
   int64_t max_message_bytes = 256ll << 20;
+  // Where transfers and delivered versions persist (state_store.h); empty:
+  // nowhere (a restart forgets them).
+  std::string state_file;
+  // A state file that cannot be read is moved aside and the controller
+  // starts empty (instead of refusing to start).
+  bool state_start_empty = false;
   ControllerConfig config;
 };
 
@@ -39,6 +45,7 @@ class ControllerServer {
 
   ControllerMetrics metrics_;
   std::unique_ptr<PlanSource> plans_;
+  std::unique_ptr<StateStore> store_;
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<TrainerServiceImpl> trainer_service_;

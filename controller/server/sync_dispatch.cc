@@ -17,10 +17,14 @@ absl::Status SyncCoordinator::CheckStartLocked(const Transfer& t, const v1::Sync
         absl::StrCat("Sync: transfer '", t.name, "' has sync ", t.in_flight, " for version ",
                      running.version(), " in flight; version ", req.version(), " refused"));
   }
-  if (req.version() <= t.last_success_version) {
+  const bool resend_ok =
+      req.resend() && t.last_success_version > 0 && req.version() == t.last_success_version;
+  if (req.version() <= t.last_success_version && !resend_ok) {
     return absl::FailedPreconditionError(
         absl::StrCat("Sync: version ", req.version(), " of transfer '", t.name,
-                     "' is not newer than the last successful version ", t.last_success_version));
+                     "' is not newer than the last delivered version ", t.last_success_version,
+                     req.version() == t.last_success_version ? " (set resend to send it again)"
+                                                             : " (versions never go backwards)"));
   }
   // A version far ahead would leave no newer one to sync (INT64_MAX).
   if (req.version() - t.last_success_version > config_.limits.max_version_jump) {

@@ -116,6 +116,24 @@ bool ReadLimits(wsync::controller::ControllerLimits* l) {
 }
 }  // namespace
 
+ABSL_FLAG(std::string, state_file, "wsync-controller.state",
+          "File that keeps the transfers and their last delivered versions across restarts "
+          "(written atomically after each definition and each finished sync; relative paths "
+          "are taken from the working directory). A restarted controller serves the same "
+          "transfers and refuses versions older than the last delivered one. Empty: nothing "
+          "persists. An unreadable or corrupt file stops the start unless "
+          "--state_start_empty. Env: WSYNC_STATE_FILE.");
+ABSL_FLAG(bool, state_start_empty, false,
+          "When --state_file is corrupt or of another format, move it aside "
+          "(<file>.corrupt-<time>) and start with no transfers instead of refusing to start. "
+          "Env: WSYNC_STATE_START_EMPTY.");
+ABSL_FLAG(absl::Duration, failure_grace, absl::Seconds(1),
+          "How long a failure a worker reports about its peers (lost connection, silent peer) "
+          "waits for its cause (a peer's loss, the other workers' reports) before the sync "
+          "fails naming the reporter; also how long past its deadline a sync waits for the "
+          "workers' own reports before it fails naming those that did not report. Env: "
+          "WSYNC_FAILURE_GRACE.");
+
 int main(int argc, char** argv) {
   wsync::plan::KeepFreedMemoryForPlanning();
   wsync::ParseFlagsWithEnv(
@@ -142,7 +160,10 @@ int main(int argc, char** argv) {
        "max_wait",
        "max_waiters",
        "list_workers_page_size",
-       "list_workers_page_buffers"});
+       "list_workers_page_buffers",
+       "state_file",
+       "state_start_empty",
+       "failure_grace"});
   wsync::InitLogging("wsync-controller");
 
   // Signals are taken by sigwait below, never by an asynchronous handler.
@@ -172,11 +193,15 @@ int main(int argc, char** argv) {
   options.config.sync_deadline = absl::GetFlag(FLAGS_sync_deadline);
   options.config.direct_writes = absl::GetFlag(FLAGS_direct_writes);
   if (!ReadLimits(&options.config.limits)) return 2;
+  options.config.failure_grace = absl::GetFlag(FLAGS_failure_grace);
+  options.state_file = absl::GetFlag(FLAGS_state_file);
+  options.state_start_empty = absl::GetFlag(FLAGS_state_start_empty);
   if (options.config.lease_ttl <= absl::ZeroDuration() ||
-      options.config.sync_deadline <= absl::ZeroDuration() || options.max_message_bytes <= 0) {
+      options.config.sync_deadline <= absl::ZeroDuration() || options.max_message_bytes <= 0 ||
+      options.config.failure_grace < absl::ZeroDuration()) {
     spdlog::error(
         "wsync-controller: --lease_ttl, --sync_deadline and --max_message_bytes must be "
-        "positive");
+        "positive, --failure_grace not negative");
     return 2;
   }
   std::random_device rd;

@@ -128,10 +128,10 @@ class Client:
         return await self._rpc("Plan", pb.PlanRequest(transfer=transfer or self._transfer(),
                                                       full=full))
 
-    async def sync(self, version, transfer=None, deadline=None, wait=None):
+    async def sync(self, version, transfer=None, deadline=None, wait=None, resend=False):
         """As wsync.Client.sync (`wait`: answered once the sync ended or
         `wait` seconds passed)."""
-        req = sync_request(transfer or self._transfer(), version, deadline, wait)
+        req = sync_request(transfer or self._transfer(), version, deadline, wait, resend)
         resp = await self._rpc("Sync", req, timeout=req.wait_ms / 1000 + self.timeout)
         return SyncHandle(self, req.transfer, version, resp)
 

@@ -217,7 +217,7 @@ void WorkerAgent::OnAssignment(const v1::Assignment& a, const std::string& lease
     for (auto it = queue_.begin(); it != queue_.end(); ++it) {
       if (it->assignment.sync_id() == id) {
         // The controller sends a part's op list once: keep it for later syncs.
-        if (it->assignment.has_plan()) dropped_plans_.push_back(std::move(it->assignment));
+        dropped_.push_back(std::move(*it));
         queue_.erase(it);
         dropped = true;
         break;
@@ -273,23 +273,38 @@ void WorkerAgent::ExecLoop() {
   uint64_t epoch_seen = 0;
   while (!stop_.load()) {
     Queued q;
-    std::vector<v1::SyncAssignment> dropped;
+    std::vector<Queued> dropped;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !queue_.empty(); };
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return !queue_.empty() || !dropped_.empty();
+      };
       if (!mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100))) continue;
-      q = std::move(queue_.front());
-      queue_.pop_front();
-      dropped.swap(dropped_plans_);
+      dropped.swap(dropped_);
+      if (!queue_.empty()) {
+        q = std::move(queue_.front());
+        queue_.pop_front();
+      }
     }
-    for (const v1::SyncAssignment& d : dropped) runner_.CachePlan(d);
+    for (const Queued& d : dropped) {
+      runner_.CachePlan(d.assignment);
+      v1::ReportResultRequest r;
+      r.set_sync_id(d.assignment.sync_id());
+      r.set_code(static_cast<int32_t>(absl::StatusCode::kAborted));
+      r.set_message("aborted while queued: never ran, nothing written");
+      r.set_round(-1);
+      r.set_op(-1);
+      r.set_peer(-1);
+      Report(r, d.lease_id);
+    }
+    if (q.assignment.sync_id().empty()) continue;  // only dropped ones
     if (q.lease_epoch != epoch_seen) {
       // A new lease means new transfer generations: old sockets are useless.
       runner_.DropTransports();
       epoch_seen = q.lease_epoch;
     }
     const v1::SyncAssignment& a = q.assignment;
-    if (RefuseIfHeld(a, q.lease_id)) continue;
+    if (RefuseIfHeldOrOlder(a, q.lease_id)) continue;
     Publish(EventOf(a, v1::SyncEvent::STARTED));
     absl::Time last_progress = absl::InfinitePast();
     auto progress = [&](int32_t done, int32_t total, int64_t bytes) {
@@ -345,6 +360,8 @@ void WorkerAgent::PublishEnd(const v1::SyncAssignment& a, bool ok, const std::st
     if (ok) {
       ++syncs_ok_;
       last_version_ = std::max(last_version_, a.version());
+      int64_t& applied = applied_[a.transfer()];
+      applied = std::max(applied, a.version());
     } else {
       ++syncs_failed_;
     }
@@ -361,17 +378,37 @@ void WorkerAgent::HoldSyncs(std::string reason) {
   held_ = std::move(reason);
 }
 
-bool WorkerAgent::RefuseIfHeld(const v1::SyncAssignment& a, const std::string& lease_id) {
+bool WorkerAgent::RefuseIfHeldOrOlder(const v1::SyncAssignment& a, const std::string& lease_id) {
   std::string held;
+  int64_t applied = 0;
   {
     absl::MutexLock lock(&mu_);
     held = held_;
+    auto it = applied_.find(a.transfer());
+    if (it != applied_.end()) applied = it->second;
   }
-  if (held.empty()) return false;
+  if (!held.empty()) {
+    Refuse(
+        a, lease_id,
+        absl::StrCat("worker ", Roles(options_), ": sync ", a.sync_id(), " (version ", a.version(),
+                     ") refused, nothing written: its owner holds syncs off: ", held));
+    return true;
+  }
+  if (a.version() < applied) {
+    Refuse(a, lease_id,
+           absl::StrCat("worker ", Roles(options_), ": sync ", a.sync_id(),
+                        " refused, nothing written: it carries version ", a.version(),
+                        " of transfer '", a.transfer(),
+                        "' but this worker already applied version ", applied,
+                        " (versions never go backwards; did the controller lose its state?)"));
+    return true;
+  }
+  return false;
+}
+
+void WorkerAgent::Refuse(const v1::SyncAssignment& a, const std::string& lease_id,
+                         const std::string& error) {
   runner_.CachePlan(a);  // the op list comes once per plan key
-  const std::string error =
-      absl::StrCat("worker ", Roles(options_), ": sync ", a.sync_id(), " (version ", a.version(),
-                   ") refused, nothing written: its owner holds syncs off: ", held);
   spdlog::warn("[worker {}] {}", Roles(options_), error);
   v1::ReportResultRequest r;
   r.set_sync_id(a.sync_id());
@@ -382,7 +419,6 @@ bool WorkerAgent::RefuseIfHeld(const v1::SyncAssignment& a, const std::string& l
   r.set_peer(-1);
   Report(r, lease_id);
   PublishEnd(a, /*ok=*/false, error, /*untouched=*/true);
-  return true;
 }
 
 void WorkerAgent::Publish(const v1::SyncEvent& e) {

@@ -160,7 +160,8 @@ class Services:
         if RANK == 0:
             self.procs.append(Process(
                 [controller, "--listen=127.0.0.1:0",
-                 "--metrics_port=-1", f"--port_file={pf}"],
+                 "--metrics_port=-1", f"--port_file={pf}",
+                 f"--state_file={os.path.join(run_dir, 'controller.state')}"],
                 os.path.join(run_dir, "controller.log")))
         self.address = "127.0.0.1:" + read_port_file(
             pf, "grpc_port", timeout=60, proc=self.procs[0].proc if self.procs else None)

@@ -75,7 +75,8 @@ def start_wsync(build, tmp):
         raise TimeoutError(f"{path}: no {key}")
 
     procs = [run([f"{build}/controller/server/wsync-controller", "--listen=127.0.0.1:0",
-                  "--insecure", "--metrics_port=-1", f"--port_file={tmp}/c.ports"], "controller")]
+                  "--insecure", "--metrics_port=-1", f"--port_file={tmp}/c.ports",
+                  f"--state_file={tmp}/controller.state"], "controller")]
     address = "127.0.0.1:" + wait_for(f"{tmp}/c.ports", "grpc_port")
     sockets = {}
     for group, rank, size in (("trainer", 0, 1), ("inference", 0, 2), ("inference", 1, 2)):

@@ -6,6 +6,8 @@ pkgs=(cmake ninja-build g++ ccache pkg-config
       libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
       libgloo-dev libspdlog-dev prometheus python3
       openssl  # the TLS tests make their certificates with it
+      # sanitizer and libFuzzer builds (scripts/sanitize.sh, scripts/fuzz.sh)
+      clang llvm libclang-rt-dev
       # the Python package (python/): Debian's /usr/bin/python3 and its modules
       python3-dev pybind11-dev python3-grpcio python3-protobuf python3-pytest
       python3-pytest-asyncio python3-torch python3-setuptools python3-pip)

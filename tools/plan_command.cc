@@ -7,7 +7,10 @@
 #include <memory>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "controller/plan/compiled_layout.h"
 #include "controller/plan/plan_arena.h"
 #include "controller/plan/planner.h"
@@ -28,7 +31,9 @@ void PlanUsage(FILE* out) {
                "  --json            print the complete plan (proto3 JSON, docs/plan-format.md)\n"
                "  --verify          replay every op on host arrays and check every destination\n"
                "                    element (needs the buffers of both sides in host memory)\n"
-               "  --verify-max-gib  refuse --verify above this much host memory (default 16)\n"
+               "  --verify-max-gib  refuse --verify above this much host memory (default 16,\n"
+               "                    at most 2^32): every buffer up to its furthest fragment,\n"
+               "                    strides counted\n"
                "  --top N           workers listed in the summary (default 10)\n"
                "  --rounds          also list every round's simulated time and critical worker\n"
                "\ncase flags:\n%s",
@@ -54,18 +59,17 @@ std::string Bytes(int64_t b) {
   return absl::StrFormat("%d B", b);
 }
 
-// Host bytes the replay oracle allocates: every fragment of both sides.
+// Host bytes the replay oracle allocates: every buffer of both sides, as far
+// as its furthest fragment reaches (strides counted, overflow-checked).
 absl::StatusOr<int64_t> ReplayBytes(const v1::TransferSpec& spec) {
+  ASSIGN_OR_RETURN(plan::CompiledSide source,
+                   plan::CompileSide(spec.source(), plan::SideRole::kSource));
+  ASSIGN_OR_RETURN(plan::CompiledSide destination,
+                   plan::CompileSide(spec.destination(), plan::SideRole::kDestination));
+  ASSIGN_OR_RETURN(auto ends, plan::ReplayBufferBytes(source, destination));
   int64_t total = 0;
-  for (auto [side, role] : {std::make_pair(&spec.source(), plan::SideRole::kSource),
-                            std::make_pair(&spec.destination(), plan::SideRole::kDestination)}) {
-    auto compiled = plan::CompileSide(*side, role);
-    if (!compiled.ok()) return compiled.status();
-    for (const plan::CompiledTensor& t : compiled->tensors) {
-      for (const plan::CompiledFragment& f : t.fragments) {
-        total += f.box.NumElements() * DTypeSize(t.dtype);
-      }
-    }
+  for (const auto& [key, bytes] : ends) {
+    ASSIGN_OR_RETURN(total, CheckedAdd(total, bytes, "--verify: host bytes of all buffers"));
   }
   return total;
 }
@@ -180,6 +184,10 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   if (args->Has("verify")) {
     auto need = ReplayBytes(*spec);
     if (!need.ok()) return Fail(kExitFailed, need.status());
+    if (*max_gib < 0 || *max_gib > (int64_t{1} << 32)) {
+      return Fail(kExitUsage, absl::InvalidArgumentError(absl::StrCat(
+                                  "--verify-max-gib ", *max_gib, " is outside [0, 2^32]")));
+    }
     if (*need > (*max_gib << 30)) {
       return Fail(kExitFailed,
                   absl::ResourceExhaustedError(absl::StrFormat(

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/strict_json.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace wsync::tools {
@@ -27,6 +28,10 @@ absl::StatusOr<v1::TransferSpec> ReadSpecFile(const std::string& path) {
   if (json.find_first_not_of(" \t\r\n") == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("spec '", path, "' is empty"));
   }
+  absl::Status strict =
+      CheckStrictJson(json, *v1::TransferSpec::descriptor(),
+                      absl::StrCat("spec '", path, "' is not a valid TransferSpec JSON"));
+  if (!strict.ok()) return strict;
   v1::TransferSpec spec;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;

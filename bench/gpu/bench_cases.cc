@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/gpu/bench_util.h"
 #include "catalog/case.h"
+#include "common/strict_json.h"
 #include "common/status_macros.h"
 #include "controller/plan/planner.h"
 #include "google/protobuf/util/json_util.h"
@@ -58,6 +59,8 @@ absl::StatusOr<v1::TransferSpec> LoadSpec(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read --spec ", path));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  RETURN_IF_ERROR(
+      CheckStrictJson(text, *v1::TransferSpec::descriptor(), absl::StrCat("--spec ", path)));
   v1::TransferSpec spec;
   const auto s = google::protobuf::util::JsonStringToMessage(text, &spec);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--spec ", path, ": ", s.ToString()));

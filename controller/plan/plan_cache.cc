@@ -32,7 +32,8 @@ absl::StatusOr<std::shared_ptr<const v1::Plan>> PlanCache::GetOrBuild(
   // owns (aliasing constructor): no per-message heap allocation or free.
   std::shared_ptr<google::protobuf::Arena> arena = NewPlanArena();
   v1::Plan* built = google::protobuf::Arena::CreateMessage<v1::Plan>(arena.get());
-  const absl::Status status = BuildPlanInto(spec, built);
+  const absl::Status status = BuildPlanInto(spec, built, build_);
+  const int64_t footprint = static_cast<int64_t>(arena->SpaceAllocated());
   absl::MutexLock lock(&mu_);
   if (!status.ok()) {
     entries_.erase(key);
@@ -41,10 +42,18 @@ absl::StatusOr<std::shared_ptr<const v1::Plan>> PlanCache::GetOrBuild(
   std::shared_ptr<const v1::Plan> plan(arena, built);
   Entry& e = entries_[key];
   e.plan = plan;
+  e.bytes = footprint;
   e.building = false;
+  bytes_ += footprint;
   order_.push_back(key);
-  while (order_.size() > capacity_) {
-    entries_.erase(order_.front());
+  auto over = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return order_.size() > capacity_ ||
+           (budget_bytes_ > 0 && bytes_ > budget_bytes_ && order_.size() > 1);
+  };
+  while (over()) {
+    auto old = entries_.find(order_.front());
+    bytes_ -= old->second.bytes;
+    entries_.erase(old);
     order_.pop_front();
   }
   return plan;
@@ -63,6 +72,10 @@ int64_t PlanCache::hits() const {
 int64_t PlanCache::misses() const {
   absl::MutexLock lock(&mu_);
   return misses_;
+}
+int64_t PlanCache::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
 }
 size_t PlanCache::size() const {
   absl::MutexLock lock(&mu_);

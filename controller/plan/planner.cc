@@ -103,6 +103,13 @@ int64_t ViewByteOffset(const CompiledFragment& f, const int64_t* box_offset, int
   return f.byte_offset + e * elem_size;
 }
 
+absl::Status CheckPlanLimit(const char* what, int64_t count, int64_t limit, const char* flag) {
+  if (limit <= 0 || count <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat("the plan would have ", count, " ", what,
+                                                   ", over the limit of ", limit, " (", flag,
+                                                   "); raise bucket_bytes or the limit"));
+}
+
 bool Contiguous(int rank, const int64_t* shape, const int64_t* strides) {
   int64_t expect = 1;
   for (int d = rank - 1; d >= 0; --d) {
@@ -197,9 +204,12 @@ absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const Compi
     // staging cap forces on it (in + relayed out): aim for >= 16 buckets per
     // worker and round, but never below 4 MiB (nor above bucket_bytes).
     std::vector<int64_t> need(w.worker_ids.size(), 0);
+    int64_t total = 0;
     for (const CompiledTensor& t : destination.tensors) {
       for (const CompiledFragment& f : t.fragments) {
-        need[w.dst_rank_worker[f.rank]] += f.box.NumElements() * DTypeSize(t.dtype);
+        const int64_t bytes = f.box.NumElements() * DTypeSize(t.dtype);
+        need[w.dst_rank_worker[f.rank]] += bytes;
+        total += bytes;
       }
     }
     int64_t most = 0;
@@ -208,11 +218,22 @@ absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const Compi
         std::max<int64_t>(1, (2 * most + w.opt.staging_cap - 1) / w.opt.staging_cap);
     w.opt.pack_bytes =
         std::min(w.opt.bucket_bytes, std::max<int64_t>(4ll << 20, most / (rounds * 16)));
+    // Every destination byte arrives in some bucket of at most pack_bytes.
+    RETURN_IF_ERROR(CheckPlanLimit("buckets (at least: destination bytes / bucket size)",
+                                   total / w.opt.pack_bytes, build.max_buckets,
+                                   "--max_plan_buckets"));
   }
   RETURN_IF_ERROR(ValidateAndMap(&w));
   RETURN_IF_ERROR(BuildCells(&w));
+  // Each cell becomes at least one piece.
+  RETURN_IF_ERROR(CheckPlanLimit("pieces (at least: cells)", static_cast<int64_t>(w.cells.size()),
+                                 build.max_pieces, "--max_plan_pieces"));
   RETURN_IF_ERROR(ChooseSources(&w));
   RETURN_IF_ERROR(PackBuckets(&w));
+  RETURN_IF_ERROR(CheckPlanLimit("buckets", static_cast<int64_t>(w.buckets.size()),
+                                 build.max_buckets, "--max_plan_buckets"));
+  RETURN_IF_ERROR(CheckPlanLimit("pieces", static_cast<int64_t>(w.xfers.size()), build.max_pieces,
+                                 "--max_plan_pieces"));
   RETURN_IF_ERROR(AssignRounds(&w));
   out->set_key(PlanKey(spec));
   RETURN_IF_ERROR(Emit(w, build.summary_only, out));

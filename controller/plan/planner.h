@@ -33,6 +33,14 @@ struct BuildOptions {
   bool summary_only = false;
   // Record wall time in summary.plan_seconds (the one nondeterministic field).
   bool record_plan_seconds = true;
+  // Most buckets / pieces the plan may have (0: no limit). Checked as early
+  // as each count is known: a lower bound of the buckets (destination bytes /
+  // working bucket size) before any per-piece array is built, the cells
+  // after mapping, and the exact counts before the plan is emitted. Over
+  // either: RESOURCE_EXHAUSTED naming the count and the limit
+  // (wsync-controller's --max_plan_buckets / --max_plan_pieces).
+  int64_t max_buckets = 0;
+  int64_t max_pieces = 0;
 };
 
 absl::StatusOr<v1::Plan> BuildPlan(const v1::TransferSpec& spec,

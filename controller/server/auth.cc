@@ -44,7 +44,7 @@ bool SameSecret(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
-absl::string_view BearerToken(const grpc::ServerContext& ctx, bool* present) {
+absl::string_view BearerToken(const grpc::ServerContextBase& ctx, bool* present) {
   const auto& md = ctx.client_metadata();
   auto it = md.find("authorization");
   *present = it != md.end();
@@ -186,7 +186,7 @@ const TokenEntry* Authenticator::FindTokenLocked(absl::string_view token) const 
   return found;
 }
 
-Caller Authenticator::Identify(const grpc::ServerContext& ctx) {
+Caller Authenticator::Identify(const grpc::ServerContextBase& ctx) {
   Caller c;
   std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   if (!options_.insecure && auth != nullptr &&
@@ -231,7 +231,7 @@ Caller Authenticator::Identify(const grpc::ServerContext& ctx) {
   return c;
 }
 
-absl::StatusOr<Caller> Authenticator::RequireRole(const grpc::ServerContext& ctx, Role needed,
+absl::StatusOr<Caller> Authenticator::RequireRole(const grpc::ServerContextBase& ctx, Role needed,
                                                   absl::string_view method) {
   Caller c = Identify(ctx);
   if (options_.insecure && options_.tokens_file.empty()) {
@@ -254,7 +254,7 @@ absl::StatusOr<Caller> Authenticator::RequireRole(const grpc::ServerContext& ctx
   return c;
 }
 
-absl::StatusOr<Caller> Authenticator::RequireWorker(const grpc::ServerContext& ctx,
+absl::StatusOr<Caller> Authenticator::RequireWorker(const grpc::ServerContextBase& ctx,
                                                     absl::string_view method) {
   if (options_.insecure) return Caller{};
   Caller c = Identify(ctx);

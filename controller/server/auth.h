@@ -90,16 +90,17 @@ class Authenticator {
   // plaintext ones when insecure.
   std::shared_ptr<grpc::ServerCredentials> ServerCredentials() const;
 
-  Caller Identify(const grpc::ServerContext& ctx);
+  Caller Identify(const grpc::ServerContextBase& ctx);
 
   // Trainer API: OK when the caller holds `needed` or a higher role;
   // UNAUTHENTICATED naming what was missing (no credentials, unknown token);
   // PERMISSION_DENIED naming the role needed and the identity seen.
-  absl::StatusOr<Caller> RequireRole(const grpc::ServerContext& ctx, Role needed,
+  absl::StatusOr<Caller> RequireRole(const grpc::ServerContextBase& ctx, Role needed,
                                      absl::string_view method);
   // Worker API: the calling worker (identity "" when insecure), or
   // UNAUTHENTICATED when a TLS caller has no client certificate.
-  absl::StatusOr<Caller> RequireWorker(const grpc::ServerContext& ctx, absl::string_view method);
+  absl::StatusOr<Caller> RequireWorker(const grpc::ServerContextBase& ctx,
+                                       absl::string_view method);
   // The caller's certificate grants every group `req` registers in (always
   // OK when insecure); PERMISSION_DENIED naming the group and the identity.
   absl::Status CheckGroups(const Caller& caller, const v1::RegisterWorkerRequest& req) const;

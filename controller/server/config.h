@@ -3,20 +3,58 @@
 #ifndef WSYNC_CONTROLLER_SERVER_CONFIG_H_
 #define WSYNC_CONTROLLER_SERVER_CONFIG_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/time/time.h"
 
 namespace wsync::controller {
 
+// Bounds on what one request can make the controller hold or do (docs/api.md,
+// "Limits"). Each is a flag of wsync-controller, named in the error that
+// enforces it (RESOURCE_EXHAUSTED for quotas, INVALID_ARGUMENT for requests
+// out of range).
+struct ControllerLimits {
+  // Smallest PlanOptions.bucket_bytes a trainer may ask for (0: the default).
+  int64_t min_bucket_bytes = 64ll << 10;  // --min_bucket_bytes
+  // Most buckets and pieces one plan may have (a Kimi-K2 plan has ~0.31 M
+  // buckets and ~0.63 M pieces).
+  int64_t max_plan_buckets = 2'000'000;  // --max_plan_buckets
+  int64_t max_plan_pieces = 4'000'000;   // --max_plan_pieces
+  // Bytes the plan cache may keep (plan_cache.h: the plans' arenas; a
+  // Kimi-K2 plan takes ~0.5 GB).
+  int64_t plan_cache_bytes = 4ll << 30;  // --plan_cache_bytes
+  // Longest deadline a Sync may ask for.
+  absl::Duration max_sync_deadline = absl::Hours(1);  // --max_sync_deadline
+  // Largest step of a Sync's version over the transfer's last successful one.
+  int64_t max_version_jump = int64_t{1} << 32;  // --max_version_jump
+  // Rendezvous quota of one scope (one transfer generation).
+  int64_t kv_scope_bytes = 64ll << 20;  // --kv_scope_bytes
+  int64_t kv_scope_keys = 65536;        // --kv_scope_keys
+  // Longest a KvGet / AwaitWriters / WaitSync may wait in one call.
+  absl::Duration max_wait = absl::Minutes(10);  // --max_wait
+  // Blocking waits and watchers (WaitSync, WatchSync, Sync with wait_ms,
+  // KvGet with timeout_ms, AwaitWriters) open at once.
+  int64_t max_waiters = 16384;  // --max_waiters
+  // One ListWorkers page: workers, and buffers listed over its workers.
+  int32_t list_page_workers = 100;     // --list_workers_page_size
+  int64_t list_page_buffers = 10'000;  // --list_workers_page_buffers
+};
+
 struct ControllerConfig {
   absl::Duration lease_ttl = absl::Seconds(10);
   absl::Duration sync_deadline = absl::Seconds(120);
+  // How long a failure a worker reports about its peers waits for its cause
+  // (a peer's loss, the other workers' reports) before it settles; also how
+  // long past its deadline a sync waits for the workers' own deadline
+  // reports (sync_coordinator.h). --failure_grace.
+  absl::Duration failure_grace = absl::Seconds(1);
   std::string instance;  // random per controller start
   // Let worker pairs of one memory domain write destinations directly
   // (buckets routed ROUTE_PEER_WRITE); off: every bucket goes through the
   // transport.
   bool direct_writes = true;
+  ControllerLimits limits;
 };
 
 }  // namespace wsync::controller

@@ -6,11 +6,16 @@
 namespace wsync::controller {
 
 Controller::Controller(const ControllerConfig& config, ControllerMetrics* metrics,
-                       PlanSource* plans)
-    : workers_(config, metrics),
-      rendezvous_([this](const std::string& lease) { return workers_.IsAlive(lease); }),
-      syncs_(config, metrics, plans, &workers_, &rendezvous_),
+                       PlanSource* plans, StateStore* store)
+    : limits_(config.limits),
+      waits_(config.limits.max_waiters),
+      workers_(config, metrics),
+      rendezvous_([this](const std::string& lease) { return workers_.IsAlive(lease); },
+                  Rendezvous::Quota{config.limits.kv_scope_bytes, config.limits.kv_scope_keys}),
+      syncs_(config, metrics, plans, &workers_, &rendezvous_, store),
       serving_(metrics) {
+  rendezvous_.SetChangeListener([this] { waits_.NotifyAll(); });
+  syncs_.SetChangeListener([this] { waits_.NotifyAll(); });
   workers_.SetLossListener([this](const WorkerLoss& loss) {
     syncs_.WorkerLost(loss);
     rendezvous_.WakeAll();

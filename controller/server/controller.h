@@ -23,6 +23,7 @@
 #include "controller/server/plan_source.h"
 #include "controller/server/rendezvous.h"
 #include "controller/server/serving_board.h"
+#include "controller/server/state_store.h"
 #include "controller/server/sync_coordinator.h"
 #include "controller/server/worker_registry.h"
 
@@ -30,14 +31,19 @@ namespace wsync::controller {
 
 class Controller {
  public:
-  // `metrics` may be null; `metrics` and `plans` must outlive the controller.
-  Controller(const ControllerConfig& config, ControllerMetrics* metrics, PlanSource* plans);
+  // `metrics` and `store` may be null (no state persists); what is given
+  // must outlive the controller.
+  Controller(const ControllerConfig& config, ControllerMetrics* metrics, PlanSource* plans,
+             StateStore* store = nullptr);
   Controller(const Controller&) = delete;
   Controller& operator=(const Controller&) = delete;
 
   WorkerRegistry& workers() { return workers_; }
   Rendezvous& rendezvous() { return rendezvous_; }
   SyncCoordinator& syncs() { return syncs_; }
+  // The waits and watchers the services hold (wait_hub.h).
+  WaitHub& waits() { return waits_; }
+  const ControllerLimits& limits() const { return limits_; }
   ServingBoard& serving() { return serving_; }
 
   // A heartbeat's serving reports: recorded for the lease's groups.
@@ -54,6 +60,8 @@ class Controller {
   void Shutdown();
 
  private:
+  const ControllerLimits limits_;
+  WaitHub waits_;  // first: outlives the owners that notify it
   WorkerRegistry workers_;
   Rendezvous rendezvous_;
   SyncCoordinator syncs_;

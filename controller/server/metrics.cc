@@ -47,6 +47,18 @@ ControllerMetrics::ControllerMetrics() : registry_(std::make_shared<prometheus::
                        .Help("Plan lookups that had to plan.")
                        .Register(*registry_)
                        .Add({});
+  state_save_duration_ =
+      &prometheus::BuildHistogram()
+           .Name("wsync_state_save_duration_seconds")
+           .Help("Wall time of saving the controller state (--state_file), failed saves too.")
+           .Register(*registry_)
+           .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
+                                                            0.05, 0.1, 0.5});
+  state_save_failures_ = &prometheus::BuildCounter()
+                              .Name("wsync_state_save_failures_total")
+                              .Help("Saves of the controller state (--state_file) that failed.")
+                              .Register(*registry_)
+                              .Add({});
   weight_version_ = &prometheus::BuildGauge()
                          .Name("wsync_weight_version")
                          .Help("Last successfully synced weight version, per transfer.")
@@ -80,6 +92,11 @@ void ControllerMetrics::SyncFinished(const std::string& outcome, double seconds,
 }
 
 void ControllerMetrics::PlanBuilt(double seconds) { plan_duration_->Observe(seconds); }
+
+void ControllerMetrics::StateSaved(bool ok, double seconds) {
+  state_save_duration_->Observe(seconds);
+  if (!ok) state_save_failures_->Increment();
+}
 
 void ControllerMetrics::SetWeightVersion(const std::string& transfer, double version) {
   weight_version_->Add({{"transfer", transfer}}).Set(version);

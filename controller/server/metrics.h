@@ -37,6 +37,9 @@ class ControllerMetrics {
     workers_alive_->Set(alive);
   }
   void SetWeightVersion(const std::string& transfer, double version);
+  // One save of the controller state (state_store.h): its wall time, and a
+  // count of the saves that failed.
+  void StateSaved(bool ok, double seconds);
   // The replicas of `group` (serving_board.h): per replica the version every
   // rank serves (0 unless serving) and its state, one series per state set to
   // 1 / 0. The series of the group's replicas not listed are removed.
@@ -60,6 +63,8 @@ class ControllerMetrics {
   prometheus::Histogram* plan_duration_;
   prometheus::Counter* cache_hits_;
   prometheus::Counter* cache_misses_;
+  prometheus::Histogram* state_save_duration_;
+  prometheus::Counter* state_save_failures_;
   prometheus::Family<prometheus::Gauge>* weight_version_;
   prometheus::Family<prometheus::Gauge>* replica_version_;
   prometheus::Family<prometheus::Gauge>* replica_state_;

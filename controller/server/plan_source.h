@@ -28,7 +28,12 @@ class PlanSource {
     double seconds = 0;  // planning wall time (0 on a hit)
   };
 
-  explicit PlanSource(size_t capacity = 64) : capacity_(capacity), cache_(capacity) {}
+  // At most `capacity` plans and `budget_bytes` of them (plan_cache.h; 0:
+  // no byte budget); `build` carries the plan limits (--max_plan_buckets,
+  // --max_plan_pieces).
+  explicit PlanSource(size_t capacity = 64, int64_t budget_bytes = 0,
+                      plan::BuildOptions build = plan::BuildOptions())
+      : capacity_(capacity), cache_(capacity, budget_bytes, build) {}
 
   absl::StatusOr<Result> Get(const v1::TransferSpec& spec);
 
@@ -40,6 +45,8 @@ class PlanSource {
 
   int64_t hits() const { return cache_.hits(); }
   int64_t misses() const { return cache_.misses(); }
+  int64_t cached_bytes() const { return cache_.bytes(); }
+  size_t cached_plans() const { return cache_.size(); }
 
  private:
   const size_t capacity_;

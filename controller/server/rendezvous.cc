@@ -15,7 +15,8 @@ namespace {
 constexpr absl::Duration kRecheck = absl::Milliseconds(100);
 }  // namespace
 
-Rendezvous::Rendezvous(std::function<bool(const std::string&)> alive) : alive_(std::move(alive)) {}
+Rendezvous::Rendezvous(std::function<bool(const std::string&)> alive, Quota quota)
+    : alive_(std::move(alive)), quota_(quota) {}
 
 std::string Rendezvous::ScopePrefix(const std::string& transfer, int64_t generation) {
   return absl::StrCat(transfer, "/", generation, "/");
@@ -50,6 +51,23 @@ absl::Status Rendezvous::Set(const v1::KvSetRequest& req) {
   if (absl::Status st = CheckMember(*scope, req.lease_id(), req.key(), "KvSet"); !st.ok()) {
     return st;
   }
+  auto old = scope->keys.find(req.key());
+  const int64_t before =
+      old == scope->keys.end() ? 0 : static_cast<int64_t>(old->first.size() + old->second.size());
+  const int64_t after = static_cast<int64_t>(req.key().size() + req.value().size());
+  if (quota_.bytes > 0 && scope->bytes - before + after > quota_.bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KvSet: key '", req.key(), "' (", after, " bytes) would take rendezvous scope '",
+        scope->prefix, "' to ", scope->bytes - before + after, " bytes, over its quota of ",
+        quota_.bytes, " (--kv_scope_bytes)"));
+  }
+  if (quota_.keys > 0 && old == scope->keys.end() &&
+      static_cast<int64_t>(scope->keys.size()) >= quota_.keys) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KvSet: rendezvous scope '", scope->prefix, "' already holds ", scope->keys.size(),
+        " keys, its quota (--kv_scope_keys); key '", req.key(), "' refused"));
+  }
+  scope->bytes += after - before;
   scope->keys[req.key()] = req.value();
   cv_.SignalAll();
   return absl::OkStatus();
@@ -104,6 +122,7 @@ void Rendezvous::OpenScope(const std::string& transfer, int64_t old_generation,
   scope.prefix = prefix;
   scope.leases = absl::flat_hash_set<std::string>(leases.begin(), leases.end());
   scope.keys.clear();
+  scope.bytes = 0;
   cv_.SignalAll();  // waiters in the old scope end
 }
 

@@ -21,21 +21,30 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "controller/server/wait_hub.h"
 #include "wsync/v1/controller.pb.h"
 
 namespace wsync::controller {
 
+// What one scope may hold: keys plus values, in bytes, and keys; 0: no limit.
+struct RendezvousQuota {
+  int64_t bytes = 0;  // --kv_scope_bytes
+  int64_t keys = 0;   // --kv_scope_keys
+};
+
 class Rendezvous {
  public:
+  using Quota = RendezvousQuota;
   // `alive(lease)`: whether the lease may use the store.
-  explicit Rendezvous(std::function<bool(const std::string&)> alive);
+  explicit Rendezvous(std::function<bool(const std::string&)> alive, Quota quota = Quota());
   Rendezvous(const Rendezvous&) = delete;
   Rendezvous& operator=(const Rendezvous&) = delete;
 
   static std::string ScopePrefix(const std::string& transfer, int64_t generation);
 
   // NOT_FOUND for a dead lease, FAILED_PRECONDITION outside every live scope,
-  // PERMISSION_DENIED when the lease is not one of the scope's workers.
+  // PERMISSION_DENIED when the lease is not one of the scope's workers,
+  // RESOURCE_EXHAUSTED when the scope would exceed its quota (naming the flag).
   absl::Status Set(const v1::KvSetRequest& req);
   // Waits up to req.timeout_ms for every key: DEADLINE_EXCEEDED naming the
   // missing ones, ABORTED once a key's scope ended, NOT_FOUND once the lease
@@ -49,12 +58,16 @@ class Rendezvous {
   // A lease ended: waiting Gets look at their lease again.
   void WakeAll();
   void Shutdown();
+  // Runs `listener` (under the store's lock; it must not call back) on every
+  // change a Get may be waiting for. Set before the store is shared.
+  void SetChangeListener(std::function<void()> listener) { cv_.SetListener(std::move(listener)); }
 
  private:
   struct Scope {
     std::string prefix;
     absl::flat_hash_set<std::string> leases;  // its workers
     absl::flat_hash_map<std::string, std::string> keys;
+    int64_t bytes = 0;  // of its keys and values
   };
   // The scope holding `key`; null when none does.
   Scope* ScopeOfLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -63,8 +76,9 @@ class Rendezvous {
                                   const std::string& key, absl::string_view method);
 
   const std::function<bool(const std::string&)> alive_;
+  const Quota quota_;
   absl::Mutex mu_;
-  absl::CondVar cv_;
+  ChangeSignal cv_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   // By prefix.
   absl::flat_hash_map<std::string, Scope> scopes_ ABSL_GUARDED_BY(mu_);

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 
@@ -17,7 +18,31 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(Server
     absl::Status st = s->metrics_.Serve(options.metrics_address);
     if (!st.ok()) return st;
   }
-  s->controller_ = std::make_unique<Controller>(options.config, &s->metrics_, &s->plans_);
+  const ControllerLimits& limits = options.config.limits;
+  plan::BuildOptions build;
+  build.max_buckets = limits.max_plan_buckets;
+  build.max_pieces = limits.max_plan_pieces;
+  s->plans_ = std::make_unique<PlanSource>(64, limits.plan_cache_bytes, build);
+  v1::ControllerState saved;
+  if (!options.state_file.empty()) {
+    s->store_ = std::make_unique<StateStore>(options.state_file);
+    absl::StatusOr<v1::ControllerState> loaded = s->store_->Load();
+    if (!loaded.ok() && !options.state_start_empty) return loaded.status();
+    if (!loaded.ok()) {
+      absl::StatusOr<std::string> aside = s->store_->MoveAside();
+      spdlog::warn("[controller] {}; starting empty (--state_start_empty){}",
+                   loaded.status().ToString(),
+                   aside.ok() ? absl::StrCat(", the file moved to ", *aside)
+                              : absl::StrCat(": ", aside.status().ToString()));
+    } else {
+      saved = *std::move(loaded);
+      spdlog::info("[controller] state from {}: {} transfers, {} sync outcomes", options.state_file,
+                   saved.transfers_size(), saved.recent_syncs_size());
+    }
+  }
+  s->controller_ =
+      std::make_unique<Controller>(options.config, &s->metrics_, s->plans_.get(), s->store_.get());
+  s->controller_->syncs().Restore(saved);
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->controller_.get(), s->auth_.get());
   s->trainer_service_ = std::make_unique<TrainerServiceImpl>(s->controller_.get(), s->auth_.get());
 
@@ -53,7 +78,7 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(Server
 void ControllerServer::Shutdown() {
   if (stop_.exchange(true)) return;
   if (server_ != nullptr) server_->GetHealthCheckService()->SetServingStatus(false);
-  controller_->Shutdown();
+  if (controller_ != nullptr) controller_->Shutdown();  // null when Start failed early
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }

@@ -22,6 +22,12 @@ struct ServerOptions {
   std::string listen_address = "127.0.0.1:50051";  // port 0: pick one
   std::string metrics_address = "127.0.0.1:9464";  // empty: no metrics endpoint
   int64_t max_message_bytes = 256ll << 20;
+  // Where transfers and delivered versions persist (state_store.h); empty:
+  // nowhere (a restart forgets them).
+  std::string state_file;
+  // A state file that cannot be read is moved aside and the controller
+  // starts empty (instead of refusing to start).
+  bool state_start_empty = false;
   ControllerConfig config;
   // TLS and callers (auth.h). The default needs cert_file / key_file; a
   // plaintext server (tests, a trusted network) sets auth.insecure.
@@ -42,7 +48,8 @@ class ControllerServer {
   ControllerServer() = default;
 
   ControllerMetrics metrics_;
-  PlanSource plans_;
+  std::unique_ptr<PlanSource> plans_;
+  std::unique_ptr<StateStore> store_;
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;

@@ -1,5 +1,10 @@
 #include "controller/server/services.h"
 
+#include <algorithm>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/lease_metadata.h"
 
@@ -17,8 +22,8 @@ grpc::Status Fill(absl::StatusOr<T> result, T* out) {
 }
 }  // namespace
 
-absl::Status WorkerServiceImpl::Admit(const grpc::ServerContext& ctx, const std::string& lease_id,
-                                      absl::string_view method) {
+absl::Status WorkerServiceImpl::Admit(const grpc::ServerContextBase& ctx,
+                                      const std::string& lease_id, absl::string_view method) {
   absl::StatusOr<Caller> caller = auth_->RequireWorker(ctx, method);
   if (!caller.ok()) return caller.status();
   return controller_->workers().CheckCaller(lease_id, caller->identity, method);
@@ -95,17 +100,55 @@ grpc::Status WorkerServiceImpl::KvSet(grpc::ServerContext* ctx, const v1::KvSetR
   return ToGrpc(controller_->rendezvous().Set(*req));
 }
 
-grpc::Status WorkerServiceImpl::KvGet(grpc::ServerContext* ctx, const v1::KvGetRequest* req,
-                                      v1::KvGetResponse* resp) {
-  if (absl::Status st = Admit(*ctx, req->lease_id(), "KvGet"); !st.ok()) return ToGrpc(st);
-  return Fill(controller_->rendezvous().Get(*req), resp);
+grpc::ServerUnaryReactor* WorkerServiceImpl::KvGet(grpc::CallbackServerContext* ctx,
+                                                   const v1::KvGetRequest* req,
+                                                   v1::KvGetResponse* resp) {
+  if (absl::Status st = Admit(*ctx, req->lease_id(), "KvGet"); !st.ok()) {
+    return Answer(ctx, ToGrpc(st));
+  }
+  if (req->timeout_ms() <= 0) return Answer(ctx, Fill(controller_->rendezvous().Get(*req), resp));
+  const absl::Duration wait =
+      std::min(absl::Milliseconds(req->timeout_ms()), controller_->limits().max_wait);
+  // Each poll looks once (timeout 0); the hub waits between polls.
+  auto once = std::make_shared<v1::KvGetRequest>(*req);
+  once->set_timeout_ms(0);
+  Controller* controller = controller_;
+  return PolledUnary::Start(
+      &controller_->waits(), absl::Now() + wait,
+      [controller, once, wait, resp](bool expired) -> std::optional<grpc::Status> {
+        absl::StatusOr<v1::KvGetResponse> got = controller->rendezvous().Get(*once);
+        if (got.status().code() == absl::StatusCode::kDeadlineExceeded) {
+          if (!expired) return std::nullopt;
+          return ToGrpc(absl::DeadlineExceededError(
+              absl::StrCat("KvGet: waited ", absl::FormatDuration(wait),
+                           " (timeout_ms, at most --max_wait); ", got.status().message())));
+        }
+        return Fill(std::move(got), resp);
+      });
 }
 
-grpc::Status WorkerServiceImpl::AwaitWriters(grpc::ServerContext* ctx,
-                                             const v1::AwaitWritersRequest* req,
-                                             v1::AwaitWritersResponse* resp) {
-  if (absl::Status st = Admit(*ctx, req->lease_id(), "AwaitWriters"); !st.ok()) return ToGrpc(st);
-  return Fill(controller_->syncs().AwaitWriters(*req), resp);
+grpc::ServerUnaryReactor* WorkerServiceImpl::AwaitWriters(grpc::CallbackServerContext* ctx,
+                                                          const v1::AwaitWritersRequest* req,
+                                                          v1::AwaitWritersResponse* resp) {
+  if (absl::Status st = Admit(*ctx, req->lease_id(), "AwaitWriters"); !st.ok()) {
+    return Answer(ctx, ToGrpc(st));
+  }
+  auto once = std::make_shared<v1::AwaitWritersRequest>(*req);
+  once->set_timeout_ms(0);
+  if (req->timeout_ms() <= 0) {
+    return Answer(ctx, Fill(controller_->syncs().AwaitWriters(*once), resp));
+  }
+  const absl::Duration wait =
+      std::min(absl::Milliseconds(req->timeout_ms()), controller_->limits().max_wait);
+  Controller* controller = controller_;
+  return PolledUnary::Start(&controller_->waits(), absl::Now() + wait,
+                            [controller, once, resp](bool expired) -> std::optional<grpc::Status> {
+                              absl::StatusOr<v1::AwaitWritersResponse> got =
+                                  controller->syncs().AwaitWriters(*once);
+                              if (got.ok() && !got->pending().empty() && !expired)
+                                return std::nullopt;
+                              return Fill(std::move(got), resp);
+                            });
 }
 
 grpc::Status TrainerServiceImpl::DefineTransfer(grpc::ServerContext* ctx,
@@ -123,60 +166,58 @@ grpc::Status TrainerServiceImpl::Plan(grpc::ServerContext* ctx, const v1::PlanRe
   return Fill(controller_->syncs().PlanTransfer(*req), resp);
 }
 
-grpc::Status TrainerServiceImpl::Sync(grpc::ServerContext* ctx, const v1::SyncRequest* req,
-                                      v1::SyncResponse* resp) {
+grpc::ServerUnaryReactor* TrainerServiceImpl::Sync(grpc::CallbackServerContext* ctx,
+                                                   const v1::SyncRequest* req,
+                                                   v1::SyncResponse* resp) {
   absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kTrainer, "Sync");
-  if (!caller.ok()) return ToGrpc(caller.status());
+  if (!caller.ok()) return Answer(ctx, ToGrpc(caller.status()));
   if (req->wait_ms() < 0) {
-    return ToGrpc(
-        absl::InvalidArgumentError(absl::StrCat("Sync: negative wait_ms ", req->wait_ms())));
+    return Answer(ctx, ToGrpc(absl::InvalidArgumentError(
+                           absl::StrCat("Sync: negative wait_ms ", req->wait_ms()))));
   }
   grpc::Status started = Fill(controller_->syncs().StartSync(*req, caller->identity), resp);
-  if (!started.ok() || req->wait_ms() == 0) return started;
-  return AwaitEnd(ctx, resp->sync_id(), absl::Now() + absl::Milliseconds(req->wait_ms()),
-                  resp->mutable_status());
+  if (!started.ok() || req->wait_ms() == 0) return Answer(ctx, started);
+  const absl::Duration wait =
+      std::min(absl::Milliseconds(req->wait_ms()), controller_->limits().max_wait);
+  return AwaitEnd(resp->sync_id(), absl::Now() + wait, resp->mutable_status());
 }
 
-grpc::Status TrainerServiceImpl::AwaitEnd(grpc::ServerContext* ctx, const std::string& sync_id,
-                                          absl::Time until, v1::SyncStatus* out) {
-  // Waits in slices so that a client that gave up frees the thread.
-  int64_t seen = -1;
-  while (true) {
-    auto status = controller_->syncs().NextSyncUpdate(sync_id, &seen, kPoll * 4);
-    if (!status.ok()) return ToGrpc(status.status());
-    if (status->phase() != v1::SYNC_RUNNING || absl::Now() >= until || ctx->IsCancelled()) {
-      *out = *std::move(status);
-      return grpc::Status::OK;
-    }
-  }
+grpc::ServerUnaryReactor* TrainerServiceImpl::AwaitEnd(const std::string& sync_id, absl::Time until,
+                                                       v1::SyncStatus* out) {
+  Controller* controller = controller_;
+  return PolledUnary::Start(
+      &controller_->waits(), until,
+      [controller, sync_id, out](bool expired) -> std::optional<grpc::Status> {
+        int64_t seen = -1;
+        auto status = controller->syncs().NextSyncUpdate(sync_id, &seen, absl::ZeroDuration());
+        if (!status.ok()) return ToGrpc(status.status());
+        if (status->phase() == v1::SYNC_RUNNING && !expired) return std::nullopt;
+        *out = *std::move(status);
+        return grpc::Status::OK;
+      });
 }
 
-grpc::Status TrainerServiceImpl::WaitSync(grpc::ServerContext* ctx, const v1::WaitSyncRequest* req,
-                                          v1::SyncStatus* resp) {
+grpc::ServerUnaryReactor* TrainerServiceImpl::WaitSync(grpc::CallbackServerContext* ctx,
+                                                       const v1::WaitSyncRequest* req,
+                                                       v1::SyncStatus* resp) {
   absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kReader, "WaitSync");
-  if (!caller.ok()) return ToGrpc(caller.status());
-  const absl::Time until = req->timeout_ms() > 0
-                               ? absl::Now() + absl::Milliseconds(req->timeout_ms())
-                               : absl::InfiniteFuture();
-  return AwaitEnd(ctx, req->sync_id(), until, resp);
+  if (!caller.ok()) return Answer(ctx, ToGrpc(caller.status()));
+  // timeout_ms 0: until the sync ends (its deadline bounds that), at most --max_wait.
+  const absl::Duration max_wait = controller_->limits().max_wait;
+  const absl::Duration wait =
+      req->timeout_ms() > 0 ? std::min(absl::Milliseconds(req->timeout_ms()), max_wait) : max_wait;
+  return AwaitEnd(req->sync_id(), absl::Now() + wait, resp);
 }
 
-grpc::Status TrainerServiceImpl::WatchSync(grpc::ServerContext* ctx,
-                                           const v1::WatchSyncRequest* req,
-                                           grpc::ServerWriter<v1::SyncStatus>* writer) {
+grpc::ServerWriteReactor<v1::SyncStatus>* TrainerServiceImpl::WatchSync(
+    grpc::CallbackServerContext* ctx, const v1::WatchSyncRequest* req) {
   absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kReader, "WatchSync");
-  if (!caller.ok()) return ToGrpc(caller.status());
-  int64_t seen = -1;
-  while (!ctx->IsCancelled()) {
-    const int64_t before = seen;
-    auto status = controller_->syncs().NextSyncUpdate(req->sync_id(), &seen, kPoll * 4);
-    if (!status.ok()) return ToGrpc(status.status());
-    if (seen != before || status->phase() != v1::SYNC_RUNNING) {
-      if (!writer->Write(*status)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone");
-    }
-    if (status->phase() != v1::SYNC_RUNNING) return grpc::Status::OK;
-  }
-  return grpc::Status(grpc::StatusCode::CANCELLED, "watcher went away");
+  if (!caller.ok()) return RefuseWatch(ToGrpc(caller.status()));
+  Controller* controller = controller_;
+  const std::string sync_id = req->sync_id();
+  return PolledSyncWatch::Start(&controller_->waits(), [controller, sync_id](int64_t* seen) {
+    return controller->syncs().NextSyncUpdate(sync_id, seen, absl::ZeroDuration());
+  });
 }
 
 grpc::Status TrainerServiceImpl::GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest*,
@@ -201,8 +242,9 @@ grpc::Status TrainerServiceImpl::ListWorkers(grpc::ServerContext* ctx,
                                              v1::ListWorkersResponse* resp) {
   absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kReader, "ListWorkers");
   if (!caller.ok()) return ToGrpc(caller.status());
-  *resp = controller_->workers().ListWorkers(req->group());
-  return grpc::Status::OK;
+  const ControllerLimits& limits = controller_->limits();
+  return ToGrpc(PageWorkers(controller_->workers().ListWorkers(req->group()), *req,
+                            limits.list_page_workers, limits.list_page_buffers, resp));
 }
 
 grpc::Status TrainerServiceImpl::Replicas(grpc::ServerContext* ctx, const v1::ReplicasRequest* req,

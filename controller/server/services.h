@@ -1,7 +1,11 @@
 // gRPC adapters of the controller's state owners (controller.h): the worker
 // and trainer services. Every handler first admits its caller (auth.h): a
 // worker call names a lease bound to the caller's identity; a trainer call
-// needs a role (docs/security.md).
+// needs a role (docs/security.md). Quick calls are synchronous handlers; the
+// calls that wait (KvGet with timeout_ms, AwaitWriters, Sync with wait_ms,
+// WaitSync, WatchSync) are callback handlers whose waits the controller's
+// WaitHub holds without a thread each (polled_reactors.h); they admit their
+// caller the same way and answer a refusal through the reactor.
 #ifndef WSYNC_CONTROLLER_SERVER_SERVICES_H_
 #define WSYNC_CONTROLLER_SERVER_SERVICES_H_
 
@@ -9,17 +13,20 @@
 #include "absl/time/time.h"
 #include "controller/server/auth.h"
 #include "controller/server/controller.h"
+#include "controller/server/polled_reactors.h"
+#include "controller/server/worker_pages.h"
 #include "grpcpp/grpcpp.h"
 #include "wsync/v1/controller.grpc.pb.h"
 
 namespace wsync::controller {
 
-inline grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
+using WorkerServiceBase = v1::WorkerService::WithCallbackMethod_KvGet<
+    v1::WorkerService::WithCallbackMethod_AwaitWriters<v1::WorkerService::Service>>;
+using TrainerServiceBase =
+    v1::TrainerService::WithCallbackMethod_Sync<v1::TrainerService::WithCallbackMethod_WaitSync<
+        v1::TrainerService::WithCallbackMethod_WatchSync<v1::TrainerService::Service>>>;
 
-class WorkerServiceImpl final : public v1::WorkerService::Service {
+class WorkerServiceImpl final : public WorkerServiceBase {
  public:
   // Neither is owned; both outlive the service.
   WorkerServiceImpl(Controller* controller, Authenticator* auth)
@@ -39,22 +46,23 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
                             v1::ReportResultResponse* resp) override;
   grpc::Status KvSet(grpc::ServerContext*, const v1::KvSetRequest* req,
                      v1::KvSetResponse* resp) override;
-  grpc::Status KvGet(grpc::ServerContext*, const v1::KvGetRequest* req,
-                     v1::KvGetResponse* resp) override;
-  grpc::Status AwaitWriters(grpc::ServerContext*, const v1::AwaitWritersRequest* req,
-                            v1::AwaitWritersResponse* resp) override;
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx, const v1::KvGetRequest* req,
+                                  v1::KvGetResponse* resp) override;
+  grpc::ServerUnaryReactor* AwaitWriters(grpc::CallbackServerContext* ctx,
+                                         const v1::AwaitWritersRequest* req,
+                                         v1::AwaitWritersResponse* resp) override;
 
  private:
   // OK when the caller is a worker (mutual TLS, unless insecure) whose
   // identity holds `lease_id`.
-  absl::Status Admit(const grpc::ServerContext& ctx, const std::string& lease_id,
+  absl::Status Admit(const grpc::ServerContextBase& ctx, const std::string& lease_id,
                      absl::string_view method);
 
   Controller* const controller_;
   Authenticator* const auth_;
 };
 
-class TrainerServiceImpl final : public v1::TrainerService::Service {
+class TrainerServiceImpl final : public TrainerServiceBase {
  public:
   // Neither is owned; both outlive the service.
   TrainerServiceImpl(Controller* controller, Authenticator* auth)
@@ -64,12 +72,12 @@ class TrainerServiceImpl final : public v1::TrainerService::Service {
                               v1::DefineTransferResponse* resp) override;
   grpc::Status Plan(grpc::ServerContext*, const v1::PlanRequest* req,
                     v1::PlanResponse* resp) override;
-  grpc::Status Sync(grpc::ServerContext*, const v1::SyncRequest* req,
-                    v1::SyncResponse* resp) override;
-  grpc::Status WaitSync(grpc::ServerContext* ctx, const v1::WaitSyncRequest* req,
-                        v1::SyncStatus* resp) override;
-  grpc::Status WatchSync(grpc::ServerContext* ctx, const v1::WatchSyncRequest* req,
-                         grpc::ServerWriter<v1::SyncStatus>* writer) override;
+  grpc::ServerUnaryReactor* Sync(grpc::CallbackServerContext* ctx, const v1::SyncRequest* req,
+                                 v1::SyncResponse* resp) override;
+  grpc::ServerUnaryReactor* WaitSync(grpc::CallbackServerContext* ctx,
+                                     const v1::WaitSyncRequest* req, v1::SyncStatus* resp) override;
+  grpc::ServerWriteReactor<v1::SyncStatus>* WatchSync(grpc::CallbackServerContext* ctx,
+                                                      const v1::WatchSyncRequest* req) override;
   grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest* req,
                          v1::GetStatusResponse* resp) override;
   grpc::Status Cancel(grpc::ServerContext*, const v1::CancelRequest* req,
@@ -80,9 +88,10 @@ class TrainerServiceImpl final : public v1::TrainerService::Service {
                         v1::ReplicasResponse* resp) override;
 
  private:
-  // Sync `sync_id`'s status once it ended, `until` passed or the client left.
-  grpc::Status AwaitEnd(grpc::ServerContext* ctx, const std::string& sync_id, absl::Time until,
-                        v1::SyncStatus* out);
+  // Answers with sync `sync_id`'s status (into *out) once it ended or
+  // `until` passed.
+  grpc::ServerUnaryReactor* AwaitEnd(const std::string& sync_id, absl::Time until,
+                                     v1::SyncStatus* out);
 
   Controller* const controller_;
   Authenticator* const auth_;

@@ -42,6 +42,25 @@ absl::Status SyncCoordinator::ReportProgress(const v1::ReportProgressRequest& re
       "ReportProgress: lease '", req.lease_id(), "' takes no part in sync '", req.sync_id(), "'"));
 }
 
+void SyncCoordinator::RecordControlPath(SyncRecord& sync, const v1::ReportResultRequest& req) {
+  v1::SyncStatus& s = sync.status;
+  auto later = [](double seconds) { return std::max(0.0, seconds); };
+  if (req.received_unix_us() > 0) {
+    const absl::Time pushed = sync.start + absl::Seconds(s.dispatch_seconds());
+    const double deliver =
+        absl::ToDoubleSeconds(absl::FromUnixMicros(req.received_unix_us()) - pushed);
+    s.set_max_deliver_seconds(std::max(s.max_deliver_seconds(), later(deliver)));
+  }
+  if (req.reported_unix_us() > 0) {
+    const double report =
+        absl::ToDoubleSeconds(absl::Now() - absl::FromUnixMicros(req.reported_unix_us()));
+    s.set_max_report_seconds(std::max(s.max_report_seconds(), later(report)));
+  }
+  s.set_max_queue_seconds(std::max(s.max_queue_seconds(), req.queued_seconds()));
+  s.set_max_bind_seconds(std::max(s.max_bind_seconds(), req.bind_seconds()));
+  s.set_max_run_seconds(std::max(s.max_run_seconds(), req.run_seconds()));
+}
+
 absl::Status SyncCoordinator::ReportResult(const v1::ReportResultRequest& req) {
   absl::MutexLock lock(&mu_);
   auto it = syncs_.find(req.sync_id());
@@ -74,20 +93,106 @@ absl::Status SyncCoordinator::ReportResult(const v1::ReportResultRequest& req) {
     s.set_workers_done(s.workers_done() + 1);
     s.set_max_setup_seconds(std::max(s.max_setup_seconds(), req.setup_seconds()));
     s.set_max_execute_seconds(std::max(s.max_execute_seconds(), req.execute_seconds()));
+    RecordControlPath(sync, req);
     ++sync.changes;
     if (req.code() != 0) {
-      FinishLocked(sync, v1::SYNC_FAILED, req.code(),
-                   absl::StrCat(workers_->Describe(p.lease_id), " [worker ", p.worker,
-                                "] failed: ", req.message()),
-                   p.worker, req.round(), req.op(), req.peer());
+      p.code = req.code();
+      p.message = req.message();
+      p.round = req.round();
+      p.op = req.op();
+      p.peer = req.peer();
+      FailedReportLocked(sync, p);
     } else if (s.workers_done() == s.workers_total()) {
-      FinishLocked(sync, v1::SYNC_SUCCEEDED, 0, "", -1, -1, -1, -1);
+      if (sync.first_failure >= 0) {
+        SettleLocked(sync);
+      } else {
+        FinishLocked(sync, v1::SYNC_SUCCEEDED, 0, "", -1, -1, -1, -1);
+      }
     }
     cv_.SignalAll();
     return absl::OkStatus();
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "ReportResult: lease '", req.lease_id(), "' takes no part in sync '", req.sync_id(), "'"));
+}
+
+namespace {
+
+// Codes of failures that another worker may have caused: a lost connection,
+// a peer that went silent, an abort.
+bool AboutPeers(int32_t code) {
+  switch (static_cast<absl::StatusCode>(code)) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kAborted:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+void SyncCoordinator::FailedReportLocked(SyncRecord& sync, Participant& p) {
+  if (sync.first_failure < 0) sync.first_failure = p.worker;
+  if (!AboutPeers(p.code)) {
+    // Its own failure (bad buffers, a refused version, ...): its cause.
+    FinishLocked(sync, v1::SYNC_FAILED, p.code,
+                 absl::StrCat(workers_->Describe(p.lease_id), " [worker ", p.worker,
+                              "] failed: ", p.message),
+                 p.worker, p.round, p.op, p.peer);
+    return;
+  }
+  sync.settle_at = std::min(sync.settle_at, absl::Now() + config_.failure_grace);
+  if (config_.failure_grace <= absl::ZeroDuration() ||
+      sync.status.workers_done() == sync.status.workers_total()) {
+    SettleLocked(sync);
+  }
+}
+
+std::string SyncCoordinator::FirstReportLocked(const SyncRecord& sync) {
+  for (const Participant& p : sync.parts) {
+    if (p.worker != sync.first_failure) continue;
+    return absl::StrCat("first report: ", workers_->Describe(p.lease_id), " [worker ", p.worker,
+                        "] failed: ", p.message);
+  }
+  return "";
+}
+
+void SyncCoordinator::SettleLocked(SyncRecord& sync) {
+  if (sync.finished()) return;
+  const absl::Time now = absl::Now();
+  std::vector<std::string> silent;
+  const Participant* first_silent = nullptr;
+  for (const Participant& p : sync.parts) {
+    if (p.done) continue;
+    if (first_silent == nullptr) first_silent = &p;
+    silent.push_back(absl::StrCat(workers_->Describe(p.lease_id), " [worker ", p.worker, "]"));
+  }
+  const std::string first = FirstReportLocked(sync);
+  if (now >= sync.deadline && first_silent != nullptr) {
+    // Every live worker stops at the same deadline and reports what it
+    // waited for: the ones that said nothing are the stalled ones.
+    FinishLocked(sync, v1::SYNC_FAILED, static_cast<int32_t>(absl::StatusCode::kDeadlineExceeded),
+                 absl::StrCat("sync deadline of ", absl::FormatDuration(sync.deadline - sync.start),
+                              " exceeded; did not report: ", absl::StrJoin(silent, ", "),
+                              first.empty() ? "" : "; ", first),
+                 first_silent->worker, -1, -1, -1);
+    return;
+  }
+  for (const Participant& p : sync.parts) {
+    if (p.worker != sync.first_failure) continue;
+    std::string error = absl::StrCat(workers_->Describe(p.lease_id), " [worker ", p.worker,
+                                     "] failed: ", p.message);
+    if (!silent.empty())
+      absl::StrAppend(&error, " (not reported yet: ", absl::StrJoin(silent, ", "), ")");
+    FinishLocked(sync, v1::SYNC_FAILED, p.code, error, p.worker, p.round, p.op, p.peer);
+    sync.blamed_reporter = true;
+    return;
+  }
+  // Past the deadline, everyone reported and nothing failed: it arrived.
+  FinishLocked(sync, v1::SYNC_SUCCEEDED, 0, "", -1, -1, -1, -1);
 }
 
 void SyncCoordinator::FinishLocked(SyncRecord& sync, v1::SyncPhase phase, int32_t code,
@@ -155,6 +260,8 @@ void SyncCoordinator::FinishLocked(SyncRecord& sync, v1::SyncPhase phase, int32_
                  s.elapsed_seconds(), error);
   }
   ++sync.changes;
+  // Durable before anyone sees the outcome.
+  PersistLocked();
   cv_.SignalAll();
 }
 
@@ -173,7 +280,7 @@ absl::StatusOr<v1::SyncStatus> SyncCoordinator::WaitSync(const std::string& sync
                                                          absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto it = syncs_.find(sync_id);
-  if (it == syncs_.end()) return absl::NotFoundError(absl::StrCat("unknown sync '", sync_id, "'"));
+  if (it == syncs_.end()) return UnknownSyncLocked(sync_id);
   // Tick may prune the record while this waits: hold it.
   const std::shared_ptr<SyncRecord> sync = it->second;
   // Without a timeout the sync's own deadline bounds the wait (Tick ends it).
@@ -190,7 +297,7 @@ absl::StatusOr<v1::SyncStatus> SyncCoordinator::NextSyncUpdate(const std::string
   const absl::Time until = absl::Now() + wait;
   absl::MutexLock lock(&mu_);
   auto it = syncs_.find(sync_id);
-  if (it == syncs_.end()) return absl::NotFoundError(absl::StrCat("unknown sync '", sync_id, "'"));
+  if (it == syncs_.end()) return UnknownSyncLocked(sync_id);
   const std::shared_ptr<SyncRecord> sync = it->second;  // see WaitSync
   while (sync->changes <= *seen && !sync->finished() && !shutdown_) {
     if (cv_.WaitWithDeadline(&mu_, until)) break;
@@ -208,7 +315,7 @@ absl::StatusOr<v1::SyncStatus> SyncCoordinator::Cancel(const std::string& sync_i
                                                        const std::string& caller, bool any) {
   absl::MutexLock lock(&mu_);
   auto it = syncs_.find(sync_id);
-  if (it == syncs_.end()) return absl::NotFoundError(absl::StrCat("unknown sync '", sync_id, "'"));
+  if (it == syncs_.end()) return UnknownSyncLocked(sync_id);
   if (!any && it->second->started_by != caller) {
     return absl::PermissionDeniedError(absl::StrCat(
         "Cancel: sync '", sync_id, "' was started by '", it->second->started_by, "'; identity '",
@@ -252,7 +359,9 @@ absl::StatusOr<v1::AwaitWritersResponse> SyncCoordinator::AwaitWriters(
     if (shutdown_) return absl::UnavailableError("controller is shutting down");
     v1::AwaitWritersResponse resp;
     auto it = syncs_.find(req.sync_id());
-    if (it == syncs_.end()) return resp;  // long over: its record was dropped
+    // Long over: its record was dropped, or restored from the saved state
+    // (an earlier instance ran it; its writers are no one's now).
+    if (it == syncs_.end() || it->second->parts.empty()) return resp;
     for (int32_t w : req.workers()) {
       const Participant* found = nullptr;
       for (const Participant& p : it->second->parts) {
@@ -278,8 +387,11 @@ void SyncCoordinator::WorkerLost(const WorkerLoss& loss) {
     for (const Participant& p : sync->parts) {
       if (p.lease_id != loss.lease_id) continue;
       if (!sync->finished()) {
+        const std::string first = FirstReportLocked(*sync);
         FinishLocked(*sync, v1::SYNC_FAILED, static_cast<int32_t>(absl::StatusCode::kUnavailable),
-                     absl::StrCat(loss.description, " lost: ", loss.reason), p.worker, -1, -1, -1);
+                     absl::StrCat(loss.description, " [worker ", p.worker, "] lost: ", loss.reason,
+                                  first.empty() ? "" : "; ", first),
+                     p.worker, -1, -1, -1);
       } else {
         BlameLostPeerLocked(*sync, p, loss);
       }
@@ -292,11 +404,13 @@ void SyncCoordinator::WorkerLost(const WorkerLoss& loss) {
 void SyncCoordinator::BlameLostPeerLocked(SyncRecord& sync, const Participant& lost,
                                           const WorkerLoss& loss) {
   v1::SyncStatus& s = sync.status;
-  // Only a failure another worker reported about this one as its peer, and
-  // only while the loss can still explain it (a silent worker is declared
-  // lost within one lease TTL).
+  // Only a failure another worker reported about this one as its peer, or
+  // one reported about peers by a worker blamed for want of a better cause
+  // when this one had not reported; and only while the loss can still
+  // explain it (a silent worker is declared lost within one lease TTL).
   const absl::Time ended = sync.start + absl::Seconds(s.elapsed_seconds());
-  if (s.phase() != v1::SYNC_FAILED || s.failed_peer() != lost.worker ||
+  if (s.phase() != v1::SYNC_FAILED ||
+      (s.failed_peer() != lost.worker && !(sync.blamed_reporter && !lost.done)) ||
       s.failed_worker() == lost.worker || lost.roles.empty() ||
       absl::Now() - ended > 2 * config_.lease_ttl) {
     return;
@@ -306,26 +420,21 @@ void SyncCoordinator::BlameLostPeerLocked(SyncRecord& sync, const Participant& l
   s.set_failed_worker(lost.worker);
   s.set_failed_group(lost.roles[0].group());
   s.set_failed_rank(lost.roles[0].rank());
+  sync.blamed_reporter = false;
   ++sync.changes;
+  PersistLocked();
 }
 
 void SyncCoordinator::Tick() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
   for (auto& [id, sync] : syncs_) {
-    if (sync->finished() || now < sync->deadline) continue;
-    std::vector<std::string> pending;
-    int32_t first = -1;
-    for (const Participant& p : sync->parts) {
-      if (p.done) continue;
-      if (first < 0) first = p.worker;
-      pending.push_back(absl::StrCat(workers_->Describe(p.lease_id), " [worker ", p.worker, "]"));
+    if (sync->finished()) continue;
+    // Past its deadline a sync waits up to failure_grace for the workers'
+    // own deadline reports (which name whom they waited for).
+    if (now >= sync->settle_at || now >= sync->deadline + config_.failure_grace) {
+      SettleLocked(*sync);
     }
-    FinishLocked(
-        *sync, v1::SYNC_FAILED, static_cast<int32_t>(absl::StatusCode::kDeadlineExceeded),
-        absl::StrCat("sync deadline of ", absl::FormatDuration(sync->deadline - sync->start),
-                     " exceeded; not done: ", absl::StrJoin(pending, ", ")),
-        first, -1, -1, -1);
   }
   while (sync_order_.size() > 256) {
     auto it = syncs_.find(sync_order_.front());

@@ -10,6 +10,20 @@
 // a leaf); routes are decided again under the lock only when a worker's
 // direct-write state changed meanwhile. Every wait is bounded: WaitSync and NextSyncUpdate take
 // deadlines, Tick() ends syncs past theirs.
+//
+// Durability (StateStore, optional): every definition and every finished
+// sync is saved before anyone can see it (under the lock, before waiters
+// wake); Restore takes a saved state over at startup. Versions never go
+// backwards: a sync of a version older than the last delivered one is
+// refused, the same one only with SyncRequest.resend.
+//
+// Blame: a failure a worker reports about its peers (UNAVAILABLE,
+// DEADLINE_EXCEEDED, CANCELLED, ABORTED: a lost connection, a silent peer)
+// does not end the sync at once. It settles when every other live worker
+// reported, when a participant is lost (the lost one is the cause), or after
+// ControllerConfig::failure_grace (the first reporter is the cause). A sync
+// past its deadline settles once the live workers reported or the grace
+// passed: the workers that did not report are the cause.
 #ifndef WSYNC_CONTROLLER_SERVER_SYNC_COORDINATOR_H_
 #define WSYNC_CONTROLLER_SERVER_SYNC_COORDINATOR_H_
 
@@ -32,6 +46,8 @@
 #include "controller/server/metrics.h"
 #include "controller/server/plan_source.h"
 #include "controller/server/rendezvous.h"
+#include "controller/server/wait_hub.h"
+#include "controller/server/state_store.h"
 #include "controller/server/worker_checks.h"
 #include "controller/server/worker_registry.h"
 #include "wsync/v1/controller.pb.h"
@@ -40,11 +56,17 @@ namespace wsync::controller {
 
 class SyncCoordinator {
  public:
-  // `metrics` may be null; the others must outlive the coordinator.
+  // `metrics` and `store` may be null (no state persists); the others must
+  // outlive the coordinator.
   SyncCoordinator(ControllerConfig config, ControllerMetrics* metrics, PlanSource* plans,
-                  WorkerRegistry* workers, Rendezvous* rendezvous);
+                  WorkerRegistry* workers, Rendezvous* rendezvous, StateStore* store = nullptr);
   SyncCoordinator(const SyncCoordinator&) = delete;
   SyncCoordinator& operator=(const SyncCoordinator&) = delete;
+
+  // Takes over a saved state before serving: its transfers (as defined),
+  // their last delivered versions and the outcomes of the latest syncs.
+  // Sync ids handed out before it answer NOT_FOUND "unknown after restart".
+  void Restore(const v1::ControllerState& state);
 
   // ----- Trainer API.
   absl::StatusOr<v1::DefineTransferResponse> DefineTransfer(const v1::DefineTransferRequest& req);
@@ -78,6 +100,9 @@ class SyncCoordinator {
   void Tick();
   // Ends every wait promptly.
   void Shutdown();
+  // Runs `listener` (under the coordinator's lock; it must not call back) on
+  // every change a wait may be waiting for. Set before the coordinator is shared.
+  void SetChangeListener(std::function<void()> listener) { cv_.SetListener(std::move(listener)); }
 
  private:
   struct Participant {
@@ -90,6 +115,10 @@ class SyncCoordinator {
     // The most its reports may claim: the plan's bytes into it (received
     // plus local copies, RankSummary).
     int64_t bytes_planned = 0;
+    // Its report (code 0 until a failure is reported).
+    int32_t code = 0;
+    std::string message;
+    int32_t round = -1, op = -1, peer = -1;
   };
   struct SyncRecord {
     v1::SyncStatus status;
@@ -98,6 +127,13 @@ class SyncCoordinator {
     std::vector<Participant> parts;
     std::string started_by;  // the trainer's identity
     int64_t changes = 0;
+    // A failure reported about peers waits here to be attributed (see the
+    // top): settles by then at the latest.
+    absl::Time settle_at = absl::InfiniteFuture();
+    int32_t first_failure = -1;  // worker id of the first failed report
+    // It failed on a worker's report about its peers: a participant lost
+    // shortly after takes the blame (BlameLostPeerLocked).
+    bool blamed_reporter = false;
     bool finished() const { return status.phase() != v1::SYNC_RUNNING; }
   };
   struct Transfer {
@@ -143,6 +179,18 @@ class SyncCoordinator {
     std::shared_ptr<const v1::Plan> part;
   };
 
+  // Everything a sync of one transfer decides before its lock: the bound
+  // spec, the plan and its parts, the routes. Reused by the next sync while
+  // neither the definition nor the registry (WorkerRegistry::epoch) changed.
+  struct Prepared {
+    uint64_t definition = 0;
+    uint64_t registry_epoch = 0;
+    Resolved resolved;
+    PlanForSync plan;
+    Dispatch dispatch;
+    std::vector<RoutedPartRef> parts;
+  };
+
   // ----- sync_transfers.cc
   absl::StatusOr<Resolved> Resolve(const std::string& name, const std::string& source_group,
                                    const std::string& destination_group,
@@ -158,6 +206,12 @@ class SyncCoordinator {
                                              std::string* part_key);
 
   // ----- sync_dispatch.cc
+  // A fresh Prepared for `t` (binding, planning, routing), run unlocked.
+  absl::StatusOr<std::shared_ptr<Prepared>> Prepare(const Transfer& t, uint64_t registry_epoch);
+  // The Prepared of the last sync of `name`, if still current.
+  std::shared_ptr<const Prepared> ReusableLocked(const std::string& name, uint64_t definition,
+                                                 uint64_t registry_epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckStartLocked(const Transfer& t, const v1::SyncRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every worker of `resolved` is alive and holds every buffer its part
@@ -184,9 +238,29 @@ class SyncCoordinator {
                                       const RoutedPartRef& part, int32_t worker)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // ----- sync_durability.cc
+  // Saves transfers, versions and the latest outcomes (no-op without a
+  // store); a failed save is logged and counted, the sync's outcome stands.
+  void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // NOT_FOUND for a sync id this controller does not know, telling whether
+  // it ran under an earlier instance (before a restart).
+  absl::Status UnknownSyncLocked(const std::string& sync_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // ----- sync_coordinator.cc
-  // A failed sync whose first report blamed the connection to peer `lost`
-  // names `lost` as its cause once it is declared lost (shortly after).
+  // The control-path times of one worker's report, into sync.status.
+  void RecordControlPath(SyncRecord& sync, const v1::ReportResultRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A failed report from participant `p`: ends the sync at once, or (a
+  // failure about peers) leaves it to SettleLocked.
+  void FailedReportLocked(SyncRecord& sync, Participant& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a sync whose failure awaited attribution, or that is past its
+  // deadline (see the top).
+  void SettleLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first failed report, for the error of a sync that settles on
+  // another cause ("" when none).
+  std::string FirstReportLocked(const SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A failed sync whose first report blamed its peers names participant
+  // `lost` as its cause once it is declared lost (shortly after).
   void BlameLostPeerLocked(SyncRecord& sync, const Participant& lost, const WorkerLoss& loss)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a running sync; for failures `cause` names the worker (or -1).
@@ -205,12 +279,17 @@ class SyncCoordinator {
   PlanSource* const plans_;
   WorkerRegistry* const workers_;
   Rendezvous* const rendezvous_;
+  StateStore* const store_;
 
   absl::Mutex mu_;
-  absl::CondVar cv_;  // sync changes
+  ChangeSignal cv_;  // sync changes
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Sync ids below this came from an earlier instance (Restore); 0: none.
+  uint64_t first_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, Transfer> transfers_ ABSL_GUARDED_BY(mu_);
+  // Transfer name -> what its last started sync prepared (see Prepared).
+  absl::flat_hash_map<std::string, std::shared_ptr<const Prepared>> prepared_ ABSL_GUARDED_BY(mu_);
   // Shared: a waiter keeps its record while Tick may prune it.
   absl::flat_hash_map<std::string, std::shared_ptr<SyncRecord>> syncs_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> sync_order_ ABSL_GUARDED_BY(mu_);  // for pruning

@@ -1,6 +1,7 @@
 // SyncCoordinator: starting a sync (checks, transport and routes, the
 // generation's rendezvous scope, one assignment per worker).
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,10 +17,21 @@ absl::Status SyncCoordinator::CheckStartLocked(const Transfer& t, const v1::Sync
         absl::StrCat("Sync: transfer '", t.name, "' has sync ", t.in_flight, " for version ",
                      running.version(), " in flight; version ", req.version(), " refused"));
   }
-  if (req.version() <= t.last_success_version) {
+  const bool resend_ok =
+      req.resend() && t.last_success_version > 0 && req.version() == t.last_success_version;
+  if (req.version() <= t.last_success_version && !resend_ok) {
     return absl::FailedPreconditionError(
         absl::StrCat("Sync: version ", req.version(), " of transfer '", t.name,
-                     "' is not newer than the last successful version ", t.last_success_version));
+                     "' is not newer than the last delivered version ", t.last_success_version,
+                     req.version() == t.last_success_version ? " (set resend to send it again)"
+                                                             : " (versions never go backwards)"));
+  }
+  // A version far ahead would leave no newer one to sync (INT64_MAX).
+  if (req.version() - t.last_success_version > config_.limits.max_version_jump) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Sync: version ", req.version(), " of transfer '", t.name, "' is more than ",
+                     config_.limits.max_version_jump, " ahead of the last successful version ",
+                     t.last_success_version, " (--max_version_jump)"));
   }
   return absl::OkStatus();
 }
@@ -162,6 +174,32 @@ void SyncCoordinator::RenewGenerationLocked(Transfer& t, const std::vector<std::
   t.generation_broken = false;
 }
 
+absl::StatusOr<std::shared_ptr<SyncCoordinator::Prepared>> SyncCoordinator::Prepare(
+    const Transfer& t, uint64_t registry_epoch) {
+  auto p = std::make_shared<Prepared>();
+  p->definition = t.definition;
+  p->registry_epoch = registry_epoch;
+  auto resolved = Resolve(t.name, t.source_group, t.destination_group, t.spec);
+  if (!resolved.ok()) return resolved.status();
+  p->resolved = *std::move(resolved);
+  absl::StatusOr<PlanForSync> plan = GetPlan(p->resolved, /*with_parts=*/true);
+  if (!plan.ok()) return plan.status();
+  p->plan = *std::move(plan);
+  p->dispatch = Decide(t.name, p->resolved, p->plan);
+  p->parts = Route(p->plan, p->dispatch);
+  return p;
+}
+
+std::shared_ptr<const SyncCoordinator::Prepared> SyncCoordinator::ReusableLocked(
+    const std::string& name, uint64_t definition, uint64_t registry_epoch) {
+  auto it = prepared_.find(name);
+  if (it == prepared_.end() || it->second->definition != definition ||
+      it->second->registry_epoch != registry_epoch) {
+    return nullptr;
+  }
+  return it->second;
+}
+
 absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncRequest& req,
                                                             const std::string& started_by) {
   const absl::Time trigger = absl::Now();
@@ -169,7 +207,18 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
     return absl::InvalidArgumentError(
         absl::StrCat("Sync: negative deadline_ms ", req.deadline_ms()));
   }
-  Transfer defined;
+  const absl::Duration max_deadline = config_.limits.max_sync_deadline;
+  if (absl::Milliseconds(req.deadline_ms()) > max_deadline) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Sync of transfer '", req.transfer(), "': deadline_ms ", req.deadline_ms(),
+                     " exceeds the controller's maximum of ",
+                     absl::ToInt64Milliseconds(max_deadline), " ms (--max_sync_deadline)"));
+  }
+  // Read before anything is bound: a registry change after this makes the
+  // result stale, and it is then not reused.
+  const uint64_t epoch = workers_->epoch();
+  std::shared_ptr<const Prepared> prepared;
+  std::optional<Transfer> defined;
   {
     absl::MutexLock lock(&mu_);
     auto it = transfers_.find(req.transfer());
@@ -177,17 +226,19 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
       return absl::NotFoundError(absl::StrCat("Sync: unknown transfer '", req.transfer(), "'"));
     }
     if (absl::Status st = CheckStartLocked(it->second, req); !st.ok()) return st;
-    defined = it->second;
+    prepared = ReusableLocked(it->first, it->second.definition, epoch);
+    if (prepared == nullptr) defined = it->second;
   }
   // Binding, planning (a cache hit after the first sync), extraction and
-  // routing run unlocked.
-  auto resolved =
-      Resolve(defined.name, defined.source_group, defined.destination_group, defined.spec);
-  if (!resolved.ok()) return resolved.status();
-  absl::StatusOr<PlanForSync> plan = GetPlan(*resolved, /*with_parts=*/true);
-  if (!plan.ok()) return plan.status();
-  Dispatch dispatch = Decide(defined.name, *resolved, *plan);
-  std::vector<RoutedPartRef> parts = Route(*plan, dispatch);
+  // routing run unlocked, and only when the last sync's cannot be reused.
+  std::shared_ptr<Prepared> fresh;
+  if (prepared == nullptr) {
+    auto p = Prepare(*defined, epoch);
+    if (!p.ok()) return p.status();
+    fresh = *std::move(p);
+  } else if (metrics_ != nullptr) {
+    metrics_->PlanCacheHit();
+  }
   const double plan_seconds = absl::ToDoubleSeconds(absl::Now() - trigger);
 
   absl::MutexLock lock(&mu_);
@@ -195,24 +246,40 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
   if (it == transfers_.end()) return absl::NotFoundError("Sync: transfer removed meanwhile");
   Transfer& t = it->second;
   if (absl::Status st = CheckStartLocked(t, req); !st.ok()) return st;
-  if (t.definition != defined.definition) {
+  const uint64_t definition = fresh != nullptr ? fresh->definition : prepared->definition;
+  if (t.definition != definition) {
     return absl::AbortedError(
         absl::StrCat("Sync: transfer '", t.name, "' redefined while planning; retry"));
   }
-  bool reroute = false;
-  absl::StatusOr<std::vector<std::string>> leases = CheckWorkersLocked(*resolved, *plan, &reroute);
-  if (!leases.ok()) return leases.status();
-  if (reroute) {
-    // Rare (a worker's direct-write state changed while planning): decided
-    // again under the lock, from the fresh snapshots.
-    dispatch = Decide(defined.name, *resolved, *plan);
-    parts = Route(*plan, dispatch);
+  std::vector<std::string> leases;
+  if (fresh != nullptr || workers_->epoch() != epoch) {
+    if (fresh == nullptr) fresh = std::make_shared<Prepared>(*prepared);
+    bool reroute = false;
+    absl::StatusOr<std::vector<std::string>> checked =
+        CheckWorkersLocked(fresh->resolved, fresh->plan, &reroute);
+    if (!checked.ok()) return checked.status();
+    leases = *std::move(checked);
+    if (reroute) {
+      // Rare (a worker's direct-write state changed while planning): decided
+      // again under the lock, from the fresh snapshots.
+      fresh->dispatch = Decide(t.name, fresh->resolved, fresh->plan);
+      fresh->parts = Route(fresh->plan, fresh->dispatch);
+    }
+    // Reused only if nothing changed since it was bound.
+    if (!reroute && workers_->epoch() == epoch) prepared_[t.name] = fresh;
+    prepared = fresh;
+  } else {
+    // Nothing changed since these workers were checked for the last sync.
+    for (const WorkerSnapshot& w : prepared->resolved.workers) leases.push_back(w.lease_id);
   }
+  const Resolved& resolved = prepared->resolved;
+  const PlanForSync& plan = prepared->plan;
+  const Dispatch& dispatch = prepared->dispatch;
   // Before the generation changes: a refused sync leaves the transfer as it was.
   if (!dispatch.transport.ok()) return dispatch.transport.status();
-  RenewGenerationLocked(t, *leases);
-  const int32_t num_workers = static_cast<int32_t>(leases->size());
-  std::unique_ptr<SyncRecord> sync = NewRecordLocked(t, req, *plan, trigger, num_workers);
+  RenewGenerationLocked(t, leases);
+  const int32_t num_workers = static_cast<int32_t>(leases.size());
+  std::unique_ptr<SyncRecord> sync = NewRecordLocked(t, req, plan, trigger, num_workers);
   sync->started_by = started_by;
   v1::SyncStatus& s = sync->status;
   s.set_plan_seconds(plan_seconds);
@@ -220,25 +287,25 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
   for (int32_t w = 0; w < num_workers; ++w) {
     Participant p;
     p.worker = w;
-    p.lease_id = (*leases)[w];
-    p.roles = resolved->roles[w];
-    p.part_key = parts[w].key;
-    p.bytes_planned = PlannedBytesInto(*plan->plan, w);
+    p.lease_id = leases[w];
+    p.roles = resolved.roles[w];
+    p.part_key = prepared->parts[w].key;
+    p.bytes_planned = PlannedBytesInto(*plan.plan, w);
     v1::Assignment a;
-    *a.mutable_sync() = AssignmentLocked(t, *sync, *resolved, dispatch, parts[w], w);
+    *a.mutable_sync() = AssignmentLocked(t, *sync, resolved, dispatch, prepared->parts[w], w);
     workers_->Push(p.lease_id, std::move(a));  // a lost worker fails the sync (WorkerLost)
     sync->parts.push_back(std::move(p));
   }
   s.set_dispatch_seconds(absl::ToDoubleSeconds(absl::Now() - trigger));
   const std::string id = s.sync_id();
   t.in_flight = id;
-  t.plan_key = plan->plan->key();
+  t.plan_key = plan.plan->key();
   syncs_[id] = std::move(sync);
   sync_order_.push_back(id);
   v1::SyncResponse resp;
   resp.set_sync_id(id);
-  resp.set_plan_key(plan->plan->key());
-  resp.set_plan_cache_hit(plan->cache_hit);
+  resp.set_plan_key(plan.plan->key());
+  resp.set_plan_cache_hit(fresh == nullptr || plan.cache_hit);
   return resp;
 }
 

@@ -31,12 +31,14 @@ void PrefixBuffers(const std::string& group, v1::Side* side) {
 }  // namespace
 
 SyncCoordinator::SyncCoordinator(ControllerConfig config, ControllerMetrics* metrics,
-                                 PlanSource* plans, WorkerRegistry* workers, Rendezvous* rendezvous)
+                                 PlanSource* plans, WorkerRegistry* workers, Rendezvous* rendezvous,
+                                 StateStore* store)
     : config_(std::move(config)),
       metrics_(metrics),
       plans_(plans),
       workers_(workers),
-      rendezvous_(rendezvous) {}
+      rendezvous_(rendezvous),
+      store_(store) {}
 
 absl::StatusOr<SyncCoordinator::Resolved> SyncCoordinator::Resolve(
     const std::string& name, const std::string& source_group, const std::string& destination_group,
@@ -193,6 +195,13 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
     return absl::InvalidArgumentError(
         absl::StrCat("DefineTransfer: bad transfer name '", req.name(), "' (empty or has '/')"));
   }
+  const int64_t bucket = req.spec().options().bucket_bytes();
+  if (bucket != 0 && bucket < config_.limits.min_bucket_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DefineTransfer '", req.name(), "': spec.options.bucket_bytes ", bucket,
+                     " is below the controller's minimum of ", config_.limits.min_bucket_bytes,
+                     " bytes (--min_bucket_bytes); 0 picks the default"));
+  }
   {
     absl::MutexLock lock(&mu_);
     auto it = transfers_.find(req.name());
@@ -227,6 +236,7 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
   ++t.definition;  // a StartSync planning the old spec meanwhile is refused
   t.plan_key = plan->plan->key();
   t.generation_broken = true;  // layouts may have changed: fresh transport
+  PersistLocked();             // a restarted controller serves it without a new definition
   v1::DefineTransferResponse resp;
   resp.set_name(t.name);
   resp.set_num_workers(static_cast<int32_t>(resolved->workers.size()));

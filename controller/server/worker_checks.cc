@@ -1,10 +1,12 @@
 #include "controller/server/worker_checks.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/dtype.h"
@@ -121,12 +123,51 @@ absl::Status CheckBuffers(const v1::Plan& part, int32_t worker, const WorkerSnap
   return absl::OkStatus();
 }
 
+namespace {
+
+// The NCCL version a worker's GPU plane loaded ("nccl=2.28.9" among its
+// capabilities); "" if it does not say.
+std::string NcclVersionOf(const WorkerSnapshot& w) {
+  for (const std::string& cap : w.info->capabilities()) {
+    if (absl::StartsWith(cap, "nccl=")) return cap.substr(5);
+  }
+  return "";
+}
+
+// Ranks of one NCCL communicator must run one NCCL version; mixed ones hang
+// in communicator set-up. An embedded worker runs its process's libnccl
+// (e.g. torch's), a sidecar the one its library path finds.
+absl::Status CheckOneNcclVersion(const std::string& transfer,
+                                 const std::vector<WorkerSnapshot>& workers) {
+  std::map<std::string, std::string> first_of;  // version -> a worker running it
+  for (const WorkerSnapshot& w : workers) {
+    const std::string v = NcclVersionOf(w);
+    if (!v.empty()) first_of.emplace(v, w.description);
+  }
+  if (first_of.size() <= 1) return absl::OkStatus();
+  std::string which;
+  for (const auto& [version, worker] : first_of) {
+    absl::StrAppend(&which, which.empty() ? "" : ", ", worker, " runs NCCL ", version);
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "Sync: transfer '", transfer, "' mixes NCCL versions (", which,
+      "): ranks of one communicator must run the same one; start the sidecars with the "
+      "owner's libnccl first on LD_LIBRARY_PATH (an embedded worker uses its process's, e.g. "
+      "torch's nvidia/nccl/lib)"));
+}
+
+}  // namespace
+
 absl::StatusOr<v1::TransportKind> CommonTransport(const std::string& transfer,
                                                   const std::vector<WorkerSnapshot>& workers) {
-  for (v1::TransportKind kind : {v1::TRANSPORT_NCCL, v1::TRANSPORT_GLOO}) {
-    if (absl::c_all_of(workers, [kind](const WorkerSnapshot& w) { return Offers(w, kind); })) {
-      return kind;
-    }
+  if (absl::c_all_of(workers,
+                     [](const WorkerSnapshot& w) { return Offers(w, v1::TRANSPORT_NCCL); })) {
+    if (absl::Status st = CheckOneNcclVersion(transfer, workers); !st.ok()) return st;
+    return v1::TRANSPORT_NCCL;
+  }
+  if (absl::c_all_of(workers,
+                     [](const WorkerSnapshot& w) { return Offers(w, v1::TRANSPORT_GLOO); })) {
+    return v1::TRANSPORT_GLOO;
   }
   std::string gpu, host;
   for (const WorkerSnapshot& w : workers) {

@@ -210,6 +210,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::RegisterWorker(
                                }),
                  identity);
     workers_[w->lease_id] = std::move(w);
+    epoch_.fetch_add(1);
   }
   Deliver(lost);
   return resp;
@@ -241,6 +242,7 @@ absl::Status WorkerRegistry::UpdateBuffers(const v1::UpdateBuffersRequest& req) 
   w->unmappable_buffers = HasUnmappableBuffers(*w->info);
   w->registration = next_id_++;
   w->last_heartbeat = absl::Now();
+  epoch_.fetch_add(1);
   return absl::OkStatus();
 }
 
@@ -300,6 +302,7 @@ void WorkerRegistry::MarkDeadLocked(Worker& w, const std::string& reason,
   spdlog::warn("[controller] {}: lease dead: {}", who, reason);
   w.alive = false;
   w.died_at = absl::Now();
+  epoch_.fetch_add(1);
   w.outbox.clear();
   w.cv.SignalAll();
   for (const auto& m : w.info->memberships()) {
@@ -377,7 +380,9 @@ void WorkerRegistry::ForgetPartSent(const std::string& lease_id, const std::stri
 void WorkerRegistry::MarkDirectWritesUnavailable(const std::string& lease_id) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(lease_id);
-  if (it != workers_.end()) it->second->direct_writes_unavailable = true;
+  if (it == workers_.end() || it->second->direct_writes_unavailable) return;
+  it->second->direct_writes_unavailable = true;
+  epoch_.fetch_add(1);
 }
 
 void WorkerRegistry::ForgetPeerLists(const std::string& lease_id) {

@@ -10,6 +10,7 @@
 #ifndef WSYNC_CONTROLLER_SERVER_WORKER_REGISTRY_H_
 #define WSYNC_CONTROLLER_SERVER_WORKER_REGISTRY_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -95,6 +96,10 @@ class WorkerRegistry {
 
   // ----- Queries (other owners).
   bool IsAlive(const std::string& lease_id);
+  // Changes whenever what a sync binds to may have changed: a registration,
+  // a buffer update, a lease's death, a worker losing its direct writes.
+  // Equal values mean every snapshot taken in between is still current.
+  uint64_t epoch() const { return epoch_.load(); }
   std::optional<WorkerSnapshot> Find(const std::string& lease_id);  // alive only
   // "worker src/0+dst/1 (pid P on N)", or "lease L" once it is pruned.
   std::string Describe(const std::string& lease_id);
@@ -184,6 +189,7 @@ class WorkerRegistry {
   absl::Mutex mu_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::atomic<uint64_t> epoch_{1};
   absl::flat_hash_map<std::string, std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);
   // "<group>/<rank>" -> lease of the alive holder.
   absl::flat_hash_map<std::string, std::string> ranks_ ABSL_GUARDED_BY(mu_);

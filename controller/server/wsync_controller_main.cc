@@ -67,6 +67,95 @@ ABSL_FLAG(bool, direct_writes, true,
           "peer access) when both registered the same direct_write_domain and the plan's "
           "buckets between them are plain copies; false: every bucket goes through the "
           "transport. Env: WSYNC_DIRECT_WRITES.");
+ABSL_FLAG(int64_t, min_bucket_bytes, 64ll << 10,
+          "Smallest PlanOptions.bucket_bytes a DefineTransfer may ask for (0 in the spec picks "
+          "the default, 256 MiB); smaller: INVALID_ARGUMENT. Env: WSYNC_MIN_BUCKET_BYTES.");
+ABSL_FLAG(int64_t, max_plan_buckets, 2'000'000,
+          "Most buckets one plan may have (a Kimi-K2 plan has ~0.31 M); checked before the plan "
+          "is built where a lower bound shows it, else before it is kept: RESOURCE_EXHAUSTED. "
+          "Env: WSYNC_MAX_PLAN_BUCKETS.");
+ABSL_FLAG(int64_t, max_plan_pieces, 4'000'000,
+          "Most pieces one plan may have (a Kimi-K2 plan has ~0.63 M): RESOURCE_EXHAUSTED. Env: "
+          "WSYNC_MAX_PLAN_PIECES.");
+ABSL_FLAG(int64_t, plan_cache_bytes, 4ll << 30,
+          "Bytes the plan cache keeps (the plans' arenas; a Kimi-K2 plan takes ~0.5 GB); the "
+          "oldest plans go first, the newest is always kept. Env: WSYNC_PLAN_CACHE_BYTES.");
+ABSL_FLAG(absl::Duration, max_sync_deadline, absl::Hours(1),
+          "Longest deadline_ms a Sync may ask for; longer: INVALID_ARGUMENT. Env: "
+          "WSYNC_MAX_SYNC_DEADLINE.");
+ABSL_FLAG(int64_t, max_version_jump, int64_t{1} << 32,
+          "Largest step of a Sync's version over its transfer's last successful version; "
+          "larger: INVALID_ARGUMENT (a version of INT64_MAX would leave no newer one). Env: "
+          "WSYNC_MAX_VERSION_JUMP.");
+ABSL_FLAG(int64_t, kv_scope_bytes, 64ll << 20,
+          "Bytes (keys + values) one rendezvous scope (transfer generation) may hold; more: "
+          "RESOURCE_EXHAUSTED. Env: WSYNC_KV_SCOPE_BYTES.");
+ABSL_FLAG(int64_t, kv_scope_keys, 65536,
+          "Keys one rendezvous scope may hold; more: RESOURCE_EXHAUSTED. Env: "
+          "WSYNC_KV_SCOPE_KEYS.");
+ABSL_FLAG(absl::Duration, max_wait, absl::Minutes(10),
+          "Longest one KvGet, AwaitWriters, WaitSync or Sync(wait_ms) waits; longer timeouts "
+          "are cut to it. Env: WSYNC_MAX_WAIT.");
+ABSL_FLAG(int64_t, max_waiters, 16384,
+          "Waits and watchers (WaitSync, WatchSync, Sync with wait_ms, KvGet with timeout_ms, "
+          "AwaitWriters) held at once, without a thread each; more: RESOURCE_EXHAUSTED. Env: "
+          "WSYNC_MAX_WAITERS.");
+ABSL_FLAG(int32_t, list_workers_page_size, 100,
+          "Most workers one ListWorkers page lists (also the default page size). Env: "
+          "WSYNC_LIST_WORKERS_PAGE_SIZE.");
+ABSL_FLAG(int64_t, list_workers_page_buffers, 10'000,
+          "Most buffers one ListWorkers page lists over its workers (a worker with more alone "
+          "is listed with its first ones, buffers_truncated); keeps a page under default client "
+          "message limits. Env: WSYNC_LIST_WORKERS_PAGE_BUFFERS.");
+
+namespace {
+// The --min_bucket_bytes ... --max_waiters flags; false (logged) if one is out of range.
+bool ReadLimits(wsync::controller::ControllerLimits* l) {
+  l->min_bucket_bytes = absl::GetFlag(FLAGS_min_bucket_bytes);
+  l->max_plan_buckets = absl::GetFlag(FLAGS_max_plan_buckets);
+  l->max_plan_pieces = absl::GetFlag(FLAGS_max_plan_pieces);
+  l->plan_cache_bytes = absl::GetFlag(FLAGS_plan_cache_bytes);
+  l->max_sync_deadline = absl::GetFlag(FLAGS_max_sync_deadline);
+  l->max_version_jump = absl::GetFlag(FLAGS_max_version_jump);
+  l->kv_scope_bytes = absl::GetFlag(FLAGS_kv_scope_bytes);
+  l->kv_scope_keys = absl::GetFlag(FLAGS_kv_scope_keys);
+  l->max_wait = absl::GetFlag(FLAGS_max_wait);
+  l->max_waiters = absl::GetFlag(FLAGS_max_waiters);
+  l->list_page_workers = absl::GetFlag(FLAGS_list_workers_page_size);
+  l->list_page_buffers = absl::GetFlag(FLAGS_list_workers_page_buffers);
+  if (l->min_bucket_bytes < 0 || l->max_plan_buckets <= 0 || l->max_plan_pieces <= 0 ||
+      l->plan_cache_bytes <= 0 || l->max_sync_deadline <= absl::ZeroDuration() ||
+      l->max_version_jump <= 0 || l->kv_scope_bytes <= 0 || l->kv_scope_keys <= 0 ||
+      l->max_wait <= absl::ZeroDuration() || l->max_waiters <= 0 || l->list_page_workers <= 0 ||
+      l->list_page_buffers <= 0) {
+    spdlog::error(
+        "wsync-controller: --max_plan_buckets, --max_plan_pieces, --plan_cache_bytes, "
+        "--max_sync_deadline, --max_version_jump, --kv_scope_bytes, --kv_scope_keys, --max_wait "
+        "--max_waiters and --list_workers_page_* must be positive, --min_bucket_bytes not "
+        "negative");
+    return false;
+  }
+  return true;
+}
+}  // namespace
+
+ABSL_FLAG(std::string, state_file, "wsync-controller.state",
+          "File that keeps the transfers and their last delivered versions across restarts "
+          "(written atomically after each definition and each finished sync; relative paths "
+          "are taken from the working directory). A restarted controller serves the same "
+          "transfers and refuses versions older than the last delivered one. Empty: nothing "
+          "persists. An unreadable or corrupt file stops the start unless "
+          "--state_start_empty. Env: WSYNC_STATE_FILE.");
+ABSL_FLAG(bool, state_start_empty, false,
+          "When --state_file is corrupt or of another format, move it aside "
+          "(<file>.corrupt-<time>) and start with no transfers instead of refusing to start. "
+          "Env: WSYNC_STATE_START_EMPTY.");
+ABSL_FLAG(absl::Duration, failure_grace, absl::Seconds(1),
+          "How long a failure a worker reports about its peers (lost connection, silent peer) "
+          "waits for its cause (a peer's loss, the other workers' reports) before the sync "
+          "fails naming the reporter; also how long past its deadline a sync waits for the "
+          "workers' own reports before it fails naming those that did not report. Env: "
+          "WSYNC_FAILURE_GRACE.");
 
 int main(int argc, char** argv) {
   wsync::plan::KeepFreedMemoryForPlanning();
@@ -75,9 +164,35 @@ int main(int argc, char** argv) {
       "wsync-controller: control plane of wsync weight syncs (gRPC, package wsync.v1).\n"
       "Flags also read WSYNC_<FLAG> environment variables; the command line wins.",
       "controller/server/",
-      {"listen", "metrics_port", "metrics_host", "lease_ttl", "sync_deadline", "max_message_bytes",
-       "port_file", "direct_writes", "insecure", "tls_cert", "tls_key", "tls_client_ca",
-       "tls_reload_interval", "tokens_file"});
+      {"listen",
+       "metrics_port",
+       "metrics_host",
+       "lease_ttl",
+       "sync_deadline",
+       "max_message_bytes",
+       "port_file",
+       "direct_writes",
+       "min_bucket_bytes",
+       "max_plan_buckets",
+       "max_plan_pieces",
+       "plan_cache_bytes",
+       "max_sync_deadline",
+       "max_version_jump",
+       "kv_scope_bytes",
+       "kv_scope_keys",
+       "max_wait",
+       "max_waiters",
+       "list_workers_page_size",
+       "list_workers_page_buffers",
+       "state_file",
+       "state_start_empty",
+       "failure_grace",
+       "insecure",
+       "tls_cert",
+       "tls_key",
+       "tls_client_ca",
+       "tls_reload_interval",
+       "tokens_file"});
   wsync::InitLogging("wsync-controller");
 
   // Signals are taken by sigwait below, never by an asynchronous handler.
@@ -123,11 +238,16 @@ int main(int argc, char** argv) {
         "{} can act as a worker that knows a lease id{}",
         options.listen_address, options.auth.tokens_file.empty() ? " and as an admin trainer" : "");
   }
+  if (!ReadLimits(&options.config.limits)) return 2;
+  options.config.failure_grace = absl::GetFlag(FLAGS_failure_grace);
+  options.state_file = absl::GetFlag(FLAGS_state_file);
+  options.state_start_empty = absl::GetFlag(FLAGS_state_start_empty);
   if (options.config.lease_ttl <= absl::ZeroDuration() ||
-      options.config.sync_deadline <= absl::ZeroDuration() || options.max_message_bytes <= 0) {
+      options.config.sync_deadline <= absl::ZeroDuration() || options.max_message_bytes <= 0 ||
+      options.config.failure_grace < absl::ZeroDuration()) {
     spdlog::error(
         "wsync-controller: --lease_ttl, --sync_deadline and --max_message_bytes must be "
-        "positive");
+        "positive, --failure_grace not negative");
     return 2;
   }
   std::random_device rd;

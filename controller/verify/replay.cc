@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 
 #include "absl/strings/str_cat.h"
 #include "common/block_fp8.h"
 #include "common/cast.h"
+#include "common/checked_math.h"
 #include "common/plan_names.h"
 #include "common/status_macros.h"
 #include "controller/verify/replay_internal.h"
@@ -312,24 +315,41 @@ class Replayer {
 
 absl::Status ReplayPlan(const v1::Plan& plan, HostMemory* mem) { return Replayer(plan, mem).Run(); }
 
-absl::Status AllocateBuffers(const CompiledSide& source, const CompiledSide& destination,
-                             HostMemory* mem) {
+absl::StatusOr<std::map<HostMemory::Key, int64_t>> ReplayBufferBytes(
+    const CompiledSide& source, const CompiledSide& destination) {
+  std::map<HostMemory::Key, int64_t> ends;
   for (const CompiledSide* side : {&source, &destination}) {
     const v1::BufferSide bs = side == &source ? v1::SOURCE_BUFFER : v1::DESTINATION_BUFFER;
     for (const CompiledTensor& t : side->tensors) {
-      const int64_t es = DTypeSize(t.dtype);
       for (const CompiledFragment& f : t.fragments) {
-        int64_t max_e = 0;
-        bool empty = false;
-        for (int d = 0; d < f.box.rank(); ++d) {
-          if (f.box.length[d] == 0)
-            empty = true;
-          else
-            max_e += (f.box.length[d] - 1) * f.strides[d];
-        }
-        const int64_t end = empty ? f.byte_offset : f.byte_offset + (max_e + 1) * es;
-        mem->Ensure(side->workers[f.rank], bs, side->buffer_names[f.buffer], end);
+        const std::string what = absl::StrCat(SideName(bs), " tensor '", t.name, "' on rank ",
+                                              f.rank, " box ", f.box.ToString());
+        ASSIGN_OR_RETURN(const int64_t extent,
+                         StridedExtent(f.box.length, f.strides, DTypeSize(t.dtype), what));
+        ASSIGN_OR_RETURN(const int64_t end, CheckedAdd(f.byte_offset, extent, what));
+        int64_t& e = ends[HostMemory::Key(side->workers[f.rank], bs, side->buffer_names[f.buffer])];
+        e = std::max(e, end);
       }
+    }
+  }
+  return ends;
+}
+
+absl::Status AllocateBuffers(const CompiledSide& source, const CompiledSide& destination,
+                             HostMemory* mem) {
+  ASSIGN_OR_RETURN(auto ends, ReplayBufferBytes(source, destination));
+  for (const auto& [key, bytes] : ends) {
+    const auto& [worker, side, buffer] = key;
+    try {
+      mem->Ensure(worker, static_cast<v1::BufferSide>(side), buffer, bytes);
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "replay: cannot allocate ", bytes, " host bytes for ",
+          SideName(static_cast<v1::BufferSide>(side)), " buffer '", buffer, "' of worker ", worker));
+    } catch (const std::length_error&) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "replay: ", bytes, " bytes for ", SideName(static_cast<v1::BufferSide>(side)),
+          " buffer '", buffer, "' of worker ", worker, " exceed what one host array can hold"));
     }
   }
   return absl::OkStatus();

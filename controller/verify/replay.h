@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "controller/plan/compiled_layout.h"
 #include "wsync/v1/layout.pb.h"
 #include "wsync/v1/plan.pb.h"
@@ -41,8 +42,15 @@ class HostMemory {
   std::map<Key, std::vector<uint8_t>> buffers_;
 };
 
+// The host bytes each buffer both sides reference needs: per (worker,
+// side, buffer), the end of its furthest fragment, strides counted. Errors
+// (INVALID_ARGUMENT) name the side, tensor and rank whose extent overflows.
+absl::StatusOr<std::map<HostMemory::Key, int64_t>> ReplayBufferBytes(
+    const CompiledSide& source, const CompiledSide& destination);
+
 // Allocates every buffer both sides reference, large enough for all
-// fragments, zero-filled.
+// fragments (ReplayBufferBytes), zero-filled. An allocation the host cannot
+// make is RESOURCE_EXHAUSTED naming the buffer, not an exception.
 absl::Status AllocateBuffers(const CompiledSide& source, const CompiledSide& destination,
                              HostMemory* mem);
 

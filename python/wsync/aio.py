@@ -132,10 +132,10 @@ class Client:
         return await self._rpc("Plan", pb.PlanRequest(transfer=transfer or self._transfer(),
                                                       full=full))
 
-    async def sync(self, version, transfer=None, deadline=None, wait=None):
+    async def sync(self, version, transfer=None, deadline=None, wait=None, resend=False):
         """As wsync.Client.sync (`wait`: answered once the sync ended or
         `wait` seconds passed)."""
-        req = sync_request(transfer or self._transfer(), version, deadline, wait)
+        req = sync_request(transfer or self._transfer(), version, deadline, wait, resend)
         resp = await self._rpc("Sync", req, timeout=req.wait_ms / 1000 + self.timeout)
         return SyncHandle(self, req.transfer, version, resp)
 
@@ -143,8 +143,15 @@ class Client:
         return await self._rpc("GetStatus", pb.GetStatusRequest())
 
     async def workers(self, group=""):
-        resp = await self._rpc("ListWorkers", pb.ListWorkersRequest(group=group))
-        return list(resp.workers)
+        """As wsync.Client.workers: every page."""
+        out, token = [], ""
+        while True:
+            resp = await self._rpc("ListWorkers",
+                                   pb.ListWorkersRequest(group=group, page_token=token))
+            out.extend(resp.workers)
+            token = resp.next_page_token
+            if not token:
+                return out
 
     async def cancel(self, sync_id, reason="cancelled by the trainer"):
         return await self._rpc("Cancel", pb.CancelRequest(sync_id=sync_id, reason=reason))

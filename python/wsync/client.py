@@ -30,11 +30,12 @@ def _result(status):
     raise errors.SyncFailed(status)
 
 
-def sync_request(transfer, version, deadline=None, wait=None):
+def sync_request(transfer, version, deadline=None, wait=None, resend=False):
     """The SyncRequest of Client.sync (seconds -> milliseconds)."""
     return pb.SyncRequest(transfer=transfer, version=version,
                           deadline_ms=0 if deadline is None else int(deadline * 1000),
-                          wait_ms=0 if wait is None else max(1, int(wait * 1000)))
+                          wait_ms=0 if wait is None else max(1, int(wait * 1000)),
+                          resend=resend)
 
 
 def replicas_serving(replicas, version):
@@ -186,14 +187,17 @@ class Client:
     def plan(self, transfer=None, full=False):
         return self._rpc("Plan", pb.PlanRequest(transfer=transfer or self._transfer(), full=full))
 
-    def sync(self, version, transfer=None, deadline=None, wait=None):
+    def sync(self, version, transfer=None, deadline=None, wait=None, resend=False):
         """Starts syncing weight `version`; returns a SyncHandle. `deadline`
         (seconds) bounds the sync (default: the controller's). With `wait`
         (seconds) the controller answers once the sync ended or `wait`
         passed, so ``client.sync(v, wait=60).wait(timeout=60)`` costs one
         round trip for a sync shorter than a minute (``wait()`` then returns
-        at once); without it Sync answers as soon as the sync started."""
-        req = sync_request(transfer or self._transfer(), version, deadline, wait)
+        at once); without it Sync answers as soon as the sync started.
+        Versions never go backwards: a version older than the transfer's last
+        delivered one raises FailedPrecondition, the same one too unless
+        `resend` (send those weights again, e.g. to a replaced replica)."""
+        req = sync_request(transfer or self._transfer(), version, deadline, wait, resend)
         resp = self._rpc("Sync", req, timeout=req.wait_ms / 1000 + self.timeout)
         return SyncHandle(self, req.transfer, version, resp)
 
@@ -209,8 +213,15 @@ class Client:
         raise errors.NotFound(f"no transfer {name!r} on {self._where}")
 
     def workers(self, group=""):
-        """The registered workers (RegisteredWorker list), of `group` or all."""
-        return list(self._rpc("ListWorkers", pb.ListWorkersRequest(group=group)).workers)
+        """The registered workers (RegisteredWorker list), of `group` or all,
+        over every ListWorkers page."""
+        out, token = [], ""
+        while True:
+            resp = self._rpc("ListWorkers", pb.ListWorkersRequest(group=group, page_token=token))
+            out.extend(resp.workers)
+            token = resp.next_page_token
+            if not token:
+                return out
 
     def cancel(self, sync_id, reason="cancelled by the trainer"):
         return self._rpc("Cancel", pb.CancelRequest(sync_id=sync_id, reason=reason))

@@ -128,13 +128,18 @@ class Worker:
     `controller_ca`: PEM CA of the controller's certificate (TLS; empty:
     plaintext, for a --insecure controller); `cert` / `key`: this worker's
     client certificate (mutual TLS, docs/security.md).
+    `local_socket`: also serve the local API there (wsync.torch.register and
+    the descriptor socket beside it), so that another process on this
+    device, e.g. a colocated trainer, registers its tensors with this worker:
+    it then holds both sides and copies between them locally, where no NCCL
+    communicator could (NCCL refuses two ranks on one GPU).
     Starts at once unless `start=False`; ``stop()`` (or the end of a ``with``
     block, or process exit) ends it."""
 
     def __init__(self, controller, groups, *, device=None, node="", data_address="127.0.0.1",
                  metrics_port=None, metrics_host="127.0.0.1", round_timeout=60.0,
                  staging_limit_bytes=0, instance_id="", controller_ca="", cert="", key="",
-                 start=True):
+                 local_socket=None, start=True):
         self.groups = parse_groups(groups)
         self._w = _call(_native().EmbeddedWorker, controller, self.groups,
                         device=-1 if device is None else int(device), node=node,
@@ -142,7 +147,9 @@ class Worker:
                         metrics_port=-1 if metrics_port is None else int(metrics_port),
                         metrics_host=metrics_host, round_timeout_s=float(round_timeout),
                         staging_limit_bytes=int(staging_limit_bytes), instance_id=instance_id,
-                        controller_ca=controller_ca, cert=cert, key=key)
+                        controller_ca=controller_ca, cert=cert, key=key,
+                        local_socket=local_socket or "")
+        self.local_socket = local_socket or None
         self._lock = threading.Lock()
         self._registered = {}  # (group, name) -> (tensor, data_ptr)
         _LIVE.add(self)

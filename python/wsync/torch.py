@@ -45,9 +45,19 @@ from wsync._proto import worker_local_pb2_grpc as lpb_grpc
 _ALIGN = 64
 
 
+def default_socket_dir():
+    """The worker's private socket directory: $XDG_RUNTIME_DIR/wsync, else
+    /tmp/wsync-<uid> (worker/agent/local_socket.h)."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR", "")
+    if xdg.startswith("/"):
+        return os.path.join(xdg, "wsync")
+    return f"/tmp/wsync-{os.getuid()}"
+
+
 def default_socket(group, rank):
     """$WSYNC_LOCAL_SOCKET, else the worker's default for group/rank."""
-    return os.environ.get("WSYNC_LOCAL_SOCKET") or f"/tmp/wsync-worker-{group}-{rank}.sock"
+    return (os.environ.get("WSYNC_LOCAL_SOCKET")
+            or os.path.join(default_socket_dir(), f"worker-{group}-{rank}.sock"))
 
 
 def _named(tensors):

@@ -38,7 +38,7 @@ import dataclasses
 import os
 
 from wsync import errors
-from wsync.vllm_receiver import CuMemSleep, receiver_for
+from wsync.vllm_receiver import CuMemSleep, colocation, receiver_for
 
 BACKEND = "wsync"
 ENV_CONTROLLER = "WSYNC_CONTROLLER"
@@ -66,7 +66,16 @@ class WsyncInitInfo:
     ``experts``: "separate" or "stacked" trainer expert naming. ``skip``:
     parameter names / patterns not transferred. ``hf_config``: cross-checks
     counts. ``worker``: extra wsync.embedded.Worker options (metrics_port,
-    round_timeout, data_address, node)."""
+    round_timeout, data_address, node).
+    ``colocated``: trainer ranks share this server's GPUs, e.g.
+    ``{"group": "trainer", "size": 8, "socket": "/run/wsync/colo-{rank}.sock"}``:
+    each rank's worker also takes the trainer rank on its GPU (by default the
+    one with this rank's number; ``"ranks": [...]`` maps rank -> trainer
+    rank) and serves the local API on ``socket`` ({rank}: that trainer rank),
+    where the trainer process registers its shards (wsync.torch.register(...,
+    socket=...)). The worker then copies between them locally: needed with
+    sleep mode, whose memory no other process can map, as NCCL refuses two
+    ranks on one GPU."""
     controller: str = ""
     group: str = "inference"
     timeout: float = 300.0
@@ -77,6 +86,7 @@ class WsyncInitInfo:
     skip: list = dataclasses.field(default_factory=list)
     hf_config: dict = None
     worker: dict = dataclasses.field(default_factory=dict)
+    colocated: dict = None
 
 
 @dataclasses.dataclass
@@ -167,7 +177,11 @@ class WsyncWeightTransferEngine(_base()):
                           sleep=CuMemSleep.of_vllm(),  # None without vLLM's cumem allocator
                           postprocess=info.postprocess, timeout=info.timeout,
                           retries=info.retries, hold_outside_window=info.hold_outside_window)
-        self.receiver = rx.start(controller, **info.worker)
+        extra, socket = colocation(info.colocated, rx.rank)
+        options = dict(info.worker)
+        if socket is not None:
+            options["local_socket"] = socket
+        self.receiver = rx.start(controller, extra_groups=extra, **options)
 
     def _rx(self):
         if self.receiver is None:

@@ -22,7 +22,7 @@ the Worker's own methods. Errors are wsync.errors exceptions naming the rank, th
 version and, for a failed sync, the failed rank.
 """
 from wsync import errors
-from wsync.vllm_receiver import CuMemSleep, receiver_for
+from wsync.vllm_receiver import CuMemSleep, colocation, receiver_for
 
 
 class WsyncWorkerExtension:
@@ -43,10 +43,11 @@ class WsyncWorkerExtension:
 
     def wsync_start(self, controller, group="inference", *, timeout=300.0, retries=0,
                     postprocess="auto", experts="separate", skip=(), hf_config=None,
-                    worker=None, hold_outside_window=True):
+                    worker=None, hold_outside_window=True, colocated=None):
         """Starts this rank's embedded worker for the live model and registers
         every parameter. Returns {membership, spec}: spec is this rank's
-        destination part (TransferSpec bytes) for wsync.vllm_live.merge."""
+        destination part (TransferSpec bytes) for wsync.vllm_live.merge.
+        `colocated`: as WsyncInitInfo.colocated (wsync.vllm_engine)."""
         if self._wsync_receiver is not None:
             raise errors.FailedPrecondition(
                 f"wsync already runs on this worker ({self._wsync_receiver.membership})")
@@ -61,7 +62,11 @@ class WsyncWorkerExtension:
                           device=index, sleep=self._wsync_sleep(), postprocess=postprocess,
                           timeout=timeout, retries=retries,
                           hold_outside_window=hold_outside_window)
-        self._wsync_receiver = rx.start(controller, **(worker or {}))
+        extra, socket = colocation(colocated, rx.rank)
+        options = dict(worker or {})
+        if socket is not None:
+            options["local_socket"] = socket
+        self._wsync_receiver = rx.start(controller, extra_groups=extra, **options)
         return {"membership": rx.membership, "spec": rx.live.spec.SerializeToString()}
 
     def wsync_begin_update(self):

@@ -116,16 +116,19 @@ class Receiver:
     def membership(self):
         return f"{self.group}:{self.rank}:{self.size}"
 
-    def start(self, controller, **worker_options):
-        """Starts this rank's embedded worker and registers every live parameter."""
+    def start(self, controller, extra_groups=(), **worker_options):
+        """Starts this rank's embedded worker and registers every live
+        parameter. `extra_groups`: more memberships of the worker
+        ("group:rank:size"), e.g. the colocated trainer rank whose process
+        registers its tensors over the worker's `local_socket`."""
         if self.worker is not None:
             raise errors.FailedPrecondition(f"{self.membership}: the embedded worker is "
                                             "already running")
         self.controller = controller
-        self.worker = embedded.Worker(controller, self.membership, device=self.device,
-                                      **worker_options)
+        self.worker = embedded.Worker(controller, ",".join([self.membership, *extra_groups]),
+                                      device=self.device, **worker_options)
         try:
-            self.worker.register(self.live.buffers)
+            self.worker.register(self.live.buffers, group=self.group)
         except errors.WsyncError:
             self.worker.stop()
             self.worker = None
@@ -150,7 +153,7 @@ class Receiver:
         `dp<i>`, its tp ranks) is one replica. Best effort: a failed report
         never fails the update, the next one (or the heartbeat) carries it."""
         try:
-            self.worker.set_serving(self.weight_version or 0, state,
+            self.worker.set_serving(self.weight_version or 0, state, group=self.group,
                                     replica=f"dp{self.dp_rank}", replica_ranks=self.tp_size)
         except (errors.WsyncError, AttributeError):
             pass
@@ -442,3 +445,25 @@ class CuMemSleep:
             self._wake()
         else:
             self.allocator.wake_up(tags=["weights"])
+
+
+def colocation(colocated, rank):
+    """(extra memberships, local socket) of destination rank `rank` under
+    WsyncInitInfo.colocated; ((), None) without it."""
+    if not colocated:
+        return (), None
+    unknown = set(colocated) - {"group", "size", "socket", "ranks"}
+    if unknown or "size" not in colocated or "socket" not in colocated:
+        raise errors.InvalidArgument(
+            f"init_info colocated={colocated!r}: expected keys size, socket (and group, ranks); "
+            f"unknown {sorted(unknown)}")
+    group, size = colocated.get("group", "trainer"), int(colocated["size"])
+    ranks = colocated.get("ranks")
+    if ranks is not None and rank >= len(ranks):
+        raise errors.InvalidArgument(f"init_info colocated ranks {ranks} name no trainer rank "
+                                     f"for destination rank {rank}")
+    trainer_rank = int(ranks[rank]) if ranks is not None else rank
+    if not 0 <= trainer_rank < size:
+        raise errors.InvalidArgument(f"init_info colocated: trainer rank {trainer_rank} of "
+                                     f"destination rank {rank} is outside {group} size {size}")
+    return (f"{group}:{trainer_rank}:{size}",), colocated["socket"].format(rank=trainer_rank)

@@ -58,7 +58,8 @@ class Cluster:
         self.controller = Process(
             [CONTROLLER_BIN, "--listen=127.0.0.1:0", "--metrics_port=-1", f"--port_file={pf}",
              "--insecure",
-             *controller_flags], os.path.join(self.dir, "controller.log"))
+             f"--state_file={os.path.join(self.dir, 'controller.state')}", *controller_flags],
+            os.path.join(self.dir, "controller.log"))
         port = read_port_file(pf, "grpc_port", proc=self.controller.proc)
         self.address = f"127.0.0.1:{port}"
         self.workers = {}

@@ -167,6 +167,9 @@ def test_version_must_rise_and_transfer_must_exist(cluster, ranks):
     client.sync(3).wait(timeout=30)
     with pytest.raises(wsync.FailedPrecondition, match="version"):
         client.sync(3)
+    client.sync(3, resend=True).wait(timeout=30)  # the same weights again, on purpose
+    with pytest.raises(wsync.FailedPrecondition, match="last delivered version 3"):
+        client.sync(2, resend=True)  # never an older one
     with pytest.raises(wsync.NotFound):
         client.sync(4, transfer="nope")
 

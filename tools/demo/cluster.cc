@@ -71,6 +71,8 @@ absl::Status Cluster::StartController() {
       absl::StrCat("--sync_deadline=", absl::FormatDuration(options_.sync_deadline)),
       absl::StrCat("--port_file=", port_file)};
   if (options_.insecure) argv.push_back("--insecure");
+  // Kept across StartController calls: a restart resumes its transfers.
+  argv.push_back(absl::StrCat("--state_file=", options_.work_dir, "/controller.state"));
   for (const auto& f : options_.controller_flags) argv.push_back(f);
   auto child = Child::Spawn(argv, options_.work_dir + "/controller.log");
   if (!child.ok()) return child.status();

@@ -214,7 +214,7 @@ void WorkerAgent::OnAssignment(const v1::Assignment& a, const std::string& lease
                                uint64_t epoch) {
   if (a.has_sync()) {
     absl::MutexLock lock(&mu_);
-    queue_.push_back(Queued{a.sync(), lease_id, epoch});
+    queue_.push_back(Queued{a.sync(), lease_id, epoch, absl::Now()});
     return;
   }
   if (!a.has_abort()) return;
@@ -225,7 +225,7 @@ void WorkerAgent::OnAssignment(const v1::Assignment& a, const std::string& lease
     for (auto it = queue_.begin(); it != queue_.end(); ++it) {
       if (it->assignment.sync_id() == id) {
         // The controller sends a part's op list once: keep it for later syncs.
-        if (it->assignment.has_plan()) dropped_plans_.push_back(std::move(it->assignment));
+        dropped_.push_back(std::move(*it));
         queue_.erase(it);
         dropped = true;
         break;
@@ -238,6 +238,7 @@ void WorkerAgent::OnAssignment(const v1::Assignment& a, const std::string& lease
 
 void WorkerAgent::Report(v1::ReportResultRequest r, const std::string& lease_id) {
   r.set_lease_id(lease_id);
+  r.set_reported_unix_us(absl::ToUnixMicros(absl::Now()));
   grpc::ClientContext ctx;
   ctx.set_deadline(In(absl::Seconds(5)));
   v1::ReportResultResponse resp;
@@ -280,23 +281,38 @@ void WorkerAgent::ExecLoop() {
   uint64_t epoch_seen = 0;
   while (!stop_.load()) {
     Queued q;
-    std::vector<v1::SyncAssignment> dropped;
+    std::vector<Queued> dropped;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !queue_.empty(); };
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return !queue_.empty() || !dropped_.empty();
+      };
       if (!mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100))) continue;
-      q = std::move(queue_.front());
-      queue_.pop_front();
-      dropped.swap(dropped_plans_);
+      dropped.swap(dropped_);
+      if (!queue_.empty()) {
+        q = std::move(queue_.front());
+        queue_.pop_front();
+      }
     }
-    for (const v1::SyncAssignment& d : dropped) runner_.CachePlan(d);
+    for (const Queued& d : dropped) {
+      runner_.CachePlan(d.assignment);
+      v1::ReportResultRequest r;
+      r.set_sync_id(d.assignment.sync_id());
+      r.set_code(static_cast<int32_t>(absl::StatusCode::kAborted));
+      r.set_message("aborted while queued: never ran, nothing written");
+      r.set_round(-1);
+      r.set_op(-1);
+      r.set_peer(-1);
+      Report(r, d.lease_id);
+    }
+    if (q.assignment.sync_id().empty()) continue;  // only dropped ones
     if (q.lease_epoch != epoch_seen) {
       // A new lease means new transfer generations: old sockets are useless.
       runner_.DropTransports();
       epoch_seen = q.lease_epoch;
     }
     const v1::SyncAssignment& a = q.assignment;
-    if (RefuseIfHeld(a, q.lease_id)) continue;
+    if (RefuseIfHeldOrOlder(a, q.lease_id)) continue;
     Publish(EventOf(a, v1::SyncEvent::STARTED));
     absl::Time last_progress = absl::InfinitePast();
     auto progress = [&](int32_t done, int32_t total, int64_t bytes) {
@@ -311,7 +327,11 @@ void WorkerAgent::ExecLoop() {
       p.set_bytes_done(bytes);
       progress_.Post(std::move(p));
     };
+    const absl::Time run_start = absl::Now();
     v1::ReportResultRequest r = runner_.Run(a, stub_, q.lease_id, progress);
+    r.set_received_unix_us(absl::ToUnixMicros(q.received));
+    r.set_queued_seconds(absl::ToDoubleSeconds(run_start - q.received));
+    r.set_run_seconds(absl::ToDoubleSeconds(absl::Now() - run_start));
     const bool ok = r.code() == 0;
     if (!ok) {
       spdlog::error("[worker {}] sync {} failed: {}", Roles(options_), a.sync_id(), r.message());
@@ -348,6 +368,8 @@ void WorkerAgent::PublishEnd(const v1::SyncAssignment& a, bool ok, const std::st
     if (ok) {
       ++syncs_ok_;
       last_version_ = std::max(last_version_, a.version());
+      int64_t& applied = applied_[a.transfer()];
+      applied = std::max(applied, a.version());
     } else {
       ++syncs_failed_;
     }
@@ -364,17 +386,37 @@ void WorkerAgent::HoldSyncs(std::string reason) {
   held_ = std::move(reason);
 }
 
-bool WorkerAgent::RefuseIfHeld(const v1::SyncAssignment& a, const std::string& lease_id) {
+bool WorkerAgent::RefuseIfHeldOrOlder(const v1::SyncAssignment& a, const std::string& lease_id) {
   std::string held;
+  int64_t applied = 0;
   {
     absl::MutexLock lock(&mu_);
     held = held_;
+    auto it = applied_.find(a.transfer());
+    if (it != applied_.end()) applied = it->second;
   }
-  if (held.empty()) return false;
+  if (!held.empty()) {
+    Refuse(
+        a, lease_id,
+        absl::StrCat("worker ", Roles(options_), ": sync ", a.sync_id(), " (version ", a.version(),
+                     ") refused, nothing written: its owner holds syncs off: ", held));
+    return true;
+  }
+  if (a.version() < applied) {
+    Refuse(a, lease_id,
+           absl::StrCat("worker ", Roles(options_), ": sync ", a.sync_id(),
+                        " refused, nothing written: it carries version ", a.version(),
+                        " of transfer '", a.transfer(),
+                        "' but this worker already applied version ", applied,
+                        " (versions never go backwards; did the controller lose its state?)"));
+    return true;
+  }
+  return false;
+}
+
+void WorkerAgent::Refuse(const v1::SyncAssignment& a, const std::string& lease_id,
+                         const std::string& error) {
   runner_.CachePlan(a);  // the op list comes once per plan key
-  const std::string error =
-      absl::StrCat("worker ", Roles(options_), ": sync ", a.sync_id(), " (version ", a.version(),
-                   ") refused, nothing written: its owner holds syncs off: ", held);
   spdlog::warn("[worker {}] {}", Roles(options_), error);
   v1::ReportResultRequest r;
   r.set_sync_id(a.sync_id());
@@ -385,7 +427,6 @@ bool WorkerAgent::RefuseIfHeld(const v1::SyncAssignment& a, const std::string& l
   r.set_peer(-1);
   Report(r, lease_id);
   PublishEnd(a, /*ok=*/false, error, /*untouched=*/true);
-  return true;
 }
 
 void WorkerAgent::Publish(const v1::SyncEvent& e) {
@@ -394,7 +435,7 @@ void WorkerAgent::Publish(const v1::SyncEvent& e) {
 }
 
 absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterTensors(
-    const v1::RegisterTensorsRequest& req) {
+    const v1::RegisterTensorsRequest& req, const Registrant& who) {
   TensorTable::FdBatches fds;
   for (const v1::TensorRegistration& t : req.tensors()) {
     if (!t.has_cuda_vmm() || fds.count(t.cuda_vmm().fd_token()) != 0) continue;
@@ -409,7 +450,7 @@ absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterTensors(
     if (!batch.ok()) return batch.status();
     fds.emplace(t.cuda_vmm().fd_token(), *std::move(batch));
   }
-  auto resp = tensors_.Register(req, fds);
+  auto resp = tensors_.Register(req, fds, who);
   if (!resp.ok()) return resp;
   const std::string lease_id = lease();
   if (!lease_id.empty()) PushBuffers(lease_id);

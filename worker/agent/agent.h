@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -75,8 +76,9 @@ class WorkerAgent {
   void Stop();  // aborts a running sync, ends threads (bounded)
 
   // Local API.
-  absl::StatusOr<v1::RegisterTensorsResponse> RegisterTensors(
-      const v1::RegisterTensorsRequest& req);
+  // `who`: the owner process asking (TensorTable::Register's replace rule).
+  absl::StatusOr<v1::RegisterTensorsResponse> RegisterTensors(const v1::RegisterTensorsRequest& req,
+                                                              const Registrant& who = Registrant());
   // Memory of this process, by pointer (an embedded worker's owner): see
   // TensorTable::RegisterLocal.
   absl::StatusOr<v1::RegisterTensorsResponse> RegisterLocal(const std::string& group,
@@ -101,6 +103,7 @@ class WorkerAgent {
     v1::SyncAssignment assignment;
     std::string lease_id;
     uint64_t lease_epoch = 0;
+    absl::Time received;  // read off the assignment stream
   };
 
   void SessionLoop();
@@ -110,8 +113,13 @@ class WorkerAgent {
   static v1::SyncEvent EventOf(const v1::SyncAssignment& a, v1::SyncEvent::Kind kind);
   // Counts sync `a`'s outcome and tells the subscribers (FINISHED).
   void PublishEnd(const v1::SyncAssignment& a, bool ok, const std::string& error, bool untouched);
-  // Fails assignment `a` without running it when syncs are held; true if so.
-  bool RefuseIfHeld(const v1::SyncAssignment& a, const std::string& lease_id);
+  // Fails assignment `a` without running it when syncs are held, or when it
+  // carries a version of its transfer older than the one this worker last
+  // applied (a controller that lost its state must not roll the weights
+  // back); true if so.
+  bool RefuseIfHeldOrOlder(const v1::SyncAssignment& a, const std::string& lease_id);
+  // Reports `a` failed with FAILED_PRECONDITION `error`, nothing written.
+  void Refuse(const v1::SyncAssignment& a, const std::string& lease_id, const std::string& error);
   void OnAssignment(const v1::Assignment& a, const std::string& lease_id, uint64_t epoch);
   void Report(v1::ReportResultRequest r, const std::string& lease_id);
   // After failed sync `a`: waits (past its deadline by at most a lease
@@ -153,11 +161,14 @@ class WorkerAgent {
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
-  // Assignments aborted while queued that carried an op list: the exec
-  // thread caches their lists before it runs the next sync.
-  std::vector<v1::SyncAssignment> dropped_plans_ ABSL_GUARDED_BY(mu_);
+  // Assignments aborted while queued: the exec thread caches their op lists
+  // and reports them (ABORTED, nothing written), so that the controller
+  // knows they never write a peer (its AwaitWriters waited for them).
+  std::vector<Queued> dropped_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<EventQueue>> subscribers_ ABSL_GUARDED_BY(mu_);
   int64_t last_version_ ABSL_GUARDED_BY(mu_) = 0;
+  // Per transfer, the last version applied here (older ones are refused).
+  std::map<std::string, int64_t> applied_ ABSL_GUARDED_BY(mu_);
   int32_t syncs_ok_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t syncs_failed_ ABSL_GUARDED_BY(mu_) = 0;
   std::string held_ ABSL_GUARDED_BY(mu_);  // HoldSyncs' reason; "" admits syncs

@@ -91,6 +91,9 @@ absl::StatusOr<std::string> ReceiveMessage(int conn, std::vector<int>* fds) {
   if (n == 0) return absl::UnavailableError("descriptor socket: the owner hung up before DONE");
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    // The descriptors' bytes, never negative (an unsigned wrap would read
+    // past the control buffer).
+    if (c->cmsg_len < CMSG_LEN(0)) continue;
     const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     const int* in = reinterpret_cast<const int*>(CMSG_DATA(c));
     for (size_t i = 0; i < count; ++i) fds->push_back(in[i]);

@@ -1,11 +1,24 @@
 #include "worker/agent/local_service.h"
 
+#include <algorithm>
+#include <optional>
+
 namespace wsync::agent {
 
-grpc::Status LocalServiceImpl::RegisterTensors(grpc::ServerContext*,
+Registrant LocalServiceImpl::Caller(const grpc::ServerContext& ctx) const {
+  Registrant who;
+  who.pid = -1;
+  std::optional<PeerCred> cred = peers_ != nullptr ? peers_->Find(ctx.peer()) : std::nullopt;
+  if (!cred.has_value()) return who;
+  who.pid = cred->pid;
+  who.admin = std::find(admin_uids_.begin(), admin_uids_.end(), cred->uid) != admin_uids_.end();
+  return who;
+}
+
+grpc::Status LocalServiceImpl::RegisterTensors(grpc::ServerContext* ctx,
                                                const v1::RegisterTensorsRequest* req,
                                                v1::RegisterTensorsResponse* resp) {
-  auto r = agent_->RegisterTensors(*req);
+  auto r = agent_->RegisterTensors(*req, Caller(*ctx));
   if (!r.ok()) {
     return grpc::Status(static_cast<grpc::StatusCode>(r.status().code()),
                         std::string(r.status().message()));

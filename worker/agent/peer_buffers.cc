@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/peer_lists.h"
+#include "common/status_macros.h"
+#include "worker/agent/location_bounds.h"
 
 namespace wsync::agent {
 absl::Status PeerBufferMaps::Update(
@@ -63,6 +65,7 @@ absl::Status PeerBufferMaps::Map(const v1::PeerBuffers& list, Peer& peer) {
     plane::BufferLocation where;
     if (b.has_shm()) where.shm = &b.shm();
     if (b.has_cuda_ipc()) where.cuda_ipc = &b.cuda_ipc();
+    RETURN_IF_ERROR(CheckLocationRange(where, b.bytes(), what));
     auto opened = backend_->OpenBuffer(where, b.bytes(), /*peer=*/true, what, &objects);
     if (!opened.ok()) return opened.status();
     exec::RegisteredBuffer r;

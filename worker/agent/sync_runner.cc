@@ -148,6 +148,9 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   r.set_peer(-1);
   const std::string plan_id = PlanId(a);
   int32_t rounds_done = 0;
+  // Held for the whole run: a failed run clears bound_, and finish() still
+  // reads the plan (the sanitizer build caught the use after free).
+  std::shared_ptr<const exec::BoundPlan> bound_hold;
   const exec::BoundPlan* bound_plan = nullptr;
   auto finish = [&](const absl::Status& s) {
     if (!s.ok()) {
@@ -208,7 +211,8 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     if (!b.ok()) return finish(b.status());
     bit = bound_.emplace(plan_id, std::make_pair(direct_key, *b)).first;
   }
-  bound_plan = bit->second.second.get();
+  bound_hold = bit->second.second;
+  bound_plan = bound_hold.get();
   r.set_bind_seconds(Since(t));
   // 3. The data plane of this transfer generation.
   t = absl::Now();

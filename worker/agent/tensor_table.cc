@@ -1,11 +1,16 @@
 #include "worker/agent/tensor_table.h"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/dtype.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
+#include "worker/agent/location_bounds.h"
 
 namespace wsync::agent {
 namespace {
@@ -19,21 +24,7 @@ absl::StatusOr<int64_t> NeededBytes(const v1::TensorRegistration& t, const std::
   if (t.name().empty()) return absl::InvalidArgumentError("RegisterTensors: empty tensor name");
   const int64_t es = DTypeSize(t.dtype());
   if (es == 0) return absl::InvalidArgumentError(absl::StrCat(what, ": no dtype"));
-  int64_t elements = 1;
-  for (int64_t d : t.shape()) {
-    if (d < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": negative dimension"));
-    if (__builtin_mul_overflow(elements, d, &elements)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": shape [", absl::StrJoin(t.shape(), ", "), "] overflows 64-bit sizes"));
-    }
-  }
-  int64_t bytes = 0;
-  if (__builtin_mul_overflow(elements, es, &bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": shape [",
-                                                   absl::StrJoin(t.shape(), ", "), "] of ", es,
-                                                   "-byte elements overflows 64-bit sizes"));
-  }
-  return bytes;
+  return CheckedBytes(t.shape(), es, what);
 }
 
 bool HasLocation(const v1::TensorRegistration& t) {
@@ -66,18 +57,47 @@ absl::Status TensorTable::CheckConflict(const TensorEntry& e, bool replace) cons
       absl::StrCat(What(e.group, e.reg), " is already registered with another location or shape"));
 }
 
+namespace {
+bool ProcessAlive(int64_t pid) {
+  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
+}  // namespace
+
+absl::Status TensorTable::CheckOwners(const std::string& group,
+                                      const std::vector<std::string>& names, bool replace,
+                                      const Registrant& who) const {
+  if (who.admin) return absl::OkStatus();
+  for (const auto& [key, e] : tensors_) {
+    if (key.first != group || e.owner_pid == who.pid) continue;
+    if (!replace && std::find(names.begin(), names.end(), key.second) == names.end()) continue;
+    if (!ProcessAlive(e.owner_pid)) continue;  // its owner is gone: a restarted owner takes over
+    return absl::PermissionDeniedError(
+        absl::StrCat(What(group, e.reg), " was registered by process ", e.owner_pid,
+                     ", which is still running; only it may replace or re-register it (process ",
+                     who.pid, " asked", replace ? ", replace=true" : "",
+                     "), or a uid of the worker's --local_admin_uids"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::Register(
-    const v1::RegisterTensorsRequest& req, const FdBatches& fds) {
+    const v1::RegisterTensorsRequest& req, const FdBatches& fds, const Registrant& who) {
   RETURN_IF_ERROR(CheckGroup(req.group()));
   // Validate and map everything first: a bad entry changes nothing.
   std::vector<TensorEntry> fresh;
   absl::MutexLock lock(&mu_);
+  {
+    std::vector<std::string> names;
+    for (const v1::TensorRegistration& t : req.tensors()) names.push_back(t.name());
+    RETURN_IF_ERROR(CheckOwners(req.group(), names, req.replace(), who));
+  }
   for (const v1::TensorRegistration& t : req.tensors()) {
     const std::string what = What(req.group(), t);
     absl::StatusOr<int64_t> needed = NeededBytes(t, what);
     if (!needed.ok()) return needed.status();
     TensorEntry e;
     e.group = req.group();
+    e.owner_pid = who.pid;
     e.reg = t;
     RETURN_IF_ERROR(CheckConflict(e, req.replace()));
     plane::BufferLocation where;
@@ -93,6 +113,7 @@ absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::Register(
       }
       where.fds = batch->second.get();
     }
+    RETURN_IF_ERROR(CheckLocationRange(where, *needed, what));
     auto opened = backend_->OpenBuffer(where, *needed, /*peer=*/false, what, &mappings_);
     if (!opened.ok()) return opened.status();
     e.data = opened->data;
@@ -132,6 +153,7 @@ absl::StatusOr<v1::RegisterTensorsResponse> TensorTable::RegisterLocal(
     }
     TensorEntry e;
     e.group = group;
+    e.owner_pid = static_cast<int64_t>(::getpid());  // the owner is this process
     e.reg = std::move(t.reg);
     e.data = t.data;
     e.bytes = t.bytes;

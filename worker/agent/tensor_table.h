@@ -10,6 +10,8 @@
 #ifndef WSYNC_WORKER_AGENT_TENSOR_TABLE_H_
 #define WSYNC_WORKER_AGENT_TENSOR_TABLE_H_
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -26,8 +28,18 @@
 
 namespace wsync::agent {
 
+// Who registers: the owner process, as the worker's local socket identified
+// its connection (SO_PEERCRED). A registration is replaced (`replace`, or a
+// name registered again with another location) only by the process that made
+// it, once that process is gone, or by an admin (--local_admin_uids).
+struct Registrant {
+  int64_t pid = static_cast<int64_t>(::getpid());
+  bool admin = false;
+};
+
 struct TensorEntry {
   std::string group;
+  int64_t owner_pid = 0;  // the Registrant's pid
   v1::TensorRegistration reg;
   std::shared_ptr<void> hold;  // keeps its mapping open
   std::string identity;        // of the object mapped ("" for device memory)
@@ -61,8 +73,11 @@ class TensorTable {
   using FdBatches = std::map<std::string, std::shared_ptr<const plane::FdBatch>>;
 
   // `fds` holds the batch of every token the request's CudaVmm entries name.
+  // PERMISSION_DENIED (naming the tensor and its owner's pid) when `who`
+  // may not replace an entry the request replaces (Registrant).
   absl::StatusOr<v1::RegisterTensorsResponse> Register(const v1::RegisterTensorsRequest& req,
-                                                       const FdBatches& fds = {});
+                                                       const FdBatches& fds = {},
+                                                       const Registrant& who = Registrant());
   // Registers memory of this process for `group` (replace: as the request's
   // flag). Refused, naming the tensor, with INVALID_ARGUMENT for a null
   // pointer, a size below elements * dtype size or a bad dtype / shape, and
@@ -85,6 +100,11 @@ class TensorTable {
   absl::Status CheckGroup(const std::string& group) const;
   // Refuses an entry replacing another one unless `replace`.
   absl::Status CheckConflict(const TensorEntry& e, bool replace) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Refuses `who` replacing another live process's entries of `group`: all of
+  // them with `replace`, else those named `names`.
+  absl::Status CheckOwners(const std::string& group, const std::vector<std::string>& names,
+                           bool replace, const Registrant& who) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::RegisterTensorsResponse Commit(const std::string& group, std::vector<TensorEntry> fresh,
                                      bool replace) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

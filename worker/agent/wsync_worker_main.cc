@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -25,7 +26,7 @@
 #include "worker/agent/agent.h"
 #include "worker/agent/controller_channel.h"
 #include "worker/agent/launch_env.h"
-#include "worker/agent/local_service.h"
+#include "worker/agent/local_endpoint.h"
 #include "worker/node/backend_registry.h"
 
 ABSL_FLAG(std::string, controller, "127.0.0.1:50051",
@@ -58,7 +59,22 @@ ABSL_FLAG(std::string, data_address, "127.0.0.1",
           "WSYNC_DATA_ADDRESS.");
 ABSL_FLAG(std::string, local_socket, "",
           "Unix socket path of the local API for the owner process (default "
-          "/tmp/wsync-worker-<group>-<rank>.sock of the first group). Env: WSYNC_LOCAL_SOCKET.");
+          "$XDG_RUNTIME_DIR/wsync/worker-<group>-<rank>.sock of the first group, or "
+          "/tmp/wsync-<uid>/... without XDG_RUNTIME_DIR). Its directory must be this user's and "
+          "writable by no one else (a missing one is created 0700); the socket is mode 0600. "
+          "Env: WSYNC_LOCAL_SOCKET.");
+ABSL_FLAG(std::string, local_socket_group, "",
+          "Group (name or gid) whose processes may also use the local socket: the socket "
+          "becomes mode 0660 of that group (its directory 0710 when created). Env: "
+          "WSYNC_LOCAL_SOCKET_GROUP.");
+ABSL_FLAG(std::string, local_allowed_uids, "",
+          "Comma-separated uids that may connect to the local socket besides this worker's own "
+          "(checked with SO_PEERCRED; the socket's mode must let them in too). Env: "
+          "WSYNC_LOCAL_ALLOWED_UIDS.");
+ABSL_FLAG(std::string, local_admin_uids, "",
+          "Comma-separated uids whose processes may replace tensors another live process "
+          "registered (otherwise only the registering process may, or its successor once it "
+          "exited). Env: WSYNC_LOCAL_ADMIN_UIDS.");
 ABSL_FLAG(int32_t, metrics_port, 0,
           "Port of the Prometheus /metrics endpoint (0: any free port, -1: disabled). Env: "
           "WSYNC_METRICS_PORT.");
@@ -115,10 +131,28 @@ int main(int argc, char** argv) {
       "wsync-worker: executes its part of every weight sync; serves the owner process on a "
       "Unix socket.\nFlags also read WSYNC_<FLAG> environment variables; the command line wins.",
       "worker/agent/",
-      {"controller", "groups", "node", "device_uuid", "data_address", "local_socket",
-       "metrics_port", "metrics_host", "round_timeout", "staging_limit_bytes", "instance_id",
-       "port_file", "device", "direct_writes", "insecure", "controller_ca", "cert", "key",
-       "tls_reload_interval"});
+      {"controller",
+       "groups",
+       "node",
+       "device_uuid",
+       "data_address",
+       "local_socket",
+       "metrics_port",
+       "metrics_host",
+       "round_timeout",
+       "staging_limit_bytes",
+       "instance_id",
+       "port_file",
+       "device",
+       "direct_writes",
+       "insecure",
+       "controller_ca",
+       "cert",
+       "key",
+       "tls_reload_interval",
+       "local_socket_group",
+       "local_allowed_uids",
+       "local_admin_uids"});
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -204,10 +238,22 @@ int main(int argc, char** argv) {
     options.direct_write_domain = (*backend)->MemoryDomain();
     options.peer_gpu_uuids = (*backend)->WritableDevices();
   }
-  std::string socket_path = absl::GetFlag(FLAGS_local_socket);
-  if (socket_path.empty()) {
-    socket_path = absl::StrCat("/tmp/wsync-worker-", options.memberships[0].group(), "-",
-                               options.memberships[0].rank(), ".sock");
+  auto local_socket = wsync::agent::ResolveLocalSocket(
+      absl::GetFlag(FLAGS_local_socket), absl::GetFlag(FLAGS_local_socket_group),
+      absl::GetFlag(FLAGS_local_allowed_uids), options.memberships[0].group(),
+      options.memberships[0].rank());
+  auto admin_uids =
+      wsync::agent::ParseUids(absl::GetFlag(FLAGS_local_admin_uids), "--local_admin_uids");
+  if (!local_socket.ok() || !admin_uids.ok()) {
+    spdlog::error("wsync-worker: {}",
+                  (local_socket.ok() ? admin_uids.status() : local_socket.status()).ToString());
+    return 2;
+  }
+  const std::string socket_path = local_socket->path;
+  auto local = wsync::agent::LocalEndpoint::Open(*std::move(local_socket));
+  if (!local.ok()) {
+    spdlog::error("wsync-worker: {}", local.status().ToString());
+    return 2;
   }
 
   wsync::agent::WorkerMetrics metrics;
@@ -223,25 +269,10 @@ int main(int argc, char** argv) {
   // Descriptors (CUDA virtual memory) arrive beside the local API; the
   // backend decides what it can open from them.
   RaiseOpenFileLimit();
-  wsync::agent::FdInboxOptions inbox_options;
-  inbox_options.path = wsync::agent::FdSocketPath(socket_path);
-  auto fd_inbox = wsync::agent::FdInbox::Start(inbox_options);
-  if (fd_inbox.ok()) {
-    options.fd_inbox = fd_inbox->get();
-  } else {
-    // Only CUDA virtual memory needs it: such registrations are then refused
-    // by name ("no descriptor socket").
-    spdlog::warn("wsync-worker: no descriptor socket: {}", fd_inbox.status().ToString());
-  }
+  options.fd_inbox = (*local)->fd_inbox();
   wsync::agent::WorkerAgent agent(options, &metrics);
-  wsync::agent::LocalServiceImpl local(&agent);
-  unlink(socket_path.c_str());  // a stale socket of an earlier run
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
-  builder.RegisterService(&local);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr) {
-    spdlog::error("wsync-worker: cannot serve the local API on {}", socket_path);
+  if (absl::Status s = (*local)->Serve(&agent, *admin_uids); !s.ok()) {
+    spdlog::error("wsync-worker: {}", s.ToString());
     return 1;
   }
   agent.Start();
@@ -250,7 +281,9 @@ int main(int argc, char** argv) {
     {
       std::ofstream out(port_file + ".tmp");
       out << "metrics_port=" << metrics.port() << "\nlocal_socket=" << socket_path << "\n";
-      if (fd_inbox.ok()) out << "fd_socket=" << (*fd_inbox)->path() << "\n";
+      if ((*local)->fd_inbox() != nullptr) {
+        out << "fd_socket=" << (*local)->fd_inbox()->path() << "\n";
+      }
     }
     std::rename((port_file + ".tmp").c_str(), port_file.c_str());
   }
@@ -258,7 +291,6 @@ int main(int argc, char** argv) {
   sigwait(&signals, &sig);
   spdlog::info("signal {}: stopping", sig);
   agent.Stop();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  unlink(socket_path.c_str());
+  local->reset();  // no new connections, socket files removed
   return 0;
 }

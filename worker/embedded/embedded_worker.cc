@@ -76,8 +76,24 @@ absl::StatusOr<std::unique_ptr<EmbeddedWorker>> EmbeddedWorker::Create(EmbeddedO
     return absl::Status(backend.status().code(),
                         absl::StrCat("embedded worker: ", backend.status().message()));
   }
-  std::unique_ptr<EmbeddedWorker> w(
-      new EmbeddedWorker(std::move(options), std::move(*backend), *std::move(credentials)));
+  std::unique_ptr<agent::LocalEndpoint> local;
+  if (!options.local_socket.empty()) {
+    agent::LocalSocketOptions socket;
+    socket.path = options.local_socket;
+    auto opened = agent::LocalEndpoint::Open(std::move(socket));
+    if (!opened.ok()) {
+      return absl::Status(opened.status().code(),
+                          absl::StrCat("embedded worker: ", opened.status().message()));
+    }
+    local = *std::move(opened);
+  }
+  std::unique_ptr<EmbeddedWorker> w(new EmbeddedWorker(std::move(options), std::move(*backend),
+                                                       *std::move(credentials), std::move(local)));
+  if (w->local_ != nullptr) {
+    if (absl::Status s = w->local_->Serve(w->agent_.get()); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("embedded worker: ", s.message()));
+    }
+  }
   if (w->options_.metrics_port >= 0) {
     absl::Status s =
         w->metrics_.Serve(absl::StrCat(w->options_.metrics_host, ":", w->options_.metrics_port));
@@ -87,8 +103,9 @@ absl::StatusOr<std::unique_ptr<EmbeddedWorker>> EmbeddedWorker::Create(EmbeddedO
 }
 
 EmbeddedWorker::EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::Backend> backend,
-                               std::shared_ptr<grpc::ChannelCredentials> credentials)
-    : options_(std::move(options)), backend_(std::move(backend)) {
+                               std::shared_ptr<grpc::ChannelCredentials> credentials,
+                               std::unique_ptr<agent::LocalEndpoint> local)
+    : options_(std::move(options)), backend_(std::move(backend)), local_(std::move(local)) {
   agent::AgentOptions a;
   a.controller = options_.controller;
   a.controller_credentials = std::move(credentials);
@@ -101,6 +118,7 @@ EmbeddedWorker::EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::B
   a.round_timeout = options_.round_timeout;
   a.staging_limit_bytes = options_.staging_limit_bytes;
   a.backend = backend_.get();
+  if (local_ != nullptr) a.fd_inbox = local_->fd_inbox();
   // No direct writes: no other process can map this process's memory.
   agent_ = std::make_unique<agent::WorkerAgent>(std::move(a), &metrics_);
 }
@@ -137,6 +155,7 @@ void EmbeddedWorker::Stop() {
   if (stopped_) return;
   stopped_ = true;
   agent_->Stop();
+  local_.reset();  // no registration reaches a stopped agent
   spdlog::info("embedded worker {} stopped", Roles());
 }
 

@@ -5,7 +5,9 @@
 // when a device is given), with the owner's tensors registered by pointer
 // instead of over the local Unix-socket API. Nothing is shared with other
 // processes: the worker takes no part in direct writes (it advertises no
-// memory domain), so every bucket to or from it goes over the transport.
+// memory domain), so every bucket to or from it goes over the transport,
+// unless its other end is a tensor another process registered with it over
+// `local_socket` (then it is a local copy).
 //
 // Lifecycle: Create -> [Register]* -> Start -> [Register | SetServing | Status |
 // events]*
@@ -26,6 +28,7 @@
 #include "absl/time/time.h"
 #include "worker/agent/agent.h"
 #include "worker/agent/controller_channel.h"
+#include "worker/agent/local_endpoint.h"
 #include "worker/agent/worker_metrics.h"
 #include "worker/plane/backend.h"
 #include "wsync/v1/controller.pb.h"
@@ -47,6 +50,14 @@ struct EmbeddedOptions {
   std::string instance_id;  // "": random
   // TLS to the controller (docs/security.md); insecure: plaintext.
   agent::ControllerTls tls;
+  // "": this process's tensors only. Else the local API (and its descriptor
+  // socket) is also served on this Unix socket, so that other processes on
+  // the worker's device register theirs too (CUDA IPC, descriptors, shared
+  // memory), e.g. a colocated trainer's shards beside a vLLM rank's weights:
+  // one worker then holds both memberships and copies locally. Its directory
+  // must be private to this user (agent/local_socket.h); only this user's
+  // processes may connect.
+  std::string local_socket;
 };
 
 // One tensor of this process, by pointer.
@@ -100,13 +111,16 @@ class EmbeddedWorker {
 
  private:
   EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::Backend> backend,
-                 std::shared_ptr<grpc::ChannelCredentials> credentials);
+                 std::shared_ptr<grpc::ChannelCredentials> credentials,
+                 std::unique_ptr<agent::LocalEndpoint> local);
   std::string Roles() const;
 
   const EmbeddedOptions options_;
   const std::unique_ptr<plane::Backend> backend_;
   agent::WorkerMetrics metrics_;
   std::unique_ptr<agent::WorkerAgent> agent_;
+  // Null without options.local_socket; serves agent_, so it goes first.
+  std::unique_ptr<agent::LocalEndpoint> local_;  // reset by Stop, under mu_
 
   mutable absl::Mutex mu_;  // serialises lifecycle changes with registrations
   bool started_ ABSL_GUARDED_BY(mu_) = false;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "worker/exec/bound_plan_internal.h"
 
@@ -155,9 +156,12 @@ absl::Status Binder::LayOutStaging(RoundOps& ops, BoundRound& out) {
     for (auto* list : {&ops.sends, &ops.recvs}) {
       for (auto& [t, b] : *list) {
         if (t.zero_copy) continue;
-        offset = (offset + align - 1) / align * align;
+        // Bucket sizes come from the plan: refuse any that wrap.
+        ASSIGN_OR_RETURN(offset, CheckedAdd(offset, (align - offset % align) % align,
+                                            absl::StrCat("bucket ", t.bucket, " staging")));
         t.staging_offset = offset;
-        offset += t.bytes;
+        ASSIGN_OR_RETURN(offset, CheckedAdd(offset, t.bytes,
+                                            absl::StrCat("bucket ", t.bucket, " staging")));
       }
     }
     out.staging_bytes = offset;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 
 namespace wsync::exec::bind_internal {
@@ -48,29 +49,20 @@ absl::StatusOr<StridedView> Binder::Resolve(const v1::TensorView& v, BufferSide 
                                                    ", ", v.strides_size(), " strides, offset ",
                                                    v.byte_offset(), ")"));
   }
-  int64_t last = 0;
-  bool empty = false;
+  // The element count too: a stride-0 view spans little but may count more
+  // elements than int64 holds (every later size is numel * element size).
   for (int d = 0; d < v.shape_size(); ++d) {
-    const int64_t n = v.shape(d), s = v.strides(d);
-    if (n < 0 || s < 0) {
+    if (v.shape(d) < 0 || v.strides(d) < 0) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": negative size or stride"));
     }
-    if (n == 0) empty = true;
-    int64_t step;
-    if (n > 0 &&
-        (__builtin_mul_overflow(n - 1, s, &step) || __builtin_add_overflow(last, step, &last))) {
-      return absl::OutOfRangeError(absl::StrCat(what, ": extent overflows"));
-    }
   }
-  int64_t end = v.byte_offset();
-  if (!empty) {
-    int64_t span;
-    if (__builtin_mul_overflow(last + 1, esize, &span) || __builtin_add_overflow(end, span, &end)) {
-      return absl::OutOfRangeError(absl::StrCat(what, ": extent overflows"));
-    }
-  }
-  if (end > buf->bytes) {
-    return absl::OutOfRangeError(absl::StrCat(what, ": bytes [", v.byte_offset(), ", ", end,
+  RETURN_IF_ERROR(CheckedNumElements(v.shape(), what).status());
+  absl::StatusOr<int64_t> span = StridedExtent(v.shape(), v.strides(), esize, what);
+  if (!span.ok()) return absl::OutOfRangeError(span.status().message());
+  absl::StatusOr<int64_t> end = CheckedAdd(v.byte_offset(), *span, what);
+  if (!end.ok()) return absl::OutOfRangeError(end.status().message());
+  if (*end > buf->bytes) {
+    return absl::OutOfRangeError(absl::StrCat(what, ": bytes [", v.byte_offset(), ", ", *end,
                                               ") of shape ", ShapeString(v),
                                               " lie outside the buffer's ", buf->bytes, " bytes"));
   }
@@ -93,10 +85,11 @@ bool SameShape(const StridedView& a, const StridedView& b) {
 absl::Status CheckPacked(const v1::Bucket& b, const v1::Piece& p, int64_t numel) {
   const int64_t wsize = DTypeSize(p.wire_dtype());
   if (wsize == 0) return absl::InvalidArgumentError("piece has no wire dtype");
-  if (p.bucket_offset() < 0 || p.bucket_offset() + numel * wsize > b.bytes()) {
-    return absl::OutOfRangeError(absl::StrCat("packed bytes [", p.bucket_offset(), ", ",
-                                              p.bucket_offset() + numel * wsize,
-                                              ") lie outside the bucket's ", b.bytes(), " bytes"));
+  ASSIGN_OR_RETURN(const int64_t bytes, CheckedMul(numel, wsize, "packed piece"));
+  absl::Status in = RangeWithin(p.bucket_offset(), bytes, b.bytes(), "packed bytes");
+  if (!in.ok()) {
+    return absl::OutOfRangeError(absl::StrCat(in.message(), " (the bucket's ", b.bytes(),
+                                              " bytes)"));
   }
   return absl::OkStatus();
 }
@@ -106,10 +99,9 @@ absl::Status StagedInput(const v1::Bucket& b, const v1::Piece& p, int64_t transf
   if (b.zero_copy()) {
     return absl::InvalidArgumentError(absl::StrCat(kind, " in a zero-copy bucket"));
   }
-  int64_t numel = 1;
-  for (int64_t n : p.dst().shape()) numel *= n;
+  ASSIGN_OR_RETURN(const int64_t numel, CheckedNumElements(p.dst().shape(), kind));
   RETURN_IF_ERROR(CheckPacked(b, p, numel));
-  *staging_offset = transfer_offset + p.bucket_offset();
+  ASSIGN_OR_RETURN(*staging_offset, CheckedAdd(transfer_offset, p.bucket_offset(), kind));
   view->dtype = p.wire_dtype();
   view->ndim = 1;
   view->shape[0] = numel;
@@ -118,9 +110,8 @@ absl::Status StagedInput(const v1::Bucket& b, const v1::Piece& p, int64_t transf
 }
 
 absl::Status CheckSameCount(const v1::Piece& p) {
-  int64_t a = 1, b = 1;
-  for (int64_t n : p.src().shape()) a *= n;
-  for (int64_t n : p.dst().shape()) b *= n;
+  ASSIGN_OR_RETURN(const int64_t a, CheckedNumElements(p.src().shape(), "source view"));
+  ASSIGN_OR_RETURN(const int64_t b, CheckedNumElements(p.dst().shape(), "destination view"));
   if (a != b) {
     return absl::InvalidArgumentError(absl::StrCat("source shape ", ShapeString(p.src()),
                                                    " and destination shape ", ShapeString(p.dst()),
@@ -156,11 +147,15 @@ absl::StatusOr<QuantGridInfo> QuantGrid(const v1::Bucket& b, int i) {
     return absl::InvalidArgumentError(
         "quantized piece needs 2 positive blocks, a destination of >= 2 dims and wire FP8_E4M3");
   }
-  for (int d = 0; d + 2 < nd; ++d) g.outer *= p.dst().shape(d);
+  ASSIGN_OR_RETURN(g.outer, CheckedNumElements(absl::MakeConstSpan(p.dst().shape()).first(nd - 2),
+                                               "quantized piece"));
   g.rows = p.dst().shape(nd - 2);
   g.cols = p.dst().shape(nd - 1);
   g.block_rows = p.quant_block(0);
   g.block_cols = p.quant_block(1);
+  if (g.rows < 0 || g.cols < 0) {
+    return absl::InvalidArgumentError("quantized piece has a negative dimension");
+  }
   for (int k = 0; k < b.pieces_size(); ++k) {
     if (b.pieces(k).scales_of() == i + 1) {
       if (g.scale_piece >= 0) return absl::InvalidArgumentError("two scale pieces");
@@ -169,10 +164,14 @@ absl::StatusOr<QuantGridInfo> QuantGrid(const v1::Bucket& b, int i) {
   }
   if (g.scale_piece < 0) return absl::InvalidArgumentError("no scale piece");
   const v1::Piece& sp = b.pieces(g.scale_piece);
-  const int64_t blocks = g.outer * ((g.rows + g.block_rows - 1) / g.block_rows) *
-                         ((g.cols + g.block_cols - 1) / g.block_cols);
-  if (sp.wire_dtype() != v1::FP32 || sp.bucket_offset() < 0 ||
-      sp.bucket_offset() + 4 * blocks > b.bytes()) {
+  // ceil(n / block) without forming n + block - 1.
+  const int64_t block_rows = g.rows / g.block_rows + (g.rows % g.block_rows != 0);
+  const int64_t block_cols = g.cols / g.block_cols + (g.cols % g.block_cols != 0);
+  ASSIGN_OR_RETURN(const int64_t blocks,
+                   CheckedNumElements({g.outer, block_rows, block_cols}, "quantized piece"));
+  absl::StatusOr<int64_t> scale_bytes = CheckedMul(blocks, 4, "scale piece");
+  if (sp.wire_dtype() != v1::FP32 || !scale_bytes.ok() ||
+      !RangeWithin(sp.bucket_offset(), *scale_bytes, b.bytes(), "scale piece").ok()) {
     return absl::InvalidArgumentError(absl::StrCat("scale piece ", g.scale_piece, " is not ",
                                                    blocks, " fp32 values in the bucket"));
   }

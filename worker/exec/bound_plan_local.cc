@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cast.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 
 namespace wsync::exec::bind_internal {
@@ -216,13 +217,13 @@ absl::Status Binder::BindQuantize(const v1::Quantize& q, int32_t round, BoundRou
     int64_t m = 1;
     for (int d = 0; d < dst->ndim; ++d) {
       qi.offset[d] = in.offset(d);
-      if (qi.offset[d] < 0 || qi.offset[d] + qi.shape[d] > dst->shape[d]) {
+      if (!RangeWithin(qi.offset[d], qi.shape[d], dst->shape[d], where).ok()) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": input ", k, " (", it->second.where,
                                                        ") lies outside the region"));
       }
       m *= qi.shape[d];
     }
-    covered += m;
+    ASSIGN_OR_RETURN(covered, CheckedAdd(covered, m, absl::StrCat(where, ": inputs")));
     out.quantize_inputs.push_back(qi);
   }
   if (covered != dst->num_elements()) {

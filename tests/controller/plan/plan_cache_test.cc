@@ -66,5 +66,43 @@ TEST(PlanCacheTest, ConcurrentCallersShareOneBuild) {
   for (const v1::Plan* p : got) EXPECT_EQ(p, got[0]);
 }
 
+// The cache is bounded by the bytes its plans occupy, not only their count.
+TEST(PlanCacheTest, ByteBudgetEvictsOldestAndKeepsNewest) {
+  PlanCache unbounded(16);
+  auto first = unbounded.GetOrBuild(MakeSpec(1024));
+  ASSERT_TRUE(first.ok());
+  const int64_t one = unbounded.bytes();
+  // Honest footprint: at least the plan's own in-memory size.
+  EXPECT_GE(one, static_cast<int64_t>((*first)->SpaceUsedLong()));
+  ASSERT_TRUE(unbounded.GetOrBuild(MakeSpec(2048)).ok());
+  EXPECT_GT(unbounded.bytes(), one);
+
+  PlanCache cache(16, /*budget_bytes=*/one + one / 2);
+  ASSERT_TRUE(cache.GetOrBuild(MakeSpec(1024)).ok());
+  auto second = cache.GetOrBuild(MakeSpec(2048));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_LE(cache.bytes(), one + one / 2);
+  EXPECT_EQ(cache.Lookup(PlanKey(MakeSpec(1024))), nullptr);
+  EXPECT_EQ(cache.Lookup((*second)->key()).get(), second->get());
+
+  // A plan over the whole budget is still kept, alone.
+  PlanCache tiny(16, /*budget_bytes=*/1);
+  ASSERT_TRUE(tiny.GetOrBuild(MakeSpec(1024)).ok());
+  ASSERT_TRUE(tiny.GetOrBuild(MakeSpec(2048)).ok());
+  EXPECT_EQ(tiny.size(), 1u);
+  EXPECT_NE(tiny.Lookup(PlanKey(MakeSpec(2048))), nullptr);
+}
+
+TEST(PlanCacheTest, BuildLimitsApply) {
+  BuildOptions build;
+  build.max_buckets = 1;
+  PlanCache cache(16, 0, build);
+  auto plan = cache.GetOrBuild(MakeSpec(64));
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted) << plan.status();
+  EXPECT_NE(plan.status().message().find("--max_plan_buckets"), std::string::npos);
+  EXPECT_EQ(cache.size(), 0u);
+}
+
 }  // namespace
 }  // namespace wsync::plan

@@ -91,6 +91,9 @@ class SyncRoutesTest : public ::testing::Test {
     config.sync_deadline = absl::Seconds(30);
     config.instance = "test";
     config.direct_writes = direct_writes;
+    // A reported failure ends its sync at once (the blame grace has its own
+    // tests, sync_blame_test.cc).
+    config.failure_grace = absl::ZeroDuration();
     controller_ = std::make_unique<Controller>(config, &metrics_, &plans_);
     last_lease_.clear();
   }

@@ -1,8 +1,8 @@
 // SyncCoordinator (with the registry and rendezvous it drives, composed by
 // Controller): the real planner, workers simulated by calls.
 #include <atomic>
-#include <map>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -11,76 +11,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/controller/server/controller_test_util.h"
+#include "tests/controller/server/coordinator_fixture.h"
 
 namespace wsync::controller {
 namespace {
 
 using ::testing::HasSubstr;
-
-class SyncCoordinatorTest : public ::testing::Test {
- protected:
-  SyncCoordinatorTest() { Restart(); }
-
-  // A fresh controller (and plan cache).
-  void Restart() {
-    config_.lease_ttl = absl::Milliseconds(300);
-    config_.sync_deadline = absl::Seconds(30);
-    config_.instance = "test";
-    controller_.reset();
-    leases_.clear();
-    plans_ = std::make_unique<PlanSource>();
-    controller_ = std::make_unique<Controller>(config_, &metrics_, plans_.get());
-  }
-
-  std::string Register(const std::string& instance, const std::string& group, int rank, int size,
-                       int64_t buffer_bytes, const std::vector<v1::TransportKind>& transports = {},
-                       int64_t staging_limit_bytes = 0) {
-    v1::RegisterWorkerRequest req;
-    req.set_instance_id(instance);
-    for (v1::TransportKind t : transports) req.add_transports(t);
-    req.set_staging_limit_bytes(staging_limit_bytes);
-    auto* m = req.add_memberships();
-    m->set_group(group);
-    m->set_rank(rank);
-    m->set_group_size(size);
-    auto* b = req.add_buffers();
-    b->set_group(group);
-    b->set_name("w");
-    b->set_dtype(v1::FP32);
-    b->set_bytes(buffer_bytes);
-    // The same instance again replaces its lease, naming it (as the agent).
-    std::string& previous = leases_[instance];
-    auto resp = controller_->workers().RegisterWorker(req, "", previous);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    previous = resp.ok() ? resp->lease_id() : "";
-    return previous;
-  }
-
-  void DefineSimple() {
-    auto resp = controller_->syncs().DefineTransfer(controller_testing::SimpleTransfer());
-    ASSERT_TRUE(resp.ok()) << resp.status();
-    EXPECT_EQ(resp->num_workers(), 3);
-  }
-
-  absl::StatusOr<v1::SyncResponse> StartSync(int64_t version) {
-    v1::SyncRequest req;
-    req.set_transfer("t");
-    req.set_version(version);
-    return controller_->syncs().StartSync(req);
-  }
-
-  v1::SyncAssignment Next(const std::string& lease, uint64_t token) {
-    auto a = controller_->workers().NextAssignment(lease, token, absl::Seconds(1));
-    EXPECT_TRUE(a.ok() && a->has_value() && (*a)->has_sync());
-    return a.ok() && a->has_value() ? (**a).sync() : v1::SyncAssignment();
-  }
-
-  ControllerConfig config_;
-  ControllerMetrics metrics_;
-  std::unique_ptr<PlanSource> plans_;
-  std::unique_ptr<Controller> controller_;
-  std::map<std::string, std::string> leases_;  // instance -> its last lease
-};
+using SyncCoordinatorTest = controller_testing::CoordinatorFixture;
 
 TEST_F(SyncCoordinatorTest, SyncSendsOpListOncePerPlanKeyAndVersionsMoveForward) {
   const std::string s0 = Register("a", "src", 0, 2, 16);
@@ -166,6 +103,48 @@ TEST_F(SyncCoordinatorTest, ATrainerCancelsOnlyItsOwnSyncs) {
   auto own = controller_->syncs().Cancel(started->sync_id(), "", "token:alice", false);
   ASSERT_TRUE(own.ok()) << own.status();
   EXPECT_EQ(own->phase(), v1::SYNC_CANCELLED);
+}
+
+TEST_F(SyncCoordinatorTest, ASteadySyncReusesItsBindingUntilARegistrationChanges) {
+  const std::string s0 = Register("a", "src", 0, 2, 16);
+  const std::string s1 = Register("b", "src", 1, 2, 16);
+  const std::string d0 = Register("c", "dst", 0, 1, 32);
+  std::map<std::string, uint64_t> tokens;
+  for (const auto& l : {s0, s1, d0}) tokens[l] = *controller_->workers().OpenStream(l);
+  DefineSimple();
+  auto run = [&](int64_t v) {
+    auto started = StartSync(v);
+    ASSERT_TRUE(started.ok()) << started.status();
+    EXPECT_TRUE(started->plan_cache_hit());
+    for (const auto& l : {s0, s1, d0}) {
+      v1::ReportResultRequest r;
+      r.set_lease_id(l);
+      r.set_sync_id(Next(l, tokens[l]).sync_id());
+      ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
+    }
+    auto st = controller_->syncs().WaitSync(started->sync_id(), absl::Seconds(1));
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(st->phase(), v1::SYNC_SUCCEEDED) << st->error();
+  };
+  run(1);
+  const int64_t lookups = plans_->hits() + plans_->misses();
+  run(2);
+  run(3);
+  EXPECT_EQ(plans_->hits() + plans_->misses(), lookups) << "bound and planned once, reused";
+  // The destination now holds a smaller buffer: the next sync binds afresh
+  // and refuses, instead of reusing what was checked before.
+  v1::UpdateBuffersRequest update;
+  update.set_lease_id(d0);
+  auto* b = update.add_buffers();
+  b->set_group("dst");
+  b->set_name("w");
+  b->set_dtype(v1::FP32);
+  b->set_bytes(8);
+  ASSERT_TRUE(controller_->workers().UpdateBuffers(update).ok());
+  auto refused = StartSync(4);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("dst"), std::string::npos) << refused.status();
+  EXPECT_GT(plans_->hits() + plans_->misses(), lookups);
 }
 
 TEST_F(SyncCoordinatorTest, AnAbortedSyncSendsTheOpListAgainToWorkersThatDidNotReport) {
@@ -296,9 +275,12 @@ TEST_F(SyncCoordinatorTest, MissedHeartbeatsExpireTheLeaseAndFailTheSync) {
 }
 
 // A trainer worker dies mid-sync: a receiver reports the lost connection
-// first, the controller declares the trainer lost a lease TTL later; the
-// sync then names the trainer, not the receiver, as its cause.
+// first, the controller declares the trainer lost a lease TTL later (past
+// the failure grace, here none); the sync then names the trainer, not the
+// receiver, as its cause.
 TEST_F(SyncCoordinatorTest, APeerDeclaredLostAfterTheFailureBecomesItsCause) {
+  config_.failure_grace = absl::ZeroDuration();
+  Restart();
   const std::string s0 = Register("a", "src", 0, 2, 16);
   const std::string s1 = Register("b", "src", 1, 2, 16);
   const std::string d0 = Register("c", "dst", 0, 1, 32);
@@ -469,6 +451,8 @@ TEST_F(SyncCoordinatorTest, ASyncNeverRunsASpecRedefinedWhilePlanning) {
 // Tick may finish a sync and prune its record (the oldest, past 256) in one
 // call while WaitSync sleeps on it: the waiter still gets its final status.
 TEST_F(SyncCoordinatorTest, AWaiterGetsTheFinalStatusOfASyncPrunedWhileItWaits) {
+  config_.failure_grace = absl::ZeroDuration();  // ends at the deadline's first tick
+  Restart();
   Register("a", "src", 0, 2, 16);
   Register("b", "src", 1, 2, 16);
   Register("c", "dst", 0, 1, 32);

@@ -44,6 +44,27 @@ TEST(WorkerChecksTest, CommonTransportPrefersNcclAndNamesMixedWorkers) {
   EXPECT_EQ(TransportName(v1::TRANSPORT_GLOO), "gloo");
 }
 
+TEST(WorkerChecksTest, NcclWorkersOfDifferentNcclVersionsAreRefusedByName) {
+  auto with_nccl = [](const std::string& name, const std::string& version) {
+    WorkerSnapshot w = Worker(name, {v1::TRANSPORT_NCCL});
+    auto info = std::make_shared<v1::RegisterWorkerRequest>(*w.info);
+    info->add_capabilities("cuda_ipc");
+    if (!version.empty()) info->add_capabilities("nccl=" + version);
+    w.info = std::move(info);
+    return w;
+  };
+  const WorkerSnapshot sidecar = with_nccl("trainer", "2.28.3");
+  const WorkerSnapshot embedded = with_nccl("vllm", "2.28.9");
+  EXPECT_EQ(*CommonTransport("t", {sidecar, with_nccl("other", "2.28.3")}), v1::TRANSPORT_NCCL);
+  // A worker that does not say (an older build) is not held against the others.
+  EXPECT_EQ(*CommonTransport("t", {sidecar, with_nccl("old", "")}), v1::TRANSPORT_NCCL);
+  auto mixed = CommonTransport("t", {sidecar, embedded});
+  ASSERT_EQ(mixed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(mixed.status().message(), HasSubstr("worker trainer runs NCCL 2.28.3"));
+  EXPECT_THAT(mixed.status().message(), HasSubstr("worker vllm runs NCCL 2.28.9"));
+  EXPECT_THAT(mixed.status().message(), HasSubstr("LD_LIBRARY_PATH"));
+}
+
 TEST(WorkerChecksTest, TheTightestLimitLowersTheSpecsCapAndDefaultBucket) {
   const std::vector<WorkerSnapshot> workers = {Worker("a", {}, 0), Worker("b", {}, 5000),
                                                Worker("c", {}, 1 << 20)};

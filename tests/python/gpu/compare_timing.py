@@ -39,12 +39,16 @@ def main(out, stage):
     step = statistics.median(r["step_to_synced_s"] for r in recs)
     execute = statistics.median(r["max_execute_s"] for r in recs)
     bench = bench_median(out, stage)
+    # Where the Python path's time goes (medians; control path = the rest).
+    parts = {k: round(statistics.median(r.get(k, 0.0) for r in recs), 6)
+             for k in ("controller_elapsed_s", "plan_s", "dispatch_s", "max_deliver_s",
+                       "max_queue_s", "max_bind_s", "max_run_s", "max_report_s")}
     summary = {"stage": stage, "model": recs[0]["model"], "size": recs[0]["size"],
                "bytes": recs[0]["bytes"], "versions": len(recs),
                "python_sync_wait_s": round(wait, 6), "step_to_synced_s": round(step, 6),
                "worker_execute_s": round(execute, 6), "bench_median_s": round(bench, 6),
                "wait_over_bench": round(wait / bench, 4),
-               "execute_over_bench": round(execute / bench, 4)}
+               "execute_over_bench": round(execute / bench, 4), "breakdown": parts}
     print("TIMING " + json.dumps(summary))
     ok = wait <= 1.05 * bench
     print(f"Python path sync().wait() {wait * 1e3:.2f} ms vs data-plane bench {bench * 1e3:.2f} ms"

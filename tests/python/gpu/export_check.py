@@ -3,6 +3,7 @@ run_gpu_proof.sh, one process per mode):
 
     python3 export_check.py legacy       # fields of a live export are right
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 export_check.py expandable
+    python3 export_check.py nohandle
 
 legacy: a tensor carved from a caching-allocator segment exports the 64-byte
 handle of the segment's base, the segment's size, the tensor's offset inside
@@ -11,6 +12,8 @@ views (a prefix of a padded buffer) register their own bytes only.
 expandable: expandable segments export as POSIX descriptors (wsync.cuda_vmm),
 one per physical allocation a tensor touches; memory without a shareable
 handle type (vLLM sleep mode) is refused naming the embedded worker.
+nohandle: the vLLM proof's allocator (nohandle_memory.py): contents, carving,
+refusal by wsync.cuda_vmm, release.
 """
 import os
 import subprocess
@@ -135,5 +138,42 @@ def expandable():
     print("expandable export OK")
 
 
+def nohandle():
+    """nohandle_memory (the vLLM proof's sleep-mode-style weights): tensors
+    carved from cuMem segments without a shareable handle hold what is
+    written, have the pool's addresses, are refused by wsync.cuda_vmm naming
+    the embedded worker, and the segments are freed by close()."""
+    from wsync import cuda_vmm
+    from nohandle_memory import SEGMENT, NoHandlePool
+    pool = NoHandlePool(0)
+    a = pool.tensor((1000, 3), torch.bfloat16)
+    b = pool.tensor((7,), torch.float32)
+    big = pool.tensor((SEGMENT // 2 + 1,), torch.bfloat16)  # does not fit: a new segment
+    assert len(pool.segments) == 2 and all(pool.owns(t) for t in (a, b, big)), pool.segments
+    assert b.data_ptr() % 512 == 0 and b.data_ptr() >= a.data_ptr() + a.numel() * 2
+    want = (torch.arange(3000) % 200).float().view(1000, 3)  # exact in bf16
+    a.copy_(want)
+    b.fill_(1.5)
+    big.fill_(-2.0)
+    assert torch.equal(a.float().cpu(), want)
+    assert b.sum().item() == 10.5 and bool((big == -2.0).all())
+    exp = cuda_vmm.Export()
+    for name, t in (("a", a), ("b", b), ("big", big)):
+        exp.add(name, t.data_ptr(), t.numel() * t.element_size(), "GPU-x")
+    assert len(exp.bases) == 2, exp.bases
+    for base in exp.bases:
+        try:
+            cuda_vmm._export_chunk(cuda_vmm._driver(), "weights", base)
+            raise AssertionError("no-handle memory was exported")
+        except cuda_vmm.VmmExportError as e:
+            assert "wsync.embedded" in str(e), e
+    print(f"nohandle pool: {len(pool.segments)} segments of {[s for _, s, _ in pool.segments]} "
+          "bytes, contents right, export refused")
+    del a, b, big
+    pool.close()
+    assert pool.segments == []
+    print("nohandle memory OK")
+
+
 if __name__ == "__main__":
-    {"legacy": legacy, "expandable": expandable}[sys.argv[1]]()
+    {"legacy": legacy, "expandable": expandable, "nohandle": nohandle}[sys.argv[1]]()

@@ -27,6 +27,14 @@ CONFIGS = {
         "intermediate_size": 5632, "num_hidden_layers": 8, "num_attention_heads": 16,
         "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 32000,
         "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
+    # Llama-3-8B's widths and vocabulary with 8 of its 32 layers (~2.8 B
+    # parameters, 5.6 GB bf16 receivers): a sync of realistic size, where the
+    # fixed control path is measured against a data plane of tens of ms.
+    ("llama", "xl"): {
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
+        "intermediate_size": 14336, "num_hidden_layers": 8, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
     ("llama", "tiny"): {
         "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
         "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 8,

@@ -4,7 +4,7 @@
 # transformers, grpcio, protobuf there):
 #   bash tests/python/gpu/run_gpu_proof.sh
 # 1. export checks of wsync.cuda_ipc (legacy handle fields; expandable
-#    segments refused by name),
+#    segments refused by name) and of the vLLM proof's no-handle allocator,
 # 2. sync_proof.py under torchrun, stage by stage (WSYNC_PROOF_STAGES, default
 #    all): FSDP2 transformers trainers (Llama- and Qwen3-MoE-shaped) -> vLLM
 #    TP=2 receivers through the bundle's wsync-controller / wsync-worker
@@ -19,6 +19,22 @@
 #                   benchmark (wsync_bench_gpu_sync --spec) on the same spec,
 #                   compared by compare_timing.py
 #      timing_transport  the same with the workers' direct writes off (NCCL)
+#      vllm_colocated  issue 17 (vllm_engine_proof.py): FSDP2 trainers on GPUs 0-1,
+#                   vLLM TP=2 ranks (one spawned process each, wsync's vLLM engine
+#                   with the embedded CUDA worker, weights in cuMem memory without a
+#                   shareable handle) on the same GPUs; versions, then a trainer
+#                   sidecar frozen and killed mid-sync. Unrun: a sidecar and an
+#                   embedded worker on one GPU are two ranks of one NCCL
+#                   communicator on one device, which upstream NCCL refuses
+#                   ("Duplicate GPU detected", shown with NCCL_DEBUG=WARN)
+#      vllm_disjoint   the same on 4 GPUs: trainers on 0-1, vLLM ranks on 2-3
+#    The vllm_* stages load wsync._native built for this machine's Python 3.12
+#    (python/README.md, "Building wsync._native for the GPU machine"; carry
+#    build-gpu312/pybundle) from $WSYNC_NATIVE_PYTHONPATH (default
+#    build-gpu312/pybundle/python; its libraries from ../lib), e.g.
+#      WSYNC_PROOF_STAGES=vllm_colocated,vllm_disjoint \
+#        WSYNC_NATIVE_PYTHONPATH=build-gpu312/pybundle/python \
+#        bash tests/python/gpu/run_gpu_proof.sh
 # Results in $OUT (default ./gpu-out): proof_<stage>.log, <stage>/proof0.jsonl
 # (one record per model and version), <stage>/spec_*.json, bench_*.log,
 # timing.txt, export_*.log, the services' logs. Exit status 0 only if every
@@ -48,6 +64,8 @@ timeout 60 python3 $gpu/export_check.py legacy 2>&1 | tee "$OUT/export_legacy.lo
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 60 python3 $gpu/export_check.py expandable \
   2>&1 | tee "$OUT/export_expandable.log"
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+timeout 60 python3 $gpu/export_check.py nohandle 2>&1 | tee "$OUT/export_nohandle.log"
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
 # One torchrun: proof NAME NPROC [VAR=VALUE...] -- sync_proof.py args.
 port=29571
 proof() {
@@ -64,6 +82,33 @@ proof() {
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   mkdir -p "$OUT/$name" && cp "$run_dir"/*.log "$OUT/$name"/ 2>/dev/null
 }
+# One torchrun of vllm_engine_proof.py: vproof NAME NPROC -- args. The vLLM
+# ranks' embedded worker needs wsync._native for this Python, first on the path.
+vproof() {
+  local name=$1 nproc=$2; shift 3
+  local native=${WSYNC_NATIVE_PYTHONPATH:-build-gpu312/pybundle/python}
+  native=$(cd "$native" 2>/dev/null && pwd) || {
+    echo "=== $name: no wsync._native directory ${WSYNC_NATIVE_PYTHONPATH:-build-gpu312/pybundle/python}"
+    rc=1; return; }
+  local run_dir; run_dir=$(mktemp -d /tmp/wsync-vproof-XXXXXX)
+  port=$((port + 1))
+  echo "=== vllm proof $name ($nproc GPUs, wsync._native from $native)"
+  # The embedded workers run torch's libnccl (one per process); the sidecars
+  # must run the same version (NCCL ranks of one communicator must agree: the
+  # controller refuses a mix), so torch's comes first on their library path.
+  local torch_nccl; torch_nccl=$(python3 -c "import torch.cuda.nccl as n; n.version()
+print(next(l.split()[-1] for l in open('/proc/self/maps') if 'libnccl' in l))" 2>/dev/null)
+  echo "=== torch's NCCL: ${torch_nccl:-not found}"
+  # NCCL_DEBUG=WARN: an NCCL refusal is then named in the logs.
+  PYTHONPATH=$PWD/python:$native:$PWD/build/python${PYTHONPATH:+:$PYTHONPATH} \
+    NCCL_DEBUG=${NCCL_DEBUG:-WARN} \
+    LD_LIBRARY_PATH=${torch_nccl:+$(dirname "$torch_nccl"):}$(dirname "$native")/lib:$LD_LIBRARY_PATH \
+    timeout 600 torchrun --nproc_per_node "$nproc" --master_port $port \
+    $gpu/vllm_engine_proof.py --run-dir "$run_dir" --bin-dir "$bundle/bin" --out "$OUT/$name" \
+    --versions "${WSYNC_PROOF_VERSIONS:-3}" --models "$models" "$@" 2>&1 | tee "$OUT/proof_$name.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  mkdir -p "$OUT/$name" && cp "$run_dir"/*.log "$OUT/$name"/ 2>/dev/null
+}
 # The data-plane benchmark on the spec a proof synced: same tensors, same
 # plan, buffers of its own (bench NAME SPEC_TAG NWORKERS).
 bench() {
@@ -75,7 +120,7 @@ bench() {
   python3 $gpu/compare_timing.py "$OUT" "$name" 2>&1 | tee -a "$OUT/timing.txt"
 }
 ngpu=$(nvidia-smi -L | wc -l)
-stages=${WSYNC_PROOF_STAGES:-colocated,expandable,disjoint,tpfsdp,timing,timing_transport}
+stages=${WSYNC_PROOF_STAGES:-colocated,expandable,disjoint,tpfsdp,timing,timing_transport,vllm_colocated,vllm_disjoint}
 models=${WSYNC_PROOF_MODELS:-llama,qwen3_moe}
 for stage in ${stages//,/ }; do
   case $stage in
@@ -102,12 +147,16 @@ for stage in ${stages//,/ }; do
       for m in ${WSYNC_TIMING_MODELS:-llama}; do
         bench $stage ${m}_${WSYNC_TIMING_SIZE:-large}_colocated $direct
       done ;;
+    vllm_colocated) CUDA_VISIBLE_DEVICES=0,1 vproof vllm_colocated 2 -- --placement colocated ;;
+    vllm_disjoint)
+      if [ "$ngpu" -lt 4 ]; then echo "=== $stage skipped: $ngpu GPUs, needs 4"; continue; fi
+      vproof vllm_disjoint 4 -- --placement disjoint ;;
     *) echo "unknown stage $stage"; rc=1 ;;
   esac
 done
 echo "=== summary"
-grep -h '^PROOF ' "$OUT"/proof_*.log | cut -c1-300
-grep -h 'PROOF PASSED\|PROOF FAILED\|export OK\|refused:\|steady-state' "$OUT"/*.log | cut -c1-240
+grep -h '^PROOF \|^VLLM_PROOF ' "$OUT"/proof_*.log | cut -c1-300
+grep -h 'PROOF PASSED\|PROOF FAILED\|allocations refused\|export OK\|refused:\|steady-state' "$OUT"/*.log | cut -c1-240
 cat "$OUT/timing.txt" 2>/dev/null
 echo "rc=$rc"
 exit $rc

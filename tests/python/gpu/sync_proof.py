@@ -146,7 +146,8 @@ def fused_expert_mappings(dst, moe_intermediate):
 
 
 class Services:
-    """The controller (rank 0) and this rank's worker, sharing run_dir."""
+    """The controller (rank 0) and this rank's worker (none without `groups`),
+    sharing run_dir."""
 
     def __init__(self, run_dir, bin_dir, device, groups):
         self.dir = run_dir
@@ -159,10 +160,14 @@ class Services:
         if RANK == 0:
             self.procs.append(Process(
                 [controller, "--listen=127.0.0.1:0", "--insecure",
-                 "--metrics_port=-1", f"--port_file={pf}"],
+                 "--metrics_port=-1", f"--port_file={pf}",
+                 f"--state_file={os.path.join(run_dir, 'controller.state')}"],
                 os.path.join(run_dir, "controller.log")))
         self.address = "127.0.0.1:" + read_port_file(
             pf, "grpc_port", timeout=60, proc=self.procs[0].proc if self.procs else None)
+        self.socket = None
+        if not groups:  # a rank with nothing to serve (the receivers may embed theirs)
+            return
         self.socket = os.path.join(run_dir, f"worker{RANK}.sock")
         wpf = os.path.join(run_dir, f"worker{RANK}.ports")
         # Host: -1 explicitly, or a CUDA build would take $LOCAL_RANK as the device.
@@ -288,6 +293,11 @@ def run_model(args, roles, model, device, services, client, out):
                        dispatch_s=round(status.dispatch_seconds, 6),
                        max_setup_s=round(status.max_setup_seconds, 6),
                        max_execute_s=round(status.max_execute_seconds, 6),
+                       max_deliver_s=round(status.max_deliver_seconds, 6),
+                       max_queue_s=round(status.max_queue_seconds, 6),
+                       max_bind_s=round(status.max_bind_seconds, 6),
+                       max_run_s=round(status.max_run_seconds, 6),
+                       max_report_s=round(status.max_report_seconds, 6),
                        bytes=status.bytes_total, direct_pairs=status.direct_pairs,
                        gbps=round(status.bytes_total / max(t1 - t0, 1e-9) / 1e9, 3))
             times.append((t1 - t0, t1 - t_step))

@@ -14,12 +14,14 @@ import proof_models
 
 
 def make(cfg, device, rank, world, prefer_real=True, fused_experts=False, mesh=None,
-         tp_mesh=None):
+         tp_mesh=None, group=None):
     """`mesh`: the FSDP2 mesh (default: all `world` ranks); `tp_mesh`: also
-    tensor-parallel over it (parallelize_module, Llama only), FSDP2 on top."""
+    tensor-parallel over it (parallelize_module, Llama only), FSDP2 on top.
+    `group`: the stand-in's process group of the `world` trainer ranks
+    (default: the default group, which must then hold only them)."""
     if prefer_real and device.type == "cuda":
         return FsdpTrainer(cfg, device, world, mesh=mesh, tp_mesh=tp_mesh)
-    return StandInTrainer(cfg, rank, world, fused_experts)
+    return StandInTrainer(cfg, rank, world, fused_experts, group=group)
 
 
 # Megatron-style TP of a transformers Llama decoder layer.
@@ -103,9 +105,9 @@ class StandInTrainer:
     `fused_experts`, MoE experts are held as transformers >= 5 holds them
     (experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I])."""
 
-    def __init__(self, cfg, rank, world, fused_experts=False):
+    def __init__(self, cfg, rank, world, fused_experts=False, group=None):
         import ducks
-        self.cfg, self.rank, self.world = cfg, rank, world
+        self.cfg, self.rank, self.world, self.group = cfg, rank, world, group
         g = torch.Generator().manual_seed(0)
         full = {n: torch.randn(*s, generator=g) for n, s in proof_models.hf_shapes(cfg).items()}
         self.fused_experts = fused_experts and cfg["model_type"] == "qwen3_moe"
@@ -130,6 +132,7 @@ class StandInTrainer:
 
     def full_tensors(self):
         shards = [None] * self.world
-        dist.all_gather_object(shards, {n: t.clone() for n, t in self.locals.items()})
+        dist.all_gather_object(shards, {n: t.clone() for n, t in self.locals.items()},
+                               group=self.group)
         full = {n: torch.cat([s[n] for s in shards]) for n in self.locals}
         return proof_models.unfuse_experts(self.cfg, full) if self.fused_experts else full

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/peer_lists.h"
@@ -90,6 +92,24 @@ TEST(PeerBufferMapsTest, MapsThePeersShmBuffersAsDestinations) {
   EXPECT_EQ(shm.data()[4096 + 5], 0xAB);
   // Only destinations: a peer's buffers are never read.
   EXPECT_EQ(r->Find(exec::BufferSide::kSource, "inference/w"), nullptr);
+}
+
+// Issue 18: offset 2^62 + size 2^62 wraps negative in a naive bounds check;
+// a peer list naming such a range is refused before anything is mapped.
+TEST(PeerBufferMapsTest, ARangeWhoseEndOverflowsIsRefused) {
+  ShmObject shm(1 << 20);
+  PeerBufferMaps maps(&kHost);
+  const int64_t k62 = int64_t{1} << 62;
+  for (auto [offset, size] : {std::pair<int64_t, int64_t>{k62, k62},
+                              {std::numeric_limits<int64_t>::max(), 64},
+                              {(1 << 20) - 32, 64}}) {
+    absl::Status s = maps.Update(Peers(2, {Info("g", "w", shm, offset, size)}));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << offset << " +" << size << ": " << s;
+    EXPECT_NE(s.message().find("buffer 'g/w' of worker 2"), std::string::npos) << s;
+    EXPECT_EQ(maps.Find(2), nullptr);
+  }
+  // The last 64 bytes of the object are fine.
+  EXPECT_TRUE(maps.Update(Peers(2, {Info("g", "w", shm, (1 << 20) - 64, 64)})).ok());
 }
 
 TEST(PeerBufferMapsTest, KeepsUnchangedPeersAndRemapsChangedOnes) {

@@ -97,6 +97,40 @@ TEST_F(BindTest, StridedExtentCountsLastElementOnly) {
   ExpectError(Bind(bad.Build(), 0), absl::StatusCode::kOutOfRange, {"outside"});
 }
 
+// Issue 18 (plan parts are decoded at a trust boundary): a stride-0 view of
+// 2^62 fp32 elements spans 4 bytes, but its packed size 2^62 * 4 wraps to 0,
+// which a naive `offset + numel * size > bucket` check accepted; packing it
+// would then write 2^64 bytes into a 16-byte staging slot.
+TEST_F(BindTest, AViewWhosePackedSizeOverflowsIsRefused) {
+  const int64_t k62 = int64_t{1} << 62;
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("w", 0, {4}, v1::FP32, {0}), View("w", 0, {4}, v1::BF16, {0}),
+                      v1::FP32)});
+  v1::Plan plan = pb.Build();
+  plan.mutable_buckets(0)->mutable_pieces(0)->mutable_src()->set_shape(0, k62);
+  plan.mutable_buckets(0)->mutable_pieces(0)->mutable_dst()->set_shape(0, k62);
+  plan.mutable_buckets(0)->set_bytes(16);
+  plan.mutable_ranks(0)->mutable_rounds(0)->set_staging_bytes(16);
+  plan.mutable_ranks(1)->mutable_rounds(0)->set_staging_bytes(16);
+  for (int32_t worker : {0, 1}) {
+    absl::Status s = Bind(plan, worker);
+    EXPECT_FALSE(s.ok()) << "worker " << worker;
+    EXPECT_NE(s.message().find("bucket 0"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("overflows"), std::string::npos) << s;
+  }
+}
+
+// Negative or wrapping bucket sizes from the plan never reach the staging layout.
+TEST_F(BindTest, NegativeBucketBytesAreRefused) {
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("w", 0, {4}, v1::FP32), View("w", 0, {4}, v1::BF16), v1::BF16)});
+  v1::Plan plan = pb.Build();
+  plan.mutable_buckets(0)->set_bytes(-8);
+  for (int32_t worker : {0, 1}) EXPECT_FALSE(Bind(plan, worker).ok()) << "worker " << worker;
+}
+
 TEST_F(BindTest, DtypeMismatchIsAnError) {
   PlanBuilder pb;
   pb.AddBucket(0, 1, 0,

@@ -1,6 +1,7 @@
 #include "worker/backends/cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 
 #include <algorithm>
 
@@ -30,6 +31,17 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device,
   ASSIGN_OR_RETURN(std::unique_ptr<IpcRegistry> ipc, IpcRegistry::Create(device));
   ops_options.device = device;
   return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(ipc), ops_options));
+}
+
+std::vector<std::string> CudaBackend::capabilities() const {
+  std::vector<std::string> caps = {"cuda_ipc", "cuda_vmm"};
+  int version = 0;
+  if (ncclGetVersion(&version) == ncclSuccess && version > 0) {
+    // NCCL_VERSION_CODE since 2.9: major * 10000 + minor * 100 + patch.
+    caps.push_back(
+        absl::StrCat("nccl=", version / 10000, ".", version / 100 % 100, ".", version % 100));
+  }
+  return caps;
 }
 
 std::string CudaBackend::Name() const { return absl::StrCat("cuda:", device()); }

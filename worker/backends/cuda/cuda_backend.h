@@ -24,7 +24,9 @@ class CudaBackend : public plane::Backend {
   std::string Name() const override;
   plane::TransportKind transport_kind() const override { return v1::TRANSPORT_NCCL; }
   plane::MemorySpace memory_space() const override { return plane::MemorySpace::kCuda; }
-  std::vector<std::string> capabilities() const override { return {"cuda_ipc", "cuda_vmm"}; }
+  // "cuda_ipc", "cuda_vmm" and "nccl=<major.minor.patch>", the version of
+  // the libnccl this process loaded (ranks of one communicator must agree).
+  std::vector<std::string> capabilities() const override;
   std::string device_uuid() const override { return ipc_->uuid(); }
 
   // Each allocation base is mapped once however many buffers live in it

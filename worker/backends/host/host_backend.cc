@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/checked_math.h"
 #include "worker/backends/host/gloo_transport.h"
 #include "worker/backends/host/host_data_ops.h"
 #include "worker/backends/host/host_peer_writer.h"
@@ -51,10 +52,10 @@ absl::StatusOr<plane::OpenedBuffer> HostBackend::OpenBuffer(const plane::BufferL
     mapping = *std::move(m);
     if (cache != nullptr) (*cache)[key] = mapping;
   }
-  if (shm.offset() > mapping->size() - shm.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": shm '", shm.name(), "' has ", mapping->size(), " bytes, the buffer needs [",
-        shm.offset(), ", ", shm.offset() + shm.size(), ")"));
+  if (!RangeWithin(shm.offset(), shm.size(), mapping->size(), what).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": shm '", shm.name(), "' has ",
+                                                   mapping->size(), " bytes, the buffer needs [",
+                                                   shm.offset(), ", +", shm.size(), ")"));
   }
   plane::OpenedBuffer out;
   out.data = mapping->data() + shm.offset();

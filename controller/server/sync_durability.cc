@@ -1,0 +1,104 @@
+// SyncCoordinator: what survives a restart (StateStore) and what a restarted
+// controller says about syncs it no longer knows.
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "controller/server/sync_coordinator.h"
+
+namespace wsync::controller {
+namespace {
+
+// Finished syncs whose outcome is saved (the newest).
+constexpr size_t kSavedSyncs = 64;
+
+// The number after '#' in a sync id ("<transfer>@<version>#<n>"); 0 if none.
+uint64_t SyncNumber(const std::string& sync_id) {
+  const size_t hash = sync_id.rfind('#');
+  uint64_t n = 0;
+  if (hash == std::string::npos || !absl::SimpleAtoi(sync_id.substr(hash + 1), &n)) return 0;
+  return n;
+}
+
+}  // namespace
+
+void SyncCoordinator::Restore(const v1::ControllerState& state) {
+  absl::MutexLock lock(&mu_);
+  for (const v1::TransferState& ts : state.transfers()) {
+    Transfer& t = transfers_[ts.name()];
+    t.name = ts.name();
+    t.source_group = ts.source_group();
+    t.destination_group = ts.destination_group();
+    t.spec = ts.spec();
+    t.definition = 1;
+    t.last_success_version = ts.last_success_version();
+    t.plan_key = ts.plan_key();
+    t.last_sync = ts.last_sync();
+    if (metrics_ != nullptr) metrics_->SetWeightVersion(t.name, t.last_success_version);
+  }
+  for (const v1::SyncStatus& s : state.recent_syncs()) {
+    auto sync = std::make_shared<SyncRecord>();
+    sync->status = s;
+    sync->start = absl::Now() - absl::Seconds(s.elapsed_seconds());
+    sync->deadline = sync->start;
+    syncs_[s.sync_id()] = std::move(sync);
+    sync_order_.push_back(s.sync_id());
+  }
+  // Each transfer may have started one sync since the last save (its
+  // outcome would have been saved): ids stay unique past those.
+  next_id_ = std::max<uint64_t>(next_id_, state.next_sync_id() + transfers_.size() + 1);
+  first_id_ = next_id_;
+}
+
+void SyncCoordinator::PersistLocked() {
+  if (store_ == nullptr) return;
+  v1::ControllerState state;
+  for (const auto& [name, t] : transfers_) {
+    v1::TransferState* ts = state.add_transfers();
+    ts->set_name(name);
+    ts->set_source_group(t.source_group);
+    ts->set_destination_group(t.destination_group);
+    *ts->mutable_spec() = t.spec;
+    ts->set_last_success_version(t.last_success_version);
+    ts->set_plan_key(t.plan_key);
+    ts->set_last_sync(t.last_sync);
+  }
+  std::vector<const v1::SyncStatus*> recent;
+  for (auto it = sync_order_.rbegin(); it != sync_order_.rend() && recent.size() < kSavedSyncs;
+       ++it) {
+    auto sit = syncs_.find(*it);
+    if (sit != syncs_.end() && sit->second->finished()) recent.push_back(&sit->second->status);
+  }
+  for (auto it = recent.rbegin(); it != recent.rend(); ++it) *state.add_recent_syncs() = **it;
+  state.set_next_sync_id(next_id_);
+  state.set_saved_by_instance(config_.instance);
+  state.set_saved_unix_ms(absl::ToUnixMillis(absl::Now()));
+  const absl::Time start = absl::Now();
+  const absl::Status st = store_->Save(state);
+  if (metrics_ != nullptr)
+    metrics_->StateSaved(st.ok(), absl::ToDoubleSeconds(absl::Now() - start));
+  if (!st.ok()) {
+    spdlog::error(
+        "[controller] saving the controller state to {} failed ({}): a restart now "
+        "would forget the versions delivered since the last save",
+        store_->path(), st.ToString());
+  }
+}
+
+absl::Status SyncCoordinator::UnknownSyncLocked(const std::string& sync_id) {
+  const uint64_t n = SyncNumber(sync_id);
+  if (first_id_ > 0 && n > 0 && n < first_id_) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown sync '", sync_id,
+                     "': it was started by an earlier controller instance that "
+                     "stopped before the sync ended; this instance (",
+                     config_.instance,
+                     ") restarted from its saved state and does not know its outcome (GetStatus's "
+                     "last_success_version tells whether a version was delivered)"));
+  }
+  return absl::NotFoundError(absl::StrCat("unknown sync '", sync_id, "'"));
+}
+
+}  // namespace wsync::controller

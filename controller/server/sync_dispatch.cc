@@ -149,6 +149,7 @@ absl::StatusOr<std::vector<std::string>> SyncCoordinator::CheckWorkersLocked(
     if (!st.ok()) return st;
     WorkerSnapshot& used = resolved.workers[w];
     if (worker->direct_writes_unavailable != used.direct_writes_unavailable ||
+        worker->unmappable_buffers != used.unmappable_buffers ||
         worker->info->direct_write_domain() != used.info->direct_write_domain()) {
       // E.g. a report of direct_writes_unavailable that arrived while planning.
       used = *std::move(worker);
@@ -228,8 +229,9 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
     auto p = Prepare(*defined, epoch);
     if (!p.ok()) return p.status();
     fresh = *std::move(p);
-  } else if (metrics_ != nullptr) {
-    metrics_->PlanCacheHit();
+  } else {
+    plans_->CountReuse();
+    if (metrics_ != nullptr) metrics_->PlanCacheHit();
   }
   const double plan_seconds = absl::ToDoubleSeconds(absl::Now() - trigger);
 
@@ -283,6 +285,7 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
     p.part_key = prepared->parts[w].key;
     v1::Assignment a;
     *a.mutable_sync() = AssignmentLocked(t, *sync, resolved, dispatch, prepared->parts[w], w);
+    p.pushed = absl::Now();
     workers_->Push(p.lease_id, std::move(a));  // a lost worker fails the sync (WorkerLost)
     sync->parts.push_back(std::move(p));
   }

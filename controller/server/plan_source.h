@@ -4,6 +4,7 @@
 #ifndef WSYNC_CONTROLLER_SERVER_PLAN_SOURCE_H_
 #define WSYNC_CONTROLLER_SERVER_PLAN_SOURCE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,7 +44,11 @@ class PlanSource {
   // How many plans were scanned for PeerWritePairs (tests, diagnostics).
   int64_t peer_write_scans() const;
 
-  int64_t hits() const { return cache_.hits(); }
+  // A sync that reused the previous sync's plan without looking it up
+  // (SyncCoordinator::Prepared) counts as a hit too.
+  void CountReuse() { reused_.fetch_add(1); }
+  int64_t reused() const { return reused_.load(); }
+  int64_t hits() const { return cache_.hits() + reused(); }
   int64_t misses() const { return cache_.misses(); }
   int64_t cached_bytes() const { return cache_.bytes(); }
   size_t cached_plans() const { return cache_.size(); }
@@ -56,6 +61,7 @@ class PlanSource {
   absl::flat_hash_map<std::string, std::shared_ptr<const std::vector<plan::WorkerPair>>>
       peer_write_pairs_ ABSL_GUARDED_BY(mu_);
   int64_t peer_write_scans_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> reused_{0};
 };
 
 }  // namespace wsync::controller

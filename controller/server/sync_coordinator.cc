@@ -42,13 +42,13 @@ absl::Status SyncCoordinator::ReportProgress(const v1::ReportProgressRequest& re
       "ReportProgress: lease '", req.lease_id(), "' takes no part in sync '", req.sync_id(), "'"));
 }
 
-void SyncCoordinator::RecordControlPath(SyncRecord& sync, const v1::ReportResultRequest& req) {
+void SyncCoordinator::RecordControlPath(SyncRecord& sync, const Participant& p,
+                                        const v1::ReportResultRequest& req) {
   v1::SyncStatus& s = sync.status;
   auto later = [](double seconds) { return std::max(0.0, seconds); };
   if (req.received_unix_us() > 0) {
-    const absl::Time pushed = sync.start + absl::Seconds(s.dispatch_seconds());
     const double deliver =
-        absl::ToDoubleSeconds(absl::FromUnixMicros(req.received_unix_us()) - pushed);
+        absl::ToDoubleSeconds(absl::FromUnixMicros(req.received_unix_us()) - p.pushed);
     s.set_max_deliver_seconds(std::max(s.max_deliver_seconds(), later(deliver)));
   }
   if (req.reported_unix_us() > 0) {
@@ -93,7 +93,7 @@ absl::Status SyncCoordinator::ReportResult(const v1::ReportResultRequest& req) {
     s.set_workers_done(s.workers_done() + 1);
     s.set_max_setup_seconds(std::max(s.max_setup_seconds(), req.setup_seconds()));
     s.set_max_execute_seconds(std::max(s.max_execute_seconds(), req.execute_seconds()));
-    RecordControlPath(sync, req);
+    RecordControlPath(sync, p, req);
     ++sync.changes;
     if (req.code() != 0) {
       p.code = req.code();

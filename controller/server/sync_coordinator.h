@@ -46,8 +46,8 @@
 #include "controller/server/metrics.h"
 #include "controller/server/plan_source.h"
 #include "controller/server/rendezvous.h"
-#include "controller/server/wait_hub.h"
 #include "controller/server/state_store.h"
+#include "controller/server/wait_hub.h"
 #include "controller/server/worker_checks.h"
 #include "controller/server/worker_registry.h"
 #include "wsync/v1/controller.pb.h"
@@ -110,6 +110,7 @@ class SyncCoordinator {
     std::string lease_id;
     std::vector<v1::Membership> roles;
     std::string part_key;  // SyncAssignment.part_key
+    absl::Time pushed;     // its assignment was queued
     bool done = false;
     int64_t bytes_done = 0;
     // The most its reports may claim: the plan's bytes into it (received
@@ -248,7 +249,7 @@ class SyncCoordinator {
 
   // ----- sync_coordinator.cc
   // The control-path times of one worker's report, into sync.status.
-  void RecordControlPath(SyncRecord& sync, const v1::ReportResultRequest& req)
+  void RecordControlPath(SyncRecord& sync, const Participant& p, const v1::ReportResultRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A failed report from participant `p`: ends the sync at once, or (a
   // failure about peers) leaves it to SettleLocked.

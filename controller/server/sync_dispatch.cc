@@ -156,6 +156,7 @@ absl::StatusOr<std::vector<std::string>> SyncCoordinator::CheckWorkersLocked(
     if (!st.ok()) return st;
     WorkerSnapshot& used = resolved.workers[w];
     if (worker->direct_writes_unavailable != used.direct_writes_unavailable ||
+        worker->unmappable_buffers != used.unmappable_buffers ||
         worker->info->direct_write_domain() != used.info->direct_write_domain()) {
       // E.g. a report of direct_writes_unavailable that arrived while planning.
       used = *std::move(worker);
@@ -236,8 +237,9 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
     auto p = Prepare(*defined, epoch);
     if (!p.ok()) return p.status();
     fresh = *std::move(p);
-  } else if (metrics_ != nullptr) {
-    metrics_->PlanCacheHit();
+  } else {
+    plans_->CountReuse();
+    if (metrics_ != nullptr) metrics_->PlanCacheHit();
   }
   const double plan_seconds = absl::ToDoubleSeconds(absl::Now() - trigger);
 
@@ -293,6 +295,7 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
     p.bytes_planned = PlannedBytesInto(*plan.plan, w);
     v1::Assignment a;
     *a.mutable_sync() = AssignmentLocked(t, *sync, resolved, dispatch, prepared->parts[w], w);
+    p.pushed = absl::Now();
     workers_->Push(p.lease_id, std::move(a));  // a lost worker fails the sync (WorkerLost)
     sync->parts.push_back(std::move(p));
   }

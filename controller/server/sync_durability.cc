@@ -32,7 +32,8 @@ void SyncCoordinator::Restore(const v1::ControllerState& state) {
     t.source_group = ts.source_group();
     t.destination_group = ts.destination_group();
     t.spec = ts.spec();
-    t.definition = 1;
+    ++t.definition;  // nothing bound to an earlier definition is reused
+    prepared_.erase(t.name);
     t.last_success_version = ts.last_success_version();
     t.plan_key = ts.plan_key();
     t.last_sync = ts.last_sync();

@@ -233,7 +233,8 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
   t.source_group = req.source_group();
   t.destination_group = req.destination_group();
   t.spec = req.spec();
-  ++t.definition;  // a StartSync planning the old spec meanwhile is refused
+  ++t.definition;           // a StartSync planning the old spec meanwhile is refused
+  prepared_.erase(t.name);  // nor is the old binding kept (it pins the old plan)
   t.plan_key = plan->plan->key();
   t.generation_broken = true;  // layouts may have changed: fresh transport
   PersistLocked();             // a restarted controller serves it without a new definition

@@ -449,21 +449,31 @@ class CuMemSleep:
 
 def colocation(colocated, rank):
     """(extra memberships, local socket) of destination rank `rank` under
-    WsyncInitInfo.colocated; ((), None) without it."""
+    WsyncInitInfo.colocated; ((), None) without it. The worker then takes
+    part in every transfer of the trainer group: colocate one vLLM server's
+    ranks with the trainer ranks that feed only it (a second pool fed by the
+    same trainer needs those trainer ranks' sidecars instead)."""
     if not colocated:
         return (), None
-    unknown = set(colocated) - {"group", "size", "socket", "ranks"}
-    if unknown or "size" not in colocated or "socket" not in colocated:
-        raise errors.InvalidArgument(
-            f"init_info colocated={colocated!r}: expected keys size, socket (and group, ranks); "
-            f"unknown {sorted(unknown)}")
-    group, size = colocated.get("group", "trainer"), int(colocated["size"])
-    ranks = colocated.get("ranks")
-    if ranks is not None and rank >= len(ranks):
-        raise errors.InvalidArgument(f"init_info colocated ranks {ranks} name no trainer rank "
-                                     f"for destination rank {rank}")
-    trainer_rank = int(ranks[rank]) if ranks is not None else rank
+    what = f"init_info colocated={colocated!r}"
+    unknown = sorted(set(colocated) - {"group", "size", "socket", "ranks"})
+    missing = sorted({"size", "socket"} - set(colocated))
+    if unknown or missing:
+        raise errors.InvalidArgument(f"{what}: expected keys size, socket (and group, ranks); "
+                                     f"missing {missing}, unknown {unknown}")
+    group = colocated.get("group", "trainer")
+    try:
+        size = int(colocated["size"])
+        ranks = colocated.get("ranks")
+        if ranks is not None and rank >= len(ranks):
+            raise errors.InvalidArgument(f"{what}: ranks {ranks} name no trainer rank for "
+                                         f"destination rank {rank}")
+        trainer_rank = int(ranks[rank]) if ranks is not None else rank
+        socket = str(colocated["socket"]).format(rank=trainer_rank)
+    except (TypeError, ValueError, KeyError, IndexError) as e:
+        raise errors.InvalidArgument(f"{what}: {type(e).__name__}: {e} (size and ranks are "
+                                     "integers, socket a path with at most {rank})") from None
     if not 0 <= trainer_rank < size:
-        raise errors.InvalidArgument(f"init_info colocated: trainer rank {trainer_rank} of "
-                                     f"destination rank {rank} is outside {group} size {size}")
-    return (f"{group}:{trainer_rank}:{size}",), colocated["socket"].format(rank=trainer_rank)
+        raise errors.InvalidArgument(f"{what}: trainer rank {trainer_rank} of destination rank "
+                                     f"{rank} is outside {group} size {size}")
+    return (f"{group}:{trainer_rank}:{size}",), socket

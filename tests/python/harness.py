@@ -49,6 +49,20 @@ class Process:
         self.log.close()
 
 
+def freeze(proc, timeout=5.0):
+    """SIGSTOPs `proc` (a Popen) and returns once it is stopped: the signal
+    is delivered asynchronously, and a fast sync can still finish between
+    send_signal and the stop."""
+    proc.send_signal(signal.SIGSTOP)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        with open(f"/proc/{proc.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                return
+        time.sleep(0.002)
+    raise TimeoutError(f"pid {proc.pid} not stopped {timeout} s after SIGSTOP")
+
+
 class Cluster:
     """A controller plus workers; ``worker(group, rank, size)`` starts one."""
 

@@ -12,6 +12,8 @@ import wsync
 import wsync.torch
 from wsync._proto import layout_pb2
 
+from harness import freeze
+
 W = "w"
 
 
@@ -136,7 +138,7 @@ def test_stalled_worker_timeout_and_cancel(cluster, ranks):
     client = client_for(cluster)
     client.define_transfer("t", spec_of())
     pid = cluster.workers["trainer:1:2"].proc.pid
-    os.kill(pid, signal.SIGSTOP)
+    freeze(cluster.workers["trainer:1:2"].proc)
     try:
         handle = client.sync(1, deadline=60)
         with pytest.raises(wsync.DeadlineExceeded, match="still running"):

@@ -85,10 +85,14 @@ def test_trainer_ranks_register_with_the_vllm_ranks_workers(cluster, engine_mod,
 
 
 def test_bad_colocation_options_are_refused_by_name():
-    with pytest.raises(errors.InvalidArgument, match="size, socket"):
+    with pytest.raises(errors.InvalidArgument, match="missing \\['size'\\]"):
         colocation({"group": "trainer", "socket": "/x-{rank}"}, 0)
     with pytest.raises(errors.InvalidArgument, match="unknown \\['rank'\\]"):
         colocation({"size": 2, "socket": "/x", "rank": 1}, 0)
+    with pytest.raises(errors.InvalidArgument, match="KeyError"):
+        colocation({"size": 2, "socket": "/x-{host}"}, 0)
+    with pytest.raises(errors.InvalidArgument, match="ValueError"):
+        colocation({"size": "two", "socket": "/x"}, 0)
     with pytest.raises(errors.InvalidArgument, match="trainer rank 2 .* outside trainer size 2"):
         colocation({"size": 2, "socket": "/x-{rank}"}, 2)
     with pytest.raises(errors.InvalidArgument, match="name no trainer rank for destination rank 1"):

@@ -26,7 +26,7 @@ import wsync.torch
 from wsync import errors, layouts, vllm_live
 
 import vllm_engine_standins as standins
-from harness import full_tensors
+from harness import freeze, full_tensors
 from vllm_standins import (RECORDER, TINY, TINY_MOE, build_model, hf_shapes, loaded_before,
                            tiny_ranks, vllm_rank_tensors)
 
@@ -84,7 +84,7 @@ def test_killed_trainer_mid_sync_leaves_receivers_paused_not_mixed(cluster, engi
         w.start_weight_update()
     # The trainer's worker is frozen, so the sync cannot end before it dies.
     trainer = s.cluster.workers["trainer:0:1"].proc
-    trainer.send_signal(signal.SIGSTOP)
+    freeze(trainer)
     handle = s.client.sync(2)
     with concurrent.futures.ThreadPoolExecutor(len(s.workers)) as pool:
         futures = [pool.submit(w.update_weights, {"version": 2}) for w in s.workers]
@@ -136,7 +136,7 @@ def test_retry_policy_waits_through_a_failed_attempt(cluster, engine_mod, setups
     s.update(1)
     s.step(0.25, 4.0)
     trainer = s.cluster.workers["trainer:0:1"].proc
-    trainer.send_signal(signal.SIGSTOP)
+    freeze(trainer)
     for w in s.workers:
         w.start_weight_update()
     first = s.client.sync(2)

@@ -38,11 +38,13 @@ absl::Status LocalEndpoint::Serve(WorkerAgent* agent, std::vector<uid_t> admin_u
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr) {
+    service_.reset();
     return absl::UnavailableError(
         absl::StrCat("cannot serve the local API on ", options_.path, ": no gRPC server"));
   }
   auto listener = LocalSocket::Start(options_, server_.get(), &peers_);
   if (!listener.ok()) {
+    StopServing();
     return absl::Status(listener.status().code(),
                         absl::StrCat("cannot serve the local API on ", options_.path, ": ",
                                      listener.status().message()));
@@ -51,12 +53,17 @@ absl::Status LocalEndpoint::Serve(WorkerAgent* agent, std::vector<uid_t> admin_u
   return absl::OkStatus();
 }
 
-LocalEndpoint::~LocalEndpoint() {
+void LocalEndpoint::StopServing() {
   listener_.reset();  // no new connections, socket file removed
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   }
   server_.reset();
+  service_.reset();
+}
+
+LocalEndpoint::~LocalEndpoint() {
+  StopServing();
   inbox_.reset();
 }
 

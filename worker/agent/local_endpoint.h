@@ -54,6 +54,9 @@ class LocalEndpoint {
   // cannot listen; FAILED_PRECONDITION when already serving. `agent` must
   // outlive this endpoint.
   absl::Status Serve(WorkerAgent* agent, std::vector<uid_t> admin_uids = {});
+  // Stops accepting and ends the calls in progress (within a second), so
+  // that no request reaches the agent afterwards. Idempotent.
+  void StopServing();
 
  private:
   explicit LocalEndpoint(LocalSocketOptions options) : options_(std::move(options)) {}

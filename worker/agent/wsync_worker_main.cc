@@ -266,13 +266,13 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  // Descriptors (CUDA virtual memory) arrive beside the local API; the
-  // backend decides what it can open from them.
+  // Many descriptors (CUDA virtual memory) may arrive at the local socket.
   RaiseOpenFileLimit();
   options.fd_inbox = (*local)->fd_inbox();
   wsync::agent::WorkerAgent agent(options, &metrics);
   if (absl::Status s = (*local)->Serve(&agent, *admin_uids); !s.ok()) {
     spdlog::error("wsync-worker: {}", s.ToString());
+    local->reset();
     return 1;
   }
   agent.Start();

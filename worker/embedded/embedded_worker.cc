@@ -154,8 +154,9 @@ void EmbeddedWorker::Stop() {
   absl::MutexLock lock(&mu_);
   if (stopped_) return;
   stopped_ = true;
+  if (local_ != nullptr) local_->StopServing();  // no registration reaches a stopped agent
   agent_->Stop();
-  local_.reset();  // no registration reaches a stopped agent
+  local_.reset();
   spdlog::info("embedded worker {} stopped", Roles());
 }
 

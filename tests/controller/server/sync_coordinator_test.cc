@@ -127,10 +127,14 @@ TEST_F(SyncCoordinatorTest, ASteadySyncReusesItsBindingUntilARegistrationChanges
     EXPECT_EQ(st->phase(), v1::SYNC_SUCCEEDED) << st->error();
   };
   run(1);
-  const int64_t lookups = plans_->hits() + plans_->misses();
+  EXPECT_EQ(plans_->reused(), 0);
   run(2);
   run(3);
-  EXPECT_EQ(plans_->hits() + plans_->misses(), lookups) << "bound and planned once, reused";
+  EXPECT_EQ(plans_->reused(), 2) << "bound and planned once, reused";
+  // A redefinition binds afresh.
+  DefineSimple();
+  run(4);
+  EXPECT_EQ(plans_->reused(), 2) << "not the old binding";
   // The destination now holds a smaller buffer: the next sync binds afresh
   // and refuses, instead of reusing what was checked before.
   v1::UpdateBuffersRequest update;
@@ -141,10 +145,10 @@ TEST_F(SyncCoordinatorTest, ASteadySyncReusesItsBindingUntilARegistrationChanges
   b->set_dtype(v1::FP32);
   b->set_bytes(8);
   ASSERT_TRUE(controller_->workers().UpdateBuffers(update).ok());
-  auto refused = StartSync(4);
+  auto refused = StartSync(5);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("dst"), std::string::npos) << refused.status();
-  EXPECT_GT(plans_->hits() + plans_->misses(), lookups);
+  EXPECT_EQ(plans_->reused(), 2);
 }
 
 TEST_F(SyncCoordinatorTest, AnAbortedSyncSendsTheOpListAgainToWorkersThatDidNotReport) {

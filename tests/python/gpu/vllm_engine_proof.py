@@ -60,6 +60,7 @@ import wsync  # noqa: E402
 import wsync.torch  # noqa: E402
 from wsync import errors, layouts, vllm_live  # noqa: E402
 
+import harness  # noqa: E402
 import proof_models  # noqa: E402
 import trainers  # noqa: E402
 from vllm_rank_child import Child, ChildError, decode  # noqa: E402
@@ -301,7 +302,7 @@ class Run:
             attempt(self.problems, f"start_weight_update {v}", self.child, "start", self.timeout)
         sidecar = self.services.procs[-1].proc if RANK == self.victim() else None
         if sidecar is not None:
-            sidecar.send_signal(signal.SIGSTOP)
+            harness.freeze(sidecar)
         self.barrier()
         if self.child is not None:
             attempt(self.problems, f"send update {v}", self.child.send, "update", version=v,

@@ -37,9 +37,11 @@ std::vector<std::string> CudaBackend::capabilities() const {
   std::vector<std::string> caps = {"cuda_ipc", "cuda_vmm"};
   int version = 0;
   if (ncclGetVersion(&version) == ncclSuccess && version > 0) {
-    // NCCL_VERSION_CODE since 2.9: major * 10000 + minor * 100 + patch.
-    caps.push_back(
-        absl::StrCat("nccl=", version / 10000, ".", version / 100 % 100, ".", version % 100));
+    // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since 2.9,
+    // major * 1000 + minor * 100 + patch before.
+    const int major_unit = version >= 10000 ? 10000 : 1000;
+    caps.push_back(absl::StrCat("nccl=", version / major_unit, ".", version % major_unit / 100, ".",
+                                version % 100));
   }
   return caps;
 }

@@ -38,7 +38,7 @@ import dataclasses
 import os
 
 from wsync import errors
-from wsync.vllm_receiver import CuMemSleep, colocation, receiver_for
+from wsync.vllm_receiver import CuMemSleep, receiver_for
 
 BACKEND = "wsync"
 ENV_CONTROLLER = "WSYNC_CONTROLLER"
@@ -177,11 +177,7 @@ class WsyncWeightTransferEngine(_base()):
                           sleep=CuMemSleep.of_vllm(),  # None without vLLM's cumem allocator
                           postprocess=info.postprocess, timeout=info.timeout,
                           retries=info.retries, hold_outside_window=info.hold_outside_window)
-        extra, socket = colocation(info.colocated, rx.rank)
-        options = dict(info.worker)
-        if socket is not None:
-            options["local_socket"] = socket
-        self.receiver = rx.start(controller, extra_groups=extra, **options)
+        self.receiver = rx.start(controller, colocated=info.colocated, **info.worker)
 
     def _rx(self):
         if self.receiver is None:

@@ -22,7 +22,7 @@ the Worker's own methods. Errors are wsync.errors exceptions naming the rank, th
 version and, for a failed sync, the failed rank.
 """
 from wsync import errors
-from wsync.vllm_receiver import CuMemSleep, colocation, receiver_for
+from wsync.vllm_receiver import CuMemSleep, receiver_for
 
 
 class WsyncWorkerExtension:
@@ -62,11 +62,7 @@ class WsyncWorkerExtension:
                           device=index, sleep=self._wsync_sleep(), postprocess=postprocess,
                           timeout=timeout, retries=retries,
                           hold_outside_window=hold_outside_window)
-        extra, socket = colocation(colocated, rx.rank)
-        options = dict(worker or {})
-        if socket is not None:
-            options["local_socket"] = socket
-        self._wsync_receiver = rx.start(controller, extra_groups=extra, **options)
+        self._wsync_receiver = rx.start(controller, colocated=colocated, **(worker or {}))
         return {"membership": rx.membership, "spec": rx.live.spec.SerializeToString()}
 
     def wsync_begin_update(self):

@@ -116,14 +116,17 @@ class Receiver:
     def membership(self):
         return f"{self.group}:{self.rank}:{self.size}"
 
-    def start(self, controller, extra_groups=(), **worker_options):
+    def start(self, controller, colocated=None, **worker_options):
         """Starts this rank's embedded worker and registers every live
-        parameter. `extra_groups`: more memberships of the worker
-        ("group:rank:size"), e.g. the colocated trainer rank whose process
-        registers its tensors over the worker's `local_socket`."""
+        parameter. `colocated` (WsyncInitInfo.colocated, see colocation()):
+        the worker also holds the trainer rank of this GPU and serves the
+        local API where that trainer registers its tensors."""
         if self.worker is not None:
             raise errors.FailedPrecondition(f"{self.membership}: the embedded worker is "
                                             "already running")
+        extra_groups, socket = colocation(colocated, self.rank)
+        if socket is not None:
+            worker_options = dict(worker_options, local_socket=socket)
         self.controller = controller
         self.worker = embedded.Worker(controller, ",".join([self.membership, *extra_groups]),
                                       device=self.device, **worker_options)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <memory>
 #include <vector>
 
@@ -21,6 +22,12 @@ ABSL_FLAG(int32_t, syncs, 200, "Measured syncs.");
 ABSL_FLAG(int32_t, warmup, 10, "Unmeasured syncs first.");
 ABSL_FLAG(std::string, controller_bin, WSYNC_CONTROLLER_BIN, "wsync-controller binary.");
 ABSL_FLAG(std::string, worker_bin, WSYNC_WORKER_BIN, "wsync-worker binary.");
+ABSL_FLAG(std::string, work_dir, "/tmp",
+          "Folder for the cluster's files (the controller's --state_file among them: its "
+          "file system's fsync latency is part of every sync).");
+ABSL_FLAG(bool, one_call, true,
+          "Sync with wait_ms (one round trip, as the Python client does); false: Sync, then "
+          "WaitSync.");
 
 namespace {
 
@@ -46,7 +53,7 @@ absl::StatusOr<std::unique_ptr<wsync::demo::Cluster>> StartCluster(int n) {
   wsync::demo::ClusterOptions opt;
   opt.controller_bin = absl::GetFlag(FLAGS_controller_bin);
   opt.worker_bin = absl::GetFlag(FLAGS_worker_bin);
-  opt.work_dir = absl::StrCat("/tmp/wsync-bench-", getpid());
+  opt.work_dir = absl::StrCat(absl::GetFlag(FLAGS_work_dir), "/wsync-bench-", getpid());
   opt.lease_ttl = absl::Seconds(20);
   opt.worker_flags = {"--metrics_port=-1"};
   auto cluster = wsync::demo::Cluster::Start(opt);
@@ -92,21 +99,25 @@ absl::Status DefineEmptyTransfer(wsync::demo::Cluster& cluster, int n) {
 // trigger -> WaitSync time as the trainer sees it and as the controller
 // measured it.
 absl::Status TimeSyncs(wsync::demo::Cluster& cluster, int warmup, int total,
-                       std::vector<double>* client_ms, std::vector<double>* controller_ms) {
+                       std::vector<double>* client_ms, std::vector<double>* controller_ms,
+                       std::vector<std::vector<double>>* phases_ms) {
   for (int v = 1; v <= total; ++v) {
     const absl::Time t0 = absl::Now();
     wsync::v1::SyncRequest req;
     req.set_transfer("bench");
     req.set_version(v);
+    if (absl::GetFlag(FLAGS_one_call)) req.set_wait_ms(60'000);
     wsync::v1::SyncResponse resp;
     grpc::ClientContext c1;
     grpc::Status s = cluster.trainer().Sync(&c1, req, &resp);
     if (!s.ok()) return absl::InternalError(absl::StrCat("Sync v", v, ": ", s.error_message()));
-    wsync::v1::WaitSyncRequest w;
-    w.set_sync_id(resp.sync_id());
-    wsync::v1::SyncStatus st;
-    grpc::ClientContext c2;
-    s = cluster.trainer().WaitSync(&c2, w, &st);
+    wsync::v1::SyncStatus st = resp.status();
+    if (!absl::GetFlag(FLAGS_one_call)) {
+      wsync::v1::WaitSyncRequest w;
+      w.set_sync_id(resp.sync_id());
+      grpc::ClientContext c2;
+      s = cluster.trainer().WaitSync(&c2, w, &st);
+    }
     const double ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
     if (!s.ok() || st.phase() != wsync::v1::SYNC_SUCCEEDED) {
       return absl::InternalError(
@@ -115,6 +126,11 @@ absl::Status TimeSyncs(wsync::demo::Cluster& cluster, int warmup, int total,
     if (v > warmup) {
       client_ms->push_back(ms);
       controller_ms->push_back(st.elapsed_seconds() * 1e3);
+      const double phases[] = {st.max_deliver_seconds(), st.max_queue_seconds(),
+                               st.max_bind_seconds(), st.max_run_seconds(),
+                               st.max_report_seconds()};
+      phases_ms->resize(std::size(phases));
+      for (size_t i = 0; i < std::size(phases); ++i) (*phases_ms)[i].push_back(phases[i] * 1e3);
     }
   }
   return absl::OkStatus();
@@ -137,11 +153,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::vector<double> client_ms, controller_ms;
+  std::vector<std::vector<double>> phases_ms;
   const int warmup = absl::GetFlag(FLAGS_warmup);
   absl::Status s = DefineEmptyTransfer(**cluster, n);
   if (s.ok()) {
     s = TimeSyncs(**cluster, warmup, warmup + absl::GetFlag(FLAGS_syncs), &client_ms,
-                  &controller_ms);
+                  &controller_ms, &phases_ms);
   }
   if (!s.ok()) {
     spdlog::error("{}", std::string(s.message()));
@@ -155,6 +172,12 @@ int main(int argc, char** argv) {
   std::printf("controller-side trigger -> last report (ms): p50 %.2f  p90 %.2f  p99 %.2f\n",
               Percentile(controller_ms, 0.5), Percentile(controller_ms, 0.9),
               Percentile(controller_ms, 0.99));
+  const char* names[] = {"deliver", "queue", "bind", "run", "report"};
+  std::printf("slowest worker's phases, p50 (ms):");
+  for (size_t i = 0; i < phases_ms.size() && i < std::size(names); ++i) {
+    std::printf("  %s %.3f", names[i], Percentile(phases_ms[i], 0.5));
+  }
+  std::printf("\n");
   (*cluster)->StopAll();
   return 0;
 }

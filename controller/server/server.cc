@@ -25,7 +25,7 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(Server
   s->plans_ = std::make_unique<PlanSource>(64, limits.plan_cache_bytes, build);
   v1::ControllerState saved;
   if (!options.state_file.empty()) {
-    s->store_ = std::make_unique<StateStore>(options.state_file);
+    s->store_ = std::make_unique<StateStore>(options.state_file, options.state_flush);
     absl::StatusOr<v1::ControllerState> loaded = s->store_->Load();
     if (!loaded.ok() && !options.state_start_empty) return loaded.status();
     if (!loaded.ok()) {

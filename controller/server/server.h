@@ -14,6 +14,7 @@
 #include "controller/server/metrics.h"
 #include "controller/server/plan_source.h"
 #include "controller/server/services.h"
+#include "controller/server/state_store.h"
 #include "grpcpp/grpcpp.h"
 
 namespace wsync::controller {
@@ -25,6 +26,7 @@ struct ServerOptions {
   // Where transfers and delivered versions persist (state_store.h); empty:
   // nowhere (a restart forgets them).
   std::string state_file;
+  StateFlush state_flush = StateFlush::kBackground;  // --state_fsync
   // A state file that cannot be read is moved aside and the controller
   // starts empty (instead of refusing to start).
   bool state_start_empty = false;

@@ -8,12 +8,14 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/logging.h"
 
 namespace wsync::controller {
 namespace {
@@ -154,26 +156,96 @@ absl::StatusOr<v1::ControllerState> StateStore::Load() const {
   return DecodeState(bytes, path_);
 }
 
-absl::Status StateStore::Save(const v1::ControllerState& state) {
+absl::StatusOr<StateFlush> ParseStateFlush(absl::string_view mode) {
+  if (mode == "always") return StateFlush::kEverySave;
+  if (mode == "background") return StateFlush::kBackground;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--state_fsync: '", mode, "' is neither 'always' nor 'background'"));
+}
+
+StateStore::StateStore(std::string path, StateFlush flush)
+    : path_(std::move(path)), flush_(flush) {
+  if (flush_ == StateFlush::kBackground) flusher_ = std::thread([this] { FlushLoop(); });
+}
+
+StateStore::~StateStore() {
+  if (!flusher_.joinable()) return;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    cv_.SignalAll();
+  }
+  flusher_.join();
+}
+
+absl::Status StateStore::Replace(const std::string& bytes, bool sync) {
   const std::string tmp = path_ + ".tmp";
-  const std::string bytes = EncodeState(state);
   {
     Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     if (fd.get() < 0) return Errno(absl::StrCat("creating ", tmp));
     if (absl::Status s = WriteAll(fd.get(), bytes, tmp); !s.ok()) return s;
-    if (::fsync(fd.get()) != 0) return Errno(absl::StrCat("fsync of ", tmp));
+    if (sync && ::fsync(fd.get()) != 0) return Errno(absl::StrCat("fsync of ", tmp));
     if (!fd.Close()) return Errno(absl::StrCat("closing ", tmp));
   }
   if (::rename(tmp.c_str(), path_.c_str()) != 0) {
     return Errno(absl::StrCat("renaming ", tmp, " to ", path_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::SyncToDisk() const {
+  {
+    Fd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) return Errno(absl::StrCat("opening ", path_, " to flush it"));
+    if (::fsync(fd.get()) != 0) return Errno(absl::StrCat("fsync of ", path_));
   }
   // The rename itself is durable once the directory is.
   const std::string dir = DirOf(path_);
   Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dfd.get() < 0) return Errno(absl::StrCat("opening directory ", dir));
   if (::fsync(dfd.get()) != 0) return Errno(absl::StrCat("fsync of directory ", dir));
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::Save(const v1::ControllerState& state) {
+  const bool every = flush_ == StateFlush::kEverySave;
+  if (absl::Status s = Replace(EncodeState(state), /*sync=*/every); !s.ok()) return s;
+  if (every) {
+    if (absl::Status s = SyncToDisk(); !s.ok()) return s;
+  } else {
+    absl::MutexLock lock(&mu_);
+    ++written_;
+    cv_.Signal();
+  }
   ++saves_;
   return absl::OkStatus();
+}
+
+void StateStore::FlushLoop() {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    while (flushed_ == written_ && !stopping_) cv_.Wait(&mu_);
+    if (flushed_ == written_) return;  // stopping, nothing pending
+    const int64_t target = written_;   // later saves get the next round
+    mu_.Unlock();
+    absl::Status s = SyncToDisk();
+    mu_.Lock();
+    if (!s.ok()) {
+      spdlog::error("[controller] flushing the controller state {} to the disk failed ({}): a "
+                    "power cut now would lose the latest delivered versions",
+                    path_, s.ToString());
+      if (flush_error_.ok()) flush_error_ = s;
+    }
+    flushed_ = target;
+    cv_.SignalAll();
+  }
+}
+
+absl::Status StateStore::Flush() {
+  absl::MutexLock lock(&mu_);
+  const int64_t target = written_;
+  while (flushed_ < target) cv_.Wait(&mu_);
+  return std::exchange(flush_error_, absl::OkStatus());
 }
 
 absl::StatusOr<std::string> StateStore::MoveAside() const {

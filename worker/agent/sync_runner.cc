@@ -61,6 +61,21 @@ absl::Status SyncRunner::RefreshRegistry() {
   return absl::OkStatus();
 }
 
+uint64_t SyncRunner::OwnBuffersFingerprint() {
+  if (own_fingerprint_version_ == snapshot_.version) return own_fingerprint_;
+  std::vector<v1::BufferInfo> mine;
+  std::vector<std::string> objects;
+  for (const TensorEntry& e : snapshot_.tensors) {
+    mine.push_back(TensorTable::InfoOf(e));
+    objects.push_back(e.identity);
+  }
+  std::vector<const v1::BufferInfo*> refs;
+  for (const v1::BufferInfo& b : mine) refs.push_back(&b);
+  own_fingerprint_ = BufferListFingerprint(refs, objects);
+  own_fingerprint_version_ = snapshot_.version;
+  return own_fingerprint_;
+}
+
 absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
                                              exec::DirectWrites* direct, std::string* key) {
   key->clear();
@@ -81,15 +96,7 @@ absl::Status SyncRunner::PrepareDirectWrites(const v1::SyncAssignment& a,
     direct->peer_buffers[w] = r;
     direct->expected_ready_tokens[w] = peers->Fingerprint(w);
   }
-  std::vector<v1::BufferInfo> mine;
-  std::vector<std::string> objects;
-  for (const TensorEntry& e : snapshot_.tensors) {
-    mine.push_back(TensorTable::InfoOf(e));
-    objects.push_back(e.identity);
-  }
-  std::vector<const v1::BufferInfo*> refs;
-  for (const v1::BufferInfo& b : mine) refs.push_back(&b);
-  direct->ready_token = BufferListFingerprint(refs, objects);
+  direct->ready_token = OwnBuffersFingerprint();
   *key = absl::StrCat("to ", absl::StrJoin(a.direct_write_to(), ","), " by ",
                       absl::StrJoin(a.direct_written_by(), ","), " maps ",
                       peers != nullptr ? peers->Signature() : "");

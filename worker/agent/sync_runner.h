@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -58,6 +59,8 @@ class SyncRunner {
 
  private:
   absl::Status RefreshRegistry();
+  // BufferListFingerprint of the registered buffers (cached per snapshot).
+  uint64_t OwnBuffersFingerprint();
   // The assignment's direct writes, with the peers' buffers mapped; *key
   // identifies them for the bound-plan cache (empty: none).
   absl::Status PrepareDirectWrites(const v1::SyncAssignment& a, exec::DirectWrites* direct,
@@ -76,6 +79,10 @@ class SyncRunner {
   exec::BufferRegistry registry_;
   TensorSnapshot snapshot_;  // keeps mappings alive for the registry
   bool have_snapshot_ = false;
+  // BufferListFingerprint of snapshot_'s buffers (the token peers check
+  // before writing here), computed once per registry version.
+  uint64_t own_fingerprint_ = 0;
+  uint64_t own_fingerprint_version_ = std::numeric_limits<uint64_t>::max();
   PeerMapsByTransfer peers_;  // direct writes: the peers' buffers
   // "<key>/<worker>" -> (direct-writes key, the plan bound with them).
   std::map<std::string, std::pair<std::string, std::shared_ptr<const exec::BoundPlan>>> bound_;

@@ -52,9 +52,18 @@ TEST(StateStore, Crc32IsTheIeeePolynomial) {
   EXPECT_EQ(Crc32(""), 0u);
 }
 
-TEST(StateStore, SaveThenLoadGivesTheSameStateAndLeavesNoTemporaryFile) {
+class StateStoreModes : public ::testing::TestWithParam<StateFlush> {};
+
+INSTANTIATE_TEST_SUITE_P(Flush, StateStoreModes,
+                         ::testing::Values(StateFlush::kEverySave, StateFlush::kBackground),
+                         [](const auto& info) {
+                           return info.param == StateFlush::kEverySave ? "EverySave"
+                                                                       : "Background";
+                         });
+
+TEST_P(StateStoreModes, SaveThenLoadGivesTheSameStateAndLeavesNoTemporaryFile) {
   const std::string dir = TempDir();
-  StateStore store(dir + "/controller.state");
+  StateStore store(dir + "/controller.state", GetParam());
   auto empty = store.Load();
   ASSERT_TRUE(empty.ok()) << empty.status();
   EXPECT_EQ(empty->transfers_size(), 0) << "a missing file is an empty state";
@@ -70,6 +79,34 @@ TEST(StateStore, SaveThenLoadGivesTheSameStateAndLeavesNoTemporaryFile) {
   ASSERT_EQ(stat((dir + "/controller.state").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u) << "only the controller's user reads its state";
   EXPECT_EQ(store.saves(), 2);
+  EXPECT_TRUE(store.Flush().ok());
+}
+
+// What a controller crash (not a power cut) would leave: the file as the
+// last Save put it, before any flush, read by another store (the restarted
+// controller).
+TEST_P(StateStoreModes, EachSaveIsInPlaceWhenSaveReturns) {
+  const std::string path = TempDir() + "/controller.state";
+  StateStore store(path, GetParam());
+  v1::ControllerState s = Sample();
+  for (int v = 1; v <= 200; ++v) {
+    s.mutable_transfers(0)->set_last_success_version(v);
+    ASSERT_TRUE(store.Save(s).ok());
+    auto seen = StateStore(path).Load();
+    ASSERT_TRUE(seen.ok()) << seen.status();
+    ASSERT_EQ(seen->transfers(0).last_success_version(), v);
+  }
+  EXPECT_TRUE(store.Flush().ok());
+  EXPECT_EQ(store.flush_mode(), GetParam());
+}
+
+TEST(StateStore, TheFsyncModeFlagIsParsedAndABadOneNamed) {
+  EXPECT_EQ(*ParseStateFlush("always"), StateFlush::kEverySave);
+  EXPECT_EQ(*ParseStateFlush("background"), StateFlush::kBackground);
+  absl::StatusOr<StateFlush> bad = ParseStateFlush("sometimes");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--state_fsync"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("sometimes"), std::string::npos) << bad.status();
 }
 
 TEST(StateStore, ADamagedFileIsAnErrorNamingTheFile) {

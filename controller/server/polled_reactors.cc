@@ -11,15 +11,20 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const grpc::S
 }
 
 namespace {
-class RefusedWatch final : public grpc::ServerWriteReactor<v1::SyncStatus> {
+template <typename T>
+class RefusedStream final : public grpc::ServerWriteReactor<T> {
  public:
-  explicit RefusedWatch(const grpc::Status& status) { Finish(status); }
+  explicit RefusedStream(const grpc::Status& status) { this->Finish(status); }
   void OnDone() override { delete this; }  // NOLINT: callback-API ownership
 };
 }  // namespace
 
 grpc::ServerWriteReactor<v1::SyncStatus>* RefuseWatch(const grpc::Status& status) {
-  return new RefusedWatch(status);  // OnDone deletes it
+  return new RefusedStream<v1::SyncStatus>(status);  // OnDone deletes it
+}
+
+grpc::ServerWriteReactor<v1::Assignment>* RefuseAssignments(const grpc::Status& status) {
+  return new RefusedStream<v1::Assignment>(status);  // OnDone deletes it
 }
 
 grpc::ServerUnaryReactor* PolledUnary::Start(WaitHub* hub, absl::Time deadline, PollFn poll) {

@@ -28,6 +28,8 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const grpc::S
 // A server stream of SyncStatus that ends at once with `status` (a refused
 // caller), writing nothing.
 grpc::ServerWriteReactor<v1::SyncStatus>* RefuseWatch(const grpc::Status& status);
+// The same for a worker's assignment stream.
+grpc::ServerWriteReactor<v1::Assignment>* RefuseAssignments(const grpc::Status& status);
 
 // A unary wait. `poll(expired)` fills the response and returns the call's
 // status once the wait is over (always when `expired`), nullopt to keep

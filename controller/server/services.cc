@@ -7,13 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/lease_metadata.h"
+#include "controller/server/assignment_stream.h"
 
 namespace wsync::controller {
 
 namespace {
-// How often blocked handlers look at client cancellation.
-constexpr absl::Duration kPoll = absl::Milliseconds(50);
-
 template <typename T>
 grpc::Status Fill(absl::StatusOr<T> result, T* out) {
   if (!result.ok()) return ToGrpc(result.status());
@@ -57,27 +55,12 @@ grpc::Status WorkerServiceImpl::UpdateBuffers(grpc::ServerContext* ctx,
   return ToGrpc(controller_->workers().UpdateBuffers(*req));
 }
 
-grpc::Status WorkerServiceImpl::Assignments(grpc::ServerContext* ctx,
-                                            const v1::AssignmentsRequest* req,
-                                            grpc::ServerWriter<v1::Assignment>* writer) {
-  if (absl::Status st = Admit(*ctx, req->lease_id(), "Assignments"); !st.ok()) return ToGrpc(st);
-  absl::StatusOr<uint64_t> token = controller_->workers().OpenStream(req->lease_id());
-  if (!token.ok()) return ToGrpc(token.status());
-  // Headers now, so that the worker knows the stream is established.
-  writer->SendInitialMetadata();
-  while (true) {
-    if (ctx->IsCancelled()) {
-      controller_->workers().CloseStream(req->lease_id(), *token, "worker disconnected");
-      return grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
-    }
-    auto next = controller_->workers().NextAssignment(req->lease_id(), *token, kPoll);
-    if (!next.ok()) return ToGrpc(next.status());
-    if (!next->has_value()) continue;
-    if (!writer->Write(**next)) {
-      controller_->workers().CloseStream(req->lease_id(), *token, "write to worker failed");
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed");
-    }
+grpc::ServerWriteReactor<v1::Assignment>* WorkerServiceImpl::Assignments(
+    grpc::CallbackServerContext* ctx, const v1::AssignmentsRequest* req) {
+  if (absl::Status st = Admit(*ctx, req->lease_id(), "Assignments"); !st.ok()) {
+    return RefuseAssignments(ToGrpc(st));
   }
+  return AssignmentStream::Start(&controller_->workers(), req->lease_id());
 }
 
 grpc::Status WorkerServiceImpl::ReportProgress(grpc::ServerContext* ctx,

@@ -4,8 +4,10 @@
 // needs a role (docs/security.md). Quick calls are synchronous handlers; the
 // calls that wait (KvGet with timeout_ms, AwaitWriters, Sync with wait_ms,
 // WaitSync, WatchSync) are callback handlers whose waits the controller's
-// WaitHub holds without a thread each (polled_reactors.h); they admit their
-// caller the same way and answer a refusal through the reactor.
+// WaitHub holds without a thread each (polled_reactors.h), and each worker's
+// assignment stream is a callback reactor the registry wakes
+// (assignment_stream.h); they admit their caller the same way and answer a
+// refusal through the reactor.
 #ifndef WSYNC_CONTROLLER_SERVER_SERVICES_H_
 #define WSYNC_CONTROLLER_SERVER_SERVICES_H_
 
@@ -20,8 +22,9 @@
 
 namespace wsync::controller {
 
-using WorkerServiceBase = v1::WorkerService::WithCallbackMethod_KvGet<
-    v1::WorkerService::WithCallbackMethod_AwaitWriters<v1::WorkerService::Service>>;
+using WorkerServiceBase =
+    v1::WorkerService::WithCallbackMethod_KvGet<v1::WorkerService::WithCallbackMethod_AwaitWriters<
+        v1::WorkerService::WithCallbackMethod_Assignments<v1::WorkerService::Service>>>;
 using TrainerServiceBase =
     v1::TrainerService::WithCallbackMethod_Sync<v1::TrainerService::WithCallbackMethod_WaitSync<
         v1::TrainerService::WithCallbackMethod_WatchSync<v1::TrainerService::Service>>>;
@@ -38,8 +41,8 @@ class WorkerServiceImpl final : public WorkerServiceBase {
                          v1::HeartbeatResponse* resp) override;
   grpc::Status UpdateBuffers(grpc::ServerContext*, const v1::UpdateBuffersRequest* req,
                              v1::UpdateBuffersResponse* resp) override;
-  grpc::Status Assignments(grpc::ServerContext* ctx, const v1::AssignmentsRequest* req,
-                           grpc::ServerWriter<v1::Assignment>* writer) override;
+  grpc::ServerWriteReactor<v1::Assignment>* Assignments(grpc::CallbackServerContext* ctx,
+                                                       const v1::AssignmentsRequest* req) override;
   grpc::Status ReportProgress(grpc::ServerContext*, const v1::ReportProgressRequest* req,
                               v1::ReportProgressResponse* resp) override;
   grpc::Status ReportResult(grpc::ServerContext*, const v1::ReportResultRequest* req,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <utility>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/escaping.h"
@@ -85,6 +86,9 @@ void WorkerRegistry::SetLossListener(std::function<void(const WorkerLoss&)> list
 }
 
 void WorkerRegistry::Deliver(const std::vector<WorkerLoss>& lost) {
+  for (const WorkerLoss& loss : lost) {
+    if (loss.wake_stream) loss.wake_stream();
+  }
   if (!on_loss_) return;
   for (const WorkerLoss& loss : lost) on_loss_(loss);
 }
@@ -246,17 +250,25 @@ absl::Status WorkerRegistry::UpdateBuffers(const v1::UpdateBuffersRequest& req) 
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> WorkerRegistry::OpenStream(const std::string& lease_id) {
-  absl::MutexLock lock(&mu_);
-  Worker* w = FindAliveLocked(lease_id);
-  if (w == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("lease '", lease_id, "' is unknown or expired; register again"));
+absl::StatusOr<uint64_t> WorkerRegistry::OpenStream(const std::string& lease_id,
+                                                    std::function<void()> wake) {
+  std::function<void()> replaced;
+  uint64_t token;
+  {
+    absl::MutexLock lock(&mu_);
+    Worker* w = FindAliveLocked(lease_id);
+    if (w == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("lease '", lease_id, "' is unknown or expired; register again"));
+    }
+    w->stream_token = next_id_++;
+    w->last_heartbeat = absl::Now();
+    w->cv.SignalAll();  // an older stream of this lease ends
+    replaced = std::exchange(w->wake, std::move(wake));
+    token = w->stream_token;
   }
-  w->stream_token = next_id_++;
-  w->last_heartbeat = absl::Now();
-  w->cv.SignalAll();  // an older stream of this lease ends
-  return w->stream_token;
+  if (replaced) replaced();
+  return token;
 }
 
 absl::StatusOr<std::optional<v1::Assignment>> WorkerRegistry::NextAssignment(
@@ -305,11 +317,12 @@ void WorkerRegistry::MarkDeadLocked(Worker& w, const std::string& reason,
   epoch_.fetch_add(1);
   w.outbox.clear();
   w.cv.SignalAll();
+  std::function<void()> wake = std::exchange(w.wake, nullptr);
   for (const auto& m : w.info->memberships()) {
     auto it = ranks_.find(RankKey(m.group(), m.rank()));
     if (it != ranks_.end() && it->second == w.lease_id) ranks_.erase(it);
   }
-  lost->push_back(WorkerLoss{w.lease_id, who, reason});
+  lost->push_back(WorkerLoss{w.lease_id, who, reason, std::move(wake)});
 }
 
 bool WorkerRegistry::IsAlive(const std::string& lease_id) {
@@ -357,11 +370,16 @@ WorkerRegistry::Counts WorkerRegistry::CountWorkers() {
 }
 
 bool WorkerRegistry::Push(const std::string& lease_id, v1::Assignment a) {
-  absl::MutexLock lock(&mu_);
-  Worker* w = FindAliveLocked(lease_id);
-  if (w == nullptr) return false;
-  w->outbox.push_back(std::move(a));
-  w->cv.Signal();
+  std::function<void()> wake;
+  {
+    absl::MutexLock lock(&mu_);
+    Worker* w = FindAliveLocked(lease_id);
+    if (w == nullptr) return false;
+    w->outbox.push_back(std::move(a));
+    w->cv.Signal();
+    wake = w->wake;
+  }
+  if (wake) wake();
   return true;
 }
 
@@ -463,9 +481,16 @@ void WorkerRegistry::Tick() {
 }
 
 void WorkerRegistry::Shutdown() {
-  absl::MutexLock lock(&mu_);
-  shutdown_ = true;
-  for (auto& [lease, w] : workers_) w->cv.SignalAll();
+  std::vector<std::function<void()>> wakes;
+  {
+    absl::MutexLock lock(&mu_);
+    shutdown_ = true;
+    for (auto& [lease, w] : workers_) {
+      w->cv.SignalAll();
+      if (w->wake) wakes.push_back(std::exchange(w->wake, nullptr));
+    }
+  }
+  for (const auto& wake : wakes) wake();
 }
 
 v1::ListWorkersResponse WorkerRegistry::ListWorkers(const std::string& group) {

@@ -55,6 +55,9 @@ struct WorkerLoss {
   std::string lease_id;
   std::string description;
   std::string reason;
+  // Its assignment stream's wake (OpenStream), called before the listener so
+  // that the stream ends; empty when it had none.
+  std::function<void()> wake_stream;
 };
 
 class WorkerRegistry {
@@ -84,9 +87,14 @@ class WorkerRegistry {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& lease_id);
   absl::Status UpdateBuffers(const v1::UpdateBuffersRequest& req);
   // The lease's assignment stream: Open returns a token; a later Open (or the
-  // lease's death) invalidates it. NextAssignment waits up to `wait`: OK and
-  // nullopt means nothing yet; an error ends the stream.
-  absl::StatusOr<uint64_t> OpenStream(const std::string& lease_id);
+  // lease's death) invalidates it. NextAssignment waits up to `wait` (zero:
+  // not at all): OK and nullopt means nothing yet; an error ends the stream.
+  // `wake`, if set, is called without the registry's lock whenever the
+  // stream's NextAssignment may have something new to say: an assignment
+  // pushed, the lease dead, the stream replaced, the controller shutting
+  // down. It may run on any thread and after the stream ended.
+  absl::StatusOr<uint64_t> OpenStream(const std::string& lease_id,
+                                      std::function<void()> wake = nullptr);
   absl::StatusOr<std::optional<v1::Assignment>> NextAssignment(const std::string& lease_id,
                                                                uint64_t token, absl::Duration wait);
   // A stream that ends kills its lease: a worker that lost its stream must
@@ -150,6 +158,7 @@ class WorkerRegistry {
     bool alive = true;
     absl::Time died_at;
     uint64_t stream_token = 0;  // 0: no stream open
+    std::function<void()> wake;  // the open stream's (OpenStream)
     std::deque<v1::Assignment> outbox;
     // Its stream handler waits here: a report from one worker must not wake
     // every other worker's stream thread.

@@ -179,5 +179,90 @@ TEST(WaitersIntegration, FourThousandWaitersHoldNoThreadEach) {
   }
 }
 
+// Each worker's assignment stream was a handler thread (issue 18): 500
+// workers held 500 controller threads. They are callback reactors now; a
+// stream the worker drops still ends its lease at once.
+TEST(WaitersIntegration, FiveHundredAssignmentStreamsHoldNoThreadEach) {
+  auto cluster_or = demo::Cluster::Start(DefaultClusterOptions());
+  ASSERT_TRUE(cluster_or.ok()) << cluster_or.status();
+  demo::Cluster& cluster = **cluster_or;
+  const pid_t controller = cluster.controller_pid();
+  const int threads_before = Threads(controller);
+  ASSERT_GT(threads_before, 0);
+  constexpr int kWorkers = 500;
+  struct Stream {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientAsyncReader<v1::Assignment>> reader;
+    bool started = false;
+  };
+  grpc::CompletionQueue cq;
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (int r = 0; r < kWorkers; ++r) {
+    v1::RegisterWorkerRequest req;
+    req.set_instance_id(absl::StrCat("streams-", r));
+    v1::Membership* m = req.add_memberships();
+    m->set_group("many");
+    m->set_rank(r);
+    m->set_group_size(kWorkers);
+    req.set_node("test");
+    req.set_pid(1);
+    v1::RegisterWorkerResponse resp;
+    ASSERT_TRUE(Call([&](grpc::ClientContext* c) {
+                  return cluster.worker_api().RegisterWorker(c, req, &resp);
+                }).ok());
+    auto s = std::make_unique<Stream>();
+    v1::AssignmentsRequest open;
+    open.set_lease_id(resp.lease_id());
+    s->reader = cluster.worker_api().AsyncAssignments(&s->ctx, open, &cq, s.get());
+    streams.push_back(std::move(s));
+  }
+  // Every stream is open: its call started, and the controller's handler
+  // sent the headers (it runs for every stream at once).
+  int opened = 0;
+  void* tag = nullptr;
+  bool ok = false;
+  const absl::Time until = absl::Now() + absl::Seconds(60);
+  while (opened < kWorkers &&
+         cq.AsyncNext(&tag, &ok, absl::ToChronoTime(until)) ==
+             grpc::CompletionQueue::NextStatus::GOT_EVENT) {
+    auto* s = static_cast<Stream*>(tag);
+    if (!ok) continue;
+    if (!s->started) {
+      s->started = true;
+      s->reader->ReadInitialMetadata(s);
+    } else {
+      ++opened;
+    }
+  }
+  ASSERT_EQ(opened, kWorkers);
+  const int threads_streaming = Threads(controller);
+  std::cerr << "controller threads: " << threads_before << " before, " << threads_streaming
+            << " with " << kWorkers << " assignment streams\n";
+  EXPECT_LT(threads_streaming, threads_before + 64);
+
+  // Half the workers go away: their leases end, the others stay alive.
+  for (int r = 0; r < kWorkers; r += 2) streams[r]->ctx.TryCancel();
+  int alive = kWorkers;
+  for (int i = 0; i < 100 && alive != kWorkers / 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    alive = 0;
+    v1::ListWorkersRequest list;
+    list.set_group("many");
+    do {  // every page
+      v1::ListWorkersResponse listed;
+      ASSERT_TRUE(Call([&](grpc::ClientContext* c) {
+                    return cluster.trainer().ListWorkers(c, list, &listed);
+                  }).ok());
+      for (const v1::RegisteredWorker& w : listed.workers()) alive += w.alive() ? 1 : 0;
+      list.set_page_token(listed.next_page_token());
+    } while (!list.page_token().empty());
+  }
+  EXPECT_EQ(alive, kWorkers / 2);
+  for (auto& s : streams) s->ctx.TryCancel();
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
 }  // namespace
 }  // namespace wsync::integration

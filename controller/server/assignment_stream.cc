@@ -1,0 +1,127 @@
+#include "controller/server/assignment_stream.h"
+
+#include <optional>
+#include <utility>
+
+#include "controller/server/polled_reactors.h"
+
+namespace wsync::controller {
+
+AssignmentStream::AssignmentStream(WorkerRegistry* workers, std::string lease_id)
+    : workers_(workers), lease_id_(std::move(lease_id)), link_(std::make_shared<Link>()) {}
+
+grpc::ServerWriteReactor<v1::Assignment>* AssignmentStream::Start(WorkerRegistry* workers,
+                                                                  const std::string& lease_id) {
+  // Owned by gRPC from here: OnDone deletes it (see Lifetime).
+  auto stream = std::unique_ptr<AssignmentStream>(new AssignmentStream(workers, lease_id));
+  {
+    absl::MutexLock lock(&stream->link_->mu);
+    stream->link_->stream = stream.get();
+  }
+  std::shared_ptr<Link> link = stream->link_;
+  absl::StatusOr<uint64_t> token = workers->OpenStream(lease_id, [link] { Enter(link); });
+  AssignmentStream* s = stream.release();
+  if (!token.ok()) {
+    {
+      absl::MutexLock lock(&s->mu_);
+      s->finished_ = true;
+    }
+    s->Finish(ToGrpc(token.status()));
+    return s;
+  }
+  {
+    absl::MutexLock lock(&s->mu_);
+    s->token_ = *token;
+  }
+  // Headers now, so that the worker knows the stream is established.
+  s->StartSendInitialMetadata();
+  Enter(link);  // an assignment pushed before the token was set
+  return s;
+}
+
+void AssignmentStream::Enter(const std::shared_ptr<Link>& link) {
+  AssignmentStream* stream;
+  {
+    absl::MutexLock lock(&link->mu);
+    stream = link->stream;
+    if (stream == nullptr) return;
+    ++link->active;
+  }
+  stream->Pump();
+  bool last = false;
+  {
+    absl::MutexLock lock(&link->mu);
+    --link->active;
+    if (link->done && link->active == 0 && link->stream != nullptr) {
+      link->stream = nullptr;
+      last = true;
+    }
+  }
+  if (last) delete stream;  // NOLINT: callback-API ownership (OnDone ran meanwhile)
+}
+
+void AssignmentStream::Pump() {
+  std::optional<grpc::Status> end;
+  const char* close_reason = nullptr;
+  uint64_t token;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || writing_ || token_ == 0) return;
+    token = token_;
+    if (write_failed_) {
+      end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed");
+      close_reason = "write to worker failed";
+    } else if (cancelled_.load()) {
+      end = grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
+      close_reason = "worker disconnected";
+    } else {
+      auto next = workers_->NextAssignment(lease_id_, token_, absl::ZeroDuration());
+      if (!next.ok()) {
+        end = ToGrpc(next.status());
+      } else if (!next->has_value()) {
+        return;
+      } else {
+        out_ = std::move(**next);
+        writing_ = true;
+      }
+    }
+    if (end.has_value()) finished_ = true;
+  }
+  if (!end.has_value()) {
+    StartWrite(&out_);
+    return;
+  }
+  if (close_reason != nullptr) workers_->CloseStream(lease_id_, token, close_reason);
+  Finish(*end);
+}
+
+void AssignmentStream::OnWriteDone(bool ok) {
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) write_failed_ = true;
+  }
+  const std::shared_ptr<Link> link = link_;  // `this` may be gone once Enter returns
+  Enter(link);
+}
+
+void AssignmentStream::OnCancel() {
+  cancelled_.store(true);
+  const std::shared_ptr<Link> link = link_;
+  Enter(link);
+}
+
+void AssignmentStream::OnDone() {
+  bool now = false;
+  {
+    absl::MutexLock lock(&link_->mu);
+    link_->done = true;
+    if (link_->active == 0) {
+      link_->stream = nullptr;
+      now = true;
+    }
+  }
+  if (now) delete this;  // NOLINT: callback-API ownership
+}
+
+}  // namespace wsync::controller

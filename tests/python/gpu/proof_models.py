@@ -35,6 +35,13 @@ CONFIGS = {
         "intermediate_size": 14336, "num_hidden_layers": 8, "num_attention_heads": 32,
         "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
         "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
+    # Llama-3-8B itself (32 layers, 8.0 B parameters, 16.1 GB bf16 receivers):
+    # the timing stage's realistic size (WSYNC_TIMING_SIZE=8b).
+    ("llama", "8b"): {
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
+        "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
     ("llama", "tiny"): {
         "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
         "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 8,

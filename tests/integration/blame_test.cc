@@ -43,7 +43,7 @@ TEST(BlameIntegration, AFrozenWorkerIsNamedWhenTheDeadlinePasses) {
   CaseRun& run = **run_or;
   DeliverFirstVersion(run);
   const pid_t victim = run.cluster->worker(run.dst_worker[1]).child.pid();
-  ASSERT_EQ(kill(victim, SIGSTOP), 0);
+  ASSERT_TRUE(Freeze(victim));
   run.Fill(2);
   const absl::Time start = absl::Now();
   const v1::SyncResponse started = Start(run, 2, /*deadline_ms=*/3000);
@@ -73,7 +73,7 @@ TEST(BlameIntegration, AKilledWorkerIsNamedNotThePeerThatSawTheResetFirst) {
   int64_t version = 2;
   for (int attempt = 0; attempt < 2; ++attempt, ++version) {
     const int victim = run.dst_worker[1];
-    ASSERT_EQ(kill(run.cluster->worker(victim).child.pid(), SIGSTOP), 0);
+    ASSERT_TRUE(Freeze(run.cluster->worker(victim).child.pid()));
     run.Fill(version);
     const v1::SyncResponse started = Start(run, version, /*deadline_ms=*/15000);
     absl::SleepFor(absl::Milliseconds(500));  // the others block on it

@@ -90,7 +90,7 @@ TEST(DurabilityIntegration, ASyncCutByARestartIsReportedAsUnknownAfterRestart) {
   CaseRun& run = **run_or;
   ASSERT_TRUE(run.Define("t").ok());
   const pid_t frozen = run.cluster->worker(run.dst_worker[0]).child.pid();
-  ASSERT_EQ(kill(frozen, SIGSTOP), 0);
+  ASSERT_TRUE(Freeze(frozen));
   run.Fill(1);
   v1::SyncResponse cut;
   ASSERT_TRUE(StartSync(run, 1, false, &cut).ok());

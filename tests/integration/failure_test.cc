@@ -26,7 +26,7 @@ v1::LocalStatusResponse LocalStatus(demo::OwnerRank& owner) {
 // so that the sync is certainly in flight when the victim is killed: its
 // peers then wait for it in the rendezvous or a round.
 v1::SyncResponse StartWithFrozenWorker(CaseRun& run, int victim, int64_t version) {
-  EXPECT_EQ(kill(run.cluster->worker(victim).child.pid(), SIGSTOP), 0);
+  EXPECT_TRUE(Freeze(run.cluster->worker(victim).child.pid()));
   v1::SyncRequest req;
   req.set_transfer("t");
   req.set_version(version);
@@ -126,7 +126,7 @@ TEST(FailureIntegration, SilentWorkerLeaseExpiresAndFailsSync) {
   run.Fill(1);
   const int frozen = run.src_worker[0];
   const pid_t pid = run.cluster->worker(frozen).child.pid();
-  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  ASSERT_TRUE(Freeze(pid));
   v1::SyncStatus st;
   const absl::Time start = absl::Now();
   ASSERT_TRUE(run.SyncAndWait("t", 1, &st, /*deadline_ms=*/15000).ok());

@@ -55,7 +55,7 @@ TEST(WaitersIntegration, FourThousandWaitersHoldNoThreadEach) {
   run.Fill(1);
   // A stopped destination worker keeps the sync running.
   const pid_t stopped = run.cluster->worker(run.dst_worker[0]).child.pid();
-  ASSERT_EQ(kill(stopped, SIGSTOP), 0);
+  ASSERT_TRUE(Freeze(stopped));
   v1::SyncRequest sreq;
   sreq.set_transfer("t");
   sreq.set_version(1);

@@ -36,12 +36,14 @@ CONFIGS = {
         "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
         "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
     # Llama-3-8B itself (32 layers, 8.0 B parameters, 16.1 GB bf16 receivers):
-    # the timing stage's realistic size (WSYNC_TIMING_SIZE=8b).
+    # the timing stage's realistic size (WSYNC_TIMING_SIZE=8b). Its trainer
+    # keeps bf16 weights and AdamW states (fp32 would not fit 2 GPUs beside
+    # the receivers), so the wire carries bf16 as it is.
     ("llama", "8b"): {
         "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
         "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
         "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
-        "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "trainer_dtype": "bfloat16"},
     ("llama", "tiny"): {
         "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
         "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 8,

@@ -76,7 +76,7 @@ proof() {
   local run_dir; run_dir=$(mktemp -d /tmp/wsync-proof-XXXXXX)
   port=$((port + 1))
   echo "=== proof $name ($nproc GPUs${envs[*]:+, ${envs[*]}})"
-  env "${envs[@]}" timeout 300 torchrun --nproc_per_node "$nproc" --master_port $port \
+  env "${envs[@]}" timeout "${WSYNC_PROOF_TIMEOUT:-300}" torchrun --nproc_per_node "$nproc" --master_port $port \
     $gpu/sync_proof.py --run-dir "$run_dir" --bin-dir "$bundle/bin" --out "$OUT/$name" \
     --versions "${WSYNC_PROOF_VERSIONS:-3}" "$@" 2>&1 | tee "$OUT/proof_$name.log"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1

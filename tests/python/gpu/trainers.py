@@ -36,7 +36,7 @@ def _llama_tp_plan():
 def _hf_model(cfg):
     import transformers
     kwargs = {k: v for k, v in cfg.items()
-              if k not in ("model_type", "architectures", "torch_dtype")}
+              if k not in ("model_type", "architectures", "torch_dtype", "trainer_dtype")}
     if cfg["model_type"] == "llama":
         return transformers.LlamaForCausalLM(transformers.LlamaConfig(**kwargs))
     return transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**kwargs))
@@ -50,7 +50,15 @@ class FsdpTrainer:
         from torch.distributed.tensor.parallel import parallelize_module
         self.cfg, self.device = cfg, device
         torch.manual_seed(0)
-        model = _hf_model(cfg).float()
+        # fp32 master weights, or bf16 ("trainer_dtype") where fp32 + AdamW
+        # would not fit beside the receivers (Llama-3-8B on 2 GPUs).
+        dtype = torch.bfloat16 if cfg.get("trainer_dtype") == "bfloat16" else torch.float32
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)  # built in that dtype: no fp32 copy on the host
+        try:
+            model = _hf_model(cfg).to(dtype)
+        finally:
+            torch.set_default_dtype(default)
         # Every parameter from one seeded generator, identical on every rank
         # (transformers may leave some, e.g. fused experts, to lazy init).
         g = torch.Generator().manual_seed(0)
@@ -94,8 +102,9 @@ class FsdpTrainer:
         self.opt.zero_grad(set_to_none=True)
 
     def full_tensors(self):
-        full = {n: p.full_tensor().detach().float().cpu()
-                for n, p in self.model.named_parameters()}
+        # bf16 stays bf16 (exact; the receivers hold bf16): half the host memory.
+        full = {n: p.full_tensor().detach().cpu() for n, p in self.model.named_parameters()}
+        full = {n: t if t.dtype == torch.bfloat16 else t.float() for n, t in full.items()}
         return proof_models.unfuse_experts(self.cfg, full) if self.fused_experts else full
 
 

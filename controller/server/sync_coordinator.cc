@@ -201,7 +201,9 @@ void SyncCoordinator::FinishLocked(SyncRecord& sync, v1::SyncPhase phase, int32_
   if (sync.finished()) return;
   v1::SyncStatus& s = sync.status;
   s.set_phase(phase);
-  s.set_elapsed_seconds(absl::ToDoubleSeconds(absl::Now() - sync.start));
+  const absl::Time now = absl::Now();
+  s.set_elapsed_seconds(absl::ToDoubleSeconds(now - sync.start));
+  s.set_finished_unix_us(absl::ToUnixMicros(now));
   int64_t bytes = 0;
   for (const Participant& p : sync.parts) bytes += p.bytes_done;
   s.set_bytes_done(bytes);

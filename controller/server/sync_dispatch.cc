@@ -88,6 +88,7 @@ std::unique_ptr<SyncCoordinator::SyncRecord> SyncCoordinator::NewRecordLocked(
       req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : config_.sync_deadline;
   auto sync = std::make_unique<SyncRecord>();
   sync->start = trigger;
+  sync->status.set_started_unix_us(absl::ToUnixMicros(trigger));
   sync->deadline = trigger + deadline;
   v1::SyncStatus& s = sync->status;
   s.set_sync_id(absl::StrCat(t.name, "@", req.version(), "#", next_id_++));

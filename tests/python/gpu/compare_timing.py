@@ -40,9 +40,11 @@ def main(out, stage):
     execute = statistics.median(r["max_execute_s"] for r in recs)
     bench = bench_median(out, stage)
     # Where the Python path's time goes (medians; control path = the rest).
-    parts = {k: round(statistics.median(r.get(k, 0.0) for r in recs), 6)
+    parts = {k: round(statistics.median(r[k] for r in recs if r.get(k) is not None), 6)
              for k in ("controller_elapsed_s", "plan_s", "dispatch_s", "max_deliver_s",
-                       "max_queue_s", "max_bind_s", "max_run_s", "max_report_s")}
+                       "max_queue_s", "max_bind_s", "max_run_s", "max_report_s",
+                       "request_s", "answer_s", "rpc_ping_s")
+             if any(k in r and r[k] is not None for r in recs)}
     summary = {"stage": stage, "model": recs[0]["model"], "size": recs[0]["size"],
                "bytes": recs[0]["bytes"], "versions": len(recs),
                "python_sync_wait_s": round(wait, 6), "step_to_synced_s": round(step, 6),

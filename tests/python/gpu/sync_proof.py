@@ -272,6 +272,7 @@ def run_model(args, roles, model, device, services, client, out):
             f.write(json_format.MessageToJson(roles.bench_spec(spec)))
     dist.barrier(group=HOST.group)
     times = []
+    last_sync_id = None
     for version in range(1, args.versions + 1):
         if trainer is not None:
             trainer.step(version)
@@ -283,10 +284,20 @@ def run_model(args, roles, model, device, services, client, out):
                "version": version, "device": str(device),
                "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
         if RANK == 0:
+            ping = rpc_ping(client, last_sync_id) if last_sync_id else None
+            u0 = time.time_ns() // 1000
             t0 = time.perf_counter()
             status = client.sync(version, transfer=model, wait=120).wait(
                 timeout=120, show_progress=False)  # one round trip (SyncRequest.wait_ms)
             t1 = time.perf_counter()
+            u1 = time.time_ns() // 1000
+            last_sync_id = status.sync_id
+            # The round trip split by the controller's clock (same host):
+            # request (call -> trigger), sync, answer (end -> returned).
+            if status.started_unix_us and status.finished_unix_us:
+                rec.update(request_s=(status.started_unix_us - u0) / 1e6,
+                           answer_s=(u1 - status.finished_unix_us) / 1e6)
+            rec.update(rpc_ping_s=ping)
             rec.update(sync_wait_s=round(t1 - t0, 6), step_to_synced_s=round(t1 - t_step, 6),
                        controller_elapsed_s=round(status.elapsed_seconds, 6),
                        plan_s=round(status.plan_seconds, 6),
@@ -325,6 +336,15 @@ def run_model(args, roles, model, device, services, client, out):
         ok = False
     dist.barrier(group=HOST.group)
     return ok
+
+
+def rpc_ping(client, sync_id):
+    """Seconds of one short unary RPC from this process (WaitSync of a
+    finished sync: answered at once), the floor of any call's round trip."""
+    t = time.perf_counter()
+    client._rpc("WaitSync", wsync._proto.controller_pb2.WaitSyncRequest(sync_id=sync_id,
+                                                                        timeout_ms=1))
+    return round(time.perf_counter() - t, 6)
 
 
 def dist_any(flag):

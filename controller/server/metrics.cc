@@ -12,12 +12,6 @@ double UnixSeconds(absl::Time t) { return static_cast<double>(absl::ToUnixMicros
 
 }  // namespace
 
-const std::vector<std::string>& ControllerMetrics::Phases() {
-  static const auto* const kPhases =
-      new std::vector<std::string>{"plan", "dispatch", "deliver", "queue", "bind", "run", "report"};
-  return *kPhases;
-}
-
 ControllerMetrics::ControllerMetrics(int max_transfer_labels)
     : max_transfer_labels_(max_transfer_labels),
       registry_(std::make_shared<prometheus::Registry>()) {
@@ -190,9 +184,9 @@ void ControllerMetrics::ObservePhases(const std::string& label, const v1::SyncSt
   const double seconds[] = {s.plan_seconds(),      s.dispatch_seconds(), s.max_deliver_seconds(),
                             s.max_queue_seconds(), s.max_bind_seconds(), s.max_run_seconds(),
                             s.max_report_seconds()};
-  const std::vector<std::string>& phases = Phases();
-  for (size_t i = 0; i < phases.size(); ++i) {
-    phase_duration_->Add({{"transfer", label}, {"phase", phases[i]}}, SyncSecondsBuckets())
+  static_assert(sizeof(seconds) / sizeof(seconds[0]) == kPhases.size());
+  for (size_t i = 0; i < kPhases.size(); ++i) {
+    phase_duration_->Add({{"transfer", label}, {"phase", kPhases[i]}}, SyncSecondsBuckets())
         .Observe(seconds[i]);
   }
 }

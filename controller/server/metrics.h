@@ -8,6 +8,7 @@
 #ifndef WSYNC_CONTROLLER_SERVER_METRICS_H_
 #define WSYNC_CONTROLLER_SERVER_METRICS_H_
 
+#include <array>
 #include <map>
 #include <memory>
 #include <set>
@@ -64,8 +65,9 @@ class ControllerMetrics {
     workers_alive_->Set(alive);
   }
   void SetWeightVersion(const std::string& transfer, double version);
-  // The phases SyncFinished observes, in SyncStatus order.
-  static const std::vector<std::string>& Phases();
+  // The phases SyncFinished observes (label `phase`), in SyncStatus order.
+  static constexpr std::array<const char*, 7> kPhases = {"plan", "dispatch", "deliver", "queue",
+                                                         "bind", "run",      "report"};
   // One save of the controller state (state_store.h): its wall time, and a
   // count of the saves that failed.
   void StateSaved(bool ok, double seconds);

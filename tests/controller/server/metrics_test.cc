@@ -139,7 +139,7 @@ TEST_F(MetricsTest, SuccessFeedsDurationPhasesBytesAndLastSuccess) {
   EXPECT_EQ(Value("wsync_syncs_total", {{"transfer", "a"}, {"outcome", "failed"}}), 1);
   EXPECT_EQ(Count("wsync_sync_duration_seconds", {{"transfer", "a"}}), 2);
   EXPECT_EQ(BucketCount("wsync_sync_duration_seconds", {{"transfer", "a"}}, 2.5), 1);
-  for (const std::string& phase : ControllerMetrics::Phases()) {
+  for (const char* phase : ControllerMetrics::kPhases) {
     EXPECT_EQ(Count("wsync_sync_phase_seconds", {{"transfer", "a"}, {"phase", phase}}), 2) << phase;
   }
   // bind took 0.2 s: above the 0.1 bucket, within 0.25.

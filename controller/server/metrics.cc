@@ -1,27 +1,74 @@
 #include "controller/server/metrics.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace wsync::controller {
+namespace {
 
-ControllerMetrics::ControllerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+double UnixSeconds(absl::Time t) { return static_cast<double>(absl::ToUnixMicros(t)) / 1e6; }
+
+}  // namespace
+
+ControllerMetrics::ControllerMetrics(int max_transfer_labels)
+    : max_transfer_labels_(max_transfer_labels),
+      registry_(std::make_shared<prometheus::Registry>()) {
+  RegisterBuildInfo(*registry_, "controller");
   syncs_total_ = &prometheus::BuildCounter()
                       .Name("wsync_syncs_total")
-                      .Help("Weight syncs that ended, by outcome (succeeded, failed, cancelled).")
+                      .Help(
+                          "Weight syncs that ended, by transfer and outcome (succeeded, failed, "
+                          "cancelled).")
                       .Register(*registry_);
-  for (const char* outcome : {"succeeded", "failed", "cancelled"}) {
-    syncs_total_->Add({{"outcome", outcome}});
-  }
   sync_duration_ = &prometheus::BuildHistogram()
                         .Name("wsync_sync_duration_seconds")
-                        .Help("Trigger to last worker report, successful syncs.")
-                        .Register(*registry_)
-                        .Add({}, DurationSecondsBuckets());
+                        .Help("Trigger to last worker report, successful syncs, by transfer.")
+                        .Register(*registry_);
+  phase_duration_ =
+      &prometheus::BuildHistogram()
+           .Name("wsync_sync_phase_seconds")
+           .Help(
+               "Successful syncs' phases by transfer: plan, dispatch (controller side) and the "
+               "slowest worker's deliver, queue, bind, run, report (SyncStatus max_*_seconds).")
+           .Register(*registry_);
   sync_bytes_ = &prometheus::BuildGauge()
                      .Name("wsync_sync_bytes")
-                     .Help("Destination bytes written by the last successful sync.")
-                     .Register(*registry_)
-                     .Add({});
+                     .Help("Destination bytes written by the last successful sync, by transfer.")
+                     .Register(*registry_);
+  bytes_total_ = &prometheus::BuildCounter()
+                      .Name("wsync_sync_bytes_total")
+                      .Help("Destination bytes written by successful syncs, by transfer.")
+                      .Register(*registry_);
+  last_success_ = &prometheus::BuildGauge()
+                       .Name("wsync_sync_last_success_timestamp_seconds")
+                       .Help(
+                           "Unix time the last successful sync of a transfer ended (after a "
+                           "restart: when the restored state was saved).")
+                       .Register(*registry_);
+  in_flight_ = &prometheus::BuildGauge()
+                    .Name("wsync_syncs_in_flight")
+                    .Help("Syncs started and not yet ended, by transfer.")
+                    .Register(*registry_);
+  deadline_ = &prometheus::BuildGauge()
+                   .Name("wsync_sync_deadline_timestamp_seconds")
+                   .Help(
+                       "Unix time of the earliest deadline among a transfer's syncs in flight; "
+                       "0 when none is in flight.")
+                   .Register(*registry_);
+  registrations_ = &prometheus::BuildCounter()
+                        .Name("wsync_worker_registrations_total")
+                        .Help("Worker registrations accepted (each starts a lease).")
+                        .Register(*registry_)
+                        .Add({});
+  leases_lost_ = &prometheus::BuildCounter()
+                      .Name("wsync_worker_leases_lost_total")
+                      .Help(
+                          "Worker leases that died: expired heartbeat, closed assignment stream "
+                          "or replaced by a new registration of the same instance.")
+                      .Register(*registry_)
+                      .Add({});
   workers_registered_ = &prometheus::BuildGauge()
                              .Name("wsync_workers_registered")
                              .Help("Worker leases known to the controller.")
@@ -83,12 +130,72 @@ absl::Status ControllerMetrics::Serve(const std::string& bind_address) {
 
 int ControllerMetrics::port() const { return endpoint_.port(); }
 
-void ControllerMetrics::SyncFinished(const std::string& outcome, double seconds, double bytes) {
-  syncs_total_->Add({{"outcome", outcome}}).Increment();
-  if (outcome == "succeeded") {
-    sync_duration_->Observe(seconds);
-    sync_bytes_->Set(bytes);
+std::string ControllerMetrics::TransferLabel(const std::string& transfer) {
+  absl::MutexLock lock(&labels_mu_);
+  if (transfer_labels_.count(transfer) != 0) return transfer;
+  if (static_cast<int>(transfer_labels_.size()) >= max_transfer_labels_) return kOverflowTransfer;
+  transfer_labels_.insert(transfer);
+  // Zero series, so that rates and "no failures" work before the first sync.
+  for (const char* outcome : {"succeeded", "failed", "cancelled"}) {
+    syncs_total_->Add({{"transfer", transfer}, {"outcome", outcome}});
   }
+  in_flight_->Add({{"transfer", transfer}});
+  deadline_->Add({{"transfer", transfer}});
+  return transfer;
+}
+
+void ControllerMetrics::SyncStarted(const std::string& sync_id, const std::string& transfer,
+                                    absl::Time deadline) {
+  const std::string label = TransferLabel(transfer);
+  absl::MutexLock lock(&labels_mu_);
+  in_flight_syncs_[sync_id] = InFlight{label, deadline};
+  ExportInFlightLocked(label);
+}
+
+void ControllerMetrics::ExportInFlightLocked(const std::string& label) {
+  int count = 0;
+  absl::Time earliest = absl::InfiniteFuture();
+  for (const auto& [id, f] : in_flight_syncs_) {
+    if (f.label != label) continue;
+    ++count;
+    earliest = std::min(earliest, f.deadline);
+  }
+  in_flight_->Add({{"transfer", label}}).Set(count);
+  deadline_->Add({{"transfer", label}}).Set(count == 0 ? 0 : UnixSeconds(earliest));
+}
+
+void ControllerMetrics::SyncFinished(const std::string& outcome, const v1::SyncStatus& s) {
+  const std::string label = TransferLabel(s.transfer());
+  {
+    absl::MutexLock lock(&labels_mu_);
+    if (in_flight_syncs_.erase(s.sync_id()) != 0) ExportInFlightLocked(label);
+  }
+  syncs_total_->Add({{"transfer", label}, {"outcome", outcome}}).Increment();
+  if (outcome != "succeeded") return;
+  sync_duration_->Add({{"transfer", label}}, SyncSecondsBuckets()).Observe(s.elapsed_seconds());
+  ObservePhases(label, s);
+  const double bytes = static_cast<double>(s.bytes_total());
+  sync_bytes_->Add({{"transfer", label}}).Set(bytes);
+  bytes_total_->Add({{"transfer", label}}).Increment(bytes);
+  last_success_->Add({{"transfer", label}}).Set(UnixSeconds(absl::Now()));
+}
+
+void ControllerMetrics::ObservePhases(const std::string& label, const v1::SyncStatus& s) {
+  const double seconds[] = {s.plan_seconds(),      s.dispatch_seconds(), s.max_deliver_seconds(),
+                            s.max_queue_seconds(), s.max_bind_seconds(), s.max_run_seconds(),
+                            s.max_report_seconds()};
+  static_assert(sizeof(seconds) / sizeof(seconds[0]) == kPhases.size());
+  for (size_t i = 0; i < kPhases.size(); ++i) {
+    phase_duration_->Add({{"transfer", label}, {"phase", kPhases[i]}}, SyncSecondsBuckets())
+        .Observe(seconds[i]);
+  }
+}
+
+void ControllerMetrics::TransferRestored(const std::string& transfer, int64_t version,
+                                         absl::Time saved) {
+  const std::string label = TransferLabel(transfer);
+  weight_version_->Add({{"transfer", label}}).Set(static_cast<double>(version));
+  if (version > 0) last_success_->Add({{"transfer", label}}).Set(UnixSeconds(saved));
 }
 
 void ControllerMetrics::PlanBuilt(double seconds) { plan_duration_->Observe(seconds); }
@@ -99,7 +206,7 @@ void ControllerMetrics::StateSaved(bool ok, double seconds) {
 }
 
 void ControllerMetrics::SetWeightVersion(const std::string& transfer, double version) {
-  weight_version_->Add({{"transfer", transfer}}).Set(version);
+  weight_version_->Add({{"transfer", TransferLabel(transfer)}}).Set(version);
 }
 
 void ControllerMetrics::SetReplicas(const std::string& group,

@@ -14,8 +14,9 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(Server
   absl::StatusOr<std::unique_ptr<Authenticator>> auth = Authenticator::Create(options.auth);
   if (!auth.ok()) return auth.status();
   s->auth_ = *std::move(auth);
+  s->metrics_ = std::make_unique<ControllerMetrics>(options.metrics_max_transfers);
   if (!options.metrics_address.empty()) {
-    absl::Status st = s->metrics_.Serve(options.metrics_address);
+    absl::Status st = s->metrics_->Serve(options.metrics_address);
     if (!st.ok()) return st;
   }
   const ControllerLimits& limits = options.config.limits;
@@ -40,8 +41,8 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(Server
                    saved.transfers_size(), saved.recent_syncs_size());
     }
   }
-  s->controller_ =
-      std::make_unique<Controller>(options.config, &s->metrics_, s->plans_.get(), s->store_.get());
+  s->controller_ = std::make_unique<Controller>(options.config, s->metrics_.get(), s->plans_.get(),
+                                                s->store_.get());
   s->controller_->syncs().Restore(saved);
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->controller_.get(), s->auth_.get());
   s->trainer_service_ = std::make_unique<TrainerServiceImpl>(s->controller_.get(), s->auth_.get());

@@ -22,6 +22,8 @@ namespace wsync::controller {
 struct ServerOptions {
   std::string listen_address = "127.0.0.1:50051";  // port 0: pick one
   std::string metrics_address = "127.0.0.1:9464";  // empty: no metrics endpoint
+  // Distinct `transfer` label values before the overflow value (metrics.h).
+  int metrics_max_transfers = ControllerMetrics::kDefaultMaxTransferLabels;
   int64_t max_message_bytes = 256ll << 20;
   // Where transfers and delivered versions persist (state_store.h); empty:
   // nowhere (a restart forgets them).
@@ -42,14 +44,14 @@ class ControllerServer {
   ~ControllerServer();
 
   int port() const { return port_; }
-  int metrics_port() const { return metrics_.port(); }
+  int metrics_port() const { return metrics_->port(); }
   // Health NOT_SERVING, streams and waits end, server stops (bounded).
   void Shutdown();
 
  private:
   ControllerServer() = default;
 
-  ControllerMetrics metrics_;
+  std::unique_ptr<ControllerMetrics> metrics_;
   std::unique_ptr<PlanSource> plans_;
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<Authenticator> auth_;

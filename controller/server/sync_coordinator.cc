@@ -253,7 +253,7 @@ void SyncCoordinator::FinishLocked(SyncRecord& sync, v1::SyncPhase phase, int32_
                         : phase == v1::SYNC_CANCELLED ? "cancelled"
                                                       : "failed";
   if (metrics_ != nullptr) {
-    metrics_->SyncFinished(outcome, s.elapsed_seconds(), static_cast<double>(s.bytes_total()));
+    metrics_->SyncFinished(outcome, s);
   }
   if (phase == v1::SYNC_SUCCEEDED) {
     spdlog::info("[controller] sync {} {} in {:.3f} s", s.sync_id(), outcome, s.elapsed_seconds());

@@ -304,6 +304,7 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
   const std::string id = s.sync_id();
   t.in_flight = id;
   t.plan_key = plan.plan->key();
+  if (metrics_ != nullptr) metrics_->SyncStarted(id, t.name, sync->deadline);
   syncs_[id] = std::move(sync);
   sync_order_.push_back(id);
   v1::SyncResponse resp;

@@ -37,7 +37,10 @@ void SyncCoordinator::Restore(const v1::ControllerState& state) {
     t.last_success_version = ts.last_success_version();
     t.plan_key = ts.plan_key();
     t.last_sync = ts.last_sync();
-    if (metrics_ != nullptr) metrics_->SetWeightVersion(t.name, t.last_success_version);
+    if (metrics_ != nullptr) {
+      metrics_->TransferRestored(t.name, t.last_success_version,
+                                 absl::FromUnixMillis(state.saved_unix_ms()));
+    }
   }
   for (const v1::SyncStatus& s : state.recent_syncs()) {
     auto sync = std::make_shared<SyncRecord>();

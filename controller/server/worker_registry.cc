@@ -215,6 +215,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::RegisterWorker(
                  identity);
     workers_[w->lease_id] = std::move(w);
     epoch_.fetch_add(1);
+    if (metrics_ != nullptr) metrics_->WorkerRegistered();
   }
   Deliver(lost);
   return resp;
@@ -323,6 +324,7 @@ void WorkerRegistry::MarkDeadLocked(Worker& w, const std::string& reason,
     if (it != ranks_.end() && it->second == w.lease_id) ranks_.erase(it);
   }
   lost->push_back(WorkerLoss{w.lease_id, who, reason, std::move(wake)});
+  if (metrics_ != nullptr) metrics_->LeaseLost();
 }
 
 bool WorkerRegistry::IsAlive(const std::string& lease_id) {

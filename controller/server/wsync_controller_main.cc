@@ -29,6 +29,9 @@ ABSL_FLAG(int32_t, metrics_port, 9464,
 ABSL_FLAG(std::string, metrics_host, "",
           "Address the /metrics endpoint binds to (plain HTTP). Default: $POD_IP when set, else "
           "127.0.0.1. Env: WSYNC_METRICS_HOST.");
+ABSL_FLAG(int32_t, metrics_max_transfers, 16,
+          "Distinct transfer names the metrics label `transfer` takes; later transfers share "
+          "the value \"_other\" (bounds the series count). Env: WSYNC_METRICS_MAX_TRANSFERS.");
 ABSL_FLAG(bool, insecure, false,
           "Serve plaintext gRPC without certificates (logs a warning): any network peer can "
           "then act as any worker or trainer that knows a lease id or token. Only for tests "
@@ -174,6 +177,7 @@ int main(int argc, char** argv) {
       {"listen",
        "metrics_port",
        "metrics_host",
+       "metrics_max_transfers",
        "lease_ttl",
        "sync_deadline",
        "max_message_bytes",
@@ -229,6 +233,12 @@ int main(int argc, char** argv) {
     options.metrics_address = absl::StrCat(metrics_host, ":", metrics_port);
   } else {
     options.metrics_address.clear();
+  }
+  options.metrics_max_transfers = absl::GetFlag(FLAGS_metrics_max_transfers);
+  if (options.metrics_max_transfers < 1) {
+    spdlog::error("wsync-controller: --metrics_max_transfers must be at least 1, got {}",
+                  options.metrics_max_transfers);
+    return 2;
   }
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.config.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);

@@ -1,9 +1,5 @@
 // The controller's and a worker's /metrics scraped over plain HTTP and
 // checked with `promtool check metrics`; grpc.health.v1 answers SERVING.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -13,31 +9,11 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/http_get.h"
 #include "tools/demo/owner.h"
 
 namespace wsync::integration {
 namespace {
-
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  (void)!write(fd, req.data(), req.size());
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
-  close(fd);
-  const size_t body = out.find("\r\n\r\n");
-  return body == std::string::npos ? "" : out.substr(body + 4);
-}
 
 // promtool's exit status on `text`.
 int Promtool(const std::string& text, std::string* output) {
@@ -82,8 +58,14 @@ TEST(MetricsIntegration, ControllerAndWorkerMetricsPassPromtool) {
     controller = HttpGet(run.cluster->controller_metrics_port(), "/metrics");
   }
   for (const char* needle :
-       {"wsync_syncs_total{outcome=\"succeeded\"} 2", "wsync_sync_duration_seconds_bucket",
-        "wsync_sync_bytes ", "wsync_workers_registered 4", "wsync_workers_alive 4",
+       {"wsync_syncs_total{outcome=\"succeeded\",transfer=\"t\"} 2",
+        "wsync_sync_duration_seconds_bucket{transfer=\"t\",le=\"7200\"} 2",
+        "wsync_sync_phase_seconds_count{phase=\"bind\",transfer=\"t\"} 2",
+        "wsync_sync_bytes{transfer=\"t\"} ", "wsync_sync_bytes_total{transfer=\"t\"} ",
+        "wsync_sync_last_success_timestamp_seconds{transfer=\"t\"} ",
+        "wsync_syncs_in_flight{transfer=\"t\"} 0", "wsync_worker_registrations_total 4",
+        "wsync_worker_leases_lost_total 0", "wsync_build_info{build_type=",
+        "wsync_workers_registered 4", "wsync_workers_alive 4",
         "wsync_plan_duration_seconds_count 1", "wsync_plan_cache_hits_total",
         "wsync_plan_cache_misses_total 1", "wsync_weight_version{transfer=\"t\"} 2",
         "wsync_replica_serving_version{group=\"inference\",replica=\"r0\"} 2",
@@ -107,7 +89,7 @@ TEST(MetricsIntegration, ControllerAndWorkerMetricsPassPromtool) {
   for (const char* needle :
        {"wsync_worker_bytes_sent_total", "wsync_worker_bytes_received_total",
         "wsync_worker_round_duration_seconds_bucket", "wsync_worker_sync_duration_seconds_count 2",
-        "wsync_worker_staging_bytes", "wsync_worker_errors_total",
+        "wsync_worker_staging_bytes", "wsync_worker_errors_total", "component=\"worker\"",
         "wsync_worker_slow_peer_mappings 0",
         "wsync_worker_direct_write_bytes_total{direction=\"in\"} 0"}) {
     EXPECT_NE(worker.find(needle), std::string::npos) << needle << "\n" << worker;

@@ -8,8 +8,11 @@
 namespace wsync::agent {
 
 WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
-  const prometheus::Histogram::BucketBoundaries seconds = {
-      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+  RegisterBuildInfo(*registry_, "worker");
+  // Rounds are short; a worker's part of a sync lasts up to the sync's
+  // deadline, so its buckets reach past --max_sync_deadline's default.
+  const prometheus::Histogram::BucketBoundaries round_seconds = {
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
   bytes_sent_ = &prometheus::BuildCounter()
                      .Name("wsync_worker_bytes_sent_total")
                      .Help("Bytes this worker sent over the data plane.")
@@ -33,12 +36,12 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                          .Name("wsync_worker_round_duration_seconds")
                          .Help("Wall time of one plan round on this worker.")
                          .Register(*registry_)
-                         .Add({}, seconds);
+                         .Add({}, round_seconds);
   sync_duration_ = &prometheus::BuildHistogram()
                         .Name("wsync_worker_sync_duration_seconds")
                         .Help("Wall time of this worker's part of a sync (setup included).")
                         .Register(*registry_)
-                        .Add({}, seconds);
+                        .Add({}, SyncSecondsBuckets());
   staging_bytes_ = &prometheus::BuildGauge()
                         .Name("wsync_worker_staging_bytes")
                         .Help("Staging memory allocated by this worker's executors.")

@@ -43,6 +43,8 @@ class WorkerMetrics {
   // set to 1 / 0.
   void Serving(const std::string& group, int64_t version, const std::string& state);
 
+  prometheus::Registry& registry() { return *registry_; }
+
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   MetricsEndpoint endpoint_;

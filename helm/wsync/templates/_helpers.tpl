@@ -40,6 +40,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end -}}
 
+{{/* The chart's labels with more (dict "root" $ "extra" MAP): the chart's
+win over extra ones of the same key, and no key appears twice. */}}
+{{- define "wsync.labelsWith" -}}
+{{- $base := include "wsync.labels" .root | fromYaml -}}
+{{- toYaml (mergeOverwrite (deepCopy (.extra | default dict)) $base) -}}
+{{- end -}}
+
 {{- define "wsync.controllerSelector" -}}
 {{ include "wsync.selectorLabels" . }}
 app.kubernetes.io/component: controller

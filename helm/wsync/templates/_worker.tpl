@@ -138,9 +138,16 @@ volumes:
 {{- end -}}
 
 {{/* A strategic-merge patch of a workload's pod template (Deployment,
-StatefulSet, Job): the worker labels (the PodMonitor selects them) and the
+StatefulSet, Job; side.workload names it, kustomize's patch target may
+override the name): the worker labels (the PodMonitor selects them) and the
 pod spec above. */}}
 {{- define "wsync.worker.templatePatch" -}}
+{{- $workload := .side.workload | default dict -}}
+{{- $kind := $workload.kind | default "Deployment" -}}
+apiVersion: {{ ternary "batch/v1" "apps/v1" (eq $kind "Job") }}
+kind: {{ $kind }}
+metadata:
+  name: {{ $workload.name | default .side.name }}
 spec:
   template:
     metadata:

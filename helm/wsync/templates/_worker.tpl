@@ -48,6 +48,9 @@ env:
   - {name: WSYNC_DIRECT_WRITES, value: {{ $w.directWrites | quote }}}
   - {name: WSYNC_LOCAL_SOCKET, value: {{ include "wsync.worker.socket" . }}}
   - {name: WSYNC_PORT_FILE, value: /run/wsync/private/ports}
+  {{- with $w.localSocketGroup }}
+  - {name: WSYNC_LOCAL_SOCKET_GROUP, value: {{ . | quote }}}
+  {{- end }}
   {{- with $w.localAllowedUids }}
   - {name: WSYNC_LOCAL_ALLOWED_UIDS, value: {{ . | quote }}}
   {{- end }}

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Applies the last stage of a Dockerfile to a root filesystem, without a
-container engine (tests/deploy/image_rootfs_test.sh).
+"""Applies a stage of a Dockerfile (default: the last) to a root filesystem,
+without a container engine (tests/deploy/image_rootfs_test.sh).
 
 The caller builds the stage's base (FROM) as a root filesystem and runs this
 inside a private mount namespace with /proc, /dev and /tmp mounted in it.
@@ -42,16 +42,72 @@ def instructions(path):
     return out
 
 
-def last_stage(steps):
-    starts = [i for i, (k, _) in enumerate(steps) if k == "FROM"]
-    if not starts:
+def find_stage(steps, name):
+    """The FROM step and the steps of stage `name` ("" : the last stage)."""
+    starts = [i for i, (k, _) in enumerate(steps) if k == "FROM"] + [len(steps)]
+    if len(starts) == 1:
         sys.exit("no FROM in the Dockerfile")
-    return steps[starts[-1]], steps[starts[-1] + 1:]
+    for begin, end in zip(starts, starts[1:]):
+        words = steps[begin][1].split()
+        if (name and len(words) == 3 and words[1].upper() == "AS" and words[2] == name) or (
+                not name and end == len(steps)):
+            return steps[begin], steps[begin + 1:end]
+    sys.exit(f"no stage '{name}' in the Dockerfile")
 
 
 def expand(text, env):
     return re.sub(r"\$\{(\w+)(:-([^}]*))?\}|\$(\w+)",
                   lambda m: env.get(m.group(1) or m.group(4)) or (m.group(3) or ""), text)
+
+
+def ignored_by(context):
+    """A predicate over context-relative paths from the context's .dockerignore
+    (patterns as Docker reads them: `*` within a segment, `**` across
+    segments, a trailing `/` ignored, `!` re-includes)."""
+    rules = []
+    path = os.path.join(context, ".dockerignore")
+    for line in open(path, encoding="utf-8") if os.path.exists(path) else []:
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        pattern = line.lstrip("!").strip("/")
+        regex = re.escape(pattern).replace(r"\*\*/", "(.*/)?").replace(r"\*\*", ".*")
+        regex = regex.replace(r"\*", "[^/]*").replace(r"\?", "[^/]")
+        rules.append((negate, re.compile(f"^{regex}(/.*)?$")))
+
+    def ignored(rel):
+        result = False
+        for negate, rx in rules:
+            if rx.match(rel):
+                result = not negate
+        return result
+    return ignored
+
+
+def copy_context(context, rel_sources, dest, root, workdir):
+    """COPY from the build context, without what .dockerignore excludes."""
+    ignored = ignored_by(context)
+    target = os.path.join(root, os.path.join(workdir, dest).lstrip("/"))
+    for rel in rel_sources:
+        rel = os.path.normpath(rel)
+        base = os.path.join(context, rel)
+        if os.path.isfile(base):
+            into = target if not dest.endswith("/") else os.path.join(target, os.path.basename(rel))
+            os.makedirs(os.path.dirname(into), exist_ok=True)
+            shutil.copy2(base, into)
+            continue
+        for dirpath, dirnames, filenames in os.walk(base):
+            reldir = os.path.relpath(dirpath, context)
+            reldir = "" if reldir == "." else reldir
+            dirnames[:] = [d for d in dirnames if not ignored(os.path.join(reldir, d))]
+            for f in filenames:
+                relf = os.path.join(reldir, f)
+                if ignored(relf):
+                    continue
+                out = os.path.join(target, os.path.relpath(os.path.join(dirpath, f), base))
+                os.makedirs(os.path.dirname(out), exist_ok=True)
+                shutil.copy2(os.path.join(dirpath, f), out, follow_symlinks=False)
 
 
 def copy(sources, dest, root, workdir):
@@ -76,9 +132,13 @@ def main():
     ap.add_argument("--context", required=True)
     ap.add_argument("--map", action="append", default=[],
                     help="STAGE_PATH=LOCAL_PATH for COPY --from=<stage>")
+    ap.add_argument("--stage", default="", help="the stage to apply (default: the last)")
+    ap.add_argument("--ninja_dry_run", action="store_true",
+                    help="RUN lines call `ninja -n` (configure for real, check the targets, "
+                         "compile nothing)")
     args = ap.parse_args()
     mapping = [tuple(m.split("=", 1)) for m in args.map]
-    (_, base), steps = last_stage(instructions(args.dockerfile))
+    (_, base), steps = find_stage(instructions(args.dockerfile), args.stage)
     config = {"base": base, "user": "0", "workdir": "/", "entrypoint": [], "healthcheck": "",
               "env": {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}
     env = config["env"]
@@ -89,7 +149,8 @@ def main():
             paths = [w for w in words if not w.startswith("--")]
             sources, dest = paths[:-1], paths[-1]
             if stage is None:
-                sources = [os.path.join(args.context, s) for s in sources]
+                copy_context(args.context, sources, dest, args.root, config["workdir"])
+                continue
             else:
                 mapped = []
                 for s in sources:
@@ -100,6 +161,8 @@ def main():
                 sources = mapped
             copy(sources, dest, args.root, config["workdir"])
         elif keyword == "RUN":
+            if args.ninja_dry_run:
+                rest = re.sub(r"\bninja ", "ninja -n ", rest)
             cmd = ["chroot", args.root, "/bin/sh", "-c", f"cd {shlex.quote(config['workdir'])} && {rest}"]
             r = subprocess.run(cmd, env={**env, "DEBIAN_FRONTEND": "noninteractive"},
                                capture_output=True, text=True)

@@ -7,7 +7,9 @@
 # the root: every binary's --help, ldd finds every library, the controller
 # starts as the ENTRYPOINT and the HEALTHCHECK command reports SERVING, and
 # wsync-demo runs a controller and two host workers syncing two versions
-# with every destination byte verified.
+# with every destination byte verified. The host image's build stage is
+# applied to a root with docker/build-packages.txt as far as configuring the
+# project (cmake for real, ninja as a dry run over the four targets).
 #   Dockerfile            host image: Debian 12 + docker/runtime-packages.txt, BUILD_DIR's binaries
 #   docker/Dockerfile.gpu GPU image, when GPU_BUILD_DIR holds the CUDA build
 #                         (scripts/gpu_run.sh build, or the four binaries):
@@ -103,6 +105,31 @@ print(" ".join(v) if isinstance(v, list) else v)' "$config" "$1"; }
   echo "$name: controller + 2 host workers synced 2 versions, every destination byte verified"
 }
 
+# Inside the private mount namespace: the host image's build stage on a root
+# with docker/build-packages.txt; its RUN lines configure the project for real
+# and ask ninja (dry run) for the four targets: the package list is complete.
+inside_build() {
+  local dockerfile=$1 tar=$2 root
+  root=$(mktemp -d /tmp/wsync-buildroot-XXXXXX)
+  mount -t tmpfs -o size=4g tmpfs "$root" || fail "tmpfs for the build root"
+  tar -xf "$tar" -C "$root" || fail "unpacking $tar"
+  mount -t proc proc "$root/proc" && mount --rbind /dev "$root/dev" && mount -t tmpfs tmpfs "$root/tmp" ||
+    fail "mounts in $root"
+  cp /etc/resolv.conf "$root/etc/resolv.conf"
+  python3 "$here/dockerfile_stage.py" "$dockerfile" --stage build --ninja_dry_run --root "$root" \
+    --context "$src" >/dev/null || fail "host build stage"
+  local leaked
+  leaked=$(cd "$root/src" && ls -d .git build* .devbundle 2>/dev/null)
+  [ -z "$leaked" ] || fail "the build context carries $leaked (.dockerignore)"
+  echo "host build stage: docker/build-packages.txt configures the project and its four targets;" \
+    "context of $(find "$root/src" -type f | wc -l) files without build trees or .git"
+}
+
+if [ "${1:-}" = --inside-build ]; then
+  shift
+  inside_build "$@"
+  exit $?
+fi
 if [ "${1:-}" = --inside ]; then
   shift
   inside "$@"
@@ -137,6 +164,8 @@ rootfs() {
 for b in controller/server/wsync-controller worker/agent/wsync-worker tools/wsyncctl tools/demo/wsync-demo; do
   [ -x "$build/$b" ] || fail "$build/$b missing: build it first"
 done
+tar=$(rootfs $(grep -v '^#' "$src/docker/build-packages.txt")) || exit 1
+unshare -m --fork bash "$self" --inside-build "$src/Dockerfile" "$tar" || exit 1
 tar=$(rootfs $(grep -v '^#' "$src/docker/runtime-packages.txt")) || exit 1
 unshare -m --fork bash "$self" --inside host "$src/Dockerfile" "$tar" 0 --map "/build=$build" || exit 1
 

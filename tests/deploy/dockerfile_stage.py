@@ -138,7 +138,17 @@ def main():
                          "compile nothing)")
     args = ap.parse_args()
     mapping = [tuple(m.split("=", 1)) for m in args.map]
-    (_, base), steps = find_stage(instructions(args.dockerfile), args.stage)
+    all_steps = instructions(args.dockerfile)
+    (_, base), steps = find_stage(all_steps, args.stage)
+    # ARGs before the first FROM parameterise the FROM lines.
+    global_args = {}
+    for keyword, rest in all_steps:
+        if keyword == "FROM":
+            break
+        if keyword == "ARG" and "=" in rest:
+            k, v = rest.split("=", 1)
+            global_args[k.strip()] = v.strip()
+    base = expand(base, global_args)
     config = {"base": base, "user": "0", "workdir": "/", "entrypoint": [], "healthcheck": "",
               "env": {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}
     env = config["env"]

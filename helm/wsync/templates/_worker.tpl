@@ -90,10 +90,9 @@ resources:
     - {name: {{ . }}}
     {{- end }}
   {{- end }}
+{{- $ids := dict "runAsUser" $root.Values.podSecurityContext.runAsUser "runAsGroup" $root.Values.podSecurityContext.runAsGroup }}
 securityContext:
-  {{- toYaml $root.Values.containerSecurityContext | nindent 2 }}
-  runAsUser: {{ $root.Values.podSecurityContext.runAsUser }}
-  runAsGroup: {{ $root.Values.podSecurityContext.runAsGroup }}
+  {{- toYaml (mergeOverwrite (deepCopy $root.Values.containerSecurityContext) $ids (deepCopy $w.securityContext)) | nindent 2 }}
 volumeMounts:
   - {name: wsync-run, mountPath: /run/wsync}
   - {name: wsync-dshm, mountPath: /dev/shm}

@@ -112,6 +112,8 @@ expect refused "two controller replicas" --set controller.replicas=2
 expect refused "a duration without unit (leaseTtl=10)" --set controller.leaseTtl=10
 expect refused "a device that is not a number" --set-json 'worker.sides=[{"name":"a","group":"g","device":"gpu0"}]'
 expect refused "an image digest that is not sha256" --set image.digest=latest
+expect refused "Kubernetes 1.28 (no native sidecars)" --kube-version 1.28.9
+expect ok "Kubernetes 1.29" --kube-version 1.29.0
 expect ok "leaseTtl=1m30s" --set controller.leaseTtl=1m30s
 expect ok "syncDeadline=1.5h" --set controller.syncDeadline=1.5h
 expect ok "failureGrace=250ms" --set controller.failureGrace=250ms

@@ -38,10 +38,8 @@ fail() { echo "FAILED: $*"; exit 1; }
 
 # Inside the private mount namespace: one image.
 inside() {
-  local name=$1 dockerfile=$2 tar=$3 cuda_libs=$4
-  shift 4
-  local root
-  root=$(mktemp -d /tmp/wsync-rootfs-XXXXXX)
+  local root=$1 name=$2 dockerfile=$3 tar=$4 cuda_libs=$5
+  shift 5
   mount -t tmpfs -o size=3g tmpfs "$root" || fail "tmpfs for the root"
   tar -xf "$tar" -C "$root" || fail "unpacking $tar"
   mount -t proc proc "$root/proc" && mount --rbind /dev "$root/dev" &&
@@ -109,8 +107,7 @@ print(" ".join(v) if isinstance(v, list) else v)' "$config" "$1"; }
 # with docker/build-packages.txt; its RUN lines configure the project for real
 # and ask ninja (dry run) for the four targets: the package list is complete.
 inside_build() {
-  local dockerfile=$1 tar=$2 root
-  root=$(mktemp -d /tmp/wsync-buildroot-XXXXXX)
+  local root=$1 dockerfile=$2 tar=$3
   mount -t tmpfs -o size=4g tmpfs "$root" || fail "tmpfs for the build root"
   tar -xf "$tar" -C "$root" || fail "unpacking $tar"
   mount -t proc proc "$root/proc" && mount --rbind /dev "$root/dev" && mount -t tmpfs tmpfs "$root/tmp" ||
@@ -165,9 +162,18 @@ for b in controller/server/wsync-controller worker/agent/wsync-worker tools/wsyn
   [ -x "$build/$b" ] || fail "$build/$b missing: build it first"
 done
 tar=$(rootfs $(grep -v '^#' "$src/docker/build-packages.txt")) || exit 1
-unshare -m --fork bash "$self" --inside-build "$src/Dockerfile" "$tar" || exit 1
+# In a private mount namespace: its mounts go with it, the empty mount point stays.
+in_namespace() {
+  local mnt rc
+  mnt=$(mktemp -d /tmp/wsync-root-XXXXXX)
+  unshare -m --fork bash "$self" "$1" "$mnt" "${@:2}"
+  rc=$?
+  rmdir "$mnt"
+  return $rc
+}
+in_namespace --inside-build "$src/Dockerfile" "$tar" || exit 1
 tar=$(rootfs $(grep -v '^#' "$src/docker/runtime-packages.txt")) || exit 1
-unshare -m --fork bash "$self" --inside host "$src/Dockerfile" "$tar" 0 --map "/build=$build" || exit 1
+in_namespace --inside host "$src/Dockerfile" "$tar" 0 --map "/build=$build" || exit 1
 
 gpu_bins=()
 for b in controller/server/wsync-controller worker/agent/wsync-worker tools/wsyncctl tools/demo/wsync-demo; do
@@ -184,4 +190,4 @@ bundle=$(mktemp -d /tmp/wsync-bundle-XXXXXX)
 trap 'rm -rf "$bundle"' EXIT
 bash "$src/docker/bundle_libs.sh" "$bundle/opt" "${gpu_bins[@]}" || fail "docker/bundle_libs.sh"
 tar=$(rootfs) || exit 1
-unshare -m --fork bash "$self" --inside gpu "$src/docker/Dockerfile.gpu" "$tar" 1 --map "/opt/wsync/=$bundle/opt/" || exit 1
+in_namespace --inside gpu "$src/docker/Dockerfile.gpu" "$tar" 1 --map "/opt/wsync/=$bundle/opt/" || exit 1

@@ -20,3 +20,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+# helm, kubectl, the Kubernetes schemas and mmdebstrap for tests/deploy/
+# (cached; without network the deployment checks skip).
+bash "$(dirname "$0")/install_deploy_tools.sh"

@@ -4,10 +4,8 @@
 // replicas serving V, one a line (exit 1 when none does).
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include "absl/status/status.h"
@@ -20,6 +18,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/args.h"
+#include "tools/controller_channel.h"
 #include "tools/subcommands.h"
 #include "wsync/v1/controller.grpc.pb.h"
 
@@ -40,41 +39,6 @@ void ReplicasUsage(FILE* out) {
                "  version, state, last synced version and report age; --version V prints "
                "only the labels\n"
                "  of the replicas serving V (exit 1 when none does)\n");
-}
-
-absl::StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// TLS (mutual with --cert / --key) when --controller_ca is given; plaintext
-// otherwise. The token rides as call metadata (see Replicas below).
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const Args& args) {
-  if (!args.Has("controller_ca")) {
-    if (args.Has("cert") || args.Has("key")) {
-      return absl::InvalidArgumentError("--cert / --key need --controller_ca (TLS)");
-    }
-    return grpc::InsecureChannelCredentials();
-  }
-  grpc::SslCredentialsOptions ssl;
-  absl::StatusOr<std::string> ca = ReadText(args.Value("controller_ca"));
-  if (!ca.ok()) return ca.status();
-  ssl.pem_root_certs = *ca;
-  if (args.Has("cert") != args.Has("key")) {
-    return absl::InvalidArgumentError("--cert and --key go together");
-  }
-  if (args.Has("cert")) {
-    absl::StatusOr<std::string> cert = ReadText(args.Value("cert"));
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadText(args.Value("key"));
-    if (!key.ok()) return key.status();
-    ssl.pem_cert_chain = *cert;
-    ssl.pem_private_key = *key;
-  }
-  return grpc::SslCredentials(ssl);
 }
 
 std::string Label(const std::string& replica) { return replica.empty() ? "(unlabelled)" : replica; }
@@ -131,7 +95,8 @@ int RunReplicasCommand(const std::vector<std::string>& argv) {
     ReplicasUsage(stderr);
     return kExitUsage;
   }
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = Credentials(*args);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ControllerCredentials(*args);
   std::string token;
   if (credentials.ok() && args->Has("token_file")) {
     absl::StatusOr<std::string> text = ReadText(args->Value("token_file"));

@@ -23,6 +23,7 @@ struct Subcommand {
 int RunPlanCommand(const std::vector<std::string>& args);
 int RunCatalogCommand(const std::vector<std::string>& args);
 int RunReplicasCommand(const std::vector<std::string>& args);
+int RunHealthCommand(const std::vector<std::string>& args);
 
 }  // namespace wsync::tools
 

@@ -18,6 +18,8 @@ constexpr Subcommand kSubcommands[] = {
      RunCatalogCommand},
     {"replicas", "what each replica of a destination group serves (from the controller)",
      RunReplicasCommand},
+    {"health", "whether the controller serves (grpc.health.v1; exit 0 when SERVING)",
+     RunHealthCommand},
 };
 
 void Usage(FILE* out) {

@@ -125,3 +125,25 @@ def test_tls_argument_is_checked():
         wsync.Client("127.0.0.1:1", tls=wsync.Tls(ca=None, cert="c.pem"))
     with pytest.raises(TypeError):
         wsync.Client("127.0.0.1:1", tls=3)
+
+
+def test_wsyncctl_health_over_tls(tls_controller):
+    """`wsyncctl health` (the image's HEALTHCHECK, the chart's TLS probes and
+    helm test) reaches grpc.health.v1 over TLS with the CA alone; dialling an
+    address the certificate does not name needs --tls_server_name."""
+    address, d = tls_controller
+    health = [WSYNCCTL_BIN, "health", f"--controller={address}", f"--controller_ca={d}/ca.pem",
+              "--timeout_ms=5000"]
+    ok = subprocess.run(health, capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.strip() == "SERVING"
+    # The certificate names 127.0.0.1 and localhost, not the overriding name.
+    unnamed = subprocess.run(health + ["--tls_server_name=elsewhere.example"],
+                             capture_output=True, text=True, timeout=30)
+    assert unnamed.returncode == 1, unnamed.stdout + unnamed.stderr
+    named = subprocess.run(health + ["--tls_server_name=localhost"], capture_output=True,
+                           text=True, timeout=30)
+    assert named.returncode == 0, named.stdout + named.stderr
+    plaintext = subprocess.run([WSYNCCTL_BIN, "health", f"--controller={address}",
+                                "--timeout_ms=2000"], capture_output=True, text=True, timeout=30)
+    assert plaintext.returncode == 1

@@ -75,6 +75,22 @@ TEST(WsyncctlTest, ReplicasUsageAndUnreachableController) {
       << r.out;
 }
 
+TEST(WsyncctlTest, HealthUsageAndUnreachableController) {
+  Result r = Ctl("health --help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("grpc.health.v1.Health/Check"), std::string::npos) << r.out;
+  r = Ctl("health");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--controller HOST:PORT is required"), std::string::npos) << r.out;
+  r = Ctl("health --controller 127.0.0.1:1 --tls_server_name x");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--tls_server_name needs --controller_ca"), std::string::npos) << r.out;
+  // Nothing listens on port 1: unhealthy (1), naming the controller.
+  r = Ctl("health --controller 127.0.0.1:1 --timeout_ms 300");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("health of controller 127.0.0.1:1"), std::string::npos) << r.out;
+}
+
 TEST(WsyncctlTest, CatalogThenPlanAndVerify) {
   const std::string spec = TempPath("tiny.json");
   Result r = Ctl(absl::StrCat("catalog ", kTinyCase, " --out ", spec));

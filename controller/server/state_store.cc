@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -36,17 +37,6 @@ absl::Status Errno(const std::string& what) {
   return absl::Status(
       errno == ENOSPC ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kUnavailable,
       absl::StrCat(what, ": ", std::strerror(errno)));
-}
-
-// Writes all of `bytes` to `fd`.
-absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& what) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Errno(absl::StrCat("writing ", what));
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
 }
 
 // Closes the descriptor on every path.
@@ -138,23 +128,36 @@ absl::StatusOr<v1::ControllerState> DecodeState(absl::string_view bytes, const s
   return state;
 }
 
-absl::StatusOr<v1::ControllerState> StateStore::Load() const {
-  Fd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+namespace {
+
+// The bytes of the file at `path`; NOT_FOUND when it does not exist.
+absl::StatusOr<std::string> ReadWhole(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
-    if (errno == ENOENT) return v1::ControllerState();
-    return Errno(absl::StrCat("opening controller state file ", path_));
+    if (errno == ENOENT) return absl::NotFoundError(path);
+    return Errno(absl::StrCat("opening controller state file ", path));
   }
   std::string bytes;
   char buf[1 << 16];
   while (true) {
     const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Errno(absl::StrCat("reading controller state file ", path_));
+    if (n < 0) return Errno(absl::StrCat("reading controller state file ", path));
     if (n == 0) break;
     bytes.append(buf, static_cast<size_t>(n));
   }
-  return DecodeState(bytes, path_);
+  return bytes;
 }
+
+absl::Status SyncDirectoryOf(const std::string& path) {
+  const std::string dir = DirOf(path);
+  Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dfd.get() < 0) return Errno(absl::StrCat("opening directory ", dir));
+  if (::fsync(dfd.get()) != 0) return Errno(absl::StrCat("fsync of directory ", dir));
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<StateFlush> ParseStateFlush(absl::string_view mode) {
   if (mode == "always") return StateFlush::kEverySave;
@@ -163,61 +166,110 @@ absl::StatusOr<StateFlush> ParseStateFlush(absl::string_view mode) {
       absl::StrCat("--state_fsync: '", mode, "' is neither 'always' nor 'background'"));
 }
 
-StateStore::StateStore(std::string path, StateFlush flush)
-    : path_(std::move(path)), flush_(flush) {
+StateStore::StateStore(std::string path, StateFlush flush) : path_(std::move(path)), flush_(flush) {
+  slots_[0].path = path_;
+  slots_[1].path = path_ + ".alt";
   if (flush_ == StateFlush::kBackground) flusher_ = std::thread([this] { FlushLoop(); });
 }
 
 StateStore::~StateStore() {
-  if (!flusher_.joinable()) return;
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-    cv_.SignalAll();
+  if (flusher_.joinable()) {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+      cv_.SignalAll();
+    }
+    flusher_.join();
   }
-  flusher_.join();
+  CloseSlots();
 }
 
-absl::Status StateStore::Replace(const std::string& bytes, bool sync) {
-  const std::string tmp = path_ + ".tmp";
-  {
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-    if (fd.get() < 0) return Errno(absl::StrCat("creating ", tmp));
-    if (absl::Status s = WriteAll(fd.get(), bytes, tmp); !s.ok()) return s;
-    if (sync && ::fsync(fd.get()) != 0) return Errno(absl::StrCat("fsync of ", tmp));
-    if (!fd.Close()) return Errno(absl::StrCat("closing ", tmp));
+void StateStore::CloseSlots() {
+  for (Slot& slot : slots_) {
+    if (slot.fd >= 0) ::close(slot.fd);
+    slot.fd = -1;
   }
-  if (::rename(tmp.c_str(), path_.c_str()) != 0) {
-    return Errno(absl::StrCat("renaming ", tmp, " to ", path_));
+}
+
+absl::StatusOr<v1::ControllerState> StateStore::Load() {
+  std::optional<v1::ControllerState> best;
+  absl::Status first_error;
+  int found = 0;
+  for (const Slot& slot : slots_) {
+    absl::StatusOr<std::string> bytes = ReadWhole(slot.path);
+    if (absl::IsNotFound(bytes.status())) continue;
+    ++found;
+    absl::StatusOr<v1::ControllerState> state =
+        bytes.ok() ? DecodeState(*bytes, slot.path) : bytes.status();
+    if (!state.ok()) {
+      if (first_error.ok()) first_error = state.status();
+      continue;
+    }
+    if (!best.has_value() || state->save_sequence() > best->save_sequence()) {
+      best = *state;
+      current_ = static_cast<int>(&slot - slots_);
+    }
+  }
+  if (!best.has_value()) {
+    if (found > 0) return first_error;
+    return v1::ControllerState();
+  }
+  if (!first_error.ok()) {
+    spdlog::warn("[controller] {}; using the other state file (save {})", first_error.ToString(),
+                 best->save_sequence());
+  }
+  sequence_ = best->save_sequence();
+  return *std::move(best);
+}
+
+absl::Status StateStore::Write(Slot& slot, const std::string& bytes) {
+  if (slot.fd < 0) {
+    slot.created = ::access(slot.path.c_str(), F_OK) != 0;
+    slot.fd = ::open(slot.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (slot.fd < 0) return Errno(absl::StrCat("opening controller state file ", slot.path));
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n =
+        ::pwrite(slot.fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno(absl::StrCat("writing controller state file ", slot.path));
+    done += static_cast<size_t>(n);
+  }
+  // Only when the size changed (a metadata update); usually it does not.
+  struct stat st {};
+  if (::fstat(slot.fd, &st) != 0) return Errno(absl::StrCat("stat of ", slot.path));
+  if (st.st_size != static_cast<off_t>(bytes.size()) &&
+      ::ftruncate(slot.fd, static_cast<off_t>(bytes.size())) != 0) {
+    return Errno(absl::StrCat("truncating controller state file ", slot.path));
   }
   return absl::OkStatus();
 }
 
-absl::Status StateStore::SyncToDisk() const {
-  {
-    Fd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd.get() < 0) return Errno(absl::StrCat("opening ", path_, " to flush it"));
-    if (::fsync(fd.get()) != 0) return Errno(absl::StrCat("fsync of ", path_));
+absl::Status StateStore::SyncSlot(int index) {
+  Slot& slot = slots_[index];
+  if (::fdatasync(slot.fd) != 0) return Errno(absl::StrCat("fdatasync of ", slot.path));
+  if (slot.created) {
+    if (absl::Status s = SyncDirectoryOf(slot.path); !s.ok()) return s;
+    slot.created = false;
   }
-  // The rename itself is durable once the directory is.
-  const std::string dir = DirOf(path_);
-  Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dfd.get() < 0) return Errno(absl::StrCat("opening directory ", dir));
-  if (::fsync(dfd.get()) != 0) return Errno(absl::StrCat("fsync of directory ", dir));
   return absl::OkStatus();
 }
 
-absl::Status StateStore::Save(const v1::ControllerState& state) {
-  const bool every = flush_ == StateFlush::kEverySave;
-  if (absl::Status s = Replace(EncodeState(state), /*sync=*/every); !s.ok()) return s;
-  if (every) {
-    if (absl::Status s = SyncToDisk(); !s.ok()) return s;
-  } else {
-    absl::MutexLock lock(&mu_);
-    ++written_;
-    cv_.Signal();
-  }
+absl::Status StateStore::Save(v1::ControllerState state) {
+  const int64_t sequence = sequence_ + 1;
+  state.set_save_sequence(sequence);
+  const int index = 1 - current_;  // never over the file holding the current state
+  // Writing while the flusher syncs the same descriptor is safe: the flusher
+  // syncs it again in its next round (written_at_ below).
+  if (absl::Status s = Write(slots_[index], EncodeState(state)); !s.ok()) return s;
+  sequence_ = sequence;
+  current_ = index;
   ++saves_;
+  if (flush_ == StateFlush::kEverySave) return SyncSlot(index);
+  absl::MutexLock lock(&mu_);
+  written_at_[index] = ++written_;
+  cv_.Signal();
   return absl::OkStatus();
 }
 
@@ -227,13 +279,18 @@ void StateStore::FlushLoop() {
     while (flushed_ == written_ && !stopping_) cv_.Wait(&mu_);
     if (flushed_ == written_) return;  // stopping, nothing pending
     const int64_t target = written_;   // later saves get the next round
+    const bool which[2] = {written_at_[0] > flushed_, written_at_[1] > flushed_};
     mu_.Unlock();
-    absl::Status s = SyncToDisk();
+    absl::Status s;
+    for (int i = 0; i < 2 && s.ok(); ++i) {
+      if (which[i]) s = SyncSlot(i);
+    }
     mu_.Lock();
     if (!s.ok()) {
-      spdlog::error("[controller] flushing the controller state {} to the disk failed ({}): a "
-                    "power cut now would lose the latest delivered versions",
-                    path_, s.ToString());
+      spdlog::error(
+          "[controller] flushing the controller state {} to the disk failed ({}): a "
+          "power cut now would lose the latest delivered versions",
+          path_, s.ToString());
       if (flush_error_.ok()) flush_error_ = s;
     }
     flushed_ = target;
@@ -248,12 +305,21 @@ absl::Status StateStore::Flush() {
   return std::exchange(flush_error_, absl::OkStatus());
 }
 
-absl::StatusOr<std::string> StateStore::MoveAside() const {
-  const std::string aside = absl::StrCat(path_, ".corrupt-", absl::ToUnixSeconds(absl::Now()));
-  if (::rename(path_.c_str(), aside.c_str()) != 0) {
-    return Errno(absl::StrCat("moving ", path_, " aside to ", aside));
+absl::StatusOr<std::string> StateStore::MoveAside() {
+  CloseSlots();
+  const int64_t now = absl::ToUnixSeconds(absl::Now());
+  std::string first;
+  for (const Slot& slot : slots_) {
+    if (::access(slot.path.c_str(), F_OK) != 0) continue;
+    const std::string aside = absl::StrCat(slot.path, ".corrupt-", now);
+    if (::rename(slot.path.c_str(), aside.c_str()) != 0) {
+      return Errno(absl::StrCat("moving ", slot.path, " aside to ", aside));
+    }
+    if (first.empty()) first = aside;
   }
-  return aside;
+  sequence_ = 0;
+  current_ = 1;
+  return first;
 }
 
 }  // namespace wsync::controller

@@ -80,7 +80,7 @@ void SyncCoordinator::PersistLocked() {
   state.set_saved_by_instance(config_.instance);
   state.set_saved_unix_ms(absl::ToUnixMillis(absl::Now()));
   const absl::Time start = absl::Now();
-  const absl::Status st = store_->Save(state);
+  const absl::Status st = store_->Save(std::move(state));
   if (metrics_ != nullptr)
     metrics_->StateSaved(st.ok(), absl::ToDoubleSeconds(absl::Now() - start));
   if (!st.ok()) {

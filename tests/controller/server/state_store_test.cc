@@ -57,8 +57,7 @@ class StateStoreModes : public ::testing::TestWithParam<StateFlush> {};
 INSTANTIATE_TEST_SUITE_P(Flush, StateStoreModes,
                          ::testing::Values(StateFlush::kEverySave, StateFlush::kBackground),
                          [](const auto& info) {
-                           return info.param == StateFlush::kEverySave ? "EverySave"
-                                                                       : "Background";
+                           return info.param == StateFlush::kEverySave ? "EverySave" : "Background";
                          });
 
 TEST_P(StateStoreModes, SaveThenLoadGivesTheSameStateAndLeavesNoTemporaryFile) {
@@ -73,6 +72,8 @@ TEST_P(StateStoreModes, SaveThenLoadGivesTheSameStateAndLeavesNoTemporaryFile) {
   ASSERT_TRUE(store.Save(next).ok());
   auto loaded = store.Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->save_sequence(), 2);
+  loaded->clear_save_sequence();
   EXPECT_EQ(loaded->SerializeAsString(), next.SerializeAsString());
   EXPECT_NE(access((dir + "/controller.state.tmp").c_str(), F_OK), 0);
   struct stat st {};
@@ -98,6 +99,60 @@ TEST_P(StateStoreModes, EachSaveIsInPlaceWhenSaveReturns) {
   }
   EXPECT_TRUE(store.Flush().ok());
   EXPECT_EQ(store.flush_mode(), GetParam());
+}
+
+// Saves alternate between <path> and <path>.alt, overwriting the older one
+// in place: a write torn by a crash (here: the newer file damaged) leaves the
+// other, previous state, and a restarted store goes on from it without
+// writing over it.
+TEST(StateStore, ATornSaveLeavesThePreviousStateInTheOtherFile) {
+  const std::string path = TempDir() + "/controller.state";
+  v1::ControllerState s = Sample();
+  {
+    StateStore store(path);
+    for (int v = 1; v <= 3; ++v) {
+      s.mutable_transfers(0)->set_last_success_version(v);
+      ASSERT_TRUE(store.Save(s).ok());
+    }
+  }
+  // Saves 1 and 3 went to <path>, save 2 to <path>.alt.
+  std::string newest = ReadFile(path);
+  ASSERT_FALSE(newest.empty());
+  ASSERT_FALSE(ReadFile(path + ".alt").empty());
+  newest[newest.size() / 2] ^= 0x01;
+  WriteFile(path, newest);
+  StateStore restarted(path);
+  auto loaded = restarted.Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->transfers(0).last_success_version(), 2) << "the previous state";
+  EXPECT_EQ(loaded->save_sequence(), 2);
+  // The next save goes over the damaged file, not over the good one.
+  s.mutable_transfers(0)->set_last_success_version(4);
+  ASSERT_TRUE(restarted.Save(s).ok());
+  auto again = StateStore(path).Load();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->transfers(0).last_success_version(), 4);
+  auto alt = DecodeState(ReadFile(path + ".alt"), path + ".alt");
+  ASSERT_TRUE(alt.ok()) << alt.status();
+  EXPECT_EQ(alt->transfers(0).last_success_version(), 2);
+}
+
+// A state file of the single-file layout (before the .alt file) is read,
+// and the first save leaves it untouched (it goes to the other file).
+TEST(StateStore, ASingleFileFromAnEarlierVersionIsReadAndKept) {
+  const std::string path = TempDir() + "/controller.state";
+  WriteFile(path, EncodeState(Sample()));
+  StateStore store(path);
+  auto loaded = store.Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->transfers(0).last_success_version(), 5);
+  v1::ControllerState next = Sample();
+  next.mutable_transfers(0)->set_last_success_version(6);
+  ASSERT_TRUE(store.Save(next).ok());
+  EXPECT_EQ(ReadFile(path), EncodeState(Sample())) << "the loaded file is not written over";
+  auto reread = StateStore(path).Load();
+  ASSERT_TRUE(reread.ok()) << reread.status();
+  EXPECT_EQ(reread->transfers(0).last_success_version(), 6);
 }
 
 TEST(StateStore, TheFsyncModeFlagIsParsedAndABadOneNamed) {

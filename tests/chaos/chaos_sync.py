@@ -366,9 +366,10 @@ def run(args, rng, run_dir, cluster, torch, wsync, wtorch, pb, lpb):
             if took > args.deadline + GRACE_S + SLACK_S:
                 outcome, detail = "LATE_FAILURE", f"{took:.1f} s: {e}"
             elif fault is None and time.monotonic() < spill_until:
-                # A worker may still be inside an aborted sync's transport
-                # setup: Gloo's connectFullMesh waits for a killed peer
-                # several times the sync's deadline (seen: 20 s on 4 s).
+                # A restarted worker's first assignment may meet its
+                # predecessor's closed stream. (Before gloo_mesh.h, a worker
+                # could also still be inside an aborted sync's Gloo connect:
+                # 20 s on a 4 s deadline.)
                 outcome = "failed_after_previous_fault"
                 spillover.append(f"v{version}: {e}")
             elif fault is None:

@@ -34,6 +34,18 @@ void RunVersions(CaseRun& run, int versions, v1::PlanSummary* summary,
   }
 }
 
+// Fills version `v`, syncs transfer `name` to it and checks that it
+// succeeded with every destination byte right.
+void SyncVerified(CaseRun& run, const std::string& name, int v, v1::SyncStatus* st) {
+  SCOPED_TRACE(absl::StrCat(name, " v", v));
+  run.Fill(v);
+  grpc::Status s = run.SyncAndWait(name, v, st);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(st->phase(), v1::SYNC_SUCCEEDED) << st->error();
+  std::string first;
+  EXPECT_EQ(run.Verify(v, &first), 0) << first;
+}
+
 TEST(SyncIntegration, FsdpToVllmTpWithFusedQkvAndGateUp) {
   auto run = CaseRun::Start(Case("fsdp:4", "vllm-tp:2"), DefaultClusterOptions());
   ASSERT_TRUE(run.ok()) << run.status();
@@ -120,15 +132,9 @@ TEST(SyncIntegration, TwoTransfersTakeTurnsWithDirectWrites) {
   }
   for (int v = 1; v <= 3; ++v) {
     for (const char* name : {"a", "b"}) {
-      SCOPED_TRACE(absl::StrCat(name, " v", v));
-      (*run)->Fill(v);
       v1::SyncStatus st;
-      grpc::Status s = (*run)->SyncAndWait(name, v, &st);
-      ASSERT_TRUE(s.ok()) << s.error_message();
-      ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+      ASSERT_NO_FATAL_FAILURE(SyncVerified(**run, name, v, &st));
       EXPECT_GT(st.direct_pairs(), 0);
-      std::string first;
-      EXPECT_EQ((*run)->Verify(v, &first), 0) << first;
     }
   }
 }
@@ -152,14 +158,8 @@ TEST(SyncIntegration, ATinyPartsCacheStillSyncsEveryTransfer) {
   }
   for (int v = 1; v <= 3; ++v) {
     for (const auto& [name, bucket] : transfers) {
-      SCOPED_TRACE(absl::StrCat(name, " v", v));
-      (*run)->Fill(v);
       v1::SyncStatus st;
-      grpc::Status s = (*run)->SyncAndWait(name, v, &st);
-      ASSERT_TRUE(s.ok()) << s.error_message();
-      ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
-      std::string first;
-      EXPECT_EQ((*run)->Verify(v, &first), 0) << first;
+      ASSERT_NO_FATAL_FAILURE(SyncVerified(**run, name, v, &st));
     }
   }
 }

@@ -84,19 +84,6 @@ class TlsTest : public ::testing::Test {
     });
   }
 
-  // Starts fsdp:2 -> vllm-tp:2 on options_ (as run_), defines transfer "t"
-  // and syncs version 1 (checked).
-  void StartAndSyncOnce() {
-    auto run = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), options_);
-    ASSERT_TRUE(run.ok()) << run.status();
-    run_ = *std::move(run);
-    ASSERT_TRUE(run_->Define("t").ok());
-    run_->Fill(1);
-    v1::SyncStatus st;
-    ASSERT_TRUE(run_->SyncAndWait("t", 1, &st).ok());
-    ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
-  }
-
   demo::ClusterOptions options_;
   std::unique_ptr<TestCerts> certs_;
   std::unique_ptr<CaseRun> run_;  // stops before certs_ goes
@@ -104,7 +91,7 @@ class TlsTest : public ::testing::Test {
 };
 
 TEST_F(TlsTest, SyncOverMutualTlsWithTokenRoles) {
-  ASSERT_NO_FATAL_FAILURE(StartAndSyncOnce());
+  ASSERT_NO_FATAL_FAILURE(StartSyncedOnce(options_, &run_));
   CaseRun& run = *run_;
   v1::SyncStatus st;
   std::string first;
@@ -180,7 +167,7 @@ TEST_F(TlsTest, SyncOverMutualTlsWithTokenRoles) {
 }
 
 TEST_F(TlsTest, WorkersRegisterOnlyTheGroupsTheirCertificateNames) {
-  ASSERT_NO_FATAL_FAILURE(StartAndSyncOnce());
+  ASSERT_NO_FATAL_FAILURE(StartSyncedOnce(options_, &run_));
   CaseRun& run = *run_;
   v1::SyncStatus st;
   const std::string address = run.cluster->controller_address();

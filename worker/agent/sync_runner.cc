@@ -181,8 +181,9 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     // again next time.
     r.add_dropped_part_keys(plan_id);
     return finish(absl::FailedPreconditionError(absl::StrCat(
-        "worker ", a.worker(), ": no cached op list for part ", plan_id,
-        " (evicted under --parts_cache_bytes=", parts_.budget_bytes(), "; sent again next sync)")));
+        "worker ", a.worker(), ": no cached op list for plan ", plan_id,
+        " (never received, or evicted under --parts_cache_bytes=", parts_.budget_bytes(),
+        "; the controller sends it again)")));
   }
   if (aborted_.load()) {
     return finish(absl::AbortedError(absl::StrCat("aborted before it started: ", AbortReason())));

@@ -33,74 +33,37 @@ std::string AddressKey(const std::string& prefix, int from, int to) {
   return absl::StrCat(prefix, "/addr/", from, "/", to);
 }
 
-// Fails every pair of `context` (waking any thread blocked connecting one)
-// once the deadline passes or `cancel` is set, until Stop().
-class ConnectWatchdog {
- public:
-  ConnectWatchdog(gloo::transport::Context* context, absl::Time deadline,
-                  const std::atomic<bool>* cancel)
-      : context_(context), deadline_(deadline), cancel_(cancel), thread_([this] { Run(); }) {}
-  ~ConnectWatchdog() { Stop().IgnoreError(); }
-
-  // Why it fired, or OK (still watching).
-  absl::Status Fired() {
-    absl::MutexLock lock(&mu_);
-    return fired_;
-  }
-
-  // Ends the watch (joins). Returns why it fired, or OK.
-  absl::Status Stop() {
-    {
-      absl::MutexLock lock(&mu_);
-      stopped_ = true;
-    }
-    if (thread_.joinable()) thread_.join();
-    absl::MutexLock lock(&mu_);
-    return fired_;
-  }
-
- private:
-  void Run() {
-    absl::MutexLock lock(&mu_);
-    while (!stopped_) {
-      const absl::Time wake = std::min(deadline_, absl::Now() + kCancelPoll);
-      mu_.AwaitWithDeadline(absl::Condition(&stopped_), wake);
-      if (stopped_) return;
-      if (cancel_ != nullptr && cancel_->load()) {
-        Fire(absl::CancelledError("the sync was aborted"));
-        return;
-      }
-      if (absl::Now() >= deadline_) {
-        Fire(absl::DeadlineExceededError("the sync's deadline passed"));
-        return;
-      }
-    }
-  }
-
-  // Closing a pair wakes a thread waiting in its connect() (it returns as
-  // if connected; ConnectMesh then checks Fired()); connect() on a closed
-  // pair returns or throws at once.
-  void Fire(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    fired_ = std::move(why);
-    for (int peer = 0; peer < context_->size; ++peer) {
-      if (peer == context_->rank) continue;
-      try {
-        auto& pair = context_->getPair(peer);
-        if (pair) pair->close();
-      } catch (const std::exception&) {
-        // Already failed: closed is what we want.
-      }
-    }
-  }
-
-  gloo::transport::Context* const context_;
-  const absl::Time deadline_;
-  const std::atomic<bool>* const cancel_;
-  absl::Mutex mu_;
-  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status fired_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;  // last: starts after the members it reads
+// What the connector thread reports; shared because the thread may outlive
+// ConnectMesh (see there).
+struct ConnectState {
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  int connecting ABSL_GUARDED_BY(mu) = -1;  // the peer whose pair is connecting
+  absl::Status status ABSL_GUARDED_BY(mu);
 };
+
+// Connects every pair of `context` in rank order (as every rank does).
+void ConnectPairs(std::shared_ptr<gloo::transport::Context> context,
+                  std::vector<std::vector<char>> addresses, std::shared_ptr<ConnectState> state) {
+  absl::Status status;
+  for (int peer = 0; peer < context->size; ++peer) {
+    if (peer == context->rank) continue;
+    {
+      absl::MutexLock lock(&state->mu);
+      state->connecting = peer;
+    }
+    try {
+      context->getPair(peer)->connect(addresses[peer]);
+    } catch (const std::exception& e) {
+      status = absl::UnavailableError(
+          absl::StrCat("connecting to peer rank ", peer, " failed: ", e.what()));
+      break;
+    }
+  }
+  absl::MutexLock lock(&state->mu);
+  state->status = std::move(status);
+  state->done = true;
+}
 
 }  // namespace
 
@@ -128,11 +91,9 @@ absl::Status MeshContext::ConnectMesh(std::shared_ptr<gloo::transport::Device> d
                                                  peer, ": ", s.message()));
     }
   }
-  ConnectWatchdog watchdog(context.get(), options.deadline, options.cancel);
-  auto failed = [&](int peer, const absl::Status& why, const std::string& how) {
-    return absl::Status(why.code(), absl::StrCat(who, ": connecting to peer rank ", peer, " ", how,
-                                                 ": ", why.message()));
-  };
+  // Every peer's addresses first (each rank publishes all of its own before
+  // it connects any pair): the store calls end by the deadline or abort.
+  std::vector<std::vector<char>> addresses(size);
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     absl::StatusOr<std::string> address =
@@ -142,22 +103,31 @@ absl::Status MeshContext::ConnectMesh(std::shared_ptr<gloo::transport::Device> d
                           absl::StrCat(who, ": peer rank ", peer, " did not publish its address: ",
                                        address.status().message()));
     }
-    if (absl::Status fired = watchdog.Fired(); !fired.ok()) {
-      return failed(peer, fired, "did not start");
-    }
-    try {
-      context->getPair(peer)->connect(std::vector<char>(address->begin(), address->end()));
-    } catch (const std::exception& e) {
-      const absl::Status fired = watchdog.Stop();
-      return failed(peer, fired.ok() ? absl::UnavailableError(e.what()) : fired, "failed");
-    }
-    if (absl::Status fired = watchdog.Fired(); !fired.ok()) {
-      return failed(peer, fired, "did not finish");
-    }
+    addresses[peer].assign(address->begin(), address->end());
   }
-  if (absl::Status fired = watchdog.Stop(); !fired.ok()) {
-    return absl::Status(fired.code(),
-                        absl::StrCat(who, ": ", fired.message(), " as the last pair connected"));
+  // Gloo's connect can be woken only by closing the pair, which resets the
+  // TCP connection (SO_LINGER 0), and a peer whose device thread then
+  // accepts the reset connection aborts (getpeername in Gloo's accept path
+  // throws on its loop thread). So the pairs connect on a thread of their
+  // own that owns the context: past the deadline or on an abort this call
+  // returns, and the thread ends within its pairs' timeouts (a fifth of the
+  // time left each, so one pair by the deadline), closing them gently.
+  auto state = std::make_shared<ConnectState>();
+  std::thread(ConnectPairs, context, std::move(addresses), state).detach();
+  absl::MutexLock lock(&state->mu);
+  while (!state->done) {
+    const bool aborted = options.cancel != nullptr && options.cancel->load();
+    if (aborted || absl::Now() >= options.deadline) {
+      return absl::Status(
+          aborted ? absl::StatusCode::kCancelled : absl::StatusCode::kDeadlineExceeded,
+          absl::StrCat(who, ": connecting to peer rank ", state->connecting, " did not finish: ",
+                       aborted ? "the sync was aborted" : "the sync's deadline passed"));
+    }
+    state->mu.AwaitWithDeadline(absl::Condition(&state->done),
+                                std::min(options.deadline, absl::Now() + kCancelPoll));
+  }
+  if (!state->status.ok()) {
+    return absl::Status(state->status.code(), absl::StrCat(who, ": ", state->status.message()));
   }
   context->setTimeout(PairTimeout(options.deadline) * 5);
   device_ = std::move(device);

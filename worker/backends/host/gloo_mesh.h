@@ -3,9 +3,11 @@
 // *each* pair in turn, so a peer killed after it published its address held
 // a rank for several times the sync's deadline (chaos run of issue 18: 20 s
 // on a 4 s deadline) and failed the syncs after it. Here every pair is
-// created with a fifth of the time left, and a watchdog fails every pending
-// pair at the deadline or once `cancel` is set, so connecting never outlives
-// the deadline (+ the watchdog's 20 ms poll) and the error names the peer.
+// created with a fifth of the time left (so one pair's wait ends by the
+// deadline) and the pairs connect on a thread of their own: ConnectMesh
+// returns at the deadline or once `cancel` is set (within a 20 ms poll),
+// naming the peer, while that thread finishes within its pairs' timeouts
+// (see gloo_mesh.cc for why the pairs are not closed under it).
 #ifndef WSYNC_WORKER_BACKENDS_HOST_GLOO_MESH_H_
 #define WSYNC_WORKER_BACKENDS_HOST_GLOO_MESH_H_
 

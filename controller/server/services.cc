@@ -74,6 +74,10 @@ grpc::Status WorkerServiceImpl::ReportResult(grpc::ServerContext* ctx,
                                              const v1::ReportResultRequest* req,
                                              v1::ReportResultResponse*) {
   if (absl::Status st = Admit(*ctx, req->lease_id(), "ReportResult"); !st.ok()) return ToGrpc(st);
+  // Before the report can end the sync: the next assignments resend them.
+  for (const std::string& key : req->dropped_part_keys()) {
+    controller_->workers().ForgetPartSent(req->lease_id(), key);
+  }
   return ToGrpc(controller_->syncs().ReportResult(*req));
 }
 

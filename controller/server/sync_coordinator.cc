@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "controller/server/report_timings.h"
 
 namespace wsync::controller {
 
@@ -44,21 +45,7 @@ absl::Status SyncCoordinator::ReportProgress(const v1::ReportProgressRequest& re
 
 void SyncCoordinator::RecordControlPath(SyncRecord& sync, const Participant& p,
                                         const v1::ReportResultRequest& req) {
-  v1::SyncStatus& s = sync.status;
-  auto later = [](double seconds) { return std::max(0.0, seconds); };
-  if (req.received_unix_us() > 0) {
-    const double deliver =
-        absl::ToDoubleSeconds(absl::FromUnixMicros(req.received_unix_us()) - p.pushed);
-    s.set_max_deliver_seconds(std::max(s.max_deliver_seconds(), later(deliver)));
-  }
-  if (req.reported_unix_us() > 0) {
-    const double report =
-        absl::ToDoubleSeconds(absl::Now() - absl::FromUnixMicros(req.reported_unix_us()));
-    s.set_max_report_seconds(std::max(s.max_report_seconds(), later(report)));
-  }
-  s.set_max_queue_seconds(std::max(s.max_queue_seconds(), req.queued_seconds()));
-  s.set_max_bind_seconds(std::max(s.max_bind_seconds(), req.bind_seconds()));
-  s.set_max_run_seconds(std::max(s.max_run_seconds(), req.run_seconds()));
+  RecordReportTimings(req, sync.start, p.pushed, absl::Now(), sync.status);
 }
 
 absl::Status SyncCoordinator::ReportResult(const v1::ReportResultRequest& req) {
@@ -91,8 +78,6 @@ absl::Status SyncCoordinator::ReportResult(const v1::ReportResultRequest& req) {
     p.bytes_done = req.bytes_done();
     v1::SyncStatus& s = sync.status;
     s.set_workers_done(s.workers_done() + 1);
-    s.set_max_setup_seconds(std::max(s.max_setup_seconds(), req.setup_seconds()));
-    s.set_max_execute_seconds(std::max(s.max_execute_seconds(), req.execute_seconds()));
     RecordControlPath(sync, p, req);
     ++sync.changes;
     if (req.code() != 0) {

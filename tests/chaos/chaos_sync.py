@@ -259,25 +259,45 @@ class Fault:
         self.resumed.set()
 
     def join(self):
+        if self.thread.ident is None:
+            return  # never started: the sync was refused before its fault
         self.resumed.wait(timeout=60)
         self.thread.join(timeout=5)
         if self.thread.is_alive():
             raise RuntimeError(f"fault thread {self.kind} hung")
 
 
-def recovered(client, wsync, timeout=30.0):
-    """Waits for every worker (the first calls after a controller restart
-    may find the old connection closed); returns the transfer's status."""
+def stale_leases(client, cluster):
+    """Ranks whose live lease belongs to another process than the one the
+    cluster runs now (a killed worker the controller has not noticed yet)."""
+    stale = []
+    for w in client.workers():
+        for m in w.memberships:
+            proc = cluster.workers.get((m.group, m.rank))
+            if w.alive and proc is not None and proc.p is not None and w.pid != proc.p.pid:
+                stale.append(f"{m.group}/{m.rank} (pid {w.pid}, running {proc.p.pid})")
+    return stale
+
+
+def recovered(client, wsync, cluster, timeout=30.0):
+    """Waits for every worker, each rank leased by the process running it now
+    (the first calls after a controller restart may find the old connection
+    closed); returns the transfer's status."""
     end = time.monotonic() + timeout
     while True:
         try:
             client.wait_for_workers({"trainer": 2, "inference": 2}, timeout=timeout,
                                     buffers=True)
-            return client.transfer_status("chaos")
+            stale = stale_leases(client, cluster)
+            if not stale:
+                return client.transfer_status("chaos")
+            if time.monotonic() > end:
+                raise wsync.errors.DeadlineExceeded(
+                    f"leases of killed workers still live after {timeout} s: {stale}")
         except wsync.errors.Unavailable:
             if time.monotonic() > end:
                 raise
-            time.sleep(0.1)
+        time.sleep(0.05)
 
 
 def cut_sync_outcome(client, handle, wsync, pb):
@@ -366,9 +386,10 @@ def run(args, rng, run_dir, cluster, torch, wsync, wtorch, pb, lpb):
             if took > args.deadline + GRACE_S + SLACK_S:
                 outcome, detail = "LATE_FAILURE", f"{took:.1f} s: {e}"
             elif fault is None and time.monotonic() < spill_until:
-                # A worker may still be inside an aborted sync's transport
-                # setup: Gloo's connectFullMesh waits for a killed peer
-                # several times the sync's deadline (seen: 20 s on 4 s).
+                # A restarted worker's first assignment may meet its
+                # predecessor's closed stream. (Before gloo_mesh.h, a worker
+                # could also still be inside an aborted sync's Gloo connect:
+                # 20 s on a 4 s deadline.)
                 outcome = "failed_after_previous_fault"
                 spillover.append(f"v{version}: {e}")
             elif fault is None:
@@ -416,7 +437,7 @@ def run(args, rng, run_dir, cluster, torch, wsync, wtorch, pb, lpb):
                 cluster.restart_worker(*key)
                 owners.reregister(*key)
         try:
-            st = recovered(client, wsync)
+            st = recovered(client, wsync, cluster)
         except wsync.WsyncError as e:
             violations.append(f"v{version}: cluster did not recover: {e}")
             break

@@ -17,14 +17,7 @@ using ::testing::HasSubstr;
 class AttackTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto run = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), DefaultClusterOptions());
-    ASSERT_TRUE(run.ok()) << run.status();
-    run_ = *std::move(run);
-    ASSERT_TRUE(run_->Define("t").ok());
-    run_->Fill(1);
-    v1::SyncStatus st;
-    ASSERT_TRUE(run_->SyncAndWait("t", 1, &st).ok());
-    ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+    ASSERT_NO_FATAL_FAILURE(StartSyncedOnce(DefaultClusterOptions(), &run_));
   }
 
   v1::GetStatusResponse Status() {

@@ -226,6 +226,19 @@ inline catalog::CaseOptions Case(const std::string& source, const std::string& d
   return co;
 }
 
+// Starts fsdp:2 -> vllm-tp:2 on `options` into *run, defines transfer "t"
+// and syncs version 1 (checked). Call under ASSERT_NO_FATAL_FAILURE.
+inline void StartSyncedOnce(demo::ClusterOptions options, std::unique_ptr<CaseRun>* run) {
+  auto started = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), std::move(options));
+  ASSERT_TRUE(started.ok()) << started.status();
+  *run = *std::move(started);
+  ASSERT_TRUE((*run)->Define("t").ok());
+  (*run)->Fill(1);
+  v1::SyncStatus st;
+  ASSERT_TRUE((*run)->SyncAndWait("t", 1, &st).ok());
+  ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+}
+
 }  // namespace wsync::integration
 
 #endif  // WSYNC_TESTS_INTEGRATION_HARNESS_H_

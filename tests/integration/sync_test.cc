@@ -1,6 +1,9 @@
 // End-to-end syncs through the real controller and worker binaries over the
 // Gloo host transport: every destination byte is checked.
+#include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -29,6 +32,18 @@ void RunVersions(CaseRun& run, int versions, v1::PlanSummary* summary,
     std::string first;
     EXPECT_EQ(run.Verify(v, &first), 0) << "version " << v << ": " << first;
   }
+}
+
+// Fills version `v`, syncs transfer `name` to it and checks that it
+// succeeded with every destination byte right.
+void SyncVerified(CaseRun& run, const std::string& name, int v, v1::SyncStatus* st) {
+  SCOPED_TRACE(absl::StrCat(name, " v", v));
+  run.Fill(v);
+  grpc::Status s = run.SyncAndWait(name, v, st);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(st->phase(), v1::SYNC_SUCCEEDED) << st->error();
+  std::string first;
+  EXPECT_EQ(run.Verify(v, &first), 0) << first;
 }
 
 TEST(SyncIntegration, FsdpToVllmTpWithFusedQkvAndGateUp) {
@@ -117,15 +132,34 @@ TEST(SyncIntegration, TwoTransfersTakeTurnsWithDirectWrites) {
   }
   for (int v = 1; v <= 3; ++v) {
     for (const char* name : {"a", "b"}) {
-      SCOPED_TRACE(absl::StrCat(name, " v", v));
-      (*run)->Fill(v);
       v1::SyncStatus st;
-      grpc::Status s = (*run)->SyncAndWait(name, v, &st);
-      ASSERT_TRUE(s.ok()) << s.error_message();
-      ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+      ASSERT_NO_FATAL_FAILURE(SyncVerified(**run, name, v, &st));
       EXPECT_GT(st.direct_pairs(), 0);
-      std::string first;
-      EXPECT_EQ((*run)->Verify(v, &first), 0) << first;
+    }
+  }
+}
+
+// Issue 18 leftovers: workers whose part cache (--parts_cache_bytes) holds
+// one op list at a time. Three transfers with different plans (bucket
+// sizes) take turns: each assignment's part evicts the others, the workers
+// report the evicted keys, and the controller sends each part again when it
+// is used next. Every sync succeeds with every destination byte checked.
+TEST(SyncIntegration, ATinyPartsCacheStillSyncsEveryTransfer) {
+  demo::ClusterOptions o = DefaultClusterOptions();
+  o.worker_flags.push_back("--parts_cache_bytes=1");
+  auto run = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), o);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const std::vector<std::pair<std::string, int64_t>> transfers = {
+      {"a", int64_t{64} << 10}, {"b", int64_t{128} << 10}, {"c", int64_t{1} << 20}};
+  for (const auto& [name, bucket] : transfers) {
+    (*run)->spec.mutable_options()->set_bucket_bytes(bucket);
+    grpc::Status s = (*run)->Define(name);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  for (int v = 1; v <= 3; ++v) {
+    for (const auto& [name, bucket] : transfers) {
+      v1::SyncStatus st;
+      ASSERT_NO_FATAL_FAILURE(SyncVerified(**run, name, v, &st));
     }
   }
 }

@@ -86,18 +86,14 @@ class TlsTest : public ::testing::Test {
 
   demo::ClusterOptions options_;
   std::unique_ptr<TestCerts> certs_;
+  std::unique_ptr<CaseRun> run_;  // stops before certs_ goes
   int connections_ = 0;
 };
 
 TEST_F(TlsTest, SyncOverMutualTlsWithTokenRoles) {
-  auto run_or = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), options_);
-  ASSERT_TRUE(run_or.ok()) << run_or.status();
-  CaseRun& run = **run_or;
-  ASSERT_TRUE(run.Define("t").ok());
-  run.Fill(1);
+  ASSERT_NO_FATAL_FAILURE(StartSyncedOnce(options_, &run_));
+  CaseRun& run = *run_;
   v1::SyncStatus st;
-  ASSERT_TRUE(run.SyncAndWait("t", 1, &st).ok());
-  ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
   std::string first;
   EXPECT_EQ(run.Verify(1, &first), 0) << first;
 
@@ -171,14 +167,9 @@ TEST_F(TlsTest, SyncOverMutualTlsWithTokenRoles) {
 }
 
 TEST_F(TlsTest, WorkersRegisterOnlyTheGroupsTheirCertificateNames) {
-  auto run_or = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), options_);
-  ASSERT_TRUE(run_or.ok()) << run_or.status();
-  CaseRun& run = **run_or;
-  ASSERT_TRUE(run.Define("t").ok());
-  run.Fill(1);
+  ASSERT_NO_FATAL_FAILURE(StartSyncedOnce(options_, &run_));
+  CaseRun& run = *run_;
   v1::SyncStatus st;
-  ASSERT_TRUE(run.SyncAndWait("t", 1, &st).ok());
-  ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
   const std::string address = run.cluster->controller_address();
 
   auto register_as = [&](std::shared_ptr<grpc::ChannelCredentials> creds, const std::string& group,

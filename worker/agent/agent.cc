@@ -56,7 +56,8 @@ WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
       serving_(options_.memberships),
       runner_(
           &tensors_, metrics,
-          RunnerOptions{options_.round_timeout, options_.staging_limit_bytes, options_.backend}),
+          RunnerOptions{options_.round_timeout, options_.staging_limit_bytes, options_.backend,
+                        options_.parts_cache_bytes}),
       progress_([this](const v1::ReportProgressRequest& p) {
         grpc::ClientContext ctx;
         ctx.set_deadline(In(absl::Seconds(2)));

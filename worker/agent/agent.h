@@ -43,6 +43,8 @@ struct AgentOptions {
   // 0: up to two plan rounds' staging. Sent at registration: the controller
   // plans within it.
   int64_t staging_limit_bytes = 0;
+  // The cached parts' budget in bytes (part_cache.h; --parts_cache_bytes).
+  int64_t parts_cache_bytes = int64_t{256} << 20;
   // Not owned (outlives the agent), never null: the worker's data-plane
   // backend (capabilities should be its capabilities()).
   plane::Backend* backend = nullptr;

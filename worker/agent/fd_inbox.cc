@@ -1,11 +1,8 @@
 #include "worker/agent/fd_inbox.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "worker/agent/unix_listener.h"
 
 namespace wsync::agent {
 namespace {
@@ -122,72 +120,32 @@ std::string FdSocketPath(const std::string& local_socket) {
 }
 
 absl::StatusOr<std::unique_ptr<FdInbox>> FdInbox::Start(FdInboxOptions options) {
-  sockaddr_un addr{};
-  if (options.path.empty() || options.path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("descriptor socket path '", options.path,
-                                                   "' is empty or longer than ",
-                                                   sizeof(addr.sun_path) - 1, " bytes"));
-  }
   std::unique_ptr<FdInbox> inbox(new FdInbox(std::move(options)));
-  const std::string& path = inbox->options_.path;
-  inbox->listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (inbox->listen_fd_ < 0) return Errno("descriptor socket: socket");
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.data(), path.size());
-  ::unlink(path.c_str());  // a stale socket of an earlier run
-  if (bind(inbox->listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return Errno(absl::StrCat("descriptor socket: bind ", path));
-  }
-  // Before listen(): nobody can connect while the file is still group-readable.
-  if (chmod(path.c_str(), 0600) != 0) return Errno(absl::StrCat("descriptor socket: chmod ", path));
-  if (listen(inbox->listen_fd_, 16) != 0) return Errno("descriptor socket: listen");
-  if (pipe2(inbox->wake_, O_CLOEXEC) != 0) return Errno("descriptor socket: pipe");
-  inbox->thread_ = std::thread([p = inbox.get()] { p->Serve(); });
+  UnixListenerOptions lo;
+  lo.what = "descriptor socket";
+  lo.path = inbox->options_.path;
+  lo.type = SOCK_SEQPACKET;
+  lo.mode = 0600;
+  lo.backlog = 16;
+  // Wakes at least every ttl / 4 (at most 1 s) to close expired batches.
+  lo.tick = std::clamp(inbox->options_.ttl / 4, absl::Milliseconds(1), absl::Seconds(1));
+  FdInbox* p = inbox.get();
+  auto listener = UnixListener::Start(
+      std::move(lo),
+      [p](int conn) {
+        p->HandleConnection(conn);
+        ::close(conn);
+      },
+      [p] {
+        absl::MutexLock lock(&p->mu_);
+        p->ExpireLocked(absl::Now());
+      });
+  if (!listener.ok()) return listener.status();
+  inbox->listener_ = *std::move(listener);
   return inbox;
 }
 
-FdInbox::~FdInbox() {
-  if (thread_.joinable()) {
-    const char stop = 's';
-    (void)!write(wake_[1], &stop, 1);
-    thread_.join();
-  }
-  for (int fd : {listen_fd_, wake_[0], wake_[1]}) {
-    if (fd >= 0) ::close(fd);
-  }
-  if (listen_fd_ >= 0) ::unlink(options_.path.c_str());
-}
-
-void FdInbox::Serve() {
-  // Wakes at least every ttl / 4 (at most 1 s) to close expired batches.
-  const int tick_ms =
-      static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(options_.ttl) / 4, 1, 1000));
-  for (;;) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-    const int n = poll(fds, 2, tick_ms);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      spdlog::error("descriptor socket: poll: {}", std::strerror(errno));
-      return;
-    }
-    if (fds[1].revents != 0) return;
-    {
-      absl::MutexLock lock(&mu_);
-      ExpireLocked(absl::Now());
-    }
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    const int conn = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (conn < 0) {
-      // E.g. out of open files: back off instead of spinning on poll().
-      spdlog::warn("descriptor socket: accept: {}", std::strerror(errno));
-      pollfd wake = {wake_[0], POLLIN, 0};
-      poll(&wake, 1, 100);
-      continue;
-    }
-    HandleConnection(conn);
-    ::close(conn);
-  }
-}
+FdInbox::~FdInbox() { listener_.reset(); }
 
 void FdInbox::HandleConnection(int conn) {
   const timeval tv = absl::ToTimeval(options_.io_timeout);
@@ -209,7 +167,7 @@ absl::Status FdInbox::ReceiveBatch(int conn, std::vector<int>* out) {
   const absl::Time deadline = absl::Now() + options_.io_timeout;
   for (;;) {
     const size_t before = out->size();
-    RETURN_IF_ERROR(AwaitReadable(conn, wake_[0], deadline));
+    RETURN_IF_ERROR(AwaitReadable(conn, listener_->stop_fd(), deadline));
     absl::StatusOr<std::string> tag = ReceiveMessage(conn, out);
     if (!tag.ok()) return tag.status();
     if (*tag == kDoneTag && out->size() == before) break;

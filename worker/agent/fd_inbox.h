@@ -23,11 +23,11 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "worker/agent/unix_listener.h"
 #include "worker/plane/fd_batch.h"
 
 namespace wsync::agent {
@@ -63,7 +63,6 @@ class FdInbox {
     absl::Time created;
   };
   explicit FdInbox(FdInboxOptions options) : options_(std::move(options)) {}
-  void Serve();
   void HandleConnection(int conn);
   // Receives one connection's batch (descriptors owned by `out` as they come).
   absl::Status ReceiveBatch(int conn, std::vector<int>* out);
@@ -71,12 +70,10 @@ class FdInbox {
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const FdInboxOptions options_;
-  int listen_fd_ = -1;
-  int wake_[2] = {-1, -1};  // pipe: the destructor wakes the serving thread
-  std::thread thread_;
   mutable absl::Mutex mu_;
   std::map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);
   int32_t pending_fds_ ABSL_GUARDED_BY(mu_) = 0;
+  std::unique_ptr<UnixListener> listener_;  // last: its thread uses the members above
 };
 
 // The descriptor socket beside a local API socket: "<local_socket>.fds".

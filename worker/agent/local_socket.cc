@@ -1,8 +1,6 @@
 #include "worker/agent/local_socket.h"
 
-#include <fcntl.h>
 #include <grp.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -20,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
 #include "grpcpp/server_posix.h"
+#include "worker/agent/unix_listener.h"
 
 namespace wsync::agent {
 namespace {
@@ -145,81 +144,42 @@ bool LocalSocket::Allowed(const LocalSocketOptions& options, const PeerCred& cre
 absl::StatusOr<std::unique_ptr<LocalSocket>> LocalSocket::Start(LocalSocketOptions options,
                                                                 grpc::Server* server,
                                                                 PeerDirectory* peers) {
-  sockaddr_un addr{};
-  const std::string path = options.path;
-  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("local socket path '", path,
-                                                   "' is empty or longer than ",
-                                                   sizeof(addr.sun_path) - 1, " bytes"));
+  // A path that cannot be bound is refused by the listener, before any mkdir.
+  if (!options.path.empty() && options.path.size() < sizeof(sockaddr_un{}.sun_path)) {
+    if (absl::Status s = EnsurePrivateDir(DirOf(options.path), options.group); !s.ok()) return s;
   }
-  if (absl::Status s = EnsurePrivateDir(DirOf(path), options.group); !s.ok()) return s;
   std::unique_ptr<LocalSocket> sock(new LocalSocket(std::move(options), server, peers));
-  sock->listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (sock->listen_fd_ < 0) return Errno("local socket: socket");
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.data(), path.size());
-  ::unlink(path.c_str());  // a stale socket of an earlier run (the directory is ours)
-  if (bind(sock->listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return Errno(absl::StrCat("local socket: bind ", path));
-  }
-  const std::optional<gid_t> group = sock->options_.group;
-  if (group.has_value() && chown(path.c_str(), static_cast<uid_t>(-1), *group) != 0) {
-    return Errno(absl::StrCat("local socket: chgrp ", path, " to ", *group));
-  }
-  // Before listen(): nobody connects while the mode is the umask's.
-  if (chmod(path.c_str(), group.has_value() ? 0660 : 0600) != 0) {
-    return Errno(absl::StrCat("local socket: chmod ", path));
-  }
-  if (listen(sock->listen_fd_, 64) != 0) return Errno("local socket: listen");
-  if (pipe2(sock->wake_, O_CLOEXEC) != 0) return Errno("local socket: pipe");
-  sock->thread_ = std::thread([p = sock.get()] { p->Serve(); });
+  UnixListenerOptions lo;
+  lo.what = "local socket";
+  lo.path = sock->options_.path;
+  lo.type = SOCK_STREAM;
+  lo.group = sock->options_.group;
+  lo.mode = lo.group.has_value() ? 0660 : 0600;
+  lo.backlog = 64;
+  auto listener =
+      UnixListener::Start(std::move(lo), [p = sock.get()](int conn) { p->Admit(conn); });
+  if (!listener.ok()) return listener.status();
+  sock->listener_ = *std::move(listener);
   return sock;
 }
 
-LocalSocket::~LocalSocket() {
-  if (thread_.joinable()) {
-    const char stop = 's';
-    (void)!write(wake_[1], &stop, 1);
-    thread_.join();
-  }
-  for (int fd : {listen_fd_, wake_[0], wake_[1]}) {
-    if (fd >= 0) ::close(fd);
-  }
-  if (listen_fd_ >= 0) ::unlink(options_.path.c_str());
-}
+LocalSocket::~LocalSocket() { listener_.reset(); }
 
-void LocalSocket::Serve() {
-  for (;;) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      spdlog::error("local socket: poll: {}", std::strerror(errno));
-      return;
-    }
-    if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    const int conn = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (conn < 0) {
-      spdlog::warn("local socket: accept: {}", std::strerror(errno));
-      pollfd wake = {wake_[0], POLLIN, 0};
-      poll(&wake, 1, 100);  // e.g. out of open files: back off
-      continue;
-    }
-    absl::StatusOr<PeerCred> cred = PeerOf(conn);
-    if (!cred.ok() || !Allowed(options_, *cred)) {
-      spdlog::warn(
-          "local socket {}: refused a connection of {} (not this worker's uid {}, "
-          "--local_allowed_uids or --local_socket_group)",
-          options_.path,
-          cred.ok() ? absl::StrCat("pid ", cred->pid, " uid ", cred->uid)
-                    : std::string(cred.status().message()),
-          getuid());
-      ::close(conn);
-      continue;
-    }
-    peers_->Set(conn, *cred);
-    grpc::AddInsecureChannelFromFd(server_, conn);  // gRPC owns `conn` from here
+void LocalSocket::Admit(int conn) {
+  absl::StatusOr<PeerCred> cred = PeerOf(conn);
+  if (!cred.ok() || !Allowed(options_, *cred)) {
+    spdlog::warn(
+        "local socket {}: refused a connection of {} (not this worker's uid {}, "
+        "--local_allowed_uids or --local_socket_group)",
+        options_.path,
+        cred.ok() ? absl::StrCat("pid ", cred->pid, " uid ", cred->uid)
+                  : std::string(cred.status().message()),
+        getuid());
+    ::close(conn);
+    return;
   }
+  peers_->Set(conn, *cred);
+  grpc::AddInsecureChannelFromFd(server_, conn);  // gRPC owns `conn` from here
 }
 
 }  // namespace wsync::agent

@@ -19,7 +19,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -28,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
+#include "worker/agent/unix_listener.h"
 
 namespace wsync::agent {
 
@@ -90,14 +90,13 @@ class LocalSocket {
  private:
   LocalSocket(LocalSocketOptions options, grpc::Server* server, PeerDirectory* peers)
       : options_(std::move(options)), server_(server), peers_(peers) {}
-  void Serve();
+  // The SO_PEERCRED admission of one connection (closed if refused).
+  void Admit(int conn);
 
   const LocalSocketOptions options_;
   grpc::Server* const server_;
   PeerDirectory* const peers_;
-  int listen_fd_ = -1;
-  int wake_[2] = {-1, -1};
-  std::thread thread_;
+  std::unique_ptr<UnixListener> listener_;  // last: its thread calls Admit
 };
 
 }  // namespace wsync::agent

@@ -33,6 +33,7 @@ SyncRunner::SyncRunner(TensorTable* tensors, WorkerMetrics* metrics, RunnerOptio
     : tensors_(tensors),
       metrics_(metrics),
       options_(std::move(options)),
+      parts_(options_.parts_cache_bytes),
       peers_(options_.backend),
       plane_(options_.backend, ExecutorOptionsOf(options_)) {}
 
@@ -127,8 +128,11 @@ absl::StatusOr<node::Channel*> SyncRunner::EnsureChannel(
 void SyncRunner::CachePlan(const v1::SyncAssignment& a) {
   if (!a.has_plan()) return;
   const std::string plan_id = PlanId(a);
-  plans_[plan_id] = std::make_shared<const v1::Plan>(a.plan());
   bound_.erase(plan_id);
+  for (const std::string& evicted :
+       parts_.Put(plan_id, std::make_shared<const v1::Plan>(a.plan()))) {
+    bound_.erase(evicted);
+  }
 }
 
 v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
@@ -169,6 +173,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
       if (metrics_ != nullptr) metrics_->Error(s.code());
     }
     if (metrics_ != nullptr) metrics_->Sync(Since(start));
+    for (std::string& key : parts_.TakeEvicted()) r.add_dropped_part_keys(std::move(key));
     absl::MutexLock lock(&mu_);
     running_.clear();
     running_executor_ = nullptr;
@@ -177,10 +182,15 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
 
   // 1. The op list: sent once per plan key, cached afterwards.
   CachePlan(a);
-  auto pit = plans_.find(plan_id);
-  if (pit == plans_.end()) {
-    return finish(absl::FailedPreconditionError(
-        absl::StrCat("worker ", a.worker(), ": no cached op list for plan ", plan_id)));
+  const std::shared_ptr<const v1::Plan> part = parts_.Get(plan_id);
+  if (part == nullptr) {
+    // Evicted after the controller sent this assignment: it sends the part
+    // again next time.
+    r.add_dropped_part_keys(plan_id);
+    return finish(absl::FailedPreconditionError(absl::StrCat(
+        "worker ", a.worker(), ": no cached op list for plan ", plan_id,
+        " (never received, or evicted under --parts_cache_bytes=", parts_.budget_bytes(),
+        "; the controller sends it again)")));
   }
   if (aborted_.load()) {
     return finish(absl::AbortedError(absl::StrCat("aborted before it started: ", AbortReason())));
@@ -213,8 +223,8 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   auto bit = bound_.find(plan_id);
   if (bit == bound_.end() || bit->second.first != direct_key) {
     bound_.erase(plan_id);  // bound against other peers or mappings
-    auto b = exec::BindPlan(*pit->second, a.worker(), registry_, options_.backend->memory_space(),
-                            &direct);
+    auto b =
+        exec::BindPlan(*part, a.worker(), registry_, options_.backend->memory_space(), &direct);
     if (!b.ok()) return finish(b.status());
     bit = bound_.emplace(plan_id, std::make_pair(direct_key, *b)).first;
   }

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/synchronization/mutex.h"
+#include "worker/agent/part_cache.h"
 #include "worker/agent/peer_buffers.h"
 #include "worker/agent/tensor_table.h"
 #include "worker/agent/worker_metrics.h"
@@ -31,6 +32,8 @@ struct RunnerOptions {
   int64_t staging_limit_bytes = 0;  // ExecutorOptions::staging_limit_bytes
   // Not owned, never null: the memory the buffers live in and what moves it.
   plane::Backend* backend = nullptr;
+  // The cached parts' budget (PartCache, --parts_cache_bytes).
+  int64_t parts_cache_bytes = int64_t{256} << 20;
 };
 
 class SyncRunner {
@@ -75,7 +78,7 @@ class SyncRunner {
   const RunnerOptions options_;
 
   // Owned by the running thread.
-  std::map<std::string, std::shared_ptr<const v1::Plan>> plans_;  // "<key>/<worker>"
+  PartCache parts_;  // by part key ("<key>/<worker>" from older controllers)
   exec::BufferRegistry registry_;
   TensorSnapshot snapshot_;  // keeps mappings alive for the registry
   bool have_snapshot_ = false;

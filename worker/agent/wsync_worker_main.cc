@@ -87,6 +87,10 @@ ABSL_FLAG(int64_t, staging_limit_bytes, 0,
           "Most staging memory a sync may hold (the executor overlaps neighbouring rounds only "
           "where both fit); 0: up to two plan rounds' worth. Sent at registration: the "
           "controller plans no round over it. Env: WSYNC_STAGING_LIMIT_BYTES.");
+ABSL_FLAG(int64_t, parts_cache_bytes, int64_t{256} << 20,
+          "Most bytes of op lists (plan parts, serialized size) this worker caches between "
+          "syncs; the least recently used go first and the controller sends them again (the "
+          "newest always stays). Must be > 0. Env: WSYNC_PARTS_CACHE_BYTES.");
 ABSL_FLAG(std::string, instance_id, "",
           "Identity of this process for re-registration (default: random). Env: "
           "WSYNC_INSTANCE_ID.");
@@ -141,6 +145,7 @@ int main(int argc, char** argv) {
        "metrics_host",
        "round_timeout",
        "staging_limit_bytes",
+       "parts_cache_bytes",
        "instance_id",
        "port_file",
        "device",
@@ -211,6 +216,12 @@ int main(int argc, char** argv) {
   if (options.staging_limit_bytes < 0) {
     spdlog::error("wsync-worker: --staging_limit_bytes must be >= 0, got {}",
                   options.staging_limit_bytes);
+    return 2;
+  }
+  options.parts_cache_bytes = absl::GetFlag(FLAGS_parts_cache_bytes);
+  if (options.parts_cache_bytes <= 0) {
+    spdlog::error("wsync-worker: --parts_cache_bytes must be > 0, got {}",
+                  options.parts_cache_bytes);
     return 2;
   }
   options.instance_id = absl::GetFlag(FLAGS_instance_id);

@@ -18,16 +18,19 @@ namespace wsync::controller::controller_testing {
 
 class CoordinatorFixture : public ::testing::Test {
  protected:
-  CoordinatorFixture() { Restart(); }
-
-  // A fresh controller (and plan cache), restored from `store_` when set.
-  void Restart() {
+  CoordinatorFixture() {
     config_.lease_ttl = absl::Milliseconds(300);
     config_.sync_deadline = absl::Seconds(30);
     config_.instance = "test";
+    Restart();
+  }
+
+  // A fresh controller (and plan cache with `build_`'s limits) with
+  // `config_`, restored from `store_` when set.
+  void Restart() {
     controller_.reset();
     leases_.clear();
-    plans_ = std::make_unique<PlanSource>();
+    plans_ = std::make_unique<PlanSource>(64, 0, build_);
     controller_ = std::make_unique<Controller>(config_, &metrics_, plans_.get(), store_.get());
     if (store_ != nullptr) {
       auto saved = store_->Load();
@@ -115,6 +118,7 @@ class CoordinatorFixture : public ::testing::Test {
   }
 
   ControllerConfig config_;
+  plan::BuildOptions build_;
   std::unique_ptr<StateStore> store_;
   ControllerMetrics metrics_;
   std::unique_ptr<PlanSource> plans_;

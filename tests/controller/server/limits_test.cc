@@ -11,38 +11,21 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/controller/server/controller_test_util.h"
+#include "tests/controller/server/coordinator_fixture.h"
 
 namespace wsync::controller {
 namespace {
 
 using ::testing::HasSubstr;
 
-class LimitsTest : public ::testing::Test {
+// The coordinator fixture, with the plan limits of `build` and leases that
+// outlive a slow plan (nothing heartbeats here).
+class LimitsTest : public controller_testing::CoordinatorFixture {
  protected:
   void Start(plan::BuildOptions build = plan::BuildOptions()) {
     config_.lease_ttl = absl::Seconds(30);
-    config_.instance = "test";
-    controller_.reset();
-    plans_ = std::make_unique<PlanSource>(64, 0, build);
-    controller_ = std::make_unique<Controller>(config_, nullptr, plans_.get());
-  }
-
-  std::string Register(const std::string& instance, const std::string& group, int rank, int size,
-                       int64_t bytes) {
-    v1::RegisterWorkerRequest req;
-    req.set_instance_id(instance);
-    auto* m = req.add_memberships();
-    m->set_group(group);
-    m->set_rank(rank);
-    m->set_group_size(size);
-    auto* b = req.add_buffers();
-    b->set_group(group);
-    b->set_name("w");
-    b->set_dtype(v1::FP32);
-    b->set_bytes(bytes);
-    auto resp = controller_->workers().RegisterWorker(req);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->lease_id() : "";
+    build_ = build;
+    Restart();
   }
 
   // SimpleTransfer's three workers, for a tensor of `elems` fp32 elements.
@@ -59,10 +42,6 @@ class LimitsTest : public ::testing::Test {
     req.set_deadline_ms(deadline_ms);
     return controller_->syncs().StartSync(req);
   }
-
-  ControllerConfig config_;
-  std::unique_ptr<PlanSource> plans_;
-  std::unique_ptr<Controller> controller_;
 };
 
 // The 81-byte attack: bucket_bytes 1 on a 4 MiB tensor planned ~1 M buckets

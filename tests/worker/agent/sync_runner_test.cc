@@ -38,6 +38,9 @@ TEST(SyncRunnerTest, APlanCachedFromADroppedAssignmentServesLaterSyncs) {
   EXPECT_EQ(none.code(), static_cast<int32_t>(absl::StatusCode::kFailedPrecondition));
   EXPECT_NE(none.message().find("no cached op list for plan k/0"), std::string::npos)
       << none.message();
+  // ... and tells the controller to send it again.
+  ASSERT_EQ(none.dropped_part_keys_size(), 1);
+  EXPECT_EQ(none.dropped_part_keys(0), "k/0");
   // The assignment that carried it was dropped unrun (aborted while queued).
   runner.CachePlan(Assignment("s2", true));
   v1::ReportResultRequest later = runner.Run(Assignment("s3", false), nullptr, "lease", nullptr);

@@ -11,56 +11,13 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "gloo/common/error.h"
-#include "gloo/rendezvous/context.h"
-#include "gloo/rendezvous/store.h"
+#include "gloo/context.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
+#include "worker/backends/host/gloo_mesh.h"
 
 namespace wsync::transport {
 namespace {
-
-// gloo::rendezvous::Store on a KvStore. Gloo expects waits to throw on
-// timeout; the first failure is kept so Create() can report it precisely.
-class StoreAdapter : public gloo::rendezvous::Store {
- public:
-  StoreAdapter(KvStore* kv, std::string prefix, absl::Time deadline)
-      : kv_(kv), prefix_(std::move(prefix)), deadline_(deadline) {}
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    const absl::Status s = kv_->Set(Key(key), std::string(data.begin(), data.end()));
-    if (!s.ok()) Fail(s);
-  }
-  std::vector<char> get(const std::string& key) override {
-    absl::StatusOr<std::string> v = kv_->Get(Key(key), deadline_);
-    if (!v.ok()) Fail(v.status(), key);
-    return std::vector<char>(v->begin(), v->end());
-  }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, kDefaultTimeout); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
-    // The transport's own deadline governs, not gloo's per-call timeout.
-    for (const std::string& key : keys) {
-      absl::StatusOr<std::string> v = kv_->Get(Key(key), deadline_);
-      if (!v.ok()) Fail(v.status(), key);
-    }
-  }
-
-  const absl::Status& failure() const { return failure_; }
-  const std::vector<std::string>& missing_keys() const { return missing_; }
-
- private:
-  std::string Key(const std::string& key) const { return absl::StrCat(prefix_, "/", key); }
-  [[noreturn]] void Fail(const absl::Status& s, const std::string& key = "") {
-    if (failure_.ok()) failure_ = s;
-    if (!key.empty()) missing_.push_back(key);
-    throw ::gloo::IoException(std::string(s.message()));
-  }
-
-  KvStore* const kv_;
-  const std::string prefix_;
-  const absl::Time deadline_;
-  absl::Status failure_;
-  std::vector<std::string> missing_;
-};
 
 std::chrono::milliseconds Remaining(absl::Time deadline) {
   // Gloo treats -1 ms as "use the context default"; never pass a negative.
@@ -105,10 +62,12 @@ absl::StatusOr<std::unique_ptr<GlooTransport>> GlooTransport::Create(
         absl::StrCat("gloo transport: rank ", options.rank, " outside size ", options.size));
   }
   if (options.store == nullptr) return absl::InvalidArgumentError("gloo transport: no store");
-  const absl::Time deadline = absl::Now() + options.connect_timeout;
-  StoreAdapter store(options.store, options.prefix, deadline);
-  const std::string who = absl::StrCat("gloo rendezvous of rank ", options.rank, "/", options.size,
-                                       " (prefix '", options.prefix, "')");
+  MeshConnectOptions mesh;
+  mesh.store = options.store;
+  mesh.prefix = options.prefix;
+  mesh.deadline = std::min(options.deadline, absl::Now() + options.connect_timeout);
+  mesh.cancel = options.cancel;
+  std::shared_ptr<gloo::transport::Device> device;
   try {
     gloo::transport::tcp::attr attr;
     if (!options.iface.empty()) {
@@ -116,26 +75,16 @@ absl::StatusOr<std::unique_ptr<GlooTransport>> GlooTransport::Create(
     } else {
       attr.hostname = options.hostname;
     }
-    auto device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
-    context->setTimeout(std::chrono::milliseconds(
-        std::max<int64_t>(1, absl::ToInt64Milliseconds(options.connect_timeout))));
-    context->connectFullMesh(store, device);
-    return std::unique_ptr<GlooTransport>(
-        new GlooTransport(options.rank, options.size, std::move(context)));
+    device = gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
-    if (!store.failure().ok()) {
-      // Gloo keys its addresses by rank number: a missing key is an absent peer.
-      std::vector<std::string> absent;
-      for (const std::string& key : store.missing_keys()) absent.push_back(key);
-      return absl::Status(store.failure().code(),
-                          absl::StrCat(who, ": peers [", absl::StrJoin(absent, ","),
-                                       "] did not show up: ", store.failure().message()));
-    }
-    const bool late = absl::Now() >= deadline;
-    return absl::Status(late ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kUnavailable,
-                        absl::StrCat(who, ": ", e.what()));
+    return absl::UnavailableError(absl::StrCat("gloo transport rank ", options.rank,
+                                               ": no TCP device for '", options.iface,
+                                               options.hostname, "': ", e.what()));
   }
+  auto context = std::make_shared<MeshContext>(options.rank, options.size);
+  RETURN_IF_ERROR(context->ConnectMesh(std::move(device), mesh));
+  return std::unique_ptr<GlooTransport>(
+      new GlooTransport(options.rank, options.size, std::move(context)));
 }
 
 GlooTransport::GlooTransport(int32_t rank, int32_t size, std::shared_ptr<gloo::Context> context)

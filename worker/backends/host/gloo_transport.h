@@ -5,6 +5,7 @@
 #ifndef WSYNC_WORKER_BACKENDS_HOST_GLOO_TRANSPORT_H_
 #define WSYNC_WORKER_BACKENDS_HOST_GLOO_TRANSPORT_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "worker/plane/kv_store.h"
 #include "worker/plane/transport.h"
 
@@ -36,14 +38,20 @@ struct GlooTransportOptions {
   // interface name (takes precedence when set).
   std::string hostname = "127.0.0.1";
   std::string iface;
-  // Rendezvous and connection setup must finish within this time.
+  // Rendezvous and connection setup must finish within this time and by
+  // `deadline` (the sync's), whichever comes first; connecting never
+  // outlives it (see gloo_mesh.h).
   absl::Duration connect_timeout = absl::Seconds(60);
+  absl::Time deadline = absl::InfiniteFuture();
+  // Not owned, may be null: once true, connecting ends with CANCELLED.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 class GlooTransport : public Transport {
  public:
-  // Rendezvous with every other rank. DEADLINE_EXCEEDED naming the ranks
-  // that did not show up within connect_timeout.
+  // Rendezvous with every other rank. DEADLINE_EXCEEDED naming the peer
+  // rank that did not publish its address or connect in time, CANCELLED once
+  // `cancel` is set, UNAVAILABLE naming a peer that refused or dropped.
   static absl::StatusOr<std::unique_ptr<GlooTransport>> Create(const GlooTransportOptions& options);
   ~GlooTransport() override;
 

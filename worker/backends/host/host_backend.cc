@@ -76,7 +76,8 @@ absl::StatusOr<std::unique_ptr<transport::Transport>> HostBackend::Connect(
   go.store = options.store;
   go.prefix = options.prefix;
   go.hostname = config_.data_address;
-  go.connect_timeout = std::max(absl::Milliseconds(1), options.deadline - absl::Now());
+  go.deadline = options.deadline;
+  go.cancel = options.cancel;
   auto t = transport::GlooTransport::Create(go);
   if (!t.ok()) return t.status();
   return std::unique_ptr<transport::Transport>(*std::move(t));

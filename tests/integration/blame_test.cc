@@ -85,7 +85,8 @@ TEST(BlameIntegration, AKilledWorkerIsNamedNotThePeerThatSawTheResetFirst) {
     EXPECT_EQ(st.failed_rank(), 1) << st.error();
     EXPECT_NE(st.error().find("inference/1"), std::string::npos) << st.error();
     ASSERT_TRUE(run.cluster->RestartWorker(victim).ok());
-    ASSERT_TRUE(run.dst_owner[1]->Register().ok());
+    const absl::Status registered = run.dst_owner[1]->Register();
+    ASSERT_TRUE(registered.ok()) << registered;
     ASSERT_TRUE(run.cluster->WaitForWorkers(run.cluster->num_workers(), absl::Seconds(20)).ok());
   }
 }

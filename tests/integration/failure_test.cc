@@ -103,7 +103,8 @@ TEST(FailureIntegration, PeerKilledDuringAnEstablishedTransportLeavesTheOthersAl
     ASSERT_TRUE(run.Wait(started.sync_id(), &st).ok());
     EXPECT_EQ(st.phase(), v1::SYNC_FAILED);
     ASSERT_TRUE(run.cluster->RestartWorker(victim).ok());
-    ASSERT_TRUE(run.dst_owner[1]->Register().ok());
+    const absl::Status registered = run.dst_owner[1]->Register();
+    ASSERT_TRUE(registered.ok()) << registered;
     // Every other worker is still there: none crashed on the abort.
     absl::Status all = run.cluster->WaitForWorkers(run.cluster->num_workers(), absl::Seconds(20));
     ASSERT_TRUE(all.ok()) << "attempt " << attempt << ": " << all;

@@ -86,11 +86,19 @@ std::unique_ptr<v1::WorkerLocal::Stub> LocalStub(const std::string& socket) {
 
 absl::Status SendRegistration(v1::WorkerLocal::Stub& stub, const v1::RegisterTensorsRequest& req,
                               const std::string& socket) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  ctx.set_wait_for_ready(true);  // the worker may still be starting
-  v1::RegisterTensorsResponse resp;
-  grpc::Status s = stub.RegisterTensors(&ctx, req, &resp);
+  // A worker restarted under the same socket: the channel may still hold the
+  // dead process's connection, and the first call on it fails UNAVAILABLE
+  // ("Broken pipe") before the channel reconnects. Registering again is safe
+  // (the request replaces).
+  grpc::Status s;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ctx.set_wait_for_ready(true);  // the worker may still be starting
+    v1::RegisterTensorsResponse resp;
+    s = stub.RegisterTensors(&ctx, req, &resp);
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || !req.replace()) break;
+  }
   if (!s.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
                         absl::StrCat("RegisterTensors (group '", req.group(), "', socket ", socket,

@@ -3,8 +3,9 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
-#include <array>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -22,16 +23,6 @@ namespace wsync::controller {
 namespace {
 
 constexpr absl::string_view kMagic = "wsync-controller-state";
-
-std::array<uint32_t, 256> MakeCrcTable() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    table[i] = c;
-  }
-  return table;
-}
 
 absl::Status Errno(const std::string& what) {
   return absl::Status(
@@ -69,16 +60,39 @@ std::string DirOf(const std::string& path) {
 }  // namespace
 
 uint32_t Crc32(absl::string_view bytes) {
-  static const std::array<uint32_t, 256> table = MakeCrcTable();
-  uint32_t c = 0xFFFFFFFFu;
-  for (unsigned char b : bytes) c = table[(c ^ b) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
+  uLong c = crc32(0L, Z_NULL, 0);
+  while (!bytes.empty()) {  // zlib takes uInt lengths
+    const size_t n = std::min<size_t>(bytes.size(), 1u << 30);
+    c = crc32(c, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(n));
+    bytes.remove_prefix(n);
+  }
+  return static_cast<uint32_t>(c);
+}
+
+std::string FrameState(absl::string_view payload) {
+  return absl::StrCat(kMagic, " format=", kStateFormat, " bytes=", payload.size(),
+                      absl::StrFormat(" crc32=%08x\n", Crc32(payload)), payload);
 }
 
 std::string EncodeState(const v1::ControllerState& state) {
-  const std::string payload = state.SerializeAsString();
-  return absl::StrCat(kMagic, " format=", kStateFormat, " bytes=", payload.size(),
-                      absl::StrFormat(" crc32=%08x\n", Crc32(payload)), payload);
+  return FrameState(state.SerializeAsString());
+}
+
+namespace {
+void AppendVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+}  // namespace
+
+void AppendTransferState(absl::string_view cached, absl::string_view fresh, std::string* out) {
+  out->push_back(static_cast<char>((1 << 3) | 2));  // field 1 (transfers), length-delimited
+  AppendVarint(cached.size() + fresh.size(), out);
+  out->append(cached.data(), cached.size());
+  out->append(fresh.data(), fresh.size());
 }
 
 absl::StatusOr<v1::ControllerState> DecodeState(absl::string_view bytes, const std::string& what) {
@@ -256,13 +270,18 @@ absl::Status StateStore::SyncSlot(int index) {
   return absl::OkStatus();
 }
 
-absl::Status StateStore::Save(v1::ControllerState state) {
+absl::Status StateStore::Save(const v1::ControllerState& state) {
+  return SaveSerialized(state.SerializeAsString());
+}
+
+absl::Status StateStore::SaveSerialized(std::string payload) {
   const int64_t sequence = sequence_ + 1;
-  state.set_save_sequence(sequence);
+  payload.push_back(static_cast<char>(6 << 3));  // save_sequence (6), varint
+  AppendVarint(static_cast<uint64_t>(sequence), &payload);
   const int index = 1 - current_;  // never over the file holding the current state
   // Writing while the flusher syncs the same descriptor is safe: the flusher
   // syncs it again in its next round (written_at_ below).
-  if (absl::Status s = Write(slots_[index], EncodeState(state)); !s.ok()) return s;
+  if (absl::Status s = Write(slots_[index], FrameState(payload)); !s.ok()) return s;
   sequence_ = sequence;
   current_ = index;
   ++saves_;

@@ -46,10 +46,16 @@ inline constexpr int kStateFormat = 1;
 
 // The file's bytes for `state` (header + payload).
 std::string EncodeState(const v1::ControllerState& state);
+// The file's bytes for a serialized ControllerState.
+std::string FrameState(absl::string_view payload);
+// Appends to `out` a ControllerState `transfers` entry made of two encoded
+// TransferState parts (protobuf merges concatenated encodings: `cached`
+// may hold fields encoded once, e.g. the spec, `fresh` the rest).
+void AppendTransferState(absl::string_view cached, absl::string_view fresh, std::string* out);
 // Parses EncodeState's output; `what` (the file name) prefixes every error
 // (DATA_LOSS for a damaged file, FAILED_PRECONDITION for another format).
 absl::StatusOr<v1::ControllerState> DecodeState(absl::string_view bytes, const std::string& what);
-// IEEE 802.3 CRC-32 (as zlib's crc32).
+// IEEE 802.3 CRC-32 (zlib's crc32).
 uint32_t Crc32(absl::string_view bytes);
 
 enum class StateFlush { kEverySave, kBackground };
@@ -71,7 +77,10 @@ class StateStore {
   // from the loaded state's save_sequence.
   absl::StatusOr<v1::ControllerState> Load();
   // Writes `state` (its save_sequence set here) over the older file.
-  absl::Status Save(v1::ControllerState state);
+  absl::Status Save(const v1::ControllerState& state);
+  // The same for a serialized ControllerState (its save_sequence is
+  // appended here, which overrides any in `payload`).
+  absl::Status SaveSerialized(std::string payload);
   // Returns once every earlier Save is on the disk, with the first flush
   // error since the last Flush (kEverySave: at once, OK).
   absl::Status Flush();

@@ -143,6 +143,10 @@ class SyncCoordinator {
     std::string destination_group;
     v1::TransferSpec spec;    // as defined by the trainer
     uint64_t definition = 0;  // bumped by each DefineTransfer
+    // A TransferState holding only `spec`, encoded once per definition: a
+    // state save re-encodes only the fields that change (PersistLocked).
+    std::shared_ptr<const std::string> spec_encoded;
+    uint64_t spec_encoded_definition = 0;
     int64_t last_success_version = 0;
     int64_t generation = 0;
     std::vector<std::string> generation_leases;  // worker id -> lease

@@ -58,17 +58,25 @@ void SyncCoordinator::Restore(const v1::ControllerState& state) {
 
 void SyncCoordinator::PersistLocked() {
   if (store_ == nullptr) return;
-  v1::ControllerState state;
-  for (const auto& [name, t] : transfers_) {
-    v1::TransferState* ts = state.add_transfers();
-    ts->set_name(name);
-    ts->set_source_group(t.source_group);
-    ts->set_destination_group(t.destination_group);
-    *ts->mutable_spec() = t.spec;
-    ts->set_last_success_version(t.last_success_version);
-    ts->set_plan_key(t.plan_key);
-    ts->set_last_sync(t.last_sync);
+  const absl::Time start = absl::Now();  // encoding included
+  std::string payload;
+  for (auto& [name, t] : transfers_) {
+    if (t.spec_encoded == nullptr || t.spec_encoded_definition != t.definition) {
+      v1::TransferState spec_only;
+      *spec_only.mutable_spec() = t.spec;
+      t.spec_encoded = std::make_shared<const std::string>(spec_only.SerializeAsString());
+      t.spec_encoded_definition = t.definition;
+    }
+    v1::TransferState ts;  // all but the spec
+    ts.set_name(name);
+    ts.set_source_group(t.source_group);
+    ts.set_destination_group(t.destination_group);
+    ts.set_last_success_version(t.last_success_version);
+    ts.set_plan_key(t.plan_key);
+    ts.set_last_sync(t.last_sync);
+    AppendTransferState(*t.spec_encoded, ts.SerializeAsString(), &payload);
   }
+  v1::ControllerState state;  // all but the transfers
   std::vector<const v1::SyncStatus*> recent;
   for (auto it = sync_order_.rbegin(); it != sync_order_.rend() && recent.size() < kSavedSyncs;
        ++it) {
@@ -79,8 +87,8 @@ void SyncCoordinator::PersistLocked() {
   state.set_next_sync_id(next_id_);
   state.set_saved_by_instance(config_.instance);
   state.set_saved_unix_ms(absl::ToUnixMillis(absl::Now()));
-  const absl::Time start = absl::Now();
-  const absl::Status st = store_->Save(std::move(state));
+  state.AppendToString(&payload);
+  const absl::Status st = store_->SaveSerialized(std::move(payload));
   if (metrics_ != nullptr)
     metrics_->StateSaved(st.ok(), absl::ToDoubleSeconds(absl::Now() - start));
   if (!st.ok()) {

@@ -155,6 +155,32 @@ TEST(StateStore, ASingleFileFromAnEarlierVersionIsReadAndKept) {
   EXPECT_EQ(reread->transfers(0).last_success_version(), 6);
 }
 
+// A transfer saved as two encoded parts (the spec encoded once, the rest per
+// save) reads back as the whole TransferState, and save_sequence is set by
+// the store whatever the payload held.
+TEST(StateStore, ATransferSavedInTwoEncodedPartsReadsBackWhole) {
+  const v1::ControllerState whole = Sample();
+  v1::TransferState spec_only;
+  *spec_only.mutable_spec() = whole.transfers(0).spec();
+  v1::TransferState rest = whole.transfers(0);
+  rest.clear_spec();
+  std::string payload;
+  AppendTransferState(spec_only.SerializeAsString(), rest.SerializeAsString(), &payload);
+  v1::ControllerState tail = whole;
+  tail.clear_transfers();
+  tail.set_save_sequence(99);
+  tail.AppendToString(&payload);
+
+  const std::string path = TempDir() + "/controller.state";
+  StateStore store(path);
+  ASSERT_TRUE(store.SaveSerialized(payload).ok());
+  auto loaded = StateStore(path).Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->save_sequence(), 1);
+  loaded->clear_save_sequence();
+  EXPECT_EQ(loaded->SerializeAsString(), whole.SerializeAsString());
+}
+
 TEST(StateStore, TheFsyncModeFlagIsParsedAndABadOneNamed) {
   EXPECT_EQ(*ParseStateFlush("always"), StateFlush::kEverySave);
   EXPECT_EQ(*ParseStateFlush("background"), StateFlush::kBackground);

@@ -1,6 +1,6 @@
 // `wsyncctl sync`, `watch` and `cancel`: start a sync of a transfer, follow
 // one to its end, cancel one (TrainerService.Sync / WatchSync / Cancel;
-// docs/operations.md, "wsyncctl"). Exit 0 when the sync succeeded (or the
+// docs/operations.md, "wsyncctl for operators"). Exit 0 when the sync succeeded (or the
 // cancel was accepted), 1 when it failed, was cancelled or the controller
 // refused, 2 on bad usage.
 #include <unistd.h>

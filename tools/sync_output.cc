@@ -16,6 +16,20 @@
 namespace wsync::tools {
 namespace {
 
+// "512 B", "3.2 KB", "41.0 MB", "1.234 GB" (decimal units).
+std::string Bytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b < 1e3) return absl::StrCat(bytes, " B");
+  if (b < 1e6) return absl::StrFormat("%.1f KB", b / 1e3);
+  if (b < 1e9) return absl::StrFormat("%.1f MB", b / 1e6);
+  return absl::StrFormat("%.3f GB", b / 1e9);
+}
+
+// GB/s with three significant digits (tiny test transfers are well below 1).
+std::string GBps(double bytes_per_second) {
+  return absl::StrFormat("%.3g GB/s", bytes_per_second / 1e9);
+}
+
 double Rate(const v1::SyncStatus& s) {
   return s.elapsed_seconds() > 0 ? static_cast<double>(s.bytes_done()) / s.elapsed_seconds() : 0;
 }
@@ -50,20 +64,20 @@ std::string ProgressLine(const v1::SyncStatus& s, int bar_width) {
   } else if (s.phase() != v1::SYNC_RUNNING) {
     eta = "0s";
   }
-  return absl::StrFormat("%s v%d [%s%s] %3.0f%% %.3f/%.3f GB %.2f GB/s workers %d/%d ETA %s %s",
-                         s.transfer(), s.version(), std::string(filled, '#'),
-                         std::string(bar_width - filled, '.'), fraction * 100, s.bytes_done() / 1e9,
-                         s.bytes_total() / 1e9, rate / 1e9, s.workers_done(), s.workers_total(),
-                         eta, PhaseName(s.phase()));
+  return absl::StrFormat("%s v%d [%s%s] %3.0f%% %s / %s %s workers %d/%d ETA %s %s", s.transfer(),
+                         s.version(), std::string(filled, '#'),
+                         std::string(bar_width - filled, '.'), fraction * 100,
+                         Bytes(s.bytes_done()), Bytes(s.bytes_total()), GBps(rate),
+                         s.workers_done(), s.workers_total(), eta, PhaseName(s.phase()));
 }
 
 std::string OutcomeLine(const v1::SyncStatus& s) {
   std::string out = absl::StrFormat("sync %s of transfer '%s' version %d %s", s.sync_id(),
                                     s.transfer(), s.version(), PhaseName(s.phase()));
   if (s.phase() == v1::SYNC_SUCCEEDED || s.phase() == v1::SYNC_RUNNING) {
-    absl::StrAppendFormat(&out, " after %.3f s: %.3f GB (%.2f GB/s), %d/%d workers",
-                          s.elapsed_seconds(), s.bytes_done() / 1e9, Rate(s) / 1e9,
-                          s.workers_done(), s.workers_total());
+    absl::StrAppendFormat(&out, " after %.3f s: %s (%s), %d/%d workers", s.elapsed_seconds(),
+                          Bytes(s.bytes_done()), GBps(Rate(s)), s.workers_done(),
+                          s.workers_total());
     return out;
   }
   if (!s.failed_group().empty()) {

@@ -18,11 +18,12 @@ namespace wsync::tools {
 // "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED" ("UNSPECIFIED" otherwise).
 const char* PhaseName(v1::SyncPhase phase);
 
-// One line of progress: bar, percentage, bytes done / total (GB), rate
-// (bytes_done / elapsed, GB/s), workers done / total and the ETA at that rate.
+// One line of progress: bar, percentage, bytes done / total (B, KB, MB or
+// GB), rate (bytes_done / elapsed, GB/s), workers done / total and the ETA at
+// that rate.
 std::string ProgressLine(const v1::SyncStatus& status, int bar_width = 24);
 
-// The outcome: "... SUCCEEDED in 0.12 s (3.4 GB/s), 2/2 workers", or
+// The outcome: "... SUCCEEDED after 0.120 s: 1.234 GB (10.3 GB/s), 2/2 workers", or
 // "... FAILED: group G rank R (worker W, round N, op K): error (code C)".
 std::string OutcomeLine(const v1::SyncStatus& status);
 

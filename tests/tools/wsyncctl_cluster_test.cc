@@ -29,9 +29,8 @@ struct Result {
   std::string out;  // stdout, then stderr when `merge`
 };
 
-Result RunCtl(const std::string& args, bool merge = true) {
-  const std::string cmd =
-      absl::StrCat(WSYNCCTL_PATH, " ", args, merge ? " 2>&1" : " 2>/dev/null", " </dev/null");
+// Runs a shell command line.
+Result RunShell(const std::string& cmd) {
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -41,6 +40,11 @@ Result RunCtl(const std::string& args, bool merge = true) {
   const int status = pclose(p);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+Result RunCtl(const std::string& args, bool merge = true) {
+  return RunShell(
+      absl::StrCat(WSYNCCTL_PATH, " ", args, merge ? " 2>&1" : " 2>/dev/null", " </dev/null"));
 }
 
 // A tiny-llama case between one trainer worker and one inference worker,
@@ -67,6 +71,7 @@ class WsyncctlClusterTest : public ::testing::Test {
 
 TEST_F(WsyncctlClusterTest, StatusAndWorkersShowTheClusterAsTableAndJson) {
   Result r = Ctl("status", "");
+  std::printf("%s", r.out.c_str());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("2 workers registered, 2 alive"));
   EXPECT_THAT(r.out, HasSubstr("trainer -> inference"));
@@ -79,6 +84,7 @@ TEST_F(WsyncctlClusterTest, StatusAndWorkersShowTheClusterAsTableAndJson) {
   EXPECT_EQ(status.workers_alive(), 2);
 
   r = Ctl("workers", "");
+  std::printf("%s", r.out.c_str());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("trainer/0"));
   EXPECT_THAT(r.out, HasSubstr("inference/0"));
@@ -98,6 +104,7 @@ TEST_F(WsyncctlClusterTest, StatusAndWorkersShowTheClusterAsTableAndJson) {
 TEST_F(WsyncctlClusterTest, SyncWaitDeliversAndPrintsTheVersionAndRoundTrip) {
   run_->Fill(1);
   Result r = Ctl("sync", "t 1 --wait");
+  std::printf("%s", r.out.c_str());  // the outcome and round trip, for the log
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("transfer 't' version 1 SUCCEEDED"));
   EXPECT_THAT(r.out, HasSubstr("round trip"));
@@ -129,6 +136,7 @@ TEST_F(WsyncctlClusterTest, WatchFollowsASyncToItsEnd) {
   const std::string sync_id(absl::StripAsciiWhitespace(started.out));
   ASSERT_FALSE(sync_id.empty());
   Result r = Ctl("watch", sync_id);
+  std::printf("%s", r.out.c_str());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("100%"));
   EXPECT_THAT(r.out, HasSubstr("workers 2/2"));
@@ -141,6 +149,15 @@ TEST_F(WsyncctlClusterTest, WatchFollowsASyncToItsEnd) {
   EXPECT_THAT(r.out, HasSubstr("version 2 SUCCEEDED"));
   std::string first;
   EXPECT_EQ(run_->Verify(2, &first), 0) << first;
+  // On a terminal (util-linux `script` gives it a pty): one line rewritten
+  // in place (carriage return, erase to the end of the line).
+  run_->Fill(3);
+  r = RunShell(absl::StrCat("script -qec '", WSYNCCTL_PATH, " sync t 3 --watch --controller ",
+                            run_->cluster->controller_address(), "' /dev/null </dev/null"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("\rt v3 ["));
+  EXPECT_THAT(r.out, HasSubstr("\033[K"));
+  EXPECT_THAT(r.out, HasSubstr("version 3 SUCCEEDED"));
 }
 
 TEST_F(WsyncctlClusterTest, CancelEndsARunningSyncAndItsWatcherFails) {
@@ -167,6 +184,18 @@ TEST_F(WsyncctlClusterTest, CancelEndsARunningSyncAndItsWatcherFails) {
   EXPECT_THAT(watched.out, HasSubstr(absl::StrCat("sync ", sync_id)));
   EXPECT_THAT(watched.out, HasSubstr("CANCELLED"));
   EXPECT_THAT(watched.out, HasSubstr("operator test"));
+}
+
+TEST_F(WsyncctlClusterTest, AFailedSyncExitsOneNamingTheGroupRankAndError) {
+  run_->Fill(1);
+  const pid_t victim = run_->cluster->worker(run_->dst_worker[0]).child.pid();
+  ASSERT_TRUE(Freeze(victim));
+  Result r = Ctl("sync", "t 1 --deadline 1s --watch");
+  ASSERT_EQ(kill(victim, SIGCONT), 0);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("version 1 FAILED: group inference rank 0"));
+  EXPECT_THAT(r.out, HasSubstr("did not report"));
+  EXPECT_THAT(r.out, HasSubstr("(code 4)"));  // DEADLINE_EXCEEDED
 }
 
 TEST_F(WsyncctlClusterTest, ErrorsNameTheCodeAndWhatWasNotFound) {

@@ -61,7 +61,7 @@ std::string ProgressLine(const v1::SyncStatus& s, int bar_width) {
   std::string eta = "-";
   if (rate > 0 && s.phase() == v1::SYNC_RUNNING) {
     eta = absl::StrFormat("%.1fs", (s.bytes_total() - s.bytes_done()) / rate);
-  } else if (s.phase() != v1::SYNC_RUNNING) {
+  } else if (s.phase() == v1::SYNC_SUCCEEDED) {
     eta = "0s";
   }
   return absl::StrFormat("%s v%d [%s%s] %3.0f%% %s / %s %s workers %d/%d ETA %s %s", s.transfer(),
@@ -81,8 +81,11 @@ std::string OutcomeLine(const v1::SyncStatus& s) {
     return out;
   }
   if (!s.failed_group().empty()) {
-    absl::StrAppendFormat(&out, ": group %s rank %d (worker %d, round %d, op %d)", s.failed_group(),
-                          s.failed_rank(), s.failed_worker(), s.failed_round(), s.failed_op());
+    absl::StrAppendFormat(&out, ": group %s rank %d (worker %d", s.failed_group(), s.failed_rank(),
+                          s.failed_worker());
+    if (s.failed_round() >= 0) absl::StrAppendFormat(&out, ", round %d", s.failed_round());
+    if (s.failed_op() >= 0) absl::StrAppendFormat(&out, ", op %d", s.failed_op());
+    out += ")";
   }
   absl::StrAppendFormat(&out, ": %s (code %d)", s.error().empty() ? "no error text" : s.error(),
                         s.error_code());

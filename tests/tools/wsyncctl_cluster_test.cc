@@ -192,8 +192,9 @@ TEST_F(WsyncctlClusterTest, AFailedSyncExitsOneNamingTheGroupRankAndError) {
   ASSERT_TRUE(Freeze(victim));
   Result r = Ctl("sync", "t 1 --deadline 1s --watch");
   ASSERT_EQ(kill(victim, SIGCONT), 0);
+  std::printf("%s", r.out.c_str());
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("version 1 FAILED: group inference rank 0"));
+  EXPECT_THAT(r.out, HasSubstr("version 1 FAILED: group inference rank 0 (worker "));
   EXPECT_THAT(r.out, HasSubstr("did not report"));
   EXPECT_THAT(r.out, HasSubstr("(code 4)"));  // DEADLINE_EXCEEDED
 }

@@ -4,7 +4,7 @@ set -euo pipefail
 pkgs=(cmake ninja-build g++ ccache pkg-config
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
       libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
-      libgloo-dev libspdlog-dev prometheus python3 zlib1g-dev
+      libgloo-dev libspdlog-dev libcli11-dev prometheus python3 zlib1g-dev
       openssl  # the TLS tests make their certificates with it
       # sanitizer and libFuzzer builds (scripts/sanitize.sh, scripts/fuzz.sh)
       clang llvm libclang-rt-dev

@@ -1,18 +1,16 @@
 #include "tools/args.h"
 
-#include <algorithm>
+#include <map>
 
+#include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
+#include "tools/cli.h"
 
 namespace wsync::tools {
 namespace {
-
-bool Contains(const std::vector<std::string>& v, const std::string& s) {
-  return std::find(v.begin(), v.end(), s) != v.end();
-}
 
 std::string Known(const FlagSpec& spec) {
   std::vector<std::string> all;
@@ -40,44 +38,36 @@ absl::StatusOr<int64_t> Args::IntValue(const std::string& flag, int64_t default_
 }
 
 absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& argv, const FlagSpec& spec) {
+  CLI::App app;
+  app.set_help_flag();  // the commands declare "help" themselves and print their usage
+  std::map<std::string, std::string> values;
+  std::map<std::string, CLI::Option*> value_options;
+  std::map<std::string, CLI::Option*> bool_options;
+  for (const std::string& f : spec.value_flags) {
+    value_options[f] = app.add_option("--" + f, values[f])
+                           ->multi_option_policy(CLI::MultiOptionPolicy::Throw)
+                           ->type_size(1)
+                           ->allow_extra_args(false);
+  }
+  for (const std::string& f : spec.bool_flags) {
+    bool_options[f] = app.add_flag("--" + f)->disable_flag_override()->multi_option_policy(
+        CLI::MultiOptionPolicy::Throw);
+  }
   Args out;
-  for (size_t i = 0; i < argv.size(); ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--") {
-      for (++i; i < argv.size(); ++i) out.positional_.push_back(argv[i]);
-      break;
-    }
-    if (!absl::ConsumePrefix(&arg, "--")) {
-      out.positional_.push_back(argv[i]);
-      continue;
-    }
-    std::string name(arg), value;
-    bool inline_value = false;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      inline_value = true;
-    }
-    if (out.Has(name)) {
-      return absl::InvalidArgumentError(absl::StrCat("flag --", name, " given twice"));
-    }
-    if (Contains(spec.bool_flags, name)) {
-      if (inline_value) {
-        return absl::InvalidArgumentError(absl::StrCat("flag --", name, " takes no value"));
-      }
-      out.bools_.insert(name);
-    } else if (Contains(spec.value_flags, name)) {
-      if (!inline_value) {
-        if (i + 1 >= argv.size()) {
-          return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
-        }
-        value = argv[++i];
-      }
-      out.values_[name] = value;
-    } else {
+  app.add_option("positional", out.positional_);
+  absl::Status parsed = ParseCli(app, argv);
+  if (!parsed.ok()) {
+    if (absl::StrContains(parsed.message(), "unknown flag")) {
       return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", name, " (accepted: ", Known(spec), ")"));
+          absl::StrCat(parsed.message(), " (accepted: ", Known(spec), ")"));
     }
+    return parsed;
+  }
+  for (const auto& [name, option] : value_options) {
+    if (option->count() > 0) out.values_[name] = values[name];
+  }
+  for (const auto& [name, option] : bool_options) {
+    if (option->count() > 0) out.bools_.insert(name);
   }
   return out;
 }

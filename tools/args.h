@@ -1,6 +1,8 @@
-// A small argv parser for wsyncctl subcommands: positional arguments plus
-// "--flag value", "--flag=value" and boolean "--flag". Every flag a command
-// accepts is declared, so a typo is an error instead of being ignored.
+// The parsed flags of wsyncctl's spec-driven subcommands (plan, catalog and
+// the catalog-case flags they share): positional arguments plus
+// "--flag value", "--flag=value" and boolean "--flag", parsed by CLI11 from a
+// declared FlagSpec, so a typo is an error instead of being ignored. The
+// controller subcommands declare typed CLI11 options directly (tools/cli.h).
 #ifndef WSYNC_TOOLS_ARGS_H_
 #define WSYNC_TOOLS_ARGS_H_
 
@@ -36,6 +38,8 @@ class Args {
   absl::flat_hash_set<std::string> bools_;
 };
 
+// INVALID_ARGUMENT naming the flag: unknown (with the accepted ones), given
+// twice, a value flag without its value, a boolean flag with one.
 absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& argv, const FlagSpec& spec);
 
 }  // namespace wsync::tools

@@ -1,33 +1,62 @@
-// A gRPC channel to the controller from wsyncctl's flags: TLS (mutual with
-// --cert / --key) when --controller_ca is given, plaintext otherwise (a
-// --insecure controller); --tls_server_name overrides the name the
-// controller's certificate must carry (dialling a pod IP whose certificate
-// names the Service). Shared by the subcommands that talk to a controller.
+// How wsyncctl's controller subcommands reach the controller: the options
+// they share (address, TLS, bearer token, per-call timeout), the channel and
+// call context built from them, and gRPC errors turned into one clear line.
+// TLS (mutual with --cert / --key) when --controller_ca is given, plaintext
+// otherwise (a --insecure controller); --tls_server_name overrides the name
+// the controller's certificate must carry (dialling a pod IP whose
+// certificate names the Service). docs/security.md lists the roles.
 #ifndef WSYNC_TOOLS_CONTROLLER_CHANNEL_H_
 #define WSYNC_TOOLS_CONTROLLER_CHANNEL_H_
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
+#include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
-#include "tools/args.h"
 
 namespace wsync::tools {
 
-// The flags ControllerChannel reads; add them to a command's FlagSpec.
-inline constexpr const char* kChannelFlags[] = {"controller", "controller_ca", "cert", "key",
-                                                "tls_server_name"};
+struct ChannelOptions {
+  std::string controller;       // --controller HOST:PORT (required)
+  std::string ca;               // --controller_ca / --tls_ca: PEM of the CA; TLS when set
+  std::string cert;             // --cert / --tls_cert: client certificate (mutual TLS)
+  std::string key;              // --key / --tls_key
+  std::string tls_server_name;  // --tls_server_name
+  std::string token;            // --token: bearer token
+  std::string token_file;       // --token_file: file holding the bearer token
+  bool insecure = false;        // --insecure: plaintext, said explicitly
+  int64_t timeout_ms = 10000;   // --timeout_ms: per call (a stream: until its first answer)
+};
+
+// Declares the options above on `app`, --timeout_ms defaulting to
+// `default_timeout_ms`.
+void AddChannelOptions(CLI::App& app, ChannelOptions* options, int64_t default_timeout_ms);
 
 // The whole file; NOT_FOUND naming the path when it cannot be read.
 absl::StatusOr<std::string> ReadText(const std::string& path);
 
-// Credentials from --controller_ca / --cert / --key. INVALID_ARGUMENT when
-// --cert / --key come without --controller_ca or without each other.
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ControllerCredentials(const Args& args);
+// A connected stub's ingredients: the channel and the bearer token.
+struct Controller {
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+  std::string token;  // empty: none sent
+  // Sets the bearer token on `ctx` and a deadline `timeout_ms` from now
+  // (none when timeout_ms <= 0).
+  void Prepare(grpc::ClientContext* ctx, int64_t timeout_ms) const;
+};
 
-// A channel to --controller with those credentials (and --tls_server_name).
-absl::StatusOr<std::shared_ptr<grpc::Channel>> ControllerChannel(const Args& args);
+// INVALID_ARGUMENT naming the flag: no --controller, --cert / --key without
+// each other or without --controller_ca, --tls_server_name without TLS,
+// --insecure with --controller_ca, --token with --token_file; NOT_FOUND when
+// a named file cannot be read.
+absl::StatusOr<Controller> ConnectController(const ChannelOptions& options);
+
+// One line for an RPC's failure: "<CODE>: <message>", plus what to do for
+// UNAUTHENTICATED (no or unknown token) and PERMISSION_DENIED (the role).
+std::string DescribeRpcError(const grpc::Status& status);
 
 }  // namespace wsync::tools
 

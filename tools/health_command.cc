@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -18,27 +19,12 @@
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
-#include "tools/args.h"
+#include "tools/cli.h"
 #include "tools/controller_channel.h"
 #include "tools/subcommands.h"
 
 namespace wsync::tools {
 namespace {
-
-void HealthUsage(FILE* out) {
-  std::fprintf(out,
-               "usage: wsyncctl health --controller HOST:PORT [--service NAME] "
-               "[--timeout_ms MS]\n"
-               "         [--controller_ca PEM [--cert PEM --key PEM] [--tls_server_name NAME]]\n"
-               "  grpc.health.v1.Health/Check of the controller (--service: a service name, "
-               "default \"\":\n"
-               "  the whole server); prints the status; exit 0 when SERVING, 1 otherwise or "
-               "when it\n"
-               "  cannot be reached within --timeout_ms (default 3000). TLS when "
-               "--controller_ca is given;\n"
-               "  --tls_server_name: the name the controller's certificate carries, when "
-               "dialling its pod IP\n");
-}
 
 // grpc.health.v1 messages (health.proto, field numbers of the standard):
 // HealthCheckRequest{string service = 1}; HealthCheckResponse{ServingStatus
@@ -85,15 +71,15 @@ const char* StatusName(uint32_t status) {
 }
 
 // One Health/Check call; the decoded status, or the call's error.
-absl::StatusOr<uint32_t> Check(const std::shared_ptr<grpc::Channel>& channel,
-                               const std::string& service, int64_t timeout_ms) {
-  grpc::GenericStub stub(channel);
+absl::StatusOr<uint32_t> Check(const Controller& controller, const std::string& service,
+                               int64_t timeout_ms) {
+  grpc::GenericStub stub(controller.channel);
   const std::string request_bytes = EncodeRequest(service);
   grpc::Slice slice(request_bytes);
   grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer response;
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  controller.Prepare(&ctx, timeout_ms);
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
@@ -124,33 +110,20 @@ absl::StatusOr<uint32_t> Check(const std::shared_ptr<grpc::Channel>& channel,
 }  // namespace
 
 int RunHealthCommand(const std::vector<std::string>& argv) {
-  FlagSpec spec{{"service", "timeout_ms"}, {"help"}};
-  for (const char* flag : kChannelFlags) spec.value_flags.push_back(flag);
-  auto args = ParseArgs(argv, spec);
-  if (!args.ok()) {
-    spdlog::error("health: {}", std::string(args.status().message()));
-    HealthUsage(stderr);
-    return kExitUsage;
-  }
-  if (args->Has("help")) {
-    HealthUsage(stdout);
-    return kExitOk;
-  }
-  absl::StatusOr<int64_t> timeout_ms = args->IntValue("timeout_ms", 3000);
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      timeout_ms.ok() ? ControllerChannel(*args) : timeout_ms.status();
-  if (channel.ok() && !args->positional().empty()) {
-    channel = absl::InvalidArgumentError(
-        absl::StrCat("unexpected argument '", args->positional()[0], "'"));
-  }
-  if (!channel.ok()) {
-    spdlog::error("health: {}", std::string(channel.status().message()));
-    HealthUsage(stderr);
-    return kExitUsage;
-  }
-  absl::StatusOr<uint32_t> status = Check(*channel, args->Value("service"), *timeout_ms);
+  CLI::App app(
+      "grpc.health.v1.Health/Check of the controller; prints the status. Exit 0 when SERVING, "
+      "1 otherwise or when it cannot be reached within --timeout_ms, 2 on bad usage.",
+      "health");
+  ChannelOptions options;
+  AddChannelOptions(app, &options, 3000);
+  std::string service;
+  app.add_option("--service", service, "a service name (default \"\": the whole server)");
+  if (std::optional<int> exit = ParseCommand(app, argv)) return *exit;
+  absl::StatusOr<Controller> controller = ConnectController(options);
+  if (!controller.ok()) return UsageError(app, std::string(controller.status().message()));
+  absl::StatusOr<uint32_t> status = Check(*controller, service, options.timeout_ms);
   if (!status.ok()) {
-    spdlog::error("health of controller {}: {}", args->Value("controller"),
+    spdlog::error("health of controller {}: {}", options.controller,
                   std::string(status.status().message()));
     return kExitFailed;
   }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -17,29 +18,13 @@
 #include "controller/server/serving_board.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
-#include "tools/args.h"
+#include "tools/cli.h"
 #include "tools/controller_channel.h"
 #include "tools/subcommands.h"
 #include "wsync/v1/controller.grpc.pb.h"
 
 namespace wsync::tools {
 namespace {
-
-void ReplicasUsage(FILE* out) {
-  std::fprintf(out,
-               "usage: wsyncctl replicas --controller HOST:PORT [--group G] [--version V] "
-               "[--json] [--timeout_ms MS]\n"
-               "         [--controller_ca PEM [--cert PEM --key PEM]] [--token_file FILE]\n"
-               "  TLS when --controller_ca names the CA of the controller's certificate "
-               "(plaintext otherwise,\n"
-               "  for a --insecure controller); --token_file holds a bearer token of role "
-               "reader or above\n"
-               "  the replicas of destination group G (default: inference): state, version, "
-               "and each rank's\n"
-               "  version, state, last synced version and report age; --version V prints "
-               "only the labels\n"
-               "  of the replicas serving V (exit 1 when none does)\n");
-}
 
 std::string Label(const std::string& replica) { return replica.empty() ? "(unlabelled)" : replica; }
 
@@ -66,73 +51,49 @@ void PrintTable(const v1::ReplicasResponse& r) {
 }  // namespace
 
 int RunReplicasCommand(const std::vector<std::string>& argv) {
-  auto args = ParseArgs(argv, FlagSpec{{"controller", "group", "version", "timeout_ms",
-                                        "controller_ca", "cert", "key", "token_file"},
-                                       {"json", "help"}});
-  if (!args.ok()) {
-    spdlog::error("replicas: {}", std::string(args.status().message()));
-    ReplicasUsage(stderr);
-    return kExitUsage;
-  }
-  if (args->Has("help")) {
-    ReplicasUsage(stdout);
-    return kExitOk;
-  }
-  auto version = args->IntValue("version", -1);
-  auto timeout_ms = args->IntValue("timeout_ms", 10000);
-  absl::Status usage = !version.ok()      ? version.status()
-                       : !timeout_ms.ok() ? timeout_ms.status()
-                                          : absl::OkStatus();
-  if (usage.ok() && args->Value("controller").empty()) {
-    usage = absl::InvalidArgumentError("--controller HOST:PORT is required");
-  }
-  if (usage.ok() && !args->positional().empty()) {
-    usage = absl::InvalidArgumentError(
-        absl::StrCat("unexpected argument '", args->positional()[0], "'"));
-  }
-  if (!usage.ok()) {
-    spdlog::error("replicas: {}", std::string(usage.message()));
-    ReplicasUsage(stderr);
-    return kExitUsage;
-  }
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      ControllerCredentials(*args);
-  std::string token;
-  if (credentials.ok() && args->Has("token_file")) {
-    absl::StatusOr<std::string> text = ReadText(args->Value("token_file"));
-    if (!text.ok()) credentials = text.status();
-    if (text.ok()) token = std::string(absl::StripAsciiWhitespace(*text));
-  }
-  if (!credentials.ok()) {
-    spdlog::error("replicas: {}", std::string(credentials.status().message()));
-    return kExitUsage;
-  }
-  const std::string group = args->Has("group") ? args->Value("group") : "inference";
-  auto stub =
-      v1::TrainerService::NewStub(grpc::CreateChannel(args->Value("controller"), *credentials));
+  CLI::App app(
+      "What each replica of a destination group serves, as the controller aggregates its "
+      "owners' reports: state, version, and each rank's version, state, last synced version "
+      "and report age. Needs a token (--token / --token_file) of role reader or above on a "
+      "controller with --tokens_file.",
+      "replicas");
+  ChannelOptions options;
+  AddChannelOptions(app, &options, 10000);
+  std::string group = "inference";
+  int64_t version = -1;
+  bool json = false;
+  app.add_option("--group", group, "the destination group")->capture_default_str()->type_name("G");
+  app.add_option("--version", version,
+                 "print only the labels of the replicas serving V, one a line (exit 1 when "
+                 "none does)")
+      ->type_name("V");
+  app.add_flag("--json", json, "the ReplicasResponse as JSON");
+  if (std::optional<int> exit = ParseCommand(app, argv)) return *exit;
+  absl::StatusOr<Controller> controller = ConnectController(options);
+  if (!controller.ok()) return UsageError(app, std::string(controller.status().message()));
+  auto stub = v1::TrainerService::NewStub(controller->channel);
   grpc::ClientContext ctx;
-  if (!token.empty()) ctx.AddMetadata("authorization", absl::StrCat("Bearer ", token));
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(*timeout_ms));
+  controller->Prepare(&ctx, options.timeout_ms);
   v1::ReplicasRequest req;
   req.set_group(group);
   v1::ReplicasResponse resp;
   const grpc::Status s = stub->Replicas(&ctx, req, &resp);
   if (!s.ok()) {
-    spdlog::error("replicas of group '{}' from controller {}: {}", group, args->Value("controller"),
-                  s.error_message());
+    spdlog::error("replicas of group '{}' from controller {}: {}", group, options.controller,
+                  DescribeRpcError(s));
     return kExitFailed;
   }
-  if (*version >= 0) {
+  if (version >= 0) {
     std::vector<std::string> at;
     for (const v1::ReplicaServing& rep : resp.replicas()) {
-      if (rep.state() == v1::REPLICA_SERVING && rep.version() == *version) {
+      if (rep.state() == v1::REPLICA_SERVING && rep.version() == version) {
         at.push_back(rep.replica());
       }
     }
     for (const std::string& label : at) std::printf("%s\n", Label(label).c_str());
     return at.empty() ? kExitFailed : kExitOk;
   }
-  if (args->Has("json")) {
+  if (json) {
     std::string json;
     google::protobuf::util::JsonPrintOptions o;
     o.add_whitespace = true;

@@ -1,7 +1,9 @@
 // wsyncctl's subcommands. To add one: write `int RunXCommand(const
-// std::vector<std::string>& args)` in its own file, declare it here and add a
-// row to kSubcommands in wsyncctl.cc. Exit codes: 0 success, 1 the operation
-// failed (planning, verification), 2 bad usage or unreadable input.
+// std::vector<std::string>& args)` in its own file (options on a CLI::App,
+// tools/cli.h), declare it here and add a row to kSubcommands in wsyncctl.cc.
+// Exit codes: 0 success, 1 the operation failed (planning, verification, a
+// sync that did not succeed, the controller's refusal), 2 bad usage or
+// unreadable input.
 #ifndef WSYNC_TOOLS_SUBCOMMANDS_H_
 #define WSYNC_TOOLS_SUBCOMMANDS_H_
 
@@ -24,6 +26,11 @@ int RunPlanCommand(const std::vector<std::string>& args);
 int RunCatalogCommand(const std::vector<std::string>& args);
 int RunReplicasCommand(const std::vector<std::string>& args);
 int RunHealthCommand(const std::vector<std::string>& args);
+int RunStatusCommand(const std::vector<std::string>& args);
+int RunWorkersCommand(const std::vector<std::string>& args);
+int RunSyncCommand(const std::vector<std::string>& args);
+int RunWatchCommand(const std::vector<std::string>& args);
+int RunCancelCommand(const std::vector<std::string>& args);
 
 }  // namespace wsync::tools
 

@@ -1,4 +1,5 @@
-// wsyncctl: command-line front end of wsync (planning, catalog, replicas, ...).
+// wsyncctl: command-line front end of wsync: planning and the catalog offline;
+// the controller's state, workers and syncs for operators (docs/operations.md).
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -20,6 +21,15 @@ constexpr Subcommand kSubcommands[] = {
      RunReplicasCommand},
     {"health", "whether the controller serves (grpc.health.v1; exit 0 when SERVING)",
      RunHealthCommand},
+    {"status", "transfers, delivered versions, syncs in flight, plan cache, worker counts",
+     RunStatusCommand},
+    {"workers", "the registered workers: group/rank, node, pid, alive, stream, buffers, serving",
+     RunWorkersCommand},
+    {"sync", "start a sync of TRANSFER to VERSION (--wait: outcome and round trip; --watch)",
+     RunSyncCommand},
+    {"watch", "follow SYNC_ID to its end with a progress line (exit 0 on SUCCEEDED)",
+     RunWatchCommand},
+    {"cancel", "cancel SYNC_ID", RunCancelCommand},
 };
 
 void Usage(FILE* out) {

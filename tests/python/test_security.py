@@ -147,3 +147,32 @@ def test_wsyncctl_health_over_tls(tls_controller):
     plaintext = subprocess.run([WSYNCCTL_BIN, "health", f"--controller={address}",
                                 "--timeout_ms=2000"], capture_output=True, text=True, timeout=30)
     assert plaintext.returncode == 1
+
+
+def test_wsyncctl_operator_commands_over_tls(tls_controller):
+    """`wsyncctl status / workers / sync` over TLS with the --tls_* aliases:
+    a trainer's token, a reader's client certificate; the controller's
+    refusals come back with their gRPC code (docs/operations.md)."""
+    address, d = tls_controller
+
+    def ctl(*args):
+        r = subprocess.run([WSYNCCTL_BIN, *args, f"--controller={address}",
+                            f"--tls_ca={d}/ca.pem"], capture_output=True, text=True, timeout=30)
+        return r.returncode, r.stdout + r.stderr
+
+    code, out = ctl("status", f"--token={TRAINER}")
+    assert code == 0, out
+    assert "workers registered" in out
+    reader_cert = [f"--tls_cert={d}/reader.pem", f"--tls_key={d}/reader.key"]
+    code, out = ctl("workers", *reader_cert)
+    assert code == 0, out
+    assert "GROUP/RANK" in out
+    code, out = ctl("sync", "nosuch", "1", "--wait", *reader_cert)
+    assert code == 1, out
+    assert "PERMISSION_DENIED" in out and "needs role trainer" in out
+    code, out = ctl("sync", "nosuch", "1", "--wait", f"--token={TRAINER}")
+    assert code == 1, out
+    assert "NOT_FOUND" in out and "nosuch" in out
+    code, out = ctl("cancel", "nosuch@1#1", "--insecure", f"--token={TRAINER}")
+    assert code == 2, out
+    assert "--insecure (plaintext) contradicts --controller_ca" in out

@@ -1,0 +1,193 @@
+// `wsyncctl sync`, `watch` and `cancel`: start a sync of a transfer, follow
+// one to its end, cancel one (TrainerService.Sync / WatchSync / Cancel;
+// docs/operations.md, "wsyncctl for operators"). Exit 0 when the sync succeeded (or the
+// cancel was accepted), 1 when it failed, was cancelled or the controller
+// refused, 2 on bad usage.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "tools/cli.h"
+#include "tools/controller_channel.h"
+#include "tools/subcommands.h"
+#include "tools/sync_output.h"
+#include "wsync/v1/controller.grpc.pb.h"
+
+namespace wsync::tools {
+namespace {
+
+constexpr char kWaitUntilEnd[] = "end";
+
+// Prints the SyncStatus as JSON with "round_trip_ms" added; false (logged)
+// when it cannot be printed.
+bool PrintStatusJson(const v1::SyncStatus& status, double round_trip_ms) {
+  absl::StatusOr<std::string> json = ToJson(status);
+  google::protobuf::Struct object;
+  if (!json.ok() || !google::protobuf::util::JsonStringToMessage(*json, &object).ok()) {
+    spdlog::error("sync: could not print the status of sync '{}' as JSON", status.sync_id());
+    return false;
+  }
+  (*object.mutable_fields())["round_trip_ms"].set_number_value(round_trip_ms);
+  absl::StatusOr<std::string> out = ToJson(object);
+  if (!out.ok()) return false;
+  std::fputs(out->c_str(), stdout);
+  std::fputc('\n', stdout);
+  return true;
+}
+
+}  // namespace
+
+int RunSyncCommand(const std::vector<std::string>& argv) {
+  CLI::App app(
+      "Starts a sync of TRANSFER to VERSION (TrainerService.Sync; needs role trainer) and "
+      "prints its id. --wait answers in one round trip once the sync ended (wait_ms), printing "
+      "the outcome and the round-trip time measured around the RPC; --watch follows it with a "
+      "progress line. Exit 0 on SUCCEEDED (or when started without --wait / --watch), 1 "
+      "otherwise.",
+      "sync");
+  ChannelOptions options;
+  AddChannelOptions(app, &options, 10000);
+  std::string transfer, deadline, wait;
+  int64_t version = 0;
+  bool resend = false, watch = false, json = false;
+  app.add_option("TRANSFER", transfer, "the transfer's name")->required();
+  app.add_option("VERSION", version, "the weights' version (above the last delivered one)")
+      ->required();
+  app.add_option("--deadline", deadline,
+                 "the sync's deadline (250ms, 30s, 2m or ms; default: the controller's "
+                 "--sync_deadline)")
+      ->type_name("D");
+  app.add_flag("--resend", resend, "accept VERSION equal to the last delivered version");
+  CLI::Option* wait_flag = app.add_flag(
+      std::string("--wait{") + kWaitUntilEnd + "}", wait,
+      "answer once the sync ended; --wait=D: at most D (default: until it ends, bounded by "
+      "its deadline and the controller's --max_wait)");
+  app.add_flag("--watch", watch, "follow the sync with a progress line until it ends");
+  app.add_flag("--json", json, "print the SyncStatus as JSON plus round_trip_ms");
+  if (std::optional<int> exit = ParseCommand(app, argv)) return *exit;
+  v1::SyncRequest req;
+  req.set_transfer(transfer);
+  req.set_version(version);
+  req.set_resend(resend);
+  if (!deadline.empty()) {
+    absl::StatusOr<int64_t> ms = ParseMillis(deadline, "--deadline");
+    if (!ms.ok()) return UsageError(app, std::string(ms.status().message()));
+    req.set_deadline_ms(*ms);
+  }
+  const bool waiting = wait_flag->count() > 0;
+  if (waiting && watch) return UsageError(app, "--wait and --watch: give one of them");
+  int64_t call_timeout_ms = options.timeout_ms;
+  if (waiting) {
+    int64_t wait_ms = 0;
+    if (wait != kWaitUntilEnd) {
+      absl::StatusOr<int64_t> ms = ParseMillis(wait, "--wait");
+      if (!ms.ok()) return UsageError(app, std::string(ms.status().message()));
+      wait_ms = *ms;
+    } else {
+      // Until the end: the sync's deadline (or a day) bounds the server's wait.
+      wait_ms = req.deadline_ms() > 0 ? req.deadline_ms() : 24 * 3600 * 1000LL;
+    }
+    if (wait_ms <= 0) return UsageError(app, "--wait: give a positive duration");
+    req.set_wait_ms(wait_ms);
+    call_timeout_ms = wait_ms + options.timeout_ms;
+  }
+  absl::StatusOr<Controller> controller = ConnectController(options);
+  if (!controller.ok()) return UsageError(app, std::string(controller.status().message()));
+  auto stub = v1::TrainerService::NewStub(controller->channel);
+  grpc::ClientContext ctx;
+  controller->Prepare(&ctx, call_timeout_ms);
+  v1::SyncResponse resp;
+  const auto start = std::chrono::steady_clock::now();
+  const grpc::Status s = stub->Sync(&ctx, req, &resp);
+  const double round_trip_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!s.ok()) {
+    spdlog::error("sync of transfer '{}' to version {} on controller {}: {}", transfer, version,
+                  options.controller, DescribeRpcError(s));
+    return kExitFailed;
+  }
+  if (watch) {
+    std::printf("sync %s started (plan %s%s)\n", resp.sync_id().c_str(), resp.plan_key().c_str(),
+                resp.plan_cache_hit() ? ", cached" : "");
+    std::fflush(stdout);
+    return FollowSync(*controller, resp.sync_id(), 0, isatty(STDOUT_FILENO) != 0);
+  }
+  if (json) {
+    v1::SyncStatus status = resp.status();
+    if (status.sync_id().empty()) status.set_sync_id(resp.sync_id());
+    if (!PrintStatusJson(status, round_trip_ms)) return kExitFailed;
+    return waiting ? OutcomeExitCode(status) : kExitOk;
+  }
+  if (!waiting) {
+    std::printf("%s\n", resp.sync_id().c_str());
+    return kExitOk;
+  }
+  std::printf("%s\nround trip %.3f ms (plan %s%s)\n", OutcomeLine(resp.status()).c_str(),
+              round_trip_ms, resp.plan_key().c_str(), resp.plan_cache_hit() ? ", cached" : "");
+  return OutcomeExitCode(resp.status());
+}
+
+int RunWatchCommand(const std::vector<std::string>& argv) {
+  CLI::App app(
+      "Follows sync SYNC_ID to its end (TrainerService.WatchSync; role reader): on a terminal "
+      "one live line (bar, bytes, GB/s, workers done, ETA), plain lines otherwise, then the "
+      "outcome. Exit 0 on SUCCEEDED, 1 on FAILED / CANCELLED (naming the failed group, rank "
+      "and error).",
+      "watch");
+  ChannelOptions options;
+  AddChannelOptions(app, &options, 0);
+  std::string sync_id;
+  app.add_option("SYNC_ID", sync_id, "the id `wsyncctl sync` printed")->required();
+  if (std::optional<int> exit = ParseCommand(app, argv)) return *exit;
+  absl::StatusOr<Controller> controller = ConnectController(options);
+  if (!controller.ok()) return UsageError(app, std::string(controller.status().message()));
+  return FollowSync(*controller, sync_id, options.timeout_ms, isatty(STDOUT_FILENO) != 0);
+}
+
+int RunCancelCommand(const std::vector<std::string>& argv) {
+  CLI::App app(
+      "Cancels sync SYNC_ID (TrainerService.Cancel; role trainer, the caller that started it "
+      "or an admin) and prints its status. Exit 0 when it ends CANCELLED, 1 otherwise.",
+      "cancel");
+  ChannelOptions options;
+  AddChannelOptions(app, &options, 10000);
+  std::string sync_id, reason = "wsyncctl cancel";
+  bool json = false;
+  app.add_option("SYNC_ID", sync_id, "the sync to cancel")->required();
+  app.add_option("--reason", reason, "recorded with the cancellation")->capture_default_str();
+  app.add_flag("--json", json, "print the SyncStatus as JSON");
+  if (std::optional<int> exit = ParseCommand(app, argv)) return *exit;
+  absl::StatusOr<Controller> controller = ConnectController(options);
+  if (!controller.ok()) return UsageError(app, std::string(controller.status().message()));
+  auto stub = v1::TrainerService::NewStub(controller->channel);
+  grpc::ClientContext ctx;
+  controller->Prepare(&ctx, options.timeout_ms);
+  v1::CancelRequest req;
+  req.set_sync_id(sync_id);
+  req.set_reason(reason);
+  v1::SyncStatus status;
+  const grpc::Status s = stub->Cancel(&ctx, req, &status);
+  if (!s.ok()) {
+    spdlog::error("cancel of sync '{}' on controller {}: {}", sync_id, options.controller,
+                  DescribeRpcError(s));
+    return kExitFailed;
+  }
+  if (json) {
+    absl::StatusOr<std::string> text = ToJson(status);
+    if (!text.ok()) return kExitFailed;
+    std::fputs(text->c_str(), stdout);
+    std::fputc('\n', stdout);
+  } else {
+    std::printf("%s\n", OutcomeLine(status).c_str());
+  }
+  return status.phase() == v1::SYNC_CANCELLED ? kExitOk : kExitFailed;
+}
+
+}  // namespace wsync::tools

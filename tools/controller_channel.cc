@@ -119,6 +119,11 @@ absl::StatusOr<Controller> ConnectController(const ChannelOptions& o) {
     if (!text.ok()) return text.status();
     c.token = std::string(absl::StripAsciiWhitespace(*text));
   }
+  if (!tls && !o.insecure && !c.token.empty()) {
+    return absl::InvalidArgumentError(
+        "a bearer token would travel in plaintext: give --controller_ca (TLS), or --insecure "
+        "to send it in plaintext anyway");
+  }
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   grpc::ChannelArguments channel_args;
   if (tls) {

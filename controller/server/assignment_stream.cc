@@ -62,18 +62,13 @@ void AssignmentStream::Enter(const std::shared_ptr<Link>& link) {
 
 void AssignmentStream::Pump() {
   std::optional<grpc::Status> end;
-  const char* close_reason = nullptr;
-  uint64_t token;
   {
     absl::MutexLock lock(&mu_);
     if (finished_ || writing_ || token_ == 0) return;
-    token = token_;
     if (write_failed_) {
       end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed");
-      close_reason = "write to worker failed";
     } else if (cancelled_.load()) {
       end = grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
-      close_reason = "worker disconnected";
     } else {
       auto next = workers_->NextAssignment(lease_id_, token_, absl::ZeroDuration());
       if (!next.ok()) {
@@ -87,12 +82,22 @@ void AssignmentStream::Pump() {
     }
     if (end.has_value()) finished_ = true;
   }
-  if (!end.has_value()) {
+  // Never CloseStream here: a wake runs on the pushing thread, which may
+  // hold the sync coordinator's lock that the loss listener takes.
+  if (end.has_value()) {
+    Finish(*end);
+  } else {
     StartWrite(&out_);
-    return;
   }
-  if (close_reason != nullptr) workers_->CloseStream(lease_id_, token, close_reason);
-  Finish(*end);
+}
+
+void AssignmentStream::CloseLease(const char* why) {
+  uint64_t token;
+  {
+    absl::MutexLock lock(&mu_);
+    token = token_;
+  }
+  if (token != 0) workers_->CloseStream(lease_id_, token, why);
 }
 
 void AssignmentStream::OnWriteDone(bool ok) {
@@ -101,12 +106,15 @@ void AssignmentStream::OnWriteDone(bool ok) {
     writing_ = false;
     if (!ok) write_failed_ = true;
   }
+  // On gRPC's thread, holding no lock of the controller: the lease ends here.
+  if (!ok) CloseLease("write to worker failed");
   const std::shared_ptr<Link> link = link_;  // `this` may be gone once Enter returns
   Enter(link);
 }
 
 void AssignmentStream::OnCancel() {
   cancelled_.store(true);
+  CloseLease("worker disconnected");
   const std::shared_ptr<Link> link = link_;
   Enter(link);
 }

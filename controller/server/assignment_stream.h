@@ -49,7 +49,12 @@ class AssignmentStream final : public grpc::ServerWriteReactor<v1::Assignment> {
   // Pumps the stream behind `link`, if it still exists (see Lifetime).
   static void Enter(const std::shared_ptr<Link>& link);
   // Starts the next write, or ends the stream; no-op while a write is out.
+  // Runs on any thread, also under the sync coordinator's lock (a wake from
+  // Push): it calls nothing that reports a loss.
   void Pump();
+  // Ends the lease (WorkerRegistry::CloseStream); only from gRPC's
+  // reactions, which hold no controller lock.
+  void CloseLease(const char* why);
 
   WorkerRegistry* const workers_;
   const std::string lease_id_;

@@ -279,13 +279,25 @@ absl::Status StateStore::SaveSerialized(std::string payload) {
   payload.push_back(static_cast<char>(6 << 3));  // save_sequence (6), varint
   AppendVarint(static_cast<uint64_t>(sequence), &payload);
   const int index = 1 - current_;  // never over the file holding the current state
+  if (flush_ == StateFlush::kBackground) {
+    // The file kept must be on the disk before the other one is written
+    // over: at most one file is ever unflushed, so a power cut tears at most
+    // one. Waits only when saves come faster than the flusher.
+    absl::MutexLock lock(&mu_);
+    while (flushed_ < written_at_[current_]) cv_.Wait(&mu_);
+  }
   // Writing while the flusher syncs the same descriptor is safe: the flusher
   // syncs it again in its next round (written_at_ below).
   if (absl::Status s = Write(slots_[index], FrameState(payload)); !s.ok()) return s;
+  if (flush_ == StateFlush::kEverySave) {
+    // Not current until durable: a failed sync leaves the next save going
+    // over this (possibly torn) file, never over the durable one.
+    if (absl::Status s = SyncSlot(index); !s.ok()) return s;
+  }
   sequence_ = sequence;
   current_ = index;
   ++saves_;
-  if (flush_ == StateFlush::kEverySave) return SyncSlot(index);
+  if (flush_ == StateFlush::kEverySave) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   written_at_[index] = ++written_;
   cv_.Signal();

@@ -23,8 +23,10 @@
 //    directory) before it returns; a saved state survives a power cut.
 //  - kBackground: Save returns once the bytes are written (they survive the
 //    controller's own crash at once); a flusher thread fdatasyncs them right
-//    after, coalescing saves that arrive meanwhile. A power cut can lose the
-//    saves of the last flush (about a millisecond); Flush() waits for them.
+//    after, coalescing saves that arrive meanwhile. A save waits for the
+//    flush of the file it keeps, so at most one file is unflushed: a power
+//    cut can lose the last save (about a millisecond), never both files.
+//    Flush() waits for every earlier save.
 // Save and Load are not thread-safe: the owner (SyncCoordinator) serializes
 // them; Flush may be called from any thread.
 #ifndef WSYNC_CONTROLLER_SERVER_STATE_STORE_H_

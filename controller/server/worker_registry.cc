@@ -288,6 +288,7 @@ absl::StatusOr<std::optional<v1::Assignment>> WorkerRegistry::NextAssignment(
       w->outbox.pop_front();
       return std::optional<v1::Assignment>(std::move(a));
     }
+    if (wait <= absl::ZeroDuration()) return std::optional<v1::Assignment>();
     ++w->waiters;
     const bool timed_out = w->cv.WaitWithDeadline(&mu_, until);
     --w->waiters;

@@ -150,12 +150,12 @@ ABSL_FLAG(std::string, state_file, "wsync-controller.state",
           "persists. An unreadable or corrupt file stops the start unless "
           "--state_start_empty. Env: WSYNC_STATE_FILE.");
 ABSL_FLAG(std::string, state_fsync, "background",
-          "When --state_file reaches the disk. 'background' (default): each save replaces "
-          "the file before the outcome is answered (a controller crash loses nothing) and a "
-          "flusher thread fsyncs it right after (a power cut can lose the last ~millisecond "
-          "of outcomes; workers still refuse older versions). 'always': each save is fsynced "
-          "before the outcome is answered (adds two fsyncs, ~0.5 ms or more, to every sync). "
-          "Env: WSYNC_STATE_FSYNC.");
+          "When --state_file reaches the disk. 'background' (default): each save is written "
+          "in place (the state is two files, <file> and <file>.alt, overwritten in turn) "
+          "before the outcome is answered, so a controller crash loses nothing, and a flusher "
+          "thread fdatasyncs it right after (a power cut can lose the last save, about a "
+          "millisecond; workers still refuse older versions). 'always': each save is "
+          "fdatasynced before the outcome is answered. Env: WSYNC_STATE_FSYNC.");
 ABSL_FLAG(bool, state_start_empty, false,
           "When --state_file is corrupt or of another format, move it aside "
           "(<file>.corrupt-<time>) and start with no transfers instead of refusing to start. "

@@ -234,8 +234,14 @@ TEST(WsyncctlAuthTest, TokensWithoutTheTrainerRoleAreRefusedClearly) {
   options.controller_flags = {"--tokens_file=" + tokens};
   auto cluster = demo::Cluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  const std::string at = absl::StrCat(" --controller ", (*cluster)->controller_address());
-  Result r = RunCtl("status" + at);
+  // A plaintext controller: a token goes only with an explicit --insecure.
+  const std::string at =
+      absl::StrCat(" --insecure --controller ", (*cluster)->controller_address());
+  Result r = RunCtl(absl::StrCat("status --token reader-token-0123456789 --controller ",
+                                 (*cluster)->controller_address()));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("plaintext"));
+  r = RunCtl("status" + at);
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_THAT(r.out, HasSubstr("UNAUTHENTICATED"));
   EXPECT_THAT(r.out, HasSubstr("--token"));

@@ -54,10 +54,9 @@ WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
       metrics_(metrics),
       tensors_(GroupsOf(options_), options_.backend),
       serving_(options_.memberships),
-      runner_(
-          &tensors_, metrics,
-          RunnerOptions{options_.round_timeout, options_.staging_limit_bytes, options_.backend,
-                        options_.parts_cache_bytes}),
+      runner_(&tensors_, metrics,
+              RunnerOptions{options_.round_timeout, options_.staging_limit_bytes, options_.backend,
+                            options_.parts_cache_bytes}),
       progress_([this](const v1::ReportProgressRequest& p) {
         grpc::ClientContext ctx;
         ctx.set_deadline(In(absl::Seconds(2)));
@@ -336,6 +335,14 @@ void WorkerAgent::ExecLoop() {
     const bool ok = r.code() == 0;
     if (!ok) {
       spdlog::error("[worker {}] sync {} failed: {}", Roles(options_), a.sync_id(), r.message());
+    }
+    if (ok) {
+      // Before the report: whoever learns of the sync's success (the
+      // trainer, then the owner's local status) sees this version applied.
+      absl::MutexLock lock(&mu_);
+      last_version_ = std::max(last_version_, a.version());
+      int64_t& applied = applied_[a.transfer()];
+      applied = std::max(applied, a.version());
     }
     Report(r, q.lease_id);
     std::string error = r.message();

@@ -158,9 +158,9 @@ TEST_P(GlooConnectTest, AnAbortEndsConnectingAtOnce) {
   aborter.join();
   ExpectFaultHit();
   for (int r = 0; r < kFaulty; ++r) {
-    // Which peer a rank names depends on who aborted first: a live rank
-    // that stops connecting closes its pairs, and the others may see that
-    // before their own abort. What matters: every rank stops at once.
+    // Which peer a rank names depends on which of its pairs fails first
+    // once every rank stops connecting (a peer that gave up stops serving
+    // its side). What matters: every rank stops at once.
     if (GetParam() == SIGKILL) EXPECT_FALSE(status[r].ok()) << "rank " << r;
     EXPECT_LT(took[r], absl::Seconds(3)) << "rank " << r << ": " << status[r];
   }

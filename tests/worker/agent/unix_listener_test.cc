@@ -61,10 +61,10 @@ TEST_F(UnixListenerTest, HandsOverConnectionsWithTheModeAndRemovesTheFile) {
     UnixListenerOptions o = Options(type);
     o.mode = 0640;
     auto l = UnixListener::Start(o, [&](int conn) {
+      ++accepted;  // before the reply: the client checks the count once it has it
       const char reply = 'k';
       (void)!write(conn, &reply, 1);
       ::close(conn);
-      ++accepted;
     });
     ASSERT_TRUE(l.ok()) << l.status();
     struct stat st {};

@@ -240,6 +240,25 @@ TEST_F(WorkerRegistryTest, APartIsMarkedSentOncePerLease) {
   EXPECT_TRUE(registry_->MarkPartSent(b, "k/0"));
 }
 
+// ReportResultRequest.dropped_part_keys reaches ForgetPartSent with the
+// reporter's own lease (admitted first): hostile keys only make that lease
+// receive its own parts again; another lease, or unknown leases and keys,
+// change nothing.
+TEST_F(WorkerRegistryTest, ForgettingPartsTouchesOnlyTheNamedLeasesKnownParts) {
+  const std::string a = Register(Request("a", "src", 0, 2));
+  const std::string b = Register(Request("b", "src", 1, 2));
+  EXPECT_TRUE(registry_->MarkPartSent(a, "k/0"));
+  EXPECT_TRUE(registry_->MarkPartSent(b, "k/1"));
+  for (int i = 0; i < 100000; ++i) registry_->ForgetPartSent(b, absl::StrCat("junk/", i));
+  registry_->ForgetPartSent(b, std::string(1 << 20, 'x'));
+  registry_->ForgetPartSent("no-such-lease", "k/0");
+  registry_->ForgetPartSent(b, "k/0");  // a's part, named by b
+  EXPECT_FALSE(registry_->MarkPartSent(a, "k/0")) << "a's part stays sent";
+  EXPECT_FALSE(registry_->MarkPartSent(b, "k/1")) << "b's own part untouched by junk keys";
+  registry_->ForgetPartSent(b, "k/1");
+  EXPECT_TRUE(registry_->MarkPartSent(b, "k/1")) << "a dropped part is sent again";
+}
+
 TEST_F(WorkerRegistryTest, ListWorkersShowsStagingLimitAndTransports) {
   v1::RegisterWorkerRequest req = Request("a", "src", 0, 1);
   req.set_staging_limit_bytes(1 << 20);

@@ -25,6 +25,9 @@ ABSL_FLAG(std::string, worker_bin, WSYNC_WORKER_BIN, "wsync-worker binary.");
 ABSL_FLAG(std::string, work_dir, "/tmp",
           "Folder for the cluster's files (the controller's --state_file among them: its "
           "file system's fsync latency is part of every sync).");
+ABSL_FLAG(int32_t, pause_ms, 0,
+          "Idle time before each sync (an RL step between syncs leaves the control path "
+          "idle; 0: back to back).");
 ABSL_FLAG(bool, one_call, true,
           "Sync with wait_ms (one round trip, as the Python client does); false: Sync, then "
           "WaitSync.");
@@ -102,6 +105,7 @@ absl::Status TimeSyncs(wsync::demo::Cluster& cluster, int warmup, int total,
                        std::vector<double>* client_ms, std::vector<double>* controller_ms,
                        std::vector<std::vector<double>>* phases_ms) {
   for (int v = 1; v <= total; ++v) {
+    absl::SleepFor(absl::Milliseconds(absl::GetFlag(FLAGS_pause_ms)));
     const absl::Time t0 = absl::Now();
     wsync::v1::SyncRequest req;
     req.set_transfer("bench");
@@ -118,7 +122,8 @@ absl::Status TimeSyncs(wsync::demo::Cluster& cluster, int warmup, int total,
       grpc::ClientContext c2;
       s = cluster.trainer().WaitSync(&c2, w, &st);
     }
-    const double ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+    const absl::Time t1 = absl::Now();
+    const double ms = absl::ToDoubleMilliseconds(t1 - t0);
     if (!s.ok() || st.phase() != wsync::v1::SYNC_SUCCEEDED) {
       return absl::InternalError(
           absl::StrCat("sync v", v, ": ", s.error_message(), " ", st.error()));
@@ -126,9 +131,19 @@ absl::Status TimeSyncs(wsync::demo::Cluster& cluster, int warmup, int total,
     if (v > warmup) {
       client_ms->push_back(ms);
       controller_ms->push_back(st.elapsed_seconds() * 1e3);
-      const double phases[] = {st.max_deliver_seconds(), st.max_queue_seconds(),
-                               st.max_bind_seconds(), st.max_run_seconds(),
-                               st.max_report_seconds()};
+      // request: the call until the controller triggered the sync; answer:
+      // the sync's end until the call returned (one host, one clock).
+      const double request_s =
+          absl::ToDoubleSeconds(absl::FromUnixMicros(st.started_unix_us()) - t0);
+      const double answer_s =
+          absl::ToDoubleSeconds(t1 - absl::FromUnixMicros(st.finished_unix_us()));
+      const double phases[] = {request_s,
+                               st.max_deliver_seconds(),
+                               st.max_queue_seconds(),
+                               st.max_bind_seconds(),
+                               st.max_run_seconds(),
+                               st.max_report_seconds(),
+                               answer_s};
       phases_ms->resize(std::size(phases));
       for (size_t i = 0; i < std::size(phases); ++i) (*phases_ms)[i].push_back(phases[i] * 1e3);
     }
@@ -172,8 +187,8 @@ int main(int argc, char** argv) {
   std::printf("controller-side trigger -> last report (ms): p50 %.2f  p90 %.2f  p99 %.2f\n",
               Percentile(controller_ms, 0.5), Percentile(controller_ms, 0.9),
               Percentile(controller_ms, 0.99));
-  const char* names[] = {"deliver", "queue", "bind", "run", "report"};
-  std::printf("slowest worker's phases, p50 (ms):");
+  const char* names[] = {"request", "deliver", "queue", "bind", "run", "report", "answer"};
+  std::printf("phases, p50 (ms; the slowest worker's for deliver..report):");
   for (size_t i = 0; i < phases_ms.size() && i < std::size(names); ++i) {
     std::printf("  %s %.3f", names[i], Percentile(phases_ms[i], 0.5));
   }

@@ -70,15 +70,17 @@ grpc::Status WorkerServiceImpl::ReportProgress(grpc::ServerContext* ctx,
   return ToGrpc(controller_->syncs().ReportProgress(*req));
 }
 
-grpc::Status WorkerServiceImpl::ReportResult(grpc::ServerContext* ctx,
-                                             const v1::ReportResultRequest* req,
-                                             v1::ReportResultResponse*) {
-  if (absl::Status st = Admit(*ctx, req->lease_id(), "ReportResult"); !st.ok()) return ToGrpc(st);
+grpc::ServerUnaryReactor* WorkerServiceImpl::ReportResult(grpc::CallbackServerContext* ctx,
+                                                          const v1::ReportResultRequest* req,
+                                                          v1::ReportResultResponse*) {
+  if (absl::Status st = Admit(*ctx, req->lease_id(), "ReportResult"); !st.ok()) {
+    return Answer(ctx, ToGrpc(st));
+  }
   // Before the report can end the sync: the next assignments resend them.
   for (const std::string& key : req->dropped_part_keys()) {
     controller_->workers().ForgetPartSent(req->lease_id(), key);
   }
-  return ToGrpc(controller_->syncs().ReportResult(*req));
+  return Answer(ctx, ToGrpc(controller_->syncs().ReportResult(*req)));
 }
 
 grpc::Status WorkerServiceImpl::KvSet(grpc::ServerContext* ctx, const v1::KvSetRequest* req,

@@ -24,7 +24,8 @@ namespace wsync::controller {
 
 using WorkerServiceBase =
     v1::WorkerService::WithCallbackMethod_KvGet<v1::WorkerService::WithCallbackMethod_AwaitWriters<
-        v1::WorkerService::WithCallbackMethod_Assignments<v1::WorkerService::Service>>>;
+        v1::WorkerService::WithCallbackMethod_Assignments<
+            v1::WorkerService::WithCallbackMethod_ReportResult<v1::WorkerService::Service>>>>;
 using TrainerServiceBase =
     v1::TrainerService::WithCallbackMethod_Sync<v1::TrainerService::WithCallbackMethod_WaitSync<
         v1::TrainerService::WithCallbackMethod_WatchSync<v1::TrainerService::Service>>>;
@@ -42,11 +43,14 @@ class WorkerServiceImpl final : public WorkerServiceBase {
   grpc::Status UpdateBuffers(grpc::ServerContext*, const v1::UpdateBuffersRequest* req,
                              v1::UpdateBuffersResponse* resp) override;
   grpc::ServerWriteReactor<v1::Assignment>* Assignments(grpc::CallbackServerContext* ctx,
-                                                       const v1::AssignmentsRequest* req) override;
+                                                        const v1::AssignmentsRequest* req) override;
   grpc::Status ReportProgress(grpc::ServerContext*, const v1::ReportProgressRequest* req,
                               v1::ReportProgressResponse* resp) override;
-  grpc::Status ReportResult(grpc::ServerContext*, const v1::ReportResultRequest* req,
-                            v1::ReportResultResponse* resp) override;
+  // A callback handler: a sync's last report ends it on gRPC's own thread,
+  // without a hand-off to the synchronous handlers' pool.
+  grpc::ServerUnaryReactor* ReportResult(grpc::CallbackServerContext* ctx,
+                                         const v1::ReportResultRequest* req,
+                                         v1::ReportResultResponse* resp) override;
   grpc::Status KvSet(grpc::ServerContext*, const v1::KvSetRequest* req,
                      v1::KvSetResponse* resp) override;
   grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx, const v1::KvGetRequest* req,

@@ -148,6 +148,7 @@ py::list ModelTensorList(const py::dict& config, const std::string& experts) {
 
 namespace wsync::python {
 void BindWorker(py::module_& m);  // worker_module.cc
+void BindClient(py::module_& m);  // trainer_channel.cc
 }  // namespace wsync::python
 
 PYBIND11_MODULE(_native, m) {
@@ -172,4 +173,7 @@ PYBIND11_MODULE(_native, m) {
   });
   py::module_ worker = m.def_submodule("worker", "The embedded wsync worker (use wsync.embedded).");
   wsync::python::BindWorker(worker);
+  py::module_ client = m.def_submodule("client", "The controller's TrainerService over gRPC C++ "
+                                                 "(use wsync.Client).");
+  wsync::python::BindClient(client);
 }

@@ -3,6 +3,7 @@ bearer token sent with every call (docs/security.md)."""
 
 import dataclasses
 import logging
+import os
 
 import grpc
 
@@ -62,3 +63,23 @@ def open_channel(address, tls, token, options, aio=False):
                                              certificate_chain=_read(tls.cert))
         channel = mod.secure_channel(address, creds, options=list(options))
     return channel
+
+
+def open_native(address, tls, token, options):
+    """A wsync._native.client.TrainerChannel to `address` (the same TLS,
+    token and channel options as open_channel), or None when the extension
+    is not built or WSYNC_NATIVE_CLIENT=0 (then every call goes through
+    grpcio)."""
+    if os.environ.get("WSYNC_NATIVE_CLIENT", "1") == "0":
+        return None
+    try:
+        from wsync._native import client as native_client
+    except ImportError:
+        return None
+    tls = tls_of(tls)
+    pem = {}
+    if tls is not None:
+        pem = {"root_pem": _read(tls.ca) or b"", "key_pem": _read(tls.key) or b"",
+               "cert_pem": _read(tls.cert) or b""}
+    return native_client.TrainerChannel(address, tls=tls is not None, token=token or "",
+                                        options=list(options), **pem)

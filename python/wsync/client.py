@@ -21,6 +21,19 @@ _WATCH_SLICE_S = 30.0  # longest single WatchSync call
 _POLL_MS = 1000  # longest single WaitSync call of a wait loop
 
 
+_METHOD_PREFIX = "/wsync.v1.TrainerService/"
+_RESPONSE_TYPES = {}
+
+
+def _response_type(method):
+    """The response message class of TrainerService's unary `method`."""
+    cls = _RESPONSE_TYPES.get(method)
+    if cls is None:
+        desc = pb.DESCRIPTOR.services_by_name["TrainerService"].methods_by_name[method]
+        cls = _RESPONSE_TYPES[method] = getattr(pb, desc.output_type.name)
+    return cls
+
+
 def _result(status):
     """`status` if it succeeded, else the matching exception."""
     if status.phase == pb.SYNC_SUCCEEDED:
@@ -152,12 +165,17 @@ class Client:
         self.address = address
         self.timeout = timeout
         self._channel = channel or _channel.open_channel(address, tls, token, options)
+        # Unary calls go through gRPC C++ (wsync._native) unless the caller
+        # brought its own channel or the extension is missing; streams
+        # (WatchSync) always use the grpcio channel.
+        self._native = None if channel else _channel.open_native(address, tls, token, options)
         self._metadata = _channel.token_metadata(token)
         self._stub = pb_grpc.TrainerServiceStub(self._channel)
         self._where = f"controller {address}"
         self.transfer = None  # the last transfer defined (default of sync())
 
     def close(self):
+        self._native = None
         self._channel.close()
 
     def __enter__(self):
@@ -167,11 +185,22 @@ class Client:
         self.close()
 
     def _rpc(self, method, request, timeout=None):
+        if self._native is not None:
+            return self._native_rpc(method, request, timeout or self.timeout)
         try:
             return getattr(self._stub, method)(request, timeout=timeout or self.timeout,
                                                metadata=self._metadata)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e, self._where) from None
+
+    def _native_rpc(self, method, request, timeout):
+        from wsync._native import client as native_client
+        try:
+            raw = self._native.call(_METHOD_PREFIX + method, request.SerializeToString(), timeout)
+        except native_client.RpcError as e:
+            code, details = e.args
+            raise errors.from_status(code, details, self._where) from None
+        return _response_type(method).FromString(raw)
 
     def define_transfer(self, name, spec, *, source_group="trainer",
                         destination_group="inference"):

@@ -131,6 +131,14 @@ def from_rpc_error(err, what=""):
     """A WsyncError subclass instance for a grpc.RpcError (sync or aio)."""
     code = err.code() if callable(getattr(err, "code", None)) else grpc.StatusCode.UNKNOWN
     details = err.details() if callable(getattr(err, "details", None)) else str(err)
+    return from_status(code, details, what)
+
+
+def from_status(code, details, what=""):
+    """A WsyncError subclass instance for a failed call's status: `code` a
+    grpc.StatusCode or its integer value, `details` the server's message."""
+    if not isinstance(code, grpc.StatusCode):
+        code = _code_from_int(code)
     details = details or ""
     if code == grpc.StatusCode.UNAVAILABLE and what:
         details = f"{what}: {details}"

@@ -1,0 +1,159 @@
+// wsync._native.client: unary calls of the controller's TrainerService made
+// by gRPC's C++ library (BindClient, called by module.cc). wsync.Client sends
+// its unary calls through it when the extension is built (the trainer's hot
+// path, Sync with wait_ms, is one such call): requests and responses cross
+// as serialized protobuf bytes, the GIL is released for the whole call and
+// the calling thread itself waits on the call's completion queue, so a
+// response wakes it directly (no Python-side call objects, no hand-off).
+//
+// A failed call raises wsync._native.client.RpcError with args
+// (code: int, details: str); wsync.errors turns it into the matching
+// WsyncError, as it does for grpc.RpcError.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/client_unary_call.h"
+#include "grpcpp/support/byte_buffer.h"
+
+namespace py = pybind11;
+
+namespace wsync::python {
+namespace {
+
+struct RpcError {
+  int code;
+  std::string details;
+};
+
+// wsync._native.client.RpcError, created once by BindClient.
+PyObject*& RpcErrorType() {
+  static PyObject* type = nullptr;
+  return type;
+}
+
+// TLS settings as wsync.Tls holds them, read into PEM text by the caller;
+// no TLS at all when `tls` is false.
+struct ChannelConfig {
+  std::string address;
+  bool tls = false;
+  std::string root_pem, key_pem, cert_pem;
+  std::string token;  // bearer token; empty: none
+  std::vector<std::pair<std::string, py::object>> options;
+};
+
+grpc::ChannelArguments ArgumentsOf(const ChannelConfig& c) {
+  grpc::ChannelArguments args;
+  for (const auto& [key, value] : c.options) {
+    if (py::isinstance<py::bool_>(value) || py::isinstance<py::int_>(value)) {
+      args.SetInt(key, py::cast<int>(value));
+    } else if (py::isinstance<py::str>(value)) {
+      args.SetString(key, py::cast<std::string>(value));
+    } else {
+      throw py::type_error(absl::StrCat("wsync: channel option '", key,
+                                        "' must be an int or a str, not ",
+                                        py::str(value.get_type()).cast<std::string>()));
+    }
+  }
+  return args;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> CredentialsOf(const ChannelConfig& c) {
+  if (!c.tls) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = c.root_pem;  // empty: the system roots
+  ssl.pem_private_key = c.key_pem;
+  ssl.pem_cert_chain = c.cert_pem;
+  return grpc::SslCredentials(ssl);
+}
+
+std::string Flatten(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!buffer.Dump(&slices).ok()) return out;
+  out.reserve(buffer.Length());
+  for (const grpc::Slice& s : slices)
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+class TrainerChannel {
+ public:
+  explicit TrainerChannel(ChannelConfig config)
+      : token_(std::move(config.token)),
+        channel_(grpc::CreateCustomChannel(config.address, CredentialsOf(config),
+                                           ArgumentsOf(config))) {}
+
+  // One unary call of `method` ("/wsync.v1.TrainerService/Sync"), bounded by
+  // `timeout_s`; the serialized response, or RpcError.
+  py::bytes Call(const std::string& method, const std::string& request, double timeout_s) {
+    if (!(timeout_s > 0) || !std::isfinite(timeout_s)) {
+      throw py::value_error(absl::StrCat("wsync: call ", method,
+                                         ": timeout must be a positive "
+                                         "number of seconds, got ",
+                                         timeout_s));
+    }
+    std::string response;
+    std::optional<RpcError> error;
+    {
+      py::gil_scoped_release nogil;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::microseconds(static_cast<int64_t>(timeout_s * 1e6)));
+      if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
+      grpc::Slice slice(request);
+      grpc::ByteBuffer in(&slice, 1);
+      grpc::ByteBuffer out;
+      const grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+          channel_.get(),
+          grpc::internal::RpcMethod(method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC), &ctx,
+          in, &out);
+      if (s.ok()) {
+        response = Flatten(out);
+      } else {
+        error = RpcError{static_cast<int>(s.error_code()), s.error_message()};
+      }
+    }
+    if (error) {
+      PyErr_SetObject(RpcErrorType(), py::make_tuple(error->code, error->details).ptr());
+      throw py::error_already_set();
+    }
+    return py::bytes(response);
+  }
+
+ private:
+  const std::string token_;
+  const std::shared_ptr<grpc::Channel> channel_;
+};
+
+}  // namespace
+
+void BindClient(py::module_& m) {
+  static py::exception<RpcError> rpc_error(m, "RpcError");
+  RpcErrorType() = rpc_error.ptr();
+  py::class_<TrainerChannel>(m, "TrainerChannel")
+      .def(py::init([](std::string address, bool tls, py::bytes root_pem, py::bytes key_pem,
+                       py::bytes cert_pem, std::string token,
+                       std::vector<std::pair<std::string, py::object>> options) {
+             return std::make_unique<TrainerChannel>(
+                 ChannelConfig{std::move(address), tls, root_pem, key_pem, cert_pem,
+                               std::move(token), std::move(options)});
+           }),
+           py::arg("address"), py::arg("tls") = false, py::arg("root_pem") = py::bytes(),
+           py::arg("key_pem") = py::bytes(), py::arg("cert_pem") = py::bytes(),
+           py::arg("token") = "", py::arg("options") = py::list())
+      .def("call", &TrainerChannel::Call, py::arg("method"), py::arg("request"), py::arg("timeout"),
+           "One unary call; the serialized response. Raises RpcError((code, details)).");
+}
+
+}  // namespace wsync::python

@@ -5,6 +5,9 @@
 // as serialized protobuf bytes, the GIL is released for the whole call and
 // the calling thread itself waits on the call's completion queue, so a
 // response wakes it directly (no Python-side call objects, no hand-off).
+// Optionally it busy-waits for the answer (Call's `spin`): on virtual
+// machines a sleeping thread's wake-up after a quiet spell costs a few
+// hundred microseconds (docs/performance.md, "The control path").
 //
 // A failed call raises wsync._native.client.RpcError with args
 // (code: int, details: str); wsync.errors turns it into the matching
@@ -23,7 +26,6 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/impl/client_unary_call.h"
 #include "grpcpp/support/byte_buffer.h"
 
 namespace py = pybind11;
@@ -95,34 +97,20 @@ class TrainerChannel {
                                            ArgumentsOf(config))) {}
 
   // One unary call of `method` ("/wsync.v1.TrainerService/Sync"), bounded by
-  // `timeout_s`; the serialized response, or RpcError.
-  py::bytes Call(const std::string& method, const std::string& request, double timeout_s) {
-    if (!(timeout_s > 0) || !std::isfinite(timeout_s)) {
-      throw py::value_error(absl::StrCat("wsync: call ", method,
-                                         ": timeout must be a positive "
-                                         "number of seconds, got ",
-                                         timeout_s));
-    }
+  // `timeout_s`; the serialized response, or RpcError. For its first
+  // `spin_s` seconds the calling thread polls the call's completion queue
+  // without sleeping (a busy wait: one core, and no wake-up to pay when
+  // the answer comes), then it sleeps until the answer or the deadline.
+  py::bytes Call(const std::string& method, const std::string& request, double timeout_s,
+                 double spin_s) {
+    CheckSeconds(method, "timeout", timeout_s, /*zero_ok=*/false);
+    CheckSeconds(method, "spin", spin_s, /*zero_ok=*/true);
     std::string response;
     std::optional<RpcError> error;
     {
       py::gil_scoped_release nogil;
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::microseconds(static_cast<int64_t>(timeout_s * 1e6)));
-      if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
-      grpc::Slice slice(request);
-      grpc::ByteBuffer in(&slice, 1);
-      grpc::ByteBuffer out;
-      const grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-          channel_.get(),
-          grpc::internal::RpcMethod(method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC), &ctx,
-          in, &out);
-      if (s.ok()) {
-        response = Flatten(out);
-      } else {
-        error = RpcError{static_cast<int>(s.error_code()), s.error_message()};
-      }
+      grpc::Status s = Invoke(method, request, timeout_s, spin_s, &response);
+      if (!s.ok()) error = RpcError{static_cast<int>(s.error_code()), s.error_message()};
     }
     if (error) {
       PyErr_SetObject(RpcErrorType(), py::make_tuple(error->code, error->details).ptr());
@@ -132,8 +120,49 @@ class TrainerChannel {
   }
 
  private:
+  static void CheckSeconds(const std::string& method, const char* what, double seconds,
+                           bool zero_ok) {
+    if (std::isfinite(seconds) && (seconds > 0 || (zero_ok && seconds == 0))) return;
+    throw py::value_error(absl::StrCat("wsync: call ", method, ": ", what, " must be a ",
+                                       zero_ok ? "non-negative" : "positive",
+                                       " number of seconds, got ", seconds));
+  }
+
+  grpc::Status Invoke(const std::string& method, const std::string& request, double timeout_s,
+                      double spin_s, std::string* response) {
+    const auto now = std::chrono::system_clock::now();
+    const auto deadline = now + std::chrono::microseconds(static_cast<int64_t>(timeout_s * 1e6));
+    const auto spin_until = now + std::chrono::microseconds(static_cast<int64_t>(spin_s * 1e6));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline);
+    if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
+    grpc::Slice slice(request);
+    const grpc::ByteBuffer in(&slice, 1);
+    grpc::ByteBuffer out;
+    grpc::Status status;
+    grpc::CompletionQueue cq;
+    std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
+        stub_.PrepareUnaryCall(&ctx, method, in, &cq);
+    call->StartCall();
+    call->Finish(&out, &status, /*tag=*/&status);
+    void* tag = nullptr;
+    bool ok = false;
+    bool done = false;
+    while (!done && std::chrono::system_clock::now() < spin_until) {
+      done = cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now()) ==
+             grpc::CompletionQueue::GOT_EVENT;
+    }
+    if (!done) cq.Next(&tag, &ok);  // the call's deadline bounds this
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+    if (status.ok()) *response = Flatten(out);
+    return status;
+  }
+
   const std::string token_;
   const std::shared_ptr<grpc::Channel> channel_;
+  grpc::GenericStub stub_{channel_};
 };
 
 }  // namespace
@@ -153,7 +182,9 @@ void BindClient(py::module_& m) {
            py::arg("key_pem") = py::bytes(), py::arg("cert_pem") = py::bytes(),
            py::arg("token") = "", py::arg("options") = py::list())
       .def("call", &TrainerChannel::Call, py::arg("method"), py::arg("request"), py::arg("timeout"),
-           "One unary call; the serialized response. Raises RpcError((code, details)).");
+           py::arg("spin") = 0.0,
+           "One unary call; the serialized response. Raises RpcError((code, details)). "
+           "`spin`: seconds of busy-waiting for the answer before sleeping.");
 }
 
 }  // namespace wsync::python

@@ -8,6 +8,7 @@
 Every RPC error becomes a wsync.WsyncError subclass (errors.py); every call has
 a timeout (``timeout`` seconds, default 30) and waits are bounded.
 """
+import os
 import time
 
 import grpc
@@ -22,6 +23,7 @@ _POLL_MS = 1000  # longest single WaitSync call of a wait loop
 
 
 _METHOD_PREFIX = "/wsync.v1.TrainerService/"
+_WAITING_CALLS = ("Sync", "WaitSync")  # the calls a busy_wait client spins on
 _RESPONSE_TYPES = {}
 
 
@@ -157,11 +159,17 @@ class Client:
     """Synchronous client of the controller's TrainerService."""
 
     def __init__(self, address, *, timeout=30.0, channel=None, options=(), tls=False,
-                 token=None):
+                 token=None, busy_wait=None):
         """`tls`: False (plaintext, a --insecure controller), True (TLS with
         the system roots), a CA file path, or wsync.Tls(ca, cert, key) for
         mutual TLS. `token`: a bearer token of the controller's
-        --tokens_file, sent with every call (docs/security.md)."""
+        --tokens_file, sent with every call (docs/security.md).
+        `busy_wait`: while a sync call (Sync with `wait`, WaitSync) waits
+        for its answer, the calling thread spins on it instead of sleeping:
+        one core busy for the sync's duration, and the answer is seen without
+        a wake-up (a few hundred microseconds on virtual machines after a
+        quiet spell; docs/performance.md). Default: WSYNC_CLIENT_BUSY_WAIT=1
+        in the environment, else off. Needs the wsync._native extension."""
         self.address = address
         self.timeout = timeout
         self._channel = channel or _channel.open_channel(address, tls, token, options)
@@ -169,6 +177,9 @@ class Client:
         # brought its own channel or the extension is missing; streams
         # (WatchSync) always use the grpcio channel.
         self._native = None if channel else _channel.open_native(address, tls, token, options)
+        if busy_wait is None:
+            busy_wait = os.environ.get("WSYNC_CLIENT_BUSY_WAIT", "0") == "1"
+        self.busy_wait = bool(busy_wait) and self._native is not None
         self._metadata = _channel.token_metadata(token)
         self._stub = pb_grpc.TrainerServiceStub(self._channel)
         self._where = f"controller {address}"
@@ -195,8 +206,10 @@ class Client:
 
     def _native_rpc(self, method, request, timeout):
         from wsync._native import client as native_client
+        spin = timeout if self.busy_wait and method in _WAITING_CALLS else 0.0
         try:
-            raw = self._native.call(_METHOD_PREFIX + method, request.SerializeToString(), timeout)
+            raw = self._native.call(_METHOD_PREFIX + method, request.SerializeToString(),
+                                    timeout, spin)
         except native_client.RpcError as e:
             code, details = e.args
             raise errors.from_status(code, details, self._where) from None

@@ -1,7 +1,10 @@
 """wsync.Client's unary calls through gRPC C++ (wsync._native.client) give
 the same answers and the same exceptions as through grpcio: a real
 controller and workers, each call made both ways."""
+import os
+import signal
 import socket
+import time
 
 import grpc
 import pytest
@@ -12,6 +15,7 @@ import wsync.torch
 from wsync import _channel
 from wsync._proto import controller_pb2 as pb
 
+from harness import freeze
 from test_errors import client_for, ranks, register_all, spec_of  # noqa: F401 (fixture)
 
 native = pytest.importorskip("wsync._native")
@@ -89,15 +93,25 @@ def test_wait_past_the_call_timeout_is_deadline_exceeded(cluster, ranks):  # noq
     fast = client_for(cluster)
     register_all(ranks)
     fast.define_transfer("t", spec_of())
-    s = fast.sync(1, transfer="t", wait=30).wait(timeout=30, show_progress=False)
-    # A sync id that never ends: the controller waits timeout_ms; the call's
-    # own deadline (0.2 s) ends it first.
     with pytest.raises(wsync.NotFound):
         fast._native_rpc("WaitSync", pb.WaitSyncRequest(sync_id="no-such-sync", timeout_ms=5000),
                          0.2)
-    with pytest.raises(wsync.DeadlineExceeded):
-        fast._native_rpc("WaitSync",
-                         pb.WaitSyncRequest(sync_id=s.sync_id, timeout_ms=1), 1e-6)
+    proc = cluster.workers["trainer:1:2"].proc
+    freeze(proc)
+    try:
+        handle = fast.sync(1, deadline=60)
+        # The controller would wait 5 s; the call's own deadline ends it
+        # first, sleeping or spinning.
+        for spin in (0.0, 0.3):
+            fast.busy_wait = spin > 0
+            t = time.monotonic()
+            with pytest.raises(wsync.DeadlineExceeded):
+                fast._native_rpc("WaitSync", pb.WaitSyncRequest(sync_id=handle.sync_id,
+                                                                timeout_ms=5000), 0.3)
+            assert time.monotonic() - t < 3
+        handle.cancel("test")
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
 
 
 def test_tls_and_token_reach_the_native_channel(tmp_path):
@@ -107,3 +121,33 @@ def test_tls_and_token_reach_the_native_channel(tmp_path):
         _channel.open_native("127.0.0.1:1", str(tmp_path / "missing-ca.pem"), "tok", ())
     with pytest.raises(TypeError):
         _channel.open_native("127.0.0.1:1", False, None, (("grpc.some_option", 1.5),))
+
+
+def test_busy_wait_spins_only_on_sync_calls_and_gives_the_same_answers(cluster, ranks,  # noqa: F811
+                                                                      monkeypatch):
+    register_all(ranks)
+    spinning = wsync.Client(cluster.address, timeout=10, busy_wait=True)
+    assert spinning.busy_wait
+    spinning.wait_for_workers({"trainer": 2, "inference": 1}, timeout=30)
+    spinning.define_transfer("t", spec_of())
+    calls = []
+    real = spinning._native
+
+    class Spy:
+        def call(self, method, request, timeout, spin=0.0):
+            calls.append((method.rsplit("/", 1)[1], spin))
+            return real.call(method, request, timeout, spin)
+
+    spinning._native = Spy()
+    for v in (1, 2):
+        s = spinning.sync(v, transfer="t", wait=30).wait(timeout=30, show_progress=False)
+        assert s.phase == pb.SYNC_SUCCEEDED
+    spinning.status()
+    assert [m for m, spin in calls if spin > 0] == ["Sync", "Sync"]
+    assert [m for m, spin in calls if spin == 0] == ["GetStatus"]
+    # The environment switches it on; without the extension it is off.
+    monkeypatch.setenv("WSYNC_CLIENT_BUSY_WAIT", "1")
+    assert wsync.Client(cluster.address).busy_wait
+    assert not wsync.Client(cluster.address, channel=grpc.insecure_channel("x:1")).busy_wait
+    with pytest.raises(ValueError):
+        real.call("/wsync.v1.TrainerService/GetStatus", b"", 1.0, -1.0)

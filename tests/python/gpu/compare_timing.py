@@ -43,7 +43,7 @@ def main(out, stage):
     parts = {k: round(statistics.median(r[k] for r in recs if r.get(k) is not None), 6)
              for k in ("controller_elapsed_s", "plan_s", "dispatch_s", "max_deliver_s",
                        "max_queue_s", "max_bind_s", "max_run_s", "max_report_s",
-                       "request_s", "answer_s", "rpc_ping_s")
+                       "request_s", "answer_s", "rpc_ping_s", "rpc_ping_grpcio_s")
              if any(k in r and r[k] is not None for r in recs)}
     summary = {"stage": stage, "model": recs[0]["model"], "size": recs[0]["size"],
                "bytes": recs[0]["bytes"], "versions": len(recs),

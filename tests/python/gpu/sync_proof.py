@@ -285,6 +285,7 @@ def run_model(args, roles, model, device, services, client, out):
                "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
         if RANK == 0:
             ping = rpc_ping(client, last_sync_id) if last_sync_id else None
+            ping_grpcio = rpc_ping(grpcio_client(client), last_sync_id) if last_sync_id else None
             u0 = time.time_ns() // 1000
             t0 = time.perf_counter()
             status = client.sync(version, transfer=model, wait=120).wait(
@@ -297,7 +298,8 @@ def run_model(args, roles, model, device, services, client, out):
             if status.started_unix_us and status.finished_unix_us:
                 rec.update(request_s=(status.started_unix_us - u0) / 1e6,
                            answer_s=(u1 - status.finished_unix_us) / 1e6)
-            rec.update(rpc_ping_s=ping)
+            rec.update(rpc_ping_s=ping, rpc_ping_grpcio_s=ping_grpcio,
+                       native_client=client._native is not None)
             rec.update(sync_wait_s=round(t1 - t0, 6), step_to_synced_s=round(t1 - t_step, 6),
                        controller_elapsed_s=round(status.elapsed_seconds, 6),
                        plan_s=round(status.plan_seconds, 6),
@@ -336,6 +338,19 @@ def run_model(args, roles, model, device, services, client, out):
         ok = False
     dist.barrier(group=HOST.group)
     return ok
+
+
+_GRPCIO_CLIENTS = {}
+
+
+def grpcio_client(client):
+    """A client of the same controller whose calls all go through grpcio
+    (its own channel): the ping's other path, for comparison."""
+    if client.address not in _GRPCIO_CLIENTS:
+        import grpc
+        _GRPCIO_CLIENTS[client.address] = wsync.Client(
+            client.address, channel=grpc.insecure_channel(client.address))
+    return _GRPCIO_CLIENTS[client.address]
 
 
 def rpc_ping(client, sync_id):

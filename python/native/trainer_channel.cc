@@ -7,7 +7,7 @@
 // response wakes it directly (no Python-side call objects, no hand-off).
 // Optionally it busy-waits for the answer (Call's `spin`): on virtual
 // machines a sleeping thread's wake-up after a quiet spell costs a few
-// hundred microseconds (docs/performance.md, "The control path").
+// hundred microseconds (docs/performance-notes.md, "The control path").
 //
 // A failed call raises wsync._native.client.RpcError with args
 // (code: int, details: str); wsync.errors turns it into the matching
@@ -15,6 +15,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -130,9 +131,14 @@ class TrainerChannel {
 
   grpc::Status Invoke(const std::string& method, const std::string& request, double timeout_s,
                       double spin_s, std::string* response) {
+    // Checked finite and non-negative; past a year both mean "no limit".
+    static constexpr double kYear = 365.0 * 24 * 3600;
+    auto after = [](double seconds) {
+      return std::chrono::microseconds(static_cast<int64_t>(std::min(seconds, kYear) * 1e6));
+    };
     const auto now = std::chrono::system_clock::now();
-    const auto deadline = now + std::chrono::microseconds(static_cast<int64_t>(timeout_s * 1e6));
-    const auto spin_until = now + std::chrono::microseconds(static_cast<int64_t>(spin_s * 1e6));
+    const auto deadline = now + after(timeout_s);
+    const auto spin_until = now + after(std::min(spin_s, timeout_s));
     grpc::ClientContext ctx;
     ctx.set_deadline(deadline);
     if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);

@@ -168,8 +168,9 @@ class Client:
         for its answer, the calling thread spins on it instead of sleeping:
         one core busy for the sync's duration, and the answer is seen without
         a wake-up (a few hundred microseconds on virtual machines after a
-        quiet spell; docs/performance.md). Default: WSYNC_CLIENT_BUSY_WAIT=1
-        in the environment, else off. Needs the wsync._native extension."""
+        quiet spell; docs/performance-notes.md, "The control path").
+        Default: WSYNC_CLIENT_BUSY_WAIT=1 in the environment, else off.
+        Needs the wsync._native extension."""
         self.address = address
         self.timeout = timeout
         self._channel = channel or _channel.open_channel(address, tls, token, options)

@@ -83,6 +83,11 @@ def test_controller_down_and_timeouts_raise_named_errors():
     with pytest.raises(wsync.Unavailable) as down:
         c.status()
     assert f"controller 127.0.0.1:{port}" in str(down.value)
+    # A huge timeout is "no limit", not an overflow; the call still fails
+    # at once on a refused connection.
+    with pytest.raises(native.client.RpcError) as refused:
+        c._native.call("/wsync.v1.TrainerService/GetStatus", b"", 1e300, 1e300)
+    assert refused.value.args[0] == grpc.StatusCode.UNAVAILABLE.value[0]
     with pytest.raises(ValueError):
         c._native.call("/wsync.v1.TrainerService/GetStatus", b"", -1.0)
     with pytest.raises(ValueError):

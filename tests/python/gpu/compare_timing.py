@@ -51,6 +51,17 @@ def main(out, stage):
                "worker_execute_s": round(execute, 6), "bench_median_s": round(bench, 6),
                "wait_over_bench": round(wait / bench, 4),
                "execute_over_bench": round(execute / bench, 4), "breakdown": parts}
+    # Each client mode's own medians, when the run cycled through several
+    # (WSYNC_PROOF_CLIENT_MODES): same run, same spec, same bench.
+    modes = sorted({r.get("client_mode") for r in recs if r.get("client_mode")})
+    if len(modes) > 1:
+        summary["by_client_mode"] = {
+            m: {"versions": len(rs), "python_sync_wait_s": round(statistics.median(
+                    r["sync_wait_s"] for r in rs), 6),
+                "wait_over_bench": round(statistics.median(r["sync_wait_s"] for r in rs) / bench, 4),
+                "answer_s": round(statistics.median(r["answer_s"] for r in rs), 6),
+                "request_s": round(statistics.median(r["request_s"] for r in rs), 6)}
+            for m in modes for rs in [[r for r in recs if r.get("client_mode") == m]]}
     print("TIMING " + json.dumps(summary))
     ok = wait <= 1.05 * bench
     print(f"Python path sync().wait() {wait * 1e3:.2f} ms vs data-plane bench {bench * 1e3:.2f} ms"

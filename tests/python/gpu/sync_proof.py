@@ -284,6 +284,8 @@ def run_model(args, roles, model, device, services, client, out):
                "version": version, "device": str(device),
                "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
         if RANK == 0:
+            mode = client_mode(client, version)
+            rec["client_mode"] = mode
             ping = rpc_ping(client, last_sync_id) if last_sync_id else None
             ping_grpcio = rpc_ping(grpcio_client(client), last_sync_id) if last_sync_id else None
             u0 = time.time_ns() // 1000
@@ -298,8 +300,7 @@ def run_model(args, roles, model, device, services, client, out):
             if status.started_unix_us and status.finished_unix_us:
                 rec.update(request_s=(status.started_unix_us - u0) / 1e6,
                            answer_s=(u1 - status.finished_unix_us) / 1e6)
-            rec.update(rpc_ping_s=ping, rpc_ping_grpcio_s=ping_grpcio,
-                       native_client=client._native is not None)
+            rec.update(rpc_ping_s=ping, rpc_ping_grpcio_s=ping_grpcio)
             rec.update(sync_wait_s=round(t1 - t0, 6), step_to_synced_s=round(t1 - t_step, 6),
                        controller_elapsed_s=round(status.elapsed_seconds, 6),
                        plan_s=round(status.plan_seconds, 6),
@@ -341,6 +342,28 @@ def run_model(args, roles, model, device, services, client, out):
 
 
 _GRPCIO_CLIENTS = {}
+_NATIVE = {}
+
+
+def client_mode(client, version):
+    """Sets how `client` makes this version's sync call and returns it:
+    WSYNC_PROOF_CLIENT_MODES (e.g. "grpcio,native,busy_wait") cycles through
+    the modes version by version from version 2 (version 1 sets up the
+    transport), so each mode is timed in the same run; unset: the client's
+    own defaults."""
+    modes = [m for m in os.environ.get("WSYNC_PROOF_CLIENT_MODES", "").split(",") if m]
+    _NATIVE.setdefault(id(client), client._native)
+    if not modes:
+        return ("busy_wait" if client.busy_wait else "native") if client._native else "grpcio"
+    mode = modes[(version - 2) % len(modes)] if version >= 2 else modes[0]
+    if mode not in ("grpcio", "native", "busy_wait"):
+        raise SystemExit(f"WSYNC_PROOF_CLIENT_MODES: unknown mode {mode!r}")
+    native = _NATIVE[id(client)]
+    if mode != "grpcio" and native is None:
+        raise SystemExit(f"client mode {mode}: wsync._native is not importable here")
+    client._native = None if mode == "grpcio" else native
+    client.busy_wait = mode == "busy_wait"
+    return mode
 
 
 def grpcio_client(client):

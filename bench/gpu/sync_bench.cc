@@ -14,6 +14,7 @@
 // every sync end to end (bench/gpu/fragment_check.h).
 //
 //   wsync_bench_gpu_sync --model llama3-8b [--mode tp1,colocated] [--iters 5]
+//       [--pause-ms 0]   (idle before each timed sync, as between training steps)
 //       [--bucket-mib 256] [--staging-mib 2048] [--zero-copy-mib 32] [--pipeline 1]
 //       [--blocks-per-sm 8] [--direct 0] [--put-copy-engine-kib 4096]
 //       [--put-blocks-per-sm 1] [--put-copy-streams 4] [--put-copy-engine-row-bytes 8192]
@@ -80,6 +81,7 @@ struct Flags {
   std::string model = "llama3-8b";
   std::vector<std::string> modes = {"tp1", "colocated"};
   int iters = 5;
+  int pause_ms = 0;  // idle before each measured sync
   int64_t bucket_mib = 256, staging_mib = 2048, zero_copy_mib = 32;
   double nvlink_gbps = 368, bidir_gbps = 354, copy_gbps = 2071;
   std::string dump_shapes;
@@ -355,6 +357,8 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
     timeline = cuda::DeviceTimeline::Active();
   }
   for (int i = 0; i < f.iters; ++i) {
+    // --pause-ms: every worker idles first, as between an RL trainer's steps.
+    absl::SleepFor(absl::Milliseconds(f.pause_ms));
     if (auto s = barrier(); !s.ok()) return Fail("barrier", s);
     if (timeline != nullptr) {
       if (auto s = timeline->Begin(ops->stream()); !s.ok()) return Fail("timeline", s);
@@ -495,6 +499,8 @@ int main(int argc, char** argv) {
       f.modes = absl::StrSplit(v, ',');
     else if (k == "--iters")
       f.iters = std::stoi(v);
+    else if (k == "--pause-ms")
+      f.pause_ms = std::stoi(v);
     else if (k == "--bucket-mib")
       f.bucket_mib = std::stoll(v);
     else if (k == "--staging-mib")

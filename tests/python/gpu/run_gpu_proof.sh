@@ -75,6 +75,13 @@ proof() {
   shift
   local run_dir; run_dir=$(mktemp -d /tmp/wsync-proof-XXXXXX)
   port=$((port + 1))
+  # wsync._native for this Python, when built (build-gpu312/pybundle): the
+  # trainer's client then makes its calls through gRPC C++ (docs/api.md).
+  local native=${WSYNC_NATIVE_PYTHONPATH:-build-gpu312/pybundle/python}
+  if native=$(cd "$native" 2>/dev/null && pwd); then
+    envs+=("PYTHONPATH=$native:$PYTHONPATH"
+           "LD_LIBRARY_PATH=$(dirname "$native")/lib:$LD_LIBRARY_PATH")
+  fi
   echo "=== proof $name ($nproc GPUs${envs[*]:+, ${envs[*]}})"
   env "${envs[@]}" timeout "${WSYNC_PROOF_TIMEOUT:-300}" torchrun --nproc_per_node "$nproc" --master_port $port \
     $gpu/sync_proof.py --run-dir "$run_dir" --bin-dir "$bundle/bin" --out "$OUT/$name" \

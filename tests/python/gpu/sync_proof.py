@@ -190,11 +190,18 @@ def receivers_for(spec, device, rank):
             for b, (_, n) in layouts.local_buffers(spec.destination, rank).items()}
 
 
-def reference_full(roles, trainer):
+def reference_full(roles, trainer, device=None):
     """The trainer's full tensors on every rank that receives (the trainers'
     full_tensor() is collective over their mesh; receiver-only ranks get
-    rank 0's copy)."""
-    full = trainer.full_tensors() if trainer is not None else None
+    rank 0's copy). On `device` (a GPU) when every rank trains, so nothing
+    is broadcast, and the GPU has room for them and their vLLM-layout copy;
+    else on the host."""
+    on_device = (device is not None and device.type == "cuda" and trainer is not None
+                 and roles.placement != "disjoint"
+                 and torch.cuda.mem_get_info(device)[0] > 2.5 * trainer.full_bytes())
+    if device is not None:
+        on_device = not dist_any(not on_device)  # full_tensor() is collective: agree
+    full = trainer.full_tensors(on_device=on_device) if trainer is not None else None
     if roles.placement == "disjoint":
         box = [full]
         dist.broadcast_object_list(box, src=0, group=HOST.group)
@@ -316,7 +323,7 @@ def run_model(args, roles, model, device, services, client, out):
                        gbps=round(status.bytes_total / max(t1 - t0, 1e-9) / 1e9, 3))
             times.append((t1 - t0, t1 - t_step))
         dist.barrier(group=HOST.group)
-        full = reference_full(roles, trainer)
+        full = reference_full(roles, trainer, device)
         bad = check(cfg, full, recv, roles.receiver_rank) if recv is not None else []
         flags = [None] * WORLD
         dist.all_gather_object(flags, bad, group=HOST.group)

@@ -101,9 +101,18 @@ class FsdpTrainer:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
 
-    def full_tensors(self):
-        # bf16 stays bf16 (exact; the receivers hold bf16): half the host memory.
-        full = {n: p.full_tensor().detach().cpu() for n, p in self.model.named_parameters()}
+    def full_bytes(self):
+        """Bytes of full_tensors()."""
+        return sum(p.numel() * (2 if p.dtype == torch.bfloat16 else 4)
+                   for p in self.model.parameters())
+
+    def full_tensors(self, on_device=False):
+        # bf16 stays bf16 (exact; the receivers hold bf16): half the memory.
+        # on_device: kept on this rank's GPU (the checks then run there, tens
+        # of times faster than on the host at Llama-3-8B's size).
+        full = {n: p.full_tensor().detach() for n, p in self.model.named_parameters()}
+        if not on_device:
+            full = {n: t.cpu() for n, t in full.items()}
         full = {n: t if t.dtype == torch.bfloat16 else t.float() for n, t in full.items()}
         return proof_models.unfuse_experts(self.cfg, full) if self.fused_experts else full
 
@@ -139,7 +148,11 @@ class StandInTrainer:
             for t in self.locals.values():
                 t.add_(torch.randn(t.shape, generator=g), alpha=0.01)
 
-    def full_tensors(self):
+    def full_bytes(self):
+        return sum(t.numel() * 4 for t in self.locals.values()) * self.world
+
+    def full_tensors(self, on_device=False):
+        del on_device  # the stand-in's tensors live on the host
         shards = [None] * self.world
         dist.all_gather_object(shards, {n: t.clone() for n, t in self.locals.items()},
                                group=self.group)

@@ -316,8 +316,10 @@ void WorkerAgent::ExecLoop() {
     Publish(EventOf(a, v1::SyncEvent::STARTED));
     absl::Time last_progress = absl::InfinitePast();
     auto progress = [&](int32_t done, int32_t total, int64_t bytes) {
-      // Throttled: the controller needs a trend, not every round.
-      if (done < total && absl::Now() - last_progress < absl::Milliseconds(100)) return;
+      // Throttled: the controller needs a trend, not every round. The last
+      // round's is not sent: the result report follows at once with the same
+      // numbers, and a second call racing it would only delay it.
+      if (done >= total || absl::Now() - last_progress < absl::Milliseconds(100)) return;
       last_progress = absl::Now();
       v1::ReportProgressRequest p;
       p.set_lease_id(q.lease_id);

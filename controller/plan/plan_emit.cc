@@ -92,15 +92,17 @@ class Emitter {
 
   absl::Status Run(bool summary_only) {
     Order();
+    int64_t pieces = 0, relays = 0;
     if (!summary_only) {
       EmitNames();
-      EmitBuckets();
+      reduce_inputs_.assign(w_.reduces.size(), {});
       qinputs_.assign(w_.quants.size(), {});
+      EmitBuckets(&pieces, &relays);
       EmitReduces();
       EmitQuantizes();
+    } else {
+      CountPieces(&pieces, &relays);
     }
-    int64_t pieces, relays;
-    CountPieces(&pieces, &relays);
     EmitRanksAndSummary(w_, {bucket_id_, seq_, reduce_id_, quant_id_}, pieces, relays, summary_only,
                         plan_);
     return absl::OkStatus();
@@ -260,7 +262,10 @@ class Emitter {
     for (const std::string& b : dst.buffer_names) names->Add()->assign(b);
   }
 
-  void EmitBuckets() {
+  // Also counts the pieces and relayed pieces, and records where every
+  // reduce and quantize input lands (bucket id, piece index): one merge of
+  // each bucket's transfers serves all three.
+  void EmitBuckets(int64_t* pieces, int64_t* relays) {
     auto* buckets = plan_->mutable_buckets();
     buckets->Reserve(static_cast<int>(bucket_order_.size()));
     for (int32_t b : bucket_order_) {
@@ -279,31 +284,18 @@ class Emitter {
       for (const MergedPiece& mp : merged_) {
         const Xfer& x = w_.xfers[w_.bucket_xfers[bk.xfer_begin + mp.first]];
         const int32_t index = out->pieces_size();
+        if (x.reduce != 0) reduce_inputs_[x.reduce - 1].emplace_back(bucket_id_[b], index);
+        if (x.quantize != 0) qinputs_[x.quantize - 1].push_back({bucket_id_[b], index, x.cell});
         FillPiece(x, mp, out->add_pieces());
         if (CarriesScales(w_.cells[x.cell])) FillScalePiece(x, index, out->add_pieces());
+        const int32_t n = out->pieces_size() - index;
+        *pieces += n;
+        if (x.relay) *relays += n;
       }
     }
   }
 
   void EmitReduces() {
-    // Inputs: (bucket id, piece index), found through the packing order.
-    std::vector<std::vector<std::pair<int64_t, int32_t>>> inputs(w_.reduces.size());
-    // Reduce contributions are never merged, but other transfers before them
-    // in a bucket may be: index by emitted piece.
-    const bool any_inputs = !w_.reduces.empty() || !w_.quants.empty();
-    for (size_t b = 0; any_inputs && b < w_.buckets.size(); ++b) {
-      const BucketRec& bk = w_.buckets[b];
-      MergePieces(w_, bk, &merged_);
-      int32_t piece = 0;
-      for (size_t i = 0; i < merged_.size(); ++i) {
-        const Xfer& x = w_.xfers[w_.bucket_xfers[bk.xfer_begin + merged_[i].first]];
-        if (x.reduce != 0) inputs[x.reduce - 1].emplace_back(bucket_id_[b], piece);
-        if (x.quantize != 0) {
-          qinputs_[x.quantize - 1].push_back({bucket_id_[b], piece, x.cell});
-        }
-        piece += PieceCount(w_, bk, merged_[i]);
-      }
-    }
     auto* reduces = plan_->mutable_reduces();
     reduces->Reserve(static_cast<int>(reduce_order_.size()));
     for (int32_t r : reduce_order_) {
@@ -321,8 +313,9 @@ class Emitter {
       out->set_op(rr.op);
       out->set_accumulate_dtype(st.dtype);
       FillView(true, dt, rr.dst_frag, doff, dlen, m.dst_rank, out->mutable_dst());
-      std::sort(inputs[r].begin(), inputs[r].end());
-      for (auto [bucket, piece] : inputs[r]) {
+      std::vector<std::pair<int64_t, int32_t>>& inputs = reduce_inputs_[r];
+      std::sort(inputs.begin(), inputs.end());
+      for (auto [bucket, piece] : inputs) {
         v1::ReduceInput* in = out->add_inputs();
         in->set_bucket(bucket);
         in->set_piece(piece);
@@ -369,7 +362,8 @@ class Emitter {
     }
   }
 
-  // Pieces of the emitted buckets, and how many of them relays forward.
+  // Pieces of the buckets, and how many of them relays forward (summary_only:
+  // EmitBuckets counts them otherwise).
   void CountPieces(int64_t* pieces, int64_t* relays) const {
     *pieces = 0;
     *relays = 0;
@@ -394,6 +388,8 @@ class Emitter {
     int32_t cell;
   };
   std::vector<std::vector<QInput>> qinputs_;
+  // Per reduce: its inputs (bucket id, piece index), filled by EmitBuckets.
+  std::vector<std::vector<std::pair<int64_t, int32_t>>> reduce_inputs_;
   mutable std::vector<MergedPiece> merged_;
 };
 

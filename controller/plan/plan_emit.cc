@@ -111,14 +111,22 @@ class Emitter {
  private:
   void Order() {
     const int32_t nb = static_cast<int32_t>(w_.buckets.size());
+    // Sorted by value (the keys next to each other, not behind an index).
+    struct Key {
+      int32_t round, sender, receiver, bucket;
+      bool operator<(const Key& o) const {
+        return std::tie(round, sender, receiver, bucket) <
+               std::tie(o.round, o.sender, o.receiver, o.bucket);
+      }
+    };
+    std::vector<Key> keys(nb);
+    for (int32_t b = 0; b < nb; ++b) {
+      const BucketRec& x = w_.buckets[b];
+      keys[b] = {x.round, x.sender, x.receiver, b};
+    }
+    std::sort(keys.begin(), keys.end());
     bucket_order_.resize(nb);
-    std::iota(bucket_order_.begin(), bucket_order_.end(), 0);
-    std::sort(bucket_order_.begin(), bucket_order_.end(), [&](int32_t a, int32_t b) {
-      const BucketRec& x = w_.buckets[a];
-      const BucketRec& y = w_.buckets[b];
-      return std::tie(x.round, x.sender, x.receiver, a) <
-             std::tie(y.round, y.sender, y.receiver, b);
-    });
+    for (int32_t i = 0; i < nb; ++i) bucket_order_[i] = keys[i].bucket;
     bucket_id_.resize(nb);
     seq_.resize(nb);
     for (int32_t i = 0; i < nb; ++i) {

@@ -163,6 +163,7 @@ int64_t MinPiecesFromSpec(const v1::TransferSpec& spec) {
   }
   std::vector<int64_t> parts, so, sl;
   int64_t total = 0;
+  int64_t budget = kMinPiecesWorkBudget;
   for (int i = 0; i < spec.destination().tensors_size(); ++i) {
     const v1::TensorLayout& dt = spec.destination().tensors(i);
     std::vector<Region>& rs = regions[i];
@@ -177,9 +178,17 @@ int64_t MinPiecesFromSpec(const v1::TransferSpec& spec) {
       zero.Resize(dt.shape_size(), 0);
       if (PlaceRegion(zero, dt, &r)) rs.push_back(std::move(r));
     }
+    // Explicit tensors cost fragments x regions: within the budget, or
+    // skipped (counted as nothing, which still bounds).
+    const bool explicit_dst = dt.layout_case() != v1::TensorLayout::kMesh;
+    if (explicit_dst) {
+      const int64_t cost = SatMul(dt.fragments().fragments_size(), rs.size());
+      if (cost > budget) continue;
+      budget -= cost;
+    }
     for (const Region& r : rs) {
       int64_t n = 0;
-      if (dt.layout_case() == v1::TensorLayout::kMesh) {
+      if (!explicit_dst) {
         n = ShardsMeeting(*r.src, r.src_off, r.src_len, &parts);  // every element is held
       } else {
         // Explicit fragments may leave elements unheld: the most shards any

@@ -28,7 +28,11 @@ namespace wsync::plan {
 // (explicit fragments, Partial, StridedShard, nested shards) count one per
 // non-empty region, and malformed entries count nothing (validation rejects
 // them later with its own error). Saturates at INT64_MAX / 4. Time: the
-// spec's size plus, per explicit destination tensor, fragments x regions.
+// spec's size plus, per explicit destination tensor, fragments x regions
+// (fragment-region pairs), at most kMinPiecesWorkBudget pairs per call in
+// all: a tensor that would exceed what is left counts nothing (the spec is
+// untrusted, and this runs before any other check).
+inline constexpr int64_t kMinPiecesWorkBudget = int64_t{64} << 20;
 int64_t MinPiecesFromSpec(const v1::TransferSpec& spec);
 
 }  // namespace wsync::plan

@@ -110,6 +110,26 @@ TEST(PlanEstimateTest, MalformedInputCountsNothingAndNeverOverflows) {
   EXPECT_EQ(n, 1 + 1 + 1);
 }
 
+// Fragments x regions of explicit destinations is quadratic in the spec:
+// past kMinPiecesWorkBudget pairs a tensor counts nothing instead.
+TEST(PlanEstimateTest, QuadraticWorkIsBudgeted) {
+  const int n = 9000;  // 81 M pairs > 64 Mi
+  v1::Side src = Side("train", Range(0, 2));
+  Mesh(&src, "w", {n, 2}, {2}, {Sh(1)});
+  v1::Side dst = Side("infer", {2});
+  v1::TensorLayout* big = Explicit(&dst, "big", {n, 2});
+  v1::TensorLayout* small = Explicit(&dst, "small", {n, 2});
+  for (int i = 0; i < n; ++i) Frag(big, 0, {i, 0}, {1, 2}, "big");
+  Frag(small, 0, {0, 0}, {n, 2}, "small");
+  v1::TransferSpec spec = Spec(std::move(src), std::move(dst));
+  for (int i = 0; i < n; ++i) Map(&spec, "big", {i, 0}, "w", {i, 0}, {1, 2});
+  Map(&spec, "small", {0, 0}, "w", {0, 0}, {n, 2});
+  const auto start = std::chrono::steady_clock::now();
+  // "big" (81 M pairs) is skipped; "small" (one pair) meets both shards.
+  EXPECT_EQ(MinPiecesFromSpec(spec), 2);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+}
+
 // Regression: a spec of many source shards used to be compiled (every
 // fragment), mapped into cells and only then refused: Kimi-K2 from FSDP2 over
 // 256 ranks took 3 GiB before the cells and exhausted a 24 GiB machine. Now

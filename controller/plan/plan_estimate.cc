@@ -118,13 +118,18 @@ int64_t ShardsMeetingHeld(const Region& r, const google::protobuf::RepeatedField
   for (int d = 0; d < dr; ++d) {
     if (off[d] < 0 || len[d] < 0) return 0;
   }
+  for (int d = 0; d < dr; ++d) {  // most fragments miss most regions: test first
+    if (std::min(End(off[d], len[d]), End(r.dst_off[d], r.dst_len[d])) <=
+        std::max(off[d], r.dst_off[d])) {
+      return 0;
+    }
+  }
   const int n = std::min(sr, dr);
   *so = r.src_off;
   *sl = r.src_len;
   for (int d = 0; d < dr; ++d) {
     const int64_t lo = std::max(off[d], r.dst_off[d]);
     const int64_t hi = std::min(End(off[d], len[d]), End(r.dst_off[d], r.dst_len[d]));
-    if (hi <= lo) return 0;
     const int k = d - (dr - n);
     if (k < 0) continue;  // a fixed leading destination dim
     (*so)[sr - n + k] = r.src_off[sr - n + k] + (lo - r.dst_off[d]);

@@ -6,8 +6,8 @@
 #include <iostream>
 #include <memory>
 
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/checked_math.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -24,6 +24,11 @@
 namespace wsync::tools {
 namespace {
 
+// As wsync-controller's --max_plan_pieces / --max_plan_buckets: a plan the
+// controller would refuse is refused here too, before it exhausts memory.
+constexpr int64_t kDefaultMaxPieces = 4'000'000;
+constexpr int64_t kDefaultMaxBuckets = 2'000'000;
+
 void PlanUsage(FILE* out) {
   std::fprintf(out,
                "usage: wsyncctl plan SPEC.json|- [--json [--pretty]] [--verify] [--top N]\n"
@@ -36,6 +41,10 @@ void PlanUsage(FILE* out) {
                "                    strides counted\n"
                "  --top N           workers listed in the summary (default 10)\n"
                "  --rounds          also list every round's simulated time and critical worker\n"
+               "  --max-pieces N    refuse a plan of more pieces (default 4000000, as\n"
+               "                    wsync-controller's --max_plan_pieces; 0: no limit). A spec\n"
+               "                    over it by its source shards alone is refused before planning\n"
+               "  --max-buckets N   refuse a plan of more buckets (default 2000000; 0: no limit)\n"
                "\ncase flags:\n%s",
                CaseFlagsUsage().c_str());
 }
@@ -131,7 +140,8 @@ void PrintSummary(const v1::TransferSpec& spec, const v1::Plan& plan,
 }  // namespace
 
 int RunPlanCommand(const std::vector<std::string>& argv) {
-  FlagSpec flags{{"top", "verify-max-gib"}, {"json", "pretty", "verify", "rounds", "help"}};
+  FlagSpec flags{{"top", "verify-max-gib", "max-pieces", "max-buckets"},
+                 {"json", "pretty", "verify", "rounds", "help"}};
   AddCaseFlags(&flags);
   auto args = ParseArgs(argv, flags);
   if (!args.ok()) {
@@ -147,6 +157,17 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   if (!top.ok()) return Fail(kExitUsage, top.status());
   auto max_gib = args->IntValue("verify-max-gib", 16);
   if (!max_gib.ok()) return Fail(kExitUsage, max_gib.status());
+  plan::BuildOptions build;
+  auto max_pieces = args->IntValue("max-pieces", kDefaultMaxPieces);
+  if (!max_pieces.ok()) return Fail(kExitUsage, max_pieces.status());
+  auto max_buckets = args->IntValue("max-buckets", kDefaultMaxBuckets);
+  if (!max_buckets.ok()) return Fail(kExitUsage, max_buckets.status());
+  if (*max_pieces < 0 || *max_buckets < 0) {
+    return Fail(kExitUsage,
+                absl::InvalidArgumentError("--max-pieces and --max-buckets must be >= 0"));
+  }
+  build.max_pieces = *max_pieces;
+  build.max_buckets = *max_buckets;
   const bool from_case = HasCaseFlags(*args);
   if (from_case == (args->positional().size() == 1) || args->positional().size() > 1) {
     spdlog::error("plan: give exactly one of SPEC.json or --model/--source/--destination");
@@ -160,7 +181,7 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   // On the plan arena, as the controller's plan cache builds it.
   std::shared_ptr<google::protobuf::Arena> arena = plan::NewPlanArena();
   v1::Plan* plan = google::protobuf::Arena::CreateMessage<v1::Plan>(arena.get());
-  absl::Status built = plan::BuildPlanInto(*spec, plan);
+  absl::Status built = plan::BuildPlanInto(*spec, plan, build);
   if (!built.ok()) return Fail(kExitFailed, built);
 
   if (args->Has("json")) {
@@ -185,8 +206,8 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
     auto need = ReplayBytes(*spec);
     if (!need.ok()) return Fail(kExitFailed, need.status());
     if (*max_gib < 0 || *max_gib > (int64_t{1} << 32)) {
-      return Fail(kExitUsage, absl::InvalidArgumentError(absl::StrCat(
-                                  "--verify-max-gib ", *max_gib, " is outside [0, 2^32]")));
+      return Fail(kExitUsage, absl::InvalidArgumentError(absl::StrCat("--verify-max-gib ", *max_gib,
+                                                                      " is outside [0, 2^32]")));
     }
     if (*need > (*max_gib << 30)) {
       return Fail(kExitFailed,

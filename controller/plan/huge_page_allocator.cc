@@ -38,10 +38,11 @@ size_t SizeClass(size_t size) {
 }
 
 // Freed blocks are kept (up to kCachedBytes) and handed out again. While a
-// plan is built, the planner's growing arrays free their old buffers and the
-// plan arena asks for new blocks; memory touched before costs no page faults,
-// and in a VM the first touch of fresh memory (a fault plus zeroing the page)
-// was the largest single cost of building a Kimi-K2 plan.
+// plan is built, the planner's growing arrays free their old buffers and ask
+// for larger ones, and the next plan's arrays reuse this one's; memory
+// touched before costs no page faults, and in a VM the first touch of fresh
+// memory (a fault plus zeroing the page) was the largest single cost of
+// building a Kimi-K2 plan. (The plan arena takes heap blocks: plan_arena.cc.)
 class BlockCache {
  public:
   static constexpr size_t kCachedBytes = size_t{512} << 20;

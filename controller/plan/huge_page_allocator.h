@@ -13,7 +13,7 @@ namespace wsync::plan {
 
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 
-// Raw blocks (also the plan arena's): at least kHugePageBytes from a huge-page
+// Raw blocks: at least kHugePageBytes from a huge-page
 // mmap, smaller ones from malloc; the size decides both ways, so a block must
 // be freed with the size it was allocated with. nullptr when out of memory.
 void* AllocateBlock(size_t bytes);

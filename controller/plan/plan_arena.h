@@ -1,5 +1,5 @@
-// The arena a whole v1::Plan is built on: large blocks, 2 MiB aligned and
-// advised for transparent huge pages (why: docs/performance-notes.md).
+// The arena a whole v1::Plan is built on: blocks from 64 KiB up to 32 MiB,
+// from the heap on ordinary pages (why not huge pages: docs/performance-notes.md).
 #ifndef WSYNC_CONTROLLER_PLAN_PLAN_ARENA_H_
 #define WSYNC_CONTROLLER_PLAN_PLAN_ARENA_H_
 

@@ -92,15 +92,17 @@ class Emitter {
 
   absl::Status Run(bool summary_only) {
     Order();
+    int64_t pieces = 0, relays = 0;
     if (!summary_only) {
       EmitNames();
-      EmitBuckets();
+      reduce_inputs_.assign(w_.reduces.size(), {});
       qinputs_.assign(w_.quants.size(), {});
+      EmitBuckets(&pieces, &relays);
       EmitReduces();
       EmitQuantizes();
+    } else {
+      CountPieces(&pieces, &relays);
     }
-    int64_t pieces, relays;
-    CountPieces(&pieces, &relays);
     EmitRanksAndSummary(w_, {bucket_id_, seq_, reduce_id_, quant_id_}, pieces, relays, summary_only,
                         plan_);
     return absl::OkStatus();
@@ -109,14 +111,22 @@ class Emitter {
  private:
   void Order() {
     const int32_t nb = static_cast<int32_t>(w_.buckets.size());
+    // Sorted by value (the keys next to each other, not behind an index).
+    struct Key {
+      int32_t round, sender, receiver, bucket;
+      bool operator<(const Key& o) const {
+        return std::tie(round, sender, receiver, bucket) <
+               std::tie(o.round, o.sender, o.receiver, o.bucket);
+      }
+    };
+    std::vector<Key> keys(nb);
+    for (int32_t b = 0; b < nb; ++b) {
+      const BucketRec& x = w_.buckets[b];
+      keys[b] = {x.round, x.sender, x.receiver, b};
+    }
+    std::sort(keys.begin(), keys.end());
     bucket_order_.resize(nb);
-    std::iota(bucket_order_.begin(), bucket_order_.end(), 0);
-    std::sort(bucket_order_.begin(), bucket_order_.end(), [&](int32_t a, int32_t b) {
-      const BucketRec& x = w_.buckets[a];
-      const BucketRec& y = w_.buckets[b];
-      return std::tie(x.round, x.sender, x.receiver, a) <
-             std::tie(y.round, y.sender, y.receiver, b);
-    });
+    for (int32_t i = 0; i < nb; ++i) bucket_order_[i] = keys[i].bucket;
     bucket_id_.resize(nb);
     seq_.resize(nb);
     for (int32_t i = 0; i < nb; ++i) {
@@ -260,10 +270,15 @@ class Emitter {
     for (const std::string& b : dst.buffer_names) names->Add()->assign(b);
   }
 
-  void EmitBuckets() {
+  // Also counts the pieces and relayed pieces, and records where every
+  // reduce and quantize input lands (bucket id, piece index): one merge of
+  // each bucket's transfers serves all three.
+  void EmitBuckets(int64_t* pieces, int64_t* relays) {
     auto* buckets = plan_->mutable_buckets();
     buckets->Reserve(static_cast<int>(bucket_order_.size()));
-    for (int32_t b : bucket_order_) {
+    for (size_t i = 0; i < bucket_order_.size(); ++i) {
+      Prefetch(i);
+      const int32_t b = bucket_order_[i];
       const BucketRec& bk = w_.buckets[b];
       v1::Bucket* out = buckets->Add();
       out->set_id(bucket_id_[b]);
@@ -279,31 +294,56 @@ class Emitter {
       for (const MergedPiece& mp : merged_) {
         const Xfer& x = w_.xfers[w_.bucket_xfers[bk.xfer_begin + mp.first]];
         const int32_t index = out->pieces_size();
+        if (x.reduce != 0) reduce_inputs_[x.reduce - 1].emplace_back(bucket_id_[b], index);
+        if (x.quantize != 0) qinputs_[x.quantize - 1].push_back({bucket_id_[b], index, x.cell});
         FillPiece(x, mp, out->add_pieces());
         if (CarriesScales(w_.cells[x.cell])) FillScalePiece(x, index, out->add_pieces());
+        const int32_t n = out->pieces_size() - index;
+        *pieces += n;
+        if (x.relay) *relays += n;
       }
     }
   }
 
-  void EmitReduces() {
-    // Inputs: (bucket id, piece index), found through the packing order.
-    std::vector<std::vector<std::pair<int64_t, int32_t>>> inputs(w_.reduces.size());
-    // Reduce contributions are never merged, but other transfers before them
-    // in a bucket may be: index by emitted piece.
-    const bool any_inputs = !w_.reduces.empty() || !w_.quants.empty();
-    for (size_t b = 0; any_inputs && b < w_.buckets.size(); ++b) {
-      const BucketRec& bk = w_.buckets[b];
-      MergePieces(w_, bk, &merged_);
-      int32_t piece = 0;
-      for (size_t i = 0; i < merged_.size(); ++i) {
-        const Xfer& x = w_.xfers[w_.bucket_xfers[bk.xfer_begin + merged_[i].first]];
-        if (x.reduce != 0) inputs[x.reduce - 1].emplace_back(bucket_id_[b], piece);
-        if (x.quantize != 0) {
-          qinputs_[x.quantize - 1].push_back({bucket_id_[b], piece, x.cell});
-        }
-        piece += PieceCount(w_, bk, merged_[i]);
-      }
+  // A software pipeline over the buckets in emission order: for bucket
+  // i + 4k it fetches level 5 - k of what emitting it reads (the bucket, its
+  // transfer list, its first transfer, that transfer's cell, the fragments
+  // it reads and writes), each level's address coming from the level
+  // fetched 4 buckets earlier. Emission was bound by these cache misses.
+  void Prefetch(size_t i) const {
+    const size_t n = bucket_order_.size();
+    auto bucket = [&](size_t k) -> const BucketRec& { return w_.buckets[bucket_order_[k]]; };
+    auto first = [&](const BucketRec& bk) -> const Xfer& {
+      return w_.xfers[w_.bucket_xfers[bk.xfer_begin]];
+    };
+    if (i + 20 < n) __builtin_prefetch(&w_.buckets[bucket_order_[i + 20]]);
+    if (i + 16 < n) {
+      const int32_t b = bucket_order_[i + 16];
+      __builtin_prefetch(&w_.bucket_xfers[w_.buckets[b].xfer_begin]);
+      __builtin_prefetch(&bucket_id_[b]);
+      __builtin_prefetch(&seq_[b]);
     }
+    if (i + 12 < n && bucket(i + 12).xfer_count > 0) __builtin_prefetch(&first(bucket(i + 12)));
+    if (i + 8 < n && bucket(i + 8).xfer_count > 0) {
+      __builtin_prefetch(&w_.cells[first(bucket(i + 8)).cell]);
+    }
+    if (i + 4 < n && bucket(i + 4).xfer_count > 0) {
+      const Xfer& x = first(bucket(i + 4));
+      const MapEntry& m = w_.maps[w_.cells[x.cell].map];
+      const CompiledTensor& dt = w_.dst->tensors[m.dst_tensor];
+      const CompiledTensor& st = x.relay ? dt : w_.src->tensors[m.src_tensor];
+      PrefetchObject(&dt.fragments[x.dst_frag]);
+      PrefetchObject(&st.fragments[x.src_frag]);
+    }
+  }
+
+  template <typename T>
+  static void PrefetchObject(const T* p) {
+    const char* c = reinterpret_cast<const char*>(p);
+    for (size_t o = 0; o < sizeof(T); o += 64) __builtin_prefetch(c + o);
+  }
+
+  void EmitReduces() {
     auto* reduces = plan_->mutable_reduces();
     reduces->Reserve(static_cast<int>(reduce_order_.size()));
     for (int32_t r : reduce_order_) {
@@ -321,8 +361,9 @@ class Emitter {
       out->set_op(rr.op);
       out->set_accumulate_dtype(st.dtype);
       FillView(true, dt, rr.dst_frag, doff, dlen, m.dst_rank, out->mutable_dst());
-      std::sort(inputs[r].begin(), inputs[r].end());
-      for (auto [bucket, piece] : inputs[r]) {
+      std::vector<std::pair<int64_t, int32_t>>& inputs = reduce_inputs_[r];
+      std::sort(inputs.begin(), inputs.end());
+      for (auto [bucket, piece] : inputs) {
         v1::ReduceInput* in = out->add_inputs();
         in->set_bucket(bucket);
         in->set_piece(piece);
@@ -369,7 +410,8 @@ class Emitter {
     }
   }
 
-  // Pieces of the emitted buckets, and how many of them relays forward.
+  // Pieces of the buckets, and how many of them relays forward (summary_only:
+  // EmitBuckets counts them otherwise).
   void CountPieces(int64_t* pieces, int64_t* relays) const {
     *pieces = 0;
     *relays = 0;
@@ -394,6 +436,8 @@ class Emitter {
     int32_t cell;
   };
   std::vector<std::vector<QInput>> qinputs_;
+  // Per reduce: its inputs (bucket id, piece index), filled by EmitBuckets.
+  std::vector<std::vector<std::pair<int64_t, int32_t>>> reduce_inputs_;
   mutable std::vector<MergedPiece> merged_;
 };
 

@@ -128,17 +128,27 @@ class RoundAssigner {
       int32_t hi = std::min(rounds_ - 1 - units_.height[u], hi_fix_[u]);
       int32_t best = -1;
       double best_inc = INFINITY, best_max = INFINITY;
+      // Best and worst fit look at every round: their fits and maxima are
+      // computed entry by entry over all rounds at once (independent chains
+      // instead of one chain per round; the same values).
+      const bool all_rounds = mode != 2 && hi >= lo;
+      if (all_rounds) RoundMaxima(u, lo, hi, cap);
       for (int32_t r = lo; r <= hi; ++r) {
-        bool fits = true;
-        for (int32_t i = units_.stage_begin[u]; i < units_.stage_begin[u + 1] && fits; ++i) {
-          const StageEntry& e = units_.stage_entries[i];
-          if (staged_[static_cast<size_t>(r) * nw_ + e.worker] + e.bytes > cap) fits = false;
-        }
-        if (!fits) continue;
         double m = 0;
-        for (int32_t i = units_.load_begin[u]; i < units_.load_begin[u + 1]; ++i) {
-          const LoadEntry& e = units_.load_entries[i];
-          m = std::max(m, LoadAt(r, e.worker, e.dir) + e.seconds);
+        if (all_rounds) {
+          if (!cand_fit_[r - lo]) continue;
+          m = cand_max_[r - lo];
+        } else {
+          bool fits = true;
+          for (int32_t i = units_.stage_begin[u]; i < units_.stage_begin[u + 1] && fits; ++i) {
+            const StageEntry& e = units_.stage_entries[i];
+            if (staged_[static_cast<size_t>(r) * nw_ + e.worker] + e.bytes > cap) fits = false;
+          }
+          if (!fits) continue;
+          for (int32_t i = units_.load_begin[u]; i < units_.load_begin[u + 1]; ++i) {
+            const LoadEntry& e = units_.load_entries[i];
+            m = std::max(m, LoadAt(r, e.worker, e.dir) + e.seconds);
+          }
         }
         const double inc = mode != 1 ? std::max(0.0, m - max_[r]) : 0.0;
         if (mode == 2 && inc <= 1e-15) {
@@ -257,6 +267,30 @@ class RoundAssigner {
     max_[from] = m;
   }
 
+  // For rounds lo..hi: whether unit u's staging fits (cand_fit_) and the
+  // busiest of its links with it added (cand_max_), indexed from lo.
+  void RoundMaxima(int32_t u, int32_t lo, int32_t hi, int64_t cap) {
+    const int32_t n = hi - lo + 1;
+    cand_fit_.assign(n, 1);
+    cand_max_.assign(n, 0.0);
+    for (int32_t i = units_.stage_begin[u]; i < units_.stage_begin[u + 1]; ++i) {
+      const StageEntry& e = units_.stage_entries[i];
+      for (int32_t k = 0; k < n; ++k) {
+        if (staged_[static_cast<size_t>(lo + k) * nw_ + e.worker] + e.bytes > cap) {
+          cand_fit_[k] = 0;
+        }
+      }
+    }
+    const size_t stride = static_cast<size_t>(nw_) * kNumLinkDirs;
+    for (int32_t i = units_.load_begin[u]; i < units_.load_begin[u + 1]; ++i) {
+      const LoadEntry& e = units_.load_entries[i];
+      const double* load = &LoadAt(lo, e.worker, e.dir);
+      for (int32_t k = 0; k < n; ++k) {
+        cand_max_[k] = std::max(cand_max_[k], load[k * stride] + e.seconds);
+      }
+    }
+  }
+
   double& LoadAt(int32_t r, int32_t worker, int dir) {
     return load_[(static_cast<size_t>(r) * nw_ + worker) * kNumLinkDirs + dir];
   }
@@ -320,6 +354,8 @@ class RoundAssigner {
   std::vector<double> load_;
   std::vector<int64_t> staged_;
   std::vector<double> max_;
+  std::vector<double> cand_max_;  // RoundMaxima's results
+  std::vector<char> cand_fit_;
   std::vector<int32_t> round_of_, lo_, hi_fix_;
 };
 

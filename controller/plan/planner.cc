@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "controller/plan/plan_estimate.h"
 #include "controller/plan/planner_internal.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -103,11 +104,12 @@ int64_t ViewByteOffset(const CompiledFragment& f, const int64_t* box_offset, int
   return f.byte_offset + e * elem_size;
 }
 
-absl::Status CheckPlanLimit(const char* what, int64_t count, int64_t limit, const char* flag) {
+absl::Status CheckPlanLimit(const char* what, int64_t count, int64_t limit, const char* flag,
+                            const char* remedy) {
   if (limit <= 0 || count <= limit) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat("the plan would have ", count, " ", what,
-                                                   ", over the limit of ", limit, " (", flag,
-                                                   "); raise bucket_bytes or the limit"));
+                                                   ", over the limit of ", limit, " (", flag, "); ",
+                                                   remedy));
 }
 
 bool Contiguous(int rank, const int64_t* shape, const int64_t* strides) {
@@ -220,20 +222,19 @@ absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const Compi
         std::min(w.opt.bucket_bytes, std::max<int64_t>(4ll << 20, most / (rounds * 16)));
     // Every destination byte arrives in some bucket of at most pack_bytes.
     RETURN_IF_ERROR(CheckPlanLimit("buckets (at least: destination bytes / bucket size)",
-                                   total / w.opt.pack_bytes, build.max_buckets,
-                                   "--max_plan_buckets"));
+                                   total / w.opt.pack_bytes, build.max_buckets, kBucketsFlag));
   }
   RETURN_IF_ERROR(ValidateAndMap(&w));
   RETURN_IF_ERROR(BuildCells(&w));
   // Each cell becomes at least one piece.
   RETURN_IF_ERROR(CheckPlanLimit("pieces (at least: cells)", static_cast<int64_t>(w.cells.size()),
-                                 build.max_pieces, "--max_plan_pieces"));
+                                 build.max_pieces, kPiecesFlag));
   RETURN_IF_ERROR(ChooseSources(&w));
   RETURN_IF_ERROR(PackBuckets(&w));
   RETURN_IF_ERROR(CheckPlanLimit("buckets", static_cast<int64_t>(w.buckets.size()),
-                                 build.max_buckets, "--max_plan_buckets"));
+                                 build.max_buckets, kBucketsFlag));
   RETURN_IF_ERROR(CheckPlanLimit("pieces", static_cast<int64_t>(w.xfers.size()), build.max_pieces,
-                                 "--max_plan_pieces"));
+                                 kPiecesFlag));
   RETURN_IF_ERROR(AssignRounds(&w));
   out->set_key(PlanKey(spec));
   RETURN_IF_ERROR(Emit(w, build.summary_only, out));
@@ -252,6 +253,15 @@ absl::StatusOr<v1::Plan> BuildPlan(const v1::TransferSpec& spec, const BuildOpti
 
 absl::Status BuildPlanInto(const v1::TransferSpec& spec, v1::Plan* out, const BuildOptions& build) {
   const auto start = std::chrono::steady_clock::now();
+  // Before compiling: a spec of millions of source shards is refused here, in
+  // milliseconds, not after gigabytes of fragments and cells.
+  if (build.max_pieces > 0) {
+    RETURN_IF_ERROR(planner_detail::CheckPlanLimit(
+        "pieces (at least: source shards read, counted from the spec)", MinPiecesFromSpec(spec),
+        build.max_pieces, planner_detail::kPiecesFlag,
+        "every source shard a mapping reads is a piece of its own: fewer, larger shards "
+        "(e.g. stacked experts) or a higher limit"));
+  }
   ASSIGN_OR_RETURN(CompiledSide source, CompileSide(spec.source(), SideRole::kSource));
   ASSIGN_OR_RETURN(CompiledSide destination,
                    CompileSide(spec.destination(), SideRole::kDestination));

@@ -329,9 +329,14 @@ void SrcToDst(const MapEntry& m, const int64_t* src_off, const int64_t* src_len,
 int64_t ViewByteOffset(const CompiledFragment& f, const int64_t* box_offset, int64_t elem_size);
 // Whether a view of `shape` with `strides` is one contiguous row-major run.
 bool Contiguous(int rank, const int64_t* shape, const int64_t* strides);
-// RESOURCE_EXHAUSTED naming `what`, `count`, `limit` and `flag` when a
-// BuildOptions limit (> 0) is exceeded.
-absl::Status CheckPlanLimit(const char* what, int64_t count, int64_t limit, const char* flag);
+// RESOURCE_EXHAUSTED naming `what`, `count`, `limit`, `flag` and `remedy`
+// when a BuildOptions limit (> 0) is exceeded.
+inline constexpr char kPiecesFlag[] =
+    "wsync-controller --max_plan_pieces, wsyncctl plan --max-pieces";
+inline constexpr char kBucketsFlag[] =
+    "wsync-controller --max_plan_buckets, wsyncctl plan --max-buckets";
+absl::Status CheckPlanLimit(const char* what, int64_t count, int64_t limit, const char* flag,
+                            const char* remedy = "raise bucket_bytes or the limit");
 
 }  // namespace wsync::plan::planner_detail
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "catalog/case.h"
+#include "controller/plan/plan_estimate.h"
 #include "controller/plan/planner.h"
 #include "controller/plan/simulator.h"
 #include "controller/verify/replay.h"
@@ -37,6 +38,9 @@ TEST_P(CatalogPlanTest, PlansReplaysAndMatchesSimulator) {
   auto plan = plan::BuildPlan(*spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_GT(plan->buckets_size(), 0);
+  // The planner's early limit check (counted from the spec) bounds the plan.
+  EXPECT_LE(plan::MinPiecesFromSpec(*spec), plan->summary().num_pieces());
+  EXPECT_GT(plan::MinPiecesFromSpec(*spec), 0);
   absl::Status verified = plan::VerifyPlan(*spec, *plan);
   EXPECT_TRUE(verified.ok()) << verified;
 

@@ -177,6 +177,25 @@ TEST(WsyncctlTest, PlannerRejectionExitsOne) {
   EXPECT_NE(r.out.find("missing"), std::string::npos) << r.out;
 }
 
+// The controller's plan limits apply here too (defaults as wsync-controller's
+// flags): Kimi-K2 from FSDP2 over 256 ranks (17.9 M source shards) used to be
+// OOM-killed after 94 s on a 24 GiB machine; a spec over the limit by its
+// source shards is refused before planning.
+TEST(WsyncctlTest, PlanLimitsRefuseBeforePlanning) {
+  Result r = Ctl(absl::StrCat("plan ", kTinyCase, " --max-pieces 3"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("counted from the spec"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("limit of 3 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--max-pieces"), std::string::npos) << r.out;
+  r = Ctl(absl::StrCat("plan ", kTinyCase, " --max-buckets 1"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--max-buckets"), std::string::npos) << r.out;
+  r = Ctl(absl::StrCat("plan ", kTinyCase, " --max-pieces -1"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  r = Ctl(absl::StrCat("plan ", kTinyCase, " --max-pieces 0 --max-buckets 0"));
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
 TEST(WsyncctlTest, VerifyRefusesHugeModels) {
   Result r =
       Ctl("plan --model llama3-70b --source fsdp:8 --destination vllm-tp:8 --verify "

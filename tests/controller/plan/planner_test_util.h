@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/plan/plan_estimate.h"
 #include "controller/plan/planner.h"
 #include "controller/verify/replay.h"
 #include "gtest/gtest.h"
@@ -198,6 +199,8 @@ inline v1::Plan BuildAndVerify(const v1::TransferSpec& spec) {
   absl::Status st = VerifyPlan(spec, *plan);
   EXPECT_TRUE(st.ok()) << st;
   ExpectInvariants(spec, *plan);
+  // The early limit check's count never exceeds a real plan's pieces.
+  EXPECT_LE(MinPiecesFromSpec(spec), plan->summary().num_pieces());
   return *plan;
 }
 

@@ -103,6 +103,8 @@ class Sampler:
         self.violations = []
         self.candidates = [0]
         self.stop = threading.Event()
+        self.staged_versions = set()  # versions a rank reported STAGED for
+        self.staged_cv = threading.Condition(self.lock)
         self.threads = [threading.Thread(target=self._sample, daemon=True)]
         for r in RANKS:
             self.threads.append(threading.Thread(target=self._follow, args=(r,), daemon=True))
@@ -119,6 +121,9 @@ class Sampler:
                     kind = lpb.SyncEvent.Kind.Name(ev.kind)
                     with self.lock:
                         self.events[kind] += 1
+                        if ev.kind == lpb.SyncEvent.STAGED:
+                            self.staged_versions.add(ev.version)
+                            self.staged_cv.notify_all()
                         if ev.kind == lpb.SyncEvent.COMMIT:
                             self.open[rank] = ev.sync_id
                             self.last_commit = time.monotonic()
@@ -280,18 +285,26 @@ def chaos(args, cluster, owners, client, torch, wsync, wtorch, pb, lpb):
                 kind = rng.choice(["sender", "receiver", "controller"])
                 target = rng.choice(SENDERS if kind == "sender" else RANKS) \
                     if kind != "controller" else None
-            delay = rng.uniform(0.0, 0.12)
+            # A random moment of a ~20 ms sync, or right when a receiver
+            # staged (between the phases: the pool's decision pending or
+            # just taken).
+            delay = rng.uniform(0.0, 0.03)
+            at_staged = rng.random() < 0.4
             start = time.monotonic()
-            handle, outcome = None, None
+            handle, outcome, uncommitted = None, None, set()
             timer = None
             if kind:
                 proc = cluster.ctl if target is None else cluster.workers[target]
 
-                def fire(proc=proc, target=target):
+                def fire(proc=proc, target=target, v=version, at_staged=at_staged):
+                    if at_staged:
+                        with sampler.lock:
+                            sampler.staged_cv.wait_for(lambda: v in sampler.staged_versions,
+                                                       timeout=args.deadline)
                     proc.kill()
                     if target in RANKS:
                         sampler.worker_killed(target)
-                timer = threading.Timer(delay, fire)
+                timer = threading.Timer(0.0 if at_staged else delay, fire)
             try:
                 handle = client.sync(version, deadline=args.deadline)
                 if timer:
@@ -301,7 +314,13 @@ def chaos(args, cluster, owners, client, torch, wsync, wtorch, pb, lpb):
                 commit_ms.append(st.max_commit_seconds * 1e3)
                 sync_ms.append((time.monotonic() - start) * 1e3)
                 if st.uncommitted:
+                    # Lost after the pool decided: serves nothing until it
+                    # commits a version again (docs/staging.md).
                     outcome = "succeeded_with_uncommitted"
+                    uncommitted = {r for r in RANKS for u in st.uncommitted
+                                   if f"{r[0]}/{r[1]} " in u}
+                    with sampler.lock:
+                        sampler.unsafe |= uncommitted
             except wsync.errors.SyncFailed:
                 outcome = "failed"
             except wsync.WsyncError:
@@ -336,6 +355,8 @@ def chaos(args, cluster, owners, client, torch, wsync, wtorch, pb, lpb):
                 want = {committed, version}
             got = replica_versions(regs, versions, sorted({0, committed, version}))
             with sampler.lock:
+                # Serving nothing: cut mid-commit, or lost after the decision
+                # (until their next COMMITTED).
                 unsafe = set(sampler.unsafe)
             held = set()
             for rank in RANKS:

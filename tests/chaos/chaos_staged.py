@@ -54,6 +54,7 @@ def parse_args():
     p.add_argument("--deadline", type=float, default=4.0, help="each sync's deadline, s")
     p.add_argument("--staging", default="host_shadow",
                    help="the transfer's staging mode (in_place shows what staging prevents)")
+    p.add_argument("--checksums", type=int, default=1, help="per-bucket checksums (0: off)")
     p.add_argument("--budget", type=float, default=170.0,
                    help="stop starting syncs after this many seconds (bounded run)")
     return p.parse_args()
@@ -180,10 +181,10 @@ class Sampler:
                 self.violations.append(f"replica mixed outside a commit window: {seen}")
 
 
-def define(client, lpb, staging):
+def define(client, lpb, staging, checksums=True):
     client.define_transfer("chaos", cs.spec_proto(lpb), source_group="trainer",
                            destination_group="inference", staging=staging,
-                           checksums=True)
+                           checksums=checksums)
 
 
 def fill_sources(regs, torch, version):
@@ -408,7 +409,7 @@ def main():
         owners = cs.Owners(cluster, torch, wtorch)
         client = wsync.Client(f"127.0.0.1:{cluster.port}", timeout=10)
         client.wait_for_workers({"trainer": 2, "inference": 2}, timeout=30, buffers=True)
-        define(client, lpb, args.staging)
+        define(client, lpb, args.staging, bool(args.checksums))
         print("  shadow bytes by receiver: " + ", ".join(
             f"{w.group}/{w.rank} {w.shadow_bytes}" for w in client.plan("chaos").shadow))
         run = receiver_kill if args.scenario == "receiver_kill" else chaos

@@ -65,6 +65,10 @@ absl::Status SyncCoordinator::ReportResult(const v1::ReportResultRequest& req) {
     // transfer, or all of them): its next assignments carry every list again.
     if (req.code() != 0) workers_->ForgetPeerLists(p.lease_id);
     if (p.done) return absl::OkStatus();
+    if (!sync.finished() && StagedReportLocked(sync, p, req)) {
+      cv_.SignalAll();
+      return absl::OkStatus();
+    }
     if (sync.finished()) {
       // Late (after an abort or another worker's failure): the outcome
       // stands, but AwaitWriters learns this worker stopped writing.
@@ -87,6 +91,8 @@ absl::Status SyncCoordinator::ReportResult(const v1::ReportResultRequest& req) {
       p.op = req.op();
       p.peer = req.peer();
       FailedReportLocked(sync, p);
+    } else if (sync.staging.mode() != v1::STAGING_IN_PLACE) {
+      MaybeCommitLocked(sync);  // the last sender may complete the first phase
     } else if (s.workers_done() == s.workers_total()) {
       if (sync.first_failure >= 0) {
         SettleLocked(sync);
@@ -147,6 +153,15 @@ std::string SyncCoordinator::FirstReportLocked(const SyncRecord& sync) {
 
 void SyncCoordinator::SettleLocked(SyncRecord& sync) {
   if (sync.finished()) return;
+  if (sync.status.commit_decided()) {
+    // Past the deadline after the decision: the silent receivers did not
+    // confirm; the others committed (docs/staging.md).
+    for (Participant& p : sync.parts) {
+      if (!p.done) UncommittedLocked(sync, p, "no commit confirmation by the sync's deadline");
+    }
+    MaybeFinishCommitLocked(sync);
+    return;
+  }
   const absl::Time now = absl::Now();
   std::vector<std::string> silent;
   const Participant* first_silent = nullptr;
@@ -371,8 +386,15 @@ void SyncCoordinator::WorkerLost(const WorkerLoss& loss) {
   // that already failed because a peer lost its connection to this worker
   // names it as its cause from now on.
   for (auto& [id, sync] : syncs_) {
-    for (const Participant& p : sync->parts) {
+    for (Participant& p : sync->parts) {
       if (p.lease_id != loss.lease_id) continue;
+      if (!sync->finished() && sync->status.commit_decided()) {
+        // Decided: the others commit; this one serves nothing until it
+        // syncs this version again (docs/staging.md).
+        if (!p.done) UncommittedLocked(*sync, p, absl::StrCat("lost: ", loss.reason));
+        MaybeFinishCommitLocked(*sync);
+        break;
+      }
       if (!sync->finished()) {
         const std::string first = FirstReportLocked(*sync);
         FinishLocked(*sync, v1::SYNC_FAILED, static_cast<int32_t>(absl::StatusCode::kUnavailable),

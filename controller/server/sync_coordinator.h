@@ -120,6 +120,11 @@ class SyncCoordinator {
     int32_t code = 0;
     std::string message;
     int32_t round = -1, op = -1, peer = -1;
+    // Staged syncs: it writes a shadow (a receiver), it reported staged,
+    // with these checksums (received and, relaying, sent).
+    bool stages = false;
+    bool staged = false;
+    std::vector<v1::BucketChecksum> checksums;
   };
   struct SyncRecord {
     v1::SyncStatus status;
@@ -135,6 +140,10 @@ class SyncCoordinator {
     // It failed on a worker's report about its peers: a participant lost
     // shortly after takes the blame (BlameLostPeerLocked).
     bool blamed_reporter = false;
+    // Staged syncs (docs/staging.md): the transfer's options, and the plan
+    // (bucket checksums name their tensors).
+    v1::StagingOptions staging;
+    std::shared_ptr<const v1::Plan> plan;
     bool finished() const { return status.phase() != v1::SYNC_RUNNING; }
   };
   struct Transfer {
@@ -161,6 +170,7 @@ class SyncCoordinator {
     std::vector<WorkerSnapshot> workers;  // worker id -> worker
     std::vector<std::vector<v1::Membership>> roles;  // worker id -> roles
     StagingLimit staging;                            // the workers' tightest limit
+    std::string destination_group;
   };
   struct PlanForSync {
     std::shared_ptr<const v1::Plan> plan;
@@ -168,6 +178,8 @@ class SyncCoordinator {
     double seconds = 0;
     // Worker id -> its part of the plan (unrouted).
     std::vector<std::shared_ptr<const v1::Plan>> parts;
+    // Staged syncs: the receivers' shadow memory (CheckShadowBudgets).
+    std::vector<v1::WorkerShadow> shadow;
   };
   // How a sync's buckets travel, decided before its lock is taken.
   struct Dispatch {
@@ -250,6 +262,26 @@ class SyncCoordinator {
   // NOT_FOUND for a sync id this controller does not know, telling whether
   // it ran under an earlier instance (before a restart).
   absl::Status UnknownSyncLocked(const std::string& sync_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ----- sync_staged.cc (docs/staging.md)
+  // A report of staged sync `sync` that the two phases handle (a staged
+  // report, a report after the commit decision, or a protocol error);
+  // false: the ordinary path applies.
+  bool StagedReportLocked(SyncRecord& sync, Participant& p, const v1::ReportResultRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Once every participant reported success or staged: compares the bucket
+  // checksums and sends CommitSync to every receiver (or fails the sync).
+  void MaybeCommitLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FAILED_PRECONDITION naming bucket, tensor and both workers on the first
+  // mismatch or missing checksum; sets *cause to the receiver.
+  absl::Status VerifyChecksumsLocked(SyncRecord& sync, int32_t* cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After the decision: participant `p` will not confirm (`why`).
+  void UncommittedLocked(SyncRecord& sync, Participant& p, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After the decision: SUCCEEDED once every receiver confirmed or was
+  // counted uncommitted.
+  void MaybeFinishCommitLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ----- sync_coordinator.cc
   // The control-path times of one worker's report, into sync.status.

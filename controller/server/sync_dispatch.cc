@@ -42,7 +42,12 @@ SyncCoordinator::Dispatch SyncCoordinator::Decide(const std::string& transfer,
   Dispatch d;
   if (plan.plan->summary().network_bytes() == 0) return d;
   d.transport = CommonTransport(transfer, resolved.workers);
-  if (!d.transport.ok() || !config_.direct_writes) return d;
+  // Staged syncs write shadows: a peer writing the live tensors would break
+  // them (docs/staging.md), so everything goes through the transport.
+  if (!d.transport.ok() || !config_.direct_writes ||
+      resolved.spec.staging().mode() != v1::STAGING_IN_PLACE) {
+    return d;
+  }
   // Which pairs the plan allows to write directly: scanned once per plan key.
   std::shared_ptr<const std::vector<plan::WorkerPair>> eligible =
       plans_->PeerWritePairs(*plan.plan);
@@ -139,6 +144,9 @@ v1::SyncAssignment SyncCoordinator::AssignmentLocked(const Transfer& t, const Sy
   workers_->FillPeerBuffers(lease, t.name, write_to, &sa);
   sa.set_deadline_unix_ms(absl::ToUnixMillis(sync.deadline));
   for (const auto& role : resolved.roles[w]) *sa.add_roles() = role;
+  if (resolved.spec.staging().mode() != v1::STAGING_IN_PLACE) {
+    *sa.mutable_staging() = resolved.spec.staging();
+  }
   return sa;
 }
 
@@ -287,8 +295,14 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
   v1::SyncStatus& s = sync->status;
   s.set_plan_seconds(plan_seconds);
   s.set_direct_pairs(static_cast<int32_t>(dispatch.peer_writes.size()));
+  sync->staging = resolved.spec.staging();
+  s.set_staging(sync->staging.mode());
+  if (sync->staging.mode() != v1::STAGING_IN_PLACE) sync->plan = plan.plan;
   for (int32_t w = 0; w < num_workers; ++w) {
     Participant p;
+    for (const v1::WorkerShadow& ws : plan.shadow) {
+      if (ws.worker() == w && ws.shadow_bytes() > 0) p.stages = true;
+    }
     p.worker = w;
     p.lease_id = leases[w];
     p.roles = resolved.roles[w];

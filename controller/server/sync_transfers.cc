@@ -97,6 +97,7 @@ absl::StatusOr<SyncCoordinator::Resolved> SyncCoordinator::Resolve(
   absl::Status st = bind_side(r.spec.mutable_source(), source_group, "source");
   if (st.ok()) st = bind_side(r.spec.mutable_destination(), destination_group, "destination");
   if (!st.ok()) return st;
+  r.destination_group = destination_group;
   r.staging = TightestStagingLimit(r.workers);
   if (!ApplyStagingLimit(r.staging, &r.spec)) r.staging = StagingLimit();
   return r;
@@ -125,8 +126,12 @@ absl::StatusOr<SyncCoordinator::PlanForSync> SyncCoordinator::GetPlan(const Reso
       metrics_->PlanBuilt(got->seconds);
     }
   }
-  PlanForSync out{got->plan, got->cache_hit, got->seconds, {}};
+  PlanForSync out{got->plan, got->cache_hit, got->seconds, {}, {}};
   if (absl::Status st = CheckStagingLimits(*out.plan, resolved.workers); !st.ok()) return st;
+  auto shadow = CheckShadowBudgets(*out.plan, spec.staging().mode(), resolved.destination_group,
+                                   resolved.workers);
+  if (!shadow.ok()) return shadow.status();
+  out.shadow = *std::move(shadow);
   if (!with_parts) return out;
   for (int32_t w = 0; w < static_cast<int32_t>(resolved.workers.size()); ++w) {
     auto part = WorkerPart(*out.plan, w);
@@ -243,6 +248,7 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
   resp.set_num_workers(static_cast<int32_t>(resolved->workers.size()));
   resp.set_plan_key(t.plan_key);
   *resp.mutable_summary() = plan->plan->summary();
+  for (const v1::WorkerShadow& ws : plan->shadow) *resp.add_shadow() = ws;
   return resp;
 }
 
@@ -265,6 +271,8 @@ absl::StatusOr<v1::PlanResponse> SyncCoordinator::PlanTransfer(const v1::PlanReq
   resp.set_cache_hit(plan->cache_hit);
   *resp.mutable_summary() = plan->plan->summary();
   if (req.full()) *resp.mutable_plan() = *plan->plan;
+  resp.set_staging(t.spec.staging().mode());
+  for (const v1::WorkerShadow& ws : plan->shadow) *resp.add_shadow() = ws;
   return resp;
 }
 

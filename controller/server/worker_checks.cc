@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "common/dtype.h"
 #include "common/plan_names.h"
+#include "common/shadow_extents.h"
 #include "controller/plan/planner.h"
 
 namespace wsync::controller {
@@ -225,6 +226,41 @@ absl::Status CheckStagingLimits(const v1::Plan& plan, const std::vector<WorkerSn
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::WorkerShadow>> CheckShadowBudgets(
+    const v1::Plan& plan, v1::StagingMode mode, const std::string& destination_group,
+    const std::vector<WorkerSnapshot>& workers) {
+  std::vector<v1::WorkerShadow> out;
+  if (mode == v1::STAGING_IN_PLACE) return out;
+  auto by_worker = ShadowBytesByWorker(plan);
+  if (!by_worker.ok()) {
+    return absl::Status(by_worker.status().code(),
+                        absl::StrCat("plan '", plan.key(), "': ", by_worker.status().message()));
+  }
+  for (const auto& [worker, bytes] : *by_worker) {
+    v1::WorkerShadow ws;
+    ws.set_worker(worker);
+    ws.set_shadow_bytes(bytes);
+    if (worker >= 0 && worker < static_cast<int32_t>(workers.size())) {
+      const WorkerSnapshot& w = workers[worker];
+      ws.set_budget_bytes(w.info->staging_budget_bytes());
+      for (const v1::Membership& m : w.info->memberships()) {
+        if (m.group() != destination_group) continue;
+        ws.set_group(m.group());
+        ws.set_rank(m.rank());
+      }
+      if (ws.budget_bytes() > 0 && bytes > ws.budget_bytes()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(w.description, " [worker ", worker, "]: a staged sync (",
+                         v1::StagingMode_Name(mode), ") of plan '", plan.key(), "' needs ", bytes,
+                         " bytes of shadow memory, over its --staging_budget_bytes of ",
+                         ws.budget_bytes(), "; raise it, or stage in place"));
+      }
+    }
+    out.push_back(std::move(ws));
+  }
+  return out;
 }
 
 }  // namespace wsync::controller

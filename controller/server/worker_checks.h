@@ -49,6 +49,14 @@ bool ApplyStagingLimit(const StagingLimit& limit, v1::TransferSpec* spec);
 // `plan`; INVALID_ARGUMENT naming the first one over it.
 absl::Status CheckStagingLimits(const v1::Plan& plan, const std::vector<WorkerSnapshot>& workers);
 
+// Staged syncs (docs/staging.md): each receiver's shadow memory under
+// `mode` (none in place), by worker id (`workers`, of a transfer into
+// `destination_group`); INVALID_ARGUMENT naming the first worker whose
+// --staging_budget_bytes it exceeds.
+absl::StatusOr<std::vector<v1::WorkerShadow>> CheckShadowBudgets(
+    const v1::Plan& plan, v1::StagingMode mode, const std::string& destination_group,
+    const std::vector<WorkerSnapshot>& workers);
+
 }  // namespace wsync::controller
 
 #endif  // WSYNC_CONTROLLER_SERVER_WORKER_CHECKS_H_

@@ -35,6 +35,10 @@ absl::Status CheckRequest(const v1::RegisterWorkerRequest& req) {
     return absl::InvalidArgumentError(
         absl::StrCat("RegisterWorker: negative staging_limit_bytes ", req.staging_limit_bytes()));
   }
+  if (req.staging_budget_bytes() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RegisterWorker: negative staging_budget_bytes ", req.staging_budget_bytes()));
+  }
   absl::flat_hash_set<std::string> own_groups;
   for (const auto& m : req.memberships()) {
     if (m.group().empty() || absl::StrContains(m.group(), "/")) {
@@ -521,6 +525,7 @@ v1::ListWorkersResponse WorkerRegistry::ListWorkers(const std::string& group) {
     info->set_direct_write_domain(in.direct_write_domain());
     *info->mutable_peer_gpu_uuids() = in.peer_gpu_uuids();
     info->set_staging_limit_bytes(in.staging_limit_bytes());
+    info->set_staging_budget_bytes(in.staging_budget_bytes());
     *info->mutable_transports() = in.transports();
   }
   std::sort(resp.mutable_workers()->begin(), resp.mutable_workers()->end(),

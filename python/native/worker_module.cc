@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
@@ -184,13 +185,16 @@ class Events {
     }
     if (!got) return py::none();
     py::dict d;
-    d["kind"] = e.kind() == wsync::v1::SyncEvent::STARTED ? "started" : "finished";
+    // "started", "finished"; staged syncs also "staged", "commit",
+    // "committed", "rolled_back" (docs/staging.md).
+    d["kind"] = absl::AsciiStrToLower(wsync::v1::SyncEvent::Kind_Name(e.kind()));
     d["sync_id"] = e.sync_id();
     d["transfer"] = e.transfer();
     d["version"] = e.version();
     d["ok"] = e.ok();
     d["error"] = e.error();
     d["untouched"] = e.untouched();
+    d["serving_version"] = e.serving_version();
     return d;
   }
   void Close() {

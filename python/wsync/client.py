@@ -16,8 +16,12 @@ import grpc
 from wsync import _channel, errors, progress as progress_mod, specs
 from wsync._proto import controller_pb2 as pb
 from wsync._proto import controller_pb2_grpc as pb_grpc
+from wsync._proto import layout_pb2 as lpb
 
 _RUNNING = pb.SYNC_RUNNING
+# define_transfer's staging modes -> StagingMode (docs/staging.md).
+STAGING_MODES = {"in_place": lpb.STAGING_IN_PLACE, "host_shadow": lpb.STAGING_HOST_SHADOW,
+                 "device_shadow": lpb.STAGING_DEVICE_SHADOW}
 _WATCH_SLICE_S = 30.0  # longest single WatchSync call
 _POLL_MS = 1000  # longest single WaitSync call of a wait loop
 
@@ -217,13 +221,28 @@ class Client:
         return _response_type(method).FromString(raw)
 
     def define_transfer(self, name, spec, *, source_group="trainer",
-                        destination_group="inference"):
+                        destination_group="inference", staging=None, checksums=None):
         """Binds `spec` (TransferSpec, its JSON dict/text, or a layouts
         builder) to the registered workers of both groups and plans it.
-        Returns the DefineTransferResponse (workers, plan key, summary)."""
+        `staging` ("in_place", "host_shadow", "device_shadow") and
+        `checksums` override the spec's staging options (docs/staging.md).
+        Returns the DefineTransferResponse (workers, plan key, summary, the
+        receivers' shadow memory)."""
+        proto = specs.to_proto(spec)
+        if staging is not None or checksums is not None:
+            copy = lpb.TransferSpec()
+            copy.CopyFrom(proto)  # the caller's spec stays as it was
+            proto = copy
+        if staging is not None:
+            if staging not in STAGING_MODES:
+                raise errors.InvalidArgument(
+                    f"define_transfer: staging {staging!r} is not one of {sorted(STAGING_MODES)}")
+            proto.staging.mode = STAGING_MODES[staging]
+        if checksums is not None:
+            proto.staging.checksums = bool(checksums)
         resp = self._rpc("DefineTransfer", pb.DefineTransferRequest(
             name=name, source_group=source_group, destination_group=destination_group,
-            spec=specs.to_proto(spec)))
+            spec=proto))
         self.transfer = name
         return resp
 

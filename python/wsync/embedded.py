@@ -286,7 +286,9 @@ class Worker:
 
     def events(self):
         """A subscription to sync events from now on: ``next(timeout)`` gives
-        {kind: "started"|"finished", sync_id, transfer, version, ok, error}
+        {kind: "started"|"finished" (staged syncs: also "staged", "commit",
+        "committed", "rolled_back"; docs/staging.md), sync_id, transfer,
+        version, ok, error, untouched, serving_version}
         or None; ``close()`` ends it."""
         return self._w.events()
 

@@ -56,7 +56,7 @@ WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
       serving_(options_.memberships),
       runner_(&tensors_, metrics,
               RunnerOptions{options_.round_timeout, options_.staging_limit_bytes, options_.backend,
-                            options_.parts_cache_bytes}),
+                            options_.parts_cache_bytes, options_.staging_budget_bytes}),
       progress_([this](const v1::ReportProgressRequest& p) {
         grpc::ClientContext ctx;
         ctx.set_deadline(In(absl::Seconds(2)));
@@ -112,6 +112,7 @@ void WorkerAgent::SessionLoop() {
     for (const auto& c : options_.capabilities) req.add_capabilities(c);
     req.add_capabilities(kPeerListsOnceCapability);
     req.set_staging_limit_bytes(options_.staging_limit_bytes);
+    req.set_staging_budget_bytes(options_.staging_budget_bytes);
     req.set_data_address(options_.data_address);
     req.set_pid(getpid());
     req.set_direct_write_domain(options_.direct_write_domain);
@@ -168,6 +169,8 @@ void WorkerAgent::SessionLoop() {
     }
     // Whatever runs belonged to the lost lease; the controller failed it.
     runner_.Abort("", "lease lost: " + s.error_message());
+    // A staged sync awaiting the decision rolls back (docs/staging.md).
+    gate_.Abort("", "lease lost before the commit: " + s.error_message());
     if (!stop_.load()) {
       spdlog::warn("[worker {}] assignment stream ended ({}); registering again", Roles(options_),
                    s.error_message());
@@ -217,8 +220,13 @@ void WorkerAgent::OnAssignment(const v1::Assignment& a, const std::string& lease
     queue_.push_back(Queued{a.sync(), lease_id, epoch, absl::Now()});
     return;
   }
+  if (a.has_commit()) {
+    gate_.Commit(a.commit().sync_id());
+    return;
+  }
   if (!a.has_abort()) return;
   const std::string& id = a.abort().sync_id();
+  gate_.Abort(id, a.abort().reason());
   bool dropped = false;
   {
     absl::MutexLock lock(&mu_);
@@ -337,6 +345,10 @@ void WorkerAgent::ExecLoop() {
     const bool ok = r.code() == 0;
     if (!ok) {
       spdlog::error("[worker {}] sync {} failed: {}", Roles(options_), a.sync_id(), r.message());
+    }
+    if (ok && r.staged()) {
+      FinishStaged(a, q.lease_id, std::move(r));
+      continue;
     }
     if (ok) {
       // Before the report: whoever learns of the sync's success (the

@@ -19,6 +19,7 @@
 #include "worker/agent/fd_inbox.h"
 #include "worker/agent/progress_reporter.h"
 #include "worker/agent/serving.h"
+#include "worker/agent/staged_gate.h"
 #include "worker/agent/sync_runner.h"
 #include "worker/agent/tensor_table.h"
 #include "worker/agent/worker_metrics.h"
@@ -43,6 +44,9 @@ struct AgentOptions {
   // 0: up to two plan rounds' staging. Sent at registration: the controller
   // plans within it.
   int64_t staging_limit_bytes = 0;
+  // Staged syncs: the most shadow memory (--staging_budget_bytes; 0: no
+  // limit). Sent at registration: the controller refuses plans over it.
+  int64_t staging_budget_bytes = 0;
   // The cached parts' budget in bytes (part_cache.h; --parts_cache_bytes).
   int64_t parts_cache_bytes = int64_t{256} << 20;
   // Not owned (outlives the agent), never null: the worker's data-plane
@@ -124,6 +128,14 @@ class WorkerAgent {
   void Refuse(const v1::SyncAssignment& a, const std::string& lease_id, const std::string& error);
   void OnAssignment(const v1::Assignment& a, const std::string& lease_id, uint64_t epoch);
   void Report(v1::ReportResultRequest r, const std::string& lease_id);
+  // Staged syncs (agent_staged.cc): after `a` staged on this worker
+  // (report `r`): reports it, waits for the pool's decision, then commits or
+  // rolls back, telling the owner (STAGED, COMMIT, COMMITTED / ROLLED_BACK)
+  // and the controller.
+  void FinishStaged(const v1::SyncAssignment& a, const std::string& lease_id,
+                    v1::ReportResultRequest r);
+  // The version the live tensors of `transfer` hold (0: none synced).
+  int64_t Applied(const std::string& transfer);
   // After failed sync `a`: waits (past its deadline by at most a lease
   // period or two) until its direct writers into this worker reported or
   // were lost; returns those still pending ("" when none).
@@ -142,6 +154,7 @@ class WorkerAgent {
   TensorTable tensors_;
   ServingTable serving_;
   SyncRunner runner_;
+  StagedGate gate_;  // staged syncs: the pool's decision
   std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<v1::WorkerService::Stub> stub_;
   // Running syncs' progress, delivered off the exec thread (uses stub_).

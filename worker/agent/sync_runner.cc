@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/shadow_extents.h"
 #include "common/status_macros.h"
 #include "worker/agent/controller_kv_store.h"
 
@@ -35,7 +36,31 @@ SyncRunner::SyncRunner(TensorTable* tensors, WorkerMetrics* metrics, RunnerOptio
       options_(std::move(options)),
       parts_(options_.parts_cache_bytes),
       peers_(options_.backend),
-      plane_(options_.backend, ExecutorOptionsOf(options_)) {}
+      plane_(options_.backend, ExecutorOptionsOf(options_)),
+      shadows_(options_.backend, options_.staging_budget_bytes) {}
+
+absl::StatusOr<const exec::BufferRegistry*> SyncRunner::RegistryFor(const v1::SyncAssignment& a,
+                                                                    const v1::Plan& part,
+                                                                    bool* staged) {
+  *staged = false;
+  const v1::StagingMode mode = a.staging().mode();
+  if (mode == v1::STAGING_IN_PLACE) return &registry_;
+  std::string who = absl::StrCat("worker ", a.worker());
+  for (const v1::Membership& m : a.roles()) absl::StrAppend(&who, " ", m.group(), "/", m.rank());
+  if (!a.direct_written_by().empty() || !a.direct_write_to().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": a staged sync with direct writes (peers would write the live tensors)"));
+  }
+  auto extents = ShadowExtents(part, a.worker());
+  if (!extents.ok()) {
+    return absl::Status(extents.status().code(),
+                        absl::StrCat(who, ": ", extents.status().message()));
+  }
+  if (extents->empty()) return &registry_;  // writes nothing: a sender only
+  RETURN_IF_ERROR(shadows_.Prepare(*extents, mode, registry_, who));
+  *staged = true;
+  return &shadows_.registry();
+}
 
 absl::Status SyncRunner::RefreshRegistry() {
   const uint64_t version = tensors_->version();
@@ -220,11 +245,15 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     peers_.ClearAll();
     return finish(absl::Status(st.code(), absl::StrCat("direct writes: ", st.message())));
   }
+  bool staged = false;
+  auto bind_to = RegistryFor(a, *part, &staged);
+  if (!bind_to.ok()) return finish(bind_to.status());
+  const exec::BufferRegistry& registry = **bind_to;
+  if (staged) absl::StrAppend(&direct_key, " shadows ", shadows_.generation());
   auto bit = bound_.find(plan_id);
   if (bit == bound_.end() || bit->second.first != direct_key) {
     bound_.erase(plan_id);  // bound against other peers or mappings
-    auto b =
-        exec::BindPlan(*part, a.worker(), registry_, options_.backend->memory_space(), &direct);
+    auto b = exec::BindPlan(*part, a.worker(), registry, options_.backend->memory_space(), &direct);
     if (!b.ok()) return finish(b.status());
     bit = bound_.emplace(plan_id, std::make_pair(direct_key, *b)).first;
   }
@@ -277,7 +306,9 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     }
     if (progress) progress(p.rounds_done, p.rounds_total, into_me);
   };
-  auto stats = channel->executor->Run(*bound_plan, registry_.generation(),
+  const bool checksums = a.staging().mode() != v1::STAGING_IN_PLACE && a.staging().checksums();
+  channel->executor->set_checksums(checksums);
+  auto stats = channel->executor->Run(*bound_plan, registry.generation(),
                                       absl::FromUnixMillis(a.deadline_unix_ms()), on_progress);
   r.set_execute_seconds(Since(t));
   r.set_bytes_done(into_me);
@@ -286,6 +317,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     metrics_->SlowPeerMappings(static_cast<double>(options_.backend->slow_peer_mappings()));
   }
   if (!stats.ok()) {
+    if (staged) shadows_.Discard();
     // A failed or aborted run leaves the transport unusable. Abort() from
     // another thread must not reach the executor once it is destroyed.
     {
@@ -302,6 +334,16 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     return finish(stats.status());
   }
   r.set_bytes_sent(stats->bytes_sent);
+  if (staged) {
+    r.set_staged(true);
+    r.set_shadow_bytes(shadows_.bytes());
+  }
+  for (const exec::BucketChecksum& c : stats->checksums) {
+    v1::BucketChecksum* out = r.add_checksums();
+    out->set_bucket(c.bucket);
+    out->set_hash(c.hash);
+    out->set_sent(c.sent);
+  }
   if (metrics_ != nullptr) {
     for (const exec::RoundStats& rs : stats->rounds) {
       metrics_->Round(rs.pack_seconds + rs.transfer_seconds + rs.unpack_seconds + rs.copy_seconds +

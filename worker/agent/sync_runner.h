@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "worker/agent/part_cache.h"
 #include "worker/agent/peer_buffers.h"
+#include "worker/agent/shadow_set.h"
 #include "worker/agent/tensor_table.h"
 #include "worker/agent/worker_metrics.h"
 #include "worker/exec/buffer_registry.h"
@@ -34,6 +35,8 @@ struct RunnerOptions {
   plane::Backend* backend = nullptr;
   // The cached parts' budget (PartCache, --parts_cache_bytes).
   int64_t parts_cache_bytes = int64_t{256} << 20;
+  // Staged syncs: the most shadow memory (--staging_budget_bytes; 0: no limit).
+  int64_t staging_budget_bytes = 0;
 };
 
 class SyncRunner {
@@ -60,6 +63,14 @@ class SyncRunner {
   // Drops every transport (e.g. after the lease was lost).
   void DropTransports();
 
+  // Staged syncs (docs/staging.md). A staged assignment's Run writes the
+  // shadows and, on success, reports `staged` (a receiver) with its bucket
+  // checksums; the caller then commits or discards. Call from Run's thread.
+  // Copies the shadows into the live tensors (the receiver's pause).
+  absl::Status CommitStaged() { return shadows_.Commit(); }
+  // The shadows hold part of a version: refilled before their next use.
+  void DiscardStaged() { shadows_.Discard(); }
+
  private:
   absl::Status RefreshRegistry();
   // BufferListFingerprint of the registered buffers (cached per snapshot).
@@ -69,6 +80,11 @@ class SyncRunner {
   absl::Status PrepareDirectWrites(const v1::SyncAssignment& a, exec::DirectWrites* direct,
                                    std::string* key);
   std::string AbortReason();
+  // For a staged assignment: prepares the shadows of the destination buffers
+  // `part` writes and returns the registry to bind against (the live one
+  // otherwise); *staged tells whether this worker writes any.
+  absl::StatusOr<const exec::BufferRegistry*> RegistryFor(const v1::SyncAssignment& a,
+                                                          const v1::Plan& part, bool* staged);
   absl::StatusOr<node::Channel*> EnsureChannel(const v1::SyncAssignment& a,
                                                std::shared_ptr<v1::WorkerService::Stub> stub,
                                                const std::string& lease_id);
@@ -90,6 +106,7 @@ class SyncRunner {
   // "<key>/<worker>" -> (direct-writes key, the plan bound with them).
   std::map<std::string, std::pair<std::string, std::shared_ptr<const exec::BoundPlan>>> bound_;
   node::DataPlane plane_;  // the transfers' channels
+  ShadowSet shadows_;      // staged syncs
 
   absl::Mutex mu_;
   std::string running_ ABSL_GUARDED_BY(mu_);

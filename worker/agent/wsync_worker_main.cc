@@ -87,6 +87,10 @@ ABSL_FLAG(int64_t, staging_limit_bytes, 0,
           "Most staging memory a sync may hold (the executor overlaps neighbouring rounds only "
           "where both fit); 0: up to two plan rounds' worth. Sent at registration: the "
           "controller plans no round over it. Env: WSYNC_STAGING_LIMIT_BYTES.");
+ABSL_FLAG(int64_t, staging_budget_bytes, 0,
+          "Most shadow memory a staged sync (docs/staging.md: host_shadow / device_shadow) may "
+          "allocate on this worker; 0: no limit. Sent at registration: the controller refuses "
+          "a staged plan over it, naming this worker. Env: WSYNC_STAGING_BUDGET_BYTES.");
 ABSL_FLAG(int64_t, parts_cache_bytes, int64_t{256} << 20,
           "Most bytes of op lists (plan parts, serialized size) this worker caches between "
           "syncs; the least recently used go first and the controller sends them again (the "
@@ -145,6 +149,7 @@ int main(int argc, char** argv) {
        "metrics_host",
        "round_timeout",
        "staging_limit_bytes",
+       "staging_budget_bytes",
        "parts_cache_bytes",
        "instance_id",
        "port_file",
@@ -216,6 +221,12 @@ int main(int argc, char** argv) {
   if (options.staging_limit_bytes < 0) {
     spdlog::error("wsync-worker: --staging_limit_bytes must be >= 0, got {}",
                   options.staging_limit_bytes);
+    return 2;
+  }
+  options.staging_budget_bytes = absl::GetFlag(FLAGS_staging_budget_bytes);
+  if (options.staging_budget_bytes < 0) {
+    spdlog::error("wsync-worker: --staging_budget_bytes must be >= 0, got {}",
+                  options.staging_budget_bytes);
     return 2;
   }
   options.parts_cache_bytes = absl::GetFlag(FLAGS_parts_cache_bytes);

@@ -105,8 +105,19 @@ struct RoundStats {
   int32_t reduces = 0;
 };
 
+// A bucket's wire-byte checksum (common/chunk_hash.h, DataOps::Checksum),
+// taken when checksums are on (Executor::set_checksums): a sent bucket after
+// its pack, a received one before its unpack. Zero-copy buckets hash the
+// tensor range they go from / into.
+struct BucketChecksum {
+  int64_t bucket = 0;
+  uint64_t hash = 0;
+  bool sent = false;
+};
+
 struct SyncStats {
   std::vector<RoundStats> rounds;
+  std::vector<BucketChecksum> checksums;  // in round order
   double seconds = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
@@ -149,6 +160,9 @@ class Executor {
   int64_t allocated_staging_bytes() const { return allocated_staging_.load(); }
   // Frees the staging allocation (e.g. while idle between syncs).
   void ReleaseStaging();
+  // Checksums of every network bucket of the next Runs (SyncStats.checksums);
+  // call between Runs.
+  void set_checksums(bool on) { checksums_ = on; }
 
  private:
   // What one round leaves to the next.
@@ -191,6 +205,10 @@ class Executor {
   absl::Status Transfer(const BoundPlan& plan, const BoundRound& round, uint8_t* staging,
                         absl::Time deadline, const std::function<void()>& on_posted,
                         RoundStats& rs);
+  // With checksums_: hashes `list` (round's sends or receives) into sync.
+  absl::Status HashBuckets(const BoundPlan& plan, const BoundRound& round,
+                           const std::vector<BoundTransfer>& list, uint8_t* staging, bool sent,
+                           SyncStats& sync);
   // Staging of round j in the current allocation.
   uint8_t* StagingOf(size_t j) const;
   // Waits for every data op issued so far; an error names `where` and the
@@ -236,6 +254,7 @@ class Executor {
   int32_t unwaited_round_ = -1;
   // The last round leaves its wait to Run (direct writes).
   bool hold_last_wait_ = false;
+  bool checksums_ = false;
   std::atomic<int64_t> current_staging_{0};
   std::atomic<int64_t> allocated_staging_{0};
   std::atomic<bool> aborted_{false};

@@ -162,6 +162,24 @@ absl::Status Executor::WaitForDataOps(const std::string& where) {
                               since, ")"));
 }
 
+absl::Status Executor::HashBuckets(const BoundPlan& plan, const BoundRound& round,
+                                   const std::vector<BoundTransfer>& list, uint8_t* staging,
+                                   bool sent, SyncStats& sync) {
+  if (!checksums_) return absl::OkStatus();
+  for (const BoundTransfer& t : list) {
+    const void* data = t.zero_copy ? t.direct : staging + t.staging_offset;
+    auto h = ops_->Checksum(data, t.bytes);
+    if (!h.ok()) {
+      return absl::Status(
+          h.status().code(),
+          absl::StrCat(RoundWhere(plan, round), ": checksum of ", sent ? "sent" : "received",
+                       " bucket ", t.bucket, " (peer ", t.peer, "): ", h.status().message()));
+    }
+    sync.checksums.push_back(BucketChecksum{t.bucket, *h, sent});
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Executor::Transfer(const BoundPlan& plan, const BoundRound& round, uint8_t* staging,
                                 absl::Time deadline, const std::function<void()>& on_posted,
                                 RoundStats& rs) {
@@ -215,6 +233,8 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, absl::Time dead
     unwaited_round_ = round.index;
   }
   rs.pack_seconds = Seconds(t);
+  // Packed and waited for: what goes on the wire is in staging now.
+  if (transfers) RETURN_IF_ERROR(HashBuckets(plan, round, round.sends, staging, true, sync));
 
   // The other set holds the previous round's received bytes until its
   // unpack ran, then the next round's packed bytes (in that order).
@@ -265,6 +285,9 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, absl::Time dead
   if (transfers) RETURN_IF_ERROR(Transfer(plan, round, staging, deadline, on_posted, rs));
   if (!posted) on_posted();  // nothing to transfer
   RETURN_IF_ERROR(overlap_status);
+  // Received and not unpacked yet (this round's unpack is issued below or
+  // by the next round): staging holds the wire bytes.
+  if (transfers) RETURN_IF_ERROR(HashBuckets(plan, round, round.recvs, staging, false, sync));
   rs.transfer_seconds = Seconds(t);
 
   if (pipeline && sched.finish_async && i + 1 < plan.rounds.size()) {

@@ -6,6 +6,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/chunk_hash.h"
 #include "common/status_macros.h"
 
 namespace wsync::exec {
@@ -127,6 +128,25 @@ void CoalesceViews(absl::Span<StridedView* const> views) {
     out.ndim = n;
     *v = out;
   }
+}
+
+absl::StatusOr<uint64_t> DataOps::Checksum(const void* data, int64_t bytes) {
+  if (memory_space() != MemorySpace::kHost) {
+    return absl::UnimplementedError(
+        absl::StrCat(Name(), " data ops cannot checksum their memory (staged syncs' checksums)"));
+  }
+  if (bytes < 0 || (bytes > 0 && data == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checksum of ", bytes, " bytes at ", data == nullptr ? "null" : "an address"));
+  }
+  RETURN_IF_ERROR(Synchronize());
+  return chunk_hash::Hash(data, bytes);
+}
+
+absl::StatusOr<StagingBuffer> DataOps::AllocateHostShadow(int64_t bytes) {
+  if (memory_space() == MemorySpace::kHost) return AllocateStaging(bytes);
+  return absl::UnimplementedError(
+      absl::StrCat(Name(), " data ops have no host shadow memory (staging host_shadow)"));
 }
 
 ItemsHandle DataOps::Prepare(absl::Span<const CopyItem> items) {

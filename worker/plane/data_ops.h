@@ -228,6 +228,15 @@ class DataOps {
   virtual absl::Status Synchronize() = 0;
   // Block fp8 quantization at the receiver (and local quantizing copies).
   // Implementations without it refuse plans that need it.
+  // The chunk_hash::Hash (common/chunk_hash.h) of `bytes` bytes at `data`
+  // (memory of this space), once every call issued so far finished. The
+  // default synchronizes and hashes on the CPU: host memory only.
+  virtual absl::StatusOr<uint64_t> Checksum(const void* data, int64_t bytes);
+  // Shadow copies of staged syncs (docs/staging.md): `bytes` (>= 0) of host
+  // memory the calls above can read and write (pinned on a device), freed
+  // when the buffer goes. The default: AllocateStaging on host ops,
+  // UNIMPLEMENTED on others.
+  virtual absl::StatusOr<StagingBuffer> AllocateHostShadow(int64_t bytes);
   virtual absl::Status Quantize(absl::Span<const QuantizeInput> inputs,
                                 absl::Span<const QuantizeItem> items, const void* staging_base) {
     (void)inputs;

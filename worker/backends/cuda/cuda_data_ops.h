@@ -85,6 +85,12 @@ class CudaDataOps : public exec::DataOps {
   // Does not wait for puts (CudaPeerWriter::Fence does); frees what these
   // ops and their writer retired.
   absl::Status Synchronize() override;
+  // The GPU twin of chunk_hash::Hash (checksum_kernel.h), after the queued
+  // calls; waits for the result. Untested on a GPU (see that header).
+  absl::StatusOr<uint64_t> Checksum(const void* data, int64_t bytes) override;
+  // Mapped, portable pinned host memory (cudaHostAlloc): the kernels reach
+  // it through unified addressing. Untested on a GPU.
+  absl::StatusOr<exec::StagingBuffer> AllocateHostShadow(int64_t bytes) override;
   // Block fp8 (worker/backends/cuda/block_fp8_kernel.h): inputs gathered into fp32
   // scratch by one piece-kernel launch, then one quantization launch.
   absl::Status Quantize(absl::Span<const exec::QuantizeInput> inputs,
@@ -167,6 +173,7 @@ class CudaDataOps : public exec::DataOps {
   int64_t cache_device_bytes_ = 0;
   int64_t cache_hits_ = 0;
   DeviceBuffer quant_regions_;
+  DeviceBuffer checksum_sum_;  // one uint64 (Checksum)
 };
 
 // Splits the dims of two views of equal element count (each enumerated

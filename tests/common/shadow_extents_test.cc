@@ -1,0 +1,78 @@
+#include "common/shadow_extents.h"
+
+#include "gtest/gtest.h"
+
+namespace wsync {
+namespace {
+
+v1::TensorView View(int32_t name, int64_t offset, std::vector<int64_t> shape,
+                    std::vector<int64_t> strides, v1::BufferSide side) {
+  v1::TensorView v;
+  v.set_buffer_name(name);
+  v.set_byte_offset(offset);
+  for (int64_t s : shape) v.add_shape(s);
+  for (int64_t s : strides) v.add_strides(s);
+  v.set_dtype(v1::FP32);
+  v.set_side(side);
+  return v;
+}
+
+// Worker 1 receives two pieces of "inference/w" (one strided) and one of
+// "inference/b"; worker 2 a reduce into "inference/w"; worker 0 only sends.
+v1::Plan TwoReceivers() {
+  v1::Plan plan;
+  plan.add_names("trainer/w");
+  plan.add_names("inference/w");
+  plan.add_names("inference/b");
+  v1::Bucket* b = plan.add_buckets();
+  b->set_sender(0);
+  b->set_receiver(1);
+  v1::Piece* p = b->add_pieces();
+  *p->mutable_src() = View(0, 0, {4}, {1}, v1::SOURCE_BUFFER);
+  *p->mutable_dst() = View(1, 64, {4}, {1}, v1::DESTINATION_BUFFER);  // ends at 80
+  p = b->add_pieces();
+  *p->mutable_dst() = View(1, 0, {2, 3}, {10, 1}, v1::DESTINATION_BUFFER);  // ends at 4*(13)+4=56
+  p = b->add_pieces();
+  *p->mutable_dst() = View(2, 0, {5}, {1}, v1::DESTINATION_BUFFER);  // 20
+  p = b->add_pieces();  // a reduce input: not written by itself
+  p->set_reduce_id(1);
+  *p->mutable_dst() = View(2, 400, {5}, {1}, v1::DESTINATION_BUFFER);
+  v1::Reduce* r = plan.add_reduces();
+  r->set_worker(2);
+  *r->mutable_dst() = View(1, 100, {0}, {1}, v1::DESTINATION_BUFFER);  // empty: 0
+  r = plan.add_reduces();
+  r->set_worker(2);
+  *r->mutable_dst() = View(1, 8, {3}, {2}, v1::DESTINATION_BUFFER);  // 8 + 4*5 = 28
+  return plan;
+}
+
+TEST(ShadowExtentsTest, HighestByteWrittenPerDestinationBuffer) {
+  const v1::Plan plan = TwoReceivers();
+  auto one = ShadowExtents(plan, 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(*one, (std::map<std::string, int64_t>{{"inference/w", 80}, {"inference/b", 20}}));
+  auto two = ShadowExtents(plan, 2);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(*two, (std::map<std::string, int64_t>{{"inference/w", 28}}));
+  auto sender = ShadowExtents(plan, 0);
+  ASSERT_TRUE(sender.ok());
+  EXPECT_TRUE(sender->empty());
+  auto all = ShadowBytesByWorker(plan);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(*all, (std::map<int32_t, int64_t>{{1, 100}, {2, 28}}));
+  EXPECT_EQ(*ShadowBytes(plan, 1), 100);
+}
+
+TEST(ShadowExtentsTest, RefusesBadViewsNamingTheBuffer) {
+  v1::Plan plan = TwoReceivers();
+  plan.mutable_buckets(0)->mutable_pieces(0)->mutable_dst()->set_buffer_name(9);
+  EXPECT_EQ(ShadowExtents(plan, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  plan = TwoReceivers();
+  plan.mutable_buckets(0)->mutable_pieces(0)->mutable_dst()->set_shape(0, int64_t{1} << 60);
+  auto s = ShadowExtents(plan, 1).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("inference/w"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace wsync

@@ -126,7 +126,16 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(AuthOptions
   if (options.reload_interval < absl::Seconds(1)) {
     return absl::InvalidArgumentError("--tls_reload_interval must be at least 1s");
   }
+  if (!options.crl_file.empty() && options.insecure) {
+    return absl::InvalidArgumentError("--tls_crl_file needs TLS: drop it, or --insecure");
+  }
   std::unique_ptr<Authenticator> a(new Authenticator(std::move(options)));
+  if (!a->options_.crl_file.empty()) {
+    absl::StatusOr<std::unique_ptr<RevocationList>> crl = RevocationList::Create(
+        a->options_.crl_file, a->options_.client_ca_file, a->options_.reload_interval);
+    if (!crl.ok()) return crl.status();
+    a->crl_ = *std::move(crl);
+  }
   if (!a->options_.tokens_file.empty()) {
     if (absl::Status st = a->ReloadTokensIfChanged(); !st.ok()) return st;
   }
@@ -231,8 +240,23 @@ Caller Authenticator::Identify(const grpc::ServerContextBase& ctx) {
   return c;
 }
 
+absl::Status Authenticator::CheckRevoked(const grpc::ServerContextBase& ctx,
+                                         absl::string_view method) const {
+  if (crl_ == nullptr) return absl::OkStatus();
+  std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+  if (auth == nullptr) return absl::OkStatus();
+  auto leaf = auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
+  if (leaf.empty()) return absl::OkStatus();  // no client certificate
+  auto chain = auth->FindPropertyValues(GRPC_X509_PEM_CERT_CHAIN_PROPERTY_NAME);
+  return crl_->Check(absl::string_view(leaf[0].data(), leaf[0].size()),
+                     chain.empty() ? absl::string_view()
+                                   : absl::string_view(chain[0].data(), chain[0].size()),
+                     method);
+}
+
 absl::StatusOr<Caller> Authenticator::RequireRole(const grpc::ServerContextBase& ctx, Role needed,
                                                   absl::string_view method) {
+  if (absl::Status st = CheckRevoked(ctx, method); !st.ok()) return st;
   Caller c = Identify(ctx);
   if (options_.insecure && options_.tokens_file.empty()) {
     c.role = Role::kAdmin;  // plaintext without tokens: nothing to check
@@ -257,6 +281,7 @@ absl::StatusOr<Caller> Authenticator::RequireRole(const grpc::ServerContextBase&
 absl::StatusOr<Caller> Authenticator::RequireWorker(const grpc::ServerContextBase& ctx,
                                                     absl::string_view method) {
   if (options_.insecure) return Caller{};
+  if (absl::Status st = CheckRevoked(ctx, method); !st.ok()) return st;
   Caller c = Identify(ctx);
   if (!c.has_certificate) {
     return absl::UnauthenticatedError(

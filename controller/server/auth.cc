@@ -248,10 +248,10 @@ absl::Status Authenticator::CheckRevoked(const grpc::ServerContextBase& ctx,
   auto leaf = auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
   if (leaf.empty()) return absl::OkStatus();  // no client certificate
   auto chain = auth->FindPropertyValues(GRPC_X509_PEM_CERT_CHAIN_PROPERTY_NAME);
-  return crl_->Check(absl::string_view(leaf[0].data(), leaf[0].size()),
-                     chain.empty() ? absl::string_view()
-                                   : absl::string_view(chain[0].data(), chain[0].size()),
-                     method);
+  return crl_->Check(
+      absl::string_view(leaf[0].data(), leaf[0].size()),
+      chain.empty() ? absl::string_view() : absl::string_view(chain[0].data(), chain[0].size()),
+      method);
 }
 
 absl::StatusOr<Caller> Authenticator::RequireRole(const grpc::ServerContextBase& ctx, Role needed,

@@ -97,22 +97,24 @@ absl::StatusOr<Revocations> ParseRevocations(absl::string_view crl_pem, absl::st
     }
     ERR_clear_error();
     if (!known) {  // it cannot revoke a certificate the controller accepts
-      spdlog::warn("[controller] --tls_crl_file {}: CRL #{} is of '{}', no CA of "
-                   "--tls_client_ca; skipped",
-                   std::string(file), out.lists, issuer_text);
+      spdlog::warn(
+          "[controller] --tls_crl_file {}: CRL #{} is of '{}', no CA of "
+          "--tls_client_ca; skipped",
+          std::string(file), out.lists, issuer_text);
       ++out.skipped;
       continue;
     }
     if (!verified) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--tls_crl_file '", file, "': CRL #", out.lists, " of issuer '",
-                       issuer_text, "' does not verify with that CA's key (--tls_client_ca)"));
+          absl::StrCat("--tls_crl_file '", file, "': CRL #", out.lists, " of issuer '", issuer_text,
+                       "' does not verify with that CA's key (--tls_client_ca)"));
     }
     const ASN1_TIME* next = X509_CRL_get0_nextUpdate(crl.get());
     if (next != nullptr && X509_cmp_current_time(next) < 0) {
-      spdlog::warn("[controller] --tls_crl_file {}: the CRL of '{}' is past its nextUpdate; "
-                   "applying it anyway, publish a fresh one",
-                   std::string(file), issuer_text);
+      spdlog::warn(
+          "[controller] --tls_crl_file {}: the CRL of '{}' is past its nextUpdate; "
+          "applying it anyway, publish a fresh one",
+          std::string(file), issuer_text);
     }
     STACK_OF(X509_REVOKED)* revoked = X509_CRL_get_REVOKED(crl.get());
     for (int i = 0; i < sk_X509_REVOKED_num(revoked); ++i) {
@@ -122,8 +124,8 @@ absl::StatusOr<Revocations> ParseRevocations(absl::string_view crl_pem, absl::st
   }
   ERR_clear_error();
   if (out.lists == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--tls_crl_file '", file, "' holds no PEM CRL ('-----BEGIN X509 CRL-----')"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_crl_file '", file, "' holds no PEM CRL ('-----BEGIN X509 CRL-----')"));
   }
   return out;
 }
@@ -183,18 +185,18 @@ absl::Status RevocationList::Check(absl::string_view cert_pem, absl::string_view
   }
   std::vector<X509Ptr> certs = ReadCertificates(cert_pem);
   if (certs.empty()) {
-    return absl::UnauthenticatedError(
-        absl::StrCat(method, ": the client certificate could not be read for the revocation check"));
+    return absl::UnauthenticatedError(absl::StrCat(
+        method, ": the client certificate could not be read for the revocation check"));
   }
   for (X509Ptr& c : ReadCertificates(chain_pem)) certs.push_back(std::move(c));
   for (const X509Ptr& c : certs) {
     const std::string issuer = NameText(X509_get_issuer_name(c.get()));
     const std::string serial = SerialText(X509_get0_serialNumber(c.get()));
     if (lists->revoked.count({issuer, serial}) == 0) continue;
-    return absl::UnauthenticatedError(absl::StrCat(
-        method, ": certificate serial ", serial, " (subject '",
-        NameText(X509_get_subject_name(c.get())), "', issuer '", issuer,
-        "') is revoked by --tls_crl_file '", crl_file_, "'"));
+    return absl::UnauthenticatedError(
+        absl::StrCat(method, ": certificate serial ", serial, " (subject '",
+                     NameText(X509_get_subject_name(c.get())), "', issuer '", issuer,
+                     "') is revoked by --tls_crl_file '", crl_file_, "'"));
   }
   return absl::OkStatus();
 }

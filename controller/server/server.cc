@@ -59,8 +59,8 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(Server
   if (options.max_connection_age > absl::ZeroDuration()) {
     builder.AddChannelArgument(
         GRPC_ARG_MAX_CONNECTION_AGE_MS,
-        static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(options.max_connection_age),
-                                           INT32_MAX)));
+        static_cast<int>(
+            std::min<int64_t>(absl::ToInt64Milliseconds(options.max_connection_age), INT32_MAX)));
   }
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {

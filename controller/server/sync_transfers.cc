@@ -194,10 +194,9 @@ absl::Status SyncCoordinator::CheckOwner(absl::string_view method, const std::st
                                          const std::string& owner, const TrainerCaller& caller,
                                          absl::string_view action) {
   if (caller.admin || owner.empty() || owner == caller.identity) return absl::OkStatus();
-  return absl::PermissionDeniedError(
-      absl::StrCat(method, ": transfer '", name, "' is owned by '", owner, "'; ",
-                   "identity '", caller.identity, "' (role trainer) may not ", action,
-                   " it: only its owner or role admin may"));
+  return absl::PermissionDeniedError(absl::StrCat(
+      method, ": transfer '", name, "' is owned by '", owner, "'; ", "identity '", caller.identity,
+      "' (role trainer) may not ", action, " it: only its owner or role admin may"));
 }
 
 void SyncCoordinator::ClaimOwner(Transfer& t, const TrainerCaller& caller) {
@@ -251,8 +250,8 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
   Transfer& t = transfers_[req.name()];
   if (created) {
     t.owner = caller.identity;
-  } else if (absl::Status owned = CheckOwner("DefineTransfer", req.name(), t.owner, caller,
-                                             "redefine");
+  } else if (absl::Status owned =
+                 CheckOwner("DefineTransfer", req.name(), t.owner, caller, "redefine");
              !owned.ok()) {
     return owned;  // another identity defined it meanwhile
   }

@@ -35,13 +35,12 @@ class TlsRotationTest : public ::testing::Test {
     }
     ASSERT_TRUE(ca1_->WriteCrl().ok());
     // The files the processes read ("live-*"), all of the first CA.
-    ASSERT_TRUE(ca1_
-                    ->Run(absl::StrCat(
-                        "cp server.pem live-server.pem && cp server.key live-server.key && "
-                        "cp worker.pem live-worker.pem && cp worker.key live-worker.key && "
-                        "cp ca.pem live-client-ca.pem && cp ca.pem live-controller-ca.pem && "
-                        "cp crl.pem live-crl.pem && printf '",
-                        kOps, " admin ops\\n' > tokens"))
+    ASSERT_TRUE(ca1_->Run(absl::StrCat(
+                              "cp server.pem live-server.pem && cp server.key live-server.key && "
+                              "cp worker.pem live-worker.pem && cp worker.key live-worker.key && "
+                              "cp ca.pem live-client-ca.pem && cp ca.pem live-controller-ca.pem && "
+                              "cp crl.pem live-crl.pem && printf '",
+                              kOps, " admin ops\\n' > tokens"))
                     .ok());
     options_.insecure = false;
     options_.controller_flags = {"--tls_cert=" + ca1_->Path("live-server.pem"),
@@ -53,8 +52,7 @@ class TlsRotationTest : public ::testing::Test {
                                  "--max_connection_age=2s"};
     options_.worker_flags = {"--controller_ca=" + ca1_->Path("live-controller-ca.pem"),
                              "--cert=" + ca1_->Path("live-worker.pem"),
-                             "--key=" + ca1_->Path("live-worker.key"),
-                             "--tls_reload_interval=1s"};
+                             "--key=" + ca1_->Path("live-worker.key"), "--tls_reload_interval=1s"};
     options_.credentials = Tls({ca1_.get(), ca2_.get()});
     options_.token = kOps;
   }
@@ -161,10 +159,12 @@ TEST_F(TlsRotationTest, CertificatesRotateWhileSyncsRunAndTheOldOneIsRevoked) {
   EXPECT_TRUE(Eventually([&] {
     auto stub = v1::TrainerService::NewStub(Channel(Tls({ca2_.get()})));
     v1::GetStatusResponse resp;
-    return Call([&](grpc::ClientContext* c) {
-             c->AddMetadata("authorization", absl::StrCat("Bearer ", kOps));
-             return stub->GetStatus(c, v1::GetStatusRequest(), &resp);
-           }, absl::Seconds(5))
+    return Call(
+               [&](grpc::ClientContext* c) {
+                 c->AddMetadata("authorization", absl::StrCat("Bearer ", kOps));
+                 return stub->GetStatus(c, v1::GetStatusRequest(), &resp);
+               },
+               absl::Seconds(5))
         .ok();
   })) << "the controller reloaded --tls_cert";
 
@@ -179,7 +179,8 @@ TEST_F(TlsRotationTest, CertificatesRotateWhileSyncsRunAndTheOldOneIsRevoked) {
   EXPECT_THAT(revoked.error_message(), HasSubstr("serial " + old_serial));
   EXPECT_THAT(revoked.error_message(), HasSubstr("revoked by --tls_crl_file"));
   // A token does not make a revoked certificate good on the trainer API.
-  auto as_trainer = v1::TrainerService::NewStub(Channel(Tls({ca1_.get()}, ca1_.get(), "worker")));
+  auto as_trainer =
+      v1::TrainerService::NewStub(Channel(Tls({ca1_.get(), ca2_.get()}, ca1_.get(), "worker")));
   v1::GetStatusResponse status;
   grpc::Status with_token = Call([&](grpc::ClientContext* c) {
     c->AddMetadata("authorization", absl::StrCat("Bearer ", kOps));

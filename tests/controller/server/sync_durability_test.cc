@@ -123,7 +123,8 @@ TEST_F(SyncDurabilityTest, ATransferBelongsToTheIdentityThatDefinedItAcrossARest
   const TrainerCaller alice{"token:alice", false}, carol{"token:carol", false};
   const TrainerCaller ops{"token:ops", true};
   RegisterAll();
-  ASSERT_TRUE(controller_->syncs().DefineTransfer(controller_testing::SimpleTransfer(), alice).ok());
+  ASSERT_TRUE(
+      controller_->syncs().DefineTransfer(controller_testing::SimpleTransfer(), alice).ok());
   Deliver(1);
   Restart();
   RegisterAll();
@@ -133,7 +134,9 @@ TEST_F(SyncDurabilityTest, ATransferBelongsToTheIdentityThatDefinedItAcrossARest
 
   for (const absl::Status& refused :
        {Sync(2, false, carol).status(),
-        controller_->syncs().DefineTransfer(controller_testing::SimpleTransfer(), carol).status()}) {
+        controller_->syncs()
+            .DefineTransfer(controller_testing::SimpleTransfer(), carol)
+            .status()}) {
     EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
     EXPECT_THAT(refused.message(), ::testing::HasSubstr("'token:alice'"));
     EXPECT_THAT(refused.message(), ::testing::HasSubstr("'token:carol'"));

@@ -27,6 +27,7 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(Server
   v1::ControllerState saved;
   if (!options.state_file.empty()) {
     s->store_ = std::make_unique<StateStore>(options.state_file, options.state_flush);
+    s->metrics_->CountFlushFailuresOf(s->store_.get());
     absl::StatusOr<v1::ControllerState> loaded = s->store_->Load();
     if (!loaded.ok() && !options.state_start_empty) return loaded.status();
     if (!loaded.ok()) {

@@ -6,8 +6,8 @@
 #include <iostream>
 #include <memory>
 
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/checked_math.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -185,8 +185,8 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
     auto need = ReplayBytes(*spec);
     if (!need.ok()) return Fail(kExitFailed, need.status());
     if (*max_gib < 0 || *max_gib > (int64_t{1} << 32)) {
-      return Fail(kExitUsage, absl::InvalidArgumentError(absl::StrCat(
-                                  "--verify-max-gib ", *max_gib, " is outside [0, 2^32]")));
+      return Fail(kExitUsage, absl::InvalidArgumentError(absl::StrCat("--verify-max-gib ", *max_gib,
+                                                                      " is outside [0, 2^32]")));
     }
     if (*need > (*max_gib << 30)) {
       return Fail(kExitFailed,

@@ -149,8 +149,8 @@ int RunWatchCommand(const std::vector<std::string>& argv) {
 
 int RunCancelCommand(const std::vector<std::string>& argv) {
   CLI::App app(
-      "Cancels sync SYNC_ID (TrainerService.Cancel; role trainer, the caller that started it "
-      "or an admin) and prints its status. Exit 0 when it ends CANCELLED, 1 otherwise.",
+      "Cancels sync SYNC_ID (TrainerService.Cancel; role trainer owning its transfer, "
+      "or admin) and prints its status. Exit 0 when it ends CANCELLED, 1 otherwise.",
       "cancel");
   ChannelOptions options;
   AddChannelOptions(app, &options, 10000);

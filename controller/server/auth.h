@@ -13,8 +13,9 @@
 //
 // Roles (each includes the ones below it):
 //  - reader: GetStatus, ListWorkers, Replicas, Plan, WaitSync, WatchSync.
-//  - trainer: DefineTransfer, Sync, Cancel of the syncs it started.
-//  - admin: Cancel of any sync.
+//  - trainer: DefineTransfer, Sync, Cancel of the transfers it owns (the
+//    coordinator checks ownership, sync_coordinator.h TrainerCaller).
+//  - admin: all of these on every transfer.
 //
 // Plaintext (--insecure): no certificates; the worker API trusts the lease
 // secret alone; the trainer API needs a token only when --tokens_file is set

@@ -1,11 +1,7 @@
 #include "controller/server/auth.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -23,17 +19,6 @@
 namespace wsync::controller {
 
 namespace {
-
-// How often the tokens file is looked at (stat) for changes.
-constexpr absl::Duration kTokenRecheck = absl::Seconds(1);
-
-absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " '", path, "'"));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // Constant-time equality over the bytes (lengths are not secret): a token is
 // not given away a byte at a time.
@@ -119,7 +104,7 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(AuthOptions
   }
   for (const std::string* f : {&options.cert_file, &options.key_file, &options.client_ca_file}) {
     if (f->empty()) continue;
-    if (absl::StatusOr<std::string> text = ReadFile(*f, "TLS file"); !text.ok()) {
+    if (absl::StatusOr<std::string> text = ReadWholeFile(*f, "TLS file"); !text.ok()) {
       return text.status();
     }
   }
@@ -160,24 +145,10 @@ std::shared_ptr<grpc::ServerCredentials> Authenticator::ServerCredentials() cons
 }
 
 absl::Status Authenticator::ReloadTokensIfChanged() {
-  const std::string& path = options_.tokens_file;
-  {
-    absl::MutexLock lock(&mu_);
-    const absl::Time now = absl::Now();
-    if (now - tokens_checked_ < kTokenRecheck) return absl::OkStatus();
-    tokens_checked_ = now;
-    struct stat st {};
-    if (stat(path.c_str(), &st) != 0) {
-      return absl::NotFoundError(absl::StrCat("cannot stat --tokens_file '", path, "'"));
-    }
-    if (st.st_size == tokens_size_ && st.st_mtim.tv_sec == tokens_mtime_.tv_sec &&
-        st.st_mtim.tv_nsec == tokens_mtime_.tv_nsec) {
-      return absl::OkStatus();
-    }
-    tokens_mtime_ = st.st_mtim;
-    tokens_size_ = st.st_size;
-  }
-  absl::StatusOr<std::string> text = ReadFile(path, "--tokens_file");
+  absl::StatusOr<bool> changed = tokens_file_.Changed();
+  if (!changed.ok() || !*changed) return changed.status();
+  const std::string& path = tokens_file_.path();
+  absl::StatusOr<std::string> text = tokens_file_.Read();
   if (!text.ok()) return text.status();
   absl::StatusOr<std::vector<TokenEntry>> tokens = ParseTokens(*text, path);
   if (!tokens.ok()) return tokens.status();

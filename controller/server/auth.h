@@ -30,7 +30,6 @@
 #ifndef WSYNC_CONTROLLER_SERVER_AUTH_H_
 #define WSYNC_CONTROLLER_SERVER_AUTH_H_
 
-#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +41,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "controller/server/revocation.h"
+#include "controller/server/watched_file.h"
 #include "grpcpp/grpcpp.h"
 #include "wsync/v1/controller.pb.h"
 
@@ -115,7 +115,9 @@ class Authenticator {
   absl::Status CheckGroups(const Caller& caller, const v1::RegisterWorkerRequest& req) const;
 
  private:
-  explicit Authenticator(AuthOptions options) : options_(std::move(options)) {}
+  explicit Authenticator(AuthOptions options)
+      : options_(std::move(options)),
+        tokens_file_(options_.tokens_file, "--tokens_file", absl::Seconds(1)) {}
   // UNAUTHENTICATED when the caller's client certificate is revoked.
   absl::Status CheckRevoked(const grpc::ServerContextBase& ctx, absl::string_view method) const;
   absl::Status ReloadTokensIfChanged() ABSL_LOCKS_EXCLUDED(mu_);
@@ -124,11 +126,9 @@ class Authenticator {
 
   const AuthOptions options_;
   std::unique_ptr<RevocationList> crl_;  // null without --tls_crl_file
+  WatchedFile tokens_file_;              // options_.tokens_file
   absl::Mutex mu_;
   std::vector<TokenEntry> tokens_ ABSL_GUARDED_BY(mu_);
-  absl::Time tokens_checked_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  struct timespec tokens_mtime_ ABSL_GUARDED_BY(mu_) = {};
-  off_t tokens_size_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace wsync::controller

@@ -6,8 +6,6 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -65,14 +63,6 @@ std::string SerialText(const ASN1_INTEGER* serial) {
   OPENSSL_free(hex);
   BN_free(bn);
   return out;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", flag, " '", path, "'"));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 }  // namespace
@@ -143,29 +133,15 @@ absl::StatusOr<std::unique_ptr<RevocationList>> RevocationList::Create(
 }
 
 absl::Status RevocationList::ReloadIfChanged() {
-  {
-    absl::MutexLock lock(&mu_);
-    const absl::Time now = absl::Now();
-    if (current_ != nullptr && now - checked_ < reload_interval_) return absl::OkStatus();
-    checked_ = now;
-    struct stat st {};
-    if (stat(crl_file_.c_str(), &st) != 0) {
-      return absl::NotFoundError(absl::StrCat("cannot stat --tls_crl_file '", crl_file_, "'"));
-    }
-    if (st.st_size == size_ && st.st_mtim.tv_sec == mtime_.tv_sec &&
-        st.st_mtim.tv_nsec == mtime_.tv_nsec) {
-      return absl::OkStatus();
-    }
-    mtime_ = st.st_mtim;
-    size_ = st.st_size;
-  }
-  absl::StatusOr<std::string> crl = ReadFile(crl_file_, "--tls_crl_file");
+  absl::StatusOr<bool> changed = crl_.Changed();
+  if (!changed.ok() || !*changed) return changed.status();
+  absl::StatusOr<std::string> crl = crl_.Read();
   if (!crl.ok()) return crl.status();
-  absl::StatusOr<std::string> ca = ReadFile(ca_file_, "--tls_client_ca");
+  absl::StatusOr<std::string> ca = ReadWholeFile(ca_file_, "--tls_client_ca");
   if (!ca.ok()) return ca.status();
-  absl::StatusOr<Revocations> parsed = ParseRevocations(*crl, *ca, crl_file_);
+  absl::StatusOr<Revocations> parsed = ParseRevocations(*crl, *ca, crl_.path());
   if (!parsed.ok()) return parsed.status();
-  spdlog::info("[controller] --tls_crl_file {}: {} CRL(s), {} revoked certificate(s)", crl_file_,
+  spdlog::info("[controller] --tls_crl_file {}: {} CRL(s), {} revoked certificate(s)", crl_.path(),
                parsed->lists, parsed->revoked.size());
   auto fresh = std::make_shared<const Revocations>(*std::move(parsed));
   absl::MutexLock lock(&mu_);
@@ -196,7 +172,7 @@ absl::Status RevocationList::Check(absl::string_view cert_pem, absl::string_view
     return absl::UnauthenticatedError(
         absl::StrCat(method, ": certificate serial ", serial, " (subject '",
                      NameText(X509_get_subject_name(c.get())), "', issuer '", issuer,
-                     "') is revoked by --tls_crl_file '", crl_file_, "'"));
+                     "') is revoked by --tls_crl_file '", crl_.path(), "'"));
   }
   return absl::OkStatus();
 }

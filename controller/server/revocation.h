@@ -25,8 +25,6 @@
 #ifndef WSYNC_CONTROLLER_SERVER_REVOCATION_H_
 #define WSYNC_CONTROLLER_SERVER_REVOCATION_H_
 
-#include <sys/stat.h>
-
 #include <memory>
 #include <set>
 #include <string>
@@ -38,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "controller/server/watched_file.h"
 
 namespace wsync::controller {
 
@@ -69,25 +68,20 @@ class RevocationList {
   absl::Status Check(absl::string_view cert_pem, absl::string_view chain_pem,
                      absl::string_view method);
 
-  const std::string& file() const { return crl_file_; }
+  const std::string& file() const { return crl_.path(); }
 
  private:
   RevocationList(std::string crl_file, std::string ca_file, absl::Duration reload_interval)
-      : crl_file_(std::move(crl_file)),
-        ca_file_(std::move(ca_file)),
-        reload_interval_(reload_interval) {}
-  // Re-reads the files when the CRL file changed (at most once per
-  // reload_interval_); errors keep the loaded lists.
+      : crl_(std::move(crl_file), "--tls_crl_file", reload_interval),
+        ca_file_(std::move(ca_file)) {}
+  // Re-reads the files when the CRL file changed (at most once per reload
+  // interval); errors keep the loaded lists.
   absl::Status ReloadIfChanged() ABSL_LOCKS_EXCLUDED(mu_);
 
-  const std::string crl_file_;
+  WatchedFile crl_;
   const std::string ca_file_;
-  const absl::Duration reload_interval_;
   absl::Mutex mu_;
   std::shared_ptr<const Revocations> current_ ABSL_GUARDED_BY(mu_);
-  absl::Time checked_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  struct timespec mtime_ ABSL_GUARDED_BY(mu_) = {};
-  off_t size_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace wsync::controller

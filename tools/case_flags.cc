@@ -1,9 +1,9 @@
 #include "tools/case_flags.h"
 
 #include "absl/strings/str_cat.h"
+#include "catalog/case.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
-#include "catalog/case.h"
 
 namespace wsync::tools {
 namespace {

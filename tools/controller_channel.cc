@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "tools/cli.h"
 
 namespace wsync::tools {
 namespace {
@@ -89,6 +90,14 @@ void Controller::Prepare(grpc::ClientContext* ctx, int64_t timeout_ms) const {
   if (timeout_ms > 0) {
     ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
   }
+}
+
+std::optional<Controller> ConnectForCommand(const CLI::App& app, const ChannelOptions& options,
+                                            int* exit) {
+  absl::StatusOr<Controller> controller = ConnectController(options);
+  if (controller.ok()) return *std::move(controller);
+  *exit = UsageError(app, std::string(controller.status().message()));
+  return std::nullopt;
 }
 
 absl::StatusOr<Controller> ConnectController(const ChannelOptions& o) {

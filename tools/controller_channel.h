@@ -11,11 +11,13 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+#include "wsync/v1/controller.grpc.pb.h"
 
 namespace wsync::tools {
 
@@ -46,6 +48,18 @@ struct Controller {
   // Sets the bearer token on `ctx` and a deadline `timeout_ms` from now
   // (none when timeout_ms <= 0).
   void Prepare(grpc::ClientContext* ctx, int64_t timeout_ms) const;
+  // Calls the unary TrainerService `method` (e.g. &Stub::GetStatus) with the
+  // token and a deadline `timeout_ms` from now.
+  template <typename Request, typename Response>
+  grpc::Status CallTrainer(grpc::Status (v1::TrainerService::Stub::*method)(grpc::ClientContext*,
+                                                                            const Request&,
+                                                                            Response*),
+                           const Request& request, Response* response, int64_t timeout_ms) const {
+    auto stub = v1::TrainerService::NewStub(channel);
+    grpc::ClientContext ctx;
+    Prepare(&ctx, timeout_ms);
+    return ((*stub).*method)(&ctx, request, response);
+  }
 };
 
 // INVALID_ARGUMENT naming the flag: no --controller, --cert / --key without
@@ -53,6 +67,11 @@ struct Controller {
 // --insecure with --controller_ca, --token with --token_file; NOT_FOUND when
 // a named file cannot be read.
 absl::StatusOr<Controller> ConnectController(const ChannelOptions& options);
+
+// For a subcommand: ConnectController, its error logged as a usage error of
+// `app` (UsageError) with *exit set to kExitUsage.
+std::optional<Controller> ConnectForCommand(const CLI::App& app, const ChannelOptions& options,
+                                            int* exit);
 
 // One line for an RPC's failure: "<CODE>: <message>", plus what to do for
 // UNAUTHENTICATED (no or unknown token) and PERMISSION_DENIED (the role).

@@ -119,8 +119,9 @@ int RunHealthCommand(const std::vector<std::string>& argv) {
   std::string service;
   app.add_option("--service", service, "a service name (default \"\": the whole server)");
   if (std::optional<int> exit = ParseCommand(app, argv)) return *exit;
-  absl::StatusOr<Controller> controller = ConnectController(options);
-  if (!controller.ok()) return UsageError(app, std::string(controller.status().message()));
+  int exit = kExitUsage;
+  std::optional<Controller> controller = ConnectForCommand(app, options, &exit);
+  if (!controller.has_value()) return exit;
   absl::StatusOr<uint32_t> status = Check(*controller, service, options.timeout_ms);
   if (!status.ok()) {
     spdlog::error("health of controller {}: {}", options.controller,

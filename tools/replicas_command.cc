@@ -16,11 +16,11 @@
 #include "common/logging.h"
 #include "common/serving_state.h"
 #include "controller/server/serving_board.h"
-#include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/cli.h"
 #include "tools/controller_channel.h"
 #include "tools/subcommands.h"
+#include "tools/sync_output.h"
 #include "wsync/v1/controller.grpc.pb.h"
 
 namespace wsync::tools {
@@ -67,17 +67,16 @@ int RunReplicasCommand(const std::vector<std::string>& argv) {
                  "print only the labels of the replicas serving V, one a line (exit 1 when "
                  "none does)")
       ->type_name("V");
-  app.add_flag("--json", json, "the ReplicasResponse as JSON");
+  app.add_flag("--json", json, "the ReplicasResponse as JSON (proto field names)");
   if (std::optional<int> exit = ParseCommand(app, argv)) return *exit;
-  absl::StatusOr<Controller> controller = ConnectController(options);
-  if (!controller.ok()) return UsageError(app, std::string(controller.status().message()));
-  auto stub = v1::TrainerService::NewStub(controller->channel);
-  grpc::ClientContext ctx;
-  controller->Prepare(&ctx, options.timeout_ms);
+  int exit = kExitUsage;
+  std::optional<Controller> controller = ConnectForCommand(app, options, &exit);
+  if (!controller.has_value()) return exit;
   v1::ReplicasRequest req;
   req.set_group(group);
   v1::ReplicasResponse resp;
-  const grpc::Status s = stub->Replicas(&ctx, req, &resp);
+  const grpc::Status s =
+      controller->CallTrainer(&v1::TrainerService::Stub::Replicas, req, &resp, options.timeout_ms);
   if (!s.ok()) {
     spdlog::error("replicas of group '{}' from controller {}: {}", group, options.controller,
                   DescribeRpcError(s));
@@ -93,17 +92,7 @@ int RunReplicasCommand(const std::vector<std::string>& argv) {
     for (const std::string& label : at) std::printf("%s\n", Label(label).c_str());
     return at.empty() ? kExitFailed : kExitOk;
   }
-  if (json) {
-    std::string json;
-    google::protobuf::util::JsonPrintOptions o;
-    o.add_whitespace = true;
-    if (!google::protobuf::util::MessageToJsonString(resp, &json, o).ok()) {
-      spdlog::error("replicas: could not print the response of group '{}' as JSON", group);
-      return kExitFailed;
-    }
-    std::cout << json;
-    return kExitOk;
-  }
+  if (json) return PrintJson(resp, "replicas of group '" + group + "'");
   PrintTable(resp);
   return kExitOk;
 }

@@ -132,13 +132,12 @@ int RunStatusCommand(const std::vector<std::string>& argv) {
   bool json = false;
   app.add_flag("--json", json, "the GetStatusResponse as JSON (proto field names)");
   if (std::optional<int> exit = ParseCommand(app, argv)) return *exit;
-  absl::StatusOr<Controller> controller = ConnectController(options);
-  if (!controller.ok()) return UsageError(app, std::string(controller.status().message()));
-  auto stub = v1::TrainerService::NewStub(controller->channel);
-  grpc::ClientContext ctx;
-  controller->Prepare(&ctx, options.timeout_ms);
+  int exit = kExitUsage;
+  std::optional<Controller> controller = ConnectForCommand(app, options, &exit);
+  if (!controller.has_value()) return exit;
   v1::GetStatusResponse resp;
-  const grpc::Status s = stub->GetStatus(&ctx, v1::GetStatusRequest(), &resp);
+  const grpc::Status s = controller->CallTrainer(&v1::TrainerService::Stub::GetStatus,
+                                                 v1::GetStatusRequest(), &resp, options.timeout_ms);
   if (!s.ok()) {
     spdlog::error("status of controller {}: {}", options.controller, DescribeRpcError(s));
     return kExitFailed;
@@ -147,13 +146,7 @@ int RunStatusCommand(const std::vector<std::string>& argv) {
     PrintStatus(resp);
     return kExitOk;
   }
-  absl::StatusOr<std::string> text = ToJson(resp);
-  if (!text.ok()) {
-    spdlog::error("status: {}", std::string(text.status().message()));
-    return kExitFailed;
-  }
-  std::printf("%s\n", text->c_str());
-  return kExitOk;
+  return PrintJson(resp, "status");
 }
 
 int RunWorkersCommand(const std::vector<std::string>& argv) {
@@ -169,8 +162,9 @@ int RunWorkersCommand(const std::vector<std::string>& argv) {
   app.add_option("--group", group, "only the workers of group G (default: all)")->type_name("G");
   app.add_flag("--json", json, "every page as one ListWorkersResponse in JSON (proto field names)");
   if (std::optional<int> exit = ParseCommand(app, argv)) return *exit;
-  absl::StatusOr<Controller> controller = ConnectController(options);
-  if (!controller.ok()) return UsageError(app, std::string(controller.status().message()));
+  int exit = kExitUsage;
+  std::optional<Controller> controller = ConnectForCommand(app, options, &exit);
+  if (!controller.has_value()) return exit;
   auto stub = v1::TrainerService::NewStub(controller->channel);
   absl::StatusOr<std::vector<v1::RegisteredWorker>> workers =
       AllWorkers(*controller, *stub, group, options.timeout_ms);
@@ -186,13 +180,7 @@ int RunWorkersCommand(const std::vector<std::string>& argv) {
   }
   v1::ListWorkersResponse all;  // every page in one, next_page_token empty
   for (v1::RegisteredWorker& w : *workers) *all.add_workers() = std::move(w);
-  absl::StatusOr<std::string> text = ToJson(all);
-  if (!text.ok()) {
-    spdlog::error("workers: {}", std::string(text.status().message()));
-    return kExitFailed;
-  }
-  std::printf("%s\n", text->c_str());
-  return kExitOk;
+  return PrintJson(all, "workers");
 }
 
 }  // namespace wsync::tools

@@ -35,11 +35,7 @@ bool PrintStatusJson(const v1::SyncStatus& status, double round_trip_ms) {
     return false;
   }
   (*object.mutable_fields())["round_trip_ms"].set_number_value(round_trip_ms);
-  absl::StatusOr<std::string> out = ToJson(object);
-  if (!out.ok()) return false;
-  std::fputs(out->c_str(), stdout);
-  std::fputc('\n', stdout);
-  return true;
+  return PrintJson(object, "sync") == kExitOk;
 }
 
 }  // namespace
@@ -98,14 +94,13 @@ int RunSyncCommand(const std::vector<std::string>& argv) {
     req.set_wait_ms(wait_ms);
     call_timeout_ms = wait_ms + options.timeout_ms;
   }
-  absl::StatusOr<Controller> controller = ConnectController(options);
-  if (!controller.ok()) return UsageError(app, std::string(controller.status().message()));
-  auto stub = v1::TrainerService::NewStub(controller->channel);
-  grpc::ClientContext ctx;
-  controller->Prepare(&ctx, call_timeout_ms);
+  int exit = kExitUsage;
+  std::optional<Controller> controller = ConnectForCommand(app, options, &exit);
+  if (!controller.has_value()) return exit;
   v1::SyncResponse resp;
   const auto start = std::chrono::steady_clock::now();
-  const grpc::Status s = stub->Sync(&ctx, req, &resp);
+  const grpc::Status s =
+      controller->CallTrainer(&v1::TrainerService::Stub::Sync, req, &resp, call_timeout_ms);
   const double round_trip_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!s.ok()) {
@@ -146,15 +141,16 @@ int RunWatchCommand(const std::vector<std::string>& argv) {
   std::string sync_id;
   app.add_option("SYNC_ID", sync_id, "the id `wsyncctl sync` printed")->required();
   if (std::optional<int> exit = ParseCommand(app, argv)) return *exit;
-  absl::StatusOr<Controller> controller = ConnectController(options);
-  if (!controller.ok()) return UsageError(app, std::string(controller.status().message()));
+  int exit = kExitUsage;
+  std::optional<Controller> controller = ConnectForCommand(app, options, &exit);
+  if (!controller.has_value()) return exit;
   return FollowSync(*controller, sync_id, options.timeout_ms, isatty(STDOUT_FILENO) != 0);
 }
 
 int RunCancelCommand(const std::vector<std::string>& argv) {
   CLI::App app(
-      "Cancels sync SYNC_ID (TrainerService.Cancel; role trainer, the caller that started it "
-      "or an admin) and prints its status. Exit 0 when it ends CANCELLED, 1 otherwise.",
+      "Cancels sync SYNC_ID (TrainerService.Cancel; role trainer owning its transfer, "
+      "or admin) and prints its status. Exit 0 when it ends CANCELLED, 1 otherwise.",
       "cancel");
   ChannelOptions options;
   AddChannelOptions(app, &options, 10000);
@@ -164,26 +160,22 @@ int RunCancelCommand(const std::vector<std::string>& argv) {
   app.add_option("--reason", reason, "recorded with the cancellation")->capture_default_str();
   app.add_flag("--json", json, "print the SyncStatus as JSON");
   if (std::optional<int> exit = ParseCommand(app, argv)) return *exit;
-  absl::StatusOr<Controller> controller = ConnectController(options);
-  if (!controller.ok()) return UsageError(app, std::string(controller.status().message()));
-  auto stub = v1::TrainerService::NewStub(controller->channel);
-  grpc::ClientContext ctx;
-  controller->Prepare(&ctx, options.timeout_ms);
+  int exit = kExitUsage;
+  std::optional<Controller> controller = ConnectForCommand(app, options, &exit);
+  if (!controller.has_value()) return exit;
   v1::CancelRequest req;
   req.set_sync_id(sync_id);
   req.set_reason(reason);
   v1::SyncStatus status;
-  const grpc::Status s = stub->Cancel(&ctx, req, &status);
+  const grpc::Status s =
+      controller->CallTrainer(&v1::TrainerService::Stub::Cancel, req, &status, options.timeout_ms);
   if (!s.ok()) {
     spdlog::error("cancel of sync '{}' on controller {}: {}", sync_id, options.controller,
                   DescribeRpcError(s));
     return kExitFailed;
   }
   if (json) {
-    absl::StatusOr<std::string> text = ToJson(status);
-    if (!text.ok()) return kExitFailed;
-    std::fputs(text->c_str(), stdout);
-    std::fputc('\n', stdout);
+    if (PrintJson(status, "cancel") != kExitOk) return kExitFailed;
   } else {
     std::printf("%s\n", OutcomeLine(status).c_str());
   }

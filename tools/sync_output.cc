@@ -145,6 +145,17 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message) {
   return json;
 }
 
+int PrintJson(const google::protobuf::Message& message, const std::string& command) {
+  absl::StatusOr<std::string> text = ToJson(message);
+  if (!text.ok()) {
+    spdlog::error("{}: {}", command, std::string(text.status().message()));
+    return kExitFailed;
+  }
+  std::fputs(text->c_str(), stdout);
+  std::fputc('\n', stdout);
+  return kExitOk;
+}
+
 absl::StatusOr<int64_t> ParseMillis(const std::string& text, const std::string& flag) {
   int64_t ms = 0;
   absl::Duration d;

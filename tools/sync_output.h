@@ -39,6 +39,9 @@ int FollowSync(const Controller& controller, const std::string& sync_id, int64_t
 
 // `message` as indented JSON with the proto field names.
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message);
+// Prints ToJson(message) and a newline to stdout: kExitOk, or kExitFailed
+// after logging "<command>: <why>".
+int PrintJson(const google::protobuf::Message& message, const std::string& command);
 
 // A duration flag's value in milliseconds: "250ms", "30s", "2m", "1h" or a
 // bare number of milliseconds. INVALID_ARGUMENT naming `flag` otherwise, or

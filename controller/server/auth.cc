@@ -1,11 +1,7 @@
 #include "controller/server/auth.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -23,17 +19,6 @@
 namespace wsync::controller {
 
 namespace {
-
-// How often the tokens file is looked at (stat) for changes.
-constexpr absl::Duration kTokenRecheck = absl::Seconds(1);
-
-absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " '", path, "'"));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // Constant-time equality over the bytes (lengths are not secret): a token is
 // not given away a byte at a time.
@@ -119,14 +104,23 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(AuthOptions
   }
   for (const std::string* f : {&options.cert_file, &options.key_file, &options.client_ca_file}) {
     if (f->empty()) continue;
-    if (absl::StatusOr<std::string> text = ReadFile(*f, "TLS file"); !text.ok()) {
+    if (absl::StatusOr<std::string> text = ReadWholeFile(*f, "TLS file"); !text.ok()) {
       return text.status();
     }
   }
   if (options.reload_interval < absl::Seconds(1)) {
     return absl::InvalidArgumentError("--tls_reload_interval must be at least 1s");
   }
+  if (!options.crl_file.empty() && options.insecure) {
+    return absl::InvalidArgumentError("--tls_crl_file needs TLS: drop it, or --insecure");
+  }
   std::unique_ptr<Authenticator> a(new Authenticator(std::move(options)));
+  if (!a->options_.crl_file.empty()) {
+    absl::StatusOr<std::unique_ptr<RevocationList>> crl = RevocationList::Create(
+        a->options_.crl_file, a->options_.client_ca_file, a->options_.reload_interval);
+    if (!crl.ok()) return crl.status();
+    a->crl_ = *std::move(crl);
+  }
   if (!a->options_.tokens_file.empty()) {
     if (absl::Status st = a->ReloadTokensIfChanged(); !st.ok()) return st;
   }
@@ -151,24 +145,10 @@ std::shared_ptr<grpc::ServerCredentials> Authenticator::ServerCredentials() cons
 }
 
 absl::Status Authenticator::ReloadTokensIfChanged() {
-  const std::string& path = options_.tokens_file;
-  {
-    absl::MutexLock lock(&mu_);
-    const absl::Time now = absl::Now();
-    if (now - tokens_checked_ < kTokenRecheck) return absl::OkStatus();
-    tokens_checked_ = now;
-    struct stat st {};
-    if (stat(path.c_str(), &st) != 0) {
-      return absl::NotFoundError(absl::StrCat("cannot stat --tokens_file '", path, "'"));
-    }
-    if (st.st_size == tokens_size_ && st.st_mtim.tv_sec == tokens_mtime_.tv_sec &&
-        st.st_mtim.tv_nsec == tokens_mtime_.tv_nsec) {
-      return absl::OkStatus();
-    }
-    tokens_mtime_ = st.st_mtim;
-    tokens_size_ = st.st_size;
-  }
-  absl::StatusOr<std::string> text = ReadFile(path, "--tokens_file");
+  absl::StatusOr<bool> changed = tokens_file_.Changed();
+  if (!changed.ok() || !*changed) return changed.status();
+  const std::string& path = tokens_file_.path();
+  absl::StatusOr<std::string> text = tokens_file_.Read();
   if (!text.ok()) return text.status();
   absl::StatusOr<std::vector<TokenEntry>> tokens = ParseTokens(*text, path);
   if (!tokens.ok()) return tokens.status();
@@ -231,8 +211,23 @@ Caller Authenticator::Identify(const grpc::ServerContextBase& ctx) {
   return c;
 }
 
+absl::Status Authenticator::CheckRevoked(const grpc::ServerContextBase& ctx,
+                                         absl::string_view method) const {
+  if (crl_ == nullptr) return absl::OkStatus();
+  std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+  if (auth == nullptr) return absl::OkStatus();
+  auto leaf = auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
+  if (leaf.empty()) return absl::OkStatus();  // no client certificate
+  auto chain = auth->FindPropertyValues(GRPC_X509_PEM_CERT_CHAIN_PROPERTY_NAME);
+  return crl_->Check(
+      absl::string_view(leaf[0].data(), leaf[0].size()),
+      chain.empty() ? absl::string_view() : absl::string_view(chain[0].data(), chain[0].size()),
+      method);
+}
+
 absl::StatusOr<Caller> Authenticator::RequireRole(const grpc::ServerContextBase& ctx, Role needed,
                                                   absl::string_view method) {
+  if (absl::Status st = CheckRevoked(ctx, method); !st.ok()) return st;
   Caller c = Identify(ctx);
   if (options_.insecure && options_.tokens_file.empty()) {
     c.role = Role::kAdmin;  // plaintext without tokens: nothing to check
@@ -257,6 +252,7 @@ absl::StatusOr<Caller> Authenticator::RequireRole(const grpc::ServerContextBase&
 absl::StatusOr<Caller> Authenticator::RequireWorker(const grpc::ServerContextBase& ctx,
                                                     absl::string_view method) {
   if (options_.insecure) return Caller{};
+  if (absl::Status st = CheckRevoked(ctx, method); !st.ok()) return st;
   Caller c = Identify(ctx);
   if (!c.has_certificate) {
     return absl::UnauthenticatedError(

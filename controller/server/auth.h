@@ -13,19 +13,23 @@
 //
 // Roles (each includes the ones below it):
 //  - reader: GetStatus, ListWorkers, Replicas, Plan, WaitSync, WatchSync.
-//  - trainer: DefineTransfer, Sync, Cancel of the syncs it started.
-//  - admin: Cancel of any sync.
+//  - trainer: DefineTransfer, Sync, Cancel of the transfers it owns (the
+//    coordinator checks ownership, sync_coordinator.h TrainerCaller).
+//  - admin: all of these on every transfer.
 //
 // Plaintext (--insecure): no certificates; the worker API trusts the lease
 // secret alone; the trainer API needs a token only when --tokens_file is set
 // (otherwise every caller is admin).
 //
+// Revocation: with --tls_crl_file, a client certificate listed in a CRL is
+// refused (revocation.h), whatever token comes with it.
+//
 // Thread-safe. The tokens file is re-read when it changes (checked at most
-// once a second); certificates are re-read by gRPC's file watcher.
+// once a second); certificates are re-read by gRPC's file watcher, the CRL
+// file every reload_interval.
 #ifndef WSYNC_CONTROLLER_SERVER_AUTH_H_
 #define WSYNC_CONTROLLER_SERVER_AUTH_H_
 
-#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +40,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "controller/server/revocation.h"
+#include "controller/server/watched_file.h"
 #include "grpcpp/grpcpp.h"
 #include "wsync/v1/controller.pb.h"
 
@@ -57,6 +63,7 @@ struct AuthOptions {
   std::string key_file;        // its private key (PEM)
   std::string client_ca_file;  // CA bundle of client certificates; empty: none accepted
   std::string tokens_file;     // bearer tokens; empty: none
+  std::string crl_file;        // PEM CRLs of --tls_client_ca's CAs; empty: none (revocation.h)
   absl::Duration reload_interval = absl::Seconds(10);  // certificate file checks
 };
 
@@ -99,6 +106,8 @@ class Authenticator {
                                      absl::string_view method);
   // Worker API: the calling worker (identity "" when insecure), or
   // UNAUTHENTICATED when a TLS caller has no client certificate.
+  // Both refuse a client certificate revoked by --tls_crl_file
+  // (UNAUTHENTICATED naming its serial), a token notwithstanding.
   absl::StatusOr<Caller> RequireWorker(const grpc::ServerContextBase& ctx,
                                        absl::string_view method);
   // The caller's certificate grants every group `req` registers in (always
@@ -106,17 +115,20 @@ class Authenticator {
   absl::Status CheckGroups(const Caller& caller, const v1::RegisterWorkerRequest& req) const;
 
  private:
-  explicit Authenticator(AuthOptions options) : options_(std::move(options)) {}
+  explicit Authenticator(AuthOptions options)
+      : options_(std::move(options)),
+        tokens_file_(options_.tokens_file, "--tokens_file", absl::Seconds(1)) {}
+  // UNAUTHENTICATED when the caller's client certificate is revoked.
+  absl::Status CheckRevoked(const grpc::ServerContextBase& ctx, absl::string_view method) const;
   absl::Status ReloadTokensIfChanged() ABSL_LOCKS_EXCLUDED(mu_);
   // The entry of `token` (compared in constant time), or null.
   const TokenEntry* FindTokenLocked(absl::string_view token) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const AuthOptions options_;
+  std::unique_ptr<RevocationList> crl_;  // null without --tls_crl_file
+  WatchedFile tokens_file_;              // options_.tokens_file
   absl::Mutex mu_;
   std::vector<TokenEntry> tokens_ ABSL_GUARDED_BY(mu_);
-  absl::Time tokens_checked_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  struct timespec tokens_mtime_ ABSL_GUARDED_BY(mu_) = {};
-  off_t tokens_size_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace wsync::controller

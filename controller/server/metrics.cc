@@ -101,11 +101,15 @@ ControllerMetrics::ControllerMetrics(int max_transfer_labels)
            .Register(*registry_)
            .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
                                                             0.05, 0.1, 0.5});
-  state_save_failures_ = &prometheus::BuildCounter()
-                              .Name("wsync_state_save_failures_total")
-                              .Help("Saves of the controller state (--state_file) that failed.")
-                              .Register(*registry_)
-                              .Add({});
+  state_save_failures_ =
+      &prometheus::BuildCounter()
+           .Name("wsync_state_save_failures_total")
+           .Help(
+               "Saves of the controller state (--state_file) that failed: not written, "
+               "or (--state_fsync=background) not flushed to the disk, "
+               "once per failed flush.")
+           .Register(*registry_)
+           .Add({});
   weight_version_ = &prometheus::BuildGauge()
                          .Name("wsync_weight_version")
                          .Help("Last successfully synced weight version, per transfer.")
@@ -203,6 +207,12 @@ void ControllerMetrics::PlanBuilt(double seconds) { plan_duration_->Observe(seco
 void ControllerMetrics::StateSaved(bool ok, double seconds) {
   state_save_duration_->Observe(seconds);
   if (!ok) state_save_failures_->Increment();
+}
+
+void ControllerMetrics::CountFlushFailuresOf(StateStore* store) {
+  prometheus::Counter* failures = state_save_failures_;
+  store->SetFlushFailureListener(
+      [failures](const absl::Status&, int64_t) { failures->Increment(); });
 }
 
 void ControllerMetrics::SetWeightVersion(const std::string& transfer, double version) {

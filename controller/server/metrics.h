@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/metrics_endpoint.h"
+#include "controller/server/state_store.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -71,6 +72,9 @@ class ControllerMetrics {
   // One save of the controller state (state_store.h): its wall time, and a
   // count of the saves that failed.
   void StateSaved(bool ok, double seconds);
+  // Counts each failed background flush of `store` (its flusher) in
+  // wsync_state_save_failures_total. Call before its first save.
+  void CountFlushFailuresOf(StateStore* store);
   // The replicas of `group` (serving_board.h): per replica the version every
   // rank serves (0 unless serving) and its state, one series per state set to
   // 1 / 0. The series of the group's replicas not listed are removed.

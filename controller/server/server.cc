@@ -27,6 +27,7 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(Server
   v1::ControllerState saved;
   if (!options.state_file.empty()) {
     s->store_ = std::make_unique<StateStore>(options.state_file, options.state_flush);
+    s->metrics_->CountFlushFailuresOf(s->store_.get());
     absl::StatusOr<v1::ControllerState> loaded = s->store_->Load();
     if (!loaded.ok() && !options.state_start_empty) return loaded.status();
     if (!loaded.ok()) {
@@ -56,6 +57,12 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(Server
   const int max = static_cast<int>(std::min<int64_t>(options.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(max);
   builder.SetMaxSendMessageSize(max);
+  if (options.max_connection_age > absl::ZeroDuration()) {
+    builder.AddChannelArgument(
+        GRPC_ARG_MAX_CONNECTION_AGE_MS,
+        static_cast<int>(
+            std::min<int64_t>(absl::ToInt64Milliseconds(options.max_connection_age), INT32_MAX)));
+  }
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(

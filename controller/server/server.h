@@ -36,6 +36,11 @@ struct ServerOptions {
   // TLS and callers (auth.h). The default needs cert_file / key_file; a
   // plaintext server (tests, a trusted network) sets auth.insecure.
   AuthOptions auth;
+  // A client connection older than this is asked to go (GOAWAY) once: the
+  // client's next calls open a new one, with a fresh TLS handshake, so that
+  // rotated certificates and the CRL reach long-lived workers. Calls and
+  // streams under way finish on the old connection. Zero: never.
+  absl::Duration max_connection_age = absl::Minutes(30);
 };
 
 class ControllerServer {

@@ -18,6 +18,8 @@ grpc::Status Fill(absl::StatusOr<T> result, T* out) {
   *out = *std::move(result);
   return grpc::Status::OK;
 }
+// For the coordinator's ownership checks (docs/security.md, "Transfer owners").
+TrainerCaller AsTrainer(const Caller& c) { return {c.identity, c.role >= Role::kAdmin}; }
 }  // namespace
 
 absl::Status WorkerServiceImpl::Admit(const grpc::ServerContextBase& ctx,
@@ -145,7 +147,7 @@ grpc::Status TrainerServiceImpl::DefineTransfer(grpc::ServerContext* ctx,
                                                 v1::DefineTransferResponse* resp) {
   absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kTrainer, "DefineTransfer");
   if (!caller.ok()) return ToGrpc(caller.status());
-  return Fill(controller_->syncs().DefineTransfer(*req), resp);
+  return Fill(controller_->syncs().DefineTransfer(*req, AsTrainer(*caller)), resp);
 }
 
 grpc::Status TrainerServiceImpl::Plan(grpc::ServerContext* ctx, const v1::PlanRequest* req,
@@ -164,7 +166,7 @@ grpc::ServerUnaryReactor* TrainerServiceImpl::Sync(grpc::CallbackServerContext* 
     return Answer(ctx, ToGrpc(absl::InvalidArgumentError(
                            absl::StrCat("Sync: negative wait_ms ", req->wait_ms()))));
   }
-  grpc::Status started = Fill(controller_->syncs().StartSync(*req, caller->identity), resp);
+  grpc::Status started = Fill(controller_->syncs().StartSync(*req, AsTrainer(*caller)), resp);
   if (!started.ok() || req->wait_ms() == 0) return Answer(ctx, started);
   const absl::Duration wait =
       std::min(absl::Milliseconds(req->wait_ms()), controller_->limits().max_wait);
@@ -221,8 +223,7 @@ grpc::Status TrainerServiceImpl::Cancel(grpc::ServerContext* ctx, const v1::Canc
                                         v1::SyncStatus* resp) {
   absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kTrainer, "Cancel");
   if (!caller.ok()) return ToGrpc(caller.status());
-  return Fill(controller_->syncs().Cancel(req->sync_id(), req->reason(), caller->identity,
-                                          caller->role >= Role::kAdmin),
+  return Fill(controller_->syncs().Cancel(req->sync_id(), req->reason(), AsTrainer(*caller)),
               resp);
 }
 

@@ -256,7 +256,7 @@ absl::Status StateStore::Write(Slot& slot, const std::string& bytes) {
 
 absl::Status StateStore::SyncSlot(int index) {
   Slot& slot = slots_[index];
-  if (::fdatasync(slot.fd) != 0) return Errno(absl::StrCat("fdatasync of ", slot.path));
+  if (data_sync_(slot.fd) != 0) return Errno(absl::StrCat("fdatasync of ", slot.path));
   if (slot.created) {
     if (absl::Status s = SyncDirectoryOf(slot.path); !s.ok()) return s;
     slot.created = false;
@@ -312,11 +312,21 @@ void StateStore::FlushLoop() {
     }
     mu_.Lock();
     if (!s.ok()) {
-      spdlog::error(
-          "[controller] flushing the controller state {} to the disk failed ({}): a "
-          "power cut now would lose the latest delivered versions",
-          path_, s.ToString());
+      if (++failed_flushes_in_a_row_ == 1) {  // once per streak
+        spdlog::error(
+            "[controller] flushing the controller state {} to the disk failed ({}): a "
+            "power cut now would lose the latest delivered versions (logged once until a "
+            "flush succeeds; wsync_state_save_failures_total counts each)",
+            path_, s.ToString());
+      }
+      if (flush_failed_) flush_failed_(s, failed_flushes_in_a_row_);
       if (flush_error_.ok()) flush_error_ = s;
+    } else if (failed_flushes_in_a_row_ > 0) {
+      spdlog::info(
+          "[controller] flushing the controller state {} works again after {} failed "
+          "flush(es)",
+          path_, failed_flushes_in_a_row_);
+      failed_flushes_in_a_row_ = 0;
     }
     flushed_ = target;
     cv_.SignalAll();

@@ -26,13 +26,18 @@
 //    after, coalescing saves that arrive meanwhile. A save waits for the
 //    flush of the file it keeps, so at most one file is unflushed: a power
 //    cut can lose the last save (about a millisecond), never both files.
-//    Flush() waits for every earlier save.
+//    Flush() waits for every earlier save. A failed flush is logged once
+//    per streak of failures (and once when flushing works again) and
+//    reported to the flush-failure listener every time.
 // Save and Load are not thread-safe: the owner (SyncCoordinator) serializes
 // them; Flush may be called from any thread.
 #ifndef WSYNC_CONTROLLER_SERVER_STATE_STORE_H_
 #define WSYNC_CONTROLLER_SERVER_STATE_STORE_H_
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -91,6 +96,15 @@ class StateStore {
   // when only it existed).
   absl::StatusOr<std::string> MoveAside();
   int64_t saves() const { return saves_; }
+  // Called by the flusher (kBackground) on every failed flush, with the
+  // error and the failures in a row so far (1 for the first of a streak).
+  // Set before the first save; it must not call back into the store.
+  void SetFlushFailureListener(std::function<void(const absl::Status&, int64_t streak)> listener) {
+    flush_failed_ = std::move(listener);
+  }
+  // Tests only: the call that syncs a file's data (default ::fdatasync),
+  // to inject the failures a real disk gives rarely (EIO, ENOSPC).
+  void SetDataSyncForTesting(int (*data_sync)(int fd)) { data_sync_ = data_sync; }
   StateFlush flush_mode() const { return flush_; }
 
  private:
@@ -120,6 +134,9 @@ class StateStore {
   // reaches it.
   int64_t written_at_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
   absl::Status flush_error_ ABSL_GUARDED_BY(mu_);
+  int64_t failed_flushes_in_a_row_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<void(const absl::Status&, int64_t)> flush_failed_;
+  int (*data_sync_)(int fd) = ::fdatasync;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread flusher_;  // kBackground only
 };

@@ -314,14 +314,19 @@ absl::StatusOr<v1::SyncStatus> SyncCoordinator::NextSyncUpdate(const std::string
 
 absl::StatusOr<v1::SyncStatus> SyncCoordinator::Cancel(const std::string& sync_id,
                                                        const std::string& reason,
-                                                       const std::string& caller, bool any) {
+                                                       const TrainerCaller& caller) {
   absl::MutexLock lock(&mu_);
   auto it = syncs_.find(sync_id);
   if (it == syncs_.end()) return UnknownSyncLocked(sync_id);
-  if (!any && it->second->started_by != caller) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "Cancel: sync '", sync_id, "' was started by '", it->second->started_by, "'; identity '",
-        caller, "' (role trainer) may cancel only its own syncs, role admin any"));
+  // The transfer's owner; of an unowned one, whoever started the sync.
+  auto t = transfers_.find(it->second->status.transfer());
+  const std::string& owner = t != transfers_.end() && !t->second.owner.empty()
+                                 ? t->second.owner
+                                 : it->second->started_by;
+  if (absl::Status owned =
+          CheckOwner("Cancel", it->second->status.transfer(), owner, caller, "cancel syncs of");
+      !owned.ok()) {
+    return owned;
   }
   FinishLocked(*it->second, v1::SYNC_CANCELLED, static_cast<int32_t>(absl::StatusCode::kCancelled),
                absl::StrCat("cancelled by the trainer", reason.empty() ? "" : ": ", reason), -1, -1,
@@ -340,6 +345,7 @@ v1::GetStatusResponse SyncCoordinator::GetStatus() {
     ts->set_last_success_version(t.last_success_version);
     ts->set_plan_key(t.plan_key);
     ts->set_generation(t.generation);
+    ts->set_owner(t.owner);
     if (!t.in_flight.empty()) ts->set_in_flight_version(syncs_.at(t.in_flight)->status.version());
     auto sit = syncs_.find(t.last_sync);
     if (sit != syncs_.end()) *ts->mutable_last_sync() = SnapshotLocked(*sit->second);

@@ -54,6 +54,16 @@
 
 namespace wsync::controller {
 
+// Who calls the trainer API, for the ownership checks (docs/security.md,
+// "Transfer owners"): a transfer belongs to the identity that defined it;
+// only that identity, or an admin, may redefine it, sync it or cancel its
+// syncs. The default (anonymous admin) is what a plaintext controller without
+// --tokens_file grants every caller.
+struct TrainerCaller {
+  std::string identity;  // "" when anonymous
+  bool admin = true;     // role admin: acts on every transfer
+};
+
 class SyncCoordinator {
  public:
   // `metrics` and `store` may be null (no state persists); the others must
@@ -68,12 +78,16 @@ class SyncCoordinator {
   // Sync ids handed out before it answer NOT_FOUND "unknown after restart".
   void Restore(const v1::ControllerState& state);
 
-  // ----- Trainer API.
-  absl::StatusOr<v1::DefineTransferResponse> DefineTransfer(const v1::DefineTransferRequest& req);
+  // ----- Trainer API. PERMISSION_DENIED naming the owner's identity and the
+  // caller's when `caller` may not act on the transfer (see TrainerCaller).
+  // A new transfer is owned by its caller; one without an owner (defined
+  // anonymously, or restored from a state file saved before owners existed)
+  // is claimed by the first non-admin identity that defines or syncs it.
+  absl::StatusOr<v1::DefineTransferResponse> DefineTransfer(const v1::DefineTransferRequest& req,
+                                                            const TrainerCaller& caller = {});
   absl::StatusOr<v1::PlanResponse> PlanTransfer(const v1::PlanRequest& req);
-  // `started_by`: the caller's identity, which may cancel it (see Cancel).
   absl::StatusOr<v1::SyncResponse> StartSync(const v1::SyncRequest& req,
-                                             const std::string& started_by = "");
+                                             const TrainerCaller& caller = {});
   // Returns once the sync ended or `timeout` passed (its current status; its
   // final one also when the record was pruned meanwhile).
   absl::StatusOr<v1::SyncStatus> WaitSync(const std::string& sync_id, absl::Duration timeout);
@@ -82,10 +96,10 @@ class SyncCoordinator {
   // the sync still running (so that callers looping on it stop).
   absl::StatusOr<v1::SyncStatus> NextSyncUpdate(const std::string& sync_id, int64_t* seen,
                                                 absl::Duration wait);
-  // `any`: the caller may cancel every sync (role admin); otherwise only the
-  // syncs `caller` started (PERMISSION_DENIED naming both identities).
+  // An admin cancels any sync; a trainer the syncs of the transfers it owns
+  // (of an unowned transfer: the syncs it started).
   absl::StatusOr<v1::SyncStatus> Cancel(const std::string& sync_id, const std::string& reason,
-                                        const std::string& caller = "", bool any = true);
+                                        const TrainerCaller& caller = {});
   v1::GetStatusResponse GetStatus();
 
   // ----- Worker API.
@@ -163,6 +177,7 @@ class SyncCoordinator {
     std::string in_flight;  // sync id
     std::string last_sync;
     std::string plan_key;
+    std::string owner;  // identity that defined it; "" unowned (see DefineTransfer)
   };
   // The transfer bound to the workers registered now.
   struct Resolved {
@@ -229,8 +244,8 @@ class SyncCoordinator {
   std::shared_ptr<const Prepared> ReusableLocked(const std::string& name, uint64_t definition,
                                                  uint64_t registry_epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckStartLocked(const Transfer& t, const v1::SyncRequest& req)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckStartLocked(const Transfer& t, const v1::SyncRequest& req,
+                                const TrainerCaller& caller) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every worker of `resolved` is alive and holds every buffer its part
   // uses; returns their leases (by worker id). A worker whose direct-write
   // state (domain, unavailable) changed since `resolved` was taken is
@@ -254,6 +269,16 @@ class SyncCoordinator {
                                       const Resolved& resolved, const Dispatch& dispatch,
                                       const RoutedPartRef& part, int32_t worker)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ----- sync_transfers.cc
+  // OK when `caller` may `action` ("sync", "redefine", "cancel syncs of")
+  // transfer `name` owned by `owner` ("": anyone); PERMISSION_DENIED, led by
+  // `method` and naming both identities, otherwise.
+  static absl::Status CheckOwner(absl::string_view method, const std::string& name,
+                                 const std::string& owner, const TrainerCaller& caller,
+                                 absl::string_view action);
+  // Records `caller` as the owner of an unowned `t` (see DefineTransfer).
+  static void ClaimOwner(Transfer& t, const TrainerCaller& caller);
 
   // ----- sync_durability.cc
   // Saves transfers, versions and the latest outcomes (no-op without a

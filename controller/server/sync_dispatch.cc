@@ -10,7 +10,11 @@
 
 namespace wsync::controller {
 
-absl::Status SyncCoordinator::CheckStartLocked(const Transfer& t, const v1::SyncRequest& req) {
+absl::Status SyncCoordinator::CheckStartLocked(const Transfer& t, const v1::SyncRequest& req,
+                                               const TrainerCaller& caller) {
+  if (absl::Status owned = CheckOwner("Sync", t.name, t.owner, caller, "sync"); !owned.ok()) {
+    return owned;
+  }
   if (!t.in_flight.empty()) {
     const auto& running = syncs_.at(t.in_flight)->status;
     return absl::FailedPreconditionError(
@@ -211,7 +215,7 @@ std::shared_ptr<const SyncCoordinator::Prepared> SyncCoordinator::ReusableLocked
 }
 
 absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncRequest& req,
-                                                            const std::string& started_by) {
+                                                            const TrainerCaller& caller) {
   const absl::Time trigger = absl::Now();
   if (req.deadline_ms() < 0) {
     return absl::InvalidArgumentError(
@@ -235,7 +239,7 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
     if (it == transfers_.end()) {
       return absl::NotFoundError(absl::StrCat("Sync: unknown transfer '", req.transfer(), "'"));
     }
-    if (absl::Status st = CheckStartLocked(it->second, req); !st.ok()) return st;
+    if (absl::Status st = CheckStartLocked(it->second, req, caller); !st.ok()) return st;
     prepared = ReusableLocked(it->first, it->second.definition, epoch);
     if (prepared == nullptr) defined = it->second;
   }
@@ -256,7 +260,7 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
   auto it = transfers_.find(req.transfer());
   if (it == transfers_.end()) return absl::NotFoundError("Sync: transfer removed meanwhile");
   Transfer& t = it->second;
-  if (absl::Status st = CheckStartLocked(t, req); !st.ok()) return st;
+  if (absl::Status st = CheckStartLocked(t, req, caller); !st.ok()) return st;
   const uint64_t definition = fresh != nullptr ? fresh->definition : prepared->definition;
   if (t.definition != definition) {
     return absl::AbortedError(
@@ -291,7 +295,8 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
   RenewGenerationLocked(t, leases);
   const int32_t num_workers = static_cast<int32_t>(leases.size());
   std::unique_ptr<SyncRecord> sync = NewRecordLocked(t, req, plan, trigger, num_workers);
-  sync->started_by = started_by;
+  sync->started_by = caller.identity;
+  ClaimOwner(t, caller);
   v1::SyncStatus& s = sync->status;
   s.set_plan_seconds(plan_seconds);
   s.set_direct_pairs(static_cast<int32_t>(dispatch.peer_writes.size()));

@@ -37,6 +37,7 @@ void SyncCoordinator::Restore(const v1::ControllerState& state) {
     t.last_success_version = ts.last_success_version();
     t.plan_key = ts.plan_key();
     t.last_sync = ts.last_sync();
+    t.owner = ts.owner();  // "" from a file saved before owners: claimed on first use
     if (metrics_ != nullptr) {
       metrics_->TransferRestored(t.name, t.last_success_version,
                                  absl::FromUnixMillis(state.saved_unix_ms()));
@@ -74,6 +75,7 @@ void SyncCoordinator::PersistLocked() {
     ts.set_last_success_version(t.last_success_version);
     ts.set_plan_key(t.plan_key);
     ts.set_last_sync(t.last_sync);
+    ts.set_owner(t.owner);
     AppendTransferState(*t.spec_encoded, ts.SerializeAsString(), &payload);
   }
   v1::ControllerState state;  // all but the transfers

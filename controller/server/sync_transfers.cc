@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "controller/plan/rank_parts.h"
 #include "controller/server/sync_coordinator.h"
 
@@ -194,8 +195,24 @@ std::shared_ptr<const v1::Plan> SyncCoordinator::RoutedPart(
   return parts_.try_emplace(*part_key, std::move(routed)).first->second;
 }
 
+absl::Status SyncCoordinator::CheckOwner(absl::string_view method, const std::string& name,
+                                         const std::string& owner, const TrainerCaller& caller,
+                                         absl::string_view action) {
+  if (caller.admin || owner.empty() || owner == caller.identity) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      method, ": transfer '", name, "' is owned by '", owner, "'; ", "identity '", caller.identity,
+      "' (role trainer) may not ", action, " it: only its owner or role admin may"));
+}
+
+void SyncCoordinator::ClaimOwner(Transfer& t, const TrainerCaller& caller) {
+  if (!t.owner.empty() || caller.admin || caller.identity.empty()) return;
+  spdlog::info("[controller] transfer '{}' had no owner; now owned by '{}'", t.name,
+               caller.identity);
+  t.owner = caller.identity;
+}
+
 absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
-    const v1::DefineTransferRequest& req) {
+    const v1::DefineTransferRequest& req, const TrainerCaller& caller) {
   if (req.name().empty() || req.name().find('/') != std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("DefineTransfer: bad transfer name '", req.name(), "' (empty or has '/')"));
@@ -210,6 +227,11 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
   {
     absl::MutexLock lock(&mu_);
     auto it = transfers_.find(req.name());
+    if (it != transfers_.end()) {
+      absl::Status owned =
+          CheckOwner("DefineTransfer", req.name(), it->second.owner, caller, "redefine");
+      if (!owned.ok()) return owned;
+    }
     if (it != transfers_.end() && !it->second.in_flight.empty()) {
       return absl::FailedPreconditionError(absl::StrCat("DefineTransfer: transfer '", req.name(),
                                                         "' has sync ", it->second.in_flight,
@@ -229,12 +251,21 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
     absl::Status st = CheckBuffers(*plan->parts[w], w, *worker, /*require_all=*/false);
     if (!st.ok()) return st;
   }
+  const bool created = transfers_.count(req.name()) == 0;
   Transfer& t = transfers_[req.name()];
+  if (created) {
+    t.owner = caller.identity;
+  } else if (absl::Status owned =
+                 CheckOwner("DefineTransfer", req.name(), t.owner, caller, "redefine");
+             !owned.ok()) {
+    return owned;  // another identity defined it meanwhile
+  }
   if (!t.in_flight.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("DefineTransfer: transfer '", req.name(), "' started a sync meanwhile"));
   }
   t.name = req.name();
+  ClaimOwner(t, caller);
   t.source_group = req.source_group();
   t.destination_group = req.destination_group();
   t.spec = req.spec();

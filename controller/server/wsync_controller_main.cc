@@ -48,6 +48,16 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 ABSL_FLAG(absl::Duration, tls_reload_interval, absl::Seconds(10),
           "How often --tls_cert, --tls_key and --tls_client_ca are re-read (rotation without "
           "restart; at least 1s). Env: WSYNC_TLS_RELOAD_INTERVAL.");
+ABSL_FLAG(std::string, tls_crl_file, "",
+          "PEM certificate revocation list(s) of the --tls_client_ca CAs (e.g. `openssl ca "
+          "-gencrl`): a worker or trainer whose client certificate is listed is refused with "
+          "UNAUTHENTICATED naming its serial. Re-read every --tls_reload_interval when it "
+          "changed. Empty: no revocation check. Env: WSYNC_TLS_CRL_FILE.");
+ABSL_FLAG(absl::Duration, max_connection_age, absl::Minutes(30),
+          "A client connection older than this is asked to reconnect (GOAWAY; calls and streams "
+          "under way finish on it), so that rotated certificates and --tls_crl_file reach "
+          "long-lived workers through a fresh TLS handshake. 0: never. Env: "
+          "WSYNC_MAX_CONNECTION_AGE.");
 ABSL_FLAG(std::string, tokens_file, "",
           "Bearer tokens of the trainer API, one '<token> <role> <name>' per line (role: "
           "reader, trainer or admin; tokens of 16+ characters); re-read when it changes. "
@@ -204,6 +214,8 @@ int main(int argc, char** argv) {
        "tls_key",
        "tls_client_ca",
        "tls_reload_interval",
+       "tls_crl_file",
+       "max_connection_age",
        "tokens_file"});
   wsync::InitLogging("wsync-controller");
 
@@ -249,6 +261,8 @@ int main(int argc, char** argv) {
   options.auth.key_file = absl::GetFlag(FLAGS_tls_key);
   options.auth.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   options.auth.tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  options.auth.crl_file = absl::GetFlag(FLAGS_tls_crl_file);
+  options.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
   options.auth.reload_interval = absl::GetFlag(FLAGS_tls_reload_interval);
   if (options.auth.insecure) {
     spdlog::warn(

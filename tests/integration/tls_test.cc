@@ -129,6 +129,15 @@ TEST_F(TlsTest, SyncOverMutualTlsWithTokenRoles) {
   EXPECT_EQ(by_reader.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(by_reader.error_message(), HasSubstr("needs role trainer"));
   EXPECT_THAT(by_reader.error_message(), HasSubstr("token:bob"));
+  // The transfer is alice's (she defined it): another trainer may not sync
+  // it (any trainer could before transfers had owners).
+  grpc::Status by_carol =
+      AsTrainer(tls, kCarol, [&](v1::TrainerService::Stub& s, grpc::ClientContext* c) {
+        return s.Sync(c, sync, &started);
+      });
+  EXPECT_EQ(by_carol.error_code(), grpc::StatusCode::PERMISSION_DENIED) << by_carol.error_message();
+  EXPECT_THAT(by_carol.error_message(), HasSubstr("owned by 'token:alice'"));
+  EXPECT_THAT(by_carol.error_message(), HasSubstr("'token:carol'"));
   // A client certificate's role works like a token's.
   EXPECT_TRUE(GetStatus(Channel(address, Tls("reader")), "").ok());
   // Plaintext does not reach a TLS controller.

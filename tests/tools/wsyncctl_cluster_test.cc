@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
+#include "tests/tools/run_ctl.h"
 #include "wsync/v1/controller.pb.h"
 
 namespace wsync::integration {
@@ -24,27 +26,32 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout, then stderr when `merge`
-};
+using Result = tools_testing::CtlResult;
+using tools_testing::RunShell;
 
-// Runs a shell command line.
-Result RunShell(const std::string& cmd) {
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+// Stdin empty: a command that would read it does not wait on the test's.
+Result RunCtl(const std::string& args, bool merge = true) {
+  return tools_testing::RunCtl(args + " </dev/null", merge);
 }
 
-Result RunCtl(const std::string& args, bool merge = true) {
-  return RunShell(
-      absl::StrCat(WSYNCCTL_PATH, " ", args, merge ? " 2>&1" : " 2>/dev/null", " </dev/null"));
+// What `wsyncctl <command> <args>` should exit with and say.
+struct Expected {
+  std::string command;
+  std::string args;
+  int code;  // 0: done; 1: the call failed; 2: bad usage
+  std::vector<std::string> says;
+};
+
+// Runs each of `cases` through `run` (command, args) and checks it.
+template <typename Run>
+void ExpectRuns(const std::vector<Expected>& cases, Run run) {
+  for (const Expected& c : cases) {
+    Result r = run(c.command, c.args);
+    EXPECT_EQ(r.code, c.code) << c.command << " " << c.args << ": " << r.out;
+    for (const std::string& text : c.says) {
+      EXPECT_THAT(r.out, HasSubstr(text)) << c.command << " " << c.args;
+    }
+  }
 }
 
 // A tiny-llama case between one trainer worker and one inference worker,
@@ -64,6 +71,15 @@ class WsyncctlClusterTest : public ::testing::Test {
     return RunCtl(
         absl::StrCat(command, " --controller ", run_->cluster->controller_address(), " ", args),
         merge);
+  }
+
+  // Fills version `version` and stops inference/0 (SIGSTOP, its lease
+  // kept): a sync then runs until cancelled or past its deadline. Returns
+  // its pid (-1 when it did not stop) for the SIGCONT.
+  pid_t FillAndFreezeDestination(int64_t version) {
+    run_->Fill(version);
+    const pid_t victim = run_->cluster->worker(run_->dst_worker[0]).child.pid();
+    return Freeze(victim) ? victim : -1;
   }
 
   std::unique_ptr<CaseRun> run_;
@@ -161,9 +177,8 @@ TEST_F(WsyncctlClusterTest, WatchFollowsASyncToItsEnd) {
 }
 
 TEST_F(WsyncctlClusterTest, CancelEndsARunningSyncAndItsWatcherFails) {
-  run_->Fill(1);
-  const pid_t victim = run_->cluster->worker(run_->dst_worker[0]).child.pid();
-  ASSERT_TRUE(Freeze(victim));
+  const pid_t victim = FillAndFreezeDestination(1);
+  ASSERT_GT(victim, 0);
   Result started = Ctl("sync", "t 1 --deadline 20s", /*merge=*/false);
   ASSERT_EQ(started.code, 0) << started.out;
   const std::string sync_id(absl::StripAsciiWhitespace(started.out));
@@ -187,9 +202,8 @@ TEST_F(WsyncctlClusterTest, CancelEndsARunningSyncAndItsWatcherFails) {
 }
 
 TEST_F(WsyncctlClusterTest, AFailedSyncExitsOneNamingTheGroupRankAndError) {
-  run_->Fill(1);
-  const pid_t victim = run_->cluster->worker(run_->dst_worker[0]).child.pid();
-  ASSERT_TRUE(Freeze(victim));
+  const pid_t victim = FillAndFreezeDestination(1);
+  ASSERT_GT(victim, 0);
   Result r = Ctl("sync", "t 1 --deadline 1s --watch");
   ASSERT_EQ(kill(victim, SIGCONT), 0);
   std::printf("%s", r.out.c_str());
@@ -200,27 +214,15 @@ TEST_F(WsyncctlClusterTest, AFailedSyncExitsOneNamingTheGroupRankAndError) {
 }
 
 TEST_F(WsyncctlClusterTest, ErrorsNameTheCodeAndWhatWasNotFound) {
-  Result r = Ctl("sync", "nosuch 1 --wait");
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("NOT_FOUND"));
-  EXPECT_THAT(r.out, HasSubstr("'nosuch'"));
-  r = Ctl("watch", "no-such-sync");
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("NOT_FOUND"));
-  EXPECT_THAT(r.out, HasSubstr("no-such-sync"));
-  r = Ctl("cancel", "no-such-sync");
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("NOT_FOUND"));
-  // Bad usage: 2, naming what was wrong.
-  r = Ctl("sync", "t");
-  EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("VERSION is required"));
-  r = Ctl("sync", "t 1 --wait=soon");
-  EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("--wait: expected a duration"));
-  r = Ctl("workers", "--bogus");
-  EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("unknown flag --bogus"));
+  ExpectRuns(
+      {{"sync", "nosuch 1 --wait", 1, {"NOT_FOUND", "'nosuch'"}},
+       {"watch", "no-such-sync", 1, {"NOT_FOUND", "no-such-sync"}},
+       {"cancel", "no-such-sync", 1, {"NOT_FOUND"}},
+       // Bad usage: 2, naming what was wrong.
+       {"sync", "t", 2, {"VERSION is required"}},
+       {"sync", "t 1 --wait=soon", 2, {"--wait: expected a duration"}},
+       {"workers", "--bogus", 2, {"unknown flag --bogus"}}},
+      [&](const std::string& command, const std::string& args) { return Ctl(command, args); });
 }
 
 // A controller with --tokens_file: no token is UNAUTHENTICATED, a reader's
@@ -241,23 +243,18 @@ TEST(WsyncctlAuthTest, TokensWithoutTheTrainerRoleAreRefusedClearly) {
                                  (*cluster)->controller_address()));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("plaintext"));
-  r = RunCtl("status" + at);
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("UNAUTHENTICATED"));
-  EXPECT_THAT(r.out, HasSubstr("--token"));
-  r = RunCtl("status --token reader-token-0123456789" + at);
-  EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("0 workers registered"));
-  r = RunCtl("sync t 1 --wait --token_file " + reader_file + at);
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("PERMISSION_DENIED"));
-  EXPECT_THAT(r.out, HasSubstr("needs role trainer"));
-  r = RunCtl("cancel s-1 --token wrong-token" + at);
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("UNAUTHENTICATED"));
-  EXPECT_THAT(r.out, HasSubstr("not in --tokens_file"));
-  r = RunCtl("status --token a --token_file " + reader_file + at);
-  EXPECT_EQ(r.code, 2) << r.out;
+  const std::string reader = "--token reader-token-0123456789";
+  ExpectRuns({{"status", "", 1, {"UNAUTHENTICATED", "--token"}},
+              {"status", reader, 0, {"0 workers registered"}},
+              {"sync",
+               "t 1 --wait --token_file " + reader_file,
+               1,
+               {"PERMISSION_DENIED", "needs role trainer"}},
+              {"cancel", "s-1 --token wrong-token", 1, {"UNAUTHENTICATED", "not in --tokens_file"}},
+              {"status", "--token a --token_file " + reader_file, 2, {}}},
+             [&](const std::string& command, const std::string& args) {
+               return RunCtl(absl::StrCat(command, " ", args, at));
+             });
 }
 
 }  // namespace

@@ -1,35 +1,19 @@
 // wsyncctl on hostile inputs (issue 18): a strided fragment whose replay
 // would need terabytes, nested lists and duplicate keys in a spec. Each is a
 // clear error with an exit code, never an abort or a silently changed spec.
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <fstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/tools/run_ctl.h"
 
 namespace wsync::tools {
 namespace {
 
-struct Result {
-  int code = -1;    // the exit status; -1 if it died of a signal
-  std::string out;  // stdout and stderr
-};
+using Result = tools_testing::CtlResult;
 
-Result Ctl(const std::string& args) {
-  const std::string cmd = absl::StrCat(WSYNCCTL_PATH, " ", args, " 2>&1");
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+Result Ctl(const std::string& args) { return tools_testing::RunCtl(args); }
 
 std::string WriteSpec(const std::string& name, const std::string& text) {
   const std::string path = absl::StrCat(::testing::TempDir(), "/wsyncctl_inputs_", name);

@@ -1,39 +1,20 @@
 // Runs the real wsyncctl binary on small specs and checks output and exit codes.
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <fstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "tests/tools/run_ctl.h"
 #include "wsync/v1/plan.pb.h"
 
 namespace wsync::tools {
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout and stderr
-};
+using Result = tools_testing::CtlResult;
 
-// Runs wsyncctl with `args`, stderr redirected as `redirect` says.
-Result Run(const std::string& args, const char* redirect) {
-  const std::string cmd = absl::StrCat(WSYNCCTL_PATH, " ", args, " ", redirect);
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-Result Ctl(const std::string& args) { return Run(args, "2>&1"); }
-Result CtlStdout(const std::string& args) { return Run(args, "2>/dev/null"); }
+Result Ctl(const std::string& args) { return tools_testing::RunCtl(args); }
+Result CtlStdout(const std::string& args) { return tools_testing::RunCtl(args, false); }
 
 std::string TempPath(const std::string& name) {
   return absl::StrCat(::testing::TempDir(), "/wsyncctl_test_", name);

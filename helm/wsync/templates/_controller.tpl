@@ -6,6 +6,9 @@
 - --tls_key=/etc/wsync/tls/tls.key
 - --tls_client_ca=/etc/wsync/tls/ca.crt
 - --tls_reload_interval={{ .Values.tls.reloadInterval }}
+{{- if .Values.tls.crlSecret }}
+- --tls_crl_file=/etc/wsync/crl/crl.pem
+{{- end }}
 {{- else }}
 - --insecure
 {{- end }}

@@ -6,11 +6,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "controller/server/metrics.h"
 #include "gtest/gtest.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 
 namespace wsync::controller {
 namespace {
@@ -233,6 +239,80 @@ TEST(StateStore, ASaveIntoAMissingDirectoryFailsNamingIt) {
   absl::Status st = store.Save(Sample());
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("no/such/dir"), std::string::npos) << st;
+}
+
+// Through StateStore::SetDataSyncForTesting: fails (EIO) while
+// g_failing_syncs is positive, counting down.
+std::atomic<int> g_failing_syncs{0};
+int FailingDataSync(int fd) {
+  if (g_failing_syncs.fetch_sub(1) > 0) {
+    errno = EIO;
+    return -1;
+  }
+  g_failing_syncs.store(0);
+  return ::fdatasync(fd);
+}
+
+// Lines the default logger writes while it lives.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~LogCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  int Count(const std::string& text) const {
+    int n = 0;
+    std::istringstream lines(out_.str());
+    for (std::string line; std::getline(lines, line);) n += line.find(text) != std::string::npos;
+    return n;
+  }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+// A background flush that fails (fdatasync: EIO) is counted every time in
+// wsync_state_save_failures_total and logged once per streak (it was logged
+// every time and counted nowhere).
+TEST(StateStore, FailedBackgroundFlushesAreCountedEachAndLoggedOncePerStreak) {
+  LogCapture log;
+  ControllerMetrics metrics;
+  auto failures = [&] {
+    for (const auto& f : metrics.registry().Collect()) {
+      if (f.name == "wsync_state_save_failures_total") return f.metric.at(0).counter.value;
+    }
+    return -1.0;
+  };
+  StateStore store(TempDir() + "/controller.state", StateFlush::kBackground);
+  metrics.CountFlushFailuresOf(&store);
+  store.SetDataSyncForTesting(&FailingDataSync);
+  auto save_and_flush = [&] {
+    EXPECT_TRUE(store.Save(Sample()).ok()) << "the write itself succeeds";
+    return store.Flush();
+  };
+  g_failing_syncs = 3;
+  for (int i = 0; i < 3; ++i) {
+    absl::Status flushed = save_and_flush();
+    EXPECT_EQ(flushed.code(), absl::StatusCode::kUnavailable) << flushed;
+    EXPECT_NE(flushed.message().find("fdatasync of"), std::string::npos) << flushed;
+  }
+  EXPECT_EQ(failures(), 3);
+  EXPECT_EQ(log.Count("to the disk failed"), 1) << "once per streak";
+  EXPECT_TRUE(save_and_flush().ok());
+  EXPECT_EQ(log.Count("works again after 3 failed"), 1);
+  g_failing_syncs = 2;  // a second streak
+  EXPECT_FALSE(save_and_flush().ok());
+  EXPECT_FALSE(save_and_flush().ok());
+  EXPECT_TRUE(save_and_flush().ok());
+  EXPECT_EQ(failures(), 5);
+  EXPECT_EQ(log.Count("to the disk failed"), 2);
+  auto loaded = store.Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->transfers(0).name(), "weights");
 }
 
 }  // namespace

@@ -84,7 +84,8 @@ TEST_F(SyncCoordinatorTest, ReportsClaimingMoreBytesThanThePlanWritesAreRefused)
   EXPECT_TRUE(controller_->syncs().ReportResult(r).ok());
 }
 
-// A trainer cancels only the syncs it started; an admin any (docs/security.md).
+// A trainer cancels only the syncs of the transfers it owns; an admin any
+// (docs/security.md). An unowned transfer is claimed by its first trainer.
 TEST_F(SyncCoordinatorTest, ATrainerCancelsOnlyItsOwnSyncs) {
   const std::string s0 = Register("a", "src", 0, 2, 16);
   const std::string s1 = Register("b", "src", 1, 2, 16);
@@ -94,13 +95,13 @@ TEST_F(SyncCoordinatorTest, ATrainerCancelsOnlyItsOwnSyncs) {
   v1::SyncRequest req;
   req.set_transfer("t");
   req.set_version(1);
-  auto started = controller_->syncs().StartSync(req, "token:alice");
+  auto started = controller_->syncs().StartSync(req, {"token:alice", false});
   ASSERT_TRUE(started.ok()) << started.status();
-  auto other = controller_->syncs().Cancel(started->sync_id(), "", "token:carol", false);
+  auto other = controller_->syncs().Cancel(started->sync_id(), "", {"token:carol", false});
   EXPECT_EQ(other.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(other.status().message(), HasSubstr("token:alice"));
   EXPECT_THAT(other.status().message(), HasSubstr("token:carol"));
-  auto own = controller_->syncs().Cancel(started->sync_id(), "", "token:alice", false);
+  auto own = controller_->syncs().Cancel(started->sync_id(), "", {"token:alice", false});
   ASSERT_TRUE(own.ok()) << own.status();
   EXPECT_EQ(own->phase(), v1::SYNC_CANCELLED);
 }

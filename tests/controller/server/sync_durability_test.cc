@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/controller/server/coordinator_fixture.h"
 
@@ -29,12 +30,13 @@ class SyncDurabilityTest : public controller_testing::CoordinatorFixture {
     for (const auto& l : leases_) tokens_[l] = *controller_->workers().OpenStream(l);
   }
 
-  absl::StatusOr<v1::SyncResponse> Sync(int64_t version, bool resend = false) {
+  absl::StatusOr<v1::SyncResponse> Sync(int64_t version, bool resend = false,
+                                        const TrainerCaller& caller = {}) {
     v1::SyncRequest req;
     req.set_transfer("t");
     req.set_version(version);
     req.set_resend(resend);
-    return controller_->syncs().StartSync(req);
+    return controller_->syncs().StartSync(req, caller);
   }
 
   // Runs version `v` to success; returns its sync id.
@@ -112,6 +114,63 @@ TEST_F(SyncDurabilityTest, EveryDefinitionAndFinishedSyncIsSavedBeforeItIsSeen) 
   EXPECT_EQ(saved->transfers(0).last_success_version(), 1);
   ASSERT_EQ(saved->recent_syncs_size(), 1);
   EXPECT_EQ(saved->recent_syncs(0).sync_id(), started->sync_id());
+}
+
+// docs/security.md, "Transfer owners": the identity that defined a transfer
+// owns it across a restart; another trainer may not sync, redefine or cancel
+// it (failed before owners: any trainer could), an admin may.
+TEST_F(SyncDurabilityTest, ATransferBelongsToTheIdentityThatDefinedItAcrossARestart) {
+  const TrainerCaller alice{"token:alice", false}, carol{"token:carol", false};
+  const TrainerCaller ops{"token:ops", true};
+  RegisterAll();
+  ASSERT_TRUE(
+      controller_->syncs().DefineTransfer(controller_testing::SimpleTransfer(), alice).ok());
+  Deliver(1);
+  Restart();
+  RegisterAll();
+  const v1::GetStatusResponse status = controller_->syncs().GetStatus();
+  ASSERT_EQ(status.transfers_size(), 1);
+  EXPECT_EQ(status.transfers(0).owner(), "token:alice");
+
+  for (const absl::Status& refused :
+       {Sync(2, false, carol).status(),
+        controller_->syncs()
+            .DefineTransfer(controller_testing::SimpleTransfer(), carol)
+            .status()}) {
+    EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
+    EXPECT_THAT(refused.message(), ::testing::HasSubstr("'token:alice'"));
+    EXPECT_THAT(refused.message(), ::testing::HasSubstr("'token:carol'"));
+  }
+  // An admin may sync it; the owner, not another trainer, may cancel that.
+  auto by_admin = Sync(2, false, ops);
+  ASSERT_TRUE(by_admin.ok()) << by_admin.status();
+  auto carol_cancel = controller_->syncs().Cancel(by_admin->sync_id(), "", carol);
+  EXPECT_EQ(carol_cancel.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(carol_cancel.status().message(), ::testing::HasSubstr("token:alice"));
+  auto alice_cancel = controller_->syncs().Cancel(by_admin->sync_id(), "", alice);
+  ASSERT_TRUE(alice_cancel.ok()) << alice_cancel.status();
+  EXPECT_EQ(alice_cancel->phase(), v1::SYNC_CANCELLED);
+  auto redefined = controller_->syncs().DefineTransfer(controller_testing::SimpleTransfer(), ops);
+  ASSERT_TRUE(redefined.ok()) << redefined.status();
+  EXPECT_EQ(controller_->syncs().GetStatus().transfers(0).owner(), "token:alice")
+      << "an admin's redefinition keeps the owner";
+}
+
+// A state saved before owners existed (no owner field) still loads; its
+// transfers are claimed by the first trainer identity that uses them.
+TEST_F(SyncDurabilityTest, AnUnownedTransferIsClaimedByItsFirstTrainer) {
+  RegisterAll();
+  DefineSimple();  // anonymous: saved without an owner
+  Deliver(1);
+  Restart();
+  RegisterAll();
+  EXPECT_EQ(controller_->syncs().GetStatus().transfers(0).owner(), "");
+  const TrainerCaller alice{"token:alice", false}, carol{"token:carol", false};
+  auto first = Sync(2, false, carol);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(controller_->syncs().GetStatus().transfers(0).owner(), "token:carol");
+  EXPECT_EQ(controller_->syncs().Cancel(first->sync_id(), "", alice).status().code(),
+            absl::StatusCode::kPermissionDenied);
 }
 
 }  // namespace

@@ -1,0 +1,180 @@
+#include "controller/server/revocation.h"
+
+#include <openssl/bio.h>
+#include <openssl/bn.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+
+namespace wsync::controller {
+namespace {
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct CrlFree {
+  void operator()(X509_CRL* c) const { X509_CRL_free(c); }
+};
+using BioPtr = std::unique_ptr<BIO, BioFree>;
+using X509Ptr = std::unique_ptr<X509, X509Free>;
+using CrlPtr = std::unique_ptr<X509_CRL, CrlFree>;
+
+BioPtr MemBio(absl::string_view bytes) {
+  return BioPtr(BIO_new_mem_buf(bytes.data(), static_cast<int>(bytes.size())));
+}
+
+// Every PEM certificate of `pem`, in order.
+std::vector<X509Ptr> ReadCertificates(absl::string_view pem) {
+  std::vector<X509Ptr> out;
+  BioPtr bio = MemBio(pem);
+  while (bio != nullptr) {
+    X509Ptr x(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+    if (x == nullptr) break;
+    out.push_back(std::move(x));
+  }
+  ERR_clear_error();  // the end of the input reads as an error
+  return out;
+}
+
+// "CN=wsync-test-ca,O=..." (RFC 2253).
+std::string NameText(const X509_NAME* name) {
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  if (bio == nullptr || X509_NAME_print_ex(bio.get(), name, 0, XN_FLAG_RFC2253) < 0) return "?";
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<size_t>(n));
+}
+
+// Upper-case hex, as `openssl x509 -serial` prints it.
+std::string SerialText(const ASN1_INTEGER* serial) {
+  BIGNUM* bn = ASN1_INTEGER_to_BN(serial, nullptr);
+  if (bn == nullptr) return "?";
+  char* hex = BN_bn2hex(bn);
+  std::string out = hex != nullptr ? hex : "?";
+  OPENSSL_free(hex);
+  BN_free(bn);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Revocations> ParseRevocations(absl::string_view crl_pem, absl::string_view ca_pem,
+                                             absl::string_view file) {
+  const std::vector<X509Ptr> cas = ReadCertificates(ca_pem);
+  Revocations out;
+  BioPtr bio = MemBio(crl_pem);
+  while (bio != nullptr) {
+    CrlPtr crl(PEM_read_bio_X509_CRL(bio.get(), nullptr, nullptr, nullptr));
+    if (crl == nullptr) break;
+    ++out.lists;
+    const X509_NAME* issuer = X509_CRL_get_issuer(crl.get());
+    const std::string issuer_text = NameText(issuer);
+    bool known = false, verified = false;
+    for (const X509Ptr& ca : cas) {
+      if (X509_NAME_cmp(X509_get_subject_name(ca.get()), issuer) != 0) continue;
+      known = true;
+      EVP_PKEY* key = X509_get0_pubkey(ca.get());
+      if (key != nullptr && X509_CRL_verify(crl.get(), key) == 1) verified = true;
+    }
+    ERR_clear_error();
+    if (!known) {  // it cannot revoke a certificate the controller accepts
+      spdlog::warn(
+          "[controller] --tls_crl_file {}: CRL #{} is of '{}', no CA of "
+          "--tls_client_ca; skipped",
+          std::string(file), out.lists, issuer_text);
+      ++out.skipped;
+      continue;
+    }
+    if (!verified) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tls_crl_file '", file, "': CRL #", out.lists, " of issuer '", issuer_text,
+                       "' does not verify with that CA's key (--tls_client_ca)"));
+    }
+    const ASN1_TIME* next = X509_CRL_get0_nextUpdate(crl.get());
+    if (next != nullptr && X509_cmp_current_time(next) < 0) {
+      spdlog::warn(
+          "[controller] --tls_crl_file {}: the CRL of '{}' is past its nextUpdate; "
+          "applying it anyway, publish a fresh one",
+          std::string(file), issuer_text);
+    }
+    STACK_OF(X509_REVOKED)* revoked = X509_CRL_get_REVOKED(crl.get());
+    for (int i = 0; i < sk_X509_REVOKED_num(revoked); ++i) {
+      const X509_REVOKED* r = sk_X509_REVOKED_value(revoked, i);
+      out.revoked.emplace(issuer_text, SerialText(X509_REVOKED_get0_serialNumber(r)));
+    }
+  }
+  ERR_clear_error();
+  if (out.lists == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_crl_file '", file, "' holds no PEM CRL ('-----BEGIN X509 CRL-----')"));
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<RevocationList>> RevocationList::Create(
+    std::string crl_file, std::string ca_file, absl::Duration reload_interval) {
+  if (ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_crl_file needs --tls_client_ca (the CAs whose revocations it lists)");
+  }
+  std::unique_ptr<RevocationList> list(
+      new RevocationList(std::move(crl_file), std::move(ca_file), reload_interval));
+  if (absl::Status st = list->ReloadIfChanged(); !st.ok()) return st;
+  return list;
+}
+
+absl::Status RevocationList::ReloadIfChanged() {
+  absl::StatusOr<bool> changed = crl_.Changed();
+  if (!changed.ok() || !*changed) return changed.status();
+  absl::StatusOr<std::string> crl = crl_.Read();
+  if (!crl.ok()) return crl.status();
+  absl::StatusOr<std::string> ca = ReadWholeFile(ca_file_, "--tls_client_ca");
+  if (!ca.ok()) return ca.status();
+  absl::StatusOr<Revocations> parsed = ParseRevocations(*crl, *ca, crl_.path());
+  if (!parsed.ok()) return parsed.status();
+  spdlog::info("[controller] --tls_crl_file {}: {} CRL(s), {} revoked certificate(s)", crl_.path(),
+               parsed->lists, parsed->revoked.size());
+  auto fresh = std::make_shared<const Revocations>(*std::move(parsed));
+  absl::MutexLock lock(&mu_);
+  current_ = std::move(fresh);
+  return absl::OkStatus();
+}
+
+absl::Status RevocationList::Check(absl::string_view cert_pem, absl::string_view chain_pem,
+                                   absl::string_view method) {
+  if (absl::Status st = ReloadIfChanged(); !st.ok()) {
+    spdlog::error("[controller] {} (keeping the revocation lists loaded before)", st.ToString());
+  }
+  std::shared_ptr<const Revocations> lists;
+  {
+    absl::MutexLock lock(&mu_);
+    lists = current_;
+  }
+  std::vector<X509Ptr> certs = ReadCertificates(cert_pem);
+  if (certs.empty()) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        method, ": the client certificate could not be read for the revocation check"));
+  }
+  for (X509Ptr& c : ReadCertificates(chain_pem)) certs.push_back(std::move(c));
+  for (const X509Ptr& c : certs) {
+    const std::string issuer = NameText(X509_get_issuer_name(c.get()));
+    const std::string serial = SerialText(X509_get0_serialNumber(c.get()));
+    if (lists->revoked.count({issuer, serial}) == 0) continue;
+    return absl::UnauthenticatedError(
+        absl::StrCat(method, ": certificate serial ", serial, " (subject '",
+                     NameText(X509_get_subject_name(c.get())), "', issuer '", issuer,
+                     "') is revoked by --tls_crl_file '", crl_.path(), "'"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace wsync::controller

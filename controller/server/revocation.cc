@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
@@ -65,6 +66,32 @@ std::string SerialText(const ASN1_INTEGER* serial) {
   return out;
 }
 
+
+// Whether a CRL of `issuer` outside the CA bundle revokes `cert`: one that a
+// certificate of the presented chain named `issuer` verifies (any of them:
+// an extra certificate of the same name with another key changes nothing).
+bool RevokedByPending(const Revocations& lists, const std::vector<X509Ptr>& chain, X509* cert,
+                      const std::string& issuer) {
+  auto [first, last] = lists.pending.equal_range(issuer);
+  for (auto it = first; it != last; ++it) {
+    X509_CRL* crl = it->second.get();
+    X509_REVOKED* entry = nullptr;
+    if (X509_CRL_get0_by_cert(crl, &entry, cert) != 1) continue;
+    for (const X509Ptr& signer : chain) {
+      if (X509_NAME_cmp(X509_get_subject_name(signer.get()), X509_CRL_get_issuer(crl)) != 0) {
+        continue;
+      }
+      EVP_PKEY* key = X509_get0_pubkey(signer.get());
+      if (key != nullptr && X509_CRL_verify(crl, key) == 1) {
+        ERR_clear_error();
+        return true;
+      }
+    }
+    ERR_clear_error();
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::StatusOr<Revocations> ParseRevocations(absl::string_view crl_pem, absl::string_view ca_pem,
@@ -86,12 +113,13 @@ absl::StatusOr<Revocations> ParseRevocations(absl::string_view crl_pem, absl::st
       if (key != nullptr && X509_CRL_verify(crl.get(), key) == 1) verified = true;
     }
     ERR_clear_error();
-    if (!known) {  // it cannot revoke a certificate the controller accepts
-      spdlog::warn(
-          "[controller] --tls_crl_file {}: CRL #{} is of '{}', no CA of "
-          "--tls_client_ca; skipped",
+    if (!known) {  // maybe an intermediate's: verified per call (header)
+      spdlog::info(
+          "[controller] --tls_crl_file {}: CRL #{} is of '{}', no CA of --tls_client_ca; "
+          "applied to clients whose chain holds that issuer's certificate",
           std::string(file), out.lists, issuer_text);
       ++out.skipped;
+      out.pending.emplace(issuer_text, std::shared_ptr<X509_CRL>(crl.release(), X509_CRL_free));
       continue;
     }
     if (!verified) {
@@ -126,18 +154,32 @@ absl::StatusOr<std::unique_ptr<RevocationList>> RevocationList::Create(
     return absl::InvalidArgumentError(
         "--tls_crl_file needs --tls_client_ca (the CAs whose revocations it lists)");
   }
-  std::unique_ptr<RevocationList> list(
+  auto list = absl::WrapUnique(
       new RevocationList(std::move(crl_file), std::move(ca_file), reload_interval));
   if (absl::Status st = list->ReloadIfChanged(); !st.ok()) return st;
   return list;
 }
 
 absl::Status RevocationList::ReloadIfChanged() {
-  absl::StatusOr<bool> changed = crl_.Changed();
-  if (!changed.ok() || !*changed) return changed.status();
+  // Both looked at every time: each records its own state.
+  absl::StatusOr<bool> crl_changed = crl_.Changed();
+  absl::StatusOr<bool> ca_changed = ca_.Changed();
+  absl::Status st = Reload(crl_changed, ca_changed);
+  if (!st.ok()) {  // not taken as seen: the next look tries again
+    crl_.Forget();
+    ca_.Forget();
+  }
+  return st;
+}
+
+absl::Status RevocationList::Reload(const absl::StatusOr<bool>& crl_changed,
+                                    const absl::StatusOr<bool>& ca_changed) {
+  if (!crl_changed.ok()) return crl_changed.status();
+  if (!ca_changed.ok()) return ca_changed.status();
+  if (!*crl_changed && !*ca_changed) return absl::OkStatus();
   absl::StatusOr<std::string> crl = crl_.Read();
   if (!crl.ok()) return crl.status();
-  absl::StatusOr<std::string> ca = ReadWholeFile(ca_file_, "--tls_client_ca");
+  absl::StatusOr<std::string> ca = ca_.Read();
   if (!ca.ok()) return ca.status();
   absl::StatusOr<Revocations> parsed = ParseRevocations(*crl, *ca, crl_.path());
   if (!parsed.ok()) return parsed.status();
@@ -168,7 +210,10 @@ absl::Status RevocationList::Check(absl::string_view cert_pem, absl::string_view
   for (const X509Ptr& c : certs) {
     const std::string issuer = NameText(X509_get_issuer_name(c.get()));
     const std::string serial = SerialText(X509_get0_serialNumber(c.get()));
-    if (lists->revoked.count({issuer, serial}) == 0) continue;
+    if (lists->revoked.count({issuer, serial}) == 0 &&
+        !RevokedByPending(*lists, certs, c.get(), issuer)) {
+      continue;
+    }
     return absl::UnauthenticatedError(
         absl::StrCat(method, ": certificate serial ", serial, " (subject '",
                      NameText(X509_get_subject_name(c.get())), "', issuer '", issuer,

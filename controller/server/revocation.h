@@ -12,19 +12,27 @@
 //
 // The file holds one or more PEM CRLs ("-----BEGIN X509 CRL-----"). A CRL
 // whose issuer is a CA of --tls_client_ca must verify with that CA's key (a
-// file that fails to is refused); one of another issuer revokes nothing the
-// controller accepts and is skipped (logged), e.g. after its CA left the
-// bundle. A CRL past its nextUpdate is still applied (a stale list revokes no
-// less) and logged when loaded.
+// file that fails to is refused). One of another issuer may be an
+// intermediate CA's, whose certificate clients send in their chain: it is
+// kept aside and applied to a call whose presented chain holds a certificate
+// of that issuer whose key verifies the CRL (a CA that left the bundle
+// revokes nothing then: its clients fail the handshake). A CRL past its
+// nextUpdate is still applied (a stale list revokes no less) and logged when
+// loaded.
 //
-// Reloading: the file is looked at (stat) at most once per reload interval
-// and re-read when its size or mtime changed; a file that no longer parses or
-// verifies keeps the lists loaded before (logged), like the certificates.
+// Reloading: the CRL file and the CA bundle are looked at (stat) at most once
+// per reload interval and both re-read when either's size or mtime changed; a
+// load that fails (the file no longer parses or verifies) keeps the lists
+// loaded before (logged) and is retried at the next look, like the
+// certificates.
 //
 // Thread-safe.
 #ifndef WSYNC_CONTROLLER_SERVER_REVOCATION_H_
 #define WSYNC_CONTROLLER_SERVER_REVOCATION_H_
 
+#include <openssl/x509.h>
+
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -45,7 +53,10 @@ namespace wsync::controller {
 struct Revocations {
   std::set<std::pair<std::string, std::string>> revoked;
   int lists = 0;    // CRLs in the file
-  int skipped = 0;  // of them, of issuers not in --tls_client_ca
+  int skipped = 0;  // of them, of issuers not in --tls_client_ca (in `pending`)
+  // The CRLs of issuers outside the bundle, by issuer, verified per call
+  // against the presented chain (see above).
+  std::multimap<std::string, std::shared_ptr<X509_CRL>> pending;
 };
 
 // Parses `crl_pem` (one or more PEM CRLs) and verifies each against the
@@ -73,13 +84,15 @@ class RevocationList {
  private:
   RevocationList(std::string crl_file, std::string ca_file, absl::Duration reload_interval)
       : crl_(std::move(crl_file), "--tls_crl_file", reload_interval),
-        ca_file_(std::move(ca_file)) {}
-  // Re-reads the files when the CRL file changed (at most once per reload
-  // interval); errors keep the loaded lists.
+        ca_(std::move(ca_file), "--tls_client_ca", reload_interval) {}
+  // Re-reads both files when either changed (at most once per reload
+  // interval); errors keep the loaded lists, and the next look retries.
   absl::Status ReloadIfChanged() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Reload(const absl::StatusOr<bool>& crl_changed,
+                      const absl::StatusOr<bool>& ca_changed) ABSL_LOCKS_EXCLUDED(mu_);
 
   WatchedFile crl_;
-  const std::string ca_file_;
+  WatchedFile ca_;
   absl::Mutex mu_;
   std::shared_ptr<const Revocations> current_ ABSL_GUARDED_BY(mu_);
 };

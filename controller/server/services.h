@@ -47,7 +47,11 @@ class WorkerServiceImpl final : public WorkerServiceBase {
   grpc::Status ReportProgress(grpc::ServerContext*, const v1::ReportProgressRequest* req,
                               v1::ReportProgressResponse* resp) override;
   // A callback handler: a sync's last report ends it on gRPC's own thread,
-  // without a hand-off to the synchronous handlers' pool.
+  // without a hand-off to the synchronous handlers' pool (measured: 0.07-0.12
+  // ms less per sync after an idle spell, docs/performance-notes.md). It
+  // blocks that thread only for the bounded work of ending a sync: one
+  // in-place write of the state file, and with --state_fsync=always (or
+  // while the background flusher holds the file being reused) an fdatasync.
   grpc::ServerUnaryReactor* ReportResult(grpc::CallbackServerContext* ctx,
                                          const v1::ReportResultRequest* req,
                                          v1::ReportResultResponse* resp) override;

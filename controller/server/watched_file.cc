@@ -34,4 +34,10 @@ absl::StatusOr<bool> WatchedFile::Changed() {
   return true;
 }
 
+void WatchedFile::Forget() {
+  absl::MutexLock lock(&mu_);
+  size_ = -1;
+  mtime_ = {};
+}
+
 }  // namespace wsync::controller

@@ -31,6 +31,9 @@ class WatchedFile {
   // the last call that looked (none within `interval` of it looks: false);
   // NOT_FOUND naming the flag when it cannot be stat'ed.
   absl::StatusOr<bool> Changed() ABSL_LOCKS_EXCLUDED(mu_);
+  // The next look reports a change whatever the file's state (after a load
+  // of it failed: it is retried, not taken as seen).
+  void Forget() ABSL_LOCKS_EXCLUDED(mu_);
   // ReadWholeFile of it.
   absl::StatusOr<std::string> Read() const { return ReadWholeFile(path_, flag_); }
 

@@ -90,6 +90,70 @@ std::string Flatten(const grpc::ByteBuffer& buffer) {
   return out;
 }
 
+// Seconds as a duration; checked finite and non-negative by the caller;
+// past a year they mean "no limit".
+std::chrono::microseconds After(double seconds) {
+  constexpr double kYear = 365.0 * 24 * 3600;
+  return std::chrono::microseconds(static_cast<int64_t>(std::min(seconds, kYear) * 1e6));
+}
+
+// One unary call in flight on a completion queue of its own.
+class PendingCall {
+ public:
+  PendingCall(grpc::GenericStub& stub, const std::string& token, const std::string& method,
+              const std::string& request, std::chrono::system_clock::time_point deadline) {
+    ctx_.set_deadline(deadline);
+    if (!token.empty()) ctx_.AddMetadata("authorization", "Bearer " + token);
+    grpc::Slice slice(request);
+    const grpc::ByteBuffer in(&slice, 1);
+    call_ = stub.PrepareUnaryCall(&ctx_, method, in, &cq_);
+    call_->StartCall();
+    call_->Finish(&out_, &status_, /*tag=*/&status_);
+  }
+  ~PendingCall() {
+    if (!done_) {  // only when an exception skipped the wait: end it first
+      ctx_.TryCancel();
+      WaitUntil(std::chrono::system_clock::time_point::max());
+    }
+    cq_.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
+  PendingCall(const PendingCall&) = delete;
+  PendingCall& operator=(const PendingCall&) = delete;
+
+  // Polls without sleeping until the call ended or `until`; true if it ended.
+  bool SpinUntil(std::chrono::system_clock::time_point until) {
+    while (!done_ && std::chrono::system_clock::now() < until)
+      Poll(std::chrono::system_clock::now());
+    return done_;
+  }
+  // Sleeps until the call ended or `until`; true if it ended.
+  bool WaitUntil(std::chrono::system_clock::time_point until) {
+    if (!done_) Poll(until);
+    return done_;
+  }
+  void Cancel() { ctx_.TryCancel(); }
+  const grpc::Status& status() const { return status_; }
+  std::string Response() const { return Flatten(out_); }
+
+ private:
+  void Poll(std::chrono::system_clock::time_point until) {
+    void* tag = nullptr;
+    bool ok = false;
+    done_ = cq_.AsyncNext(&tag, &ok, until) == grpc::CompletionQueue::GOT_EVENT;
+  }
+
+  grpc::ClientContext ctx_;
+  grpc::CompletionQueue cq_;
+  grpc::ByteBuffer out_;
+  grpc::Status status_;
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call_;
+  bool done_ = false;
+};
+
 class TrainerChannel {
  public:
   explicit TrainerChannel(ChannelConfig config)
@@ -102,68 +166,52 @@ class TrainerChannel {
   // `spin_s` seconds the calling thread polls the call's completion queue
   // without sleeping (a busy wait: one core, and no wake-up to pay when
   // the answer comes), then it sleeps until the answer or the deadline.
+  // Every 100 ms, spinning or sleeping, it takes the GIL to let Python
+  // handle signals: Ctrl-C cancels the call and raises KeyboardInterrupt.
   py::bytes Call(const std::string& method, const std::string& request, double timeout_s,
                  double spin_s) {
     CheckSeconds(method, "timeout", timeout_s, /*zero_ok=*/false);
     CheckSeconds(method, "spin", spin_s, /*zero_ok=*/true);
-    std::string response;
-    std::optional<RpcError> error;
-    {
-      py::gil_scoped_release nogil;
-      grpc::Status s = Invoke(method, request, timeout_s, spin_s, &response);
-      if (!s.ok()) error = RpcError{static_cast<int>(s.error_code()), s.error_message()};
+    const auto now = std::chrono::system_clock::now();
+    const auto deadline = now + After(timeout_s);
+    const auto spin_until = now + After(std::min(spin_s, timeout_s));
+    PendingCall call(stub_, token_, method, request, deadline);
+    bool done = false;
+    while (!done) {
+      {
+        py::gil_scoped_release nogil;
+        const auto now = std::chrono::system_clock::now();
+        const auto slice_end = now + kSignalCheck;
+        done = now < spin_until ? call.SpinUntil(std::min(spin_until, slice_end))
+                                : call.WaitUntil(slice_end);
+      }
+      if (!done && PyErr_CheckSignals() != 0) {
+        call.Cancel();
+        {
+          py::gil_scoped_release nogil;
+          call.WaitUntil(std::chrono::system_clock::time_point::max());
+        }
+        throw py::error_already_set();  // the signal handler's exception
+      }
     }
-    if (error) {
-      PyErr_SetObject(RpcErrorType(), py::make_tuple(error->code, error->details).ptr());
+    if (!call.status().ok()) {
+      PyErr_SetObject(RpcErrorType(), py::make_tuple(static_cast<int>(call.status().error_code()),
+                                                     call.status().error_message())
+                                          .ptr());
       throw py::error_already_set();
     }
-    return py::bytes(response);
+    return py::bytes(call.Response());
   }
 
  private:
+  static constexpr std::chrono::milliseconds kSignalCheck{100};
+
   static void CheckSeconds(const std::string& method, const char* what, double seconds,
                            bool zero_ok) {
     if (std::isfinite(seconds) && (seconds > 0 || (zero_ok && seconds == 0))) return;
     throw py::value_error(absl::StrCat("wsync: call ", method, ": ", what, " must be a ",
                                        zero_ok ? "non-negative" : "positive",
                                        " number of seconds, got ", seconds));
-  }
-
-  grpc::Status Invoke(const std::string& method, const std::string& request, double timeout_s,
-                      double spin_s, std::string* response) {
-    // Checked finite and non-negative; past a year both mean "no limit".
-    static constexpr double kYear = 365.0 * 24 * 3600;
-    auto after = [](double seconds) {
-      return std::chrono::microseconds(static_cast<int64_t>(std::min(seconds, kYear) * 1e6));
-    };
-    const auto now = std::chrono::system_clock::now();
-    const auto deadline = now + after(timeout_s);
-    const auto spin_until = now + after(std::min(spin_s, timeout_s));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(deadline);
-    if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
-    grpc::Slice slice(request);
-    const grpc::ByteBuffer in(&slice, 1);
-    grpc::ByteBuffer out;
-    grpc::Status status;
-    grpc::CompletionQueue cq;
-    std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
-        stub_.PrepareUnaryCall(&ctx, method, in, &cq);
-    call->StartCall();
-    call->Finish(&out, &status, /*tag=*/&status);
-    void* tag = nullptr;
-    bool ok = false;
-    bool done = false;
-    while (!done && std::chrono::system_clock::now() < spin_until) {
-      done = cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now()) ==
-             grpc::CompletionQueue::GOT_EVENT;
-    }
-    if (!done) cq.Next(&tag, &ok);  // the call's deadline bounds this
-    cq.Shutdown();
-    while (cq.Next(&tag, &ok)) {
-    }
-    if (status.ok()) *response = Flatten(out);
-    return status;
   }
 
   const std::string token_;

@@ -28,6 +28,7 @@ _POLL_MS = 1000  # longest single WaitSync call of a wait loop
 
 _METHOD_PREFIX = "/wsync.v1.TrainerService/"
 _WAITING_CALLS = ("Sync", "WaitSync")  # the calls a busy_wait client spins on
+_NO_DEADLINE_S = 365 * 24 * 3600.0
 _RESPONSE_TYPES = {}
 
 
@@ -211,6 +212,8 @@ class Client:
 
     def _native_rpc(self, method, request, timeout):
         from wsync._native import client as native_client
+        if timeout is None:  # as grpcio: no deadline (a year is the native form of it)
+            timeout = _NO_DEADLINE_S
         spin = timeout if self.busy_wait and method in _WAITING_CALLS else 0.0
         try:
             raw = self._native.call(_METHOD_PREFIX + method, request.SerializeToString(),

@@ -156,3 +156,32 @@ def test_busy_wait_spins_only_on_sync_calls_and_gives_the_same_answers(cluster, 
     assert not wsync.Client(cluster.address, channel=grpc.insecure_channel("x:1")).busy_wait
     with pytest.raises(ValueError):
         real.call("/wsync.v1.TrainerService/GetStatus", b"", 1.0, -1.0)
+
+
+def test_ctrl_c_cancels_a_native_call_and_no_timeout_means_none():
+    # A listener that accepts and never answers: the call would wait its
+    # whole timeout; a signal's exception ends it at the next check (100 ms).
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        c = wsync.Client(f"127.0.0.1:{port}", timeout=None)
+
+        class Interrupted(Exception):
+            pass
+
+        def on_alarm(signum, frame):
+            raise Interrupted()
+
+        old = signal.signal(signal.SIGALRM, on_alarm)
+        try:
+            for busy in (False, True):
+                c.busy_wait = busy
+                signal.setitimer(signal.ITIMER_REAL, 0.3)
+                t = time.monotonic()
+                with pytest.raises(Interrupted):
+                    c._rpc("WaitSync", pb.WaitSyncRequest(sync_id="x", timeout_ms=1))
+                assert time.monotonic() - t < 5  # not the timeout: there is none
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)

@@ -64,7 +64,8 @@ TEST_F(RevocationTest, CrlsAreCheckedAgainstTheClientCaBundle) {
   auto forged = ParseRevocations(crl, other_->Read("ca.pem"), "crl.pem");
   EXPECT_EQ(forged.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(forged.status().message(), HasSubstr("does not verify"));
-  // Of a CA outside the bundle: skipped (it revokes nothing accepted).
+  // Of a CA outside the bundle: kept aside, verified per call against the
+  // presented chain (RevocationTest.AnIntermediatesCrlAppliesToChainsThatHoldIt).
   ASSERT_TRUE(ca_->Run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
                        "-nodes -keyout stranger.key -out stranger.pem -days 2 -subj /CN=stranger")
                   .ok());
@@ -87,6 +88,44 @@ TEST_F(RevocationTest, CrlsAreCheckedAgainstTheClientCaBundle) {
                 .status()
                 .code(),
             absl::StatusCode::kNotFound);
+}
+
+TEST_F(RevocationTest, AnIntermediatesCrlAppliesToChainsThatHoldIt) {
+  // ca_ plays an intermediate CA that is not in the bundle (clients send its
+  // certificate in their chain); the bundle holds only another root.
+  ASSERT_TRUE(ca_->Run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+                       "-nodes -keyout root.key -out root.pem -days 2 -subj /CN=root")
+                  .ok());
+  ASSERT_TRUE(ca_->Revoke("alice").ok());
+  auto list = RevocationList::Create(ca_->Path("crl.pem"), ca_->Path("root.pem"), absl::Seconds(1));
+  ASSERT_TRUE(list.ok()) << list.status();
+  const std::string alice = ca_->Read("alice.pem");
+  absl::Status refused = (*list)->Check(alice, ca_->Read("ca.pem"), "Sync");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnauthenticated) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr(ca_->Serial("alice")));
+  // A certificate of the same name with another key verifies nothing; beside
+  // the real one it changes nothing.
+  EXPECT_TRUE((*list)->Check(alice, other_->Read("ca.pem"), "Sync").ok());
+  EXPECT_FALSE((*list)->Check(alice, other_->Read("ca.pem") + ca_->Read("ca.pem"), "Sync").ok());
+  EXPECT_TRUE((*list)->Check(ca_->Read("bob.pem"), ca_->Read("ca.pem"), "Sync").ok());
+}
+
+TEST_F(RevocationTest, TheCaBundleIsWatched) {
+  ASSERT_TRUE(ca_->Run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+                       "-nodes -keyout root.key -out root.pem -days 2 -subj /CN=root && "
+                       "cp root.pem bundle.pem")
+                  .ok());
+  ASSERT_TRUE(ca_->Revoke("alice").ok());
+  auto list =
+      RevocationList::Create(ca_->Path("crl.pem"), ca_->Path("bundle.pem"), absl::Seconds(1));
+  ASSERT_TRUE(list.ok()) << list.status();
+  const std::string alice = ca_->Read("alice.pem");
+  EXPECT_TRUE((*list)->Check(alice, "", "Sync").ok()) << "no verifier for its CRL yet";
+  // The CA joins the bundle; the CRL file does not change.
+  ASSERT_TRUE(ca_->Run("cat ca.pem >> bundle.pem").ok());
+  absl::SleepFor(absl::Milliseconds(1100));
+  EXPECT_EQ((*list)->Check(alice, "", "Sync").code(), absl::StatusCode::kUnauthenticated);
+
 }
 
 }  // namespace

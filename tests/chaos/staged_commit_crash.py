@@ -106,7 +106,12 @@ def crash_mid_commit(cluster, owners, client, events, wsync, pb, version, n, kil
     if cluster.ctl.p.returncode != -signal.SIGKILL or "test failpoint" not in log[-4000:]:
         return [f"v{version}: the controller ended with {cluster.ctl.p.returncode}, "
                 f"not by its failpoint"]
-    committed_before = [r for r in st.RANKS if "COMMITTED" in events.of(r, version)]
+    end = time.monotonic() + 3  # the events trail the commit a little
+    while True:
+        committed_before = [r for r in st.RANKS if "COMMITTED" in events.of(r, version)]
+        if len(committed_before) >= n or time.monotonic() > end:
+            break
+        time.sleep(0.05)
     if len(committed_before) != n:
         bad.append(f"v{version}: {committed_before} committed before the kill, expected {n}")
     waiting = [r for r in st.RANKS if r not in committed_before]

@@ -20,8 +20,12 @@ Two scenarios:
   --scenario chaos (default): --syncs staged syncs; around a random share of
       them one SIGKILL at a random moment, of a sender, a receiver or the
       controller (restarted afterwards). Each sync ends succeeded (all bytes
-      V), failed (all bytes still the last committed version), or cut by the
-      controller's kill; the sampler's invariant holds throughout.
+      V), failed (all bytes still the last committed version), resumed by the
+      restarted controller when its commit was decided before the kill (all
+      bytes V), or cut by the controller's kill before the decision (all
+      bytes the last committed version); the sampler's invariant holds
+      throughout, a replica's commit window lasting from its first rank's
+      COMMIT to every rank's COMMITTED (docs/staging.md).
 
     python3 tests/chaos/chaos_staged.py --build build --syncs 200 --seed 1
 """

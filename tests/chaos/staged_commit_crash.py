@@ -32,6 +32,7 @@ import argparse
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -164,10 +165,27 @@ def crash_mid_commit(cluster, owners, client, events, wsync, pb, version, n, kil
     return bad
 
 
+def failpoint_needs_the_env(build):
+    """The failpoint flag is refused unless WSYNC_TEST_FAILPOINTS=1."""
+    env = {k: v for k, v in os.environ.items() if k != "WSYNC_TEST_FAILPOINTS"}
+    r = subprocess.run([os.path.join(build, "controller", "server", "wsync-controller"),
+                        "--listen=127.0.0.1:0", "--insecure", "--metrics_port=-1",
+                        "--state_file=", "--test_crash_after_commits=0"],
+                       env=env, capture_output=True, text=True, timeout=30)
+    if r.returncode != 2 or "WSYNC_TEST_FAILPOINTS=1" not in r.stdout + r.stderr:
+        return [f"--test_crash_after_commits without WSYNC_TEST_FAILPOINTS: exit {r.returncode}, "
+                f"{(r.stdout + r.stderr)[-300:]}"]
+    return []
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--build", default=os.path.join(cs.ROOT, "build"))
     args = p.parse_args()
+    refused = failpoint_needs_the_env(args.build)
+    if refused:
+        print("VIOLATION", refused[0])
+        return 1
     torch, wsync, wtorch, pb, lpb = st.setup(args)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ["WSYNC_TEST_FAILPOINTS"] = "1"  # the controller's failpoint flag

@@ -289,14 +289,20 @@ def resumed_outcome(handle, args, wsync, pb):
     undecided one is unknown (its receivers roll back)."""
     if handle is None:
         return "cut_or_refused", None
-    try:
-        st = handle.wait(timeout=args.deadline + 15)
-        return ("resumed_after_restart_uncommitted" if st.uncommitted
-                else "resumed_after_restart"), st
-    except wsync.errors.NotFound:
-        return "cut_unknown_after_restart", None
-    except wsync.WsyncError:
-        return "cut_or_refused", None
+    end = time.monotonic() + args.deadline + 15
+    while True:
+        try:
+            st = handle.wait(timeout=max(1.0, end - time.monotonic()))
+            return ("resumed_after_restart_uncommitted" if st.uncommitted
+                    else "resumed_after_restart"), st
+        except wsync.errors.NotFound:
+            return "cut_unknown_after_restart", None
+        except wsync.errors.Unavailable:  # the old connection, once
+            if time.monotonic() > end:
+                return "cut_or_refused", None
+            time.sleep(0.05)
+        except wsync.WsyncError:
+            return "cut_or_refused", None
 
 
 def chaos(args, cluster, owners, client, torch, wsync, wtorch, pb, lpb):

@@ -55,6 +55,13 @@ struct ControllerConfig {
   // transport.
   bool direct_writes = true;
   ControllerLimits limits;
+  // TEST ONLY (--test_crash_after_commits, accepted only with
+  // WSYNC_TEST_FAILPOINTS=1): -1 off. N >= 0: at a staged sync's commit
+  // decision, send CommitSync to its first N receivers only, and SIGKILL this
+  // process once they confirmed (N = 0: right after the decision is saved):
+  // a controller killed between the first and the last CommitSync
+  // (docs/staging.md, tests/chaos/staged_commit_crash.py).
+  int32_t test_crash_after_commits = -1;
 };
 
 }  // namespace wsync::controller

@@ -22,6 +22,15 @@ Controller::Controller(const ControllerConfig& config, ControllerMetrics* metric
   });
 }
 
+absl::StatusOr<v1::RegisterWorkerResponse> Controller::RegisterWorker(
+    const v1::RegisterWorkerRequest& req, const std::string& identity,
+    const std::string& previous_lease) {
+  absl::StatusOr<v1::RegisterWorkerResponse> resp =
+      workers_.RegisterWorker(req, identity, previous_lease);
+  if (resp.ok()) syncs_.Rejoin(resp->lease_id(), req, &*resp);
+  return resp;
+}
+
 void Controller::Tick() {
   workers_.Tick();
   syncs_.Tick();

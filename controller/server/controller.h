@@ -46,6 +46,13 @@ class Controller {
   const ControllerLimits& limits() const { return limits_; }
   ServingBoard& serving() { return serving_; }
 
+  // WorkerRegistry::RegisterWorker, then the staged syncs whose commit is
+  // decided and awaits this worker (SyncCoordinator::Rejoin) in the
+  // response's decided_commits.
+  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& req,
+                                                            const std::string& identity,
+                                                            const std::string& previous_lease);
+
   // A heartbeat's serving reports: recorded for the lease's groups.
   // NOT_FOUND for a lease that is not alive, INVALID_ARGUMENT (serving_board.h).
   absl::Status RecordServing(const std::string& lease_id,

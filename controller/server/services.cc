@@ -39,7 +39,7 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
   auto previous = md.find(kPreviousLeaseMetadata);
   const std::string previous_lease =
       previous == md.end() ? "" : std::string(previous->second.data(), previous->second.size());
-  return Fill(controller_->workers().RegisterWorker(*req, caller->identity, previous_lease), resp);
+  return Fill(controller_->RegisterWorker(*req, caller->identity, previous_lease), resp);
 }
 
 grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,

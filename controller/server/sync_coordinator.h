@@ -75,8 +75,16 @@ class SyncCoordinator {
 
   // Takes over a saved state before serving: its transfers (as defined),
   // their last delivered versions and the outcomes of the latest syncs.
-  // Sync ids handed out before it answer NOT_FOUND "unknown after restart".
+  // Sync ids handed out before it answer NOT_FOUND "unknown after restart",
+  // except staged syncs whose commit was decided (sync_decided.cc): those
+  // resume their commit phase, running until their receivers confirm.
   void Restore(const v1::ControllerState& state);
+  // A worker registered (lease `lease_id`, `req`): every running staged sync
+  // whose commit is decided and that awaits a receiver of its group ranks
+  // with no live lease (restored after a restart) binds that receiver to
+  // `lease_id` and is listed in resp->decided_commits (docs/staging.md).
+  void Rejoin(const std::string& lease_id, const v1::RegisterWorkerRequest& req,
+              v1::RegisterWorkerResponse* resp);
 
   // ----- Trainer API. PERMISSION_DENIED naming the owner's identity and the
   // caller's when `caller` may not act on the transfer (see TrainerCaller).
@@ -158,6 +166,7 @@ class SyncCoordinator {
     // (bucket checksums name their tensors).
     v1::StagingOptions staging;
     std::shared_ptr<const v1::Plan> plan;
+    int32_t commits_confirmed = 0;  // receivers that confirmed the commit
     bool finished() const { return status.phase() != v1::SYNC_RUNNING; }
   };
   struct Transfer {
@@ -287,6 +296,16 @@ class SyncCoordinator {
   // NOT_FOUND for a sync id this controller does not know, telling whether
   // it ran under an earlier instance (before a restart).
   absl::Status UnknownSyncLocked(const std::string& sync_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ----- sync_decided.cc
+  // Adds every running staged sync past its commit decision to `state`.
+  void SaveDecidedLocked(v1::ControllerState* state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the decided syncs of a saved state over (after its transfers).
+  void RestoreDecidedLocked(const v1::ControllerState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ControllerConfig::test_crash_after_commits: SIGKILLs this process once
+  // `confirmed` receivers of decided sync `sync` confirmed (test only).
+  void TestCrashPointLocked(const SyncRecord& sync, int32_t confirmed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ----- sync_staged.cc (docs/staging.md)
   // A report of staged sync `sync` that the two phases handle (a staged

@@ -51,6 +51,7 @@ void SyncCoordinator::Restore(const v1::ControllerState& state) {
     syncs_[s.sync_id()] = std::move(sync);
     sync_order_.push_back(s.sync_id());
   }
+  RestoreDecidedLocked(state);
   // Each transfer may have started one sync since the last save (its
   // outcome would have been saved): ids stay unique past those.
   next_id_ = std::max<uint64_t>(next_id_, state.next_sync_id() + transfers_.size() + 1);
@@ -86,6 +87,7 @@ void SyncCoordinator::PersistLocked() {
     if (sit != syncs_.end() && sit->second->finished()) recent.push_back(&sit->second->status);
   }
   for (auto it = recent.rbegin(); it != recent.rend(); ++it) *state.add_recent_syncs() = **it;
+  SaveDecidedLocked(&state);
   state.set_next_sync_id(next_id_);
   state.set_saved_by_instance(config_.instance);
   state.set_saved_unix_ms(absl::ToUnixMillis(absl::Now()));

@@ -41,6 +41,9 @@ bool SyncCoordinator::StagedReportLocked(SyncRecord& sync, Participant& p,
       const std::string why = req.message().empty() ? "did not commit" : req.message();
       s.add_uncommitted(
           absl::StrCat(workers_->Describe(p.lease_id), " [worker ", p.worker, "]: ", why));
+    } else {
+      ++sync.commits_confirmed;
+      TestCrashPointLocked(sync, sync.commits_confirmed);
     }
     MaybeFinishCommitLocked(sync);
     return true;
@@ -139,13 +142,21 @@ void SyncCoordinator::MaybeCommitLocked(SyncRecord& sync) {
   }
   sync.status.set_commit_decided(true);
   ++sync.changes;
+  // Durable before any receiver hears it: a restarted controller resumes the
+  // commit (sync_decided.cc). A failed save is logged; the commit goes on.
+  PersistLocked();
+  // Test only: the first N receivers hear it, then the process dies.
+  const int32_t crash_after = config_.test_crash_after_commits;
+  int32_t sent = 0;
   for (const Participant& p : sync.parts) {
-    if (!p.staged) continue;
+    if (!p.staged || (crash_after >= 0 && sent >= crash_after)) continue;
     v1::Assignment a;
     a.mutable_commit()->set_sync_id(sync.status.sync_id());
     // A lost receiver: WorkerLost lists it uncommitted.
     workers_->Push(p.lease_id, std::move(a));
+    ++sent;
   }
+  TestCrashPointLocked(sync, 0);
   MaybeFinishCommitLocked(sync);  // no receiver at all: done
 }
 

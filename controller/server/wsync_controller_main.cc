@@ -177,6 +177,13 @@ ABSL_FLAG(absl::Duration, failure_grace, absl::Seconds(1),
           "workers' own reports before it fails naming those that did not report. Env: "
           "WSYNC_FAILURE_GRACE.");
 
+ABSL_FLAG(int32_t, test_crash_after_commits, -1,
+          "TEST ONLY, refused unless the environment sets WSYNC_TEST_FAILPOINTS=1. -1: off. "
+          "N >= 0: at a staged sync's commit decision (saved to --state_file first), send "
+          "CommitSync to its first N receivers only and SIGKILL this process once they "
+          "confirmed (N = 0: at once), i.e. a controller killed between the first and the last "
+          "CommitSync (docs/staging.md).");
+
 int main(int argc, char** argv) {
   wsync::plan::KeepFreedMemoryForPlanning();
   wsync::ParseFlagsWithEnv(
@@ -274,7 +281,8 @@ int main(int argc, char** argv) {
   options.config.failure_grace = absl::GetFlag(FLAGS_failure_grace);
   options.state_file = absl::GetFlag(FLAGS_state_file);
   options.state_start_empty = absl::GetFlag(FLAGS_state_start_empty);
-  absl::StatusOr<wsync::controller::StateFlush> flush = wsync::controller::ParseStateFlush(absl::GetFlag(FLAGS_state_fsync));
+  absl::StatusOr<wsync::controller::StateFlush> flush =
+      wsync::controller::ParseStateFlush(absl::GetFlag(FLAGS_state_fsync));
   if (!flush.ok()) {
     spdlog::error("wsync-controller: {}", std::string(flush.status().message()));
     return 2;
@@ -287,6 +295,20 @@ int main(int argc, char** argv) {
         "wsync-controller: --lease_ttl, --sync_deadline and --max_message_bytes must be "
         "positive, --failure_grace not negative");
     return 2;
+  }
+  options.config.test_crash_after_commits = absl::GetFlag(FLAGS_test_crash_after_commits);
+  if (options.config.test_crash_after_commits >= 0) {
+    const char* failpoints = std::getenv("WSYNC_TEST_FAILPOINTS");
+    if (failpoints == nullptr || std::string(failpoints) != "1") {
+      spdlog::error(
+          "wsync-controller: --test_crash_after_commits is a test failpoint (it kills the "
+          "controller mid-commit); refused unless WSYNC_TEST_FAILPOINTS=1 is set");
+      return 2;
+    }
+    spdlog::warn(
+        "wsync-controller: TEST FAILPOINT --test_crash_after_commits={}: the first "
+        "staged commit decision kills this process",
+        options.config.test_crash_after_commits);
   }
   std::random_device rd;
   options.config.instance = absl::StrFormat("%08x", rd());

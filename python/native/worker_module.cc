@@ -70,8 +70,9 @@ WorkerPtr Make(const std::string& controller,
                const std::vector<std::tuple<std::string, int, int>>& groups, int device,
                const std::string& node, const std::string& data_address, int metrics_port,
                const std::string& metrics_host, double round_timeout_s, int64_t staging_limit_bytes,
-               const std::string& instance_id, const std::string& controller_ca,
-               const std::string& cert, const std::string& key, const std::string& local_socket) {
+               int64_t staging_budget_bytes, const std::string& instance_id,
+               const std::string& controller_ca, const std::string& cert, const std::string& key,
+               const std::string& local_socket) {
   EmbeddedOptions o;
   o.controller = controller;
   // TLS when a CA names the controller's issuer; plaintext otherwise.
@@ -93,6 +94,7 @@ WorkerPtr Make(const std::string& controller,
   o.metrics_host = metrics_host;
   o.round_timeout = absl::Seconds(round_timeout_s);
   o.staging_limit_bytes = staging_limit_bytes;
+  o.staging_budget_bytes = staging_budget_bytes;
   o.instance_id = instance_id;
   o.local_socket = local_socket;
   absl::StatusOr<std::unique_ptr<EmbeddedWorker>> w;
@@ -229,8 +231,9 @@ void BindWorker(py::module_& m) {
            py::arg("node") = "", py::arg("data_address") = "127.0.0.1",
            py::arg("metrics_port") = -1, py::arg("metrics_host") = "127.0.0.1",
            py::arg("round_timeout_s") = 60.0, py::arg("staging_limit_bytes") = 0,
-           py::arg("instance_id") = "", py::arg("controller_ca") = "", py::arg("cert") = "",
-           py::arg("key") = "", py::arg("local_socket") = "")
+           py::arg("staging_budget_bytes") = 0, py::arg("instance_id") = "",
+           py::arg("controller_ca") = "", py::arg("cert") = "", py::arg("key") = "",
+           py::arg("local_socket") = "")
       .def("start",
            [](EmbeddedWorker& w) {
              absl::Status s;

@@ -134,19 +134,24 @@ class Worker:
     it then holds both sides and copies between them locally, where no NCCL
     communicator could (NCCL refuses two ranks on one GPU).
     Starts at once unless `start=False`; ``stop()`` (or the end of a ``with``
-    block, or process exit) ends it."""
+    block, or process exit) ends it.
+    `staging_budget_bytes`: the most shadow memory a staged sync may allocate
+    on this worker (wsync-worker's --staging_budget_bytes, docs/staging.md;
+    0: no limit); sent at registration, so the controller refuses a staged
+    plan over it up front."""
 
     def __init__(self, controller, groups, *, device=None, node="", data_address="127.0.0.1",
                  metrics_port=None, metrics_host="127.0.0.1", round_timeout=60.0,
-                 staging_limit_bytes=0, instance_id="", controller_ca="", cert="", key="",
-                 local_socket=None, start=True):
+                 staging_limit_bytes=0, staging_budget_bytes=0, instance_id="", controller_ca="",
+                 cert="", key="", local_socket=None, start=True):
         self.groups = parse_groups(groups)
         self._w = _call(_native().EmbeddedWorker, controller, self.groups,
                         device=-1 if device is None else int(device), node=node,
                         data_address=data_address,
                         metrics_port=-1 if metrics_port is None else int(metrics_port),
                         metrics_host=metrics_host, round_timeout_s=float(round_timeout),
-                        staging_limit_bytes=int(staging_limit_bytes), instance_id=instance_id,
+                        staging_limit_bytes=int(staging_limit_bytes),
+                        staging_budget_bytes=int(staging_budget_bytes), instance_id=instance_id,
                         controller_ca=controller_ca, cert=cert, key=key,
                         local_socket=local_socket or "")
         self.local_socket = local_socket or None

@@ -20,8 +20,12 @@ Two scenarios:
   --scenario chaos (default): --syncs staged syncs; around a random share of
       them one SIGKILL at a random moment, of a sender, a receiver or the
       controller (restarted afterwards). Each sync ends succeeded (all bytes
-      V), failed (all bytes still the last committed version), or cut by the
-      controller's kill; the sampler's invariant holds throughout.
+      V), failed (all bytes still the last committed version), resumed by the
+      restarted controller when its commit was decided before the kill (all
+      bytes V), or cut by the controller's kill before the decision (all
+      bytes the last committed version); the sampler's invariant holds
+      throughout, a replica's commit window lasting from its first rank's
+      COMMIT to every rank's COMMITTED (docs/staging.md).
 
     python3 tests/chaos/chaos_staged.py --build build --syncs 200 --seed 1
 """
@@ -95,6 +99,9 @@ class Sampler:
         self.cluster, self.regs, self.versions, self.wtorch = cluster, regs, versions, wtorch
         self.lock = threading.Lock()
         self.open = {}          # rank -> sync id between COMMIT and its end
+        # Sync id -> ranks yet to end it, from the replica's first COMMIT (an
+        # engine over several ranks pauses until every rank COMMITTED).
+        self.pending = {}
         self.last_commit = 0.0  # monotonic time of the latest COMMIT event
         self.committed = {r: 0 for r in RANKS}  # last COMMITTED version per rank
         self.unsafe = set()     # ranks whose commit was cut (worker died): serve nothing
@@ -127,22 +134,34 @@ class Sampler:
                             self.staged_cv.notify_all()
                         if ev.kind == lpb.SyncEvent.COMMIT:
                             self.open[rank] = ev.sync_id
+                            self.pending.setdefault(ev.sync_id, set(RANKS))
                             self.last_commit = time.monotonic()
                         elif ev.kind == lpb.SyncEvent.COMMITTED:
                             self.open.pop(rank, None)
+                            self._ended(rank, ev.sync_id)
                             self.committed[rank] = ev.version
                             self.unsafe.discard(rank)
-                        elif ev.kind == lpb.SyncEvent.FINISHED and self.open.get(rank) == ev.sync_id:
-                            self.open.pop(rank, None)
-                            if not ev.ok:
-                                self.unsafe.add(rank)  # its commit failed midway
+                        elif ev.kind == lpb.SyncEvent.FINISHED:
+                            self._ended(rank, ev.sync_id)
+                            if self.open.get(rank) == ev.sync_id:
+                                self.open.pop(rank, None)
+                                if not ev.ok:
+                                    self.unsafe.add(rank)  # its commit failed midway
                     if self.stop.is_set():
                         return
             except Exception:  # the worker is being restarted, or the deadline
                 time.sleep(0.02)
 
+    def _ended(self, rank, sync_id):
+        if sync_id in self.pending:
+            self.pending[sync_id].discard(rank)
+            if not self.pending[sync_id]:
+                del self.pending[sync_id]
+
     def worker_killed(self, rank):
         with self.lock:
+            for sync_id in list(self.pending):
+                self._ended(rank, sync_id)
             if rank in self.open:  # died mid-commit: its bytes are mixed
                 self.open.pop(rank, None)
                 self.unsafe.add(rank)
@@ -161,7 +180,7 @@ class Sampler:
     def _sample(self):
         while not self.stop.is_set():
             with self.lock:
-                was_open = bool(self.open) or bool(self.unsafe)
+                was_open = bool(self.open) or bool(self.pending) or bool(self.unsafe)
             start = time.monotonic()
             seen = self._classify()
             self.samples += 1
@@ -173,7 +192,8 @@ class Sampler:
             # to a second after the sample also explains it.
             time.sleep(1.0)
             with self.lock:
-                excused = was_open or bool(self.open) or bool(self.unsafe) \
+                excused = was_open or bool(self.open) or bool(self.pending) \
+                    or bool(self.unsafe) \
                     or self.last_commit >= start - 0.001
             if excused:
                 self.mixed_excused += 1
@@ -263,6 +283,28 @@ def receiver_kill(args, cluster, owners, client, torch, wsync, wtorch, pb, lpb):
     return bad
 
 
+def resumed_outcome(handle, args, wsync, pb):
+    """The outcome of a sync cut by the controller's kill, as the restarted
+    controller tells it: a decided commit resumes and ends (succeeded), an
+    undecided one is unknown (its receivers roll back)."""
+    if handle is None:
+        return "cut_or_refused", None
+    end = time.monotonic() + args.deadline + 15
+    while True:
+        try:
+            st = handle.wait(timeout=max(1.0, end - time.monotonic()))
+            return ("resumed_after_restart_uncommitted" if st.uncommitted
+                    else "resumed_after_restart"), st
+        except wsync.errors.NotFound:
+            return "cut_unknown_after_restart", None
+        except wsync.errors.Unavailable:  # the old connection, once
+            if time.monotonic() > end:
+                return "cut_or_refused", None
+            time.sleep(0.05)
+        except wsync.WsyncError:
+            return "cut_or_refused", None
+
+
 def chaos(args, cluster, owners, client, torch, wsync, wtorch, pb, lpb):
     rng = random.Random(args.seed)
     regs, versions = owners.regs, Versions(torch)
@@ -279,6 +321,8 @@ def chaos(args, cluster, owners, client, torch, wsync, wtorch, pb, lpb):
                 bad.append(f"time budget of {args.budget} s spent after {version} syncs")
                 break
             version += 1
+            with sampler.lock:
+                sampler.pending.clear()  # every earlier sync ended (see below)
             sampler.candidates = [committed, version] if committed else [0, version]
             fill_sources(regs, torch, version)
             kind = target = None
@@ -340,6 +384,15 @@ def chaos(args, cluster, owners, client, torch, wsync, wtorch, pb, lpb):
                         owners.reregister(*key)
             try:
                 st = cs.recovered(client, wsync, cluster)
+                if kind == "controller" and outcome not in ("succeeded", "failed"):
+                    # A decision saved before the kill: the restarted
+                    # controller resumes the commit (docs/staging.md).
+                    outcome, resumed = resumed_outcome(handle, args, wsync, pb)
+                    if resumed is not None and resumed.uncommitted:
+                        with sampler.lock:
+                            sampler.unsafe |= {r for r in RANKS for u in resumed.uncommitted
+                                               if f"{r[0]}/{r[1]} " in u}
+                    st = client.transfer_status("chaos")
             except wsync.WsyncError as e:
                 bad.append(f"v{version}: cluster did not recover: {e}")
                 break
@@ -349,7 +402,7 @@ def chaos(args, cluster, owners, client, torch, wsync, wtorch, pb, lpb):
             if outcome == "succeeded" and delivered != version:
                 bad.append(f"v{version}: succeeded, controller says {delivered}")
             want = {version} if delivered == version else {committed}
-            if kind == "controller" and outcome != "succeeded":
+            if kind == "controller" and outcome not in ("succeeded", "resumed_after_restart"):
                 # Cut by the controller's kill: its outcome died with it.
                 # Committed everywhere or rolled back everywhere, never mixed
                 # (the controller then reports the older version).

@@ -219,6 +219,35 @@ def test_embedded_worker_bad_options():
         embedded.Worker("127.0.0.1:1", "inference:0")
 
 
+def test_embedded_staging_budget_is_sent_and_enforced(cluster):
+    """staging_budget_bytes (wsync-worker's --staging_budget_bytes,
+    docs/staging.md): refused when negative, listed by the controller, and a
+    staged plan whose shadow exceeds it is refused naming the worker."""
+    with pytest.raises(errors.InvalidArgument, match="staging_budget_bytes.*got -1"):
+        embedded.Worker("127.0.0.1:1", "inference:0:1", staging_budget_bytes=-1)
+    shapes = {n: s for n, s, _ in trainer_tensors("tiny-llama")}
+    full = full_tensors(shapes, torch.float32)
+    params = {r: {n: ducks.DTensor(t, [0, 1], [ducks.Shard(0)], r) for n, t in full.items()}
+              for r in range(2)}
+    src = layouts.source_side(layouts.describe(params[0].items(), rank=0))
+    spec = layouts.transfer_spec(src, vllm.destination(TINY_LLAMA, tp=1), name="tiny")
+    regs = [wsync.torch.register({n: p.to_local() for n, p in params[r].items()},
+                                 group="trainer", rank=r, socket=cluster.worker(f"trainer:{r}:2"))
+            for r in range(2)]
+    with embedded.Worker(cluster.address, "inference:0:1", staging_budget_bytes=1024) as w:
+        sizes = {b: n for b, (_, n) in layouts.local_buffers(spec.destination, 0).items()}
+        w.register({b: torch.zeros(n, dtype=torch.bfloat16) for b, n in sizes.items()})
+        w.wait_registered()
+        client = wsync.Client(cluster.address, timeout=20)
+        client.wait_for_workers({"trainer": 2, "inference": 1}, timeout=30, buffers=True)
+        assert [x.staging_budget_bytes for x in live(client, "inference")] == [1024]
+        with pytest.raises(errors.InvalidArgument,
+                           match=r"inference/0 .*over its --staging_budget_bytes of 1024"):
+            client.define_transfer("weights", spec, staging="host_shadow")
+        assert not client.define_transfer("weights", spec).shadow  # in place: no shadow
+    del regs
+
+
 def test_embedded_on_both_sides(cluster, children):
     """Trainer and receivers all embedded (the GPU test's steps, on the host)."""
     shapes = {n: s for n, s, _ in trainer_tensors("tiny-llama")}

@@ -86,6 +86,7 @@ void WorkerAgent::Start() {
 void WorkerAgent::Stop() {
   if (stop_.exchange(true)) return;
   runner_.Abort("", "worker is stopping");
+  gate_.Abort("", "the worker is stopping");
   {
     absl::MutexLock lock(&mu_);
     if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
@@ -145,6 +146,7 @@ void WorkerAgent::SessionLoop() {
     }
     spdlog::info("[worker {}] registered (controller instance {})", Roles(options_),
                  resp.controller_instance());
+    RejoinStaged(resp);  // staged syncs: the decisions that await this worker
     {
       absl::MutexLock lock(&push_mu_);
       if (pushed_lease_ != resp.lease_id()) pushed_version_ = 0;
@@ -169,8 +171,9 @@ void WorkerAgent::SessionLoop() {
     }
     // Whatever runs belonged to the lost lease; the controller failed it.
     runner_.Abort("", "lease lost: " + s.error_message());
-    // A staged sync awaiting the decision rolls back (docs/staging.md).
-    gate_.Abort("", "lease lost before the commit: " + s.error_message());
+    // A staged sync awaiting the decision waits for the next registration's
+    // word (RejoinStaged) or its deadline: the decision may be saved by a
+    // controller that died (docs/staging.md).
     if (!stop_.load()) {
       spdlog::warn("[worker {}] assignment stream ended ({}); registering again", Roles(options_),
                    s.error_message());

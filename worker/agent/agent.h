@@ -134,6 +134,12 @@ class WorkerAgent {
   // and the controller.
   void FinishStaged(const v1::SyncAssignment& a, const std::string& lease_id,
                     v1::ReportResultRequest r);
+  // Registered (response `resp`): commits the awaited staged sync the
+  // controller lists as decided, confirms again those already committed,
+  // reports the listed ones it holds no shadow of, rolls back one not listed.
+  void RejoinStaged(const v1::RegisterWorkerResponse& resp);
+  // The report of staged sync `sync_id` after the decision (no lease set).
+  static v1::ReportResultRequest DecidedReport(const std::string& sync_id);
   // The version the live tensors of `transfer` hold (0: none synced).
   int64_t Applied(const std::string& transfer);
   // After failed sync `a`: waits (past its deadline by at most a lease

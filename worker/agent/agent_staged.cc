@@ -23,25 +23,76 @@ int64_t WorkerAgent::Applied(const std::string& transfer) {
   return it == applied_.end() ? 0 : it->second;
 }
 
+v1::ReportResultRequest WorkerAgent::DecidedReport(const std::string& sync_id) {
+  v1::ReportResultRequest done;
+  done.set_sync_id(sync_id);
+  done.set_round(-1);
+  done.set_op(-1);
+  done.set_peer(-1);
+  return done;
+}
+
+void WorkerAgent::RejoinStaged(const v1::RegisterWorkerResponse& resp) {
+  std::vector<std::string> ids;
+  for (const v1::DecidedCommit& c : resp.decided_commits()) ids.push_back(c.sync_id());
+  const std::vector<StagedGate::Held> held = gate_.Rejoined(
+      ids, absl::StrCat("registered again with controller instance ", resp.controller_instance(),
+                        ", which has no commit decision for it"));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const v1::DecidedCommit& c = resp.decided_commits(static_cast<int>(i));
+    v1::ReportResultRequest r = DecidedReport(c.sync_id());
+    switch (held[i]) {
+      case StagedGate::Held::kAwaiting:
+        spdlog::info(
+            "[worker {}] sync {}: the commit of version {} was decided before the "
+            "controller restarted; committing it",
+            c.transfer(), c.sync_id(), c.version());
+        continue;  // FinishStaged commits and reports
+      case StagedGate::Held::kCommitting:
+        continue;  // FinishStaged reports on this lease
+      case StagedGate::Held::kCommitted:
+        r.set_committed(true);
+        break;
+      case StagedGate::Held::kNothing:
+        spdlog::warn(
+            "[worker {}] sync {}: decided, but this worker holds no shadow of version "
+            "{}; it serves nothing of it until it syncs version {} again",
+            c.transfer(), c.sync_id(), c.version(), c.version());
+        r.set_code(static_cast<int32_t>(absl::StatusCode::kFailedPrecondition));
+        r.set_message(absl::StrCat(
+            "holds no staged shadow of version ", c.version(), " of '", c.transfer(),
+            "' (rolled back at its deadline, or restarted, before the controller's word); "
+            "it must sync version ",
+            c.version(), " again"));
+        break;
+    }
+    Report(std::move(r), resp.lease_id());
+  }
+}
+
 void WorkerAgent::FinishStaged(const v1::SyncAssignment& a, const std::string& lease_id,
                                v1::ReportResultRequest r) {
   const int64_t before = Applied(a.transfer());
   v1::SyncEvent staged = EventOf(a, v1::SyncEvent::STAGED);
   staged.set_serving_version(before);
   Publish(staged);
+  // Armed before the report: a controller that decides after hearing it and
+  // dies finds this sync armed when this worker registers again.
   gate_.Arm(a.sync_id());
   Report(std::move(r), lease_id);
-  // The stream may have ended between the run and Arm (its abort found
-  // nothing armed): a lease no longer ours decides at once.
-  if (lease() != lease_id) gate_.Abort(a.sync_id(), "lease lost before the commit");
+  // Registered again before the report could arrive: no decision can come
+  // (an empty lease: the next registration says).
+  if (const std::string now = lease(); !now.empty() && now != lease_id) {
+    gate_.Abort(a.sync_id(), "lease replaced before the staged report");
+  }
   const StagedGate::Decision d =
       gate_.Wait(absl::FromUnixMillis(a.deadline_unix_ms()) + kDecisionSlack);
-
-  v1::ReportResultRequest done;
-  done.set_sync_id(a.sync_id());
-  done.set_round(-1);
-  done.set_op(-1);
-  done.set_peer(-1);
+  // After a restart the decision came through a new lease: report there.
+  auto report = [&](v1::ReportResultRequest done) {
+    const std::string now = lease();
+    Report(std::move(done), now.empty() ? lease_id : now);
+  };
+  v1::ReportResultRequest done = DecidedReport(a.sync_id());
   if (!d.commit) {
     runner_.DiscardStaged();
     spdlog::warn("[worker {}] sync {} rolled back (live tensors stay on version {}): {}",
@@ -53,7 +104,7 @@ void WorkerAgent::FinishStaged(const v1::SyncAssignment& a, const std::string& l
     done.set_code(static_cast<int32_t>(absl::StatusCode::kAborted));
     done.set_message(
         absl::StrCat("rolled back, the live tensors kept version ", before, ": ", d.reason));
-    Report(std::move(done), lease_id);
+    report(std::move(done));
     PublishEnd(a, /*ok=*/false, absl::StrCat("rolled back: ", d.reason), /*untouched=*/true);
     return;
   }
@@ -65,12 +116,13 @@ void WorkerAgent::FinishStaged(const v1::SyncAssignment& a, const std::string& l
   done.set_commit_seconds(absl::ToDoubleSeconds(absl::Now() - t));
   if (!s.ok()) {
     // Decided pool-wide, failed here: the live tensors are partly written.
+    gate_.Finished(a.sync_id(), /*committed=*/false);
     spdlog::error("[worker {}] sync {}: commit failed: {}", a.transfer(), a.sync_id(),
                   std::string(s.message()));
     done.set_code(static_cast<int32_t>(s.code()));
     done.set_message(
         absl::StrCat("commit failed, the live tensors are partly written: ", s.message()));
-    Report(std::move(done), lease_id);
+    report(std::move(done));
     PublishEnd(a, /*ok=*/false, absl::StrCat("commit failed: ", s.message()),
                /*untouched=*/false);
     return;
@@ -82,11 +134,13 @@ void WorkerAgent::FinishStaged(const v1::SyncAssignment& a, const std::string& l
     int64_t& applied = applied_[a.transfer()];
     applied = std::max(applied, a.version());
   }
+  // Before reading the lease: a registration after it confirms again.
+  gate_.Finished(a.sync_id(), /*committed=*/true);
   v1::SyncEvent committed = EventOf(a, v1::SyncEvent::COMMITTED);
   committed.set_serving_version(a.version());
   Publish(committed);
   done.set_committed(true);
-  Report(std::move(done), lease_id);
+  report(std::move(done));
   PublishEnd(a, /*ok=*/true, "", /*untouched=*/false);
 }
 

@@ -1,5 +1,7 @@
 #include "worker/agent/staged_gate.h"
 
+#include <algorithm>
+
 namespace wsync::agent {
 
 void StagedGate::Arm(const std::string& sync_id) {
@@ -43,9 +45,48 @@ StagedGate::Decision StagedGate::Wait(absl::Time deadline) {
   mu_.AwaitWithDeadline(absl::Condition(&decided_), deadline);
   Decision d =
       decided_ ? decision_ : Decision{false, "no commit decision before the sync's deadline"};
+  if (d.commit) committing_ = armed_;
   armed_.clear();
   decided_ = false;
   return d;
+}
+
+void StagedGate::Finished(const std::string& sync_id, bool committed) {
+  absl::MutexLock lock(&mu_);
+  if (committing_ == sync_id) committing_.clear();
+  if (!committed) return;
+  committed_.push_back(sync_id);
+  if (committed_.size() > kCommittedKept) committed_.pop_front();
+}
+
+std::vector<StagedGate::Held> StagedGate::Rejoined(const std::vector<std::string>& decided,
+                                                   const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  std::vector<Held> held;
+  bool armed_listed = false;
+  for (const std::string& id : decided) {
+    if (!armed_.empty() && id == armed_) {
+      armed_listed = true;
+      if (!decided_) {
+        decided_ = true;
+        decision_ = Decision{true, ""};
+        held.push_back(Held::kAwaiting);
+      } else {
+        held.push_back(decision_.commit ? Held::kCommitting : Held::kNothing);
+      }
+    } else if (id == committing_) {
+      held.push_back(Held::kCommitting);
+    } else if (std::find(committed_.begin(), committed_.end(), id) != committed_.end()) {
+      held.push_back(Held::kCommitted);
+    } else {
+      held.push_back(Held::kNothing);
+    }
+  }
+  if (!armed_.empty() && !armed_listed && !decided_) {
+    decided_ = true;
+    decision_ = Decision{false, reason};
+  }
+  return held;
 }
 
 }  // namespace wsync::agent

@@ -1,11 +1,16 @@
 // Staged syncs (docs/staging.md): where a receiver that staged a sync waits
 // for the pool's decision. The controller's CommitSync or AbortSync (read on
-// the assignment stream's thread), an abort of the lease (its stream ended:
-// the controller is gone or forgot it) or the sync's deadline decide.
+// the assignment stream's thread), the word of the controller it registers
+// with again after its stream ended (Rejoined: a restarted controller resumes
+// a decided commit), a stop, or the sync's deadline decide. A stream that
+// ends decides nothing by itself: the decision may have been taken and saved
+// just before the controller died.
 #ifndef WSYNC_WORKER_AGENT_STAGED_GATE_H_
 #define WSYNC_WORKER_AGENT_STAGED_GATE_H_
 
+#include <deque>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -18,19 +23,37 @@ class StagedGate {
     bool commit = false;
     std::string reason;  // why not
   };
+  // What this worker held of a sync a controller lists as decided.
+  enum class Held {
+    kAwaiting,    // its shadow, awaiting the decision: committed now
+    kCommitting,  // decided here already; its confirmation follows
+    kCommitted,   // committed (Finished): confirm again
+    kNothing,     // no shadow of it (rolled back, or never staged here)
+  };
 
   // Sync `sync_id` staged: decisions for it count from now on (one before
   // Arm is kept if it was for this sync, e.g. an abort sent meanwhile).
   void Arm(const std::string& sync_id);
   // The controller's decision for `sync_id` (ignored for another sync).
   void Commit(const std::string& sync_id);
-  // Empty sync_id: whatever is armed (the lease ended).
+  // Empty sync_id: whatever is armed (e.g. the worker stops).
   void Abort(const std::string& sync_id, const std::string& reason);
   // Blocks until a decision for the armed sync or `deadline` (then: no
-  // commit, naming the deadline); disarms.
+  // commit, naming the deadline); disarms. After a commit decision the sync
+  // counts as committing until Finished.
   Decision Wait(absl::Time deadline);
+  // The committing sync `sync_id` ended: `committed` (its live tensors hold
+  // it) or its commit failed.
+  void Finished(const std::string& sync_id, bool committed);
+  // Registered again with a controller that lists `decided` (sync ids whose
+  // commit is decided and awaits this worker): the armed sync commits if
+  // among them, else rolls back naming `reason`. Returns what this worker
+  // held of each listed sync, in order.
+  std::vector<Held> Rejoined(const std::vector<std::string>& decided, const std::string& reason);
 
  private:
+  static constexpr size_t kCommittedKept = 16;
+
   absl::Mutex mu_;
   std::string armed_ ABSL_GUARDED_BY(mu_);
   bool decided_ ABSL_GUARDED_BY(mu_) = false;
@@ -38,6 +61,8 @@ class StagedGate {
   // A decision that came before Arm (an abort racing the staged report).
   std::string early_id_ ABSL_GUARDED_BY(mu_);
   Decision early_ ABSL_GUARDED_BY(mu_);
+  std::string committing_ ABSL_GUARDED_BY(mu_);             // between Wait (commit) and Finished
+  std::deque<std::string> committed_ ABSL_GUARDED_BY(mu_);  // the latest, newest last
 };
 
 }  // namespace wsync::agent

@@ -33,6 +33,12 @@ absl::Status CheckOptions(const EmbeddedOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "embedded worker: staging_limit_bytes must be >= 0, got ", o.staging_limit_bytes));
   }
+  if (o.staging_budget_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "embedded worker: staging_budget_bytes (wsync-worker's --staging_budget_bytes) must be "
+        ">= 0 (0: no limit), got ",
+        o.staging_budget_bytes));
+  }
   if (o.metrics_port < -1) {
     return absl::InvalidArgumentError(
         absl::StrCat("embedded worker: metrics_port must be -1 (none), 0 (any) or a port, got ",
@@ -117,6 +123,7 @@ EmbeddedWorker::EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::B
   a.instance_id = options_.instance_id;
   a.round_timeout = options_.round_timeout;
   a.staging_limit_bytes = options_.staging_limit_bytes;
+  a.staging_budget_bytes = options_.staging_budget_bytes;
   a.backend = backend_.get();
   if (local_ != nullptr) a.fd_inbox = local_->fd_inbox();
   // No direct writes: no other process can map this process's memory.

@@ -47,6 +47,9 @@ struct EmbeddedOptions {
   std::string metrics_host = "127.0.0.1";
   absl::Duration round_timeout = absl::Seconds(60);
   int64_t staging_limit_bytes = 0;
+  // Staged syncs (docs/staging.md): the most shadow memory one may allocate
+  // on this worker (wsync-worker's --staging_budget_bytes); 0: no limit.
+  int64_t staging_budget_bytes = 0;
   std::string instance_id;  // "": random
   // TLS to the controller (docs/security.md); insecure: plaintext.
   agent::ControllerTls tls;

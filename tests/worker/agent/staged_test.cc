@@ -123,5 +123,38 @@ TEST(StagedGateTest, CommitAbortEarlyDecisionsAndTheDeadline) {
   EXPECT_THAT(d.reason, HasSubstr("deadline"));
 }
 
+TEST(StagedGateTest, ARegistrationAfterARestartCommitsTheListedSyncAndRollsBackAnUnlistedOne) {
+  using Held = StagedGate::Held;
+  StagedGate gate;
+  // s1 committed earlier; s2 staged and awaiting when the controller died.
+  gate.Arm("s1");
+  gate.Commit("s1");
+  ASSERT_TRUE(gate.Wait(absl::Now() + absl::Seconds(10)).commit);
+  gate.Finished("s1", /*committed=*/true);
+  gate.Arm("s2");
+  std::vector<Held> held;
+  std::thread t([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    held = gate.Rejoined({"s2", "s1", "s0"}, "not decided");
+  });
+  StagedGate::Decision d = gate.Wait(absl::Now() + absl::Seconds(10));
+  t.join();
+  EXPECT_TRUE(d.commit) << "s2's decision was listed: it commits";
+  EXPECT_EQ(held, (std::vector<Held>{Held::kAwaiting, Held::kCommitted, Held::kNothing}));
+  // Committing (between Wait and Finished): its own report follows.
+  EXPECT_EQ(gate.Rejoined({"s2"}, "x"), std::vector<Held>{Held::kCommitting});
+  gate.Finished("s2", /*committed=*/false);  // the copy failed: nothing to confirm
+  EXPECT_EQ(gate.Rejoined({"s2"}, "x"), std::vector<Held>{Held::kNothing});
+
+  // Not listed: the controller has no decision for it, it rolls back.
+  gate.Arm("s3");
+  EXPECT_TRUE(gate.Rejoined({"other"}, "instance b has no decision").size() == 1);
+  d = gate.Wait(absl::Now() + absl::Seconds(10));
+  EXPECT_FALSE(d.commit);
+  EXPECT_EQ(d.reason, "instance b has no decision");
+  // A rolled-back sync listed later: held nothing (it must sync again).
+  EXPECT_EQ(gate.Rejoined({"s3"}, "x"), std::vector<Held>{Held::kNothing});
+}
+
 }  // namespace
 }  // namespace wsync::agent

@@ -1,0 +1,136 @@
+// SyncCoordinator: a staged sync's commit decision survives a controller
+// restart (docs/staging.md, "The commit rule"). The decision is saved with
+// the state file before the first CommitSync goes out; a restarted controller
+// restores the sync (running, decided, its unconfirmed receivers without a
+// lease) and tells each receiver that registers again (Rejoin) which
+// decisions await it: a receiver that still holds the shadow commits, one
+// that already committed confirms again, any other is listed uncommitted.
+// Receivers that never come back are listed uncommitted at the deadline.
+#include <signal.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "controller/server/sync_coordinator.h"
+
+namespace wsync::controller {
+namespace {
+
+// Participant `roles` and registration `memberships` share a group rank.
+bool SameRank(const std::vector<v1::Membership>& roles,
+              const google::protobuf::RepeatedPtrField<v1::Membership>& memberships) {
+  for (const v1::Membership& r : roles) {
+    for (const v1::Membership& m : memberships) {
+      if (r.group() == m.group() && r.rank() == m.rank()) return true;
+    }
+  }
+  return false;
+}
+
+std::string RolesOf(const std::vector<v1::Membership>& roles) {
+  std::string out;
+  for (const v1::Membership& r : roles) {
+    absl::StrAppend(&out, out.empty() ? "" : "+", r.group(), "/", r.rank());
+  }
+  return out;
+}
+
+}  // namespace
+
+void SyncCoordinator::SaveDecidedLocked(v1::ControllerState* state) {
+  for (const auto& [id, sync] : syncs_) {
+    if (sync->finished() || !sync->status.commit_decided()) continue;
+    v1::DecidedSync* d = state->add_decided_syncs();
+    *d->mutable_status() = sync->status;
+    d->set_deadline_unix_ms(absl::ToUnixMillis(sync->deadline));
+    *d->mutable_staging() = sync->staging;
+    for (const Participant& p : sync->parts) {
+      v1::DecidedParticipant* dp = d->add_participants();
+      dp->set_worker(p.worker);
+      for (const v1::Membership& r : p.roles) *dp->add_roles() = r;
+      dp->set_receiver(p.stages);
+      dp->set_done(p.done);
+      dp->set_bytes_done(p.bytes_done);
+      dp->set_bytes_planned(p.bytes_planned);
+    }
+  }
+}
+
+void SyncCoordinator::RestoreDecidedLocked(const v1::ControllerState& state) {
+  const absl::Time now = absl::Now();
+  for (const v1::DecidedSync& d : state.decided_syncs()) {
+    const std::string& id = d.status().sync_id();
+    auto tit = transfers_.find(d.status().transfer());
+    if (tit == transfers_.end() || syncs_.contains(id)) {
+      spdlog::error(
+          "[controller] state: decided sync {} of unknown transfer '{}' (or listed "
+          "twice) ignored",
+          id, d.status().transfer());
+      continue;
+    }
+    auto sync = std::make_shared<SyncRecord>();
+    sync->status = d.status();
+    sync->status.set_phase(v1::SYNC_RUNNING);
+    sync->status.set_commit_decided(true);
+    sync->start = now - absl::Seconds(d.status().elapsed_seconds());
+    sync->deadline = absl::FromUnixMillis(d.deadline_unix_ms());
+    sync->staging = d.staging();
+    for (const v1::DecidedParticipant& dp : d.participants()) {
+      Participant p;
+      p.worker = dp.worker();
+      p.roles.assign(dp.roles().begin(), dp.roles().end());
+      p.stages = dp.receiver();
+      p.staged = dp.receiver();
+      p.done = dp.done();
+      p.bytes_done = dp.bytes_done();
+      p.bytes_planned = dp.bytes_planned();
+      p.pushed = now;
+      sync->parts.push_back(std::move(p));  // no lease until it registers (Rejoin)
+    }
+    tit->second.in_flight = id;
+    spdlog::warn(
+        "[controller] sync {} (version {} of '{}'): its commit was decided by instance {}; "
+        "resuming the commit phase for receivers that register again (deadline in {})",
+        id, d.status().version(), d.status().transfer(), state.saved_by_instance(),
+        absl::FormatDuration(sync->deadline - now));
+    syncs_[id] = std::move(sync);
+    sync_order_.push_back(id);
+  }
+}
+
+void SyncCoordinator::Rejoin(const std::string& lease_id, const v1::RegisterWorkerRequest& req,
+                             v1::RegisterWorkerResponse* resp) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, sync] : syncs_) {
+    if (sync->finished() || !sync->status.commit_decided()) continue;
+    for (Participant& p : sync->parts) {
+      if (p.done || !p.stages || !SameRank(p.roles, req.memberships())) continue;
+      if (!p.lease_id.empty() && workers_->IsAlive(p.lease_id)) continue;
+      p.lease_id = lease_id;
+      v1::DecidedCommit* c = resp->add_decided_commits();
+      c->set_sync_id(id);
+      c->set_transfer(sync->status.transfer());
+      c->set_version(sync->status.version());
+      ++sync->changes;
+      spdlog::info(
+          "[controller] sync {}: receiver {} [worker {}] registered again; its commit "
+          "is decided",
+          id, RolesOf(p.roles), p.worker);
+    }
+  }
+}
+
+void SyncCoordinator::TestCrashPointLocked(const SyncRecord& sync, int32_t confirmed) {
+  const int32_t n = config_.test_crash_after_commits;
+  if (n < 0 || confirmed != n) return;
+  spdlog::critical(
+      "[controller] --test_crash_after_commits={}: sync {} decided and saved, {} receivers "
+      "confirmed; killing this process (test failpoint)",
+      n, sync.status.sync_id(), confirmed);
+  spdlog::default_logger()->flush();
+  raise(SIGKILL);
+}
+
+}  // namespace wsync::controller

@@ -1,0 +1,207 @@
+// A staged sync's commit decision survives a controller restart
+// (docs/staging.md, "The commit rule"; sync_decided.cc): saved before the
+// first CommitSync, restored running, resumed for the receivers that register
+// again; one that never comes back is listed uncommitted at the deadline.
+// Workers are simulated by calls; the controller restarts on the same file.
+#include <stdlib.h>
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/controller/server/coordinator_fixture.h"
+
+namespace wsync::controller {
+namespace {
+
+using ::testing::HasSubstr;
+
+class SyncDecidedTest : public controller_testing::CoordinatorFixture {
+ protected:
+  SyncDecidedTest() {
+    std::string dir = absl::StrCat(::testing::TempDir(), "/wsync-decided-XXXXXX");
+    EXPECT_NE(mkdtemp(dir.data()), nullptr);
+    store_ = std::make_unique<StateStore>(dir + "/controller.state");
+    Restart();
+  }
+
+  // src/0, src/1 -> dst/0 (SimpleTransfer), registered through the
+  // Controller (as the service does): returns dst/0's registration.
+  v1::RegisterWorkerResponse RegisterAll() {
+    s0_ = Join("a", "src", 0, 2, 16).lease_id();
+    s1_ = Join("b", "src", 1, 2, 16).lease_id();
+    v1::RegisterWorkerResponse d = Join("c", "dst", 0, 1, 32);
+    d0_ = d.lease_id();
+    for (const auto& l : {s0_, s1_, d0_}) tokens_[l] = *controller_->workers().OpenStream(l);
+    return d;
+  }
+
+  v1::RegisterWorkerResponse Join(const std::string& instance, const std::string& group, int rank,
+                                  int size, int64_t bytes) {
+    v1::RegisterWorkerRequest req;
+    req.set_instance_id(instance);
+    auto* m = req.add_memberships();
+    m->set_group(group);
+    m->set_rank(rank);
+    m->set_group_size(size);
+    auto* b = req.add_buffers();
+    b->set_group(group);
+    b->set_name("w");
+    b->set_dtype(v1::FP32);
+    b->set_bytes(bytes);
+    auto resp = controller_->RegisterWorker(req, "", "");
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? *resp : v1::RegisterWorkerResponse();
+  }
+
+  void DefineStaged() {
+    v1::DefineTransferRequest req = controller_testing::SimpleTransfer();
+    req.mutable_spec()->mutable_staging()->set_mode(v1::STAGING_HOST_SHADOW);
+    auto resp = controller_->syncs().DefineTransfer(req);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+  }
+
+  // Starts `version` (deadline `deadline_ms`), the senders report success
+  // and dst/0 staged: the commit is decided.
+  void RunToDecision(int64_t version, int64_t deadline_ms) {
+    v1::SyncRequest req;
+    req.set_transfer("t");
+    req.set_version(version);
+    req.set_deadline_ms(deadline_ms);
+    auto started = controller_->syncs().StartSync(req);
+    ASSERT_TRUE(started.ok()) << started.status();
+    sync_id_ = started->sync_id();
+    for (const auto& l : {s0_, s1_, d0_}) Next(l, tokens_[l]);
+    Report(s0_, false, false);
+    Report(s1_, false, false);
+    Report(d0_, /*staged=*/true, false);
+  }
+
+  void Report(const std::string& lease, bool staged, bool committed, int32_t code = 0) {
+    v1::ReportResultRequest r;
+    r.set_lease_id(lease);
+    r.set_sync_id(sync_id_);
+    r.set_staged(staged);
+    r.set_committed(committed);
+    r.set_code(code);
+    if (code != 0) r.set_message("holds no staged shadow of version 1");
+    ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
+  }
+
+  v1::SyncStatus Status() {
+    auto st = controller_->syncs().WaitSync(sync_id_, absl::Milliseconds(1));
+    EXPECT_TRUE(st.ok()) << st.status();
+    return st.ok() ? *st : v1::SyncStatus();
+  }
+
+  std::string s0_, s1_, d0_, sync_id_;
+  std::map<std::string, uint64_t> tokens_;
+};
+
+TEST_F(SyncDecidedTest, TheDecisionIsSavedBeforeTheFirstCommitSync) {
+  RegisterAll();
+  DefineStaged();
+  RunToDecision(1, 30000);
+  ASSERT_TRUE(Status().commit_decided());
+  auto saved = store_->Load();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_EQ(saved->decided_syncs_size(), 1);
+  const v1::DecidedSync& d = saved->decided_syncs(0);
+  EXPECT_EQ(d.status().sync_id(), sync_id_);
+  EXPECT_TRUE(d.status().commit_decided());
+  EXPECT_EQ(d.staging().mode(), v1::STAGING_HOST_SHADOW);
+  ASSERT_EQ(d.participants_size(), 3);
+  int receivers = 0;
+  for (const v1::DecidedParticipant& p : d.participants()) {
+    if (!p.receiver()) continue;
+    ++receivers;
+    EXPECT_FALSE(p.done());
+    ASSERT_EQ(p.roles_size(), 1);
+    EXPECT_EQ(p.roles(0).group(), "dst");
+  }
+  EXPECT_EQ(receivers, 1);
+  // Once confirmed, the outcome replaces it.
+  Report(d0_, false, /*committed=*/true);
+  EXPECT_EQ(Status().phase(), v1::SYNC_SUCCEEDED);
+  saved = store_->Load();
+  ASSERT_TRUE(saved.ok());
+  EXPECT_EQ(saved->decided_syncs_size(), 0);
+  EXPECT_EQ(saved->transfers(0).last_success_version(), 1);
+}
+
+TEST_F(SyncDecidedTest, ARestartedControllerResumesTheCommitForAReceiverThatRegistersAgain) {
+  RegisterAll();
+  DefineStaged();
+  RunToDecision(1, 30000);
+
+  Restart();  // killed after the decision: no confirmation arrived
+  auto running = controller_->syncs().WaitSync(sync_id_, absl::Milliseconds(1));
+  ASSERT_TRUE(running.ok()) << "a decided sync is known after the restart: " << running.status();
+  EXPECT_EQ(running->phase(), v1::SYNC_RUNNING);
+  EXPECT_TRUE(running->commit_decided());
+  v1::SyncRequest next;
+  next.set_transfer("t");
+  next.set_version(2);
+  EXPECT_FALSE(controller_->syncs().StartSync(next).ok()) << "its transfer is busy until it ends";
+
+  const v1::RegisterWorkerResponse dst = RegisterAll();
+  ASSERT_EQ(dst.decided_commits_size(), 1) << "the receiver hears the decision at registration";
+  EXPECT_EQ(dst.decided_commits(0).sync_id(), sync_id_);
+  EXPECT_EQ(dst.decided_commits(0).version(), 1);
+  EXPECT_EQ(Join("c2", "other", 0, 1, 16).decided_commits_size(), 0) << "another rank: nothing";
+  Report(d0_, false, /*committed=*/true);  // on its new lease
+  const v1::SyncStatus st = Status();
+  EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  EXPECT_TRUE(st.uncommitted().empty());
+  EXPECT_EQ(controller_->syncs().GetStatus().transfers(0).last_success_version(), 1);
+
+  Restart();  // the outcome is kept, nothing decided is left
+  auto kept = controller_->syncs().WaitSync(sync_id_, absl::Milliseconds(1));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->phase(), v1::SYNC_SUCCEEDED);
+  EXPECT_EQ(RegisterAll().decided_commits_size(), 0);
+}
+
+TEST_F(SyncDecidedTest, AReceiverWithoutItsShadowOrThatNeverComesBackIsListedUncommitted) {
+  RegisterAll();
+  DefineStaged();
+  RunToDecision(1, 30000);
+  Restart();
+  RegisterAll();
+  Report(d0_, false, false, static_cast<int32_t>(absl::StatusCode::kFailedPrecondition));
+  v1::SyncStatus st = Status();
+  EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << "decided: the others' commit stands";
+  ASSERT_EQ(st.uncommitted_size(), 1);
+  EXPECT_THAT(st.uncommitted(0), HasSubstr("dst/0"));
+  EXPECT_THAT(st.uncommitted(0), HasSubstr("holds no staged shadow"));
+
+  // Version 2 decided, then restarted; dst/0 never registers again.
+  RunToDecision(2, 300);
+  Restart();
+  const std::string only_sender = Join("a", "src", 0, 2, 16).lease_id();
+  st = TickUntilEnded(sync_id_, {only_sender}, absl::Seconds(10));
+  EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  ASSERT_EQ(st.uncommitted_size(), 1);
+  EXPECT_THAT(st.uncommitted(0), HasSubstr("no commit confirmation by the sync's deadline"));
+}
+
+TEST_F(SyncDecidedTest, AStateFileWithoutDecidedSyncsLoads) {
+  // An older controller's file: transfers and outcomes only.
+  v1::ControllerState old;
+  v1::TransferState* t = old.add_transfers();
+  t->set_name("t");
+  *t->mutable_spec() = controller_testing::SimpleTransfer().spec();
+  t->set_last_success_version(7);
+  old.set_next_sync_id(9);
+  ASSERT_TRUE(store_->Save(old).ok());
+  Restart();
+  RegisterAll();
+  EXPECT_EQ(controller_->syncs().GetStatus().transfers(0).last_success_version(), 7);
+  EXPECT_EQ(controller_->syncs().GetStatus().transfers(0).in_flight_version(), 0);
+}
+
+}  // namespace
+}  // namespace wsync::controller

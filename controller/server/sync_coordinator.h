@@ -158,6 +158,7 @@ class SyncCoordinator {
     // (bucket checksums name their tensors).
     v1::StagingOptions staging;
     std::shared_ptr<const v1::Plan> plan;
+    absl::Time decided = absl::InfinitePast();  // when the commit was decided
     bool finished() const { return status.phase() != v1::SYNC_RUNNING; }
   };
   struct Transfer {
@@ -297,8 +298,11 @@ class SyncCoordinator {
   // Once every participant reported success or staged: compares the bucket
   // checksums and sends CommitSync to every receiver (or fails the sync).
   void MaybeCommitLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // FAILED_PRECONDITION naming bucket, tensor and both workers on the first
-  // mismatch or missing checksum; sets *cause to the receiver.
+  // Every network bucket of the plan has exactly one checksum from its
+  // sender and one from its receiver, and they match: else DATA_LOSS (a
+  // mismatch) or FAILED_PRECONDITION (one missing, doubled, from another
+  // worker or of no network bucket), naming the bucket, its tensor and both
+  // workers; *cause is the worker at fault (the receiver on a mismatch).
   absl::Status VerifyChecksumsLocked(SyncRecord& sync, int32_t* cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After the decision: participant `p` will not confirm (`why`).
@@ -330,6 +334,9 @@ class SyncCoordinator {
                     int32_t cause_worker, int32_t round, int32_t op, int32_t peer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::SyncStatus SnapshotLocked(const SyncRecord& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cancel: FAILED_PRECONDITION once the commit of `sync` is decided (its
+  // receivers commit whatever the trainer says; docs/staging.md).
+  absl::Status CheckCancellableLocked(const SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // INVALID_ARGUMENT naming the worker when a report claims more bytes than
   // the plan writes into it (or a negative count).
   absl::Status CheckBytesLocked(const Participant& p, int64_t bytes_done, absl::string_view method)

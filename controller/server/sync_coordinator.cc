@@ -339,8 +339,9 @@ absl::StatusOr<v1::SyncStatus> SyncCoordinator::Cancel(const std::string& sync_i
   if (it == syncs_.end()) return UnknownSyncLocked(sync_id);
   // The transfer's owner; of an unowned one, whoever started the sync.
   auto t = transfers_.find(it->second->status.transfer());
-  const std::string& owner =
-      t != transfers_.end() && !t->second.owner.empty() ? t->second.owner : it->second->started_by;
+  const std::string& owner = t != transfers_.end() && !t->second.owner.empty()
+                                 ? t->second.owner
+                                 : it->second->started_by;
   if (absl::Status owned =
           CheckOwner("Cancel", it->second->status.transfer(), owner, caller, "cancel syncs of");
       !owned.ok()) {

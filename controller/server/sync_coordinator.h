@@ -150,6 +150,8 @@ class SyncCoordinator {
     // A failure reported about peers waits here to be attributed (see the
     // top): settles by then at the latest.
     absl::Time settle_at = absl::InfiniteFuture();
+    // Staged syncs: when the commit was decided (Cancel names it).
+    absl::Time decided = absl::InfinitePast();
     int32_t first_failure = -1;  // worker id of the first failed report
     // It failed on a worker's report about its peers: a participant lost
     // shortly after takes the blame (BlameLostPeerLocked).
@@ -158,7 +160,6 @@ class SyncCoordinator {
     // (bucket checksums name their tensors).
     v1::StagingOptions staging;
     std::shared_ptr<const v1::Plan> plan;
-    absl::Time decided = absl::InfinitePast();  // when the commit was decided
     bool finished() const { return status.phase() != v1::SYNC_RUNNING; }
   };
   struct Transfer {

@@ -35,8 +35,10 @@ absl::StatusOr<int64_t> ViewEnd(const v1::TensorView& v) {
   return v.byte_offset() + (last + 1) * elem;
 }
 
-absl::Status Add(const v1::Plan& plan, const v1::TensorView& v,
-                 std::map<std::string, int64_t>& out) {
+using Writes = std::map<std::string, BufferWrites>;
+
+// Adds `v` to `out` (with the view itself when `views`).
+absl::Status Add(const v1::Plan& plan, const v1::TensorView& v, bool views, Writes& out) {
   if (v.side() != v1::DESTINATION_BUFFER) return absl::OkStatus();
   auto name = PlanName(plan, v.buffer_name(), "destination view buffer");
   if (!name.ok()) return name.status();
@@ -45,54 +47,84 @@ absl::Status Add(const v1::Plan& plan, const v1::TensorView& v,
     return absl::InvalidArgumentError(
         absl::StrCat("shadow extent of buffer '", **name, "': ", end.status().message()));
   }
-  int64_t& e = out[**name];
-  e = std::max(e, *end);
+  BufferWrites& w = out[**name];
+  w.extent = std::max(w.extent, *end);
+  if (views && *end > 0) w.views.push_back(v);
   return absl::OkStatus();
 }
 
-// Extents by worker for every worker (`only` < 0) or worker `only`.
-absl::StatusOr<std::map<int32_t, std::map<std::string, int64_t>>> Collect(const v1::Plan& plan,
-                                                                          int32_t only) {
-  std::map<int32_t, std::map<std::string, int64_t>> out;
+// Writes by worker for every worker (`only` < 0) or worker `only`; the views
+// themselves only with `views`.
+absl::StatusOr<std::map<int32_t, Writes>> Collect(const v1::Plan& plan, int32_t only, bool views) {
+  std::map<int32_t, Writes> out;
   auto wanted = [only](int32_t w) { return only < 0 || w == only; };
   for (const v1::Bucket& b : plan.buckets()) {
     if (!wanted(b.receiver())) continue;
     for (const v1::Piece& p : b.pieces()) {
       if (p.reduce_id() != 0 || p.quantize_id() != 0 || !p.has_dst()) continue;
-      if (absl::Status s = Add(plan, p.dst(), out[b.receiver()]); !s.ok()) return s;
+      if (absl::Status s = Add(plan, p.dst(), views, out[b.receiver()]); !s.ok()) return s;
     }
   }
   for (const v1::Reduce& r : plan.reduces()) {
     if (!wanted(r.worker())) continue;
-    if (absl::Status s = Add(plan, r.dst(), out[r.worker()]); !s.ok()) return s;
+    if (absl::Status s = Add(plan, r.dst(), views, out[r.worker()]); !s.ok()) return s;
   }
   for (const v1::Quantize& q : plan.quantizes()) {
     if (!wanted(q.worker())) continue;
-    if (absl::Status s = Add(plan, q.dst(), out[q.worker()]); !s.ok()) return s;
-    if (absl::Status s = Add(plan, q.scale_dst(), out[q.worker()]); !s.ok()) return s;
+    if (absl::Status s = Add(plan, q.dst(), views, out[q.worker()]); !s.ok()) return s;
+    if (absl::Status s = Add(plan, q.scale_dst(), views, out[q.worker()]); !s.ok()) return s;
   }
+  return out;
+}
+
+std::map<std::string, int64_t> ExtentsOf(const Writes& writes) {
+  std::map<std::string, int64_t> out;
+  for (const auto& [name, w] : writes) out[name] = w.extent;
   return out;
 }
 
 }  // namespace
 
+bool StagesShadow(const std::map<std::string, int64_t>& extents) {
+  for (const auto& [name, bytes] : extents) {
+    if (bytes > 0) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<std::map<std::string, int64_t>> ShadowExtents(const v1::Plan& plan, int32_t worker) {
   if (worker < 0) return std::map<std::string, int64_t>();
-  auto all = Collect(plan, worker);
+  auto all = Collect(plan, worker, /*views=*/false);
   if (!all.ok()) return all.status();
   auto it = all->find(worker);
   if (it == all->end()) return std::map<std::string, int64_t>();
-  return std::move(it->second);
+  return ExtentsOf(it->second);
+}
+
+absl::StatusOr<std::map<std::string, BufferWrites>> ShadowWrites(const v1::Plan& plan,
+                                                                 int32_t worker) {
+  if (worker < 0) return Writes();
+  auto all = Collect(plan, worker, /*views=*/true);
+  if (!all.ok()) return all.status();
+  auto it = all->find(worker);
+  if (it == all->end()) return Writes();
+  Writes out;
+  for (auto& [name, w] : it->second) {
+    if (w.extent > 0) out.emplace(name, std::move(w));
+  }
+  return out;
 }
 
 absl::StatusOr<std::map<int32_t, int64_t>> ShadowBytesByWorker(const v1::Plan& plan) {
-  auto all = Collect(plan, -1);
+  auto all = Collect(plan, -1, /*views=*/false);
   if (!all.ok()) return all.status();
   std::map<int32_t, int64_t> out;
-  for (const auto& [worker, extents] : *all) {
+  for (const auto& [worker, writes] : *all) {
+    const std::map<std::string, int64_t> extents = ExtentsOf(writes);
+    if (!StagesShadow(extents)) continue;
     int64_t sum = 0;
     for (const auto& [name, bytes] : extents) sum += bytes;
-    if (!extents.empty()) out[worker] = sum;
+    out[worker] = sum;
   }
   return out;
 }

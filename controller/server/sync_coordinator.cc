@@ -166,7 +166,9 @@ void SyncCoordinator::SettleLocked(SyncRecord& sync) {
   std::vector<std::string> silent;
   const Participant* first_silent = nullptr;
   for (const Participant& p : sync.parts) {
-    if (p.done) continue;
+    // A staged receiver that reported staged waits for the decision: it is
+    // not the one that stalled.
+    if (p.done || p.staged) continue;
     if (first_silent == nullptr) first_silent = &p;
     silent.push_back(absl::StrCat(workers_->Describe(p.lease_id), " [worker ", p.worker, "]"));
   }
@@ -189,6 +191,10 @@ void SyncCoordinator::SettleLocked(SyncRecord& sync) {
       absl::StrAppend(&error, " (not reported yet: ", absl::StrJoin(silent, ", "), ")");
     FinishLocked(sync, v1::SYNC_FAILED, p.code, error, p.worker, p.round, p.op, p.peer);
     sync.blamed_reporter = true;
+    return;
+  }
+  if (sync.staging.mode() != v1::STAGING_IN_PLACE) {
+    MaybeCommitLocked(sync);  // everyone reported: decided there, never here
     return;
   }
   // Past the deadline, everyone reported and nothing failed: it arrived.
@@ -312,6 +318,19 @@ absl::StatusOr<v1::SyncStatus> SyncCoordinator::NextSyncUpdate(const std::string
   return SnapshotLocked(*sync);
 }
 
+absl::Status SyncCoordinator::CheckCancellableLocked(const SyncRecord& sync) {
+  const v1::SyncStatus& s = sync.status;
+  if (sync.finished() || !s.commit_decided()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "Cancel: sync ", s.sync_id(), " of transfer '", s.transfer(), "': the commit of version ",
+      s.version(), " was decided",
+      sync.decided == absl::InfinitePast()
+          ? ""
+          : absl::StrCat(" at ",
+                         absl::FormatTime(absl::RFC3339_full, sync.decided, absl::UTCTimeZone())),
+      " (every receiver staged it): it cannot be cancelled; wait for it (WaitSync)"));
+}
+
 absl::StatusOr<v1::SyncStatus> SyncCoordinator::Cancel(const std::string& sync_id,
                                                        const std::string& reason,
                                                        const TrainerCaller& caller) {
@@ -328,6 +347,7 @@ absl::StatusOr<v1::SyncStatus> SyncCoordinator::Cancel(const std::string& sync_i
       !owned.ok()) {
     return owned;
   }
+  if (absl::Status decided = CheckCancellableLocked(*it->second); !decided.ok()) return decided;
   FinishLocked(*it->second, v1::SYNC_CANCELLED, static_cast<int32_t>(absl::StatusCode::kCancelled),
                absl::StrCat("cancelled by the trainer", reason.empty() ? "" : ": ", reason), -1, -1,
                -1, -1);

@@ -158,6 +158,8 @@ class SyncCoordinator {
     // A failure reported about peers waits here to be attributed (see the
     // top): settles by then at the latest.
     absl::Time settle_at = absl::InfiniteFuture();
+    // Staged syncs: when the commit was decided (Cancel names it).
+    absl::Time decided = absl::InfinitePast();
     int32_t first_failure = -1;  // worker id of the first failed report
     // It failed on a worker's report about its peers: a participant lost
     // shortly after takes the blame (BlameLostPeerLocked).
@@ -316,8 +318,11 @@ class SyncCoordinator {
   // Once every participant reported success or staged: compares the bucket
   // checksums and sends CommitSync to every receiver (or fails the sync).
   void MaybeCommitLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // FAILED_PRECONDITION naming bucket, tensor and both workers on the first
-  // mismatch or missing checksum; sets *cause to the receiver.
+  // Every network bucket of the plan has exactly one checksum from its
+  // sender and one from its receiver, and they match: else DATA_LOSS (a
+  // mismatch) or FAILED_PRECONDITION (one missing, doubled, from another
+  // worker or of no network bucket), naming the bucket, its tensor and both
+  // workers; *cause is the worker at fault (the receiver on a mismatch).
   absl::Status VerifyChecksumsLocked(SyncRecord& sync, int32_t* cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After the decision: participant `p` will not confirm (`why`).
@@ -349,6 +354,9 @@ class SyncCoordinator {
                     int32_t cause_worker, int32_t round, int32_t op, int32_t peer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::SyncStatus SnapshotLocked(const SyncRecord& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cancel: FAILED_PRECONDITION once the commit of `sync` is decided (its
+  // receivers commit whatever the trainer says; docs/staging.md).
+  absl::Status CheckCancellableLocked(const SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // INVALID_ARGUMENT naming the worker when a report claims more bytes than
   // the plan writes into it (or a negative count).
   absl::Status CheckBytesLocked(const Participant& p, int64_t bytes_done, absl::string_view method)

@@ -305,8 +305,10 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
   if (sync->staging.mode() != v1::STAGING_IN_PLACE) sync->plan = plan.plan;
   for (int32_t w = 0; w < num_workers; ++w) {
     Participant p;
+    // plan.shadow lists exactly the workers that stage (StagesShadow in
+    // common/shadow_extents.h, the worker's own test).
     for (const v1::WorkerShadow& ws : plan.shadow) {
-      if (ws.worker() == w && ws.shadow_bytes() > 0) p.stages = true;
+      if (ws.worker() == w) p.stages = true;
     }
     p.worker = w;
     p.lease_id = leases[w];

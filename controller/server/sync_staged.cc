@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/plan_names.h"
 #include "controller/server/sync_coordinator.h"
@@ -69,55 +70,76 @@ bool SyncCoordinator::StagedReportLocked(SyncRecord& sync, Participant& p,
 }
 
 absl::Status SyncCoordinator::VerifyChecksumsLocked(SyncRecord& sync, int32_t* cause) {
-  // bucket -> (hash, worker) as sent; then every received one against it.
-  std::map<int64_t, std::pair<uint64_t, const Participant*>> sent;
-  for (const Participant& p : sync.parts) {
-    for (const v1::BucketChecksum& c : p.checksums) {
-      if (c.sent()) sent[c.bucket()] = {c.hash(), &p};
-    }
-  }
+  *cause = -1;
   const v1::Plan* plan = sync.plan.get();
-  auto bucket_name = [&](int64_t id) {
-    if (plan == nullptr || id < 0 || id >= plan->buckets_size()) return std::string("?");
-    const v1::Bucket& b = plan->buckets(static_cast<int>(id));
+  if (plan == nullptr) return absl::InternalError("checksum: the sync keeps no plan");
+  // Every network bucket of the plan, by id: exactly one checksum from its
+  // sender and one from its receiver (a count alone would let a duplicate
+  // make up for a missing one).
+  struct Reported {
+    const v1::Bucket* bucket = nullptr;
+    std::vector<std::pair<uint64_t, const Participant*>> sent, received;
+  };
+  std::map<int64_t, Reported> by_id;
+  for (const v1::Bucket& b : plan->buckets()) {
+    if (b.transport() == v1::TRANSPORT_NETWORK) by_id[b.id()].bucket = &b;
+  }
+  auto who = [&](const Participant& p) {
+    return absl::StrCat(workers_->Describe(p.lease_id), " [worker ", p.worker, "]");
+  };
+  auto worker_name = [&](int32_t w) {
+    for (const Participant& p : sync.parts) {
+      if (p.worker == w) return who(p);
+    }
+    return absl::StrCat("worker ", w);
+  };
+  auto bucket_name = [&](const v1::Bucket& b) {
     if (b.pieces().empty()) return std::string("?");
     std::string names = PlanNameOrIndex(*plan, b.pieces(0).tensor_name());
     if (b.pieces_size() > 1) absl::StrAppend(&names, " and ", b.pieces_size() - 1, " more pieces");
     return names;
   };
-  int32_t verified = 0;
-  size_t received = 0;
   for (const Participant& p : sync.parts) {
     for (const v1::BucketChecksum& c : p.checksums) {
-      if (c.sent()) continue;
-      ++received;
-      auto it = sent.find(c.bucket());
-      const std::string receiver =
-          absl::StrCat(workers_->Describe(p.lease_id), " [worker ", p.worker, "]");
-      if (it == sent.end()) {
+      auto it = by_id.find(c.bucket());
+      if (it == by_id.end()) {
         *cause = p.worker;
         return absl::FailedPreconditionError(
-            absl::StrCat("checksum: bucket ", c.bucket(), " (tensor ", bucket_name(c.bucket()),
-                         ") received by ", receiver, " has no checksum from its sender"));
+            absl::StrCat("checksum: ", who(p), " reports a ", c.sent() ? "sent" : "received",
+                         " checksum of bucket ", c.bucket(), ", not a network bucket of plan '",
+                         plan->key(), "'"));
       }
-      if (it->second.first != c.hash()) {
-        *cause = p.worker;
-        const Participant& from = *it->second.second;
-        return absl::DataLossError(absl::StrCat(
-            "checksum mismatch: bucket ", c.bucket(), " (tensor ", bucket_name(c.bucket()),
-            ") sent by ", workers_->Describe(from.lease_id), " [worker ", from.worker, "] hashed ",
-            absl::Hex(it->second.first, absl::kZeroPad16), ", received by ", receiver, " hashed ",
-            absl::Hex(c.hash(), absl::kZeroPad16),
-            "; nothing committed, every receiver stays on its version"));
-      }
-      ++verified;
+      (c.sent() ? it->second.sent : it->second.received).emplace_back(c.hash(), &p);
     }
   }
-  if (received != sent.size()) {
-    *cause = -1;
-    return absl::FailedPreconditionError(absl::StrCat("checksum: ", sent.size(),
-                                                      " buckets were sent with checksums, ",
-                                                      received, " received with them"));
+  int32_t verified = 0;
+  for (const auto& [id, r] : by_id) {
+    const v1::Bucket& b = *r.bucket;
+    const std::string where =
+        absl::StrCat("bucket ", id, " (tensor ", bucket_name(b), ") from ", worker_name(b.sender()),
+                     " to ", worker_name(b.receiver()));
+    for (const auto* side : {&r.sent, &r.received}) {
+      const bool sent = side == &r.sent;
+      const int32_t owner = sent ? b.sender() : b.receiver();
+      if (side->size() == 1 && side->front().second->worker == owner) continue;
+      *cause = side->empty() ? owner : side->front().second->worker;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checksum: ", where, " has ", side->size(), " ", sent ? "sent" : "received", " checksums",
+          side->empty() ? "" : absl::StrCat(" (from ", who(*side->front().second), ")"),
+          ", expected exactly one from its ", sent ? "sender" : "receiver",
+          "; nothing committed, every receiver stays on its version"));
+    }
+    const auto& [sent_hash, from] = r.sent.front();
+    const auto& [received_hash, to] = r.received.front();
+    if (sent_hash != received_hash) {
+      *cause = to->worker;
+      return absl::DataLossError(absl::StrCat(
+          "checksum mismatch: bucket ", id, " (tensor ", bucket_name(b), ") sent by ", who(*from),
+          " hashed ", absl::Hex(sent_hash, absl::kZeroPad16), ", received by ", who(*to),
+          " hashed ", absl::Hex(received_hash, absl::kZeroPad16),
+          "; nothing committed, every receiver stays on its version"));
+    }
+    ++verified;
   }
   sync.status.set_buckets_verified(verified);
   return absl::OkStatus();
@@ -141,6 +163,7 @@ void SyncCoordinator::MaybeCommitLocked(SyncRecord& sync) {
     }
   }
   sync.status.set_commit_decided(true);
+  sync.decided = absl::Now();
   ++sync.changes;
   // Durable before any receiver hears it: a restarted controller resumes the
   // commit (sync_decided.cc). A failed save is logged; the commit goes on.

@@ -244,6 +244,14 @@ absl::StatusOr<std::vector<v1::WorkerShadow>> CheckShadowBudgets(
     ws.set_shadow_bytes(bytes);
     if (worker >= 0 && worker < static_cast<int32_t>(workers.size())) {
       const WorkerSnapshot& w = workers[worker];
+      if (!absl::c_linear_search(w.info->capabilities(), kStagedSyncsCapability)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            w.description, " [worker ", worker, "] receives a staged sync (",
+            v1::StagingMode_Name(mode), ") of plan '", plan.key(),
+            "' but did not register the capability '", kStagedSyncsCapability,
+            "' (an older worker would write its live tensors in place); upgrade it, or stage "
+            "in place"));
+      }
       ws.set_budget_bytes(w.info->staging_budget_bytes());
       for (const v1::Membership& m : w.info->memberships()) {
         if (m.group() != destination_group) continue;

@@ -63,6 +63,47 @@ TEST(ShadowExtentsTest, HighestByteWrittenPerDestinationBuffer) {
   EXPECT_EQ(*ShadowBytes(plan, 1), 100);
 }
 
+// Review finding (issue 20): a receiver whose views are all empty stages on
+// neither side (the controller listed it with 0 bytes, the worker staged).
+TEST(ShadowExtentsTest, AReceiverWhoseViewsAreAllEmptyDoesNotStage) {
+  v1::Plan plan;
+  plan.add_names("trainer/w");
+  plan.add_names("inference/w");
+  v1::Bucket* b = plan.add_buckets();
+  b->set_sender(0);
+  b->set_receiver(1);
+  for (int64_t offset : {0, 40}) {
+    v1::Piece* p = b->add_pieces();
+    *p->mutable_src() = View(0, 0, {0}, {1}, v1::SOURCE_BUFFER);
+    *p->mutable_dst() = View(1, offset, {3, 0}, {1, 1}, v1::DESTINATION_BUFFER);
+  }
+  auto extents = ShadowExtents(plan, 1);
+  ASSERT_TRUE(extents.ok());
+  EXPECT_EQ(*extents, (std::map<std::string, int64_t>{{"inference/w", 0}}));
+  EXPECT_FALSE(StagesShadow(*extents));
+  auto by_worker = ShadowBytesByWorker(plan);
+  ASSERT_TRUE(by_worker.ok());
+  EXPECT_TRUE(by_worker->empty()) << "not listed: the controller expects no staged report";
+  auto writes = ShadowWrites(plan, 1);
+  ASSERT_TRUE(writes.ok());
+  EXPECT_TRUE(writes->empty());
+}
+
+TEST(ShadowExtentsTest, WritesListTheNonEmptyViewsOfEachBuffer) {
+  const v1::Plan plan = TwoReceivers();
+  auto one = ShadowWrites(plan, 1);
+  ASSERT_TRUE(one.ok());
+  ASSERT_EQ(one->size(), 2u);
+  EXPECT_EQ(one->at("inference/w").extent, 80);
+  EXPECT_EQ(one->at("inference/w").views.size(), 2u);
+  EXPECT_EQ(one->at("inference/b").views.size(), 1u);
+  auto two = ShadowWrites(plan, 2);
+  ASSERT_TRUE(two.ok());
+  ASSERT_EQ(two->size(), 1u);
+  ASSERT_EQ(two->at("inference/w").views.size(), 1u) << "the empty reduce is left out";
+  EXPECT_EQ(two->at("inference/w").views[0].byte_offset(), 8);
+}
+
 TEST(ShadowExtentsTest, RefusesBadViewsNamingTheBuffer) {
   v1::Plan plan = TwoReceivers();
   plan.mutable_buckets(0)->mutable_pieces(0)->mutable_dst()->set_buffer_name(9);

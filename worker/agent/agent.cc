@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "common/peer_lists.h"
 #include "common/serving_state.h"
+#include "common/shadow_extents.h"
 
 namespace wsync::agent {
 
@@ -112,6 +113,7 @@ void WorkerAgent::SessionLoop() {
     req.add_transports(options_.backend->transport_kind());
     for (const auto& c : options_.capabilities) req.add_capabilities(c);
     req.add_capabilities(kPeerListsOnceCapability);
+    req.add_capabilities(kStagedSyncsCapability);
     req.set_staging_limit_bytes(options_.staging_limit_bytes);
     req.set_staging_budget_bytes(options_.staging_budget_bytes);
     req.set_data_address(options_.data_address);

@@ -1,8 +1,11 @@
 #include "worker/agent/shadow_set.h"
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "common/status_macros.h"
 
 namespace wsync::agent {
@@ -20,6 +23,24 @@ exec::StridedView Bytes(void* data, int64_t bytes) {
 
 const char* ModeName(v1::StagingMode mode) {
   return mode == v1::STAGING_HOST_SHADOW ? "host_shadow" : "device_shadow";
+}
+
+// Whether `v` covers one contiguous byte range (row-major and dense, size-1
+// dims ignored).
+bool Dense(const v1::TensorView& v) {
+  int64_t expected = 1;
+  for (int d = v.shape_size() - 1; d >= 0; --d) {
+    if (v.shape(d) == 1) continue;
+    if (d >= v.strides_size() || v.strides(d) != expected) return false;
+    expected *= v.shape(d);
+  }
+  return true;
+}
+
+int64_t NumElements(const v1::TensorView& v) {
+  int64_t n = 1;
+  for (int64_t s : v.shape()) n *= s;
+  return n;
 }
 
 }  // namespace
@@ -41,35 +62,40 @@ void ShadowSet::Clear() {
   bytes_ = 0;
   live_generation_ = 0;
   dirty_ = false;
+  commit_items_.clear();
+  commit_names_.clear();
+  commit_bytes_ = 0;
 }
 
-absl::Status ShadowSet::Prepare(const std::map<std::string, int64_t>& extents, v1::StagingMode mode,
-                                const exec::BufferRegistry& live, const std::string& who) {
+absl::Status ShadowSet::Prepare(const std::map<std::string, BufferWrites>& writes,
+                                v1::StagingMode mode, const exec::BufferRegistry& live,
+                                const std::string& who) {
   if (mode != v1::STAGING_HOST_SHADOW && mode != v1::STAGING_DEVICE_SHADOW) {
     return absl::InvalidArgumentError(absl::StrCat(who, ": staging mode ", mode, " has no shadow"));
   }
   int64_t total = 0;
-  for (const auto& [name, bytes] : extents) total += bytes;
+  for (const auto& [name, w] : writes) total += w.extent;
   if (budget_bytes_ > 0 && total > budget_bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         who, ": a staged sync (", ModeName(mode), ") needs ", total,
         " bytes of shadow memory, over this worker's --staging_budget_bytes=", budget_bytes_));
   }
   bool same =
-      mode == mode_ && live.generation() == live_generation_ && shadows_.size() == extents.size();
-  for (auto it = extents.begin(); same && it != extents.end(); ++it) {
+      mode == mode_ && live.generation() == live_generation_ && shadows_.size() == writes.size();
+  for (auto it = writes.begin(); same && it != writes.end(); ++it) {
     auto s = shadows_.find(it->first);
-    same = s != shadows_.end() && s->second.bytes == it->second;
+    same = s != shadows_.end() && s->second.bytes == it->second.extent;
   }
   if (same) {
-    if (dirty_) RETURN_IF_ERROR(CopyAll(/*to_live=*/false));
+    if (dirty_) RETURN_IF_ERROR(Fill());
     dirty_ = false;
-    return absl::OkStatus();
+    return PlanCommit(writes, who);
   }
   Clear();
   RETURN_IF_ERROR(EnsureOps());
   exec::BufferRegistry reg = live;
-  for (const auto& [name, bytes] : extents) {
+  for (const auto& [name, w] : writes) {
+    const int64_t bytes = w.extent;
     const exec::RegisteredBuffer* b = live.Find(exec::BufferSide::kDestination, name);
     if (b == nullptr || b->bytes < bytes) {
       Clear();
@@ -98,45 +124,94 @@ absl::Status ShadowSet::Prepare(const std::map<std::string, int64_t>& extents, v
   registry_ = std::move(reg);
   mode_ = mode;
   live_generation_ = live.generation();
-  absl::Status s = CopyAll(/*to_live=*/false);
+  absl::Status s = Fill();
+  if (s.ok()) s = PlanCommit(writes, who);
   if (!s.ok()) {
     Clear();
-    return absl::Status(s.code(), absl::StrCat(who, ": filling the shadows: ", s.message()));
+    return absl::Status(s.code(), absl::StrCat(who, ": ", s.message()));
   }
   return absl::OkStatus();
 }
 
-absl::Status ShadowSet::CopyAll(bool to_live) {
-  if (shadows_.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(EnsureOps());
+absl::Status ShadowSet::PlanCommit(const std::map<std::string, BufferWrites>& writes,
+                                   const std::string& who) {
+  commit_items_.clear();
+  commit_names_.clear();
+  commit_bytes_ = 0;
+  for (const auto& [name, w] : writes) {
+    auto s = shadows_.find(name);
+    if (s == shadows_.end()) {
+      return absl::InternalError(absl::StrCat(who, ": no shadow of '", name, "'"));
+    }
+    auto* shadow = static_cast<uint8_t*>(s->second.memory.data());
+    auto* live = static_cast<uint8_t*>(s->second.live.data);
+    // Dense views become byte ranges, merged where they touch (a buffer
+    // written whole is one copy); the others are copied as strided views.
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (const v1::TensorView& v : w.views) {
+      const int64_t size = DTypeSize(v.dtype());
+      if (Dense(v)) {
+        ranges.emplace_back(v.byte_offset(), v.byte_offset() + NumElements(v) * size);
+        continue;
+      }
+      std::vector<int64_t> shape(v.shape().begin(), v.shape().end());
+      std::vector<int64_t> strides(v.strides().begin(), v.strides().end());
+      auto src = exec::MakeStridedView(shadow + v.byte_offset(), v.dtype(), shape, strides);
+      auto dst = exec::MakeStridedView(live + v.byte_offset(), v.dtype(), shape, strides);
+      if (!src.ok() || !dst.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(who, ": commit of a view of '", name,
+                         "': ", (src.ok() ? dst.status() : src.status()).message()));
+      }
+      commit_items_.push_back(exec::CopyItem{*src, *dst});
+      commit_names_.push_back(&s->first);
+      commit_bytes_ += NumElements(v) * size;
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 0; i < ranges.size();) {
+      auto [begin, end] = ranges[i];
+      for (++i; i < ranges.size() && ranges[i].first <= end; ++i) {
+        end = std::max(end, ranges[i].second);
+      }
+      commit_items_.push_back(
+          exec::CopyItem{Bytes(shadow + begin, end - begin), Bytes(live + begin, end - begin)});
+      commit_names_.push_back(&s->first);
+      commit_bytes_ += end - begin;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShadowSet::Fill() {
   std::vector<exec::CopyItem> items;
   std::vector<const std::string*> names;
   for (const auto& [name, s] : shadows_) {
     if (s.bytes == 0) continue;
-    exec::CopyItem item;
-    item.src = Bytes(to_live ? s.memory.data() : s.live.data, s.bytes);
-    item.dst = Bytes(to_live ? s.live.data : s.memory.data(), s.bytes);
-    items.push_back(item);
+    items.push_back(exec::CopyItem{Bytes(s.live.data, s.bytes), Bytes(s.memory.data(), s.bytes)});
     names.push_back(&name);
   }
+  return RunCopies(items, names, "filling the shadows (live -> shadow)");
+}
+
+absl::Status ShadowSet::RunCopies(const std::vector<exec::CopyItem>& items,
+                                  const std::vector<const std::string*>& names, const char* what) {
+  if (items.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(EnsureOps());
   absl::Status st = ops_->Copy(items);
   if (st.ok()) st = ops_->Synchronize();
   if (!st.ok()) {
     const int64_t i = exec::ErrorItemIndex(st);
-    return absl::Status(st.code(),
-                        absl::StrCat(to_live ? "commit (shadow -> live)" : "fill (live -> shadow)",
-                                     i >= 0 && i < static_cast<int64_t>(names.size())
-                                         ? absl::StrCat(" of '", *names[i], "'")
-                                         : "",
-                                     ": ", st.message()));
+    return absl::Status(st.code(), absl::StrCat(what,
+                                                i >= 0 && i < static_cast<int64_t>(names.size())
+                                                    ? absl::StrCat(" of '", *names[i], "'")
+                                                    : "",
+                                                ": ", st.message()));
   }
   return absl::OkStatus();
 }
 
 absl::Status ShadowSet::Commit() {
-  RETURN_IF_ERROR(CopyAll(/*to_live=*/true));
-  dirty_ = false;
-  return absl::OkStatus();
+  return RunCopies(commit_items_, commit_names_, "commit (shadow -> live)");
 }
 
 }  // namespace wsync::agent

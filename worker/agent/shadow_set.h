@@ -1,13 +1,17 @@
 // Staged syncs (docs/staging.md): the shadow copies of one worker's
 // destination buffers. A staged sync binds its plan to registry(), where the
 // destination side of every buffer the part writes points at the buffer's
-// shadow; the live tensors keep serving. Commit() copies each shadow into its
-// live buffer; Discard() after a rollback marks the shadows partly written.
+// shadow; the live tensors keep serving. Commit() copies into each live
+// buffer exactly the views the part writes (from the shadow); Discard()
+// after a rollback marks the shadows partly written.
 //
-// Invariant: outside the bytes the current part writes, a shadow equals its
-// live buffer (each shadow is filled from the live buffer when allocated and
-// again before the first use after a Discard), so the commit may copy each
-// shadow whole ([0, extent), common/shadow_extents.h).
+// The commit never touches a live byte the part does not write: anything
+// else may write the live tensors between two staged syncs (an in-place
+// sync of another transfer, a peer's direct write, the owner) without a
+// reused shadow reverting it. Shadows are filled from the live buffers when
+// allocated and again before the first use after a Discard, so a shadow
+// byte outside the written views holds live data, but the commit does not
+// depend on it.
 //
 // Not thread-safe: the sync runner's thread owns it.
 #ifndef WSYNC_WORKER_AGENT_SHADOW_SET_H_
@@ -17,8 +21,10 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "common/shadow_extents.h"
 #include "worker/exec/buffer_registry.h"
 #include "worker/plane/backend.h"
 #include "worker/plane/data_ops.h"
@@ -32,13 +38,14 @@ class ShadowSet {
   // worker's --staging_budget_bytes; 0: no limit) bounds bytes().
   ShadowSet(plane::Backend* backend, int64_t budget_bytes);
 
-  // Shadows for `extents` (plan buffer name -> bytes, ShadowExtents) in
-  // `mode` (a shadow mode) over `live` (destination side); kept from the last
-  // call when the same buffers, mode and live registry generation, else
-  // allocated afresh. RESOURCE_EXHAUSTED naming `who`, the sizes and the flag
-  // when over budget; INVALID_ARGUMENT for a buffer `live` lacks or one
-  // smaller than its extent.
-  absl::Status Prepare(const std::map<std::string, int64_t>& extents, v1::StagingMode mode,
+  // Shadows for `writes` (plan buffer name -> extent and written views,
+  // ShadowWrites) in `mode` (a shadow mode) over `live` (destination side);
+  // kept from the last call when the same buffers, extents, mode and live
+  // registry generation, else allocated afresh. The next Commit copies
+  // `writes`' views. RESOURCE_EXHAUSTED naming `who`, the sizes and the flag
+  // when over budget; INVALID_ARGUMENT for a buffer `live` lacks, one smaller
+  // than its extent or a view the data ops cannot copy.
+  absl::Status Prepare(const std::map<std::string, BufferWrites>& writes, v1::StagingMode mode,
                        const exec::BufferRegistry& live, const std::string& who);
 
   // `live` with the shadows in place of the destination buffers (after
@@ -48,9 +55,11 @@ class ShadowSet {
   uint64_t generation() const { return registry_.generation(); }
   int64_t bytes() const { return bytes_; }
 
-  // Copies every shadow into its live buffer and waits for it. The shadows
-  // then equal the live buffers.
+  // Copies the written views of every shadow into its live buffer (those of
+  // the last Prepare) and waits for it.
   absl::Status Commit();
+  // Bytes the next Commit copies (overlapping views counted once per view).
+  int64_t commit_bytes() const { return commit_bytes_; }
   // After a rollback: the shadows hold part of a version; refilled from the
   // live buffers before their next use.
   void Discard() { dirty_ = true; }
@@ -64,8 +73,14 @@ class ShadowSet {
     int64_t bytes = 0;
   };
   absl::Status EnsureOps();
-  // Copies live -> shadow (to_live false) or shadow -> live for every shadow.
-  absl::Status CopyAll(bool to_live);
+  // Copies live -> shadow, whole, for every shadow.
+  absl::Status Fill();
+  // The commit's copies of `writes`' views, shadow -> live.
+  absl::Status PlanCommit(const std::map<std::string, BufferWrites>& writes,
+                          const std::string& who);
+  // Runs `items` and waits; errors name the buffer of the failed item.
+  absl::Status RunCopies(const std::vector<exec::CopyItem>& items,
+                         const std::vector<const std::string*>& names, const char* what);
 
   plane::Backend* const backend_;
   const int64_t budget_bytes_;
@@ -76,6 +91,10 @@ class ShadowSet {
   uint64_t live_generation_ = 0;
   int64_t bytes_ = 0;
   bool dirty_ = false;
+  // Commit(): shadow -> live copies of the written views, each item's buffer.
+  std::vector<exec::CopyItem> commit_items_;
+  std::vector<const std::string*> commit_names_;
+  int64_t commit_bytes_ = 0;
 };
 
 }  // namespace wsync::agent

@@ -4,8 +4,11 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/time/clock.h"
+#include "common/shadow_extents.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/controller/server/controller_test_util.h"
@@ -15,6 +18,7 @@ namespace wsync::controller {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class SyncStagedTest : public controller_testing::CoordinatorFixture {
  protected:
@@ -31,6 +35,7 @@ class SyncStagedTest : public controller_testing::CoordinatorFixture {
     v1::RegisterWorkerRequest req;
     req.set_instance_id(instance);
     req.set_staging_budget_bytes(budget);
+    if (staged_capability_) req.add_capabilities(kStagedSyncsCapability);
     auto* m = req.add_memberships();
     m->set_group("dst");
     m->set_rank(0);
@@ -92,8 +97,25 @@ class SyncStagedTest : public controller_testing::CoordinatorFixture {
     return st.ok() ? *st : v1::SyncStatus();
   }
 
+  // A report of `lease` with these checksums, duplicates kept.
+  void ReportChecksums(const std::string& lease, bool staged,
+                       const std::vector<std::pair<int64_t, uint64_t>>& hashes, bool sent) {
+    v1::ReportResultRequest r;
+    r.set_lease_id(lease);
+    r.set_sync_id(sync_id_);
+    r.set_staged(staged);
+    for (const auto& [bucket, hash] : hashes) {
+      v1::BucketChecksum* c = r.add_checksums();
+      c->set_bucket(bucket);
+      c->set_hash(hash);
+      c->set_sent(sent);
+    }
+    ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
+  }
+
   std::string s0_, s1_, d0_, sync_id_;
   std::map<std::string, uint64_t> tokens_;
+  bool staged_capability_ = true;  // the receiver registers staged_syncs
 };
 
 TEST_F(SyncStagedTest, CommitsOnlyOnceEveryReceiverStagedThenSucceedsOnConfirmation) {
@@ -203,6 +225,119 @@ TEST_F(SyncStagedTest, AShadowOverAWorkersBudgetIsRefusedUpFrontNamingIt) {
   EXPECT_THAT(defined.status().message(), HasSubstr("--staging_budget_bytes of 16"));
   // In place needs no shadow: the same workers define it.
   EXPECT_TRUE(controller_->syncs().DefineTransfer(controller_testing::SimpleTransfer()).ok());
+}
+
+// Review findings (issue 20), each failing before its fix.
+
+TEST_F(SyncStagedTest, ACancelAfterTheCommitDecisionIsRefusedAndTheVersionIsDelivered) {
+  SetUpStaged();
+  ASSERT_TRUE(DefineStaged(false).ok());
+  Start(1);
+  Report(s0_, false, false, {}, true);
+  Report(s1_, false, false, {}, true);
+  Report(d0_, true, false, {}, false);
+  ASSERT_TRUE(Status().commit_decided());
+  auto cancelled = controller_->syncs().Cancel(sync_id_, "changed my mind");
+  ASSERT_FALSE(cancelled.ok()) << "the receivers commit whatever the trainer says";
+  EXPECT_EQ(cancelled.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(cancelled.status().message(), HasSubstr("the commit of version 1 was decided at"));
+  EXPECT_THAT(cancelled.status().message(), HasSubstr("cannot be cancelled; wait for it"));
+  EXPECT_EQ(Status().phase(), v1::SYNC_RUNNING);
+  Report(d0_, false, /*committed=*/true, {}, false);
+  EXPECT_EQ(Status().phase(), v1::SYNC_SUCCEEDED);
+  const v1::GetStatusResponse all = controller_->syncs().GetStatus();
+  ASSERT_EQ(all.transfers_size(), 1);
+  EXPECT_EQ(all.transfers(0).last_success_version(), 1) << "every replica serves it";
+}
+
+TEST_F(SyncStagedTest, ACancelBeforeTheDecisionStillRollsTheReceiverBack) {
+  SetUpStaged();
+  ASSERT_TRUE(DefineStaged(false).ok());
+  Start(1);
+  Report(d0_, true, false, {}, false);
+  auto cancelled = controller_->syncs().Cancel(sync_id_, "");
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->phase(), v1::SYNC_CANCELLED);
+  auto abort = Pending(d0_);
+  ASSERT_TRUE(abort.has_value());
+  EXPECT_TRUE(abort->has_abort());
+}
+
+TEST_F(SyncStagedTest, EachNetworkBucketNeedsExactlyOneSentAndOneReceivedChecksum) {
+  SetUpStaged();
+  ASSERT_TRUE(DefineStaged().ok());
+  Start(1);
+  ReportChecksums(s0_, false, {{0, 11}}, true);
+  ReportChecksums(s1_, false, {{1, 22}}, true);
+  // Bucket 0 twice, bucket 1 never: as many received as sent.
+  ReportChecksums(d0_, true, {{0, 11}, {0, 11}}, false);
+  v1::SyncStatus st = Status();
+  EXPECT_EQ(st.phase(), v1::SYNC_FAILED);
+  EXPECT_FALSE(st.commit_decided());
+  EXPECT_EQ(st.error_code(), static_cast<int32_t>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(st.error(), HasSubstr("bucket 0 (tensor w)"));
+  EXPECT_THAT(st.error(), HasSubstr("2 received checksums"));
+  EXPECT_THAT(st.error(), HasSubstr("dst/0"));
+
+  ASSERT_TRUE(Pending(d0_).has_value());  // its abort
+  Start(1);  // a checksum from a worker that did not send the bucket
+  ReportChecksums(s0_, false, {{0, 11}, {1, 22}}, true);
+  ReportChecksums(s1_, false, {}, true);
+  ReportChecksums(d0_, true, {{0, 11}, {1, 22}}, false);
+  st = Status();
+  EXPECT_EQ(st.phase(), v1::SYNC_FAILED);
+  EXPECT_THAT(st.error(), HasSubstr("bucket 1"));
+  EXPECT_THAT(st.error(), HasSubstr("expected exactly one from its sender"));
+}
+
+TEST_F(SyncStagedTest, AStagedTimeoutBlamesOnlyTheWorkersThatDidNotReport) {
+  config_.failure_grace = absl::Milliseconds(50);
+  Restart();
+  SetUpStaged();
+  ASSERT_TRUE(DefineStaged(false).ok());
+  v1::SyncRequest req;
+  req.set_transfer("t");
+  req.set_version(1);
+  req.set_deadline_ms(200);
+  auto started = controller_->syncs().StartSync(req);
+  ASSERT_TRUE(started.ok()) << started.status();
+  sync_id_ = started->sync_id();
+  for (const auto& l : {s0_, s1_, d0_}) Next(l, tokens_[l]);
+  Report(s0_, false, false, {}, true);
+  Report(d0_, true, false, {}, false);  // staged, waiting for the decision
+  const v1::SyncStatus st = TickUntilEnded(sync_id_, {s0_, s1_, d0_}, absl::Seconds(10));
+  EXPECT_EQ(st.phase(), v1::SYNC_FAILED);
+  EXPECT_THAT(st.error(), HasSubstr("did not report: "));
+  EXPECT_THAT(st.error(), HasSubstr("src/1"));
+  EXPECT_THAT(st.error(), Not(HasSubstr("dst/0"))) << "it reported staged";
+  EXPECT_EQ(st.failed_worker(), 1);
+}
+
+TEST_F(SyncStagedTest, AReceiverWithoutTheStagedSyncsCapabilityIsRefusedNamingIt) {
+  staged_capability_ = false;
+  SetUpStaged();
+  auto defined = DefineStaged();
+  ASSERT_FALSE(defined.ok());
+  EXPECT_EQ(defined.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(defined.status().message(), HasSubstr("dst/0"));
+  EXPECT_THAT(defined.status().message(), HasSubstr("'staged_syncs'"));
+  EXPECT_TRUE(controller_->syncs().DefineTransfer(controller_testing::SimpleTransfer()).ok())
+      << "in place needs no capability";
+
+  // Defined over a capable receiver, synced over one that is not.
+  staged_capability_ = true;
+  controller_->workers().CloseStream(d0_, tokens_[d0_], "replaced");
+  d0_ = RegisterWithBudget("c2", 0);
+  tokens_[d0_] = *controller_->workers().OpenStream(d0_);
+  ASSERT_TRUE(DefineStaged().ok());
+  controller_->workers().CloseStream(d0_, tokens_[d0_], "replaced");
+  staged_capability_ = false;
+  d0_ = RegisterWithBudget("c3", 0);
+  tokens_[d0_] = *controller_->workers().OpenStream(d0_);
+  auto started = StartSync(1);
+  ASSERT_FALSE(started.ok());
+  EXPECT_EQ(started.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(started.status().message(), HasSubstr("dst/0"));
 }
 
 }  // namespace

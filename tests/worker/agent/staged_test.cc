@@ -38,7 +38,20 @@ class ShadowSetTest : public ::testing::Test {
   host::HostBackend backend_{plane::BackendConfig()};
   std::vector<unsigned char> live_w_, live_b_, source_ = std::vector<unsigned char>(8, 9);
   exec::BufferRegistry live_;
-  const std::map<std::string, int64_t> extents_{{"inference/w", 48}, {"inference/b", 16}};
+  // Byte views of a UINT8 buffer.
+  static v1::TensorView Range(int64_t offset, int64_t bytes) {
+    v1::TensorView v;
+    v.set_byte_offset(offset);
+    v.add_shape(bytes);
+    v.add_strides(1);
+    v.set_dtype(v1::UINT8);
+    v.set_side(v1::DESTINATION_BUFFER);
+    return v;
+  }
+  static BufferWrites Whole(int64_t bytes) { return BufferWrites{bytes, {Range(0, bytes)}}; }
+
+  const std::map<std::string, BufferWrites> extents_{{"inference/w", Whole(48)},
+                                                     {"inference/b", Whole(16)}};
 };
 
 TEST_F(ShadowSetTest, WritesGoToShadowsFilledFromLiveAndCommitCopiesThemIn) {
@@ -76,6 +89,32 @@ TEST_F(ShadowSetTest, ADiscardedShadowIsRefilledFromLiveBeforeItsNextUse) {
   EXPECT_EQ(live_w_[0], 1);
 }
 
+TEST_F(ShadowSetTest, CommitCopiesOnlyTheWrittenViewsWhateverElseWroteTheLiveBuffer) {
+  ShadowSet set(&backend_, 0);
+  // Bytes [0, 8), [32, 48) and a strided 2x2 view at 16 (16, 17, 24, 25).
+  v1::TensorView strided = Range(16, 2);
+  strided.clear_shape();
+  strided.clear_strides();
+  for (int64_t d : {2, 2}) strided.add_shape(d);
+  for (int64_t d : {8, 1}) strided.add_strides(d);
+  const std::map<std::string, BufferWrites> writes{
+      {"inference/w", BufferWrites{48, {Range(32, 16), strided, Range(0, 4), Range(4, 4)}}}};
+  for (int sync = 0; sync < 2; ++sync) {
+    // The second time the shadow is reused (same buffers and extents).
+    ASSERT_TRUE(set.Prepare(writes, v1::STAGING_HOST_SHADOW, live_, "worker 2").ok());
+    // Another writer (an in-place sync of another transfer, a peer's direct
+    // write, the owner) changes the live bytes this plan does not write.
+    std::memset(live_w_.data(), 40 + sync, live_w_.size());
+    std::memset(Shadow(set, "inference/w"), 7 + sync, 48);
+    ASSERT_TRUE(set.Commit().ok());
+    EXPECT_EQ(set.commit_bytes(), 8 + 16 + 4);
+    for (int i = 0; i < 64; ++i) {
+      const bool written = i < 8 || (i >= 32 && i < 48) || i == 16 || i == 17 || i == 24 || i == 25;
+      EXPECT_EQ(live_w_[i], written ? 7 + sync : 40 + sync) << "byte " << i << ", sync " << sync;
+    }
+  }
+}
+
 TEST_F(ShadowSetTest, RefusesOverBudgetAndUnknownOrTooSmallBuffersNamingThem) {
   ShadowSet tight(&backend_, 63);
   absl::Status s = tight.Prepare(extents_, v1::STAGING_HOST_SHADOW, live_, "worker inference/0");
@@ -83,10 +122,10 @@ TEST_F(ShadowSetTest, RefusesOverBudgetAndUnknownOrTooSmallBuffersNamingThem) {
   EXPECT_THAT(s.message(), HasSubstr("worker inference/0"));
   EXPECT_THAT(s.message(), HasSubstr("--staging_budget_bytes=63"));
   ShadowSet set(&backend_, 0);
-  s = set.Prepare({{"inference/w", 65}}, v1::STAGING_HOST_SHADOW, live_, "w");
+  s = set.Prepare({{"inference/w", Whole(65)}}, v1::STAGING_HOST_SHADOW, live_, "w");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("'inference/w' but it has 64 bytes"));
-  s = set.Prepare({{"inference/nope", 4}}, v1::STAGING_HOST_SHADOW, live_, "w");
+  s = set.Prepare({{"inference/nope", Whole(4)}}, v1::STAGING_HOST_SHADOW, live_, "w");
   EXPECT_THAT(s.message(), HasSubstr("not registered"));
   s = set.Prepare(extents_, v1::STAGING_IN_PLACE, live_, "w");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

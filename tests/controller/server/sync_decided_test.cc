@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/shadow_extents.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/controller/server/coordinator_fixture.h"
@@ -43,6 +44,7 @@ class SyncDecidedTest : public controller_testing::CoordinatorFixture {
                                   int size, int64_t bytes) {
     v1::RegisterWorkerRequest req;
     req.set_instance_id(instance);
+    req.add_capabilities(kStagedSyncsCapability);  // staged transfers need it
     auto* m = req.add_memberships();
     m->set_group(group);
     m->set_rank(rank);

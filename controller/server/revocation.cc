@@ -66,7 +66,6 @@ std::string SerialText(const ASN1_INTEGER* serial) {
   return out;
 }
 
-
 // Whether a CRL of `issuer` outside the CA bundle revokes `cert`: one that a
 // certificate of the presented chain named `issuer` verifies (any of them:
 // an extra certificate of the same name with another key changes nothing).
@@ -161,6 +160,9 @@ absl::StatusOr<std::unique_ptr<RevocationList>> RevocationList::Create(
 }
 
 absl::Status RevocationList::ReloadIfChanged() {
+  // One reload at a time: a slow one must not store its older lists over a
+  // newer one's (the watchers already recorded the newer files).
+  absl::MutexLock reloading(&reload_mu_);
   // Both looked at every time: each records its own state.
   absl::StatusOr<bool> crl_changed = crl_.Changed();
   absl::StatusOr<bool> ca_changed = ca_.Changed();

@@ -91,6 +91,7 @@ class RevocationList {
   absl::Status Reload(const absl::StatusOr<bool>& crl_changed,
                       const absl::StatusOr<bool>& ca_changed) ABSL_LOCKS_EXCLUDED(mu_);
 
+  absl::Mutex reload_mu_;  // held for a whole reload (taken before mu_)
   WatchedFile crl_;
   WatchedFile ca_;
   absl::Mutex mu_;

@@ -24,6 +24,10 @@ TrainerCaller AsTrainer(const Caller& c) { return {c.identity, c.role >= Role::k
 
 absl::Status WorkerServiceImpl::Admit(const grpc::ServerContextBase& ctx,
                                       const std::string& lease_id, absl::string_view method) {
+  if (lease_id.empty()) {  // never a lease: register first (RegisterWorker)
+    return absl::InvalidArgumentError(
+        absl::StrCat(method, ": no lease_id; a worker registers first (RegisterWorker)"));
+  }
   absl::StatusOr<Caller> caller = auth_->RequireWorker(ctx, method);
   if (!caller.ok()) return caller.status();
   return controller_->workers().CheckCaller(lease_id, caller->identity, method);
@@ -223,8 +227,7 @@ grpc::Status TrainerServiceImpl::Cancel(grpc::ServerContext* ctx, const v1::Canc
                                         v1::SyncStatus* resp) {
   absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kTrainer, "Cancel");
   if (!caller.ok()) return ToGrpc(caller.status());
-  return Fill(controller_->syncs().Cancel(req->sync_id(), req->reason(), AsTrainer(*caller)),
-              resp);
+  return Fill(controller_->syncs().Cancel(req->sync_id(), req->reason(), AsTrainer(*caller)), resp);
 }
 
 grpc::Status TrainerServiceImpl::ListWorkers(grpc::ServerContext* ctx,

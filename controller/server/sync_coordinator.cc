@@ -269,7 +269,7 @@ void SyncCoordinator::FinishLocked(SyncRecord& sync, v1::SyncPhase phase, int32_
   }
   ++sync.changes;
   // Durable before anyone sees the outcome.
-  PersistLocked();
+  PersistLocked().IgnoreError();  // logged and counted; the state stays in memory
   cv_.SignalAll();
 }
 
@@ -339,9 +339,8 @@ absl::StatusOr<v1::SyncStatus> SyncCoordinator::Cancel(const std::string& sync_i
   if (it == syncs_.end()) return UnknownSyncLocked(sync_id);
   // The transfer's owner; of an unowned one, whoever started the sync.
   auto t = transfers_.find(it->second->status.transfer());
-  const std::string& owner = t != transfers_.end() && !t->second.owner.empty()
-                                 ? t->second.owner
-                                 : it->second->started_by;
+  const std::string& owner =
+      t != transfers_.end() && !t->second.owner.empty() ? t->second.owner : it->second->started_by;
   if (absl::Status owned =
           CheckOwner("Cancel", it->second->status.transfer(), owner, caller, "cancel syncs of");
       !owned.ok()) {
@@ -457,7 +456,7 @@ void SyncCoordinator::BlameLostPeerLocked(SyncRecord& sync, const Participant& l
   s.set_failed_rank(lost.roles[0].rank());
   sync.blamed_reporter = false;
   ++sync.changes;
-  PersistLocked();
+  PersistLocked().IgnoreError();  // logged and counted; the state stays in memory
 }
 
 void SyncCoordinator::Tick() {

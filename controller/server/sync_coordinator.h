@@ -294,7 +294,9 @@ class SyncCoordinator {
   // ----- sync_durability.cc
   // Saves transfers, versions and the latest outcomes (no-op without a
   // store); a failed save is logged and counted, the sync's outcome stands.
-  void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Saves the state (when a --state_file is set); a failure is logged and
+  // counted, and returned for the callers that must not go on without it.
+  absl::Status PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // NOT_FOUND for a sync id this controller does not know, telling whether
   // it ran under an earlier instance (before a restart).
   absl::Status UnknownSyncLocked(const std::string& sync_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -58,8 +58,8 @@ void SyncCoordinator::Restore(const v1::ControllerState& state) {
   first_id_ = next_id_;
 }
 
-void SyncCoordinator::PersistLocked() {
-  if (store_ == nullptr) return;
+absl::Status SyncCoordinator::PersistLocked() {
+  if (store_ == nullptr) return absl::OkStatus();
   const absl::Time start = absl::Now();  // encoding included
   std::string payload;
   for (auto& [name, t] : transfers_) {
@@ -101,6 +101,7 @@ void SyncCoordinator::PersistLocked() {
         "would forget the versions delivered since the last save",
         store_->path(), st.ToString());
   }
+  return st;
 }
 
 absl::Status SyncCoordinator::UnknownSyncLocked(const std::string& sync_id) {

@@ -166,8 +166,18 @@ void SyncCoordinator::MaybeCommitLocked(SyncRecord& sync) {
   sync.decided = absl::Now();
   ++sync.changes;
   // Durable before any receiver hears it: a restarted controller resumes the
-  // commit (sync_decided.cc). A failed save is logged; the commit goes on.
-  PersistLocked();
+  // commit (sync_decided.cc). Not durable: no receiver heard anything yet,
+  // so the sync fails and every receiver rolls back.
+  if (absl::Status saved = PersistLocked(); !saved.ok()) {
+    sync.status.set_commit_decided(false);
+    sync.decided = absl::InfinitePast();
+    FinishLocked(sync, v1::SYNC_FAILED, static_cast<int32_t>(saved.code()),
+                 absl::StrCat("the commit decision could not be saved (", saved.message(),
+                              "): nothing was committed, every receiver keeps version ",
+                              sync.status.version() - 1, " or what it served before"),
+                 -1, -1, -1, -1);
+    return;
+  }
   // Test only: the first N receivers hear it, then the process dies.
   const int32_t crash_after = config_.test_crash_after_commits;
   int32_t sent = 0;

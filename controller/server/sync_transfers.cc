@@ -273,7 +273,9 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
   prepared_.erase(t.name);  // nor is the old binding kept (it pins the old plan)
   t.plan_key = plan->plan->key();
   t.generation_broken = true;  // layouts may have changed: fresh transport
-  PersistLocked();             // a restarted controller serves it without a new definition
+  // A restarted controller serves it without a new definition (a failed
+  // save is logged and counted).
+  PersistLocked().IgnoreError();
   v1::DefineTransferResponse resp;
   resp.set_name(t.name);
   resp.set_num_workers(static_cast<int32_t>(resolved->workers.size()));

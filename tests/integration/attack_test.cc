@@ -73,6 +73,19 @@ TEST_F(AttackTest, ForgedResultsWithGuessedLeaseIdsDoNotFinishASync) {
                 return run_->cluster->trainer().Sync(c, req, &started);
               }).ok());
   int accepted = 0;
+  {
+    // No lease at all (review finding: the participants a restarted
+    // controller restores have no lease yet, and "" matched them).
+    v1::ReportResultRequest blank;
+    blank.set_sync_id(started.sync_id());
+    blank.set_committed(true);
+    v1::ReportResultResponse ignored;
+    const grpc::Status s = Call([&](grpc::ClientContext* c) {
+      return run_->cluster->worker_api().ReportResult(c, blank, &ignored);
+    });
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    accepted += s.ok();
+  }
   for (int n = 1; n <= 64; ++n) {
     v1::ReportResultRequest forged;
     forged.set_lease_id(absl::StrCat("L", instance, "-", n));

@@ -83,6 +83,9 @@ def test_controller_down_and_timeouts_raise_named_errors():
     with pytest.raises(wsync.Unavailable) as down:
         c.status()
     assert f"controller 127.0.0.1:{port}" in str(down.value)
+    # timeout=None is no deadline (grpcio's meaning), not a TypeError.
+    with pytest.raises(wsync.Unavailable):
+        wsync.Client(f"127.0.0.1:{port}", timeout=None).status()
     # A huge timeout is "no limit", not an overflow; the call still fails
     # at once on a refused connection.
     with pytest.raises(native.client.RpcError) as refused:
@@ -165,7 +168,7 @@ def test_ctrl_c_cancels_a_native_call_and_no_timeout_means_none():
         server.bind(("127.0.0.1", 0))
         server.listen(1)
         port = server.getsockname()[1]
-        c = wsync.Client(f"127.0.0.1:{port}", timeout=None)
+        c = wsync.Client(f"127.0.0.1:{port}", timeout=30)  # finite: a regression fails, not hangs
 
         class Interrupted(Exception):
             pass
@@ -181,7 +184,8 @@ def test_ctrl_c_cancels_a_native_call_and_no_timeout_means_none():
                 t = time.monotonic()
                 with pytest.raises(Interrupted):
                     c._rpc("WaitSync", pb.WaitSyncRequest(sync_id="x", timeout_ms=1))
-                assert time.monotonic() - t < 5  # not the timeout: there is none
+                assert time.monotonic() - t < 5  # the signal, not the 30 s timeout
+
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)

@@ -3,7 +3,9 @@
 // first CommitSync, restored running, resumed for the receivers that register
 // again; one that never comes back is listed uncommitted at the deadline.
 // Workers are simulated by calls; the controller restarts on the same file.
+#include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <map>
 #include <optional>
@@ -132,6 +134,28 @@ TEST_F(SyncDecidedTest, TheDecisionIsSavedBeforeTheFirstCommitSync) {
   ASSERT_TRUE(saved.ok());
   EXPECT_EQ(saved->decided_syncs_size(), 0);
   EXPECT_EQ(saved->transfers(0).last_success_version(), 1);
+}
+
+TEST_F(SyncDecidedTest, ADecisionThatCannotBeSavedIsNeverSentAndEveryReceiverRollsBack) {
+  // Review finding: the commit went out although its save failed, so a
+  // restart could not resume it (receivers split between V and V-1).
+  RegisterAll();
+  DefineStaged();
+  store_->SetDataSyncForTesting([](int) {
+    errno = EIO;
+    return -1;
+  });
+  RunToDecision(1, 30000);
+  const v1::SyncStatus s = Status();
+  EXPECT_EQ(s.phase(), v1::SYNC_FAILED);
+  EXPECT_FALSE(s.commit_decided());
+  EXPECT_THAT(s.error(), HasSubstr("the commit decision could not be saved"));
+  // dst/0 is told to roll back, never to commit.
+  auto a = controller_->workers().NextAssignment(d0_, tokens_[d0_], absl::Seconds(1));
+  ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
+  EXPECT_TRUE((**a).has_abort());
+  EXPECT_FALSE((**a).has_commit());
+  store_->SetDataSyncForTesting(&fdatasync);
 }
 
 TEST_F(SyncDecidedTest, ARestartedControllerResumesTheCommitForAReceiverThatRegistersAgain) {

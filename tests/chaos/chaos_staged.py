@@ -450,6 +450,21 @@ def chaos(args, cluster, owners, client, torch, wsync, wtorch, pb, lpb):
     return bad
 
 
+def report(bad, hung, run_dir, name):
+    """Prints the violations (a process that did not exit on SIGTERM is one)
+    and returns the exit status; the run directory is kept when any."""
+    if hung:
+        bad.append(f"did not exit on SIGTERM within 5 s: {hung}")
+    for v in bad:
+        print("VIOLATION", v)
+    if bad:
+        print(f"run directory kept: {run_dir}")
+        return 1
+    shutil.rmtree(run_dir, ignore_errors=True)
+    print(f"{name}: OK")
+    return 0
+
+
 def main():
     args = parse_args()
     torch, wsync, wtorch, pb, lpb = setup(args)
@@ -469,16 +484,7 @@ def main():
         bad = run(args, cluster, owners, client, torch, wsync, wtorch, pb, lpb)
     finally:
         hung = cluster.close()
-    if hung:
-        bad.append(f"did not exit on SIGTERM within 5 s: {hung}")
-    for v in bad:
-        print("VIOLATION", v)
-    if bad:
-        print(f"run directory kept: {run_dir}")
-        return 1
-    shutil.rmtree(run_dir, ignore_errors=True)
-    print(f"{args.scenario}: OK")
-    return 0
+    return report(bad, hung, run_dir, args.scenario)
 
 
 if __name__ == "__main__":

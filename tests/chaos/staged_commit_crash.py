@@ -30,7 +30,6 @@ V-1 when the controller's stream ended while the other had committed V.
 """
 import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -220,16 +219,7 @@ def main():
                 break
     finally:
         hung = cluster.close()
-    if hung:
-        bad.append(f"did not exit on SIGTERM within 5 s: {hung}")
-    for v in bad:
-        print("VIOLATION", v)
-    if bad:
-        print(f"run directory kept: {run_dir}")
-        return 1
-    shutil.rmtree(run_dir, ignore_errors=True)
-    print("staged_commit_crash: OK")
-    return 0
+    return st.report(bad, hung, run_dir, "staged_commit_crash")
 
 
 if __name__ == "__main__":

@@ -1,16 +1,22 @@
 // The bucket checksum of staged syncs (docs/staging.md): a 64-bit hash of a
-// byte range, defined chunk by chunk so that a GPU computes it with one
-// thread per chunk and gets the host's result bit for bit.
+// byte range whose words are hashed independently and summed, so that a GPU
+// reads the range once, coalesced, at memory speed (every thread a stride of
+// words), and gets the host's result bit for bit.
 //
-//   chunk c (kChunkBytes bytes, the last one shorter) of n bytes:
-//     h = kSeed ^ (c * kP1)
-//     for each 8-byte little-endian word w of the chunk (the last word
-//     zero-padded): h = Rotl(h ^ (w * kP2), 31) * kP1
-//     ChunkHash(c) = Mix(h ^ chunk_bytes)
-//   Hash(n bytes) = Mix(sum over chunks of Mix(ChunkHash(c) + c * kP3) ^ n)
-// (sums and products mod 2^64). The sum makes the combination order-free.
-// Not cryptographic: it catches corruption and misplaced bytes (each word is
-// tied to its position), not an attacker who controls both ends.
+//   word k (k = 0 .. ceil(n / 8) - 1) of n bytes: the 8 bytes at 8k,
+//   little-endian, the last word zero-padded
+//     Term(w, k) = Mix(w ^ (kSeed + k * kP1))
+//   Hash(n bytes) = Mix((sum over words of Term(w_k, k)) ^ (n * kP2))
+// (sums and products mod 2^64). Mix is a bijection, so a changed word
+// changes its term; the word's index in its term ties it to its position
+// (swapped or shifted words are caught); the length is part of the hash.
+// Not cryptographic: it catches corruption and misplaced bytes, not an
+// attacker who controls both ends.
+//
+// (Session 14's definition chained each 4 KiB chunk word by word: one GPU
+// thread per chunk, reads 4 KiB apart, ~8x a sync's time. Workers of both
+// definitions in one pool disagree on every bucket, and the sync names the
+// first mismatch.)
 //
 // Usable from CUDA code (worker/backends/cuda/checksum_kernel.cu includes it):
 // the functions are __host__ __device__ there.
@@ -27,13 +33,9 @@
 
 namespace wsync::chunk_hash {
 
-inline constexpr int64_t kChunkBytes = 4096;
 inline constexpr uint64_t kSeed = 0x27d4eb2f165667c5ULL;
 inline constexpr uint64_t kP1 = 0x9e3779b185ebca87ULL;
 inline constexpr uint64_t kP2 = 0xc2b2ae3d27d4eb4fULL;
-inline constexpr uint64_t kP3 = 0x165667b19e3779f9ULL;
-
-WSYNC_HD uint64_t Rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
 // A bijective 64-bit finalizer (xor-shift-multiply).
 WSYNC_HD uint64_t Mix(uint64_t x) {
@@ -45,30 +47,20 @@ WSYNC_HD uint64_t Mix(uint64_t x) {
   return x;
 }
 
-// Chunk `index` of a range: `bytes` (1..kChunkBytes) bytes at `p`.
-WSYNC_HD uint64_t ChunkHash(const unsigned char* p, int64_t bytes, int64_t index) {
-  uint64_t h = kSeed ^ (static_cast<uint64_t>(index) * kP1);
-  int64_t i = 0;
-  for (; i + 8 <= bytes; i += 8) {
-    uint64_t w = 0;
-    for (int b = 0; b < 8; ++b) w |= static_cast<uint64_t>(p[i + b]) << (8 * b);
-    h = Rotl(h ^ (w * kP2), 31) * kP1;
-  }
-  if (i < bytes) {
-    uint64_t w = 0;
-    for (int b = 0; i + b < bytes; ++b) w |= static_cast<uint64_t>(p[i + b]) << (8 * b);
-    h = Rotl(h ^ (w * kP2), 31) * kP1;
-  }
-  return Mix(h ^ static_cast<uint64_t>(bytes));
+// Word `index`'s term of the sum.
+WSYNC_HD uint64_t Term(uint64_t word, int64_t index) {
+  return Mix(word ^ (kSeed + static_cast<uint64_t>(index) * kP1));
 }
 
-// One chunk's term of the sum.
-WSYNC_HD uint64_t ChunkTerm(uint64_t chunk_hash, int64_t index) {
-  return Mix(chunk_hash + static_cast<uint64_t>(index) * kP3);
+// The last, partial word: `bytes` (1..7) bytes at `p`, zero-padded.
+WSYNC_HD uint64_t TailWord(const unsigned char* p, int64_t bytes) {
+  uint64_t w = 0;
+  for (int64_t b = 0; b < bytes; ++b) w |= static_cast<uint64_t>(p[b]) << (8 * b);
+  return w;
 }
 
 WSYNC_HD uint64_t Finish(uint64_t sum, int64_t total_bytes) {
-  return Mix(sum ^ static_cast<uint64_t>(total_bytes));
+  return Mix(sum ^ (static_cast<uint64_t>(total_bytes) * kP2));
 }
 
 // The hash of `bytes` bytes at host address `data` (null only when 0 bytes).

@@ -33,6 +33,9 @@
 //       [--early-local-rounds 1]   (ExecutorOptions::early_local_rounds; -1: all)
 //       [--measure-issue-keys 1]   (CPU only: the data ops' cache-key cost per round, exits)
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
+//       [--staging in_place|host_shadow|device_shadow] [--checksums 1]
+//                                   (staged syncs, docs/staging.md: receivers
+//                                    fill shadows, then commit; bucket checksums)
 //       [--spec FILE --mode spec]   (a TransferSpec in JSON whose sides list their
 //                                    workers, instead of a catalog model)
 #include <cuda_runtime_api.h>
@@ -57,6 +60,7 @@
 #include "bench/gpu/issue_keys.h"
 #include "bench/gpu/raw_puts.h"
 #include "bench/gpu/slabs.h"
+#include "bench/gpu/staged_run.h"
 #include "catalog/case.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -108,6 +112,10 @@ struct Flags {
   int reserved_sms = 0;                      // CudaDataOps::Options::reserved_sms
   int early_local_rounds = exec::ExecutorOptions().early_local_rounds;
   bool timeline = false;  // print each timed sync's device timeline
+  // Staged syncs (bench/gpu/staged_run.h): where receivers write, and
+  // whether every network bucket is checksummed on both sides.
+  v1::StagingMode staging = v1::STAGING_IN_PLACE;
+  bool checksums = false;
 };
 
 CaseParams ParamsOf(const Flags& f) {
@@ -196,6 +204,31 @@ absl::Status SetUpDirectWrites(const Case& c, int worker, const Slab& dst,
     out.direct.expected_ready_tokens[peer] = peer + 1;
   }
   out.direct.ready_token = worker + 1;
+  return absl::OkStatus();
+}
+
+// With --staging or --checksums: one line per worker (the run, the commit,
+// the shadow) and, on worker 0, the bucket checksums compared.
+absl::Status ReportStaged(const Flags& f, const Case& c, int worker, transport::KvStore& store,
+                          const std::string& tag, const StagedPart& staged,
+                          const std::vector<double>& runs, const std::vector<double>& commits,
+                          const exec::SyncStats& last) {
+  if (f.staging == v1::STAGING_IN_PLACE && !f.checksums) return absl::OkStatus();
+  int verified = -1;
+  if (f.checksums) {
+    RETURN_IF_ERROR(PublishChecksums(store, tag, worker, last.checksums));
+    if (worker == 0) {
+      ASSIGN_OR_RETURN(verified, CompareChecksums(store, tag, c.workers, c.plan));
+    }
+  }
+  const agent::ShadowSet* sh = staged.shadows.get();
+  Result(absl::StrFormat(
+      R"({"bench":"wsync_staged","model":"%s","mode":"%s","worker":%d,"staging":"%s","checksums":%d,"stages":%d,"iters":%d,"run_median_s":%.6f,"commit_median_s":%.6f,"commit_max_s":%.6f,"pause_median_s":%.6f,"shadow_bytes":%d,"commit_bytes":%d,"checksums_taken":%d,"buckets_verified":%d})",
+      f.model, c.mode, worker, StagingModeName(f.staging), f.checksums ? 1 : 0,
+      sh != nullptr ? 1 : 0, f.iters, Median(runs), commits.empty() ? 0.0 : Median(commits),
+      commits.empty() ? 0.0 : *std::max_element(commits.begin(), commits.end()),
+      sh != nullptr ? Median(commits) : Median(runs), sh != nullptr ? sh->bytes() : 0,
+      sh != nullptr ? sh->commit_bytes() : 0, last.checksums.size(), verified));
   return absl::OkStatus();
 }
 
@@ -295,7 +328,10 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
     plan::MarkPeerWrites(direct.pairs, &*rank_plan);
   }
   if (auto s = probe("peer_slab_opened"); !s.ok()) return Fail("probe", s);
-  auto bound = exec::BindPlan(*rank_plan, worker, registry, transport::MemorySpace::kCuda,
+  auto staged = PrepareStaging(f.staging, *rank_plan, worker, backend->get(), registry);
+  if (!staged.ok()) return Fail("staging", staged.status());
+  const exec::BufferRegistry& bind_to = *staged->registry;
+  auto bound = exec::BindPlan(*rank_plan, worker, bind_to, transport::MemorySpace::kCuda,
                               f.direct ? &direct.direct : nullptr);
   if (!bound.ok()) return Fail("bind", bound.status());
   if (!f.diagnose_drop.empty()) {
@@ -333,9 +369,21 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   }
   if (!spin || f.diagnose_barrier == "nccl") diagnosis_barrier = barrier;
   if (auto s = probe("nccl_barrier_run"); !s.ok()) return Fail("probe", s);
+  // A staged run ends with its commit (shadows -> live): the receiver's pause.
+  std::vector<double> commit_times;
+  auto commit = [&]() -> absl::Status {
+    if (staged->shadows == nullptr) return absl::OkStatus();
+    const double tc = Now();
+    RETURN_IF_ERROR(staged->shadows->Commit());
+    commit_times.push_back(Now() - tc);
+    return absl::OkStatus();
+  };
+  executor.set_checksums(f.checksums);
   t0 = Now();
-  auto first = executor.Run(**bound, registry.generation(), absl::Now() + absl::Seconds(120));
+  auto first = executor.Run(**bound, bind_to.generation(), absl::Now() + absl::Seconds(120));
   if (!first.ok()) return Fail("first sync", first.status());
+  if (auto s = commit(); !s.ok()) return Fail("first commit", s);
+  commit_times.clear();
   const double first_run_s = Now() - t0;
   if (auto s = probe("first_sync_done"); !s.ok()) return Fail("probe", s);
   if (f.diagnose_raw_puts) {
@@ -364,9 +412,10 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       if (auto s = timeline->Begin(ops->stream()); !s.ok()) return Fail("timeline", s);
     }
     t0 = Now();
-    auto st = executor.Run(**bound, registry.generation(), absl::Now() + absl::Seconds(120));
+    auto st = executor.Run(**bound, bind_to.generation(), absl::Now() + absl::Seconds(120));
     if (!st.ok()) return Fail("sync", st.status());
     times.push_back(Now() - t0);
+    if (auto s = commit(); !s.ok()) return Fail("commit", s);
     last = *st;
     if (timeline != nullptr) {
       auto marks = timeline->Collect();
@@ -408,6 +457,10 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       last.token_seconds, last.ready_token_seconds, last.local_wait_seconds, finish,
       f.put_copy_engine_kib, f.put_blocks_per_sm, f.put_copy_streams, writer->copy_engine_copies(),
       Median(barrier_times)));
+  if (auto s = ReportStaged(f, c, worker, store, tag, *staged, times, commit_times, last);
+      !s.ok()) {
+    return Fail("staged", s);
+  }
   if (worker == 0) {
     unsigned long long s_total = 0, d_total = 0;
     for (int w = 0; w < c.workers; ++w) {
@@ -547,6 +600,12 @@ int main(int argc, char** argv) {
       f.put_blocks_per_sm = std::stoi(v);
     else if (k == "--put-copy-streams")
       f.put_copy_streams = std::stoi(v);
+    else if (k == "--staging") {
+      auto mode = ParseStagingMode(v);
+      if (!mode.ok()) return Fail("flags", mode.status());
+      f.staging = *mode;
+    } else if (k == "--checksums")
+      f.checksums = v != "0";
     else {
       spdlog::error("unknown flag {}", k);
       return 2;
@@ -554,6 +613,11 @@ int main(int argc, char** argv) {
   }
   if (!f.spec_file.empty()) f.model = f.spec_file;  // names the case in the results
   if (!f.dump_shapes.empty()) return DumpShapes(f);
+  if (f.direct && (f.staging != wsync::v1::STAGING_IN_PLACE || f.checksums)) {
+    // As wsync-worker: peers would write the live tensors, unhashed.
+    spdlog::error("--staging / --checksums need --direct 0");
+    return 2;
+  }
   int rc = 0;
   for (const std::string& mode : f.modes) {
     auto c = MakeCase(ParamsOf(f), mode);

@@ -1,5 +1,6 @@
 #include "common/chunk_hash.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <vector>
@@ -9,15 +10,14 @@
 namespace wsync::chunk_hash {
 namespace {
 
-// The definition, word by word through ChunkHash (the form the GPU kernel
-// runs), against Hash's fast path.
+// The definition, byte by byte (the form the GPU's unaligned path runs),
+// against Hash's word reads.
 uint64_t Reference(const std::vector<unsigned char>& v) {
   uint64_t sum = 0;
-  int64_t index = 0;
   const int64_t n = static_cast<int64_t>(v.size());
-  for (int64_t off = 0; off < n; off += kChunkBytes, ++index) {
-    const int64_t len = n - off < kChunkBytes ? n - off : kChunkBytes;
-    sum += ChunkTerm(ChunkHash(v.data() + off, len, index), index);
+  for (int64_t k = 0; 8 * k < n; ++k) {
+    const int64_t len = n - 8 * k < 8 ? n - 8 * k : 8;
+    sum += Term(TailWord(v.data() + 8 * k, len), k);
   }
   return Finish(sum, n);
 }
@@ -42,14 +42,14 @@ TEST(ChunkHashTest, FastPathEqualsTheDefinitionAtEverySizeClass) {
 TEST(ChunkHashTest, EveryFlippedBitAndEverySwapChangesTheHash) {
   auto v = Bytes(9000, 7);
   const uint64_t h = Hash(v.data(), 9000);
-  for (size_t i : {size_t{0}, size_t{4095}, size_t{4096}, size_t{8999}}) {
+  for (size_t i : {size_t{0}, size_t{7}, size_t{4095}, size_t{4096}, size_t{8999}}) {
     for (int bit = 0; bit < 8; ++bit) {
       v[i] ^= static_cast<unsigned char>(1u << bit);
       EXPECT_NE(Hash(v.data(), 9000), h) << "byte " << i << " bit " << bit;
       v[i] ^= static_cast<unsigned char>(1u << bit);
     }
   }
-  // Two whole chunks swapped: the sum alone would not see it, the chunk
+  // Two 4 KiB halves swapped: the sum alone would not see it, the word
   // index in each term does.
   std::vector<unsigned char> swapped(v.begin() + 4096, v.begin() + 8192);
   swapped.insert(swapped.end(), v.begin(), v.begin() + 4096);
@@ -58,6 +58,11 @@ TEST(ChunkHashTest, EveryFlippedBitAndEverySwapChangesTheHash) {
   // Trailing zeros are not free: the length is part of the hash.
   std::vector<unsigned char> zeros(16, 0);
   EXPECT_NE(Hash(zeros.data(), 15), Hash(zeros.data(), 16));
+  // Two adjacent words exchanged.
+  auto w = Bytes(64, 3);
+  auto x = w;
+  std::swap_ranges(x.begin(), x.begin() + 8, x.begin() + 8);
+  EXPECT_NE(Hash(w.data(), 64), Hash(x.data(), 64));
 }
 
 TEST(ChunkHashTest, DistinctInputsGiveDistinctHashes) {

@@ -98,6 +98,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   const bool direct = !plan.direct_write_to.empty() || !plan.direct_written_by.empty();
   RETURN_IF_ERROR(CheckRunnable(plan, registry_generation, direct));
   RETURN_IF_ERROR(PrepareStaging(plan));
+  RETURN_IF_ERROR(ResetHashes(plan));
   unwaited_round_ = -1;
   SyncState sync(plan, deadline, progress);
   // With direct writes the sync waits for its local work once, after the
@@ -141,6 +142,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     sync.p.round_index = Progress::kDirectWrites;
     if (progress) progress(sync.p);
   }
+  RETURN_IF_ERROR(CollectHashes(sync.stats));
   sync.stats.seconds = Seconds(start);
   return std::move(sync.stats);
 }

@@ -205,10 +205,13 @@ class Executor {
   absl::Status Transfer(const BoundPlan& plan, const BoundRound& round, uint8_t* staging,
                         absl::Time deadline, const std::function<void()>& on_posted,
                         RoundStats& rs);
-  // With checksums_: hashes `list` (round's sends or receives) into sync.
+  // With checksums_: queues the hash of every bucket of `list` (a round's
+  // sends or receives) on the data ops (DataOps::QueueChecksum), one slot
+  // each; CollectHashes fills sync.checksums once the run's work is done.
   absl::Status HashBuckets(const BoundPlan& plan, const BoundRound& round,
-                           const std::vector<BoundTransfer>& list, uint8_t* staging, bool sent,
-                           SyncStats& sync);
+                           const std::vector<BoundTransfer>& list, uint8_t* staging, bool sent);
+  absl::Status ResetHashes(const BoundPlan& plan);
+  absl::Status CollectHashes(SyncStats& sync);
   // Staging of round j in the current allocation.
   uint8_t* StagingOf(size_t j) const;
   // Waits for every data op issued so far; an error names `where` and the
@@ -255,6 +258,7 @@ class Executor {
   // The last round leaves its wait to Run (direct writes).
   bool hold_last_wait_ = false;
   bool checksums_ = false;
+  std::vector<BucketChecksum> queued_hashes_;  // by slot: bucket and side, hash unset
   std::atomic<int64_t> current_staging_{0};
   std::atomic<int64_t> allocated_staging_{0};
   std::atomic<bool> aborted_{false};

@@ -164,18 +164,44 @@ absl::Status Executor::WaitForDataOps(const std::string& where) {
 
 absl::Status Executor::HashBuckets(const BoundPlan& plan, const BoundRound& round,
                                    const std::vector<BoundTransfer>& list, uint8_t* staging,
-                                   bool sent, SyncStats& sync) {
+                                   bool sent) {
   if (!checksums_) return absl::OkStatus();
   for (const BoundTransfer& t : list) {
     const void* data = t.zero_copy ? t.direct : staging + t.staging_offset;
-    auto h = ops_->Checksum(data, t.bytes);
-    if (!h.ok()) {
-      return absl::Status(
-          h.status().code(),
-          absl::StrCat(RoundWhere(plan, round), ": checksum of ", sent ? "sent" : "received",
-                       " bucket ", t.bucket, " (peer ", t.peer, "): ", h.status().message()));
+    const int64_t slot = static_cast<int64_t>(queued_hashes_.size());
+    queued_hashes_.push_back(BucketChecksum{t.bucket, 0, sent});
+    if (absl::Status s = ops_->QueueChecksum(data, t.bytes, slot); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(RoundWhere(plan, round), ": checksum of ",
+                                                 sent ? "sent" : "received", " bucket ", t.bucket,
+                                                 " (peer ", t.peer, "): ", s.message()));
     }
-    sync.checksums.push_back(BucketChecksum{t.bucket, *h, sent});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::ResetHashes(const BoundPlan& plan) {
+  queued_hashes_.clear();
+  if (!checksums_) return absl::OkStatus();
+  int64_t slots = 0;
+  for (const BoundRound& r : plan.rounds) {
+    slots += static_cast<int64_t>(r.sends.size() + r.recvs.size());
+  }
+  queued_hashes_.reserve(static_cast<size_t>(slots));
+  return Wrap(ops_->ResetChecksums(slots), "bucket checksums");
+}
+
+absl::Status Executor::CollectHashes(SyncStats& sync) {
+  if (!checksums_) return absl::OkStatus();
+  auto hashes = ops_->CollectChecksums();
+  if (!hashes.ok()) return Wrap(hashes.status(), "bucket checksums");
+  if (hashes->size() < queued_hashes_.size()) {
+    return absl::InternalError(absl::StrCat("bucket checksums: ", hashes->size(), " collected for ",
+                                            queued_hashes_.size(), " queued"));
+  }
+  for (size_t i = 0; i < queued_hashes_.size(); ++i) {
+    BucketChecksum c = queued_hashes_[i];
+    c.hash = (*hashes)[i];
+    sync.checksums.push_back(c);
   }
   return absl::OkStatus();
 }
@@ -233,8 +259,6 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, absl::Time dead
     unwaited_round_ = round.index;
   }
   rs.pack_seconds = Seconds(t);
-  // Packed and waited for: what goes on the wire is in staging now.
-  if (transfers) RETURN_IF_ERROR(HashBuckets(plan, round, round.sends, staging, true, sync));
 
   // The other set holds the previous round's received bytes until its
   // unpack ran, then the next round's packed bytes (in that order).
@@ -258,6 +282,10 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, absl::Time dead
   auto on_posted = [&]() {
     posted = true;
     overlap_status = [&]() -> absl::Status {
+      // What goes on the wire sits in staging (packed and waited for) and
+      // stays there until the next pack into this set, queued after this:
+      // the hash reads it beside the transport.
+      RETURN_IF_ERROR(HashBuckets(plan, round, round.sends, staging, true));
       if (prev_deferred) RETURN_IF_ERROR(IssueAfterTransfer(plan, i - 1, StagingOf(i - 1), rs));
       if (local_early) {
         RETURN_IF_ERROR(CheckAborted(plan, round, "copy"));
@@ -287,7 +315,7 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, absl::Time dead
   RETURN_IF_ERROR(overlap_status);
   // Received and not unpacked yet (this round's unpack is issued below or
   // by the next round): staging holds the wire bytes.
-  if (transfers) RETURN_IF_ERROR(HashBuckets(plan, round, round.recvs, staging, false, sync));
+  if (transfers) RETURN_IF_ERROR(HashBuckets(plan, round, round.recvs, staging, false));
   rs.transfer_seconds = Seconds(t);
 
   if (pipeline && sched.finish_async && i + 1 < plan.rounds.size()) {

@@ -178,4 +178,26 @@ int64_t ErrorItemIndex(const absl::Status& s) {
   return (end == text.c_str() || *end != '\0' || v < 0) ? -1 : static_cast<int64_t>(v);
 }
 
+absl::Status DataOps::ResetChecksums(int64_t slots) {
+  if (slots < 0) return absl::InvalidArgumentError(absl::StrCat("negative checksum slots ", slots));
+  checksum_slots_.assign(static_cast<size_t>(slots), chunk_hash::Hash(nullptr, 0));
+  return absl::OkStatus();
+}
+
+absl::Status DataOps::QueueChecksum(const void* data, int64_t bytes, int64_t slot) {
+  if (slot < 0 || slot >= static_cast<int64_t>(checksum_slots_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checksum slot ", slot, " of ", checksum_slots_.size(), " (ResetChecksums)"));
+  }
+  auto h = Checksum(data, bytes);
+  if (!h.ok()) return h.status();
+  checksum_slots_[static_cast<size_t>(slot)] = *h;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint64_t>> DataOps::CollectChecksums() {
+  if (absl::Status s = Synchronize(); !s.ok()) return s;
+  return checksum_slots_;
+}
+
 }  // namespace wsync::exec

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -232,6 +233,16 @@ class DataOps {
   // (memory of this space), once every call issued so far finished. The
   // default synchronizes and hashes on the CPU: host memory only.
   virtual absl::StatusOr<uint64_t> Checksum(const void* data, int64_t bytes);
+  // The same hash, queued: ResetChecksums(n) makes slots 0..n-1 empty;
+  // QueueChecksum hashes `bytes` at `data` into `slot` in the order of the
+  // calls above (on a device: behind the work already queued, without
+  // waiting; the memory must stay unchanged until it ran); CollectChecksums
+  // waits for everything issued and returns each slot's hash (a slot never
+  // queued hashes 0 bytes). The default hashes at once on the CPU (host
+  // memory only). INVALID_ARGUMENT for a slot out of range.
+  virtual absl::Status ResetChecksums(int64_t slots);
+  virtual absl::Status QueueChecksum(const void* data, int64_t bytes, int64_t slot);
+  virtual absl::StatusOr<std::vector<uint64_t>> CollectChecksums();
   // Shadow copies of staged syncs (docs/staging.md): `bytes` (>= 0) of host
   // memory the calls above can read and write (pinned on a device), freed
   // when the buffer goes. The default: AllocateStaging on host ops,
@@ -248,6 +259,7 @@ class DataOps {
 
  private:
   uint64_t next_handle_ = 0;
+  std::vector<uint64_t> checksum_slots_;  // the default Queue/CollectChecksums
 };
 
 }  // namespace wsync::exec

@@ -38,7 +38,10 @@
 # Results in $OUT (default ./gpu-out): proof_<stage>.log, <stage>/proof0.jsonl
 # (one record per model and version), <stage>/spec_*.json, bench_*.log,
 # timing.txt, export_*.log, the services' logs. Exit status 0 only if every
-# check held. WSYNC_PROOF_VERSIONS (default 3), WSYNC_PROOF_MODELS.
+# check held. WSYNC_PROOF_VERSIONS (default 3), WSYNC_PROOF_MODELS;
+# WSYNC_PROOF_STAGING=host_shadow|device_shadow defines staged transfers with
+# checksums (docs/staging.md): every version then goes through the shadows, the
+# CUDA bucket checksums and the two-phase commit, and is checked bit for bit.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/gpu-out}

@@ -272,8 +272,12 @@ def run_model(args, roles, model, device, services, client, out):
     if RANK == 0:
         client.wait_for_workers({"trainer": len(roles.trainers),
                                  "inference": len(roles.receivers)}, timeout=60, buffers=True)
+        # WSYNC_PROOF_STAGING: staged syncs (docs/staging.md) through the
+        # real workers: shadows, the CUDA checksums, the two-phase commit.
+        staging = os.environ.get("WSYNC_PROOF_STAGING") or None
         client.define_transfer(model, spec, source_group="trainer",
-                               destination_group="inference")
+                               destination_group="inference", staging=staging,
+                               checksums=True if staging else None)
         tag = f"{model}_{size}_{roles.placement}"
         with open(os.path.join(args.out, f"spec_{tag}.json"), "w") as f:
             f.write(json_format.MessageToJson(roles.bench_spec(spec)))
@@ -320,6 +324,10 @@ def run_model(args, roles, model, device, services, client, out):
                        max_run_s=round(status.max_run_seconds, 6),
                        max_report_s=round(status.max_report_seconds, 6),
                        bytes=status.bytes_total, direct_pairs=status.direct_pairs,
+                       staging=lpb_staging_name(status.staging),
+                       max_commit_s=round(status.max_commit_seconds, 6),
+                       buckets_verified=status.buckets_verified,
+                       uncommitted=list(status.uncommitted),
                        gbps=round(status.bytes_total / max(t1 - t0, 1e-9) / 1e9, 3))
             times.append((t1 - t0, t1 - t_step))
         dist.barrier(group=HOST.group)
@@ -346,6 +354,11 @@ def run_model(args, roles, model, device, services, client, out):
         ok = False
     dist.barrier(group=HOST.group)
     return ok
+
+
+def lpb_staging_name(mode):
+    """SyncStatus.staging as the name define_transfer takes."""
+    return {0: "in_place", 1: "host_shadow", 2: "device_shadow"}.get(int(mode), str(mode))
 
 
 _GRPCIO_CLIENTS = {}

@@ -1,10 +1,9 @@
-// The GPU twin of common/chunk_hash.h: one thread per 4 KiB chunk computes
-// the chunk's term (the same ChunkHash / ChunkTerm code, compiled for the
-// device), terms are summed mod 2^64 per block and then atomically into
-// *sum. The caller finishes with chunk_hash::Finish(sum, bytes), so the
-// result equals chunk_hash::Hash on the host bit for bit.
-// UNTESTED ON A GPU (written without one): tests/gpu/checksum_kernel_test.cc
-// compares it with the host hash; run it with scripts/gpu_run.sh.
+// The GPU twin of common/chunk_hash.h: a grid-stride loop over the range's
+// 8-byte words (consecutive threads read consecutive words: coalesced), each
+// thread summing Term(w, k) of its words, warps and blocks reducing, one
+// atomicAdd per block into *sum (mod 2^64, as on the host). The caller
+// finishes with chunk_hash::Finish(sum, bytes), equal to chunk_hash::Hash on
+// the host bit for bit (tests/gpu/checksum_kernel_test.cc).
 #ifndef WSYNC_WORKER_BACKENDS_CUDA_CHECKSUM_KERNEL_H_
 #define WSYNC_WORKER_BACKENDS_CUDA_CHECKSUM_KERNEL_H_
 
@@ -14,10 +13,11 @@
 
 namespace wsync::cuda {
 
-// `data`: `bytes` bytes of device (or mapped pinned) memory; `sum`: one
-// device uint64 the kernel adds into (zero it first, on `stream`).
+// `data`: `bytes` bytes of device (or mapped pinned) memory, any alignment;
+// `sum`: one device uint64 the kernel adds into (zero it first, on `stream`).
+// `max_blocks` bounds the grid (0: one block per 256 threads' words).
 cudaError_t LaunchChunkHashSum(const void* data, int64_t bytes, unsigned long long* sum,
-                               cudaStream_t stream);
+                               cudaStream_t stream, int max_blocks = 0);
 
 }  // namespace wsync::cuda
 

@@ -88,6 +88,9 @@ class CudaDataOps : public exec::DataOps {
   // The GPU twin of chunk_hash::Hash (checksum_kernel.h), after the queued
   // calls; waits for the result. Untested on a GPU (see that header).
   absl::StatusOr<uint64_t> Checksum(const void* data, int64_t bytes) override;
+  absl::Status ResetChecksums(int64_t slots) override;
+  absl::Status QueueChecksum(const void* data, int64_t bytes, int64_t slot) override;
+  absl::StatusOr<std::vector<uint64_t>> CollectChecksums() override;
   // Mapped, portable pinned host memory (cudaHostAlloc): the kernels reach
   // it through unified addressing. Untested on a GPU.
   absl::StatusOr<exec::StagingBuffer> AllocateHostShadow(int64_t bytes) override;
@@ -173,7 +176,14 @@ class CudaDataOps : public exec::DataOps {
   int64_t cache_device_bytes_ = 0;
   int64_t cache_hits_ = 0;
   DeviceBuffer quant_regions_;
+  int MaxHashBlocks();
   DeviceBuffer checksum_sum_;  // one uint64 (Checksum)
+  // Queued checksums: one uint64 sum per slot on the device, each slot's
+  // byte count on the host (Finish needs it).
+  DeviceBuffer checksum_slots_;
+  int64_t checksum_slot_capacity_ = 0;
+  std::vector<int64_t> checksum_slot_bytes_;
+  int checksum_max_blocks_ = 0;  // 4 per SM: the hash shares the SMs
 };
 
 // Splits the dims of two views of equal element count (each enumerated

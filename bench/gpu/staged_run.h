@@ -1,0 +1,63 @@
+// Staged syncs in the data-plane bench (docs/staging.md). A receiver's part
+// binds to shadow copies of its destination buffers (agent::ShadowSet, as
+// wsync-worker does); the executor fills them while the live buffers keep
+// their bytes; the commit then copies the written views in. The commit is the
+// pause an inference engine sees; in place, the whole run is.
+//
+// Bucket checksums (Executor::set_checksums) are published per worker through
+// the bench's key-value store and compared on worker 0, bucket by bucket, as
+// the controller compares them before a commit.
+#ifndef WSYNC_BENCH_GPU_STAGED_RUN_H_
+#define WSYNC_BENCH_GPU_STAGED_RUN_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/agent/shadow_set.h"
+#include "worker/exec/buffer_registry.h"
+#include "worker/exec/executor.h"
+#include "worker/plane/backend.h"
+#include "worker/plane/kv_store.h"
+#include "wsync/v1/layout.pb.h"
+#include "wsync/v1/plan.pb.h"
+
+namespace wsync::bench {
+
+// "in_place", "host_shadow" or "device_shadow".
+absl::StatusOr<v1::StagingMode> ParseStagingMode(const std::string& name);
+const char* StagingModeName(v1::StagingMode mode);
+
+// One worker's binding target for a staged (or in-place) run.
+struct StagedPart {
+  // Null when the part writes in place: the mode is in place, or the
+  // worker writes nothing (a sender only).
+  std::unique_ptr<agent::ShadowSet> shadows;
+  // What the part binds to: `live`, or live with the shadows in place of
+  // the destination buffers. Points into `shadows` or at the caller's `live`.
+  const exec::BufferRegistry* registry = nullptr;
+};
+
+// Shadows of `worker`'s written destination buffers of `rank_plan` in
+// `mode`, allocated and filled from `live` (no budget).
+absl::StatusOr<StagedPart> PrepareStaging(v1::StagingMode mode, const v1::Plan& rank_plan,
+                                          int worker, plane::Backend* backend,
+                                          const exec::BufferRegistry& live);
+
+// Publishes `checksums` of `worker` under `tag`.
+absl::Status PublishChecksums(transport::KvStore& store, const std::string& tag, int worker,
+                              const std::vector<exec::BucketChecksum>& checksums);
+
+// Reads every worker's published checksums and compares each network bucket
+// of `plan` (sender != receiver): exactly one hash from its sender and one
+// from its receiver, equal. Returns the buckets compared; DATA_LOSS naming
+// the bucket, its sender and receiver on a mismatch, FAILED_PRECONDITION for
+// one missing or doubled.
+absl::StatusOr<int> CompareChecksums(transport::KvStore& store, const std::string& tag, int workers,
+                                     const v1::Plan& plan);
+
+}  // namespace wsync::bench
+
+#endif  // WSYNC_BENCH_GPU_STAGED_RUN_H_

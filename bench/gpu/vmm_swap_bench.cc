@@ -1,0 +1,176 @@
+// What a pointer-stable commit would cost (issue 20, item 3: "the commit
+// itself is a local copy, or pointer-stable swap where the owner allows").
+// One cuMem allocation per destination tensor of a catalog case's receiver
+// (as vLLM's sleep-mode allocator makes them), each with a shadow
+// allocation of the same size; then, in one process on one GPU:
+//   copy:  the copy commit, shadow -> live, every tensor (cudaMemcpyAsync);
+//   swap:  exchange the physical memory behind the live and the shadow
+//          addresses (cuMemUnmap both, cuMemMap crossed, cuMemSetAccess both);
+//          neither address changes, so captured CUDA graphs stay valid.
+// With --arena 1 every tensor lives in one allocation (an owner that puts
+// its weights in one cuMem arena): one swap for all of them.
+// Checks that after a swap the live address reads the shadow's bytes.
+//
+//   wsync_bench_vmm_swap --model llama3-8b [--mode tp1] [--worker 1] [--iters 5] [--arena 0]
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "bench/gpu/bench_cases.h"
+#include "bench/gpu/bench_util.h"
+#include "bench/gpu/slabs.h"
+#include "common/logging.h"
+#include "worker/backends/cuda/driver_api.h"
+
+namespace wsync::bench {
+namespace {
+
+struct Mapping {
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle handle = 0;
+  size_t bytes = 0;
+};
+
+int Check(CUresult r, const char* what) {
+  if (r == CUDA_SUCCESS) return 0;
+  std::fprintf(stderr, "%s: %s\n", what, cuda::DriverErrorText(r).c_str());
+  std::exit(3);
+}
+
+Mapping MapNew(const cuda::DriverApi& api, const CUmemAllocationProp& prop,
+               const CUmemAccessDesc& access, size_t bytes) {
+  Mapping m;
+  m.bytes = bytes;
+  Check(api.cuMemCreate(&m.handle, bytes, &prop, 0), "cuMemCreate");
+  Check(api.cuMemAddressReserve(&m.va, bytes, 0, 0, 0), "cuMemAddressReserve");
+  Check(api.cuMemMap(m.va, bytes, 0, m.handle, 0), "cuMemMap");
+  Check(api.cuMemSetAccess(m.va, bytes, &access, 1), "cuMemSetAccess");
+  return m;
+}
+
+// Live and shadow trade their physical memory; both addresses stay.
+void Swap(const cuda::DriverApi& api, const CUmemAccessDesc& access, Mapping& live,
+          Mapping& shadow) {
+  Check(api.cuMemUnmap(live.va, live.bytes), "cuMemUnmap live");
+  Check(api.cuMemUnmap(shadow.va, shadow.bytes), "cuMemUnmap shadow");
+  Check(api.cuMemMap(live.va, live.bytes, 0, shadow.handle, 0), "cuMemMap live");
+  Check(api.cuMemMap(shadow.va, shadow.bytes, 0, live.handle, 0), "cuMemMap shadow");
+  Check(api.cuMemSetAccess(live.va, live.bytes, &access, 1), "cuMemSetAccess live");
+  Check(api.cuMemSetAccess(shadow.va, shadow.bytes, &access, 1), "cuMemSetAccess shadow");
+  std::swap(live.handle, shadow.handle);
+}
+
+int Run(const std::string& model, const std::string& mode, int worker, int iters, bool arena) {
+  CaseParams params;
+  params.model = model;
+  auto c = MakeCase(params, mode);
+  if (!c.ok()) return std::fprintf(stderr, "%s\n", c.status().ToString().c_str()), 2;
+  auto need = BuffersOf(c->spec.destination(), plan::SideRole::kDestination, worker);
+  if (!need.ok()) return std::fprintf(stderr, "%s\n", need.status().ToString().c_str()), 2;
+  auto api_or = cuda::GetDriverApi();
+  if (!api_or.ok()) return std::fprintf(stderr, "%s\n", api_or.status().ToString().c_str()), 2;
+  const cuda::DriverApi& api = **api_or;
+  cudaSetDevice(0);
+  cudaFree(nullptr);
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  size_t gran = 0;
+  Check(api.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+        "granularity");
+  CUmemAccessDesc access = {};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  std::vector<Mapping> live, shadow;
+  int64_t bytes = 0;
+  std::vector<size_t> sizes;
+  for (const auto& [name, n] : *need) {
+    sizes.push_back((static_cast<size_t>(n.bytes) + gran - 1) / gran * gran);
+    bytes += n.bytes;
+  }
+  if (arena) {
+    size_t total = 0;
+    for (size_t s : sizes) total += s;
+    sizes = {total};
+  }
+  for (size_t size : sizes) {
+    live.push_back(MapNew(api, prop, access, size));
+    shadow.push_back(MapNew(api, prop, access, size));
+    cudaMemset(reinterpret_cast<void*>(live.back().va), 1, size);
+    cudaMemset(reinterpret_cast<void*>(shadow.back().va), 2, size);
+  }
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  cudaDeviceSynchronize();
+  std::vector<double> copy_s, swap_s;
+  for (int i = 0; i < iters; ++i) {
+    double t0 = Now();
+    for (size_t k = 0; k < live.size(); ++k) {
+      cudaMemcpyAsync(reinterpret_cast<void*>(live[k].va),
+                      reinterpret_cast<const void*>(shadow[k].va), live[k].bytes,
+                      cudaMemcpyDeviceToDevice, stream);
+    }
+    cudaStreamSynchronize(stream);
+    copy_s.push_back(Now() - t0);
+  }
+  // Re-mark so the swap check is meaningful: live 1, shadow 2.
+  for (size_t k = 0; k < live.size(); ++k) {
+    cudaMemset(reinterpret_cast<void*>(live[k].va), 1, live[k].bytes);
+    cudaMemset(reinterpret_cast<void*>(shadow[k].va), 2, shadow[k].bytes);
+  }
+  cudaDeviceSynchronize();
+  int bad = 0;
+  for (int i = 0; i < iters; ++i) {
+    double t0 = Now();
+    cudaDeviceSynchronize();  // nothing may read the live memory while it is unmapped
+    for (size_t k = 0; k < live.size(); ++k) Swap(api, access, live[k], shadow[k]);
+    swap_s.push_back(Now() - t0);
+    unsigned char first = 0, last = 0;
+    const unsigned char want = i % 2 == 0 ? 2 : 1;
+    for (size_t k = 0; k < live.size(); ++k) {
+      cudaMemcpy(&first, reinterpret_cast<void*>(live[k].va), 1, cudaMemcpyDeviceToHost);
+      cudaMemcpy(&last, reinterpret_cast<void*>(live[k].va + live[k].bytes - 1), 1,
+                 cudaMemcpyDeviceToHost);
+      if (first != want || last != want) ++bad;
+    }
+  }
+  Result(absl::StrFormat(
+      R"({"bench":"wsync_vmm_swap","model":"%s","mode":"%s","worker":%d,"arena":%d,"mappings":%d,"tensors":%d,"bytes":%d,"granularity":%d,"iters":%d,"copy_median_s":%.6f,"swap_median_s":%.6f,"swap_per_mapping_us":%.2f,"copy_gbps":%.1f,"swap_checks_failed":%d})",
+      model, mode, worker, arena ? 1 : 0, live.size(), need->size(), bytes, gran, iters,
+      Median(copy_s), Median(swap_s), 1e6 * Median(swap_s) / std::max<size_t>(1, live.size()),
+      bytes / Median(copy_s) / 1e9, bad));
+  return bad == 0 ? 0 : 6;
+}
+
+}  // namespace
+}  // namespace wsync::bench
+
+int main(int argc, char** argv) {
+  wsync::InitLogging("wsync_bench_vmm_swap");
+  std::string model = "llama3-8b", mode = "tp1";
+  int worker = 1, iters = 5;
+  bool arena = false;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--model")
+      model = v;
+    else if (k == "--mode")
+      mode = v;
+    else if (k == "--worker")
+      worker = std::stoi(v);
+    else if (k == "--iters")
+      iters = std::stoi(v);
+    else if (k == "--arena")
+      arena = v != "0";
+    else
+      return std::fprintf(stderr, "unknown flag %s\n", k.c_str()), 2;
+  }
+  return wsync::bench::Run(model, mode, worker, iters, arena);
+}

@@ -133,6 +133,10 @@ absl::Status Executor::IssueAfterTransfer(const BoundPlan& plan, size_t j, uint8
   const std::string where = RoundWhere(plan, round);
   RETURN_IF_ERROR(CheckAborted(plan, round, "unpack"));
   absl::Time t = absl::Now();
+  // Received bytes sit in staging (or, zero-copy, in place) until the
+  // unpack: hashed beside it, deferred with it when the round finishes
+  // during the next transfer.
+  RETURN_IF_ERROR(HashBuckets(plan, round, round.recvs, staging, false));
   if (!round.unpack.empty()) {
     RETURN_IF_ERROR(Wrap(ops_->Unpack(staging, round.unpack), absl::StrCat(where, ": unpack")));
   }
@@ -315,7 +319,6 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, absl::Time dead
   RETURN_IF_ERROR(overlap_status);
   // Received and not unpacked yet (this round's unpack is issued below or
   // by the next round): staging holds the wire bytes.
-  if (transfers) RETURN_IF_ERROR(HashBuckets(plan, round, round.recvs, staging, false));
   rs.transfer_seconds = Seconds(t);
 
   if (pipeline && sched.finish_async && i + 1 < plan.rounds.size()) {

@@ -148,6 +148,10 @@ absl::StatusOr<PipelineSchedule> BuildPipelineSchedule(const BoundPlan& plan,
 
     std::vector<Range> after_writes, after_reads;
     for (const UnpackItem& u : round.unpack) AddView(u.dst, after_writes);
+    // Bucket checksums (when on) read what arrived zero-copy after the transfer.
+    for (const BoundTransfer& t : round.recvs) {
+      if (t.zero_copy) AddRaw(t.direct, t.bytes, after_reads);
+    }
     for (const ReduceItem& item : rs.staged_reduces) {
       AddView(item.dst, after_writes);
       for (int32_t k = item.input_begin; k < item.input_begin + item.num_inputs; ++k) {

@@ -13,6 +13,7 @@
 #include <functional>
 #include <vector>
 
+#include "common/chunk_hash.h"
 #include "worker/backends/host/host_data_ops.h"
 #include "worker/backends/host/host_peer_writer.h"
 
@@ -53,6 +54,27 @@ class LazyDataOps : public DataOps, public PeerWriter {
     if (!queue_.empty()) ++drains_;
     return Drain(queue_);
   }
+  // Checksums queue like the rest: a hash queued before its bytes are final
+  // (or after they were reused) hashes the wrong bytes.
+  absl::Status ResetChecksums(int64_t slots) override {
+    sums_.assign(static_cast<size_t>(slots), chunk_hash::Hash(nullptr, 0));
+    return absl::OkStatus();
+  }
+  absl::Status QueueChecksum(const void* data, int64_t bytes, int64_t slot) override {
+    if (slot < 0 || slot >= static_cast<int64_t>(sums_.size())) {
+      return absl::InvalidArgumentError("checksum slot out of range");
+    }
+    ++checksums_queued_;
+    return Enqueue([this, data, bytes, slot] {
+      sums_[static_cast<size_t>(slot)] = chunk_hash::Hash(data, bytes);
+      return absl::OkStatus();
+    });
+  }
+  absl::StatusOr<std::vector<uint64_t>> CollectChecksums() override {
+    if (absl::Status s = Synchronize(); !s.ok()) return s;
+    return sums_;
+  }
+  int checksums_queued() const { return checksums_queued_; }
   // Puts queue apart, as on a device's put streams: Synchronize() leaves
   // them, Fence() runs only them.
   absl::Status Put(absl::Span<const CopyItem> items, ItemsHandle handle, bool alone) override {
@@ -97,6 +119,8 @@ class LazyDataOps : public DataOps, public PeerWriter {
   Queue queue_;
   Queue puts_;
   int drains_ = 0;
+  std::vector<uint64_t> sums_;
+  int checksums_queued_ = 0;
 };
 
 }  // namespace wsync::exec::testing

@@ -61,6 +61,7 @@
 #include "bench/gpu/raw_puts.h"
 #include "bench/gpu/slabs.h"
 #include "bench/gpu/staged_run.h"
+#include "bench/gpu/sync_bench_flags.h"
 #include "catalog/case.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -80,55 +81,6 @@
 
 namespace wsync::bench {
 namespace {
-
-struct Flags {
-  std::string model = "llama3-8b";
-  std::vector<std::string> modes = {"tp1", "colocated"};
-  int iters = 5;
-  int pause_ms = 0;  // idle before each measured sync
-  int64_t bucket_mib = 256, staging_mib = 2048, zero_copy_mib = 32;
-  double nvlink_gbps = 368, bidir_gbps = 354, copy_gbps = 2071;
-  std::string dump_shapes;
-  std::string spec_file;            // --spec: mode "spec" syncs this TransferSpec (JSON)
-  bool measure_issue_keys = false;  // CPU only: time the data ops' cache keys per round
-  bool pipeline = true;             // ExecutorOptions::pipeline (0: the unpipelined baseline)
-  int blocks_per_sm = 8;            // CudaDataOps::Options::blocks_per_sm
-  // Direct writes for every eligible pair (controller/plan/routes.h):
-  // each worker maps its peers' destination slabs by CUDA IPC.
-  bool direct = false;
-  // Diagnosis only (checksums then fail): "local" drops every local copy,
-  // "puts" every direct write, to time the other part alone.
-  std::string diagnose_drop;
-  bool diagnose_raw_puts = false;  // also time the puts alone through the data ops
-  // Each slab's allocation is a multiple of this, as PyTorch's caching
-  // allocator rounds large segments to 2 MiB (see slabs.h); 0: 256 bytes.
-  int64_t slab_round_kib = 2048;
-  bool diagnose_ce_probes = false;           // time copy-engine peer writes at each set-up step
-  std::string diagnose_barrier = "spin";     // with probes: diagnoses meet on "spin" or "nccl"
-  int64_t put_copy_engine_kib = 4096;        // CudaDataOps::Options::put_copy_engine_min_bytes
-  int64_t put_copy_engine_row_bytes = 8192;  // ...::put_copy_engine_min_row_bytes
-  int put_blocks_per_sm = 1;                 // CudaDataOps::Options::put_blocks_per_sm
-  int put_copy_streams = 4;                  // CudaDataOps::Options::put_copy_streams
-  int reserved_sms = 0;                      // CudaDataOps::Options::reserved_sms
-  int early_local_rounds = exec::ExecutorOptions().early_local_rounds;
-  bool timeline = false;  // print each timed sync's device timeline
-  // Staged syncs (bench/gpu/staged_run.h): where receivers write, and
-  // whether every network bucket is checksummed on both sides.
-  v1::StagingMode staging = v1::STAGING_IN_PLACE;
-  bool checksums = false;
-};
-
-CaseParams ParamsOf(const Flags& f) {
-  CaseParams p;
-  p.model = f.model;
-  p.spec_file = f.spec_file;
-  p.bucket_mib = f.bucket_mib;
-  p.staging_mib = f.staging_mib;
-  p.zero_copy_mib = f.zero_copy_mib;
-  p.nvlink_gbps = f.nvlink_gbps;
-  p.copy_gbps = f.copy_gbps;
-  return p;
-}
 
 // One line per sync: each mark as label@device_ms/host_ms since the sync began
 // (device: when its stream got there; host: when it was issued).
@@ -542,75 +494,7 @@ int main(int argc, char** argv) {
   namespace plan = wsync::plan;
   namespace transport = wsync::transport;
   Flags f;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--model")
-      f.model = v;
-    else if (k == "--spec")
-      f.spec_file = v;
-    else if (k == "--mode")
-      f.modes = absl::StrSplit(v, ',');
-    else if (k == "--iters")
-      f.iters = std::stoi(v);
-    else if (k == "--pause-ms")
-      f.pause_ms = std::stoi(v);
-    else if (k == "--bucket-mib")
-      f.bucket_mib = std::stoll(v);
-    else if (k == "--staging-mib")
-      f.staging_mib = std::stoll(v);
-    else if (k == "--zero-copy-mib")
-      f.zero_copy_mib = std::stoll(v);
-    else if (k == "--nvlink-gbps")
-      f.nvlink_gbps = std::stod(v);
-    else if (k == "--bidir-gbps")
-      f.bidir_gbps = std::stod(v);
-    else if (k == "--copy-gbps")
-      f.copy_gbps = std::stod(v);
-    else if (k == "--dump-shapes")
-      f.dump_shapes = v;
-    else if (k == "--measure-issue-keys")
-      f.measure_issue_keys = v != "0";
-    else if (k == "--pipeline")
-      f.pipeline = v != "0";
-    else if (k == "--blocks-per-sm")
-      f.blocks_per_sm = std::stoi(v);
-    else if (k == "--direct")
-      f.direct = v != "0";
-    else if (k == "--diagnose-drop")
-      f.diagnose_drop = v;
-    else if (k == "--diagnose-raw-puts")
-      f.diagnose_raw_puts = v != "0";
-    else if (k == "--diagnose-ce-probes")
-      f.diagnose_ce_probes = v != "0";
-    else if (k == "--reserved-sms")
-      f.reserved_sms = std::stoi(v);
-    else if (k == "--early-local-rounds")
-      f.early_local_rounds = std::stoi(v);
-    else if (k == "--timeline")
-      f.timeline = std::stoi(v) != 0;
-    else if (k == "--slab-round-kib")
-      f.slab_round_kib = std::stoll(v);
-    else if (k == "--diagnose-barrier")
-      f.diagnose_barrier = v;
-    else if (k == "--put-copy-engine-kib")
-      f.put_copy_engine_kib = std::stoll(v);
-    else if (k == "--put-copy-engine-row-bytes")
-      f.put_copy_engine_row_bytes = std::stoll(v);
-    else if (k == "--put-blocks-per-sm")
-      f.put_blocks_per_sm = std::stoi(v);
-    else if (k == "--put-copy-streams")
-      f.put_copy_streams = std::stoi(v);
-    else if (k == "--staging") {
-      auto mode = ParseStagingMode(v);
-      if (!mode.ok()) return Fail("flags", mode.status());
-      f.staging = *mode;
-    } else if (k == "--checksums")
-      f.checksums = v != "0";
-    else {
-      spdlog::error("unknown flag {}", k);
-      return 2;
-    }
-  }
+  if (int rc = ParseFlags(argc, argv, &f); rc != 0) return rc;
   if (!f.spec_file.empty()) f.model = f.spec_file;  // names the case in the results
   if (!f.dump_shapes.empty()) return DumpShapes(f);
   if (f.direct && (f.staging != wsync::v1::STAGING_IN_PLACE || f.checksums)) {

@@ -1,0 +1,97 @@
+#include "bench/gpu/sync_bench_flags.h"
+
+#include "absl/strings/str_split.h"
+#include "bench/gpu/staged_run.h"
+#include "common/logging.h"
+
+namespace wsync::bench {
+
+CaseParams ParamsOf(const Flags& f) {
+  CaseParams p;
+  p.model = f.model;
+  p.spec_file = f.spec_file;
+  p.bucket_mib = f.bucket_mib;
+  p.staging_mib = f.staging_mib;
+  p.zero_copy_mib = f.zero_copy_mib;
+  p.nvlink_gbps = f.nvlink_gbps;
+  p.copy_gbps = f.copy_gbps;
+  return p;
+}
+
+int ParseFlags(int argc, char** argv, Flags* f) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--model")
+      f->model = v;
+    else if (k == "--spec")
+      f->spec_file = v;
+    else if (k == "--mode")
+      f->modes = absl::StrSplit(v, ',');
+    else if (k == "--iters")
+      f->iters = std::stoi(v);
+    else if (k == "--pause-ms")
+      f->pause_ms = std::stoi(v);
+    else if (k == "--bucket-mib")
+      f->bucket_mib = std::stoll(v);
+    else if (k == "--staging-mib")
+      f->staging_mib = std::stoll(v);
+    else if (k == "--zero-copy-mib")
+      f->zero_copy_mib = std::stoll(v);
+    else if (k == "--nvlink-gbps")
+      f->nvlink_gbps = std::stod(v);
+    else if (k == "--bidir-gbps")
+      f->bidir_gbps = std::stod(v);
+    else if (k == "--copy-gbps")
+      f->copy_gbps = std::stod(v);
+    else if (k == "--dump-shapes")
+      f->dump_shapes = v;
+    else if (k == "--measure-issue-keys")
+      f->measure_issue_keys = v != "0";
+    else if (k == "--pipeline")
+      f->pipeline = v != "0";
+    else if (k == "--blocks-per-sm")
+      f->blocks_per_sm = std::stoi(v);
+    else if (k == "--direct")
+      f->direct = v != "0";
+    else if (k == "--diagnose-drop")
+      f->diagnose_drop = v;
+    else if (k == "--diagnose-raw-puts")
+      f->diagnose_raw_puts = v != "0";
+    else if (k == "--diagnose-ce-probes")
+      f->diagnose_ce_probes = v != "0";
+    else if (k == "--reserved-sms")
+      f->reserved_sms = std::stoi(v);
+    else if (k == "--early-local-rounds")
+      f->early_local_rounds = std::stoi(v);
+    else if (k == "--timeline")
+      f->timeline = std::stoi(v) != 0;
+    else if (k == "--slab-round-kib")
+      f->slab_round_kib = std::stoll(v);
+    else if (k == "--diagnose-barrier")
+      f->diagnose_barrier = v;
+    else if (k == "--put-copy-engine-kib")
+      f->put_copy_engine_kib = std::stoll(v);
+    else if (k == "--put-copy-engine-row-bytes")
+      f->put_copy_engine_row_bytes = std::stoll(v);
+    else if (k == "--put-blocks-per-sm")
+      f->put_blocks_per_sm = std::stoi(v);
+    else if (k == "--put-copy-streams")
+      f->put_copy_streams = std::stoi(v);
+    else if (k == "--staging") {
+      auto mode = ParseStagingMode(v);
+      if (!mode.ok()) {
+        spdlog::error("{}", mode.status().ToString());
+        return 2;
+      }
+      f->staging = *mode;
+    } else if (k == "--checksums")
+      f->checksums = v != "0";
+    else {
+      spdlog::error("unknown flag {}", k);
+      return 2;
+    }
+  }
+  return 0;
+}
+
+}  // namespace wsync::bench

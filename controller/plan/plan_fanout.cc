@@ -8,9 +8,7 @@
 //  * a tensor fanned out to N destinations moved as whole-cell relay hops,
 //    one round each: the cell is cut into chunks (Cell::fan), each fed to a
 //    rotating root and relayed from there in a bucket of its own, so that
-//    the rounds pipeline. About sqrt(N x D2 / latency) chunks per tensor
-//    (at most kFanChunksPerMember x N): more chunks shorten the pipeline's
-//    fill, fewer save rounds.
+//    the rounds pipeline: kFanChunksPerMember x N chunks per tensor.
 // The scale is the routing-independent data bound D2 (plan_bound.h): a cell
 // is cut into pieces of at most D2 / kPiecesPerBound of link time, so that
 // greedy source choice balances; cells below it (every cell of a plan whose
@@ -115,16 +113,13 @@ class Splitter {
     const int64_t bytes = CellWireBytes(*w_, c, CellWireDType(c, st, dt));
     const double t = LinkSeconds(w_->opt.link, nic ? LinkClass::kNic : LinkClass::kNvlink, bytes);
     int64_t n = t > piece ? static_cast<int64_t>(std::ceil(t / piece)) : 1;
-    const double lat = w_->opt.link.round_latency_seconds();
     if (fan_) {
-      // A fan-out round carries about one chunk per root, and the chunks
-      // pipeline: c chunks to N receivers take ~ (1 + N / c) x the data time
-      // plus (c / N + 1) round latencies; c = sqrt(N x data / latency)
-      // balances the two (at most kFanChunksPerMember per receiver). This
-      // cell takes its part of them by its part of the data bound.
-      double chunks = kFanChunksPerMember * remote;
-      if (lat > 0) chunks = std::min(chunks, std::sqrt(remote * data_seconds_ / lat));
-      n = std::max<int64_t>(n, static_cast<int64_t>(std::ceil(chunks * t / data_seconds_)));
+      // Fan-out: kFanChunksPerMember chunks per receiver for the tensor, so
+      // that every round the round search settles on carries several chunks
+      // per root (the rounds, and so the latency paid, are the round
+      // search's choice). This cell takes its part by its part of D2.
+      n = std::max<int64_t>(
+          n, static_cast<int64_t>(std::ceil(kFanChunksPerMember * remote * t / data_seconds_)));
     } else if (n <= 1) {
       return 1;
     }

@@ -39,6 +39,8 @@ class Splitter {
 
   void Run(double data_seconds) {
     data_seconds_ = data_seconds;
+    group_elems_.assign(w_->dst_groups.size(), 0);
+    for (const Cell& c : w_->cells) group_elems_[c.dst_group] += c.elems;
     const double piece = data_seconds / kPiecesPerBound;
     if (!(piece > 0)) return;
     BigVector<Cell> out;
@@ -113,6 +115,12 @@ class Splitter {
     const int64_t bytes = CellWireBytes(*w_, c, CellWireDType(c, st, dt));
     const double t = LinkSeconds(w_->opt.link, nic ? LinkClass::kNic : LinkClass::kNvlink, bytes);
     int64_t n = t > piece ? static_cast<int64_t>(std::ceil(t / piece)) : 1;
+    // Only a tensor that is a sizeable part of the sync fans out in chunks
+    // (its cells' link time together above `piece`); the others keep the
+    // greedy routing and share buckets.
+    const double group_t = t * static_cast<double>(group_elems_[c.dst_group]) /
+                           static_cast<double>(std::max<int64_t>(1, c.elems));
+    fan_ = fan_ && group_t > piece;
     if (fan_) {
       // Fan-out: kFanChunksPerMember chunks per receiver for the tensor, so
       // that every round the round search settles on carries several chunks
@@ -137,6 +145,7 @@ class Splitter {
   std::vector<Region> split_;
   bool fan_ = false;  // PiecesOf's cell fans out
   double data_seconds_ = 0;
+  std::vector<int64_t> group_elems_;  // per DstGroup: elements of its cells
 };
 
 }  // namespace

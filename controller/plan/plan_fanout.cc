@@ -134,7 +134,13 @@ class Splitter {
     // Shares: a multiple of the holders, so that each sends the same.
     const int64_t k = static_cast<int64_t>(holders_.size());
     n = (n + k - 1) / k * k;
+    // A share keeps the zero-copy size (zero_copy_min_bytes) of a cell that
+    // has it: staging it would cost more than the balance gained.
+    if (!fan_ && bytes >= w_->opt.zero_copy_min) {
+      n = std::min(n, bytes / std::max<int64_t>(1, w_->opt.zero_copy_min));
+    }
     n = std::min<int64_t>({n, kMaxPiecesPerCell, c.elems});
+    if (n <= 1) return 1;
     // Fan-out: every receiver is root of as many chunks.
     if (fan_ && n > remote) n = n / remote * remote;
     return n;

@@ -156,6 +156,28 @@ class Splitter {
 
 }  // namespace
 
+void PlanFanRoute(const std::vector<int32_t>& frags, const std::vector<int32_t>& frag_node,
+                  int32_t turn, FanRoute* out) {
+  out->nodes.clear();
+  out->entry.clear();
+  std::vector<int32_t> node_ids;  // node of each group, in order of first appearance
+  for (size_t i = 0; i < frags.size(); ++i) {
+    const auto it = std::find(node_ids.begin(), node_ids.end(), frag_node[i]);
+    if (it == node_ids.end()) {
+      node_ids.push_back(frag_node[i]);
+      out->nodes.push_back({frags[i]});
+    } else {
+      out->nodes[it - node_ids.begin()].push_back(frags[i]);
+    }
+  }
+  const int32_t nodes = static_cast<int32_t>(out->nodes.size());
+  out->root = nodes == 0 ? 0 : turn % nodes;
+  for (int32_t n = 0; n < nodes; ++n) {
+    const std::vector<int32_t>& m = out->nodes[n];
+    out->entry.push_back(m[(turn / nodes + n) % static_cast<int32_t>(m.size())]);
+  }
+}
+
 void SplitCellsForRouting(Work* w, double data_seconds, double one_round_seconds) {
   const double lat = w->opt.link.round_latency_seconds();
   // Latency-bound: one round of direct sends is the better bound; relays

@@ -183,26 +183,9 @@ class Chooser : private SourceLoads {
   // chunk is more than two relays deep: the rounds pipeline.
   void FanOut(const CellView& v) {
     if (fan_turn_.empty()) fan_turn_.assign(w_->dst_groups.size(), 0);
-    const int32_t turn = fan_turn_[v.c.dst_group]++;
-    // Pending members by node, nodes in order of first appearance.
-    fan_nodes_.clear();
-    for (int32_t df : pending_) {
-      const int32_t n = w_->worker_node[Member(v, df)];
-      auto it = std::find_if(
-          fan_nodes_.begin(), fan_nodes_.end(),
-          [&](const std::vector<int32_t>& m) { return w_->worker_node[Member(v, m[0])] == n; });
-      if (it == fan_nodes_.end()) {
-        fan_nodes_.push_back({df});
-      } else {
-        it->push_back(df);
-      }
-    }
-    const int32_t nodes = static_cast<int32_t>(fan_nodes_.size());
-    const int32_t root_node = turn % nodes;
-    auto entry_of = [&](int32_t n) {
-      const std::vector<int32_t>& m = fan_nodes_[n];
-      return m[(turn / nodes + n) % static_cast<int32_t>(m.size())];
-    };
+    fan_node_of_.clear();
+    for (int32_t df : pending_) fan_node_of_.push_back(w_->worker_node[Member(v, df)]);
+    PlanFanRoute(pending_, fan_node_of_, fan_turn_[v.c.dst_group]++, &fan_);
     auto direct = [&](int32_t df) {
       const int32_t wd = Member(v, df);
       const Pick p = BestDirect(v, wd);
@@ -211,11 +194,11 @@ class Chooser : private SourceLoads {
       served_.push_back({wd, df, x, 0});
       return static_cast<int32_t>(served_.size()) - 1;
     };
-    const int32_t root = direct(entry_of(root_node));
-    for (int32_t n = 0; n < nodes; ++n) {
+    const int32_t root = direct(fan_.entry[fan_.root]);
+    for (size_t n = 0; n < fan_.nodes.size(); ++n) {
       int32_t entry = root;
-      if (n != root_node) {
-        const int32_t df = entry_of(n);
+      const int32_t df = fan_.entry[n];
+      if (static_cast<int32_t>(n) != fan_.root) {
         if (HolderNear(v, Member(v, df))) {
           entry = direct(df);
         } else {
@@ -223,9 +206,8 @@ class Chooser : private SourceLoads {
           entry = static_cast<int32_t>(served_.size()) - 1;
         }
       }
-      for (int32_t df : fan_nodes_[n]) {
-        if (df == served_[entry].dst_frag) continue;
-        AddRelay(v.c, v.ci, df, Member(v, df), served_[entry], v.dt.dtype);
+      for (int32_t m : fan_.nodes[n]) {
+        if (m != df) AddRelay(v.c, v.ci, m, Member(v, m), served_[entry], v.dt.dtype);
       }
     }
   }
@@ -496,8 +478,9 @@ class Chooser : private SourceLoads {
   };
   std::vector<PendingKey> order_key_;
   std::vector<Served> served_;
-  std::vector<int32_t> fan_turn_;  // per DstGroup: fanned-out chunks assigned so far
-  std::vector<std::vector<int32_t>> fan_nodes_;
+  std::vector<int32_t> fan_turn_;     // per DstGroup: fanned-out chunks assigned so far
+  std::vector<int32_t> fan_node_of_;  // node of each pending member
+  FanRoute fan_;
 };
 
 }  // namespace

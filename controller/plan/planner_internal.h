@@ -289,6 +289,18 @@ absl::Status BuildCells(Work* w);      // plan_mapping.cc
 // one round is the better bound (the data_seconds / one_round_seconds of the
 // routing-independent bound, plan_bound.h).
 void SplitCellsForRouting(Work* w, double data_seconds, double one_round_seconds);
+// The route of one fanned-out chunk (plan_fanout.cc): its receivers (`frags`,
+// destination fragments, node of each in `frag_node`) grouped by node in
+// order of first appearance, one entry per node and the root node, rotating
+// with `turn` (the chunk's number in its DstGroup) so that over the chunks
+// every receiver is entry, and every node root, as often.
+struct FanRoute {
+  std::vector<std::vector<int32_t>> nodes;  // fragments per node
+  std::vector<int32_t> entry;               // per node: the fragment that takes the chunk
+  int32_t root = 0;                         // the node whose entry gets it from a holder
+};
+void PlanFanRoute(const std::vector<int32_t>& frags, const std::vector<int32_t>& frag_node,
+                  int32_t turn, FanRoute* out);
 absl::Status ChooseSources(Work* w);                                  // plan_sources.cc
 absl::Status PackBuckets(Work* w);                                    // plan_buckets.cc
 absl::Status AssignRounds(Work* w);                                   // plan_rounds.cc

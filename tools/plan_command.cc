@@ -109,10 +109,18 @@ void PrintSummary(const v1::TransferSpec& spec, const v1::Plan& plan,
   std::printf("  time             predicted %s, lower bound %s (ratio %.3f)\n",
               Seconds(s.predicted_seconds()).c_str(), Seconds(s.lower_bound_seconds()).c_str(),
               s.lower_bound_seconds() > 0 ? s.predicted_seconds() / s.lower_bound_seconds() : 0.0);
+  std::printf(
+      "  routing bound    %s (ratio %.3f): %s\n", Seconds(s.routing_bound_seconds()).c_str(),
+      s.routing_bound_seconds() > 0 ? s.predicted_seconds() / s.routing_bound_seconds() : 0.0,
+      s.routing_bound_term().c_str());
   if (sim != nullptr) {
-    std::printf("  simulator        makespan %s, bound %s (worker %d %s)\n",
-                Seconds(sim->makespan_seconds).c_str(), Seconds(sim->lower_bound_seconds).c_str(),
-                sim->bound_worker, sim->bound_link.c_str());
+    std::printf(
+        "  simulator        makespan %s, bound %s (worker %d %s), %.3f x the plan's bound, %.3f x "
+        "the routing bound\n",
+        Seconds(sim->makespan_seconds).c_str(), Seconds(sim->lower_bound_seconds).c_str(),
+        sim->bound_worker, sim->bound_link.c_str(),
+        sim->lower_bound_seconds > 0 ? sim->makespan_seconds / sim->lower_bound_seconds : 0.0,
+        s.routing_bound_seconds() > 0 ? sim->makespan_seconds / s.routing_bound_seconds() : 0.0);
   }
   std::printf("  plan time        %s\n", Seconds(s.plan_seconds()).c_str());
   std::vector<v1::RankSummary> ranks(s.ranks().begin(), s.ranks().end());

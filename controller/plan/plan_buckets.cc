@@ -4,7 +4,8 @@
 // that is contiguous on both sides, uncast and at least zero_copy_min_bytes
 // becomes a zero-copy bucket of its own (no staging). Local transfers
 // (sender == receiver) are buckets like any other, with TRANSPORT_LOCAL: a
-// self-copy is never dropped.
+// self-copy is never dropped. A chunk of a fanned-out cell (Cell::fan) has a
+// bucket of its own, so that its relays pipeline behind it.
 #include <algorithm>
 
 #include "controller/plan/planner_internal.h"
@@ -77,6 +78,14 @@ class Packer {
         OpenBucket(x);
         Add(xi, 0);
         w_->buckets.back().zero_copy = true;
+        open = false;
+        continue;
+      }
+      // A chunk of a fanned-out cell travels alone: packed with the run's
+      // other chunks it would tie their relay hops into one round.
+      if (w_->cells[x.cell].fan) {
+        OpenBucket(x);
+        Add(xi, 0);
         open = false;
         continue;
       }

@@ -78,6 +78,10 @@ class RoundAssigner {
     std::vector<int32_t> candidates = {base, 2 * base};
     if (depth > 0) {
       for (int k : {2, 4, 8}) candidates.push_back(std::max(base, k * (depth + 1)));
+      // Small relay-bound plans (fanned-out chunks): finer steps.
+      if (units_.num_units <= 50000) {
+        for (int k : {3, 6, 12}) candidates.push_back(std::max(base, k * (depth + 1)));
+      }
     }
     if (units_.num_units <= 50000) {
       for (int32_t num : {1, 3, 5, 6, 7}) {

@@ -22,6 +22,15 @@ inline int InDir(LinkClass c) {
   return c == LinkClass::kLocal ? kLocalCopy : c == LinkClass::kNvlink ? kNvlIn : kNicIn;
 }
 
+// The dtype a holder sends cell `c` in: block fp8 when the sender
+// quantizes, the source dtype when the receiver does, else the narrower of
+// the two.
+inline v1::DType CellWireDType(const Cell& c, const CompiledTensor& st, const CompiledTensor& dt) {
+  if (CarriesScales(c)) return v1::FP8_E4M3;
+  if (c.quant == kQuantReceiver) return st.dtype;
+  return WireDType(st.dtype, dt.dtype);
+}
+
 class SourceLoads {
  protected:
   explicit SourceLoads(Work* w)
@@ -47,9 +56,7 @@ class SourceLoads {
   // sender when it holds whole blocks, else the source dtype (the receiver
   // quantizes).
   static v1::DType CellWire(const Cell& c, const CompiledTensor& st, const CompiledTensor& dt) {
-    if (CarriesScales(c)) return v1::FP8_E4M3;
-    if (c.quant == kQuantReceiver) return st.dtype;
-    return WireDType(st.dtype, dt.dtype);
+    return CellWireDType(c, st, dt);
   }
 
   // Cells by size, largest first; counting sort on log2 size keeps it O(n).

@@ -166,8 +166,62 @@ class Chooser : private SourceLoads {
     served_.clear();
     pending_.clear();
     ServeLocally(v, QuantRoot(v));
+    if (c.fan && served_.empty() && !full_.empty() && pending_.size() > 1) {
+      FanOut(v);
+      return;
+    }
     OrderPendingByIngress(v);
     for (int32_t df : pending_) ServeRemotely(v, df, target);
+  }
+
+  // A chunk of a fanned-out cell (Cell::fan), no member holding it: one
+  // entry member per node, rotating with the group's chunks; the root (the
+  // entry of the node whose turn it is) gets the chunk from the least-loaded
+  // holder, every other entry from a holder on its node or else from the
+  // root, and each entry relays it to its node-mates. Over the chunks every
+  // member is root and entry as often, so ingress and egress balance, and no
+  // chunk is more than two relays deep: the rounds pipeline.
+  void FanOut(const CellView& v) {
+    if (fan_turn_.empty()) fan_turn_.assign(w_->dst_groups.size(), 0);
+    fan_node_of_.clear();
+    for (int32_t df : pending_) fan_node_of_.push_back(w_->worker_node[Member(v, df)]);
+    PlanFanRoute(pending_, fan_node_of_, fan_turn_[v.c.dst_group]++, &fan_);
+    auto direct = [&](int32_t df) {
+      const int32_t wd = Member(v, df);
+      const Pick p = BestDirect(v, wd);
+      const int32_t x = AddXfer(v.c, v.ci, df, p.id, w_->src_rank_worker[v.st.fragments[p.id].rank],
+                                wd, v.wire, 0);
+      served_.push_back({wd, df, x, 0});
+      return static_cast<int32_t>(served_.size()) - 1;
+    };
+    const int32_t root = direct(fan_.entry[fan_.root]);
+    for (size_t n = 0; n < fan_.nodes.size(); ++n) {
+      int32_t entry = root;
+      const int32_t df = fan_.entry[n];
+      if (static_cast<int32_t>(n) != fan_.root) {
+        if (HolderNear(v, Member(v, df))) {
+          entry = direct(df);
+        } else {
+          AddRelay(v.c, v.ci, df, Member(v, df), served_[root], v.dt.dtype);
+          entry = static_cast<int32_t>(served_.size()) - 1;
+        }
+      }
+      for (int32_t m : fan_.nodes[n]) {
+        if (m != df) AddRelay(v.c, v.ci, m, Member(v, m), served_[entry], v.dt.dtype);
+      }
+    }
+  }
+
+  int32_t Member(const CellView& v, int32_t df) const {
+    return w_->dst_rank_worker[v.dt.fragments[df].rank];
+  }
+
+  // Whether a full holder of the cell shares wd's node.
+  bool HolderNear(const CellView& v, int32_t wd) const {
+    for (int32_t f : full_) {
+      if (w_->Link(w_->src_rank_worker[v.st.fragments[f].rank], wd) != LinkClass::kNic) return true;
+    }
+    return false;
   }
 
   // A rooted quantized region: only its root receives the parts; the root
@@ -424,6 +478,9 @@ class Chooser : private SourceLoads {
   };
   std::vector<PendingKey> order_key_;
   std::vector<Served> served_;
+  std::vector<int32_t> fan_turn_;     // per DstGroup: fanned-out chunks assigned so far
+  std::vector<int32_t> fan_node_of_;  // node of each pending member
+  FanRoute fan_;
 };
 
 }  // namespace

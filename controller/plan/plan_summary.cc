@@ -165,6 +165,8 @@ void FillSummary(const Work& w, const Tally& t, const std::vector<int64_t>& peak
   s->set_peak_staging_bytes(peak_all);
   s->set_predicted_seconds(w.num_rounds == 0 ? 0 : rep.predicted_seconds);
   s->set_lower_bound_seconds(rep.lower_bound_seconds);
+  s->set_routing_bound_seconds(w.routing_bound_seconds);
+  s->set_routing_bound_term(w.routing_bound_term);
   for (int32_t k = 0; k < t.nw; ++k) {
     v1::RankSummary* rs = s->add_ranks();
     rs->set_worker(w.worker_ids[k]);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "controller/plan/plan_bound.h"
 #include "controller/plan/plan_estimate.h"
 #include "controller/plan/planner_internal.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -229,6 +230,12 @@ absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const Compi
   // Each cell becomes at least one piece.
   RETURN_IF_ERROR(CheckPlanLimit("pieces (at least: cells)", static_cast<int64_t>(w.cells.size()),
                                  build.max_pieces, kPiecesFlag));
+  {
+    const RoutingBound bound = ComputeRoutingBound(w);
+    w.routing_bound_seconds = bound.seconds;
+    w.routing_bound_term = bound.term;
+    SplitCellsForRouting(&w, bound.data_seconds, bound.one_round_seconds);
+  }
   RETURN_IF_ERROR(ChooseSources(&w));
   RETURN_IF_ERROR(PackBuckets(&w));
   RETURN_IF_ERROR(CheckPlanLimit("buckets", static_cast<int64_t>(w.buckets.size()),

@@ -143,6 +143,10 @@ struct Cell {
   // QuantGroup `qgroup`, shipped in the source dtype and quantized by the
   // receiver's Quantize once every part has arrived.
   uint8_t quant = 0;
+  // A chunk of a fanned-out cell (plan_fanout.cc): source choice feeds one
+  // member per chunk from a holder and the rest through relays, a star per
+  // node, the entry members rotating from chunk to chunk.
+  bool fan = false;
   int32_t qgroup = -1;
   int64_t scales = 0;  // kQuantSender / kQuantGroup: blocks (= scale values) it carries
 };
@@ -264,6 +268,9 @@ struct Work {
   BigVector<BucketRec> buckets;
   BigVector<int32_t> bucket_xfers;
   int32_t num_rounds = 0;
+  // The routing-independent bound (plan_bound.h), computed from the cells.
+  double routing_bound_seconds = 0;
+  std::string routing_bound_term;
 
   int32_t SrcTensorOf(const Cell& c) const { return maps[c.map].src_tensor; }
   int32_t DstTensorOf(const Cell& c) const { return maps[c.map].dst_tensor; }
@@ -278,9 +285,25 @@ absl::Status ResolveOptions(const v1::PlanOptions& in, Options* out);
 absl::Status IndexWorkers(Work* w);
 absl::Status ValidateAndMap(Work* w);  // plan_validate.cc: casts, mappings
 absl::Status BuildCells(Work* w);      // plan_mapping.cc
-absl::Status ChooseSources(Work* w);   // plan_sources.cc
-absl::Status PackBuckets(Work* w);     // plan_buckets.cc
-absl::Status AssignRounds(Work* w);    // plan_rounds.cc
+// plan_fanout.cc: cells cut into shares / pipelined chunks, relays off when
+// one round is the better bound (the data_seconds / one_round_seconds of the
+// routing-independent bound, plan_bound.h).
+void SplitCellsForRouting(Work* w, double data_seconds, double one_round_seconds);
+// The route of one fanned-out chunk (plan_fanout.cc): its receivers (`frags`,
+// destination fragments, node of each in `frag_node`) grouped by node in
+// order of first appearance, one entry per node and the root node, rotating
+// with `turn` (the chunk's number in its DstGroup) so that over the chunks
+// every receiver is entry, and every node root, as often.
+struct FanRoute {
+  std::vector<std::vector<int32_t>> nodes;  // fragments per node
+  std::vector<int32_t> entry;               // per node: the fragment that takes the chunk
+  int32_t root = 0;                         // the node whose entry gets it from a holder
+};
+void PlanFanRoute(const std::vector<int32_t>& frags, const std::vector<int32_t>& frag_node,
+                  int32_t turn, FanRoute* out);
+absl::Status ChooseSources(Work* w);                                  // plan_sources.cc
+absl::Status PackBuckets(Work* w);                                    // plan_buckets.cc
+absl::Status AssignRounds(Work* w);                                   // plan_rounds.cc
 absl::Status Emit(const Work& w, bool summary_only, v1::Plan* plan);  // plan_emit.cc
 // The ids the emitted plan gives buckets (and their seq), reduces and
 // quantizes, by index in Work.

@@ -53,6 +53,14 @@ TEST_P(CatalogPlanTest, PlansReplaysAndMatchesSimulator) {
               1e-9 * sim->makespan_seconds);
   EXPECT_NEAR(sim->lower_bound_seconds, plan->summary().lower_bound_seconds(),
               1e-9 * sim->lower_bound_seconds);
+  // The routing-independent bound holds for this plan and is at most the
+  // plan's own bound plus two round latencies.
+  const double routing = plan->summary().routing_bound_seconds();
+  EXPECT_GT(routing, 0);
+  EXPECT_LE(routing, sim->makespan_seconds * (1 + 1e-9)) << plan->summary().routing_bound_term();
+  EXPECT_LE(routing,
+            (sim->lower_bound_seconds + 2 * spec->options().link_model().round_latency_seconds()) *
+                (1 + 1e-9));
   // Every destination byte arrives: network + local bytes cover the destination.
   EXPECT_GE(plan->summary().network_bytes() + plan->summary().local_bytes(),
             plan->summary().destination_bytes());

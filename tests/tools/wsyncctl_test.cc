@@ -81,6 +81,9 @@ TEST(WsyncctlTest, CatalogThenPlanAndVerify) {
   EXPECT_NE(r.out.find("'tiny-llama fsdp:2 to vllm-tp:2x2'"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rounds"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("lower bound"), std::string::npos) << r.out;
+  // Both bounds, and the simulator's makespan against each.
+  EXPECT_NE(r.out.find("routing bound"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("x the routing bound"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("top 3 of 6 workers"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("verify: OK"), std::string::npos) << r.out;
   r = Ctl(absl::StrCat("plan ", spec, " --rounds"));

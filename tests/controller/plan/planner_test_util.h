@@ -173,6 +173,17 @@ inline void ExpectInvariants(const v1::TransferSpec& spec, const v1::Plan& plan)
   EXPECT_EQ(plan.summary().num_buckets(), plan.buckets_size());
   EXPECT_EQ(plan.summary().num_rounds(), plan.num_rounds());
   EXPECT_LE(plan.summary().lower_bound_seconds(), plan.summary().predicted_seconds() * (1 + 1e-9));
+  // The routing-independent bound holds for every plan, this one included,
+  // and never exceeds the plan's own bound by more than two round latencies.
+  EXPECT_LE(plan.summary().routing_bound_seconds(), plan.summary().predicted_seconds() * (1 + 1e-9))
+      << plan.summary().routing_bound_term();
+  EXPECT_LE(plan.summary().routing_bound_seconds(),
+            (plan.summary().lower_bound_seconds() +
+             2 * spec.options().link_model().round_latency_seconds()) *
+                (1 + 1e-9));
+  if (plan.summary().network_bytes() + plan.summary().local_bytes() > 0) {
+    EXPECT_GT(plan.summary().routing_bound_seconds(), 0);
+  }
 }
 
 // One trainer copy on 2 ranks -> 8 inference replicas of TP=2 (16 ranks):

@@ -1,0 +1,168 @@
+// Routing at scale (issue 21 item 4): the routing-independent bound on hand
+// computed cases, one tensor fanned out to N replicas within 1.2 x that bound
+// (large tensors: chunked and pipelined; small ones: one round of direct
+// sends), and a tensor held by k replicas sent in k shares.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "controller/plan/planner.h"
+#include "controller/plan/simulator.h"
+#include "gtest/gtest.h"
+#include "tests/controller/plan/planner_test_util.h"
+
+namespace wsync::plan {
+namespace {
+
+using namespace planner_testing;  // NOLINT
+
+constexpr double kNic = 50e9, kNvl = 370e9;
+
+// One bf16 tensor [rows, cols] replicated on k trainer ranks (0..k-1) and on
+// n inference ranks (100..); per_node 0: every worker on its own node.
+v1::TransferSpec FanSpec(int k, int n, int64_t rows, int64_t cols, double latency,
+                         int per_node = 0) {
+  v1::Side src = Side("trainer", Range(0, k), per_node);
+  v1::Side dst = Side("infer", Range(100, n), per_node);
+  Mesh(&src, "w", {rows, cols}, {k}, {Rep()}, v1::BF16);
+  Mesh(&dst, "w", {rows, cols}, {n}, {Rep()}, v1::BF16);
+  v1::TransferSpec spec = Spec(src, dst);
+  v1::LinkModel* lm = spec.mutable_options()->mutable_link_model();
+  lm->set_nic_bytes_per_second(kNic);
+  lm->set_nvlink_bytes_per_second(kNvl);
+  lm->set_round_latency_seconds(latency);
+  return spec;
+}
+
+// The simulator's makespan of a verified plan of `spec`.
+double Simulated(const v1::TransferSpec& spec, const v1::Plan& plan) {
+  absl::StatusOr<WorkerNodes> nodes = WorkerNodesFromSpec(spec);
+  EXPECT_TRUE(nodes.ok());
+  absl::StatusOr<SimulationResult> sim = SimulatePlan(plan, *nodes, spec.options().link_model());
+  EXPECT_TRUE(sim.ok()) << sim.status();
+  return sim.ok() ? sim->makespan_seconds : 0;
+}
+
+TEST(RoutingBoundTest, FanOutIsTheLesserOfOneRoundAndTwo) {
+  const int64_t bytes = 64 * 1024 * 2;
+  for (double lat : {50e-6, 1e-9}) {
+    for (int n : {2, 8}) {
+      v1::Plan plan = BuildAndVerify(FanSpec(1, n, 64, 1024, lat));
+      // One round: the holder sends n copies; two: each receiver takes it once.
+      const double one = lat + n * bytes / kNic, two = 2 * lat + bytes / kNic;
+      EXPECT_NEAR(plan.summary().routing_bound_seconds(), std::min(one, two), 1e-15)
+          << "n " << n << " latency " << lat << ": " << plan.summary().routing_bound_term();
+    }
+  }
+}
+
+TEST(RoutingBoundTest, HoldersShareTheirEgressAndNodesTheirNics) {
+  // Two holders on node n0 (NVLink between them), four receivers on n12:
+  // the bytes leave n0 once, over the holders' two NICs.
+  const int64_t bytes = 256 * 1024 * 2;
+  v1::Plan plan = BuildAndVerify(FanSpec(2, 4, 256, 1024, 1e-9, 8));
+  EXPECT_NEAR(plan.summary().routing_bound_seconds(), 2e-9 + bytes / (2 * kNic), 1e-15)
+      << plan.summary().routing_bound_term();
+  // A receiver that holds the tensor copies it over HBM.
+  v1::Side src = Side("trainer", {0});
+  v1::Side dst = Side("infer", {0});
+  Mesh(&src, "w", {256, 1024}, {1}, {Rep()}, v1::BF16);
+  Mesh(&dst, "w", {256, 1024}, {1}, {Rep()}, v1::BF16);
+  v1::TransferSpec colo = Spec(src, dst);
+  colo.mutable_options()->mutable_link_model()->set_round_latency_seconds(1e-6);
+  v1::Plan local = BuildAndVerify(colo);
+  EXPECT_NEAR(local.summary().routing_bound_seconds(), 1e-6 + bytes / 2e12, 1e-15);
+}
+
+struct FanCase {
+  int n;
+  int per_node;
+};
+
+class FanOutTest : public ::testing::TestWithParam<FanCase> {};
+
+// A large tensor (its link time thousands of round latencies): chunked,
+// each chunk fed to a rotating root and relayed; within 1.2 x the routing
+// bound, where whole-tensor relay hops took up to 3.5 x.
+TEST_P(FanOutTest, LargeTensorPipelinesWithinBound) {
+  const FanCase c = GetParam();
+  const v1::TransferSpec spec = FanSpec(1, c.n, 1024, 4096, 2.5e-8, c.per_node);
+  const v1::Plan plan = BuildAndVerify(spec);
+  const double sim = Simulated(spec, plan);
+  const double bound = plan.summary().routing_bound_seconds();
+  EXPECT_LE(sim, 1.2 * bound) << "n " << c.n << ", " << plan.summary().num_rounds()
+                              << " rounds, bound: " << plan.summary().routing_bound_term();
+  EXPECT_GT(plan.summary().num_relay_pieces(), 0);
+  EXPECT_GT(plan.summary().num_rounds(), 2);
+}
+
+// A small tensor (its link time well under a round latency): one round, the
+// holder sends every replica its copy.
+TEST_P(FanOutTest, SmallTensorGoesInOneRound) {
+  const FanCase c = GetParam();
+  const v1::TransferSpec spec = FanSpec(1, c.n, 16, 256, 50e-6, c.per_node);
+  const v1::Plan plan = BuildAndVerify(spec);
+  const double sim = Simulated(spec, plan);
+  EXPECT_LE(sim, 1.2 * plan.summary().routing_bound_seconds())
+      << plan.summary().routing_bound_term();
+  EXPECT_EQ(plan.summary().num_rounds(), 1);
+  EXPECT_EQ(plan.summary().num_relay_pieces(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Replicas, FanOutTest,
+                         ::testing::Values(FanCase{2, 0}, FanCase{4, 0}, FanCase{8, 0},
+                                           FanCase{16, 0}, FanCase{16, 8}),
+                         [](const ::testing::TestParamInfo<FanCase>& info) {
+                           return "n" + std::to_string(info.param.n) + "_per_node" +
+                                  std::to_string(info.param.per_node);
+                         });
+
+// Bytes each trainer rank sends, over every bucket of the plan.
+std::map<int32_t, int64_t> SentBySource(const v1::Plan& plan, int k) {
+  std::map<int32_t, int64_t> sent;
+  for (const v1::Bucket& b : plan.buckets()) {
+    if (b.sender() < k) sent[b.sender()] += b.bytes();
+  }
+  return sent;
+}
+
+// A tensor on k trainer replicas, one receiver: every replica sends ~1/k.
+TEST(SharesTest, ReplicatedTensorIsSentInShares) {
+  for (int k : {2, 4}) {
+    const int64_t bytes = 2048 * 1024 * 2;
+    const v1::TransferSpec spec = FanSpec(k, 1, 2048, 1024, 50e-6);
+    const v1::Plan plan = BuildAndVerify(spec);
+    const std::map<int32_t, int64_t> sent = SentBySource(plan, k);
+    ASSERT_EQ(static_cast<int>(sent.size()), k) << "k " << k;
+    for (const auto& [rank, b] : sent) {
+      EXPECT_NEAR(static_cast<double>(b), static_cast<double>(bytes) / k, 0.05 * bytes / k)
+          << "k " << k << ", trainer rank " << rank;
+    }
+    EXPECT_LE(Simulated(spec, plan), 1.2 * plan.summary().routing_bound_seconds());
+  }
+}
+
+// Uneven shards: 1000 rows over 3 shards (334, 333, 333), each shard on two
+// data-parallel replicas (k = 2), to one receiver that needs it all: each
+// shard goes in two shares, each replica sends about half of its shard.
+TEST(SharesTest, UnevenShardsAreSharedByTheirReplicas) {
+  v1::Side src = Side("trainer", Range(0, 6));
+  v1::Side dst = Side("infer", {100});
+  Mesh(&src, "w", {1000, 1024}, {2, 3}, {Rep(), Sh(0)}, v1::BF16);
+  Mesh(&dst, "w", {1000, 1024}, {1}, {Rep()}, v1::BF16);
+  v1::TransferSpec spec = Spec(src, dst);
+  spec.mutable_options()->mutable_link_model()->set_round_latency_seconds(50e-6);
+  const v1::Plan plan = BuildAndVerify(spec);
+  const std::map<int32_t, int64_t> sent = SentBySource(plan, 6);
+  ASSERT_EQ(sent.size(), 6u);
+  int64_t total = 0;
+  for (const auto& [rank, b] : sent) total += b;
+  EXPECT_EQ(total, int64_t{1000} * 1024 * 2);
+  for (const auto& [rank, b] : sent) {
+    EXPECT_NEAR(static_cast<double>(b), total / 6.0, 0.02 * total) << "trainer rank " << rank;
+  }
+  EXPECT_LE(Simulated(spec, plan), 1.2 * plan.summary().routing_bound_seconds());
+}
+
+}  // namespace
+}  // namespace wsync::plan

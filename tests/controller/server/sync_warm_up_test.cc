@@ -224,23 +224,22 @@ TEST_F(SyncWarmUpTest, AWorkerThatRegistersAgainIsWarmedUpWithANewGeneration) {
 
 TEST_F(SyncWarmUpTest, AWarmUpWaitsForMissingBuffersThenStarts) {
   RegisterThree();
-  // The destination's owner has not registered "w" yet (only another buffer).
+  // The destination's owner has registered nothing yet.
   v1::UpdateBuffersRequest update;
   update.set_lease_id(leases_list_[2]);
-  auto* b = update.add_buffers();
-  b->set_group("dst");
-  b->set_name("other");
-  b->set_dtype(v1::FP32);
-  b->set_bytes(32);
   ASSERT_TRUE(controller_->workers().UpdateBuffers(update).ok());
   auto defined = controller_->syncs().DefineTransfer(controller_testing::SimpleTransfer());
   ASSERT_TRUE(defined.ok()) << defined.status();
   EXPECT_EQ(defined->warm_up_id(), "");
   EXPECT_EQ(Status().warm_up().state(), v1::WARM_UP_PENDING);
-  EXPECT_THAT(Status().warm_up().reason(), HasSubstr("dst/w"));
+  EXPECT_THAT(Status().warm_up().reason(), HasSubstr("no buffer 'w' registered in group 'dst'"));
   controller_->Tick();  // nothing changed: not retried
   for (const std::string& l : leases_list_) EXPECT_FALSE(Poll(l).has_value());
+  auto* b = update.add_buffers();
+  b->set_group("dst");
   b->set_name("w");
+  b->set_dtype(v1::FP32);
+  b->set_bytes(32);
   ASSERT_TRUE(controller_->workers().UpdateBuffers(update).ok());
   controller_->Tick();
   ReportWarm(TakeWarmUps());

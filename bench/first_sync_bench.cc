@@ -118,6 +118,7 @@ struct Timed {
   double wall_ms = 0;  // Sync with wait_ms, as the trainer sees it
   double setup_ms = 0;
   double bind_ms = 0;
+  double execute_ms = 0;  // the slowest worker's rounds (and direct writes)
 };
 
 absl::StatusOr<Timed> SyncVerified(Run& run, int v) {
@@ -143,6 +144,7 @@ absl::StatusOr<Timed> SyncVerified(Run& run, int v) {
   }
   t.setup_ms = resp.status().max_setup_seconds() * 1e3;
   t.bind_ms = resp.status().max_bind_seconds() * 1e3;
+  t.execute_ms = resp.status().max_execute_seconds() * 1e3;
   for (size_t r = 0; r < run.dst_owner.size(); ++r) {
     ASSIGN_OR_RETURN(auto res, wsync::demo::VerifyDestination(run.spec, *run.dst, *run.src, r, v,
                                                               run.dst_owner[r]->memory()));
@@ -159,15 +161,17 @@ double Median(std::vector<double> v) {
 }
 
 struct Mode {
-  std::vector<double> warm_up_ms, first_ms, first_setup_ms, first_bind_ms, steady_ms;
+  std::vector<double> warm_up_ms, first_ms, first_setup_ms, first_bind_ms, first_execute_ms;
+  std::vector<double> steady_ms, steady_execute_ms;
 };
 
 void Print(const char* name, const Mode& m) {
   std::printf(
-      "%-12s first sync p50 %7.2f ms (setup %6.2f, bind %5.2f) | steady p50 %7.2f ms | "
-      "first / steady %.2f x",
+      "%-12s first sync p50 %7.2f ms (setup %6.2f, bind %5.2f, execute %6.2f) | steady p50 "
+      "%7.2f ms (execute %6.2f) | first / steady %.2f x",
       name, Median(m.first_ms), Median(m.first_setup_ms), Median(m.first_bind_ms),
-      Median(m.steady_ms), Median(m.first_ms) / Median(m.steady_ms));
+      Median(m.first_execute_ms), Median(m.steady_ms), Median(m.steady_execute_ms),
+      Median(m.first_ms) / Median(m.steady_ms));
   if (!m.warm_up_ms.empty()) std::printf(" | warm-up p50 %.2f ms", Median(m.warm_up_ms));
   std::printf("\n");
 }
@@ -199,8 +203,10 @@ int main(int argc, char** argv) {
           modes[m].first_ms.push_back(t->wall_ms);
           modes[m].first_setup_ms.push_back(t->setup_ms);
           modes[m].first_bind_ms.push_back(t->bind_ms);
+          modes[m].first_execute_ms.push_back(t->execute_ms);
         } else {
           modes[m].steady_ms.push_back(t->wall_ms);
+          modes[m].steady_execute_ms.push_back(t->execute_ms);
         }
       }
     }

@@ -335,7 +335,12 @@ class SyncCoordinator {
   // that waited for it.
   void EndWarmUpLocked(Transfer& t, bool ok, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Dispatches t's in-flight sync if it waited for the warm-up.
+  // The id of a running warm-up (of any transfer) with a worker among
+  // `leases`; "" when none.
+  std::string WarmingUpLocked(const std::vector<std::string>& leases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Dispatches t's in-flight sync if it waited for warm-ups and none of its
+  // workers' is running any more.
   void ReleaseHeldLocked(Transfer& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A lost lease fails every running warm-up it takes part in.
   void WarmUpLostLocked(const WorkerLoss& loss) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -328,12 +328,12 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
     p.bytes_planned = PlannedBytesInto(*plan.plan, w);
     sync->parts.push_back(std::move(p));
   }
-  if (t.warm.running()) {
-    // Its workers are busy preparing exactly this: the assignments go out
-    // once the warm-up ended (ReleaseHeldLocked), or the sync's deadline
-    // ends it (WarmUpTick).
+  if (const std::string warming = WarmingUpLocked(leases); !warming.empty()) {
+    // Its workers are busy preparing (this transfer or another): the
+    // assignments go out once their warm-ups ended (ReleaseHeldLocked), or
+    // the sync's deadline ends it (WarmUpTick).
     sync->held = prepared;
-    s.set_warm_up(absl::StrCat("waiting for warm-up ", t.warm.id));
+    s.set_warm_up(absl::StrCat("waiting for warm-up ", warming));
   } else {
     s.set_warm_up(WarmNoteLocked(t));
     DispatchLocked(t, *sync, *prepared);

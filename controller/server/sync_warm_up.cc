@@ -4,6 +4,7 @@
 // peer mappings, the transport of the current generation, a message with
 // every peer, staging), then reports. It changes no version, no serving
 // state and no delivery record; a sync started meanwhile waits for it.
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -44,13 +45,15 @@ void SyncCoordinator::WarmUpTick() {
       auto sit = t.in_flight.empty() ? syncs_.end() : syncs_.find(t.in_flight);
       if (sit != syncs_.end() && sit->second->held != nullptr && !sit->second->finished() &&
           now >= sit->second->deadline) {
-        FinishLocked(*sit->second, v1::SYNC_FAILED,
-                     static_cast<int32_t>(absl::StatusCode::kDeadlineExceeded),
-                     absl::StrCat("sync deadline of ",
-                                  absl::FormatDuration(sit->second->deadline - sit->second->start),
-                                  " passed while it waited for warm-up ", t.warm.id,
-                                  " (nothing was sent to its workers)"),
-                     -1, -1, -1, -1);
+        SyncRecord& sync = *sit->second;
+        std::vector<std::string> leases;
+        for (const Participant& p : sync.parts) leases.push_back(p.lease_id);
+        FinishLocked(
+            sync, v1::SYNC_FAILED, static_cast<int32_t>(absl::StatusCode::kDeadlineExceeded),
+            absl::StrCat("sync deadline of ", absl::FormatDuration(sync.deadline - sync.start),
+                         " passed while it waited for warm-up ", WarmingUpLocked(leases),
+                         " of its workers (nothing was sent to them)"),
+            -1, -1, -1, -1);
       }
       if (WarmUpDueLocked(t, epoch)) due.push_back(name);
     }
@@ -230,8 +233,18 @@ void SyncCoordinator::EndWarmUpLocked(Transfer& t, bool ok, const std::string& r
     }
   }
   if (metrics_ != nullptr) metrics_->WarmUpFinished(ok ? "warm" : "failed", seconds);
-  ReleaseHeldLocked(t);
+  for (auto& [name, other] : transfers_) ReleaseHeldLocked(other);
   cv_.SignalAll();
+}
+
+std::string SyncCoordinator::WarmingUpLocked(const std::vector<std::string>& leases) {
+  for (const auto& [name, t] : transfers_) {
+    if (!t.warm.running()) continue;
+    for (const WarmUpRecord::Worker& w : t.warm.workers) {
+      if (std::find(leases.begin(), leases.end(), w.lease_id) != leases.end()) return t.warm.id;
+    }
+  }
+  return "";
 }
 
 void SyncCoordinator::ReleaseHeldLocked(Transfer& t) {
@@ -239,11 +252,15 @@ void SyncCoordinator::ReleaseHeldLocked(Transfer& t) {
   auto it = syncs_.find(t.in_flight);
   if (it == syncs_.end() || it->second->held == nullptr) return;
   SyncRecord& sync = *it->second;
+  std::vector<std::string> leases;
+  for (const Participant& p : sync.parts) leases.push_back(p.lease_id);
+  // Its workers run their queued warm-ups first, each report naming the
+  // parts it evicted: dispatched once none is left, the sync's assignments
+  // carry every part its workers no longer hold.
+  if (!sync.finished() && !WarmingUpLocked(leases).empty()) return;
   const std::shared_ptr<const Prepared> prepared = std::move(sync.held);
   sync.held = nullptr;
   if (sync.finished()) return;
-  std::vector<std::string> leases;
-  for (const Participant& p : sync.parts) leases.push_back(p.lease_id);
   RenewGenerationLocked(t, leases);  // a failed warm-up broke the generation
   sync.status.set_warm_up(absl::StrCat(
       WarmNoteLocked(t), "; waited ",

@@ -117,6 +117,26 @@ TEST(WarmUpIntegration, TheFirstSyncReusesTheChannelsTheWarmUpBuilt) {
   EXPECT_LT(st.max_setup_seconds(), 0.05) << "the transport was connected already";
 }
 
+TEST(WarmUpIntegration, ASyncStartedRightAfterTheDefinitionWaitsForTheWarmUp) {
+  auto started = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), DefaultClusterOptions());
+  ASSERT_TRUE(started.ok()) << started.status();
+  CaseRun& run = **started;
+  v1::DefineTransferResponse defined;
+  grpc::Status s = DefineWith(run, "t", /*no_warm_up=*/false, &defined);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  run.Fill(1);
+  v1::SyncStatus st;
+  s = run.SyncAndWait("t", 1, &st);  // no wait for the warm-up
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  std::string first;
+  EXPECT_EQ(run.Verify(1, &first), 0) << first;
+  EXPECT_EQ(StatusOf(run, "t").warm_up().state(), v1::WARM_UP_WARM);
+  // Either it waited for the warm-up, or that had ended already.
+  EXPECT_THAT(st.warm_up(), HasSubstr("warm (warm-up " + defined.warm_up_id()));
+  for (double n : ChannelsCreated(run)) EXPECT_EQ(n, 1) << "one channel: the warm-up's";
+}
+
 TEST(WarmUpIntegration, WithoutAWarmUpTheFirstSyncBuildsItsChannels) {
   auto started = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), DefaultClusterOptions());
   ASSERT_TRUE(started.ok()) << started.status();

@@ -54,6 +54,15 @@ struct ControllerConfig {
   // (buckets routed ROUTE_PEER_WRITE); off: every bucket goes through the
   // transport.
   bool direct_writes = true;
+  // Warm-ups (docs/warm-up.md): prepare every worker of a transfer (op
+  // lists, bindings, peer mappings, transport, staging) when it is defined
+  // and whenever its workers change, so that its first sync runs as fast as
+  // the next. wsync-controller's --warm_up_on_define defaults to true; off
+  // here so that a coordinator built in a test sends only what it is asked.
+  bool warm_up_on_define = false;
+  // A warm-up not reported by every worker by then fails (the next sync sets
+  // up by itself). --warm_up_deadline.
+  absl::Duration warm_up_deadline = absl::Seconds(60);
   ControllerLimits limits;
   // TEST ONLY (--test_crash_after_commits, accepted only with
   // WSYNC_TEST_FAILPOINTS=1): -1 off. N >= 0: at a staged sync's commit

@@ -34,6 +34,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Controller::RegisterWorker(
 void Controller::Tick() {
   workers_.Tick();
   syncs_.Tick();
+  syncs_.WarmUpTick();
   // The replica gauges need not follow every 25 ms tick.
   const int64_t now_ms = absl::ToUnixMillis(absl::Now());
   int64_t due = next_serving_export_ms_.load();

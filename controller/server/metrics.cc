@@ -84,6 +84,15 @@ ControllerMetrics::ControllerMetrics(int max_transfer_labels)
                         .Help("Wall time of building a plan (cache misses).")
                         .Register(*registry_)
                         .Add({}, DurationSecondsBuckets());
+  warm_ups_total_ = &prometheus::BuildCounter()
+                         .Name("wsync_warm_ups_total")
+                         .Help("Warm-ups of transfers (not syncs), by outcome (warm, failed).")
+                         .Register(*registry_);
+  warm_up_duration_ = &prometheus::BuildHistogram()
+                           .Name("wsync_warm_up_duration_seconds")
+                           .Help("Wall time of a warm-up, start to its last worker's report.")
+                           .Register(*registry_)
+                           .Add({}, DurationSecondsBuckets());
   cache_hits_ = &prometheus::BuildCounter()
                      .Name("wsync_plan_cache_hits_total")
                      .Help("Plan lookups answered from the plan cache.")
@@ -166,6 +175,11 @@ void ControllerMetrics::ExportInFlightLocked(const std::string& label) {
   }
   in_flight_->Add({{"transfer", label}}).Set(count);
   deadline_->Add({{"transfer", label}}).Set(count == 0 ? 0 : UnixSeconds(earliest));
+}
+
+void ControllerMetrics::WarmUpFinished(const std::string& outcome, double seconds) {
+  warm_ups_total_->Add({{"outcome", outcome}}).Increment();
+  warm_up_duration_->Observe(seconds);
 }
 
 void ControllerMetrics::SyncFinished(const std::string& outcome, const v1::SyncStatus& s) {

@@ -52,6 +52,9 @@ class ControllerMetrics {
   // status `s`. Successful syncs also feed the duration, phase, byte and
   // last-success series.
   void SyncFinished(const std::string& outcome, const v1::SyncStatus& s);
+  // A warm-up ended (`outcome`: warm or failed) after `seconds`; counted
+  // apart from the syncs (docs/warm-up.md).
+  void WarmUpFinished(const std::string& outcome, double seconds);
   // A restarted controller's saved state: `transfer` last delivered
   // `version` no later than `saved` (the time the state was saved).
   void TransferRestored(const std::string& transfer, int64_t version, absl::Time saved);
@@ -116,6 +119,8 @@ class ControllerMetrics {
   prometheus::Gauge* workers_registered_;
   prometheus::Gauge* workers_alive_;
   prometheus::Histogram* plan_duration_;
+  prometheus::Family<prometheus::Counter>* warm_ups_total_;
+  prometheus::Histogram* warm_up_duration_;
   prometheus::Counter* cache_hits_;
   prometheus::Counter* cache_misses_;
   prometheus::Histogram* state_save_duration_;

@@ -50,6 +50,7 @@ void SyncCoordinator::RecordControlPath(SyncRecord& sync, const Participant& p,
 
 absl::Status SyncCoordinator::ReportResult(const v1::ReportResultRequest& req) {
   absl::MutexLock lock(&mu_);
+  if (std::optional<absl::Status> warm = WarmUpReportLocked(req)) return *warm;  // docs/warm-up.md
   auto it = syncs_.find(req.sync_id());
   if (it == syncs_.end()) {
     return absl::NotFoundError(absl::StrCat("ReportResult: unknown sync '", req.sync_id(), "'"));
@@ -336,7 +337,10 @@ absl::StatusOr<v1::SyncStatus> SyncCoordinator::Cancel(const std::string& sync_i
                                                        const TrainerCaller& caller) {
   absl::MutexLock lock(&mu_);
   auto it = syncs_.find(sync_id);
-  if (it == syncs_.end()) return UnknownSyncLocked(sync_id);
+  if (it == syncs_.end()) {
+    auto warm = CancelWarmUpLocked(sync_id, reason, caller);
+    return warm.has_value() ? *std::move(warm) : UnknownSyncLocked(sync_id);
+  }
   // The transfer's owner; of an unowned one, whoever started the sync.
   auto t = transfers_.find(it->second->status.transfer());
   const std::string& owner =
@@ -365,6 +369,7 @@ v1::GetStatusResponse SyncCoordinator::GetStatus() {
     ts->set_plan_key(t.plan_key);
     ts->set_generation(t.generation);
     ts->set_owner(t.owner);
+    FillWarmUpLocked(t, ts->mutable_warm_up());
     if (!t.in_flight.empty()) ts->set_in_flight_version(syncs_.at(t.in_flight)->status.version());
     auto sit = syncs_.find(t.last_sync);
     if (sit != syncs_.end()) *ts->mutable_last_sync() = SnapshotLocked(*sit->second);
@@ -432,6 +437,7 @@ void SyncCoordinator::WorkerLost(const WorkerLoss& loss) {
       break;
     }
   }
+  WarmUpLostLocked(loss);
   cv_.SignalAll();
 }
 

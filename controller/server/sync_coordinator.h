@@ -31,6 +31,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,7 @@
 #include "controller/server/rendezvous.h"
 #include "controller/server/state_store.h"
 #include "controller/server/wait_hub.h"
+#include "controller/server/warm_up.h"
 #include "controller/server/worker_checks.h"
 #include "controller/server/worker_registry.h"
 #include "wsync/v1/controller.pb.h"
@@ -120,6 +122,12 @@ class SyncCoordinator {
   void WorkerLost(const WorkerLoss& loss);
   // Ends syncs past their deadline and prunes old records. Call periodically.
   void Tick();
+  // Warm-ups (sync_warm_up.cc, docs/warm-up.md): ends those past their
+  // deadline (and syncs that waited for one past theirs), then starts one
+  // for every transfer whose definition, workers or transport generation
+  // changed since its last warm-up (planning unlocked, mostly a cache hit).
+  // Call periodically, after Tick.
+  void WarmUpTick();
   // Ends every wait promptly.
   void Shutdown();
   // Runs `listener` (under the coordinator's lock; it must not call back) on
@@ -127,6 +135,7 @@ class SyncCoordinator {
   void SetChangeListener(std::function<void()> listener) { cv_.SetListener(std::move(listener)); }
 
  private:
+  struct Prepared;  // below
   struct Participant {
     int32_t worker = 0;
     std::string lease_id;
@@ -170,6 +179,9 @@ class SyncCoordinator {
     std::shared_ptr<const v1::Plan> plan;
     int32_t commits_confirmed = 0;  // receivers that confirmed the commit
     bool finished() const { return status.phase() != v1::SYNC_RUNNING; }
+    // Set while it waits for its transfer's warm-up: its assignments go out
+    // (DispatchLocked) once the warm-up ended.
+    std::shared_ptr<const Prepared> held;
   };
   struct Transfer {
     std::string name;
@@ -188,7 +200,9 @@ class SyncCoordinator {
     std::string in_flight;  // sync id
     std::string last_sync;
     std::string plan_key;
-    std::string owner;  // identity that defined it; "" unowned (see DefineTransfer)
+    std::string owner;             // identity that defined it; "" unowned (see DefineTransfer)
+    bool warm_up_enabled = false;  // --warm_up_on_define, less DefineTransfer's no_warm_up
+    WarmUpRecord warm;
   };
   // The transfer bound to the workers registered now.
   struct Resolved {
@@ -242,6 +256,12 @@ class SyncCoordinator {
   // worker's part.
   absl::StatusOr<PlanForSync> GetPlan(const Resolved& resolved, bool with_parts);
   absl::StatusOr<std::shared_ptr<const v1::Plan>> WorkerPart(const v1::Plan& plan, int32_t worker);
+  // DefineTransfer's checks and record, under the lock (`plan` with parts).
+  absl::StatusOr<v1::DefineTransferResponse> RecordDefinition(const v1::DefineTransferRequest& req,
+                                                              const TrainerCaller& caller,
+                                                              const Resolved& resolved,
+                                                              const PlanForSync& plan)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // `part` as routed by `routes`, cached; *part_key identifies it.
   std::shared_ptr<const v1::Plan> RoutedPart(const v1::Plan& plan, int32_t worker,
                                              const std::shared_ptr<const v1::Plan>& part,
@@ -276,6 +296,9 @@ class SyncCoordinator {
                                               const PlanForSync& plan, absl::Time trigger,
                                               int32_t num_workers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pushes every participant's assignment of `sync` (built from `prepared`).
+  void DispatchLocked(const Transfer& t, SyncRecord& sync, const Prepared& prepared)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::SyncAssignment AssignmentLocked(const Transfer& t, const SyncRecord& sync,
                                       const Resolved& resolved, const Dispatch& dispatch,
                                       const RoutedPartRef& part, int32_t worker)
@@ -290,6 +313,46 @@ class SyncCoordinator {
                                  absl::string_view action);
   // Records `caller` as the owner of an unowned `t` (see DefineTransfer).
   static void ClaimOwner(Transfer& t, const TrainerCaller& caller);
+
+  // ----- sync_warm_up.cc (docs/warm-up.md)
+  // Starts transfer `name`'s warm-up if one is due (WarmUpDueLocked) and its
+  // workers can be prepared (else records why: PENDING); returns its id, ""
+  // when none started.
+  std::string StartWarmUp(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  bool WarmUpDueLocked(const Transfer& t, uint64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pushes the warm-up assignments of `prepared` (its checks done).
+  std::string LaunchWarmUpLocked(Transfer& t, const Prepared& prepared, std::string signature)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What `prepared` would prepare on its workers under t's generation.
+  std::string WarmSignatureLocked(const Transfer& t, const Prepared& prepared)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A report of the running warm-up (its id): handled, or an error; nullopt
+  // when `req` is about a sync.
+  std::optional<absl::Status> WarmUpReportLocked(const v1::ReportResultRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends t's running warm-up: WARM, or FAILED with `reason` (the generation
+  // is then broken, the other workers get an abort); then releases the sync
+  // that waited for it.
+  void EndWarmUpLocked(Transfer& t, bool ok, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The id of a running warm-up (of any transfer) with a worker among
+  // `leases`; "" when none.
+  std::string WarmingUpLocked(const std::vector<std::string>& leases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Dispatches t's in-flight sync if it waited for warm-ups and none of its
+  // workers' is running any more.
+  void ReleaseHeldLocked(Transfer& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A lost lease fails every running warm-up it takes part in.
+  void WarmUpLostLocked(const WorkerLoss& loss) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cancel of a warm-up id: aborts it; nullopt when `id` names none.
+  std::optional<absl::StatusOr<v1::SyncStatus>> CancelWarmUpLocked(const std::string& id,
+                                                                   const std::string& reason,
+                                                                   const TrainerCaller& caller)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillWarmUpLocked(const Transfer& t, v1::WarmUpStatus* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SyncStatus.warm_up for a sync dispatched now.
+  std::string WarmNoteLocked(const Transfer& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ----- sync_durability.cc
   // Saves transfers, versions and the latest outcomes (no-op without a
@@ -384,6 +447,8 @@ class SyncCoordinator {
   // Shared: a waiter keeps its record while Tick may prune it.
   absl::flat_hash_map<std::string, std::shared_ptr<SyncRecord>> syncs_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> sync_order_ ABSL_GUARDED_BY(mu_);  // for pruning
+  // Ids of the latest warm-ups replaced by newer ones (their late reports).
+  std::deque<std::string> earlier_warm_ups_ ABSL_GUARDED_BY(mu_);
   // Worker parts of plans, unrouted "<plan key>/<worker>" and routed
   // "<plan key>/<worker>/<routes>" (built outside mu_).
   absl::Mutex parts_mu_;

@@ -154,6 +154,17 @@ v1::SyncAssignment SyncCoordinator::AssignmentLocked(const Transfer& t, const Sy
   return sa;
 }
 
+void SyncCoordinator::DispatchLocked(const Transfer& t, SyncRecord& sync,
+                                     const Prepared& prepared) {
+  for (Participant& p : sync.parts) {
+    v1::Assignment a;
+    *a.mutable_sync() = AssignmentLocked(t, sync, prepared.resolved, prepared.dispatch,
+                                         prepared.parts[p.worker], p.worker);
+    p.pushed = absl::Now();
+    workers_->Push(p.lease_id, std::move(a));  // a lost worker fails the sync (WorkerLost)
+  }
+}
+
 absl::StatusOr<std::vector<std::string>> SyncCoordinator::CheckWorkersLocked(
     Resolved& resolved, const PlanForSync& plan, bool* reroute) {
   std::vector<std::string> leases;
@@ -315,11 +326,17 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
     p.roles = resolved.roles[w];
     p.part_key = prepared->parts[w].key;
     p.bytes_planned = PlannedBytesInto(*plan.plan, w);
-    v1::Assignment a;
-    *a.mutable_sync() = AssignmentLocked(t, *sync, resolved, dispatch, prepared->parts[w], w);
-    p.pushed = absl::Now();
-    workers_->Push(p.lease_id, std::move(a));  // a lost worker fails the sync (WorkerLost)
     sync->parts.push_back(std::move(p));
+  }
+  if (const std::string warming = WarmingUpLocked(leases); !warming.empty()) {
+    // Its workers are busy preparing (this transfer or another): the
+    // assignments go out once their warm-ups ended (ReleaseHeldLocked), or
+    // the sync's deadline ends it (WarmUpTick).
+    sync->held = prepared;
+    s.set_warm_up(absl::StrCat("waiting for warm-up ", warming));
+  } else {
+    s.set_warm_up(WarmNoteLocked(t));
+    DispatchLocked(t, *sync, *prepared);
   }
   s.set_dispatch_seconds(absl::ToDoubleSeconds(absl::Now() - trigger));
   const std::string id = s.sync_id();

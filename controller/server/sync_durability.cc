@@ -38,6 +38,7 @@ void SyncCoordinator::Restore(const v1::ControllerState& state) {
     t.plan_key = ts.plan_key();
     t.last_sync = ts.last_sync();
     t.owner = ts.owner();  // "" from a file saved before owners: claimed on first use
+    t.warm_up_enabled = config_.warm_up_on_define;  // warmed once its workers register
     if (metrics_ != nullptr) {
       metrics_->TransferRestored(t.name, t.last_success_version,
                                  absl::FromUnixMillis(state.saved_unix_ms()));

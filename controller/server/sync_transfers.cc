@@ -242,13 +242,22 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
   if (!resolved.ok()) return resolved.status();
   absl::StatusOr<PlanForSync> plan = GetPlan(*resolved, /*with_parts=*/true);
   if (!plan.ok()) return plan.status();
+  absl::StatusOr<v1::DefineTransferResponse> resp = RecordDefinition(req, caller, *resolved, *plan);
+  // Its workers are prepared now, not at its first sync (docs/warm-up.md).
+  if (resp.ok()) resp->set_warm_up_id(StartWarmUp(req.name()));
+  return resp;
+}
+
+absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::RecordDefinition(
+    const v1::DefineTransferRequest& req, const TrainerCaller& caller, const Resolved& resolved,
+    const PlanForSync& plan) {
   absl::MutexLock lock(&mu_);
-  for (int32_t w = 0; w < static_cast<int32_t>(resolved->workers.size()); ++w) {
-    std::optional<WorkerSnapshot> worker = workers_->Find(resolved->workers[w].lease_id);
+  for (int32_t w = 0; w < static_cast<int32_t>(resolved.workers.size()); ++w) {
+    std::optional<WorkerSnapshot> worker = workers_->Find(resolved.workers[w].lease_id);
     if (!worker.has_value()) {
       return absl::AbortedError("DefineTransfer: a worker left while planning; retry");
     }
-    absl::Status st = CheckBuffers(*plan->parts[w], w, *worker, /*require_all=*/false);
+    absl::Status st = CheckBuffers(*plan.parts[w], w, *worker, /*require_all=*/false);
     if (!st.ok()) return st;
   }
   const bool created = transfers_.count(req.name()) == 0;
@@ -269,19 +278,22 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
   t.source_group = req.source_group();
   t.destination_group = req.destination_group();
   t.spec = req.spec();
+  if (t.warm.running()) EndWarmUpLocked(t, false, "aborted: the transfer was redefined");
+  t.warm_up_enabled = config_.warm_up_on_define && !req.no_warm_up();
+  if (!t.warm_up_enabled) t.warm = WarmUpRecord();
   ++t.definition;           // a StartSync planning the old spec meanwhile is refused
   prepared_.erase(t.name);  // nor is the old binding kept (it pins the old plan)
-  t.plan_key = plan->plan->key();
+  t.plan_key = plan.plan->key();
   t.generation_broken = true;  // layouts may have changed: fresh transport
   // A restarted controller serves it without a new definition (a failed
   // save is logged and counted).
   PersistLocked().IgnoreError();
   v1::DefineTransferResponse resp;
   resp.set_name(t.name);
-  resp.set_num_workers(static_cast<int32_t>(resolved->workers.size()));
+  resp.set_num_workers(static_cast<int32_t>(resolved.workers.size()));
   resp.set_plan_key(t.plan_key);
-  *resp.mutable_summary() = plan->plan->summary();
-  for (const v1::WorkerShadow& ws : plan->shadow) *resp.add_shadow() = ws;
+  *resp.mutable_summary() = plan.plan->summary();
+  for (const v1::WorkerShadow& ws : plan.shadow) *resp.add_shadow() = ws;
   return resp;
 }
 

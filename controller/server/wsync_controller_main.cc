@@ -69,6 +69,14 @@ ABSL_FLAG(absl::Duration, sync_deadline, absl::Seconds(120),
           "Default deadline of a sync (trigger to every worker's report); a Sync request may "
           "set its own. Past it the sync fails and workers get an abort. Env: "
           "WSYNC_SYNC_DEADLINE.");
+ABSL_FLAG(bool, warm_up_on_define, true,
+          "Warm a transfer's workers up when it is defined and whenever they change: op lists "
+          "bound, peers mapped, the transport connected (a message with every peer), staging "
+          "allocated, so that the first sync runs as fast as the next (docs/warm-up.md). A "
+          "DefineTransfer may opt out (no_warm_up). Env: WSYNC_WARM_UP_ON_DEFINE.");
+ABSL_FLAG(absl::Duration, warm_up_deadline, absl::Seconds(60),
+          "A warm-up not reported by every worker within this fails (the next sync then sets "
+          "its workers up itself). Env: WSYNC_WARM_UP_DEADLINE.");
 ABSL_FLAG(int64_t, max_message_bytes, 256ll << 20,
           "Largest gRPC message the controller accepts or sends (full plans, op lists). "
           "Larger requests fail with RESOURCE_EXHAUSTED. Env: WSYNC_MAX_MESSAGE_BYTES.");
@@ -197,6 +205,8 @@ int main(int argc, char** argv) {
        "metrics_max_transfers",
        "lease_ttl",
        "sync_deadline",
+       "warm_up_on_define",
+       "warm_up_deadline",
        "max_message_bytes",
        "port_file",
        "direct_writes",
@@ -263,6 +273,8 @@ int main(int argc, char** argv) {
   options.config.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
   options.config.sync_deadline = absl::GetFlag(FLAGS_sync_deadline);
   options.config.direct_writes = absl::GetFlag(FLAGS_direct_writes);
+  options.config.warm_up_on_define = absl::GetFlag(FLAGS_warm_up_on_define);
+  options.config.warm_up_deadline = absl::GetFlag(FLAGS_warm_up_deadline);
   options.auth.insecure = absl::GetFlag(FLAGS_insecure);
   options.auth.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.auth.key_file = absl::GetFlag(FLAGS_tls_key);
@@ -289,10 +301,12 @@ int main(int argc, char** argv) {
   }
   options.state_flush = *flush;
   if (options.config.lease_ttl <= absl::ZeroDuration() ||
-      options.config.sync_deadline <= absl::ZeroDuration() || options.max_message_bytes <= 0 ||
+      options.config.sync_deadline <= absl::ZeroDuration() ||
+      options.config.warm_up_deadline <= absl::ZeroDuration() || options.max_message_bytes <= 0 ||
       options.config.failure_grace < absl::ZeroDuration()) {
     spdlog::error(
-        "wsync-controller: --lease_ttl, --sync_deadline and --max_message_bytes must be "
+        "wsync-controller: --lease_ttl, --sync_deadline, --warm_up_deadline and "
+        "--max_message_bytes must be "
         "positive, --failure_grace not negative");
     return 2;
   }

@@ -121,10 +121,10 @@ class Client:
             raise errors.from_rpc_error(e, self._where) from None
 
     async def define_transfer(self, name, spec, *, source_group="trainer",
-                              destination_group="inference"):
+                              destination_group="inference", warm_up=True):
         resp = await self._rpc("DefineTransfer", pb.DefineTransferRequest(
             name=name, source_group=source_group, destination_group=destination_group,
-            spec=specs.to_proto(spec)))
+            spec=specs.to_proto(spec), no_warm_up=not warm_up))
         self.transfer = name
         return resp
 

@@ -224,11 +224,14 @@ class Client:
         return _response_type(method).FromString(raw)
 
     def define_transfer(self, name, spec, *, source_group="trainer",
-                        destination_group="inference", staging=None, checksums=None):
+                        destination_group="inference", staging=None, checksums=None,
+                        warm_up=True):
         """Binds `spec` (TransferSpec, its JSON dict/text, or a layouts
         builder) to the registered workers of both groups and plans it.
         `staging` ("in_place", "host_shadow", "device_shadow") and
         `checksums` override the spec's staging options (docs/staging.md).
+        `warm_up=False`: no warm-up of the workers for this definition
+        (docs/warm-up.md; the response's warm_up_id names the one started).
         Returns the DefineTransferResponse (workers, plan key, summary, the
         receivers' shadow memory)."""
         proto = specs.to_proto(spec)
@@ -245,7 +248,7 @@ class Client:
             proto.staging.checksums = bool(checksums)
         resp = self._rpc("DefineTransfer", pb.DefineTransferRequest(
             name=name, source_group=source_group, destination_group=destination_group,
-            spec=proto))
+            spec=proto, no_warm_up=not warm_up))
         self.transfer = name
         return resp
 

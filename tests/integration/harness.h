@@ -25,6 +25,7 @@
 #include "tools/demo/cluster.h"
 #include "tools/demo/layout_data.h"
 #include "tools/demo/owner.h"
+#include "tools/demo/sync_steps.h"
 
 namespace wsync::integration {
 
@@ -143,9 +144,18 @@ class CaseRun {
     req.set_destination_group("inference");
     *req.mutable_spec() = spec;
     v1::DefineTransferResponse ignored;
-    return Call([&](grpc::ClientContext* ctx) {
+    grpc::Status s = Call([&](grpc::ClientContext* ctx) {
       return cluster->trainer().DefineTransfer(ctx, req, resp ? resp : &ignored);
     });
+    if (!s.ok()) return s;
+    // As a trainer's first step would: the transfer's warm-up (docs/warm-up.md)
+    // ends before the test's first sync, which then runs right away (a sync
+    // started earlier waits for it: warm_up_test.cc).
+    static const std::atomic<bool> kNoStop{false};
+    auto warm = demo::AwaitWarmUp(*cluster, name, absl::Seconds(30), kNoStop);
+    if (!warm.ok())
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, warm.status().ToString());
+    return grpc::Status::OK;
   }
 
   void Fill(int64_t version) {

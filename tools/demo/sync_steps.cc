@@ -23,6 +23,30 @@ grpc::Status WaitUntilDone(Cluster& cluster, const std::string& id, const std::a
   return gs;
 }
 
+absl::StatusOr<v1::WarmUpStatus> AwaitWarmUp(Cluster& cluster, const std::string& name,
+                                             absl::Duration timeout,
+                                             const std::atomic<bool>& stop) {
+  const absl::Time until = absl::Now() + timeout;
+  while (true) {
+    v1::GetStatusResponse status;
+    grpc::Status gs = CallWithDeadline([&](grpc::ClientContext* c) {
+      return cluster.trainer().GetStatus(c, v1::GetStatusRequest(), &status);
+    });
+    if (!gs.ok()) return absl::UnavailableError(absl::StrCat("GetStatus: ", gs.error_message()));
+    v1::WarmUpStatus warm;
+    for (const v1::TransferStatus& t : status.transfers()) {
+      if (t.name() == name) warm = t.warm_up();
+    }
+    if (warm.state() != v1::WARM_UP_RUNNING || stop.load()) return warm;
+    if (absl::Now() >= until) {
+      return absl::DeadlineExceededError(absl::StrCat("warm-up ", warm.id(), " of transfer '", name,
+                                                      "' still running after ",
+                                                      absl::FormatDuration(timeout)));
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+}
+
 absl::Status KillMidSync(Cluster& cluster, int v, int victim, const std::vector<int>& src_worker,
                          const std::vector<int>& dst_worker,
                          std::vector<std::unique_ptr<Owner>>& src_owner,

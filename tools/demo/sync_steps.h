@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/demo/cluster.h"
 #include "tools/demo/owner.h"
@@ -28,6 +30,12 @@ grpc::Status CallWithDeadline(Fn fn) {
 // status is in *st.
 grpc::Status WaitUntilDone(Cluster& cluster, const std::string& id, const std::atomic<bool>& stop,
                            v1::SyncStatus* st);
+
+// Polls GetStatus until transfer `name`'s warm-up (docs/warm-up.md) is no
+// longer RUNNING, `timeout` passed or `stop` is set; returns its status
+// (OFF when warm-ups are off).
+absl::StatusOr<v1::WarmUpStatus> AwaitWarmUp(Cluster& cluster, const std::string& name,
+                                             absl::Duration timeout, const std::atomic<bool>& stop);
 
 // Freezes worker `victim`, starts the sync of version `v` of transfer
 // "demo", kills the worker while its peers wait for it in the rendezvous or

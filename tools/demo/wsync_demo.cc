@@ -49,6 +49,9 @@ ABSL_FLAG(int32_t, gpus, 0,
           "GPU trainers + r, or with trainer rank r when colocated; NCCL needs one GPU per "
           "worker), owners register "
           "device tensors by CUDA IPC, transfers run over NCCL. Needs a CUDA build.");
+ABSL_FLAG(bool, warm_up, true,
+          "Warm the workers up when the transfer is defined and wait for it before the first "
+          "sync (docs/warm-up.md); false: DefineTransfer with no_warm_up.");
 ABSL_FLAG(int32_t, kill_in_version, 0,
           "If > 0: the sync of this version first runs with the last inference worker frozen, "
           "which is then killed mid-sync; that sync must fail naming it, the worker is "
@@ -260,6 +263,7 @@ absl::Status Demo::DefineTransfer() {
   def.set_source_group("trainer");
   def.set_destination_group("inference");
   *def.mutable_spec() = spec_;
+  def.set_no_warm_up(!absl::GetFlag(FLAGS_warm_up));
   wsync::v1::DefineTransferResponse defined;
   grpc::Status gs = wsync::demo::CallWithDeadline(
       [&](grpc::ClientContext* c) { return cluster_->trainer().DefineTransfer(c, def, &defined); });
@@ -273,6 +277,12 @@ absl::Status Demo::DefineTransfer() {
       defined.num_workers(), sm.destination_bytes() / 1048576.0, sm.network_bytes() / 1048576.0,
       sm.local_bytes() / 1048576.0, sm.num_rounds(), static_cast<long long>(sm.num_buckets()),
       sm.plan_seconds() * 1e3);
+  if (defined.warm_up_id().empty()) return absl::OkStatus();
+  auto warm = wsync::demo::AwaitWarmUp(*cluster_, "demo", absl::Seconds(120), g_stop);
+  if (!warm.ok()) return Err(warm.status().ToString());
+  std::printf("warm-up %s: %s in %.2f ms%s%s\n", warm->id().c_str(),
+              wsync::v1::WarmUpState_Name(warm->state()).c_str(), warm->seconds() * 1e3,
+              warm->reason().empty() ? "" : ": ", warm->reason().c_str());
   return absl::OkStatus();
 }
 

@@ -311,6 +311,7 @@ void WorkerAgent::ExecLoop() {
       runner_.CachePlan(d.assignment);
       v1::ReportResultRequest r;
       r.set_sync_id(d.assignment.sync_id());
+      r.set_warm_up(d.assignment.warm_up());
       r.set_code(static_cast<int32_t>(absl::StatusCode::kAborted));
       r.set_message("aborted while queued: never ran, nothing written");
       r.set_round(-1);
@@ -325,6 +326,10 @@ void WorkerAgent::ExecLoop() {
       epoch_seen = q.lease_epoch;
     }
     const v1::SyncAssignment& a = q.assignment;
+    if (a.warm_up()) {
+      RunWarmUp(q);  // no version, no owner events (agent_warm_up.cc)
+      continue;
+    }
     if (RefuseIfHeldOrOlder(a, q.lease_id)) continue;
     Publish(EventOf(a, v1::SyncEvent::STARTED));
     absl::Time last_progress = absl::InfinitePast();
@@ -347,6 +352,7 @@ void WorkerAgent::ExecLoop() {
     r.set_received_unix_us(absl::ToUnixMicros(q.received));
     r.set_queued_seconds(absl::ToDoubleSeconds(run_start - q.received));
     r.set_run_seconds(absl::ToDoubleSeconds(absl::Now() - run_start));
+    if (metrics_ != nullptr) metrics_->ChannelsCreated(runner_.channels_created());
     const bool ok = r.code() == 0;
     if (!ok) {
       spdlog::error("[worker {}] sync {} failed: {}", Roles(options_), a.sync_id(), r.message());

@@ -127,6 +127,10 @@ class WorkerAgent {
   // Reports `a` failed with FAILED_PRECONDITION `error`, nothing written.
   void Refuse(const v1::SyncAssignment& a, const std::string& lease_id, const std::string& error);
   void OnAssignment(const v1::Assignment& a, const std::string& lease_id, uint64_t epoch);
+  // Warm-up assignment `q` (agent_warm_up.cc, docs/warm-up.md): runs it
+  // (SyncRunner::WarmUp) unless syncs are held, and reports it; applies no
+  // version and tells the subscribers nothing.
+  void RunWarmUp(const Queued& q);
   void Report(v1::ReportResultRequest r, const std::string& lease_id);
   // Staged syncs (agent_staged.cc): after `a` staged on this worker
   // (report `r`): reports it, waits for the pool's decision, then commits or

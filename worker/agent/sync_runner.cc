@@ -22,13 +22,11 @@ exec::ExecutorOptions ExecutorOptionsOf(const RunnerOptions& o) {
   eo.staging_limit_bytes = o.staging_limit_bytes;
   return eo;
 }
+}  // namespace
 
-// The routed part's key (plan key, worker, routes); older controllers send
-// none.
-std::string PlanId(const v1::SyncAssignment& a) {
+std::string SyncRunner::PlanId(const v1::SyncAssignment& a) {
   return a.part_key().empty() ? absl::StrCat(a.plan_key(), "/", a.worker()) : a.part_key();
 }
-}  // namespace
 
 SyncRunner::SyncRunner(TensorTable* tensors, WorkerMetrics* metrics, RunnerOptions options)
     : tensors_(tensors),
@@ -163,10 +161,7 @@ void SyncRunner::CachePlan(const v1::SyncAssignment& a) {
   }
 }
 
-v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
-                                        std::shared_ptr<v1::WorkerService::Stub> stub,
-                                        const std::string& lease_id, const ProgressFn& progress) {
-  const absl::Time start = absl::Now();
+v1::ReportResultRequest SyncRunner::Begin(const v1::SyncAssignment& a) {
   {
     absl::MutexLock lock(&mu_);
     running_ = a.sync_id();
@@ -185,6 +180,61 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   r.set_round(-1);
   r.set_op(-1);
   r.set_peer(-1);
+  return r;
+}
+
+void SyncRunner::End() {
+  absl::MutexLock lock(&mu_);
+  running_.clear();
+  running_executor_ = nullptr;
+}
+
+absl::StatusOr<SyncRunner::BoundPart> SyncRunner::Bind(const v1::SyncAssignment& a,
+                                                       const v1::Plan& part,
+                                                       v1::ReportResultRequest* r) {
+  RETURN_IF_ERROR(RefreshRegistry());
+  const PeerBufferMaps* held = peers_.Find(a.transfer());
+  for (const v1::PeerBuffers& p : a.peer_buffers()) {
+    // Not a reason to stop writing directly: the controller, told of the
+    // failure, sends every list with the next assignment.
+    if (p.unchanged() && (held == nullptr || !held->Holds(p.worker(), p.registration()))) {
+      return absl::AbortedError(absl::StrCat(
+          "worker ", a.worker(), ": direct writes: the controller sent the buffers of worker ",
+          p.worker(), " (registration ", p.registration(),
+          ") earlier, but this worker holds no mapping of them; the next sync carries them"));
+    }
+  }
+  exec::DirectWrites direct;
+  std::string direct_key;
+  absl::Status st = PrepareDirectWrites(a, &direct, &direct_key);
+  if (!st.ok()) {
+    // The controller then pairs this worker no more; the next sync goes
+    // through the transport.
+    r->set_direct_writes_unavailable(true);
+    peers_.ClearAll();
+    return absl::Status(st.code(), absl::StrCat("direct writes: ", st.message()));
+  }
+  BoundPart out;
+  ASSIGN_OR_RETURN(out.registry, RegistryFor(a, part, &out.staged));
+  if (out.staged) absl::StrAppend(&direct_key, " shadows ", shadows_.generation());
+  const std::string plan_id = PlanId(a);
+  auto bit = bound_.find(plan_id);
+  if (bit == bound_.end() || bit->second.first != direct_key) {
+    bound_.erase(plan_id);  // bound against other peers or mappings
+    ASSIGN_OR_RETURN(
+        std::shared_ptr<const exec::BoundPlan> b,
+        exec::BindPlan(part, a.worker(), *out.registry, options_.backend->memory_space(), &direct));
+    bit = bound_.emplace(plan_id, std::make_pair(direct_key, std::move(b))).first;
+  }
+  out.plan = bit->second.second;
+  return out;
+}
+
+v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
+                                        std::shared_ptr<v1::WorkerService::Stub> stub,
+                                        const std::string& lease_id, const ProgressFn& progress) {
+  const absl::Time start = absl::Now();
+  v1::ReportResultRequest r = Begin(a);
   const std::string plan_id = PlanId(a);
   int32_t rounds_done = 0;
   // Held for the whole run: a failed run clears bound_, and finish() still
@@ -202,9 +252,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     }
     if (metrics_ != nullptr) metrics_->Sync(Since(start));
     for (std::string& key : parts_.TakeEvicted()) r.add_dropped_part_keys(std::move(key));
-    absl::MutexLock lock(&mu_);
-    running_.clear();
-    running_executor_ = nullptr;
+    End();
     return r;
   };
 
@@ -225,42 +273,11 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   }
   // 2. Bind to the registered buffers (once per plan and registration).
   absl::Time t = absl::Now();
-  absl::Status st = RefreshRegistry();
-  if (!st.ok()) return finish(st);
-  const PeerBufferMaps* held = peers_.Find(a.transfer());
-  for (const v1::PeerBuffers& p : a.peer_buffers()) {
-    // Not a reason to stop writing directly: the controller, told of the
-    // failure, sends every list with the next assignment.
-    if (p.unchanged() && (held == nullptr || !held->Holds(p.worker(), p.registration()))) {
-      return finish(absl::AbortedError(absl::StrCat(
-          "worker ", a.worker(), ": direct writes: the controller sent the buffers of worker ",
-          p.worker(), " (registration ", p.registration(),
-          ") earlier, but this worker holds no mapping of them; the next sync carries them")));
-    }
-  }
-  exec::DirectWrites direct;
-  std::string direct_key;
-  st = PrepareDirectWrites(a, &direct, &direct_key);
-  if (!st.ok()) {
-    // The controller then pairs this worker no more; the next sync goes
-    // through the transport.
-    r.set_direct_writes_unavailable(true);
-    peers_.ClearAll();
-    return finish(absl::Status(st.code(), absl::StrCat("direct writes: ", st.message())));
-  }
-  bool staged = false;
-  auto bind_to = RegistryFor(a, *part, &staged);
-  if (!bind_to.ok()) return finish(bind_to.status());
-  const exec::BufferRegistry& registry = **bind_to;
-  if (staged) absl::StrAppend(&direct_key, " shadows ", shadows_.generation());
-  auto bit = bound_.find(plan_id);
-  if (bit == bound_.end() || bit->second.first != direct_key) {
-    bound_.erase(plan_id);  // bound against other peers or mappings
-    auto b = exec::BindPlan(*part, a.worker(), registry, options_.backend->memory_space(), &direct);
-    if (!b.ok()) return finish(b.status());
-    bit = bound_.emplace(plan_id, std::make_pair(direct_key, *b)).first;
-  }
-  bound_hold = bit->second.second;
+  auto bound = Bind(a, *part, &r);
+  if (!bound.ok()) return finish(bound.status());
+  const bool staged = bound->staged;
+  const exec::BufferRegistry& registry = *bound->registry;
+  bound_hold = bound->plan;
   bound_plan = bound_hold.get();
   r.set_bind_seconds(Since(t));
   // 3. The data plane of this transfer generation.

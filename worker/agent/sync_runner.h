@@ -52,6 +52,21 @@ class SyncRunner {
                               std::shared_ptr<v1::WorkerService::Stub> stub,
                               const std::string& lease_id, const ProgressFn& progress);
 
+  // A warm-up assignment (a.warm_up(), docs/warm-up.md): everything Run does
+  // but move data. Caches the op list, binds it (shadows too, for a staged
+  // transfer), maps the direct-write peers, builds the transfer's channel
+  // (the transport's rendezvous through the controller) and has its
+  // executor allocate staging and greet every peer (Executor::WarmUp). The
+  // next sync of the same part and generation finds all of it ready. Returns
+  // the report (warm_up set; lease id left empty); touches no tensor, no
+  // version, no sync metric. Abort() ends it like a sync.
+  v1::ReportResultRequest WarmUp(const v1::SyncAssignment& a,
+                                 std::shared_ptr<v1::WorkerService::Stub> stub,
+                                 const std::string& lease_id);
+
+  // Channels (transports) this runner built so far, warm-ups included.
+  int64_t channels_created() const { return plane_.channels_created(); }
+
   // Caches the op list `a` carries (if any) without running it, for an
   // assignment dropped before it ran: the controller sends each part once.
   // Call from the thread that calls Run.
@@ -72,6 +87,24 @@ class SyncRunner {
   void DiscardStaged() { shadows_.Discard(); }
 
  private:
+  // A part bound for a run: the plan, the registry it is bound to (the
+  // shadows' for a staged receiver) and whether it stages.
+  struct BoundPart {
+    std::shared_ptr<const exec::BoundPlan> plan;
+    const exec::BufferRegistry* registry = nullptr;
+    bool staged = false;
+  };
+  // The routed part's key (plan key, worker, routes); older controllers send
+  // none.
+  static std::string PlanId(const v1::SyncAssignment& a);
+  // Marks `a` running (taking an abort that came early) and starts its report.
+  v1::ReportResultRequest Begin(const v1::SyncAssignment& a);
+  // Binds `part` for `a` (cached per part and peer mappings); sets
+  // r->direct_writes_unavailable when the peers cannot be mapped.
+  absl::StatusOr<BoundPart> Bind(const v1::SyncAssignment& a, const v1::Plan& part,
+                                 v1::ReportResultRequest* r);
+  // Run / WarmUp's end: clears the running state.
+  void End();
   absl::Status RefreshRegistry();
   // BufferListFingerprint of the registered buffers (cached per snapshot).
   uint64_t OwnBuffersFingerprint();

@@ -69,6 +69,25 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                             "1 for the owner's current state (serving, paused, updating, "
                             "failed), 0 for the others, per group.")
                         .Register(*registry_);
+  auto& warm_ups = prometheus::BuildCounter()
+                       .Name("wsync_worker_warm_ups_total")
+                       .Help("Warm-up assignments this worker ran (not syncs), by outcome.")
+                       .Register(*registry_);
+  warm_ups_ok_ = &warm_ups.Add({{"outcome", "warm"}});
+  warm_ups_failed_ = &warm_ups.Add({{"outcome", "failed"}});
+  warm_up_duration_ = &prometheus::BuildHistogram()
+                           .Name("wsync_worker_warm_up_duration_seconds")
+                           .Help("Wall time of this worker's part of a warm-up.")
+                           .Register(*registry_)
+                           .Add({}, SyncSecondsBuckets());
+  channels_created_ =
+      &prometheus::BuildCounter()
+           .Name("wsync_worker_channels_created_total")
+           .Help(
+               "Data-plane channels (transports, their rendezvous and connections) this worker "
+               "built, by syncs and warm-ups together.")
+           .Register(*registry_)
+           .Add({});
   // Zero series for the usual codes, so that rates work before the first error.
   for (absl::StatusCode c : {absl::StatusCode::kAborted, absl::StatusCode::kCancelled,
                              absl::StatusCode::kDeadlineExceeded, absl::StatusCode::kUnavailable,

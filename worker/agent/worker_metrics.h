@@ -38,6 +38,16 @@ class WorkerMetrics {
   void Staging(double bytes) { staging_bytes_->Set(bytes); }
   void SlowPeerMappings(double count) { slow_peer_mappings_->Set(count); }
   void Error(absl::StatusCode code);
+  // Warm-ups (docs/warm-up.md), apart from the syncs: their outcome and time.
+  void WarmUp(bool ok, double seconds) {
+    (ok ? warm_ups_ok_ : warm_ups_failed_)->Increment();
+    warm_up_duration_->Observe(seconds);
+  }
+  // The sync runner's count of channels (transports) built so far.
+  void ChannelsCreated(int64_t total) {
+    const double delta = static_cast<double>(total) - channels_created_->Value();
+    if (delta > 0) channels_created_->Increment(delta);
+  }
   // What the owner serves for `group` (SetServing): the version and the
   // state, one series per state ("serving", "paused", "updating", "failed")
   // set to 1 / 0.
@@ -57,6 +67,10 @@ class WorkerMetrics {
   prometheus::Gauge* staging_bytes_;
   prometheus::Gauge* slow_peer_mappings_;
   prometheus::Family<prometheus::Counter>* errors_;
+  prometheus::Counter* warm_ups_ok_;
+  prometheus::Counter* warm_ups_failed_;
+  prometheus::Histogram* warm_up_duration_;
+  prometheus::Counter* channels_created_;
   prometheus::Family<prometheus::Gauge>* serving_version_;
   prometheus::Family<prometheus::Gauge>* serving_state_;
 };

@@ -150,6 +150,18 @@ class Executor {
   absl::StatusOr<SyncStats> Run(const BoundPlan& plan, uint64_t registry_generation,
                                 absl::Time deadline, const ProgressCallback& progress = nullptr);
 
+  // A warm-up (docs/warm-up.md): does everything Run does before its first
+  // byte, moving no data. Checks `plan` as Run does, builds its schedule and
+  // prepared lists, allocates its staging, and exchanges one kTokenBytes
+  // message (tag kWarmUpTag) with every peer the plan has (transfers either
+  // way, direct-write peers), so that a transport connecting peer pairs on
+  // their first message (NCCL) has connected them. The peers must warm up
+  // their own parts of the same routed plan (the peer sets are symmetric).
+  // Returns how many peers it greeted; errors as Run's (a failure leaves the
+  // transport unusable).
+  absl::StatusOr<int32_t> WarmUp(const BoundPlan& plan, uint64_t registry_generation,
+                                 absl::Time deadline);
+
   // From any thread: ends a Run in flight promptly (CANCELLED) and every later
   // one; the transport is aborted too and must be rebuilt with the executor.
   void Abort(const std::string& reason);
@@ -246,6 +258,7 @@ class Executor {
   // Tags of the token messages: bucket ids are >= 0.
   static constexpr int64_t kReadyTokenTag = -1;
   static constexpr int64_t kDoneTokenTag = -2;
+  static constexpr int64_t kWarmUpTag = -3;
 
   transport::Transport* const transport_;
   DataOps* const ops_;

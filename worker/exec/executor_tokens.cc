@@ -1,6 +1,8 @@
 // Direct writes (executor.h): ready tokens from the receivers to the senders
 // that write them before the first put, the puts, and done tokens back after
-// the last.
+// the last; and the warm-up's one message per peer.
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -144,6 +146,53 @@ absl::Status Executor::FinishDirectWrites(const BoundPlan& plan, absl::Time dead
   stats.bytes_put = plan.bytes_put;
   stats.bytes_put_into = plan.bytes_put_into;
   return absl::OkStatus();
+}
+
+absl::StatusOr<int32_t> Executor::WarmUp(const BoundPlan& plan, uint64_t registry_generation,
+                                         absl::Time deadline) {
+  const bool direct = !plan.direct_write_to.empty() || !plan.direct_written_by.empty();
+  RETURN_IF_ERROR(CheckRunnable(plan, registry_generation, direct));
+  RETURN_IF_ERROR(PrepareStaging(plan));
+  // Every peer the plan exchanges anything with: a transfer from A to B is
+  // in both parts, and so is a direct-write pair (its tokens).
+  std::set<int32_t> peers(plan.direct_write_to.begin(), plan.direct_write_to.end());
+  peers.insert(plan.direct_written_by.begin(), plan.direct_written_by.end());
+  for (const BoundRound& r : plan.rounds) {
+    for (const BoundTransfer& t : r.sends) peers.insert(t.peer);
+    for (const BoundTransfer& t : r.recvs) peers.insert(t.peer);
+  }
+  if (peers.empty()) return 0;
+  const std::string where = absl::StrCat("worker ", plan.worker, ": warm-up messages with workers ",
+                                         absl::StrJoin(peers, ","));
+  if (aborted_.load()) {
+    absl::MutexLock lock(&mu_);
+    return absl::CancelledError(absl::StrCat(where, ": aborted: ", abort_reason_));
+  }
+  if (writer_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": this worker's data plane has no peer writer (its token slots)"));
+  }
+  constexpr size_t kTokenBytes = PeerWriter::kTokenBytes;
+  auto slots = writer_->TokenSlots(2 * peers.size());
+  if (!slots.ok()) return Wrap(slots.status(), where);
+  uint8_t* base = *slots;
+  send_reqs_.clear();
+  recv_reqs_.clear();
+  size_t k = 0;
+  for (int32_t peer : peers) {
+    RETURN_IF_ERROR(Wrap(writer_->WriteToken(base + k * kTokenBytes, 0), where));
+    send_reqs_.push_back({peer, kWarmUpTag, base + k * kTokenBytes, kTokenBytes});
+    recv_reqs_.push_back({peer, kWarmUpTag, base + (peers.size() + k) * kTokenBytes, kTokenBytes});
+    ++k;
+  }
+  const absl::Time round_deadline = std::min(deadline, absl::Now() + options_.round_timeout);
+  const absl::Status s = transport_->RunRound(send_reqs_, recv_reqs_, round_deadline, nullptr);
+  if (s.ok()) return static_cast<int32_t>(peers.size());
+  if (aborted_.load()) {
+    absl::MutexLock lock(&mu_);
+    return absl::CancelledError(absl::StrCat(where, ": aborted: ", abort_reason_));
+  }
+  return absl::Status(s.code(), absl::StrCat(where, " failed: ", s.message()));
 }
 
 }  // namespace wsync::exec

@@ -45,6 +45,7 @@ absl::StatusOr<Channel*> DataPlane::Ensure(
   if (!spec.network) {
     if (ch == nullptr || ch->transport->rank() != rank) {
       ASSIGN_OR_RETURN(ch, LocalOnly(rank, rank + 1));
+      ++channels_created_;
     }
     return ch.get();
   }
@@ -71,6 +72,7 @@ absl::StatusOr<Channel*> DataPlane::Ensure(
                                      ", rank ", rank, "/", o.size, "): ", t.status().message()));
   }
   ASSIGN_OR_RETURN(ch, Attach(*std::move(t), spec.generation));
+  ++channels_created_;
   return ch.get();
 }
 

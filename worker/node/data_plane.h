@@ -61,6 +61,8 @@ class DataPlane {
   // Drops `transfer`'s channels (after a failure: its transport is unusable).
   void Drop(const std::string& transfer);
   void DropAll() { channels_.clear(); }
+  // Channels Ensure built so far (network and local-only).
+  int64_t channels_created() const { return channels_created_; }
 
  private:
   absl::Status Complete(Channel& ch);
@@ -68,6 +70,7 @@ class DataPlane {
   plane::Backend* const backend_;
   const exec::ExecutorOptions options_;
   std::map<std::string, std::unique_ptr<Channel>> channels_;  // by transfer (+ "#local")
+  int64_t channels_created_ = 0;
 };
 
 }  // namespace wsync::node

@@ -147,6 +147,9 @@ absl::StatusOr<StagingBuffer> HostDataOps::AllocateStaging(int64_t bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate ", bytes, " bytes of host staging"));
   }
+  // Touched once now (a warm-up allocates it): its pages fault here, not in
+  // the first sync's rounds (docs/warm-up.md).
+  std::memset(p, 0, static_cast<size_t>(rounded));
   return StagingBuffer(p, bytes, [](void* q) { std::free(q); });
 }
 

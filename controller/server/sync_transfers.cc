@@ -224,6 +224,11 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
                      " is below the controller's minimum of ", config_.limits.min_bucket_bytes,
                      " bytes (--min_bucket_bytes); 0 picks the default"));
   }
+  if (absl::Status st =
+          CheckRolloutPolicy(req.name(), req.spec().rollout(), req.spec().staging().mode());
+      !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("DefineTransfer: ", st.message()));
+  }
   {
     absl::MutexLock lock(&mu_);
     auto it = transfers_.find(req.name());

@@ -272,6 +272,8 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
   t.name = req.name();
   ClaimOwner(t, caller);
   t.source_group = req.source_group();
+  // What its ranks confirmed (sync_rollout.cc) is of the old group's ranks.
+  if (t.destination_group != req.destination_group()) t.served.clear();
   t.destination_group = req.destination_group();
   t.spec = req.spec();
   ++t.definition;           // a StartSync planning the old spec meanwhile is refused

@@ -261,14 +261,32 @@ def rolling(owners, client, wsync, pb, u, first, syncs):
     return bad
 
 
+def ready(client, wsync):
+    """Every worker registered with the controller running now (the first
+    calls after a restart may find the old connection closed)."""
+    end = time.monotonic() + 30
+    while True:
+        try:
+            client.wait_for_workers({"trainer": 1, "inference": REPLICAS}, timeout=30,
+                                    buffers=True)
+            return
+        except wsync.errors.Unavailable:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.05)
+
+
 def crash_mid_rollout(cluster, owners, client, wsync, pb, version):
     """The controller dies once the first wave confirmed; restarted, it
     resumes the remaining waves one at a time."""
     cluster.ctl.stop()
     cluster.controller_flags.append("--test_crash_after_commits=1")
     cluster.start_controller()
-    client.wait_for_workers({"trainer": 1, "inference": REPLICAS}, timeout=30, buffers=True)
+    ready(client, wsync)
     time.sleep(0.5)  # every worker re-registered with this instance
+    client.define_transfer("waves", spec_proto(owners.wtorch.layout_pb), source_group="trainer",
+                           destination_group="inference", staging="host_shadow", checksums=True,
+                           rollout={"max_unavailable": 1, "replica_ranks": 1})
     owners.candidates = [version - 1, version]
     owners.fill(version)
     handle = client.sync(version, deadline=DEADLINE_S)
@@ -276,7 +294,12 @@ def crash_mid_rollout(cluster, owners, client, wsync, pb, version):
         cluster.ctl.p.wait(timeout=DEADLINE_S)
     except Exception:  # noqa: BLE001
         return [f"v{version}: the controller did not hit its failpoint"]
-    done_before = [r for r in range(REPLICAS) if "COMMITTED" in owners.kinds(r, version)]
+    end = time.monotonic() + 3  # the events trail the commit a little
+    while True:
+        done_before = [r for r in range(REPLICAS) if "COMMITTED" in owners.kinds(r, version)]
+        if done_before or time.monotonic() > end:
+            break
+        time.sleep(0.05)
     time.sleep(0.5)  # down a while: the waiting replicas keep their shadows
     cluster.controller_flags.remove("--test_crash_after_commits=1")
     cluster.start_controller()
@@ -295,7 +318,7 @@ def crash_mid_rollout(cluster, owners, client, wsync, pb, version):
     if status.phase != pb.SYNC_SUCCEEDED or status.uncommitted:
         bad.append(f"v{version}: {pb.SyncPhase.Name(status.phase)} {list(status.uncommitted)}")
     time.sleep(0.2)
-    client.wait_for_workers({"trainer": 1, "inference": REPLICAS}, timeout=30, buffers=True)
+    ready(client, wsync)
     overlap = check_version(owners, client, version, 1, bad, f"v{version} restarted")
     print(f"  v{version}: controller killed after replicas {done_before} committed; resumed: "
           f"{pb.SyncPhase.Name(status.phase)}, at most {overlap} committing at once, "

@@ -145,6 +145,19 @@ class SyncRolloutTest : public controller_testing::CoordinatorFixture {
     }
   }
 
+  // wsync_replica_committed_version{transfer="t", replica}; -1 if absent.
+  double CommittedMetric(const std::string& replica) {
+    for (const auto& f : metrics_.registry().Collect()) {
+      if (f.name != "wsync_replica_committed_version") continue;
+      for (const auto& m : f.metric) {
+        std::map<std::string, std::string> labels;
+        for (const auto& l : m.label) labels[l.name] = l.value;
+        if (labels["transfer"] == "t" && labels["replica"] == replica) return m.gauge.value;
+      }
+    }
+    return -1;
+  }
+
   v1::SyncStatus Status() {
     auto st = controller_->syncs().WaitSync(sync_id_, absl::Milliseconds(1));
     EXPECT_TRUE(st.ok()) << st.status();
@@ -184,6 +197,8 @@ TEST_F(SyncRolloutTest, WavesGoOutInRankOrderNeverMoreThanMaxUnavailableAtOnce) 
   EXPECT_EQ(ts.rollout().max_unavailable(), 2);
   ASSERT_EQ(ts.replicas_size(), 2);
   EXPECT_EQ(ts.replicas(0).version(), 1);
+  EXPECT_EQ(CommittedMetric("ranks-1-1"), 1);
+  EXPECT_EQ(CommittedMetric("ranks-2-2"), -1) << "not committed yet";
   Report(dst_[2], false, true);
   Report(dst_[3], false, true);
   st = Status();

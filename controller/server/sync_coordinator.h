@@ -387,9 +387,12 @@ class SyncCoordinator {
   int32_t DestinationRankLocked(const SyncRecord& sync, const Participant& p)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Receiver `p` confirmed (`committed`) or will not confirm the commit of
-  // `sync`: the controller's view of what its rank serves.
-  void NoteServedLocked(const SyncRecord& sync, const Participant& p, bool committed)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `sync`: the controller's view of what its rank serves (and, with
+  // `export_metric`, the transfer's replica gauges).
+  void NoteServedLocked(const SyncRecord& sync, const Participant& p, bool committed,
+                        bool export_metric = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // wsync_replica_committed_version of every replica of `t`.
+  void ExportServedLocked(const Transfer& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An in-place sync succeeded: every destination rank serves its version.
   void NoteInPlaceSucceededLocked(const SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Per replica of `t`'s destination, the version it serves (controller's view).

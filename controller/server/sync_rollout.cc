@@ -109,7 +109,7 @@ void SyncCoordinator::AdvanceRolloutLocked(SyncRecord& sync) {
   // save is logged (PersistLocked) and the wave goes out.
   if (absl::Status saved = PersistLocked(); !saved.ok()) {
     spdlog::error("[controller] sync {}: wave {} could not be saved ({}); sending it anyway",
-                  sync.status.sync_id(), sync.next_wave - 1, saved.message());
+                  sync.status.sync_id(), sync.next_wave - 1, std::string(saved.message()));
   }
   spdlog::info("[controller] sync {}: commit wave {} to {} receivers", sync.status.sync_id(),
                sync.next_wave - 1, parts.size());
@@ -171,8 +171,8 @@ void SyncCoordinator::RefreshRolloutLocked(SyncRecord& sync) {
   out->set_waves_total(done + WavesLeft(phases, sync.rollout.max_unavailable()));
 }
 
-void SyncCoordinator::NoteServedLocked(const SyncRecord& sync, const Participant& p,
-                                       bool committed) {
+void SyncCoordinator::NoteServedLocked(const SyncRecord& sync, const Participant& p, bool committed,
+                                       bool export_metric) {
   auto t = transfers_.find(sync.status.transfer());
   const int32_t rank = DestinationRankLocked(sync, p);
   if (t == transfers_.end() || rank < 0) return;
@@ -188,17 +188,23 @@ void SyncCoordinator::NoteServedLocked(const SyncRecord& sync, const Participant
     std::optional<WorkerSnapshot> w = workers_->Find(p.lease_id);
     served.instance = w.has_value() ? w->info->instance_id() : "";
   }
+  if (export_metric) ExportServedLocked(t->second);
+}
+
+void SyncCoordinator::ExportServedLocked(const Transfer& t) {
   if (metrics_ == nullptr) return;
-  for (const v1::ReplicaVersion& r : ServedReplicasLocked(t->second)) {
-    metrics_->SetCommittedVersion(t->first, r.replica(), static_cast<double>(r.version()));
+  for (const v1::ReplicaVersion& r : ServedReplicasLocked(t)) {
+    metrics_->SetCommittedVersion(t.name, r.replica(), static_cast<double>(r.version()));
   }
 }
 
 void SyncCoordinator::NoteInPlaceSucceededLocked(const SyncRecord& sync) {
   if (sync.staging.mode() != v1::STAGING_IN_PLACE) return;
   for (const Participant& p : sync.parts) {
-    if (DestinationRankLocked(sync, p) >= 0) NoteServedLocked(sync, p, /*committed=*/true);
+    if (DestinationRankLocked(sync, p) >= 0) NoteServedLocked(sync, p, true, false);
   }
+  auto t = transfers_.find(sync.status.transfer());
+  if (t != transfers_.end()) ExportServedLocked(t->second);
 }
 
 std::vector<v1::ReplicaVersion> SyncCoordinator::ServedReplicasLocked(const Transfer& t) {

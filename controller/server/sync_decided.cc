@@ -104,7 +104,9 @@ void SyncCoordinator::RestoreDecidedLocked(const v1::ControllerState& state) {
       p.bytes_done = dp.bytes_done();
       p.bytes_planned = dp.bytes_planned();
       p.pushed = now;
-      p.commit_sent = dp.commit_sent();
+      // A file saved before rolling waves (no wave started): every receiver
+      // was sent its CommitSync at the decision.
+      p.commit_sent = dp.commit_sent() || (d.waves_started() == 0 && p.stages);
       if (p.stages) {
         RolloutMember m;
         m.part = sync->parts.size();

@@ -83,10 +83,19 @@ def spec_proto(lpb):
     return spec
 
 
+_EXPECTED = {}
+
+
 def full_tensor(torch, name, version):
-    rows, cols = SHAPES[name]
-    base = torch.arange(rows * cols, dtype=torch.float32) + (0 if name == "a" else 1e6)
-    return (base + version * 1000.0).reshape(rows, cols)  # exact in fp32 below 2^24
+    """Tensor `name` of weight `version` (cached: the sampler compares often)."""
+    key = (name, version)
+    if key not in _EXPECTED:
+        if len(_EXPECTED) > 16:
+            _EXPECTED.clear()
+        rows, cols = SHAPES[name]
+        base = torch.arange(rows * cols, dtype=torch.float32) + (0 if name == "a" else 1e6)
+        _EXPECTED[key] = (base + version * 1000.0).reshape(rows, cols)  # exact below 2^24
+    return _EXPECTED[key]
 
 
 class Owners:
@@ -120,8 +129,9 @@ class Owners:
         K = self.wtorch.lpb.SyncEvent
         while not self.stop.is_set():
             try:
+                # One long subscription: events published between two would be lost.
                 for ev in self.wtorch.sync_events(self.cluster.socket("inference", r),
-                                                  timeout=2.0):
+                                                  timeout=600.0):
                     with self.lock:
                         self.events[r].append((K.Kind.Name(ev.kind), ev.version, ev.unix_us,
                                                ev.sync_id))
@@ -149,6 +159,7 @@ class Owners:
 
     def _sample(self):
         while not self.stop.is_set():
+            time.sleep(0.002)  # leaves the (2-core) machine to the workers now and then
             for r in range(REPLICAS):
                 with self.lock:
                     was_open = r in self.open
@@ -226,7 +237,7 @@ def rolling(owners, client, wsync, pb, u, first, syncs):
     client.define_transfer("waves", spec_proto(owners.wtorch.layout_pb), source_group="trainer",
                            destination_group="inference", staging="host_shadow", checksums=True,
                            rollout={"max_unavailable": u, "replica_ranks": 1, "max_staleness": 1})
-    mid_rollout = 0
+    mid_rollout = most_committing = 0
     for version in range(first, first + syncs):
         owners.candidates = [version - 1, version] if version > 1 else [0, 1]
         owners.fill(version)
@@ -239,6 +250,7 @@ def rolling(owners, client, wsync, pb, u, first, syncs):
                 mid_rollout += 1
                 if any(x.state == "committed" and x.version != version for x in ro.replicas):
                     bad.append(f"v{version}: a committed replica reported {ro}")
+            most_committing = max(most_committing, ro.committing)
             if ro.committing > u:
                 bad.append(f"v{version}: status reports {ro.committing} committing, max {u}")
         status = handle.wait(timeout=DEADLINE_S + 10)
@@ -256,8 +268,13 @@ def rolling(owners, client, wsync, pb, u, first, syncs):
               f"sync {status.elapsed_seconds * 1e3:.1f} ms", flush=True)
         if bad:
             break
+    print(f"  U={u}: {mid_rollout} watched statuses mid-rollout, at most {most_committing} "
+          f"replicas committing in the controller's status", flush=True)
     if not mid_rollout:
         bad.append(f"U={u}: no watched status showed a rollout in progress")
+    if most_committing != u:
+        bad.append(f"U={u}: the status never showed {u} replicas committing (at most "
+                   f"{most_committing})")
     return bad
 
 

@@ -291,6 +291,34 @@ TEST_F(SyncRolloutTest, ARestartedControllerResumesTheRemainingWavesOnly) {
   EXPECT_EQ(st.rollout().waves_done(), 4);
 }
 
+TEST_F(SyncRolloutTest, ADecisionSavedBeforeRollingWavesResumesForEveryReceiver) {
+  // A state file of the previous version: no wave fields; each receiver had
+  // been sent its CommitSync at the decision.
+  RegisterAll();
+  ASSERT_TRUE(Define(/*max_unavailable=*/1).ok());
+  RunToDecision(1);
+  auto saved = store_->Load();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_EQ(saved->decided_syncs_size(), 1);
+  v1::DecidedSync* d = saved->mutable_decided_syncs(0);
+  d->clear_rollout();
+  d->clear_waves_started();
+  for (v1::DecidedParticipant& p : *d->mutable_participants()) {
+    p.clear_commit_sent();
+    p.clear_replica();
+    p.clear_wave();
+  }
+  ASSERT_TRUE(store_->Save(*saved).ok());
+  Restart();
+  const std::vector<v1::RegisterWorkerResponse> regs = RegisterAll();
+  for (int r = 0; r < kReplicas; ++r) {
+    ASSERT_EQ(regs[r].decided_commits_size(), 1) << r;
+    EXPECT_FALSE(regs[r].decided_commits(0).await_commit()) << r;
+  }
+  for (const std::string& l : dst_) Report(l, false, true);
+  EXPECT_EQ(Status().phase(), v1::SYNC_SUCCEEDED);
+}
+
 TEST_F(SyncRolloutTest, AWaveNotStartedByTheDeadlineIsToldToRollBack) {
   RegisterAll();
   ASSERT_TRUE(Define(/*max_unavailable=*/3).ok());

@@ -39,6 +39,10 @@ void PrintStatus(const v1::GetStatusResponse& r) {
                                   PhaseName(last.phase()), last.elapsed_seconds());
       if (last.phase() == v1::SYNC_RUNNING) {
         last_text += absl::StrFormat(" (%d/%d workers)", last.workers_done(), last.workers_total());
+        if (last.rollout().waves_total() > 0) {
+          last_text += absl::StrFormat(" waves %d/%d", last.rollout().waves_done(),
+                                       last.rollout().waves_total());
+        }
       } else if (!last.error().empty()) {
         last_text += absl::StrCat(": ", last.error());
       }
@@ -47,6 +51,14 @@ void PrintStatus(const v1::GetStatusResponse& r) {
                 absl::StrCat(t.source_group(), " -> ", t.destination_group()).c_str(),
                 static_cast<long long>(t.last_success_version()), in_flight.c_str(),
                 last_text.c_str());
+    // What each replica confirmed (docs/staging.md, "Rolling waves").
+    std::vector<std::string> replicas;
+    for (const v1::ReplicaVersion& rv : t.replicas()) {
+      replicas.push_back(absl::StrCat(rv.replica().empty() ? "(unlabelled)" : rv.replica(), " v",
+                                      rv.version(), rv.state() == "serving" ? "" : " uncommitted"));
+    }
+    if (!replicas.empty())
+      std::printf("%20s replicas: %s\n", "", absl::StrJoin(replicas, ", ").c_str());
   }
 }
 

@@ -16,6 +16,11 @@ Controller::Controller(const ControllerConfig& config, ControllerMetrics* metric
       serving_(metrics) {
   rendezvous_.SetChangeListener([this] { waits_.NotifyAll(); });
   syncs_.SetChangeListener([this] { waits_.NotifyAll(); });
+  // The board is a leaf: the coordinator asks it under its own lock.
+  syncs_.SetReplicaLabeler(
+      [this](const std::string& group, int32_t rank, const std::string& lease) {
+        return serving_.LabelOf(group, rank, lease);
+      });
   workers_.SetLossListener([this](const WorkerLoss& loss) {
     syncs_.WorkerLost(loss);
     rendezvous_.WakeAll();
@@ -63,6 +68,12 @@ v1::ReplicasResponse Controller::Replicas(const std::string& group) {
   holders.size = g.size;
   for (const auto& rank : g.ranks) holders.leases.push_back(rank ? rank->lease_id : "");
   return serving_.Replicas(group, holders, absl::Now());
+}
+
+v1::ListWorkersResponse Controller::ListWorkers(const std::string& group) {
+  v1::ListWorkersResponse resp = workers_.ListWorkers(group);
+  syncs_.AddServingVersions(&resp);
+  return resp;
 }
 
 void Controller::Shutdown() {

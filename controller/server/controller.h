@@ -6,8 +6,9 @@
 //    parts, routes, syncs.
 //  - ServingBoard (serving_board.h): the versions the owners serve, by
 //    replica; it calls no other owner.
-// Lock order: SyncCoordinator -> WorkerRegistry and SyncCoordinator ->
-// Rendezvous (the coordinator calls both while holding its lock); the
+// Lock order: SyncCoordinator -> WorkerRegistry, SyncCoordinator ->
+// Rendezvous and SyncCoordinator -> ServingBoard (replica labels; the
+// coordinator calls them while holding its lock); the
 // registry and the rendezvous never call another owner while holding theirs.
 // A lost lease reaches the coordinator (its syncs fail) and the rendezvous
 // (waiting Gets end) through the registry's loss listener, outside the
@@ -57,6 +58,9 @@ class Controller {
   // NOT_FOUND for a lease that is not alive, INVALID_ARGUMENT (serving_board.h).
   absl::Status RecordServing(const std::string& lease_id,
                              const google::protobuf::RepeatedPtrField<v1::ServingReport>& reports);
+  // WorkerRegistry::ListWorkers with each worker's serving_versions (the
+  // versions it committed, SyncCoordinator::AddServingVersions).
+  v1::ListWorkersResponse ListWorkers(const std::string& group);
   // What each replica of `group` serves, from its live holders and reports.
   v1::ReplicasResponse Replicas(const std::string& group);
 

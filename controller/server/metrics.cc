@@ -129,6 +129,13 @@ ControllerMetrics::ControllerMetrics(int max_transfer_labels)
                               "The weight version every rank of a replica serves (0 unless all "
                               "serve one version), per destination group and replica label.")
                           .Register(*registry_);
+  replica_committed_ = &prometheus::BuildGauge()
+                            .Name("wsync_replica_committed_version")
+                            .Help(
+                                "The weight version every rank of a replica confirmed last (the "
+                                "controller's view; rolling waves, docs/staging.md), per "
+                                "transfer and replica label.")
+                            .Register(*registry_);
   replica_state_ = &prometheus::BuildGauge()
                         .Name("wsync_replica_state")
                         .Help(
@@ -231,6 +238,11 @@ void ControllerMetrics::CountFlushFailuresOf(StateStore* store) {
 
 void ControllerMetrics::SetWeightVersion(const std::string& transfer, double version) {
   weight_version_->Add({{"transfer", TransferLabel(transfer)}}).Set(version);
+}
+
+void ControllerMetrics::SetCommittedVersion(const std::string& transfer, const std::string& replica,
+                                            double version) {
+  replica_committed_->Add({{"transfer", transfer}, {"replica", replica}}).Set(version);
 }
 
 void ControllerMetrics::SetReplicas(const std::string& group,

@@ -87,6 +87,9 @@ class ControllerMetrics {
     double version = 0;
   };
   void SetReplicas(const std::string& group, const std::vector<ReplicaGauge>& replicas);
+  // wsync_replica_committed_version{transfer, replica}: the version every
+  // rank of the replica confirmed last (docs/staging.md, "Rolling waves").
+  void SetCommittedVersion(const std::string& transfer, const std::string& replica, double version);
 
   prometheus::Registry& registry() { return *registry_; }
 
@@ -128,6 +131,7 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Gauge>* weight_version_;
   prometheus::Family<prometheus::Gauge>* replica_version_;
   prometheus::Family<prometheus::Gauge>* replica_state_;
+  prometheus::Family<prometheus::Gauge>* replica_committed_;
   absl::Mutex replicas_mu_;
   // group -> replica labels with series.
   std::map<std::string, std::set<std::string>> replicas_exported_ ABSL_GUARDED_BY(replicas_mu_);

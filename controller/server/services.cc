@@ -236,7 +236,7 @@ grpc::Status TrainerServiceImpl::ListWorkers(grpc::ServerContext* ctx,
   absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kReader, "ListWorkers");
   if (!caller.ok()) return ToGrpc(caller.status());
   const ControllerLimits& limits = controller_->limits();
-  return ToGrpc(PageWorkers(controller_->workers().ListWorkers(req->group()), *req,
+  return ToGrpc(PageWorkers(controller_->ListWorkers(req->group()), *req,
                             limits.list_page_workers, limits.list_page_buffers, resp));
 }
 

@@ -188,6 +188,16 @@ v1::ReplicasResponse ServingBoard::Replicas(const std::string& group, const Grou
   return resp;
 }
 
+std::string ServingBoard::LabelOf(const std::string& group, int32_t rank,
+                                  const std::string& lease_id) {
+  absl::MutexLock lock(&mu_);
+  auto g = groups_.find(group);
+  if (g == groups_.end()) return "";
+  auto e = g->second.find(rank);
+  if (e == g->second.end() || e->second.lease_id != lease_id) return "";
+  return e->second.report.replica();
+}
+
 std::vector<std::string> ServingBoard::Groups() {
   absl::MutexLock lock(&mu_);
   std::set<std::string> out = exported_;

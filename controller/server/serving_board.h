@@ -62,6 +62,9 @@ class ServingBoard {
   // The replicas of `group` given its live holders.
   v1::ReplicasResponse Replicas(const std::string& group, const GroupHolders& holders,
                                 absl::Time now);
+  // The replica label the owner of `rank` of `group` reported while held by
+  // lease `lease_id` ("" when none, or reported by another lease).
+  std::string LabelOf(const std::string& group, int32_t rank, const std::string& lease_id);
   // Groups with reports or with replica gauges (for the metrics refresh).
   std::vector<std::string> Groups();
   // Sets the replica gauges of `r`, removing those of replicas it no longer

@@ -157,9 +157,7 @@ void SyncCoordinator::SettleLocked(SyncRecord& sync) {
   if (sync.status.commit_decided()) {
     // Past the deadline after the decision: the silent receivers did not
     // confirm; the others committed (docs/staging.md).
-    for (Participant& p : sync.parts) {
-      if (!p.done) UncommittedLocked(sync, p, "no commit confirmation by the sync's deadline");
-    }
+    ExpireDecidedLocked(sync);
     MaybeFinishCommitLocked(sync);
     return;
   }
@@ -238,6 +236,7 @@ void SyncCoordinator::FinishLocked(SyncRecord& sync, v1::SyncPhase phase, int32_
     if (t.in_flight == s.sync_id()) t.in_flight.clear();
     t.last_sync = s.sync_id();
     if (phase == v1::SYNC_SUCCEEDED) {
+      NoteInPlaceSucceededLocked(sync);
       t.last_success_version = std::max(t.last_success_version, s.version());
       if (metrics_ != nullptr) metrics_->SetWeightVersion(t.name, t.last_success_version);
     } else {
@@ -371,6 +370,8 @@ v1::GetStatusResponse SyncCoordinator::GetStatus() {
     ts->set_owner(t.owner);
     FillWarmUpLocked(t, ts->mutable_warm_up());
     if (!t.in_flight.empty()) ts->set_in_flight_version(syncs_.at(t.in_flight)->status.version());
+    *ts->mutable_rollout() = t.spec.rollout();
+    for (v1::ReplicaVersion& r : ServedReplicasLocked(t)) *ts->add_replicas() = std::move(r);
     auto sit = syncs_.find(t.last_sync);
     if (sit != syncs_.end()) *ts->mutable_last_sync() = SnapshotLocked(*sit->second);
   }

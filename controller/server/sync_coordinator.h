@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -47,6 +48,7 @@
 #include "controller/server/metrics.h"
 #include "controller/server/plan_source.h"
 #include "controller/server/rendezvous.h"
+#include "controller/server/rollout.h"
 #include "controller/server/state_store.h"
 #include "controller/server/wait_hub.h"
 #include "controller/server/warm_up.h"
@@ -133,6 +135,17 @@ class SyncCoordinator {
   // Runs `listener` (under the coordinator's lock; it must not call back) on
   // every change a wait may be waiting for. Set before the coordinator is shared.
   void SetChangeListener(std::function<void()> listener) { cv_.SetListener(std::move(listener)); }
+  // The replica label its owner reported for destination rank `rank` of
+  // `group` held by lease `lease` ("" none); called under the coordinator's
+  // lock (it must not call back). Set before the coordinator is shared;
+  // unset: every rank unlabelled (docs/staging.md, "Rolling waves").
+  using ReplicaLabeler =
+      std::function<std::string(const std::string& group, int32_t rank, const std::string& lease)>;
+  void SetReplicaLabeler(ReplicaLabeler labeler) { labeler_ = std::move(labeler); }
+  // Fills RegisteredWorker.serving_versions of every worker of `resp`: per
+  // destination rank it holds, per transfer, the version this worker
+  // committed last (sync_rollout.cc).
+  void AddServingVersions(v1::ListWorkersResponse* resp);
 
  private:
   struct Prepared;  // below
@@ -156,6 +169,11 @@ class SyncCoordinator {
     bool stages = false;
     bool staged = false;
     std::vector<v1::BucketChecksum> checksums;
+    // Rolling waves (sync_rollout.cc): its replica (index in
+    // SyncRecord::replicas), CommitSync sent to it, and it confirmed.
+    int32_t replica = -1;
+    bool commit_sent = false;
+    bool committed = false;
   };
   struct SyncRecord {
     v1::SyncStatus status;
@@ -178,6 +196,12 @@ class SyncCoordinator {
     v1::StagingOptions staging;
     std::shared_ptr<const v1::Plan> plan;
     int32_t commits_confirmed = 0;  // receivers that confirmed the commit
+    int32_t commits_pushed = 0;     // CommitSync messages queued
+    // Rolling waves: the transfer's policy, the receivers' replicas (set at
+    // the decision) and the number of the next wave.
+    v1::RolloutPolicy rollout;
+    std::vector<RolloutReplica> replicas;
+    int32_t next_wave = 0;
     bool finished() const { return status.phase() != v1::SYNC_RUNNING; }
     // Set while it waits for its transfer's warm-up: its assignments go out
     // (DispatchLocked) once the warm-up ended.
@@ -203,6 +227,14 @@ class SyncCoordinator {
     std::string owner;             // identity that defined it; "" unowned (see DefineTransfer)
     bool warm_up_enabled = false;  // --warm_up_on_define, less DefineTransfer's no_warm_up
     WarmUpRecord warm;
+    // Destination rank -> the version it confirmed last (sync_rollout.cc).
+    struct ServedRank {
+      int64_t version = 0;
+      std::string instance;  // the worker that confirmed it
+      std::string replica;
+      bool uncommitted = false;  // a later decided version it did not confirm
+    };
+    std::map<int32_t, ServedRank> served;
   };
   // The transfer bound to the workers registered now.
   struct Resolved {
@@ -397,6 +429,39 @@ class SyncCoordinator {
   // counted uncommitted.
   void MaybeFinishCommitLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // ----- sync_rollout.cc (docs/staging.md, "Rolling waves")
+  // At the decision: groups the receivers of `sync` into replicas.
+  void GroupReplicasLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<ReplicaPhase> PhasesLocked(const SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the next wave's receivers commit_sent (none while one commits);
+  // returns them (participant indices).
+  std::vector<size_t> MarkNextWaveLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues CommitSync to `parts` (the failpoint may stop it after N).
+  void PushCommitsLocked(SyncRecord& sync, const std::vector<size_t>& parts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Once the current wave is done: starts the next one (saved, then sent).
+  void AdvanceRolloutLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Past the deadline after the decision: every receiver not done is listed
+  // uncommitted; one whose wave never started is told to roll back.
+  void ExpireDecidedLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // sync.status.rollout from the replicas' phases.
+  void RefreshRolloutLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The destination rank of `p` in `sync`'s transfer (-1: none).
+  int32_t DestinationRankLocked(const SyncRecord& sync, const Participant& p)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Receiver `p` confirmed (`committed`) or will not confirm the commit of
+  // `sync`: the controller's view of what its rank serves (and, with
+  // `export_metric`, the transfer's replica gauges).
+  void NoteServedLocked(const SyncRecord& sync, const Participant& p, bool committed,
+                        bool export_metric = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // wsync_replica_committed_version of every replica of `t`.
+  void ExportServedLocked(const Transfer& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An in-place sync succeeded: every destination rank serves its version.
+  void NoteInPlaceSucceededLocked(const SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Per replica of `t`'s destination, the version it serves (controller's view).
+  std::vector<v1::ReplicaVersion> ServedReplicasLocked(const Transfer& t)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // ----- sync_coordinator.cc
   // The control-path times of one worker's report, into sync.status.
   void RecordControlPath(SyncRecord& sync, const Participant& p, const v1::ReportResultRequest& req)
@@ -434,6 +499,7 @@ class SyncCoordinator {
   WorkerRegistry* const workers_;
   Rendezvous* const rendezvous_;
   StateStore* const store_;
+  ReplicaLabeler labeler_;  // set before sharing (SetReplicaLabeler)
 
   absl::Mutex mu_;
   ChangeSignal cv_;  // sync changes

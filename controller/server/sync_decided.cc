@@ -6,8 +6,12 @@
 // decisions await it: a receiver that still holds the shadow commits, one
 // that already committed confirms again, any other is listed uncommitted.
 // Receivers that never come back are listed uncommitted at the deadline.
+// Rolling waves: each wave is saved before it is sent (commit_sent); a
+// receiver whose wave had not started is told to wait for its CommitSync.
 #include <signal.h>
 
+#include <algorithm>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -46,6 +50,8 @@ void SyncCoordinator::SaveDecidedLocked(v1::ControllerState* state) {
     *d->mutable_status() = sync->status;
     d->set_deadline_unix_ms(absl::ToUnixMillis(sync->deadline));
     *d->mutable_staging() = sync->staging;
+    *d->mutable_rollout() = sync->rollout;
+    d->set_waves_started(sync->next_wave);
     for (const Participant& p : sync->parts) {
       v1::DecidedParticipant* dp = d->add_participants();
       dp->set_worker(p.worker);
@@ -54,6 +60,13 @@ void SyncCoordinator::SaveDecidedLocked(v1::ControllerState* state) {
       dp->set_done(p.done);
       dp->set_bytes_done(p.bytes_done);
       dp->set_bytes_planned(p.bytes_planned);
+      dp->set_commit_sent(p.commit_sent);
+      if (p.replica >= 0 && p.replica < static_cast<int32_t>(sync->replicas.size())) {
+        dp->set_replica(sync->replicas[p.replica].label);
+        dp->set_wave(sync->replicas[p.replica].wave);
+      } else {
+        dp->set_wave(-1);
+      }
     }
   }
 }
@@ -77,6 +90,10 @@ void SyncCoordinator::RestoreDecidedLocked(const v1::ControllerState& state) {
     sync->start = now - absl::Seconds(d.status().elapsed_seconds());
     sync->deadline = absl::FromUnixMillis(d.deadline_unix_ms());
     sync->staging = d.staging();
+    sync->rollout = d.rollout();
+    sync->next_wave = d.waves_started();
+    std::vector<RolloutMember> members;  // the replicas as saved
+    std::map<std::string, int32_t> waves;
     for (const v1::DecidedParticipant& dp : d.participants()) {
       Participant p;
       p.worker = dp.worker();
@@ -87,8 +104,31 @@ void SyncCoordinator::RestoreDecidedLocked(const v1::ControllerState& state) {
       p.bytes_done = dp.bytes_done();
       p.bytes_planned = dp.bytes_planned();
       p.pushed = now;
+      // A file saved before rolling waves (no wave started): every receiver
+      // was sent its CommitSync at the decision.
+      p.commit_sent = dp.commit_sent() || (d.waves_started() == 0 && p.stages);
+      if (p.stages) {
+        RolloutMember m;
+        m.part = sync->parts.size();
+        m.label = dp.replica();
+        for (const v1::Membership& r : dp.roles()) {
+          if (r.group() == tit->second.destination_group) m.rank = r.rank();
+        }
+        members.push_back(std::move(m));
+        int32_t& wave = waves.emplace(dp.replica(), -1).first->second;
+        wave = std::max(wave, dp.wave());
+      }
       sync->parts.push_back(std::move(p));  // no lease until it registers (Rejoin)
     }
+    // The replicas as grouped at the decision (their labels were saved).
+    sync->replicas = GroupReplicas(members, /*replica_ranks=*/0);
+    for (size_t r = 0; r < sync->replicas.size(); ++r) {
+      sync->replicas[r].wave = waves[sync->replicas[r].label];
+      for (size_t part : sync->replicas[r].parts) {
+        sync->parts[part].replica = static_cast<int32_t>(r);
+      }
+    }
+    RefreshRolloutLocked(*sync);
     tit->second.in_flight = id;
     spdlog::warn(
         "[controller] sync {} (version {} of '{}'): its commit was decided by instance {}; "
@@ -113,6 +153,8 @@ void SyncCoordinator::Rejoin(const std::string& lease_id, const v1::RegisterWork
       c->set_sync_id(id);
       c->set_transfer(sync->status.transfer());
       c->set_version(sync->status.version());
+      // Rolling waves: its replica's wave has not started; CommitSync follows.
+      c->set_await_commit(!p.commit_sent);
       ++sync->changes;
       spdlog::info(
           "[controller] sync {}: receiver {} [worker {}] registered again; its commit "

@@ -37,6 +37,12 @@ absl::Status SyncCoordinator::CheckStartLocked(const Transfer& t, const v1::Sync
                      config_.limits.max_version_jump, " ahead of the last successful version ",
                      t.last_success_version, " (--max_version_jump)"));
   }
+  // Rolling waves (docs/staging.md): a new version may not leave a replica
+  // more than max_staleness versions behind; a resend only brings them up.
+  if (!req.resend()) {
+    return CheckStaleness(t.name, req.version(), t.last_success_version,
+                          t.spec.rollout().max_staleness(), ServedReplicasLocked(t));
+  }
   return absl::OkStatus();
 }
 
@@ -312,6 +318,7 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
   s.set_plan_seconds(plan_seconds);
   s.set_direct_pairs(static_cast<int32_t>(dispatch.peer_writes.size()));
   sync->staging = resolved.spec.staging();
+  sync->rollout = t.spec.rollout();
   s.set_staging(sync->staging.mode());
   if (sync->staging.mode() != v1::STAGING_IN_PLACE) sync->plan = plan.plan;
   for (int32_t w = 0; w < num_workers; ++w) {

@@ -6,6 +6,7 @@
 // every receiver rolls back (AbortSync, or its lease ending). After the
 // decision nothing rolls back: a receiver lost, failed or silent is listed
 // in SyncStatus.uncommitted and the sync succeeds once the others confirmed.
+// CommitSync goes out in waves of replicas (sync_rollout.cc).
 #include <algorithm>
 #include <map>
 #include <utility>
@@ -42,7 +43,10 @@ bool SyncCoordinator::StagedReportLocked(SyncRecord& sync, Participant& p,
       const std::string why = req.message().empty() ? "did not commit" : req.message();
       s.add_uncommitted(
           absl::StrCat(workers_->Describe(p.lease_id), " [worker ", p.worker, "]: ", why));
+      NoteServedLocked(sync, p, /*committed=*/false);
     } else {
+      p.committed = true;
+      NoteServedLocked(sync, p, /*committed=*/true);
       ++sync.commits_confirmed;
       TestCrashPointLocked(sync, sync.commits_confirmed);
     }
@@ -165,6 +169,9 @@ void SyncCoordinator::MaybeCommitLocked(SyncRecord& sync) {
   sync.status.set_commit_decided(true);
   sync.decided = absl::Now();
   ++sync.changes;
+  // Rolling waves (sync_rollout.cc): the first wave, saved with the decision.
+  GroupReplicasLocked(sync);
+  const std::vector<size_t> first_wave = MarkNextWaveLocked(sync);
   // Durable before any receiver hears it: a restarted controller resumes the
   // commit (sync_decided.cc). Not durable: no receiver heard anything yet,
   // so the sync fails and every receiver rolls back.
@@ -178,17 +185,7 @@ void SyncCoordinator::MaybeCommitLocked(SyncRecord& sync) {
                  -1, -1, -1, -1);
     return;
   }
-  // Test only: the first N receivers hear it, then the process dies.
-  const int32_t crash_after = config_.test_crash_after_commits;
-  int32_t sent = 0;
-  for (const Participant& p : sync.parts) {
-    if (!p.staged || (crash_after >= 0 && sent >= crash_after)) continue;
-    v1::Assignment a;
-    a.mutable_commit()->set_sync_id(sync.status.sync_id());
-    // A lost receiver: WorkerLost lists it uncommitted.
-    workers_->Push(p.lease_id, std::move(a));
-    ++sent;
-  }
+  PushCommitsLocked(sync, first_wave);
   TestCrashPointLocked(sync, 0);
   MaybeFinishCommitLocked(sync);  // no receiver at all: done
 }
@@ -200,11 +197,14 @@ void SyncCoordinator::UncommittedLocked(SyncRecord& sync, Participant& p, const 
   s.set_workers_done(s.workers_done() + 1);
   s.add_uncommitted(
       absl::StrCat(workers_->Describe(p.lease_id), " [worker ", p.worker, "]: ", why));
+  NoteServedLocked(sync, p, /*committed=*/false);
   ++sync.changes;
 }
 
 void SyncCoordinator::MaybeFinishCommitLocked(SyncRecord& sync) {
   if (sync.finished()) return;
+  AdvanceRolloutLocked(sync);  // the next wave, once this one is done
+  RefreshRolloutLocked(sync);
   for (const Participant& p : sync.parts) {
     if (!p.done) return;
   }

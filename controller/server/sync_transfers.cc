@@ -224,6 +224,11 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
                      " is below the controller's minimum of ", config_.limits.min_bucket_bytes,
                      " bytes (--min_bucket_bytes); 0 picks the default"));
   }
+  if (absl::Status st =
+          CheckRolloutPolicy(req.name(), req.spec().rollout(), req.spec().staging().mode());
+      !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("DefineTransfer: ", st.message()));
+  }
   {
     absl::MutexLock lock(&mu_);
     auto it = transfers_.find(req.name());
@@ -276,6 +281,8 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::RecordDefinition(
   t.name = req.name();
   ClaimOwner(t, caller);
   t.source_group = req.source_group();
+  // What its ranks confirmed (sync_rollout.cc) is of the old group's ranks.
+  if (t.destination_group != req.destination_group()) t.served.clear();
   t.destination_group = req.destination_group();
   t.spec = req.spec();
   if (t.warm.running()) EndWarmUpLocked(t, false, "aborted: the transfer was redefined");

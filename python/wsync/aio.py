@@ -12,9 +12,10 @@ import grpc
 
 from wsync import _channel, errors, progress as progress_mod, specs
 from wsync.client import (_POLL_MS, _RUNNING, _WATCH_SLICE_S, _result, replicas_serving,
-                          sync_request)
+                          rollout_policy, sync_request)
 from wsync._proto import controller_pb2 as pb
 from wsync._proto import controller_pb2_grpc as pb_grpc
+from wsync._proto import layout_pb2 as lpb
 
 
 class SyncHandle:
@@ -121,10 +122,18 @@ class Client:
             raise errors.from_rpc_error(e, self._where) from None
 
     async def define_transfer(self, name, spec, *, source_group="trainer",
-                              destination_group="inference", warm_up=True):
+                              destination_group="inference", rollout=None, warm_up=True):
+        """As wsync.Client.define_transfer (`rollout`: the rolling-wave policy;
+        `warm_up=False`: no warm-up for this definition)."""
+        proto = specs.to_proto(spec)
+        if rollout is not None:
+            copy = lpb.TransferSpec()
+            copy.CopyFrom(proto)
+            copy.rollout.CopyFrom(rollout_policy(rollout))
+            proto = copy
         resp = await self._rpc("DefineTransfer", pb.DefineTransferRequest(
             name=name, source_group=source_group, destination_group=destination_group,
-            spec=specs.to_proto(spec), no_warm_up=not warm_up))
+            spec=proto, no_warm_up=not warm_up))
         self.transfer = name
         return resp
 
@@ -164,6 +173,20 @@ class Client:
     async def replicas_at(self, version, group="inference"):
         """As wsync.Client.replicas_at: labels of the replicas serving `version`."""
         return replicas_serving(await self.serving(group), version)
+
+    async def replica_versions(self, transfer=None):
+        """As wsync.Client.replica_versions: per replica, the version it
+        serves as the controller knows it."""
+        name = transfer or self._transfer()
+        for t in (await self.status()).transfers:
+            if t.name == name:
+                return list(t.replicas)
+        raise errors.NotFound(f"no transfer {name!r} on {self._where}")
+
+    async def replicas_on(self, version, transfer=None):
+        """As wsync.Client.replicas_on."""
+        return [r.replica for r in await self.replica_versions(transfer)
+                if r.version == version and r.state == "serving"]
 
     async def wait_for_workers(self, groups, timeout=30.0, buffers=False):
         end = time.monotonic() + timeout

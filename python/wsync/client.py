@@ -19,6 +19,29 @@ from wsync._proto import controller_pb2_grpc as pb_grpc
 from wsync._proto import layout_pb2 as lpb
 
 _RUNNING = pb.SYNC_RUNNING
+_ROLLOUT_FIELDS = ("max_unavailable", "max_staleness", "replica_ranks")
+
+
+def rollout_policy(rollout):
+    """A RolloutPolicy from a RolloutPolicy or a dict of its fields
+    (docs/staging.md, "Rolling waves"); InvalidArgument names an unknown key
+    or a value that is not a non-negative int."""
+    if isinstance(rollout, lpb.RolloutPolicy):
+        return rollout
+    if not isinstance(rollout, dict):
+        raise errors.InvalidArgument(
+            f"define_transfer: rollout must be a dict or RolloutPolicy, not {type(rollout).__name__}")
+    unknown = sorted(set(rollout) - set(_ROLLOUT_FIELDS))
+    if unknown:
+        raise errors.InvalidArgument(
+            f"define_transfer: rollout has unknown keys {unknown} (known: {list(_ROLLOUT_FIELDS)})")
+    for key, value in rollout.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise errors.InvalidArgument(
+                f"define_transfer: rollout[{key!r}] = {value!r} is not a non-negative int")
+    return lpb.RolloutPolicy(**rollout)
+
+
 # define_transfer's staging modes -> StagingMode (docs/staging.md).
 STAGING_MODES = {"in_place": lpb.STAGING_IN_PLACE, "host_shadow": lpb.STAGING_HOST_SHADOW,
                  "device_shadow": lpb.STAGING_DEVICE_SHADOW}
@@ -225,17 +248,20 @@ class Client:
 
     def define_transfer(self, name, spec, *, source_group="trainer",
                         destination_group="inference", staging=None, checksums=None,
-                        warm_up=True):
+                        rollout=None, warm_up=True):
         """Binds `spec` (TransferSpec, its JSON dict/text, or a layouts
         builder) to the registered workers of both groups and plans it.
         `staging` ("in_place", "host_shadow", "device_shadow") and
         `checksums` override the spec's staging options (docs/staging.md).
         `warm_up=False`: no warm-up of the workers for this definition
         (docs/warm-up.md; the response's warm_up_id names the one started).
+        `rollout` (a RolloutPolicy or a dict of max_unavailable,
+        max_staleness, replica_ranks) overrides the spec's rolling-wave
+        policy (docs/staging.md, "Rolling waves").
         Returns the DefineTransferResponse (workers, plan key, summary, the
         receivers' shadow memory)."""
         proto = specs.to_proto(spec)
-        if staging is not None or checksums is not None:
+        if staging is not None or checksums is not None or rollout is not None:
             copy = lpb.TransferSpec()
             copy.CopyFrom(proto)  # the caller's spec stays as it was
             proto = copy
@@ -246,6 +272,8 @@ class Client:
             proto.staging.mode = STAGING_MODES[staging]
         if checksums is not None:
             proto.staging.checksums = bool(checksums)
+        if rollout is not None:
+            proto.rollout.CopyFrom(rollout_policy(rollout))
         resp = self._rpc("DefineTransfer", pb.DefineTransferRequest(
             name=name, source_group=source_group, destination_group=destination_group,
             spec=proto, no_warm_up=not warm_up))
@@ -306,6 +334,21 @@ class Client:
     def replicas_at(self, version, group="inference"):
         """Labels of the replicas of `group` whose every rank serves `version`."""
         return replicas_serving(self.serving(group), version)
+
+    def replica_versions(self, transfer=None):
+        """Per replica of the transfer's destination, the version it serves as
+        the controller knows it (ReplicaVersion list: label, ranks, version,
+        state; every rank confirmed the version's commit). While a rolling
+        sync runs, its SyncStatus.rollout tells the waves' progress
+        (docs/staging.md, "Rolling waves")."""
+        return list(self.transfer_status(transfer).replicas)
+
+    def replicas_on(self, version, transfer=None):
+        """Labels of the replicas that serve `version` as the controller
+        knows it (every rank confirmed its commit): where a router may send
+        requests for that version."""
+        return [r.replica for r in self.replica_versions(transfer)
+                if r.version == version and r.state == "serving"]
 
     def wait_for_workers(self, groups, timeout=30.0, buffers=False):
         """Waits until every rank of `groups` ({group: size}) holds a live lease

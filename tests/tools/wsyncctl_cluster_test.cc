@@ -139,6 +139,8 @@ TEST_F(WsyncctlClusterTest, SyncWaitDeliversAndPrintsTheVersionAndRoundTrip) {
 
   r = Ctl("status", "");
   EXPECT_THAT(r.out, HasSubstr("v2 SUCCEEDED"));
+  // What the destination's replica confirmed (in place: the sync succeeded).
+  EXPECT_THAT(r.out, HasSubstr("replicas: (unlabelled) v2"));
   // An older version is refused with the code and the reason.
   r = Ctl("sync", "t 1 --wait");
   EXPECT_EQ(r.code, 1) << r.out;

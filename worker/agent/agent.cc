@@ -463,8 +463,10 @@ void WorkerAgent::Refuse(const v1::SyncAssignment& a, const std::string& lease_i
 }
 
 void WorkerAgent::Publish(const v1::SyncEvent& e) {
+  v1::SyncEvent stamped = e;
+  stamped.set_unix_us(absl::ToUnixMicros(absl::Now()));  // before anything it causes
   absl::MutexLock lock(&mu_);
-  for (const auto& q : subscribers_) q->Push(e);
+  for (const auto& q : subscribers_) q->Push(stamped);
 }
 
 absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterTensors(

@@ -33,11 +33,16 @@ v1::ReportResultRequest WorkerAgent::DecidedReport(const std::string& sync_id) {
 }
 
 void WorkerAgent::RejoinStaged(const v1::RegisterWorkerResponse& resp) {
-  std::vector<std::string> ids;
-  for (const v1::DecidedCommit& c : resp.decided_commits()) ids.push_back(c.sync_id());
+  std::vector<std::string> ids, later;
+  for (const v1::DecidedCommit& c : resp.decided_commits()) {
+    ids.push_back(c.sync_id());
+    if (c.await_commit()) later.push_back(c.sync_id());
+  }
   const std::vector<StagedGate::Held> held = gate_.Rejoined(
-      ids, absl::StrCat("registered again with controller instance ", resp.controller_instance(),
-                        ", which has no commit decision for it"));
+      ids,
+      absl::StrCat("registered again with controller instance ", resp.controller_instance(),
+                   ", which has no commit decision for it"),
+      later);
   for (size_t i = 0; i < ids.size(); ++i) {
     const v1::DecidedCommit& c = resp.decided_commits(static_cast<int>(i));
     v1::ReportResultRequest r = DecidedReport(c.sync_id());
@@ -50,6 +55,12 @@ void WorkerAgent::RejoinStaged(const v1::RegisterWorkerResponse& resp) {
         continue;  // FinishStaged commits and reports
       case StagedGate::Held::kCommitting:
         continue;  // FinishStaged reports on this lease
+      case StagedGate::Held::kWaiting:
+        spdlog::info(
+            "[worker {}] sync {}: the commit of version {} is decided; its wave has not "
+            "started, keeping the shadow until CommitSync",
+            c.transfer(), c.sync_id(), c.version());
+        continue;  // CommitSync arrives on the new stream
       case StagedGate::Held::kCommitted:
         r.set_committed(true);
         break;

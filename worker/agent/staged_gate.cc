@@ -60,14 +60,17 @@ void StagedGate::Finished(const std::string& sync_id, bool committed) {
 }
 
 std::vector<StagedGate::Held> StagedGate::Rejoined(const std::vector<std::string>& decided,
-                                                   const std::string& reason) {
+                                                   const std::string& reason,
+                                                   const std::vector<std::string>& later) {
   absl::MutexLock lock(&mu_);
   std::vector<Held> held;
   bool armed_listed = false;
   for (const std::string& id : decided) {
     if (!armed_.empty() && id == armed_) {
       armed_listed = true;
-      if (!decided_) {
+      if (!decided_ && std::find(later.begin(), later.end(), id) != later.end()) {
+        held.push_back(Held::kWaiting);
+      } else if (!decided_) {
         decided_ = true;
         decision_ = Decision{true, ""};
         held.push_back(Held::kAwaiting);

@@ -29,6 +29,7 @@ class StagedGate {
     kCommitting,  // decided here already; its confirmation follows
     kCommitted,   // committed (Finished): confirm again
     kNothing,     // no shadow of it (rolled back, or never staged here)
+    kWaiting,     // its shadow, kept: its commit wave has not started (rolling waves)
   };
 
   // Sync `sync_id` staged: decisions for it count from now on (one before
@@ -48,8 +49,11 @@ class StagedGate {
   // Registered again with a controller that lists `decided` (sync ids whose
   // commit is decided and awaits this worker): the armed sync commits if
   // among them, else rolls back naming `reason`. Returns what this worker
-  // held of each listed sync, in order.
-  std::vector<Held> Rejoined(const std::vector<std::string>& decided, const std::string& reason);
+  // held of each listed sync, in order. An armed sync listed in `later`
+  // (decided, its commit wave not started: DecidedCommit.await_commit) stays
+  // armed, awaiting its CommitSync (kWaiting).
+  std::vector<Held> Rejoined(const std::vector<std::string>& decided, const std::string& reason,
+                             const std::vector<std::string>& later = {});
 
  private:
   static constexpr size_t kCommittedKept = 16;

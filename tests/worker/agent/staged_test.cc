@@ -195,5 +195,28 @@ TEST(StagedGateTest, ARegistrationAfterARestartCommitsTheListedSyncAndRollsBackA
   EXPECT_EQ(gate.Rejoined({"s3"}, "x"), std::vector<Held>{Held::kNothing});
 }
 
+TEST(StagedGateTest, ASyncListedToAwaitItsWaveKeepsItsShadowUntilItsCommitSync) {
+  // Rolling waves (docs/staging.md): a restarted controller lists the sync
+  // with await_commit; the receiver neither commits nor rolls back until
+  // the CommitSync of its wave.
+  using Held = StagedGate::Held;
+  StagedGate gate;
+  gate.Arm("s1");
+  EXPECT_EQ(gate.Rejoined({"s1"}, "not decided", /*later=*/{"s1"}),
+            std::vector<Held>{Held::kWaiting});
+  StagedGate::Decision d = gate.Wait(absl::Now() + absl::Milliseconds(30));
+  EXPECT_FALSE(d.commit) << "nothing decided it yet: only the deadline ends the wait";
+  EXPECT_THAT(d.reason, HasSubstr("deadline"));
+  gate.Arm("s2");
+  EXPECT_EQ(gate.Rejoined({"s2"}, "not decided", {"s2"}), std::vector<Held>{Held::kWaiting});
+  std::thread t([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    gate.Commit("s2");  // its wave's CommitSync
+  });
+  d = gate.Wait(absl::Now() + absl::Seconds(10));
+  t.join();
+  EXPECT_TRUE(d.commit);
+}
+
 }  // namespace
 }  // namespace wsync::agent

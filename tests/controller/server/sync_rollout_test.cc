@@ -1,0 +1,383 @@
+// Rolling waves on the controller (docs/staging.md, "Rolling waves";
+// sync_rollout.cc): a decided staged sync's CommitSync goes out replica by
+// replica under rollout.max_unavailable, survives a lost replica and a
+// controller restart mid-rollout, and the controller reports (and bounds,
+// with max_staleness) what each replica serves. Workers are simulated by
+// calls; one source rank feeds four replicated destination ranks.
+#include <errno.h>
+#include <stdlib.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/shadow_extents.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/controller/server/coordinator_fixture.h"
+
+namespace wsync::controller {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kReplicas = 4;
+
+class SyncRolloutTest : public controller_testing::CoordinatorFixture {
+ protected:
+  SyncRolloutTest() {
+    std::string dir = absl::StrCat(::testing::TempDir(), "/wsync-rollout-XXXXXX");
+    EXPECT_NE(mkdtemp(dir.data()), nullptr);
+    store_ = std::make_unique<StateStore>(dir + "/controller.state");
+    Restart();
+  }
+
+  // src/0 and dst/0..3 (each its own replica unless labelled), registered
+  // through the Controller; returns the destination registrations.
+  std::vector<v1::RegisterWorkerResponse> RegisterAll() {
+    src_ = Join("s", "src", 0, 1).lease_id();
+    tokens_[src_] = *controller_->workers().OpenStream(src_);
+    std::vector<v1::RegisterWorkerResponse> out;
+    dst_.clear();
+    for (int r = 0; r < kReplicas; ++r) {
+      out.push_back(Join(absl::StrCat("d", r), "dst", r, kReplicas));
+      dst_.push_back(out.back().lease_id());
+      tokens_[dst_.back()] = *controller_->workers().OpenStream(dst_.back());
+    }
+    return out;
+  }
+
+  v1::RegisterWorkerResponse Join(const std::string& instance, const std::string& group, int rank,
+                                  int size) {
+    v1::RegisterWorkerRequest req;
+    req.set_instance_id(instance);
+    req.add_capabilities(kStagedSyncsCapability);
+    auto* m = req.add_memberships();
+    m->set_group(group);
+    m->set_rank(rank);
+    m->set_group_size(size);
+    auto* b = req.add_buffers();
+    b->set_group(group);
+    b->set_name("w");
+    b->set_dtype(v1::FP32);
+    b->set_bytes(32);
+    auto resp = controller_->RegisterWorker(req, "", "");
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? *resp : v1::RegisterWorkerResponse();
+  }
+
+  absl::StatusOr<v1::DefineTransferResponse> Define(
+      int32_t max_unavailable, int32_t replica_ranks = 1, int32_t max_staleness = 0,
+      v1::StagingMode mode = v1::STAGING_HOST_SHADOW) {
+    v1::DefineTransferRequest req;
+    req.set_name("t");
+    req.set_source_group("src");
+    req.set_destination_group("dst");
+    *req.mutable_spec()->mutable_source()->add_tensors() = controller_testing::Tensor(1, true);
+    *req.mutable_spec()->mutable_destination()->add_tensors() =
+        controller_testing::Tensor(kReplicas, false);
+    req.mutable_spec()->mutable_options()->set_disable_relay(true);
+    req.mutable_spec()->mutable_staging()->set_mode(mode);
+    v1::RolloutPolicy* r = req.mutable_spec()->mutable_rollout();
+    r->set_max_unavailable(max_unavailable);
+    r->set_replica_ranks(replica_ranks);
+    r->set_max_staleness(max_staleness);
+    return controller_->syncs().DefineTransfer(req);
+  }
+
+  absl::StatusOr<v1::SyncResponse> Sync(int64_t version, bool resend = false,
+                                        int64_t deadline_ms = 30000) {
+    v1::SyncRequest req;
+    req.set_transfer("t");
+    req.set_version(version);
+    req.set_resend(resend);
+    req.set_deadline_ms(deadline_ms);
+    return controller_->syncs().StartSync(req);
+  }
+
+  // Starts `version`; the sender reports success and every receiver staged.
+  void RunToDecision(int64_t version, bool resend = false, int64_t deadline_ms = 30000) {
+    auto started = Sync(version, resend, deadline_ms);
+    ASSERT_TRUE(started.ok()) << started.status();
+    sync_id_ = started->sync_id();
+    Next(src_, tokens_[src_]);
+    for (const std::string& d : dst_) Next(d, tokens_[d]);
+    Report(src_, false, false);
+    for (const std::string& d : dst_) Report(d, /*staged=*/true, false);
+    ASSERT_TRUE(Status().commit_decided());
+  }
+
+  void Report(const std::string& lease, bool staged, bool committed, int32_t code = 0) {
+    v1::ReportResultRequest r;
+    r.set_lease_id(lease);
+    r.set_sync_id(sync_id_);
+    r.set_staged(staged);
+    r.set_committed(committed);
+    r.set_code(code);
+    if (code != 0) r.set_message("commit failed");
+    ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
+  }
+
+  // Whether `lease` was sent CommitSync (within 30 ms).
+  bool GotCommit(const std::string& lease) {
+    auto a = controller_->workers().NextAssignment(lease, tokens_[lease], absl::Milliseconds(30));
+    return a.ok() && a->has_value() && (**a).has_commit();
+  }
+
+  // The destination ranks sent CommitSync now.
+  std::vector<int> Committing() {
+    std::vector<int> out;
+    for (int r = 0; r < kReplicas; ++r) {
+      if (GotCommit(dst_[r])) out.push_back(r);
+    }
+    return out;
+  }
+
+  // Confirms every wave as it comes; `failing` reports a failed commit.
+  void FinishRollout(int failing = -1) {
+    for (std::vector<int> wave = Committing(); !wave.empty(); wave = Committing()) {
+      for (int r : wave) {
+        Report(dst_[r], false, r != failing,
+               r == failing ? static_cast<int32_t>(absl::StatusCode::kInternal) : 0);
+      }
+    }
+  }
+
+  // wsync_replica_committed_version{transfer="t", replica}; -1 if absent.
+  double CommittedMetric(const std::string& replica) {
+    for (const auto& f : metrics_.registry().Collect()) {
+      if (f.name != "wsync_replica_committed_version") continue;
+      for (const auto& m : f.metric) {
+        std::map<std::string, std::string> labels;
+        for (const auto& l : m.label) labels[l.name] = l.value;
+        if (labels["transfer"] == "t" && labels["replica"] == replica) return m.gauge.value;
+      }
+    }
+    return -1;
+  }
+
+  v1::SyncStatus Status() {
+    auto st = controller_->syncs().WaitSync(sync_id_, absl::Milliseconds(1));
+    EXPECT_TRUE(st.ok()) << st.status();
+    return st.ok() ? *st : v1::SyncStatus();
+  }
+
+  std::string src_, sync_id_;
+  std::vector<std::string> dst_;
+  std::map<std::string, uint64_t> tokens_;
+};
+
+TEST_F(SyncRolloutTest, WavesGoOutInRankOrderNeverMoreThanMaxUnavailableAtOnce) {
+  RegisterAll();
+  ASSERT_TRUE(Define(/*max_unavailable=*/2).ok());
+  RunToDecision(1);
+  v1::SyncStatus st = Status();
+  ASSERT_TRUE(st.has_rollout());
+  EXPECT_EQ(st.rollout().waves_total(), 2);
+  EXPECT_EQ(st.rollout().waves_done(), 0);
+  EXPECT_EQ(st.rollout().committing(), 2);
+  ASSERT_EQ(st.rollout().replicas_size(), kReplicas);
+  EXPECT_EQ(st.rollout().replicas(0).replica(), "ranks-0-0");
+  EXPECT_EQ(st.rollout().replicas(2).state(), "waiting");
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(0, 1));
+  Report(dst_[0], false, /*committed=*/true);
+  EXPECT_TRUE(Committing().empty()) << "the next wave waits for the whole wave";
+  Report(dst_[1], false, true);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(2, 3));
+  st = Status();
+  EXPECT_EQ(st.rollout().waves_done(), 1);
+  EXPECT_EQ(st.rollout().replicas(0).state(), "committed");
+  EXPECT_EQ(st.rollout().replicas(0).version(), 1);
+  EXPECT_EQ(st.rollout().replicas(2).state(), "committing");
+  EXPECT_EQ(st.rollout().replicas(2).wave(), 1);
+  // Status while waves run: replicas 0, 1 serve 1 as the controller knows.
+  const v1::TransferStatus ts = controller_->syncs().GetStatus().transfers(0);
+  EXPECT_EQ(ts.rollout().max_unavailable(), 2);
+  ASSERT_EQ(ts.replicas_size(), 2);
+  EXPECT_EQ(ts.replicas(0).version(), 1);
+  EXPECT_EQ(CommittedMetric("ranks-1-1"), 1);
+  EXPECT_EQ(CommittedMetric("ranks-2-2"), -1) << "not committed yet";
+  Report(dst_[2], false, true);
+  Report(dst_[3], false, true);
+  st = Status();
+  EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  EXPECT_EQ(st.rollout().waves_done(), 2);
+  EXPECT_EQ(controller_->syncs().GetStatus().transfers(0).replicas_size(), kReplicas);
+}
+
+TEST_F(SyncRolloutTest, ZeroMaxUnavailableCommitsEveryReplicaAtOnce) {
+  RegisterAll();
+  ASSERT_TRUE(Define(/*max_unavailable=*/0).ok());
+  RunToDecision(1);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(0, 1, 2, 3));
+  EXPECT_EQ(Status().rollout().waves_total(), 1);
+}
+
+TEST_F(SyncRolloutTest, OwnersLabelsGroupRanksIntoReplicasThatCommitTogether) {
+  RegisterAll();
+  // Ranks 0 and 3 form replica "a", 1 and 2 replica "b" (their owners say).
+  const char* labels[kReplicas] = {"a", "b", "b", "a"};
+  for (int r = 0; r < kReplicas; ++r) {
+    google::protobuf::RepeatedPtrField<v1::ServingReport> reports;
+    v1::ServingReport* rep = reports.Add();
+    rep->set_group("dst");
+    rep->set_state(v1::SERVING_STATE_SERVING);
+    rep->set_replica(labels[r]);
+    rep->set_replica_ranks(2);
+    ASSERT_TRUE(controller_->RecordServing(dst_[r], reports).ok());
+  }
+  ASSERT_TRUE(Define(/*max_unavailable=*/1, /*replica_ranks=*/0).ok());
+  RunToDecision(1);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(0, 3)) << "replica a: both ranks at once";
+  Report(dst_[0], false, true);
+  Report(dst_[3], false, true);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(1, 2));
+  const v1::SyncStatus st = Status();
+  ASSERT_EQ(st.rollout().replicas_size(), 2);
+  EXPECT_EQ(st.rollout().replicas(0).replica(), "a");
+  EXPECT_THAT(st.rollout().replicas(0).ranks(), ::testing::ElementsAre(0, 3));
+}
+
+TEST_F(SyncRolloutTest, AReplicaLostMidWaveIsListedUncommittedAndTheNextWaveStarts) {
+  RegisterAll();
+  ASSERT_TRUE(Define(/*max_unavailable=*/1).ok());
+  RunToDecision(1);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(0));
+  controller_->workers().CloseStream(dst_[0], tokens_[dst_[0]], "killed mid-commit");
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(1));
+  // Lost before its wave: skipped, listed uncommitted.
+  controller_->workers().CloseStream(dst_[2], tokens_[dst_[2]], "killed while waiting");
+  Report(dst_[1], false, true);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(3));
+  Report(dst_[3], false, true);
+  const v1::SyncStatus st = Status();
+  EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  ASSERT_EQ(st.uncommitted_size(), 2);
+  EXPECT_EQ(st.rollout().replicas(0).state(), "uncommitted");
+  EXPECT_EQ(st.rollout().replicas(2).state(), "uncommitted");
+  EXPECT_EQ(st.rollout().replicas(3).state(), "committed");
+}
+
+TEST_F(SyncRolloutTest, ARestartedControllerResumesTheRemainingWavesOnly) {
+  RegisterAll();
+  ASSERT_TRUE(Define(/*max_unavailable=*/1).ok());
+  RunToDecision(1);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(0));
+  Report(dst_[0], false, true);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(1));  // wave 1 saved, then sent
+
+  Restart();  // killed while wave 1 commits
+  const std::vector<v1::RegisterWorkerResponse> regs = RegisterAll();
+  // dst/0 (done before the save of wave 1) hears nothing; dst/1 commits
+  // (its wave started); dst/2, dst/3 keep their shadows and wait.
+  EXPECT_EQ(regs[0].decided_commits_size(), 0);
+  ASSERT_EQ(regs[1].decided_commits_size(), 1);
+  EXPECT_FALSE(regs[1].decided_commits(0).await_commit());
+  for (int r : {2, 3}) {
+    ASSERT_EQ(regs[r].decided_commits_size(), 1) << r;
+    EXPECT_TRUE(regs[r].decided_commits(0).await_commit()) << r;
+  }
+  EXPECT_TRUE(Committing().empty()) << "no wave beside the one committing";
+  Report(dst_[1], false, true);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(2));
+  Report(dst_[2], false, true);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(3));
+  Report(dst_[3], false, true);
+  const v1::SyncStatus st = Status();
+  EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  EXPECT_TRUE(st.uncommitted().empty());
+  EXPECT_EQ(st.rollout().waves_done(), 4);
+}
+
+TEST_F(SyncRolloutTest, ADecisionSavedBeforeRollingWavesResumesForEveryReceiver) {
+  // A state file of the previous version: no wave fields; each receiver had
+  // been sent its CommitSync at the decision.
+  RegisterAll();
+  ASSERT_TRUE(Define(/*max_unavailable=*/1).ok());
+  RunToDecision(1);
+  auto saved = store_->Load();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_EQ(saved->decided_syncs_size(), 1);
+  v1::DecidedSync* d = saved->mutable_decided_syncs(0);
+  d->clear_rollout();
+  d->clear_waves_started();
+  for (v1::DecidedParticipant& p : *d->mutable_participants()) {
+    p.clear_commit_sent();
+    p.clear_replica();
+    p.clear_wave();
+  }
+  ASSERT_TRUE(store_->Save(*saved).ok());
+  Restart();
+  const std::vector<v1::RegisterWorkerResponse> regs = RegisterAll();
+  for (int r = 0; r < kReplicas; ++r) {
+    ASSERT_EQ(regs[r].decided_commits_size(), 1) << r;
+    EXPECT_FALSE(regs[r].decided_commits(0).await_commit()) << r;
+  }
+  for (const std::string& l : dst_) Report(l, false, true);
+  EXPECT_EQ(Status().phase(), v1::SYNC_SUCCEEDED);
+}
+
+TEST_F(SyncRolloutTest, AWaveNotStartedByTheDeadlineIsToldToRollBack) {
+  RegisterAll();
+  ASSERT_TRUE(Define(/*max_unavailable=*/3).ok());
+  RunToDecision(1, false, /*deadline_ms=*/300);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(0, 1, 2));
+  Report(dst_[0], false, true);
+  Report(dst_[1], false, true);
+  // dst/2 stays silent: the deadline passes before dst/3's wave.
+  std::vector<std::string> alive = dst_;
+  alive.push_back(src_);
+  const v1::SyncStatus st = TickUntilEnded(sync_id_, alive, absl::Seconds(10));
+  EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  ASSERT_EQ(st.uncommitted_size(), 2);
+  EXPECT_THAT(st.uncommitted(1), HasSubstr("wave had not started"));
+  auto a = controller_->workers().NextAssignment(dst_[3], tokens_[dst_[3]], absl::Seconds(1));
+  ASSERT_TRUE(a.ok() && a->has_value());
+  EXPECT_TRUE((**a).has_abort()) << "dst/3 rolls back at once";
+}
+
+TEST_F(SyncRolloutTest, MaxStalenessRefusesANewVersionUntilALaggingReplicaIsBroughtUp) {
+  RegisterAll();
+  ASSERT_TRUE(Define(/*max_unavailable=*/2, 1, /*max_staleness=*/1).ok());
+  RunToDecision(1);
+  FinishRollout();
+  ASSERT_EQ(Status().phase(), v1::SYNC_SUCCEEDED);
+  RunToDecision(2);
+  FinishRollout(/*failing=*/1);
+  ASSERT_EQ(Status().phase(), v1::SYNC_SUCCEEDED);
+  // dst/1 confirmed version 1 last: version 3 would put it 2 behind.
+  auto refused = Sync(3);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("replica 'ranks-1-1' (ranks 1) serves version 1"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("max_staleness = 1"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("resend version 2"));
+  // ListWorkers: dst/1's worker shows version 0 (uncommitted), the others 2.
+  const v1::ListWorkersResponse listed = controller_->ListWorkers("dst");
+  for (const v1::RegisteredWorker& w : listed.workers()) {
+    ASSERT_EQ(w.serving_versions_size(), 1) << w.instance_id();
+    EXPECT_EQ(w.serving_versions(0).version(), w.instance_id() == "d1" ? 0 : 2) << w.instance_id();
+  }
+  RunToDecision(2, /*resend=*/true);
+  FinishRollout();
+  ASSERT_EQ(Status().phase(), v1::SYNC_SUCCEEDED);
+  EXPECT_TRUE(Sync(3).ok()) << "every replica serves 2 now";
+}
+
+TEST_F(SyncRolloutTest, APolicyIsValidatedAtDefinition) {
+  RegisterAll();
+  auto in_place = Define(1, 1, 0, v1::STAGING_IN_PLACE);
+  ASSERT_FALSE(in_place.ok());
+  EXPECT_EQ(in_place.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(in_place.status().message(), HasSubstr("needs a staged transfer"));
+  auto negative = Define(-1);
+  ASSERT_FALSE(negative.ok());
+  EXPECT_THAT(negative.status().message(), HasSubstr("rollout.max_unavailable = -1"));
+  EXPECT_TRUE(Define(0, 1, 2, v1::STAGING_IN_PLACE).ok()) << "a staleness bound needs no waves";
+}
+
+}  // namespace
+}  // namespace wsync::controller

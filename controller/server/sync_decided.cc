@@ -54,6 +54,7 @@ void SyncCoordinator::SaveDecidedLocked(v1::ControllerState* state) {
       dp->set_done(p.done);
       dp->set_bytes_done(p.bytes_done);
       dp->set_bytes_planned(p.bytes_planned);
+      dp->set_decision_slack_ms(absl::ToInt64Milliseconds(p.decision_slack));
     }
   }
 }
@@ -86,6 +87,8 @@ void SyncCoordinator::RestoreDecidedLocked(const v1::ControllerState& state) {
       p.done = dp.done();
       p.bytes_done = dp.bytes_done();
       p.bytes_planned = dp.bytes_planned();
+      if (dp.decision_slack_ms() > 0) p.decision_slack = absl::Milliseconds(dp.decision_slack_ms());
+      if (p.stages && !p.done) p.lost = "not registered again since the controller restarted";
       p.pushed = now;
       sync->parts.push_back(std::move(p));  // no lease until it registers (Rejoin)
     }
@@ -109,6 +112,7 @@ void SyncCoordinator::Rejoin(const std::string& lease_id, const v1::RegisterWork
       if (p.done || !p.stages || !SameRank(p.roles, req.memberships())) continue;
       if (!p.lease_id.empty() && workers_->IsAlive(p.lease_id)) continue;
       p.lease_id = lease_id;
+      p.lost.clear();
       v1::DecidedCommit* c = resp->add_decided_commits();
       c->set_sync_id(id);
       c->set_transfer(sync->status.transfer());
@@ -120,6 +124,25 @@ void SyncCoordinator::Rejoin(const std::string& lease_id, const v1::RegisterWork
           id, RolesOf(p.roles), p.worker);
     }
   }
+}
+
+void SyncCoordinator::SettleDecidedLocked(SyncRecord& sync) {
+  const absl::Time now = absl::Now();
+  for (Participant& p : sync.parts) {
+    if (p.done) continue;
+    if (p.lost.empty()) {
+      // Bound to a live lease, told to commit, silent: it stalled.
+      UncommittedLocked(sync, p, "no commit confirmation by the sync's deadline");
+    } else if (now >= sync.deadline + p.decision_slack) {
+      // It stops waiting for the decision then (and rolls back).
+      UncommittedLocked(sync, p,
+                        absl::StrCat(p.lost,
+                                     "; not registered again by the sync's deadline plus its "
+                                     "--decision_slack of ",
+                                     absl::FormatDuration(p.decision_slack)));
+    }
+  }
+  MaybeFinishCommitLocked(sync);
 }
 
 void SyncCoordinator::TestCrashPointLocked(const SyncRecord& sync, int32_t confirmed) {

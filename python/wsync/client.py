@@ -224,15 +224,19 @@ class Client:
         return _response_type(method).FromString(raw)
 
     def define_transfer(self, name, spec, *, source_group="trainer",
-                        destination_group="inference", staging=None, checksums=None):
+                        destination_group="inference", staging=None, checksums=None,
+                        verify=None):
         """Binds `spec` (TransferSpec, its JSON dict/text, or a layouts
         builder) to the registered workers of both groups and plans it.
-        `staging` ("in_place", "host_shadow", "device_shadow") and
-        `checksums` override the spec's staging options (docs/staging.md).
+        `staging` ("in_place", "host_shadow", "device_shadow"),
+        `checksums` and `verify` (compare every live destination with its
+        source after the commit / the run: SyncStatus.verify_buckets,
+        verify_bytes, verify_not_verifiable, not_verifiable) override the
+        spec's staging options (docs/staging.md).
         Returns the DefineTransferResponse (workers, plan key, summary, the
         receivers' shadow memory)."""
         proto = specs.to_proto(spec)
-        if staging is not None or checksums is not None:
+        if staging is not None or checksums is not None or verify is not None:
             copy = lpb.TransferSpec()
             copy.CopyFrom(proto)  # the caller's spec stays as it was
             proto = copy
@@ -243,6 +247,8 @@ class Client:
             proto.staging.mode = STAGING_MODES[staging]
         if checksums is not None:
             proto.staging.checksums = bool(checksums)
+        if verify is not None:
+            proto.staging.verify = bool(verify)
         resp = self._rpc("DefineTransfer", pb.DefineTransferRequest(
             name=name, source_group=source_group, destination_group=destination_group,
             spec=proto))

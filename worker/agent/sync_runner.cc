@@ -23,12 +23,12 @@ exec::ExecutorOptions ExecutorOptionsOf(const RunnerOptions& o) {
   return eo;
 }
 
-// The routed part's key (plan key, worker, routes); older controllers send
-// none.
-std::string PlanId(const v1::SyncAssignment& a) {
+std::string PlanId(const v1::SyncAssignment& a) { return PartIdOf(a); }
+}  // namespace
+
+std::string PartIdOf(const v1::SyncAssignment& a) {
   return a.part_key().empty() ? absl::StrCat(a.plan_key(), "/", a.worker()) : a.part_key();
 }
-}  // namespace
 
 SyncRunner::SyncRunner(TensorTable* tensors, WorkerMetrics* metrics, RunnerOptions options)
     : tensors_(tensors),
@@ -337,6 +337,15 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     return finish(stats.status());
   }
   r.set_bytes_sent(stats->bytes_sent);
+  if (a.staging().verify()) {
+    // A staged receiver verifies what it received after the commit
+    // (VerifyCommitted); its sources, and everything in place, now.
+    st = VerifyInto(*bound_plan, exec::VerifySides{true, !staged, !staged}, &r);
+    if (!st.ok()) {
+      if (staged) shadows_.Discard();
+      return finish(st);
+    }
+  }
   if (staged) {
     r.set_staged(true);
     r.set_shadow_bytes(shadows_.bytes());

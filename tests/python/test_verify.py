@@ -16,7 +16,7 @@ from models import TINY_LLAMA, trainer_tensors
 from test_sync import TP, check_receivers, fsdp_params
 
 
-def setup(cluster, inference_flags=None, src_dtype=torch.bfloat16):
+def start(cluster, inference_flags=None, src_dtype=torch.bfloat16):
     """The tiny Llama, FSDP on 2 trainer ranks into vLLM TP=2 (test_sync.py),
     with extra flags for some inference ranks."""
     inference_flags = inference_flags or {}
@@ -53,13 +53,19 @@ def first_buffer(rank):
     return sorted(layouts.local_buffers(spec.destination, rank))[0]
 
 
+def failed(handle):
+    with pytest.raises(wsync.errors.SyncFailed) as e:
+        handle.wait(timeout=60)
+    return e.value.status
+
+
 def plan_buckets(client):
     buckets = client.plan(full=True).plan.buckets
     return len(buckets), sum(b.bytes for b in buckets)
 
 
 def test_a_clean_sync_verifies_every_bucket_and_verify_off_runs_no_pass(cluster):
-    client, spec, full, receivers = setup(cluster)
+    client, spec, full, receivers = start(cluster)
     for version, staging in ((1, "in_place"), (2, "host_shadow")):
         client.define_transfer("weights", spec, staging=staging, verify=True)
         n, nbytes = plan_buckets(client)
@@ -83,10 +89,10 @@ def test_a_receiver_corrupted_after_the_commit_is_caught_and_named(cluster, monk
         # The failpoint is refused outside tests.
         cluster.worker("inference:9:10", flags=[f"--test_corrupt_after_sync={target}"])
     monkeypatch.setenv("WSYNC_TEST_FAILPOINTS", "1")
-    client, spec, full, receivers = setup(
+    client, spec, full, receivers = start(
         cluster, {1: [f"--test_corrupt_after_sync={target}"]})
     client.define_transfer("weights", spec, staging="host_shadow", verify=True)
-    st = client.sync(1).wait(timeout=60)
+    st = failed(client.sync(1))
     assert st.phase == pb.SYNC_FAILED
     assert st.error_code == 15  # DATA_LOSS
     assert st.commit_decided
@@ -96,7 +102,7 @@ def test_a_receiver_corrupted_after_the_commit_is_caught_and_named(cluster, monk
     assert st.failed_group == "inference" and st.failed_rank == 1
     # In place too: the run writes the live tensors, the corruption follows.
     client.define_transfer("weights", spec, staging="in_place", verify=True)
-    st = client.sync(2).wait(timeout=60)
+    st = failed(client.sync(2))
     assert st.phase == pb.SYNC_FAILED and st.error_code == 15, st.error
     assert "inference/1" in st.error and "must not serve" in st.error, st.error
     # Without verify the same corruption goes unseen: the comparison is real.
@@ -108,7 +114,7 @@ def test_a_receiver_corrupted_after_the_commit_is_caught_and_named(cluster, monk
 def test_pieces_cast_on_receive_are_counted_not_verifiable(cluster):
     # fp32 sources into bf16 destinations: wherever the planner casts on the
     # receiver, the bucket cannot match the wire byte for byte.
-    client, spec, full, receivers = setup(cluster, src_dtype=torch.float32)
+    client, spec, full, receivers = start(cluster, src_dtype=torch.float32)
     client.define_transfer("weights", spec, verify=True)
     n, _ = plan_buckets(client)
     st = client.sync(1).wait(timeout=60)

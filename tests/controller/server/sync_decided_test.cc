@@ -205,14 +205,20 @@ TEST_F(SyncDecidedTest, AReceiverWithoutItsShadowOrThatNeverComesBackIsListedUnc
   EXPECT_THAT(st.uncommitted(0), HasSubstr("dst/0"));
   EXPECT_THAT(st.uncommitted(0), HasSubstr("holds no staged shadow"));
 
-  // Version 2 decided, then restarted; dst/0 never registers again.
+  // Version 2 decided, then restarted; dst/0 (a slack of 1 s, saved with
+  // the decision) never registers again: uncommitted once it stopped
+  // waiting for the decision itself.
+  controller_->workers().CloseStream(d0_, tokens_[d0_], "restarted with --decision_slack=1s");
+  d0_ = Join("c", "dst", 0, 1, 32, /*decision_slack_ms=*/1000).lease_id();
+  tokens_[d0_] = *controller_->workers().OpenStream(d0_);
   RunToDecision(2, 300);
   Restart();
   const std::string only_sender = Join("a", "src", 0, 2, 16).lease_id();
   st = TickUntilEnded(sync_id_, {only_sender}, absl::Seconds(10));
   EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
   ASSERT_EQ(st.uncommitted_size(), 1);
-  EXPECT_THAT(st.uncommitted(0), HasSubstr("no commit confirmation by the sync's deadline"));
+  EXPECT_THAT(st.uncommitted(0), HasSubstr("not registered again since the controller restarted"));
+  EXPECT_THAT(st.uncommitted(0), HasSubstr("--decision_slack of 1s"));
 }
 
 TEST_F(SyncDecidedTest, AReceiverLostAfterTheDecisionHearsItWhenItRegistersAgainBeforeItsDeadline) {

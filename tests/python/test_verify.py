@@ -9,14 +9,15 @@ import torch
 
 import wsync
 from wsync._proto import controller_pb2 as pb
+from wsync.v1 import plan_pb2
 from wsync import layouts, vllm
 
-from harness import full_tensors
+from harness import expected_destination, full_tensors
 from models import TINY_LLAMA, trainer_tensors
 from test_sync import TP, check_receivers, fsdp_params
 
 
-def start(cluster, inference_flags=None, src_dtype=torch.bfloat16):
+def start(cluster, inference_flags=None, src_dtype=torch.bfloat16, dst_dtype=torch.bfloat16):
     """The tiny Llama, FSDP on 2 trainer ranks into vLLM TP=2 (test_sync.py),
     with extra flags for some inference ranks."""
     inference_flags = inference_flags or {}
@@ -27,13 +28,13 @@ def start(cluster, inference_flags=None, src_dtype=torch.bfloat16):
     shapes = {n: s for n, s, _ in trainer_tensors("tiny-llama")}
     full = full_tensors(shapes, src_dtype)
     params = {r: fsdp_params(full, r) for r in range(2)}
-    spec = destination_spec(params)
+    spec = destination_spec(params, dst_dtype)
     for r in range(2):
         wsync.torch.register({n: p.to_local() for n, p in params[r].items()},
                              group="trainer", rank=r, socket=socks[("trainer", r)])
     receivers = []
     for r in range(TP):
-        bufs = {b: torch.zeros(n, dtype=torch.bfloat16)
+        bufs = {b: torch.zeros(n, dtype=dst_dtype)
                 for b, (_, n) in layouts.local_buffers(spec.destination, r).items()}
         receivers.append(wsync.torch.register(bufs, group="inference", rank=r,
                                               socket=socks[("inference", r)]))
@@ -42,9 +43,11 @@ def start(cluster, inference_flags=None, src_dtype=torch.bfloat16):
     return client, spec, full, receivers
 
 
-def destination_spec(params):
+def destination_spec(params, dst_dtype=torch.bfloat16):
     src = layouts.source_side(layouts.describe(params[0].items(), rank=0))
-    return layouts.transfer_spec(src, vllm.destination(TINY_LLAMA, tp=TP), name="tiny")
+    dtype = {torch.bfloat16: "bf16", torch.float32: "fp32"}[dst_dtype]
+    return layouts.transfer_spec(src, vllm.destination(TINY_LLAMA, tp=TP, dtype=dtype),
+                                 name="tiny")
 
 
 def first_buffer(rank):
@@ -112,14 +115,22 @@ def test_a_receiver_corrupted_after_the_commit_is_caught_and_named(cluster, monk
 
 
 def test_pieces_cast_on_receive_are_counted_not_verifiable(cluster):
-    # fp32 sources into bf16 destinations: wherever the planner casts on the
-    # receiver, the bucket cannot match the wire byte for byte.
-    client, spec, full, receivers = start(cluster, src_dtype=torch.float32)
+    # bf16 sources into fp32 destinations: the narrower wire dtype is bf16,
+    # cast on the receiver, so those buckets cannot match the wire byte for
+    # byte; each is counted and named, none claimed verified.
+    client, spec, full, receivers = start(cluster, dst_dtype=torch.float32)
     client.define_transfer("weights", spec, verify=True)
-    n, _ = plan_buckets(client)
+    buckets = client.plan(full=True).plan.buckets
+    cast = [b for b in buckets if b.transport == plan_pb2.TRANSPORT_NETWORK and
+            any(p.wire_dtype != p.dst.dtype for p in b.pieces)]
+    assert cast, "no bucket cast on receive: nothing to count"
     st = client.sync(1).wait(timeout=60)
     assert st.phase == pb.SYNC_SUCCEEDED, st.error
-    assert st.verify_buckets + st.verify_not_verifiable == n
+    assert st.verify_not_verifiable == len(cast)
+    assert st.verify_buckets == len(buckets) - len(cast)
+    assert st.not_verifiable, "named"
     for name in st.not_verifiable:
-        assert "cast on receive from fp32 to bf16" in name, name
-    check_receivers(spec, full, receivers)
+        assert "cast on receive from bf16 to fp32" in name and "tensor " in name, name
+    for r, reg in enumerate(receivers):
+        for b, w in expected_destination(spec, full, r, torch.float32).items():
+            assert torch.equal(reg.tensors[b][:w.numel()], w), f"rank {r} buffer {b}"

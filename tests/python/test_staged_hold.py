@@ -105,3 +105,13 @@ def test_a_held_owner_commits_only_once_admitted_or_not_at_all(cluster):
         w.admit()
         events.close()
     del regs, reg1
+
+
+def test_the_decision_slack_is_a_worker_flag(cluster):
+    """--decision_slack (docs/staging.md, "Flags"): how long past a staged
+    sync's deadline a receiver waits for the decision; negative refused."""
+    with pytest.raises(RuntimeError, match="exited with 2"):
+        cluster.worker("inference:0:1", flags=["--decision_slack=-1s"])
+    cluster.worker("inference:0:1", flags=["--decision_slack=250ms"])
+    client = wsync.Client(cluster.address, timeout=20)
+    client.wait_for_workers({"inference": 1}, timeout=30)

@@ -66,6 +66,7 @@ absl::Status SyncCoordinator::ReportResult(const v1::ReportResultRequest& req) {
     // transfer, or all of them): its next assignments carry every list again.
     if (req.code() != 0) workers_->ForgetPeerLists(p.lease_id);
     if (p.done) return absl::OkStatus();
+    if (!sync.finished()) KeepVerifyPass(p, req);  // sync_verify.cc
     if (!sync.finished() && StagedReportLocked(sync, p, req)) {
       cv_.SignalAll();
       return absl::OkStatus();
@@ -97,7 +98,7 @@ absl::Status SyncCoordinator::ReportResult(const v1::ReportResultRequest& req) {
     } else if (s.workers_done() == s.workers_total()) {
       if (sync.first_failure >= 0) {
         SettleLocked(sync);
-      } else {
+      } else if (!FinishVerifyLocked(sync)) {
         FinishLocked(sync, v1::SYNC_SUCCEEDED, 0, "", -1, -1, -1, -1);
       }
     }
@@ -155,10 +156,7 @@ std::string SyncCoordinator::FirstReportLocked(const SyncRecord& sync) {
 void SyncCoordinator::SettleLocked(SyncRecord& sync) {
   if (sync.finished()) return;
   if (sync.status.commit_decided()) {
-    // Past the deadline after the decision: the silent receivers did not
-    // confirm; the others committed (docs/staging.md).
-    ExpireDecidedLocked(sync);
-    MaybeFinishCommitLocked(sync);
+    SettleDecidedLocked(sync);  // sync_decided.cc
     return;
   }
   const absl::Time now = absl::Now();
@@ -197,6 +195,7 @@ void SyncCoordinator::SettleLocked(SyncRecord& sync) {
     return;
   }
   // Past the deadline, everyone reported and nothing failed: it arrived.
+  if (FinishVerifyLocked(sync)) return;
   FinishLocked(sync, v1::SYNC_SUCCEEDED, 0, "", -1, -1, -1, -1);
 }
 
@@ -420,9 +419,17 @@ void SyncCoordinator::WorkerLost(const WorkerLoss& loss) {
     for (Participant& p : sync->parts) {
       if (p.lease_id != loss.lease_id) continue;
       if (!sync->finished() && sync->status.commit_decided()) {
-        // Decided: the others commit; this one serves nothing until it
+        // Decided: the others commit. This one may register again before
+        // the deadline plus its --decision_slack (it waits that long for the
+        // decision) and hear it then (Rejoin); else it is listed
+        // uncommitted (SettleDecidedLocked) and serves nothing until it
         // syncs this version again (docs/staging.md).
-        if (!p.done) UncommittedLocked(*sync, p, absl::StrCat("lost: ", loss.reason));
+        if (!p.done && p.stages) {
+          p.lost = absl::StrCat("lost: ", loss.reason);
+          ++sync->changes;
+        } else if (!p.done) {
+          UncommittedLocked(*sync, p, absl::StrCat("lost: ", loss.reason));
+        }
         MaybeFinishCommitLocked(*sync);
         break;
       }

@@ -174,6 +174,17 @@ class SyncCoordinator {
     int32_t replica = -1;
     bool commit_sent = false;
     bool committed = false;
+    // A receiver whose lease ended after the decision (or restored without
+    // one): it may register again (Rejoin) until the deadline plus its
+    // worker's --decision_slack, which it waits for the decision itself.
+    std::string lost;  // why, "" while bound to a live lease
+    absl::Duration decision_slack = absl::Seconds(5);
+    // Verify mode (sync_verify.cc): its verify pass, from its last report.
+    bool verify_pass = false;
+    std::vector<v1::BucketChecksum> verify_checksums;
+    std::vector<v1::VerifyNote> verify_notes;
+    int32_t verify_local_buckets = 0;
+    int64_t verify_local_bytes = 0;
   };
   struct SyncRecord {
     v1::SyncStatus status;
@@ -426,8 +437,30 @@ class SyncCoordinator {
   void UncommittedLocked(SyncRecord& sync, Participant& p, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After the decision: SUCCEEDED once every receiver confirmed or was
-  // counted uncommitted.
+  // counted uncommitted (and, in verify mode, the verify passes compared).
   void MaybeFinishCommitLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After the decision, past the deadline (sync_decided.cc): lists the
+  // receivers that did not confirm uncommitted, except a lost one while it
+  // may still register again (the deadline plus its --decision_slack); one
+  // whose rolling wave never started is told to roll back.
+  void SettleDecidedLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ----- sync_verify.cc (docs/staging.md, "Verify")
+  // Keeps participant `p`'s verify pass from report `req`.
+  static void KeepVerifyPass(Participant& p, const v1::ReportResultRequest& req);
+  // Verify mode, once every participant reported: compares each network
+  // bucket's live destination with its source (the receiver's verify hash
+  // with the sender's), counts the local copies the workers compared and the
+  // buckets not verifiable into sync.status. A mismatch (or a hash missing
+  // without a note saying why) is DATA_LOSS / FAILED_PRECONDITION naming the
+  // bucket, its tensor, sender and receiver; *receiver: the worker whose
+  // memory differs (-1: none).
+  absl::Status CompareVerifyLocked(SyncRecord& sync, int32_t* receiver)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Verify mode at the end of a sync that would succeed: compares and, on a
+  // mismatch, fails it (after a commit, listing the receiver uncommitted).
+  // True when it finished the sync.
+  bool FinishVerifyLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ----- sync_rollout.cc (docs/staging.md, "Rolling waves")
   // At the decision: groups the receivers of `sync` into replicas.
@@ -441,9 +474,6 @@ class SyncCoordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Once the current wave is done: starts the next one (saved, then sent).
   void AdvanceRolloutLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Past the deadline after the decision: every receiver not done is listed
-  // uncommitted; one whose wave never started is told to roll back.
-  void ExpireDecidedLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // sync.status.rollout from the replicas' phases.
   void RefreshRolloutLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The destination rank of `p` in `sync`'s transfer (-1: none).

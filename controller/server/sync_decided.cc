@@ -67,6 +67,7 @@ void SyncCoordinator::SaveDecidedLocked(v1::ControllerState* state) {
       } else {
         dp->set_wave(-1);
       }
+      dp->set_decision_slack_ms(absl::ToInt64Milliseconds(p.decision_slack));
     }
   }
 }
@@ -103,6 +104,8 @@ void SyncCoordinator::RestoreDecidedLocked(const v1::ControllerState& state) {
       p.done = dp.done();
       p.bytes_done = dp.bytes_done();
       p.bytes_planned = dp.bytes_planned();
+      if (dp.decision_slack_ms() > 0) p.decision_slack = absl::Milliseconds(dp.decision_slack_ms());
+      if (p.stages && !p.done) p.lost = "not registered again since the controller restarted";
       p.pushed = now;
       // A file saved before rolling waves (no wave started): every receiver
       // was sent its CommitSync at the decision.
@@ -149,6 +152,7 @@ void SyncCoordinator::Rejoin(const std::string& lease_id, const v1::RegisterWork
       if (p.done || !p.stages || !SameRank(p.roles, req.memberships())) continue;
       if (!p.lease_id.empty() && workers_->IsAlive(p.lease_id)) continue;
       p.lease_id = lease_id;
+      p.lost.clear();
       v1::DecidedCommit* c = resp->add_decided_commits();
       c->set_sync_id(id);
       c->set_transfer(sync->status.transfer());
@@ -162,6 +166,36 @@ void SyncCoordinator::Rejoin(const std::string& lease_id, const v1::RegisterWork
           id, RolesOf(p.roles), p.worker);
     }
   }
+}
+
+void SyncCoordinator::SettleDecidedLocked(SyncRecord& sync) {
+  const absl::Time now = absl::Now();
+  for (Participant& p : sync.parts) {
+    if (p.done) continue;
+    if (!p.commit_sent) {
+      // Its wave never started (rolling waves): it keeps the old version.
+      UncommittedLocked(sync, p,
+                        "its commit wave had not started by the sync's deadline; told to roll "
+                        "back, it keeps the version it served");
+      v1::Assignment a;
+      a.mutable_abort()->set_sync_id(sync.status.sync_id());
+      a.mutable_abort()->set_reason("the rollout's deadline passed before this replica's wave");
+      if (!p.lease_id.empty()) workers_->Push(p.lease_id, std::move(a));
+      continue;
+    }
+    if (p.lost.empty()) {
+      // Bound to a live lease, told to commit, silent: it stalled.
+      UncommittedLocked(sync, p, "no commit confirmation by the sync's deadline");
+    } else if (now >= sync.deadline + p.decision_slack) {
+      // It stops waiting for the decision then (and rolls back).
+      UncommittedLocked(sync, p,
+                        absl::StrCat(p.lost,
+                                     "; not registered again by the sync's deadline plus its "
+                                     "--decision_slack of ",
+                                     absl::FormatDuration(p.decision_slack)));
+    }
+  }
+  MaybeFinishCommitLocked(sync);
 }
 
 void SyncCoordinator::TestCrashPointLocked(const SyncRecord& sync, int32_t confirmed) {

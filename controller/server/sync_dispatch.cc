@@ -54,8 +54,10 @@ SyncCoordinator::Dispatch SyncCoordinator::Decide(const std::string& transfer,
   d.transport = CommonTransport(transfer, resolved.workers);
   // Staged syncs write shadows: a peer writing the live tensors would break
   // them (docs/staging.md), so everything goes through the transport.
+  // Verify mode compares the live destinations with their sources through
+  // the plan's buckets: direct writes (no bucket on the receiver) are off.
   if (!d.transport.ok() || !config_.direct_writes ||
-      resolved.spec.staging().mode() != v1::STAGING_IN_PLACE) {
+      resolved.spec.staging().mode() != v1::STAGING_IN_PLACE || resolved.spec.staging().verify()) {
     return d;
   }
   // Which pairs the plan allows to write directly: scanned once per plan key.
@@ -154,7 +156,7 @@ v1::SyncAssignment SyncCoordinator::AssignmentLocked(const Transfer& t, const Sy
   workers_->FillPeerBuffers(lease, t.name, write_to, &sa);
   sa.set_deadline_unix_ms(absl::ToUnixMillis(sync.deadline));
   for (const auto& role : resolved.roles[w]) *sa.add_roles() = role;
-  if (resolved.spec.staging().mode() != v1::STAGING_IN_PLACE) {
+  if (resolved.spec.staging().mode() != v1::STAGING_IN_PLACE || resolved.spec.staging().verify()) {
     *sa.mutable_staging() = resolved.spec.staging();
   }
   return sa;
@@ -320,7 +322,9 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
   sync->staging = resolved.spec.staging();
   sync->rollout = t.spec.rollout();
   s.set_staging(sync->staging.mode());
-  if (sync->staging.mode() != v1::STAGING_IN_PLACE) sync->plan = plan.plan;
+  if (sync->staging.mode() != v1::STAGING_IN_PLACE || sync->staging.verify()) {
+    sync->plan = plan.plan;
+  }
   for (int32_t w = 0; w < num_workers; ++w) {
     Participant p;
     // plan.shadow lists exactly the workers that stage (StagesShadow in
@@ -330,6 +334,9 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
     }
     p.worker = w;
     p.lease_id = leases[w];
+    if (const int64_t slack = resolved.workers[w].info->decision_slack_ms(); slack > 0) {
+      p.decision_slack = absl::Milliseconds(slack);
+    }
     p.roles = resolved.roles[w];
     p.part_key = prepared->parts[w].key;
     p.bytes_planned = PlannedBytesInto(*plan.plan, w);

@@ -59,7 +59,14 @@ std::vector<ReplicaPhase> SyncCoordinator::PhasesLocked(const SyncRecord& sync) 
     for (size_t part : r.parts) {
       const Participant& p = sync.parts[part];
       if (p.done) continue;
-      (p.commit_sent ? committing : waiting) = true;
+      // A receiver lost after its CommitSync went out may still register
+      // again and commit (Rejoin, until the deadline plus its
+      // --decision_slack): it does not hold the next waves back.
+      if (!p.commit_sent) {
+        waiting = true;
+      } else if (p.lost.empty()) {
+        committing = true;
+      }
     }
     phases.push_back(committing ? ReplicaPhase::kCommitting
                      : waiting  ? ReplicaPhase::kWaiting
@@ -114,24 +121,6 @@ void SyncCoordinator::AdvanceRolloutLocked(SyncRecord& sync) {
   spdlog::info("[controller] sync {}: commit wave {} to {} receivers", sync.status.sync_id(),
                sync.next_wave - 1, parts.size());
   PushCommitsLocked(sync, parts);
-}
-
-void SyncCoordinator::ExpireDecidedLocked(SyncRecord& sync) {
-  for (Participant& p : sync.parts) {
-    if (p.done) continue;
-    if (p.commit_sent) {
-      UncommittedLocked(sync, p, "no commit confirmation by the sync's deadline");
-      continue;
-    }
-    // Its wave never started (rolling waves): it keeps the old version.
-    UncommittedLocked(sync, p,
-                      "its commit wave had not started by the sync's deadline; told to roll "
-                      "back, it keeps the version it served");
-    v1::Assignment a;
-    a.mutable_abort()->set_sync_id(sync.status.sync_id());
-    a.mutable_abort()->set_reason("the rollout's deadline passed before this replica's wave");
-    if (!p.lease_id.empty()) workers_->Push(p.lease_id, std::move(a));
-  }
 }
 
 void SyncCoordinator::RefreshRolloutLocked(SyncRecord& sync) {

@@ -212,6 +212,7 @@ void SyncCoordinator::MaybeFinishCommitLocked(SyncRecord& sync) {
     spdlog::warn("[controller] sync {}: committed, but not by {}", sync.status.sync_id(),
                  absl::StrJoin(sync.status.uncommitted(), "; "));
   }
+  if (FinishVerifyLocked(sync)) return;  // verify mode: a mismatch fails it
   FinishLocked(sync, v1::SYNC_SUCCEEDED, 0, "", -1, -1, -1, -1);
 }
 

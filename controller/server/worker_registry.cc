@@ -35,6 +35,10 @@ absl::Status CheckRequest(const v1::RegisterWorkerRequest& req) {
     return absl::InvalidArgumentError(
         absl::StrCat("RegisterWorker: negative staging_limit_bytes ", req.staging_limit_bytes()));
   }
+  if (req.decision_slack_ms() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RegisterWorker: negative decision_slack_ms ", req.decision_slack_ms()));
+  }
   if (req.staging_budget_bytes() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("RegisterWorker: negative staging_budget_bytes ", req.staging_budget_bytes()));

@@ -248,11 +248,14 @@ class Client:
 
     def define_transfer(self, name, spec, *, source_group="trainer",
                         destination_group="inference", staging=None, checksums=None,
-                        rollout=None, warm_up=True):
+                        verify=None, rollout=None, warm_up=True):
         """Binds `spec` (TransferSpec, its JSON dict/text, or a layouts
         builder) to the registered workers of both groups and plans it.
-        `staging` ("in_place", "host_shadow", "device_shadow") and
-        `checksums` override the spec's staging options (docs/staging.md).
+        `staging` ("in_place", "host_shadow", "device_shadow"),
+        `checksums` and `verify` (compare every live destination with its
+        source after the commit / the run: SyncStatus.verify_buckets,
+        verify_bytes, verify_not_verifiable, not_verifiable) override the
+        spec's staging options (docs/staging.md).
         `warm_up=False`: no warm-up of the workers for this definition
         (docs/warm-up.md; the response's warm_up_id names the one started).
         `rollout` (a RolloutPolicy or a dict of max_unavailable,
@@ -261,7 +264,8 @@ class Client:
         Returns the DefineTransferResponse (workers, plan key, summary, the
         receivers' shadow memory)."""
         proto = specs.to_proto(spec)
-        if staging is not None or checksums is not None or rollout is not None:
+        if (staging is not None or checksums is not None or verify is not None
+                or rollout is not None):
             copy = lpb.TransferSpec()
             copy.CopyFrom(proto)  # the caller's spec stays as it was
             proto = copy
@@ -274,6 +278,8 @@ class Client:
             proto.staging.checksums = bool(checksums)
         if rollout is not None:
             proto.rollout.CopyFrom(rollout_policy(rollout))
+        if verify is not None:
+            proto.staging.verify = bool(verify)
         resp = self._rpc("DefineTransfer", pb.DefineTransferRequest(
             name=name, source_group=source_group, destination_group=destination_group,
             spec=proto, no_warm_up=not warm_up))

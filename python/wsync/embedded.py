@@ -258,9 +258,12 @@ class Worker:
         return self._w.status()
 
     def hold(self, reason):
-        """Holds syncs off: each sync the controller assigns while held fails
-        at once, naming `reason`, before any registered tensor is touched
-        (event "finished" with ``untouched``). For memory that must not be
+        """Holds syncs off: each in-place sync the controller assigns while
+        held fails at once, naming `reason`, before any registered tensor is
+        touched (event "finished" with ``untouched``). A staged sync stages
+        into its shadow while held and commits (event "commit") only once
+        admit() is called; still held at its deadline it rolls back, the
+        tensors untouched (docs/staging.md). For memory that must not be
         written now (an inference engine generating, weights asleep)."""
         if not reason:
             raise errors.InvalidArgument("hold: give the reason syncs are held off")

@@ -57,7 +57,8 @@ WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
       serving_(options_.memberships),
       runner_(&tensors_, metrics,
               RunnerOptions{options_.round_timeout, options_.staging_limit_bytes, options_.backend,
-                            options_.parts_cache_bytes, options_.staging_budget_bytes}),
+                            options_.parts_cache_bytes, options_.staging_budget_bytes,
+                            options_.test_corrupt_after_sync}),
       progress_([this](const v1::ReportProgressRequest& p) {
         grpc::ClientContext ctx;
         ctx.set_deadline(In(absl::Seconds(2)));
@@ -116,6 +117,7 @@ void WorkerAgent::SessionLoop() {
     req.add_capabilities(kStagedSyncsCapability);
     req.set_staging_limit_bytes(options_.staging_limit_bytes);
     req.set_staging_budget_bytes(options_.staging_budget_bytes);
+    req.set_decision_slack_ms(absl::ToInt64Milliseconds(options_.decision_slack));
     req.set_data_address(options_.data_address);
     req.set_pid(getpid());
     req.set_direct_write_domain(options_.direct_write_domain);
@@ -148,7 +150,7 @@ void WorkerAgent::SessionLoop() {
     }
     spdlog::info("[worker {}] registered (controller instance {})", Roles(options_),
                  resp.controller_instance());
-    RejoinStaged(resp);  // staged syncs: the decisions that await this worker
+    RejoinStaged(resp, epoch);  // staged syncs: the decisions that await this worker
     {
       absl::MutexLock lock(&push_mu_);
       if (pushed_lease_ != resp.lease_id()) pushed_version_ = 0;
@@ -358,7 +360,7 @@ void WorkerAgent::ExecLoop() {
       spdlog::error("[worker {}] sync {} failed: {}", Roles(options_), a.sync_id(), r.message());
     }
     if (ok && r.staged()) {
-      FinishStaged(a, q.lease_id, std::move(r));
+      FinishStaged(a, q.lease_id, q.lease_epoch, std::move(r));
       continue;
     }
     if (ok) {
@@ -428,7 +430,9 @@ bool WorkerAgent::RefuseIfHeldOrOlder(const v1::SyncAssignment& a, const std::st
     auto it = applied_.find(a.transfer());
     if (it != applied_.end()) applied = it->second;
   }
-  if (!held.empty()) {
+  // A staged sync writes shadows only: it stages while held, and its commit
+  // waits for the owner to admit syncs (FinishStaged).
+  if (!held.empty() && a.staging().mode() == v1::STAGING_IN_PLACE) {
     Refuse(
         a, lease_id,
         absl::StrCat("worker ", Roles(options_), ": sync ", a.sync_id(), " (version ", a.version(),

@@ -47,6 +47,15 @@ struct AgentOptions {
   // Staged syncs: the most shadow memory (--staging_budget_bytes; 0: no
   // limit). Sent at registration: the controller refuses plans over it.
   int64_t staging_budget_bytes = 0;
+  // Staged syncs: how long past a sync's deadline a receiver that staged
+  // waits for the pool's decision before it rolls back (--decision_slack).
+  // Sent at registration: the controller offers a decided commit that long.
+  absl::Duration decision_slack = absl::Seconds(5);
+  // Test only (--test_corrupt_after_sync, refused unless
+  // WSYNC_TEST_FAILPOINTS=1): "<group>/<tensor>" whose first byte this
+  // worker flips in its live memory after each sync it receives (after the
+  // commit of a staged one), before the verify pass. Host memory only.
+  std::string test_corrupt_after_sync;
   // The cached parts' budget in bytes (part_cache.h; --parts_cache_bytes).
   int64_t parts_cache_bytes = int64_t{256} << 20;
   // Not owned (outlives the agent), never null: the worker's data-plane
@@ -97,11 +106,15 @@ class WorkerAgent {
   // metric and sent to the controller with the next heartbeat, at once.
   absl::Status SetServing(const v1::SetServingRequest& req);
   // Holds syncs off (non-empty `reason`) or admits them again (""). A held
-  // worker fails each sync it is assigned at once, before touching any
-  // buffer, with FAILED_PRECONDITION naming `reason`, and tells its
-  // subscribers (FINISHED, untouched); a sync already running is not
-  // affected. For owners whose memory must not be written at some times
-  // (an inference engine generating, or with its weights asleep).
+  // worker fails each in-place sync it is assigned at once, before touching
+  // any buffer, with FAILED_PRECONDITION naming `reason`, and tells its
+  // subscribers (FINISHED, untouched); a sync already running in place is
+  // not affected. A staged sync (docs/staging.md) writes only its shadows
+  // while held; its commit, which writes the live tensors, waits until the
+  // owner admits syncs, and is not made (the live tensors stay untouched,
+  // ROLLED_BACK, listed uncommitted) if still held at the sync's deadline.
+  // For owners whose memory must not be written at some times (an inference
+  // engine generating, or with its weights asleep).
   void HoldSyncs(std::string reason);
 
  private:
@@ -136,12 +149,16 @@ class WorkerAgent {
   // (report `r`): reports it, waits for the pool's decision, then commits or
   // rolls back, telling the owner (STAGED, COMMIT, COMMITTED / ROLLED_BACK)
   // and the controller.
-  void FinishStaged(const v1::SyncAssignment& a, const std::string& lease_id,
+  // `lease_epoch`: the registration `lease_id` came with.
+  void FinishStaged(const v1::SyncAssignment& a, const std::string& lease_id, uint64_t lease_epoch,
                     v1::ReportResultRequest r);
+  // A commit decided while the owner holds syncs off (HoldSyncs) waits until
+  // it admits them, the sync's deadline or a stop: true when admitted.
+  bool AwaitAdmitted(const v1::SyncAssignment& a, std::string* held);
   // Registered (response `resp`): commits the awaited staged sync the
   // controller lists as decided, confirms again those already committed,
   // reports the listed ones it holds no shadow of, rolls back one not listed.
-  void RejoinStaged(const v1::RegisterWorkerResponse& resp);
+  void RejoinStaged(const v1::RegisterWorkerResponse& resp, uint64_t lease_epoch);
   // The report of staged sync `sync_id` after the decision (no lease set).
   static v1::ReportResultRequest DecidedReport(const std::string& sync_id);
   // The version the live tensors of `transfer` hold (0: none synced).

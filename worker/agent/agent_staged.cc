@@ -8,14 +8,6 @@
 #include "worker/agent/agent.h"
 
 namespace wsync::agent {
-namespace {
-
-// How long past the sync's deadline a staged receiver waits for the
-// decision: the controller fails a sync at its deadline plus its
-// --failure_grace and then sends the abort.
-constexpr absl::Duration kDecisionSlack = absl::Seconds(5);
-
-}  // namespace
 
 int64_t WorkerAgent::Applied(const std::string& transfer) {
   absl::MutexLock lock(&mu_);
@@ -32,14 +24,14 @@ v1::ReportResultRequest WorkerAgent::DecidedReport(const std::string& sync_id) {
   return done;
 }
 
-void WorkerAgent::RejoinStaged(const v1::RegisterWorkerResponse& resp) {
+void WorkerAgent::RejoinStaged(const v1::RegisterWorkerResponse& resp, uint64_t lease_epoch) {
   std::vector<std::string> ids, later;
   for (const v1::DecidedCommit& c : resp.decided_commits()) {
     ids.push_back(c.sync_id());
     if (c.await_commit()) later.push_back(c.sync_id());
   }
   const std::vector<StagedGate::Held> held = gate_.Rejoined(
-      ids,
+      lease_epoch, ids,
       absl::StrCat("registered again with controller instance ", resp.controller_instance(),
                    ", which has no commit decision for it"),
       later);
@@ -81,23 +73,45 @@ void WorkerAgent::RejoinStaged(const v1::RegisterWorkerResponse& resp) {
   }
 }
 
+bool WorkerAgent::AwaitAdmitted(const v1::SyncAssignment& a, std::string* held) {
+  absl::MutexLock lock(&mu_);
+  auto admitted = [this]()
+                      ABSL_SHARED_LOCKS_REQUIRED(mu_) { return held_.empty() || stop_.load(); };
+  if (!held_.empty()) {
+    spdlog::info("[worker {}] sync {}: commit decided, waiting for the owner to admit syncs ({})",
+                 a.transfer(), a.sync_id(), held_);
+  }
+  mu_.AwaitWithDeadline(absl::Condition(&admitted), absl::FromUnixMillis(a.deadline_unix_ms()));
+  *held = held_;
+  return held_.empty() && !stop_.load();
+}
+
 void WorkerAgent::FinishStaged(const v1::SyncAssignment& a, const std::string& lease_id,
-                               v1::ReportResultRequest r) {
+                               uint64_t lease_epoch, v1::ReportResultRequest r) {
   const int64_t before = Applied(a.transfer());
   v1::SyncEvent staged = EventOf(a, v1::SyncEvent::STAGED);
   staged.set_serving_version(before);
   Publish(staged);
   // Armed before the report: a controller that decides after hearing it and
-  // dies finds this sync armed when this worker registers again.
-  gate_.Arm(a.sync_id());
+  // dies finds this sync armed when this worker registers again. A
+  // registration after `lease_epoch` decides it, heard before or after this
+  // (staged_gate.h).
+  gate_.Arm(a.sync_id(), lease_epoch);
   Report(std::move(r), lease_id);
-  // Registered again before the report could arrive: no decision can come
-  // (an empty lease: the next registration says).
-  if (const std::string now = lease(); !now.empty() && now != lease_id) {
-    gate_.Abort(a.sync_id(), "lease replaced before the staged report");
+  StagedGate::Decision d =
+      gate_.Wait(absl::FromUnixMillis(a.deadline_unix_ms()) + options_.decision_slack);
+  std::string held;
+  if (d.commit && !AwaitAdmitted(a, &held)) {
+    // Decided pool-wide, but the owner holds syncs off (its memory must not
+    // be written now) past the deadline: the live tensors stay untouched on
+    // the old version and the controller lists it uncommitted.
+    gate_.Finished(a.sync_id(), /*committed=*/false);
+    d = StagedGate::Decision{
+        false, held.empty() ? std::string("the worker is stopping")
+                            : absl::StrCat("its owner held syncs off (", held,
+                                           ") until the sync's deadline; it must sync version ",
+                                           a.version(), " again")};
   }
-  const StagedGate::Decision d =
-      gate_.Wait(absl::FromUnixMillis(a.deadline_unix_ms()) + kDecisionSlack);
   // After a restart the decision came through a new lease: report there.
   auto report = [&](v1::ReportResultRequest done) {
     const std::string now = lease();
@@ -144,6 +158,15 @@ void WorkerAgent::FinishStaged(const v1::SyncAssignment& a, const std::string& l
     last_version_ = std::max(last_version_, a.version());
     int64_t& applied = applied_[a.transfer()];
     applied = std::max(applied, a.version());
+  }
+  if (a.staging().verify()) {
+    // Verify mode: what the live tensors now hold, for the controller to
+    // compare with the senders' sources. A failed pass sends no hashes: the
+    // controller fails the sync naming the buckets left unverified.
+    if (absl::Status v = runner_.VerifyCommitted(a, &done); !v.ok()) {
+      spdlog::error("[worker {}] sync {}: verify pass after the commit failed: {}", a.transfer(),
+                    a.sync_id(), std::string(v.message()));
+    }
   }
   // Before reading the lease: a registration after it confirms again.
   gate_.Finished(a.sync_id(), /*committed=*/true);

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace wsync::agent {
 
-void StagedGate::Arm(const std::string& sync_id) {
+void StagedGate::Arm(const std::string& sync_id, uint64_t lease_epoch) {
   absl::MutexLock lock(&mu_);
   armed_ = sync_id;
+  armed_epoch_ = lease_epoch;
   decided_ = false;
   decision_ = Decision();
   if (early_id_ == sync_id) {
@@ -14,6 +17,15 @@ void StagedGate::Arm(const std::string& sync_id) {
     decision_ = early_;
   }
   early_id_.clear();
+  if (!decided_ && lease_epoch < rejoined_epoch_) {
+    // The registration that replaced its lease was heard before this sync
+    // was armed: it could not list it, and its staged report goes to a
+    // lease that no longer exists.
+    decided_ = true;
+    decision_ = Decision{false, absl::StrCat("registered again (lease epoch ", rejoined_epoch_,
+                                             ") before its staged report (epoch ", lease_epoch,
+                                             ") could reach the controller")};
+  }
 }
 
 void StagedGate::Commit(const std::string& sync_id) {
@@ -59,14 +71,18 @@ void StagedGate::Finished(const std::string& sync_id, bool committed) {
   if (committed_.size() > kCommittedKept) committed_.pop_front();
 }
 
-std::vector<StagedGate::Held> StagedGate::Rejoined(const std::vector<std::string>& decided,
+std::vector<StagedGate::Held> StagedGate::Rejoined(uint64_t lease_epoch,
+                                                   const std::vector<std::string>& decided,
                                                    const std::string& reason,
                                                    const std::vector<std::string>& later) {
   absl::MutexLock lock(&mu_);
+  rejoined_epoch_ = std::max(rejoined_epoch_, lease_epoch);
+  // Only a sync staged under an older lease awaits this registration's word.
+  const bool awaits = !armed_.empty() && armed_epoch_ < lease_epoch;
   std::vector<Held> held;
   bool armed_listed = false;
   for (const std::string& id : decided) {
-    if (!armed_.empty() && id == armed_) {
+    if (awaits && id == armed_) {
       armed_listed = true;
       if (!decided_ && std::find(later.begin(), later.end(), id) != later.end()) {
         held.push_back(Held::kWaiting);
@@ -85,7 +101,7 @@ std::vector<StagedGate::Held> StagedGate::Rejoined(const std::vector<std::string
       held.push_back(Held::kNothing);
     }
   }
-  if (!armed_.empty() && !armed_listed && !decided_) {
+  if (awaits && !armed_listed && !decided_) {
     decided_ = true;
     decision_ = Decision{false, reason};
   }

@@ -5,9 +5,18 @@
 // a decided commit), a stop, or the sync's deadline decide. A stream that
 // ends decides nothing by itself: the decision may have been taken and saved
 // just before the controller died.
+//
+// Registrations are numbered (lease epochs, increasing). A sync is armed
+// with the epoch its staged report goes out under; the registration of a
+// later epoch decides it (Rejoined), whichever of Arm and Rejoined comes
+// first: a sync armed under an epoch older than the last Rejoined one rolls
+// back at once (its report went to a lease already replaced, so no
+// controller can decide it). Both run under the gate's lock: no order of a
+// staged report and a re-registration leaves the decision to a guess.
 #ifndef WSYNC_WORKER_AGENT_STAGED_GATE_H_
 #define WSYNC_WORKER_AGENT_STAGED_GATE_H_
 
+#include <cstdint>
 #include <deque>
 #include <string>
 #include <vector>
@@ -32,9 +41,10 @@ class StagedGate {
     kWaiting,     // its shadow, kept: its commit wave has not started (rolling waves)
   };
 
-  // Sync `sync_id` staged: decisions for it count from now on (one before
-  // Arm is kept if it was for this sync, e.g. an abort sent meanwhile).
-  void Arm(const std::string& sync_id);
+  // Sync `sync_id` staged and its report goes out under lease epoch
+  // `lease_epoch`: decisions for it count from now on (one before Arm is
+  // kept if it was for this sync, e.g. an abort sent meanwhile).
+  void Arm(const std::string& sync_id, uint64_t lease_epoch);
   // The controller's decision for `sync_id` (ignored for another sync).
   void Commit(const std::string& sync_id);
   // Empty sync_id: whatever is armed (e.g. the worker stops).
@@ -46,13 +56,15 @@ class StagedGate {
   // The committing sync `sync_id` ended: `committed` (its live tensors hold
   // it) or its commit failed.
   void Finished(const std::string& sync_id, bool committed);
-  // Registered again with a controller that lists `decided` (sync ids whose
-  // commit is decided and awaits this worker): the armed sync commits if
-  // among them, else rolls back naming `reason`. Returns what this worker
-  // held of each listed sync, in order. An armed sync listed in `later`
-  // (decided, its commit wave not started: DecidedCommit.await_commit) stays
-  // armed, awaiting its CommitSync (kWaiting).
-  std::vector<Held> Rejoined(const std::vector<std::string>& decided, const std::string& reason,
+  // Registered again (lease epoch `lease_epoch`) with a controller that
+  // lists `decided` (sync ids whose commit is decided and awaits this
+  // worker): a sync armed under an older epoch commits if among them, else
+  // rolls back naming `reason`. Returns what this worker held of each listed
+  // sync, in order. An armed sync listed in `later` (decided, its commit
+  // wave not started: DecidedCommit.await_commit) stays armed, awaiting its
+  // CommitSync (kWaiting).
+  std::vector<Held> Rejoined(uint64_t lease_epoch, const std::vector<std::string>& decided,
+                             const std::string& reason,
                              const std::vector<std::string>& later = {});
 
  private:
@@ -60,6 +72,8 @@ class StagedGate {
 
   absl::Mutex mu_;
   std::string armed_ ABSL_GUARDED_BY(mu_);
+  uint64_t armed_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rejoined_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // the latest Rejoined
   bool decided_ ABSL_GUARDED_BY(mu_) = false;
   Decision decision_ ABSL_GUARDED_BY(mu_);
   // A decision that came before Arm (an abort racing the staged report).

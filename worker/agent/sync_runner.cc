@@ -24,9 +24,11 @@ exec::ExecutorOptions ExecutorOptionsOf(const RunnerOptions& o) {
 }
 }  // namespace
 
-std::string SyncRunner::PlanId(const v1::SyncAssignment& a) {
+std::string PartIdOf(const v1::SyncAssignment& a) {
   return a.part_key().empty() ? absl::StrCat(a.plan_key(), "/", a.worker()) : a.part_key();
 }
+
+std::string SyncRunner::PlanId(const v1::SyncAssignment& a) { return PartIdOf(a); }
 
 SyncRunner::SyncRunner(TensorTable* tensors, WorkerMetrics* metrics, RunnerOptions options)
     : tensors_(tensors),
@@ -354,6 +356,15 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     return finish(stats.status());
   }
   r.set_bytes_sent(stats->bytes_sent);
+  if (a.staging().verify()) {
+    // A staged receiver verifies what it received after the commit
+    // (VerifyCommitted); its sources, and everything in place, now.
+    st = VerifyInto(*bound_plan, exec::VerifySides{true, !staged, !staged}, &r);
+    if (!st.ok()) {
+      if (staged) shadows_.Discard();
+      return finish(st);
+    }
+  }
   if (staged) {
     r.set_staged(true);
     r.set_shadow_bytes(shadows_.bytes());

@@ -22,6 +22,7 @@
 #include "worker/agent/worker_metrics.h"
 #include "worker/exec/buffer_registry.h"
 #include "worker/exec/executor.h"
+#include "worker/exec/verify_pass.h"
 #include "worker/node/data_plane.h"
 #include "worker/plane/backend.h"
 #include "wsync/v1/controller.grpc.pb.h"
@@ -37,7 +38,15 @@ struct RunnerOptions {
   int64_t parts_cache_bytes = int64_t{256} << 20;
   // Staged syncs: the most shadow memory (--staging_budget_bytes; 0: no limit).
   int64_t staging_budget_bytes = 0;
+  // Test only (AgentOptions::test_corrupt_after_sync): "<group>/<tensor>"
+  // whose first live byte is flipped before each verify pass of a sync this
+  // worker receives; "": off.
+  std::string test_corrupt_after_sync;
 };
+
+// The part key of an assignment (plan key, worker, routes); older
+// controllers send none.
+std::string PartIdOf(const v1::SyncAssignment& a);
 
 class SyncRunner {
  public:
@@ -86,6 +95,15 @@ class SyncRunner {
   // The shadows hold part of a version: refilled before their next use.
   void DiscardStaged() { shadows_.Discard(); }
 
+  // Verify mode (docs/staging.md, "Verify"; sync_runner_verify.cc): after
+  // the commit of staged sync `a`, hashes what the live tensors hold for
+  // every bucket this worker received and its local copies, into its
+  // committed report `r`. (Run does the rest: a sender's sources, and all
+  // of an in-place sync.) Call from Run's thread.
+  absl::Status VerifyCommitted(const v1::SyncAssignment& a, v1::ReportResultRequest* r);
+  // Verify passes run so far (0 while no transfer has verify on).
+  int64_t verify_passes() const { return verify_passes_.load(); }
+
  private:
   // A part bound for a run: the plan, the registry it is bound to (the
   // shadows' for a staged receiver) and whether it stages.
@@ -113,6 +131,11 @@ class SyncRunner {
   absl::Status PrepareDirectWrites(const v1::SyncAssignment& a, exec::DirectWrites* direct,
                                    std::string* key);
   std::string AbortReason();
+  // A verify pass over `plan` on `sides`, into `r`; with the test
+  // failpoint, corrupts its tensor first when the pass covers received data.
+  absl::Status VerifyInto(const exec::BoundPlan& plan, exec::VerifySides sides,
+                          v1::ReportResultRequest* r);
+  absl::Status CorruptForTest();
   // For a staged assignment: prepares the shadows of the destination buffers
   // `part` writes and returns the registry to bind against (the live one
   // otherwise); *staged tells whether this worker writes any.
@@ -148,6 +171,8 @@ class SyncRunner {
   // Aborts that arrived before their sync started running.
   std::map<std::string, std::string> early_aborts_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> aborted_{false};
+  std::atomic<int64_t> verify_passes_{0};
+  std::unique_ptr<exec::DataOps> verify_ops_;  // made at the first verify pass
 };
 
 }  // namespace wsync::agent

@@ -91,6 +91,16 @@ ABSL_FLAG(int64_t, staging_budget_bytes, 0,
           "Most shadow memory a staged sync (docs/staging.md: host_shadow / device_shadow) may "
           "allocate on this worker; 0: no limit. Sent at registration: the controller refuses "
           "a staged plan over it, naming this worker. Env: WSYNC_STAGING_BUDGET_BYTES.");
+ABSL_FLAG(absl::Duration, decision_slack, absl::Seconds(5),
+          "Staged syncs (docs/staging.md): how long past a sync's deadline a receiver that "
+          "staged waits for the pool's commit decision before it rolls back; >= 0. Sent at "
+          "registration: the controller offers a decided commit to this worker that long. Env: "
+          "WSYNC_DECISION_SLACK.");
+ABSL_FLAG(std::string, test_corrupt_after_sync, "",
+          "TEST ONLY, refused unless the environment sets WSYNC_TEST_FAILPOINTS=1. "
+          "'<group>/<tensor>': after each sync this worker receives (after the commit of a "
+          "staged one) flip the first byte of that registered tensor's live memory, before the "
+          "verify pass (docs/staging.md, \"Verify\"). Host memory only.");
 ABSL_FLAG(int64_t, parts_cache_bytes, int64_t{256} << 20,
           "Most bytes of op lists (plan parts, serialized size) this worker caches between "
           "syncs; the least recently used go first and the controller sends them again (the "
@@ -150,6 +160,7 @@ int main(int argc, char** argv) {
        "round_timeout",
        "staging_limit_bytes",
        "staging_budget_bytes",
+       "decision_slack",
        "parts_cache_bytes",
        "instance_id",
        "port_file",
@@ -228,6 +239,26 @@ int main(int argc, char** argv) {
     spdlog::error("wsync-worker: --staging_budget_bytes must be >= 0, got {}",
                   options.staging_budget_bytes);
     return 2;
+  }
+  options.decision_slack = absl::GetFlag(FLAGS_decision_slack);
+  if (options.decision_slack < absl::ZeroDuration()) {
+    spdlog::error("wsync-worker: --decision_slack must be >= 0, got {}",
+                  absl::FormatDuration(options.decision_slack));
+    return 2;
+  }
+  options.test_corrupt_after_sync = absl::GetFlag(FLAGS_test_corrupt_after_sync);
+  if (!options.test_corrupt_after_sync.empty()) {
+    const char* failpoints = std::getenv("WSYNC_TEST_FAILPOINTS");
+    if (failpoints == nullptr || std::string(failpoints) != "1") {
+      spdlog::error(
+          "wsync-worker: --test_corrupt_after_sync is a test failpoint (it corrupts live "
+          "tensors); refused unless WSYNC_TEST_FAILPOINTS=1 is set");
+      return 2;
+    }
+    spdlog::warn(
+        "wsync-worker: TEST FAILPOINT --test_corrupt_after_sync={}: every sync "
+        "corrupts that tensor after it lands",
+        options.test_corrupt_after_sync);
   }
   options.parts_cache_bytes = absl::GetFlag(FLAGS_parts_cache_bytes);
   if (options.parts_cache_bytes <= 0) {

@@ -42,7 +42,11 @@ struct BoundRound {
   std::vector<ReduceInput> reduce_inputs;
   std::vector<ReduceItem> reduces;
   std::vector<int64_t> copy_buckets;  // for messages
-  std::vector<int64_t> reduce_ids;    // for messages
+  // Per copy_buckets entry: its items in `copies` (in order), and whether
+  // any of its pieces is quantized or reduced instead (verify_pass.h).
+  std::vector<int32_t> copy_counts;
+  std::vector<bool> copy_transformed;
+  std::vector<int64_t> reduce_ids;  // for messages
   // Block fp8: receiver-side Quantize ops and quantizing local copies, run
   // after the round's reduces.
   std::vector<QuantizeInput> quantize_inputs;

@@ -1,7 +1,5 @@
 // Binding of the work a worker does on its own: local (COPY) buckets, and
 // the reduces and quantizes that consume this round's partial pieces.
-#include "worker/exec/bound_plan_internal.h"
-
 #include <map>
 #include <string>
 #include <utility>
@@ -11,12 +9,15 @@
 #include "common/cast.h"
 #include "common/checked_math.h"
 #include "common/status_macros.h"
+#include "worker/exec/bound_plan_internal.h"
 
 namespace wsync::exec::bind_internal {
 
 absl::Status Binder::BindCopy(const v1::Bucket& b, int32_t round, BoundRound& out,
                               std::map<std::pair<int64_t, int32_t>, Partial>& partials) {
   const std::string where = Where(round, "COPY", b);
+  const size_t copies_before = out.copies.size();
+  bool transformed = false;  // a piece quantized or reduced (verify_pass.h)
   for (int i = 0; i < b.pieces_size(); ++i) {
     const v1::Piece& p = b.pieces(i);
     const std::string pw = PieceWhere(where, i, p);
@@ -27,6 +28,9 @@ absl::Status Binder::BindCopy(const v1::Bucket& b, int32_t round, BoundRound& ou
     }
     auto src = Resolve(p.src(), BufferSide::kSource, "src");
     if (!src.ok()) return Annotate(src.status(), pw);
+    if (p.quantize_id() != 0 || p.quant_block_size() != 0 || p.reduce_id() != 0) {
+      transformed = true;
+    }
     if (p.quantize_id() != 0) {
       QuantPart part;
       part.input.view = *src;
@@ -97,6 +101,8 @@ absl::Status Binder::BindCopy(const v1::Bucket& b, int32_t round, BoundRound& ou
     out.copies.push_back(CopyItem{*src, *dst});
   }
   out.copy_buckets.push_back(b.id());
+  out.copy_counts.push_back(static_cast<int32_t>(out.copies.size() - copies_before));
+  out.copy_transformed.push_back(transformed);
   out.bytes_local += b.bytes();
   return absl::OkStatus();
 }

@@ -43,9 +43,10 @@ class SyncDecidedTest : public controller_testing::CoordinatorFixture {
   }
 
   v1::RegisterWorkerResponse Join(const std::string& instance, const std::string& group, int rank,
-                                  int size, int64_t bytes) {
+                                  int size, int64_t bytes, int64_t decision_slack_ms = 0) {
     v1::RegisterWorkerRequest req;
     req.set_instance_id(instance);
+    req.set_decision_slack_ms(decision_slack_ms);
     req.add_capabilities(kStagedSyncsCapability);  // staged transfers need it
     auto* m = req.add_memberships();
     m->set_group(group);
@@ -204,14 +205,61 @@ TEST_F(SyncDecidedTest, AReceiverWithoutItsShadowOrThatNeverComesBackIsListedUnc
   EXPECT_THAT(st.uncommitted(0), HasSubstr("dst/0"));
   EXPECT_THAT(st.uncommitted(0), HasSubstr("holds no staged shadow"));
 
-  // Version 2 decided, then restarted; dst/0 never registers again.
+  // Version 2 decided, then restarted; dst/0 (a slack of 1 s, saved with
+  // the decision) never registers again: uncommitted once it stopped
+  // waiting for the decision itself.
+  controller_->workers().CloseStream(d0_, tokens_[d0_], "restarted with --decision_slack=1s");
+  d0_ = Join("c", "dst", 0, 1, 32, /*decision_slack_ms=*/1000).lease_id();
+  tokens_[d0_] = *controller_->workers().OpenStream(d0_);
   RunToDecision(2, 300);
   Restart();
   const std::string only_sender = Join("a", "src", 0, 2, 16).lease_id();
   st = TickUntilEnded(sync_id_, {only_sender}, absl::Seconds(10));
   EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
   ASSERT_EQ(st.uncommitted_size(), 1);
-  EXPECT_THAT(st.uncommitted(0), HasSubstr("no commit confirmation by the sync's deadline"));
+  EXPECT_THAT(st.uncommitted(0), HasSubstr("not registered again since the controller restarted"));
+  EXPECT_THAT(st.uncommitted(0), HasSubstr("--decision_slack of 1s"));
+}
+
+TEST_F(SyncDecidedTest, AReceiverLostAfterTheDecisionHearsItWhenItRegistersAgainBeforeItsDeadline) {
+  // Review finding (session 14): a receiver whose lease ended after the
+  // decision, the controller staying up, was listed uncommitted at once and
+  // not told the decision when it registered again: it rolled back, serving
+  // V-1 beside replicas on V.
+  RegisterAll();
+  DefineStaged();
+  RunToDecision(1, 30000);
+  controller_->workers().CloseStream(d0_, tokens_[d0_], "stream dropped");
+  v1::SyncStatus st = Status();
+  EXPECT_EQ(st.phase(), v1::SYNC_RUNNING) << st.error();
+  EXPECT_TRUE(st.uncommitted().empty()) << st.uncommitted(0);
+  const v1::RegisterWorkerResponse again = Join("c", "dst", 0, 1, 32);
+  ASSERT_EQ(again.decided_commits_size(), 1) << "it hears the decision";
+  EXPECT_EQ(again.decided_commits(0).sync_id(), sync_id_);
+  d0_ = again.lease_id();
+  Report(d0_, false, /*committed=*/true);
+  st = Status();
+  EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  EXPECT_TRUE(st.uncommitted().empty());
+}
+
+TEST_F(SyncDecidedTest, ALostReceiverIsListedUncommittedOnlyAfterItsDecisionSlack) {
+  s0_ = Join("a", "src", 0, 2, 16).lease_id();
+  s1_ = Join("b", "src", 1, 2, 16).lease_id();
+  d0_ = Join("c", "dst", 0, 1, 32, /*decision_slack_ms=*/2500).lease_id();
+  for (const auto& l : {s0_, s1_, d0_}) tokens_[l] = *controller_->workers().OpenStream(l);
+  DefineStaged();
+  RunToDecision(1, 300);
+  controller_->workers().CloseStream(d0_, tokens_[d0_], "stream dropped");
+  // Past the deadline and the failure grace (1 s), within its slack: the
+  // receiver still waits for the decision, so the sync waits for it.
+  v1::SyncStatus st = TickUntilEnded(sync_id_, {s0_, s1_}, absl::Milliseconds(1800));
+  EXPECT_EQ(st.phase(), v1::SYNC_RUNNING) << st.error();
+  st = TickUntilEnded(sync_id_, {s0_, s1_}, absl::Seconds(5));
+  EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  ASSERT_EQ(st.uncommitted_size(), 1);
+  EXPECT_THAT(st.uncommitted(0), HasSubstr("stream dropped"));
+  EXPECT_THAT(st.uncommitted(0), HasSubstr("--decision_slack of 2.5s"));
 }
 
 TEST_F(SyncDecidedTest, AStateFileWithoutDecidedSyncsLoads) {

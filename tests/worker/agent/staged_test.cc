@@ -133,7 +133,7 @@ TEST_F(ShadowSetTest, RefusesOverBudgetAndUnknownOrTooSmallBuffersNamingThem) {
 
 TEST(StagedGateTest, CommitAbortEarlyDecisionsAndTheDeadline) {
   StagedGate gate;
-  gate.Arm("s1");
+  gate.Arm("s1", 1);
   std::thread t([&] {
     absl::SleepFor(absl::Milliseconds(20));
     gate.Commit("other");  // another sync's decision does not count
@@ -144,19 +144,19 @@ TEST(StagedGateTest, CommitAbortEarlyDecisionsAndTheDeadline) {
   EXPECT_TRUE(d.commit);
 
   gate.Abort("s2", "checksum mismatch");  // before the staged report: kept
-  gate.Arm("s2");
+  gate.Arm("s2", 1);
   d = gate.Wait(absl::Now() + absl::Seconds(10));
   EXPECT_FALSE(d.commit);
   EXPECT_EQ(d.reason, "checksum mismatch");
 
-  gate.Arm("s3");
+  gate.Arm("s3", 1);
   gate.Abort("", "lease lost");  // whatever is armed
   gate.Commit("s3");             // too late: decided
   d = gate.Wait(absl::Now() + absl::Seconds(10));
   EXPECT_FALSE(d.commit);
 
   gate.Abort("", "nothing armed: ignored");
-  gate.Arm("s4");
+  gate.Arm("s4", 1);
   d = gate.Wait(absl::Now() + absl::Milliseconds(30));
   EXPECT_FALSE(d.commit);
   EXPECT_THAT(d.reason, HasSubstr("deadline"));
@@ -166,33 +166,68 @@ TEST(StagedGateTest, ARegistrationAfterARestartCommitsTheListedSyncAndRollsBackA
   using Held = StagedGate::Held;
   StagedGate gate;
   // s1 committed earlier; s2 staged and awaiting when the controller died.
-  gate.Arm("s1");
+  gate.Arm("s1", 1);
   gate.Commit("s1");
   ASSERT_TRUE(gate.Wait(absl::Now() + absl::Seconds(10)).commit);
   gate.Finished("s1", /*committed=*/true);
-  gate.Arm("s2");
+  gate.Arm("s2", 1);
   std::vector<Held> held;
   std::thread t([&] {
     absl::SleepFor(absl::Milliseconds(20));
-    held = gate.Rejoined({"s2", "s1", "s0"}, "not decided");
+    held = gate.Rejoined(2, {"s2", "s1", "s0"}, "not decided");
   });
   StagedGate::Decision d = gate.Wait(absl::Now() + absl::Seconds(10));
   t.join();
   EXPECT_TRUE(d.commit) << "s2's decision was listed: it commits";
   EXPECT_EQ(held, (std::vector<Held>{Held::kAwaiting, Held::kCommitted, Held::kNothing}));
   // Committing (between Wait and Finished): its own report follows.
-  EXPECT_EQ(gate.Rejoined({"s2"}, "x"), std::vector<Held>{Held::kCommitting});
+  EXPECT_EQ(gate.Rejoined(3, {"s2"}, "x"), std::vector<Held>{Held::kCommitting});
   gate.Finished("s2", /*committed=*/false);  // the copy failed: nothing to confirm
-  EXPECT_EQ(gate.Rejoined({"s2"}, "x"), std::vector<Held>{Held::kNothing});
+  EXPECT_EQ(gate.Rejoined(4, {"s2"}, "x"), std::vector<Held>{Held::kNothing});
 
   // Not listed: the controller has no decision for it, it rolls back.
-  gate.Arm("s3");
-  EXPECT_TRUE(gate.Rejoined({"other"}, "instance b has no decision").size() == 1);
+  gate.Arm("s3", 4);
+  EXPECT_TRUE(gate.Rejoined(5, {"other"}, "instance b has no decision").size() == 1);
   d = gate.Wait(absl::Now() + absl::Seconds(10));
   EXPECT_FALSE(d.commit);
   EXPECT_EQ(d.reason, "instance b has no decision");
   // A rolled-back sync listed later: held nothing (it must sync again).
-  EXPECT_EQ(gate.Rejoined({"s3"}, "x"), std::vector<Held>{Held::kNothing});
+  EXPECT_EQ(gate.Rejoined(6, {"s3"}, "x"), std::vector<Held>{Held::kNothing});
+}
+
+TEST(StagedGateTest, AStagedReportRacingARegistrationIsDecidedByThatRegistrationWhateverTheOrder) {
+  // Review finding (session 14): the worker rolled back a sync whose lease
+  // had been replaced by the time it checked, before the new registration's
+  // word (which may list the sync as decided) was heard.
+  StagedGate gate;
+  // Report out under epoch 1, registered again (epoch 2) before the word of
+  // the new registration: it lists the sync, which commits.
+  gate.Arm("s1", 1);
+  std::thread t([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    gate.Rejoined(2, {"s1"}, "not decided");
+  });
+  StagedGate::Decision d = gate.Wait(absl::Now() + absl::Seconds(10));
+  t.join();
+  EXPECT_TRUE(d.commit) << d.reason;
+  gate.Finished("s1", true);
+
+  // The registration of epoch 3 was heard before the sync of epoch 2 was
+  // armed: its report goes to a replaced lease, no decision can come, and
+  // it rolls back at once rather than at its deadline.
+  gate.Rejoined(3, {}, "not decided");
+  gate.Arm("s2", 2);
+  d = gate.Wait(absl::Now() + absl::Seconds(10));
+  EXPECT_FALSE(d.commit);
+  EXPECT_THAT(d.reason, HasSubstr("registered again (lease epoch 3) before its staged report"));
+
+  // Armed under the current epoch: a registration of the same epoch (heard
+  // before the sync arrived) decides nothing for it.
+  gate.Arm("s3", 3);
+  EXPECT_EQ(gate.Rejoined(3, {"s3"}, "x"),
+            std::vector<StagedGate::Held>{StagedGate::Held::kNothing});
+  gate.Commit("s3");
+  EXPECT_TRUE(gate.Wait(absl::Now() + absl::Seconds(10)).commit);
 }
 
 TEST(StagedGateTest, ASyncListedToAwaitItsWaveKeepsItsShadowUntilItsCommitSync) {

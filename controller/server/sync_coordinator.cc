@@ -426,6 +426,7 @@ void SyncCoordinator::WorkerLost(const WorkerLoss& loss) {
         // syncs this version again (docs/staging.md).
         if (!p.done && p.stages) {
           p.lost = absl::StrCat("lost: ", loss.reason);
+          p.lost_since = absl::Now();
           ++sync->changes;
         } else if (!p.done) {
           UncommittedLocked(*sync, p, absl::StrCat("lost: ", loss.reason));
@@ -478,6 +479,10 @@ void SyncCoordinator::Tick() {
   const absl::Time now = absl::Now();
   for (auto& [id, sync] : syncs_) {
     if (sync->finished()) continue;
+    if (sync->status.commit_decided() && !sync->replicas.empty()) {
+      AdvanceRolloutLocked(*sync);  // a lost receiver's hold may have ended
+      RefreshRolloutLocked(*sync);
+    }
     // Past its deadline a sync waits up to failure_grace for the workers'
     // own deadline reports (which name whom they waited for).
     if (now >= sync->settle_at || now >= sync->deadline + config_.failure_grace) {

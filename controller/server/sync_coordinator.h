@@ -178,6 +178,7 @@ class SyncCoordinator {
     // one): it may register again (Rejoin) until the deadline plus its
     // worker's --decision_slack, which it waits for the decision itself.
     std::string lost;  // why, "" while bound to a live lease
+    absl::Time lost_since = absl::InfinitePast();  // when `lost` was set
     absl::Duration decision_slack = absl::Seconds(5);
     // Verify mode (sync_verify.cc): its verify pass, from its last report.
     bool verify_pass = false;
@@ -472,8 +473,12 @@ class SyncCoordinator {
   // Queues CommitSync to `parts` (the failpoint may stop it after N).
   void PushCommitsLocked(SyncRecord& sync, const std::vector<size_t>& parts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Once the current wave is done: starts the next one (saved, then sent).
+  // Once the current wave is done: starts the next one (saved, then sent),
+  // and the one after while a started wave holds nothing back; none past
+  // the deadline. Also from Tick (a lost receiver's hold ends).
   void AdvanceRolloutLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks, saves and sends the next wave; false when none is due.
+  bool PushNextWaveLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // sync.status.rollout from the replicas' phases.
   void RefreshRolloutLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The destination rank of `p` in `sync`'s transfer (-1: none).

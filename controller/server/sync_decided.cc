@@ -105,7 +105,10 @@ void SyncCoordinator::RestoreDecidedLocked(const v1::ControllerState& state) {
       p.bytes_done = dp.bytes_done();
       p.bytes_planned = dp.bytes_planned();
       if (dp.decision_slack_ms() > 0) p.decision_slack = absl::Milliseconds(dp.decision_slack_ms());
-      if (p.stages && !p.done) p.lost = "not registered again since the controller restarted";
+      if (p.stages && !p.done) {
+        p.lost = "not registered again since the controller restarted";
+        p.lost_since = now;
+      }
       p.pushed = now;
       // A file saved before rolling waves (no wave started): every receiver
       // was sent its CommitSync at the decision.

@@ -59,12 +59,14 @@ std::vector<ReplicaPhase> SyncCoordinator::PhasesLocked(const SyncRecord& sync) 
     for (size_t part : r.parts) {
       const Participant& p = sync.parts[part];
       if (p.done) continue;
-      // A receiver lost after its CommitSync went out may still register
-      // again and commit (Rejoin, until the deadline plus its
-      // --decision_slack): it does not hold the next waves back.
+      // A receiver lost after its CommitSync went out (its lease ended, or
+      // the controller restarted) may be committing still: it holds the
+      // next waves back for one lease TTL, then no more (it may still
+      // register again and commit until the deadline plus its
+      // --decision_slack, Rejoin).
       if (!p.commit_sent) {
         waiting = true;
-      } else if (p.lost.empty()) {
+      } else if (p.lost.empty() || absl::Now() < p.lost_since + config_.lease_ttl) {
         committing = true;
       }
     }
@@ -108,9 +110,21 @@ void SyncCoordinator::PushCommitsLocked(SyncRecord& sync, const std::vector<size
 }
 
 void SyncCoordinator::AdvanceRolloutLocked(SyncRecord& sync) {
-  if (sync.finished() || !sync.status.commit_decided()) return;
+  // No wave starts past the deadline: the replicas still waiting stay on the
+  // old version (SettleDecidedLocked rolls them back).
+  if (sync.finished() || !sync.status.commit_decided() || absl::Now() >= sync.deadline) return;
+  // A wave whose receivers were all lost already holds nothing back: the
+  // next one starts at once (at most one wave per replica).
+  for (size_t n = 0; n <= sync.replicas.size(); ++n) {
+    const std::vector<ReplicaPhase> phases = PhasesLocked(sync);
+    if (std::count(phases.begin(), phases.end(), ReplicaPhase::kCommitting) > 0 && n > 0) return;
+    if (!PushNextWaveLocked(sync)) return;
+  }
+}
+
+bool SyncCoordinator::PushNextWaveLocked(SyncRecord& sync) {
   const std::vector<size_t> parts = MarkNextWaveLocked(sync);
-  if (parts.empty()) return;
+  if (parts.empty()) return false;
   // Saved before it is sent: a restarted controller must not start a wave
   // beside one already committing. The decision stands either way: a failed
   // save is logged (PersistLocked) and the wave goes out.
@@ -121,6 +135,7 @@ void SyncCoordinator::AdvanceRolloutLocked(SyncRecord& sync) {
   spdlog::info("[controller] sync {}: commit wave {} to {} receivers", sync.status.sync_id(),
                sync.next_wave - 1, parts.size());
   PushCommitsLocked(sync, parts);
+  return true;
 }
 
 void SyncCoordinator::RefreshRolloutLocked(SyncRecord& sync) {

@@ -36,8 +36,16 @@ void SyncCoordinator::KeepVerifyPass(Participant& p, const v1::ReportResultReque
 absl::Status SyncCoordinator::CompareVerifyLocked(SyncRecord& sync, int32_t* receiver) {
   *receiver = -1;
   const v1::Plan* plan = sync.plan.get();
-  if (plan == nullptr) return absl::InternalError("verify: the sync keeps no plan");
   v1::SyncStatus& s = sync.status;
+  if (plan == nullptr) {
+    // Restored after a controller restart (the state file keeps no plan and
+    // no phase-1 hashes): nothing can be compared; said, not failed.
+    s.set_verify_not_verifiable(s.workers_total());
+    s.add_not_verifiable(
+        "every bucket: the controller restarted during the commit and keeps no plan or source "
+        "hashes of this sync");
+    return absl::OkStatus();
+  }
   struct Sides {
     std::vector<std::pair<uint64_t, const Participant*>> sent, received;
     const v1::VerifyNote* note = nullptr;
@@ -100,6 +108,19 @@ absl::Status SyncCoordinator::CompareVerifyLocked(SyncRecord& sync, int32_t* rec
     const std::string where =
         absl::StrCat("bucket ", b.id(), " (tensor ", tensor(b.id()), ") from ",
                      worker_name(b.sender()), " to ", worker_name(b.receiver()));
+    const Participant* to_part = nullptr;
+    for (const Participant& p : sync.parts) {
+      if (p.worker == b.receiver()) to_part = &p;
+    }
+    if (s.commit_decided() && to_part != nullptr && to_part->stages && !to_part->committed) {
+      // Listed uncommitted (lost, failed, held or cut off before its wave):
+      // it serves nothing of this version, there is nothing to compare.
+      ++not_verifiable;
+      if (s.not_verifiable_size() < kNamedNotVerifiable) {
+        s.add_not_verifiable(absl::StrCat(where, ": its receiver did not commit"));
+      }
+      continue;
+    }
     if (side.note != nullptr && side.received.empty()) {
       for (const Participant& p : sync.parts) {
         if (p.worker == b.receiver()) skip(p, *side.note);
@@ -146,6 +167,8 @@ bool SyncCoordinator::FinishVerifyLocked(SyncRecord& sync) {
   if (s.commit_decided()) {
     for (Participant& p : sync.parts) {
       if (p.worker != receiver) continue;
+      p.committed = false;
+      NoteServedLocked(sync, p, /*committed=*/false);  // routers must not pick it for V
       s.add_uncommitted(
           absl::StrCat(workers_->Describe(p.lease_id), " [worker ", p.worker,
                        "]: its live tensors differ from their sources after the commit (verify)"));

@@ -236,14 +236,14 @@ TEST(StagedGateTest, ASyncListedToAwaitItsWaveKeepsItsShadowUntilItsCommitSync) 
   // the CommitSync of its wave.
   using Held = StagedGate::Held;
   StagedGate gate;
-  gate.Arm("s1");
-  EXPECT_EQ(gate.Rejoined({"s1"}, "not decided", /*later=*/{"s1"}),
+  gate.Arm("s1", 1);
+  EXPECT_EQ(gate.Rejoined(2, {"s1"}, "not decided", /*later=*/{"s1"}),
             std::vector<Held>{Held::kWaiting});
   StagedGate::Decision d = gate.Wait(absl::Now() + absl::Milliseconds(30));
   EXPECT_FALSE(d.commit) << "nothing decided it yet: only the deadline ends the wait";
   EXPECT_THAT(d.reason, HasSubstr("deadline"));
-  gate.Arm("s2");
-  EXPECT_EQ(gate.Rejoined({"s2"}, "not decided", {"s2"}), std::vector<Held>{Held::kWaiting});
+  gate.Arm("s2", 3);
+  EXPECT_EQ(gate.Rejoined(4, {"s2"}, "not decided", {"s2"}), std::vector<Held>{Held::kWaiting});
   std::thread t([&] {
     absl::SleepFor(absl::Milliseconds(20));
     gate.Commit("s2");  // its wave's CommitSync

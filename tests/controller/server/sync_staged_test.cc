@@ -45,7 +45,8 @@ class SyncStagedTest : public controller_testing::CoordinatorFixture {
     b->set_name("w");
     b->set_dtype(v1::FP32);
     b->set_bytes(32);
-    auto resp = controller_->workers().RegisterWorker(req, "", "");
+    // Through the Controller, as the service: a decided commit is listed.
+    auto resp = controller_->RegisterWorker(req, "", "");
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? resp->lease_id() : "";
   }
@@ -200,9 +201,23 @@ TEST_F(SyncStagedTest, AReceiverLostBeforeTheDecisionFailsTheSyncAfterItOnlyGoes
   ASSERT_TRUE(Status().commit_decided());
   controller_->workers().CloseStream(d0_, tokens_[d0_], "killed");
   st = Status();
+  // It may register again before the deadline plus its --decision_slack
+  // and commit then (docs/staging.md): not given up yet.
+  EXPECT_EQ(st.phase(), v1::SYNC_RUNNING) << st.error();
+  EXPECT_EQ(st.uncommitted_size(), 0);
+  // Restarted (its shadow gone): it hears the decision and says so.
+  d0_ = RegisterWithBudget("c3", 0);
+  v1::ReportResultRequest r;
+  r.set_lease_id(d0_);
+  r.set_sync_id(sync_id_);
+  r.set_code(static_cast<int32_t>(absl::StatusCode::kFailedPrecondition));
+  r.set_message("holds no staged shadow of version 1");
+  ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
+  st = Status();
   EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
   ASSERT_EQ(st.uncommitted_size(), 1);
   EXPECT_THAT(st.uncommitted(0), HasSubstr("dst/0"));
+  EXPECT_THAT(st.uncommitted(0), HasSubstr("holds no staged shadow"));
 }
 
 TEST_F(SyncStagedTest, AReceiverReportingSuccessWithoutStagingFailsTheSync) {
@@ -280,7 +295,7 @@ TEST_F(SyncStagedTest, EachNetworkBucketNeedsExactlyOneSentAndOneReceivedChecksu
   EXPECT_THAT(st.error(), HasSubstr("dst/0"));
 
   ASSERT_TRUE(Pending(d0_).has_value());  // its abort
-  Start(1);  // a checksum from a worker that did not send the bucket
+  Start(1);                               // a checksum from a worker that did not send the bucket
   ReportChecksums(s0_, false, {{0, 11}, {1, 22}}, true);
   ReportChecksums(s1_, false, {}, true);
   ReportChecksums(d0_, true, {{0, 11}, {1, 22}}, false);

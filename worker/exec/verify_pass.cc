@@ -52,7 +52,7 @@ absl::StatusOr<uint64_t> HashRuns(DataOps* ops, const uint8_t* data, std::vector
   int64_t covered = 0;
   for (const auto& [begin, end] : runs) {
     ASSIGN_OR_RETURN(const uint64_t h, ops->Checksum(data + begin, end - begin));
-    sum += chunk_hash::ChunkTerm(h, begin);
+    sum += chunk_hash::Term(h, begin);  // each run tied to its offset
     covered += end - begin;
   }
   return chunk_hash::Finish(sum, covered);

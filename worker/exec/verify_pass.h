@@ -19,7 +19,7 @@
 // A bucket's verify hash covers the bytes its pieces occupy in the bucket
 // (maximal runs of them, so padding between pieces, which the two sides
 // leave unset, never counts): Finish(sum over runs of
-// ChunkTerm(Hash(run), run offset), covered bytes) with common/chunk_hash.h.
+// Term(Hash(run), run offset), covered bytes) with common/chunk_hash.h.
 // Both sides cover the same bytes whatever way their items cut them.
 // Everything goes through DataOps (Pack, Checksum, AllocateStaging), so the
 // host and CUDA backends run the same code.

@@ -359,7 +359,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   if (a.staging().verify()) {
     // A staged receiver verifies what it received after the commit
     // (VerifyCommitted); its sources, and everything in place, now.
-    st = VerifyInto(*bound_plan, exec::VerifySides{true, !staged, !staged}, &r);
+    absl::Status st = VerifyInto(*bound_plan, exec::VerifySides{true, !staged, !staged}, &r);
     if (!st.ok()) {
       if (staged) shadows_.Discard();
       return finish(st);

@@ -105,6 +105,12 @@ class Sampler:
         self.last_commit = 0.0  # monotonic time of the latest COMMIT event
         self.committed = {r: 0 for r in RANKS}  # last COMMITTED version per rank
         self.unsafe = set()     # ranks whose commit was cut (worker died): serve nothing
+        # rank -> sync id between its STAGED and its outcome: an owner whose
+        # worker dies then cannot tell whether the pool committed, so it
+        # serves nothing until its next COMMITTED (docs/staging.md, "The
+        # owner's view"); the controller may list it uncommitted only after
+        # the sync's deadline plus the worker's --decision_slack.
+        self.staged_open = {}
         self.events = collections.Counter()
         self.samples = 0
         self.mixed_excused = 0
@@ -130,6 +136,7 @@ class Sampler:
                     with self.lock:
                         self.events[kind] += 1
                         if ev.kind == lpb.SyncEvent.STAGED:
+                            self.staged_open[rank] = ev.sync_id
                             self.staged_versions.add(ev.version)
                             self.staged_cv.notify_all()
                         if ev.kind == lpb.SyncEvent.COMMIT:
@@ -137,11 +144,14 @@ class Sampler:
                             self.pending.setdefault(ev.sync_id, set(RANKS))
                             self.last_commit = time.monotonic()
                         elif ev.kind == lpb.SyncEvent.COMMITTED:
+                            self.staged_open.pop(rank, None)
                             self.open.pop(rank, None)
                             self._ended(rank, ev.sync_id)
                             self.committed[rank] = ev.version
                             self.unsafe.discard(rank)
                         elif ev.kind == lpb.SyncEvent.FINISHED:
+                            if self.staged_open.get(rank) == ev.sync_id:
+                                self.staged_open.pop(rank, None)
                             self._ended(rank, ev.sync_id)
                             if self.open.get(rank) == ev.sync_id:
                                 self.open.pop(rank, None)
@@ -162,6 +172,8 @@ class Sampler:
         with self.lock:
             for sync_id in list(self.pending):
                 self._ended(rank, sync_id)
+            if self.staged_open.pop(rank, None) is not None:
+                self.unsafe.add(rank)  # died between STAGED and its outcome
             if rank in self.open:  # died mid-commit: its bytes are mixed
                 self.open.pop(rank, None)
                 self.unsafe.add(rank)

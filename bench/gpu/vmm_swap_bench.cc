@@ -37,6 +37,12 @@ struct Mapping {
   size_t bytes = 0;
 };
 
+void CudaCheck(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+  std::exit(3);
+}
+
 int Check(CUresult r, const char* what) {
   if (r == CUDA_SUCCESS) return 0;
   std::fprintf(stderr, "%s: %s\n", what, cuda::DriverErrorText(r).c_str());
@@ -103,21 +109,22 @@ int Run(const std::string& model, const std::string& mode, int worker, int iters
   for (size_t size : sizes) {
     live.push_back(MapNew(api, prop, access, size));
     shadow.push_back(MapNew(api, prop, access, size));
-    cudaMemset(reinterpret_cast<void*>(live.back().va), 1, size);
-    cudaMemset(reinterpret_cast<void*>(shadow.back().va), 2, size);
+    CudaCheck(cudaMemset(reinterpret_cast<void*>(live.back().va), 1, size), "cudaMemset");
+    CudaCheck(cudaMemset(reinterpret_cast<void*>(shadow.back().va), 2, size), "cudaMemset");
   }
   cudaStream_t stream;
-  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  cudaDeviceSynchronize();
+  CudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  CudaCheck(cudaDeviceSynchronize(), "fill");
   std::vector<double> copy_s, swap_s;
   for (int i = 0; i < iters; ++i) {
     double t0 = Now();
     for (size_t k = 0; k < live.size(); ++k) {
-      cudaMemcpyAsync(reinterpret_cast<void*>(live[k].va),
-                      reinterpret_cast<const void*>(shadow[k].va), live[k].bytes,
-                      cudaMemcpyDeviceToDevice, stream);
+      CudaCheck(cudaMemcpyAsync(reinterpret_cast<void*>(live[k].va),
+                                reinterpret_cast<const void*>(shadow[k].va), live[k].bytes,
+                                cudaMemcpyDeviceToDevice, stream),
+                "copy commit");
     }
-    cudaStreamSynchronize(stream);
+    CudaCheck(cudaStreamSynchronize(stream), "copy commit");
     copy_s.push_back(Now() - t0);
   }
   // Re-mark so the swap check is meaningful: live 1, shadow 2.

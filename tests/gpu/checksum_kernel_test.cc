@@ -1,8 +1,11 @@
 // The GPU bucket checksum (CudaDataOps::Checksum, checksum_kernel.cu) against
 // its host twin, common/chunk_hash.h: equal at every size class, and the
-// host-shadow allocation reachable by the kernels. Written without a GPU:
-// run with scripts/gpu_run.sh.
+// host-shadow allocation reachable by the kernels; unaligned ranges and the
+// queued form (Reset/Queue/CollectChecksums). Run with scripts/gpu_run.sh.
 #include <gtest/gtest.h>
+
+#include <utility>
+#include <vector>
 
 #include "common/chunk_hash.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -38,6 +41,37 @@ TEST(ChecksumKernelTest, HashesHostShadowMemory) {
   auto h = (*ops)->Checksum(p, 10000);
   ASSERT_TRUE(h.ok()) << h.status();
   EXPECT_EQ(*h, chunk_hash::Hash(p, 10000));
+}
+
+TEST(ChecksumKernelTest, UnalignedRangesAndQueuedSlotsEqualTheHostHash) {
+  WSYNC_REQUIRE_GPUS(1);
+  auto ops = CudaDataOps::Create(CudaDataOps::Options());
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  TwinBuffer buf(0, (size_t{1} << 20) + 64, 17);
+  const auto* dev = static_cast<const unsigned char*>(buf.dev());
+  // (offset, bytes): odd starts take the kernel's byte loads; one slot left
+  // unqueued hashes 0 bytes.
+  const std::vector<std::pair<int64_t, int64_t>> ranges = {
+      {0, 1 << 20}, {1, 4095}, {3, (1 << 20) + 13}, {7, 8}, {8, 7}, {5, 1}};
+  ASSERT_TRUE((*ops)->ResetChecksums(static_cast<int64_t>(ranges.size()) + 1).ok());
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    ASSERT_TRUE(
+        (*ops)
+            ->QueueChecksum(dev + ranges[i].first, ranges[i].second, static_cast<int64_t>(i))
+            .ok());
+  }
+  auto hashes = (*ops)->CollectChecksums();
+  ASSERT_TRUE(hashes.ok()) << hashes.status();
+  ASSERT_EQ(hashes->size(), ranges.size() + 1);
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    EXPECT_EQ((*hashes)[i], chunk_hash::Hash(buf.host() + ranges[i].first, ranges[i].second))
+        << "offset " << ranges[i].first << ", " << ranges[i].second << " bytes";
+    auto single = (*ops)->Checksum(dev + ranges[i].first, ranges[i].second);
+    ASSERT_TRUE(single.ok()) << single.status();
+    EXPECT_EQ(*single, (*hashes)[i]);
+  }
+  EXPECT_EQ(hashes->back(), chunk_hash::Hash(nullptr, 0));
+  EXPECT_EQ((*ops)->QueueChecksum(buf.dev(), 8, 99).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

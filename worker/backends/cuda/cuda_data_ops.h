@@ -86,13 +86,13 @@ class CudaDataOps : public exec::DataOps {
   // ops and their writer retired.
   absl::Status Synchronize() override;
   // The GPU twin of chunk_hash::Hash (checksum_kernel.h), after the queued
-  // calls; waits for the result. Untested on a GPU (see that header).
+  // calls; waits for the result (tests/gpu/checksum_kernel_test.cc).
   absl::StatusOr<uint64_t> Checksum(const void* data, int64_t bytes) override;
   absl::Status ResetChecksums(int64_t slots) override;
   absl::Status QueueChecksum(const void* data, int64_t bytes, int64_t slot) override;
   absl::StatusOr<std::vector<uint64_t>> CollectChecksums() override;
   // Mapped, portable pinned host memory (cudaHostAlloc): the kernels reach
-  // it through unified addressing. Untested on a GPU.
+  // it through unified addressing (tests/gpu/shadow_set_cuda_test.cc).
   absl::StatusOr<exec::StagingBuffer> AllocateHostShadow(int64_t bytes) override;
   // Block fp8 (worker/backends/cuda/block_fp8_kernel.h): inputs gathered into fp32
   // scratch by one piece-kernel launch, then one quantization launch.

@@ -8,8 +8,8 @@
 
 #include "tests/worker/plane/transport_conformance.h"
 #include "worker/backends/cuda/cuda_handles.h"
-#include "worker/plane/kv_store.h"
 #include "worker/backends/cuda/nccl_transport.h"
+#include "worker/plane/kv_store.h"
 
 namespace wsync::transport {
 namespace {
@@ -24,8 +24,7 @@ class NcclFactory : public conformance::TransportTestFactory {
   absl::StatusOr<std::vector<std::unique_ptr<Transport>>> CreateGroup(int size) override {
     if (size > max_group_size()) {
       return absl::FailedPreconditionError(absl::StrCat("NCCL group of ", size, " needs ", size,
-                                                        " GPUs; ", max_group_size(),
-                                                        " visible"));
+                                                        " GPUs; ", max_group_size(), " visible"));
     }
     static std::atomic<int> generation{0};
     const std::string prefix = absl::StrCat("nccl-conformance-", generation++);
@@ -34,9 +33,9 @@ class NcclFactory : public conformance::TransportTestFactory {
     std::vector<std::thread> threads;
     for (int r = 0; r < size; ++r) {
       threads.emplace_back([&, r] {
-        auto t = NcclTransport::Create(store_, prefix,
-                                       {.device = r, .rank = r, .size = size,
-                                        .init_timeout = absl::Seconds(60)});
+        auto t = NcclTransport::Create(
+            store_, prefix,
+            {.device = r, .rank = r, .size = size, .init_timeout = absl::Seconds(60)});
         st[r] = t.status();
         if (t.ok()) out[r] = std::move(*t);
       });
@@ -63,6 +62,19 @@ class NcclFactory : public conformance::TransportTestFactory {
   void Read(int rank, void* host, const void* src, size_t bytes) override {
     cuda::DeviceGuard guard(rank);
     cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost);
+  }
+  // The mark is the transport's event: a stream of our own waits for it.
+  void ReadLanded(int rank, const LandingMark& mark, void* host, const void* src,
+                  size_t bytes) override {
+    cuda::DeviceGuard guard(rank);
+    ASSERT_NE(mark.handle, nullptr) << "NCCL marks its landing parts with an event";
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    auto* event = static_cast<cudaEvent_t>(const_cast<void*>(mark.handle));
+    EXPECT_EQ(cudaStreamWaitEvent(stream, event, 0), cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    cudaStreamDestroy(stream);
   }
 
  private:

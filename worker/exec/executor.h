@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -107,8 +108,12 @@ struct RoundStats {
 
 // A bucket's wire-byte checksum (common/chunk_hash.h, DataOps::Checksum),
 // taken when checksums are on (Executor::set_checksums): a sent bucket after
-// its pack, a received one before its unpack. Zero-copy buckets hash the
-// tensor range they go from / into.
+// its pack (beside the transfer), a received one before its unpack. Zero-copy
+// buckets hash the tensor range they go from / into. Receives are hashed as
+// they land where the transport reports landing parts (RoundHooks::on_landed:
+// NCCL cuts each peer's list into up to kLandingParts steps of at least
+// kMinLandingPartBytes, and the data ops' stream hashes part k behind its
+// event while part k+1 moves), otherwise with the unpack.
 struct BucketChecksum {
   int64_t bucket = 0;
   uint64_t hash = 0;
@@ -118,6 +123,7 @@ struct BucketChecksum {
 struct SyncStats {
   std::vector<RoundStats> rounds;
   std::vector<BucketChecksum> checksums;  // in round order
+  int32_t recv_hashes_as_landed = 0;      // received buckets hashed as they landed (RoundHooks)
   double seconds = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
@@ -222,6 +228,14 @@ class Executor {
   // each; CollectHashes fills sync.checksums once the run's work is done.
   absl::Status HashBuckets(const BoundPlan& plan, const BoundRound& round,
                            const std::vector<BoundTransfer>& list, uint8_t* staging, bool sent);
+  absl::Status HashBucket(const BoundPlan& plan, const BoundRound& round, const BoundTransfer& t,
+                          uint8_t* staging, bool sent);
+  // The transport's on_landed for round j: the data ops wait for `mark`,
+  // then hash the buckets of the named receive messages (recv_spans_).
+  absl::Status HashLanded(const BoundPlan& plan, size_t j, uint8_t* staging,
+                          absl::Span<const size_t> requests, const transport::LandingMark& mark);
+  // Round j's received buckets not hashed as they landed.
+  absl::Status HashReceivedNotLanded(const BoundPlan& plan, size_t j, uint8_t* staging);
   absl::Status ResetHashes(const BoundPlan& plan);
   absl::Status CollectHashes(SyncStats& sync);
   // Staging of round j in the current allocation.
@@ -272,6 +286,15 @@ class Executor {
   bool hold_last_wait_ = false;
   bool checksums_ = false;
   std::vector<BucketChecksum> queued_hashes_;  // by slot: bucket and side, hash unset
+  // With checksums_: by round, by receive bucket, whether it was hashed as
+  // its landing part arrived.
+  std::vector<std::vector<uint8_t>> recv_hashed_;
+  int32_t hashed_as_landed_ = 0;
+  // Landing parts with checksums on (transport.h RoundHooks): a receiver
+  // hashes each part while the next ones arrive. The same on every worker:
+  // both sides of a pair cut their lists alike.
+  static constexpr int32_t kLandingParts = 16;
+  static constexpr int64_t kMinLandingPartBytes = int64_t{64} << 20;
   std::atomic<int64_t> current_staging_{0};
   std::atomic<int64_t> allocated_staging_{0};
   std::atomic<bool> aborted_{false};
@@ -279,6 +302,7 @@ class Executor {
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   std::vector<transport::SendRequest> send_reqs_;
   std::vector<transport::RecvRequest> recv_reqs_;
+  std::vector<std::pair<size_t, size_t>> recv_spans_;  // recv_reqs_[i]'s buckets in round.recvs
   // The schedule of the last plan run, and the BoundPlan::instance of the plan schedule_ was built
   // for (0: none). Not its address: a rebound plan may be allocated where the old one was.
   uint64_t schedule_instance_ = 0;

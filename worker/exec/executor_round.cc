@@ -47,15 +47,19 @@ std::string TransfersByPeer(const BoundRound& round) {
 // without a gap under either rule. Both sides see the same buckets (sizes,
 // zero-copy flags, order) and so cut the same runs; the tag is the run's
 // first bucket.
+// `spans` (may be null) receives each message's buckets as [first, end) in
+// `list`.
 template <typename Request, typename Data>
 absl::Status AppendMessages(const std::vector<BoundTransfer>& list, uint8_t* staging,
-                            std::vector<Request>& out) {
+                            std::vector<Request>& out,
+                            std::vector<std::pair<size_t, size_t>>* spans) {
   constexpr int64_t kJoinableMultiple = 64;
   for (size_t k = 0; k < list.size();) {
     const BoundTransfer& first = list[k];
     if (first.zero_copy) {
       out.push_back({first.peer, first.bucket, static_cast<Data>(first.direct),
                      static_cast<size_t>(first.bytes)});
+      if (spans != nullptr) spans->emplace_back(k, k + 1);
       ++k;
       continue;
     }
@@ -75,17 +79,19 @@ absl::Status AppendMessages(const std::vector<BoundTransfer>& list, uint8_t* sta
     }
     out.push_back({first.peer, first.bucket, static_cast<Data>(staging + first.staging_offset),
                    static_cast<size_t>(bytes)});
+    if (spans != nullptr) spans->emplace_back(k, e);
     k = e;
   }
   return absl::OkStatus();
 }
 absl::Status AppendMessages(const std::vector<BoundTransfer>& list, uint8_t* staging,
                             std::vector<transport::SendRequest>& out) {
-  return AppendMessages<transport::SendRequest, const void*>(list, staging, out);
+  return AppendMessages<transport::SendRequest, const void*>(list, staging, out, nullptr);
 }
 absl::Status AppendMessages(const std::vector<BoundTransfer>& list, uint8_t* staging,
-                            std::vector<transport::RecvRequest>& out) {
-  return AppendMessages<transport::RecvRequest, void*>(list, staging, out);
+                            std::vector<transport::RecvRequest>& out,
+                            std::vector<std::pair<size_t, size_t>>& spans) {
+  return AppendMessages<transport::RecvRequest, void*>(list, staging, out, &spans);
 }
 
 // The round's identity and sizes in its stats.
@@ -136,7 +142,7 @@ absl::Status Executor::IssueAfterTransfer(const BoundPlan& plan, size_t j, uint8
   // Received bytes sit in staging (or, zero-copy, in place) until the
   // unpack: hashed beside it, deferred with it when the round finishes
   // during the next transfer.
-  RETURN_IF_ERROR(HashBuckets(plan, round, round.recvs, staging, false));
+  RETURN_IF_ERROR(HashReceivedNotLanded(plan, j, staging));
   if (!round.unpack.empty()) {
     RETURN_IF_ERROR(Wrap(ops_->Unpack(staging, round.unpack), absl::StrCat(where, ": unpack")));
   }
@@ -166,26 +172,68 @@ absl::Status Executor::WaitForDataOps(const std::string& where) {
                               since, ")"));
 }
 
+absl::Status Executor::HashBucket(const BoundPlan& plan, const BoundRound& round,
+                                  const BoundTransfer& t, uint8_t* staging, bool sent) {
+  const void* data = t.zero_copy ? t.direct : staging + t.staging_offset;
+  const int64_t slot = static_cast<int64_t>(queued_hashes_.size());
+  queued_hashes_.push_back(BucketChecksum{t.bucket, 0, sent});
+  if (absl::Status s = ops_->QueueChecksum(data, t.bytes, slot); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(RoundWhere(plan, round), ": checksum of ",
+                                               sent ? "sent" : "received", " bucket ", t.bucket,
+                                               " (peer ", t.peer, "): ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Executor::HashBuckets(const BoundPlan& plan, const BoundRound& round,
                                    const std::vector<BoundTransfer>& list, uint8_t* staging,
                                    bool sent) {
   if (!checksums_) return absl::OkStatus();
-  for (const BoundTransfer& t : list) {
-    const void* data = t.zero_copy ? t.direct : staging + t.staging_offset;
-    const int64_t slot = static_cast<int64_t>(queued_hashes_.size());
-    queued_hashes_.push_back(BucketChecksum{t.bucket, 0, sent});
-    if (absl::Status s = ops_->QueueChecksum(data, t.bytes, slot); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(RoundWhere(plan, round), ": checksum of ",
-                                                 sent ? "sent" : "received", " bucket ", t.bucket,
-                                                 " (peer ", t.peer, "): ", s.message()));
+  for (const BoundTransfer& t : list) RETURN_IF_ERROR(HashBucket(plan, round, t, staging, sent));
+  return absl::OkStatus();
+}
+
+absl::Status Executor::HashLanded(const BoundPlan& plan, size_t j, uint8_t* staging,
+                                  absl::Span<const size_t> requests,
+                                  const transport::LandingMark& mark) {
+  const BoundRound& round = plan.rounds[j];
+  RETURN_IF_ERROR(Wrap(ops_->WaitForLanding(mark),
+                       absl::StrCat(RoundWhere(plan, round), ": received bucket checksums")));
+  std::vector<uint8_t>& hashed = recv_hashed_[j];
+  hashed.resize(round.recvs.size());
+  for (const size_t r : requests) {
+    if (r >= recv_spans_.size()) {
+      return absl::InternalError(absl::StrCat(RoundWhere(plan, round),
+                                              ": the transport named receive ", r, " of ",
+                                              recv_spans_.size()));
     }
+    for (size_t b = recv_spans_[r].first; b < recv_spans_[r].second; ++b) {
+      if (hashed[b]) continue;
+      RETURN_IF_ERROR(HashBucket(plan, round, round.recvs[b], staging, false));
+      hashed[b] = 1;
+      ++hashed_as_landed_;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::HashReceivedNotLanded(const BoundPlan& plan, size_t j, uint8_t* staging) {
+  if (!checksums_) return absl::OkStatus();
+  const BoundRound& round = plan.rounds[j];
+  const std::vector<uint8_t>& hashed = recv_hashed_[j];
+  for (size_t b = 0; b < round.recvs.size(); ++b) {
+    if (b < hashed.size() && hashed[b]) continue;
+    RETURN_IF_ERROR(HashBucket(plan, round, round.recvs[b], staging, false));
   }
   return absl::OkStatus();
 }
 
 absl::Status Executor::ResetHashes(const BoundPlan& plan) {
   queued_hashes_.clear();
+  recv_hashed_.clear();
+  hashed_as_landed_ = 0;
   if (!checksums_) return absl::OkStatus();
+  recv_hashed_.resize(plan.rounds.size());
   int64_t slots = 0;
   for (const BoundRound& r : plan.rounds) {
     slots += static_cast<int64_t>(r.sends.size() + r.recvs.size());
@@ -207,6 +255,7 @@ absl::Status Executor::CollectHashes(SyncStats& sync) {
     c.hash = (*hashes)[i];
     sync.checksums.push_back(c);
   }
+  sync.recv_hashes_as_landed = hashed_as_landed_;
   return absl::OkStatus();
 }
 
@@ -216,11 +265,25 @@ absl::Status Executor::Transfer(const BoundPlan& plan, const BoundRound& round, 
   const std::string where = RoundWhere(plan, round);
   send_reqs_.clear();
   recv_reqs_.clear();
+  recv_spans_.clear();
   RETURN_IF_ERROR(Wrap(AppendMessages(round.sends, staging, send_reqs_), where));
-  RETURN_IF_ERROR(Wrap(AppendMessages(round.recvs, staging, recv_reqs_), where));
+  RETURN_IF_ERROR(Wrap(AppendMessages(round.recvs, staging, recv_reqs_, recv_spans_), where));
   rs.messages = static_cast<int32_t>(send_reqs_.size() + recv_reqs_.size());
+  transport::RoundHooks hooks;
+  hooks.on_posted = on_posted;
+  absl::Status landed_status;
+  if (checksums_) {
+    // Received buckets are hashed as their landing part arrives (executor.h).
+    hooks.max_landing_parts = kLandingParts;
+    hooks.min_landing_part_bytes = kMinLandingPartBytes;
+    const size_t j = static_cast<size_t>(&round - plan.rounds.data());
+    hooks.on_landed = [&, j](absl::Span<const size_t> requests, const transport::LandingMark& m) {
+      if (landed_status.ok()) landed_status = HashLanded(plan, j, staging, requests, m);
+    };
+  }
   const absl::Time round_deadline = std::min(deadline, absl::Now() + options_.round_timeout);
-  const absl::Status s = transport_->RunRound(send_reqs_, recv_reqs_, round_deadline, on_posted);
+  absl::Status s = transport_->RunRound(send_reqs_, recv_reqs_, round_deadline, hooks);
+  if (s.ok()) s = landed_status;
   if (!s.ok()) {
     if (aborted_.load()) RETURN_IF_ERROR(CheckAborted(plan, round, "transfer"));
     return absl::Status(s.code(), absl::StrCat(where, ": transfer (", TransfersByPeer(round),

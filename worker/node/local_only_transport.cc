@@ -6,9 +6,9 @@ namespace wsync::node {
 
 absl::Status LocalOnlyTransport::RunRound(absl::Span<const transport::SendRequest> sends,
                                           absl::Span<const transport::RecvRequest> recvs,
-                                          absl::Time, const std::function<void()>& on_posted) {
+                                          absl::Time, const transport::RoundHooks& hooks) {
   if (sends.empty() && recvs.empty()) {
-    if (on_posted) on_posted();
+    if (hooks.on_posted) hooks.on_posted();
     return absl::OkStatus();
   }
   return absl::FailedPreconditionError(

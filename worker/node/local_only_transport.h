@@ -23,7 +23,7 @@ class LocalOnlyTransport : public transport::Transport {
   using transport::Transport::RunRound;
   absl::Status RunRound(absl::Span<const transport::SendRequest> sends,
                         absl::Span<const transport::RecvRequest> recvs, absl::Time deadline,
-                        const std::function<void()>& on_posted) override;
+                        const transport::RoundHooks& hooks) override;
   void Abort(const std::string& reason) override {}
 
  private:

@@ -195,6 +195,12 @@ absl::Status DataOps::QueueChecksum(const void* data, int64_t bytes, int64_t slo
   return absl::OkStatus();
 }
 
+absl::Status DataOps::WaitForLanding(const transport::LandingMark& mark) {
+  if (mark.handle == nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(Name(), " data ops cannot wait for a device transport's landing mark"));
+}
+
 absl::StatusOr<std::vector<uint64_t>> DataOps::CollectChecksums() {
   if (absl::Status s = Synchronize(); !s.ok()) return s;
   return checksum_slots_;

@@ -243,6 +243,11 @@ class DataOps {
   virtual absl::Status ResetChecksums(int64_t slots);
   virtual absl::Status QueueChecksum(const void* data, int64_t bytes, int64_t slot);
   virtual absl::StatusOr<std::vector<uint64_t>> CollectChecksums();
+  // Makes the calls issued after this one wait, on the device, until `mark`
+  // (a transport's RoundHooks::on_landed) is reached; the caller does not
+  // block. The default takes only the host's null mark (the bytes are in
+  // memory already) and refuses any other with FAILED_PRECONDITION.
+  virtual absl::Status WaitForLanding(const transport::LandingMark& mark);
   // Shadow copies of staged syncs (docs/staging.md): `bytes` (>= 0) of host
   // memory the calls above can read and write (pinned on a device), freed
   // when the buffer goes. The default: AllocateStaging on host ops,

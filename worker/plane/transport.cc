@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/numeric/int128.h"
 #include "absl/strings/str_cat.h"
 
 namespace wsync::transport {
@@ -47,6 +48,21 @@ absl::Status ValidateRoundRequests(int32_t rank, int32_t size, absl::Span<const 
   absl::Status s = CheckSide(rank, size, sends, "send");
   if (s.ok()) s = CheckSide(rank, size, recvs, "recv");
   return s;
+}
+
+int32_t LandingPartCount(int64_t list_bytes, int32_t max_parts, int64_t min_part_bytes) {
+  if (max_parts <= 1 || list_bytes <= 0) return 1;
+  const int64_t by_size = min_part_bytes > 0 ? list_bytes / min_part_bytes : max_parts;
+  return static_cast<int32_t>(std::clamp<int64_t>(by_size, 1, max_parts));
+}
+
+int32_t LandingPartOf(int64_t offset, int64_t list_bytes, int32_t parts) {
+  if (parts <= 1 || list_bytes <= 0 || offset <= 0) return 0;
+  // offset * parts / list_bytes, exact (both sides of a pair must agree) and
+  // without overflow (list_bytes may be near 2^63).
+  const absl::uint128 part = absl::uint128(static_cast<uint64_t>(offset)) *
+                             static_cast<uint64_t>(parts) / static_cast<uint64_t>(list_bytes);
+  return static_cast<int32_t>(std::min<uint64_t>(absl::Uint128Low64(part), parts - 1));
 }
 
 }  // namespace wsync::transport

@@ -32,6 +32,48 @@ struct RecvRequest {
   size_t bytes = 0;
 };
 
+// Where some receives of a round became readable on the device, for work
+// queued on another stream to wait for (DataOps::WaitForLanding). Opaque and
+// valid only during the callback that hands it out; `handle` is the backend's
+// (for NCCL a cudaEvent_t), null where the bytes are in memory already (host).
+struct LandingMark {
+  const void* handle = nullptr;
+};
+
+// `recv_indices`: positions in RunRound's `recvs`.
+using LandedCallback =
+    std::function<void(absl::Span<const size_t> recv_indices, const LandingMark& mark)>;
+
+// What a caller hooks into one RunRound.
+struct RoundHooks {
+  // Runs exactly once on the calling thread once the round's operations are
+  // posted (for NCCL: its kernels are enqueued) and before RunRound waits for
+  // them; at once when there is nothing to post. It does not run when the
+  // round fails before posting. The executor issues work there that should
+  // overlap the transfer: on a GPU, kernels launched after NCCL's are
+  // resident beside it instead of holding back its launch until they drain.
+  std::function<void()> on_posted;
+  // Optional, for work that reads received bytes as they land (bucket
+  // checksums). A transport may complete a round in landing parts: each
+  // (peer, direction) list of requests, in (peer, tag) order, is cut by its
+  // running byte count into LandingPartCount(its bytes, ...) parts, and part k
+  // of every list moves as the round's k-th step (both sides cut alike, so
+  // no step waits on a later one). It then calls on_landed on the calling
+  // thread, after on_posted and before RunRound returns, naming each receive
+  // with bytes > 0 at most once, with the mark after which it is readable.
+  // Receives it never names are readable when RunRound returns OK. Nothing
+  // is promised after a failure. Transports that cannot tell never call it.
+  LandedCallback on_landed;
+  int32_t max_landing_parts = 1;
+  int64_t min_landing_part_bytes = int64_t{64} << 20;
+};
+
+// The landing parts of one (peer, direction) list of `list_bytes` bytes:
+// min(max_parts, list_bytes / min_part_bytes), at least 1; and the part of a
+// request starting `offset` bytes into its list.
+int32_t LandingPartCount(int64_t list_bytes, int32_t max_parts, int64_t min_part_bytes);
+int32_t LandingPartOf(int64_t offset, int64_t list_bytes, int32_t parts);
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -66,19 +108,19 @@ class Transport {
   //    CANCELLED (after Abort) or FAILED_PRECONDITION, without communicating.
   //  * When RunRound returns, the transport no longer touches any request's
   //    memory, whatever the outcome.
-  //  * `on_posted` (may be empty) runs exactly once on the calling thread
-  //    once the round's operations are posted (for NCCL: its kernels are
-  //    enqueued) and before RunRound waits for them; at once when there is
-  //    nothing to post. It does not run when the round fails before posting.
-  //    The executor issues work there that should overlap the transfer: on a
-  //    GPU, kernels launched after NCCL's are resident beside it instead of
-  //    holding back its launch until they drain.
+  //  * The hooks (RoundHooks above) run on the calling thread.
   virtual absl::Status RunRound(absl::Span<const SendRequest> sends,
                                 absl::Span<const RecvRequest> recvs, absl::Time deadline,
-                                const std::function<void()>& on_posted) = 0;
+                                const RoundHooks& hooks) = 0;
+  absl::Status RunRound(absl::Span<const SendRequest> sends, absl::Span<const RecvRequest> recvs,
+                        absl::Time deadline, const std::function<void()>& on_posted) {
+    RoundHooks hooks;
+    hooks.on_posted = on_posted;
+    return RunRound(sends, recvs, deadline, hooks);
+  }
   absl::Status RunRound(absl::Span<const SendRequest> sends, absl::Span<const RecvRequest> recvs,
                         absl::Time deadline) {
-    return RunRound(sends, recvs, deadline, nullptr);
+    return RunRound(sends, recvs, deadline, RoundHooks());
   }
 
   // Makes any RunRound in flight (on another thread) fail promptly; the

@@ -351,9 +351,9 @@ class InFlightFlagTransport : public transport::Transport {
   int32_t size() const override { return inner_->size(); }
   absl::Status RunRound(absl::Span<const transport::SendRequest> sends,
                         absl::Span<const transport::RecvRequest> recvs, absl::Time deadline,
-                        const std::function<void()>& on_posted) override {
+                        const transport::RoundHooks& hooks) override {
     flag_->store(true);
-    absl::Status s = inner_->RunRound(sends, recvs, deadline, on_posted);
+    absl::Status s = inner_->RunRound(sends, recvs, deadline, hooks);
     flag_->store(false);
     return s;
   }

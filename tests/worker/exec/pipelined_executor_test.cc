@@ -392,6 +392,14 @@ TEST_F(PipelinedExecutorTest, BucketChecksumsQueuedBesideTransfersMatchAndKeepTh
       }
     }
     int compared = 0;
+    std::vector<int> received_by(kWorkers, 0);
+    for (const v1::Bucket& b : plan.buckets()) {
+      if (b.sender() != b.receiver()) ++received_by[b.receiver()];
+    }
+    for (int w = 0; w < kWorkers; ++w) {
+      // Gloo names every receive as it lands: each hashed then, none after.
+      EXPECT_EQ(out[w]->recv_hashes_as_landed, received_by[w]) << "worker " << w;
+    }
     for (const v1::Bucket& b : plan.buckets()) {
       if (b.sender() == b.receiver()) continue;
       const auto& [sent, received] = by_bucket[b.id()];

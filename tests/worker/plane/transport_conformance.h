@@ -53,6 +53,13 @@ class TransportTestFactory {
   virtual void Read(int rank, void* host, const void* src, size_t bytes) {
     std::memcpy(host, src, bytes);
   }
+  // Reads `src` once `mark` (from RoundHooks::on_landed, during the callback)
+  // is reached. Default: host memory, where the mark is null.
+  virtual void ReadLanded(int rank, const LandingMark& mark, void* host, const void* src,
+                          size_t bytes) {
+    EXPECT_EQ(mark.handle, nullptr) << "a host transport's landing mark";
+    Read(rank, host, src, bytes);
+  }
 };
 
 class TransportConformanceTest
@@ -374,6 +381,68 @@ TEST_P(TransportConformanceTest, ReusedForManyRounds) {
     ASSERT_TRUE(st[1].ok()) << "round " << round << ": " << st[1];
     ASSERT_TRUE(Holds(0, ra.get(), 1000 + round, bytes)) << round;
     ASSERT_TRUE(Holds(1, rb.get(), round, bytes)) << round;
+  }
+}
+
+// Landing parts (RoundHooks): each receive with bytes is named at most once,
+// after on_posted, and holds its bytes once its mark is reached; both ranks
+// send and receive, each list cut into several parts, so a transport that
+// cut the two sides of a pair differently would stall or mismatch here.
+TEST_P(TransportConformanceTest, LandingPartsNameEachReceiveOnceWithItsBytes) {
+  auto group = Group(2);
+  ASSERT_EQ(group.size(), 2u);
+  const int kBuckets[2] = {40, 25};  // sent by rank 0, by rank 1
+  auto size_of = [](int from, int b) { return size_t{1} + 4093 * b + 311 * from; };
+  std::vector<std::shared_ptr<uint8_t>> src[2], dst[2];
+  for (int from = 0; from < 2; ++from) {
+    for (int b = 0; b < kBuckets[from]; ++b) {
+      src[from].push_back(Filled(from, 7000 + 100 * from + b, size_of(from, b)));
+      dst[from].push_back(factory().Allocate(1 - from, size_of(from, b)));
+    }
+  }
+  std::vector<int> named[2];
+  std::vector<int> bad[2];
+  auto st = OnRanks(2, [&](int r) {
+    const int peer = 1 - r;
+    std::vector<SendRequest> sends;
+    std::vector<RecvRequest> recvs;
+    recvs.push_back({peer, 999, nullptr, 0});  // 0 bytes: never named
+    for (int b = 0; b < kBuckets[r]; ++b)
+      sends.push_back({peer, b, src[r][b].get(), size_of(r, b)});
+    for (int b = 0; b < kBuckets[peer]; ++b) {
+      recvs.push_back({peer, b, dst[peer][b].get(), size_of(peer, b)});
+    }
+    bool posted = false;
+    RoundHooks hooks;
+    hooks.on_posted = [&] { posted = true; };
+    hooks.max_landing_parts = 4;
+    hooks.min_landing_part_bytes = 4096;
+    hooks.on_landed = [&](absl::Span<const size_t> indices, const LandingMark& mark) {
+      for (const size_t i : indices) {
+        named[r].push_back(static_cast<int>(i));
+        if (!posted || i == 0 || i >= recvs.size()) {
+          bad[r].push_back(static_cast<int>(i));
+          continue;
+        }
+        std::vector<uint8_t> host(recvs[i].bytes);
+        factory().ReadLanded(r, mark, host.data(), recvs[i].data, recvs[i].bytes);
+        const int b = static_cast<int>(i) - 1;
+        if (host != Pattern(7000 + 100 * peer + b, recvs[i].bytes)) bad[r].push_back(b);
+      }
+    };
+    return group[r]->RunRound(sends, recvs, In(absl::Seconds(60)), hooks);
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+    EXPECT_TRUE(bad[r].empty()) << "rank " << r << ": " << bad[r].size() << " receives named "
+                                << "before posting, twice, out of range or without their bytes";
+    std::vector<int> sorted = named[r];
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << "named twice";
+    for (int b = 0; b < kBuckets[1 - r]; ++b) {
+      EXPECT_TRUE(Holds(r, dst[1 - r][b].get(), 7000 + 100 * (1 - r) + b, size_of(1 - r, b)))
+          << "rank " << r << " bucket " << b;
+    }
   }
 }
 

@@ -91,6 +91,8 @@ class CudaDataOps : public exec::DataOps {
   absl::Status ResetChecksums(int64_t slots) override;
   absl::Status QueueChecksum(const void* data, int64_t bytes, int64_t slot) override;
   absl::StatusOr<std::vector<uint64_t>> CollectChecksums() override;
+  // `mark.handle` is a cudaEvent_t (the NCCL transport's): the stream waits.
+  absl::Status WaitForLanding(const transport::LandingMark& mark) override;
   // Mapped, portable pinned host memory (cudaHostAlloc): the kernels reach
   // it through unified addressing (tests/gpu/shadow_set_cuda_test.cc).
   absl::StatusOr<exec::StagingBuffer> AllocateHostShadow(int64_t bytes) override;

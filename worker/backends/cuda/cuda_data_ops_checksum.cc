@@ -34,6 +34,13 @@ absl::StatusOr<uint64_t> CudaDataOps::Checksum(const void* data, int64_t bytes) 
   return chunk_hash::Finish(static_cast<uint64_t>(host), bytes);
 }
 
+absl::Status CudaDataOps::WaitForLanding(const transport::LandingMark& mark) {
+  if (mark.handle == nullptr) return absl::OkStatus();
+  auto* event = static_cast<cudaEvent_t>(const_cast<void*>(mark.handle));
+  return CudaStatus(cudaStreamWaitEvent(stream_.get(), event, 0),
+                    absl::StrCat("device ", device_, ": waiting for a transfer's landing mark"));
+}
+
 int CudaDataOps::MaxHashBlocks() {
   if (checksum_max_blocks_ == 0) {
     int sms = 0;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "worker/backends/cuda/cuda_status.h"
 #include "worker/backends/cuda/stream_marks.h"
 
@@ -283,9 +284,70 @@ absl::Status NcclTransport::Wait(absl::Time deadline, const cuda::Event* event,
   }
 }
 
+namespace {
+
+// One step of a round: one NCCL group.
+struct Step {
+  std::vector<const SendRequest*> sends;
+  std::vector<const RecvRequest*> recvs;
+};
+
+// Cuts each (peer, direction) list of `reqs` (in (peer, tag) order) into its
+// landing parts (transport.h RoundHooks) and appends part k to steps[k].
+template <typename Req>
+void CutIntoSteps(const std::vector<const Req*>& reqs, const RoundHooks& hooks,
+                  std::vector<Step>& steps, std::vector<const Req*> Step::*side) {
+  for (size_t b = 0; b < reqs.size();) {
+    size_t e = b;
+    int64_t total = 0;
+    for (; e < reqs.size() && reqs[e]->peer == reqs[b]->peer; ++e) {
+      total += static_cast<int64_t>(reqs[e]->bytes);
+    }
+    const int32_t parts =
+        LandingPartCount(total, hooks.max_landing_parts, hooks.min_landing_part_bytes);
+    if (steps.size() < static_cast<size_t>(parts)) steps.resize(parts);
+    int64_t offset = 0;
+    for (size_t i = b; i < e; ++i) {
+      (steps[LandingPartOf(offset, total, parts)].*side).push_back(reqs[i]);
+      offset += static_cast<int64_t>(reqs[i]->bytes);
+    }
+    b = e;
+  }
+}
+
+}  // namespace
+
+absl::Status NcclTransport::PostGroup(const std::vector<const SendRequest*>& s,
+                                      const std::vector<const RecvRequest*>& r,
+                                      const std::string& what) {
+  ncclResult_t res = ncclGroupStart();
+  // Sends and receives interleaved by peer; per pair NCCL matches in order.
+  size_t i = 0, j = 0;
+  while (res == ncclSuccess && (i < s.size() || j < r.size())) {
+    const bool take_send = j >= r.size() || (i < s.size() && s[i]->peer <= r[j]->peer);
+    if (take_send) {
+      res = ncclSend(s[i]->data, s[i]->bytes, ncclUint8, s[i]->peer, comm_.get(), stream_.get());
+      ++i;
+    } else {
+      res = ncclRecv(r[j]->data, r[j]->bytes, ncclUint8, r[j]->peer, comm_.get(), stream_.get());
+      ++j;
+    }
+    if (res == ncclInProgress) res = ncclSuccess;
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  for (const ncclResult_t x : {res, end}) {
+    if (x != ncclSuccess && x != ncclInProgress) {
+      const absl::Status err = NcclStatus(x, what);
+      AbortLocked(std::string(err.message()));
+      return err;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status NcclTransport::RunRound(absl::Span<const SendRequest> sends,
                                      absl::Span<const RecvRequest> recvs, absl::Time deadline,
-                                     const std::function<void()>& on_posted) {
+                                     const RoundHooks& hooks) {
   std::lock_guard<std::mutex> lock(mu_);
   if (aborted_.load() || comm_.get() == nullptr || abort_requested_.load()) {
     std::lock_guard<std::mutex> rl(reason_mu_);
@@ -305,41 +367,47 @@ absl::Status NcclTransport::RunRound(absl::Span<const SendRequest> sends,
     if (x.bytes > 0) r.push_back(&x);
   }
   if (s.empty() && r.empty()) {
-    if (on_posted) on_posted();
+    if (hooks.on_posted) hooks.on_posted();
     return absl::OkStatus();
   }
   SortByPeerTag(s);
   SortByPeerTag(r);
+  std::vector<Step> steps;
+  CutIntoSteps(s, hooks, steps, &Step::sends);
+  CutIntoSteps(r, hooks, steps, &Step::recvs);
 
   cuda::DeviceGuard guard(device_);
   const std::string what =
       absl::StrCat("NCCL round on rank ", rank_, " waiting on ", PeerList(s, r));
-  ncclResult_t res = ncclGroupStart();
-  // Sends and receives interleaved by peer; per pair NCCL matches in order.
-  size_t i = 0, j = 0;
-  while (res == ncclSuccess && (i < s.size() || j < r.size())) {
-    const bool take_send = j >= r.size() || (i < s.size() && s[i]->peer <= r[j]->peer);
-    if (take_send) {
-      res = ncclSend(s[i]->data, s[i]->bytes, ncclUint8, s[i]->peer, comm_.get(), stream_.get());
-      ++i;
-    } else {
-      res = ncclRecv(r[j]->data, r[j]->bytes, ncclUint8, r[j]->peer, comm_.get(), stream_.get());
-      ++j;
+  // Every step but the last is issued and marked by its own event; the last
+  // one's mark is done_, recorded by Wait once it is issued.
+  while (part_events_.size() + 1 < steps.size()) {
+    auto ev = cuda::Event::Create(device_);
+    if (!ev.ok()) return ev.status();
+    part_events_.push_back(std::move(*ev));
+  }
+  for (size_t k = 0; k < steps.size(); ++k) {
+    RETURN_IF_ERROR(PostGroup(steps[k].sends, steps[k].recvs, what));
+    if (k + 1 == steps.size()) break;
+    RETURN_IF_ERROR(Wait(deadline, nullptr, what));
+    if (absl::Status st = part_events_[k].Record(stream_.get()); !st.ok()) {
+      AbortLocked(std::string(st.message()));
+      return st;
     }
-    if (res == ncclInProgress) res = ncclSuccess;
   }
-  const ncclResult_t end = ncclGroupEnd();
-  if (res != ncclSuccess) {
-    const absl::Status err = NcclStatus(res, what);
-    AbortLocked(std::string(err.message()));
-    return err;
-  }
-  if (end != ncclSuccess && end != ncclInProgress) {
-    const absl::Status err = NcclStatus(end, what);
-    AbortLocked(std::string(err.message()));
-    return err;
-  }
-  return Wait(deadline, &done_, what, on_posted);
+  auto issued = [&] {
+    if (hooks.on_posted) hooks.on_posted();
+    if (!hooks.on_landed) return;
+    std::vector<size_t> landed;
+    for (size_t k = 0; k < steps.size(); ++k) {
+      landed.clear();
+      for (const RecvRequest* x : steps[k].recvs) landed.push_back(x - recvs.data());
+      if (landed.empty()) continue;
+      const cuda::Event& mark = k + 1 == steps.size() ? done_ : part_events_[k];
+      hooks.on_landed(landed, LandingMark{mark.get()});
+    }
+  };
+  return Wait(deadline, &done_, what, issued);
 }
 
 }  // namespace wsync::transport

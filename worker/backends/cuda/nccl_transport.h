@@ -5,7 +5,9 @@
 // and the communicator is aborted (rebuild the transport afterwards).
 // Each RunRound is one ncclGroupStart/End of ncclSend/ncclRecv, posted in
 // (peer, tag) order on both sides so that NCCL's in-order matching per pair
-// pairs equal tags.
+// pairs equal tags; with RoundHooks::max_landing_parts > 1, one group per
+// landing part (transport.h), issued back to back on the transport's stream,
+// each followed by an event that on_landed hands out as the part's mark.
 #ifndef WSYNC_WORKER_BACKENDS_CUDA_NCCL_TRANSPORT_H_
 #define WSYNC_WORKER_BACKENDS_CUDA_NCCL_TRANSPORT_H_
 
@@ -16,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -88,7 +91,7 @@ class NcclTransport : public Transport {
 
   using Transport::RunRound;
   absl::Status RunRound(absl::Span<const SendRequest> sends, absl::Span<const RecvRequest> recvs,
-                        absl::Time deadline, const std::function<void()>& on_posted) override;
+                        absl::Time deadline, const RoundHooks& hooks) override;
   void Abort(const std::string& reason) override;
 
   int device() const { return device_; }
@@ -104,13 +107,18 @@ class NcclTransport : public Transport {
   absl::Status Wait(absl::Time deadline, const cuda::Event* event, const std::string& what,
                     const std::function<void()>& on_issued = nullptr);
   void AbortLocked(const std::string& why);
+  // One ncclGroupStart/End of `s` and `r` (each in (peer, tag) order); aborts
+  // the communicator on failure.
+  absl::Status PostGroup(const std::vector<const SendRequest*>& s,
+                         const std::vector<const RecvRequest*>& r, const std::string& what);
 
   int device_ = 0;
   int32_t rank_ = 0;
   int32_t size_ = 1;
   cuda::Stream stream_;
   cuda::Event done_;
-  std::mutex mu_;  // one RunRound at a time; guards comm_
+  std::vector<cuda::Event> part_events_;  // landing parts but the last (done_)
+  std::mutex mu_;                         // one RunRound at a time; guards comm_
   NcclComm comm_;
   std::atomic<bool> abort_requested_{false};
   const std::atomic<bool>* cancel_ = nullptr;

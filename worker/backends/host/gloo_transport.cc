@@ -33,6 +33,7 @@ struct Pending {
   int32_t peer;
   int64_t tag;
   size_t bytes;
+  size_t index = 0;  // in the round's sends or recvs
   bool done = false;
 };
 
@@ -94,15 +95,17 @@ GlooTransport::~GlooTransport() = default;
 
 absl::Status GlooTransport::RunRound(absl::Span<const SendRequest> sends,
                                      absl::Span<const RecvRequest> recvs, absl::Time deadline,
-                                     const std::function<void()>& on_posted) {
+                                     const RoundHooks& hooks) {
   RETURN_IF_ERROR(ValidateRoundRequests(rank_, size_, sends, recvs));
   std::vector<Pending> ops;
   ops.reserve(sends.size() + recvs.size());
-  for (const RecvRequest& r : recvs) {
-    if (r.bytes > 0) ops.push_back(Pending{nullptr, false, r.peer, r.tag, r.bytes});
+  for (size_t i = 0; i < recvs.size(); ++i) {
+    const RecvRequest& r = recvs[i];
+    if (r.bytes > 0) ops.push_back(Pending{nullptr, false, r.peer, r.tag, r.bytes, i});
   }
-  for (const SendRequest& r : sends) {
-    if (r.bytes > 0) ops.push_back(Pending{nullptr, true, r.peer, r.tag, r.bytes});
+  for (size_t i = 0; i < sends.size(); ++i) {
+    const SendRequest& r = sends[i];
+    if (r.bytes > 0) ops.push_back(Pending{nullptr, true, r.peer, r.tag, r.bytes, i});
   }
   {
     absl::MutexLock lock(&mu_);
@@ -116,7 +119,7 @@ absl::Status GlooTransport::RunRound(absl::Span<const SendRequest> sends,
     }
   }
   if (ops.empty()) {
-    if (on_posted) on_posted();
+    if (hooks.on_posted) hooks.on_posted();
     return absl::OkStatus();
   }
 
@@ -125,17 +128,9 @@ absl::Status GlooTransport::RunRound(absl::Span<const SendRequest> sends,
   // buffers go away, so nothing writes into caller memory afterwards.
   absl::Status status;
   try {
-    size_t ri = 0, si = 0;
     for (Pending& p : ops) {
-      if (p.is_send) {
-        while (sends[si].bytes == 0) ++si;
-        p.buffer = context_->createUnboundBuffer(const_cast<void*>(sends[si].data), p.bytes);
-        ++si;
-      } else {
-        while (recvs[ri].bytes == 0) ++ri;
-        p.buffer = context_->createUnboundBuffer(recvs[ri].data, p.bytes);
-        ++ri;
-      }
+      void* data = p.is_send ? const_cast<void*>(sends[p.index].data) : recvs[p.index].data;
+      p.buffer = context_->createUnboundBuffer(data, p.bytes);
     }
     {
       absl::MutexLock lock(&mu_);
@@ -154,7 +149,9 @@ absl::Status GlooTransport::RunRound(absl::Span<const SendRequest> sends,
           p.buffer->recv(p.peer, slot, 0, p.bytes);
         }
       }
-      if (on_posted) on_posted();
+      if (hooks.on_posted) hooks.on_posted();
+      // Receives are waited for first, each reported landed (in host memory
+      // already: a null mark) as soon as it completed.
       for (Pending& p : ops) {
         const bool ok = p.is_send ? p.buffer->waitSend(Remaining(deadline))
                                   : p.buffer->waitRecv(Remaining(deadline));
@@ -165,6 +162,10 @@ absl::Status GlooTransport::RunRound(absl::Span<const SendRequest> sends,
           break;
         }
         p.done = true;
+        if (!p.is_send && hooks.on_landed) {
+          const size_t index[] = {p.index};
+          hooks.on_landed(index, LandingMark{});
+        }
       }
     }
   } catch (const std::exception& e) {

@@ -62,7 +62,7 @@ class GlooTransport : public Transport {
 
   using Transport::RunRound;
   absl::Status RunRound(absl::Span<const SendRequest> sends, absl::Span<const RecvRequest> recvs,
-                        absl::Time deadline, const std::function<void()>& on_posted) override;
+                        absl::Time deadline, const RoundHooks& hooks) override;
   void Abort(const std::string& reason) override;
 
  private:

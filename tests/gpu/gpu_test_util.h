@@ -38,9 +38,12 @@ class TwinBuffer {
     dev_ = std::move(*dev);
     Upload();
   }
+  // cudaMemcpy from pageable memory may return before the DMA reached the
+  // device; kernels on non-blocking streams would race it: wait for it.
   void Upload() {
     ASSERT_EQ(cudaMemcpy(dev_.data(), host_.data(), host_.size(), cudaMemcpyHostToDevice),
               cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   std::vector<uint8_t> Download() const {
     std::vector<uint8_t> out(host_.size());

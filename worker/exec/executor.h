@@ -70,6 +70,12 @@ struct ExecutorOptions {
   // follow the puts. One keeps the device busy while the tokens travel and
   // issues the puts right after them (docs/gpu.md).
   int early_local_rounds = 1;
+  // With checksums: the landing parts asked of the transport
+  // (transport::RoundHooks), so that a receiver hashes part k while part k+1
+  // moves. Every worker of a transfer must use the same two values (both
+  // sides of a pair must cut alike); 1 part: hashes after each round.
+  int32_t landing_parts = 16;
+  int64_t min_landing_part_bytes = int64_t{64} << 20;
 };
 
 struct Progress {
@@ -111,9 +117,10 @@ struct RoundStats {
 // its pack (beside the transfer), a received one before its unpack. Zero-copy
 // buckets hash the tensor range they go from / into. Receives are hashed as
 // they land where the transport reports landing parts (RoundHooks::on_landed:
-// NCCL cuts each peer's list into up to kLandingParts steps of at least
-// kMinLandingPartBytes, and the data ops' stream hashes part k behind its
-// event while part k+1 moves), otherwise with the unpack.
+// NCCL cuts each peer's list into up to ExecutorOptions::landing_parts steps,
+// and the data ops' stream hashes part k behind its event while later parts
+// move); the last part's, and all where the transport names none, with the
+// unpack (deferred with it into the next round's transfer).
 struct BucketChecksum {
   int64_t bucket = 0;
   uint64_t hash = 0;
@@ -123,7 +130,9 @@ struct BucketChecksum {
 struct SyncStats {
   std::vector<RoundStats> rounds;
   std::vector<BucketChecksum> checksums;  // in round order
-  int32_t recv_hashes_as_landed = 0;      // received buckets hashed as they landed (RoundHooks)
+  // Received buckets hashed as their landing part arrived, before their round
+  // ended (RoundHooks::on_landed).
+  int32_t recv_hashes_as_landed = 0;
   double seconds = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
@@ -220,9 +229,8 @@ class Executor {
   // Round `round`'s sends and receives in one transport round (runs of
   // staged buckets with one peer as one message); `on_posted` as in
   // Transport::RunRound.
-  absl::Status Transfer(const BoundPlan& plan, const BoundRound& round, uint8_t* staging,
-                        absl::Time deadline, const std::function<void()>& on_posted,
-                        RoundStats& rs);
+  absl::Status Transfer(const BoundPlan& plan, size_t i, uint8_t* staging, absl::Time deadline,
+                        const std::function<void()>& on_posted, RoundStats& rs);
   // With checksums_: queues the hash of every bucket of `list` (a round's
   // sends or receives) on the data ops (DataOps::QueueChecksum), one slot
   // each; CollectHashes fills sync.checksums once the run's work is done.
@@ -290,11 +298,6 @@ class Executor {
   // its landing part arrived.
   std::vector<std::vector<uint8_t>> recv_hashed_;
   int32_t hashed_as_landed_ = 0;
-  // Landing parts with checksums on (transport.h RoundHooks): a receiver
-  // hashes each part while the next ones arrive. The same on every worker:
-  // both sides of a pair cut their lists alike.
-  static constexpr int32_t kLandingParts = 16;
-  static constexpr int64_t kMinLandingPartBytes = int64_t{64} << 20;
   std::atomic<int64_t> current_staging_{0};
   std::atomic<int64_t> allocated_staging_{0};
   std::atomic<bool> aborted_{false};

@@ -140,8 +140,8 @@ absl::Status Executor::IssueAfterTransfer(const BoundPlan& plan, size_t j, uint8
   RETURN_IF_ERROR(CheckAborted(plan, round, "unpack"));
   absl::Time t = absl::Now();
   // Received bytes sit in staging (or, zero-copy, in place) until the
-  // unpack: hashed beside it, deferred with it when the round finishes
-  // during the next transfer.
+  // unpack: those not hashed as they landed are hashed beside it, deferred
+  // with it when the round finishes during the next transfer.
   RETURN_IF_ERROR(HashReceivedNotLanded(plan, j, staging));
   if (!round.unpack.empty()) {
     RETURN_IF_ERROR(Wrap(ops_->Unpack(staging, round.unpack), absl::StrCat(where, ": unpack")));
@@ -259,9 +259,10 @@ absl::Status Executor::CollectHashes(SyncStats& sync) {
   return absl::OkStatus();
 }
 
-absl::Status Executor::Transfer(const BoundPlan& plan, const BoundRound& round, uint8_t* staging,
+absl::Status Executor::Transfer(const BoundPlan& plan, size_t i, uint8_t* staging,
                                 absl::Time deadline, const std::function<void()>& on_posted,
                                 RoundStats& rs) {
+  const BoundRound& round = plan.rounds[i];
   const std::string where = RoundWhere(plan, round);
   send_reqs_.clear();
   recv_reqs_.clear();
@@ -274,11 +275,10 @@ absl::Status Executor::Transfer(const BoundPlan& plan, const BoundRound& round, 
   absl::Status landed_status;
   if (checksums_) {
     // Received buckets are hashed as their landing part arrives (executor.h).
-    hooks.max_landing_parts = kLandingParts;
-    hooks.min_landing_part_bytes = kMinLandingPartBytes;
-    const size_t j = static_cast<size_t>(&round - plan.rounds.data());
-    hooks.on_landed = [&, j](absl::Span<const size_t> requests, const transport::LandingMark& m) {
-      if (landed_status.ok()) landed_status = HashLanded(plan, j, staging, requests, m);
+    hooks.max_landing_parts = options_.landing_parts;
+    hooks.min_landing_part_bytes = options_.min_landing_part_bytes;
+    hooks.on_landed = [&](absl::Span<const size_t> requests, const transport::LandingMark& m) {
+      if (landed_status.ok()) landed_status = HashLanded(plan, i, staging, requests, m);
     };
   }
   const absl::Time round_deadline = std::min(deadline, absl::Now() + options_.round_timeout);
@@ -377,7 +377,7 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, absl::Time dead
 
   RETURN_IF_ERROR(CheckAborted(plan, round, "transfer"));
   t = absl::Now();
-  if (transfers) RETURN_IF_ERROR(Transfer(plan, round, staging, deadline, on_posted, rs));
+  if (transfers) RETURN_IF_ERROR(Transfer(plan, i, staging, deadline, on_posted, rs));
   if (!posted) on_posted();  // nothing to transfer
   RETURN_IF_ERROR(overlap_status);
   // Received and not unpacked yet (this round's unpack is issued below or

@@ -49,7 +49,8 @@ struct RoundHooks {
   // Runs exactly once on the calling thread once the round's operations are
   // posted (for NCCL: its kernels are enqueued) and before RunRound waits for
   // them; at once when there is nothing to post. It does not run when the
-  // round fails before posting. The executor issues work there that should
+  // round fails before all of it is posted (with landing parts, a failure
+  // posting a later part after earlier ones went). The executor issues work there that should
   // overlap the transfer: on a GPU, kernels launched after NCCL's are
   // resident beside it instead of holding back its launch until they drain.
   std::function<void()> on_posted;
@@ -57,12 +58,17 @@ struct RoundHooks {
   // checksums). A transport may complete a round in landing parts: each
   // (peer, direction) list of requests, in (peer, tag) order, is cut by its
   // running byte count into LandingPartCount(its bytes, ...) parts, and part k
-  // of every list moves as the round's k-th step (both sides cut alike, so
-  // no step waits on a later one). It then calls on_landed on the calling
-  // thread, after on_posted and before RunRound returns, naming each receive
-  // with bytes > 0 at most once, with the mark after which it is readable.
-  // Receives it never names are readable when RunRound returns OK. Nothing
-  // is promised after a failure. Transports that cannot tell never call it.
+  // of every list moves as the round's k-th step. Both sides of a pair cut
+  // alike only if every rank passes the same max_landing_parts and
+  // min_landing_part_bytes (a precondition: ranks that cut differently may
+  // wait on each other until the deadline). It then calls on_landed on the
+  // calling thread, after on_posted and before RunRound returns, naming each
+  // receive with bytes > 0 that lands before the round's last one at most
+  // once, with the mark after which it is readable; the last part's are
+  // never named (they land when RunRound returns, and a caller that defers
+  // its post-round work keeps them there). Receives it never names are
+  // readable when RunRound returns OK. Nothing is promised after a failure.
+  // Transports that cannot tell never call it.
   LandedCallback on_landed;
   int32_t max_landing_parts = 1;
   int64_t min_landing_part_bytes = int64_t{64} << 20;
@@ -83,11 +89,11 @@ class Transport {
   virtual int32_t rank() const = 0;
   virtual int32_t size() const = 0;
 
-  // Posts every send and receive of one round together (one NCCL group) and
-  // returns once all completed. Between one pair of ranks, requests are
-  // matched by tag; callers list them in the same (peer, tag) order on both
-  // sides. Past `deadline` the transport aborts (the communicator is unusable
-  // afterwards) and returns DEADLINE_EXCEEDED naming the pending peers.
+  // Posts every send and receive of one round together (one NCCL group, or
+  // one per landing part: RoundHooks) and returns once all completed. Between one pair of ranks,
+  // requests are matched by tag; callers list them in the same (peer, tag) order on both sides.
+  // Past `deadline` the transport aborts (the communicator is unusable afterwards) and returns
+  // DEADLINE_EXCEEDED naming the pending peers.
   //
   // Semantics every backend shares (ValidateRoundRequests checks the static
   // ones; tests/worker/plane/transport_conformance.h tests all of them):

@@ -6,6 +6,8 @@
 namespace wsync::exec::testing {
 namespace {
 
+// A staging limit between one and two rounds' worth: never exceeded, some
+// neighbours still overlap, every byte right.
 TEST_F(PipelinedExecutorTest, StagingLimitIsNeverExceeded) {
   PlanGen g(23);
   const v1::Plan plan = MakePlan(g);

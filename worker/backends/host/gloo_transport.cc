@@ -150,9 +150,15 @@ absl::Status GlooTransport::RunRound(absl::Span<const SendRequest> sends,
         }
       }
       if (hooks.on_posted) hooks.on_posted();
-      // Receives are waited for first, each reported landed (in host memory
-      // already: a null mark) as soon as it completed.
-      for (Pending& p : ops) {
+      // Receives are waited for first, in request order, each but the last
+      // reported landed (in host memory already: a null mark) once it and
+      // those before it completed.
+      size_t last_recv = 0;
+      for (size_t i = 0; i < ops.size(); ++i) {
+        if (!ops[i].is_send) last_recv = i;
+      }
+      for (size_t i = 0; i < ops.size(); ++i) {
+        Pending& p = ops[i];
         const bool ok = p.is_send ? p.buffer->waitSend(Remaining(deadline))
                                   : p.buffer->waitRecv(Remaining(deadline));
         if (!ok) {
@@ -162,7 +168,7 @@ absl::Status GlooTransport::RunRound(absl::Span<const SendRequest> sends,
           break;
         }
         p.done = true;
-        if (!p.is_send && hooks.on_landed) {
+        if (!p.is_send && i != last_recv && hooks.on_landed) {
           const size_t index[] = {p.index};
           hooks.on_landed(index, LandingMark{});
         }

@@ -44,6 +44,7 @@ import time
 from wsync import embedded, errors, vllm_live
 from wsync._sync_watch import SyncWatch
 from wsync.errors import _parse_member
+from wsync.vllm_staged import StagedCommits
 
 POSTPROCESS = ("auto", "never", "always")
 
@@ -69,17 +70,21 @@ def _ranks_from_model(model):
     return tp_rank, tp_size, ep_rank, ep_size
 
 
-class Receiver:
+class Receiver(StagedCommits):
     """The receiving side of one vLLM rank (see the module docstring).
 
     ``sleep``: None (no sleep mode) or an object with ``asleep()`` -> bool and
     ``wake_up()``. ``timeout``: seconds ``receive`` waits for a version.
-    ``retries``: failed attempts at a version ``receive`` waits through."""
+    ``retries``: failed attempts at a version ``receive`` waits through.
+    ``staged``: the trainer defines the transfer staged (docs/vllm.md,
+    "Staged updates in vLLM"): the worker holds syncs off except inside
+    ``commit`` (= ``receive``), so vLLM keeps generating while the version
+    streams into the shadow; wsync.vllm_staged.StagedCommits."""
 
     def __init__(self, model, *, tp_rank, tp_size, ep_rank=0, ep_size=1, dp_rank=0, dp_size=1,
                  group="inference", hf_config=None, experts="separate", skip=(), device=None,
                  sleep=None, postprocess="auto", timeout=300.0, retries=0,
-                 hold_outside_window=True):
+                 hold_outside_window=True, staged=False):
         if postprocess not in POSTPROCESS:
             raise errors.InvalidArgument(f"postprocess {postprocess!r}: expected one of "
                                          f"{', '.join(POSTPROCESS)}")
@@ -92,7 +97,9 @@ class Receiver:
         self.model, self.device, self.sleep = model, device, sleep
         self.group, self.postprocess = group, postprocess
         self.timeout, self.retries = float(timeout), int(retries)
-        self.hold_outside_window = bool(hold_outside_window)
+        self.staged = bool(staged)
+        self.hold_outside_window = bool(hold_outside_window) or self.staged
+        self._commit_lock = threading.Lock()
         self.tp_rank, self.tp_size = tp_rank, tp_size
         self.dp_rank = dp_rank
         self.rank, self.size = dp_rank * tp_size + tp_rank, dp_size * tp_size
@@ -124,6 +131,7 @@ class Receiver:
         if self.worker is not None:
             raise errors.FailedPrecondition(f"{self.membership}: the embedded worker is "
                                             "already running")
+        self._start_args = (colocated, dict(worker_options))
         extra_groups, socket = colocation(colocated, self.rank)
         if socket is not None:
             worker_options = dict(worker_options, local_socket=socket)
@@ -136,7 +144,10 @@ class Receiver:
             self.worker.stop()
             self.worker = None
             raise
-        self._watch = SyncWatch(self.worker, self._outside)
+        if self.staged:
+            self._staged_start()
+        else:
+            self._watch = SyncWatch(self.worker, self._outside)
         self._hold()
         self._report("serving")  # the weights vLLM loaded: version 0 until a sync
         return self
@@ -146,9 +157,11 @@ class Receiver:
         the weights (vLLM may be generating from them, or they may be asleep:
         writing asleep weights crashes vLLM)."""
         if self.hold_outside_window:
-            self.worker.hold(f"{self.membership} is not in a weight update (vLLM serves "
-                             "from these weights); call start_weight_update on every rank "
-                             "before the trainer syncs")
+            self.worker.hold(
+                f"{self.membership} serves from these weights (vLLM generates): the commit "
+                "waits for update_weights / wsync_commit" if self.staged else
+                f"{self.membership} is not in a weight update (vLLM serves from these "
+                "weights); call start_weight_update on every rank before the trainer syncs")
 
     def _report(self, state):
         """Tells the controller (through the worker) which version this rank
@@ -165,6 +178,8 @@ class Receiver:
         if self._watch is not None:
             self._watch.stop()
             self._watch = None
+        if self._staged is not None:
+            self._staged.stop()
         if self.worker is not None:
             self.worker.stop()
 
@@ -185,6 +200,8 @@ class Receiver:
                 raise errors.FailedPrecondition(
                     f"{self.membership}: a weight update is already open (received "
                     f"{self._received}); finish it first")
+            if self.staged:
+                return self._staged_begin()
             self._woke = self._wake()
             moved = self.moved()
             if moved:
@@ -238,6 +255,8 @@ class Receiver:
             raise errors.FailedPrecondition(
                 f"{self.membership}: receive({version}) without begin(): pause generation "
                 "and start the weight update first")
+        if self.staged:
+            return self.commit(version, timeout)
         timeout = self.timeout if timeout is None else float(timeout)
         end = time.monotonic() + timeout
         if self._mixed is None and self._done_at_begin >= version:
@@ -313,6 +332,8 @@ class Receiver:
         with self._lock:
             if not self._window:
                 raise errors.FailedPrecondition(f"{self.membership}: finish without begin")
+            if self.staged:
+                return self._staged_finish(w)
             if self._mixed is not None:
                 raise errors.FailedPrecondition(
                     f"{self.membership}: refusing to finish the update: {self._mixed_text()}; "
@@ -331,7 +352,9 @@ class Receiver:
     def abort(self):
         """Closes the window without recording a version (a failed update)."""
         with self._lock:
-            if self._window:
+            if self._window and self.staged:
+                self._window = False  # held all along: nothing to undo
+            elif self._window:
                 self._close(self.worker)
                 self._report("failed" if self._mixed is not None else "paused")
 
@@ -383,10 +406,11 @@ class Receiver:
         if self._mixed is not None:
             v, g, r, e = self._mixed
             mixed = {"version": v, "failed_group": g, "failed_rank": r, "error": e}
-        return {"membership": self.membership, "weight_version": self.weight_version,
-                "window_open": self._window, "received": self._received, "mixed": mixed,
-                "outside_window": list(self.outside_window),
-                "worker": self.worker.status() if self.worker is not None else None}
+        out = {"membership": self.membership, "weight_version": self.weight_version,
+               "window_open": self._window, "received": self._received, "mixed": mixed,
+               "outside_window": list(self.outside_window), "staged": False,
+               "worker": self.worker.status() if self.worker is not None else None}
+        return dict(out, **self._staged_status()) if self.staged else out
 
 
 def receiver_for(model, *, parallel_config=None, dp_rank=None, **options):

@@ -107,7 +107,7 @@ void WorkerAgent::FinishStaged(const v1::SyncAssignment& a, const std::string& l
     // the old version and the controller lists it uncommitted.
     gate_.Finished(a.sync_id(), /*committed=*/false);
     d = StagedGate::Decision{
-        false, held.empty() ? std::string("the worker is stopping")
+        false, held.empty() || stop_.load() ? std::string("the worker is stopping")
                             : absl::StrCat("its owner held syncs off (", held,
                                            ") until the sync's deadline; it must sync version ",
                                            a.version(), " again")};

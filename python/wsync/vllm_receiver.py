@@ -37,6 +37,11 @@ Contracts:
   (``postprocess``: "auto" = modules whose quant_method is not vLLM's Unquantized*
   method; "never"; "always"). It must work in place: a post-processing step that moved
   a registered parameter's storage is an error naming the parameters.
+* Staged (``staged=True``, wsync.vllm_staged): the worker holds syncs off except
+  inside ``commit`` (which ``receive`` is): the version stages into the shadow while
+  vLLM generates, the commit and post-processing run inside one call between engine
+  steps; ``status()`` tells the served and the staged version and whether the rank
+  is unsafe (docs/vllm.md, "Staged updates in vLLM").
 """
 import threading
 import time
@@ -44,6 +49,7 @@ import time
 from wsync import embedded, errors, vllm_live
 from wsync._sync_watch import SyncWatch
 from wsync.errors import _parse_member
+from wsync._vllm_sleep import CuMemSleep  # noqa: F401 - part of this module's API
 from wsync.vllm_staged import StagedCommits
 
 POSTPROCESS = ("auto", "never", "always")
@@ -433,45 +439,6 @@ def receiver_for(model, *, parallel_config=None, dp_rank=None, **options):
             dp_rank = int(getattr(parallel_config, "data_parallel_rank", 0) or 0)
     return Receiver(model, tp_rank=tp_rank, tp_size=tp_size, ep_rank=ep_rank, ep_size=ep_size,
                     dp_rank=dp_rank or 0, dp_size=dp_size, **options)
-
-
-class CuMemSleep:
-    """vLLM's sleep mode, seen through its CuMemAllocator: the weights are
-    asleep when an allocation tagged "weights" is (``is_asleep``, or, in
-    versions without it, holds a CPU backup). ``wake_up`` maps them back at the
-    same addresses (so registered pointers stay valid). ``wake`` overrides how
-    (the vLLM Worker's own ``wake_up(tags=["weights"])`` on the extension route)."""
-
-    def __init__(self, allocator, wake=None):
-        self.allocator = allocator
-        self._wake = wake
-
-    @classmethod
-    def of_vllm(cls, wake=None):
-        """The process's CuMemAllocator if vLLM made one (sleep mode on), else None."""
-        try:
-            from vllm.device_allocator.cumem import CuMemAllocator
-        except ImportError:
-            return None
-        inst = getattr(CuMemAllocator, "instance", None)
-        return None if inst is None else cls(inst, wake)
-
-    def asleep(self):
-        for data in list(getattr(self.allocator, "pointer_to_data", {}).values()):
-            if getattr(data, "tag", None) != "weights":
-                continue
-            flag = getattr(data, "is_asleep", None)
-            if flag is None:
-                flag = getattr(data, "cpu_backup_tensor", None) is not None
-            if flag:
-                return True
-        return False
-
-    def wake_up(self):
-        if self._wake is not None:
-            self._wake()
-        else:
-            self.allocator.wake_up(tags=["weights"])
 
 
 def colocation(colocated, rank):

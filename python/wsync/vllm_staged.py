@@ -233,11 +233,12 @@ class StagedWatch:
                     return latest
                 if latest is not None and latest.outcome not in (None, "committed") and (
                         sync_id or latest.at >= since or now - since >= STALE_OUTCOME_S):
+                    if latest.outcome != "rolled_back":
+                        raise errors.FailedPrecondition(f"{self.membership}: {self.unsafe}")
                     raise errors.Aborted(
                         f"{self.membership}: version {latest.version} was not committed here "
-                        f"({latest.outcome}: {latest.error}); the live weights stay whole "
-                        f"on version {self.served}" if latest.outcome == "rolled_back" else
-                        f"{self.membership}: {self.unsafe}")
+                        f"(rolled back: {latest.error}); the live weights stay whole on "
+                        f"version {self.served}")
                 if now >= end:
                     raise errors.DeadlineExceeded(
                         f"{self.membership}: no staged version {version} after the commit "

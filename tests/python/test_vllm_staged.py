@@ -93,6 +93,10 @@ def test_generation_goes_on_while_staging_and_the_commit_runs_between_steps(
         after = [st for st in eng.steps if st[0] > call[2]]
         assert after and all(versions[st[2]] == version for st in after)
         assert s.live_digests() == want
+        staging = [st for st in eng.steps if t_start < st[0] and st[1] < call[1]]
+        print(f"version {version}: {len(staging)} steps ran from start_weight_update to the "
+              f"commit call; commit pauses {[round(c['pause_s'] * 1e3, 2) for c in commits]} ms,"
+              f" the utility call {round((call[2] - call[1]) * 1e3, 2)} ms")
         for i in range(2):
             st = s.receiver(i).status()
             assert (st["weight_version"], st["serving_version"], st["staged_version"],

@@ -417,6 +417,7 @@ class StagedCommits:
             if s is None:  # already served (a repeated call)
                 self.weight_version = self._received = self._staged.served
                 return self.weight_version
+            self._awake()
             self._quiesce()
             admitted = time.monotonic()
             w.admit()
@@ -442,6 +443,18 @@ class StagedCommits:
                         group=self.group, rank=self.rank)
             raise errors.FailedPrecondition(f"{self.membership}: {self._staged.unsafe}",
                                             group=self.group, rank=self.rank)
+
+    def _awake(self):
+        """The commit writes the live weights: wake them if vLLM's sleep mode
+        put them to sleep (writing unmapped memory crashes the process, and a
+        later wake would restore the old contents over the commit); refuse if
+        they stay asleep or moved."""
+        self._wake()
+        moved = self.moved()
+        if moved:
+            raise errors.FailedPrecondition(
+                f"{self.membership}: parameters {moved[:5]} moved since registration: "
+                "refusing to commit into memory the worker no longer holds")
 
     def _quiesce(self):
         """No kernel of the last forward still reads the weights when the

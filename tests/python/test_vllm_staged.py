@@ -223,3 +223,33 @@ def test_an_unsafe_rank_keeps_generation_paused_until_its_next_commit(cluster, s
     while len(loop.steps) <= n and time.monotonic() < end:
         time.sleep(0.01)
     assert len(loop.steps) > n, "generation did not resume"
+
+
+def test_a_commit_wakes_asleep_weights_first(cluster, engine_mod, staged):  # noqa: F811
+    """vLLM slept (sleep mode: the weights offloaded and unmapped) while the
+    next version staged: the commit wakes them before it writes, so the
+    commit lands in mapped memory and no later wake restores the old
+    contents over it."""
+    import vllm_engine_standins as standins
+    s = StagedSetup(cluster, tp=2, route="extension", sleep=True)
+    staged.append(s)
+    loop, alloc = s.engines[0], standins.CuMemAllocator.get_instance()
+    eng = StagedEngine(loop.collective_rpc, pause=loop.pause_generation,
+                       resume=loop.resume_generation)
+    handle = s.client.sync(1)
+    s.wait_decided(handle)
+    assert eng.commit(1, sync_id=handle.sync_id) == 1
+    handle.wait(timeout=TIMEOUT, show_progress=False)
+    loop.pause_generation()  # vLLM's sleep: the scheduler pauses, then the weights sleep
+    alloc.sleep(offload_tags=("weights",))
+    s.step(0.5, 2.0)
+    handle = s.client.sync(2)  # stages into the shadows while the weights sleep
+    s.wait_decided(handle)
+    assert eng.commit(2, sync_id=handle.sync_id) == 2
+    handle.wait(timeout=TIMEOUT, show_progress=False)
+    assert ("wake_up", ["weights"]) in alloc.calls
+    want = s.version_digests()
+    assert s.live_digests() == want
+    alloc.wake_up()  # vLLM's wake_up at resume: nothing is asleep any more
+    assert s.live_digests() == want
+    assert eng.resume() == 2

@@ -138,6 +138,9 @@ class ExtWorker:
         self.vllm_config.parallel_config.data_parallel_rank = d
         self.device = torch.device("cpu")
 
+    def wake_up(self, tags=None):  # vLLM's Worker.wake_up: the process's CuMemAllocator
+        standins.CuMemAllocator.get_instance().wake_up(tags)
+
 
 def ext_worker_class():
     from wsync.vllm_extension import WsyncWorkerExtension
@@ -150,7 +153,7 @@ class StagedSetup:
     processes; the transfer defined staged (host shadows) with `rollout`."""
 
     def __init__(self, cluster, *, tp=2, dp=1, sidecars=0, route="engine", rollout=None,
-                 init=None, seed=0):
+                 init=None, seed=0, sleep=False):
         self.cluster, self.cfg, self.tp, self.route = cluster, TINY, tp, route
         self.replicas = dp + sidecars
         self.full = full_tensors(hf_shapes(self.cfg), seed=seed)
@@ -163,6 +166,9 @@ class StagedSetup:
             models, ranks = [], []
             for rec in tiny_ranks(RECORDER.llama, self.cfg, tp, False):
                 model = build_model(rec, fill=loaded_before)
+                if sleep:  # vLLM's sleep mode: the weights live in its CuMemAllocator
+                    standins.CuMemAllocator.get_instance().track(
+                        [p.data for p in model.parameters()])
                 models.append(model)
                 ranks.append(self._rank(model, tp, self.replicas, d, info))
             self.models += models

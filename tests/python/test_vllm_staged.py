@@ -9,11 +9,13 @@ every weight of every rank all the time.
     whole version (the digest of every rank's weights per step equals V-1's
     or V's, never a mix); (b) the commit runs only between steps, inside the
     utility call; (d) with two TP ranks the engine steps again only once both
-    committed; (c) a rolled-back version leaves the engine whole on V-1 and
-    the events say so; (e) per replica the version the vLLM side serves
+    committed; (c) a rolled-back version (a receiver replica killed after
+    this rank staged, or the sender killed before anything staged) leaves the
+    engine whole on V-1 and the events say so; (e) per replica the version the vLLM side serves
     equals the controller's, through rolling waves; a rank whose worker died
     between STAGED and its outcome is unsafe, and the engine refuses to resume
-    generation until its next COMMITTED."""
+    generation until its next COMMITTED; a commit after vLLM slept wakes the
+    weights first."""
 import threading
 import time
 
@@ -253,3 +255,35 @@ def test_a_commit_wakes_asleep_weights_first(cluster, engine_mod, staged):  # no
     alloc.wake_up()  # vLLM's wake_up at resume: nothing is asleep any more
     assert s.live_digests() == want
     assert eng.resume() == 2
+
+
+def test_a_sender_killed_mid_sync_rolls_back_before_anything_staged(
+        cluster, engine_mod, staged):  # noqa: F811
+    s = StagedSetup(cluster, tp=1, route="engine")
+    staged.append(s)
+    eng, rx = s.engines[0], s.receiver(0)
+    sub = rx.events()
+    eng.collective_rpc("start_weight_update")
+    handle = s.client.sync(1)
+    s.wait_decided(handle)
+    eng.collective_rpc("update_weights", kwargs={"update_info": {"version": 1}})
+    eng.collective_rpc("finish_weight_update")
+    handle.wait(timeout=TIMEOUT, show_progress=False)
+    v1 = s.live_digests()
+    s.step(-1.0, 0.5)
+    trainer = s.cluster.workers["trainer:0:1"].proc
+    freeze(trainer)  # the sender cannot send: nothing stages
+    t0 = time.monotonic()
+    handle = s.client.sync(2)
+    time.sleep(0.3)
+    trainer.kill()
+    rolled = next_event(sub, "rolled_back", 2)
+    assert rolled["serving_version"] == 1 and rolled["error"], rolled
+    with pytest.raises(errors.WsyncError):
+        handle.wait(timeout=TIMEOUT, show_progress=False)
+    eng.collective_rpc("start_weight_update")
+    with pytest.raises(errors.Aborted, match=r"version 2 .*whole on version 1"):
+        eng.collective_rpc("update_weights", kwargs={"update_info": {"version": 2}})
+    assert rx.status()["unsafe"] is None and rx.status()["serving_version"] == 1
+    steps = [x for x in eng.steps if x[0] > t0]
+    assert steps and all(x[2] == v1 for x in steps), "the engine left version 1"

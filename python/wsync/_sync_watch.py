@@ -43,6 +43,8 @@ class SyncWatch:
                 self._in_window.add(sid)
                 self._open_syncs.add(sid)
             return
+        if e["kind"] != "finished":
+            return  # a staged sync's steps (staged, commit, ...): its end is "finished"
         self._open_syncs.discard(sid)
         inside = sid in self._in_window
         if e["ok"]:

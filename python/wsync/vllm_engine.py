@@ -67,6 +67,11 @@ class WsyncInitInfo:
     parameter names / patterns not transferred. ``hf_config``: cross-checks
     counts. ``worker``: extra wsync.embedded.Worker options (metrics_port,
     round_timeout, data_address, node).
+    ``staged``: the trainer defines the transfer staged (docs/vllm.md,
+    "Staged updates in vLLM"): vLLM keeps generating while the version streams
+    into the shadow (no /pause); ``update_weights`` is the commit (it runs
+    between engine steps on every rank), ``status()`` tells the staged
+    version and whether the rank is unsafe.
     ``colocated``: trainer ranks share this server's GPUs, e.g.
     ``{"group": "trainer", "size": 8, "socket": "/run/wsync/colo-{rank}.sock"}``:
     each rank's worker also takes the trainer rank on its GPU (by default the
@@ -87,14 +92,17 @@ class WsyncInitInfo:
     hf_config: dict = None
     worker: dict = dataclasses.field(default_factory=dict)
     colocated: dict = None
+    staged: bool = False
 
 
 @dataclasses.dataclass
 class WsyncUpdateInfo:
     """``update_info`` of ``/update_weights``: the wsync ``version`` the trainer
-    syncs (``wsync.Client.sync(version)``), and an optional wait ``timeout``."""
+    syncs (``wsync.Client.sync(version)``), an optional wait ``timeout``, and
+    (staged) the ``sync_id`` of the trainer's handle to commit."""
     version: int
     timeout: float = None
+    sync_id: str = ""
 
     def __post_init__(self):
         if isinstance(self.version, bool) or not isinstance(self.version, int) or \
@@ -176,7 +184,8 @@ class WsyncWeightTransferEngine(_base()):
                           skip=tuple(info.skip), device=device,
                           sleep=CuMemSleep.of_vllm(),  # None without vLLM's cumem allocator
                           postprocess=info.postprocess, timeout=info.timeout,
-                          retries=info.retries, hold_outside_window=info.hold_outside_window)
+                          retries=info.retries, hold_outside_window=info.hold_outside_window,
+                          staged=info.staged)
         self.receiver = rx.start(controller, colocated=info.colocated, **info.worker)
 
     def _rx(self):
@@ -195,7 +204,10 @@ class WsyncWeightTransferEngine(_base()):
         failed, the weights stay reported mixed until a later sync succeeds."""
         rx = self._rx()
         try:
-            rx.receive(update_info.version, update_info.timeout)
+            if rx.staged:
+                rx.commit(update_info.version, update_info.timeout, update_info.sync_id)
+            else:
+                rx.receive(update_info.version, update_info.timeout)
         except errors.WsyncError:
             rx.abort()  # vLLM's worker leaves the update too (gpu_worker.update_weights)
             raise

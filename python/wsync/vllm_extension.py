@@ -43,11 +43,13 @@ class WsyncWorkerExtension:
 
     def wsync_start(self, controller, group="inference", *, timeout=300.0, retries=0,
                     postprocess="auto", experts="separate", skip=(), hf_config=None,
-                    worker=None, hold_outside_window=True, colocated=None):
+                    worker=None, hold_outside_window=True, colocated=None, staged=False):
         """Starts this rank's embedded worker for the live model and registers
         every parameter. Returns {membership, spec}: spec is this rank's
         destination part (TransferSpec bytes) for wsync.vllm_live.merge.
-        `colocated`: as WsyncInitInfo.colocated (wsync.vllm_engine)."""
+        `colocated`: as WsyncInitInfo.colocated (wsync.vllm_engine).
+        `staged`: staged syncs, committed by ``wsync_commit`` (docs/vllm.md,
+        "Staged updates in vLLM")."""
         if self._wsync_receiver is not None:
             raise errors.FailedPrecondition(
                 f"wsync already runs on this worker ({self._wsync_receiver.membership})")
@@ -61,7 +63,7 @@ class WsyncWorkerExtension:
                           group=group, hf_config=hf_config, experts=experts, skip=tuple(skip),
                           device=index, sleep=self._wsync_sleep(), postprocess=postprocess,
                           timeout=timeout, retries=retries,
-                          hold_outside_window=hold_outside_window)
+                          hold_outside_window=hold_outside_window, staged=staged)
         self._wsync_receiver = rx.start(controller, colocated=colocated, **(worker or {}))
         return {"membership": rx.membership, "spec": rx.live.spec.SerializeToString()}
 
@@ -88,6 +90,29 @@ class WsyncWorkerExtension:
         except errors.WsyncError:
             rx.abort()
             raise
+
+    def wsync_commit(self, version, timeout=None, sync_id=""):
+        """Staged receivers: commits the staged `version` into the live
+        weights (vLLM runs this collective_rpc between two engine steps on
+        every rank) and post-processes; `sync_id`: the trainer's
+        handle.sync_id (Receiver.commit). Never raises for the sync's outcome,
+        so that wsync.vllm_staged.StagedEngine sees every rank: returns
+        {membership, ok, serving_version, unsafe, error, pause_s}."""
+        rx = self._wsync_rx()
+        try:
+            rx.commit(int(version), timeout, sync_id)
+            ok, error = True, ""
+        except errors.WsyncError as e:
+            ok, error = False, str(e)
+        st = rx.status()
+        return {"membership": rx.membership, "ok": ok, "serving_version": st.get("serving_version"),
+                "unsafe": st.get("unsafe"), "error": error,
+                "pause_s": (st.get("last_commit") or {}).get("pause_s")}
+
+    def wsync_restart(self):
+        """Replaces this rank's stopped embedded worker (Receiver.restart)."""
+        self._wsync_rx().restart()
+        return self._wsync_receiver.membership
 
     def wsync_status(self):
         return None if self._wsync_receiver is None else self._wsync_receiver.status()

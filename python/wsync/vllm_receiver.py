@@ -37,6 +37,11 @@ Contracts:
   (``postprocess``: "auto" = modules whose quant_method is not vLLM's Unquantized*
   method; "never"; "always"). It must work in place: a post-processing step that moved
   a registered parameter's storage is an error naming the parameters.
+* Staged (``staged=True``, wsync.vllm_staged): the worker holds syncs off except
+  inside ``commit`` (which ``receive`` is): the version stages into the shadow while
+  vLLM generates, the commit and post-processing run inside one call between engine
+  steps; ``status()`` tells the served and the staged version and whether the rank
+  is unsafe (docs/vllm.md, "Staged updates in vLLM").
 """
 import threading
 import time
@@ -44,6 +49,8 @@ import time
 from wsync import embedded, errors, vllm_live
 from wsync._sync_watch import SyncWatch
 from wsync.errors import _parse_member
+from wsync._vllm_sleep import CuMemSleep  # noqa: F401 - part of this module's API
+from wsync.vllm_staged import StagedCommits
 
 POSTPROCESS = ("auto", "never", "always")
 
@@ -69,17 +76,21 @@ def _ranks_from_model(model):
     return tp_rank, tp_size, ep_rank, ep_size
 
 
-class Receiver:
+class Receiver(StagedCommits):
     """The receiving side of one vLLM rank (see the module docstring).
 
     ``sleep``: None (no sleep mode) or an object with ``asleep()`` -> bool and
     ``wake_up()``. ``timeout``: seconds ``receive`` waits for a version.
-    ``retries``: failed attempts at a version ``receive`` waits through."""
+    ``retries``: failed attempts at a version ``receive`` waits through.
+    ``staged``: the trainer defines the transfer staged (docs/vllm.md,
+    "Staged updates in vLLM"): the worker holds syncs off except inside
+    ``commit`` (= ``receive``), so vLLM keeps generating while the version
+    streams into the shadow; wsync.vllm_staged.StagedCommits."""
 
     def __init__(self, model, *, tp_rank, tp_size, ep_rank=0, ep_size=1, dp_rank=0, dp_size=1,
                  group="inference", hf_config=None, experts="separate", skip=(), device=None,
                  sleep=None, postprocess="auto", timeout=300.0, retries=0,
-                 hold_outside_window=True):
+                 hold_outside_window=True, staged=False):
         if postprocess not in POSTPROCESS:
             raise errors.InvalidArgument(f"postprocess {postprocess!r}: expected one of "
                                          f"{', '.join(POSTPROCESS)}")
@@ -92,7 +103,9 @@ class Receiver:
         self.model, self.device, self.sleep = model, device, sleep
         self.group, self.postprocess = group, postprocess
         self.timeout, self.retries = float(timeout), int(retries)
-        self.hold_outside_window = bool(hold_outside_window)
+        self.staged = bool(staged)
+        self.hold_outside_window = bool(hold_outside_window) or self.staged
+        self._commit_lock = threading.Lock()
         self.tp_rank, self.tp_size = tp_rank, tp_size
         self.dp_rank = dp_rank
         self.rank, self.size = dp_rank * tp_size + tp_rank, dp_size * tp_size
@@ -124,6 +137,7 @@ class Receiver:
         if self.worker is not None:
             raise errors.FailedPrecondition(f"{self.membership}: the embedded worker is "
                                             "already running")
+        self._start_args = (colocated, dict(worker_options))
         extra_groups, socket = colocation(colocated, self.rank)
         if socket is not None:
             worker_options = dict(worker_options, local_socket=socket)
@@ -136,7 +150,10 @@ class Receiver:
             self.worker.stop()
             self.worker = None
             raise
-        self._watch = SyncWatch(self.worker, self._outside)
+        if self.staged:
+            self._staged_start()
+        else:
+            self._watch = SyncWatch(self.worker, self._outside)
         self._hold()
         self._report("serving")  # the weights vLLM loaded: version 0 until a sync
         return self
@@ -146,9 +163,11 @@ class Receiver:
         the weights (vLLM may be generating from them, or they may be asleep:
         writing asleep weights crashes vLLM)."""
         if self.hold_outside_window:
-            self.worker.hold(f"{self.membership} is not in a weight update (vLLM serves "
-                             "from these weights); call start_weight_update on every rank "
-                             "before the trainer syncs")
+            self.worker.hold(
+                f"{self.membership} serves from these weights (vLLM generates): the commit "
+                "waits for update_weights / wsync_commit" if self.staged else
+                f"{self.membership} is not in a weight update (vLLM serves from these "
+                "weights); call start_weight_update on every rank before the trainer syncs")
 
     def _report(self, state):
         """Tells the controller (through the worker) which version this rank
@@ -165,6 +184,8 @@ class Receiver:
         if self._watch is not None:
             self._watch.stop()
             self._watch = None
+        if self._staged is not None:
+            self._staged.stop()
         if self.worker is not None:
             self.worker.stop()
 
@@ -185,6 +206,8 @@ class Receiver:
                 raise errors.FailedPrecondition(
                     f"{self.membership}: a weight update is already open (received "
                     f"{self._received}); finish it first")
+            if self.staged:
+                return self._staged_begin()
             self._woke = self._wake()
             moved = self.moved()
             if moved:
@@ -238,6 +261,8 @@ class Receiver:
             raise errors.FailedPrecondition(
                 f"{self.membership}: receive({version}) without begin(): pause generation "
                 "and start the weight update first")
+        if self.staged:
+            return self.commit(version, timeout)
         timeout = self.timeout if timeout is None else float(timeout)
         end = time.monotonic() + timeout
         if self._mixed is None and self._done_at_begin >= version:
@@ -313,6 +338,8 @@ class Receiver:
         with self._lock:
             if not self._window:
                 raise errors.FailedPrecondition(f"{self.membership}: finish without begin")
+            if self.staged:
+                return self._staged_finish(w)
             if self._mixed is not None:
                 raise errors.FailedPrecondition(
                     f"{self.membership}: refusing to finish the update: {self._mixed_text()}; "
@@ -331,7 +358,9 @@ class Receiver:
     def abort(self):
         """Closes the window without recording a version (a failed update)."""
         with self._lock:
-            if self._window:
+            if self._window and self.staged:
+                self._window = False  # held all along: nothing to undo
+            elif self._window:
                 self._close(self.worker)
                 self._report("failed" if self._mixed is not None else "paused")
 
@@ -383,10 +412,11 @@ class Receiver:
         if self._mixed is not None:
             v, g, r, e = self._mixed
             mixed = {"version": v, "failed_group": g, "failed_rank": r, "error": e}
-        return {"membership": self.membership, "weight_version": self.weight_version,
-                "window_open": self._window, "received": self._received, "mixed": mixed,
-                "outside_window": list(self.outside_window),
-                "worker": self.worker.status() if self.worker is not None else None}
+        out = {"membership": self.membership, "weight_version": self.weight_version,
+               "window_open": self._window, "received": self._received, "mixed": mixed,
+               "outside_window": list(self.outside_window), "staged": False,
+               "worker": self.worker.status() if self.worker is not None else None}
+        return dict(out, **self._staged_status()) if self.staged else out
 
 
 def receiver_for(model, *, parallel_config=None, dp_rank=None, **options):
@@ -409,45 +439,6 @@ def receiver_for(model, *, parallel_config=None, dp_rank=None, **options):
             dp_rank = int(getattr(parallel_config, "data_parallel_rank", 0) or 0)
     return Receiver(model, tp_rank=tp_rank, tp_size=tp_size, ep_rank=ep_rank, ep_size=ep_size,
                     dp_rank=dp_rank or 0, dp_size=dp_size, **options)
-
-
-class CuMemSleep:
-    """vLLM's sleep mode, seen through its CuMemAllocator: the weights are
-    asleep when an allocation tagged "weights" is (``is_asleep``, or, in
-    versions without it, holds a CPU backup). ``wake_up`` maps them back at the
-    same addresses (so registered pointers stay valid). ``wake`` overrides how
-    (the vLLM Worker's own ``wake_up(tags=["weights"])`` on the extension route)."""
-
-    def __init__(self, allocator, wake=None):
-        self.allocator = allocator
-        self._wake = wake
-
-    @classmethod
-    def of_vllm(cls, wake=None):
-        """The process's CuMemAllocator if vLLM made one (sleep mode on), else None."""
-        try:
-            from vllm.device_allocator.cumem import CuMemAllocator
-        except ImportError:
-            return None
-        inst = getattr(CuMemAllocator, "instance", None)
-        return None if inst is None else cls(inst, wake)
-
-    def asleep(self):
-        for data in list(getattr(self.allocator, "pointer_to_data", {}).values()):
-            if getattr(data, "tag", None) != "weights":
-                continue
-            flag = getattr(data, "is_asleep", None)
-            if flag is None:
-                flag = getattr(data, "cpu_backup_tensor", None) is not None
-            if flag:
-                return True
-        return False
-
-    def wake_up(self):
-        if self._wake is not None:
-            self._wake()
-        else:
-            self.allocator.wake_up(tags=["weights"])
 
 
 def colocation(colocated, rank):

@@ -106,11 +106,13 @@ void WorkerAgent::FinishStaged(const v1::SyncAssignment& a, const std::string& l
     // be written now) past the deadline: the live tensors stay untouched on
     // the old version and the controller lists it uncommitted.
     gate_.Finished(a.sync_id(), /*committed=*/false);
+    // A worker stopped while held says so: its end is not the owner's hold.
+    const bool stopping = held.empty() || stop_.load();
     d = StagedGate::Decision{
-        false, held.empty() ? std::string("the worker is stopping")
-                            : absl::StrCat("its owner held syncs off (", held,
-                                           ") until the sync's deadline; it must sync version ",
-                                           a.version(), " again")};
+        false, stopping ? std::string("the worker is stopping")
+                        : absl::StrCat("its owner held syncs off (", held,
+                                       ") until the sync's deadline; it must sync version ",
+                                       a.version(), " again")};
   }
   // After a restart the decision came through a new lease: report there.
   auto report = [&](v1::ReportResultRequest done) {

@@ -32,7 +32,10 @@
 #include "tools/demo/gpu_owner.h"
 #include "tools/demo/layout_data.h"
 #include "tools/demo/owner.h"
+#include "tools/demo/placement.h"
 #include "tools/demo/sync_steps.h"
+
+using wsync::demo::VersionFigures;
 
 ABSL_FLAG(std::string, model, "tiny-llama", "Catalog model (see `wsyncctl catalog`).");
 ABSL_FLAG(std::string, source, "fsdp:4", "Trainer layout: fsdp:N, hsdp:RxN, megatron:tpA,ppB,dpC.");
@@ -45,9 +48,9 @@ ABSL_FLAG(std::string, worker_bin, "", "wsync-worker binary (default: build tree
 ABSL_FLAG(absl::Duration, sync_deadline, absl::Seconds(60), "Deadline of each sync.");
 ABSL_FLAG(int32_t, gpus, 0,
           "0: tensors in host shared memory, moved over Gloo. N > 0: every worker runs the GPU "
-          "data plane (--device) on its own GPU (trainer rank r on GPU r; inference rank r on "
-          "GPU trainers + r, or with trainer rank r when colocated; NCCL needs one GPU per "
-          "worker), owners register "
+          "data plane (--device) on its own GPU, its --placement slot (by default trainer rank "
+          "r on GPU r; inference rank r on GPU trainers + r, or with trainer rank r when "
+          "colocated; NCCL needs one GPU per worker), owners register "
           "device tensors by CUDA IPC, transfers run over NCCL. Needs a CUDA build.");
 ABSL_FLAG(bool, warm_up, true,
           "Warm the workers up when the transfer is defined and wait for it before the first "
@@ -91,9 +94,12 @@ class Demo {
   int Finish(int failures);
 
  private:
-  std::vector<std::string> DeviceFlags(int device) const {
-    return gpus_ > 0 ? std::vector<std::string>{absl::StrCat("--device=", device)}
-                     : std::vector<std::string>{};
+  // wsync-worker flags of worker `w`: its GPU and node.
+  std::vector<std::string> WorkerFlags(int w) const {
+    std::vector<std::string> flags;
+    if (gpus_ > 0) flags.push_back(absl::StrCat("--device=", placement_.slots[w]));
+    if (!placement_.nodes[w].empty()) flags.push_back(absl::StrCat("--node=", placement_.nodes[w]));
+    return flags;
   }
   absl::Status StartWorkers();
   absl::StatusOr<std::unique_ptr<wsync::demo::Owner>> MakeOwner(int side, int r);
@@ -110,6 +116,7 @@ class Demo {
   wsync::v1::TransferSpec spec_;
   std::optional<wsync::plan::CompiledSide> src_side_, dst_side_;
   int num_src_ = 0, num_dst_ = 0, gpus_ = 0;
+  wsync::demo::Placement placement_;
   std::vector<std::vector<wsync::demo::BufferSpec>> src_buffers_, dst_buffers_;
   std::string dir_;
   std::unique_ptr<wsync::demo::Cluster> cluster_;
@@ -155,6 +162,9 @@ absl::Status Demo::Prepare() {
     return Err(absl::StrFormat("%d workers need %d GPUs (one NCCL rank per GPU), --gpus is %d",
                                workers_needed, workers_needed, gpus_));
   }
+  auto placement = demo::PlaceWorkersFromFlags(workers_needed, gpus_, &spec_);
+  if (!placement.ok()) return Err(placement.status().ToString());
+  placement_ = *std::move(placement);
   src_buffers_ = demo::BuffersPerRank(*src_side_);
   dst_buffers_ = demo::BuffersPerRank(*dst_side_);
   return absl::OkStatus();
@@ -196,7 +206,7 @@ absl::Status Demo::StartWorkers() {
     if (co_.colocated && r < num_dst_) {
       groups.push_back(absl::StrCat("inference:", r, ":", num_dst_));
     }
-    auto w = cluster_->AddWorker(groups, DeviceFlags(r));
+    auto w = cluster_->AddWorker(groups, WorkerFlags(r));
     if (!w.ok()) return Err(absl::StrCat("worker: ", w.status().ToString()));
     src_worker_[r] = *w;
     if (co_.colocated && r < num_dst_) dst_worker_[r] = *w;
@@ -204,7 +214,7 @@ absl::Status Demo::StartWorkers() {
   if (co_.colocated) return absl::OkStatus();
   for (int r = 0; r < num_dst_; ++r) {
     auto w = cluster_->AddWorker({absl::StrCat("inference:", r, ":", num_dst_)},
-                                 DeviceFlags(num_src_ + r));
+                                 WorkerFlags(num_src_ + r));
     if (!w.ok()) return Err(absl::StrCat("worker: ", w.status().ToString()));
     dst_worker_[r] = *w;
   }
@@ -218,8 +228,8 @@ absl::StatusOr<std::unique_ptr<wsync::demo::Owner>> Demo::MakeOwner(int side, in
   const std::string& socket = cluster_->worker(side == 0 ? src_worker_[r] : dst_worker_[r]).socket;
   const auto& buffers = side == 0 ? src_buffers_[r] : dst_buffers_[r];
   if (gpus_ > 0) {
-    const int device = side == 0 || co_.colocated ? r : num_src_ + r;
-    return wsync::demo::CreateGpuOwner(socket, group, buffers, device);
+    const int worker = side == 0 || co_.colocated ? r : num_src_ + r;
+    return wsync::demo::CreateGpuOwner(socket, group, buffers, placement_.slots[worker]);
   }
   auto shm = wsync::demo::OwnerRank::Create(
       socket, group, buffers, absl::StrCat("/wsync-demo-", getpid(), "-", group, "-", r));
@@ -363,17 +373,14 @@ absl::Status Demo::VerifyVersion(int v, const wsync::v1::SyncResponse& sresp,
     wrong += res->wrong_elements;
     if (first.empty()) first = res->first_error;
   }
-  const double verify_s = absl::ToDoubleSeconds(absl::Now() - t_verify);
-  std::printf(
-      "v%d %s: %.3f MiB in %.2f ms (%.1f MiB/s) | plan %.2f ms (cache %s), dispatch %.2f ms, "
-      "transport setup %.2f ms, execute %.2f ms, controller elapsed %.2f ms, direct-write "
-      "pairs %d | fill %.1f ms, verify %.1f ms: %lld bytes checked, %lld wrong\n",
-      v, sresp.sync_id().c_str(), st.bytes_total() / 1048576.0, wall * 1e3,
-      st.bytes_total() / 1048576.0 / wall, st.plan_seconds() * 1e3,
-      sresp.plan_cache_hit() ? "hit" : "miss", st.dispatch_seconds() * 1e3,
-      st.max_setup_seconds() * 1e3, st.max_execute_seconds() * 1e3, st.elapsed_seconds() * 1e3,
-      st.direct_pairs(), fill_s * 1e3, verify_s * 1e3, static_cast<long long>(checked),
-      static_cast<long long>(wrong));
+  VersionFigures f;
+  f.version = v;
+  f.wall_s = wall;
+  f.fill_s = fill_s;
+  f.verify_s = absl::ToDoubleSeconds(absl::Now() - t_verify);
+  f.checked_bytes = checked;
+  f.wrong = wrong;
+  wsync::demo::PrintVersionLines(f, sresp, st);
   if (wrong != 0) return Err(absl::StrFormat("WRONG BYTES in v%d: %s", v, first));
   return absl::OkStatus();
 }

@@ -6,15 +6,15 @@
 #include <iostream>
 #include <memory>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/checked_math.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "controller/plan/compiled_layout.h"
 #include "controller/plan/plan_arena.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_join.h"
 #include "controller/plan/planner.h"
 #include "controller/plan/routes.h"
 #include "controller/plan/simulator.h"
@@ -166,20 +166,18 @@ absl::Status ApplyLinkFlags(const Args& args, v1::TransferSpec* spec) {
     double scale;
     void (v1::LinkModel::*set)(double);
   };
-  const Field fields[] = {
-      {"nvlink-gbps", 1e9, &v1::LinkModel::set_nvlink_bytes_per_second},
-      {"nic-gbps", 1e9, &v1::LinkModel::set_nic_bytes_per_second},
-      {"copy-gbps", 1e9, &v1::LinkModel::set_local_copy_bytes_per_second},
-      {"round-latency-us", 1e-6, &v1::LinkModel::set_round_latency_seconds}};
+  const Field fields[] = {{"nvlink-gbps", 1e9, &v1::LinkModel::set_nvlink_bytes_per_second},
+                          {"nic-gbps", 1e9, &v1::LinkModel::set_nic_bytes_per_second},
+                          {"copy-gbps", 1e9, &v1::LinkModel::set_local_copy_bytes_per_second},
+                          {"round-latency-us", 1e-6, &v1::LinkModel::set_round_latency_seconds}};
   for (const Field& f : fields) {
     if (!args.Has(f.flag)) continue;
     double v = 0;
     const bool latency = f.scale < 1;
-    if (!absl::SimpleAtod(args.Value(f.flag), &v) || !(latency ? v >= 0 : v > 0) ||
-        v > 1e12) {
+    if (!absl::SimpleAtod(args.Value(f.flag), &v) || !(latency ? v >= 0 : v > 0) || v > 1e12) {
       return absl::InvalidArgumentError(absl::StrCat("--", f.flag, " '", args.Value(f.flag),
-                                                     "': want a number ",
-                                                     latency ? ">= 0" : "> 0", " up to 1e12"));
+                                                     "': want a number ", latency ? ">= 0" : "> 0",
+                                                     " up to 1e12"));
     }
     (lm->*f.set)(v * f.scale);
   }
@@ -280,8 +278,8 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
       direct = SameNodeDirectPairs(*plan, *nodes);
       sim_options.nvlink_pairs = &direct;
     }
-    auto sim = plan::SimulatePlan(*plan, *nodes, plan::EffectiveLinkModel(spec->options()),
-                                  sim_options);
+    auto sim =
+        plan::SimulatePlan(*plan, *nodes, plan::EffectiveLinkModel(spec->options()), sim_options);
     if (!sim.ok()) return Fail(kExitFailed, sim.status());
     PrintSummary(*spec, *plan, &*sim, *nodes, *top);
     if (args->Has("sim-json")) PrintSimJson(*plan, *sim, sim_options.nvlink_pairs);

@@ -44,7 +44,7 @@ std::vector<WorkerPair> PeerWriteEligiblePairs(const v1::Plan& plan);
 
 // What the route stage knows of one worker of a sync.
 struct RouteEndpoint {
-  std::string domain;                  // RegisterWorkerRequest.direct_write_domain
+  std::string domain;  // RegisterWorkerRequest.direct_write_domain
   // RegisterWorkerRequest.node (its --node). Direct writes stay inside one
   // node: two "nodes" emulated on one host share a memory domain, but their
   // traffic must take the network path a real pair of nodes would.

@@ -163,7 +163,8 @@ absl::StatusOr<SimulationResult> SimulatePlan(const v1::Plan& plan, const Worker
   std::vector<Event> events;
   events.reserve(plan.buckets_size() * 2);
   for (const v1::Bucket& b : plan.buckets()) {
-    if (absl::Status s = AppendBucketEvents(b, nodes, num_rounds, options, &index, &events); !s.ok()) {
+    if (absl::Status s = AppendBucketEvents(b, nodes, num_rounds, options, &index, &events);
+        !s.ok()) {
       return s;
     }
   }

@@ -213,10 +213,11 @@ std::string SimPairs(const std::string& out) {
 // Link-rate flags feed the planner and the simulator; --nccl-net keeps only
 // the same-node pairs direct writes may take on NVLink.
 TEST(WsyncctlTest, LinkRateFlagsAndForcedNetworkSimulation) {
-  // gpus-per-node 2: trainers on node0, each replica on a node of its own.
+  // gpus-per-node 1: the trainer on node0, the inference rank on node1; one
+  // destination, so no relay: every byte crosses the NIC, whatever its rate.
   const std::string across =
-      "plan --model tiny-llama --source fsdp:2 --destination vllm-tp:2x2 --gpus-per-node 2 "
-      "--nvlink-gbps 100 --sim-json";
+      "plan --model tiny-llama --source fsdp:1 --destination vllm-tp:1 --gpus-per-node 1 "
+      "--nvlink-gbps 100 --round-latency-us 0 --sim-json";
   Result one = CtlStdout(across + " --nic-gbps 1");
   Result two = CtlStdout(across + " --nic-gbps 2");
   ASSERT_EQ(one.code, 0) << one.out;
@@ -248,8 +249,7 @@ TEST(WsyncctlTest, LinkRateFlagsAndForcedNetworkSimulation) {
   for (const char* bad : {"--copy-gbps 0", "--copy-gbps x", "--round-latency-us -1"}) {
     Result r = Ctl(absl::StrCat(one_node, " ", bad));
     EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
-    EXPECT_NE(r.out.find(std::string(bad).substr(0, std::string(bad).find(' '))),
-              std::string::npos)
+    EXPECT_NE(r.out.find(std::string(bad).substr(0, std::string(bad).find(' '))), std::string::npos)
         << r.out;
   }
 }

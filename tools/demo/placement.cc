@@ -41,9 +41,10 @@ absl::StatusOr<Placement> ParsePlacement(const std::string& placement, int slots
           absl::StrCat("--placement: slot ", slot, " given twice (one worker per slot)"));
     }
     if (gpus > 0 && slot >= gpus) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--placement: slot ", slot, " is not a GPU of --gpus ", gpus, " (NCCL needs one GPU "
-          "per worker)"));
+      return absl::InvalidArgumentError(absl::StrCat("--placement: slot ", slot,
+                                                     " is not a GPU of --gpus ", gpus,
+                                                     " (NCCL needs one GPU "
+                                                     "per worker)"));
     }
   }
   out.nodes.assign(num_workers, "");
@@ -73,9 +74,9 @@ absl::Status ApplyNodes(const Placement& placement, v1::TransferSpec* spec) {
 absl::Status ApplyLinkRates(double nvlink_gbps, double nic_gbps, double copy_gbps,
                             v1::TransferSpec* spec) {
   if (nvlink_gbps < 0 || nic_gbps < 0 || copy_gbps < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--nvlink_gbps, --nic_gbps and --copy_gbps must be >= 0, got ", nvlink_gbps, ", ",
-        nic_gbps, ", ", copy_gbps));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nvlink_gbps, --nic_gbps and --copy_gbps must be >= 0, got ", nvlink_gbps,
+                     ", ", nic_gbps, ", ", copy_gbps));
   }
   v1::LinkModel* lm = spec->mutable_options()->mutable_link_model();
   if (nvlink_gbps > 0) lm->set_nvlink_bytes_per_second(nvlink_gbps * 1e9);

@@ -49,8 +49,7 @@ absl::Status WriteSpecJson(const v1::TransferSpec& spec, const std::string& path
 // only): --placement and --slots_per_node parsed for `num_workers` workers,
 // the nodes and --nvlink_gbps / --nic_gbps / --copy_gbps applied to `spec`,
 // which is then written to --spec_out when given.
-absl::StatusOr<Placement> PlaceWorkersFromFlags(int num_workers, int gpus,
-                                                v1::TransferSpec* spec);
+absl::StatusOr<Placement> PlaceWorkersFromFlags(int num_workers, int gpus, v1::TransferSpec* spec);
 
 }  // namespace wsync::demo
 

@@ -21,8 +21,7 @@ ABSL_FLAG(std::string, spec_out, "",
 
 namespace wsync::demo {
 
-absl::StatusOr<Placement> PlaceWorkersFromFlags(int num_workers, int gpus,
-                                                v1::TransferSpec* spec) {
+absl::StatusOr<Placement> PlaceWorkersFromFlags(int num_workers, int gpus, v1::TransferSpec* spec) {
   ASSIGN_OR_RETURN(Placement placement,
                    ParsePlacement(absl::GetFlag(FLAGS_placement),
                                   absl::GetFlag(FLAGS_slots_per_node), num_workers, gpus));

@@ -97,10 +97,10 @@ void PrintVersionLines(const VersionFigures& f, const v1::SyncResponse& sresp,
       "transport setup %.2f ms, execute %.2f ms, controller elapsed %.2f ms, direct-write "
       "pairs %d | fill %.1f ms, verify %.1f ms: %lld bytes checked, %lld wrong\n",
       f.version, sresp.sync_id().c_str(), mib, f.wall_s * 1e3, mib / f.wall_s,
-      st.plan_seconds() * 1e3, sresp.plan_cache_hit() ? "hit" : "miss",
-      st.dispatch_seconds() * 1e3, st.max_setup_seconds() * 1e3, st.max_execute_seconds() * 1e3,
-      st.elapsed_seconds() * 1e3, st.direct_pairs(), f.fill_s * 1e3, f.verify_s * 1e3,
-      static_cast<long long>(f.checked_bytes), static_cast<long long>(f.wrong));
+      st.plan_seconds() * 1e3, sresp.plan_cache_hit() ? "hit" : "miss", st.dispatch_seconds() * 1e3,
+      st.max_setup_seconds() * 1e3, st.max_execute_seconds() * 1e3, st.elapsed_seconds() * 1e3,
+      st.direct_pairs(), f.fill_s * 1e3, f.verify_s * 1e3, static_cast<long long>(f.checked_bytes),
+      static_cast<long long>(f.wrong));
   std::printf(
       "RESULT {\"bench\":\"wsync_demo\",\"version\":%d,\"bytes\":%lld,\"wall_s\":%.6f,"
       "\"execute_s\":%.6f,\"elapsed_s\":%.6f,\"setup_s\":%.6f,\"direct_pairs\":%d,"

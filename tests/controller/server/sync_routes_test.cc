@@ -21,6 +21,7 @@ using routes_testing::Host;
 using routes_testing::Routes;
 using routes_testing::ShmBuffer;
 using routes_testing::SyncRoutesTest;
+using routes_testing::WorkerSpec;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
@@ -126,7 +127,8 @@ TEST_F(SyncRoutesTest, OnlyPairsOfOneNonEmptyDomainWriteDirectly) {
 // Two "nodes" emulated on one host: one memory domain, but src/0 and dst/0
 // on n0, src/1 on n1. Only the pair inside n0 writes directly.
 TEST_F(SyncRoutesTest, DirectWritesStayInsideANodeEvenWithOneDomain) {
-  WorkerSpec src0 = Host("src", 0, 2, 16, "shm:one-host"), src1 = Host("src", 1, 2, 16, src0.domain);
+  WorkerSpec src0 = Host("src", 0, 2, 16, "shm:one-host"),
+             src1 = Host("src", 1, 2, 16, src0.domain);
   WorkerSpec dst0 = Host("dst", 0, 1, 32, src0.domain);
   src0.node = dst0.node = "n0";
   src1.node = "n1";

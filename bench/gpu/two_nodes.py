@@ -7,8 +7,8 @@
 
 rates: the NIC rate is NCCL send/recv between the two nodes at 256 MiB (the
 planner's default bucket size; 16 MiB and 1 GiB are kept too); the NVLink rate
-is the direct writes' (wsync_bench_ipc_put's fastest peer-only case, bytes /
-median time), or NCCL send/recv over NVLink at 256 MiB when that bench did not
+is the direct writes' (wsync_bench_ipc_put's fastest peer-only push case,
+bytes / median time), or NCCL send/recv over NVLink at 256 MiB when that bench did not
 run; the copy rate is the slowest GPU's cudaMemcpy device-to-device.
 
 compare: "measured" is the median over versions >= 2 of the slowest worker's
@@ -68,8 +68,9 @@ def cmd_rates(a):
                             and not k.startswith("sendrecv")}}
     best = None
     for j in results(a.ipc) if a.ipc else []:
+        # wsync's direct writes push (the writer's copy engines or kernel).
         if j.get("bench") == "ipc_put" and j.get("local_bytes") == 0 and j.get("peer_bytes", 0) > 0 \
-                and j.get("median_s", 0) > 0:
+                and j.get("median_s", 0) > 0 and j.get("case", "").startswith("push"):
             gbps = j["peer_bytes"] / j["median_s"] / 1e9
             if best is None or gbps > best[0]:
                 best = (gbps, j["case"])
@@ -86,7 +87,8 @@ def cmd_rates(a):
 
 
 def cmd_compare(a):
-    rates = json.load(open(a.rates))
+    with open(a.rates) as f:
+        rates = json.load(f)
     demo = [j for j in results(a.demo) if j.get("bench") == "wsync_demo"]
     sims = results(a.plan, prefix="SIM ")
     with open(a.demo, errors="replace") as f:

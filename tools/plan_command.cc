@@ -56,7 +56,8 @@ void PlanUsage(FILE* out) {
                "                    node too (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1): only the\n"
                "                    same-node pairs the plan lets write directly keep NVLink\n"
                "  --sim-json        also print one line 'SIM {...}' with the simulated makespan,\n"
-               "                    its bound and the pairs simulated on NVLink\n"
+               "                    its bound, the pairs simulated on NVLink and (--nccl-net)\n"
+               "                    the same-node pairs left on the transport\n"
                "\ncase flags:\n%s",
                CaseFlagsUsage().c_str());
 }
@@ -198,22 +199,47 @@ std::vector<plan::WorkerPair> SameNodeDirectPairs(const v1::Plan& plan,
   return out;
 }
 
-void PrintSimJson(const v1::Plan& plan, const plan::SimulationResult& sim,
-                  const std::vector<plan::WorkerPair>* nvlink_pairs) {
-  std::vector<std::string> pairs;
-  if (nvlink_pairs != nullptr) {
-    for (const plan::WorkerPair& p : *nvlink_pairs) {
-      pairs.push_back(absl::StrCat(p.first, "->", p.second));
+// "a->b,c->d" of sorted pairs.
+std::string PairList(const std::vector<plan::WorkerPair>& pairs) {
+  std::vector<std::string> out;
+  for (const plan::WorkerPair& p : pairs) out.push_back(absl::StrCat(p.first, "->", p.second));
+  return absl::StrJoin(out, ",");
+}
+
+// With --nccl-net: the same-node pairs with network buckets that direct
+// writes cannot take (they cross NCCL's sockets inside a node).
+std::vector<plan::WorkerPair> SameNodeTransportPairs(const v1::Plan& plan,
+                                                     const plan::WorkerNodes& nodes,
+                                                     const std::vector<plan::WorkerPair>& direct) {
+  std::vector<plan::WorkerPair> out;
+  for (const v1::Bucket& b : plan.buckets()) {
+    if (b.transport() != v1::TRANSPORT_NETWORK || b.sender() == b.receiver()) continue;
+    auto s = nodes.find(b.sender()), r = nodes.find(b.receiver());
+    if (s == nodes.end() || r == nodes.end() || s->second.empty() || s->second != r->second) {
+      continue;
     }
+    const plan::WorkerPair p(b.sender(), b.receiver());
+    if (!std::binary_search(direct.begin(), direct.end(), p)) out.push_back(p);
   }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+void PrintSimJson(const v1::Plan& plan, const plan::SimulationResult& sim,
+                  const plan::WorkerNodes& nodes,
+                  const std::vector<plan::WorkerPair>* nvlink_pairs) {
+  const std::string transport_pairs =
+      nvlink_pairs == nullptr ? "" : PairList(SameNodeTransportPairs(plan, nodes, *nvlink_pairs));
   std::printf(
       "SIM {\"makespan_s\":%.9g,\"bound_s\":%.9g,\"bound_worker\":%d,\"bound_link\":\"%s\","
       "\"rounds\":%d,\"network_bytes\":%lld,\"local_bytes\":%lld,\"nccl_net\":%s,"
-      "\"nvlink_pairs\":\"%s\"}\n",
+      "\"nvlink_pairs\":\"%s\",\"same_node_transport_pairs\":\"%s\"}\n",
       sim.makespan_seconds, sim.lower_bound_seconds, sim.bound_worker, sim.bound_link.c_str(),
       plan.num_rounds(), static_cast<long long>(plan.summary().network_bytes()),
       static_cast<long long>(plan.summary().local_bytes()),
-      nvlink_pairs != nullptr ? "true" : "false", absl::StrJoin(pairs, ",").c_str());
+      nvlink_pairs != nullptr ? "true" : "false",
+      nvlink_pairs == nullptr ? "" : PairList(*nvlink_pairs).c_str(), transport_pairs.c_str());
 }
 
 }  // namespace
@@ -282,7 +308,7 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
         plan::SimulatePlan(*plan, *nodes, plan::EffectiveLinkModel(spec->options()), sim_options);
     if (!sim.ok()) return Fail(kExitFailed, sim.status());
     PrintSummary(*spec, *plan, &*sim, *nodes, *top);
-    if (args->Has("sim-json")) PrintSimJson(*plan, *sim, sim_options.nvlink_pairs);
+    if (args->Has("sim-json")) PrintSimJson(*plan, *sim, *nodes, sim_options.nvlink_pairs);
     if (args->Has("rounds")) {
       std::printf("  rounds (simulated, including round latency):\n");
       for (const plan::RoundTiming& r : sim->rounds) {

@@ -116,7 +116,10 @@ def cmd_compare(a):
         row["bound_link"] = s["bound_link"]
         pairs = [p for p in s["nvlink_pairs"].split(",") if p]
         row["sim_nvlink_pairs"] = s["nvlink_pairs"]
+        row["same_node_transport_pairs"] = s.get("same_node_transport_pairs", "")
         notes = []
+        if row["same_node_transport_pairs"]:
+            notes.append(f"same-node pairs on NCCL sockets: {row['same_node_transport_pairs']}")
         if demo and len(pairs) != row["direct_pairs"]:
             notes.append(f"the run wrote {row['direct_pairs']} pairs directly, the simulator "
                          f"put {len(pairs)} on NVLink")

@@ -39,6 +39,8 @@ for case, r in rows.items():
     assert r["simulated_s"] > 0 and r["bound_s"] > 0 and r["ratio"] > 0, r
     assert r["sim_nvlink_pairs"] == want_pairs[case], (case, r["sim_nvlink_pairs"])
     assert r["direct_pairs"] == len(want_pairs[case].split(",")), r
+    # Every byte between two workers of one node goes by direct writes.
+    assert r["same_node_transport_pairs"] == "", r
     assert "pairs" not in r["note"], r
     assert (r["nvlink_gbps"], r["nic_gbps"], r["copy_gbps"]) == (2, 1, 5), r
     spec = json.load(open(f"{out}/spec_{case}.json"))

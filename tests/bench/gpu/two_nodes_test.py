@@ -117,6 +117,11 @@ class TwoNodesTest(unittest.TestCase):
                              "--rates", rates).stdout)
         self.assertIn("GAP > 10 %", row["note"])
         self.assertIn("wrote 1 pairs directly, the simulator put 2", row["note"])
+        left = self.write("left.txt", self.read(plan).replace(
+            '"nvlink_pairs":"0->1"}', '"nvlink_pairs":"0->1","same_node_transport_pairs":"1->0"}'))
+        row = json.loads(run("compare", "--case", "fanout", "--demo", demo, "--plan", left,
+                             "--rates", rates).stdout)
+        self.assertIn("same-node pairs on NCCL sockets: 1->0", row["note"])
         # A failed demo (no OK line) fails the comparison.
         bad = self.write("bad.log", self.read(demo).replace("OK: every", "FAILED"))
         p = run("compare", "--case", "fanout", "--demo", bad, "--plan", plan, "--rates", rates)

@@ -34,7 +34,7 @@
 # WSYNC_TWO_NODES_CASES (all three), WSYNC_NCCL_SOCKET_NTHREADS (8),
 # WSYNC_NCCL_NSOCKS_PERTHREAD (4), WSYNC_NCCL_SOCKET_IFNAME (NCCL's choice).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 host=${WSYNC_TWO_NODES_HOST:-0}
@@ -42,9 +42,9 @@ versions=${WSYNC_TWO_NODES_VERSIONS:-4}
 cases=${WSYNC_TWO_NODES_CASES:-fanout fanout_dp2 colocated4}
 rc=0
 net_env=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket
-  NCCL_SOCKET_NTHREADS=${WSYNC_NCCL_SOCKET_NTHREADS:-8}
-  NCCL_NSOCKS_PERTHREAD=${WSYNC_NCCL_NSOCKS_PERTHREAD:-4})
-[ -n "${WSYNC_NCCL_SOCKET_IFNAME:-}" ] && net_env+=(NCCL_SOCKET_IFNAME=$WSYNC_NCCL_SOCKET_IFNAME)
+  "NCCL_SOCKET_NTHREADS=${WSYNC_NCCL_SOCKET_NTHREADS:-8}"
+  "NCCL_NSOCKS_PERTHREAD=${WSYNC_NCCL_NSOCKS_PERTHREAD:-4}")
+[ -n "${WSYNC_NCCL_SOCKET_IFNAME:-}" ] && net_env+=("NCCL_SOCKET_IFNAME=$WSYNC_NCCL_SOCKET_IFNAME")
 
 if [ "$host" = 1 ]; then
   b=${WSYNC_BUILD_DIR:-build}
@@ -98,8 +98,8 @@ cat "$OUT/rates.json"
 # (b) Through the service, (c) the simulator on the same spec.
 for c in $cases; do
   case $c in
-    fanout) args=(--source fsdp:1 --destination vllm-tp:1x2 --placement 0,1,2) ;;
-    fanout_dp2) args=(--source fsdp:2 --destination vllm-tp:1x2 --placement 0,2,1,3) ;;
+    fanout) args=(--source fsdp:1 --destination vllm-tp:1x2 --placement "0,1,2") ;;
+    fanout_dp2) args=(--source fsdp:2 --destination vllm-tp:1x2 --placement "0,2,1,3") ;;
     colocated4) args=(--source fsdp:4 --destination vllm-tp:2x2 --colocated) ;;
     *) echo "run_two_nodes: unknown case '$c'" >&2; exit 2 ;;
   esac

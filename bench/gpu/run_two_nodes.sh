@@ -106,7 +106,7 @@ for c in $cases; do
   wd=/tmp/wsync-two-nodes-$c-$$
   echo "=== $c: wsync-demo --model $model ${args[*]}"
   env "${net_env[@]}" timeout 90 "$demo" --model "$model" "${args[@]}" --gpus $gpus \
-    --slots_per_node 2 --versions "$versions" --nvlink_gbps "$nv" --nic_gbps "$nic" \
+    --slots_per_node 2 --result_lines --versions "$versions" --nvlink_gbps "$nv" --nic_gbps "$nic" \
     --copy_gbps "$cp" --spec_out "$OUT/spec_$c.json" --work_dir "$wd" \
     --controller_bin "$controller" --worker_bin "$worker" >"$OUT/demo_$c.log" 2>&1 ||
     { rc=1; echo "FAILED: demo $c"; cp -r "$wd" "$OUT/" 2>/dev/null; }

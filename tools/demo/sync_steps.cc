@@ -101,6 +101,10 @@ void PrintVersionLines(const VersionFigures& f, const v1::SyncResponse& sresp,
       st.max_setup_seconds() * 1e3, st.max_execute_seconds() * 1e3, st.elapsed_seconds() * 1e3,
       st.direct_pairs(), f.fill_s * 1e3, f.verify_s * 1e3, static_cast<long long>(f.checked_bytes),
       static_cast<long long>(f.wrong));
+  if (!f.result_line) {
+    std::fflush(stdout);
+    return;
+  }
   std::printf(
       "RESULT {\"bench\":\"wsync_demo\",\"version\":%d,\"bytes\":%lld,\"wall_s\":%.6f,"
       "\"execute_s\":%.6f,\"elapsed_s\":%.6f,\"setup_s\":%.6f,\"direct_pairs\":%d,"

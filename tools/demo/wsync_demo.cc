@@ -53,6 +53,9 @@ ABSL_FLAG(int32_t, gpus, 0,
           "r on GPU r; inference rank r on GPU trainers + r, or with trainer rank r when "
           "colocated; NCCL needs one GPU per worker), owners register "
           "device tensors by CUDA IPC, transfers run over NCCL. Needs a CUDA build.");
+ABSL_FLAG(bool, result_lines, false,
+          "Also print each version's figures as one 'RESULT {...}' JSON line (for scripts, "
+          "e.g. bench/gpu/run_two_nodes.sh).");
 ABSL_FLAG(bool, warm_up, true,
           "Warm the workers up when the transfer is defined and wait for it before the first "
           "sync (docs/warm-up.md); false: DefineTransfer with no_warm_up.");
@@ -390,6 +393,7 @@ absl::Status Demo::VerifyVersion(int v, const wsync::v1::SyncResponse& sresp,
   f.verify_s = absl::ToDoubleSeconds(absl::Now() - t_verify);
   f.checked_bytes = checked;
   f.wrong = wrong;
+  f.result_line = absl::GetFlag(FLAGS_result_lines);
   wsync::demo::PrintVersionLines(f, sresp, st);
   if (wrong != 0) return Err(absl::StrFormat("WRONG BYTES in v%d: %s", v, first));
   return absl::OkStatus();

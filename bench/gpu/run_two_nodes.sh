@@ -117,8 +117,7 @@ for c in $cases; do
       { rc=1; echo "FAILED: wsyncctl plan $c"; }
     # The same plan with the NIC rate of concurrent flows (one host's sockets
     # are shared; the simulator gives every GPU a NIC of its own).
-    shared=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("nic_gbps_shared") or "")' \
-      "$OUT/rates.json")
+    shared=$(python3 bench/gpu/two_nodes.py shared --rates "$OUT/rates.json" --case "$c")
     if [ -n "$shared" ]; then
       timeout 30 "$ctl" plan "$OUT/spec_$c.json" --nccl-net --sim-json --nic-gbps "$shared" \
         >"$OUT/plan_${c}_shared.txt" 2>&1 || { rc=1; echo "FAILED: wsyncctl plan $c shared"; }

@@ -3,6 +3,7 @@
 
   two_nodes.py rates --net LOG --nvlink LOG [--ipc LOG]   -> rates.json on stdout
   two_nodes.py compare --case C --demo LOG --plan TXT --rates JSON  -> one JSON line
+  two_nodes.py shared --rates JSON --case C               -> C's shared NIC rate, or nothing
   two_nodes.py summary JSONL                               -> a table
 
 rates: the NIC rate is NCCL send/recv between the two nodes at 256 MiB (the
@@ -61,9 +62,12 @@ def cmd_rates(a):
            "onto NET/Socket", "nic_gbps_16MiB": net.get("sendrecv_16MiB"),
            "nic_gbps_1GiB": net.get("sendrecv_1GiB"),
            "nccl_nvlink_gbps_256MiB": nvl.get("sendrecv_256MiB"),
-           # Two flows at once (ranks 0->2, 1->3: GPU 0->1 and 2->3 over sockets),
-           # per GPU: what each GPU gets when the host's socket transport is shared.
-           "nic_gbps_shared": net.get("pairs_0to2_1to3_1GiB"),
+           # Per GPU when the host's socket transport carries several flows at
+           # once, as each case's cross-node traffic does: fanout_dp2 two flows
+           # (the "pairs" pattern), colocated4 each GPU to and from the other
+           # node's two (all-to-all is the nearest pattern).
+           "nic_gbps_shared": {"fanout_dp2": net.get("pairs_0to2_1to3_1GiB"),
+                               "colocated4": net.get("all_to_all_1GiB_per_gpu")},
            "nic_patterns": {k: v for k, v in net.items() if k.endswith("GiB") and "_" in k
                             and not k.startswith("sendrecv")}}
     best = None
@@ -161,6 +165,14 @@ def cmd_summary(a):
     return 0
 
 
+def cmd_shared(a):
+    with open(a.rates) as f:
+        rate = (json.load(f).get("nic_gbps_shared") or {}).get(a.case)
+    if rate:
+        print(rate)
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -172,10 +184,14 @@ def main():
     for f in ("--case", "--demo", "--plan", "--rates"):
         c.add_argument(f, required=True)
     c.add_argument("--shared-plan")
+    sh = sub.add_parser("shared")
+    sh.add_argument("--rates", required=True)
+    sh.add_argument("--case", required=True)
     s = sub.add_parser("summary")
     s.add_argument("jsonl", nargs="?")
     a = p.parse_args()
-    return {"rates": cmd_rates, "compare": cmd_compare, "summary": cmd_summary}[a.cmd](a)
+    return {"rates": cmd_rates, "compare": cmd_compare, "shared": cmd_shared,
+            "summary": cmd_summary}[a.cmd](a)
 
 
 if __name__ == "__main__":

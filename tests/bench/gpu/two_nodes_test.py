@@ -75,7 +75,11 @@ class TwoNodesTest(unittest.TestCase):
         self.assertEqual(r["nic_gbps"], 3.9)
         self.assertEqual(r["nic_gbps_16MiB"], 2.9)
         self.assertEqual(r["nic_gbps_1GiB"], 5.0)
-        self.assertEqual(r["nic_gbps_shared"], 2.2)
+        self.assertEqual(r["nic_gbps_shared"]["fanout_dp2"], 2.2)
+        self.assertIsNone(r["nic_gbps_shared"]["colocated4"])  # no all-to-all in this log
+        rates = self.write("rates.json", json.dumps(r))
+        self.assertEqual(run("shared", "--rates", rates, "--case", "fanout_dp2").stdout, "2.2\n")
+        self.assertEqual(run("shared", "--rates", rates, "--case", "colocated4").stdout, "")
         # The fastest push alone (pull is not how wsync writes; with a local copy is not alone).
         self.assertAlmostEqual(r["nvlink_gbps"], round(1207959552 / 0.0035 / 1e9, 1))
         self.assertIn("push_kernel8", r["nvlink_source"])

@@ -42,10 +42,9 @@ def results(path, prefix="RESULT "):
 def ceiling_rates(path):
     r = {}
     for j in results(path):
-        if j.get("bench") == "nccl_ceiling" and "bytes" in j and j.get("pieces") == 1 \
-                and not j.get("both_directions"):
-            r[j["case"]] = j["gbps"]
-        if j.get("bench") == "nccl_ceiling" and "busiest_gpu" in j:  # 4-GPU patterns
+        # Every rate by case: sendrecv_* (one send), bidirectional_*, group_*
+        # (many pieces in one group) and the 4-GPU patterns (busiest GPU).
+        if j.get("bench") == "nccl_ceiling" and "gbps" in j:
             r[j["case"]] = j["gbps"]
         if j.get("bench") == "device_copy":
             r["copy"] = min(r.get("copy", 1e12), j["memcpy_gbps"])
@@ -68,8 +67,9 @@ def cmd_rates(a):
            # node's two (all-to-all is the nearest pattern).
            "nic_gbps_shared": {"fanout_dp2": net.get("pairs_0to2_1to3_1GiB"),
                                "colocated4": net.get("all_to_all_1GiB_per_gpu")},
-           "nic_patterns": {k: v for k, v in net.items() if k.endswith("GiB") and "_" in k
-                            and not k.startswith("sendrecv")}}
+           # Grouped pieces (a plan's zero-copy sends) and the 4-GPU patterns.
+           "nic_patterns": {k: v for k, v in net.items()
+                            if k != "copy" and not k.startswith("sendrecv")}}
     best = None
     for j in results(a.ipc) if a.ipc else []:
         # wsync's direct writes push (the writer's copy engines or kernel).

@@ -75,6 +75,8 @@ class TwoNodesTest(unittest.TestCase):
         self.assertEqual(r["nic_gbps"], 3.9)
         self.assertEqual(r["nic_gbps_16MiB"], 2.9)
         self.assertEqual(r["nic_gbps_1GiB"], 5.0)
+        self.assertEqual(r["nic_patterns"], {"bidirectional_1GiB": 2.0, "group_64x16MiB": 1.1,
+                                             "pairs_0to2_1to3_1GiB": 2.2})
         self.assertEqual(r["nic_gbps_shared"]["fanout_dp2"], 2.2)
         self.assertIsNone(r["nic_gbps_shared"]["colocated4"])  # no all-to-all in this log
         rates = self.write("rates.json", json.dumps(r))

@@ -52,6 +52,8 @@ void PlanUsage(FILE* out) {
                "  --nic-gbps X      options.link_model field before planning: NVLink within a\n"
                "  --copy-gbps X     node, NIC across nodes, local HBM copy; and the fixed cost\n"
                "  --round-latency-us X  of each round barrier (>= 0)\n"
+               "  --sim-rates-only  the rate flags reach the simulator only: the plan is built\n"
+               "                    with the spec's link model (the controller's plan)\n"
                "  --nccl-net        simulate NCCL forced onto its network transport inside a\n"
                "                    node too (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1): only the\n"
                "                    same-node pairs the plan lets write directly keep NVLink\n"
@@ -245,9 +247,10 @@ void PrintSimJson(const v1::Plan& plan, const plan::SimulationResult& sim,
 }  // namespace
 
 int RunPlanCommand(const std::vector<std::string>& argv) {
-  FlagSpec flags{{"top", "verify-max-gib", "max-pieces", "max-buckets", "nvlink-gbps", "nic-gbps",
-                  "copy-gbps", "round-latency-us"},
-                 {"json", "pretty", "verify", "rounds", "help", "nccl-net", "sim-json"}};
+  FlagSpec flags{
+      {"top", "verify-max-gib", "max-pieces", "max-buckets", "nvlink-gbps", "nic-gbps", "copy-gbps",
+       "round-latency-us"},
+      {"json", "pretty", "verify", "rounds", "help", "nccl-net", "sim-json", "sim-rates-only"}};
   AddCaseFlags(&flags);
   auto args = ParseArgs(argv, flags);
   if (!args.ok()) {
@@ -283,7 +286,12 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   absl::StatusOr<v1::TransferSpec> spec =
       from_case ? SpecFromCaseFlags(*args) : ReadSpecFile(args->positional()[0]);
   if (!spec.ok()) return Fail(kExitUsage, spec.status());
-  if (absl::Status s = ApplyLinkFlags(*args, &*spec); !s.ok()) return Fail(kExitUsage, s);
+  // The simulator's link model: the spec's, with the rate flags applied;
+  // the planner's too unless --sim-rates-only (then the plan is the one the
+  // spec alone gives, e.g. the controller's, simulated at other rates).
+  v1::TransferSpec sim_spec = *spec;
+  if (absl::Status s = ApplyLinkFlags(*args, &sim_spec); !s.ok()) return Fail(kExitUsage, s);
+  if (!args->Has("sim-rates-only")) *spec = sim_spec;
 
   // On the plan arena, as the controller's plan cache builds it.
   std::shared_ptr<google::protobuf::Arena> arena = plan::NewPlanArena();
@@ -304,8 +312,8 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
       direct = SameNodeDirectPairs(*plan, *nodes);
       sim_options.nvlink_pairs = &direct;
     }
-    auto sim =
-        plan::SimulatePlan(*plan, *nodes, plan::EffectiveLinkModel(spec->options()), sim_options);
+    auto sim = plan::SimulatePlan(*plan, *nodes, plan::EffectiveLinkModel(sim_spec.options()),
+                                  sim_options);
     if (!sim.ok()) return Fail(kExitFailed, sim.status());
     PrintSummary(*spec, *plan, &*sim, *nodes, *top);
     if (args->Has("sim-json")) PrintSimJson(*plan, *sim, *nodes, sim_options.nvlink_pairs);

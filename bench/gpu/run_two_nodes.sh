@@ -119,7 +119,8 @@ for c in $cases; do
     # are shared; the simulator gives every GPU a NIC of its own).
     shared=$(python3 bench/gpu/two_nodes.py shared --rates "$OUT/rates.json" --case "$c")
     if [ -n "$shared" ]; then
-      timeout 30 "$ctl" plan "$OUT/spec_$c.json" --nccl-net --sim-json --nic-gbps "$shared" \
+      timeout 30 "$ctl" plan "$OUT/spec_$c.json" --nccl-net --sim-json --sim-rates-only \
+        --nic-gbps "$shared" \
         >"$OUT/plan_${c}_shared.txt" 2>&1 || { rc=1; echo "FAILED: wsyncctl plan $c shared"; }
     fi
   fi

@@ -246,6 +246,19 @@ TEST(WsyncctlTest, LinkRateFlagsAndForcedNetworkSimulation) {
     EXPECT_GT(SimField(forced.out, "makespan_s"), SimField(nvlink.out, "makespan_s"));
   }
 
+  // --sim-rates-only: the plan the spec's own rates give (same key), simulated
+  // at the flags' rates.
+  const std::string relays =
+      "plan --model tiny-llama --source fsdp:2 --destination vllm-tp:2x2 --gpus-per-node 2 "
+      "--sim-json";
+  Result spec_rates = CtlStdout(relays);
+  Result sim_only = CtlStdout(relays + " --nic-gbps 1 --sim-rates-only");
+  ASSERT_EQ(sim_only.code, 0) << sim_only.out;
+  auto key = [](const std::string& out) { return out.substr(0, out.find('\n')); };
+  EXPECT_EQ(key(sim_only.out), key(spec_rates.out));
+  EXPECT_GT(SimField(sim_only.out, "makespan_s"), 3 * SimField(spec_rates.out, "makespan_s"));
+  EXPECT_NE(key(CtlStdout(relays + " --nic-gbps 1").out), key(spec_rates.out));
+
   for (const char* bad : {"--copy-gbps 0", "--copy-gbps x", "--round-latency-us -1"}) {
     Result r = Ctl(absl::StrCat(one_node, " ", bad));
     EXPECT_EQ(r.code, 2) << bad << ": " << r.out;

@@ -83,6 +83,10 @@ std::vector<ModelConfig> MakeModels() {
   // Scaled-down models with the same structure, for tests (vocab not a multiple of 64 so
   // that vLLM's padded vocab is exercised).
   m.push_back(Gqa("tiny-llama", "scaled-down Llama-3", 64, 96, 2, 8, 2, 8, 100));
+  // Llama-3 shape at 78 M parameters (156 MB in bf16): a sync over a few GB/s
+  // (NCCL's socket transport, bench/gpu/run_two_nodes.sh) takes ~40 ms, and
+  // wsync-demo checks every byte of several versions in seconds.
+  m.push_back(Gqa("small-llama", "scaled-down Llama-3", 1024, 2816, 4, 16, 4, 64, 16000));
   m.push_back(Qwen3Moe("tiny-qwen3-moe", "scaled-down Qwen3-MoE", 32, 2, 8, 2, 4, 100, 8, 16));
   m.push_back(
       Mla("tiny-mla", "scaled-down DeepSeek-V3", 32, 48, 3, 4, 100, 16, 8, 4, 2, 4, 8, 8, 1, 1));

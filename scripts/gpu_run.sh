@@ -31,7 +31,7 @@ gpu_bins="wsync_gpu_piece_table_test wsync_gpu_data_ops_test wsync_gpu_nccl_tran
   wsync_gpu_shadow_set_test
   wsync_bench_nccl_ceiling wsync_bench_gpu_sync wsync_bench_ipc_open wsync_bench_p2p_overlap
   wsync_bench_ipc_put wsync_bench_vmm_swap
-  wsync-controller wsync-worker wsync-demo"
+  wsync-controller wsync-worker wsync-demo wsyncctl"
 
 case "$mode" in
 build)

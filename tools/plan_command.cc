@@ -6,14 +6,17 @@
 #include <iostream>
 #include <memory>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/checked_math.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "controller/plan/compiled_layout.h"
 #include "controller/plan/plan_arena.h"
 #include "controller/plan/planner.h"
+#include "controller/plan/routes.h"
 #include "controller/plan/simulator.h"
 #include "controller/verify/replay.h"
 #include "tools/args.h"
@@ -45,6 +48,18 @@ void PlanUsage(FILE* out) {
                "                    wsync-controller's --max_plan_pieces; 0: no limit). A spec\n"
                "                    over it by its source shards alone is refused before planning\n"
                "  --max-buckets N   refuse a plan of more buckets (default 2000000; 0: no limit)\n"
+               "  --nvlink-gbps X   link model (GB/s = 1e9 B/s, > 0), replacing the spec's\n"
+               "  --nic-gbps X      options.link_model field before planning: NVLink within a\n"
+               "  --copy-gbps X     node, NIC across nodes, local HBM copy; and the fixed cost\n"
+               "  --round-latency-us X  of each round barrier (>= 0)\n"
+               "  --sim-rates-only  the rate flags reach the simulator only: the plan is built\n"
+               "                    with the spec's link model (the controller's plan)\n"
+               "  --nccl-net        simulate NCCL forced onto its network transport inside a\n"
+               "                    node too (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1): only the\n"
+               "                    same-node pairs the plan lets write directly keep NVLink\n"
+               "  --sim-json        also print one line 'SIM {...}' with the simulated makespan,\n"
+               "                    its bound, the pairs simulated on NVLink and (--nccl-net)\n"
+               "                    the same-node pairs left on the transport\n"
                "\ncase flags:\n%s",
                CaseFlagsUsage().c_str());
 }
@@ -145,11 +160,97 @@ void PrintSummary(const v1::TransferSpec& spec, const v1::Plan& plan,
   }
 }
 
+// --nvlink-gbps, --nic-gbps, --copy-gbps, --round-latency-us into the
+// spec's link model (the planner's and the simulator's input).
+absl::Status ApplyLinkFlags(const Args& args, v1::TransferSpec* spec) {
+  v1::LinkModel* lm = spec->mutable_options()->mutable_link_model();
+  struct Field {
+    const char* flag;
+    double scale;
+    void (v1::LinkModel::*set)(double);
+  };
+  const Field fields[] = {{"nvlink-gbps", 1e9, &v1::LinkModel::set_nvlink_bytes_per_second},
+                          {"nic-gbps", 1e9, &v1::LinkModel::set_nic_bytes_per_second},
+                          {"copy-gbps", 1e9, &v1::LinkModel::set_local_copy_bytes_per_second},
+                          {"round-latency-us", 1e-6, &v1::LinkModel::set_round_latency_seconds}};
+  for (const Field& f : fields) {
+    if (!args.Has(f.flag)) continue;
+    double v = 0;
+    const bool latency = f.scale < 1;
+    if (!absl::SimpleAtod(args.Value(f.flag), &v) || !(latency ? v >= 0 : v > 0) || v > 1e12) {
+      return absl::InvalidArgumentError(absl::StrCat("--", f.flag, " '", args.Value(f.flag),
+                                                     "': want a number ", latency ? ">= 0" : "> 0",
+                                                     " up to 1e12"));
+    }
+    (lm->*f.set)(v * f.scale);
+  }
+  return absl::OkStatus();
+}
+
+// The pairs --nccl-net keeps on NVLink: those the plan lets write directly
+// (plan::PeerWriteEligiblePairs) with both ends on one named node.
+std::vector<plan::WorkerPair> SameNodeDirectPairs(const v1::Plan& plan,
+                                                  const plan::WorkerNodes& nodes) {
+  std::vector<plan::WorkerPair> out;
+  for (const plan::WorkerPair& p : plan::PeerWriteEligiblePairs(plan)) {
+    auto a = nodes.find(p.first), b = nodes.find(p.second);
+    if (a != nodes.end() && b != nodes.end() && !a->second.empty() && a->second == b->second) {
+      out.push_back(p);
+    }
+  }
+  return out;
+}
+
+// "a->b,c->d" of sorted pairs.
+std::string PairList(const std::vector<plan::WorkerPair>& pairs) {
+  std::vector<std::string> out;
+  for (const plan::WorkerPair& p : pairs) out.push_back(absl::StrCat(p.first, "->", p.second));
+  return absl::StrJoin(out, ",");
+}
+
+// With --nccl-net: the same-node pairs with network buckets that direct
+// writes cannot take (they cross NCCL's sockets inside a node).
+std::vector<plan::WorkerPair> SameNodeTransportPairs(const v1::Plan& plan,
+                                                     const plan::WorkerNodes& nodes,
+                                                     const std::vector<plan::WorkerPair>& direct) {
+  std::vector<plan::WorkerPair> out;
+  for (const v1::Bucket& b : plan.buckets()) {
+    if (b.transport() != v1::TRANSPORT_NETWORK || b.sender() == b.receiver()) continue;
+    auto s = nodes.find(b.sender()), r = nodes.find(b.receiver());
+    if (s == nodes.end() || r == nodes.end() || s->second.empty() || s->second != r->second) {
+      continue;
+    }
+    const plan::WorkerPair p(b.sender(), b.receiver());
+    if (!std::binary_search(direct.begin(), direct.end(), p)) out.push_back(p);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+void PrintSimJson(const v1::Plan& plan, const plan::SimulationResult& sim,
+                  const plan::WorkerNodes& nodes,
+                  const std::vector<plan::WorkerPair>* nvlink_pairs) {
+  const std::string transport_pairs =
+      nvlink_pairs == nullptr ? "" : PairList(SameNodeTransportPairs(plan, nodes, *nvlink_pairs));
+  std::printf(
+      "SIM {\"makespan_s\":%.9g,\"bound_s\":%.9g,\"bound_worker\":%d,\"bound_link\":\"%s\","
+      "\"rounds\":%d,\"network_bytes\":%lld,\"local_bytes\":%lld,\"nccl_net\":%s,"
+      "\"nvlink_pairs\":\"%s\",\"same_node_transport_pairs\":\"%s\"}\n",
+      sim.makespan_seconds, sim.lower_bound_seconds, sim.bound_worker, sim.bound_link.c_str(),
+      plan.num_rounds(), static_cast<long long>(plan.summary().network_bytes()),
+      static_cast<long long>(plan.summary().local_bytes()),
+      nvlink_pairs != nullptr ? "true" : "false",
+      nvlink_pairs == nullptr ? "" : PairList(*nvlink_pairs).c_str(), transport_pairs.c_str());
+}
+
 }  // namespace
 
 int RunPlanCommand(const std::vector<std::string>& argv) {
-  FlagSpec flags{{"top", "verify-max-gib", "max-pieces", "max-buckets"},
-                 {"json", "pretty", "verify", "rounds", "help"}};
+  FlagSpec flags{
+      {"top", "verify-max-gib", "max-pieces", "max-buckets", "nvlink-gbps", "nic-gbps", "copy-gbps",
+       "round-latency-us"},
+      {"json", "pretty", "verify", "rounds", "help", "nccl-net", "sim-json", "sim-rates-only"}};
   AddCaseFlags(&flags);
   auto args = ParseArgs(argv, flags);
   if (!args.ok()) {
@@ -185,6 +286,12 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   absl::StatusOr<v1::TransferSpec> spec =
       from_case ? SpecFromCaseFlags(*args) : ReadSpecFile(args->positional()[0]);
   if (!spec.ok()) return Fail(kExitUsage, spec.status());
+  // The simulator's link model: the spec's, with the rate flags applied;
+  // the planner's too unless --sim-rates-only (then the plan is the one the
+  // spec alone gives, e.g. the controller's, simulated at other rates).
+  v1::TransferSpec sim_spec = *spec;
+  if (absl::Status s = ApplyLinkFlags(*args, &sim_spec); !s.ok()) return Fail(kExitUsage, s);
+  if (!args->Has("sim-rates-only")) *spec = sim_spec;
 
   // On the plan arena, as the controller's plan cache builds it.
   std::shared_ptr<google::protobuf::Arena> arena = plan::NewPlanArena();
@@ -199,9 +306,17 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   } else {
     auto nodes = plan::WorkerNodesFromSpec(*spec);
     if (!nodes.ok()) return Fail(kExitFailed, nodes.status());
-    auto sim = plan::SimulatePlan(*plan, *nodes, plan::EffectiveLinkModel(spec->options()));
+    std::vector<plan::WorkerPair> direct;
+    plan::SimulateOptions sim_options;
+    if (args->Has("nccl-net")) {
+      direct = SameNodeDirectPairs(*plan, *nodes);
+      sim_options.nvlink_pairs = &direct;
+    }
+    auto sim = plan::SimulatePlan(*plan, *nodes, plan::EffectiveLinkModel(sim_spec.options()),
+                                  sim_options);
     if (!sim.ok()) return Fail(kExitFailed, sim.status());
     PrintSummary(*spec, *plan, &*sim, *nodes, *top);
+    if (args->Has("sim-json")) PrintSimJson(*plan, *sim, *nodes, sim_options.nvlink_pairs);
     if (args->Has("rounds")) {
       std::printf("  rounds (simulated, including round latency):\n");
       for (const plan::RoundTiming& r : sim->rounds) {

@@ -49,6 +49,7 @@ bool CanPeerWrite(const RouteEndpoint& sender, const RouteEndpoint& receiver,
                   v1::TransportKind transport) {
   if (sender.unavailable || receiver.unmappable_buffers) return false;
   if (sender.domain.empty() || sender.domain != receiver.domain) return false;
+  if (sender.node != receiver.node) return false;
   if (transport == v1::TRANSPORT_NCCL) {
     // The sender's device writes the receiver's GPU memory over peer access.
     const std::string& gpu = receiver.device_uuid;

@@ -44,7 +44,11 @@ std::vector<WorkerPair> PeerWriteEligiblePairs(const v1::Plan& plan);
 
 // What the route stage knows of one worker of a sync.
 struct RouteEndpoint {
-  std::string domain;                  // RegisterWorkerRequest.direct_write_domain
+  std::string domain;  // RegisterWorkerRequest.direct_write_domain
+  // RegisterWorkerRequest.node (its --node). Direct writes stay inside one
+  // node: two "nodes" emulated on one host share a memory domain, but their
+  // traffic must take the network path a real pair of nodes would.
+  std::string node;
   std::string device_uuid;             // its GPU (NCCL only)
   std::vector<std::string> peer_gpus;  // GPUs its device can write (NCCL only)
   bool unavailable = false;            // it reported it cannot map its peers
@@ -54,9 +58,10 @@ struct RouteEndpoint {
   bool unmappable_buffers = false;
 };
 
-// Whether `sender` can write `receiver`'s memory over `transport`: both in
-// one non-empty domain, the sender able to map peers, the receiver's buffers
-// all mappable, and over NCCL the receiver's GPU among the sender's peer GPUs.
+// Whether `sender` can write `receiver`'s memory over `transport`: both on
+// one node (equal names) and in one non-empty domain, the sender able to map
+// peers, the receiver's buffers all mappable, and over NCCL the receiver's
+// GPU among the sender's peer GPUs.
 bool CanPeerWrite(const RouteEndpoint& sender, const RouteEndpoint& receiver,
                   v1::TransportKind transport);
 

@@ -51,7 +51,8 @@ void Add(LinkBytes* to, const LinkBytes& b) {
 // round outside the plan, negative bytes, a transport contradicting the
 // ends, or a worker of unknown node.
 absl::Status AppendBucketEvents(const v1::Bucket& b, const WorkerNodes& nodes, int32_t num_rounds,
-                                WorkerIndex* index, std::vector<Event>* events) {
+                                const SimulateOptions& options, WorkerIndex* index,
+                                std::vector<Event>* events) {
   const std::string where = absl::StrCat("bucket ", b.id(), " (", b.sender(), " -> ", b.receiver(),
                                          ", round ", b.round(), ")");
   if (b.round() < 0 || b.round() >= num_rounds) {
@@ -77,7 +78,11 @@ absl::Status AppendBucketEvents(const v1::Bucket& b, const WorkerNodes& nodes, i
                                                    s == nodes.end() ? b.sender() : b.receiver()));
   }
   // An unnamed node is an unknown placement: assume the slower NIC.
-  const bool nvlink = !s->second.empty() && s->second == r->second;
+  bool nvlink = !s->second.empty() && s->second == r->second;
+  if (nvlink && options.nvlink_pairs != nullptr) {
+    nvlink = std::binary_search(options.nvlink_pairs->begin(), options.nvlink_pairs->end(),
+                                std::make_pair(b.sender(), b.receiver()));
+  }
   Event out{b.round(), index->Of(b.sender()), {}};
   Event in{b.round(), index->Of(b.receiver()), {}};
   (nvlink ? out.bytes.nvlink_out : out.bytes.nic_out) = b.bytes();
@@ -144,7 +149,8 @@ double BusiestLinkSeconds(const LinkBytes& b, const LinkRates& r, std::string* b
 }
 
 absl::StatusOr<SimulationResult> SimulatePlan(const v1::Plan& plan, const WorkerNodes& nodes,
-                                              const v1::LinkModel& model) {
+                                              const v1::LinkModel& model,
+                                              const SimulateOptions& options) {
   const LinkRates rates = EffectiveRates(model);
   const int32_t num_rounds = plan.num_rounds();
   // Every round of a real plan moves at least one bucket; the cap keeps a
@@ -157,7 +163,8 @@ absl::StatusOr<SimulationResult> SimulatePlan(const v1::Plan& plan, const Worker
   std::vector<Event> events;
   events.reserve(plan.buckets_size() * 2);
   for (const v1::Bucket& b : plan.buckets()) {
-    if (absl::Status s = AppendBucketEvents(b, nodes, num_rounds, &index, &events); !s.ok()) {
+    if (absl::Status s = AppendBucketEvents(b, nodes, num_rounds, options, &index, &events);
+        !s.ok()) {
       return s;
     }
   }

@@ -82,11 +82,22 @@ LinkRates EffectiveRates(const v1::LinkModel& model);
 double BusiestLinkSeconds(const LinkBytes& bytes, const LinkRates& rates,
                           std::string* busiest = nullptr);
 
+struct SimulateOptions {
+  // Null: bytes between two workers of one named node move over NVLink.
+  // Set (sorted (sender, receiver) pairs): NCCL is forced onto its network
+  // transport even inside a node (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, as
+  // in bench/gpu/run_two_nodes.sh), so only these pairs -- the direct writes,
+  // which bypass NCCL -- move at the NVLink rate, and only when both ends are
+  // on one node; every other transfer between two workers takes the NIC.
+  const std::vector<std::pair<int32_t, int32_t>>* nvlink_pairs = nullptr;
+};
+
 // Errors: a bucket whose sender or receiver has no node, a round outside
 // [0, num_rounds), negative bytes, or a transport that contradicts
 // sender/receiver (LOCAL with two workers, NETWORK with one).
 absl::StatusOr<SimulationResult> SimulatePlan(const v1::Plan& plan, const WorkerNodes& nodes,
-                                              const v1::LinkModel& model);
+                                              const v1::LinkModel& model,
+                                              const SimulateOptions& options = {});
 
 // The node map of a spec (both sides). Error if one worker is given two nodes.
 absl::StatusOr<WorkerNodes> WorkerNodesFromSpec(const v1::TransferSpec& spec);

@@ -69,6 +69,7 @@ SyncCoordinator::Dispatch SyncCoordinator::Decide(const std::string& transfer,
   for (const WorkerSnapshot& w : resolved.workers) {
     plan::RouteEndpoint e;
     e.domain = w.info->direct_write_domain();
+    e.node = w.info->node();
     e.device_uuid = w.info->device_uuid();
     e.peer_gpus.assign(w.info->peer_gpu_uuids().begin(), w.info->peer_gpu_uuids().end());
     e.unavailable = w.direct_writes_unavailable;

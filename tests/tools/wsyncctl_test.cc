@@ -190,3 +190,82 @@ TEST(WsyncctlTest, VerifyRefusesHugeModels) {
 
 }  // namespace
 }  // namespace wsync::tools
+
+namespace wsync::tools {
+namespace {
+
+// The number after "key": in the 'SIM {...}' line of `out` (-1 if absent).
+double SimField(const std::string& out, const std::string& key) {
+  const size_t line = out.find("SIM {");
+  if (line == std::string::npos) return -1;
+  const size_t at = out.find(absl::StrCat("\"", key, "\":"), line);
+  if (at == std::string::npos) return -1;
+  return std::stod(out.substr(at + key.size() + 3));
+}
+
+std::string SimPairs(const std::string& out) {
+  const size_t at = out.find("\"nvlink_pairs\":\"", out.find("SIM {"));
+  if (at == std::string::npos) return "?";
+  const size_t from = at + 16;
+  return out.substr(from, out.find('"', from) - from);
+}
+
+// Link-rate flags feed the planner and the simulator; --nccl-net keeps only
+// the same-node pairs direct writes may take on NVLink.
+TEST(WsyncctlTest, LinkRateFlagsAndForcedNetworkSimulation) {
+  // gpus-per-node 1: the trainer on node0, the inference rank on node1; one
+  // destination, so no relay: every byte crosses the NIC, whatever its rate.
+  const std::string across =
+      "plan --model tiny-llama --source fsdp:1 --destination vllm-tp:1 --gpus-per-node 1 "
+      "--nvlink-gbps 100 --round-latency-us 0 --sim-json";
+  Result one = CtlStdout(across + " --nic-gbps 1");
+  Result two = CtlStdout(across + " --nic-gbps 2");
+  ASSERT_EQ(one.code, 0) << one.out;
+  ASSERT_EQ(two.code, 0) << two.out;
+  const double t1 = SimField(one.out, "makespan_s"), t2 = SimField(two.out, "makespan_s");
+  ASSERT_GT(t2, 0) << two.out;
+  EXPECT_NEAR(t1 / t2, 2.0, 1e-6) << one.out << two.out;
+  EXPECT_NE(one.out.find("\"nccl_net\":false"), std::string::npos) << one.out;
+  EXPECT_EQ(SimPairs(one.out), "");
+
+  // One node: without --nccl-net every transfer is NVLink; with it, only the
+  // plan's direct-write pairs are, so the simulated time cannot drop.
+  const std::string one_node =
+      "plan --model tiny-llama --source fsdp:1 --destination vllm-tp:1x2 --nvlink-gbps 100 "
+      "--nic-gbps 1 --sim-json";
+  Result nvlink = CtlStdout(one_node);
+  Result forced = CtlStdout(one_node + " --nccl-net");
+  ASSERT_EQ(forced.code, 0) << forced.out;
+  EXPECT_NE(forced.out.find("\"nccl_net\":true"), std::string::npos) << forced.out;
+  EXPECT_GE(SimField(forced.out, "makespan_s"), SimField(nvlink.out, "makespan_s"));
+  const std::string pairs = SimPairs(forced.out);
+  EXPECT_NE(pairs, "?") << forced.out;
+  if (pairs == "0->1,0->2") {
+    EXPECT_DOUBLE_EQ(SimField(forced.out, "makespan_s"), SimField(nvlink.out, "makespan_s"));
+  } else {
+    EXPECT_GT(SimField(forced.out, "makespan_s"), SimField(nvlink.out, "makespan_s"));
+  }
+
+  // --sim-rates-only: the plan the spec's own rates give (same key), simulated
+  // at the flags' rates.
+  const std::string relays =
+      "plan --model tiny-llama --source fsdp:2 --destination vllm-tp:2x2 --gpus-per-node 2 "
+      "--sim-json";
+  Result spec_rates = CtlStdout(relays);
+  Result sim_only = CtlStdout(relays + " --nic-gbps 1 --sim-rates-only");
+  ASSERT_EQ(sim_only.code, 0) << sim_only.out;
+  auto key = [](const std::string& out) { return out.substr(0, out.find('\n')); };
+  EXPECT_EQ(key(sim_only.out), key(spec_rates.out));
+  EXPECT_GT(SimField(sim_only.out, "makespan_s"), 3 * SimField(spec_rates.out, "makespan_s"));
+  EXPECT_NE(key(CtlStdout(relays + " --nic-gbps 1").out), key(spec_rates.out));
+
+  for (const char* bad : {"--copy-gbps 0", "--copy-gbps x", "--round-latency-us -1"}) {
+    Result r = Ctl(absl::StrCat(one_node, " ", bad));
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
+    EXPECT_NE(r.out.find(std::string(bad).substr(0, std::string(bad).find(' '))), std::string::npos)
+        << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace wsync::tools

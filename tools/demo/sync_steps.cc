@@ -89,4 +89,30 @@ absl::Status KillMidSync(Cluster& cluster, int v, int victim, const std::vector<
   return absl::OkStatus();
 }
 
+void PrintVersionLines(const VersionFigures& f, const v1::SyncResponse& sresp,
+                       const v1::SyncStatus& st) {
+  const double mib = st.bytes_total() / 1048576.0;
+  std::printf(
+      "v%d %s: %.3f MiB in %.2f ms (%.1f MiB/s) | plan %.2f ms (cache %s), dispatch %.2f ms, "
+      "transport setup %.2f ms, execute %.2f ms, controller elapsed %.2f ms, direct-write "
+      "pairs %d | fill %.1f ms, verify %.1f ms: %lld bytes checked, %lld wrong\n",
+      f.version, sresp.sync_id().c_str(), mib, f.wall_s * 1e3, mib / f.wall_s,
+      st.plan_seconds() * 1e3, sresp.plan_cache_hit() ? "hit" : "miss", st.dispatch_seconds() * 1e3,
+      st.max_setup_seconds() * 1e3, st.max_execute_seconds() * 1e3, st.elapsed_seconds() * 1e3,
+      st.direct_pairs(), f.fill_s * 1e3, f.verify_s * 1e3, static_cast<long long>(f.checked_bytes),
+      static_cast<long long>(f.wrong));
+  if (!f.result_line) {
+    std::fflush(stdout);
+    return;
+  }
+  std::printf(
+      "RESULT {\"bench\":\"wsync_demo\",\"version\":%d,\"bytes\":%lld,\"wall_s\":%.6f,"
+      "\"execute_s\":%.6f,\"elapsed_s\":%.6f,\"setup_s\":%.6f,\"direct_pairs\":%d,"
+      "\"checked_bytes\":%lld,\"wrong\":%lld}\n",
+      f.version, static_cast<long long>(st.bytes_total()), f.wall_s, st.max_execute_seconds(),
+      st.elapsed_seconds(), st.max_setup_seconds(), st.direct_pairs(),
+      static_cast<long long>(f.checked_bytes), static_cast<long long>(f.wrong));
+  std::fflush(stdout);
+}
+
 }  // namespace wsync::demo

@@ -48,6 +48,21 @@ absl::Status KillMidSync(Cluster& cluster, int v, int victim, const std::vector<
                          std::vector<std::unique_ptr<Owner>>& dst_owner,
                          const std::atomic<bool>& stop);
 
+// What wsync-demo measured of one version's sync.
+struct VersionFigures {
+  int version = 0;
+  double wall_s = 0, fill_s = 0, verify_s = 0;  // Sync call to done; filling; checking
+  int64_t checked_bytes = 0, wrong = 0;
+  bool result_line = false;  // also print the RESULT line
+};
+
+// The version's result line ("v<N> <sync id>: ... wrong") and, with
+// f.result_line, the same figures as one machine-readable line
+// 'RESULT {"bench":"wsync_demo",...}' (bench/gpu/run_two_nodes.sh reads it),
+// on stdout, flushed.
+void PrintVersionLines(const VersionFigures& f, const v1::SyncResponse& sresp,
+                       const v1::SyncStatus& st);
+
 }  // namespace wsync::demo
 
 #endif  // WSYNC_TOOLS_DEMO_SYNC_STEPS_H_

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,7 +33,10 @@
 #include "tools/demo/gpu_owner.h"
 #include "tools/demo/layout_data.h"
 #include "tools/demo/owner.h"
+#include "tools/demo/placement.h"
 #include "tools/demo/sync_steps.h"
+
+using wsync::demo::VersionFigures;
 
 ABSL_FLAG(std::string, model, "tiny-llama", "Catalog model (see `wsyncctl catalog`).");
 ABSL_FLAG(std::string, source, "fsdp:4", "Trainer layout: fsdp:N, hsdp:RxN, megatron:tpA,ppB,dpC.");
@@ -45,10 +49,13 @@ ABSL_FLAG(std::string, worker_bin, "", "wsync-worker binary (default: build tree
 ABSL_FLAG(absl::Duration, sync_deadline, absl::Seconds(60), "Deadline of each sync.");
 ABSL_FLAG(int32_t, gpus, 0,
           "0: tensors in host shared memory, moved over Gloo. N > 0: every worker runs the GPU "
-          "data plane (--device) on its own GPU (trainer rank r on GPU r; inference rank r on "
-          "GPU trainers + r, or with trainer rank r when colocated; NCCL needs one GPU per "
-          "worker), owners register "
+          "data plane (--device) on its own GPU, its --placement slot (by default trainer rank "
+          "r on GPU r; inference rank r on GPU trainers + r, or with trainer rank r when "
+          "colocated; NCCL needs one GPU per worker), owners register "
           "device tensors by CUDA IPC, transfers run over NCCL. Needs a CUDA build.");
+ABSL_FLAG(bool, result_lines, false,
+          "Also print each version's figures as one 'RESULT {...}' JSON line (for scripts, "
+          "e.g. bench/gpu/run_two_nodes.sh).");
 ABSL_FLAG(bool, warm_up, true,
           "Warm the workers up when the transfer is defined and wait for it before the first "
           "sync (docs/warm-up.md); false: DefineTransfer with no_warm_up.");
@@ -77,6 +84,14 @@ void PrintFailure(const absl::Status& s) {
   std::fprintf(stderr, "demo: %s\n", std::string(s.message()).c_str());
 }
 
+// fn(0) ... fn(n - 1), each on a thread of its own (ranks' host memory is
+// filled and checked in parallel: a few hundred MB take seconds per rank).
+void ForEachRank(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back(fn, r);
+  for (std::thread& t : threads) t.join();
+}
+
 // One demo run: the catalog case, its processes and owners, and the syncs.
 class Demo {
  public:
@@ -91,9 +106,12 @@ class Demo {
   int Finish(int failures);
 
  private:
-  std::vector<std::string> DeviceFlags(int device) const {
-    return gpus_ > 0 ? std::vector<std::string>{absl::StrCat("--device=", device)}
-                     : std::vector<std::string>{};
+  // wsync-worker flags of worker `w`: its GPU and node.
+  std::vector<std::string> WorkerFlags(int w) const {
+    std::vector<std::string> flags;
+    if (gpus_ > 0) flags.push_back(absl::StrCat("--device=", placement_.slots[w]));
+    if (!placement_.nodes[w].empty()) flags.push_back(absl::StrCat("--node=", placement_.nodes[w]));
+    return flags;
   }
   absl::Status StartWorkers();
   absl::StatusOr<std::unique_ptr<wsync::demo::Owner>> MakeOwner(int side, int r);
@@ -110,6 +128,7 @@ class Demo {
   wsync::v1::TransferSpec spec_;
   std::optional<wsync::plan::CompiledSide> src_side_, dst_side_;
   int num_src_ = 0, num_dst_ = 0, gpus_ = 0;
+  wsync::demo::Placement placement_;
   std::vector<std::vector<wsync::demo::BufferSpec>> src_buffers_, dst_buffers_;
   std::string dir_;
   std::unique_ptr<wsync::demo::Cluster> cluster_;
@@ -155,6 +174,9 @@ absl::Status Demo::Prepare() {
     return Err(absl::StrFormat("%d workers need %d GPUs (one NCCL rank per GPU), --gpus is %d",
                                workers_needed, workers_needed, gpus_));
   }
+  auto placement = demo::PlaceWorkersFromFlags(workers_needed, gpus_, &spec_);
+  if (!placement.ok()) return Err(placement.status().ToString());
+  placement_ = *std::move(placement);
   src_buffers_ = demo::BuffersPerRank(*src_side_);
   dst_buffers_ = demo::BuffersPerRank(*dst_side_);
   return absl::OkStatus();
@@ -196,7 +218,7 @@ absl::Status Demo::StartWorkers() {
     if (co_.colocated && r < num_dst_) {
       groups.push_back(absl::StrCat("inference:", r, ":", num_dst_));
     }
-    auto w = cluster_->AddWorker(groups, DeviceFlags(r));
+    auto w = cluster_->AddWorker(groups, WorkerFlags(r));
     if (!w.ok()) return Err(absl::StrCat("worker: ", w.status().ToString()));
     src_worker_[r] = *w;
     if (co_.colocated && r < num_dst_) dst_worker_[r] = *w;
@@ -204,7 +226,7 @@ absl::Status Demo::StartWorkers() {
   if (co_.colocated) return absl::OkStatus();
   for (int r = 0; r < num_dst_; ++r) {
     auto w = cluster_->AddWorker({absl::StrCat("inference:", r, ":", num_dst_)},
-                                 DeviceFlags(num_src_ + r));
+                                 WorkerFlags(num_src_ + r));
     if (!w.ok()) return Err(absl::StrCat("worker: ", w.status().ToString()));
     dst_worker_[r] = *w;
   }
@@ -218,8 +240,8 @@ absl::StatusOr<std::unique_ptr<wsync::demo::Owner>> Demo::MakeOwner(int side, in
   const std::string& socket = cluster_->worker(side == 0 ? src_worker_[r] : dst_worker_[r]).socket;
   const auto& buffers = side == 0 ? src_buffers_[r] : dst_buffers_[r];
   if (gpus_ > 0) {
-    const int device = side == 0 || co_.colocated ? r : num_src_ + r;
-    return wsync::demo::CreateGpuOwner(socket, group, buffers, device);
+    const int worker = side == 0 || co_.colocated ? r : num_src_ + r;
+    return wsync::demo::CreateGpuOwner(socket, group, buffers, placement_.slots[worker]);
   }
   auto shm = wsync::demo::OwnerRank::Create(
       socket, group, buffers, absl::StrCat("/wsync-demo-", getpid(), "-", group, "-", r));
@@ -290,14 +312,15 @@ absl::Status Demo::DefineTransfer() {
 // both published; with --kill_in_version=v, first the sync that loses a
 // worker (the destinations poisoned again after it).
 absl::Status Demo::PrepareVersion(int v) {
+  std::vector<absl::Status> fills(num_src_);
+  ForEachRank(num_src_, [&](int r) {
+    fills[r] = wsync::demo::FillSource(*src_side_, r, v, src_owner_[r]->memory());
+  });
   absl::Status filled;
-  for (int r = 0; r < num_src_ && filled.ok(); ++r) {
-    filled = wsync::demo::FillSource(*src_side_, r, v, src_owner_[r]->memory());
-  }
+  for (const absl::Status& f : fills) filled.Update(f);
   if (!filled.ok()) return Err(absl::StrCat("fill: ", filled.ToString()));
-  for (int r = 0; r < num_dst_; ++r) {
-    wsync::demo::Poison(dst_buffers_[r], dst_owner_[r]->memory());
-  }
+  ForEachRank(num_dst_,
+              [&](int r) { wsync::demo::Poison(dst_buffers_[r], dst_owner_[r]->memory()); });
   for (auto* owners : {&src_owner_, &dst_owner_}) {
     for (auto& o : *owners) {
       if (filled.ok()) filled = o->Publish();
@@ -343,17 +366,17 @@ absl::Status Demo::SyncVersion(int v) {
 absl::Status Demo::VerifyVersion(int v, const wsync::v1::SyncResponse& sresp,
                                  const wsync::v1::SyncStatus& st, double wall, double fill_s) {
   const absl::Time t_verify = absl::Now();
+  // One thread per destination rank (each checks its own owner's memory).
+  std::vector<absl::StatusOr<wsync::demo::VerifyResult>> results(num_dst_);
+  ForEachRank(num_dst_, [&](int r) {
+    absl::Status fetched = dst_owner_[r]->Fetch();
+    results[r] = fetched.ok() ? wsync::demo::VerifyDestination(spec_, *dst_side_, *src_side_, r, v,
+                                                               dst_owner_[r]->memory())
+                              : fetched;
+  });
   int64_t checked = 0, wrong = 0;
   std::string first;
-  for (int r = 0; r < num_dst_; ++r) {
-    absl::Status fetched = dst_owner_[r]->Fetch();
-    if (!fetched.ok()) {
-      first = fetched.ToString();
-      ++wrong;
-      continue;
-    }
-    auto res = wsync::demo::VerifyDestination(spec_, *dst_side_, *src_side_, r, v,
-                                              dst_owner_[r]->memory());
+  for (const auto& res : results) {
     if (!res.ok()) {
       first = res.status().ToString();
       ++wrong;
@@ -363,17 +386,15 @@ absl::Status Demo::VerifyVersion(int v, const wsync::v1::SyncResponse& sresp,
     wrong += res->wrong_elements;
     if (first.empty()) first = res->first_error;
   }
-  const double verify_s = absl::ToDoubleSeconds(absl::Now() - t_verify);
-  std::printf(
-      "v%d %s: %.3f MiB in %.2f ms (%.1f MiB/s) | plan %.2f ms (cache %s), dispatch %.2f ms, "
-      "transport setup %.2f ms, execute %.2f ms, controller elapsed %.2f ms, direct-write "
-      "pairs %d | fill %.1f ms, verify %.1f ms: %lld bytes checked, %lld wrong\n",
-      v, sresp.sync_id().c_str(), st.bytes_total() / 1048576.0, wall * 1e3,
-      st.bytes_total() / 1048576.0 / wall, st.plan_seconds() * 1e3,
-      sresp.plan_cache_hit() ? "hit" : "miss", st.dispatch_seconds() * 1e3,
-      st.max_setup_seconds() * 1e3, st.max_execute_seconds() * 1e3, st.elapsed_seconds() * 1e3,
-      st.direct_pairs(), fill_s * 1e3, verify_s * 1e3, static_cast<long long>(checked),
-      static_cast<long long>(wrong));
+  VersionFigures f;
+  f.version = v;
+  f.wall_s = wall;
+  f.fill_s = fill_s;
+  f.verify_s = absl::ToDoubleSeconds(absl::Now() - t_verify);
+  f.checked_bytes = checked;
+  f.wrong = wrong;
+  f.result_line = absl::GetFlag(FLAGS_result_lines);
+  wsync::demo::PrintVersionLines(f, sresp, st);
   if (wrong != 0) return Err(absl::StrFormat("WRONG BYTES in v%d: %s", v, first));
   return absl::OkStatus();
 }

@@ -50,7 +50,10 @@ ABSL_FLAG(std::string, groups, "",
           "colocated in two groups, 'trainer:1:4,inference:1:2'. 'group' or 'group:size' takes "
           "the rank (and size) from a launcher's environment: RANK, JOB_COMPLETION_INDEX or the "
           "pod name's ordinal; WSYNC_GROUP_SIZE or WORLD_SIZE. Env: WSYNC_GROUPS, or WSYNC_GROUP.");
-ABSL_FLAG(std::string, node, "", "Node name for topology (default: hostname). Env: WSYNC_NODE.");
+ABSL_FLAG(std::string, node, "",
+          "Node name for topology (default: hostname): the planner's NVLink vs NIC links, and "
+          "direct writes only between workers of one node (two nodes on one host: give each "
+          "its own name). Env: WSYNC_NODE.");
 ABSL_FLAG(std::string, device_uuid, "",
           "Device UUID reported to the controller. Env: "
           "WSYNC_DEVICE_UUID.");

@@ -151,6 +151,24 @@ TEST(RoutesTest, CanPeerWriteNeedsOneNonEmptyDomain) {
   EXPECT_TRUE(CanPeerWrite(Endpoint("h"), unavailable, v1::TRANSPORT_GLOO));
 }
 
+// Two "nodes" on one host share /dev/shm and the PID namespace, so their
+// memory domains match; direct writes must still stay inside a node.
+TEST(RoutesTest, WorkersOnDifferentNodesNeverWriteEachOtherDirectly) {
+  RouteEndpoint n0 = Endpoint("shm:boot", "GPU-0", {"GPU-0", "GPU-1", "GPU-2"});
+  RouteEndpoint n0_peer = Endpoint("shm:boot", "GPU-1");
+  RouteEndpoint n1 = Endpoint("shm:boot", "GPU-2");
+  n0.node = n0_peer.node = "n0";
+  n1.node = "n1";
+  EXPECT_TRUE(CanPeerWrite(n0, n0_peer, v1::TRANSPORT_NCCL));
+  EXPECT_FALSE(CanPeerWrite(n0, n1, v1::TRANSPORT_NCCL));
+  EXPECT_FALSE(CanPeerWrite(n0, n1, v1::TRANSPORT_GLOO));
+  n1.peer_gpus = {"GPU-0"};
+  EXPECT_FALSE(CanPeerWrite(n1, n0, v1::TRANSPORT_GLOO));
+  const std::vector<WorkerPair> eligible = {{0, 1}, {0, 2}, {2, 0}};
+  EXPECT_THAT(ChoosePeerWrites(eligible, {n0, n0_peer, n1}, v1::TRANSPORT_GLOO),
+              ElementsAre(WorkerPair(0, 1)));
+}
+
 TEST(RoutesTest, AReceiverWithUnmappableBuffersIsNeverWrittenDirectly) {
   // Its CUDA virtual memory came as the owner's descriptors: no peer maps it.
   RouteEndpoint vmm = Endpoint("n", "GPU-1");

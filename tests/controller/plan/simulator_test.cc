@@ -85,6 +85,35 @@ TEST(SimulatorTest, SameBytesOneRoundMeetsTheBound) {
   EXPECT_DOUBLE_EQ(r->lower_bound_seconds, 7.0);
 }
 
+// NCCL forced onto its network transport (two "nodes" on one host): only
+// the listed same-node pairs (direct writes) keep NVLink.
+TEST(SimulatorTest, ForcedNetworkKeepsNvlinkOnlyForListedSameNodePairs) {
+  v1::Plan plan;
+  plan.set_num_rounds(1);
+  AddBucket(&plan, 0, 1, 0, 200);  // same node, listed: NVLink 2 s
+  AddBucket(&plan, 1, 0, 0, 30);   // same node, not listed: NIC 3 s
+  AddBucket(&plan, 0, 2, 0, 20);   // listed but across nodes: NIC
+  v1::LinkModel m = Slow();
+  m.set_round_latency_seconds(0);
+  const std::vector<std::pair<int32_t, int32_t>> direct = {{0, 1}, {0, 2}};
+  SimulateOptions forced;
+  forced.nvlink_pairs = &direct;
+  auto r = SimulatePlan(plan, Nodes(), m, forced);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->workers.size(), 3u);
+  EXPECT_EQ(r->workers[0].bytes.nvlink_out, 200);
+  EXPECT_EQ(r->workers[0].bytes.nic_in, 30);
+  EXPECT_EQ(r->workers[0].bytes.nic_out, 20);
+  EXPECT_EQ(r->workers[1].bytes.nic_out, 30);
+  // Worker 0: NIC in 30 B and out 20 B at 10 B/s -> 3 s; NVLink 2 s.
+  EXPECT_DOUBLE_EQ(r->makespan_seconds, 3.0);
+  // Without the option the 1 -> 0 bucket is NVLink: 2 s (NVLink 0 -> 1).
+  auto plain = SimulatePlan(plan, Nodes(), m);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->workers[1].bytes.nvlink_out, 30);
+  EXPECT_DOUBLE_EQ(plain->makespan_seconds, 2.0);
+}
+
 TEST(SimulatorTest, DefaultsForZeroLinkModel) {
   const LinkRates r = EffectiveRates(v1::LinkModel());
   EXPECT_DOUBLE_EQ(r.nvlink, 370e9);

@@ -30,6 +30,7 @@ struct WorkerSpec {
   int size = 1;
   int64_t bytes = 0;
   std::string domain;
+  std::string node;  // RegisterWorkerRequest.node (empty: none)
   bool gpu = false;
   std::string device_uuid;
   std::vector<std::string> peers;
@@ -106,6 +107,7 @@ class SyncRoutesTest : public ::testing::Test {
     m->set_rank(spec.rank);
     m->set_group_size(spec.size);
     req.set_direct_write_domain(spec.domain);
+    req.set_node(spec.node);
     for (const std::string& p : spec.peers) req.add_peer_gpu_uuids(p);
     req.set_device_uuid(spec.device_uuid);
     if (spec.peer_lists_once) req.add_capabilities(kPeerListsOnceCapability);

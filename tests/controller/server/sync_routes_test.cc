@@ -21,6 +21,7 @@ using routes_testing::Host;
 using routes_testing::Routes;
 using routes_testing::ShmBuffer;
 using routes_testing::SyncRoutesTest;
+using routes_testing::WorkerSpec;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
@@ -121,6 +122,26 @@ TEST_F(SyncRoutesTest, OnlyPairsOfOneNonEmptyDomainWriteDirectly) {
   EXPECT_THAT(as[1].direct_write_to(), IsEmpty());
   EXPECT_THAT(as[1].peer_buffers(), IsEmpty());
   EXPECT_THAT(as[2].direct_written_by(), ElementsAre(0));
+}
+
+// Two "nodes" emulated on one host: one memory domain, but src/0 and dst/0
+// on n0, src/1 on n1. Only the pair inside n0 writes directly.
+TEST_F(SyncRoutesTest, DirectWritesStayInsideANodeEvenWithOneDomain) {
+  WorkerSpec src0 = Host("src", 0, 2, 16, "shm:one-host"),
+             src1 = Host("src", 1, 2, 16, src0.domain);
+  WorkerSpec dst0 = Host("dst", 0, 1, 32, src0.domain);
+  src0.node = dst0.node = "n0";
+  src1.node = "n1";
+  const std::vector<std::string> leases = {Register(src0), Register(src1), Register(dst0)};
+  Define();
+  int32_t pairs = -1;
+  const auto as = Sync(leases, 1, &pairs);
+  ASSERT_EQ(as.size(), 3u);
+  EXPECT_EQ(pairs, 1);
+  EXPECT_THAT(as[0].direct_write_to(), ElementsAre(2));
+  EXPECT_THAT(as[1].direct_write_to(), IsEmpty());
+  EXPECT_THAT(as[2].direct_written_by(), ElementsAre(0));
+  EXPECT_THAT(Routes(as[1]), ElementsAre("1->2:T"));
 }
 
 TEST_F(SyncRoutesTest, EmptyDomainsNeverWriteDirectly) {

@@ -29,6 +29,7 @@
 #include "controller/server/state_store.h"
 #include "state_fuzz_input.pb.h"
 #include "tests/fuzz/quiet_protobuf.h"
+#include "tests/fuzz/spec_limits.h"
 
 namespace {
 
@@ -60,6 +61,7 @@ ControllerConfig Config() {
   c.sync_deadline = absl::Seconds(30);
   c.failure_grace = absl::Milliseconds(1);
   c.instance = "fuzz";
+  c.warm_up_on_define = false;  // nothing plans: a restart plans at the next sync
   return c;
 }
 
@@ -84,6 +86,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }();
   wsync::fuzz::StateFuzzInput in;
   if (!in.ParseFromArray(data, static_cast<int>(size))) return 0;
+  for (const wsync::v1::TransferState& t : in.state().transfers()) {
+    if (!wsync::fuzz::SpecWithinLimits(t.spec())) return 0;
+  }
   const std::string path = dir->path + "/controller.state";
   std::filesystem::remove(path);
   std::filesystem::remove(path + ".alt");

@@ -84,7 +84,8 @@ def test_a_warm_up_runs_beside_a_receiver_awaiting_its_wave(cluster, monkeypatch
     wait: the warm-up came only after replica 1 committed."""
     monkeypatch.setenv("WSYNC_TEST_FAILPOINTS", "1")
     socks = {("trainer", r): cluster.worker(f"trainer:{r}:2") for r in range(2)}
-    socks[("inference", 0)] = cluster.worker(f"inference:0:{TP}", flags=["--test_commit_delay=5s"])
+    socks[("inference", 0)] = cluster.worker(f"inference:0:{TP}",
+                                             flags=["--test_commit_delay=10s"])
     socks[("inference", 1)] = cluster.worker(f"inference:1:{TP},solo:0:1")
     shapes = {n: s for n, s, _ in trainer_tensors("tiny-llama")}
     full = full_tensors(shapes, torch.float32)
@@ -116,7 +117,7 @@ def test_a_warm_up_runs_beside_a_receiver_awaiting_its_wave(cluster, monkeypatch
         time.sleep(0.02)
     assert states() == ["committing", "waiting"], states()
     client.define_transfer("solo", solo, destination_group="solo")  # its warm-up starts
-    warm, end = None, time.monotonic() + 4
+    warm, end = None, time.monotonic() + 8
     while time.monotonic() < end:
         warm = client.transfer_status("solo").warm_up
         if warm.state != pb.WARM_UP_RUNNING:

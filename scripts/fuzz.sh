@@ -10,7 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 build=${WSYNC_SAN_BUILD_DIR:-build-san}
-targets=(layout_json_fuzzer transfer_spec_fuzzer plan_part_fuzzer register_tensors_fuzzer)
+targets=(layout_json_fuzzer transfer_spec_fuzzer plan_part_fuzzer register_tensors_fuzzer
+  controller_state_fuzzer)
 bash scripts/sanitize.sh configure
 ninja -C "$build" -j"${JOBS:-$(nproc)}" "${targets[@]}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}

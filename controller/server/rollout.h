@@ -57,6 +57,8 @@ std::vector<RolloutReplica> GroupReplicas(const std::vector<RolloutMember>& memb
 enum class ReplicaPhase {
   kWaiting,     // its wave has not started, a rank still awaits the commit
   kCommitting,  // CommitSync sent, a rank not confirmed yet
+  kHeld,        // no rank committing, one held by its owner (commit_held):
+                // it waits for its owner, not for a wave; the next wave starts
   kDone,        // every rank confirmed or was listed uncommitted
 };
 

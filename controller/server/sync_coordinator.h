@@ -174,10 +174,15 @@ class SyncCoordinator {
     int32_t replica = -1;
     bool commit_sent = false;
     bool committed = false;
+    // Its owner held syncs off when its CommitSync came (commit_held): it
+    // serves the old version and awaits its owner; its replica counts as
+    // held (not committing) until it reports commit_admitted, then waits
+    // for a wave again (commit_sent cleared).
+    bool held = false;
     // A receiver whose lease ended after the decision (or restored without
     // one): it may register again (Rejoin) until the deadline plus its
     // worker's --decision_slack, which it waits for the decision itself.
-    std::string lost;  // why, "" while bound to a live lease
+    std::string lost;                              // why, "" while bound to a live lease
     absl::Time lost_since = absl::InfinitePast();  // when `lost` was set
     absl::Duration decision_slack = absl::Seconds(5);
     // Verify mode (sync_verify.cc): its verify pass, from its last report.
@@ -467,6 +472,11 @@ class SyncCoordinator {
   // At the decision: groups the receivers of `sync` into replicas.
   void GroupReplicasLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<ReplicaPhase> PhasesLocked(const SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A decided sync's receiver `p` reports its owner's hold (`req`
+  // commit_held / commit_admitted, docs/staging.md "An owner holding syncs
+  // off"): its replica is held, or waits for a wave again.
+  void HeldReportLocked(SyncRecord& sync, Participant& p, const v1::ReportResultRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks the next wave's receivers commit_sent (none while one commits);
   // returns them (participant indices).
   std::vector<size_t> MarkNextWaveLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

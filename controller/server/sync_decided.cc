@@ -68,6 +68,7 @@ void SyncCoordinator::SaveDecidedLocked(v1::ControllerState* state) {
         dp->set_wave(-1);
       }
       dp->set_decision_slack_ms(absl::ToInt64Milliseconds(p.decision_slack));
+      dp->set_held(p.held);
     }
   }
 }
@@ -104,7 +105,8 @@ void SyncCoordinator::RestoreDecidedLocked(const v1::ControllerState& state) {
       p.done = dp.done();
       p.bytes_done = dp.bytes_done();
       p.bytes_planned = dp.bytes_planned();
-      if (dp.decision_slack_ms() > 0) p.decision_slack = absl::Milliseconds(dp.decision_slack_ms());
+      if (dp.has_decision_slack_ms()) p.decision_slack = absl::Milliseconds(dp.decision_slack_ms());
+      p.held = dp.held();
       if (p.stages && !p.done) {
         p.lost = "not registered again since the controller restarted";
         p.lost_since = now;
@@ -173,17 +175,32 @@ void SyncCoordinator::Rejoin(const std::string& lease_id, const v1::RegisterWork
 
 void SyncCoordinator::SettleDecidedLocked(SyncRecord& sync) {
   const absl::Time now = absl::Now();
+  // A receiver that never started copying: listed uncommitted, told to
+  // roll back (it keeps the version it served, whole).
+  auto roll_back = [&](Participant& p, const std::string& why, const std::string& reason) {
+    UncommittedLocked(sync, p, why);
+    v1::Assignment a;
+    a.mutable_abort()->set_sync_id(sync.status.sync_id());
+    a.mutable_abort()->set_reason(reason);
+    if (!p.lease_id.empty()) workers_->Push(p.lease_id, std::move(a));
+  };
   for (Participant& p : sync.parts) {
     if (p.done) continue;
+    if (p.held) {
+      // Its owner held syncs off until the deadline (it rolls back by its
+      // own deadline too).
+      roll_back(p,
+                "its owner held syncs off until the sync's deadline (commit_held); it rolls back "
+                "and keeps the version it served: sync this version again (resend=True)",
+                "the sync's deadline passed while its owner held syncs off");
+      continue;
+    }
     if (!p.commit_sent) {
-      // Its wave never started (rolling waves): it keeps the old version.
-      UncommittedLocked(sync, p,
-                        "its commit wave had not started by the sync's deadline; told to roll "
-                        "back, it keeps the version it served");
-      v1::Assignment a;
-      a.mutable_abort()->set_sync_id(sync.status.sync_id());
-      a.mutable_abort()->set_reason("the rollout's deadline passed before this replica's wave");
-      if (!p.lease_id.empty()) workers_->Push(p.lease_id, std::move(a));
+      // Its wave never started (rolling waves).
+      roll_back(p,
+                "its commit wave had not started by the sync's deadline; told to roll back, it "
+                "keeps the version it served",
+                "the rollout's deadline passed before this replica's wave");
       continue;
     }
     if (p.lost.empty()) {

@@ -335,8 +335,9 @@ absl::StatusOr<v1::SyncResponse> SyncCoordinator::StartSync(const v1::SyncReques
     }
     p.worker = w;
     p.lease_id = leases[w];
-    if (const int64_t slack = resolved.workers[w].info->decision_slack_ms(); slack > 0) {
-      p.decision_slack = absl::Milliseconds(slack);
+    // Absent (a worker older than session 16): the 5 s default; 0 means 0.
+    if (resolved.workers[w].info->has_decision_slack_ms()) {
+      p.decision_slack = absl::Milliseconds(resolved.workers[w].info->decision_slack_ms());
     }
     p.roles = resolved.roles[w];
     p.part_key = prepared->parts[w].key;

@@ -39,6 +39,15 @@ void SyncCoordinator::Restore(const v1::ControllerState& state) {
     t.last_sync = ts.last_sync();
     t.owner = ts.owner();  // "" from a file saved before owners: claimed on first use
     t.warm_up_enabled = config_.warm_up_on_define;  // warmed once its workers register
+    t.served.clear();                               // none in files saved before session 16
+    for (const v1::ServedRankState& r : ts.served()) {
+      Transfer::ServedRank& served = t.served[r.rank()];
+      served.version = r.version();
+      served.instance = r.instance();
+      served.replica = r.replica();
+      served.uncommitted = r.uncommitted();
+    }
+    ExportServedLocked(t);
     if (metrics_ != nullptr) {
       metrics_->TransferRestored(t.name, t.last_success_version,
                                  absl::FromUnixMillis(state.saved_unix_ms()));
@@ -78,6 +87,17 @@ absl::Status SyncCoordinator::PersistLocked() {
     ts.set_plan_key(t.plan_key);
     ts.set_last_sync(t.last_sync);
     ts.set_owner(t.owner);
+    // What each destination rank serves (sync_rollout.cc): saved with the
+    // decided commits and every outcome, so a restarted controller reports
+    // and bounds (max_staleness) the same versions.
+    for (const auto& [rank, served] : t.served) {
+      v1::ServedRankState* out = ts.add_served();
+      out->set_rank(rank);
+      out->set_version(served.version);
+      out->set_instance(served.instance);
+      out->set_replica(served.replica);
+      out->set_uncommitted(served.uncommitted);
+    }
     AppendTransferState(*t.spec_encoded, ts.SerializeAsString(), &payload);
   }
   v1::ControllerState state;  // all but the transfers

@@ -55,10 +55,16 @@ void SyncCoordinator::GroupReplicasLocked(SyncRecord& sync) {
 std::vector<ReplicaPhase> SyncCoordinator::PhasesLocked(const SyncRecord& sync) {
   std::vector<ReplicaPhase> phases;
   for (const RolloutReplica& r : sync.replicas) {
-    bool committing = false, waiting = false;
+    bool committing = false, waiting = false, held = false;
     for (size_t part : r.parts) {
       const Participant& p = sync.parts[part];
       if (p.done) continue;
+      // Its owner holds syncs off (commit_held): not committing, so it holds
+      // no wave back; it waits for a wave again once admitted.
+      if (p.held) {
+        held = true;
+        continue;
+      }
       // A receiver lost after its CommitSync went out (its lease ended, or
       // the controller restarted) may be committing still: it holds the
       // next waves back for one lease TTL, then no more (it may still
@@ -72,6 +78,7 @@ std::vector<ReplicaPhase> SyncCoordinator::PhasesLocked(const SyncRecord& sync) 
     }
     phases.push_back(committing ? ReplicaPhase::kCommitting
                      : waiting  ? ReplicaPhase::kWaiting
+                     : held     ? ReplicaPhase::kHeld
                                 : ReplicaPhase::kDone);
   }
   return phases;
@@ -138,6 +145,24 @@ bool SyncCoordinator::PushNextWaveLocked(SyncRecord& sync) {
   return true;
 }
 
+void SyncCoordinator::HeldReportLocked(SyncRecord& sync, Participant& p,
+                                       const v1::ReportResultRequest& req) {
+  // Held: no longer committing (it does not pause), so the next wave may
+  // start. Admitted: it awaits a new CommitSync, which the next wave with
+  // room sends (max_unavailable stays a bound on the replicas pausing).
+  // An admission of one not held (a worker that registered again while it
+  // awaited its wave says so) changes nothing: its wave may have started.
+  if (!req.commit_held() && !p.held) return;
+  p.held = req.commit_held();
+  p.commit_sent = false;
+  ++sync.changes;
+  spdlog::info("[controller] sync {}: receiver {} [worker {}] {}", sync.status.sync_id(),
+               workers_->Describe(p.lease_id), p.worker,
+               p.held ? "is held by its owner: its replica waits, the next wave may start"
+                      : "was admitted by its owner: its replica waits for a wave");
+  MaybeFinishCommitLocked(sync);
+}
+
 void SyncCoordinator::RefreshRolloutLocked(SyncRecord& sync) {
   if (sync.replicas.empty()) return;
   v1::RolloutProgress* out = sync.status.mutable_rollout();
@@ -159,6 +184,8 @@ void SyncCoordinator::RefreshRolloutLocked(SyncRecord& sync) {
     } else if (phases[r] == ReplicaPhase::kCommitting) {
       v->set_state("committing");
       ++committing;
+    } else if (phases[r] == ReplicaPhase::kHeld) {
+      v->set_state("held");
     } else {
       v->set_state(all_committed ? "committed" : "uncommitted");
     }

@@ -35,7 +35,12 @@ bool SyncCoordinator::StagedReportLocked(SyncRecord& sync, Participant& p,
   };
   if (s.commit_decided()) {
     if (!p.stages) return protocol_error("reported again after the commit decision");
+    if (req.code() == 0 && (req.commit_held() || req.commit_admitted())) {
+      HeldReportLocked(sync, p, req);
+      return true;
+    }
     p.done = true;
+    p.held = false;
     s.set_workers_done(s.workers_done() + 1);
     s.set_max_commit_seconds(std::max(s.max_commit_seconds(), req.commit_seconds()));
     ++sync.changes;

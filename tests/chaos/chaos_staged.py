@@ -317,6 +317,22 @@ def resumed_outcome(handle, args, wsync, pb):
             return "cut_or_refused", None
 
 
+def status_after_restart(handle, wsync, version, deadline_s):
+    """(status, None) once the restarted controller tells how sync `version`
+    ended (it was decided: it must end), or (None, the problem)."""
+    end = time.monotonic() + deadline_s + 10
+    while True:
+        try:
+            return handle.wait(timeout=max(1.0, end - time.monotonic())), None
+        except wsync.errors.Unavailable:
+            # The first calls after the restart may find the old connection.
+            if time.monotonic() > end:
+                return None, f"v{version}: the restarted controller is unavailable"
+            time.sleep(0.05)
+        except wsync.WsyncError as e:
+            return None, f"v{version}: after the restart the sync did not succeed: {e}"
+
+
 def chaos(args, cluster, owners, client, torch, wsync, wtorch, pb, lpb):
     rng = random.Random(args.seed)
     regs, versions = owners.regs, Versions(torch)

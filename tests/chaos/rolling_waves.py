@@ -320,17 +320,9 @@ def crash_mid_rollout(cluster, owners, client, wsync, pb, version):
     time.sleep(0.5)  # down a while: the waiting replicas keep their shadows
     cluster.controller_flags.remove("--test_crash_after_commits=1")
     cluster.start_controller()
-    end = time.monotonic() + DEADLINE_S + 10
-    while True:
-        try:
-            status = handle.wait(timeout=max(1.0, end - time.monotonic()))
-            break
-        except wsync.errors.Unavailable:
-            if time.monotonic() > end:
-                return [f"v{version}: the restarted controller is unavailable"]
-            time.sleep(0.05)
-        except wsync.WsyncError as e:
-            return [f"v{version}: after the restart the sync did not succeed: {e}"]
+    status, problem = st.status_after_restart(handle, wsync, version, DEADLINE_S)
+    if problem:
+        return [problem]
     bad = []
     if status.phase != pb.SYNC_SUCCEEDED or status.uncommitted:
         bad.append(f"v{version}: {pb.SyncPhase.Name(status.phase)} {list(status.uncommitted)}")

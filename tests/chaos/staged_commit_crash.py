@@ -125,18 +125,9 @@ def crash_mid_commit(cluster, owners, client, events, wsync, pb, version, n, kil
         events.follow(lost)
     time.sleep(0.5)  # the controller is down a while; nobody rolls back
     restart_controller(cluster, None)
-    end = time.monotonic() + DEADLINE_S + 10
-    while True:
-        try:
-            status = handle.wait(timeout=max(1.0, end - time.monotonic()))
-            break
-        except wsync.errors.Unavailable:
-            # The first calls after the restart may find the old connection.
-            if time.monotonic() > end:
-                return bad + [f"v{version}: the restarted controller is unavailable"]
-            time.sleep(0.05)
-        except wsync.WsyncError as e:
-            return bad + [f"v{version}: after the restart the sync did not succeed: {e}"]
+    status, problem = st.status_after_restart(handle, wsync, version, DEADLINE_S)
+    if problem:
+        return bad + [problem]
     print(f"  v{version}: {pb.SyncPhase.Name(status.phase)} after the restart, "
           f"uncommitted {list(status.uncommitted)}", flush=True)
     for r in st.RANKS:

@@ -13,7 +13,7 @@ tool=$build/tests/fuzz/wsync_fuzz_seed_tool
 out=tests/fuzz/corpus
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$out"/{layout_json_fuzzer,transfer_spec_fuzzer,plan_part_fuzzer,register_tensors_fuzzer}
+mkdir -p "$out"/{layout_json_fuzzer,transfer_spec_fuzzer,plan_part_fuzzer,register_tensors_fuzzer,controller_state_fuzzer}
 cases=(
   "tiny_llama_fsdp|--model tiny-llama --source fsdp:2 --destination vllm-tp:2 --gpus-per-node 2"
   "tiny_llama_colocated|--model tiny-llama --source fsdp:2 --destination vllm-tp:2 --colocated --trainer-dtype fp32"
@@ -35,5 +35,8 @@ for f in "$tmp"/*.json; do
 done
 for f in tests/fuzz/seeds/register_*.json; do
   "$tool" RegisterTensorsRequest "$f" "$out/register_tensors_fuzzer/$(basename "$f" .json).bin"
+done
+for f in tests/fuzz/seeds/state_*.json; do
+  "$tool" StateFuzzInput "$f" "$out/controller_state_fuzzer/$(basename "$f" .json).bin"
 done
 du -sh "$out"/*

@@ -1,6 +1,6 @@
 // Seeds for the binary fuzz targets: converts a proto3 JSON document of one
 // wsync.v1 message type to its binary wire form.
-//   wsync_fuzz_seed_tool TransferSpec|Plan|RegisterTensorsRequest IN.json OUT.bin
+//   wsync_fuzz_seed_tool TransferSpec|Plan|RegisterTensorsRequest|StateFuzzInput IN.json OUT.bin
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -8,13 +8,16 @@
 #include <string>
 
 #include "google/protobuf/util/json_util.h"
+#include "state_fuzz_input.pb.h"
 #include "wsync/v1/layout.pb.h"
 #include "wsync/v1/plan.pb.h"
 #include "wsync/v1/worker_local.pb.h"
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s TransferSpec|Plan|RegisterTensorsRequest IN.json OUT.bin\n",
+    std::fprintf(stderr,
+                 "usage: %s TransferSpec|Plan|RegisterTensorsRequest|StateFuzzInput IN.json "
+                 "OUT.bin\n",
                  argv[0]);
     return 2;
   }
@@ -23,6 +26,7 @@ int main(int argc, char** argv) {
   if (type == "TransferSpec") m = std::make_unique<wsync::v1::TransferSpec>();
   if (type == "Plan") m = std::make_unique<wsync::v1::Plan>();
   if (type == "RegisterTensorsRequest") m = std::make_unique<wsync::v1::RegisterTensorsRequest>();
+  if (type == "StateFuzzInput") m = std::make_unique<wsync::fuzz::StateFuzzInput>();
   if (m == nullptr) {
     std::fprintf(stderr, "unknown type %s\n", argv[1]);
     return 2;

@@ -3,28 +3,18 @@ Llama of test_sync.py into vLLM's TP=2 layout with `staging="host_shadow"`
 and checksums. The owner sees STARTED, STAGED, COMMIT, COMMITTED, FINISHED
 with the version its live tensors hold; `plan()` reports each receiver's
 shadow memory; every destination byte arrives."""
-import threading
-import time
 
 import pytest
 
 import wsync
-import wsync.torch
 from wsync._proto import controller_pb2 as pb
 from wsync._proto import worker_local_pb2 as lpb
 
 from harness import full_tensors
+from staged_events import follow_receivers
 from models import TINY_LLAMA, trainer_tensors
 from test_sync import TP, check_receivers, fsdp_params, setup_transfer
 from wsync import layouts, vllm
-
-
-def follow(socket, events, subscribed, until_version):
-    subscribed.set()
-    for ev in wsync.torch.sync_events(socket, timeout=60):
-        events.append(ev)
-        if ev.kind == lpb.SyncEvent.FINISHED and ev.version == until_version:
-            return
 
 
 def test_staged_sync_commits_pool_wide_and_tells_the_owner(cluster):
@@ -37,11 +27,7 @@ def test_staged_sync_commits_pool_wide_and_tells_the_owner(cluster):
     for s, reg in zip(plan.shadow, receivers):
         assert 0 < s.shadow_bytes <= sum(t.numel() * t.element_size()
                                          for t in reg.tensors.values())
-    events, subscribed = [], threading.Event()
-    t = threading.Thread(target=follow, args=(receivers[0].socket, events, subscribed, 2))
-    t.start()
-    subscribed.wait(5)
-    time.sleep(0.3)  # the event stream is open before the sync starts
+    (events,), (t,) = follow_receivers(receivers[:1], 2)
     st = client.sync(1).wait(timeout=60)
     assert st.phase == pb.SYNC_SUCCEEDED and st.commit_decided
     assert st.workers_staged == TP and st.buckets_verified > 0 and not st.uncommitted

@@ -37,26 +37,41 @@ def kinds_within(events, seconds):
     return out
 
 
+class HeldPool:
+    """Two trainer ranks and two receivers: receiver 0 an embedded worker in
+    this process (its owner holds), receiver 1 a wsync-worker."""
+
+    def __init__(self, cluster):
+        shapes = {n: s for n, s, _ in trainer_tensors("tiny-llama")}
+        self.full = full_tensors(shapes, torch.bfloat16)
+        self.params = {r: fsdp_params(self.full, r) for r in range(2)}
+        src = layouts.source_side(layouts.describe(self.params[0].items(), rank=0))
+        self.spec = layouts.transfer_spec(src, vllm.destination(TINY_LLAMA, tp=TP), name="tiny")
+        self.regs = [wsync.torch.register({n: p.to_local() for n, p in self.params[r].items()},
+                                          group="trainer", rank=r,
+                                          socket=cluster.worker(f"trainer:{r}:2"))
+                     for r in range(2)]
+        bufs1 = {b: torch.zeros(n, dtype=torch.bfloat16)
+                 for b, (_, n) in layouts.local_buffers(self.spec.destination, 1).items()}
+        self.regs.append(wsync.torch.register(bufs1, group="inference", rank=1,
+                                              socket=cluster.worker(f"inference:1:{TP}")))
+        self.w = embedded.Worker(cluster.address, f"inference:0:{TP}")
+        self.live = {b: torch.zeros(n, dtype=torch.bfloat16)
+                     for b, (_, n) in layouts.local_buffers(self.spec.destination, 0).items()}
+        self.w.register(self.live)
+        self.w.wait_registered()
+        self.client = wsync.Client(cluster.address, timeout=20)
+        self.client.wait_for_workers({"trainer": 2, "inference": TP}, timeout=30, buffers=True)
+
+    def close(self):
+        self.w.stop()
+
+
 def test_a_held_owner_commits_only_once_admitted_or_not_at_all(cluster):
-    shapes = {n: s for n, s, _ in trainer_tensors("tiny-llama")}
-    full = full_tensors(shapes, torch.bfloat16)
-    params = {r: fsdp_params(full, r) for r in range(2)}
-    src = layouts.source_side(layouts.describe(params[0].items(), rank=0))
-    spec = layouts.transfer_spec(src, vllm.destination(TINY_LLAMA, tp=TP), name="tiny")
-    regs = [wsync.torch.register({n: p.to_local() for n, p in params[r].items()},
-                                 group="trainer", rank=r, socket=cluster.worker(f"trainer:{r}:2"))
-            for r in range(2)]
-    sock1 = cluster.worker(f"inference:1:{TP}")
-    bufs1 = {b: torch.zeros(n, dtype=torch.bfloat16)
-             for b, (_, n) in layouts.local_buffers(spec.destination, 1).items()}
-    reg1 = wsync.torch.register(bufs1, group="inference", rank=1, socket=sock1)
-    with embedded.Worker(cluster.address, f"inference:0:{TP}") as w:
-        live = {b: torch.zeros(n, dtype=torch.bfloat16)
-                for b, (_, n) in layouts.local_buffers(spec.destination, 0).items()}
-        w.register(live)
-        w.wait_registered()
-        client = wsync.Client(cluster.address, timeout=20)
-        client.wait_for_workers({"trainer": 2, "inference": TP}, timeout=30, buffers=True)
+    pool = HeldPool(cluster)
+    spec, full, params, live, w, client = (pool.spec, pool.full, pool.params, pool.live, pool.w,
+                                           pool.client)
+    try:
         client.define_transfer("weights", spec, staging="host_shadow")
         want = expected_destination(spec, full, 0, torch.bfloat16)
         events = w.events()
@@ -104,7 +119,42 @@ def test_a_held_owner_commits_only_once_admitted_or_not_at_all(cluster):
             assert torch.equal(t, before[b]), f"{b} written while held"
         w.admit()
         events.close()
-    del regs, reg1
+    finally:
+        pool.close()
+
+
+def test_a_held_replica_holds_no_wave_back_and_commits_once_admitted(cluster):
+    """Rolling waves, one replica at a time: receiver 0's owner holds syncs
+    off when its wave comes, so it reports `commit_held` at once; receiver
+    1's wave goes out meanwhile (before session 16 it waited for receiver 0
+    until the deadline); admitted, receiver 0 commits in a later wave."""
+    pool = HeldPool(cluster)
+    try:
+        pool.client.define_transfer("weights", pool.spec, staging="host_shadow",
+                                    rollout={"max_unavailable": 1, "replica_ranks": 1})
+        events = pool.w.events()
+        pool.w.hold("generating")
+        handle = pool.client.sync(1, deadline=30)
+        end = time.monotonic() + 15
+        states = []
+        while time.monotonic() < end:
+            states = [(r.replica, r.state) for r in handle.poll().rollout.replicas]
+            if states == [("ranks-0-0", "held"), ("ranks-1-1", "committed")]:
+                break
+            time.sleep(0.05)
+        assert states == [("ranks-0-0", "held"), ("ranks-1-1", "committed")], states
+        assert all(not t.any() for t in pool.live.values()), "a held owner's tensors were written"
+        pool.w.admit()
+        assert next_kind(events, "committed")["serving_version"] == 1
+        st = handle.wait(timeout=30)
+        assert st.phase == pb.SYNC_SUCCEEDED and not st.uncommitted, (st.error, st.uncommitted)
+        assert [(r.replica, r.state, r.version) for r in st.rollout.replicas] == [
+            ("ranks-0-0", "committed", 1), ("ranks-1-1", "committed", 1)]
+        for b, x in expected_destination(pool.spec, pool.full, 0, torch.bfloat16).items():
+            assert torch.equal(pool.live[b][:x.numel()], x), b
+        events.close()
+    finally:
+        pool.close()
 
 
 def test_the_decision_slack_is_a_worker_flag(cluster):

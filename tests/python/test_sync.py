@@ -19,12 +19,14 @@ from models import TINY_LLAMA, trainer_tensors
 TP = 2
 
 
-def start_ranks(cluster, n_trainer=2, n_inference=TP):
+def start_ranks(cluster, n_trainer=2, n_inference=TP, inference_flags=None):
+    """`inference_flags`: {rank: [flags]} for those inference workers."""
     socks = {}
     for r in range(n_trainer):
         socks[("trainer", r)] = cluster.worker(f"trainer:{r}:{n_trainer}")
     for r in range(n_inference):
-        socks[("inference", r)] = cluster.worker(f"inference:{r}:{n_inference}")
+        socks[("inference", r)] = cluster.worker(f"inference:{r}:{n_inference}",
+                                                 flags=(inference_flags or {}).get(r, ()))
     return socks
 
 
@@ -33,8 +35,8 @@ def fsdp_params(full, rank, world=2):
             for n, t in full.items()}
 
 
-def setup_transfer(cluster, src_dtype=torch.float32):
-    socks = start_ranks(cluster)
+def setup_transfer(cluster, src_dtype=torch.float32, inference_flags=None):
+    socks = start_ranks(cluster, inference_flags=inference_flags)
     shapes = {n: s for n, s, _ in trainer_tensors("tiny-llama")}
     full = full_tensors(shapes, src_dtype)
     params = {r: fsdp_params(full, r) for r in range(2)}

@@ -80,6 +80,11 @@ WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
 WorkerAgent::~WorkerAgent() { Stop(); }
 
 void WorkerAgent::Start() {
+  // Before any thread: a decision wakes the exec thread (agent_exec.cc).
+  gate_.SetWaker([this] {
+    absl::MutexLock lock(&mu_);
+    ++gate_wakes_;  // releasing mu_ re-evaluates the exec thread's condition
+  });
   session_ = std::thread([this] { SessionLoop(); });
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
   exec_ = std::thread([this] { ExecLoop(); });
@@ -292,101 +297,6 @@ std::string WorkerAgent::AwaitWriters(const v1::SyncAssignment& a, const std::st
   return absl::StrJoin(resp.pending(), ",");
 }
 
-void WorkerAgent::ExecLoop() {
-  uint64_t epoch_seen = 0;
-  while (!stop_.load()) {
-    Queued q;
-    std::vector<Queued> dropped;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return !queue_.empty() || !dropped_.empty();
-      };
-      if (!mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100))) continue;
-      dropped.swap(dropped_);
-      if (!queue_.empty()) {
-        q = std::move(queue_.front());
-        queue_.pop_front();
-      }
-    }
-    for (const Queued& d : dropped) {
-      runner_.CachePlan(d.assignment);
-      v1::ReportResultRequest r;
-      r.set_sync_id(d.assignment.sync_id());
-      r.set_warm_up(d.assignment.warm_up());
-      r.set_code(static_cast<int32_t>(absl::StatusCode::kAborted));
-      r.set_message("aborted while queued: never ran, nothing written");
-      r.set_round(-1);
-      r.set_op(-1);
-      r.set_peer(-1);
-      Report(r, d.lease_id);
-    }
-    if (q.assignment.sync_id().empty()) continue;  // only dropped ones
-    if (q.lease_epoch != epoch_seen) {
-      // A new lease means new transfer generations: old sockets are useless.
-      runner_.DropTransports();
-      epoch_seen = q.lease_epoch;
-    }
-    const v1::SyncAssignment& a = q.assignment;
-    if (a.warm_up()) {
-      RunWarmUp(q);  // no version, no owner events (agent_warm_up.cc)
-      continue;
-    }
-    if (RefuseIfHeldOrOlder(a, q.lease_id)) continue;
-    Publish(EventOf(a, v1::SyncEvent::STARTED));
-    absl::Time last_progress = absl::InfinitePast();
-    auto progress = [&](int32_t done, int32_t total, int64_t bytes) {
-      // Throttled: the controller needs a trend, not every round. The last
-      // round's is not sent: the result report follows at once with the same
-      // numbers, and a second call racing it would only delay it.
-      if (done >= total || absl::Now() - last_progress < absl::Milliseconds(100)) return;
-      last_progress = absl::Now();
-      v1::ReportProgressRequest p;
-      p.set_lease_id(q.lease_id);
-      p.set_sync_id(a.sync_id());
-      p.set_rounds_done(done);
-      p.set_rounds_total(total);
-      p.set_bytes_done(bytes);
-      progress_.Post(std::move(p));
-    };
-    const absl::Time run_start = absl::Now();
-    v1::ReportResultRequest r = runner_.Run(a, stub_, q.lease_id, progress);
-    r.set_received_unix_us(absl::ToUnixMicros(q.received));
-    r.set_queued_seconds(absl::ToDoubleSeconds(run_start - q.received));
-    r.set_run_seconds(absl::ToDoubleSeconds(absl::Now() - run_start));
-    if (metrics_ != nullptr) metrics_->ChannelsCreated(runner_.channels_created());
-    const bool ok = r.code() == 0;
-    if (!ok) {
-      spdlog::error("[worker {}] sync {} failed: {}", Roles(options_), a.sync_id(), r.message());
-    }
-    if (ok && r.staged()) {
-      FinishStaged(a, q.lease_id, q.lease_epoch, std::move(r));
-      continue;
-    }
-    if (ok) {
-      // Before the report: whoever learns of the sync's success (the
-      // trainer, then the owner's local status) sees this version applied.
-      absl::MutexLock lock(&mu_);
-      last_version_ = std::max(last_version_, a.version());
-      int64_t& applied = applied_[a.transfer()];
-      applied = std::max(applied, a.version());
-    }
-    Report(r, q.lease_id);
-    std::string error = r.message();
-    if (!ok && !a.direct_written_by().empty()) {
-      // Peers write this worker's buffers directly and may still be at it
-      // after this worker's part failed: the owner hears of the end only
-      // once each has reported (its writes are complete) or is gone.
-      const std::string pending = AwaitWriters(a, q.lease_id);
-      if (!pending.empty()) {
-        absl::StrAppend(&error, "; direct writers ", pending,
-                        " did not report before the deadline: they may still be writing");
-      }
-    }
-    PublishEnd(a, ok, error, /*untouched=*/false);
-  }
-}
-
 v1::SyncEvent WorkerAgent::EventOf(const v1::SyncAssignment& a, v1::SyncEvent::Kind kind) {
   v1::SyncEvent ev;
   ev.set_kind(kind);
@@ -431,7 +341,7 @@ bool WorkerAgent::RefuseIfHeldOrOlder(const v1::SyncAssignment& a, const std::st
     if (it != applied_.end()) applied = it->second;
   }
   // A staged sync writes shadows only: it stages while held, and its commit
-  // waits for the owner to admit syncs (FinishStaged).
+  // waits for the owner to admit syncs (StepStaged).
   if (!held.empty() && a.staging().mode() == v1::STAGING_IN_PLACE) {
     Refuse(
         a, lease_id,

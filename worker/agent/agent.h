@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,6 +57,10 @@ struct AgentOptions {
   // worker flips in its live memory after each sync it receives (after the
   // commit of a staged one), before the verify pass. Host memory only.
   std::string test_corrupt_after_sync;
+  // Test only (--test_commit_delay, refused unless WSYNC_TEST_FAILPOINTS=1):
+  // each staged commit on this worker sleeps this long after COMMIT, before
+  // it copies (a slow commit: later waves wait for it). 0: off.
+  absl::Duration test_commit_delay = absl::ZeroDuration();
   // The cached parts' budget in bytes (part_cache.h; --parts_cache_bytes).
   int64_t parts_cache_bytes = int64_t{256} << 20;
   // Not owned (outlives the agent), never null: the worker's data-plane
@@ -145,16 +150,39 @@ class WorkerAgent {
   // version and tells the subscribers nothing.
   void RunWarmUp(const Queued& q);
   void Report(v1::ReportResultRequest r, const std::string& lease_id);
-  // Staged syncs (agent_staged.cc): after `a` staged on this worker
-  // (report `r`): reports it, waits for the pool's decision, then commits or
-  // rolls back, telling the owner (STAGED, COMMIT, COMMITTED / ROLLED_BACK)
-  // and the controller.
-  // `lease_epoch`: the registration `lease_id` came with.
-  void FinishStaged(const v1::SyncAssignment& a, const std::string& lease_id, uint64_t lease_epoch,
-                    v1::ReportResultRequest r);
-  // A commit decided while the owner holds syncs off (HoldSyncs) waits until
-  // it admits them, the sync's deadline or a stop: true when admitted.
-  bool AwaitAdmitted(const v1::SyncAssignment& a, std::string* held);
+  // Staged syncs (agent_staged.cc). A receiver that staged sync `q` (its
+  // report `r`) tells its owner STAGED, reports it and leaves the commit
+  // pending (pending_): the exec thread steps it (StepStaged) until the
+  // pool's decision (the gate) or the deadline plus --decision_slack, then
+  // commits (COMMIT, COMMITTED) or rolls back (ROLLED_BACK), telling the
+  // owner and the controller. A commit decided while the owner holds syncs
+  // off is reported `commit_held` at once and waits for the owner until the
+  // sync's deadline; admitted, it reports `commit_admitted` and awaits a new
+  // CommitSync (the controller's next wave with room); still held at the
+  // deadline, it rolls back, its live tensors untouched.
+  struct PendingCommit {
+    enum Phase { kDecision, kAdmission };
+    Queued q;
+    int64_t before = 0;  // the version its live tensors held
+    Phase phase = kDecision;
+    std::string held;  // the owner's reason (kAdmission)
+  };
+  void BeginStaged(const Queued& q, v1::ReportResultRequest r);
+  // Acts on the pending commit if due; never blocks.
+  void StepStaged();
+  void CommitPending();
+  void RollBackPending(const std::string& reason);
+  // When the pending commit stops waiting: the decision by the deadline plus
+  // --decision_slack, the owner's admission by the deadline.
+  absl::Time PendingDeadline(const PendingCommit& p) const;
+  // Reports on the current lease (a new one after a restart), else `lease_id`.
+  void ReportOnLease(v1::ReportResultRequest r, const std::string& lease_id);
+  // Runs sync `q` (agent_exec.cc): reports it, or begins its commit.
+  void RunSync(const Queued& q);
+  // The queue index the exec thread runs next (-1: none): the front, or
+  // beside a pending commit of `pending_transfer` the first warm-up of
+  // another transfer.
+  int NextRunnableLocked(const std::string& pending_transfer) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Registered (response `resp`): commits the awaited staged sync the
   // controller lists as decided, confirms again those already committed,
   // reports the listed ones it holds no shadow of, rolls back one not listed.
@@ -213,7 +241,9 @@ class WorkerAgent {
   std::map<std::string, int64_t> applied_ ABSL_GUARDED_BY(mu_);
   int32_t syncs_ok_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t syncs_failed_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string held_ ABSL_GUARDED_BY(mu_);  // HoldSyncs' reason; "" admits syncs
+  std::string held_ ABSL_GUARDED_BY(mu_);        // HoldSyncs' reason; "" admits syncs
+  int64_t gate_wakes_ ABSL_GUARDED_BY(mu_) = 0;  // decisions the gate announced
+  std::optional<PendingCommit> pending_;         // the exec thread's only
 };
 
 }  // namespace wsync::agent

@@ -44,15 +44,18 @@ void WorkerAgent::RejoinStaged(const v1::RegisterWorkerResponse& resp, uint64_t 
             "[worker {}] sync {}: the commit of version {} was decided before the "
             "controller restarted; committing it",
             c.transfer(), c.sync_id(), c.version());
-        continue;  // FinishStaged commits and reports
+        continue;  // StepStaged commits and reports
       case StagedGate::Held::kCommitting:
-        continue;  // FinishStaged reports on this lease
+        continue;  // StepStaged reports on this lease
       case StagedGate::Held::kWaiting:
         spdlog::info(
             "[worker {}] sync {}: the commit of version {} is decided; its wave has not "
             "started, keeping the shadow until CommitSync",
             c.transfer(), c.sync_id(), c.version());
-        continue;  // CommitSync arrives on the new stream
+        // Not held (a held one is committing here, kCommitting): a
+        // controller that saved it held learns it awaits a wave again.
+        r.set_commit_admitted(true);
+        break;  // CommitSync arrives on the new stream
       case StagedGate::Held::kCommitted:
         r.set_committed(true);
         break;
@@ -73,71 +76,121 @@ void WorkerAgent::RejoinStaged(const v1::RegisterWorkerResponse& resp, uint64_t 
   }
 }
 
-bool WorkerAgent::AwaitAdmitted(const v1::SyncAssignment& a, std::string* held) {
-  absl::MutexLock lock(&mu_);
-  auto admitted = [this]()
-                      ABSL_SHARED_LOCKS_REQUIRED(mu_) { return held_.empty() || stop_.load(); };
-  if (!held_.empty()) {
-    spdlog::info("[worker {}] sync {}: commit decided, waiting for the owner to admit syncs ({})",
-                 a.transfer(), a.sync_id(), held_);
-  }
-  mu_.AwaitWithDeadline(absl::Condition(&admitted), absl::FromUnixMillis(a.deadline_unix_ms()));
-  *held = held_;
-  return held_.empty() && !stop_.load();
+absl::Time WorkerAgent::PendingDeadline(const PendingCommit& p) const {
+  const absl::Time deadline = absl::FromUnixMillis(p.q.assignment.deadline_unix_ms());
+  return p.phase == PendingCommit::kAdmission ? deadline : deadline + options_.decision_slack;
 }
 
-void WorkerAgent::FinishStaged(const v1::SyncAssignment& a, const std::string& lease_id,
-                               uint64_t lease_epoch, v1::ReportResultRequest r) {
-  const int64_t before = Applied(a.transfer());
+void WorkerAgent::BeginStaged(const Queued& q, v1::ReportResultRequest r) {
+  const v1::SyncAssignment& a = q.assignment;
+  pending_.emplace();
+  pending_->q = q;
+  pending_->before = Applied(a.transfer());
   v1::SyncEvent staged = EventOf(a, v1::SyncEvent::STAGED);
-  staged.set_serving_version(before);
+  staged.set_serving_version(pending_->before);
   Publish(staged);
   // Armed before the report: a controller that decides after hearing it and
   // dies finds this sync armed when this worker registers again. A
   // registration after `lease_epoch` decides it, heard before or after this
   // (staged_gate.h).
-  gate_.Arm(a.sync_id(), lease_epoch);
-  Report(std::move(r), lease_id);
-  StagedGate::Decision d =
-      gate_.Wait(absl::FromUnixMillis(a.deadline_unix_ms()) + options_.decision_slack);
-  std::string held;
-  if (d.commit && !AwaitAdmitted(a, &held)) {
-    // Decided pool-wide, but the owner holds syncs off (its memory must not
-    // be written now) past the deadline: the live tensors stay untouched on
-    // the old version and the controller lists it uncommitted.
-    gate_.Finished(a.sync_id(), /*committed=*/false);
-    // A worker stopped while held says so: its end is not the owner's hold.
-    const bool stopping = held.empty() || stop_.load();
-    d = StagedGate::Decision{
-        false, stopping ? std::string("the worker is stopping")
-                        : absl::StrCat("its owner held syncs off (", held,
-                                       ") until the sync's deadline; it must sync version ",
-                                       a.version(), " again")};
-  }
-  // After a restart the decision came through a new lease: report there.
-  auto report = [&](v1::ReportResultRequest done) {
-    const std::string now = lease();
-    Report(std::move(done), now.empty() ? lease_id : now);
-  };
-  v1::ReportResultRequest done = DecidedReport(a.sync_id());
-  if (!d.commit) {
-    runner_.DiscardStaged();
-    spdlog::warn("[worker {}] sync {} rolled back (live tensors stay on version {}): {}",
-                 a.transfer(), a.sync_id(), before, d.reason);
-    v1::SyncEvent rolled = EventOf(a, v1::SyncEvent::ROLLED_BACK);
-    rolled.set_serving_version(before);
-    rolled.set_error(d.reason);
-    Publish(rolled);
-    done.set_code(static_cast<int32_t>(absl::StatusCode::kAborted));
-    done.set_message(
-        absl::StrCat("rolled back, the live tensors kept version ", before, ": ", d.reason));
-    report(std::move(done));
-    PublishEnd(a, /*ok=*/false, absl::StrCat("rolled back: ", d.reason), /*untouched=*/true);
+  gate_.Arm(a.sync_id(), q.lease_epoch);
+  Report(std::move(r), q.lease_id);
+}
+
+void WorkerAgent::StepStaged() {
+  PendingCommit& p = *pending_;
+  const v1::SyncAssignment& a = p.q.assignment;
+  if (p.phase == PendingCommit::kDecision) {
+    std::optional<StagedGate::Decision> d = gate_.Poll(PendingDeadline(p));
+    if (!d.has_value()) return;  // still waiting for its wave
+    if (!d->commit) return RollBackPending(d->reason);
+    std::string held;
+    {
+      absl::MutexLock lock(&mu_);
+      held = held_;
+    }
+    if (stop_.load()) {
+      gate_.Finished(a.sync_id(), /*committed=*/false);
+      return RollBackPending("the worker is stopping");
+    }
+    if (held.empty()) return CommitPending();
+    // Decided, but the owner holds syncs off (its memory must not be
+    // written now): tell the controller at once, so that its replica
+    // holds no wave back, and wait for the owner until the deadline.
+    spdlog::info("[worker {}] sync {}: commit decided, its owner holds syncs off ({}); waiting",
+                 a.transfer(), a.sync_id(), held);
+    p.phase = PendingCommit::kAdmission;
+    p.held = held;
+    v1::ReportResultRequest r = DecidedReport(a.sync_id());
+    r.set_commit_held(true);
+    ReportOnLease(std::move(r), p.q.lease_id);
     return;
   }
+  std::string held;
+  uint64_t epoch = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    held = held_;
+    epoch = lease_epoch_;
+  }
+  if (stop_.load()) {
+    gate_.Finished(a.sync_id(), /*committed=*/false);
+    return RollBackPending("the worker is stopping");
+  }
+  if (held.empty()) {
+    // Admitted before the deadline: the commit still stands; the controller
+    // sends CommitSync again when a wave has room (max_unavailable).
+    gate_.Finished(a.sync_id(), /*committed=*/false);
+    gate_.Arm(a.sync_id(), epoch);
+    p.phase = PendingCommit::kDecision;
+    v1::ReportResultRequest r = DecidedReport(a.sync_id());
+    r.set_commit_admitted(true);
+    ReportOnLease(std::move(r), p.q.lease_id);
+    return;
+  }
+  if (absl::Now() < PendingDeadline(p)) return;
+  // Still held at the deadline: the live tensors stay untouched on the old
+  // version and the controller lists it uncommitted.
+  gate_.Finished(a.sync_id(), /*committed=*/false);
+  RollBackPending(absl::StrCat("its owner held syncs off (", p.held,
+                               ") until the sync's deadline; it must sync version ", a.version(),
+                               " again"));
+}
+
+void WorkerAgent::ReportOnLease(v1::ReportResultRequest r, const std::string& lease_id) {
+  // After a restart the decision came through a new lease: report there.
+  const std::string now = lease();
+  Report(std::move(r), now.empty() ? lease_id : now);
+}
+
+void WorkerAgent::RollBackPending(const std::string& reason) {
+  const PendingCommit p = std::move(*pending_);
+  pending_.reset();
+  const v1::SyncAssignment& a = p.q.assignment;
+  runner_.DiscardStaged();
+  spdlog::warn("[worker {}] sync {} rolled back (live tensors stay on version {}): {}",
+               a.transfer(), a.sync_id(), p.before, reason);
+  v1::SyncEvent rolled = EventOf(a, v1::SyncEvent::ROLLED_BACK);
+  rolled.set_serving_version(p.before);
+  rolled.set_error(reason);
+  Publish(rolled);
+  v1::ReportResultRequest done = DecidedReport(a.sync_id());
+  done.set_code(static_cast<int32_t>(absl::StatusCode::kAborted));
+  done.set_message(
+      absl::StrCat("rolled back, the live tensors kept version ", p.before, ": ", reason));
+  ReportOnLease(std::move(done), p.q.lease_id);
+  PublishEnd(a, /*ok=*/false, absl::StrCat("rolled back: ", reason), /*untouched=*/true);
+}
+
+void WorkerAgent::CommitPending() {
+  const PendingCommit p = std::move(*pending_);
+  pending_.reset();
+  const v1::SyncAssignment& a = p.q.assignment;
+  v1::ReportResultRequest done = DecidedReport(a.sync_id());
   v1::SyncEvent commit = EventOf(a, v1::SyncEvent::COMMIT);
-  commit.set_serving_version(before);
+  commit.set_serving_version(p.before);
   Publish(commit);
+  absl::SleepFor(options_.test_commit_delay);  // test only (0 unless the failpoint is set)
   const absl::Time t = absl::Now();
   const absl::Status s = runner_.CommitStaged();
   done.set_commit_seconds(absl::ToDoubleSeconds(absl::Now() - t));
@@ -149,7 +202,7 @@ void WorkerAgent::FinishStaged(const v1::SyncAssignment& a, const std::string& l
     done.set_code(static_cast<int32_t>(s.code()));
     done.set_message(
         absl::StrCat("commit failed, the live tensors are partly written: ", s.message()));
-    report(std::move(done));
+    ReportOnLease(std::move(done), p.q.lease_id);
     PublishEnd(a, /*ok=*/false, absl::StrCat("commit failed: ", s.message()),
                /*untouched=*/false);
     return;
@@ -176,7 +229,7 @@ void WorkerAgent::FinishStaged(const v1::SyncAssignment& a, const std::string& l
   committed.set_serving_version(a.version());
   Publish(committed);
   done.set_committed(true);
-  report(std::move(done));
+  ReportOnLease(std::move(done), p.q.lease_id);
   PublishEnd(a, /*ok=*/true, "", /*untouched=*/false);
 }
 

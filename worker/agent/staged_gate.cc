@@ -1,6 +1,7 @@
 #include "worker/agent/staged_gate.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -28,39 +29,61 @@ void StagedGate::Arm(const std::string& sync_id, uint64_t lease_epoch) {
   }
 }
 
+void StagedGate::SetWaker(std::function<void()> wake) { wake_ = std::move(wake); }
+
+void StagedGate::Wake(bool woke) {
+  if (woke && wake_) wake_();
+}
+
 void StagedGate::Commit(const std::string& sync_id) {
-  absl::MutexLock lock(&mu_);
-  if (armed_ != sync_id) {
-    early_id_ = sync_id;
-    early_ = Decision{true, ""};
-    return;
+  bool woke = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (armed_ != sync_id) {
+      early_id_ = sync_id;
+      early_ = Decision{true, ""};
+    } else if (!decided_) {
+      decided_ = woke = true;
+      decision_ = Decision{true, ""};
+    }
   }
-  if (decided_) return;
-  decided_ = true;
-  decision_ = Decision{true, ""};
+  Wake(woke);
 }
 
 void StagedGate::Abort(const std::string& sync_id, const std::string& reason) {
-  absl::MutexLock lock(&mu_);
-  if (!sync_id.empty() && armed_ != sync_id) {
-    early_id_ = sync_id;
-    early_ = Decision{false, reason};
-    return;
+  bool woke = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!sync_id.empty() && armed_ != sync_id) {
+      early_id_ = sync_id;
+      early_ = Decision{false, reason};
+    } else if (!armed_.empty() && !decided_) {
+      decided_ = woke = true;
+      decision_ = Decision{false, reason};
+    }
   }
-  if (armed_.empty() || decided_) return;
-  decided_ = true;
-  decision_ = Decision{false, reason};
+  Wake(woke);
 }
 
-StagedGate::Decision StagedGate::Wait(absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  mu_.AwaitWithDeadline(absl::Condition(&decided_), deadline);
+StagedGate::Decision StagedGate::TakeLocked() {
   Decision d =
       decided_ ? decision_ : Decision{false, "no commit decision before the sync's deadline"};
   if (d.commit) committing_ = armed_;
   armed_.clear();
   decided_ = false;
   return d;
+}
+
+StagedGate::Decision StagedGate::Wait(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithDeadline(absl::Condition(&decided_), deadline);
+  return TakeLocked();
+}
+
+std::optional<StagedGate::Decision> StagedGate::Poll(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  if (!decided_ && absl::Now() < deadline) return std::nullopt;
+  return TakeLocked();
 }
 
 void StagedGate::Finished(const std::string& sync_id, bool committed) {
@@ -75,7 +98,22 @@ std::vector<StagedGate::Held> StagedGate::Rejoined(uint64_t lease_epoch,
                                                    const std::vector<std::string>& decided,
                                                    const std::string& reason,
                                                    const std::vector<std::string>& later) {
-  absl::MutexLock lock(&mu_);
+  std::vector<Held> held;
+  bool woke = false;
+  {
+    absl::MutexLock lock(&mu_);
+    const bool was_decided = decided_;
+    held = RejoinedLocked(lease_epoch, decided, reason, later);
+    woke = decided_ && !was_decided;
+  }
+  Wake(woke);
+  return held;
+}
+
+std::vector<StagedGate::Held> StagedGate::RejoinedLocked(uint64_t lease_epoch,
+                                                         const std::vector<std::string>& decided,
+                                                         const std::string& reason,
+                                                         const std::vector<std::string>& later) {
   rejoined_epoch_ = std::max(rejoined_epoch_, lease_epoch);
   // Only a sync staged under an older lease awaits this registration's word.
   const bool awaits = !armed_.empty() && armed_epoch_ < lease_epoch;

@@ -18,6 +18,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,13 @@ class StagedGate {
   // commit, naming the deadline); disarms. After a commit decision the sync
   // counts as committing until Finished.
   Decision Wait(absl::Time deadline);
+  // Wait without blocking: the decision (disarming, as Wait) once there is
+  // one or `deadline` passed, else nothing.
+  std::optional<Decision> Poll(absl::Time deadline);
+  // `wake` runs (outside the gate's lock, on the deciding thread) whenever
+  // a decision for the armed sync arrives: a caller that polls sleeps until
+  // then. Set once, before any decision.
+  void SetWaker(std::function<void()> wake);
   // The committing sync `sync_id` ended: `committed` (its live tensors hold
   // it) or its commit failed.
   void Finished(const std::string& sync_id, bool committed);
@@ -64,12 +73,20 @@ class StagedGate {
   // wave not started: DecidedCommit.await_commit) stays armed, awaiting its
   // CommitSync (kWaiting).
   std::vector<Held> Rejoined(uint64_t lease_epoch, const std::vector<std::string>& decided,
-                             const std::string& reason,
-                             const std::vector<std::string>& later = {});
+                             const std::string& reason, const std::vector<std::string>& later = {});
 
  private:
   static constexpr size_t kCommittedKept = 16;
 
+  std::vector<Held> RejoinedLocked(uint64_t lease_epoch, const std::vector<std::string>& decided,
+                                   const std::string& reason, const std::vector<std::string>& later)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the waker when `woke` (call without mu_ held).
+  void Wake(bool woke);
+  // Wait's end under mu_: the decision taken, the sync disarmed.
+  Decision TakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::function<void()> wake_;
   absl::Mutex mu_;
   std::string armed_ ABSL_GUARDED_BY(mu_);
   uint64_t armed_epoch_ ABSL_GUARDED_BY(mu_) = 0;

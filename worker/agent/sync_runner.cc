@@ -44,7 +44,8 @@ absl::StatusOr<const exec::BufferRegistry*> SyncRunner::RegistryFor(const v1::Sy
                                                                     bool* staged) {
   *staged = false;
   const v1::StagingMode mode = a.staging().mode();
-  if (mode == v1::STAGING_IN_PLACE) return &registry_;
+  // A warm-up beside a pending commit: the shadows belong to that commit.
+  if (mode == v1::STAGING_IN_PLACE || commit_pending_) return &registry_;
   std::string who = absl::StrCat("worker ", a.worker());
   for (const v1::Membership& m : a.roles()) absl::StrAppend(&who, " ", m.group(), "/", m.rank());
   if (!a.direct_written_by().empty() || !a.direct_write_to().empty()) {
@@ -194,7 +195,9 @@ void SyncRunner::End() {
 absl::StatusOr<SyncRunner::BoundPart> SyncRunner::Bind(const v1::SyncAssignment& a,
                                                        const v1::Plan& part,
                                                        v1::ReportResultRequest* r) {
-  RETURN_IF_ERROR(RefreshRegistry());
+  // Beside a pending commit the snapshot stays: its mappings are the live
+  // memory the commit writes (a later sync refreshes it).
+  if (!(commit_pending_ && have_snapshot_)) RETURN_IF_ERROR(RefreshRegistry());
   const PeerBufferMaps* held = peers_.Find(a.transfer());
   for (const v1::PeerBuffers& p : a.peer_buffers()) {
     // Not a reason to stop writing directly: the controller, told of the
@@ -258,6 +261,12 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     return r;
   };
 
+  if (commit_pending_) {
+    // The agent runs no sync beside a pending commit (agent_exec.cc).
+    return finish(absl::FailedPreconditionError(absl::StrCat(
+        "worker ", a.worker(), ": sync ", a.sync_id(),
+        " refused, nothing written: a staged sync's commit is pending on this worker")));
+  }
   // 1. The op list: sent once per plan key, cached afterwards.
   CachePlan(a);
   const std::shared_ptr<const v1::Plan> part = parts_.Get(plan_id);
@@ -368,6 +377,7 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
   if (staged) {
     r.set_staged(true);
     r.set_shadow_bytes(shadows_.bytes());
+    commit_pending_ = true;  // until CommitStaged / DiscardStaged
   }
   for (const exec::BucketChecksum& c : stats->checksums) {
     v1::BucketChecksum* out = r.add_checksums();

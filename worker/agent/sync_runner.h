@@ -91,9 +91,22 @@ class SyncRunner {
   // shadows and, on success, reports `staged` (a receiver) with its bucket
   // checksums; the caller then commits or discards. Call from Run's thread.
   // Copies the shadows into the live tensors (the receiver's pause).
-  absl::Status CommitStaged() { return shadows_.Commit(); }
+  absl::Status CommitStaged() {
+    commit_pending_ = false;
+    return shadows_.Commit();
+  }
   // The shadows hold part of a version: refilled before their next use.
-  void DiscardStaged() { shadows_.Discard(); }
+  void DiscardStaged() {
+    commit_pending_ = false;
+    shadows_.Discard();
+  }
+  // A staged receiver's Run staged and its commit (or discard) is pending.
+  // Meanwhile Run refuses (FAILED_PRECONDITION: nothing may write the
+  // tensors or shadows a pending commit copies) and WarmUp touches neither
+  // the shadows (a staged transfer's warm-up binds the live buffers; its
+  // sync binds the shadows again) nor the registered buffers' snapshot (the
+  // shadows' live pointers stay mapped).
+  bool commit_pending() const { return commit_pending_; }
 
   // Verify mode (docs/staging.md, "Verify"; sync_runner_verify.cc): after
   // the commit of staged sync `a`, hashes what the live tensors hold for
@@ -161,8 +174,9 @@ class SyncRunner {
   PeerMapsByTransfer peers_;  // direct writes: the peers' buffers
   // "<key>/<worker>" -> (direct-writes key, the plan bound with them).
   std::map<std::string, std::pair<std::string, std::shared_ptr<const exec::BoundPlan>>> bound_;
-  node::DataPlane plane_;  // the transfers' channels
-  ShadowSet shadows_;      // staged syncs
+  node::DataPlane plane_;        // the transfers' channels
+  ShadowSet shadows_;            // staged syncs
+  bool commit_pending_ = false;  // commit_pending()
 
   absl::Mutex mu_;
   std::string running_ ABSL_GUARDED_BY(mu_);

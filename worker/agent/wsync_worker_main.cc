@@ -104,6 +104,10 @@ ABSL_FLAG(std::string, test_corrupt_after_sync, "",
           "'<group>/<tensor>': after each sync this worker receives (after the commit of a "
           "staged one) flip the first byte of that registered tensor's live memory, before the "
           "verify pass (docs/staging.md, \"Verify\"). Host memory only.");
+ABSL_FLAG(absl::Duration, test_commit_delay, absl::ZeroDuration(),
+          "TEST ONLY, refused unless the environment sets WSYNC_TEST_FAILPOINTS=1. Each staged "
+          "commit on this worker sleeps this long after COMMIT, before it copies: a slow "
+          "commit, which later rolling waves wait for (docs/staging.md, \"Flags\").");
 ABSL_FLAG(int64_t, parts_cache_bytes, int64_t{256} << 20,
           "Most bytes of op lists (plan parts, serialized size) this worker caches between "
           "syncs; the least recently used go first and the controller sends them again (the "
@@ -248,6 +252,19 @@ int main(int argc, char** argv) {
     spdlog::error("wsync-worker: --decision_slack must be >= 0, got {}",
                   absl::FormatDuration(options.decision_slack));
     return 2;
+  }
+  options.test_commit_delay = absl::GetFlag(FLAGS_test_commit_delay);
+  if (options.test_commit_delay != absl::ZeroDuration()) {
+    const char* failpoints = std::getenv("WSYNC_TEST_FAILPOINTS");
+    if (failpoints == nullptr || std::string(failpoints) != "1" ||
+        options.test_commit_delay < absl::ZeroDuration()) {
+      spdlog::error(
+          "wsync-worker: --test_commit_delay is a test failpoint (>= 0; it slows every staged "
+          "commit); refused unless WSYNC_TEST_FAILPOINTS=1 is set");
+      return 2;
+    }
+    spdlog::warn("wsync-worker: TEST FAILPOINT --test_commit_delay={}: every staged commit waits",
+                 absl::FormatDuration(options.test_commit_delay));
   }
   options.test_corrupt_after_sync = absl::GetFlag(FLAGS_test_corrupt_after_sync);
   if (!options.test_corrupt_after_sync.empty()) {

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,15 @@
 #include "tests/controller/server/controller_test_util.h"
 
 namespace wsync::controller::controller_testing {
+
+// How a simulated worker registers beyond its one rank and buffer.
+struct Joining {
+  std::vector<std::string> capabilities;
+  std::vector<v1::TransportKind> transports;
+  int64_t staging_limit_bytes = 0;
+  int64_t staging_budget_bytes = 0;
+  std::optional<int64_t> decision_slack_ms;  // unset: as an older worker
+};
 
 class CoordinatorFixture : public ::testing::Test {
  protected:
@@ -39,13 +49,17 @@ class CoordinatorFixture : public ::testing::Test {
     }
   }
 
-  std::string Register(const std::string& instance, const std::string& group, int rank, int size,
-                       int64_t buffer_bytes, const std::vector<v1::TransportKind>& transports = {},
-                       int64_t staging_limit_bytes = 0) {
+  // Rank `rank` of `group` (of `size`) with one fp32 buffer "w" of `bytes`.
+  static v1::RegisterWorkerRequest Registration(const std::string& instance,
+                                                const std::string& group, int rank, int size,
+                                                int64_t bytes, const Joining& j = Joining()) {
     v1::RegisterWorkerRequest req;
     req.set_instance_id(instance);
-    for (v1::TransportKind t : transports) req.add_transports(t);
-    req.set_staging_limit_bytes(staging_limit_bytes);
+    for (v1::TransportKind t : j.transports) req.add_transports(t);
+    for (const std::string& c : j.capabilities) req.add_capabilities(c);
+    req.set_staging_limit_bytes(j.staging_limit_bytes);
+    req.set_staging_budget_bytes(j.staging_budget_bytes);
+    if (j.decision_slack_ms.has_value()) req.set_decision_slack_ms(*j.decision_slack_ms);
     auto* m = req.add_memberships();
     m->set_group(group);
     m->set_rank(rank);
@@ -54,13 +68,48 @@ class CoordinatorFixture : public ::testing::Test {
     b->set_group(group);
     b->set_name("w");
     b->set_dtype(v1::FP32);
-    b->set_bytes(buffer_bytes);
-    // The same instance again replaces its lease, naming it (as the agent).
+    b->set_bytes(bytes);
+    return req;
+  }
+
+  // Registers through the registry only; the same instance again replaces
+  // its lease, naming it (as the agent).
+  std::string Register(const std::string& instance, const std::string& group, int rank, int size,
+                       int64_t buffer_bytes, const std::vector<v1::TransportKind>& transports = {},
+                       int64_t staging_limit_bytes = 0) {
+    Joining j;
+    j.transports = transports;
+    j.staging_limit_bytes = staging_limit_bytes;
     std::string& previous = leases_[instance];
-    auto resp = controller_->workers().RegisterWorker(req, "", previous);
+    auto resp = controller_->workers().RegisterWorker(
+        Registration(instance, group, rank, size, buffer_bytes, j), "", previous);
     EXPECT_TRUE(resp.ok()) << resp.status();
     previous = resp.ok() ? resp->lease_id() : "";
     return previous;
+  }
+
+  // Registers through the Controller, as the service does (a decided
+  // commit awaiting this rank is listed in the response).
+  v1::RegisterWorkerResponse Join(const std::string& instance, const std::string& group, int rank,
+                                  int size, int64_t bytes, const Joining& j) {
+    auto resp =
+        controller_->RegisterWorker(Registration(instance, group, rank, size, bytes, j), "", "");
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? *resp : v1::RegisterWorkerResponse();
+  }
+
+  // A staged sync's report from `lease` in sync `sync_id`: `staged` (phase
+  // one) or, after the decision, `committed`; `code` != 0 with `message`.
+  void ReportStaged(const std::string& lease, const std::string& sync_id, bool staged,
+                    bool committed, int32_t code = 0, const std::string& message = "") {
+    v1::ReportResultRequest r;
+    r.set_lease_id(lease);
+    r.set_sync_id(sync_id);
+    r.set_staged(staged);
+    r.set_committed(committed);
+    r.set_code(code);
+    r.set_message(message);
+    ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
   }
 
   void DefineSimple() {

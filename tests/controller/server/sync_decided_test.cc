@@ -42,24 +42,14 @@ class SyncDecidedTest : public controller_testing::CoordinatorFixture {
     return d;
   }
 
+  // A staged receiver or sender (decision_slack_ms < 0: unset, as an older
+  // worker).
   v1::RegisterWorkerResponse Join(const std::string& instance, const std::string& group, int rank,
-                                  int size, int64_t bytes, int64_t decision_slack_ms = 0) {
-    v1::RegisterWorkerRequest req;
-    req.set_instance_id(instance);
-    req.set_decision_slack_ms(decision_slack_ms);
-    req.add_capabilities(kStagedSyncsCapability);  // staged transfers need it
-    auto* m = req.add_memberships();
-    m->set_group(group);
-    m->set_rank(rank);
-    m->set_group_size(size);
-    auto* b = req.add_buffers();
-    b->set_group(group);
-    b->set_name("w");
-    b->set_dtype(v1::FP32);
-    b->set_bytes(bytes);
-    auto resp = controller_->RegisterWorker(req, "", "");
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? *resp : v1::RegisterWorkerResponse();
+                                  int size, int64_t bytes, int64_t decision_slack_ms = -1) {
+    controller_testing::Joining j;
+    j.capabilities = {kStagedSyncsCapability};  // staged transfers need it
+    if (decision_slack_ms >= 0) j.decision_slack_ms = decision_slack_ms;
+    return CoordinatorFixture::Join(instance, group, rank, size, bytes, j);
   }
 
   void DefineStaged() {
@@ -86,14 +76,8 @@ class SyncDecidedTest : public controller_testing::CoordinatorFixture {
   }
 
   void Report(const std::string& lease, bool staged, bool committed, int32_t code = 0) {
-    v1::ReportResultRequest r;
-    r.set_lease_id(lease);
-    r.set_sync_id(sync_id_);
-    r.set_staged(staged);
-    r.set_committed(committed);
-    r.set_code(code);
-    if (code != 0) r.set_message("holds no staged shadow of version 1");
-    ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
+    ReportStaged(lease, sync_id_, staged, committed, code,
+                 code != 0 ? "holds no staged shadow of version 1" : "");
   }
 
   v1::SyncStatus Status() {
@@ -260,6 +244,46 @@ TEST_F(SyncDecidedTest, ALostReceiverIsListedUncommittedOnlyAfterItsDecisionSlac
   ASSERT_EQ(st.uncommitted_size(), 1);
   EXPECT_THAT(st.uncommitted(0), HasSubstr("stream dropped"));
   EXPECT_THAT(st.uncommitted(0), HasSubstr("--decision_slack of 2.5s"));
+}
+
+TEST_F(SyncDecidedTest, ADecisionSlackOfZeroMeansZero) {
+  s0_ = Join("a", "src", 0, 2, 16).lease_id();
+  s1_ = Join("b", "src", 1, 2, 16).lease_id();
+  d0_ = Join("c", "dst", 0, 1, 32, /*decision_slack_ms=*/0).lease_id();
+  for (const auto& l : {s0_, s1_, d0_}) tokens_[l] = *controller_->workers().OpenStream(l);
+  DefineStaged();
+  RunToDecision(1, 300);
+  // Saved as set (0, not absent): a restarted controller keeps it too.
+  auto saved = store_->Load();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_EQ(saved->decided_syncs_size(), 1);
+  for (const v1::DecidedParticipant& p : saved->decided_syncs(0).participants()) {
+    if (!p.receiver()) continue;
+    EXPECT_TRUE(p.has_decision_slack_ms());
+    EXPECT_EQ(p.decision_slack_ms(), 0);
+  }
+  const absl::Time start = absl::Now();
+  controller_->workers().CloseStream(d0_, tokens_[d0_], "stream dropped");
+  // The worker stops waiting at the deadline: so does the controller (not
+  // 5 s later, the default of workers that send no slack).
+  const v1::SyncStatus st = TickUntilEnded(sync_id_, {s0_, s1_}, absl::Seconds(4));
+  EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  ASSERT_EQ(st.uncommitted_size(), 1);
+  EXPECT_THAT(st.uncommitted(0), HasSubstr("--decision_slack of 0"));
+}
+
+TEST_F(SyncDecidedTest, AWorkerThatSendsNoDecisionSlackGetsTheDefault) {
+  RegisterAll();  // no decision_slack_ms: a worker older than session 16
+  DefineStaged();
+  RunToDecision(1, 300);
+  auto saved = store_->Load();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  for (const v1::DecidedParticipant& p : saved->decided_syncs(0).participants()) {
+    if (p.receiver()) {
+      EXPECT_EQ(p.decision_slack_ms(), 5000);
+    }
+  }
 }
 
 TEST_F(SyncDecidedTest, AStateFileWithoutDecidedSyncsLoads) {

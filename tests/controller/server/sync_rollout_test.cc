@@ -51,21 +51,9 @@ class SyncRolloutTest : public controller_testing::CoordinatorFixture {
 
   v1::RegisterWorkerResponse Join(const std::string& instance, const std::string& group, int rank,
                                   int size) {
-    v1::RegisterWorkerRequest req;
-    req.set_instance_id(instance);
-    req.add_capabilities(kStagedSyncsCapability);
-    auto* m = req.add_memberships();
-    m->set_group(group);
-    m->set_rank(rank);
-    m->set_group_size(size);
-    auto* b = req.add_buffers();
-    b->set_group(group);
-    b->set_name("w");
-    b->set_dtype(v1::FP32);
-    b->set_bytes(32);
-    auto resp = controller_->RegisterWorker(req, "", "");
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? *resp : v1::RegisterWorkerResponse();
+    controller_testing::Joining j;
+    j.capabilities = {kStagedSyncsCapability};
+    return CoordinatorFixture::Join(instance, group, rank, size, 32, j);
   }
 
   absl::StatusOr<v1::DefineTransferResponse> Define(
@@ -110,13 +98,16 @@ class SyncRolloutTest : public controller_testing::CoordinatorFixture {
   }
 
   void Report(const std::string& lease, bool staged, bool committed, int32_t code = 0) {
+    ReportStaged(lease, sync_id_, staged, committed, code, code != 0 ? "commit failed" : "");
+  }
+
+  // The owner of `lease` holds syncs off (`held`) or admitted them again.
+  void HeldReport(const std::string& lease, bool held) {
     v1::ReportResultRequest r;
     r.set_lease_id(lease);
     r.set_sync_id(sync_id_);
-    r.set_staged(staged);
-    r.set_committed(committed);
-    r.set_code(code);
-    if (code != 0) r.set_message("commit failed");
+    r.set_commit_held(held);
+    r.set_commit_admitted(!held);
     ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
   }
 
@@ -304,6 +295,109 @@ TEST_F(SyncRolloutTest, ARestartedControllerResumesTheRemainingWavesOnly) {
   EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
   EXPECT_TRUE(st.uncommitted().empty());
   EXPECT_EQ(st.rollout().waves_done(), 4);
+}
+
+// Session 16 (docs/staging.md, "Known gaps ... resolved in session 16"):
+// served versions are saved with the decided commits.
+TEST_F(SyncRolloutTest, ServedVersionsSurviveARestartMidRolloutAndTheRolloutGoesOn) {
+  RegisterAll();
+  ASSERT_TRUE(Define(/*max_unavailable=*/1).ok());
+  RunToDecision(1);
+  FinishRollout();
+  ASSERT_EQ(Status().phase(), v1::SYNC_SUCCEEDED);
+  RunToDecision(2);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(0));
+  Report(dst_[0], false, true);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(1));  // wave 1 saved, then sent
+  auto serving = [&]() {
+    std::map<std::string, int64_t> out;  // "<instance>/<rank>" -> version
+    const v1::ListWorkersResponse listed = controller_->ListWorkers("dst");
+    for (const v1::RegisteredWorker& w : listed.workers()) {
+      for (const v1::RankVersion& v : w.serving_versions()) {
+        out[absl::StrCat(w.instance_id(), "/", v.rank())] = v.version();
+      }
+    }
+    return out;
+  };
+  auto replicas = [&]() {
+    std::string out;
+    const v1::GetStatusResponse status = controller_->syncs().GetStatus();
+    for (const v1::ReplicaVersion& r : status.transfers(0).replicas()) {
+      out += r.ShortDebugString() + "\n";
+    }
+    return out;
+  };
+  const std::string replicas_before = replicas();
+  EXPECT_THAT(replicas_before, HasSubstr("version: 2"));
+  const std::map<std::string, int64_t> serving_before = serving();
+  EXPECT_EQ(serving_before.at("d0/0"), 2);
+  EXPECT_EQ(serving_before.at("d3/3"), 1);
+  EXPECT_EQ(CommittedMetric("ranks-0-0"), 2);
+
+  Restart();  // killed while wave 1 commits
+  RegisterAll();
+  EXPECT_EQ(replicas(), replicas_before);
+  EXPECT_EQ(serving(), serving_before);
+  // The rollout goes on by the documented rule: the wave that was
+  // committing, then the rest, one at a time.
+  Report(dst_[1], false, true);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(2));
+  Report(dst_[2], false, true);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(3));
+  Report(dst_[3], false, true);
+  EXPECT_EQ(Status().phase(), v1::SYNC_SUCCEEDED);
+  const v1::GetStatusResponse after = controller_->syncs().GetStatus();
+  for (const v1::ReplicaVersion& r : after.transfers(0).replicas()) {
+    EXPECT_EQ(r.version(), 2) << r.replica();
+    EXPECT_EQ(r.state(), "serving") << r.replica();
+  }
+  // Saved with the outcome too: a later restart still knows them.
+  Restart();
+  EXPECT_EQ(controller_->syncs().GetStatus().transfers(0).replicas_size(), kReplicas);
+}
+
+TEST_F(SyncRolloutTest, AReplicaHeldByItsOwnerHoldsNoWaveBackAndCommitsOnceAdmitted) {
+  RegisterAll();
+  ASSERT_TRUE(Define(/*max_unavailable=*/1).ok());
+  RunToDecision(1);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(0));
+  HeldReport(dst_[0], /*held=*/true);
+  // Held: not committing (it serves the old version), so wave 1 goes out.
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(1));
+  v1::SyncStatus st = Status();
+  EXPECT_EQ(st.rollout().replicas(0).state(), "held");
+  EXPECT_EQ(st.rollout().committing(), 1);
+  HeldReport(dst_[0], /*held=*/false);  // admitted: waits for a wave with room
+  EXPECT_TRUE(Committing().empty()) << "max_unavailable = 1: dst/1 still commits";
+  Report(dst_[1], false, true);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(0)) << "the admitted replica comes first";
+  Report(dst_[0], false, true);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(2));
+  Report(dst_[2], false, true);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(3));
+  Report(dst_[3], false, true);
+  st = Status();
+  EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  EXPECT_TRUE(st.uncommitted().empty());
+}
+
+TEST_F(SyncRolloutTest, AReplicaStillHeldAtTheDeadlineIsListedUncommittedTheOthersCommit) {
+  RegisterAll();
+  ASSERT_TRUE(Define(/*max_unavailable=*/1).ok());
+  RunToDecision(1, false, /*deadline_ms=*/800);
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(0));
+  HeldReport(dst_[0], /*held=*/true);
+  FinishRollout();  // dst/1, dst/2, dst/3 one wave each, before the deadline
+  std::vector<std::string> alive = dst_;
+  alive.push_back(src_);
+  const v1::SyncStatus st = TickUntilEnded(sync_id_, alive, absl::Seconds(10));
+  EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  ASSERT_EQ(st.uncommitted_size(), 1);
+  EXPECT_THAT(st.uncommitted(0), HasSubstr("owner held syncs off"));
+  for (int r = 1; r < kReplicas; ++r) EXPECT_EQ(st.rollout().replicas(r).state(), "committed");
+  auto a = controller_->workers().NextAssignment(dst_[0], tokens_[dst_[0]], absl::Seconds(1));
+  ASSERT_TRUE(a.ok() && a->has_value());
+  EXPECT_TRUE((**a).has_abort()) << "dst/0 rolls back";
 }
 
 TEST_F(SyncRolloutTest, ADecisionSavedBeforeRollingWavesResumesForEveryReceiver) {

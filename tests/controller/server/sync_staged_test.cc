@@ -32,23 +32,10 @@ class SyncStagedTest : public controller_testing::CoordinatorFixture {
   }
 
   std::string RegisterWithBudget(const std::string& instance, int64_t budget) {
-    v1::RegisterWorkerRequest req;
-    req.set_instance_id(instance);
-    req.set_staging_budget_bytes(budget);
-    if (staged_capability_) req.add_capabilities(kStagedSyncsCapability);
-    auto* m = req.add_memberships();
-    m->set_group("dst");
-    m->set_rank(0);
-    m->set_group_size(1);
-    auto* b = req.add_buffers();
-    b->set_group("dst");
-    b->set_name("w");
-    b->set_dtype(v1::FP32);
-    b->set_bytes(32);
-    // Through the Controller, as the service: a decided commit is listed.
-    auto resp = controller_->RegisterWorker(req, "", "");
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->lease_id() : "";
+    controller_testing::Joining j;
+    j.staging_budget_bytes = budget;
+    if (staged_capability_) j.capabilities = {kStagedSyncsCapability};
+    return Join(instance, "dst", 0, 1, 32, j).lease_id();
   }
 
   absl::StatusOr<v1::DefineTransferResponse> DefineStaged(bool checksums = true) {
@@ -71,18 +58,7 @@ class SyncStagedTest : public controller_testing::CoordinatorFixture {
   // A report of `lease` with one checksum per bucket the plan moves.
   void Report(const std::string& lease, bool staged, bool committed,
               const std::map<int64_t, uint64_t>& hashes, bool sent) {
-    v1::ReportResultRequest r;
-    r.set_lease_id(lease);
-    r.set_sync_id(sync_id_);
-    r.set_staged(staged);
-    r.set_committed(committed);
-    for (const auto& [bucket, hash] : hashes) {
-      v1::BucketChecksum* c = r.add_checksums();
-      c->set_bucket(bucket);
-      c->set_hash(hash);
-      c->set_sent(sent);
-    }
-    ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
+    ReportChecksums(lease, staged, {hashes.begin(), hashes.end()}, sent, committed);
   }
 
   // The next assignment of `lease` if one comes within 50 ms.
@@ -100,11 +76,13 @@ class SyncStagedTest : public controller_testing::CoordinatorFixture {
 
   // A report of `lease` with these checksums, duplicates kept.
   void ReportChecksums(const std::string& lease, bool staged,
-                       const std::vector<std::pair<int64_t, uint64_t>>& hashes, bool sent) {
+                       const std::vector<std::pair<int64_t, uint64_t>>& hashes, bool sent,
+                       bool committed = false) {
     v1::ReportResultRequest r;
     r.set_lease_id(lease);
     r.set_sync_id(sync_id_);
     r.set_staged(staged);
+    r.set_committed(committed);
     for (const auto& [bucket, hash] : hashes) {
       v1::BucketChecksum* c = r.add_checksums();
       c->set_bucket(bucket);

@@ -2,6 +2,7 @@
 // host backend) and the gate where a staged receiver waits for the pool's
 // decision.
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -160,6 +161,42 @@ TEST(StagedGateTest, CommitAbortEarlyDecisionsAndTheDeadline) {
   d = gate.Wait(absl::Now() + absl::Milliseconds(30));
   EXPECT_FALSE(d.commit);
   EXPECT_THAT(d.reason, HasSubstr("deadline"));
+}
+
+TEST(StagedGateTest, PollNeverBlocksAndTheWakerRunsOnEachDecisionOfTheArmedSync) {
+  StagedGate gate;
+  int wakes = 0;
+  gate.SetWaker([&] { ++wakes; });
+  gate.Arm("s1", 1);
+  EXPECT_FALSE(gate.Poll(absl::Now() + absl::Seconds(10)).has_value()) << "undecided";
+  gate.Commit("other");  // another sync's: kept for its Arm, no wake
+  EXPECT_EQ(wakes, 0);
+  gate.Commit("s1");
+  EXPECT_EQ(wakes, 1);
+  gate.Commit("s1");  // decided already: no second wake
+  EXPECT_EQ(wakes, 1);
+  std::optional<StagedGate::Decision> d = gate.Poll(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(d.has_value());
+  EXPECT_TRUE(d->commit);
+  gate.Finished("s1", /*committed=*/true);
+
+  gate.Arm("s2", 1);
+  gate.Abort("", "the worker is stopping");
+  EXPECT_EQ(wakes, 2);
+  d = gate.Poll(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(d.has_value());
+  EXPECT_FALSE(d->commit);
+
+  gate.Arm("s3", 1);
+  EXPECT_EQ(gate.Rejoined(2, {}, "not listed").size(), 0u);
+  EXPECT_EQ(wakes, 3) << "a registration that decides wakes too";
+  EXPECT_FALSE(gate.Poll(absl::InfinitePast())->commit);
+
+  gate.Arm("s4", 2);
+  d = gate.Poll(absl::InfinitePast());  // past its deadline: decided, no commit
+  ASSERT_TRUE(d.has_value());
+  EXPECT_THAT(d->reason, HasSubstr("deadline"));
+  EXPECT_EQ(wakes, 3);
 }
 
 TEST(StagedGateTest, ARegistrationAfterARestartCommitsTheListedSyncAndRollsBackAnUnlistedOne) {

@@ -119,8 +119,9 @@ struct RoundStats {
 // they land where the transport reports landing parts (RoundHooks::on_landed:
 // NCCL cuts each peer's list into up to ExecutorOptions::landing_parts steps,
 // and the data ops' stream hashes part k behind its event while later parts
-// move); the last part's, and all where the transport names none, with the
-// unpack (deferred with it into the next round's transfer).
+// move) in rounds that end with a wait (the last one, or one whose unpack the
+// next round needs); the last part's, those of rounds that finish during the
+// next transfer, and all where the transport names none, with the unpack.
 struct BucketChecksum {
   int64_t bucket = 0;
   uint64_t hash = 0;
@@ -246,6 +247,9 @@ class Executor {
   absl::Status HashReceivedNotLanded(const BoundPlan& plan, size_t j, uint8_t* staging);
   absl::Status ResetHashes(const BoundPlan& plan);
   absl::Status CollectHashes(SyncStats& sync);
+  // Whether round i's post-transfer work is issued during round i+1's
+  // transfer (pipelined and the schedule allows it).
+  bool FinishesAsync(const BoundPlan& plan, size_t i) const;
   // Staging of round j in the current allocation.
   uint8_t* StagingOf(size_t j) const;
   // Waits for every data op issued so far; an error names `where` and the

@@ -106,6 +106,10 @@ void DescribeRound(const BoundRound& round, RoundStats& rs) {
 
 }  // namespace
 
+bool Executor::FinishesAsync(const BoundPlan& plan, size_t i) const {
+  return options_.pipeline && schedule_.rounds[i].finish_async && i + 1 < plan.rounds.size();
+}
+
 uint8_t* Executor::StagingOf(size_t j) const {
   uint8_t* base = static_cast<uint8_t*>(staging_.data());
   return options_.pipeline ? base + schedule_.rounds[j].staging_offset : base;
@@ -274,9 +278,14 @@ absl::Status Executor::Transfer(const BoundPlan& plan, size_t i, uint8_t* stagin
   hooks.on_posted = on_posted;
   absl::Status landed_status;
   if (checksums_) {
-    // Received buckets are hashed as their landing part arrives (executor.h).
+    // Every round is cut alike on both sides of a pair (transport.h); only a
+    // round that ends with a wait hashes its receives as they land
+    // (executor.h): a finished-async round's hashes go with its unpack into
+    // the next transfer, never holding the next round's pack wait.
     hooks.max_landing_parts = options_.landing_parts;
     hooks.min_landing_part_bytes = options_.min_landing_part_bytes;
+  }
+  if (checksums_ && !FinishesAsync(plan, i)) {
     hooks.on_landed = [&](absl::Span<const size_t> requests, const transport::LandingMark& m) {
       if (landed_status.ok()) landed_status = HashLanded(plan, i, staging, requests, m);
     };
@@ -384,7 +393,7 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, absl::Time dead
   // by the next round): staging holds the wire bytes.
   rs.transfer_seconds = Seconds(t);
 
-  if (pipeline && sched.finish_async && i + 1 < plan.rounds.size()) {
+  if (FinishesAsync(plan, i)) {
     carry.deferred = true;  // issued by the next round once its transfer is posted
     ++sync.rounds_finished_async;
   } else {

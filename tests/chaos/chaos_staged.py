@@ -168,12 +168,17 @@ class Sampler:
             if not self.pending[sync_id]:
                 del self.pending[sync_id]
 
-    def worker_killed(self, rank):
+    def worker_killed(self, rank, mid_sync=False):
         with self.lock:
             for sync_id in list(self.pending):
                 self._ended(rank, sync_id)
-            if self.staged_open.pop(rank, None) is not None:
-                self.unsafe.add(rank)  # died between STAGED and its outcome
+            # Died between STAGED and its outcome, or during a staged sync at
+            # all: the events reach the owner asynchronously, so a worker may
+            # have reported STAGED to the controller before its owner read the
+            # event; an owner that lost its worker mid-sync cannot tell and
+            # serves nothing until its next COMMITTED (docs/staging.md).
+            if self.staged_open.pop(rank, None) is not None or mid_sync:
+                self.unsafe.add(rank)
             if rank in self.open:  # died mid-commit: its bytes are mixed
                 self.open.pop(rank, None)
                 self.unsafe.add(rank)
@@ -376,7 +381,7 @@ def chaos(args, cluster, owners, client, torch, wsync, wtorch, pb, lpb):
                                                        timeout=args.deadline)
                     proc.kill()
                     if target in RANKS:
-                        sampler.worker_killed(target)
+                        sampler.worker_killed(target, mid_sync=True)
                 timer = threading.Timer(0.0 if at_staged else delay, fire)
             try:
                 handle = client.sync(version, deadline=args.deadline)

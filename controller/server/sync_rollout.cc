@@ -156,6 +156,13 @@ void SyncCoordinator::HeldReportLocked(SyncRecord& sync, Participant& p,
   p.held = req.commit_held();
   p.commit_sent = false;
   ++sync.changes;
+  // Saved at once: a restarted controller must not count a held replica as
+  // committing (it would hold every later wave and ignore its admission).
+  if (absl::Status saved = PersistLocked(); !saved.ok()) {
+    spdlog::error("[controller] sync {}: receiver [worker {}] {} could not be saved ({})",
+                  sync.status.sync_id(), p.worker, p.held ? "held" : "admitted",
+                  std::string(saved.message()));
+  }
   spdlog::info("[controller] sync {}: receiver {} [worker {}] {}", sync.status.sync_id(),
                workers_->Describe(p.lease_id), p.worker,
                p.held ? "is held by its owner: its replica waits, the next wave may start"

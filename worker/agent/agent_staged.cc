@@ -83,7 +83,7 @@ absl::Time WorkerAgent::PendingDeadline(const PendingCommit& p) const {
 
 void WorkerAgent::BeginStaged(const Queued& q, v1::ReportResultRequest r) {
   const v1::SyncAssignment& a = q.assignment;
-  pending_.emplace();
+  pending_.emplace(PendingCommit{});
   pending_->q = q;
   pending_->before = Applied(a.transfer());
   v1::SyncEvent staged = EventOf(a, v1::SyncEvent::STAGED);

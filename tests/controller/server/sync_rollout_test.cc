@@ -381,6 +381,29 @@ TEST_F(SyncRolloutTest, AReplicaHeldByItsOwnerHoldsNoWaveBackAndCommitsOnceAdmit
   EXPECT_TRUE(st.uncommitted().empty());
 }
 
+// Review of the session-16 merge: the held state was saved only with a later
+// wave, so a restart right after the last replica's hold brought it back as
+// committing, and its admission was ignored.
+TEST_F(SyncRolloutTest, AHeldReplicaIsStillHeldAfterARestartAndCommitsOnceAdmitted) {
+  RegisterAll();
+  ASSERT_TRUE(Define(/*max_unavailable=*/0).ok());
+  RunToDecision(1);
+  for (int r : {1, 2, 3}) Report(dst_[r], false, true);
+  HeldReport(dst_[0], /*held=*/true);  // the last change before the restart
+  Restart();
+  RegisterAll();
+  v1::SyncStatus st = Status();
+  ASSERT_EQ(st.rollout().replicas_size(), kReplicas);
+  EXPECT_EQ(st.rollout().replicas(0).state(), "held");
+  EXPECT_TRUE(Committing().empty()) << "a held replica is not committing";
+  HeldReport(dst_[0], /*held=*/false);  // admitted: its wave goes out
+  EXPECT_THAT(Committing(), ::testing::ElementsAre(0));
+  Report(dst_[0], false, true);
+  st = Status();
+  EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  EXPECT_TRUE(st.uncommitted().empty());
+}
+
 TEST_F(SyncRolloutTest, AReplicaStillHeldAtTheDeadlineIsListedUncommittedTheOthersCommit) {
   RegisterAll();
   ASSERT_TRUE(Define(/*max_unavailable=*/1).ok());

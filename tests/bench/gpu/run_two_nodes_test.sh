@@ -11,6 +11,13 @@
 set -euo pipefail
 build=$(cd "$1" && pwd)
 repo=$(cd "$(dirname "$0")/../../.." && pwd)
+# A build that has not built the service's tools (the sanitized subset of
+# scripts/sanitize.sh builds the controller and worker, not wsync-demo):
+# skipped, saying so (exit 77: SKIP_RETURN_CODE).
+for b in tools/demo/wsync-demo tools/wsyncctl controller/server/wsync-controller \
+    worker/agent/wsync-worker; do
+  [ -x "$build/$b" ] || { echo "SKIP: $build/$b is not built"; exit 77; }
+done
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 fail() {

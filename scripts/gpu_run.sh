@@ -53,19 +53,11 @@ build)
   bash /work/shared/gpu/bundle.sh "$bundle" "${exes[@]}"
   ;;
 device)
-  OUT=${OUT:-$PWD/gpu-out}
-  mkdir -p "$OUT"
-  export LD_LIBRARY_PATH=$PWD/$bundle/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  # NVLink multicast must stay off on the shared GPU hosts.
-  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  . bench/gpu/device_env.sh  # $bundle is .devbundle, as it assumes
+  wsync_gpu_out
+  wsync_device_env
   export PYTHONUNBUFFERED=1
-  {
-    date -u +"date: %Y-%m-%dT%H:%M:%SZ"
-    nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
-    nvidia-smi topo -m
-    ls /usr/local/cuda/lib64 | grep -E 'libnccl\.so\.[0-9.]+$' | sed 's/^/nccl lib: /'
-    python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' 2>&1
-  } >"$OUT/env.txt" 2>&1
+  wsync_env_lines topo nccl torch >"$OUT/env.txt" 2>&1
   ngpu=$(nvidia-smi -L | wc -l)
   rc=0
   if [ "${WSYNC_GPU_SKIP_TESTS:-0}" != 1 ]; then

@@ -5,22 +5,22 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/checked_math.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "controller/plan/compiled_layout.h"
 #include "controller/plan/plan_arena.h"
 #include "controller/plan/planner.h"
-#include "controller/plan/routes.h"
 #include "controller/plan/simulator.h"
 #include "controller/verify/replay.h"
 #include "tools/args.h"
 #include "tools/case_flags.h"
+#include "tools/plan_sim.h"
 #include "tools/spec_io.h"
 #include "tools/subcommands.h"
 
@@ -36,7 +36,10 @@ void PlanUsage(FILE* out) {
   std::fprintf(out,
                "usage: wsyncctl plan SPEC.json|- [--json [--pretty]] [--verify] [--top N]\n"
                "       wsyncctl plan --model M --source S --destination D [case flags] [...]\n"
-               "  --json            print the complete plan (proto3 JSON, docs/plan-format.md)\n"
+               "  --json            print the complete plan (proto3 JSON, docs/plan-format.md);\n"
+               "                    with a simulator flag (below: the rates, --sim-rates-only,\n"
+               "                    --nccl-net, --sim-json, --rounds) the simulator's lines go\n"
+               "                    to stderr\n"
                "  --verify          replay every op on host arrays and check every destination\n"
                "                    element (needs the buffers of both sides in host memory)\n"
                "  --verify-max-gib  refuse --verify above this much host memory (default 16,\n"
@@ -62,13 +65,6 @@ void PlanUsage(FILE* out) {
                "                    the same-node pairs left on the transport\n"
                "\ncase flags:\n%s",
                CaseFlagsUsage().c_str());
-}
-
-// Seconds with a unit that keeps 3-4 significant digits.
-std::string Seconds(double s) {
-  if (s >= 1) return absl::StrFormat("%.3f s", s);
-  if (s >= 1e-3) return absl::StrFormat("%.3f ms", s * 1e3);
-  return absl::StrFormat("%.1f us", s * 1e6);
 }
 
 int Fail(int code, const absl::Status& status) {
@@ -122,22 +118,15 @@ void PrintSummary(const v1::TransferSpec& spec, const v1::Plan& plan,
               Bytes(s.max_rank_bytes_out()).c_str(), Bytes(s.max_rank_bytes_in()).c_str(),
               Bytes(s.peak_staging_bytes()).c_str());
   std::printf("  time             predicted %s, lower bound %s (ratio %.3f)\n",
-              Seconds(s.predicted_seconds()).c_str(), Seconds(s.lower_bound_seconds()).c_str(),
+              SecondsText(s.predicted_seconds()).c_str(),
+              SecondsText(s.lower_bound_seconds()).c_str(),
               s.lower_bound_seconds() > 0 ? s.predicted_seconds() / s.lower_bound_seconds() : 0.0);
   std::printf(
-      "  routing bound    %s (ratio %.3f): %s\n", Seconds(s.routing_bound_seconds()).c_str(),
+      "  routing bound    %s (ratio %.3f): %s\n", SecondsText(s.routing_bound_seconds()).c_str(),
       s.routing_bound_seconds() > 0 ? s.predicted_seconds() / s.routing_bound_seconds() : 0.0,
       s.routing_bound_term().c_str());
-  if (sim != nullptr) {
-    std::printf(
-        "  simulator        makespan %s, bound %s (worker %d %s), %.3f x the plan's bound, %.3f x "
-        "the routing bound\n",
-        Seconds(sim->makespan_seconds).c_str(), Seconds(sim->lower_bound_seconds).c_str(),
-        sim->bound_worker, sim->bound_link.c_str(),
-        sim->lower_bound_seconds > 0 ? sim->makespan_seconds / sim->lower_bound_seconds : 0.0,
-        s.routing_bound_seconds() > 0 ? sim->makespan_seconds / s.routing_bound_seconds() : 0.0);
-  }
-  std::printf("  plan time        %s\n", Seconds(s.plan_seconds()).c_str());
+  if (sim != nullptr) std::fputs(SimulatorLine(plan, *sim).c_str(), stdout);
+  std::printf("  plan time        %s\n", SecondsText(s.plan_seconds()).c_str());
   std::vector<v1::RankSummary> ranks(s.ranks().begin(), s.ranks().end());
   std::sort(ranks.begin(), ranks.end(), [](const v1::RankSummary& a, const v1::RankSummary& b) {
     const int64_t ma = std::max(a.bytes_in(), a.bytes_out());
@@ -156,92 +145,8 @@ void PrintSummary(const v1::TransferSpec& spec, const v1::Plan& plan,
                 node == nodes.end() ? "?" : node->second.c_str(), Bytes(r.bytes_out()).c_str(),
                 Bytes(r.bytes_in()).c_str(), Bytes(r.bytes_local()).c_str(),
                 static_cast<long long>(r.ops()), Bytes(r.peak_staging_bytes()).c_str(),
-                Seconds(r.busy_seconds()).c_str());
+                SecondsText(r.busy_seconds()).c_str());
   }
-}
-
-// --nvlink-gbps, --nic-gbps, --copy-gbps, --round-latency-us into the
-// spec's link model (the planner's and the simulator's input).
-absl::Status ApplyLinkFlags(const Args& args, v1::TransferSpec* spec) {
-  v1::LinkModel* lm = spec->mutable_options()->mutable_link_model();
-  struct Field {
-    const char* flag;
-    double scale;
-    void (v1::LinkModel::*set)(double);
-  };
-  const Field fields[] = {{"nvlink-gbps", 1e9, &v1::LinkModel::set_nvlink_bytes_per_second},
-                          {"nic-gbps", 1e9, &v1::LinkModel::set_nic_bytes_per_second},
-                          {"copy-gbps", 1e9, &v1::LinkModel::set_local_copy_bytes_per_second},
-                          {"round-latency-us", 1e-6, &v1::LinkModel::set_round_latency_seconds}};
-  for (const Field& f : fields) {
-    if (!args.Has(f.flag)) continue;
-    double v = 0;
-    const bool latency = f.scale < 1;
-    if (!absl::SimpleAtod(args.Value(f.flag), &v) || !(latency ? v >= 0 : v > 0) || v > 1e12) {
-      return absl::InvalidArgumentError(absl::StrCat("--", f.flag, " '", args.Value(f.flag),
-                                                     "': want a number ", latency ? ">= 0" : "> 0",
-                                                     " up to 1e12"));
-    }
-    (lm->*f.set)(v * f.scale);
-  }
-  return absl::OkStatus();
-}
-
-// The pairs --nccl-net keeps on NVLink: those the plan lets write directly
-// (plan::PeerWriteEligiblePairs) with both ends on one named node.
-std::vector<plan::WorkerPair> SameNodeDirectPairs(const v1::Plan& plan,
-                                                  const plan::WorkerNodes& nodes) {
-  std::vector<plan::WorkerPair> out;
-  for (const plan::WorkerPair& p : plan::PeerWriteEligiblePairs(plan)) {
-    auto a = nodes.find(p.first), b = nodes.find(p.second);
-    if (a != nodes.end() && b != nodes.end() && !a->second.empty() && a->second == b->second) {
-      out.push_back(p);
-    }
-  }
-  return out;
-}
-
-// "a->b,c->d" of sorted pairs.
-std::string PairList(const std::vector<plan::WorkerPair>& pairs) {
-  std::vector<std::string> out;
-  for (const plan::WorkerPair& p : pairs) out.push_back(absl::StrCat(p.first, "->", p.second));
-  return absl::StrJoin(out, ",");
-}
-
-// With --nccl-net: the same-node pairs with network buckets that direct
-// writes cannot take (they cross NCCL's sockets inside a node).
-std::vector<plan::WorkerPair> SameNodeTransportPairs(const v1::Plan& plan,
-                                                     const plan::WorkerNodes& nodes,
-                                                     const std::vector<plan::WorkerPair>& direct) {
-  std::vector<plan::WorkerPair> out;
-  for (const v1::Bucket& b : plan.buckets()) {
-    if (b.transport() != v1::TRANSPORT_NETWORK || b.sender() == b.receiver()) continue;
-    auto s = nodes.find(b.sender()), r = nodes.find(b.receiver());
-    if (s == nodes.end() || r == nodes.end() || s->second.empty() || s->second != r->second) {
-      continue;
-    }
-    const plan::WorkerPair p(b.sender(), b.receiver());
-    if (!std::binary_search(direct.begin(), direct.end(), p)) out.push_back(p);
-  }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
-
-void PrintSimJson(const v1::Plan& plan, const plan::SimulationResult& sim,
-                  const plan::WorkerNodes& nodes,
-                  const std::vector<plan::WorkerPair>* nvlink_pairs) {
-  const std::string transport_pairs =
-      nvlink_pairs == nullptr ? "" : PairList(SameNodeTransportPairs(plan, nodes, *nvlink_pairs));
-  std::printf(
-      "SIM {\"makespan_s\":%.9g,\"bound_s\":%.9g,\"bound_worker\":%d,\"bound_link\":\"%s\","
-      "\"rounds\":%d,\"network_bytes\":%lld,\"local_bytes\":%lld,\"nccl_net\":%s,"
-      "\"nvlink_pairs\":\"%s\",\"same_node_transport_pairs\":\"%s\"}\n",
-      sim.makespan_seconds, sim.lower_bound_seconds, sim.bound_worker, sim.bound_link.c_str(),
-      plan.num_rounds(), static_cast<long long>(plan.summary().network_bytes()),
-      static_cast<long long>(plan.summary().local_bytes()),
-      nvlink_pairs != nullptr ? "true" : "false",
-      nvlink_pairs == nullptr ? "" : PairList(*nvlink_pairs).c_str(), transport_pairs.c_str());
 }
 
 }  // namespace
@@ -299,31 +204,26 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   absl::Status built = plan::BuildPlanInto(*spec, plan, build);
   if (!built.ok()) return Fail(kExitFailed, built);
 
-  if (args->Has("json")) {
-    auto json = ToJson(*plan, args->Has("pretty"));
-    if (!json.ok()) return Fail(kExitFailed, json.status());
-    std::cout << *json << "\n";
+  // The simulator: always for the text summary; with --json (stdout is the
+  // plan) when a flag asks for it, its lines on stderr.
+  const bool json = args->Has("json");
+  std::optional<PlanSimulation> sim;
+  if (!json || HasSimulatorFlags(*args)) {
+    auto simulated = SimulatePlanForArgs(*args, *spec, sim_spec, *plan);
+    if (!simulated.ok()) return Fail(kExitFailed, simulated.status());
+    sim = std::move(*simulated);
+  }
+  if (json) {
+    auto text = ToJson(*plan, args->Has("pretty"));
+    if (!text.ok()) return Fail(kExitFailed, text.status());
+    std::cout << *text << "\n" << std::flush;
+    if (sim.has_value()) {
+      std::fputs(SimulatorLine(*plan, sim->result).c_str(), stderr);
+      PrintSimulationLines(*args, *plan, *sim, stderr);
+    }
   } else {
-    auto nodes = plan::WorkerNodesFromSpec(*spec);
-    if (!nodes.ok()) return Fail(kExitFailed, nodes.status());
-    std::vector<plan::WorkerPair> direct;
-    plan::SimulateOptions sim_options;
-    if (args->Has("nccl-net")) {
-      direct = SameNodeDirectPairs(*plan, *nodes);
-      sim_options.nvlink_pairs = &direct;
-    }
-    auto sim = plan::SimulatePlan(*plan, *nodes, plan::EffectiveLinkModel(sim_spec.options()),
-                                  sim_options);
-    if (!sim.ok()) return Fail(kExitFailed, sim.status());
-    PrintSummary(*spec, *plan, &*sim, *nodes, *top);
-    if (args->Has("sim-json")) PrintSimJson(*plan, *sim, *nodes, sim_options.nvlink_pairs);
-    if (args->Has("rounds")) {
-      std::printf("  rounds (simulated, including round latency):\n");
-      for (const plan::RoundTiming& r : sim->rounds) {
-        std::printf("    round %4d  %10s  critical worker %d\n", r.round,
-                    Seconds(r.seconds).c_str(), r.critical_worker);
-      }
-    }
+    PrintSummary(*spec, *plan, &sim->result, sim->nodes, *top);
+    PrintSimulationLines(*args, *plan, *sim, stdout);
   }
   if (args->Has("verify")) {
     auto need = ReplayBytes(*spec);

@@ -12,16 +12,11 @@
 # Results: $OUT/{env.txt,ab_tests.log,checksum_ab.log}.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
+. bench/gpu/device_env.sh
+wsync_gpu_out
 bin=$PWD/.devbundle/bin
-export LD_LIBRARY_PATH=$PWD/.devbundle/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-{
-  date -u +"date: %Y-%m-%dT%H:%M:%SZ"
-  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
-  ls /usr/local/cuda/lib64 | grep -E 'libnccl\.so\.[0-9.]+$' | sed 's/^/nccl lib: /'
-} >"$OUT/env.txt" 2>&1
+wsync_device_env
+wsync_env_lines nccl >"$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 rc=0
 if [[ " $* " == *" tests "* ]]; then

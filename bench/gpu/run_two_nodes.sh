@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Issue 21 item 5, "two nodes on one host", in one device call on a 4-GPU
-# machine (about 3 min expected; every step under `timeout`, at most 8.5 min
-# in all), from the repo root, carrying .devbundle (built by
-# `bash scripts/gpu_run.sh build`):
+# machine (about 3 min expected), from the repo root, carrying .devbundle
+# (built by `bash scripts/gpu_run.sh build`):
 #   bash bench/gpu/run_two_nodes.sh
 # GPUs {0,1} are node n0 and {2,3} node n1 (wsync-worker --node, and the
 # spec's ranks name the same nodes). Every process gets NCCL forced onto its
@@ -33,10 +32,24 @@
 # Other settings: WSYNC_TWO_NODES_MODEL (small-llama; host: tiny-llama),
 # WSYNC_TWO_NODES_CASES (all three), WSYNC_NCCL_SOCKET_NTHREADS (8),
 # WSYNC_NCCL_NSOCKS_PERTHREAD (4), WSYNC_NCCL_SOCKET_IFNAME (NCCL's choice).
+# Time: every step runs under `timeout` min(its own limit, what is left of
+# WSYNC_TWO_NODES_BUDGET_S, default 510 s; bench/gpu/device_env.sh), a step
+# with no budget left fails at once, and the summary has 20 s of its own: at
+# most 530 s in all, under the device tool's 10 minutes a command.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
+. bench/gpu/device_env.sh
+wsync_gpu_out
+wsync_budget_start "${WSYNC_TWO_NODES_BUDGET_S:-510}"
+# `step N CMD...`: CMD under `timeout` min(N, the budget left); none left:
+# fails (124, as a timeout) without running it.
+step() {
+  local t
+  t=$(wsync_budget_timeout "$1") ||
+    { echo "run_two_nodes: WSYNC_TWO_NODES_BUDGET_S spent before: ${*:2}" >&2; return 124; }
+  shift
+  timeout "$t" "$@"
+}
 host=${WSYNC_TWO_NODES_HOST:-0}
 versions=${WSYNC_TWO_NODES_VERSIONS:-4}
 cases=${WSYNC_TWO_NODES_CASES:-fanout fanout_dp2 colocated4}
@@ -60,12 +73,9 @@ else
   demo=$bin/wsync-demo ctl=$bin/wsyncctl controller=$bin/wsync-controller worker=$bin/wsync-worker
   model=${WSYNC_TWO_NODES_MODEL:-small-llama}
   gpus=4
-  export LD_LIBRARY_PATH=$PWD/.devbundle/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  wsync_device_env
   {
-    date -u +"date: %Y-%m-%dT%H:%M:%SZ"
-    nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
-    nvidia-smi topo -m
+    wsync_env_lines topo
     echo "forced for every process: ${net_env[*]}"
   } >"$OUT/env.txt" 2>&1
   cat "$OUT/env.txt"
@@ -77,20 +87,20 @@ else
   # the two-GPU cases go GPU 0 -> 2 (across the nodes); the 4-GPU patterns
   # (two pairs at once, fan-in, fan-out, all-to-all) show what concurrent
   # socket flows of one host share.
-  env "${net_env[@]}" CUDA_VISIBLE_DEVICES=0,2,1,3 timeout 120 "$bin/wsync_bench_nccl_ceiling" \
+  step 120 env "${net_env[@]}" CUDA_VISIBLE_DEVICES=0,2,1,3 "$bin/wsync_bench_nccl_ceiling" \
     --iters 3 --gpus 4 >"$OUT/net_ceiling.log" 2>&1 || { rc=1; echo "FAILED: net ceiling"; }
   grep RESULT "$OUT/net_ceiling.log" | cut -c1-220
   # Inside a node: direct writes GPU 0 -> 1 (NCCL's own env plays no part).
   if [ -x "$bin/wsync_bench_ipc_put" ]; then
-    CUDA_VISIBLE_DEVICES=0,1 timeout 60 "$bin/wsync_bench_ipc_put" --iters 5 \
+    step 60 env CUDA_VISIBLE_DEVICES=0,1 "$bin/wsync_bench_ipc_put" --iters 5 \
       >"$OUT/ipc_put.log" 2>&1 || { rc=1; echo "FAILED: ipc_put"; }
   fi
-  CUDA_VISIBLE_DEVICES=0,1 timeout 60 "$bin/wsync_bench_nccl_ceiling" --iters 3 --gpus 2 \
+  step 60 env CUDA_VISIBLE_DEVICES=0,1 "$bin/wsync_bench_nccl_ceiling" --iters 3 --gpus 2 \
     >"$OUT/nvlink_ceiling.log" 2>&1 || { rc=1; echo "FAILED: nvlink ceiling"; }
-  python3 bench/gpu/two_nodes.py rates --net "$OUT/net_ceiling.log" \
+  step 30 python3 bench/gpu/two_nodes.py rates --net "$OUT/net_ceiling.log" \
     --nvlink "$OUT/nvlink_ceiling.log" --ipc "$OUT/ipc_put.log" >"$OUT/rates.json" ||
     { echo "run_two_nodes: no rates measured" >&2; exit 1; }
-  read -r nv nic cp < <(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]));
+  read -r nv nic cp < <(step 30 python3 -c 'import json,sys; r=json.load(open(sys.argv[1]));
 print(r["nvlink_gbps"], r["nic_gbps"], r["copy_gbps"])' "$OUT/rates.json")
 fi
 cat "$OUT/rates.json"
@@ -105,7 +115,7 @@ for c in $cases; do
   esac
   wd=/tmp/wsync-two-nodes-$c-$$
   echo "=== $c: wsync-demo --model $model ${args[*]}"
-  env "${net_env[@]}" timeout 90 "$demo" --model "$model" "${args[@]}" --gpus $gpus \
+  step 90 env "${net_env[@]}" "$demo" --model "$model" "${args[@]}" --gpus $gpus \
     --slots_per_node 2 --result_lines --versions "$versions" --nvlink_gbps "$nv" --nic_gbps "$nic" \
     --copy_gbps "$cp" --spec_out "$OUT/spec_$c.json" --work_dir "$wd" \
     --controller_bin "$controller" --worker_bin "$worker" >"$OUT/demo_$c.log" 2>&1 ||
@@ -113,21 +123,21 @@ for c in $cases; do
   grep -E '^(v[0-9]+ |OK|FAILED|demo:)' "$OUT/demo_$c.log" | cut -c1-300
   rm -rf "$wd"
   if [ -f "$OUT/spec_$c.json" ]; then
-    timeout 30 "$ctl" plan "$OUT/spec_$c.json" --nccl-net --sim-json >"$OUT/plan_$c.txt" 2>&1 ||
+    step 30 "$ctl" plan "$OUT/spec_$c.json" --nccl-net --sim-json >"$OUT/plan_$c.txt" 2>&1 ||
       { rc=1; echo "FAILED: wsyncctl plan $c"; }
     # The same plan with the NIC rate of concurrent flows (one host's sockets
     # are shared; the simulator gives every GPU a NIC of its own).
-    shared=$(python3 bench/gpu/two_nodes.py shared --rates "$OUT/rates.json" --case "$c")
+    shared=$(step 30 python3 bench/gpu/two_nodes.py shared --rates "$OUT/rates.json" --case "$c")
     if [ -n "$shared" ]; then
-      timeout 30 "$ctl" plan "$OUT/spec_$c.json" --nccl-net --sim-json --sim-rates-only \
+      step 30 "$ctl" plan "$OUT/spec_$c.json" --nccl-net --sim-json --sim-rates-only \
         --nic-gbps "$shared" \
         >"$OUT/plan_${c}_shared.txt" 2>&1 || { rc=1; echo "FAILED: wsyncctl plan $c shared"; }
     fi
   fi
-  python3 bench/gpu/two_nodes.py compare --case "$c" --demo "$OUT/demo_$c.log" \
+  step 30 python3 bench/gpu/two_nodes.py compare --case "$c" --demo "$OUT/demo_$c.log" \
     --plan "$OUT/plan_$c.txt" --shared-plan "$OUT/plan_${c}_shared.txt" \
     --rates "$OUT/rates.json" >>"$OUT/two_nodes.jsonl" ||
     { rc=1; echo "FAILED: compare $c"; }
 done
-python3 bench/gpu/two_nodes.py summary "$OUT/two_nodes.jsonl" | tee "$OUT/two_nodes_summary.txt"
+timeout 20 python3 bench/gpu/two_nodes.py summary "$OUT/two_nodes.jsonl" | tee "$OUT/two_nodes_summary.txt"
 exit $rc

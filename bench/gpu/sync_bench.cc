@@ -62,6 +62,7 @@
 #include "bench/gpu/slabs.h"
 #include "bench/gpu/staged_run.h"
 #include "bench/gpu/sync_bench_flags.h"
+#include "bench/gpu/sync_bench_steps.h"
 #include "catalog/case.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -82,21 +83,6 @@
 namespace wsync::bench {
 namespace {
 
-// One line per sync: each mark as label@device_ms/host_ms since the sync began
-// (device: when its stream got there; host: when it was issued).
-void PrintTimeline(const std::string& model, const std::string& mode, int worker, int iter,
-                   double seconds, const std::vector<cuda::DeviceTimeline::Entry>& marks,
-                   int dropped) {
-  std::string list;
-  for (const auto& m : marks) {
-    absl::StrAppend(&list, list.empty() ? "" : ",",
-                    absl::StrFormat(R"(["%s",%.3f,%.3f])", m.label, m.device_ms, m.host_ms));
-  }
-  Result(absl::StrFormat(
-      R"({"bench":"wsync_timeline","model":"%s","mode":"%s","worker":%d,"iter":%d,"sync_ms":%.3f,"dropped":%d,"marks":[%s]})",
-      model, mode, worker, iter, seconds * 1e3, dropped, list));
-}
-
 int Fail(const std::string& what, const absl::Status& s) {
   spdlog::error("sync_bench: {}: {}", what, s.ToString());
   return 3;
@@ -107,83 +93,6 @@ int Fail(const std::string& what, const absl::Status& s) {
     cudaError_t e_ = (x);                                                                  \
     if (e_ != cudaSuccess) return Fail(what, absl::InternalError(cudaGetErrorString(e_))); \
   } while (0)
-
-// Direct writes of `worker`: every eligible pair of the plan; the peers'
-// destination slabs are exported by CUDA IPC through `store` and opened by
-// the backend, as wsync-worker does with the handles the controller relays.
-struct DirectSetup {
-  std::vector<std::shared_ptr<void>> holds;  // the peers' slabs, mapped
-  std::map<int32_t, exec::BufferRegistry> peers;
-  exec::DirectWrites direct;
-  std::vector<plan::WorkerPair> pairs;  // routed ROUTE_PEER_WRITE
-  std::vector<int32_t> write_to;
-};
-absl::Status SetUpDirectWrites(const Case& c, int worker, const Slab& dst,
-                               transport::KvStore& store, const std::string& tag,
-                               plane::Backend& backend, DirectSetup& out) {
-  out.pairs = plan::PeerWriteEligiblePairs(c.plan);
-  out.write_to = plan::RoutesOf(out.pairs, worker).write_to;
-  if (dst.bytes > 0) {
-    ASSIGN_OR_RETURN(cuda::IpcTensorHandle h,
-                     cuda::ExportTensor(dst.base, dst.bytes, "destination slab"));
-    RETURN_IF_ERROR(store.Set(absl::StrCat(tag, "dst/", worker), h.Serialize()));
-  }
-  for (int32_t peer : out.write_to) {
-    ASSIGN_OR_RETURN(std::string text,
-                     store.Get(absl::StrCat(tag, "dst/", peer), absl::Now() + absl::Seconds(60)));
-    ASSIGN_OR_RETURN(cuda::IpcTensorHandle h, cuda::IpcTensorHandle::Parse(text));
-    v1::CudaIpc ipc;
-    ipc.set_gpu_uuid(h.gpu_uuid);
-    ipc.set_handle(h.base_handle);
-    ipc.set_base_size(static_cast<int64_t>(h.base_bytes));
-    ipc.set_offset(static_cast<int64_t>(h.offset));
-    ipc.set_size(static_cast<int64_t>(h.bytes));
-    plane::BufferLocation where;
-    where.cuda_ipc = &ipc;
-    ASSIGN_OR_RETURN(plane::OpenedBuffer opened,
-                     backend.OpenBuffer(where, ipc.size(), /*peer=*/true,
-                                        absl::StrCat("slab of worker ", peer), nullptr));
-    void* base = opened.data;
-    out.holds.push_back(std::move(opened.hold));
-    ASSIGN_OR_RETURN(auto need,
-                     BuffersOf(c.spec.destination(), plan::SideRole::kDestination, peer));
-    exec::BufferRegistry& reg = out.peers[peer];
-    for (const auto& [name, b] : CarveSlab(need, base)) {
-      RETURN_IF_ERROR(reg.Register(exec::BufferSide::kDestination, name, b));
-    }
-    out.direct.peer_buffers[peer] = &reg;
-    // The slabs never change here: any fixed per-worker token will do.
-    out.direct.expected_ready_tokens[peer] = peer + 1;
-  }
-  out.direct.ready_token = worker + 1;
-  return absl::OkStatus();
-}
-
-// With --staging or --checksums: one line per worker (the run, the commit,
-// the shadow) and, on worker 0, the bucket checksums compared.
-absl::Status ReportStaged(const Flags& f, const Case& c, int worker, transport::KvStore& store,
-                          const std::string& tag, const StagedPart& staged,
-                          const std::vector<double>& runs, const std::vector<double>& commits,
-                          const exec::SyncStats& last) {
-  if (f.staging == v1::STAGING_IN_PLACE && !f.checksums) return absl::OkStatus();
-  int verified = -1;
-  if (f.checksums) {
-    RETURN_IF_ERROR(PublishChecksums(store, tag, worker, last.checksums));
-    if (worker == 0) {
-      ASSIGN_OR_RETURN(verified, CompareChecksums(store, tag, c.workers, c.plan));
-    }
-  }
-  const agent::ShadowSet* sh = staged.shadows.get();
-  Result(absl::StrFormat(
-      R"({"bench":"wsync_staged","model":"%s","mode":"%s","worker":%d,"staging":"%s","checksums":%d,"stages":%d,"iters":%d,"run_median_s":%.6f,"commit_median_s":%.6f,"commit_max_s":%.6f,"pause_median_s":%.6f,"shadow_bytes":%d,"commit_bytes":%d,"checksums_taken":%d,"recv_hashes_as_landed":%d,"buckets_verified":%d})",
-      f.model, c.mode, worker, StagingModeName(f.staging), f.checksums ? 1 : 0,
-      sh != nullptr ? 1 : 0, f.iters, Median(runs), commits.empty() ? 0.0 : Median(commits),
-      commits.empty() ? 0.0 : *std::max_element(commits.begin(), commits.end()),
-      sh != nullptr ? Median(commits) : Median(runs), sh != nullptr ? sh->bytes() : 0,
-      sh != nullptr ? sh->commit_bytes() : 0, last.checksums.size(), last.recv_hashes_as_landed,
-      verified));
-  return absl::OkStatus();
-}
 
 int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) {
   CUDA_OK(cudaSetDevice(worker), "cudaSetDevice");

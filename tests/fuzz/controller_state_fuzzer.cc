@@ -12,14 +12,19 @@
 // state it saved meanwhile is loaded into a second controller (the
 // reload after a crash). The store lives in /dev/shm where there is one
 // (tmpfs: fsync is cheap). Inputs are bounded: at most kMaxRegistrations workers and
-// kMaxReports reports per run.
+// kMaxReports reports per run. Every step is checked against invariants that
+// hold for every input (tests/fuzz/state_invariants.h): the restored state
+// is what was saved, versions and outcomes never change back, and the
+// reloaded controller reports what the first one did.
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +35,7 @@
 #include "state_fuzz_input.pb.h"
 #include "tests/fuzz/quiet_protobuf.h"
 #include "tests/fuzz/spec_limits.h"
+#include "tests/fuzz/state_invariants.h"
 
 namespace {
 
@@ -76,6 +82,19 @@ void ReadBack(Controller& controller) {
   (void)controller.ListWorkers("");
 }
 
+// Observes `c` again, checks it against the last observation, keeps it;
+// also follows the transfers' last syncs (up to kMaxFollowedSyncs).
+void Recheck(Controller& c, std::set<std::string>* followed, wsync::fuzz::Observed* last) {
+  const wsync::v1::GetStatusResponse status = c.syncs().GetStatus();
+  for (const wsync::v1::TransferStatus& t : status.transfers()) {
+    const std::string& id = t.last_sync().sync_id();
+    if (!id.empty() && followed->size() < wsync::fuzz::kMaxFollowedSyncs) followed->insert(id);
+  }
+  wsync::fuzz::Observed now = wsync::fuzz::Observe(c, *followed);
+  wsync::fuzz::CheckMonotonic(*last, now);
+  *last = std::move(now);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -97,11 +116,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   PlanSource plans(8);
   ControllerMetrics metrics;
   std::vector<std::string> leases;
+  std::set<std::string> followed;  // the saved syncs' ids (state_invariants.h)
+  wsync::fuzz::Observed observed;  // what the first controller reported last
   {
     Controller controller(Config(), &metrics, &plans, &store);
     auto loaded = store.Load();
     if (!loaded.ok()) return 0;
     controller.syncs().Restore(*loaded);
+    followed = wsync::fuzz::SavedSyncIds(*loaded);
+    observed = wsync::fuzz::Observe(controller, followed);
+    wsync::fuzz::CheckRestored(*loaded, observed);
     ReadBack(controller);
     for (const wsync::v1::RegisterWorkerRequest& r : in.registrations()) {
       if (static_cast<int>(leases.size()) >= kMaxRegistrations) break;
@@ -122,15 +146,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (r.sync_id().empty()) r.set_sync_id(first_decided);
       (void)controller.syncs().ReportResult(r);
       if (step.tick()) controller.Tick();
+      Recheck(controller, &followed, &observed);
     }
     controller.Tick();
     ReadBack(controller);
+    Recheck(controller, &followed, &observed);
   }
   // The reload after a crash: what the controller saved meanwhile.
   auto saved = store.Load();
   if (!saved.ok()) return 0;
   Controller again(Config(), &metrics, &plans, &store);
   again.syncs().Restore(*saved);
+  wsync::fuzz::CheckReloaded(observed, wsync::fuzz::Observe(again, followed));
   ReadBack(again);
   return 0;
 }

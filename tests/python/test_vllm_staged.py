@@ -31,11 +31,51 @@ from vllm_staged_setup import TIMEOUT, StagedSetup
 
 
 @pytest.fixture
-def staged():
+def staged(cluster):
+    """Makes StagedSetups on the test's cluster; closes them at the end."""
     made = []
-    yield made
+
+    def make(**kwargs):
+        made.append(StagedSetup(cluster, **kwargs))
+        return made[-1]
+
+    yield make
     for s in made:
         s.close()
+
+
+def driver(loop):
+    """A StagedEngine driving `loop` through the extension route."""
+    return StagedEngine(loop.collective_rpc, pause=loop.pause_generation,
+                        resume=loop.resume_generation)
+
+
+def commit_through_engine_route(s, eng, version):
+    """Syncs `version` and commits it through vLLM's engine route (update
+    info naming the version); returns the live digests it left."""
+    eng.collective_rpc("start_weight_update")
+    handle = s.client.sync(version)
+    s.wait_decided(handle)
+    eng.collective_rpc("update_weights", kwargs={"update_info": {"version": version}})
+    eng.collective_rpc("finish_weight_update")
+    handle.wait(timeout=TIMEOUT, show_progress=False)
+    return s.live_digests()
+
+
+def expect_rolled_back(sub, handle):
+    """Version 2 rolled back on a replica serving 1: its event, a failed sync."""
+    rolled = next_event(sub, "rolled_back", 2)
+    assert rolled["serving_version"] == 1 and rolled["error"], rolled
+    with pytest.raises(errors.WsyncError):
+        handle.wait(timeout=TIMEOUT, show_progress=False)
+
+
+def expect_whole_on_version_1(eng, t0, v1):
+    """Committing version 2 is refused, and every step since t0 read v1."""
+    with pytest.raises(errors.Aborted, match=r"version 2 .*whole on version 1"):
+        eng.collective_rpc("update_weights", kwargs={"update_info": {"version": 2}})
+    steps = [x for x in eng.steps if x[0] > t0]
+    assert steps and all(x[2] == v1 for x in steps), "the engine left version 1"
 
 
 def next_event(sub, kind, version, timeout=30.0):
@@ -54,8 +94,7 @@ def utility(engine, method, after):
 
 def test_generation_goes_on_while_staging_and_the_commit_runs_between_steps(
         cluster, engine_mod, staged):  # noqa: F811
-    s = StagedSetup(cluster, tp=2, route="engine")
-    staged.append(s)
+    s = staged(tp=2, route="engine")
     eng = s.engines[0]
     versions = {s.live_digests(): 0}
     subs = [s.receiver(i).events() for i in range(2)]
@@ -117,17 +156,10 @@ def test_a_rolled_back_version_leaves_the_engine_whole_on_the_old_one(
         cluster, engine_mod, staged):  # noqa: F811
     # Replica dp0: one vLLM rank; replica 1: a wsync-worker the test freezes,
     # so the pool cannot decide and the staged rank rolls back.
-    s = StagedSetup(cluster, tp=1, sidecars=1, route="engine")
-    staged.append(s)
+    s = staged(tp=1, sidecars=1, route="engine")
     eng, rx = s.engines[0], s.receiver(0)
     sub = rx.events()
-    eng.collective_rpc("start_weight_update")
-    handle = s.client.sync(1)
-    s.wait_decided(handle)
-    eng.collective_rpc("update_weights", kwargs={"update_info": {"version": 1}})
-    eng.collective_rpc("finish_weight_update")
-    handle.wait(timeout=TIMEOUT, show_progress=False)
-    v1 = s.live_digests()
+    v1 = commit_through_engine_route(s, eng, 1)
     assert v1 == s.version_digests()
     s.step(2.0, -1.0)
     freeze(s.cluster.workers["inference:1:2"].proc)
@@ -136,29 +168,21 @@ def test_a_rolled_back_version_leaves_the_engine_whole_on_the_old_one(
     next_event(sub, "staged", 2)
     eng.collective_rpc("start_weight_update")
     s.cluster.workers["inference:1:2"].proc.kill()
-    rolled = next_event(sub, "rolled_back", 2)
-    assert rolled["serving_version"] == 1 and rolled["error"], rolled
-    with pytest.raises(errors.WsyncError):
-        handle.wait(timeout=TIMEOUT, show_progress=False)
-    with pytest.raises(errors.Aborted, match=r"version 2 .*whole on version 1"):
-        eng.collective_rpc("update_weights", kwargs={"update_info": {"version": 2}})
+    expect_rolled_back(sub, handle)
+    time.sleep(0.05)
+    expect_whole_on_version_1(eng, t0, v1)
     st = rx.status()
     assert (st["weight_version"], st["serving_version"], st["staged_version"], st["unsafe"]) \
         == (1, 1, None, None)
-    time.sleep(0.05)
-    steps = [x for x in eng.steps if x[0] > t0]
-    assert steps and all(x[2] == v1 for x in steps), "the engine left version 1"
     assert s.live_digests() == v1
 
 
 def test_waves_and_served_versions_match_the_controller(cluster, staged):
     # Two replicas of two TP ranks, one replica committing at a time; the
     # driver commits each through the extension route (StagedEngine).
-    s = StagedSetup(cluster, tp=2, dp=2, route="extension",
-                    rollout={"max_unavailable": 1, "replica_ranks": 2})
-    staged.append(s)
-    engines = [StagedEngine(e.collective_rpc, pause=e.pause_generation,
-                            resume=e.resume_generation) for e in s.engines]
+    s = staged(tp=2, dp=2, route="extension",
+                rollout={"max_unavailable": 1, "replica_ranks": 2})
+    engines = [driver(e) for e in s.engines]
     want = s.version_digests()
     handle = s.client.sync(1)
     s.wait_decided(handle)
@@ -186,11 +210,9 @@ def test_waves_and_served_versions_match_the_controller(cluster, staged):
 
 
 def test_an_unsafe_rank_keeps_generation_paused_until_its_next_commit(cluster, staged):
-    s = StagedSetup(cluster, tp=2, route="extension")
-    staged.append(s)
+    s = staged(tp=2, route="extension")
     loop = s.engines[0]
-    eng = StagedEngine(loop.collective_rpc, pause=loop.pause_generation,
-                       resume=loop.resume_generation)
+    eng = driver(loop)
     handle = s.client.sync(1)
     s.wait_decided(handle)
     # Rank 1's embedded worker dies between STAGED and its outcome.
@@ -233,11 +255,9 @@ def test_a_commit_wakes_asleep_weights_first(cluster, engine_mod, staged):  # no
     commit lands in mapped memory and no later wake restores the old
     contents over it."""
     import vllm_engine_standins as standins
-    s = StagedSetup(cluster, tp=2, route="extension", sleep=True)
-    staged.append(s)
+    s = staged(tp=2, route="extension", sleep=True)
     loop, alloc = s.engines[0], standins.CuMemAllocator.get_instance()
-    eng = StagedEngine(loop.collective_rpc, pause=loop.pause_generation,
-                       resume=loop.resume_generation)
+    eng = driver(loop)
     handle = s.client.sync(1)
     s.wait_decided(handle)
     assert eng.commit(1, sync_id=handle.sync_id) == 1
@@ -259,17 +279,10 @@ def test_a_commit_wakes_asleep_weights_first(cluster, engine_mod, staged):  # no
 
 def test_a_sender_killed_mid_sync_rolls_back_before_anything_staged(
         cluster, engine_mod, staged):  # noqa: F811
-    s = StagedSetup(cluster, tp=1, route="engine")
-    staged.append(s)
+    s = staged(tp=1, route="engine")
     eng, rx = s.engines[0], s.receiver(0)
     sub = rx.events()
-    eng.collective_rpc("start_weight_update")
-    handle = s.client.sync(1)
-    s.wait_decided(handle)
-    eng.collective_rpc("update_weights", kwargs={"update_info": {"version": 1}})
-    eng.collective_rpc("finish_weight_update")
-    handle.wait(timeout=TIMEOUT, show_progress=False)
-    v1 = s.live_digests()
+    v1 = commit_through_engine_route(s, eng, 1)
     s.step(-1.0, 0.5)
     trainer = s.cluster.workers["trainer:0:1"].proc
     freeze(trainer)  # the sender cannot send: nothing stages
@@ -277,13 +290,7 @@ def test_a_sender_killed_mid_sync_rolls_back_before_anything_staged(
     handle = s.client.sync(2)
     time.sleep(0.3)
     trainer.kill()
-    rolled = next_event(sub, "rolled_back", 2)
-    assert rolled["serving_version"] == 1 and rolled["error"], rolled
-    with pytest.raises(errors.WsyncError):
-        handle.wait(timeout=TIMEOUT, show_progress=False)
+    expect_rolled_back(sub, handle)
     eng.collective_rpc("start_weight_update")
-    with pytest.raises(errors.Aborted, match=r"version 2 .*whole on version 1"):
-        eng.collective_rpc("update_weights", kwargs={"update_info": {"version": 2}})
+    expect_whole_on_version_1(eng, t0, v1)
     assert rx.status()["unsafe"] is None and rx.status()["serving_version"] == 1
-    steps = [x for x in eng.steps if x[0] > t0]
-    assert steps and all(x[2] == v1 for x in steps), "the engine left version 1"

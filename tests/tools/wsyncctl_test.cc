@@ -15,6 +15,9 @@ using Result = tools_testing::CtlResult;
 
 Result Ctl(const std::string& args) { return tools_testing::RunCtl(args); }
 Result CtlStdout(const std::string& args) { return tools_testing::RunCtl(args, false); }
+Result CtlStderr(const std::string& args) {
+  return tools_testing::RunShell(absl::StrCat(WSYNCCTL_PATH, " ", args, " 2>&1 >/dev/null"));
+}
 
 std::string TempPath(const std::string& name) {
   return absl::StrCat(::testing::TempDir(), "/wsyncctl_test_", name);
@@ -265,6 +268,47 @@ TEST(WsyncctlTest, LinkRateFlagsAndForcedNetworkSimulation) {
     EXPECT_NE(r.out.find(std::string(bad).substr(0, std::string(bad).find(' '))), std::string::npos)
         << r.out;
   }
+}
+
+// --json keeps stdout for the plan and honours the simulator flags as the
+// text output does: the same simulator lines (summary line, SIM, rounds),
+// on stderr.
+TEST(WsyncctlTest, JsonPlanHonoursTheSimulatorFlags) {
+  const std::string relays =
+      "plan --model tiny-llama --source fsdp:2 --destination vllm-tp:2x2 --gpus-per-node 2";
+  const std::string sim_flags = " --nic-gbps 1 --sim-rates-only --nccl-net --sim-json --rounds";
+  auto line = [](const std::string& out, const std::string& prefix) {
+    const size_t at = out.find(prefix);
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  Result text = CtlStdout(relays + sim_flags);
+  Result json = CtlStdout(relays + " --json" + sim_flags);
+  Result json_sim = CtlStderr(relays + " --json" + sim_flags);
+  ASSERT_EQ(text.code, 0) << text.out;
+  ASSERT_EQ(json.code, 0) << json.out;
+  ASSERT_EQ(json_sim.code, 0) << json_sim.out;
+  // --sim-rates-only: the plan is the spec's own, whatever the rates (all
+  // but its planning time).
+  auto untimed = [](std::string out) {
+    const size_t at = out.find("\"planSeconds\":");
+    if (at != std::string::npos) out.erase(at, out.find(',', at) - at);
+    return out;
+  };
+  EXPECT_TRUE(untimed(json.out) == untimed(CtlStdout(relays + " --json").out));
+  EXPECT_EQ(json.out.find("SIM {"), std::string::npos) << "stdout is the plan alone";
+  const std::string sim = line(text.out, "SIM {");
+  ASSERT_FALSE(sim.empty()) << text.out;
+  EXPECT_NE(sim.find("\"nccl_net\":true"), std::string::npos) << sim;
+  EXPECT_EQ(line(json_sim.out, "SIM {"), sim) << json_sim.out;
+  EXPECT_EQ(line(json_sim.out, "  simulator "), line(text.out, "  simulator ")) << json_sim.out;
+  EXPECT_EQ(line(json_sim.out, "    round    0 "), line(text.out, "    round    0 "));
+  EXPECT_FALSE(line(json_sim.out, "    round    0 ").empty()) << json_sim.out;
+  // The rates reach the simulator: a slower NIC, a longer makespan.
+  EXPECT_GT(SimField(json_sim.out, "makespan_s"),
+            SimField(CtlStderr(relays + " --json --sim-json").out, "makespan_s"));
+  // Without a simulator flag --json runs no simulation and says nothing of it.
+  Result plain = CtlStderr(relays + " --json");
+  EXPECT_EQ(plain.out.find("simulator"), std::string::npos) << plain.out;
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 #include "tools/demo/placement.h"
 
 #include <fstream>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "controller/plan/link_rate_flags.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace wsync::demo {
@@ -73,16 +75,14 @@ absl::Status ApplyNodes(const Placement& placement, v1::TransferSpec* spec) {
 
 absl::Status ApplyLinkRates(double nvlink_gbps, double nic_gbps, double copy_gbps,
                             v1::TransferSpec* spec) {
-  if (nvlink_gbps < 0 || nic_gbps < 0 || copy_gbps < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--nvlink_gbps, --nic_gbps and --copy_gbps must be >= 0, got ", nvlink_gbps,
-                     ", ", nic_gbps, ", ", copy_gbps));
+  std::vector<plan::LinkRateFlag> flags;
+  const plan::LinkRateFlag given[] = {{plan::LinkField::kNvlink, "--nvlink_gbps", nvlink_gbps},
+                                      {plan::LinkField::kNic, "--nic_gbps", nic_gbps},
+                                      {plan::LinkField::kCopy, "--copy_gbps", copy_gbps}};
+  for (const plan::LinkRateFlag& f : given) {
+    if (f.value != 0) flags.push_back(f);  // 0: the field as it is
   }
-  v1::LinkModel* lm = spec->mutable_options()->mutable_link_model();
-  if (nvlink_gbps > 0) lm->set_nvlink_bytes_per_second(nvlink_gbps * 1e9);
-  if (nic_gbps > 0) lm->set_nic_bytes_per_second(nic_gbps * 1e9);
-  if (copy_gbps > 0) lm->set_local_copy_bytes_per_second(copy_gbps * 1e9);
-  return absl::OkStatus();
+  return plan::ApplyLinkRateFlags(flags, spec);
 }
 
 absl::Status WriteSpecJson(const v1::TransferSpec& spec, const std::string& path) {

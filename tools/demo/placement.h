@@ -37,8 +37,9 @@ absl::StatusOr<Placement> ParsePlacement(const std::string& placement, int slots
 // (no-op when the nodes are empty). Error on a worker outside the placement.
 absl::Status ApplyNodes(const Placement& placement, v1::TransferSpec* spec);
 
-// Sets spec.options.link_model from GB/s (1e9 B/s) rates; a zero rate leaves
-// the field as it is (the planner's default). Error on a negative rate.
+// Sets spec.options.link_model from GB/s (1e9 B/s) rates
+// (plan::ApplyLinkRateFlags); a zero rate leaves the field as it is (the
+// planner's default). Error on a negative rate or one above 1e12.
 absl::Status ApplyLinkRates(double nvlink_gbps, double nic_gbps, double copy_gbps,
                             v1::TransferSpec* spec);
 

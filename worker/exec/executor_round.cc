@@ -189,11 +189,12 @@ absl::Status Executor::HashBucket(const BoundPlan& plan, const BoundRound& round
   return absl::OkStatus();
 }
 
-absl::Status Executor::HashBuckets(const BoundPlan& plan, const BoundRound& round,
-                                   const std::vector<BoundTransfer>& list, uint8_t* staging,
-                                   bool sent) {
+absl::Status Executor::HashSentBuckets(const BoundPlan& plan, const BoundRound& round,
+                                       uint8_t* staging) {
   if (!checksums_) return absl::OkStatus();
-  for (const BoundTransfer& t : list) RETURN_IF_ERROR(HashBucket(plan, round, t, staging, sent));
+  for (const BoundTransfer& t : round.sends) {
+    RETURN_IF_ERROR(HashBucket(plan, round, t, staging, /*sent=*/true));
+  }
   return absl::OkStatus();
 }
 
@@ -361,7 +362,7 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, absl::Time dead
       // What goes on the wire sits in staging (packed and waited for) and
       // stays there until the next pack into this set, queued after this:
       // the hash reads it beside the transport.
-      RETURN_IF_ERROR(HashBuckets(plan, round, round.sends, staging, true));
+      RETURN_IF_ERROR(HashSentBuckets(plan, round, staging));
       if (prev_deferred) RETURN_IF_ERROR(IssueAfterTransfer(plan, i - 1, StagingOf(i - 1), rs));
       if (local_early) {
         RETURN_IF_ERROR(CheckAborted(plan, round, "copy"));

@@ -150,7 +150,9 @@ inline void ExpectInvariants(const v1::TransferSpec& spec, const v1::Plan& plan)
         EXPECT_EQ(p.wire_dtype(), p.dst().dtype());
         EXPECT_EQ(p.src().side(), v1::DESTINATION_BUFFER);
       }
-      if (p.reduce_id() != 0) EXPECT_EQ(p.wire_dtype(), p.src().dtype());
+      if (p.reduce_id() != 0) {
+        EXPECT_EQ(p.wire_dtype(), p.src().dtype());
+      }
     }
     if (b.transport() == v1::TRANSPORT_LOCAL) {
       local += b.bytes();

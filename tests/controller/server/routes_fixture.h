@@ -185,13 +185,36 @@ class SyncRoutesTest : public ::testing::Test {
     auto st = controller_->syncs().WaitSync(id, absl::Milliseconds(1));
     EXPECT_TRUE(st.ok());
     if (direct_pairs != nullptr) *direct_pairs = st.ok() ? st->direct_pairs() : -1;
-    for (const std::string& l : leases) {
-      v1::ReportResultRequest r;
-      r.set_lease_id(l);
-      r.set_sync_id(id);
-      EXPECT_TRUE(controller_->syncs().ReportResult(r).ok());
-    }
+    for (const std::string& l : leases) EXPECT_TRUE(Report(l, id).ok());
     return out;
+  }
+
+  // RegisterHosts(d_src0, d_src1, d_dst), Define(), then Sync() of version
+  // 1: the workers' leases and assignments and the sync's direct pairs.
+  struct HostSync {
+    std::vector<std::string> leases;
+    std::vector<v1::SyncAssignment> as;
+    int32_t pairs = -1;
+  };
+  HostSync SyncHosts(const std::string& d_src0, const std::string& d_src1,
+                     const std::string& d_dst) {
+    HostSync h;
+    h.leases = RegisterHosts(d_src0, d_src1, d_dst);
+    Define();
+    h.as = Sync(h.leases, 1, &h.pairs);
+    return h;
+  }
+
+  // The report of worker `lease` for sync `sync_id` (code 0: it succeeded).
+  absl::Status Report(const std::string& lease, const std::string& sync_id, int32_t code = 0,
+                      const std::string& message = "", bool direct_writes_unavailable = false) {
+    v1::ReportResultRequest r;
+    r.set_lease_id(lease);
+    r.set_sync_id(sync_id);
+    r.set_code(code);
+    r.set_message(message);
+    r.set_direct_writes_unavailable(direct_writes_unavailable);
+    return controller_->syncs().ReportResult(r);
   }
 
   static void ExpectNoDirectWrites(const std::vector<v1::SyncAssignment>& as) {

@@ -26,10 +26,7 @@ using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
 TEST_F(SyncRoutesTest, HostWorkersOfOneDomainWriteDirectlyWithShmLocations) {
-  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
-  Define();
-  int32_t pairs = -1;
-  const auto as = Sync(leases, 1, &pairs);
+  const auto [leases, as, pairs] = SyncHosts("host-a", "host-a", "host-a");
   ASSERT_EQ(as.size(), 3u);
   EXPECT_EQ(pairs, 2);
   for (int w = 0; w < 2; ++w) {
@@ -84,9 +81,7 @@ TEST_F(SyncRoutesTest, AReceiverWithABufferWithoutLocationIsNotWrittenDirectly) 
 }
 
 TEST_F(SyncRoutesTest, WithoutPeerWritesThePartsAreTheUnroutedOnes) {
-  const auto leases = RegisterHosts("host-a", "host-b", "host-c");
-  Define();
-  const auto as = Sync(leases, 1);
+  const auto as = SyncHosts("host-a", "host-b", "host-c").as;
   ASSERT_EQ(as.size(), 3u);
   for (int w = 0; w < 3; ++w) {
     EXPECT_EQ(as[w].part_key(), absl::StrCat(as[w].plan_key(), "/", w));
@@ -112,10 +107,7 @@ TEST_F(SyncRoutesTest, PeerBuffersAreTheReceiversCurrentRegistrationAndThePlanIs
 
 TEST_F(SyncRoutesTest, OnlyPairsOfOneNonEmptyDomainWriteDirectly) {
   // src/0 shares dst/0's domain; src/1 is on another host.
-  const auto leases = RegisterHosts("host-a", "host-b", "host-a");
-  Define();
-  int32_t pairs = -1;
-  const auto as = Sync(leases, 1, &pairs);
+  const auto [leases, as, pairs] = SyncHosts("host-a", "host-b", "host-a");
   ASSERT_EQ(as.size(), 3u);
   EXPECT_EQ(pairs, 1);
   EXPECT_THAT(as[0].direct_write_to(), ElementsAre(2));
@@ -145,20 +137,16 @@ TEST_F(SyncRoutesTest, DirectWritesStayInsideANodeEvenWithOneDomain) {
 }
 
 TEST_F(SyncRoutesTest, EmptyDomainsNeverWriteDirectly) {
-  const auto leases = RegisterHosts("", "", "");
-  Define();
-  int32_t pairs = -1;
-  ExpectNoDirectWrites(Sync(leases, 1, &pairs));
-  EXPECT_EQ(pairs, 0);
+  const HostSync h = SyncHosts("", "", "");
+  ExpectNoDirectWrites(h.as);
+  EXPECT_EQ(h.pairs, 0);
 }
 
 TEST_F(SyncRoutesTest, FlagOffMeansNoDirectWrites) {
   Restart(/*direct_writes=*/false);
-  const auto leases = RegisterHosts("host-a", "host-a", "host-a");
-  Define();
-  int32_t pairs = -1;
-  ExpectNoDirectWrites(Sync(leases, 1, &pairs));
-  EXPECT_EQ(pairs, 0);
+  const HostSync h = SyncHosts("host-a", "host-a", "host-a");
+  ExpectNoDirectWrites(h.as);
+  EXPECT_EQ(h.pairs, 0);
   EXPECT_EQ(plans_.peer_write_scans(), 0) << "nothing to decide: the plan is not scanned";
 }
 
@@ -222,12 +210,7 @@ TEST_F(SyncRoutesTest, AwaitWritersEndsWhenEachWriterReportedOrIsLost) {
   ASSERT_FALSE(id.empty());
   ASSERT_EQ(as.size(), 3u);
   EXPECT_THAT(as[2].direct_written_by(), ElementsAre(0, 1));
-  v1::ReportResultRequest fail;
-  fail.set_lease_id(leases[2]);
-  fail.set_sync_id(id);
-  fail.set_code(13);
-  fail.set_message("receiver round failed");
-  ASSERT_TRUE(controller_->syncs().ReportResult(fail).ok());
+  ASSERT_TRUE(Report(leases[2], id, 13, "receiver round failed").ok());
 
   v1::AwaitWritersRequest await;
   await.set_lease_id(leases[2]);
@@ -240,10 +223,7 @@ TEST_F(SyncRoutesTest, AwaitWritersEndsWhenEachWriterReportedOrIsLost) {
   EXPECT_THAT(r->pending(), ElementsAre(0, 1));
 
   // Writer 0 reports after the sync ended: it wrote its last byte.
-  v1::ReportResultRequest late;
-  late.set_lease_id(leases[0]);
-  late.set_sync_id(id);
-  ASSERT_TRUE(controller_->syncs().ReportResult(late).ok());
+  ASSERT_TRUE(Report(leases[0], id).ok());
   r = controller_->syncs().AwaitWriters(await);
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->pending(), ElementsAre(1));
@@ -281,19 +261,10 @@ TEST_F(SyncRoutesTest, AWriterThatCannotMapItsPeersIsPairedNoMore) {
   std::string id;
   Start(leases, 1, &id);
   ASSERT_FALSE(id.empty());
-  v1::ReportResultRequest fail;
-  fail.set_lease_id(leases[0]);
-  fail.set_sync_id(id);
-  fail.set_code(5);
-  fail.set_message("direct writes: shm_open: permission denied");
-  fail.set_direct_writes_unavailable(true);
-  ASSERT_TRUE(controller_->syncs().ReportResult(fail).ok());
-  for (int w = 1; w < 3; ++w) {
-    v1::ReportResultRequest r;
-    r.set_lease_id(leases[w]);
-    r.set_sync_id(id);
-    ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
-  }
+  ASSERT_TRUE(Report(leases[0], id, 5, "direct writes: shm_open: permission denied",
+                     /*direct_writes_unavailable=*/true)
+                  .ok());
+  for (int w = 1; w < 3; ++w) ASSERT_TRUE(Report(leases[w], id).ok());
   for (const std::string& l : leases) {  // the failed sync's aborts
     while (true) {
       auto a = controller_->workers().NextAssignment(l, tokens_[l], absl::Milliseconds(10));
@@ -343,11 +314,9 @@ TEST_F(SyncRoutesTest, UnavailableReportedWhilePlanningCountsForThatSync) {
     bool in_flight = false;
     std::thread reporter([&] {
       absl::SleepFor(absl::Microseconds(trials % 7 * 50));
-      v1::ReportResultRequest r;
-      r.set_lease_id(leases[0]);  // src/0: it writes dst/0 no more
-      r.set_sync_id(usync->sync_id());
-      r.set_direct_writes_unavailable(true);
-      EXPECT_TRUE(controller_->syncs().ReportResult(r).ok());
+      // src/0: it writes dst/0 no more.
+      EXPECT_TRUE(
+          Report(leases[0], usync->sync_id(), 0, "", /*direct_writes_unavailable=*/true).ok());
       const v1::GetStatusResponse status = controller_->syncs().GetStatus();
       for (const v1::TransferStatus& t : status.transfers()) {
         if (t.name() != "t") continue;

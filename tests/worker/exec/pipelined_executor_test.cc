@@ -4,6 +4,7 @@
 // round received (staged and zero-copy), local copies, local and mixed
 // reduces; every destination byte checked, peak staging bounded by two
 // rounds, abort mid-pipeline.
+#include "tests/worker/exec/forwarding_transport.h"
 #include "tests/worker/exec/pipelined_fixture.h"
 
 namespace wsync::exec::testing {
@@ -170,32 +171,23 @@ TEST_F(PipelinedExecutorTest, AbortMidPipelineEndsEveryWorkerPromptly) {
 // Names only every other receive it is told of (and those late, at its
 // return), so the executor mixes hashes queued as parts land with hashes
 // queued with deferred unpacks, round after round.
-class SomeLandedTransport : public transport::Transport {
+class SomeLandedTransport : public ForwardingTransport {
  public:
-  explicit SomeLandedTransport(std::unique_ptr<transport::Transport> inner)
-      : inner_(std::move(inner)) {}
-  std::string Name() const override { return inner_->Name(); }
-  transport::MemorySpace memory_space() const override { return inner_->memory_space(); }
-  int32_t rank() const override { return inner_->rank(); }
-  int32_t size() const override { return inner_->size(); }
+  using ForwardingTransport::ForwardingTransport;
   absl::Status RunRound(absl::Span<const transport::SendRequest> sends,
                         absl::Span<const transport::RecvRequest> recvs, absl::Time deadline,
                         const transport::RoundHooks& hooks) override {
     std::vector<size_t> named;
-    transport::RoundHooks inner = hooks;
-    inner.on_landed = [&](absl::Span<const size_t> indices, const transport::LandingMark&) {
+    transport::RoundHooks forwarded = hooks;
+    forwarded.on_landed = [&](absl::Span<const size_t> indices, const transport::LandingMark&) {
       for (size_t i : indices) {
         if (i % 2 == 0) named.push_back(i);
       }
     };
-    absl::Status s = inner_->RunRound(sends, recvs, deadline, inner);
+    absl::Status s = inner().RunRound(sends, recvs, deadline, forwarded);
     if (s.ok() && hooks.on_landed && !named.empty()) hooks.on_landed(named, {});
     return s;
   }
-  void Abort(const std::string& reason) override { inner_->Abort(reason); }
-
- private:
-  std::unique_ptr<transport::Transport> inner_;
 };
 
 TEST_F(PipelinedExecutorTest, ChecksumsMixLandedAndDeferredHashesAndStillMatch) {

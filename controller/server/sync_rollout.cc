@@ -1,4 +1,4 @@
-// SyncCoordinator: rolling waves (docs/staging.md, "Rolling waves"). Once a
+// SyncCoordinator: rolling waves (docs/staging-rollout.md, "Rolling waves"). Once a
 // staged sync's commit is decided, its receivers are grouped into replicas
 // (one model copy each: they commit together) and CommitSync goes out wave
 // by wave: at most rollout.max_unavailable replicas committing at once, the

@@ -20,7 +20,9 @@ Rules (docs/staging.md, "The owner's view"):
 * The worker holds syncs off all the time except inside the commit: the live
   parameters are written only while a commit call runs, between engine steps.
 * A rank is *unsafe* when its embedded worker stopped between ``STAGED`` and
-  the outcome (it cannot tell whether the pool committed), or when its commit
+  the outcome (it cannot tell whether the pool committed; exact, as the
+  worker reports ``staged`` only once this process read ``STAGED``:
+  docs/staging.md, "The owner's view"), or when its commit
   started (``COMMIT``) and did not end in ``COMMITTED`` (the copy may be
   partial). An unsafe rank serves nothing until its next ``COMMITTED``.
 * A version rolled back on every rank leaves the engine whole on the version it

@@ -1,4 +1,4 @@
-// Rolling waves on the controller (docs/staging.md, "Rolling waves";
+// Rolling waves on the controller (docs/staging-rollout.md, "Rolling waves";
 // sync_rollout.cc): a decided staged sync's CommitSync goes out replica by
 // replica under rollout.max_unavailable, survives a lost replica and a
 // controller restart mid-rollout, and the controller reports (and bounds,

@@ -268,8 +268,9 @@ class Worker:
 
         A staged commit that began before the hold (the worker found no hold
         when it began it) is not cut: hold() waits for it to end (up to the
-        worker's hold_commit_wait, 10 s) and returns its sync id ("" when no
-        commit was in progress); its events (COMMITTED or FINISHED) are
+        worker's hold_commit_wait, 10 s). Returns the sync id of the last
+        commit that began since syncs were last admitted ("" when none began:
+        nothing was written); its events (COMMITTED or FINISHED) are
         published by then. DeadlineExceeded: it still writes after that
         wait (the hold stands; its outcome follows as events)."""
         if not reason:

@@ -212,8 +212,8 @@ class StagedCommits:
 
     def _hold_after_commit(self, s):
         """Holds syncs off again after a commit call; returns the sync id of
-        a commit that had begun (the hold waited for it to end: its outcome
-        is published), "" if none. A commit still writing after the
+        a commit that began since the admission (the hold waited for it to
+        end: its outcome is published), "" if none began. A commit still writing after the
         worker's --hold_commit_wait makes the rank unsafe (never "nothing
         written")."""
         try:

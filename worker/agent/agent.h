@@ -151,9 +151,10 @@ class WorkerAgent {
   // For owners whose memory must not be written at some times (an inference
   // engine generating, or with its weights asleep). A hold set while a staged
   // commit writes the live tensors (it began before the hold) waits for it
-  // up to --hold_commit_wait (CommitLatch::Hold): returns that commit's sync
-  // id ("" if none was in progress), or DEADLINE_EXCEEDED while it still
-  // writes; the hold stands either way.
+  // up to --hold_commit_wait (CommitLatch::Hold): returns the sync id of the
+  // last commit that began since syncs were admitted ("" if none: nothing
+  // was written), or DEADLINE_EXCEEDED while it still writes; the hold
+  // stands either way.
   absl::StatusOr<std::string> HoldSyncs(std::string reason);
 
  private:

@@ -14,7 +14,7 @@ std::string CommitLatch::held() const {
 
 std::string CommitLatch::TryBegin(const std::string& sync_id) {
   absl::MutexLock lock(&mu_);
-  if (held_.empty()) committing_ = sync_id;
+  if (held_.empty()) committing_ = last_begun_ = sync_id;
   return held_;
 }
 
@@ -29,18 +29,21 @@ absl::StatusOr<std::string> CommitLatch::Hold(std::string reason, absl::Duration
   {
     absl::MutexLock lock(&mu_);
     held_ = std::move(reason);
-    if (!admit && !committing_.empty()) {
-      began = committing_;
-      if (hold_wait_hook_) hold_wait_hook_();
-      auto ended = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return committing_.empty(); };
-      if (!mu_.AwaitWithTimeout(absl::Condition(&ended), wait)) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "hold: the commit of sync ", began,
-            " began before the hold and still writes the "
-            "live tensors after ",
-            absl::FormatDuration(wait),
-            " (--hold_commit_wait); held from now on, its outcome follows as COMMITTED or "
-            "FINISHED"));
+    if (admit) {
+      last_begun_.clear();  // a new window: no commit began in it yet
+    } else {
+      began = last_begun_;
+      if (!committing_.empty()) {
+        if (hold_wait_hook_) hold_wait_hook_();
+        auto ended = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return committing_.empty(); };
+        if (!mu_.AwaitWithTimeout(absl::Condition(&ended), wait)) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "hold: the commit of sync ", committing_,
+              " began before the hold and still writes the live tensors after ",
+              absl::FormatDuration(wait),
+              " (--hold_commit_wait); held from now on, its outcome follows as COMMITTED or "
+              "FINISHED"));
+        }
       }
     }
   }

@@ -28,10 +28,12 @@ class CommitLatch {
   void End();
   // Sets the hold (`reason` non-empty) or admits syncs (""). A hold set
   // while a commit is in progress waits up to `wait` (--hold_commit_wait)
-  // for it to end. Returns the sync id of the commit it waited for ("" when
-  // none was in progress; the hold stands either way), or
-  // DEADLINE_EXCEEDED naming the commit still writing after `wait` (the
-  // hold stands: no later commit begins). Admitting returns "" at once.
+  // for it to end. Returns the sync id of the last commit that began since
+  // syncs were last admitted (the one it waited for, or one that began and
+  // ended before the hold; "" when none did: nothing was written), or
+  // DEADLINE_EXCEEDED naming the commit still writing after `wait`. The
+  // hold stands either way: no later commit begins. Admitting returns "" at
+  // once.
   absl::StatusOr<std::string> Hold(std::string reason, absl::Duration wait);
   // Runs (outside the lock) after each admission: a thread awaiting one
   // wakes. Set once, before use.
@@ -46,6 +48,7 @@ class CommitLatch {
   mutable absl::Mutex mu_;
   std::string held_ ABSL_GUARDED_BY(mu_);
   std::string committing_ ABSL_GUARDED_BY(mu_);  // between TryBegin and End
+  std::string last_begun_ ABSL_GUARDED_BY(mu_);  // since the last admission
 };
 
 }  // namespace wsync::agent

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/shadow_extents.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/controller/server/coordinator_fixture.h"

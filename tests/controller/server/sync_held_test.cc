@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/shadow_extents.h"
 #include "common/staging_limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -82,6 +83,7 @@ TEST_F(SyncHeldTest, ARestoredHeldRankThatNeverComesBackIsListedForItsLoss) {
   std::vector<std::string> alive = {src_};
   for (int r = 1; r < kReplicas; ++r) {
     alive.push_back(Join(absl::StrCat("d", r), "dst", r, kReplicas).lease_id());
+    Report(alive.back(), false, true);  // confirms again (its commit is decided)
   }
   const v1::SyncStatus st = TickUntilEnded(sync_id_, alive, absl::Seconds(10));
   EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
@@ -107,6 +109,7 @@ TEST_F(SyncHeldTest, AHeldReportFromALeaseOutsideTheSyncIsRefusedAndChangesNothi
   EXPECT_EQ(st.rollout().replicas(0).state(), "committing");
   EXPECT_EQ(st.rollout().committing(), 1);
   EXPECT_TRUE(Committing().empty()) << "an outsider's held report started the next wave";
+  Report(dst_[0], false, true);
   FinishRollout();
   EXPECT_EQ(Status().phase(), v1::SYNC_SUCCEEDED);
 }

@@ -68,5 +68,21 @@ TEST(CommitLatchTest, AHoldBeforeTheCommitStopsItAndAnAdmissionWakes) {
   EXPECT_EQ(*admitted, "");
 }
 
+TEST(CommitLatchTest, AHoldNamesACommitThatBeganAndEndedSinceTheAdmission) {
+  // The owner's own wait may end before it learned of a commit that began
+  // and ended meanwhile: the hold tells it one ran (its outcome is
+  // published), where "" would mean nothing was written.
+  CommitLatch latch;
+  ASSERT_EQ(latch.TryBegin("s1"), "");
+  latch.End();
+  auto held = latch.Hold("generating", absl::Hours(1));
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(*held, "s1");
+  ASSERT_TRUE(latch.Hold("", absl::Hours(1)).ok());  // admitted: a new window
+  held = latch.Hold("generating", absl::Hours(1));
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(*held, "") << "no commit since the admission";
+}
+
 }  // namespace
 }  // namespace wsync::agent

@@ -28,10 +28,15 @@ TEST(CommitLatchTest, AHoldSetWhileACommitWritesWaitsForItAndSaysWhichItWaitedFo
     held = latch.Hold("generating", absl::Hours(1));
     returned.Notify();
   });
-  waiting.WaitForNotification();  // the hold is set and waits for s1
-  EXPECT_FALSE(returned.HasBeenNotified()) << "Hold returned while the commit still writes";
-  EXPECT_EQ(latch.held(), "generating") << "held from the moment Hold was called";
-  EXPECT_EQ(latch.TryBegin("s2"), "generating") << "no later commit begins";
+  // The hold is set and waits for s1 (bounded: a hold that does not wait
+  // never runs the hook).
+  const bool waits = waiting.WaitForNotificationWithTimeout(absl::Seconds(30));
+  EXPECT_TRUE(waits) << "Hold did not wait for the commit in progress";
+  if (waits) {
+    EXPECT_FALSE(returned.HasBeenNotified()) << "Hold returned while the commit still writes";
+    EXPECT_EQ(latch.held(), "generating") << "held from the moment Hold was called";
+    EXPECT_EQ(latch.TryBegin("s2"), "generating") << "no later commit begins";
+  }
   latch.End();  // s1's copy ends
   owner.join();
   ASSERT_TRUE(held.ok()) << held.status();

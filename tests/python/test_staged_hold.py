@@ -135,6 +135,9 @@ def test_a_held_replica_holds_no_wave_back_and_commits_once_admitted(cluster):
         events = pool.w.events()
         pool.w.hold("generating")
         handle = pool.client.sync(1, deadline=30)
+        # An owner subscribed to its worker's events reads STAGED before the
+        # worker reports it staged (--staged_flush_timeout).
+        next_kind(events, "staged")
         end = time.monotonic() + 15
         states = []
         while time.monotonic() < end:

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/agent/commit_latch.h"
+#include "worker/agent/event_queue.h"
 #include "worker/agent/fd_inbox.h"
 #include "worker/agent/progress_reporter.h"
 #include "worker/agent/serving.h"
@@ -87,34 +88,6 @@ struct AgentOptions {
   // Not owned, may be null: the descriptor socket whose batches CudaVmm
   // registrations claim.
   FdInbox* fd_inbox = nullptr;
-};
-
-// Events for one local subscriber (SyncEvents stream). Numbered as pushed
-// (1, 2, ...): the publisher may wait until the subscriber read an event
-// (AwaitRead), so that a staged report never precedes its owner's STAGED.
-class EventQueue {
- public:
-  // Returns the event's number.
-  uint64_t Push(const v1::SyncEvent& e);
-  // Waits up to `wait`; false when nothing arrived. With `read`, the event
-  // counts as read by the subscriber now (an in-process reader); else once
-  // MarkRead is called (a stream: after its write).
-  bool Pop(v1::SyncEvent* e, absl::Duration wait, bool read = true);
-  // The last event popped was delivered to the subscriber.
-  void MarkRead();
-  // The subscriber is gone (Unsubscribe): no wait blocks on it any more.
-  void Close();
-  // Blocks until event `number` was read (or the queue closed), at most
-  // until `deadline`; false if not read by then.
-  bool AwaitRead(uint64_t number, absl::Time deadline);
-
- private:
-  absl::Mutex mu_;
-  std::deque<v1::SyncEvent> events_ ABSL_GUARDED_BY(mu_);
-  uint64_t pushed_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t popped_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t read_ ABSL_GUARDED_BY(mu_) = 0;
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class WorkerAgent {

@@ -263,9 +263,9 @@ int main(int argc, char** argv) {
   }
   options.decision_slack = absl::GetFlag(FLAGS_decision_slack);
   if (options.decision_slack < absl::ZeroDuration() ||
-      options.decision_slack > absl::Milliseconds(kMaxDecisionSlackMs)) {
+      options.decision_slack > absl::Milliseconds(wsync::kMaxDecisionSlackMs)) {
     spdlog::error("wsync-worker: --decision_slack must be within [0, {}], got {}",
-                  absl::FormatDuration(absl::Milliseconds(kMaxDecisionSlackMs)),
+                  absl::FormatDuration(absl::Milliseconds(wsync::kMaxDecisionSlackMs)),
                   absl::FormatDuration(options.decision_slack));
     return 2;
   }

@@ -263,8 +263,9 @@ class WorkerAgent {
   // The sync whose decided commit awaits the owner's admission (kAdmission;
   // RejoinStaged repeats its commit_held on a new lease); "" if none.
   std::string held_sync_ ABSL_GUARDED_BY(mu_);
-  std::optional<PendingCommit> pending_;  // the exec thread's only
-  int32_t held_reports_dropped_ = 0;      // the exec thread's only (test failpoint)
+  bool held_report_due_ ABSL_GUARDED_BY(mu_) = false;  // a registration asks for it again
+  std::optional<PendingCommit> pending_;               // the exec thread's only
+  int32_t held_reports_dropped_ = 0;                   // the exec thread's only (test failpoint)
 };
 
 }  // namespace wsync::agent

@@ -35,11 +35,6 @@ void WorkerAgent::RejoinStaged(const v1::RegisterWorkerResponse& resp, uint64_t 
       absl::StrCat("registered again with controller instance ", resp.controller_instance(),
                    ", which has no commit decision for it"),
       later);
-  std::string held_sync;  // its commit awaits the owner's admission
-  {
-    absl::MutexLock lock(&mu_);
-    held_sync = held_sync_;
-  }
   for (size_t i = 0; i < ids.size(); ++i) {
     const v1::DecidedCommit& c = resp.decided_commits(static_cast<int>(i));
     v1::ReportResultRequest r = DecidedReport(c.sync_id());
@@ -50,12 +45,17 @@ void WorkerAgent::RejoinStaged(const v1::RegisterWorkerResponse& resp, uint64_t 
             "controller restarted; committing it",
             c.transfer(), c.sync_id(), c.version());
         continue;  // StepStaged commits and reports
-      case StagedGate::Held::kCommitting:
-        if (held_sync != c.sync_id()) continue;  // StepStaged reports on this lease
-        // Its owner holds syncs off: said again on this lease (the first
-        // report may have been lost, or the controller restarted since).
-        r.set_commit_held(true);
-        break;
+      case StagedGate::Held::kCommitting: {
+        // Held by its owner: commit_held said again on this lease (the first
+        // report may have been lost, or the controller restarted since), by
+        // the exec thread, which orders it with an admission.
+        absl::MutexLock lock(&mu_);
+        if (held_sync_ == c.sync_id()) {
+          held_report_due_ = true;
+          ++gate_wakes_;  // wakes the exec thread
+        }
+        continue;  // else StepStaged reports on this lease
+      }
       case StagedGate::Held::kWaiting:
         spdlog::info(
             "[worker {}] sync {}: the commit of version {} is decided; its wave has not "
@@ -151,10 +151,13 @@ void WorkerAgent::StepStaged() {
   const std::string held = latch_.held();
   uint64_t epoch = 0;
   absl::Duration every;
+  bool due = false;
   {
     absl::MutexLock lock(&mu_);
     epoch = lease_epoch_;
     every = heartbeat_interval_;
+    due = held_report_due_;
+    held_report_due_ = false;
     if (held.empty() || stop_.load()) held_sync_.clear();
   }
   if (stop_.load()) {
@@ -176,8 +179,9 @@ void WorkerAgent::StepStaged() {
   }
   if (absl::Now() < PendingDeadline(p)) {
     // A report is sent once and may be lost: repeated every heartbeat
-    // interval while held (the controller ignores a repeat).
-    if (absl::Now() >= p.held_reported + every) ReportHeld(p);
+    // interval while held and after a registration (RejoinStaged); the
+    // controller ignores a repeat.
+    if (due || absl::Now() >= p.held_reported + every) ReportHeld(p);
     return;
   }
   {

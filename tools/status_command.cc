@@ -51,7 +51,7 @@ void PrintStatus(const v1::GetStatusResponse& r) {
                 absl::StrCat(t.source_group(), " -> ", t.destination_group()).c_str(),
                 static_cast<long long>(t.last_success_version()), in_flight.c_str(),
                 last_text.c_str());
-    // What each replica confirmed (docs/staging.md, "Rolling waves").
+    // What each replica confirmed (docs/staging-rollout.md, "Rolling waves").
     std::vector<std::string> replicas;
     for (const v1::ReplicaVersion& rv : t.replicas()) {
       replicas.push_back(absl::StrCat(rv.replica().empty() ? "(unlabelled)" : rv.replica(), " v",

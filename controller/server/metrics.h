@@ -88,7 +88,7 @@ class ControllerMetrics {
   };
   void SetReplicas(const std::string& group, const std::vector<ReplicaGauge>& replicas);
   // wsync_replica_committed_version{transfer, replica}: the version every
-  // rank of the replica confirmed last (docs/staging.md, "Rolling waves").
+  // rank of the replica confirmed last (docs/staging-rollout.md, "Rolling waves").
   void SetCommittedVersion(const std::string& transfer, const std::string& replica, double version);
 
   prometheus::Registry& registry() { return *registry_; }

@@ -1,4 +1,4 @@
-// Rolling waves (docs/staging.md, "Rolling waves"): the pure parts of a
+// Rolling waves (docs/staging-rollout.md, "Rolling waves"): the pure parts of a
 // staged sync's rollout, free of the coordinator's state so that they are
 // tested alone. A replica is one model copy: the destination ranks that
 // commit together. The coordinator (sync_rollout.cc) groups a decided sync's

@@ -105,6 +105,12 @@ absl::Status SyncCoordinator::ReportResult(const v1::ReportResultRequest& req) {
     cv_.SignalAll();
     return absl::OkStatus();
   }
+  if (req.commit_held() || req.commit_admitted()) {
+    // Ignored: only a receiver of the sync holds its replica back.
+    spdlog::warn("[controller] sync {}: {} report from lease {} ignored: it takes no part in it",
+                 req.sync_id(), req.commit_held() ? "commit_held" : "commit_admitted",
+                 workers_->Describe(req.lease_id()));
+  }
   return absl::FailedPreconditionError(absl::StrCat(
       "ReportResult: lease '", req.lease_id(), "' takes no part in sync '", req.sync_id(), "'"));
 }

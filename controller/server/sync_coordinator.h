@@ -129,7 +129,7 @@ class SyncCoordinator {
   // The replica label its owner reported for destination rank `rank` of
   // `group` held by lease `lease` ("" none); called under the coordinator's
   // lock (it must not call back). Set before the coordinator is shared;
-  // unset: every rank unlabelled (docs/staging.md, "Rolling waves").
+  // unset: every rank unlabelled (docs/staging-rollout.md, "Rolling waves").
   using ReplicaLabeler =
       std::function<std::string(const std::string& group, int32_t rank, const std::string& lease)>;
   void SetReplicaLabeler(ReplicaLabeler labeler) { labeler_ = std::move(labeler); }
@@ -394,7 +394,7 @@ class SyncCoordinator {
   // True when it finished the sync.
   bool FinishVerifyLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // ----- sync_rollout.cc (docs/staging.md, "Rolling waves")
+  // ----- sync_rollout.cc (docs/staging-rollout.md, "Rolling waves")
   // At the decision: groups the receivers of `sync` into replicas.
   void GroupReplicasLocked(SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<ReplicaPhase> PhasesLocked(const SyncRecord& sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/staging_limits.h"
 #include "controller/server/sync_coordinator.h"
 
 namespace wsync::controller {
@@ -105,7 +106,11 @@ void SyncCoordinator::RestoreDecidedLocked(const v1::ControllerState& state) {
       p.done = dp.done();
       p.bytes_done = dp.bytes_done();
       p.bytes_planned = dp.bytes_planned();
-      if (dp.has_decision_slack_ms()) p.decision_slack = absl::Milliseconds(dp.decision_slack_ms());
+      if (dp.has_decision_slack_ms()) {
+        // Clamped (a file edited by hand): as RegisterWorker bounds it.
+        p.decision_slack =
+            absl::Milliseconds(std::clamp<int64_t>(dp.decision_slack_ms(), 0, kMaxDecisionSlackMs));
+      }
       p.held = dp.held();
       if (p.stages && !p.done) {
         p.lost = "not registered again since the controller restarted";
@@ -186,6 +191,18 @@ void SyncCoordinator::SettleDecidedLocked(SyncRecord& sync) {
   };
   for (Participant& p : sync.parts) {
     if (p.done) continue;
+    if (p.held && !p.lost.empty()) {
+      // Held when last heard, then lost (or restored and not registered
+      // again): its loss is why it did not commit (it rolls back by its own
+      // deadline, held or not: no CommitSync can reach it).
+      roll_back(p,
+                absl::StrCat(p.lost,
+                             "; not registered again by the sync's deadline (its owner held "
+                             "syncs off when it was last heard); it keeps the version it served: "
+                             "sync this version again (resend=True)"),
+                "the sync's deadline passed while this receiver was lost");
+      continue;
+    }
     if (p.held) {
       // Its owner held syncs off until the deadline (it rolls back by its
       // own deadline too).

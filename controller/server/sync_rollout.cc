@@ -1,4 +1,4 @@
-// SyncCoordinator: rolling waves (docs/staging.md, "Rolling waves"). Once a
+// SyncCoordinator: rolling waves (docs/staging-rollout.md, "Rolling waves"). Once a
 // staged sync's commit is decided, its receivers are grouped into replicas
 // (one model copy each: they commit together) and CommitSync goes out wave
 // by wave: at most rollout.max_unavailable replicas committing at once, the
@@ -60,7 +60,10 @@ std::vector<ReplicaPhase> SyncCoordinator::PhasesLocked(const SyncRecord& sync) 
       const Participant& p = sync.parts[part];
       if (p.done) continue;
       // Its owner holds syncs off (commit_held): not committing, so it holds
-      // no wave back; it waits for a wave again once admitted.
+      // no wave back; it waits for a wave again once admitted. A replica
+      // waits for a wave only once every rank of it is admitted: a rank
+      // still held keeps the whole replica held (its siblings admitted
+      // before it wait with it, and no CommitSync reaches a held rank).
       if (p.held) {
         held = true;
         continue;
@@ -77,8 +80,8 @@ std::vector<ReplicaPhase> SyncCoordinator::PhasesLocked(const SyncRecord& sync) 
       }
     }
     phases.push_back(committing ? ReplicaPhase::kCommitting
-                     : waiting  ? ReplicaPhase::kWaiting
                      : held     ? ReplicaPhase::kHeld
+                     : waiting  ? ReplicaPhase::kWaiting
                                 : ReplicaPhase::kDone);
   }
   return phases;
@@ -93,7 +96,7 @@ std::vector<size_t> SyncCoordinator::MarkNextWaveLocked(SyncRecord& sync) {
     sync.replicas[r].wave = number;
     for (size_t part : sync.replicas[r].parts) {
       Participant& p = sync.parts[part];
-      if (p.done) continue;
+      if (p.done || p.held) continue;  // a held rank is never in a wave (PhasesLocked)
       p.commit_sent = true;
       parts.push_back(part);
     }
@@ -153,6 +156,9 @@ void SyncCoordinator::HeldReportLocked(SyncRecord& sync, Participant& p,
   // An admission of one not held (a worker that registered again while it
   // awaited its wave says so) changes nothing: its wave may have started.
   if (!req.commit_held() && !p.held) return;
+  // A repeat (the worker says it again every heartbeat interval and at
+  // registration, a lost report being otherwise final) changes nothing.
+  if (req.commit_held() && p.held) return;
   p.held = req.commit_held();
   p.commit_sent = false;
   ++sync.changes;

@@ -15,6 +15,7 @@
 #include "common/lease_metadata.h"
 #include "common/logging.h"
 #include "common/peer_lists.h"
+#include "common/staging_limits.h"
 
 namespace wsync::controller {
 
@@ -35,9 +36,10 @@ absl::Status CheckRequest(const v1::RegisterWorkerRequest& req) {
     return absl::InvalidArgumentError(
         absl::StrCat("RegisterWorker: negative staging_limit_bytes ", req.staging_limit_bytes()));
   }
-  if (req.decision_slack_ms() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RegisterWorker: negative decision_slack_ms ", req.decision_slack_ms()));
+  if (req.decision_slack_ms() < 0 || req.decision_slack_ms() > kMaxDecisionSlackMs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RegisterWorker: decision_slack_ms ", req.decision_slack_ms(), " is outside [0, ",
+        kMaxDecisionSlackMs, "] (the worker's --decision_slack; at most one hour)"));
   }
   if (req.staging_budget_bytes() < 0) {
     return absl::InvalidArgumentError(

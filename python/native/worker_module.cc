@@ -248,8 +248,18 @@ void BindWorker(py::module_& m) {
       .def("status", &Status)
       .def("set_serving", &SetServing, py::arg("group"), py::arg("version"), py::arg("state"),
            py::arg("replica") = "", py::arg("replica_ranks") = 0)
-      .def("hold_syncs", &EmbeddedWorker::HoldSyncs, py::arg("reason"),
-           py::call_guard<py::gil_scoped_release>())
+      .def(
+          "hold_syncs",
+          [](EmbeddedWorker& w, std::string reason) {
+            absl::StatusOr<std::string> began;
+            {
+              py::gil_scoped_release nogil;
+              began = w.HoldSyncs(std::move(reason));
+            }
+            Check(began.status());
+            return *began;
+          },
+          py::arg("reason"))
       .def(
           "events", [](EmbeddedWorker& w) { return std::make_unique<Events>(&w); },
           py::keep_alive<0, 1>())

@@ -24,7 +24,7 @@ _ROLLOUT_FIELDS = ("max_unavailable", "max_staleness", "replica_ranks")
 
 def rollout_policy(rollout):
     """A RolloutPolicy from a RolloutPolicy or a dict of its fields
-    (docs/staging.md, "Rolling waves"); InvalidArgument names an unknown key
+    (docs/staging-rollout.md, "Rolling waves"); InvalidArgument names an unknown key
     or a value that is not a non-negative int."""
     if isinstance(rollout, lpb.RolloutPolicy):
         return rollout
@@ -260,7 +260,7 @@ class Client:
         (docs/warm-up.md; the response's warm_up_id names the one started).
         `rollout` (a RolloutPolicy or a dict of max_unavailable,
         max_staleness, replica_ranks) overrides the spec's rolling-wave
-        policy (docs/staging.md, "Rolling waves").
+        policy (docs/staging-rollout.md, "Rolling waves").
         Returns the DefineTransferResponse (workers, plan key, summary, the
         receivers' shadow memory)."""
         proto = specs.to_proto(spec)
@@ -346,7 +346,7 @@ class Client:
         the controller knows it (ReplicaVersion list: label, ranks, version,
         state; every rank confirmed the version's commit). While a rolling
         sync runs, its SyncStatus.rollout tells the waves' progress
-        (docs/staging.md, "Rolling waves")."""
+        (docs/staging-rollout.md, "Rolling waves")."""
         return list(self.transfer_status(transfer).replicas)
 
     def replicas_on(self, version, transfer=None):

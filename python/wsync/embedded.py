@@ -264,10 +264,18 @@ class Worker:
         into its shadow while held and commits (event "commit") only once
         admit() is called; still held at its deadline it rolls back, the
         tensors untouched (docs/staging.md). For memory that must not be
-        written now (an inference engine generating, weights asleep)."""
+        written now (an inference engine generating, weights asleep).
+
+        A staged commit that began before the hold (the worker found no hold
+        when it began it) is not cut: hold() waits for it to end (up to the
+        worker's hold_commit_wait, 10 s). Returns the sync id of the last
+        commit that began since syncs were last admitted ("" when none began:
+        nothing was written); its events (COMMITTED or FINISHED) are
+        published by then. DeadlineExceeded: it still writes after that
+        wait (the hold stands; its outcome follows as events)."""
         if not reason:
             raise errors.InvalidArgument("hold: give the reason syncs are held off")
-        self._w.hold_syncs(str(reason))
+        return _call(self._w.hold_syncs, str(reason))
 
     def admit(self):
         """Admits syncs again after hold()."""

@@ -163,7 +163,7 @@ class Receiver(StagedCommits):
         the weights (vLLM may be generating from them, or they may be asleep:
         writing asleep weights crashes vLLM)."""
         if self.hold_outside_window:
-            self.worker.hold(
+            return self.worker.hold(
                 f"{self.membership} serves from these weights (vLLM generates): the commit "
                 "waits for update_weights / wsync_commit" if self.staged else
                 f"{self.membership} is not in a weight update (vLLM serves from these "

@@ -20,7 +20,9 @@ Rules (docs/staging.md, "The owner's view"):
 * The worker holds syncs off all the time except inside the commit: the live
   parameters are written only while a commit call runs, between engine steps.
 * A rank is *unsafe* when its embedded worker stopped between ``STAGED`` and
-  the outcome (it cannot tell whether the pool committed), or when its commit
+  the outcome (it cannot tell whether the pool committed; exact, as the
+  worker reports ``staged`` only once this process read ``STAGED``:
+  docs/staging.md, "The owner's view"), or when its commit
   started (``COMMIT``) and did not end in ``COMMITTED`` (the copy may be
   partial). An unsafe rank serves nothing until its next ``COMMITTED``.
 * A version rolled back on every rank leaves the engine whole on the version it
@@ -183,7 +185,12 @@ class StagedCommits:
             try:
                 outcome = self._staged.wait_outcome(s, end)
             finally:
-                self._hold()
+                began = self._hold_after_commit(s)
+            if outcome is None and began:
+                # The worker began this commit before the hold (it found no
+                # hold in the same step that began it): the hold waited for
+                # it, so its outcome is published; the watch reads it now.
+                outcome = self._staged.wait_outcome(s, time.monotonic() + max(timeout, 5.0))
             held = time.monotonic()
             self.last_commit = {"version": s.version, "admitted": admitted, "held": held,
                                 "pause_s": held - admitted, "outcome": outcome}
@@ -202,6 +209,20 @@ class StagedCommits:
                         group=self.group, rank=self.rank)
             raise errors.FailedPrecondition(f"{self.membership}: {self._staged.unsafe}",
                                             group=self.group, rank=self.rank)
+
+    def _hold_after_commit(self, s):
+        """Holds syncs off again after a commit call; returns the sync id of
+        a commit that began since the admission (the hold waited for it to
+        end: its outcome is published), "" if none began. A commit still writing after the
+        worker's --hold_commit_wait makes the rank unsafe (never "nothing
+        written")."""
+        try:
+            return self._hold() or ""
+        except errors.DeadlineExceeded as e:
+            with self._staged._cond:
+                self._staged.unsafe = (f"the commit of version {s.version} began and still "
+                                       f"writes the live weights: {e}")
+            return ""
 
     def _awake(self):
         """The commit writes the live weights: wake them if vLLM's sleep mode

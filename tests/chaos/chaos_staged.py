@@ -149,10 +149,15 @@ class Sampler:
             for sync_id in list(self.pending):
                 self._ended(rank, sync_id)
             # Died between STAGED and its outcome, or during a staged sync at
-            # all: the events reach the owner asynchronously, so a worker may
-            # have reported STAGED to the controller before its owner read the
-            # event; an owner that lost its worker mid-sync cannot tell and
-            # serves nothing until its next COMMITTED (docs/staging.md).
+            # all. The worker reports `staged` only once each subscriber read
+            # STAGED (session 17, --staged_flush_timeout), but for a
+            # SyncEvents stream "read" means the worker's stream wrote it to
+            # gRPC: this checker, a separate process, may not have processed
+            # it when the worker dies. So the stricter rule stays here: an
+            # owner over a stream that lost its worker mid-sync serves nothing
+            # until its next COMMITTED (docs/staging.md, "The owner's view").
+            # An embedded owner (the vLLM receiver) pops the event in its own
+            # process, so keying on STAGED is exact there.
             if self.staged_open.pop(rank, None) is not None or mid_sync:
                 self.unsafe.add(rank)
             if rank in self.open:  # died mid-commit: its bytes are mixed

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Rolling waves (issue 20 item 4, docs/staging.md "Rolling waves"),
+"""Rolling waves (issue 20 item 4, docs/staging-rollout.md "Rolling waves"),
 loopback only, bounded.
 
 A real wsync-controller and wsync-worker processes over the host transport:

@@ -1,4 +1,4 @@
-"""Rolling waves from Python (docs/staging.md, "Rolling waves"): the tiny
+"""Rolling waves from Python (docs/staging-rollout.md, "Rolling waves"): the tiny
 Llama of test_sync.py into vLLM's TP=2 layout, staged in host shadows, with
 each destination rank its own replica (`replica_ranks=1`) and one replica
 committing at a time. `define_transfer(rollout=...)` checks its argument,
@@ -76,7 +76,7 @@ def test_waves_commit_one_replica_at_a_time_and_report_versions(cluster):
 
 def test_a_warm_up_runs_beside_a_receiver_awaiting_its_wave(cluster, monkeypatch):
     """A receiver awaiting its commit wave leaves its worker free for other
-    transfers' warm-ups (docs/staging.md, "Rolling waves"): replica 0's
+    transfers' warm-ups (docs/staging-rollout.md, "Rolling waves"): replica 0's
     commit is slow (the test failpoint --test_commit_delay), replica 1 awaits
     its wave meanwhile, and the warm-up of transfer "solo" (the trainers into
     a second group of replica 1's worker) completes on replica 1's worker

@@ -135,6 +135,9 @@ def test_a_held_replica_holds_no_wave_back_and_commits_once_admitted(cluster):
         events = pool.w.events()
         pool.w.hold("generating")
         handle = pool.client.sync(1, deadline=30)
+        # An owner subscribed to its worker's events reads STAGED before the
+        # worker reports it staged (--staged_flush_timeout).
+        next_kind(events, "staged")
         end = time.monotonic() + 15
         states = []
         while time.monotonic() < end:
@@ -159,9 +162,12 @@ def test_a_held_replica_holds_no_wave_back_and_commits_once_admitted(cluster):
 
 def test_the_decision_slack_is_a_worker_flag(cluster):
     """--decision_slack (docs/staging.md, "Flags"): how long past a staged
-    sync's deadline a receiver waits for the decision; negative refused."""
+    sync's deadline a receiver waits for the decision; negative or over one
+    hour refused."""
     with pytest.raises(RuntimeError, match="exited with 2"):
         cluster.worker("inference:0:1", flags=["--decision_slack=-1s"])
+    with pytest.raises(RuntimeError, match="exited with 2"):  # over its limit, one hour
+        cluster.worker("inference:0:1", flags=["--decision_slack=2h"])
     cluster.worker("inference:0:1", flags=["--decision_slack=250ms"])
     client = wsync.Client(cluster.address, timeout=20)
     client.wait_for_workers({"inference": 1}, timeout=30)

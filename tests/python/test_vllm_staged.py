@@ -294,3 +294,50 @@ def test_a_sender_killed_mid_sync_rolls_back_before_anything_staged(
     eng.collective_rpc("start_weight_update")
     expect_whole_on_version_1(eng, t0, v1)
     assert rx.status()["unsafe"] is None and rx.status()["serving_version"] == 1
+
+
+def test_a_commit_call_whose_wait_ends_as_the_commit_begins_reports_its_outcome(
+        cluster, staged):
+    # Session 16's gap: the receiver's wait for the outcome could end (its
+    # timeout) after the worker began the commit but before the receiver's
+    # watch read COMMIT; it held again and said "nothing written" while the
+    # worker copied. The race is forced: rank 0's first wait ends the moment
+    # its worker published COMMIT (read on a raw subscription), as if its
+    # watch had not read it yet; worker, controller and watch are real.
+    s = StagedSetup(cluster, tp=2, route="extension")
+    staged.append(s)
+    loop = s.engines[0]
+    eng = StagedEngine(loop.collective_rpc, pause=loop.pause_generation,
+                       resume=loop.resume_generation)
+    rec = s.receiver(0)
+    raw, seen, cond, stop = rec.worker.events(), [], threading.Condition(), threading.Event()
+
+    def read():  # an owner reading at once (STAGED must be read before `staged`)
+        while not stop.is_set():
+            e = raw.next(0.1)
+            if e is not None:
+                with cond:
+                    seen.append(e["kind"])
+                    cond.notify_all()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    real = rec._staged.wait_outcome
+
+    def ends_at_commit(sync, end):
+        rec._staged.wait_outcome = real  # only the first wait
+        with cond:
+            assert cond.wait_for(lambda: "commit" in seen, timeout=TIMEOUT)
+        return None
+
+    rec._staged.wait_outcome = ends_at_commit
+    try:
+        handle = s.client.sync(1)
+        s.wait_decided(handle)
+        assert eng.commit(1, timeout=30) == 1, "a commit that began was reported unwritten"
+        assert rec.last_commit["outcome"] == "committed"
+        assert handle.wait(timeout=TIMEOUT, show_progress=False).phase == pb.SYNC_SUCCEEDED
+        assert s.live_digests() == s.version_digests()
+    finally:
+        stop.set()
+        reader.join(5)

@@ -36,20 +36,6 @@ std::chrono::system_clock::time_point In(absl::Duration d) {
 }
 }  // namespace
 
-void EventQueue::Push(const v1::SyncEvent& e) {
-  absl::MutexLock lock(&mu_);
-  events_.push_back(e);
-}
-
-bool EventQueue::Pop(v1::SyncEvent* e, absl::Duration wait) {
-  absl::MutexLock lock(&mu_);
-  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !events_.empty(); };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), wait)) return false;
-  *e = std::move(events_.front());
-  events_.pop_front();
-  return true;
-}
-
 WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
     : options_(std::move(options)),
       metrics_(metrics),
@@ -84,6 +70,10 @@ void WorkerAgent::Start() {
   gate_.SetWaker([this] {
     absl::MutexLock lock(&mu_);
     ++gate_wakes_;  // releasing mu_ re-evaluates the exec thread's condition
+  });
+  latch_.SetWaker([this] {  // an admission: a commit awaiting it goes on
+    absl::MutexLock lock(&mu_);
+    ++gate_wakes_;
   });
   session_ = std::thread([this] { SessionLoop(); });
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
@@ -326,17 +316,15 @@ void WorkerAgent::PublishEnd(const v1::SyncAssignment& a, bool ok, const std::st
   Publish(ev);
 }
 
-void WorkerAgent::HoldSyncs(std::string reason) {
-  absl::MutexLock lock(&mu_);
-  held_ = std::move(reason);
+absl::StatusOr<std::string> WorkerAgent::HoldSyncs(std::string reason) {
+  return latch_.Hold(std::move(reason), options_.hold_commit_wait);
 }
 
 bool WorkerAgent::RefuseIfHeldOrOlder(const v1::SyncAssignment& a, const std::string& lease_id) {
-  std::string held;
+  const std::string held = latch_.held();
   int64_t applied = 0;
   {
     absl::MutexLock lock(&mu_);
-    held = held_;
     auto it = applied_.find(a.transfer());
     if (it != applied_.end()) applied = it->second;
   }
@@ -381,6 +369,24 @@ void WorkerAgent::Publish(const v1::SyncEvent& e) {
   stamped.set_unix_us(absl::ToUnixMicros(absl::Now()));  // before anything it causes
   absl::MutexLock lock(&mu_);
   for (const auto& q : subscribers_) q->Push(stamped);
+}
+
+absl::Status WorkerAgent::PublishRead(const v1::SyncEvent& e) {
+  v1::SyncEvent stamped = e;
+  stamped.set_unix_us(absl::ToUnixMicros(absl::Now()));
+  std::vector<std::pair<std::shared_ptr<EventQueue>, uint64_t>> sent;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& q : subscribers_) sent.emplace_back(q, q->Push(stamped));
+  }
+  const absl::Time deadline = absl::Now() + options_.staged_flush_timeout;
+  int unread = 0;
+  for (const auto& [q, number] : sent) unread += q->AwaitRead(number, deadline) ? 0 : 1;
+  if (unread == 0) return absl::OkStatus();
+  return absl::DeadlineExceededError(absl::StrCat(
+      unread, " of ", sent.size(), " owner(s) subscribed to this worker's events did not read ",
+      v1::SyncEvent::Kind_Name(e.kind()), " of sync ", e.sync_id(), " within ",
+      absl::FormatDuration(options_.staged_flush_timeout), " (--staged_flush_timeout)"));
 }
 
 absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterTensors(
@@ -461,6 +467,7 @@ std::shared_ptr<EventQueue> WorkerAgent::Subscribe() {
 void WorkerAgent::Unsubscribe(const std::shared_ptr<EventQueue>& q) {
   absl::MutexLock lock(&mu_);
   subscribers_.erase(std::remove(subscribers_.begin(), subscribers_.end(), q), subscribers_.end());
+  if (q != nullptr) q->Close();
 }
 
 v1::LocalStatusResponse WorkerAgent::Status() {

@@ -17,6 +17,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
+#include "worker/agent/commit_latch.h"
+#include "worker/agent/event_queue.h"
 #include "worker/agent/fd_inbox.h"
 #include "worker/agent/progress_reporter.h"
 #include "worker/agent/serving.h"
@@ -52,6 +54,15 @@ struct AgentOptions {
   // waits for the pool's decision before it rolls back (--decision_slack).
   // Sent at registration: the controller offers a decided commit that long.
   absl::Duration decision_slack = absl::Seconds(5);
+  // Staged syncs: how long HoldSyncs waits for a commit that began before
+  // the hold to end (--hold_commit_wait; the hold stands either way).
+  absl::Duration hold_commit_wait = absl::Seconds(10);
+  // Staged syncs: how long a receiver that staged waits for each of its
+  // owners (local subscribers) to read STAGED before it reports `staged`
+  // (--staged_flush_timeout). An owner that does not read it in time fails
+  // the sync here: the receiver rolls back and reports the failure, so the
+  // pool never commits while an owner did not hear STAGED.
+  absl::Duration staged_flush_timeout = absl::Seconds(5);
   // Test only (--test_corrupt_after_sync, refused unless
   // WSYNC_TEST_FAILPOINTS=1): "<group>/<tensor>" whose first byte this
   // worker flips in its live memory after each sync it receives (after the
@@ -61,6 +72,10 @@ struct AgentOptions {
   // each staged commit on this worker sleeps this long after COMMIT, before
   // it copies (a slow commit: later waves wait for it). 0: off.
   absl::Duration test_commit_delay = absl::ZeroDuration();
+  // Test only (--test_drop_held_reports, refused unless
+  // WSYNC_TEST_FAILPOINTS=1): the first N commit_held reports of this worker
+  // are dropped before they are sent (a report lost on its way). 0: off.
+  int32_t test_drop_held_reports = 0;
   // The cached parts' budget in bytes (part_cache.h; --parts_cache_bytes).
   int64_t parts_cache_bytes = int64_t{256} << 20;
   // Not owned (outlives the agent), never null: the worker's data-plane
@@ -73,18 +88,6 @@ struct AgentOptions {
   // Not owned, may be null: the descriptor socket whose batches CudaVmm
   // registrations claim.
   FdInbox* fd_inbox = nullptr;
-};
-
-// Events for one local subscriber (SyncEvents stream).
-class EventQueue {
- public:
-  void Push(const v1::SyncEvent& e);
-  // Waits up to `wait`; false when nothing arrived.
-  bool Pop(v1::SyncEvent* e, absl::Duration wait);
-
- private:
-  absl::Mutex mu_;
-  std::deque<v1::SyncEvent> events_ ABSL_GUARDED_BY(mu_);
 };
 
 class WorkerAgent {
@@ -119,8 +122,13 @@ class WorkerAgent {
   // owner admits syncs, and is not made (the live tensors stay untouched,
   // ROLLED_BACK, listed uncommitted) if still held at the sync's deadline.
   // For owners whose memory must not be written at some times (an inference
-  // engine generating, or with its weights asleep).
-  void HoldSyncs(std::string reason);
+  // engine generating, or with its weights asleep). A hold set while a staged
+  // commit writes the live tensors (it began before the hold) waits for it
+  // up to --hold_commit_wait (CommitLatch::Hold): returns the sync id of the
+  // last commit that began since syncs were admitted ("" if none: nothing
+  // was written), or DEADLINE_EXCEEDED while it still writes; the hold
+  // stands either way.
+  absl::StatusOr<std::string> HoldSyncs(std::string reason);
 
  private:
   struct Queued {
@@ -134,6 +142,10 @@ class WorkerAgent {
   void HeartbeatLoop();
   void ExecLoop();
   void Publish(const v1::SyncEvent& e);
+  // Publishes `e` and waits until every current subscriber read it, at
+  // most --staged_flush_timeout: an error naming the subscribers that did
+  // not.
+  absl::Status PublishRead(const v1::SyncEvent& e);
   static v1::SyncEvent EventOf(const v1::SyncAssignment& a, v1::SyncEvent::Kind kind);
   // Counts sync `a`'s outcome and tells the subscribers (FINISHED).
   void PublishEnd(const v1::SyncAssignment& a, bool ok, const std::string& error, bool untouched);
@@ -165,13 +177,18 @@ class WorkerAgent {
     Queued q;
     int64_t before = 0;  // the version its live tensors held
     Phase phase = kDecision;
-    std::string held;  // the owner's reason (kAdmission)
+    std::string held;                                 // the owner's reason (kAdmission)
+    absl::Time held_reported = absl::InfinitePast();  // its last commit_held report
   };
+  // Reports `p` commit_held (kAdmission), unless the test failpoint drops it.
+  void ReportHeld(PendingCommit& p);
   void BeginStaged(const Queued& q, v1::ReportResultRequest r);
   // Acts on the pending commit if due; never blocks.
   void StepStaged();
   void CommitPending();
-  void RollBackPending(const std::string& reason);
+  // Drops the shadow, tells the owner ROLLED_BACK and, with `report`, the
+  // controller.
+  void RollBackPending(const std::string& reason, bool report = true);
   // When the pending commit stops waiting: the decision by the deadline plus
   // --decision_slack, the owner's admission by the deadline.
   absl::Time PendingDeadline(const PendingCommit& p) const;
@@ -209,7 +226,8 @@ class WorkerAgent {
   TensorTable tensors_;
   ServingTable serving_;
   SyncRunner runner_;
-  StagedGate gate_;  // staged syncs: the pool's decision
+  StagedGate gate_;    // staged syncs: the pool's decision
+  CommitLatch latch_;  // the owner's hold and the commit writing its live tensors
   std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<v1::WorkerService::Stub> stub_;
   // Running syncs' progress, delivered off the exec thread (uses stub_).
@@ -241,9 +259,13 @@ class WorkerAgent {
   std::map<std::string, int64_t> applied_ ABSL_GUARDED_BY(mu_);
   int32_t syncs_ok_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t syncs_failed_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string held_ ABSL_GUARDED_BY(mu_);        // HoldSyncs' reason; "" admits syncs
   int64_t gate_wakes_ ABSL_GUARDED_BY(mu_) = 0;  // decisions the gate announced
-  std::optional<PendingCommit> pending_;         // the exec thread's only
+  // The sync whose decided commit awaits the owner's admission (kAdmission;
+  // RejoinStaged repeats its commit_held on a new lease); "" if none.
+  std::string held_sync_ ABSL_GUARDED_BY(mu_);
+  bool held_report_due_ ABSL_GUARDED_BY(mu_) = false;  // a registration asks for it again
+  std::optional<PendingCommit> pending_;               // the exec thread's only
+  int32_t held_reports_dropped_ = 0;                   // the exec thread's only (test failpoint)
 };
 
 }  // namespace wsync::agent

@@ -31,15 +31,13 @@ void WorkerAgent::ExecLoop() {
     std::vector<Queued> dropped;
     // Fixed while the thread waits (only this thread changes pending_).
     const std::string pending_transfer = pending_ ? pending_->q.assignment.transfer() : "";
-    const bool awaits_admission = pending_ && pending_->phase == PendingCommit::kAdmission;
     absl::Time until = absl::Now() + absl::Milliseconds(100);
     if (pending_) until = std::min(until, PendingDeadline(*pending_));
     {
       absl::MutexLock lock(&mu_);
       auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return !dropped_.empty() || NextRunnableLocked(pending_transfer) >= 0 ||
-               (!pending_transfer.empty() && gate_wakes_ != wakes_seen) ||
-               (awaits_admission && held_.empty());
+               (!pending_transfer.empty() && gate_wakes_ != wakes_seen);
       };
       mu_.AwaitWithDeadline(absl::Condition(&ready), until);
       wakes_seen = gate_wakes_;

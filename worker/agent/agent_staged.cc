@@ -45,8 +45,17 @@ void WorkerAgent::RejoinStaged(const v1::RegisterWorkerResponse& resp, uint64_t 
             "controller restarted; committing it",
             c.transfer(), c.sync_id(), c.version());
         continue;  // StepStaged commits and reports
-      case StagedGate::Held::kCommitting:
-        continue;  // StepStaged reports on this lease
+      case StagedGate::Held::kCommitting: {
+        // Held by its owner: commit_held said again on this lease (the first
+        // report may have been lost, or the controller restarted since), by
+        // the exec thread, which orders it with an admission.
+        absl::MutexLock lock(&mu_);
+        if (held_sync_ == c.sync_id()) {
+          held_report_due_ = true;
+          ++gate_wakes_;  // wakes the exec thread
+        }
+        continue;  // else StepStaged reports on this lease
+      }
       case StagedGate::Held::kWaiting:
         spdlog::info(
             "[worker {}] sync {}: the commit of version {} is decided; its wave has not "
@@ -88,7 +97,21 @@ void WorkerAgent::BeginStaged(const Queued& q, v1::ReportResultRequest r) {
   pending_->before = Applied(a.transfer());
   v1::SyncEvent staged = EventOf(a, v1::SyncEvent::STAGED);
   staged.set_serving_version(pending_->before);
-  Publish(staged);
+  // Read by every owner before the controller counts this rank staged: an
+  // owner whose worker dies after it serves nothing until its next
+  // COMMITTED (docs/staging.md, "The owner's view"); one that did not read
+  // it in time fails the sync, so the pool never commits without it.
+  if (absl::Status read = PublishRead(staged); !read.ok()) {
+    r.clear_staged();
+    r.clear_checksums();
+    r.set_code(static_cast<int32_t>(absl::StatusCode::kAborted));
+    r.set_message(absl::StrCat("staged, but not reported staged: ", read.message()));
+    r.set_round(-1);
+    r.set_op(-1);
+    r.set_peer(-1);
+    Report(std::move(r), q.lease_id);
+    return RollBackPending(std::string(read.message()), /*report=*/false);
+  }
   // Armed before the report: a controller that decides after hearing it and
   // dies finds this sync armed when this worker registers again. A
   // registration after `lease_epoch` decides it, heard before or after this
@@ -104,15 +127,13 @@ void WorkerAgent::StepStaged() {
     std::optional<StagedGate::Decision> d = gate_.Poll(PendingDeadline(p));
     if (!d.has_value()) return;  // still waiting for its wave
     if (!d->commit) return RollBackPending(d->reason);
-    std::string held;
-    {
-      absl::MutexLock lock(&mu_);
-      held = held_;
-    }
     if (stop_.load()) {
       gate_.Finished(a.sync_id(), /*committed=*/false);
       return RollBackPending("the worker is stopping");
     }
+    // The hold is read in the critical section that begins the commit: a
+    // hold set after it waits for the commit to end (CommitLatch).
+    const std::string held = latch_.TryBegin(a.sync_id());
     if (held.empty()) return CommitPending();
     // Decided, but the owner holds syncs off (its memory must not be
     // written now): tell the controller at once, so that its replica
@@ -121,17 +142,23 @@ void WorkerAgent::StepStaged() {
                  a.transfer(), a.sync_id(), held);
     p.phase = PendingCommit::kAdmission;
     p.held = held;
-    v1::ReportResultRequest r = DecidedReport(a.sync_id());
-    r.set_commit_held(true);
-    ReportOnLease(std::move(r), p.q.lease_id);
-    return;
+    {
+      absl::MutexLock lock(&mu_);
+      held_sync_ = a.sync_id();
+    }
+    return ReportHeld(p);
   }
-  std::string held;
+  const std::string held = latch_.held();
   uint64_t epoch = 0;
+  absl::Duration every;
+  bool due = false;
   {
     absl::MutexLock lock(&mu_);
-    held = held_;
     epoch = lease_epoch_;
+    every = heartbeat_interval_;
+    due = held_report_due_;
+    held_report_due_ = false;
+    if (held.empty() || stop_.load()) held_sync_.clear();
   }
   if (stop_.load()) {
     gate_.Finished(a.sync_id(), /*committed=*/false);
@@ -139,16 +166,28 @@ void WorkerAgent::StepStaged() {
   }
   if (held.empty()) {
     // Admitted before the deadline: the commit still stands; the controller
-    // sends CommitSync again when a wave has room (max_unavailable).
+    // sends CommitSync again when a wave has room (max_unavailable). A
+    // CommitSync heard while held is dropped (keep_early_commit false): the
+    // controller sends a new one when every rank of the replica is admitted.
     gate_.Finished(a.sync_id(), /*committed=*/false);
-    gate_.Arm(a.sync_id(), epoch);
+    gate_.Arm(a.sync_id(), epoch, /*keep_early_commit=*/false);
     p.phase = PendingCommit::kDecision;
     v1::ReportResultRequest r = DecidedReport(a.sync_id());
     r.set_commit_admitted(true);
     ReportOnLease(std::move(r), p.q.lease_id);
     return;
   }
-  if (absl::Now() < PendingDeadline(p)) return;
+  if (absl::Now() < PendingDeadline(p)) {
+    // A report is sent once and may be lost: repeated every heartbeat
+    // interval while held and after a registration (RejoinStaged); the
+    // controller ignores a repeat.
+    if (due || absl::Now() >= p.held_reported + every) ReportHeld(p);
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    held_sync_.clear();
+  }
   // Still held at the deadline: the live tensors stay untouched on the old
   // version and the controller lists it uncommitted.
   gate_.Finished(a.sync_id(), /*committed=*/false);
@@ -157,13 +196,26 @@ void WorkerAgent::StepStaged() {
                                " again"));
 }
 
+void WorkerAgent::ReportHeld(PendingCommit& p) {
+  p.held_reported = absl::Now();
+  if (options_.test_drop_held_reports > held_reports_dropped_) {
+    ++held_reports_dropped_;  // test only (--test_drop_held_reports)
+    spdlog::warn("[worker {}] sync {}: commit_held report dropped (test failpoint)",
+                 p.q.assignment.transfer(), p.q.assignment.sync_id());
+    return;
+  }
+  v1::ReportResultRequest r = DecidedReport(p.q.assignment.sync_id());
+  r.set_commit_held(true);
+  ReportOnLease(std::move(r), p.q.lease_id);
+}
+
 void WorkerAgent::ReportOnLease(v1::ReportResultRequest r, const std::string& lease_id) {
   // After a restart the decision came through a new lease: report there.
   const std::string now = lease();
   Report(std::move(r), now.empty() ? lease_id : now);
 }
 
-void WorkerAgent::RollBackPending(const std::string& reason) {
+void WorkerAgent::RollBackPending(const std::string& reason, bool report) {
   const PendingCommit p = std::move(*pending_);
   pending_.reset();
   const v1::SyncAssignment& a = p.q.assignment;
@@ -174,11 +226,13 @@ void WorkerAgent::RollBackPending(const std::string& reason) {
   rolled.set_serving_version(p.before);
   rolled.set_error(reason);
   Publish(rolled);
-  v1::ReportResultRequest done = DecidedReport(a.sync_id());
-  done.set_code(static_cast<int32_t>(absl::StatusCode::kAborted));
-  done.set_message(
-      absl::StrCat("rolled back, the live tensors kept version ", p.before, ": ", reason));
-  ReportOnLease(std::move(done), p.q.lease_id);
+  if (report) {
+    v1::ReportResultRequest done = DecidedReport(a.sync_id());
+    done.set_code(static_cast<int32_t>(absl::StatusCode::kAborted));
+    done.set_message(
+        absl::StrCat("rolled back, the live tensors kept version ", p.before, ": ", reason));
+    ReportOnLease(std::move(done), p.q.lease_id);
+  }
   PublishEnd(a, /*ok=*/false, absl::StrCat("rolled back: ", reason), /*untouched=*/true);
 }
 
@@ -205,6 +259,7 @@ void WorkerAgent::CommitPending() {
     ReportOnLease(std::move(done), p.q.lease_id);
     PublishEnd(a, /*ok=*/false, absl::StrCat("commit failed: ", s.message()),
                /*untouched=*/false);
+    latch_.End();  // after FINISHED: a hold that waited sees the outcome published
     return;
   }
   {
@@ -231,6 +286,7 @@ void WorkerAgent::CommitPending() {
   done.set_committed(true);
   ReportOnLease(std::move(done), p.q.lease_id);
   PublishEnd(a, /*ok=*/true, "", /*untouched=*/false);
+  latch_.End();  // after FINISHED: a hold that waited sees the outcome published
 }
 
 }  // namespace wsync::agent

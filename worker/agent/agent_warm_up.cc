@@ -8,11 +8,7 @@ namespace wsync::agent {
 
 void WorkerAgent::RunWarmUp(const Queued& q) {
   const v1::SyncAssignment& a = q.assignment;
-  std::string held;
-  {
-    absl::MutexLock lock(&mu_);
-    held = held_;
-  }
+  const std::string held = latch_.held();
   const absl::Time run_start = absl::Now();
   v1::ReportResultRequest r;
   if (!held.empty()) {

@@ -33,8 +33,9 @@ grpc::Status LocalServiceImpl::SyncEvents(grpc::ServerContext* ctx, const v1::Sy
   writer->SendInitialMetadata();
   v1::SyncEvent e;
   while (!ctx->IsCancelled()) {
-    if (!q->Pop(&e, absl::Milliseconds(100))) continue;
+    if (!q->Pop(&e, absl::Milliseconds(100), /*read=*/false)) continue;
     if (!writer->Write(e)) break;
+    q->MarkRead();  // handed to the stream (a staged report waits for it)
   }
   agent_->Unsubscribe(q);
   return grpc::Status::OK;

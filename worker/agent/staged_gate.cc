@@ -7,13 +7,13 @@
 
 namespace wsync::agent {
 
-void StagedGate::Arm(const std::string& sync_id, uint64_t lease_epoch) {
+void StagedGate::Arm(const std::string& sync_id, uint64_t lease_epoch, bool keep_early_commit) {
   absl::MutexLock lock(&mu_);
   armed_ = sync_id;
   armed_epoch_ = lease_epoch;
   decided_ = false;
   decision_ = Decision();
-  if (early_id_ == sync_id) {
+  if (early_id_ == sync_id && (keep_early_commit || !early_.commit)) {
     decided_ = true;
     decision_ = early_;
   }

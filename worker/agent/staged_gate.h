@@ -45,8 +45,11 @@ class StagedGate {
 
   // Sync `sync_id` staged and its report goes out under lease epoch
   // `lease_epoch`: decisions for it count from now on (one before Arm is
-  // kept if it was for this sync, e.g. an abort sent meanwhile).
-  void Arm(const std::string& sync_id, uint64_t lease_epoch);
+  // kept if it was for this sync, e.g. an abort sent meanwhile; an early
+  // commit only if `keep_early_commit`: a receiver armed again after its
+  // owner admitted syncs drops a CommitSync heard while held, and awaits the
+  // one the controller sends once its whole replica is admitted).
+  void Arm(const std::string& sync_id, uint64_t lease_epoch, bool keep_early_commit = true);
   // The controller's decision for `sync_id` (ignored for another sync).
   void Commit(const std::string& sync_id);
   // Empty sync_id: whatever is armed (e.g. the worker stops).

@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/dtype.h"
 #include "common/checked_math.h"
+#include "common/dtype.h"
 #include "common/status_macros.h"
 #include "worker/agent/location_bounds.h"
 

@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "common/env_flags.h"
 #include "common/logging.h"
+#include "common/staging_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/agent/agent.h"
 #include "worker/agent/controller_channel.h"
@@ -99,6 +100,17 @@ ABSL_FLAG(absl::Duration, decision_slack, absl::Seconds(5),
           "staged waits for the pool's commit decision before it rolls back; >= 0. Sent at "
           "registration: the controller offers a decided commit to this worker that long. Env: "
           "WSYNC_DECISION_SLACK.");
+ABSL_FLAG(absl::Duration, hold_commit_wait, absl::Seconds(10),
+          "Staged syncs (docs/staging.md, \"An owner holding syncs off\"): how long an owner's "
+          "HoldSyncs waits for a commit that began before the hold to end (it then says which "
+          "commit it waited for, or DEADLINE_EXCEEDED while that commit still writes; the hold "
+          "stands either way); > 0. Env: WSYNC_HOLD_COMMIT_WAIT.");
+ABSL_FLAG(absl::Duration, staged_flush_timeout, absl::Seconds(5),
+          "Staged syncs (docs/staging.md, \"The owner's view\"): how long a receiver that "
+          "staged waits for each local subscriber (owner) to read STAGED before it reports "
+          "staged; one that does not read it in time fails the sync (the receiver rolls back), "
+          "so the pool never commits while an owner did not hear STAGED; > 0. Env: "
+          "WSYNC_STAGED_FLUSH_TIMEOUT.");
 ABSL_FLAG(std::string, test_corrupt_after_sync, "",
           "TEST ONLY, refused unless the environment sets WSYNC_TEST_FAILPOINTS=1. "
           "'<group>/<tensor>': after each sync this worker receives (after the commit of a "
@@ -168,6 +180,8 @@ int main(int argc, char** argv) {
        "staging_limit_bytes",
        "staging_budget_bytes",
        "decision_slack",
+       "hold_commit_wait",
+       "staged_flush_timeout",
        "parts_cache_bytes",
        "instance_id",
        "port_file",
@@ -248,9 +262,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.decision_slack = absl::GetFlag(FLAGS_decision_slack);
-  if (options.decision_slack < absl::ZeroDuration()) {
-    spdlog::error("wsync-worker: --decision_slack must be >= 0, got {}",
+  if (options.decision_slack < absl::ZeroDuration() ||
+      options.decision_slack > absl::Milliseconds(wsync::kMaxDecisionSlackMs)) {
+    spdlog::error("wsync-worker: --decision_slack must be within [0, {}], got {}",
+                  absl::FormatDuration(absl::Milliseconds(wsync::kMaxDecisionSlackMs)),
                   absl::FormatDuration(options.decision_slack));
+    return 2;
+  }
+  options.staged_flush_timeout = absl::GetFlag(FLAGS_staged_flush_timeout);
+  if (options.staged_flush_timeout <= absl::ZeroDuration()) {
+    spdlog::error("wsync-worker: --staged_flush_timeout must be > 0, got {}",
+                  absl::FormatDuration(options.staged_flush_timeout));
+    return 2;
+  }
+  options.hold_commit_wait = absl::GetFlag(FLAGS_hold_commit_wait);
+  if (options.hold_commit_wait <= absl::ZeroDuration()) {
+    spdlog::error("wsync-worker: --hold_commit_wait must be > 0, got {}",
+                  absl::FormatDuration(options.hold_commit_wait));
     return 2;
   }
   options.test_commit_delay = absl::GetFlag(FLAGS_test_commit_delay);

@@ -218,7 +218,9 @@ absl::Status EmbeddedWorker::SetServing(const v1::SetServingRequest& req) {
   return agent_->SetServing(req);
 }
 
-void EmbeddedWorker::HoldSyncs(std::string reason) { agent_->HoldSyncs(std::move(reason)); }
+absl::StatusOr<std::string> EmbeddedWorker::HoldSyncs(std::string reason) {
+  return agent_->HoldSyncs(std::move(reason));
+}
 
 std::shared_ptr<agent::EventQueue> EmbeddedWorker::Subscribe() { return agent_->Subscribe(); }
 

@@ -102,8 +102,9 @@ class EmbeddedWorker {
   // INVALID_ARGUMENT naming the group for a bad request; FAILED_PRECONDITION
   // once stopped.
   absl::Status SetServing(const v1::SetServingRequest& req);
-  // Holds syncs off ("" admits them): agent::WorkerAgent::HoldSyncs.
-  void HoldSyncs(std::string reason);
+  // Holds syncs off ("" admits them): agent::WorkerAgent::HoldSyncs (the
+  // sync id of a commit in progress it waited for, or DEADLINE_EXCEEDED).
+  absl::StatusOr<std::string> HoldSyncs(std::string reason);
   // Sync events from now on (as the local API's SyncEvents stream).
   std::shared_ptr<agent::EventQueue> Subscribe();
   void Unsubscribe(const std::shared_ptr<agent::EventQueue>& q);

@@ -125,7 +125,6 @@ TEST_F(RevocationTest, TheCaBundleIsWatched) {
   ASSERT_TRUE(ca_->Run("cat ca.pem >> bundle.pem").ok());
   absl::SleepFor(absl::Milliseconds(1100));
   EXPECT_EQ((*list)->Check(alice, "", "Sync").code(), absl::StatusCode::kUnauthenticated);
-
 }
 
 }  // namespace

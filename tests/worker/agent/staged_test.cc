@@ -290,5 +290,25 @@ TEST(StagedGateTest, ASyncListedToAwaitItsWaveKeepsItsShadowUntilItsCommitSync) 
   EXPECT_TRUE(d.commit);
 }
 
+TEST(StagedGateTest, ACommitHeardWhileHeldIsDroppedWhenArmedAgainAfterTheAdmission) {
+  // docs/staging.md, "An owner holding syncs off": a held rank re-armed
+  // after its owner admitted syncs awaits the CommitSync its whole
+  // replica's wave sends; a stale one heard while held never commits it,
+  // an abort heard meanwhile still counts.
+  StagedGate gate;
+  gate.Commit("s1");  // heard while held (not armed)
+  gate.Arm("s1", 1, /*keep_early_commit=*/false);
+  StagedGate::Decision d = gate.Wait(absl::Now() + absl::Milliseconds(30));
+  EXPECT_FALSE(d.commit) << "a CommitSync heard while held committed after the admission";
+  gate.Abort("s2", "deadline passed");
+  gate.Arm("s2", 1, /*keep_early_commit=*/false);
+  d = gate.Wait(absl::Now() + absl::Seconds(10));
+  EXPECT_FALSE(d.commit);
+  EXPECT_EQ(d.reason, "deadline passed");
+  gate.Commit("s3");
+  gate.Arm("s3", 1);  // the default keeps an early commit (a CommitSync racing Arm)
+  EXPECT_TRUE(gate.Wait(absl::Now() + absl::Seconds(10)).commit);
+}
+
 }  // namespace
 }  // namespace wsync::agent

@@ -115,8 +115,7 @@ def pack_into_arena(worker, tensors, device=None, name=""):
         raise errors.InvalidArgument("pack_into_arena: no tensors given")
     first = named[0][1].device if device is None else torch.device(device)
     for n, t in named:
-        if t.device != first and not (first.type == "cuda" and t.device.type == "cuda"
-                                      and t.device.index == first.index):
+        if _device_index(t.device) != _device_index(first):
             raise errors.InvalidArgument(
                 f"pack_into_arena: tensor {n!r} is on {t.device}, the arena on {first}: "
                 "one arena holds the tensors of one device")

@@ -67,7 +67,7 @@ class HostSwapArena : public plane::SwapArena {
       const int e = errno;
       return absl::Status(
           e == ENOMEM ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kInternal,
-          absl::StrCat("mmap MAP_FIXED at ", absl::Hex(at), ": ", Errno(e)));
+          absl::StrCat("mmap MAP_FIXED at ", absl::Hex(reinterpret_cast<uintptr_t>(at)), ": ", Errno(e)));
     }
     return absl::OkStatus();
   }

@@ -6,7 +6,8 @@
 # swap   wsync_bench_vmm_swap: copy commit vs cuMem remap, per tensor and arena
 # sync   wsync_bench_gpu_sync, one line per variant and mode: in place (direct
 #        writes on and off), in place + checksums, device shadow with and
-#        without checksums, host shadow + checksums (docs/staging.md)
+#        without checksums, device shadow with a swap commit (docs/commit-swap.md),
+#        host shadow + checksums (docs/staging.md)
 # WSYNC_BENCH_MODELS (default "llama3-8b qwen3-30b-a3b"), WSYNC_SYNC_MODES
 # (default tp1,colocated; with 4 GPUs fanout_dp2,colocated4), WSYNC_BENCH_ITERS.
 # Results: $OUT/{env.txt,staged_tests.log,vmm_swap.log,staged_sync.log}.
@@ -23,7 +24,7 @@ cat "$OUT/env.txt"
 rc=0
 models=${WSYNC_BENCH_MODELS:-llama3-8b qwen3-30b-a3b}
 if [[ " $steps " == *" tests "* ]]; then
-  for t in checksum_kernel shadow_set data_ops executor; do
+  for t in checksum_kernel shadow_set shadow_swap data_ops executor; do
     echo "=== wsync_gpu_${t}_test" >>"$OUT/staged_tests.log"
     timeout 240 "$bin/wsync_gpu_${t}_test" >>"$OUT/staged_tests.log" 2>&1 ||
       { rc=1; echo "FAILED: $t" >>"$OUT/staged_tests.log"; }
@@ -46,7 +47,7 @@ fi
 if [[ " $steps " == *" sync "* ]]; then
   modes=${WSYNC_SYNC_MODES:-tp1,colocated}
   [ -z "${WSYNC_SYNC_MODES:-}" ] && [ "$ngpu" -ge 4 ] && modes=fanout_dp2,colocated4
-  IFS=';' read -ra variants <<<"${WSYNC_SYNC_VARIANTS:---direct 1;--direct 0;--direct 0 --checksums 1;--staging device_shadow;--staging device_shadow --checksums 1;--staging host_shadow --checksums 1}"
+  IFS=';' read -ra variants <<<"${WSYNC_SYNC_VARIANTS:---direct 1;--direct 0;--direct 0 --checksums 1;--staging device_shadow;--staging device_shadow --commit swap;--staging device_shadow --checksums 1;--staging host_shadow --checksums 1}"
   for m in $models; do
     for v in "${variants[@]}"; do
       echo "=== $m $modes $v" >>"$OUT/staged_sync.log"

@@ -33,7 +33,7 @@ absl::StatusOr<std::map<std::string, BufferNeed>> BuffersOf(const v1::Side& side
 }
 
 Slab::~Slab() {
-  if (base) cudaFree(base);
+  if (base && arena == nullptr) cudaFree(base);
 }
 
 std::vector<std::pair<std::string, exec::RegisteredBuffer>> CarveSlab(

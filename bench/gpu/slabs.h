@@ -5,6 +5,7 @@
 #define WSYNC_BENCH_GPU_SLABS_H_
 
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "common/dtype.h"
 #include "controller/plan/compiled_layout.h"
 #include "worker/exec/buffer_registry.h"
+#include "worker/plane/swap_arena.h"
 
 namespace wsync::bench {
 
@@ -31,6 +33,8 @@ struct Slab {
   void* base = nullptr;
   std::vector<std::pair<std::string, exec::RegisteredBuffer>> buffers;
   int64_t bytes = 0;
+  // Set: the slab is this arena's memory (--commit swap), freed with it.
+  std::shared_ptr<plane::SwapArena> arena;
   Slab() = default;
   Slab(const Slab&) = delete;
   Slab& operator=(const Slab&) = delete;

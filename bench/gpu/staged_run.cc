@@ -33,7 +33,8 @@ const char* StagingModeName(v1::StagingMode mode) {
 
 absl::StatusOr<StagedPart> PrepareStaging(v1::StagingMode mode, const v1::Plan& rank_plan,
                                           int worker, plane::Backend* backend,
-                                          const exec::BufferRegistry& live) {
+                                          const exec::BufferRegistry& live,
+                                          const agent::WeightArenas* arenas) {
   StagedPart part;
   part.registry = &live;
   if (mode == v1::STAGING_IN_PLACE) return part;
@@ -41,10 +42,24 @@ absl::StatusOr<StagedPart> PrepareStaging(v1::StagingMode mode, const v1::Plan& 
   std::map<std::string, int64_t> extents;
   for (const auto& [name, w] : writes) extents[name] = w.extent;
   if (!StagesShadow(extents)) return part;
-  part.shadows = std::make_unique<agent::ShadowSet>(backend, /*budget_bytes=*/0);
+  part.shadows = std::make_unique<agent::ShadowSet>(backend, /*budget_bytes=*/0, arenas);
   RETURN_IF_ERROR(part.shadows->Prepare(writes, mode, live, absl::StrCat("bench worker ", worker)));
   part.registry = &part.shadows->registry();
   return part;
+}
+
+absl::Status MakeArenaSlab(const std::map<std::string, BufferNeed>& need, plane::Backend& backend,
+                           agent::WeightArenas& arenas, Slab& slab) {
+  int64_t total = 0;
+  for (const auto& [name, n] : need) total += (n.bytes + 255) / 256 * 256;
+  slab.bytes = total;
+  if (total == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(agent::WeightArenas::Entry e,
+                   arenas.Create(total, "bench destination slab", backend.Name()));
+  slab.arena = e.arena;
+  slab.base = e.arena->base();
+  slab.buffers = CarveSlab(need, slab.base);
+  return absl::OkStatus();
 }
 
 absl::Status PublishChecksums(transport::KvStore& store, const std::string& tag, int worker,

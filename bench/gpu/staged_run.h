@@ -10,13 +10,16 @@
 #ifndef WSYNC_BENCH_GPU_STAGED_RUN_H_
 #define WSYNC_BENCH_GPU_STAGED_RUN_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "bench/gpu/slabs.h"
 #include "worker/agent/shadow_set.h"
+#include "worker/agent/weight_arenas.h"
 #include "worker/exec/buffer_registry.h"
 #include "worker/exec/executor.h"
 #include "worker/plane/backend.h"
@@ -42,9 +45,17 @@ struct StagedPart {
 
 // Shadows of `worker`'s written destination buffers of `rank_plan` in
 // `mode`, allocated and filled from `live` (no budget).
+// `arenas` (may be null): the worker's weight arenas; a part whose
+// destinations lie in one commits by swapping (docs/commit-swap.md).
 absl::StatusOr<StagedPart> PrepareStaging(v1::StagingMode mode, const v1::Plan& rank_plan,
                                           int worker, plane::Backend* backend,
-                                          const exec::BufferRegistry& live);
+                                          const exec::BufferRegistry& live,
+                                          const agent::WeightArenas* arenas = nullptr);
+
+// --commit swap: `slab` for `need` carved from one new weight arena of
+// `backend` (the slab holds it), added to `arenas`.
+absl::Status MakeArenaSlab(const std::map<std::string, BufferNeed>& need, plane::Backend& backend,
+                           agent::WeightArenas& arenas, Slab& slab);
 
 // Publishes `checksums` of `worker` under `tag`.
 absl::Status PublishChecksums(transport::KvStore& store, const std::string& tag, int worker,

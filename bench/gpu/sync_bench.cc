@@ -33,7 +33,7 @@
 //       [--early-local-rounds 1]   (ExecutorOptions::early_local_rounds; -1: all)
 //       [--measure-issue-keys 1]   (CPU only: the data ops' cache-key cost per round, exits)
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
-//       [--staging in_place|host_shadow|device_shadow] [--checksums 1]
+//       [--staging in_place|host_shadow|device_shadow] [--checksums 1] [--commit copy|swap]
 //                                   (staged syncs, docs/staging.md: receivers
 //                                    fill shadows, then commit; bucket checksums)
 //       [--spec FILE --mode spec]   (a TransferSpec in JSON whose sides list their
@@ -124,7 +124,19 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   if (auto s = MakeSlab(*src_need, f.slab_round_kib << 10, src); !s.ok()) {
     return Fail("source slab", s);
   }
-  if (auto s = MakeSlab(*dst_need, f.slab_round_kib << 10, dst); !s.ok()) {
+  // --commit swap: the destination slab is one weight arena (the backend
+  // that makes it is the worker's, below).
+  std::unique_ptr<cuda::CudaBackend> arena_backend;
+  std::unique_ptr<agent::WeightArenas> arenas;
+  if (f.commit_swap) {
+    auto b = cuda::CudaBackend::Create(worker, {});
+    if (!b.ok()) return Fail("CUDA backend (arenas)", b.status());
+    arena_backend = std::move(*b);
+    arenas = std::make_unique<agent::WeightArenas>(arena_backend.get());
+    if (auto s = MakeArenaSlab(*dst_need, *arena_backend, *arenas, dst); !s.ok()) {
+      return Fail("destination arena", s);
+    }
+  } else if (auto s = MakeSlab(*dst_need, f.slab_round_kib << 10, dst); !s.ok()) {
     return Fail("destination slab", s);
   }
   if (dst.bytes) cudaMemsetAsync(dst.base, 0, dst.bytes, stream);
@@ -190,7 +202,8 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
     plan::MarkPeerWrites(direct.pairs, &*rank_plan);
   }
   if (auto s = probe("peer_slab_opened"); !s.ok()) return Fail("probe", s);
-  auto staged = PrepareStaging(f.staging, *rank_plan, worker, backend->get(), registry);
+  auto staged =
+      PrepareStaging(f.staging, *rank_plan, worker, backend->get(), registry, arenas.get());
   if (!staged.ok()) return Fail("staging", staged.status());
   const exec::BufferRegistry& bind_to = *staged->registry;
   auto bound = exec::BindPlan(*rank_plan, worker, bind_to, transport::MemorySpace::kCuda,
@@ -410,6 +423,10 @@ int main(int argc, char** argv) {
   if (f.direct && (f.staging != wsync::v1::STAGING_IN_PLACE || f.checksums)) {
     // As wsync-worker: peers would write the live tensors, unhashed.
     spdlog::error("--staging / --checksums need --direct 0");
+    return 2;
+  }
+  if (f.commit_swap && f.staging != wsync::v1::STAGING_DEVICE_SHADOW) {
+    spdlog::error("--commit swap needs --staging device_shadow");
     return 2;
   }
   int rc = 0;

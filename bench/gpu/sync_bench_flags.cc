@@ -84,6 +84,12 @@ int ParseFlags(int argc, char** argv, Flags* f) {
         return 2;
       }
       f->staging = *mode;
+    } else if (k == "--commit") {
+      if (v != "copy" && v != "swap") {
+        spdlog::error("--commit '{}': expected copy or swap", v);
+        return 2;
+      }
+      f->commit_swap = v == "swap";
     } else if (k == "--checksums")
       f->checksums = v != "0";
     else {

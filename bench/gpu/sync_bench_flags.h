@@ -47,6 +47,10 @@ struct Flags {
   // whether every network bucket is checksummed on both sides.
   v1::StagingMode staging = v1::STAGING_IN_PLACE;
   bool checksums = false;
+  // --commit swap (docs/commit-swap.md): each worker's destination slab is
+  // one CUDA weight arena, so a device_shadow commit swaps it with a twin
+  // instead of copying ("copy": a cudaMalloc slab, the copy commit).
+  bool commit_swap = false;
 };
 
 CaseParams ParamsOf(const Flags& f);

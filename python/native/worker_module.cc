@@ -24,6 +24,7 @@ namespace py = pybind11;
 using wsync::embedded::EmbeddedOptions;
 using wsync::embedded::EmbeddedWorker;
 using wsync::embedded::PointerTensor;
+using wsync::embedded::WeightArena;
 
 namespace {
 
@@ -169,6 +170,29 @@ void SetServing(EmbeddedWorker& w, const std::string& group, int64_t version, in
   Check(s);
 }
 
+WeightArena CreateArena(EmbeddedWorker& w, int64_t bytes, int device, const std::string& name) {
+  absl::StatusOr<WeightArena> a;
+  {
+    py::gil_scoped_release nogil;
+    a = w.CreateWeightArena(device, bytes, name);
+  }
+  if (!a.ok()) Raise(a.status());
+  return *std::move(a);
+}
+
+// A host arena's bytes as a writable uint8 buffer (numpy.frombuffer,
+// torch.frombuffer); views over it keep the arena alive.
+py::buffer_info ArenaBuffer(WeightArena& a) {
+  if (a.device >= 0) {
+    Raise(absl::FailedPreconditionError(
+        absl::StrCat("weight arena ", a.handle, " lies on cuda:", a.device,
+                     ": no host buffer (use its pointer, e.g. through __cuda_array_interface__)")));
+  }
+  return py::buffer_info(reinterpret_cast<void*>(a.base), 1,
+                         py::format_descriptor<uint8_t>::format(), 1, {a.bytes}, {1},
+                         /*readonly=*/false);
+}
+
 // One subscriber's sync events.
 class Events {
  public:
@@ -197,6 +221,9 @@ class Events {
     d["error"] = e.error();
     d["untouched"] = e.untouched();
     d["serving_version"] = e.serving_version();
+    // "committed" only: "swap" or "copy" (docs/commit-swap.md), the pause.
+    d["commit_kind"] = e.commit_kind();
+    d["commit_seconds"] = e.commit_seconds();
     return d;
   }
   void Close() {
@@ -226,6 +253,13 @@ void BindWorker(py::module_& m) {
       .def("next", &Events::Next, py::arg("timeout_s"))
       .def("close", &Events::Close);
 
+  py::class_<WeightArena>(m, "WeightArena", py::buffer_protocol())
+      .def_buffer(&ArenaBuffer)
+      .def_readonly("handle", &WeightArena::handle)
+      .def_readonly("ptr", &WeightArena::base)
+      .def_readonly("nbytes", &WeightArena::bytes)
+      .def_readonly("device", &WeightArena::device);
+
   py::class_<EmbeddedWorker, WorkerPtr>(m, "EmbeddedWorker")
       .def(py::init(&Make), py::arg("controller"), py::arg("groups"), py::arg("device") = -1,
            py::arg("node") = "", py::arg("data_address") = "127.0.0.1",
@@ -246,6 +280,19 @@ void BindWorker(py::module_& m) {
       .def("stop", &EmbeddedWorker::Stop, py::call_guard<py::gil_scoped_release>())
       .def("register", &Register, py::arg("group"), py::arg("tensors"), py::arg("replace") = false)
       .def("status", &Status)
+      .def("create_weight_arena", &CreateArena, py::arg("bytes"), py::arg("device") = -1,
+           py::arg("name") = "")
+      .def(
+          "free_weight_arena",
+          [](EmbeddedWorker& w, int64_t handle) {
+            absl::Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = w.FreeWeightArena(handle);
+            }
+            Check(s);
+          },
+          py::arg("handle"))
       .def("set_serving", &SetServing, py::arg("group"), py::arg("version"), py::arg("state"),
            py::arg("replica") = "", py::arg("replica_ranks") = 0)
       .def(

@@ -145,6 +145,7 @@ class Worker:
                  staging_limit_bytes=0, staging_budget_bytes=0, instance_id="", controller_ca="",
                  cert="", key="", local_socket=None, start=True):
         self.groups = parse_groups(groups)
+        self.device = -1 if device is None else int(device)  # -1: host memory
         self._w = _call(_native().EmbeddedWorker, controller, self.groups,
                         device=-1 if device is None else int(device), node=node,
                         data_address=data_address,

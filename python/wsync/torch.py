@@ -483,3 +483,7 @@ def local_status(socket, timeout=5.0):
                                                             timeout=timeout)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e, f"worker socket {socket}") from None
+
+
+# Weight arenas for swap commits (docs/commit-swap.md); at the end: it imports this module.
+from wsync.torch_arena import WeightArena, pack_into_arena  # noqa: E402,F401

@@ -44,7 +44,7 @@ WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
       runner_(&tensors_, metrics,
               RunnerOptions{options_.round_timeout, options_.staging_limit_bytes, options_.backend,
                             options_.parts_cache_bytes, options_.staging_budget_bytes,
-                            options_.test_corrupt_after_sync}),
+                            options_.test_corrupt_after_sync, options_.arenas}),
       progress_([this](const v1::ReportProgressRequest& p) {
         grpc::ClientContext ctx;
         ctx.set_deadline(In(absl::Seconds(2)));

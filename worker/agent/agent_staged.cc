@@ -246,8 +246,10 @@ void WorkerAgent::CommitPending() {
   Publish(commit);
   absl::SleepFor(options_.test_commit_delay);  // test only (0 unless the failpoint is set)
   const absl::Time t = absl::Now();
+  const std::string kind = runner_.commit_kind();
   const absl::Status s = runner_.CommitStaged();
   done.set_commit_seconds(absl::ToDoubleSeconds(absl::Now() - t));
+  done.set_commit_kind(kind);
   if (!s.ok()) {
     // Decided pool-wide, failed here: the live tensors are partly written.
     gate_.Finished(a.sync_id(), /*committed=*/false);
@@ -282,6 +284,8 @@ void WorkerAgent::CommitPending() {
   gate_.Finished(a.sync_id(), /*committed=*/true);
   v1::SyncEvent committed = EventOf(a, v1::SyncEvent::COMMITTED);
   committed.set_serving_version(a.version());
+  committed.set_commit_kind(kind);
+  committed.set_commit_seconds(done.commit_seconds());
   Publish(committed);
   done.set_committed(true);
   ReportOnLease(std::move(done), p.q.lease_id);

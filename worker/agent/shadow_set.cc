@@ -7,46 +7,16 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
+#include "worker/agent/shadow_views.h"
 
 namespace wsync::agent {
-namespace {
+using shadow_views::Bytes;
+using shadow_views::Dense;
+using shadow_views::ModeName;
+using shadow_views::NumElements;
 
-exec::StridedView Bytes(void* data, int64_t bytes) {
-  exec::StridedView v;
-  v.data = data;
-  v.dtype = v1::UINT8;
-  v.ndim = 1;
-  v.shape[0] = bytes;
-  v.strides[0] = 1;
-  return v;
-}
-
-const char* ModeName(v1::StagingMode mode) {
-  return mode == v1::STAGING_HOST_SHADOW ? "host_shadow" : "device_shadow";
-}
-
-// Whether `v` covers one contiguous byte range (row-major and dense, size-1
-// dims ignored).
-bool Dense(const v1::TensorView& v) {
-  int64_t expected = 1;
-  for (int d = v.shape_size() - 1; d >= 0; --d) {
-    if (v.shape(d) == 1) continue;
-    if (d >= v.strides_size() || v.strides(d) != expected) return false;
-    expected *= v.shape(d);
-  }
-  return true;
-}
-
-int64_t NumElements(const v1::TensorView& v) {
-  int64_t n = 1;
-  for (int64_t s : v.shape()) n *= s;
-  return n;
-}
-
-}  // namespace
-
-ShadowSet::ShadowSet(plane::Backend* backend, int64_t budget_bytes)
-    : backend_(backend), budget_bytes_(budget_bytes) {}
+ShadowSet::ShadowSet(plane::Backend* backend, int64_t budget_bytes, const WeightArenas* arenas)
+    : backend_(backend), budget_bytes_(budget_bytes), arenas_(arenas) {}
 
 absl::Status ShadowSet::EnsureOps() {
   if (ops_ != nullptr) return absl::OkStatus();
@@ -58,6 +28,9 @@ absl::Status ShadowSet::EnsureOps() {
 
 void ShadowSet::Clear() {
   shadows_.clear();
+  twin_.reset();
+  arena_.reset();
+  twin_extents_.clear();
   registry_ = exec::BufferRegistry();
   bytes_ = 0;
   live_generation_ = 0;
@@ -73,6 +46,9 @@ absl::Status ShadowSet::Prepare(const std::map<std::string, BufferWrites>& write
   if (mode != v1::STAGING_HOST_SHADOW && mode != v1::STAGING_DEVICE_SHADOW) {
     return absl::InvalidArgumentError(absl::StrCat(who, ": staging mode ", mode, " has no shadow"));
   }
+  if (std::shared_ptr<plane::SwapArena> arena = SwapArenaFor(writes, mode, live)) {
+    return PrepareSwap(writes, mode, live, who, std::move(arena));
+  }
   int64_t total = 0;
   for (const auto& [name, w] : writes) total += w.extent;
   if (budget_bytes_ > 0 && total > budget_bytes_) {
@@ -80,8 +56,8 @@ absl::Status ShadowSet::Prepare(const std::map<std::string, BufferWrites>& write
         who, ": a staged sync (", ModeName(mode), ") needs ", total,
         " bytes of shadow memory, over this worker's --staging_budget_bytes=", budget_bytes_));
   }
-  bool same =
-      mode == mode_ && live.generation() == live_generation_ && shadows_.size() == writes.size();
+  bool same = twin_ == nullptr && mode == mode_ && live.generation() == live_generation_ &&
+              shadows_.size() == writes.size();
   for (auto it = writes.begin(); same && it != writes.end(); ++it) {
     auto s = shadows_.find(it->first);
     same = s != shadows_.end() && s->second.bytes == it->second.extent;
@@ -202,7 +178,8 @@ absl::Status ShadowSet::RunCopies(const std::vector<exec::CopyItem>& items,
   if (!st.ok()) {
     const int64_t i = exec::ErrorItemIndex(st);
     return absl::Status(st.code(), absl::StrCat(what,
-                                                i >= 0 && i < static_cast<int64_t>(names.size())
+                                                i >= 0 && i < static_cast<int64_t>(names.size()) &&
+                                                        names[i] != nullptr
                                                     ? absl::StrCat(" of '", *names[i], "'")
                                                     : "",
                                                 ": ", st.message()));
@@ -211,6 +188,7 @@ absl::Status ShadowSet::RunCopies(const std::vector<exec::CopyItem>& items,
 }
 
 absl::Status ShadowSet::Commit() {
+  if (twin_ != nullptr) return CommitSwap();
   return RunCopies(commit_items_, commit_names_, "commit (shadow -> live)");
 }
 

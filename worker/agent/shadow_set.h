@@ -13,6 +13,16 @@
 // byte outside the written views holds live data, but the commit does not
 // depend on it.
 //
+// Swap commits (docs/commit-swap.md; shadow_set_swap.cc): when every
+// destination buffer of the part lies in one arena of `arenas` (the owner
+// allocated its weights there through its embedded worker), every view is
+// dense and the mode is device_shadow (or host_shadow over a host arena),
+// the shadow is a twin of the whole arena (its full size counts against the
+// budget), each destination points at the twin's base plus its offset, and
+// Commit() copies the arena bytes the part does not write live -> twin, then
+// swaps the two arenas' memory: no written byte is copied, the live
+// addresses stay. Otherwise the commit copies, as above.
+//
 // Not thread-safe: the sync runner's thread owns it.
 #ifndef WSYNC_WORKER_AGENT_SHADOW_SET_H_
 #define WSYNC_WORKER_AGENT_SHADOW_SET_H_
@@ -25,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "common/shadow_extents.h"
+#include "worker/agent/weight_arenas.h"
 #include "worker/exec/buffer_registry.h"
 #include "worker/plane/backend.h"
 #include "worker/plane/data_ops.h"
@@ -35,8 +46,9 @@ namespace wsync::agent {
 class ShadowSet {
  public:
   // `backend` is not owned and outlives the set. `budget_bytes` (the
-  // worker's --staging_budget_bytes; 0: no limit) bounds bytes().
-  ShadowSet(plane::Backend* backend, int64_t budget_bytes);
+  // worker's --staging_budget_bytes; 0: no limit) bounds bytes(). `arenas`
+  // (not owned, may be null: no swap commits) outlives the set.
+  ShadowSet(plane::Backend* backend, int64_t budget_bytes, const WeightArenas* arenas = nullptr);
 
   // Shadows for `writes` (plan buffer name -> extent and written views,
   // ShadowWrites) in `mode` (a shadow mode) over `live` (destination side);
@@ -58,8 +70,11 @@ class ShadowSet {
   // Copies the written views of every shadow into its live buffer (those of
   // the last Prepare) and waits for it.
   absl::Status Commit();
-  // Bytes the next Commit copies (overlapping views counted once per view).
+  // Bytes the next Commit copies (overlapping views counted once per view;
+  // a swap commit: the arena bytes the part does not write).
   int64_t commit_bytes() const { return commit_bytes_; }
+  // How the next Commit runs: "swap" or "copy" (after Prepare).
+  const char* commit_kind() const { return twin_ != nullptr ? "swap" : "copy"; }
   // After a rollback: the shadows hold part of a version; refilled from the
   // live buffers before their next use.
   void Discard() { dirty_ = true; }
@@ -73,6 +88,21 @@ class ShadowSet {
     int64_t bytes = 0;
   };
   absl::Status EnsureOps();
+  // Swap commits (shadow_set_swap.cc). The arena every destination of
+  // `writes` lies in when the commit can swap, else null.
+  std::shared_ptr<plane::SwapArena> SwapArenaFor(const std::map<std::string, BufferWrites>& writes,
+                                                 v1::StagingMode mode,
+                                                 const exec::BufferRegistry& live) const;
+  absl::Status PrepareSwap(const std::map<std::string, BufferWrites>& writes, v1::StagingMode mode,
+                           const exec::BufferRegistry& live, const std::string& who,
+                           std::shared_ptr<plane::SwapArena> arena);
+  // Allocates the twin, points the destinations at it and fills it.
+  absl::Status MakeTwin(const std::map<std::string, BufferWrites>& writes,
+                        const exec::BufferRegistry& live, const std::string& who);
+  // The commit's live -> twin copies of the arena bytes `writes` leaves.
+  absl::Status PlanSwapCommit(const std::map<std::string, BufferWrites>& writes,
+                              const exec::BufferRegistry& live, const std::string& who);
+  absl::Status CommitSwap();
   // Copies live -> shadow, whole, for every shadow.
   absl::Status Fill();
   // The commit's copies of `writes`' views, shadow -> live.
@@ -84,6 +114,12 @@ class ShadowSet {
 
   plane::Backend* const backend_;
   const int64_t budget_bytes_;
+  const WeightArenas* const arenas_;
+  // A swap commit's live arena and its twin (both null otherwise); the
+  // extents of the buffers the twin stands in for.
+  std::shared_ptr<plane::SwapArena> arena_;
+  std::unique_ptr<plane::SwapArena> twin_;
+  std::map<std::string, int64_t> twin_extents_;
   std::unique_ptr<exec::DataOps> ops_;
   std::map<std::string, Shadow> shadows_;
   exec::BufferRegistry registry_;

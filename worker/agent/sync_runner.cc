@@ -37,7 +37,7 @@ SyncRunner::SyncRunner(TensorTable* tensors, WorkerMetrics* metrics, RunnerOptio
       parts_(options_.parts_cache_bytes),
       peers_(options_.backend),
       plane_(options_.backend, ExecutorOptionsOf(options_)),
-      shadows_(options_.backend, options_.staging_budget_bytes) {}
+      shadows_(options_.backend, options_.staging_budget_bytes, options_.arenas) {}
 
 absl::StatusOr<const exec::BufferRegistry*> SyncRunner::RegistryFor(const v1::SyncAssignment& a,
                                                                     const v1::Plan& part,

@@ -42,6 +42,10 @@ struct RunnerOptions {
   // whose first live byte is flipped before each verify pass of a sync this
   // worker receives; "": off.
   std::string test_corrupt_after_sync;
+  // Not owned, may be null: the owner's weight arenas (an embedded worker's,
+  // weight_arenas.h); a staged part whose destinations lie in one commits by
+  // swapping (docs/commit-swap.md).
+  const WeightArenas* arenas = nullptr;
 };
 
 // The part key of an assignment (plan key, worker, routes); older
@@ -95,6 +99,8 @@ class SyncRunner {
     commit_pending_ = false;
     return shadows_.Commit();
   }
+  // How the pending commit runs ("swap" or "copy"; ShadowSet::commit_kind).
+  const char* commit_kind() const { return shadows_.commit_kind(); }
   // The shadows hold part of a version: refilled before their next use.
   void DiscardStaged() {
     commit_pending_ = false;

@@ -111,7 +111,10 @@ absl::StatusOr<std::unique_ptr<EmbeddedWorker>> EmbeddedWorker::Create(EmbeddedO
 EmbeddedWorker::EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::Backend> backend,
                                std::shared_ptr<grpc::ChannelCredentials> credentials,
                                std::unique_ptr<agent::LocalEndpoint> local)
-    : options_(std::move(options)), backend_(std::move(backend)), local_(std::move(local)) {
+    : options_(std::move(options)),
+      backend_(std::move(backend)),
+      arenas_(backend_.get()),
+      local_(std::move(local)) {
   agent::AgentOptions a;
   a.controller = options_.controller;
   a.controller_credentials = std::move(credentials);
@@ -125,6 +128,7 @@ EmbeddedWorker::EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::B
   a.staging_limit_bytes = options_.staging_limit_bytes;
   a.staging_budget_bytes = options_.staging_budget_bytes;
   a.backend = backend_.get();
+  a.arenas = &arenas_;
   if (local_ != nullptr) a.fd_inbox = local_->fd_inbox();
   // No direct writes: no other process can map this process's memory.
   agent_ = std::make_unique<agent::WorkerAgent>(std::move(a), &metrics_);
@@ -230,6 +234,41 @@ void EmbeddedWorker::Unsubscribe(const std::shared_ptr<agent::EventQueue>& q) {
 
 int EmbeddedWorker::metrics_port() const {
   return options_.metrics_port >= 0 ? metrics_.port() : -1;
+}
+
+}  // namespace wsync::embedded
+
+namespace wsync::embedded {
+
+absl::StatusOr<WeightArena> EmbeddedWorker::CreateWeightArena(int device, int64_t bytes,
+                                                              const std::string& name) {
+  const std::string who = absl::StrCat("embedded worker ", options_.instance_id);
+  if (stopped()) {
+    return absl::FailedPreconditionError(absl::StrCat(who, ": stopped, no weight arena"));
+  }
+  if (device != options_.device) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(who, ": a weight arena on ", DeviceName(device), " but this worker moves ",
+                     DeviceName(options_.device), " (its `device` option)"));
+  }
+  absl::StatusOr<agent::WeightArenas::Entry> e = arenas_.Create(bytes, name, who);
+  if (!e.ok()) return e.status();
+  WeightArena out;
+  out.handle = e->handle;
+  out.base = reinterpret_cast<uintptr_t>(e->arena->base());
+  out.bytes = e->arena->bytes();
+  out.device = e->arena->device();
+  out.hold = e->arena;
+  return out;
+}
+
+absl::Status EmbeddedWorker::FreeWeightArena(int64_t handle) {
+  absl::Status s = arenas_.Free(handle);
+  if (!s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("embedded worker ", options_.instance_id, ": ", s.message()));
+  }
+  return s;
 }
 
 }  // namespace wsync::embedded

@@ -29,6 +29,7 @@
 #include "worker/agent/agent.h"
 #include "worker/agent/controller_channel.h"
 #include "worker/agent/local_endpoint.h"
+#include "worker/agent/weight_arenas.h"
 #include "worker/agent/worker_metrics.h"
 #include "worker/plane/backend.h"
 #include "wsync/v1/controller.pb.h"
@@ -74,6 +75,16 @@ struct PointerTensor {
   std::shared_ptr<void> hold;  // keeps the memory alive while the worker may touch it
 };
 
+// A remappable arena for the owner's weights (docs/commit-swap.md).
+struct WeightArena {
+  int64_t handle = 0;  // for FreeWeightArena
+  uintptr_t base = 0;  // first byte; stays for the arena's life
+  int64_t bytes = 0;   // at least the size asked for (granularity-rounded)
+  int device = -1;     // CUDA device; -1: host memory
+  // Keeps the memory alive (the owner's tensors over it hold this).
+  std::shared_ptr<void> hold;
+};
+
 class EmbeddedWorker {
  public:
   // INVALID_ARGUMENT for bad options; the backend's error when it cannot be
@@ -96,6 +107,18 @@ class EmbeddedWorker {
   absl::StatusOr<v1::RegisterTensorsResponse> Register(const std::string& group,
                                                        std::vector<PointerTensor> tensors,
                                                        bool replace);
+  // A weight arena of at least `bytes` bytes on `device` (the worker's own:
+  // -1 for a host worker), named `name` in messages ("" names it by its
+  // handle). Tensors the owner places in it and registers commit staged
+  // syncs by swapping the arena's memory with a twin instead of copying
+  // (docs/commit-swap.md). FAILED_PRECONDITION for another device or a
+  // stopped worker; the backend's error (naming the arena and this worker)
+  // when it has none or the memory is not there.
+  absl::StatusOr<WeightArena> CreateWeightArena(int device, int64_t bytes,
+                                                const std::string& name = "");
+  // Forgets `handle` (NOT_FOUND when unknown): later syncs copy into its
+  // tensors. Its memory lives while the owner holds WeightArena::hold.
+  absl::Status FreeWeightArena(int64_t handle);
   v1::LocalStatusResponse Status();
   // The version the owner serves for `req.group()` (worker/agent/serving.h):
   // reported to the controller with the next heartbeat and on /metrics.
@@ -121,6 +144,7 @@ class EmbeddedWorker {
 
   const EmbeddedOptions options_;
   const std::unique_ptr<plane::Backend> backend_;
+  agent::WeightArenas arenas_;  // read by agent_'s sync thread
   agent::WorkerMetrics metrics_;
   std::unique_ptr<agent::WorkerAgent> agent_;
   // Null without options.local_socket; serves agent_, so it goes first.

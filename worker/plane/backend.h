@@ -21,6 +21,7 @@
 #include "worker/plane/fd_batch.h"
 #include "worker/plane/kv_store.h"
 #include "worker/plane/peer_writer.h"
+#include "worker/plane/swap_arena.h"
 #include "worker/plane/transport.h"
 #include "wsync/v1/controller.pb.h"
 #include "wsync/v1/worker_local.pb.h"
@@ -113,6 +114,12 @@ class Backend {
   bool CanWrite(const std::string& domain, const std::string& device_uuid) const;
   // Peer mappings the writer reaches more slowly than it could (metrics).
   virtual int64_t slow_peer_mappings() const { return 0; }
+
+  // A remappable arena of at least `bytes` bytes in this backend's memory
+  // (docs/commit-swap.md), named `name` in messages. UNIMPLEMENTED where the
+  // backend has none; RESOURCE_EXHAUSTED when the memory is not there.
+  virtual absl::StatusOr<std::unique_ptr<SwapArena>> NewSwapArena(int64_t bytes,
+                                                                  const std::string& name);
 };
 
 }  // namespace wsync::plane

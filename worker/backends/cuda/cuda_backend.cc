@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "worker/backends/cuda/cuda_peer_writer.h"
+#include "worker/backends/cuda/cuda_swap_arena.h"
 #include "worker/backends/cuda/nccl_transport.h"
 #include "worker/backends/cuda/vmm_import.h"
 #include "worker/plane/memory_domain.h"
@@ -174,6 +175,11 @@ absl::StatusOr<std::unique_ptr<plane::Backend>> CreateCudaBackend(
     const plane::BackendConfig& config) {
   ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> b, CudaBackend::Create(config.device));
   return std::unique_ptr<plane::Backend>(std::move(b));
+}
+
+absl::StatusOr<std::unique_ptr<plane::SwapArena>> CudaBackend::NewSwapArena(
+    int64_t bytes, const std::string& name) {
+  return NewCudaSwapArena(device(), bytes, name);
 }
 
 }  // namespace wsync::cuda

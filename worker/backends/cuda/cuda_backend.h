@@ -41,6 +41,9 @@ class CudaBackend : public plane::Backend {
   // `ops` must be this backend's CudaDataOps.
   absl::StatusOr<std::unique_ptr<exec::PeerWriter>> NewPeerWriter(exec::DataOps& ops) override;
   std::string MemoryDomain() const override;
+  // cuMem arenas on this device (cuda_swap_arena.h).
+  absl::StatusOr<std::unique_ptr<plane::SwapArena>> NewSwapArena(int64_t bytes,
+                                                                 const std::string& name) override;
   std::vector<std::string> WritableDevices() const override { return ipc_->writable_uuids(); }
   int64_t slow_peer_mappings() const override { return ipc_->slow_peer_mappings(); }
 

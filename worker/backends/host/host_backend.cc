@@ -8,6 +8,7 @@
 #include "worker/backends/host/gloo_transport.h"
 #include "worker/backends/host/host_data_ops.h"
 #include "worker/backends/host/host_peer_writer.h"
+#include "worker/backends/host/host_swap_arena.h"
 #include "worker/backends/host/shm_mapping.h"
 #include "worker/plane/memory_domain.h"
 
@@ -93,6 +94,11 @@ std::string HostBackend::MemoryDomain() const { return plane::HostMemoryDomain()
 absl::StatusOr<std::unique_ptr<plane::Backend>> CreateHostBackend(
     const plane::BackendConfig& config) {
   return std::make_unique<HostBackend>(config);
+}
+
+absl::StatusOr<std::unique_ptr<plane::SwapArena>> HostBackend::NewSwapArena(
+    int64_t bytes, const std::string& name) {
+  return NewHostSwapArena(bytes, name);
 }
 
 }  // namespace wsync::host

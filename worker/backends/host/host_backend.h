@@ -29,6 +29,9 @@ class HostBackend : public plane::Backend {
       const plane::ConnectOptions& options) override;
   absl::StatusOr<std::unique_ptr<exec::PeerWriter>> NewPeerWriter(exec::DataOps& ops) override;
   std::string MemoryDomain() const override;
+  // memfd arenas (host_swap_arena.h).
+  absl::StatusOr<std::unique_ptr<plane::SwapArena>> NewSwapArena(int64_t bytes,
+                                                                 const std::string& name) override;
 
  private:
   const plane::BackendConfig config_;

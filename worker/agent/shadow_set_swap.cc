@@ -1,0 +1,184 @@
+// ShadowSet's swap commits (docs/commit-swap.md): the shadow of a part whose
+// destinations all lie in one weight arena is a twin of that arena; the
+// commit exchanges the two arenas' memory.
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/status_macros.h"
+#include "worker/agent/shadow_set.h"
+#include "worker/agent/shadow_views.h"
+
+namespace wsync::agent {
+namespace {
+
+using shadow_views::Bytes;
+using shadow_views::Dense;
+using shadow_views::ModeName;
+
+// The bytes [begin, end) of `v` inside a buffer of `extent` bytes, or false
+// when `v` is not dense or leaves the extent (overflow-safe).
+bool DenseRange(const v1::TensorView& v, int64_t extent, int64_t* begin, int64_t* end) {
+  if (!Dense(v) || v.byte_offset() < 0) return false;
+  int64_t n = DTypeSize(v.dtype());
+  if (n <= 0) return false;
+  for (int64_t s : v.shape()) {
+    if (s < 0 || __builtin_mul_overflow(n, s, &n)) return false;
+  }
+  if (__builtin_add_overflow(v.byte_offset(), n, end) || *end > extent) return false;
+  *begin = v.byte_offset();
+  return true;
+}
+
+// Offset of `p` in `arena` (it lies inside).
+int64_t OffsetIn(const plane::SwapArena& arena, const void* p) {
+  return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) -
+                              reinterpret_cast<uintptr_t>(arena.base()));
+}
+
+}  // namespace
+
+std::shared_ptr<plane::SwapArena> ShadowSet::SwapArenaFor(
+    const std::map<std::string, BufferWrites>& writes, v1::StagingMode mode,
+    const exec::BufferRegistry& live) const {
+  if (arenas_ == nullptr || writes.empty()) return nullptr;
+  std::shared_ptr<plane::SwapArena> arena;
+  for (const auto& [name, w] : writes) {
+    const exec::RegisteredBuffer* b = live.Find(exec::BufferSide::kDestination, name);
+    if (b == nullptr || b->bytes < w.extent) return nullptr;  // the copy path names it
+    if (arena == nullptr) {
+      arena = arenas_->Find(b->data, w.extent);
+      if (arena == nullptr) return nullptr;
+    } else if (!arena->Contains(b->data, w.extent)) {
+      return nullptr;
+    }
+    for (const v1::TensorView& v : w.views) {
+      int64_t begin = 0, end = 0;
+      if (!DenseRange(v, w.extent, &begin, &end)) return nullptr;
+    }
+  }
+  // A host arena holds host memory: any shadow mode swaps it; a device
+  // arena swaps for device_shadow only (host_shadow asks for host memory).
+  if (mode == v1::STAGING_HOST_SHADOW && arena->device() >= 0) return nullptr;
+  return arena;
+}
+
+absl::Status ShadowSet::PrepareSwap(const std::map<std::string, BufferWrites>& writes,
+                                    v1::StagingMode mode, const exec::BufferRegistry& live,
+                                    const std::string& who,
+                                    std::shared_ptr<plane::SwapArena> arena) {
+  if (budget_bytes_ > 0 && arena->bytes() > budget_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        who, ": a staged sync (", ModeName(mode), ", swap commit) needs a twin of ",
+        arena->Describe(), ": ", arena->bytes(),
+        " bytes of shadow memory, over this worker's --staging_budget_bytes=", budget_bytes_));
+  }
+  bool same = twin_ != nullptr && arena_ == arena && mode == mode_ &&
+              live.generation() == live_generation_ && twin_extents_.size() == writes.size();
+  for (auto it = writes.begin(); same && it != writes.end(); ++it) {
+    auto e = twin_extents_.find(it->first);
+    same = e != twin_extents_.end() && e->second == it->second.extent;
+  }
+  if (!same) {
+    Clear();
+    arena_ = std::move(arena);
+    mode_ = mode;
+    if (absl::Status s = MakeTwin(writes, live, who); !s.ok()) {
+      Clear();
+      return s;
+    }
+  }
+  // A Discard needs no refill: the commit copies every byte the part does
+  // not write, and the part writes the others again.
+  dirty_ = false;
+  return PlanSwapCommit(writes, live, who);
+}
+
+absl::Status ShadowSet::MakeTwin(const std::map<std::string, BufferWrites>& writes,
+                                 const exec::BufferRegistry& live, const std::string& who) {
+  RETURN_IF_ERROR(EnsureOps());
+  auto twin = arena_->NewTwin(absl::StrCat(who, " twin"));
+  if (!twin.ok()) {
+    return absl::Status(twin.status().code(),
+                        absl::StrCat(who, ": the twin of ", arena_->Describe(),
+                                     " for a swap commit: ", twin.status().message()));
+  }
+  twin_ = std::move(*twin);
+  exec::BufferRegistry reg = live;
+  auto* twin_base = static_cast<uint8_t*>(twin_->base());
+  for (const auto& [name, w] : writes) {
+    exec::RegisteredBuffer shadow = *live.Find(exec::BufferSide::kDestination, name);
+    shadow.data = twin_base + OffsetIn(*arena_, shadow.data);
+    shadow.bytes = w.extent;
+    RETURN_IF_ERROR(reg.Unregister(exec::BufferSide::kDestination, name));
+    RETURN_IF_ERROR(reg.Register(exec::BufferSide::kDestination, name, shadow));
+    twin_extents_[name] = w.extent;
+  }
+  registry_ = std::move(reg);
+  live_generation_ = live.generation();
+  bytes_ = twin_->bytes();
+  // Whole, once: the data ops may read a destination they write (a reduce
+  // into it) and must find the live bytes there.
+  const std::string arena_name = arena_->Describe();
+  return RunCopies({exec::CopyItem{Bytes(arena_->base(), arena_->bytes()),
+                                   Bytes(twin_->base(), twin_->bytes())}},
+                   {&arena_name}, "filling a swap commit's twin (live -> twin)");
+}
+
+absl::Status ShadowSet::PlanSwapCommit(const std::map<std::string, BufferWrites>& writes,
+                                       const exec::BufferRegistry& live, const std::string& who) {
+  commit_items_.clear();
+  commit_names_.clear();
+  commit_bytes_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> written;  // arena offsets
+  for (const auto& [name, w] : writes) {
+    const exec::RegisteredBuffer* b = live.Find(exec::BufferSide::kDestination, name);
+    if (b == nullptr) {
+      return absl::InternalError(absl::StrCat(who, ": no live buffer '", name, "'"));
+    }
+    const int64_t base = OffsetIn(*arena_, b->data);
+    for (const v1::TensorView& v : w.views) {
+      int64_t begin = 0, end = 0;
+      if (!DenseRange(v, w.extent, &begin, &end)) {
+        return absl::InternalError(
+            absl::StrCat(who, ": a view of '", name, "' is no longer a dense byte range"));
+      }
+      written.emplace_back(base + begin, base + end);
+    }
+  }
+  std::sort(written.begin(), written.end());
+  // The complement in [0, arena bytes): what survives from live.
+  auto* live_base = static_cast<uint8_t*>(arena_->base());
+  auto* twin_base = static_cast<uint8_t*>(twin_->base());
+  int64_t at = 0;
+  auto keep = [&](int64_t begin, int64_t end) {
+    if (end <= begin) return;
+    commit_items_.push_back(exec::CopyItem{Bytes(live_base + begin, end - begin),
+                                           Bytes(twin_base + begin, end - begin)});
+    commit_names_.push_back(nullptr);
+    commit_bytes_ += end - begin;
+  };
+  for (const auto& [begin, end] : written) {
+    keep(at, begin);
+    at = std::max(at, end);
+  }
+  keep(at, arena_->bytes());
+  return absl::OkStatus();
+}
+
+absl::Status ShadowSet::CommitSwap() {
+  RETURN_IF_ERROR(EnsureOps());
+  // The data ops' writes into the twin are done before anything moves.
+  if (absl::Status s = ops_->Synchronize(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("swap commit of ", arena_->Describe(),
+                                               ": waiting for the data ops: ", s.message()));
+  }
+  RETURN_IF_ERROR(RunCopies(commit_items_, commit_names_,
+                            "swap commit: copying the bytes the sync does not write (live -> "
+                            "twin)"));
+  return arena_->SwapWith(*twin_);
+}
+
+}  // namespace wsync::agent

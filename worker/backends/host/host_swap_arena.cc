@@ -1,0 +1,108 @@
+#include "worker/backends/host/host_swap_arena.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace wsync::host {
+namespace {
+
+std::string Errno(int e) { return absl::StrCat(std::strerror(e), " (errno ", e, ")"); }
+
+class HostSwapArena : public plane::SwapArena {
+ public:
+  HostSwapArena(std::string name, void* base, int64_t bytes, int fd)
+      : SwapArena(std::move(name), base, bytes), fd_(fd) {}
+  ~HostSwapArena() override {
+    munmap(base(), static_cast<size_t>(bytes()));
+    close(fd_);
+  }
+
+  int device() const override { return -1; }
+
+  absl::StatusOr<std::unique_ptr<plane::SwapArena>> NewTwin(
+      const std::string& name) const override {
+    return NewHostSwapArena(bytes(), name);
+  }
+
+  absl::Status SwapWith(plane::SwapArena& other) override {
+    auto* twin = dynamic_cast<HostSwapArena*>(&other);
+    if (twin == nullptr || twin->bytes() != bytes() || twin == this) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot swap ", Describe(), " with ", other.Describe(),
+          twin == this ? ": the same arena" : ": a twin must be a host arena of the same size"));
+    }
+    if (absl::Status s = MapOver(base(), twin->fd_); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("swapping ", Describe(), " with ",
+                                                 twin->Describe(), ": ", s.message()));
+    }
+    if (absl::Status s = MapOver(twin->base(), fd_); !s.ok()) {
+      // Give this range its own memory back: nothing changed then.
+      absl::Status back = MapOver(base(), fd_);
+      return absl::Status(
+          s.code(),
+          absl::StrCat("swapping ", Describe(), " with ", twin->Describe(), ": ", s.message(),
+                       back.ok() ? "; both keep their memory"
+                                 : absl::StrCat("; restoring the first failed too, ",
+                                                "its range is unusable: ", back.message())));
+    }
+    std::swap(fd_, twin->fd_);
+    return absl::OkStatus();
+  }
+
+ protected:
+  const char* kind() const override { return "host"; }
+
+ private:
+  // Maps the whole of `fd` over [at, at + bytes()), replacing what is there.
+  absl::Status MapOver(void* at, int fd) const {
+    void* p = mmap(at, static_cast<size_t>(bytes()), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                   fd, 0);
+    if (p == MAP_FAILED) {
+      const int e = errno;
+      return absl::Status(
+          e == ENOMEM ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kInternal,
+          absl::StrCat("mmap MAP_FIXED at ", absl::Hex(reinterpret_cast<uintptr_t>(at)), ": ", Errno(e)));
+    }
+    return absl::OkStatus();
+  }
+
+  int fd_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<plane::SwapArena>> NewHostSwapArena(int64_t bytes,
+                                                                   const std::string& name) {
+  const std::string what = absl::StrCat("host arena '", name, "'");
+  const long page = sysconf(_SC_PAGESIZE);
+  absl::StatusOr<int64_t> size =
+      plane::RoundArenaBytes(bytes, page > 0 ? page : plane::kSwapArenaAlignment, what);
+  if (!size.ok()) return size.status();
+  const int fd = memfd_create(absl::StrCat("wsync-arena-", name).c_str(), MFD_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": memfd_create: ", Errno(e)));
+  }
+  if (ftruncate(fd, *size) != 0) {
+    const int e = errno;
+    close(fd);
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": sizing its memfd to ", *size, " bytes: ", Errno(e)));
+  }
+  void* base = mmap(nullptr, static_cast<size_t>(*size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int e = errno;
+    close(fd);
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": mapping ", *size, " bytes: ", Errno(e)));
+  }
+  return std::unique_ptr<plane::SwapArena>(new HostSwapArena(name, base, *size, fd));
+}
+
+}  // namespace wsync::host

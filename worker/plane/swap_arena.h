@@ -1,0 +1,79 @@
+// Remappable weight arenas (docs/commit-swap.md): a reserved address range
+// backed by physical memory that can exchange its backing with a twin of the
+// same size, both addresses staying valid. An owner allocates its weights in
+// one arena; a staged sync writes the new version into a twin and commits by
+// swapping the backings (no byte of the arena is copied), so the live
+// address serves the new version and the twin's address holds the old one.
+//
+// Contract of every implementation (tests/worker/plane/swap_arena_conformance.h):
+// - base() stays the same for the arena's life and is aligned to at least
+//   kSwapArenaAlignment; bytes() is the size asked for, rounded up to the
+//   implementation's granularity (never less).
+// - SwapWith(twin): afterwards the bytes read at base() are those the twin
+//   held before, and the twin's base() reads what this arena held; neither
+//   address changes, pointers into either stay valid, and views over them
+//   (numpy, torch) see the exchanged data. No one may read or write either
+//   range during the swap. On error both ranges keep (or get back) their
+//   own backing and the status names both arenas.
+// - Destruction unmaps the range and frees the backing. The owner must not
+//   use a pointer into the arena after that.
+// Not thread-safe: one thread swaps at a time (the sync runner's).
+#ifndef WSYNC_WORKER_PLANE_SWAP_ARENA_H_
+#define WSYNC_WORKER_PLANE_SWAP_ARENA_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace wsync::plane {
+
+// Every arena's base is aligned to this (covers every dtype and vector load).
+inline constexpr int64_t kSwapArenaAlignment = 4096;
+
+class SwapArena {
+ public:
+  virtual ~SwapArena() = default;
+  SwapArena(const SwapArena&) = delete;
+  SwapArena& operator=(const SwapArena&) = delete;
+
+  void* base() const { return base_; }
+  int64_t bytes() const { return bytes_; }
+  // CUDA device of the memory; -1: host memory.
+  virtual int device() const = 0;
+  // For messages: "host arena 'NAME' (N bytes at 0x...)".
+  std::string Describe() const;
+  // Whether [data, data + bytes) lies inside this arena (overflow-safe).
+  bool Contains(const void* data, int64_t bytes) const;
+
+  // A new arena of the same kind, device and size (its content undefined),
+  // named `name`: the twin a staged sync writes into.
+  virtual absl::StatusOr<std::unique_ptr<SwapArena>> NewTwin(const std::string& name) const = 0;
+  // Exchanges the backing of this arena and `twin` (see the contract above).
+  // INVALID_ARGUMENT when the twin is of another kind, device or size.
+  virtual absl::Status SwapWith(SwapArena& twin) = 0;
+
+ protected:
+  SwapArena(std::string name, void* base, int64_t bytes)
+      : name_(std::move(name)), base_(base), bytes_(bytes) {}
+  virtual const char* kind() const = 0;  // "host", "cuda"
+  const std::string& name() const { return name_; }
+
+ private:
+  const std::string name_;
+  void* const base_;
+  const int64_t bytes_;
+};
+
+// Rounds `bytes` up to a multiple of `granularity` (a power of two or any
+// positive value); INVALID_ARGUMENT naming `what` for a size <= 0 or one
+// whose rounding overflows int64.
+absl::StatusOr<int64_t> RoundArenaBytes(int64_t bytes, int64_t granularity,
+                                        const std::string& what);
+
+}  // namespace wsync::plane
+
+#endif  // WSYNC_WORKER_PLANE_SWAP_ARENA_H_

@@ -240,7 +240,9 @@ TEST(DirectWritesMailboxTest, ASilentOrAbortedPeerEndsThePollBounded) {
     EXPECT_EQ(s.code(), abort ? absl::StatusCode::kCancelled : absl::StatusCode::kDeadlineExceeded)
         << s;
     EXPECT_NE(s.message().find("ready tokens"), std::string::npos) << s;
-    if (!abort) EXPECT_NE(s.message().find("peer 1"), std::string::npos) << s;
+    if (!abort) {
+      EXPECT_NE(s.message().find("peer 1"), std::string::npos) << s;
+    }
   }
 }
 

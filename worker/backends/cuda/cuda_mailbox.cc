@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/backends/cuda/cuda_status.h"
@@ -22,7 +24,20 @@ constexpr size_t kUuidOffset = 16;
 constexpr size_t kUuidBytes = 64;
 constexpr size_t kHandleOffset = kUuidOffset + kUuidBytes;
 constexpr size_t kBytes = exec::PeerWriter::kMailboxDescriptorBytes;
-static_assert(kHandleOffset + sizeof(cudaIpcMemHandle_t) <= kBytes, "descriptor too small");
+constexpr size_t kProcessOffset = kHandleOffset + sizeof(cudaIpcMemHandle_t);
+constexpr size_t kPointerOffset = kProcessOffset + 8;
+static_assert(kPointerOffset + 8 <= kBytes, "descriptor too small");
+
+// A random number per process: a descriptor of this process names memory it
+// reaches without CUDA IPC (which refuses handles of its own process). Not
+// the pid: processes of other PID namespaces may share it.
+uint64_t ProcessNonce() {
+  static const uint64_t nonce = [] {
+    std::random_device rd;
+    return (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  }();
+  return nonce;
+}
 
 }  // namespace
 
@@ -38,7 +53,7 @@ CudaMailboxes::~CudaMailboxes() {
 }
 
 void CudaMailboxes::ClosePeer(PeerBox& box) {
-  if (box.base == nullptr) return;
+  if (box.base == nullptr || !box.ipc) return;
   DeviceGuard guard(device_);
   const cudaError_t err = cudaIpcCloseMemHandle(box.base);
   if (err != cudaSuccess && err != cudaErrorCudartUnloading) {
@@ -70,6 +85,10 @@ absl::StatusOr<std::string> CudaMailboxes::CreateMailbox(int64_t slots) {
   for (int b = 0; b < 8; ++b) d[8 + b] = static_cast<char>((n >> (8 * b)) & 0xff);
   std::memcpy(d.data() + kUuidOffset, uuid.data(), std::min(uuid.size(), kUuidBytes - 1));
   std::memcpy(d.data() + kHandleOffset, &handle, sizeof(handle));
+  const uint64_t nonce = ProcessNonce();
+  const uint64_t ptr = reinterpret_cast<uintptr_t>(own_.data());
+  std::memcpy(d.data() + kProcessOffset, &nonce, 8);
+  std::memcpy(d.data() + kPointerOffset, &ptr, 8);
   own_slots_ = slots;
   return d;
 }
@@ -93,14 +112,23 @@ absl::Status CudaMailboxes::OpenPeer(int32_t peer, const std::string& descriptor
     return absl::InvalidArgumentError(absl::StrCat(what, ": its GPU UUID is not terminated"));
   }
   const std::string uuid(uuid_begin, static_cast<const char*>(nul) - uuid_begin);
-  cudaIpcMemHandle_t handle;
-  std::memcpy(&handle, descriptor.data() + kHandleOffset, sizeof(handle));
+  uint64_t nonce = 0, ptr = 0;
+  std::memcpy(&nonce, descriptor.data() + kProcessOffset, 8);
+  std::memcpy(&ptr, descriptor.data() + kPointerOffset, 8);
   DeviceGuard guard(device_);
-  void* base = nullptr;
-  WSYNC_CUDA_RETURN_IF_ERROR(
-      cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess),
-      absl::StrCat("opening ", what, " (its mailbox on GPU ", uuid, ") on device ", device_));
-  PeerBox box{base, static_cast<int64_t>(n)};
+  PeerBox box{nullptr, static_cast<int64_t>(n), true};
+  if (nonce == ProcessNonce()) {
+    // A peer of this process (workers as threads): its memory is reachable
+    // as is (posts copy with cudaMemcpyDefault).
+    box.base = reinterpret_cast<void*>(ptr);
+    box.ipc = false;
+  } else {
+    cudaIpcMemHandle_t handle;
+    std::memcpy(&handle, descriptor.data() + kHandleOffset, sizeof(handle));
+    WSYNC_CUDA_RETURN_IF_ERROR(
+        cudaIpcOpenMemHandle(&box.base, handle, cudaIpcMemLazyEnablePeerAccess),
+        absl::StrCat("opening ", what, " (its mailbox on GPU ", uuid, ") on device ", device_));
+  }
   // The peer's claimed slot count bounds the posts: check it against the
   // allocation mapped, or a wrong claim would let a post write past it.
   auto api = GetDriverApi();
@@ -108,10 +136,11 @@ absl::Status CudaMailboxes::OpenPeer(int32_t peer, const std::string& descriptor
   size_t mapped_bytes = 0;
   absl::Status size_ok =
       api.ok() ? CuStatus((*api)->cuMemGetAddressRange(&mapped_base, &mapped_bytes,
-                                                       reinterpret_cast<CUdeviceptr>(base)),
+                                                       reinterpret_cast<CUdeviceptr>(box.base)),
                           absl::StrCat("size of ", what, "'s mailbox"))
                : api.status();
-  if (size_ok.ok() && mapped_bytes < n * 8) {
+  if (size_ok.ok() && (mapped_base != reinterpret_cast<CUdeviceptr>(box.base) ||
+                       mapped_bytes < n * 8)) {
     size_ok = absl::InvalidArgumentError(absl::StrCat(
         what, " declares ", n, " slots but the mapped allocation has ", mapped_bytes, " bytes"));
   }
@@ -139,8 +168,8 @@ absl::Status CudaMailboxes::Post(int32_t peer, int64_t slot, uint64_t value) {
   uint64_t* src = static_cast<uint64_t*>(pinned_.data());
   *src = value;
   WSYNC_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(static_cast<uint64_t*>(it->second.base) + slot, src, 8,
-                      cudaMemcpyHostToDevice, stream_.get()),
+      cudaMemcpyAsync(static_cast<uint64_t*>(it->second.base) + slot, src, 8, cudaMemcpyDefault,
+                      stream_.get()),
       absl::StrCat("posting to worker ", peer, "'s mailbox from device ", device_));
   return stream_.Synchronize();
 }

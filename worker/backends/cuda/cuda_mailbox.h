@@ -8,7 +8,10 @@
 //
 // Descriptor (PeerWriter::kMailboxDescriptorBytes): the magic "WSMBXC01",
 // the slot count (8 bytes, little endian), the owner's GPU UUID
-// (NUL-terminated in 64 bytes), the cudaIpcMemHandle_t (64 bytes), zeros.
+// (NUL-terminated in 64 bytes), the cudaIpcMemHandle_t (64 bytes), a random
+// number of the owner's process and the mailbox's device pointer (8 bytes
+// each), zeros. A peer in the same process (workers as threads: CUDA IPC
+// refuses one's own handles) uses the pointer directly.
 #ifndef WSYNC_WORKER_BACKENDS_CUDA_CUDA_MAILBOX_H_
 #define WSYNC_WORKER_BACKENDS_CUDA_CUDA_MAILBOX_H_
 
@@ -39,6 +42,7 @@ class CudaMailboxes {
   struct PeerBox {
     void* base = nullptr;
     int64_t slots = 0;
+    bool ipc = true;  // opened by CUDA IPC (else a peer of this process)
   };
   explicit CudaMailboxes(int device) : device_(device) {}
   void ClosePeer(PeerBox& box);

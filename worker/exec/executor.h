@@ -381,7 +381,7 @@ class Executor {
   std::set<int32_t> mailbox_peers_;
   std::map<int32_t, uint64_t> mailbox_seq_;
   std::map<int64_t, uint64_t> mailbox_seen_;  // by own slot: the value last consumed
-  bool mailbox_sync_ = false;  // the current sync's tokens use the mailboxes
+  bool mailbox_sync_ = false;                 // the current sync's tokens use the mailboxes
   bool direct_failed_ = false;
 };
 

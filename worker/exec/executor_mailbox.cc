@@ -50,9 +50,10 @@ absl::Status Executor::EnsureMailboxes(const BoundPlan& plan, absl::Time deadlin
     if (mailbox_peers_.count(p) == 0) fresh.push_back(p);
   }
   if (fresh.empty()) return absl::OkStatus();
-  const std::string where =
-      absl::StrCat("worker ", plan.worker, ": direct-write ready tokens (mailbox descriptors with "
-                   "workers ", absl::StrJoin(fresh, ","), ")");
+  const std::string where = absl::StrCat("worker ", plan.worker,
+                                         ": direct-write ready tokens (mailbox descriptors with "
+                                         "workers ",
+                                         absl::StrJoin(fresh, ","), ")");
   const int32_t size = transport_->size();
   for (int32_t p : fresh) {
     if (p < 0 || p >= size || p == plan.worker) {
@@ -140,9 +141,9 @@ absl::Status Executor::AwaitSlot(const std::string& where, int32_t peer, int64_t
     }
     if (got != before) {
       return absl::InternalError(absl::StrCat(
-          where, ": peer ", peer, " posted ", what, " sequence ", got, " where this worker expects ",
-          want, " (last ", before, "): the two sides' syncs diverged (", got > want ? "a future" : "a past",
-          " sequence)"));
+          where, ": peer ", peer, " posted ", what, " sequence ", got,
+          " where this worker expects ", want, " (last ", before,
+          "): the two sides' syncs diverged (", got > want ? "a future" : "a past", " sequence)"));
     }
     if (aborted_.load()) {
       absl::MutexLock lock(&mu_);

@@ -104,8 +104,8 @@ TEST(DirectWritesMailboxTest, ManySyncsRunNoTransportRoundAfterTheExchange) {
       const int before = rounds[0].load();
       auto results = c.Run(plan, absl::Seconds(30));
       for (int w = 0; w < 2; ++w) {
-        ASSERT_TRUE(results[w].ok()) << "run " << run << " worker " << w << ": "
-                                     << results[w].status();
+        ASSERT_TRUE(results[w].ok())
+            << "run " << run << " worker " << w << ": " << results[w].status();
         EXPECT_EQ(results[w]->bytes_put, kN * 4);
         EXPECT_EQ(results[w]->bytes_put_into, kN * 4);
         EXPECT_EQ(results[w]->mailbox_exchanged, mailbox && run == 0);
@@ -171,7 +171,8 @@ TEST(DirectWritesMailboxTest, TheReceiverFinishesOnlyAfterTheWritersPutsWereFenc
       receiver_done = absl::Now();
       const float* d = c.Data<float>(1, kDst, "s");
       bytes_ok = true;
-      for (int64_t i = 0; i < kN; ++i) bytes_ok = bytes_ok && d[i] == static_cast<float>(run * 7 + i);
+      for (int64_t i = 0; i < kN; ++i)
+        bytes_ok = bytes_ok && d[i] == static_cast<float>(run * 7 + i);
     });
     ASSERT_TRUE(results[0].ok()) << results[0].status();
     ASSERT_TRUE(results[1].ok()) << results[1].status();

@@ -296,9 +296,8 @@ TEST_P(PeerWriterConformanceTest, PostsLandInThePeersSlotsAfterFencedPuts) {
   const std::vector<uint8_t> bytes = CastFrom(TestFloats(kRows * kCols, 77), v1::FP32);
   auto src = Upload(bytes);
   auto dst = Upload(std::vector<uint8_t>(bytes.size(), 0), /*peer=*/true);
-  const std::vector<exec::CopyItem> items = {
-      {View2D(src.get(), v1::FP32, kRows, kCols, kCols, 1),
-       View2D(dst.get(), v1::FP32, kRows, kCols, kCols, 1)}};
+  const std::vector<exec::CopyItem> items = {{View2D(src.get(), v1::FP32, kRows, kCols, kCols, 1),
+                                              View2D(dst.get(), v1::FP32, kRows, kCols, kCols, 1)}};
   ASSERT_TRUE(writer().Put(items, {}, /*alone=*/false).ok());
   ASSERT_TRUE(writer().Fence().ok());
   ASSERT_TRUE(writer().Post(1, 2, 7).ok());

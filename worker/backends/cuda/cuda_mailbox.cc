@@ -76,8 +76,9 @@ absl::StatusOr<std::string> CudaMailboxes::CreateMailbox(int64_t slots) {
                              absl::StrCat("zeroing the mailbox on device ", device_));
   RETURN_IF_ERROR(stream_.Synchronize());
   cudaIpcMemHandle_t handle;
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&handle, own_.data()),
-                             absl::StrCat("cudaIpcGetMemHandle of the mailbox on device ", device_));
+  WSYNC_CUDA_RETURN_IF_ERROR(
+      cudaIpcGetMemHandle(&handle, own_.data()),
+      absl::StrCat("cudaIpcGetMemHandle of the mailbox on device ", device_));
   ASSIGN_OR_RETURN(const std::string uuid, DeviceUuid(device_));
   std::string d(kBytes, '\0');
   std::memcpy(d.data(), kMagic, sizeof(kMagic));
@@ -139,8 +140,8 @@ absl::Status CudaMailboxes::OpenPeer(int32_t peer, const std::string& descriptor
                                                        reinterpret_cast<CUdeviceptr>(box.base)),
                           absl::StrCat("size of ", what, "'s mailbox"))
                : api.status();
-  if (size_ok.ok() && (mapped_base != reinterpret_cast<CUdeviceptr>(box.base) ||
-                       mapped_bytes < n * 8)) {
+  if (size_ok.ok() &&
+      (mapped_base != reinterpret_cast<CUdeviceptr>(box.base) || mapped_bytes < n * 8)) {
     size_ok = absl::InvalidArgumentError(absl::StrCat(
         what, " declares ", n, " slots but the mapped allocation has ", mapped_bytes, " bytes"));
   }
@@ -184,10 +185,9 @@ absl::StatusOr<uint64_t> CudaMailboxes::Read(int64_t slot) {
   }
   DeviceGuard guard(device_);
   uint64_t* dst = static_cast<uint64_t*>(pinned_.data()) + 1;
-  WSYNC_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(dst, static_cast<const uint64_t*>(own_.data()) + slot, 8,
-                      cudaMemcpyDeviceToHost, stream_.get()),
-      absl::StrCat("reading the mailbox on device ", device_));
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, static_cast<const uint64_t*>(own_.data()) + slot,
+                                             8, cudaMemcpyDeviceToHost, stream_.get()),
+                             absl::StrCat("reading the mailbox on device ", device_));
   RETURN_IF_ERROR(stream_.Synchronize());
   return *dst;
 }

@@ -48,9 +48,8 @@ absl::StatusOr<std::unique_ptr<HostMailbox>> HostMailbox::Create(int64_t slots) 
                                                    exec::PeerWriter::kMaxMailboxSlots, ")"));
   }
   static std::atomic<uint64_t> counter{0};
-  const std::string name =
-      absl::StrCat(kPrefix, getpid(), "-", counter.fetch_add(1), "-",
-                   absl::ToUnixNanos(absl::Now()) & 0xffffffffff);
+  const std::string name = absl::StrCat(kPrefix, getpid(), "-", counter.fetch_add(1), "-",
+                                        absl::ToUnixNanos(absl::Now()) & 0xffffffffff);
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) {
     return absl::InternalError(

@@ -72,8 +72,8 @@ absl::StatusOr<uint64_t> HostPeerWriter::ReadMailbox(int64_t slot) {
     return absl::FailedPreconditionError("reading this writer's mailbox: none was created");
   }
   if (slot < 0 || slot >= mailbox_->slots()) {
-    return absl::OutOfRangeError(
-        absl::StrCat("reading slot ", slot, " outside this writer's mailbox of ", mailbox_->slots()));
+    return absl::OutOfRangeError(absl::StrCat(
+        "reading slot ", slot, " outside this writer's mailbox of ", mailbox_->slots()));
   }
   return mailbox_->Load(slot);
 }

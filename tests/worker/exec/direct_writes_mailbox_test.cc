@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "controller/plan/routes.h"
 #include "gtest/gtest.h"
 #include "tests/worker/exec/cluster.h"
 #include "tests/worker/exec/plan_builder.h"
@@ -278,6 +279,45 @@ TEST(DirectWritesMailboxTest, ASequenceFromAnotherSyncIsAnError) {
       << s;
   EXPECT_NE(s.message().find("a future sequence"), std::string::npos) << s;
   ASSERT_FALSE(results[1].ok()) << "worker 1 must not report success";
+}
+
+// The warm-up exchanges the descriptors: the first sync then runs no
+// transport round either.
+TEST(DirectWritesMailboxTest, TheWarmUpExchangesTheDescriptors) {
+  constexpr int64_t kN = 256;
+  Cluster c(2);
+  const v1::Plan plan = Exchange(c, kN);
+  ASSERT_TRUE(c.Connect().ok());
+  v1::Plan routed = plan;
+  plan::MarkPeerWrites({{0, 1}, {1, 0}}, &routed);
+  std::vector<absl::Status> warm(2);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      DirectWrites direct;
+      direct.ready_token = 1000 + w;
+      direct.peer_buffers[1 - w] = &c.registry(1 - w);
+      direct.expected_ready_tokens[1 - w] = 1000 + (1 - w);
+      auto bound = BindPlan(routed, w, c.registry(w), MemorySpace::kHost, &direct);
+      if (!bound.ok()) {
+        warm[w] = bound.status();
+        return;
+      }
+      auto greeted = c.executor(w).WarmUp(**bound, c.registry(w).generation(),
+                                          absl::Now() + absl::Seconds(30));
+      warm[w] = greeted.status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(warm[0].ok()) << warm[0];
+  ASSERT_TRUE(warm[1].ok()) << warm[1];
+  Fill(c, kN, 3);
+  auto results = c.Run(plan, absl::Seconds(30));
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_TRUE(results[w].ok()) << results[w].status();
+    EXPECT_FALSE(results[w]->mailbox_exchanged) << "worker " << w;
+  }
+  ExpectExchanged(c, kN, 3);
 }
 
 }  // namespace

@@ -201,7 +201,9 @@ class Executor {
   // way, direct-write peers), so that a transport connecting peer pairs on
   // their first message (NCCL) has connected them. The peers must warm up
   // their own parts of the same routed plan (the peer sets are symmetric).
-  // Returns how many peers it greeted; errors as Run's (a failure leaves the
+  // With mailbox tokens it then exchanges the mailbox descriptors with the
+  // direct-write peers not met before (a second round), so the first sync
+  // posts its tokens at once. Returns how many peers it greeted; errors as Run's (a failure leaves the
   // transport unusable).
   absl::StatusOr<int32_t> WarmUp(const BoundPlan& plan, uint64_t registry_generation,
                                  absl::Time deadline);

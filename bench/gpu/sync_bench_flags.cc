@@ -63,6 +63,8 @@ int ParseFlags(int argc, char** argv, Flags* f) {
       f->reserved_sms = std::stoi(v);
     else if (k == "--early-local-rounds")
       f->early_local_rounds = std::stoi(v);
+    else if (k == "--mailbox")
+      f->mailbox = v != "0";
     else if (k == "--timeline")
       f->timeline = std::stoi(v) != 0;
     else if (k == "--slab-round-kib")

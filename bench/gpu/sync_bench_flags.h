@@ -42,7 +42,8 @@ struct Flags {
   int put_copy_streams = 4;                  // CudaDataOps::Options::put_copy_streams
   int reserved_sms = 0;                      // CudaDataOps::Options::reserved_sms
   int early_local_rounds = exec::ExecutorOptions().early_local_rounds;
-  bool timeline = false;  // print each timed sync's device timeline
+  bool mailbox = exec::ExecutorOptions().mailbox_tokens;  // --mailbox
+  bool timeline = false;                                  // print each timed sync's device timeline
   // Staged syncs (bench/gpu/staged_run.h): where receivers write, and
   // whether every network bucket is checksummed on both sides.
   v1::StagingMode staging = v1::STAGING_IN_PLACE;

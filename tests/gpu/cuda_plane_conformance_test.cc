@@ -62,6 +62,7 @@ class CudaDataOpsFactory : public DataOpsTestFactory {
 class CudaPeerWriterFactory : public PeerWriterTestFactory {
  public:
   std::string Name() const override { return "CudaPeer"; }
+  bool MailboxLoopback() const override { return true; }
   std::string Unavailable() override { return NoGpu(); }
   std::shared_ptr<uint8_t> Allocate(size_t bytes) override { return DeviceAllocate(0, bytes); }
   void Write(void* dst, const void* host, size_t bytes) override { DeviceWrite(dst, host, bytes); }

@@ -100,6 +100,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   RETURN_IF_ERROR(PrepareStaging(plan));
   RETURN_IF_ERROR(ResetHashes(plan));
   unwaited_round_ = -1;
+  mailbox_sync_ = false;
   SyncState sync(plan, deadline, progress);
   // With direct writes the sync waits for its local work once, after the
   // puts and the done tokens: the last round does not drain the device.
@@ -125,6 +126,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
     if (absl::Status s = StartDirectWrites(plan, deadline, queue_local_rounds, sync.stats);
         !s.ok()) {
       CleanUpAfterFailure(direct);
+      PostMailboxFailure(plan);
       return s;
     }
     if (sync.progress_held && progress) progress(sync.p);
@@ -132,6 +134,7 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   while (sync.next < plan.rounds.size()) {
     if (absl::Status s = Step(sync); !s.ok()) {
       CleanUpAfterFailure(direct);
+      if (direct) PostMailboxFailure(plan);
       return s;
     }
   }

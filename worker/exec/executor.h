@@ -24,11 +24,29 @@
 //
 // Direct writes (BoundPlan.puts, bound_plan.h DirectWrites): before round 0
 // the worker exchanges ready tokens (receivers -> the senders that write
-// them; PeerWriter token slots over the transport), queuing the leading
-// rounds that only copy locally once the tokens are posted; it then issues
-// every put at once (PeerWriter::Put: beside the rounds, no staging), runs
-// the other rounds, fences the puts, sends done tokens and waits for its
-// local work. A receiver's sync ends only after its done tokens arrived.
+// them), queuing the leading rounds that only copy locally once the tokens
+// are posted; it then issues every put at once (PeerWriter::Put: beside the
+// rounds, no staging), runs the other rounds, fences the puts, sends done
+// tokens and waits for its local work. A receiver's sync ends only after its
+// done tokens arrived.
+//
+// Tokens travel through peer mailboxes (PeerWriter's mailbox contract) where
+// the writer has them and ExecutorOptions::mailbox_tokens is on, else as
+// transport rounds (PeerWriter token slots). Mailboxes: the first sync (or
+// warm-up) with a direct-write peer not met before exchanges mailbox
+// descriptors with such peers in one transport round (tag kMailboxTag);
+// from then on each worker's mailbox holds, per peer worker id w, three
+// slots: 3w = the ready sequence w posted, 3w+1 its registration fingerprint
+// (posted first), 3w+2 the done sequence w posted after fencing its puts. A
+// sync's sequence with a peer is a per-peer counter both sides advance on
+// every sync between them, starting at 1 on a fresh executor. Precondition:
+// both sides run every such sync, which holds because any failed sync
+// leaves the transport unusable and the worker rebuilds the channel
+// (transport, writer and executor) before the next; the executor refuses
+// direct writes after a failed direct-write sync (FAILED_PRECONDITION). A
+// side that fails posts its sequence with kMailboxFailed set, so its peers
+// end promptly; a value from another sequence is an error naming it, and
+// polls end at the round's deadline or on Abort (a killed peer: bounded).
 //
 // A failed sync leaves destination buffers partly written: the caller must
 // not publish them (staged commit comes later). Any failure also leaves the
@@ -39,6 +57,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,6 +96,10 @@ struct ExecutorOptions {
   // sides of a pair must cut alike); 1 part: hashes after each round.
   int32_t landing_parts = 16;
   int64_t min_landing_part_bytes = int64_t{64} << 20;
+  // Direct-write tokens through peer mailboxes (see above) where the peer
+  // writer has them; off: a transport round each (the A/B baseline). Every
+  // worker of a transfer must use the same value.
+  bool mailbox_tokens = true;
 };
 
 struct Progress {
@@ -150,6 +174,10 @@ struct SyncStats {
   double token_seconds = 0;        // exchanging ready and done tokens with the peers
   double ready_token_seconds = 0;  // of which the ready tokens (and queuing local rounds)
   double local_wait_seconds = 0;   // after the done tokens, until the local work finished
+  // Mailbox reads while waiting for ready and done tokens (0 on token
+  // rounds), and whether this sync exchanged mailbox descriptors.
+  int64_t mailbox_polls = 0;
+  bool mailbox_exchanged = false;
 };
 
 class Executor {
@@ -173,7 +201,9 @@ class Executor {
   // way, direct-write peers), so that a transport connecting peer pairs on
   // their first message (NCCL) has connected them. The peers must warm up
   // their own parts of the same routed plan (the peer sets are symmetric).
-  // Returns how many peers it greeted; errors as Run's (a failure leaves the
+  // With mailbox tokens it then exchanges the mailbox descriptors with the
+  // direct-write peers not met before (a second round), so the first sync
+  // posts its tokens at once. Returns how many peers it greeted; errors as Run's (a failure leaves the
   // transport unusable).
   absl::StatusOr<int32_t> WarmUp(const BoundPlan& plan, uint64_t registry_generation,
                                  absl::Time deadline);
@@ -281,10 +311,38 @@ class Executor {
   // for the local work.
   absl::Status FinishDirectWrites(const BoundPlan& plan, absl::Time deadline, SyncStats& stats);
 
+  // Mailboxes (executor_mailbox.cc). Whether this sync's tokens use them.
+  bool UseMailbox(const BoundPlan& plan) const;
+  // Exchanges descriptors with the plan's direct-write peers not met before
+  // (one transport round; none if all were met).
+  // `on_posted` as in Transport::RunRound (not called without a round).
+  absl::Status EnsureMailboxes(const BoundPlan& plan, absl::Time deadline,
+                               const std::function<void()>& on_posted, SyncStats* stats);
+  // Advances the sequence of every direct-write peer of `plan` into
+  // mailbox_seq_.
+  absl::Status BeginMailboxSync(const BoundPlan& plan);
+  // Ready: posts to the writers, runs `on_posted`, then waits for the
+  // receivers' and checks their fingerprints. Done: posts to the receivers,
+  // waits for the writers'.
+  absl::Status MailboxReady(const BoundPlan& plan, absl::Time deadline,
+                            const std::function<void()>& on_posted, SyncStats& stats);
+  absl::Status MailboxDone(const BoundPlan& plan, absl::Time deadline, SyncStats& stats);
+  // Polls slot 3 * peer + offset of this worker's mailbox until it holds
+  // `want`; errors name `where` and the peer.
+  absl::Status AwaitSlot(const std::string& where, int32_t peer, int64_t offset, uint64_t want,
+                         absl::Time deadline, SyncStats& stats);
+  // After a failed direct-write sync on mailboxes: the peers still waiting
+  // learn it, and later direct-write syncs are refused (BeginMailboxSync).
+  void PostMailboxFailure(const BoundPlan& plan);
+  std::string TokenWhere(const BoundPlan& plan, bool ready) const;
+
   // Tags of the token messages: bucket ids are >= 0.
   static constexpr int64_t kReadyTokenTag = -1;
   static constexpr int64_t kDoneTokenTag = -2;
   static constexpr int64_t kWarmUpTag = -3;
+  static constexpr int64_t kMailboxTag = -4;
+  // Set in a posted sequence by a side that failed that sync.
+  static constexpr uint64_t kMailboxFailed = uint64_t{1} << 63;
 
   transport::Transport* const transport_;
   DataOps* const ops_;
@@ -317,6 +375,16 @@ class Executor {
   // The prepared lists of that plan: each round's copies, and the puts.
   std::vector<ItemsHandle> copy_handles_;
   ItemsHandle put_handle_;
+  // Mailboxes: whether this worker's exists, the peers whose mailboxes are
+  // open here (and who opened this one), each peer's sequence of the current
+  // or last sync, and whether a direct-write sync failed (sequences unknown).
+  bool mailbox_created_ = false;
+  std::string mailbox_descriptor_;
+  std::set<int32_t> mailbox_peers_;
+  std::map<int32_t, uint64_t> mailbox_seq_;
+  std::map<int64_t, uint64_t> mailbox_seen_;  // by own slot: the value last consumed
+  bool mailbox_sync_ = false;                 // the current sync's tokens use the mailboxes
+  bool direct_failed_ = false;
 };
 
 }  // namespace wsync::exec

@@ -100,8 +100,10 @@ absl::Status Executor::StartDirectWrites(const BoundPlan& plan, absl::Time deadl
   // Before the first write: every receiver this worker writes is ready.
   absl::Status early;
   const absl::Time tt = absl::Now();
-  const absl::Status s =
-      ExchangeTokens(plan, /*ready=*/true, deadline, [&] { early = on_ready_posted(); });
+  mailbox_sync_ = UseMailbox(plan);
+  auto on_posted = [&] { early = on_ready_posted(); };
+  const absl::Status s = mailbox_sync_ ? MailboxReady(plan, deadline, on_posted, stats)
+                                       : ExchangeTokens(plan, /*ready=*/true, deadline, on_posted);
   stats.ready_token_seconds = Seconds(tt);
   stats.token_seconds += stats.ready_token_seconds;
   RETURN_IF_ERROR(early);
@@ -130,7 +132,8 @@ absl::Status Executor::FinishDirectWrites(const BoundPlan& plan, absl::Time dead
   // local work may still run; this sync ends once it finished too.
   if (s.ok()) {
     const absl::Time tt = absl::Now();
-    s = ExchangeTokens(plan, /*ready=*/false, deadline, nullptr);
+    s = mailbox_sync_ ? MailboxDone(plan, deadline, stats)
+                      : ExchangeTokens(plan, /*ready=*/false, deadline, nullptr);
     stats.token_seconds += Seconds(tt);
   }
   const absl::Time tf = absl::Now();
@@ -139,6 +142,7 @@ absl::Status Executor::FinishDirectWrites(const BoundPlan& plan, absl::Time dead
           ? absl::StrCat("worker ", plan.worker, ": local work")
           : absl::StrCat(internal::RoundWhere(plan, plan.rounds.back()), ": finishing the round"));
   stats.local_wait_seconds = Seconds(tf);
+  if (!s.ok() || !local.ok()) PostMailboxFailure(plan);
   RETURN_IF_ERROR(s);
   RETURN_IF_ERROR(local);
   stats.bytes_sent += plan.bytes_put;
@@ -187,6 +191,11 @@ absl::StatusOr<int32_t> Executor::WarmUp(const BoundPlan& plan, uint64_t registr
   }
   const absl::Time round_deadline = std::min(deadline, absl::Now() + options_.round_timeout);
   const absl::Status s = transport_->RunRound(send_reqs_, recv_reqs_, round_deadline, nullptr);
+  if (s.ok() && direct && UseMailbox(plan)) {
+    // The mailbox descriptors too: the first sync then posts its tokens
+    // right away.
+    RETURN_IF_ERROR(EnsureMailboxes(plan, deadline, nullptr, nullptr));
+  }
   if (s.ok()) return static_cast<int32_t>(peers.size());
   if (aborted_.load()) {
     absl::MutexLock lock(&mu_);

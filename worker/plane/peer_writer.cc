@@ -1,10 +1,35 @@
 #include "worker/plane/peer_writer.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace wsync::exec {
 
 ItemsHandle PeerWriter::Prepare(absl::Span<const CopyItem> items) {
   (void)items;
   return ItemsHandle{++next_handle_};
+}
+
+absl::StatusOr<std::string> PeerWriter::CreateMailbox(int64_t slots) {
+  (void)slots;
+  return absl::UnimplementedError(absl::StrCat("peer writer ", Name(), " has no mailbox"));
+}
+
+absl::Status PeerWriter::OpenPeerMailbox(int32_t peer, const std::string& descriptor) {
+  (void)descriptor;
+  return absl::UnimplementedError(
+      absl::StrCat("peer writer ", Name(), " has no mailbox (opening worker ", peer, "'s)"));
+}
+
+absl::Status PeerWriter::Post(int32_t peer, int64_t slot, uint64_t value) {
+  (void)slot;
+  (void)value;
+  return absl::UnimplementedError(
+      absl::StrCat("peer writer ", Name(), " has no mailbox (posting to worker ", peer, ")"));
+}
+
+absl::StatusOr<uint64_t> PeerWriter::ReadMailbox(int64_t slot) {
+  (void)slot;
+  return absl::UnimplementedError(absl::StrCat("peer writer ", Name(), " has no mailbox"));
 }
 
 }  // namespace wsync::exec

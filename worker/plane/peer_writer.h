@@ -3,7 +3,8 @@
 // a peer worker's buffers mapped into this process (Backend::OpenBuffer with
 // peer = true: shared memory on the host, CUDA IPC with peer access on a
 // GPU), fences them, and owns the few bytes of the ready / done tokens that
-// the executor exchanges over the transport around the puts (executor.h).
+// the executor exchanges around the puts (executor.h): through peer
+// mailboxes where the writer has them (HasMailbox), else over the transport.
 // tests/worker/plane/peer_writer_conformance.h is the contract's test suite.
 #ifndef WSYNC_WORKER_PLANE_PEER_WRITER_H_
 #define WSYNC_WORKER_PLANE_PEER_WRITER_H_
@@ -54,6 +55,38 @@ class PeerWriter {
   virtual absl::StatusOr<uint8_t*> TokenSlots(size_t count) = 0;
   virtual absl::Status WriteToken(uint8_t* slot, uint64_t value) = 0;
   virtual absl::StatusOr<uint64_t> ReadToken(const uint8_t* slot) = 0;
+
+  // Mailboxes: 8-byte slots in this writer's own memory that the direct-write
+  // peers of its memory domain map and post into (CUDA: cudaMalloc'd memory
+  // shared by CUDA IPC; host: a POSIX shared-memory object), so that tokens
+  // need no transport round once the descriptors were exchanged. Optional:
+  // a writer without them (HasMailbox() false) answers UNIMPLEMENTED and the
+  // executor keeps its token rounds.
+  static constexpr size_t kMailboxDescriptorBytes = 192;
+  // Most slots a mailbox may have (a peer's descriptor declaring more is
+  // refused): 3 per worker id of a transport of up to 2^20 ranks.
+  static constexpr int64_t kMaxMailboxSlots = int64_t{3} << 20;
+  virtual bool HasMailbox() const { return false; }
+  // Creates this writer's mailbox of `slots` zeroed slots (1 ..
+  // kMaxMailboxSlots), replacing an earlier one (peers that mapped that one
+  // keep it until they close theirs), and returns its descriptor: exactly
+  // kMailboxDescriptorBytes, for the transport to carry to the peers.
+  virtual absl::StatusOr<std::string> CreateMailbox(int64_t slots);
+  // Maps worker `peer`'s mailbox from the descriptor it sent (replacing an
+  // earlier mapping of that peer's). A descriptor that is malformed, names
+  // memory this process cannot map, or declares a size that differs from
+  // the memory's is an error naming the peer; nothing is mapped then.
+  virtual absl::Status OpenPeerMailbox(int32_t peer, const std::string& descriptor);
+  // Writes `value` into slot `slot` of `peer`'s mailbox (opened before);
+  // synchronous. Ordered after every Put that a Fence returned for before
+  // this call, and after every earlier Post to that peer: a peer that reads
+  // the value may read those puts' bytes and the earlier posts' values. A
+  // slot outside the peer's mailbox is an error.
+  virtual absl::Status Post(int32_t peer, int64_t slot, uint64_t value);
+  // Slot `slot` of this writer's own mailbox, as last posted (0 if never);
+  // cheap enough to poll (an acquire load on the host, an 8-byte copy on a
+  // stream of its own on a GPU).
+  virtual absl::StatusOr<uint64_t> ReadMailbox(int64_t slot);
 
  private:
   uint64_t next_handle_ = 0;

@@ -59,6 +59,17 @@ class BorrowedPeerWriter : public PeerWriter {
   absl::StatusOr<uint64_t> ReadToken(const uint8_t* slot) override {
     return writer_->ReadToken(slot);
   }
+  bool HasMailbox() const override { return writer_->HasMailbox(); }
+  absl::StatusOr<std::string> CreateMailbox(int64_t slots) override {
+    return writer_->CreateMailbox(slots);
+  }
+  absl::Status OpenPeerMailbox(int32_t peer, const std::string& descriptor) override {
+    return writer_->OpenPeerMailbox(peer, descriptor);
+  }
+  absl::Status Post(int32_t peer, int64_t slot, uint64_t value) override {
+    return writer_->Post(peer, slot, value);
+  }
+  absl::StatusOr<uint64_t> ReadMailbox(int64_t slot) override { return writer_->ReadMailbox(slot); }
 
  private:
   PeerWriter* const writer_;

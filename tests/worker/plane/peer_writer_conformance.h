@@ -11,7 +11,13 @@
 // Covered: puts cast bit for bit as common/cast.h (strided on both sides)
 // and are visible after Fence; a bad item fails the call, names the item and
 // writes nothing; prepared lists replay on the current bytes, alone or not;
-// empty calls; tokens round-trip through slots the transport can move.
+// empty calls; tokens round-trip through slots the transport can move;
+// mailboxes (where the writer has them): a fresh one reads zero, its
+// descriptor has the fixed size, slots outside it and posts to peers not
+// opened are errors, bad descriptors are errors naming the peer (never a
+// crash), and, where the factory can open a mailbox of this process
+// (MailboxLoopback: not CUDA IPC), posts land in the peer's slots in order
+// after fenced puts.
 #ifndef WSYNC_TESTS_WORKER_PLANE_PEER_WRITER_CONFORMANCE_H_
 #define WSYNC_TESTS_WORKER_PLANE_PEER_WRITER_CONFORMANCE_H_
 
@@ -43,6 +49,9 @@ class PeerWriterTestFactory : public TestMemory {
   // A peer's buffer of `bytes`, mapped into this process the way the backend
   // maps peers (Read / Write reach it too).
   virtual std::shared_ptr<uint8_t> AllocatePeer(size_t bytes) = 0;
+  // Whether one writer of this process can open another's mailbox (both
+  // backends can: the CUDA one uses a peer of its own process's pointer).
+  virtual bool MailboxLoopback() const { return false; }
 };
 
 class PeerWriterConformanceTest
@@ -217,6 +226,93 @@ TEST_P(PeerWriterConformanceTest, TokensRoundTripThroughTheirSlots) {
       EXPECT_EQ(raw, values[k]) << "slot " << k << " of " << count;
     }
   }
+}
+
+// A fresh mailbox reads zero everywhere, its descriptor has the fixed size,
+// and slots outside it or posts to a peer never opened are errors.
+TEST_P(PeerWriterConformanceTest, AFreshMailboxReadsZeroAndRefusesSlotsOutsideIt) {
+  if (!writer().HasMailbox()) GTEST_SKIP() << writer().Name() << " has no mailbox";
+  for (int64_t slots : {int64_t{6}, int64_t{12}}) {
+    auto d = writer().CreateMailbox(slots);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->size(), exec::PeerWriter::kMailboxDescriptorBytes);
+    for (int64_t k = 0; k < slots; ++k) {
+      auto v = writer().ReadMailbox(k);
+      ASSERT_TRUE(v.ok()) << v.status();
+      EXPECT_EQ(*v, 0u) << "slot " << k;
+    }
+    EXPECT_FALSE(writer().ReadMailbox(slots).ok());
+    EXPECT_FALSE(writer().ReadMailbox(-1).ok());
+  }
+  EXPECT_FALSE(writer().CreateMailbox(0).ok());
+  EXPECT_FALSE(writer().CreateMailbox(exec::PeerWriter::kMaxMailboxSlots + 1).ok());
+  const absl::Status s = writer().Post(3, 0, 1);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("worker 3"), std::string::npos) << s;
+}
+
+// Descriptors a peer may send wrong: each is an error naming the peer.
+TEST_P(PeerWriterConformanceTest, ABadMailboxDescriptorIsAnErrorNamingThePeer) {
+  if (!writer().HasMailbox()) GTEST_SKIP() << writer().Name() << " has no mailbox";
+  auto good = writer().CreateMailbox(6);
+  ASSERT_TRUE(good.ok()) << good.status();
+  std::vector<std::string> bad = {"", std::string(5, 'x'),
+                                  std::string(exec::PeerWriter::kMailboxDescriptorBytes, '\0'),
+                                  *good + "x"};
+  std::string magic = *good;
+  magic[0] ^= 1;
+  bad.push_back(magic);
+  std::string slots = *good;  // declares 2^56 slots
+  slots[15] = 1;
+  bad.push_back(slots);
+  std::string more = *good;  // declares 65536 more slots than its memory holds
+  more[10] = 1;
+  bad.push_back(more);
+  std::string tail = *good;  // no NUL anywhere after the header
+  for (size_t i = 16; i < tail.size(); ++i) tail[i] = 'A';
+  bad.push_back(tail);
+  for (size_t i = 0; i < bad.size(); ++i) {
+    const absl::Status s = writer().OpenPeerMailbox(5, bad[i]);
+    EXPECT_FALSE(s.ok()) << "descriptor " << i;
+    EXPECT_NE(s.message().find("worker 5"), std::string::npos) << "descriptor " << i << ": " << s;
+    EXPECT_FALSE(writer().Post(5, 0, 1).ok()) << "descriptor " << i << " left a mapping";
+  }
+}
+
+// Two writers of one process as two peers: posts land in the peer's slot,
+// later posts win, and a post after fenced puts comes after their bytes.
+TEST_P(PeerWriterConformanceTest, PostsLandInThePeersSlotsAfterFencedPuts) {
+  if (!writer().HasMailbox()) GTEST_SKIP() << writer().Name() << " has no mailbox";
+  if (!factory().MailboxLoopback()) GTEST_SKIP() << "the factory opens no mailbox of its process";
+  auto other = factory().Create();
+  ASSERT_TRUE(other.ok()) << other.status();
+  exec::PeerWriter& peer = *other->writer;
+  auto mine = writer().CreateMailbox(9);
+  auto theirs = peer.CreateMailbox(9);
+  ASSERT_TRUE(mine.ok() && theirs.ok());
+  ASSERT_TRUE(writer().OpenPeerMailbox(1, *theirs).ok());
+  ASSERT_TRUE(peer.OpenPeerMailbox(0, *mine).ok());
+  constexpr int64_t kRows = 32, kCols = 32;
+  const std::vector<uint8_t> bytes = CastFrom(TestFloats(kRows * kCols, 77), v1::FP32);
+  auto src = Upload(bytes);
+  auto dst = Upload(std::vector<uint8_t>(bytes.size(), 0), /*peer=*/true);
+  const std::vector<exec::CopyItem> items = {{View2D(src.get(), v1::FP32, kRows, kCols, kCols, 1),
+                                              View2D(dst.get(), v1::FP32, kRows, kCols, kCols, 1)}};
+  ASSERT_TRUE(writer().Put(items, {}, /*alone=*/false).ok());
+  ASSERT_TRUE(writer().Fence().ok());
+  ASSERT_TRUE(writer().Post(1, 2, 7).ok());
+  ASSERT_TRUE(writer().Post(1, 2, 8).ok());
+  ASSERT_TRUE(writer().Post(1, 8, ~uint64_t{0}).ok());
+  EXPECT_FALSE(writer().Post(1, 9, 1).ok()) << "slot 9 of 9";
+  auto v = peer.ReadMailbox(2);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, 8u);
+  EXPECT_EQ(Download(dst.get(), bytes.size()), bytes) << "the post came before the put's bytes";
+  EXPECT_EQ(*peer.ReadMailbox(8), ~uint64_t{0});
+  EXPECT_EQ(*peer.ReadMailbox(0), 0u);
+  EXPECT_EQ(*writer().ReadMailbox(2), 0u) << "posts go to the peer's mailbox, not one's own";
+  ASSERT_TRUE(peer.Post(0, 4, 3).ok());
+  EXPECT_EQ(*writer().ReadMailbox(4), 3u);
 }
 
 }  // namespace wsync::plane::conformance

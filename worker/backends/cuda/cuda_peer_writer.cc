@@ -86,6 +86,7 @@ absl::Status CudaPeerWriter::Init(const CudaDataOps::Options& options) {
   }
   ASSIGN_OR_RETURN(put_stream_, Stream::Create(options.device));
   ASSIGN_OR_RETURN(staging_io_stream_, Stream::Create(options.device));
+  ASSIGN_OR_RETURN(mailboxes_, CudaMailboxes::Create(options.device));
   for (int i = 1; i < options.put_copy_streams; ++i) {
     ASSIGN_OR_RETURN(Stream st, Stream::Create(options.device));
     put_copy_streams_.push_back(std::move(st));

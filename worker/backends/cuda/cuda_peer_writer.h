@@ -10,7 +10,8 @@
 // into one piece-kernel launch. A call's copy list and kernel table are kept
 // resident under its items, and a prepared list (ItemsHandle) finds them by
 // its handle, so a replayed sync uploads nothing. The token bytes move on a
-// stream of their own, not ordered behind queued copies.
+// stream of their own, not ordered behind queued copies; so do the mailbox's
+// (cuda_mailbox.h).
 //
 // The writer belongs to one CudaDataOps (same device): memory it outgrows is
 // retired into the ops' RetiredMemory and freed by their Synchronize(), never
@@ -31,6 +32,7 @@
 #include "worker/backends/cuda/batched_kernels.h"
 #include "worker/backends/cuda/cuda_data_ops.h"
 #include "worker/backends/cuda/cuda_handles.h"
+#include "worker/backends/cuda/cuda_mailbox.h"
 #include "worker/backends/cuda/piece_table.h"
 #include "worker/plane/peer_writer.h"
 
@@ -56,6 +58,18 @@ class CudaPeerWriter : public exec::PeerWriter {
   absl::StatusOr<uint8_t*> TokenSlots(size_t count) override;
   absl::Status WriteToken(uint8_t* slot, uint64_t value) override;
   absl::StatusOr<uint64_t> ReadToken(const uint8_t* slot) override;
+
+  bool HasMailbox() const override { return true; }
+  absl::StatusOr<std::string> CreateMailbox(int64_t slots) override {
+    return mailboxes_->CreateMailbox(slots);
+  }
+  absl::Status OpenPeerMailbox(int32_t peer, const std::string& descriptor) override {
+    return mailboxes_->OpenPeer(peer, descriptor);
+  }
+  absl::Status Post(int32_t peer, int64_t slot, uint64_t value) override {
+    return mailboxes_->Post(peer, slot, value);
+  }
+  absl::StatusOr<uint64_t> ReadMailbox(int64_t slot) override { return mailboxes_->Read(slot); }
 
   cudaStream_t put_stream() const { return put_stream_.get(); }
   // Kernel launches, resident-table hits, and copies and bytes sent to the
@@ -140,6 +154,7 @@ class CudaPeerWriter : public exec::PeerWriter {
   int64_t copy_engine_copies_ = 0;
   int64_t copy_engine_bytes_ = 0;
   exec::StagingBuffer tokens_;  // device memory from the ops' staging pool
+  std::unique_ptr<CudaMailboxes> mailboxes_;
 };
 
 }  // namespace wsync::cuda

@@ -38,4 +38,44 @@ absl::StatusOr<uint64_t> HostPeerWriter::ReadToken(const uint8_t* slot) {
   return value;
 }
 
+absl::StatusOr<std::string> HostPeerWriter::CreateMailbox(int64_t slots) {
+  mailbox_.reset();
+  auto box = host::HostMailbox::Create(slots);
+  if (!box.ok()) return box.status();
+  mailbox_ = *std::move(box);
+  return mailbox_->descriptor();
+}
+
+absl::Status HostPeerWriter::OpenPeerMailbox(int32_t peer, const std::string& descriptor) {
+  auto box = host::HostMailbox::Open(descriptor, absl::StrCat("worker ", peer));
+  if (!box.ok()) return box.status();
+  peers_[peer] = *std::move(box);
+  return absl::OkStatus();
+}
+
+absl::Status HostPeerWriter::Post(int32_t peer, int64_t slot, uint64_t value) {
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("posting to worker ", peer, ": its mailbox was not opened"));
+  }
+  if (slot < 0 || slot >= it->second->slots()) {
+    return absl::OutOfRangeError(absl::StrCat("posting to worker ", peer, ": slot ", slot,
+                                              " outside its mailbox of ", it->second->slots()));
+  }
+  it->second->Store(slot, value);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> HostPeerWriter::ReadMailbox(int64_t slot) {
+  if (mailbox_ == nullptr) {
+    return absl::FailedPreconditionError("reading this writer's mailbox: none was created");
+  }
+  if (slot < 0 || slot >= mailbox_->slots()) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "reading slot ", slot, " outside this writer's mailbox of ", mailbox_->slots()));
+  }
+  return mailbox_->Load(slot);
+}
+
 }  // namespace wsync::exec

@@ -1,13 +1,17 @@
 // The host backend's direct writer: puts into a peer's POSIX shared memory
 // mapped into this process, synchronously, with HostDataOps' conversions
-// (common/cast.h). Tokens are plain host memory. Not thread-safe.
+// (common/cast.h). Tokens are plain host memory; the mailbox is a shared
+// memory object (host_mailbox.h). Not thread-safe.
 #ifndef WSYNC_WORKER_BACKENDS_HOST_HOST_PEER_WRITER_H_
 #define WSYNC_WORKER_BACKENDS_HOST_HOST_PEER_WRITER_H_
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "worker/backends/host/host_data_ops.h"
+#include "worker/backends/host/host_mailbox.h"
 #include "worker/plane/peer_writer.h"
 
 namespace wsync::exec {
@@ -26,9 +30,18 @@ class HostPeerWriter : public PeerWriter {
   absl::Status WriteToken(uint8_t* slot, uint64_t value) override;
   absl::StatusOr<uint64_t> ReadToken(const uint8_t* slot) override;
 
+  bool HasMailbox() const override { return true; }
+  absl::StatusOr<std::string> CreateMailbox(int64_t slots) override;
+  absl::Status OpenPeerMailbox(int32_t peer, const std::string& descriptor) override;
+  // A release store: puts are complete when Put returns.
+  absl::Status Post(int32_t peer, int64_t slot, uint64_t value) override;
+  absl::StatusOr<uint64_t> ReadMailbox(int64_t slot) override;
+
  private:
   HostDataOps copier_;
   std::vector<uint64_t> tokens_;
+  std::unique_ptr<host::HostMailbox> mailbox_;
+  std::map<int32_t, std::unique_ptr<host::HostMailbox>> peers_;
 };
 
 }  // namespace wsync::exec

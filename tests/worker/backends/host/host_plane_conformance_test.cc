@@ -29,6 +29,7 @@ class HostDataOpsFactory : public DataOpsTestFactory {
 class HostPeerWriterFactory : public PeerWriterTestFactory {
  public:
   std::string Name() const override { return "HostShm"; }
+  bool MailboxLoopback() const override { return true; }
   absl::StatusOr<WriterUnderTest> Create() override {
     WriterUnderTest w;
     auto ops = backend_.NewDataOps();

@@ -138,12 +138,17 @@ class Worker:
     `staging_budget_bytes`: the most shadow memory a staged sync may allocate
     on this worker (wsync-worker's --staging_budget_bytes, docs/staging.md;
     0: no limit); sent at registration, so the controller refuses a staged
-    plan over it up front."""
+    plan over it up front.
+    `busy_poll_ms`: the low-latency mode (wsync-worker's --busy_poll_ms,
+    docs/performance-notes.md): after each assignment or report, two of the
+    worker's threads poll for this many milliseconds instead of sleeping (a
+    core each), so a sync after an idle spell pays no thread wake-up; -1
+    spins forever, 0 (default) is off."""
 
     def __init__(self, controller, groups, *, device=None, node="", data_address="127.0.0.1",
                  metrics_port=None, metrics_host="127.0.0.1", round_timeout=60.0,
                  staging_limit_bytes=0, staging_budget_bytes=0, instance_id="", controller_ca="",
-                 cert="", key="", local_socket=None, start=True):
+                 cert="", key="", local_socket=None, busy_poll_ms=0, start=True):
         self.groups = parse_groups(groups)
         self._w = _call(_native().EmbeddedWorker, controller, self.groups,
                         device=-1 if device is None else int(device), node=node,
@@ -153,7 +158,7 @@ class Worker:
                         staging_limit_bytes=int(staging_limit_bytes),
                         staging_budget_bytes=int(staging_budget_bytes), instance_id=instance_id,
                         controller_ca=controller_ca, cert=cert, key=key,
-                        local_socket=local_socket or "")
+                        local_socket=local_socket or "", busy_poll_ms=int(busy_poll_ms))
         self.local_socket = local_socket or None
         self._lock = threading.Lock()
         self._registered = {}  # (group, name) -> (tensor, data_ptr)

@@ -99,6 +99,12 @@ ABSL_FLAG(absl::Duration, decision_slack, absl::Seconds(5),
           "staged waits for the pool's commit decision before it rolls back; >= 0. Sent at "
           "registration: the controller offers a decided commit to this worker that long. Env: "
           "WSYNC_DECISION_SLACK.");
+ABSL_FLAG(int64_t, busy_poll_ms, 0,
+          "Low-latency mode: after the last assignment or report, the assignment stream's "
+          "reader and the exec thread poll for this many milliseconds instead of sleeping "
+          "(a core each while they spin), so that a sync after an idle spell pays no thread "
+          "wake-up; then they sleep until the next assignment. -1: spin forever; 0: off. "
+          "docs/performance-notes.md. Env: WSYNC_BUSY_POLL_MS.");
 ABSL_FLAG(std::string, test_corrupt_after_sync, "",
           "TEST ONLY, refused unless the environment sets WSYNC_TEST_FAILPOINTS=1. "
           "'<group>/<tensor>': after each sync this worker receives (after the commit of a "
@@ -168,6 +174,7 @@ int main(int argc, char** argv) {
        "staging_limit_bytes",
        "staging_budget_bytes",
        "decision_slack",
+       "busy_poll_ms",
        "parts_cache_bytes",
        "instance_id",
        "port_file",
@@ -252,6 +259,19 @@ int main(int argc, char** argv) {
     spdlog::error("wsync-worker: --decision_slack must be >= 0, got {}",
                   absl::FormatDuration(options.decision_slack));
     return 2;
+  }
+  auto busy_poll = wsync::BusyPollWindow(absl::GetFlag(FLAGS_busy_poll_ms), "--busy_poll_ms");
+  if (!busy_poll.ok()) {
+    spdlog::error("wsync-worker: {}", std::string(busy_poll.status().message()));
+    return 2;
+  }
+  options.busy_poll = *busy_poll;
+  if (options.busy_poll > absl::ZeroDuration()) {
+    spdlog::info("wsync-worker: --busy_poll_ms={}: two threads spin {} after each activity",
+                 absl::GetFlag(FLAGS_busy_poll_ms),
+                 options.busy_poll == absl::InfiniteDuration()
+                     ? std::string("forever")
+                     : absl::FormatDuration(options.busy_poll));
   }
   options.test_commit_delay = absl::GetFlag(FLAGS_test_commit_delay);
   if (options.test_commit_delay != absl::ZeroDuration()) {

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
-#include <sstream>
 #include <memory>
+#include <sstream>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -68,7 +68,8 @@ double CpuSeconds(pid_t pid) {
 // The controller's and the workers' CPU seconds so far (controller first).
 std::vector<double> ClusterCpu(wsync::demo::Cluster& cluster) {
   std::vector<double> cpu = {CpuSeconds(cluster.controller_pid())};
-  for (int i = 0; i < cluster.num_workers(); ++i) cpu.push_back(CpuSeconds(cluster.worker(i).child.pid()));
+  for (int i = 0; i < cluster.num_workers(); ++i)
+    cpu.push_back(CpuSeconds(cluster.worker(i).child.pid()));
   return cpu;
 }
 
@@ -261,8 +262,8 @@ int main(int argc, char** argv) {
   std::printf("\n");
   // The mode's price: CPU time over the timed syncs (and their pauses) per
   // wall second, 1.0 = one core busy all along.
-  std::printf("cpu cores used (cpu s / wall s over %.1f s): controller %.2f  workers",
-              wall_s, (cpu_after[0] - cpu_before[0]) / wall_s);
+  std::printf("cpu cores used (cpu s / wall s over %.1f s): controller %.2f  workers", wall_s,
+              (cpu_after[0] - cpu_before[0]) / wall_s);
   for (size_t i = 1; i < cpu_after.size(); ++i) {
     std::printf(" %.2f", (cpu_after[i] - cpu_before[i]) / wall_s);
   }

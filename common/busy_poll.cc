@@ -12,8 +12,7 @@ absl::StatusOr<absl::Duration> BusyPollWindow(int64_t ms, absl::string_view flag
   if (ms == -1) return absl::InfiniteDuration();
   if (ms >= 0) return absl::Milliseconds(ms);
   return absl::InvalidArgumentError(absl::StrCat(
-      flag, " must be -1 (spin forever), 0 (off) or a spin window in milliseconds > 0, got ",
-      ms));
+      flag, " must be -1 (spin forever), 0 (off) or a spin window in milliseconds > 0, got ", ms));
 }
 
 void BusyPoll::Touch() {
@@ -23,7 +22,8 @@ void BusyPoll::Touch() {
 bool BusyPoll::Spinning() const {
   if (!enabled()) return false;
   if (window_ == absl::InfiniteDuration()) return true;
-  const int64_t since = absl::GetCurrentTimeNanos() - last_activity_ns_.load(std::memory_order_relaxed);
+  const int64_t since =
+      absl::GetCurrentTimeNanos() - last_activity_ns_.load(std::memory_order_relaxed);
   return since < absl::ToInt64Nanoseconds(window_);
 }
 

@@ -78,8 +78,7 @@ std::vector<WaitHub::Due> WaitHub::NextBatch() {
     }
     // Low-latency mode: poll the flag without the lock (signals go on).
     mu_.Unlock();
-    while (!signalled_.load(std::memory_order_acquire) && busy_.Spinning() &&
-           absl::Now() < slice) {
+    while (!signalled_.load(std::memory_order_acquire) && busy_.Spinning() && absl::Now() < slice) {
       BusyPoll::Relax();
     }
     mu_.Lock();

@@ -58,8 +58,7 @@ grpc::Status WorkerAgent::ReadAssignments(grpc::ClientContext* ctx, const std::s
 }
 
 grpc::Status WorkerAgent::ReadAssignmentsPolled(grpc::ClientContext* ctx,
-                                                const v1::AssignmentsRequest& req,
-                                                uint64_t epoch) {
+                                                const v1::AssignmentsRequest& req, uint64_t epoch) {
   grpc::CompletionQueue cq;
   auto reader = stub_->PrepareAsyncAssignments(ctx, req, &cq);
   reader->StartCall(Tag(kStart));

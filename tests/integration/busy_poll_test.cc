@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
+#include "tests/runnable_threads.h"
 
 namespace wsync::integration {
 namespace {
@@ -124,10 +125,10 @@ TEST(BusyPoll, StrictModeSyncsCorrectlyAndTheWorkersStopPromptly) {
     ASSERT_NO_FATAL_FAILURE(SyncChecked(*run, v));
     absl::SleepFor(absl::Milliseconds(100));  // an idle spell between syncs
   }
-  // Strict: the worker's pollers spin while nothing happens (two threads; a
-  // tenth of one core is far below what they take on an idle machine).
+  // Strict: the worker's two pollers spin while nothing happens: both stay
+  // runnable (a loaded machine may give them little CPU: they yield).
   const pid_t worker = run->cluster->worker(0).child.pid();
-  EXPECT_GT(CpuOver(worker, absl::Milliseconds(500)), 0.05) << "worker 0 does not spin";
+  EXPECT_GT(testing::ShareRunnable(worker, 2), 0.5) << "worker 0 does not spin";
   // The owners leave first (an owner still connected holds its worker's stop
   // past the grace, with or without the mode); then SIGTERM ends every
   // process: each exits 0, well before the 3 s grace's SIGKILL.
@@ -157,14 +158,17 @@ TEST(BusyPoll, TheSpinWindowEndsInSleep) {
   ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
   const pid_t worker = run->cluster->worker(0).child.pid();
   const pid_t controller = run->cluster->controller_pid();
-  // Within the window after the sync: the worker spins (its two pollers).
-  EXPECT_GT(CpuOver(worker, absl::Milliseconds(300)), 0.02) << "worker 0 did not spin";
+  // Within the window after the sync: the worker's two pollers spin.
+  EXPECT_GT(testing::ShareRunnable(worker, 2, 100), 0.5) << "worker 0 did not spin";
   std::string first;
   EXPECT_EQ(run->Verify(1, &first), 0) << first;
   // Well past it (heartbeats only): both sleep.
   absl::SleepFor(synced + kWindow + absl::Milliseconds(500) - absl::Now());
-  EXPECT_LT(CpuOver(worker, absl::Seconds(1)), 0.1) << "worker 0 still spins";
-  EXPECT_LT(CpuOver(controller, absl::Seconds(1)), 0.1) << "the controller still spins";
+  // (A loaded machine leaves woken threads runnable a while: two at once
+  // now and then, against always while spinning.)
+  EXPECT_LT(testing::ShareRunnable(worker, 2), 0.3) << "worker 0 still spins";
+  EXPECT_LT(CpuOver(worker, absl::Seconds(1)), 0.1) << "worker 0 still uses CPU";
+  EXPECT_LT(CpuOver(controller, absl::Seconds(1)), 0.1) << "the controller still uses CPU";
   // And the next sync, after the idle spell, is still right.
   ASSERT_NO_FATAL_FAILURE(SyncChecked(*run, 2));
 }

@@ -2,11 +2,15 @@
 // data plane) across N worker processes on loopback. Measures trigger (Sync
 // RPC) -> every worker reported -> WaitSync returns, as the trainer sees it.
 // Target: p50 <= 10 ms at 64 workers.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iterator>
 #include <memory>
+#include <sstream>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -32,7 +36,62 @@ ABSL_FLAG(bool, one_call, true,
           "Sync with wait_ms (one round trip, as the Python client does); false: Sync, then "
           "WaitSync.");
 
+ABSL_FLAG(int64_t, busy_poll_ms, 0,
+          "The low-latency mode: passed as --busy_poll_ms to the controller and the workers "
+          "(-1: spin forever; 0: off; N: spin N ms after the last activity).");
+ABSL_FLAG(bool, busy_wait, false,
+          "The bench's trainer polls its Sync call's completion queue without sleeping (as the "
+          "Python client's busy_wait does).");
+
 namespace {
+
+// CPU seconds (user + system) process `pid` used so far; -1 if unreadable.
+double CpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  std::getline(in, line);
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::istringstream fields(line.substr(paren + 2));
+  std::string f;
+  long long utime = 0, stime = 0;
+  for (int i = 3; fields >> f; ++i) {  // field 3 is the state
+    if (i == 14) utime = std::stoll(f);
+    if (i == 15) {
+      stime = std::stoll(f);
+      return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    }
+  }
+  return -1;
+}
+
+// The controller's and the workers' CPU seconds so far (controller first).
+std::vector<double> ClusterCpu(wsync::demo::Cluster& cluster) {
+  std::vector<double> cpu = {CpuSeconds(cluster.controller_pid())};
+  for (int i = 0; i < cluster.num_workers(); ++i)
+    cpu.push_back(CpuSeconds(cluster.worker(i).child.pid()));
+  return cpu;
+}
+
+// One Sync call; with --busy_wait the calling thread polls its completion
+// queue without sleeping until the answer.
+grpc::Status CallSync(wsync::demo::Cluster& cluster, grpc::ClientContext* ctx,
+                      const wsync::v1::SyncRequest& req, wsync::v1::SyncResponse* resp) {
+  if (!absl::GetFlag(FLAGS_busy_wait)) return cluster.trainer().Sync(ctx, req, resp);
+  grpc::CompletionQueue cq;
+  grpc::Status status;
+  auto call = cluster.trainer().AsyncSync(ctx, req, &cq);
+  call->Finish(resp, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now()) !=
+         grpc::CompletionQueue::GOT_EVENT) {
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return status;
+}
 
 wsync::v1::TensorLayout Tensor(int n, bool shard, int64_t elements) {
   wsync::v1::TensorLayout t;
@@ -59,6 +118,10 @@ absl::StatusOr<std::unique_ptr<wsync::demo::Cluster>> StartCluster(int n) {
   opt.work_dir = absl::StrCat(absl::GetFlag(FLAGS_work_dir), "/wsync-bench-", getpid());
   opt.lease_ttl = absl::Seconds(20);
   opt.worker_flags = {"--metrics_port=-1"};
+  if (const int64_t busy = absl::GetFlag(FLAGS_busy_poll_ms); busy != 0) {
+    opt.worker_flags.push_back(absl::StrCat("--busy_poll_ms=", busy));
+    opt.controller_flags.push_back(absl::StrCat("--busy_poll_ms=", busy));
+  }
   auto cluster = wsync::demo::Cluster::Start(opt);
   if (!cluster.ok()) {
     return absl::Status(cluster.status().code(),
@@ -113,7 +176,7 @@ absl::Status TimeSyncs(wsync::demo::Cluster& cluster, int warmup, int total,
     if (absl::GetFlag(FLAGS_one_call)) req.set_wait_ms(60'000);
     wsync::v1::SyncResponse resp;
     grpc::ClientContext c1;
-    grpc::Status s = cluster.trainer().Sync(&c1, req, &resp);
+    grpc::Status s = CallSync(cluster, &c1, req, &resp);
     if (!s.ok()) return absl::InternalError(absl::StrCat("Sync v", v, ": ", s.error_message()));
     wsync::v1::SyncStatus st = resp.status();
     if (!absl::GetFlag(FLAGS_one_call)) {
@@ -171,10 +234,14 @@ int main(int argc, char** argv) {
   std::vector<std::vector<double>> phases_ms;
   const int warmup = absl::GetFlag(FLAGS_warmup);
   absl::Status s = DefineEmptyTransfer(**cluster, n);
+  std::vector<double> cpu_before = ClusterCpu(**cluster);
+  const absl::Time t_before = absl::Now();
   if (s.ok()) {
     s = TimeSyncs(**cluster, warmup, warmup + absl::GetFlag(FLAGS_syncs), &client_ms,
                   &controller_ms, &phases_ms);
   }
+  const double wall_s = absl::ToDoubleSeconds(absl::Now() - t_before);
+  std::vector<double> cpu_after = ClusterCpu(**cluster);
   if (!s.ok()) {
     spdlog::error("{}", std::string(s.message()));
     return 1;
@@ -191,6 +258,14 @@ int main(int argc, char** argv) {
   std::printf("phases, p50 (ms; the slowest worker's for deliver..report):");
   for (size_t i = 0; i < phases_ms.size() && i < std::size(names); ++i) {
     std::printf("  %s %.3f", names[i], Percentile(phases_ms[i], 0.5));
+  }
+  std::printf("\n");
+  // The mode's price: CPU time over the timed syncs (and their pauses) per
+  // wall second, 1.0 = one core busy all along.
+  std::printf("cpu cores used (cpu s / wall s over %.1f s): controller %.2f  workers", wall_s,
+              (cpu_after[0] - cpu_before[0]) / wall_s);
+  for (size_t i = 1; i < cpu_after.size(); ++i) {
+    std::printf(" %.2f", (cpu_after[i] - cpu_before[i]) / wall_s);
   }
   std::printf("\n");
   (*cluster)->StopAll();

@@ -36,6 +36,10 @@ struct ControllerLimits {
   // Blocking waits and watchers (WaitSync, WatchSync, Sync with wait_ms,
   // KvGet with timeout_ms, AwaitWriters) open at once.
   int64_t max_waiters = 16384;  // --max_waiters
+  // The low-latency mode (common/busy_poll.h): how long the wait hub's
+  // thread spins after its last signal before it sleeps; zero: off,
+  // InfiniteDuration: always (--busy_poll_ms).
+  absl::Duration busy_poll = absl::ZeroDuration();
   // One ListWorkers page: workers, and buffers listed over its workers.
   int32_t list_page_workers = 100;     // --list_workers_page_size
   int64_t list_page_buffers = 10'000;  // --list_workers_page_buffers

@@ -8,7 +8,7 @@ namespace wsync::controller {
 Controller::Controller(const ControllerConfig& config, ControllerMetrics* metrics,
                        PlanSource* plans, StateStore* store)
     : limits_(config.limits),
-      waits_(config.limits.max_waiters),
+      waits_(config.limits.max_waiters, config.limits.busy_poll),
       workers_(config, metrics),
       rendezvous_([this](const std::string& lease) { return workers_.IsAlive(lease); },
                   Rendezvous::Quota{config.limits.kv_scope_bytes, config.limits.kv_scope_keys}),

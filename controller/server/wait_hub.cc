@@ -8,7 +8,8 @@
 
 namespace wsync::controller {
 
-WaitHub::WaitHub(int64_t max_waiters) : max_waiters_(max_waiters) {
+WaitHub::WaitHub(int64_t max_waiters, absl::Duration busy_poll)
+    : max_waiters_(max_waiters), busy_(busy_poll) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -16,6 +17,7 @@ WaitHub::~WaitHub() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
+    SignalLocked();
   }
   thread_.join();
 }
@@ -33,17 +35,26 @@ absl::StatusOr<uint64_t> WaitHub::Add(Waiter* waiter, absl::Time deadline) {
   waiters_[id] = Entry{waiter, deadline};
   deadlines_.emplace(deadline, id);
   woken_.insert(id);
+  SignalLocked();
   return id;
 }
 
 void WaitHub::NotifyAll() {
   absl::MutexLock lock(&mu_);
   notify_all_ = true;
+  SignalLocked();
 }
 
 void WaitHub::Wake(uint64_t id) {
   absl::MutexLock lock(&mu_);
-  if (waiters_.contains(id)) woken_.insert(id);
+  if (!waiters_.contains(id)) return;
+  woken_.insert(id);
+  SignalLocked();
+}
+
+void WaitHub::SignalLocked() {
+  busy_.Touch();
+  signalled_.store(true, std::memory_order_release);
 }
 
 int64_t WaitHub::size() const {
@@ -60,9 +71,19 @@ std::vector<WaitHub::Due> WaitHub::NextBatch() {
   while (!ready()) {
     const absl::Time next = deadlines_.empty() ? absl::InfiniteFuture() : deadlines_.begin()->first;
     // Bounded so that a deadline added meanwhile is never missed for long.
-    mu_.AwaitWithDeadline(absl::Condition(&ready),
-                          std::min(next, absl::Now() + absl::Milliseconds(100)));
+    const absl::Time slice = std::min(next, absl::Now() + absl::Milliseconds(100));
+    if (!busy_.Spinning()) {
+      mu_.AwaitWithDeadline(absl::Condition(&ready), slice);
+      continue;
+    }
+    // Low-latency mode: poll the flag without the lock (signals go on).
+    mu_.Unlock();
+    while (!signalled_.load(std::memory_order_acquire) && busy_.Spinning() && absl::Now() < slice) {
+      BusyPoll::Relax();
+    }
+    mu_.Lock();
   }
+  signalled_.store(false, std::memory_order_relaxed);
   const absl::Time now = absl::Now();
   std::vector<Due> due;
   for (const auto& [id, e] : waiters_) {

@@ -4,11 +4,17 @@
 // (ChangeSignal below) and the waiter's own events (client gone, write done)
 // make the hub's one thread poll it; it answers its RPC from there.
 //
+// The low-latency mode (--busy_poll_ms, common/busy_poll.h): for a window
+// after the last signal, the hub's thread polls an atomic flag instead of
+// sleeping on its condition variable, so that a sync's end reaches its
+// waiting trainer without a thread wake-up.
+//
 // Locking: the hub's mutex is a leaf: Notify / Wake may be called while
 // holding any owner's lock. Polls run on the hub's thread without it.
 #ifndef WSYNC_CONTROLLER_SERVER_WAIT_HUB_H_
 #define WSYNC_CONTROLLER_SERVER_WAIT_HUB_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <set>
@@ -21,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/busy_poll.h"
 
 namespace wsync::controller {
 
@@ -37,7 +44,8 @@ class WaitHub {
   };
 
   // `max_waiters`: how many may wait at once (--max_waiters; 0: no limit).
-  explicit WaitHub(int64_t max_waiters);
+  // `busy_poll`: the thread's spin window (BusyPoll; zero: it sleeps).
+  explicit WaitHub(int64_t max_waiters, absl::Duration busy_poll = absl::ZeroDuration());
   // Stops the thread; waiters still registered are polled as expired until
   // they answered.
   ~WaitHub();
@@ -67,6 +75,8 @@ class WaitHub {
   void Run();
   // Waits for work and takes it.
   std::vector<Due> NextBatch();
+  // Marks work for the thread (under mu_): the flag a spinning thread polls.
+  void SignalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t max_waiters_;
   mutable absl::Mutex mu_;
@@ -76,6 +86,8 @@ class WaitHub {
   absl::flat_hash_map<uint64_t, Entry> waiters_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<absl::Time, uint64_t>> deadlines_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> woken_ ABSL_GUARDED_BY(mu_);
+  BusyPoll busy_;
+  std::atomic<bool> signalled_{false};  // work came since the last batch
   std::thread thread_;
 };
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/busy_poll.h"
 #include "common/env_flags.h"
 #include "common/logging.h"
 #include "controller/plan/huge_page_allocator.h"
@@ -121,6 +122,13 @@ ABSL_FLAG(int64_t, max_waiters, 16384,
           "Waits and watchers (WaitSync, WatchSync, Sync with wait_ms, KvGet with timeout_ms, "
           "AwaitWriters) held at once, without a thread each; more: RESOURCE_EXHAUSTED. Env: "
           "WSYNC_MAX_WAITERS.");
+ABSL_FLAG(int64_t, busy_poll_ms, 0,
+          "Low-latency mode: after its last signal (a report, a sync's end) the thread that "
+          "answers the waiting trainers (Sync with wait_ms, WaitSync) polls for this many "
+          "milliseconds instead of sleeping (one core while it spins), so that a sync's end "
+          "reaches the trainer without a thread wake-up. gRPC's own threads, which receive "
+          "the requests and reports, still sleep (docs/performance-notes.md). -1: spin "
+          "forever; 0: off. Env: WSYNC_BUSY_POLL_MS.");
 ABSL_FLAG(int32_t, list_workers_page_size, 100,
           "Most workers one ListWorkers page lists (also the default page size). Env: "
           "WSYNC_LIST_WORKERS_PAGE_SIZE.");
@@ -144,6 +152,12 @@ bool ReadLimits(wsync::controller::ControllerLimits* l) {
   l->max_waiters = absl::GetFlag(FLAGS_max_waiters);
   l->list_page_workers = absl::GetFlag(FLAGS_list_workers_page_size);
   l->list_page_buffers = absl::GetFlag(FLAGS_list_workers_page_buffers);
+  auto busy_poll = wsync::BusyPollWindow(absl::GetFlag(FLAGS_busy_poll_ms), "--busy_poll_ms");
+  if (!busy_poll.ok()) {
+    spdlog::error("wsync-controller: {}", std::string(busy_poll.status().message()));
+    return false;
+  }
+  l->busy_poll = *busy_poll;
   if (l->min_bucket_bytes < 0 || l->max_plan_buckets <= 0 || l->max_plan_pieces <= 0 ||
       l->plan_cache_bytes <= 0 || l->max_sync_deadline <= absl::ZeroDuration() ||
       l->max_version_jump <= 0 || l->kv_scope_bytes <= 0 || l->kv_scope_keys <= 0 ||
@@ -220,6 +234,7 @@ int main(int argc, char** argv) {
        "kv_scope_keys",
        "max_wait",
        "max_waiters",
+       "busy_poll_ms",
        "list_workers_page_size",
        "list_workers_page_buffers",
        "state_file",

@@ -21,6 +21,7 @@ Errors are wsync.errors exceptions (``InvalidArgument``, ``FailedPrecondition``,
 """
 import atexit
 import collections
+import os
 import threading
 import time
 import weakref
@@ -138,14 +139,28 @@ class Worker:
     `staging_budget_bytes`: the most shadow memory a staged sync may allocate
     on this worker (wsync-worker's --staging_budget_bytes, docs/staging.md;
     0: no limit); sent at registration, so the controller refuses a staged
-    plan over it up front."""
+    plan over it up front.
+    `busy_poll_ms`: the low-latency mode (wsync-worker's --busy_poll_ms,
+    docs/performance-notes.md): after each assignment or report, two of the
+    worker's threads poll for this many milliseconds instead of sleeping (a
+    core each), so a sync after an idle spell pays no thread wake-up; -1
+    spins forever, 0 is off; None (default): $WSYNC_BUSY_POLL_MS (which
+    wsync-worker and wsync-controller read too), else 0."""
 
     def __init__(self, controller, groups, *, device=None, node="", data_address="127.0.0.1",
                  metrics_port=None, metrics_host="127.0.0.1", round_timeout=60.0,
                  staging_limit_bytes=0, staging_budget_bytes=0, instance_id="", controller_ca="",
-                 cert="", key="", local_socket=None, start=True):
+                 cert="", key="", local_socket=None, busy_poll_ms=None, start=True):
         self.groups = parse_groups(groups)
         self.device = -1 if device is None else int(device)  # -1: host memory
+        if busy_poll_ms is None:
+            env = os.environ.get("WSYNC_BUSY_POLL_MS", "0")
+            try:
+                busy_poll_ms = int(env)
+            except ValueError:
+                raise errors.InvalidArgument(
+                    f"WSYNC_BUSY_POLL_MS={env!r}: want -1 (spin forever), 0 (off) or a spin "
+                    "window in milliseconds") from None
         self._w = _call(_native().EmbeddedWorker, controller, self.groups,
                         device=-1 if device is None else int(device), node=node,
                         data_address=data_address,
@@ -154,7 +169,7 @@ class Worker:
                         staging_limit_bytes=int(staging_limit_bytes),
                         staging_budget_bytes=int(staging_budget_bytes), instance_id=instance_id,
                         controller_ca=controller_ca, cert=cert, key=key,
-                        local_socket=local_socket or "")
+                        local_socket=local_socket or "", busy_poll_ms=int(busy_poll_ms))
         self.local_socket = local_socket or None
         self._lock = threading.Lock()
         self._registered = {}  # (group, name) -> (tensor, data_ptr)

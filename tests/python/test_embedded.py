@@ -5,6 +5,8 @@ embedded workers, each in its own child Python process; every destination byte
 is checked after every version. Also re-registration, stop while idle and the
 errors, in this process."""
 import multiprocessing
+import os
+import threading
 import time
 
 import pytest
@@ -286,3 +288,68 @@ def test_embedded_worker_without_controller_stops_promptly():
     start = time.monotonic()
     w.stop()
     assert time.monotonic() - start < 10 and not w.running
+
+
+def _share_runnable(threads, samples=150):
+    """The share of looks, 2 ms apart, that saw at least `threads` of this
+    process's other threads runnable (state R): a spinner stays runnable even
+    when a loaded machine gives it little CPU (it yields); a sleeper does not."""
+    me = str(threading.get_native_id())
+    hits = 0
+    for _ in range(samples):
+        n = 0
+        for tid in os.listdir("/proc/self/task"):
+            if tid == me:
+                continue
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            n += stat[stat.rindex(")") + 2] == "R"
+        hits += n >= threads
+        time.sleep(0.002)
+    return hits / samples
+
+
+def test_embedded_busy_poll_passes_through(cluster):
+    """busy_poll_ms (wsync-worker's --busy_poll_ms, docs/performance-notes.md):
+    refused out of range naming it; at -1 (spin forever) the embedded worker's
+    two pollers spin in this process while it idles, its syncs are bit-exact,
+    and stop() ends the spinning promptly."""
+    with pytest.raises(errors.InvalidArgument, match=r"busy_poll_ms must be -1 .*got -2"):
+        embedded.Worker("127.0.0.1:1", "inference:0:1", busy_poll_ms=-2)
+    shapes = {n: s for n, s, _ in trainer_tensors("tiny-llama")}
+    full = full_tensors(shapes, torch.float32, seed=5)
+    params = {r: {n: ducks.DTensor(t, [0, 1], [ducks.Shard(0)], r) for n, t in full.items()}
+              for r in range(2)}
+    src = layouts.source_side(layouts.describe(params[0].items(), rank=0))
+    spec = layouts.transfer_spec(src, vllm.destination(TINY_LLAMA, tp=1), name="tiny")
+    regs = [wsync.torch.register({n: p.to_local() for n, p in params[r].items()},
+                                 group="trainer", rank=r, socket=cluster.worker(f"trainer:{r}:2"))
+            for r in range(2)]
+    w = embedded.Worker(cluster.address, "inference:0:1", busy_poll_ms=-1)
+    try:
+        sizes = {b: n for b, (_, n) in layouts.local_buffers(spec.destination, 0).items()}
+        bufs = {b: torch.zeros(n, dtype=torch.bfloat16) for b, n in sizes.items()}
+        w.register(bufs)
+        w.wait_registered()
+        client = wsync.Client(cluster.address, timeout=20)
+        client.wait_for_workers({"trainer": 2, "inference": 1}, timeout=30, buffers=True)
+        client.define_transfer("weights", spec, source_group="trainer",
+                               destination_group="inference")
+        for version in (1, 2):
+            if version > 1:
+                time.sleep(0.3)  # an idle spell: the pollers keep spinning
+                step(full, params, 0.5, 1.0)
+            status = client.sync(version).wait(timeout=TIMEOUT, show_progress=False)
+            assert status.phase == wsync._proto.controller_pb2.SYNC_SUCCEEDED
+            for b, want in expected_destination(spec, full, 0, torch.bfloat16).items():
+                assert torch.equal(bufs[b][:want.numel()], want), f"buffer {b}"
+        assert _share_runnable(2) > 0.5, "the embedded worker's two pollers do not spin"
+    finally:
+        start = time.monotonic()
+        w.stop()
+        assert time.monotonic() - start < 5
+    assert _share_runnable(2) < 0.3, "still spinning after stop()"
+    del regs

@@ -50,7 +50,8 @@ WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
         ctx.set_deadline(In(absl::Seconds(2)));
         v1::ReportProgressResponse resp;
         stub_->ReportProgress(&ctx, p, &resp);  // best effort
-      }) {
+      }),
+      busy_(options_.busy_poll) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);  // op lists can be large
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
@@ -156,12 +157,7 @@ void WorkerAgent::SessionLoop() {
     // and could not forward them: send the current list now.
     PushBuffers(resp.lease_id());
     serving_.MarkUnsent();  // the new lease hears what the owner serves at once
-    v1::AssignmentsRequest areq;
-    areq.set_lease_id(resp.lease_id());
-    auto reader = stub_->Assignments(&ctx, areq);
-    v1::Assignment a;
-    while (reader->Read(&a)) OnAssignment(a, resp.lease_id(), epoch);
-    s = reader->Finish();
+    s = ReadAssignments(&ctx, resp.lease_id(), epoch);
     {
       absl::MutexLock lock(&mu_);
       stream_ctx_ = nullptr;
@@ -247,6 +243,7 @@ void WorkerAgent::OnAssignment(const v1::Assignment& a, const std::string& lease
 }
 
 void WorkerAgent::Report(v1::ReportResultRequest r, const std::string& lease_id) {
+  busy_.Touch();  // the spin window counts from the last sync's end
   r.set_lease_id(lease_id);
   r.set_reported_unix_us(absl::ToUnixMicros(absl::Now()));
   grpc::ClientContext ctx;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/busy_poll.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/agent/commit_latch.h"
 #include "worker/agent/event_queue.h"
@@ -92,6 +93,10 @@ struct AgentOptions {
   // Not owned, may be null: the descriptor socket whose batches CudaVmm
   // registrations claim.
   FdInbox* fd_inbox = nullptr;
+  // The low-latency mode (busy_poll.h, --busy_poll_ms): how long the
+  // assignment reader and the exec thread spin after the last activity
+  // before they sleep. Zero: off (they sleep); InfiniteDuration: always spin.
+  absl::Duration busy_poll = absl::ZeroDuration();
 };
 
 class WorkerAgent {
@@ -143,6 +148,17 @@ class WorkerAgent {
   };
 
   void SessionLoop();
+  // Reads lease `lease_id`'s assignment stream (opened on `ctx`) until it
+  // ends; returns how it ended. With busy polling on (agent_poll.cc), on a
+  // completion queue this thread polls without sleeping while busy_ spins.
+  grpc::Status ReadAssignments(grpc::ClientContext* ctx, const std::string& lease_id,
+                               uint64_t epoch);
+  grpc::Status ReadAssignmentsPolled(grpc::ClientContext* ctx, const v1::AssignmentsRequest& req,
+                                     uint64_t epoch);
+  // The exec thread, busy polling: spins (releasing mu_ between looks)
+  // until `ready` holds, `until`, stop, or the spin window ended.
+  template <typename Ready>
+  void SpinFor(const Ready& ready, absl::Time until) ABSL_LOCKS_EXCLUDED(mu_);
   void HeartbeatLoop();
   void ExecLoop();
   void Publish(const v1::SyncEvent& e);
@@ -238,6 +254,7 @@ class WorkerAgent {
   ProgressReporter progress_;
 
   std::atomic<bool> stop_{false};
+  BusyPoll busy_;  // the low-latency mode's policy (options_.busy_poll)
   std::thread session_;
   std::thread heartbeat_;
   std::thread exec_;

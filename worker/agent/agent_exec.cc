@@ -23,6 +23,17 @@ int WorkerAgent::NextRunnableLocked(const std::string& pending_transfer) const {
   return -1;
 }
 
+template <typename Ready>
+void WorkerAgent::SpinFor(const Ready& ready, absl::Time until) {
+  while (busy_.Spinning() && !stop_.load() && absl::Now() < until) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (ready()) return;
+    }
+    BusyPoll::Relax();
+  }
+}
+
 void WorkerAgent::ExecLoop() {
   uint64_t epoch_seen = 0;
   int64_t wakes_seen = 0;
@@ -33,12 +44,13 @@ void WorkerAgent::ExecLoop() {
     const std::string pending_transfer = pending_ ? pending_->q.assignment.transfer() : "";
     absl::Time until = absl::Now() + absl::Milliseconds(100);
     if (pending_) until = std::min(until, PendingDeadline(*pending_));
+    auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return !dropped_.empty() || NextRunnableLocked(pending_transfer) >= 0 ||
+             (!pending_transfer.empty() && gate_wakes_ != wakes_seen);
+    };
+    SpinFor(ready, until);  // the low-latency mode; no-op when off
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return !dropped_.empty() || NextRunnableLocked(pending_transfer) >= 0 ||
-               (!pending_transfer.empty() && gate_wakes_ != wakes_seen);
-      };
       mu_.AwaitWithDeadline(absl::Condition(&ready), until);
       wakes_seen = gate_wakes_;
       dropped.swap(dropped_);

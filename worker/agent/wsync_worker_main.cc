@@ -111,6 +111,12 @@ ABSL_FLAG(absl::Duration, staged_flush_timeout, absl::Seconds(5),
           "staged; one that does not read it in time fails the sync (the receiver rolls back), "
           "so the pool never commits while an owner did not hear STAGED; > 0. Env: "
           "WSYNC_STAGED_FLUSH_TIMEOUT.");
+ABSL_FLAG(int64_t, busy_poll_ms, 0,
+          "Low-latency mode: after the last assignment or report, the assignment stream's "
+          "reader and the exec thread poll for this many milliseconds instead of sleeping "
+          "(a core each while they spin), so that a sync after an idle spell pays no thread "
+          "wake-up; then they sleep until the next assignment. -1: spin forever; 0: off. "
+          "docs/performance-notes.md. Env: WSYNC_BUSY_POLL_MS.");
 ABSL_FLAG(std::string, test_corrupt_after_sync, "",
           "TEST ONLY, refused unless the environment sets WSYNC_TEST_FAILPOINTS=1. "
           "'<group>/<tensor>': after each sync this worker receives (after the commit of a "
@@ -182,6 +188,7 @@ int main(int argc, char** argv) {
        "decision_slack",
        "hold_commit_wait",
        "staged_flush_timeout",
+       "busy_poll_ms",
        "parts_cache_bytes",
        "instance_id",
        "port_file",
@@ -280,6 +287,18 @@ int main(int argc, char** argv) {
     spdlog::error("wsync-worker: --hold_commit_wait must be > 0, got {}",
                   absl::FormatDuration(options.hold_commit_wait));
     return 2;
+  auto busy_poll = wsync::BusyPollWindow(absl::GetFlag(FLAGS_busy_poll_ms), "--busy_poll_ms");
+  if (!busy_poll.ok()) {
+    spdlog::error("wsync-worker: {}", std::string(busy_poll.status().message()));
+    return 2;
+  }
+  options.busy_poll = *busy_poll;
+  if (options.busy_poll > absl::ZeroDuration()) {
+    spdlog::info("wsync-worker: --busy_poll_ms={}: two threads spin {} after each activity",
+                 absl::GetFlag(FLAGS_busy_poll_ms),
+                 options.busy_poll == absl::InfiniteDuration()
+                     ? std::string("forever")
+                     : absl::FormatDuration(options.busy_poll));
   }
   options.test_commit_delay = absl::GetFlag(FLAGS_test_commit_delay);
   if (options.test_commit_delay != absl::ZeroDuration()) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/busy_poll.h"
 #include "common/logging.h"
 #include "worker/node/backend_registry.h"
 
@@ -28,6 +29,11 @@ absl::Status CheckOptions(const EmbeddedOptions& o) {
   if (o.device < -1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "embedded worker: device must be a GPU index or -1 (host memory), got ", o.device));
+  }
+  if (absl::StatusOr<absl::Duration> busy = BusyPollWindow(o.busy_poll_ms, "busy_poll_ms");
+      !busy.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("embedded worker: ", busy.status().message(),
+                                                   " (wsync-worker's --busy_poll_ms)"));
   }
   if (o.staging_limit_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -127,6 +133,7 @@ EmbeddedWorker::EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::B
   a.round_timeout = options_.round_timeout;
   a.staging_limit_bytes = options_.staging_limit_bytes;
   a.staging_budget_bytes = options_.staging_budget_bytes;
+  a.busy_poll = *BusyPollWindow(options_.busy_poll_ms, "busy_poll_ms");  // checked in Create
   a.backend = backend_.get();
   a.arenas = &arenas_;
   if (local_ != nullptr) a.fd_inbox = local_->fd_inbox();

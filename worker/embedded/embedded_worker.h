@@ -62,6 +62,9 @@ struct EmbeddedOptions {
   // must be private to this user (agent/local_socket.h); only this user's
   // processes may connect.
   std::string local_socket;
+  // The low-latency mode (wsync-worker's --busy_poll_ms, common/busy_poll.h):
+  // -1 spin forever, 0 off, N > 0 spin N ms after each activity.
+  int64_t busy_poll_ms = 0;
 };
 
 // One tensor of this process, by pointer.

@@ -2,6 +2,8 @@
 // thread, and capped.
 #include "controller/server/wait_hub.h"
 
+#include <sys/resource.h>
+
 #include <atomic>
 #include <memory>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/runnable_threads.h"
 
 namespace wsync::controller {
 namespace {
@@ -28,6 +31,52 @@ class FlagWaiter : public WaitHub::Waiter {
   bool expired = false;
   absl::Notification done;
 };
+
+// CPU seconds this process uses over the next `window` (getrusage).
+double CpuOver(absl::Duration window) {
+  auto now = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  };
+  const double before = now();
+  absl::SleepFor(window);
+  return now() - before;
+}
+
+TEST(WaitHubTest, ASpinningHubAnswersAtOnceAndStopsPromptly) {
+  absl::Time destroyed_from;
+  {
+    WaitHub hub(0, /*busy_poll=*/absl::InfiniteDuration());
+    FlagWaiter notified, timed;
+    ASSERT_TRUE(hub.Add(&notified, absl::InfiniteFuture()).ok());
+    ASSERT_TRUE(hub.Add(&timed, absl::Now() + absl::Milliseconds(200)).ok());
+    // Strict: the hub's thread spins while nothing happens: it stays
+    // runnable (the test's own thread is not counted).
+    EXPECT_GT(testing::ShareRunnable(getpid(), 1), 0.5);
+    ASSERT_TRUE(timed.done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+    EXPECT_TRUE(timed.expired);  // deadlines still expire while it spins
+    notified.ready = true;
+    hub.NotifyAll();
+    ASSERT_TRUE(notified.done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+    EXPECT_FALSE(notified.expired);
+    destroyed_from = absl::Now();
+  }
+  EXPECT_LT(absl::Now() - destroyed_from, absl::Milliseconds(500));
+}
+
+TEST(WaitHubTest, TheSpinWindowEndsInSleep) {
+  WaitHub hub(0, /*busy_poll=*/absl::Milliseconds(200));
+  FlagWaiter w;
+  ASSERT_TRUE(hub.Add(&w, absl::InfiniteFuture()).ok());  // activity: the window starts
+  absl::SleepFor(absl::Milliseconds(400));
+  EXPECT_LT(testing::ShareRunnable(getpid(), 1), 0.3) << "the hub still spins past its window";
+  EXPECT_LT(CpuOver(absl::Seconds(1)), 0.05) << "the hub still uses CPU past its window";
+  // A signal after the sleep is still answered, and restarts the window.
+  w.ready = true;
+  hub.NotifyAll();
+  ASSERT_TRUE(w.done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+}
 
 TEST(WaitHubTest, NotifyAnswersWaitersAndDeadlinesExpireThem) {
   WaitHub hub(0);

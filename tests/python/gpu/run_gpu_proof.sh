@@ -42,6 +42,9 @@
 # WSYNC_PROOF_STAGING=host_shadow|device_shadow defines staged transfers with
 # checksums (docs/staging.md): every version then goes through the shadows, the
 # CUDA bucket checksums and the two-phase commit, and is checked bit for bit.
+# The low-latency mode (docs/performance-notes.md): WSYNC_BUSY_POLL_MS=-1 (or a
+# window in ms) reaches the controller, the workers and the embedded workers this
+# starts; WSYNC_CLIENT_BUSY_WAIT=1 the trainers' clients. Unset: off.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/gpu-out}

@@ -287,6 +287,7 @@ int main(int argc, char** argv) {
     spdlog::error("wsync-worker: --hold_commit_wait must be > 0, got {}",
                   absl::FormatDuration(options.hold_commit_wait));
     return 2;
+  }
   auto busy_poll = wsync::BusyPollWindow(absl::GetFlag(FLAGS_busy_poll_ms), "--busy_poll_ms");
   if (!busy_poll.ok()) {
     spdlog::error("wsync-worker: {}", std::string(busy_poll.status().message()));

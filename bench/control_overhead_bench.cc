@@ -84,7 +84,7 @@ grpc::Status CallSync(wsync::demo::Cluster& cluster, grpc::ClientContext* ctx,
   call->Finish(resp, &status, reinterpret_cast<void*>(1));
   void* tag = nullptr;
   bool ok = false;
-  while (cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now()) !=
+  while (cq.AsyncNext(&tag, &ok, gpr_inf_past(GPR_CLOCK_MONOTONIC)) !=
          grpc::CompletionQueue::GOT_EVENT) {
   }
   cq.Shutdown();

@@ -126,8 +126,10 @@ class PendingCall {
 
   // Polls without sleeping until the call ended or `until`; true if it ended.
   bool SpinUntil(std::chrono::system_clock::time_point until) {
+    // A deadline long past: gRPC rounds deadlines up to the next millisecond,
+    // so polling with "now" napped up to 1 ms in the poller each call.
     while (!done_ && std::chrono::system_clock::now() < until)
-      Poll(std::chrono::system_clock::now());
+      Poll(std::chrono::system_clock::time_point());
     return done_;
   }
   // Sleeps until the call ended or `until`; true if it ended.

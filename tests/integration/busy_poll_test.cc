@@ -128,7 +128,10 @@ TEST(BusyPoll, StrictModeSyncsCorrectlyAndTheWorkersStopPromptly) {
   // Strict: the worker's two pollers spin while nothing happens: both stay
   // runnable (a loaded machine may give them little CPU: they yield).
   const pid_t worker = run->cluster->worker(0).child.pid();
-  EXPECT_GT(testing::ShareRunnable(worker, 2), 0.5) << "worker 0 does not spin";
+  const std::vector<double> spun = testing::RunnableShares(worker);
+  // (Under a load of 13 on 2 vCPUs the second was runnable a third of the time.)
+  EXPECT_TRUE(spun[0] > 0.8 && spun[1] > 0.15)
+      << "worker 0 does not spin: " << spun[0] << ", " << spun[1];
   // The owners leave first (an owner still connected holds its worker's stop
   // past the grace, with or without the mode); then SIGTERM ends every
   // process: each exits 0, well before the 3 s grace's SIGKILL.
@@ -159,14 +162,15 @@ TEST(BusyPoll, TheSpinWindowEndsInSleep) {
   const pid_t worker = run->cluster->worker(0).child.pid();
   const pid_t controller = run->cluster->controller_pid();
   // Within the window after the sync: the worker's two pollers spin.
-  EXPECT_GT(testing::ShareRunnable(worker, 2, 100), 0.5) << "worker 0 did not spin";
+  const std::vector<double> spun = testing::RunnableShares(worker, absl::Milliseconds(300));
+  EXPECT_TRUE(spun[0] > 0.8 && spun[1] > 0.15)
+      << "worker 0 did not spin: " << spun[0] << ", " << spun[1];
   std::string first;
   EXPECT_EQ(run->Verify(1, &first), 0) << first;
   // Well past it (heartbeats only): both sleep.
   absl::SleepFor(synced + kWindow + absl::Milliseconds(500) - absl::Now());
-  // (A loaded machine leaves woken threads runnable a while: two at once
-  // now and then, against always while spinning.)
-  EXPECT_LT(testing::ShareRunnable(worker, 2), 0.3) << "worker 0 still spins";
+  EXPECT_LT(testing::RunnableShares(worker)[0], 0.5) << "worker 0 still spins";
+  EXPECT_LT(testing::RunnableShares(controller)[0], 0.5) << "the controller still spins";
   EXPECT_LT(CpuOver(worker, absl::Seconds(1)), 0.1) << "worker 0 still uses CPU";
   EXPECT_LT(CpuOver(controller, absl::Seconds(1)), 0.1) << "the controller still uses CPU";
   // And the next sync, after the idle spell, is still right.

@@ -21,8 +21,11 @@ void* Tag(Op op) { return reinterpret_cast<void*>(op); }
 bool NextEvent(grpc::CompletionQueue& cq, const BusyPoll& busy, void** tag, bool* ok) {
   for (;;) {
     const bool spin = busy.Spinning();
-    const auto deadline = spin ? std::chrono::system_clock::now()
-                               : absl::ToChronoTime(absl::Now() + absl::Milliseconds(100));
+    // Spinning: a deadline long past. gRPC rounds deadlines up to the next
+    // millisecond, so "now" would nap up to 1 ms in the poller each call.
+    const auto deadline =
+        spin ? gpr_inf_past(GPR_CLOCK_MONOTONIC)
+             : gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(100, GPR_TIMESPAN));
     switch (cq.AsyncNext(tag, ok, deadline)) {
       case grpc::CompletionQueue::GOT_EVENT:
         return true;

@@ -119,10 +119,13 @@ TEST_P(SwapArenaConformanceTest, ManySwapsStayConsistent) {
 }
 
 TEST_P(SwapArenaConformanceTest, RefusesTwinsOfAnotherSize) {
+  // One byte past a's (rounded) size: another size at any granularity (a
+  // CUDA arena rounds to 2 MiB, so 64 KiB and 128 KiB would be alike).
   auto a = Make(64 << 10, "a");
-  auto b = Make(128 << 10, "b");
   ASSERT_NE(a, nullptr);
+  auto b = Make(a->bytes() + 1, "b");
   ASSERT_NE(b, nullptr);
+  ASSERT_NE(a->bytes(), b->bytes());
   Fill(*a, 5);
   const absl::Status s = a->SwapWith(*b);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;

@@ -6,6 +6,8 @@ with a twin: bit-exact versions at unchanged addresses (views taken before see
 them), the unsynced bytes survive, a rollback leaves V-1, a twin over the
 worker's budget is refused naming it, and tensors outside one arena commit by
 copying. The COMMITTED events say which."""
+import queue
+import threading
 import time
 
 import numpy as np
@@ -22,6 +24,35 @@ from models import TINY_LLAMA, trainer_tensors
 from test_sync import TP, fsdp_params
 
 EXTRA = 1 << 16  # elements of the unsynced fp32 tensor packed beside the buffers
+
+
+class EventReader:
+    """Reads a worker's event subscription at once on a thread (an owner must
+    read STAGED before its worker reports staged: --staged_flush_timeout) and
+    hands the events to the test in order."""
+
+    def __init__(self, events):
+        self._events, self._queue = events, queue.Queue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self):
+        while not self._stop.is_set():
+            ev = self._events.next(0.1)
+            if ev is not None:
+                self._queue.put(ev)
+
+    def next(self, timeout):
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(5)
+        self._events.close()
 
 
 def next_kind(events, kind, timeout=30.0):
@@ -88,7 +119,7 @@ def test_swap_commits_are_bit_exact_at_unchanged_addresses(cluster):
     pool = ArenaPool(cluster)
     try:
         pool.client.define_transfer("weights", pool.spec, staging="host_shadow")
-        events = pool.w.events()
+        events = EventReader(pool.w.events())
         ptrs = {b: t.data_ptr() for b, t in pool.live.items()}
         first = next(iter(pool.live))
         # Views taken before any sync: numpy over the arena's host memory and
@@ -123,7 +154,7 @@ def test_a_rolled_back_swap_staged_sync_leaves_the_previous_version(cluster):
     pool = ArenaPool(cluster)
     try:
         pool.client.define_transfer("weights", pool.spec, staging="host_shadow")
-        events = pool.w.events()
+        events = EventReader(pool.w.events())
         assert pool.client.sync(1, deadline=30).wait(timeout=30).phase == pb.SYNC_SUCCEEDED
         assert next_kind(events, "committed")["commit_kind"] == "swap"
         before = {b: t.clone() for b, t in pool.live.items()}
@@ -165,7 +196,7 @@ def test_tensors_outside_one_arena_commit_by_copying(cluster):
     pool = ArenaPool(cluster, arena=False)
     try:
         pool.client.define_transfer("weights", pool.spec, staging="host_shadow")
-        events = pool.w.events()
+        events = EventReader(pool.w.events())
         st = pool.client.sync(1, deadline=30).wait(timeout=30)
         assert st.phase == pb.SYNC_SUCCEEDED, st.error
         assert next_kind(events, "committed")["commit_kind"] == "copy"

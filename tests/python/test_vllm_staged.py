@@ -304,11 +304,8 @@ def test_a_commit_call_whose_wait_ends_as_the_commit_begins_reports_its_outcome(
     # worker copied. The race is forced: rank 0's first wait ends the moment
     # its worker published COMMIT (read on a raw subscription), as if its
     # watch had not read it yet; worker, controller and watch are real.
-    s = StagedSetup(cluster, tp=2, route="extension")
-    staged.append(s)
-    loop = s.engines[0]
-    eng = StagedEngine(loop.collective_rpc, pause=loop.pause_generation,
-                       resume=loop.resume_generation)
+    s = staged(tp=2, route="extension")
+    eng = driver(s.engines[0])
     rec = s.receiver(0)
     raw, seen, cond, stop = rec.worker.events(), [], threading.Condition(), threading.Event()
 

@@ -175,10 +175,14 @@ absl::Status ShadowSet::CommitSwap() {
     return absl::Status(s.code(), absl::StrCat("swap commit of ", arena_->Describe(),
                                                ": waiting for the data ops: ", s.message()));
   }
-  RETURN_IF_ERROR(RunCopies(commit_items_, commit_names_,
-                            "swap commit: copying the bytes the sync does not write (live -> "
-                            "twin)"));
-  return arena_->SwapWith(*twin_);
+  absl::Status s = RunCopies(commit_items_, commit_names_,
+                             "swap commit: copying the bytes the sync does not write (live -> "
+                             "twin)");
+  if (s.ok()) s = arena_->SwapWith(*twin_);
+  // A twin a failed commit leaves is never reused: the next staged sync
+  // makes a new one (a failed swap may have left it unmapped).
+  if (!s.ok()) Clear();
+  return s;
 }
 
 }  // namespace wsync::agent

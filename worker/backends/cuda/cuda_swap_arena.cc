@@ -74,17 +74,19 @@ class CudaSwapArena : public plane::SwapArena {
     }
     twin->mapped_ = false;
     std::swap(handle_, twin->handle_);
-    absl::Status s = MapAt(Ptr(base()), handle_);
-    if (s.ok()) {
-      mapped_ = true;
-      s = twin->MapAt(Ptr(twin->base()), twin->handle_);
-      if (s.ok()) twin->mapped_ = true;
-    }
-    if (!s.ok()) {
-      return absl::Status(
-          s.code(), absl::StrCat(what, ": ", s.message(), "; the arenas are unusable (unmapped)"));
-    }
-    return absl::OkStatus();
+    const absl::Status s = MapBoth(*twin);
+    if (s.ok()) return absl::OkStatus();
+    // Each range back on its own memory: the live weights stay readable.
+    Unmap();
+    twin->Unmap();
+    std::swap(handle_, twin->handle_);
+    const absl::Status back = MapBoth(*twin);
+    return absl::Status(s.code(),
+                        absl::StrCat(what, ": ", s.message(),
+                                     back.ok() ? "; both keep their memory"
+                                               : absl::StrCat("; putting them back failed too, the "
+                                                              "arenas are unusable (unmapped): ",
+                                                              back.message())));
   }
 
  protected:
@@ -98,13 +100,28 @@ class CudaSwapArena : public plane::SwapArena {
   static void Log(CUresult r, const char* call) {
     if (r != CUDA_SUCCESS) spdlog::error("wsync cuda arena: {}: {}", call, DriverErrorText(r));
   }
-  // Maps `handle` (Size() bytes) at `at`, read-write for the device.
+  // Maps `handle` (Size() bytes) at `at`, read-write for the device; on
+  // error `at` is left unmapped.
   absl::Status MapAt(CUdeviceptr at, CUmemGenericAllocationHandle handle) const {
     RETURN_IF_ERROR(Cu(api_->cuMemMap(at, Size(), 0, handle, 0), "cuMemMap"));
     CUmemAccessDesc access{};
     access.location = Prop(device_).location;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    return Cu(api_->cuMemSetAccess(at, Size(), &access, 1), "cuMemSetAccess");
+    absl::Status s = Cu(api_->cuMemSetAccess(at, Size(), &access, 1), "cuMemSetAccess");
+    if (!s.ok()) Log(api_->cuMemUnmap(at, Size()), "cuMemUnmap (after cuMemSetAccess failed)");
+    return s;
+  }
+  // This arena on handle_, then `twin` on its handle_.
+  absl::Status MapBoth(CudaSwapArena& twin) {
+    RETURN_IF_ERROR(MapAt(Ptr(base()), handle_));
+    mapped_ = true;
+    RETURN_IF_ERROR(twin.MapAt(Ptr(twin.base()), twin.handle_));
+    twin.mapped_ = true;
+    return absl::OkStatus();
+  }
+  void Unmap() {
+    if (mapped_) Log(api_->cuMemUnmap(Ptr(base()), Size()), "cuMemUnmap");
+    mapped_ = false;
   }
   // After the live range was unmapped and the twin's unmap failed: maps the
   // live memory back.

@@ -38,8 +38,15 @@ class HostSwapArena : public plane::SwapArena {
           twin == this ? ": the same arena" : ": a twin must be a host arena of the same size"));
     }
     if (absl::Status s = MapOver(base(), twin->fd_); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("swapping ", Describe(), " with ",
-                                                 twin->Describe(), ": ", s.message()));
+      // A failed MAP_FIXED may already have removed the old mapping: map
+      // this range's own memory again.
+      absl::Status back = MapOver(base(), fd_);
+      return absl::Status(
+          s.code(),
+          absl::StrCat("swapping ", Describe(), " with ", twin->Describe(), ": ", s.message(),
+                       back.ok() ? "; both keep their memory"
+                                 : absl::StrCat("; remapping its own memory failed too, ",
+                                                "its range is unusable: ", back.message())));
     }
     if (absl::Status s = MapOver(twin->base(), fd_); !s.ok()) {
       // Give this range its own memory back: nothing changed then.
@@ -67,7 +74,8 @@ class HostSwapArena : public plane::SwapArena {
       const int e = errno;
       return absl::Status(
           e == ENOMEM ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kInternal,
-          absl::StrCat("mmap MAP_FIXED at ", absl::Hex(reinterpret_cast<uintptr_t>(at)), ": ", Errno(e)));
+          absl::StrCat("mmap MAP_FIXED at ", absl::Hex(reinterpret_cast<uintptr_t>(at)), ": ",
+                       Errno(e)));
     }
     return absl::OkStatus();
   }

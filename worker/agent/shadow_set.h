@@ -15,8 +15,8 @@
 //
 // Swap commits (docs/commit-swap.md; shadow_set_swap.cc): when every
 // destination buffer of the part lies in one arena of `arenas` (the owner
-// allocated its weights there through its embedded worker), every view is
-// dense and the mode is device_shadow (or host_shadow over a host arena),
+// allocated its weights there through its embedded worker), every view
+// lists as byte runs (dense or strided) and the mode is device_shadow (or host_shadow over a host arena),
 // the shadow is a twin of the whole arena (its full size counts against the
 // budget), each destination points at the twin's base plus its offset, and
 // Commit() copies the arena bytes the part does not write live -> twin, then

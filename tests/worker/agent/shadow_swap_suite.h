@@ -178,7 +178,7 @@ TEST_P(ShadowSwapTest, ATwinOverTheBudgetIsRefusedNamingTheWorkerAndArena) {
   ExpectLive(1, 1, "refused");
 }
 
-TEST_P(ShadowSwapTest, CopiesWhenTheBuffersAreNotInOneArenaOrAViewIsStrided) {
+TEST_P(ShadowSwapTest, CopiesWhenTheBuffersAreNotInOneArena) {
   auto other = f().backend().NewSwapArena(kBBytes, "other");
   ASSERT_TRUE(other.ok()) << other.status();
   exec::BufferRegistry split = live_;
@@ -188,18 +188,41 @@ TEST_P(ShadowSwapTest, CopiesWhenTheBuffersAreNotInOneArenaOrAViewIsStrided) {
   ShadowSet set(&f().backend(), 0, arenas_.get());
   ASSERT_TRUE(set.Prepare(Writes(), v1::STAGING_DEVICE_SHADOW, split, "worker 3").ok());
   EXPECT_STREQ(set.commit_kind(), "copy") << "b lies in an arena the owner did not register";
-  std::map<std::string, BufferWrites> strided = Writes();
-  v1::TensorView v = Range(0, 0);
-  v.clear_shape();
-  v.clear_strides();
-  for (int64_t d : {4, 256}) v.add_shape(d);
-  for (int64_t d : {1024, 1}) v.add_strides(d);
-  strided["inference/b"].views.push_back(v);
-  ASSERT_TRUE(set.Prepare(strided, v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
-  EXPECT_STREQ(set.commit_kind(), "copy");
   ShadowSet no_arenas(&f().backend(), 0);
   ASSERT_TRUE(no_arenas.Prepare(Writes(), v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
   EXPECT_STREQ(no_arenas.commit_kind(), "copy");
+}
+
+// A strided view (4 rows of 256 bytes, 1024 apart, in b at 16 KiB: a fan-out
+// chunk of stacked experts over part of their rows) swaps; the bytes between
+// its rows come from live.
+TEST_P(ShadowSwapTest, AStridedViewSwapsAndKeepsTheBytesBetweenItsRows) {
+  constexpr int64_t kAt = 16 << 10, kRows = 4, kRow = 256, kPitch = 1024;
+  v1::TensorView v = Range(kAt, 0);
+  v.clear_shape();
+  v.clear_strides();
+  for (int64_t d : {kRows, kRow}) v.add_shape(d);
+  for (int64_t d : {kPitch, int64_t{1}}) v.add_strides(d);
+  std::map<std::string, BufferWrites> writes = {{"inference/b", BufferWrites{kBBytes, {v}}}};
+  ShadowSet set(&f().backend(), 0, arenas_.get());
+  ASSERT_TRUE(set.Prepare(writes, v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
+  EXPECT_STREQ(set.commit_kind(), "swap");
+  EXPECT_EQ(set.commit_bytes(), arena_->bytes() - kRows * kRow) << "all but the rows";
+  auto* shadow = static_cast<uint8_t*>(
+      set.registry().Find(exec::BufferSide::kDestination, "inference/b")->data);
+  // What the twin held (the live bytes at Prepare) in a gap: the commit must
+  // not keep it: the owner writes the gaps between Prepare and Commit.
+  for (int64_t r = 0; r < kRows; ++r) Fill(shadow + kAt + r * kPitch, kRow, 9);
+  Set(kB + kAt + kRow, kPitch - kRow, 4);  // the gap after row 0, in live
+  ASSERT_TRUE(set.Commit().ok());
+  const std::vector<uint8_t> got =
+      f().Download(arena_->base(), static_cast<size_t>(arena_->bytes()));
+  for (int64_t i = 0; i < arena_->bytes(); ++i) {
+    const int64_t r = i - kB - kAt;
+    const bool row = r >= 0 && r < kRows * kPitch && r % kPitch < kRow;
+    const bool gap0 = r >= kRow && r < kPitch;
+    ASSERT_EQ(got[i], row ? 9 : gap0 ? 4 : 1) << "byte " << i;
+  }
 }
 
 }  // namespace wsync::agent

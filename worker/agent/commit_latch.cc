@@ -26,11 +26,13 @@ void CommitLatch::End() {
 absl::StatusOr<std::string> CommitLatch::Hold(std::string reason, absl::Duration wait) {
   const bool admit = reason.empty();
   std::string began;
+  std::function<void()> wake;
   {
     absl::MutexLock lock(&mu_);
     held_ = std::move(reason);
     if (admit) {
       last_begun_.clear();  // a new window: no commit began in it yet
+      wake = wake_;
     } else {
       began = last_begun_;
       if (!committing_.empty()) {
@@ -44,10 +46,15 @@ absl::StatusOr<std::string> CommitLatch::Hold(std::string reason, absl::Duration
               " (--hold_commit_wait); held from now on, its outcome follows as COMMITTED or "
               "FINISHED"));
         }
+        if (held_.empty()) {
+          return absl::AbortedError(absl::StrCat(
+              "hold: syncs were admitted while this hold waited for the commit of sync ", began,
+              " to end; nothing is held now"));
+        }
       }
     }
   }
-  if (admit && wake_) wake_();
+  if (wake) wake();
   return began;
 }
 

@@ -32,20 +32,24 @@ class CommitLatch {
   // syncs were last admitted (the one it waited for, or one that began and
   // ended before the hold; "" when none did: nothing was written), or
   // DEADLINE_EXCEEDED naming the commit still writing after `wait`. The
-  // hold stands either way: no later commit begins. Admitting returns "" at
-  // once.
+  // hold stands either way: no later commit begins. ABORTED when syncs were
+  // admitted (another Hold("")) while this hold waited: it no longer holds.
+  // Admitting returns "" at once.
   absl::StatusOr<std::string> Hold(std::string reason, absl::Duration wait);
   // Runs (outside the lock) after each admission: a thread awaiting one
-  // wakes. Set once, before use.
-  void SetWaker(std::function<void()> wake) { wake_ = std::move(wake); }
+  // wakes. May be set while owners already call Hold.
+  void SetWaker(std::function<void()> wake) {
+    absl::MutexLock lock(&mu_);
+    wake_ = std::move(wake);
+  }
   // Test seam: runs under the lock when Hold starts waiting for a commit in
   // progress (tests order threads with it; never set in production).
   void SetHoldWaitHookForTest(std::function<void()> hook) { hold_wait_hook_ = std::move(hook); }
 
  private:
-  std::function<void()> wake_;
   std::function<void()> hold_wait_hook_;
   mutable absl::Mutex mu_;
+  std::function<void()> wake_ ABSL_GUARDED_BY(mu_);
   std::string held_ ABSL_GUARDED_BY(mu_);
   std::string committing_ ABSL_GUARDED_BY(mu_);  // between TryBegin and End
   std::string last_begun_ ABSL_GUARDED_BY(mu_);  // since the last admission

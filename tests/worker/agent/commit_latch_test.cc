@@ -43,6 +43,23 @@ TEST(CommitLatchTest, AHoldSetWhileACommitWritesWaitsForItAndSaysWhichItWaitedFo
   EXPECT_EQ(*held, "s1");
 }
 
+TEST(CommitLatchTest, AHoldLiftedWhileItWaitsForACommitSaysItNoLongerHolds) {
+  CommitLatch latch;
+  absl::Notification waiting;
+  latch.SetHoldWaitHookForTest([&] { waiting.Notify(); });
+  ASSERT_EQ(latch.TryBegin("s1"), "");
+  absl::StatusOr<std::string> held;
+  std::thread owner([&] { held = latch.Hold("generating", absl::Hours(1)); });
+  ASSERT_TRUE(waiting.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(latch.Hold("", absl::ZeroDuration()).ok()) << "another owner call admits";
+  latch.End();
+  owner.join();
+  EXPECT_EQ(held.status().code(), absl::StatusCode::kAborted) << held.status();
+  EXPECT_THAT(held.status().message(), HasSubstr("sync s1"));
+  EXPECT_EQ(latch.held(), "");
+  EXPECT_EQ(latch.TryBegin("s2"), "") << "admitted: the next commit begins";
+}
+
 TEST(CommitLatchTest, AHoldThatOutwaitsItsBoundSaysTheCommitStillWritesAndStillHolds) {
   CommitLatch latch;
   ASSERT_EQ(latch.TryBegin("s1"), "");

@@ -41,11 +41,14 @@
 // sync's sequence with a peer is a per-peer counter both sides advance on
 // every sync between them, starting at 1 on a fresh executor. Precondition:
 // both sides run every such sync, which holds because any failed sync
-// leaves the transport unusable and the worker rebuilds the channel
-// (transport, writer and executor) before the next; the executor refuses
+// makes the controller open a new transport generation, so every worker of
+// the transfer builds a new channel (transport, writer and executor) before
+// the next (the failing worker drops its own at once); the executor refuses
 // direct writes after a failed direct-write sync (FAILED_PRECONDITION). A
-// side that fails posts its sequence with kMailboxFailed set, so its peers
-// end promptly; a value from another sequence is an error naming it, and
+// side that fails once its tokens began posts its sequence with
+// kMailboxFailed set, so its peers end at once; one that fails before (its
+// binding or staging) posts nothing, and its peers end when the controller
+// aborts the sync. A value from another sequence is an error naming it, and
 // polls end at the round's deadline or on Abort (a killed peer: bounded).
 //
 // A failed sync leaves destination buffers partly written: the caller must

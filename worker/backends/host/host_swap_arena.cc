@@ -92,7 +92,10 @@ absl::StatusOr<std::unique_ptr<plane::SwapArena>> NewHostSwapArena(int64_t bytes
   absl::StatusOr<int64_t> size =
       plane::RoundArenaBytes(bytes, page > 0 ? page : plane::kSwapArenaAlignment, what);
   if (!size.ok()) return size.status();
-  const int fd = memfd_create(absl::StrCat("wsync-arena-", name).c_str(), MFD_CLOEXEC);
+  // memfd names are for /proc only and at most 249 bytes: a long arena
+  // name (the worker's "<who> twin") is cut, never refused.
+  const std::string memfd_name = absl::StrCat("wsync-arena-", name).substr(0, 200);
+  const int fd = memfd_create(memfd_name.c_str(), MFD_CLOEXEC);
   if (fd < 0) {
     const int e = errno;
     return absl::ResourceExhaustedError(absl::StrCat(what, ": memfd_create: ", Errno(e)));

@@ -37,5 +37,12 @@ TEST(HostSwapArenaTest, AnOutstandingPointerSeesTheSwappedData) {
   EXPECT_EQ(static_cast<float*>((*twin)->base())[100], 1.5f);
 }
 
+TEST(HostSwapArenaTest, ALongNameIsCutForTheMemfdNotRefused) {
+  const std::string name(400, 'w');
+  auto arena = host::NewHostSwapArena(4096, name);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  EXPECT_NE((*arena)->Describe().find(name), std::string::npos) << "errors keep the whole name";
+}
+
 }  // namespace
 }  // namespace wsync::plane::conformance

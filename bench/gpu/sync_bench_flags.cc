@@ -61,6 +61,8 @@ int ParseFlags(int argc, char** argv, Flags* f) {
       f->diagnose_ce_probes = v != "0";
     else if (k == "--reserved-sms")
       f->reserved_sms = std::stoi(v);
+    else if (k == "--put-reserved-sms")
+      f->put_reserved_sms = std::stoi(v);
     else if (k == "--early-local-rounds")
       f->early_local_rounds = std::stoi(v);
     else if (k == "--mailbox")

@@ -41,6 +41,7 @@ struct Flags {
   int put_blocks_per_sm = 1;                 // CudaDataOps::Options::put_blocks_per_sm
   int put_copy_streams = 4;                  // CudaDataOps::Options::put_copy_streams
   int reserved_sms = 0;                      // CudaDataOps::Options::reserved_sms
+  int put_reserved_sms = 48;                 // CudaDataOps::Options::put_reserved_sms
   int early_local_rounds = exec::ExecutorOptions().early_local_rounds;
   bool mailbox = exec::ExecutorOptions().mailbox_tokens;  // --mailbox
   bool timeline = false;                                  // print each timed sync's device timeline

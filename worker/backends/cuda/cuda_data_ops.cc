@@ -109,6 +109,14 @@ absl::StatusOr<std::unique_ptr<CudaDataOps>> CudaDataOps::Create(const Options& 
   return ops;
 }
 
+void CudaDataOps::ReserveSmsForPuts() {
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_) != cudaSuccess) return;
+  // Never every SM: the kernel's blocks on reserved SMs leave without work.
+  const int n = std::min(options_.put_reserved_sms, sms / 2);
+  kernels_->set_reserved_sms(std::max(options_.reserved_sms, n));
+}
+
 CudaDataOps::~CudaDataOps() {
   // Resident tables and scratch may still be read by queued kernels.
   if (stream_.get() != nullptr) cudaStreamSynchronize(stream_.get());

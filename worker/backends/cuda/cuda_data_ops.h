@@ -67,6 +67,13 @@ class CudaDataOps : public exec::DataOps {
     // so NCCL's kernel for a round's few token bytes, launched just before the
     // local copies but possibly scheduled after them, never waits for them.
     int reserved_sms = 0;
+    // While a peer writer's puts run beside the local copies (ReserveSmsForPuts):
+    // SMs [0, n) are left to the put kernel (at most half the device's). 48
+    // of an H200's 132 SMs put Qwen3-30B-A3B colocated at 96 % of its HBM
+    // floor (92 % without: the put kernel's one block per SM got too little
+    // of each SM); the NCCL path, without puts, loses with it
+    // (bench/results/gpu-2026-11-27-session17.md, run 7). 0: off.
+    int put_reserved_sms = 48;
   };
   static absl::StatusOr<std::unique_ptr<CudaDataOps>> Create(const Options& options);
   ~CudaDataOps() override;
@@ -104,6 +111,9 @@ class CudaDataOps : public exec::DataOps {
 
   int device() const { return device_; }
   const Options& options() const { return options_; }
+  // A peer writer prepared puts that run beside this channel's local copies:
+  // from now on the copy kernels leave Options::put_reserved_sms SMs to them.
+  void ReserveSmsForPuts();
   cudaStream_t stream() const { return stream_.get(); }
   // Buffers retired since the last Synchronize() (retired_memory.h).
   size_t retired_buffers() const { return retired_.buffers(); }

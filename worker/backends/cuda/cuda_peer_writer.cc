@@ -217,6 +217,11 @@ absl::Status CudaPeerWriter::RunPut(std::string key) {
   return absl::OkStatus();
 }
 
+exec::ItemsHandle CudaPeerWriter::Prepare(absl::Span<const exec::CopyItem> items) {
+  if (!items.empty()) ops_->ReserveSmsForPuts();
+  return PeerWriter::Prepare(items);
+}
+
 absl::Status CudaPeerWriter::Put(absl::Span<const exec::CopyItem> items, exec::ItemsHandle handle,
                                  bool alone) {
   if (handle.id == 0) return PutKeyed(items, alone, CopyItemsKey('W', items));

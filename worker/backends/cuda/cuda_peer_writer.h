@@ -47,6 +47,9 @@ class CudaPeerWriter : public exec::PeerWriter {
 
   std::string Name() const override;
   exec::MemorySpace memory_space() const override { return exec::MemorySpace::kCuda; }
+  // Also leaves the ops' copy kernels' put_reserved_sms SMs to the puts
+  // (CudaDataOps::ReserveSmsForPuts) from the first non-empty list on.
+  exec::ItemsHandle Prepare(absl::Span<const exec::CopyItem> items) override;
 
   // On the put streams, in call order. Callers make the peer's memory
   // reachable (peer access: cudaIpcOpenMemHandle with

@@ -339,9 +339,10 @@ __device__ __forceinline__ void CopyNarrowRows(const PieceDesc& p, int64_t row0,
 // with its next claim in flight while it copies. So warps of a kernel that
 // starts late, once another kernel frees SM slots, still share what is left,
 // and consecutive claims keep the GPU's accesses close together.
-// Blocks placed on SMs [0, reserved_sms) leave at once: a kernel launched
-// just before (NCCL's, for a few bytes of tokens) but scheduled after this
-// one still finds an SM, instead of waiting for this kernel to end.
+// Blocks placed on SMs [0, reserved_sms) leave at once, all but the grid's
+// last: a kernel beside this one (the puts) keeps those SMs, and the work
+// is still done when every block landed there (a small grid, or the other
+// SMs busy): the last block claims whatever the others left.
 template <bool kCopyOnly, int kMinBlocks, int kPerLane = piece_impl::kPerLane,
           int kPartsPerTask = piece_impl::kPartsPerTask>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
@@ -352,7 +353,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   if (reserved_sms > 0) {
     unsigned sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    if (sm < reserved_sms) return;
+    if (sm < reserved_sms && blockIdx.x + 1 != gridDim.x) return;
   }
   const int lane = threadIdx.x & 31;
   unsigned long long claim = 0;

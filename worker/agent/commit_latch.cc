@@ -38,18 +38,19 @@ absl::StatusOr<std::string> CommitLatch::Hold(std::string reason, absl::Duration
       if (!committing_.empty()) {
         if (hold_wait_hook_) hold_wait_hook_();
         auto ended = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return committing_.empty(); };
-        if (!mu_.AwaitWithTimeout(absl::Condition(&ended), wait)) {
+        const bool ended_in_time = mu_.AwaitWithTimeout(absl::Condition(&ended), wait);
+        if (held_.empty()) {  // admitted meanwhile, whether or not the commit ended
+          return absl::AbortedError(absl::StrCat(
+              "hold: syncs were admitted while this hold waited for the commit of sync ", began,
+              " to end; nothing is held now"));
+        }
+        if (!ended_in_time) {
           return absl::DeadlineExceededError(absl::StrCat(
               "hold: the commit of sync ", committing_,
               " began before the hold and still writes the live tensors after ",
               absl::FormatDuration(wait),
               " (--hold_commit_wait); held from now on, its outcome follows as COMMITTED or "
               "FINISHED"));
-        }
-        if (held_.empty()) {
-          return absl::AbortedError(absl::StrCat(
-              "hold: syncs were admitted while this hold waited for the commit of sync ", began,
-              " to end; nothing is held now"));
         }
       }
     }

@@ -51,7 +51,7 @@ bool AppendRuns(const v1::TensorView& v, int64_t extent,
     }
   }
   int64_t end = 0, run_bytes = 0;
-  if (__builtin_mul_overflow(last + 1, size, &end) ||
+  if (__builtin_add_overflow(last, 1, &end) || __builtin_mul_overflow(end, size, &end) ||
       __builtin_add_overflow(end, v.byte_offset(), &end) || end > extent ||
       __builtin_mul_overflow(run, size, &run_bytes) ||
       static_cast<uint64_t>(count) > kMaxSwapRuns - std::min(kMaxSwapRuns, runs->size())) {

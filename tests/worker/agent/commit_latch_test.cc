@@ -60,6 +60,21 @@ TEST(CommitLatchTest, AHoldLiftedWhileItWaitsForACommitSaysItNoLongerHolds) {
   EXPECT_EQ(latch.TryBegin("s2"), "") << "admitted: the next commit begins";
 }
 
+TEST(CommitLatchTest, AHoldLiftedWhileItOutwaitsItsBoundSaysItNoLongerHolds) {
+  CommitLatch latch;
+  absl::Notification waiting;
+  latch.SetHoldWaitHookForTest([&] { waiting.Notify(); });
+  ASSERT_EQ(latch.TryBegin("s1"), "");
+  absl::StatusOr<std::string> held;
+  std::thread owner([&] { held = latch.Hold("generating", absl::Milliseconds(300)); });
+  ASSERT_TRUE(waiting.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(latch.Hold("", absl::ZeroDuration()).ok());
+  owner.join();  // s1 never ends: the hold's wait runs out
+  EXPECT_EQ(held.status().code(), absl::StatusCode::kAborted) << held.status();
+  EXPECT_EQ(latch.held(), "");
+  latch.End();
+}
+
 TEST(CommitLatchTest, AHoldThatOutwaitsItsBoundSaysTheCommitStillWritesAndStillHolds) {
   CommitLatch latch;
   ASSERT_EQ(latch.TryBegin("s1"), "");

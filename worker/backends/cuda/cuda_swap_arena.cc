@@ -15,14 +15,6 @@
 namespace wsync::cuda {
 namespace {
 
-CUmemAllocationProp Prop(int device) {
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = device;
-  return prop;
-}
-
 CUdeviceptr Ptr(void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
 
 class CudaSwapArena : public plane::SwapArena {
@@ -47,7 +39,7 @@ class CudaSwapArena : public plane::SwapArena {
 
   // Allocates the physical memory and maps it (construction's second half).
   absl::Status Back() {
-    const CUmemAllocationProp prop = Prop(device_);
+    const CUmemAllocationProp prop = DeviceAllocationProp(device_);
     RETURN_IF_ERROR(Cu(api_->cuMemCreate(&handle_, Size(), &prop, 0), "cuMemCreate"));
     RETURN_IF_ERROR(MapAt(Ptr(base()), handle_));
     mapped_ = true;
@@ -105,7 +97,7 @@ class CudaSwapArena : public plane::SwapArena {
   absl::Status MapAt(CUdeviceptr at, CUmemGenericAllocationHandle handle) const {
     RETURN_IF_ERROR(Cu(api_->cuMemMap(at, Size(), 0, handle, 0), "cuMemMap"));
     CUmemAccessDesc access{};
-    access.location = Prop(device_).location;
+    access.location = DeviceAllocationProp(device_).location;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     absl::Status s = Cu(api_->cuMemSetAccess(at, Size(), &access, 1), "cuMemSetAccess");
     if (!s.ok()) Log(api_->cuMemUnmap(at, Size()), "cuMemUnmap (after cuMemSetAccess failed)");
@@ -150,7 +142,7 @@ absl::StatusOr<std::unique_ptr<plane::SwapArena>> NewCudaSwapArena(int device, i
   ASSIGN_OR_RETURN(const DriverApi* api, GetDriverApi());
   DeviceGuard guard(device);
   WSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), absl::StrCat(what, ": cudaSetDevice"));
-  const CUmemAllocationProp prop = Prop(device);
+  const CUmemAllocationProp prop = DeviceAllocationProp(device);
   size_t granularity = 0;
   RETURN_IF_ERROR(CuStatus(
       api->cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),

@@ -41,6 +41,16 @@ absl::StatusOr<const DriverApi*> GetDriverApi();
 // "CUDA_ERROR_X (text)" for a driver result.
 std::string DriverErrorText(CUresult r);
 
+// Pinned device memory of GPU `device`: the properties cuMemCreate,
+// cuMemGetAllocationGranularity and cuMemSetAccess (its location) take.
+inline CUmemAllocationProp DeviceAllocationProp(int device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
 }  // namespace wsync::cuda
 
 #endif  // WSYNC_WORKER_BACKENDS_CUDA_DRIVER_API_H_

@@ -15,16 +15,8 @@
 namespace wsync::cuda {
 namespace {
 
-CUmemAllocationProp DeviceProp(int device) {
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = device;
-  return prop;
-}
-
 absl::StatusOr<uint64_t> Granularity(const DriverApi& api, int device) {
-  const CUmemAllocationProp prop = DeviceProp(device);
+  const CUmemAllocationProp prop = DeviceAllocationProp(device);
   size_t granularity = 0;
   RETURN_IF_ERROR(CuStatus(
       api.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
@@ -87,7 +79,7 @@ absl::StatusOr<std::shared_ptr<VmmMapping>> VmmMapping::Map(int device, const v1
   std::shared_ptr<VmmMapping> mapping(new VmmMapping(device, base, total));
   RETURN_IF_ERROR(mapping->MapChunks(vmm, fds, what));
   CUmemAccessDesc access{};
-  access.location = DeviceProp(device).location;
+  access.location = DeviceAllocationProp(device).location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   RETURN_IF_ERROR(CuStatus(api->cuMemSetAccess(base, total, &access, 1),
                            absl::StrCat(what, ": granting device ", device, " access")));

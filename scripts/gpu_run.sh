@@ -25,7 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
 bundle=.devbundle
-gpu_bins="wsync_gpu_piece_table_test wsync_gpu_data_ops_test wsync_gpu_nccl_transport_test
+gpu_bins="wsync_gpu_piece_table_test wsync_gpu_put_list_test wsync_gpu_data_ops_test wsync_gpu_nccl_transport_test
   wsync_gpu_nccl_conformance_test wsync_gpu_ipc_registry_test wsync_gpu_vmm_import_test wsync_gpu_executor_test
   wsync_gpu_data_ops_put_test wsync_gpu_plane_conformance_test wsync_gpu_checksum_kernel_test
   wsync_gpu_shadow_set_test wsync_gpu_shadow_swap_test wsync_gpu_reserved_sms_test

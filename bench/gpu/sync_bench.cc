@@ -22,6 +22,7 @@
 //       [--diagnose-drop local|puts]   (time one part alone; checksums then fail)
 //       [--reserved-sms 0]   (data-op kernel blocks on SMs below this leave at once)
 //       [--put-reserved-sms 48]   (the same while puts run beside the copies)
+//       [--put-interleave-mib 32]   (puts to several peers cut and interleaved; 0: plan order)
 //       [--slab-round-kib 2048]   (slab allocations are multiples of this)
 //       [--diagnose-ce-probes 1]   (time ipc_put_bench's copy-engine writes at
 //                                   each set-up step, in fresh memory)
@@ -172,7 +173,8 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
                .put_blocks_per_sm = f.put_blocks_per_sm,
                .put_copy_streams = f.put_copy_streams,
                .reserved_sms = f.reserved_sms,
-               .put_reserved_sms = f.put_reserved_sms});
+               .put_reserved_sms = f.put_reserved_sms,
+               .put_interleave_mib = f.put_interleave_mib});
   if (!backend.ok()) return Fail("CUDA backend", backend.status());
   exec::ExecutorOptions eo;
   eo.pipeline = f.pipeline;

@@ -63,6 +63,8 @@ int ParseFlags(int argc, char** argv, Flags* f) {
       f->reserved_sms = std::stoi(v);
     else if (k == "--put-reserved-sms")
       f->put_reserved_sms = std::stoi(v);
+    else if (k == "--put-interleave-mib")
+      f->put_interleave_mib = std::stoll(v);
     else if (k == "--early-local-rounds")
       f->early_local_rounds = std::stoi(v);
     else if (k == "--mailbox")

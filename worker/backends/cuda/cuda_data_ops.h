@@ -74,6 +74,12 @@ class CudaDataOps : public exec::DataOps {
     // of each SM); the NCCL path, without puts, loses with it
     // (bench/results/gpu-2026-11-27-session17.md, run 7). 0: off.
     int put_reserved_sms = 48;
+    // A put call writing to several peers is cut into parts of at most this
+    // many MiB (whole rows) and issued interleaved by peer, each peer's share
+    // advancing at the same rate, writers on distinct devices starting on
+    // distinct peers (worker/plane/put_order.h, cuda/put_list.h): a list grouped by peer would keep every
+    // engine on one peer's link at a time. 0: the plan's order, uncut.
+    int64_t put_interleave_mib = 32;
   };
   static absl::StatusOr<std::unique_ptr<CudaDataOps>> Create(const Options& options);
   ~CudaDataOps() override;

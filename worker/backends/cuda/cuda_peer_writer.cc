@@ -22,6 +22,22 @@ using data_ops_internal::NamedItemsKey;
 using data_ops_internal::RowMajor;
 using exec::StridedView;
 
+namespace {
+
+// The device whose memory `p` is (IPC- and VMM-mapped memory of a peer
+// included); -1 when the runtime cannot tell, which only costs the
+// interleaving (PutList::Emit) its knowledge of that put's peer.
+int DeviceOf(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it
+    return -1;
+  }
+  return a.type == cudaMemoryTypeDevice ? a.device : -1;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<CudaPeerWriter>> CudaPeerWriter::Create(CudaDataOps* ops) {
   std::unique_ptr<CudaPeerWriter> w(new CudaPeerWriter(ops));
   w->table_cache_bytes_ = ops->options_.table_cache_bytes;
@@ -96,6 +112,11 @@ absl::Status CudaPeerWriter::Init(const CudaDataOps::Options& options) {
   put_kernels_->set_retired(retired_);
   put_kernels_alone_->set_retired(retired_);
   put_launcher_ = put_kernels_.get();
+  if (options.put_interleave_mib < 0 || options.put_interleave_mib > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "put interleave part must be in [0, 1 TiB] (MiB), got ", options.put_interleave_mib));
+  }
+  put_interleave_bytes_ = options.put_interleave_mib << 20;
   put_min_bytes_ = options.put_copy_engine_min_bytes;
   put_min_row_bytes_ = options.put_copy_engine_min_row_bytes;
   int max_pitch = 0;
@@ -139,16 +160,22 @@ absl::Status CudaPeerWriter::AddPutRequest(const StridedView& src, const Strided
       c.src_pitch = m == 2 ? static_cast<size_t>(css[0] * esize) : c.width;
       c.dst_pitch = m == 2 ? static_cast<size_t>(cds[0] * esize) : c.width;
       c.item = index;
-      put_copies_.push_back(c);
-      put_copies_bytes_ += bytes;
+      put_list_.AddCopy(c, DeviceOf(dst.data));
       return absl::OkStatus();
     }
   }
-  char label[32];
-  snprintf(label, sizeof(label), "put item %zu", index);
-  return exec::TagItem(table_.AddCopy(ViewRef{src.data, src.dtype, ss},
-                                      ViewRef{dst.data, dst.dtype, ds}, shape, n, label),
-                       index);
+  PutRequest r;
+  r.src = src.data;
+  r.src_dtype = src.dtype;
+  r.dst = dst.data;
+  r.dst_dtype = dst.dtype;
+  r.n = n;
+  std::copy(shape, shape + n, r.shape);
+  std::copy(ss, ss + n, r.src_strides);
+  std::copy(ds, ds + n, r.dst_strides);
+  r.item = index;
+  put_list_.AddRequest(r, DeviceOf(dst.data));
+  return absl::OkStatus();
 }
 
 absl::Status CudaPeerWriter::IssuePutCopies(const std::vector<PutCopy>& copies, int64_t bytes,
@@ -260,6 +287,7 @@ absl::Status CudaPeerWriter::PutKeyed(absl::Span<const exec::CopyItem> items, bo
   }
   table_.Clear();
   pre_table_.Clear();
+  put_list_.Clear();
   put_copies_.clear();
   put_copies_bytes_ = 0;
   // Every item is checked before anything is enqueued, so a bad call writes
@@ -274,6 +302,8 @@ absl::Status CudaPeerWriter::PutKeyed(absl::Span<const exec::CopyItem> items, bo
     ASSIGN_OR_RETURN(put_scratch_, DeviceBuffer::Allocate(device_, scratch_bytes));
   }
   RETURN_IF_ERROR(AddItems(items, via_scratch));
+  RETURN_IF_ERROR(
+      put_list_.Emit(device_, put_interleave_bytes_, &table_, &put_copies_, &put_copies_bytes_));
   if (!pre_table_.empty()) {
     RETURN_IF_ERROR(put_launcher_->Launch(pre_table_, put_stream_.get()));
     return RunPut(std::string());  // refers to put scratch: not cached

@@ -34,6 +34,7 @@
 #include "worker/backends/cuda/cuda_handles.h"
 #include "worker/backends/cuda/cuda_mailbox.h"
 #include "worker/backends/cuda/piece_table.h"
+#include "worker/backends/cuda/put_list.h"
 #include "worker/plane/peer_writer.h"
 
 namespace wsync::cuda {
@@ -83,17 +84,6 @@ class CudaPeerWriter : public exec::PeerWriter {
   int64_t copy_engine_bytes() const { return copy_engine_bytes_; }
 
  private:
-  // One put on the copy engines: a cudaMemcpy2DAsync of `height` rows of
-  // `width` bytes (height 1: a cudaMemcpyAsync). `item` names it in errors.
-  struct PutCopy {
-    void* dst = nullptr;
-    size_t dst_pitch = 0;
-    const void* src = nullptr;
-    size_t src_pitch = 0;
-    size_t width = 0;
-    size_t height = 0;
-    size_t item = 0;
-  };
   // A Put call kept for replay: its copy-engine copies, then its resident
   // table (empty when every put went to the copy engines).
   struct CachedPut {
@@ -105,8 +95,8 @@ class CudaPeerWriter : public exec::PeerWriter {
 
   explicit CudaPeerWriter(CudaDataOps* ops) : ops_(ops), device_(ops->device()) {}
   absl::Status Init(const CudaDataOps::Options& options);
-  // Adds put src -> dst (validated, equal element counts) to `put_copies_`
-  // when it qualifies for the copy engines, else to `table_`.
+  // Adds put src -> dst (validated, equal element counts) to `put_list_`:
+  // a copy when it qualifies for the copy engines, else a kernel request.
   absl::Status AddPutRequest(const exec::StridedView& src, const exec::StridedView& dst,
                              size_t index);
   // Every non-empty item: those `via_scratch` names (ascending; shapes with
@@ -143,6 +133,8 @@ class CudaPeerWriter : public exec::PeerWriter {
   int64_t put_min_bytes_ = 0;
   int64_t put_min_row_bytes_ = 0;
   int64_t max_pitch_ = 0;  // cudaDevAttrMaxPitch: larger pitches stay on the kernel
+  int64_t put_interleave_bytes_ = 0;
+  PutList put_list_;  // the current call's puts, before Emit
   PieceTable table_;
   PieceTable pre_table_;  // copies into put scratch, before table_
   std::vector<PutCopy> put_copies_;

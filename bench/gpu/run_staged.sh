@@ -4,6 +4,7 @@
 #   bash bench/gpu/run_staged.sh [tests] [swap] [sync]
 # tests  the GPU tests of staged syncs (checksum kernel, CUDA shadows, data ops)
 # swap   wsync_bench_vmm_swap: copy commit vs cuMem remap, per tensor and arena
+#        (the arena at each VA alignment of WSYNC_SWAP_ALIGN_MIB, default "0 1024")
 # sync   wsync_bench_gpu_sync, one line per variant and mode: in place (direct
 #        writes on and off), in place + checksums, device shadow with and
 #        without checksums, device shadow with a swap commit (docs/commit-swap.md),
@@ -35,10 +36,13 @@ if [[ " $steps " == *" swap "* ]]; then
   for m in $models; do
     for c in "tp1 1" "colocated 0"; do
       set -- $c
-      for arena in 0 1; do
+      # Per tensor at the granularity; one arena at each WSYNC_SWAP_ALIGN_MIB.
+      for a in "0 0" $(for x in ${WSYNC_SWAP_ALIGN_MIB:-0 1024}; do echo "1,$x"; done); do
+        arena=${a%%[ ,]*} align=${a##*[ ,]}
         timeout 300 "$bin/wsync_bench_vmm_swap" --model "$m" --mode "$1" --worker "$2" \
-          --arena $arena --iters "${WSYNC_BENCH_ITERS:-5}" >>"$OUT/vmm_swap.log" 2>&1 ||
-          { rc=1; echo "FAILED: vmm_swap $m $c $arena" >>"$OUT/vmm_swap.log"; }
+          --arena $arena --align-mib "$align" --iters "${WSYNC_BENCH_ITERS:-5}" \
+          >>"$OUT/vmm_swap.log" 2>&1 ||
+          { rc=1; echo "FAILED: vmm_swap $m $c $arena $align" >>"$OUT/vmm_swap.log"; }
       done
     done
   done

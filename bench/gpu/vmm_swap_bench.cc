@@ -9,9 +9,14 @@
 //          neither address changes, so captured CUDA graphs stay valid.
 // With --arena 1 every tensor lives in one allocation (an owner that puts
 // its weights in one cuMem arena): one swap for all of them.
+//   two-step: the swap as CudaSwapArena does it (plane::SwapArena::BeginSwap /
+//          FinishSwap): the live range is remapped onto the shadow's memory
+//          first (the pause ends there), then the shadow's range.
+// --align-mib N reserves every range aligned to N MiB (0: the granularity).
 // Checks that after a swap the live address reads the shadow's bytes.
 //
 //   wsync_bench_vmm_swap --model llama3-8b [--mode tp1] [--worker 1] [--iters 5] [--arena 0]
+//       [--align-mib 0]
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -50,11 +55,11 @@ int Check(CUresult r, const char* what) {
 }
 
 Mapping MapNew(const cuda::DriverApi& api, const CUmemAllocationProp& prop,
-               const CUmemAccessDesc& access, size_t bytes) {
+               const CUmemAccessDesc& access, size_t bytes, size_t align) {
   Mapping m;
   m.bytes = bytes;
   Check(api.cuMemCreate(&m.handle, bytes, &prop, 0), "cuMemCreate");
-  Check(api.cuMemAddressReserve(&m.va, bytes, 0, 0, 0), "cuMemAddressReserve");
+  Check(api.cuMemAddressReserve(&m.va, bytes, align, 0, 0), "cuMemAddressReserve");
   Check(api.cuMemMap(m.va, bytes, 0, m.handle, 0), "cuMemMap");
   Check(api.cuMemSetAccess(m.va, bytes, &access, 1), "cuMemSetAccess");
   return m;
@@ -72,7 +77,22 @@ void Swap(const cuda::DriverApi& api, const CUmemAccessDesc& access, Mapping& li
   std::swap(live.handle, shadow.handle);
 }
 
-int Run(const std::string& model, const std::string& mode, int worker, int iters, bool arena) {
+// The same in two steps; returns the seconds until the live range is back.
+double SwapTwoSteps(const cuda::DriverApi& api, const CUmemAccessDesc& access, Mapping& live,
+                    Mapping& shadow, double t0) {
+  Check(api.cuMemUnmap(live.va, live.bytes), "cuMemUnmap live");
+  Check(api.cuMemMap(live.va, live.bytes, 0, shadow.handle, 0), "cuMemMap live");
+  Check(api.cuMemSetAccess(live.va, live.bytes, &access, 1), "cuMemSetAccess live");
+  const double pause = Now() - t0;
+  Check(api.cuMemUnmap(shadow.va, shadow.bytes), "cuMemUnmap shadow");
+  Check(api.cuMemMap(shadow.va, shadow.bytes, 0, live.handle, 0), "cuMemMap shadow");
+  Check(api.cuMemSetAccess(shadow.va, shadow.bytes, &access, 1), "cuMemSetAccess shadow");
+  std::swap(live.handle, shadow.handle);
+  return pause;
+}
+
+int Run(const std::string& model, const std::string& mode, int worker, int iters, bool arena,
+        size_t align) {
   CaseParams params;
   params.model = model;
   auto c = MakeCase(params, mode);
@@ -107,8 +127,8 @@ int Run(const std::string& model, const std::string& mode, int worker, int iters
     sizes = {total};
   }
   for (size_t size : sizes) {
-    live.push_back(MapNew(api, prop, access, size));
-    shadow.push_back(MapNew(api, prop, access, size));
+    live.push_back(MapNew(api, prop, access, size, align));
+    shadow.push_back(MapNew(api, prop, access, size, align));
     CudaCheck(cudaMemset(reinterpret_cast<void*>(live.back().va), 1, size), "cudaMemset");
     CudaCheck(cudaMemset(reinterpret_cast<void*>(shadow.back().va), 2, size), "cudaMemset");
   }
@@ -148,11 +168,29 @@ int Run(const std::string& model, const std::string& mode, int worker, int iters
       if (first != want || last != want) ++bad;
     }
   }
+  // Two steps: live first (the pause), then the shadow.
+  std::vector<double> pause_s, two_step_s;
+  for (int i = 0; i < iters; ++i) {
+    double t0 = Now();
+    cudaDeviceSynchronize();
+    double pause = 0;
+    for (size_t k = 0; k < live.size(); ++k) {
+      pause = SwapTwoSteps(api, access, live[k], shadow[k], t0);
+    }
+    two_step_s.push_back(Now() - t0);
+    pause_s.push_back(pause);  // the last range's: every live range was back by then
+    unsigned char first = 0;
+    const unsigned char want = (iters + i) % 2 == 0 ? 2 : 1;
+    for (size_t k = 0; k < live.size(); ++k) {
+      cudaMemcpy(&first, reinterpret_cast<void*>(live[k].va), 1, cudaMemcpyDeviceToHost);
+      if (first != want) ++bad;
+    }
+  }
   Result(absl::StrFormat(
-      R"({"bench":"wsync_vmm_swap","model":"%s","mode":"%s","worker":%d,"arena":%d,"mappings":%d,"tensors":%d,"bytes":%d,"granularity":%d,"iters":%d,"copy_median_s":%.6f,"swap_median_s":%.6f,"swap_per_mapping_us":%.2f,"copy_gbps":%.1f,"swap_checks_failed":%d})",
+      R"({"bench":"wsync_vmm_swap","model":"%s","mode":"%s","worker":%d,"arena":%d,"mappings":%d,"tensors":%d,"bytes":%d,"granularity":%d,"iters":%d,"copy_median_s":%.6f,"swap_median_s":%.6f,"swap_per_mapping_us":%.2f,"copy_gbps":%.1f,"swap_checks_failed":%d,"align":%d,"two_step_median_s":%.6f,"two_step_pause_median_s":%.6f})",
       model, mode, worker, arena ? 1 : 0, live.size(), need->size(), bytes, gran, iters,
       Median(copy_s), Median(swap_s), 1e6 * Median(swap_s) / std::max<size_t>(1, live.size()),
-      bytes / Median(copy_s) / 1e9, bad));
+      bytes / Median(copy_s) / 1e9, bad, align, Median(two_step_s), Median(pause_s)));
   return bad == 0 ? 0 : 6;
 }
 
@@ -164,6 +202,7 @@ int main(int argc, char** argv) {
   std::string model = "llama3-8b", mode = "tp1";
   int worker = 1, iters = 5;
   bool arena = false;
+  size_t align = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--model")
@@ -176,8 +215,10 @@ int main(int argc, char** argv) {
       iters = std::stoi(v);
     else if (k == "--arena")
       arena = v != "0";
+    else if (k == "--align-mib")
+      align = static_cast<size_t>(std::stoull(v)) << 20;
     else
       return std::fprintf(stderr, "unknown flag %s\n", k.c_str()), 2;
   }
-  return wsync::bench::Run(model, mode, worker, iters, arena);
+  return wsync::bench::Run(model, mode, worker, iters, arena, align);
 }

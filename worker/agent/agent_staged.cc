@@ -291,6 +291,11 @@ void WorkerAgent::CommitPending() {
   ReportOnLease(std::move(done), p.q.lease_id);
   PublishEnd(a, /*ok=*/true, "", /*untouched=*/false);
   latch_.End();  // after FINISHED: a hold that waited sees the outcome published
+  // The pause is over: the swap's other half now, not in the next sync.
+  if (absl::Status f = runner_.FinishStagedSwap(); !f.ok()) {
+    spdlog::warn("[worker {}] sync {}: {}; the next staged sync makes a new twin", a.transfer(),
+                 a.sync_id(), std::string(f.message()));
+  }
 }
 
 }  // namespace wsync::agent

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
 #include "worker/agent/shadow_views.h"
@@ -27,6 +28,7 @@ absl::Status ShadowSet::EnsureOps() {
 }
 
 void ShadowSet::Clear() {
+  swap_unfinished_ = false;
   shadows_.clear();
   twin_.reset();
   arena_.reset();
@@ -45,6 +47,9 @@ absl::Status ShadowSet::Prepare(const std::map<std::string, BufferWrites>& write
                                 const std::string& who) {
   if (mode != v1::STAGING_HOST_SHADOW && mode != v1::STAGING_DEVICE_SHADOW) {
     return absl::InvalidArgumentError(absl::StrCat(who, ": staging mode ", mode, " has no shadow"));
+  }
+  if (absl::Status s = FinishSwap(); !s.ok()) {
+    spdlog::warn("{}: {}; a new twin is made", who, std::string(s.message()));
   }
   if (std::shared_ptr<plane::SwapArena> arena = SwapArenaFor(writes, mode, live)) {
     return PrepareSwap(writes, mode, live, who, std::move(arena));

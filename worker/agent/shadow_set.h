@@ -68,8 +68,15 @@ class ShadowSet {
   int64_t bytes() const { return bytes_; }
 
   // Copies the written views of every shadow into its live buffer (those of
-  // the last Prepare) and waits for it.
+  // the last Prepare) and waits for it. A swap commit returns once the live
+  // range serves the new version (plane::SwapArena::BeginSwap); the twin's
+  // half of the swap is left to FinishSwap.
   absl::Status Commit();
+  // Ends a swap commit's exchange (remaps the twin's range); a no-op
+  // otherwise. Prepare calls it first; a caller may call it earlier, once
+  // the pause is over. On error the twin is dropped (the next Prepare makes
+  // a new one) and the status names it.
+  absl::Status FinishSwap();
   // Bytes the next Commit copies (overlapping views counted once per view;
   // a swap commit: the arena bytes the part does not write).
   int64_t commit_bytes() const { return commit_bytes_; }
@@ -127,6 +134,8 @@ class ShadowSet {
   uint64_t live_generation_ = 0;
   int64_t bytes_ = 0;
   bool dirty_ = false;
+  // A swap commit began and FinishSwap has not run.
+  bool swap_unfinished_ = false;
   // Commit(): shadow -> live copies of the written views, each item's buffer.
   std::vector<exec::CopyItem> commit_items_;
   std::vector<const std::string*> commit_names_;

@@ -223,10 +223,24 @@ absl::Status ShadowSet::CommitSwap() {
   absl::Status s = RunCopies(commit_items_, commit_names_,
                              "swap commit: copying the bytes the sync does not write (live -> "
                              "twin)");
-  if (s.ok()) s = arena_->SwapWith(*twin_);
+  // Only the live range's remap is inside the pause; the twin's range is
+  // remapped by FinishSwap, before the twin is written again.
+  if (s.ok()) s = arena_->BeginSwap(*twin_);
   // A twin a failed commit leaves is never reused: the next staged sync
   // makes a new one (a failed swap may have left it unmapped).
-  if (!s.ok()) Clear();
+  if (!s.ok()) {
+    Clear();
+    return s;
+  }
+  swap_unfinished_ = true;
+  return s;
+}
+
+absl::Status ShadowSet::FinishSwap() {
+  if (!swap_unfinished_) return absl::OkStatus();
+  swap_unfinished_ = false;
+  absl::Status s = arena_->FinishSwap(*twin_);
+  if (!s.ok()) Clear();  // the twin is unusable: the next staged sync makes a new one
   return s;
 }
 

@@ -99,6 +99,9 @@ class SyncRunner {
     commit_pending_ = false;
     return shadows_.Commit();
   }
+  // After a swap commit, once the pause is over: the twin's half of the
+  // swap (ShadowSet::FinishSwap). Call from Run's thread.
+  absl::Status FinishStagedSwap() { return shadows_.FinishSwap(); }
   // How the pending commit runs ("swap" or "copy"; ShadowSet::commit_kind).
   const char* commit_kind() const { return shadows_.commit_kind(); }
   // The shadows hold part of a version: refilled before their next use.

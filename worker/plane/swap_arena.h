@@ -15,6 +15,14 @@
 //   (numpy, torch) see the exchanged data. No one may read or write either
 //   range during the swap. On error both ranges keep (or get back) their
 //   own backing and the status names both arenas.
+// - BeginSwap(twin) then FinishSwap(twin): the same exchange in two steps, so
+//   that the live range waits only for the first. After BeginSwap, base()
+//   reads what the twin held (as after SwapWith); the twin's range reads
+//   undefined bytes and must be neither read nor written until FinishSwap,
+//   which must come before the twin is used or either arena swaps again.
+//   A BeginSwap error leaves both on their own backing, as for SwapWith; a
+//   FinishSwap error leaves base() on its new backing and the twin unusable
+//   (discard it); the status names the twin.
 // - Destruction unmaps the range and frees the backing. The owner must not
 //   use a pointer into the arena after that.
 // Not thread-safe: one thread swaps at a time (the sync runner's).
@@ -55,6 +63,10 @@ class SwapArena {
   // Exchanges the backing of this arena and `twin` (see the contract above).
   // INVALID_ARGUMENT when the twin is of another kind, device or size.
   virtual absl::Status SwapWith(SwapArena& twin) = 0;
+  // The two steps of SwapWith (see the contract above). The defaults:
+  // BeginSwap swaps whole, FinishSwap has nothing left to do.
+  virtual absl::Status BeginSwap(SwapArena& twin) { return SwapWith(twin); }
+  virtual absl::Status FinishSwap(SwapArena& twin) { return absl::OkStatus(); }
 
  protected:
   SwapArena(std::string name, void* base, int64_t bytes)

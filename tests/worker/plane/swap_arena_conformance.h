@@ -118,6 +118,48 @@ TEST_P(SwapArenaConformanceTest, ManySwapsStayConsistent) {
   }
 }
 
+TEST_P(SwapArenaConformanceTest, ASwapInTwoStepsServesTheNewBytesAfterTheFirst) {
+  auto live = Make(3 << 20, "live2");
+  ASSERT_NE(live, nullptr);
+  auto twin = live->NewTwin("twin2");
+  ASSERT_TRUE(twin.ok()) << twin.status();
+  const size_t n = static_cast<size_t>(live->bytes());
+  for (int v = 1; v <= 4; ++v) {
+    Fill(*live, static_cast<uint8_t>(10 * v));
+    Fill(**twin, static_cast<uint8_t>(v));
+    ASSERT_TRUE(live->BeginSwap(**twin).ok()) << v;
+    // The live range serves the twin's bytes before the twin's half is done,
+    // and takes writes there.
+    EXPECT_EQ(Read(*live), Pattern(n, static_cast<uint8_t>(v))) << v;
+    // No second swap of either until the first is finished.
+    EXPECT_EQ(live->BeginSwap(**twin).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ((*twin)->BeginSwap(*live).code(), absl::StatusCode::kFailedPrecondition);
+    ASSERT_TRUE(live->FinishSwap(**twin).ok()) << v;
+    EXPECT_EQ(Read(*live), Pattern(n, static_cast<uint8_t>(v))) << v;
+    EXPECT_EQ(Read(**twin), Pattern(n, static_cast<uint8_t>(10 * v))) << v;
+  }
+  // Finishing what was not begun is refused, and changes nothing.
+  EXPECT_EQ(live->FinishSwap(**twin).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Read(*live), Pattern(n, 4));
+}
+
+TEST_P(SwapArenaConformanceTest, ATwinLeftUnfinishedIsFreedWithoutHarmingTheLiveArena) {
+  auto live = Make(1 << 20, "live3");
+  ASSERT_NE(live, nullptr);
+  auto twin = live->NewTwin("twin3");
+  ASSERT_TRUE(twin.ok()) << twin.status();
+  Fill(**twin, 9);
+  ASSERT_TRUE(live->BeginSwap(**twin).ok());
+  twin->reset();  // dropped between the two steps
+  EXPECT_EQ(Read(*live), Pattern(static_cast<size_t>(live->bytes()), 9));
+  auto again = live->NewTwin("twin4");
+  ASSERT_TRUE(again.ok()) << again.status();
+  Fill(**again, 11);
+  ASSERT_TRUE(live->SwapWith(**again).ok());
+  EXPECT_EQ(Read(*live), Pattern(static_cast<size_t>(live->bytes()), 11));
+  EXPECT_EQ(Read(**again), Pattern(static_cast<size_t>(live->bytes()), 9));
+}
+
 TEST_P(SwapArenaConformanceTest, RefusesTwinsOfAnotherSize) {
   // One byte past a's (rounded) size: another size at any granularity (a
   // CUDA arena rounds to 2 MiB, so 64 KiB and 128 KiB would be alike).

@@ -17,6 +17,17 @@ namespace {
 
 CUdeviceptr Ptr(void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
 
+// The arena's addresses are aligned to the largest power of two <= its size,
+// at most 1 GiB (and at least the granularity): remapping an 8 GiB arena
+// took 0.61 ms aligned to 1 GiB against 0.80 ms at the 2 MiB granularity
+// (H200, bench/results/gpu-2026-11-27-session18.md), the driver's page-table
+// work depending on the range's alignment.
+size_t ReserveAlignment(int64_t size, size_t granularity) {
+  size_t align = size_t{1} << 30;
+  while (align > granularity && static_cast<int64_t>(align) > size) align >>= 1;
+  return align > granularity ? align : granularity;
+}
+
 class CudaSwapArena : public plane::SwapArena {
  public:
   CudaSwapArena(std::string name, CUdeviceptr base, int64_t bytes, int device, const DriverApi* api)
@@ -47,11 +58,38 @@ class CudaSwapArena : public plane::SwapArena {
   }
 
   absl::Status SwapWith(plane::SwapArena& other) override {
+    RETURN_IF_ERROR(BeginSwap(other));
+    const absl::Status s = FinishSwap(other);
+    if (s.ok()) return s;
+    // Undo the first step: each range back on its own memory.
+    auto* twin = static_cast<CudaSwapArena*>(&other);
+    DeviceGuard guard(device_);
+    Unmap();
+    twin->Unmap();
+    std::swap(handle_, twin->handle_);
+    const absl::Status back = MapBoth(*twin);
+    return absl::Status(s.code(), absl::StrCat(s.message(), back.ok()
+                                                                ? "; both keep their memory"
+                                                                : absl::StrCat("; undoing it failed "
+                                                                               "too, the arenas are "
+                                                                               "unusable: ",
+                                                                               back.message())));
+  }
+
+  // The live range is unmapped, then mapped on the twin's memory (which the
+  // twin's range keeps mapping until FinishSwap): only this range's page
+  // tables change inside the pause, half of the exchange's driver work.
+  absl::Status BeginSwap(plane::SwapArena& other) override {
     auto* twin = dynamic_cast<CudaSwapArena*>(&other);
     if (twin == nullptr || twin == this || twin->bytes() != bytes() || twin->device_ != device_) {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot swap ", Describe(), " with ", other.Describe(),
                        ": a twin must be another CUDA arena of the same device and size"));
+    }
+    if (finish_pending_ || twin->finish_pending_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot swap ", Describe(), " with ", other.Describe(),
+                       ": an earlier swap of one of them is not finished (FinishSwap)"));
     }
     DeviceGuard guard(device_);
     const std::string what = absl::StrCat("swapping ", Describe(), " with ", twin->Describe());
@@ -60,25 +98,29 @@ class CudaSwapArena : public plane::SwapArena {
     WSYNC_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), what + ": cudaDeviceSynchronize");
     RETURN_IF_ERROR(Cu(api_->cuMemUnmap(Ptr(base()), Size()), what + ": cuMemUnmap (live)"));
     mapped_ = false;
-    if (absl::Status s = Cu(api_->cuMemUnmap(Ptr(twin->base()), Size()), "cuMemUnmap (twin)");
-        !s.ok()) {
-      return Restore(what, s);
+    if (absl::Status s = MapAt(Ptr(base()), twin->handle_); !s.ok()) return Restore(what, s);
+    mapped_ = true;
+    std::swap(handle_, twin->handle_);
+    twin->finish_pending_ = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status FinishSwap(plane::SwapArena& other) override {
+    auto* twin = dynamic_cast<CudaSwapArena*>(&other);
+    if (twin == nullptr || !twin->finish_pending_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "finishing a swap of ", Describe(), " with ", other.Describe(), ": none was begun"));
     }
-    twin->mapped_ = false;
-    std::swap(handle_, twin->handle_);
-    const absl::Status s = MapBoth(*twin);
-    if (s.ok()) return absl::OkStatus();
-    // Each range back on its own memory: the live weights stay readable.
-    Unmap();
+    twin->finish_pending_ = false;
+    DeviceGuard guard(device_);
+    const std::string what =
+        absl::StrCat("finishing the swap of ", Describe(), " with ", twin->Describe());
     twin->Unmap();
-    std::swap(handle_, twin->handle_);
-    const absl::Status back = MapBoth(*twin);
-    return absl::Status(s.code(),
-                        absl::StrCat(what, ": ", s.message(),
-                                     back.ok() ? "; both keep their memory"
-                                               : absl::StrCat("; putting them back failed too, the "
-                                                              "arenas are unusable (unmapped): ",
-                                                              back.message())));
+    absl::Status s = twin->MapAt(Ptr(twin->base()), twin->handle_);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(what, ": ", s.message(),
+                                                            "; the twin is unusable (unmapped)"));
+    twin->mapped_ = true;
+    return absl::OkStatus();
   }
 
  protected:
@@ -115,8 +157,8 @@ class CudaSwapArena : public plane::SwapArena {
     if (mapped_) Log(api_->cuMemUnmap(Ptr(base()), Size()), "cuMemUnmap");
     mapped_ = false;
   }
-  // After the live range was unmapped and the twin's unmap failed: maps the
-  // live memory back.
+  // After the live range was unmapped and mapping it on the twin's memory
+  // failed: maps its own memory back.
   absl::Status Restore(const std::string& what, const absl::Status& failed) {
     absl::Status back = MapAt(Ptr(base()), handle_);
     if (back.ok()) mapped_ = true;
@@ -132,6 +174,8 @@ class CudaSwapArena : public plane::SwapArena {
   const DriverApi* const api_;
   CUmemGenericAllocationHandle handle_ = 0;
   bool mapped_ = false;
+  // A twin between BeginSwap and FinishSwap: its range maps the live memory.
+  bool finish_pending_ = false;
 };
 
 }  // namespace
@@ -152,7 +196,8 @@ absl::StatusOr<std::unique_ptr<plane::SwapArena>> NewCudaSwapArena(int device, i
       plane::RoundArenaBytes(bytes, static_cast<int64_t>(granularity ? granularity : 1), what));
   CUdeviceptr base = 0;
   RETURN_IF_ERROR(
-      CuStatus(api->cuMemAddressReserve(&base, static_cast<size_t>(size), granularity, 0, 0),
+      CuStatus(api->cuMemAddressReserve(&base, static_cast<size_t>(size),
+                                        ReserveAlignment(size, granularity), 0, 0),
                absl::StrCat(what, ": reserving ", size, " bytes of addresses")));
   auto arena = std::make_unique<CudaSwapArena>(name, base, size, device, api);
   RETURN_IF_ERROR(arena->Back());

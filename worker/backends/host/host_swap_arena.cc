@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace wsync::host {
 namespace {
@@ -31,12 +32,34 @@ class HostSwapArena : public plane::SwapArena {
   }
 
   absl::Status SwapWith(plane::SwapArena& other) override {
+    RETURN_IF_ERROR(BeginSwap(other));
+    const absl::Status s = FinishSwap(other);
+    if (s.ok()) return s;
+    // Undo the first step: each range back on its own memory.
+    auto* twin = static_cast<HostSwapArena*>(&other);
+    std::swap(fd_, twin->fd_);
+    absl::Status back = MapOver(base(), fd_);
+    if (back.ok()) back = MapOver(twin->base(), twin->fd_);
+    return absl::Status(s.code(), absl::StrCat(s.message(), back.ok()
+                                                                ? "; both keep their memory"
+                                                                : absl::StrCat("; undoing it failed "
+                                                                               "too: ",
+                                                                               back.message())));
+  }
+
+  absl::Status BeginSwap(plane::SwapArena& other) override {
     auto* twin = dynamic_cast<HostSwapArena*>(&other);
     if (twin == nullptr || twin->bytes() != bytes() || twin == this) {
       return absl::InvalidArgumentError(absl::StrCat(
           "cannot swap ", Describe(), " with ", other.Describe(),
           twin == this ? ": the same arena" : ": a twin must be a host arena of the same size"));
     }
+    if (finish_pending_ || twin->finish_pending_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot swap ", Describe(), " with ", other.Describe(),
+                       ": an earlier swap of one of them is not finished (FinishSwap)"));
+    }
+    // MAP_FIXED replaces the old mapping at once: the range is never empty.
     if (absl::Status s = MapOver(base(), twin->fd_); !s.ok()) {
       // A failed MAP_FIXED may already have removed the old mapping: map
       // this range's own memory again.
@@ -48,17 +71,23 @@ class HostSwapArena : public plane::SwapArena {
                                  : absl::StrCat("; remapping its own memory failed too, ",
                                                 "its range is unusable: ", back.message())));
     }
-    if (absl::Status s = MapOver(twin->base(), fd_); !s.ok()) {
-      // Give this range its own memory back: nothing changed then.
-      absl::Status back = MapOver(base(), fd_);
-      return absl::Status(
-          s.code(),
-          absl::StrCat("swapping ", Describe(), " with ", twin->Describe(), ": ", s.message(),
-                       back.ok() ? "; both keep their memory"
-                                 : absl::StrCat("; restoring the first failed too, ",
-                                                "its range is unusable: ", back.message())));
-    }
     std::swap(fd_, twin->fd_);
+    twin->finish_pending_ = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status FinishSwap(plane::SwapArena& other) override {
+    auto* twin = dynamic_cast<HostSwapArena*>(&other);
+    if (twin == nullptr || !twin->finish_pending_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "finishing a swap of ", Describe(), " with ", other.Describe(), ": none was begun"));
+    }
+    twin->finish_pending_ = false;
+    if (absl::Status s = MapOver(twin->base(), twin->fd_); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("finishing the swap of ", Describe(), " with ",
+                                                 twin->Describe(), ": ", s.message(),
+                                                 "; the twin is unusable"));
+    }
     return absl::OkStatus();
   }
 
@@ -81,6 +110,8 @@ class HostSwapArena : public plane::SwapArena {
   }
 
   int fd_;
+  // A twin between BeginSwap and FinishSwap: its range maps the live memory.
+  bool finish_pending_ = false;
 };
 
 }  // namespace

@@ -22,7 +22,7 @@
 //       [--diagnose-drop local|puts]   (time one part alone; checksums then fail)
 //       [--reserved-sms 0]   (data-op kernel blocks on SMs below this leave at once)
 //       [--put-reserved-sms 48]   (the same while puts run beside the copies)
-//       [--put-interleave-mib 32]   (puts to several peers cut and interleaved; 0: plan order)
+//       [--put-interleave-mib 0]   (puts to several peers cut into parts of N MiB, interleaved)
 //       [--slab-round-kib 2048]   (slab allocations are multiples of this)
 //       [--diagnose-ce-probes 1]   (time ipc_put_bench's copy-engine writes at
 //                                   each set-up step, in fresh memory)

@@ -42,7 +42,7 @@ struct Flags {
   int put_copy_streams = 4;                  // CudaDataOps::Options::put_copy_streams
   int reserved_sms = 0;                      // CudaDataOps::Options::reserved_sms
   int put_reserved_sms = 48;                 // CudaDataOps::Options::put_reserved_sms
-  int64_t put_interleave_mib = 32;           // CudaDataOps::Options::put_interleave_mib
+  int64_t put_interleave_mib = 0;            // CudaDataOps::Options::put_interleave_mib
   int early_local_rounds = exec::ExecutorOptions().early_local_rounds;
   bool mailbox = exec::ExecutorOptions().mailbox_tokens;  // --mailbox
   bool timeline = false;                                  // print each timed sync's device timeline

@@ -79,7 +79,9 @@ class CudaDataOps : public exec::DataOps {
     // advancing at the same rate, writers on distinct devices starting on
     // distinct peers (worker/plane/put_order.h, cuda/put_list.h): a list grouped by peer would keep every
     // engine on one peer's link at a time. 0: the plan's order, uncut.
-    int64_t put_interleave_mib = 32;
+    // Off until measured on 4 GPUs (no 4-GPU machine was lent in session
+    // 18); the planner already alternates a fan-out's receivers by round.
+    int64_t put_interleave_mib = 0;
   };
   static absl::StatusOr<std::unique_ptr<CudaDataOps>> Create(const Options& options);
   ~CudaDataOps() override;

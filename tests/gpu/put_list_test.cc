@@ -86,9 +86,9 @@ TEST(PutListTest, KernelRequestsAreCutByRowsAndKeepEveryByte) {
   for (int peer = 0; peer < 3; ++peer) {
     PutRequest r;
     r.src = src.data();
-    r.src_dtype = v1::DTYPE_BF16;
+    r.src_dtype = v1::BF16;
     r.dst = dst.data();
-    r.dst_dtype = v1::DTYPE_BF16;
+    r.dst_dtype = v1::BF16;
     r.n = 2;
     r.shape[0] = 4096;
     r.shape[1] = 64;

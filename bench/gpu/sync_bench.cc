@@ -258,7 +258,9 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
     const double tc = Now();
     RETURN_IF_ERROR(staged->shadows->Commit());
     commit_times.push_back(Now() - tc);
-    return absl::OkStatus();
+    // After the pause, before the next sync writes the twin (as the worker
+    // does once it reported the commit): a swap commit's other half.
+    return staged->shadows->FinishSwap();
   };
   executor.set_checksums(f.checksums);
   t0 = Now();

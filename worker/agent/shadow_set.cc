@@ -46,6 +46,9 @@ absl::Status ShadowSet::Prepare(const std::map<std::string, BufferWrites>& write
   if (mode != v1::STAGING_HOST_SHADOW && mode != v1::STAGING_DEVICE_SHADOW) {
     return absl::InvalidArgumentError(absl::StrCat(who, ": staging mode ", mode, " has no shadow"));
   }
+  // A failed swap that could not put an arena's memory back: never touch
+  // its range again (a copy commit would fault as a swap would).
+  RETURN_IF_ERROR(CheckArenasUsable(writes, live, who));
   if (std::shared_ptr<plane::SwapArena> arena = SwapArenaFor(writes, mode, live)) {
     return PrepareSwap(writes, mode, live, who, std::move(arena));
   }

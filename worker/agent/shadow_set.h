@@ -21,7 +21,11 @@
 // budget), each destination points at the twin's base plus its offset, and
 // Commit() copies the arena bytes the part does not write live -> twin, then
 // swaps the two arenas' memory: no written byte is copied, the live
-// addresses stay. Otherwise the commit copies, as above.
+// addresses stay. Otherwise the commit copies, as above. A swap that fails
+// leaves the live arena on its own memory (V-1, whole: the seam's contract),
+// names the worker and the arena, and drops the twin (the next sync makes a
+// new one); one whose arena could not get its memory back (usable() false)
+// says so, and every later Prepare over that arena is refused.
 //
 // Not thread-safe: the sync runner's thread owns it.
 #ifndef WSYNC_WORKER_AGENT_SHADOW_SET_H_
@@ -88,8 +92,13 @@ class ShadowSet {
     int64_t bytes = 0;
   };
   absl::Status EnsureOps();
-  // Swap commits (shadow_set_swap.cc). The arena every destination of
-  // `writes` lies in when the commit can swap, else null.
+  // Swap commits (shadow_set_swap.cc). FAILED_PRECONDITION naming `who` and
+  // the arena when a buffer of `writes` lies in an arena a failed swap left
+  // unusable.
+  absl::Status CheckArenasUsable(const std::map<std::string, BufferWrites>& writes,
+                                 const exec::BufferRegistry& live, const std::string& who) const;
+  // The arena every destination of `writes` lies in when the commit can
+  // swap, else null.
   std::shared_ptr<plane::SwapArena> SwapArenaFor(const std::map<std::string, BufferWrites>& writes,
                                                  v1::StagingMode mode,
                                                  const exec::BufferRegistry& live) const;
@@ -120,6 +129,7 @@ class ShadowSet {
   std::shared_ptr<plane::SwapArena> arena_;
   std::unique_ptr<plane::SwapArena> twin_;
   std::map<std::string, int64_t> twin_extents_;
+  std::string who_;  // the worker, for the commit's errors (Prepare's `who`)
   std::unique_ptr<exec::DataOps> ops_;
   std::map<std::string, Shadow> shadows_;
   exec::BufferRegistry registry_;

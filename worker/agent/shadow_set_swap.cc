@@ -79,6 +79,25 @@ int64_t OffsetIn(const plane::SwapArena& arena, const void* p) {
 
 }  // namespace
 
+absl::Status ShadowSet::CheckArenasUsable(const std::map<std::string, BufferWrites>& writes,
+                                          const exec::BufferRegistry& live,
+                                          const std::string& who) const {
+  if (arenas_ == nullptr) return absl::OkStatus();
+  for (const auto& [name, w] : writes) {
+    const exec::RegisteredBuffer* b = live.Find(exec::BufferSide::kDestination, name);
+    if (b == nullptr) continue;  // Prepare names it
+    std::shared_ptr<plane::SwapArena> arena = arenas_->Find(b->data, 1);
+    if (arena != nullptr && !arena->usable()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          who, ": destination buffer '", name, "' lies in ", arena->Describe(),
+          ", which a failed swap commit left unusable (its memory could not be mapped back); "
+          "nothing is written to it: its owner must serve nothing from it, free it and create "
+          "its weights (and register them) again"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::shared_ptr<plane::SwapArena> ShadowSet::SwapArenaFor(
     const std::map<std::string, BufferWrites>& writes, v1::StagingMode mode,
     const exec::BufferRegistry& live) const {
@@ -123,6 +142,7 @@ absl::Status ShadowSet::PrepareSwap(const std::map<std::string, BufferWrites>& w
     auto e = twin_extents_.find(it->first);
     same = e != twin_extents_.end() && e->second == it->second.extent;
   }
+  who_ = who;
   if (!same) {
     Clear();
     arena_ = std::move(arena);
@@ -215,18 +235,31 @@ absl::Status ShadowSet::PlanSwapCommit(const std::map<std::string, BufferWrites>
 
 absl::Status ShadowSet::CommitSwap() {
   RETURN_IF_ERROR(EnsureOps());
+  const std::string what = absl::StrCat(who_, ": swap commit of ", arena_->Describe());
   // The data ops' writes into the twin are done before anything moves.
   if (absl::Status s = ops_->Synchronize(); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("swap commit of ", arena_->Describe(),
-                                               ": waiting for the data ops: ", s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat(what, ": waiting for the data ops: ", s.message()));
   }
   absl::Status s = RunCopies(commit_items_, commit_names_,
-                             "swap commit: copying the bytes the sync does not write (live -> "
-                             "twin)");
-  if (s.ok()) s = arena_->SwapWith(*twin_);
+                             "copying the bytes the sync does not write (live -> twin)");
+  const bool copied = s.ok();
+  if (copied) s = arena_->SwapWith(*twin_);
+  if (s.ok()) return s;
+  // Before the swap, or a swap that failed and put each range back on its
+  // own memory (the seam's contract): the live arena still holds the
+  // version it served, whole. An arena the swap could not put back is
+  // unusable: later syncs into it are refused (CheckArenasUsable).
+  const bool whole = arena_->usable();
+  s = absl::Status(
+      s.code(),
+      absl::StrCat(what, ": ", copied ? "" : "before the swap: ", s.message(),
+                   whole ? "; the live tensors keep the version they held, whole"
+                         : "; the live arena is unusable now: its owner must serve nothing "
+                           "from it"));
   // A twin a failed commit leaves is never reused: the next staged sync
   // makes a new one (a failed swap may have left it unmapped).
-  if (!s.ok()) Clear();
+  Clear();
   return s;
 }
 

@@ -73,6 +73,9 @@ class CudaSwapArena : public plane::SwapArena {
     twin->Unmap();
     std::swap(handle_, twin->handle_);
     const absl::Status back = MapBoth(*twin);
+    // A range left unmapped faults on any access: nothing may touch it.
+    if (!mapped_) MarkUnusable();
+    if (!twin->mapped_) twin->MarkUnusable();
     return absl::Status(s.code(),
                         absl::StrCat(what, ": ", s.message(),
                                      back.ok() ? "; both keep their memory"
@@ -119,7 +122,11 @@ class CudaSwapArena : public plane::SwapArena {
   // live memory back.
   absl::Status Restore(const std::string& what, const absl::Status& failed) {
     absl::Status back = MapAt(Ptr(base()), handle_);
-    if (back.ok()) mapped_ = true;
+    if (back.ok()) {
+      mapped_ = true;
+    } else {
+      MarkUnusable();  // unmapped: any access would fault
+    }
     return absl::Status(failed.code(),
                         absl::StrCat(what, ": ", failed.message(),
                                      back.ok() ? "; both keep their memory"

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <initializer_list>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -37,26 +39,15 @@ class HostSwapArena : public plane::SwapArena {
           "cannot swap ", Describe(), " with ", other.Describe(),
           twin == this ? ": the same arena" : ": a twin must be a host arena of the same size"));
     }
+    const std::string what = absl::StrCat("swapping ", Describe(), " with ", twin->Describe());
     if (absl::Status s = MapOver(base(), twin->fd_); !s.ok()) {
       // A failed MAP_FIXED may already have removed the old mapping: map
       // this range's own memory again.
-      absl::Status back = MapOver(base(), fd_);
-      return absl::Status(
-          s.code(),
-          absl::StrCat("swapping ", Describe(), " with ", twin->Describe(), ": ", s.message(),
-                       back.ok() ? "; both keep their memory"
-                                 : absl::StrCat("; remapping its own memory failed too, ",
-                                                "its range is unusable: ", back.message())));
+      return Failed(what, s, {this});
     }
     if (absl::Status s = MapOver(twin->base(), fd_); !s.ok()) {
-      // Give this range its own memory back: nothing changed then.
-      absl::Status back = MapOver(base(), fd_);
-      return absl::Status(
-          s.code(),
-          absl::StrCat("swapping ", Describe(), " with ", twin->Describe(), ": ", s.message(),
-                       back.ok() ? "; both keep their memory"
-                                 : absl::StrCat("; restoring the first failed too, ",
-                                                "its range is unusable: ", back.message())));
+      // Each range back on its own memory: nothing changed then.
+      return Failed(what, s, {this, twin});
     }
     std::swap(fd_, twin->fd_);
     return absl::OkStatus();
@@ -66,6 +57,22 @@ class HostSwapArena : public plane::SwapArena {
   const char* kind() const override { return "host"; }
 
  private:
+  // After a failed step of SwapWith: maps each of `ranges` (this arena,
+  // then maybe the twin) over its own memory again; one that cannot be is
+  // marked unusable.
+  absl::Status Failed(const std::string& what, const absl::Status& s,
+                      std::initializer_list<HostSwapArena*> ranges) {
+    std::string lost;
+    for (HostSwapArena* a : ranges) {
+      if (absl::Status back = a->MapOver(a->base(), a->fd_); !back.ok()) {
+        a->MarkUnusable();
+        absl::StrAppend(&lost, "; mapping ", a->Describe(), " back onto its own memory failed too (",
+                        back.message(), "): it is unusable");
+      }
+    }
+    return absl::Status(s.code(), absl::StrCat(what, ": ", s.message(),
+                                               lost.empty() ? "; both keep their memory" : lost));
+  }
   // Maps the whole of `fd` over [at, at + bytes()), replacing what is there.
   absl::Status MapOver(void* at, int fd) const {
     void* p = mmap(at, static_cast<size_t>(bytes()), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,

@@ -153,7 +153,7 @@ absl::Status ShadowSet::PrepareSwap(const std::map<std::string, BufferWrites>& w
     }
   }
   // A Discard needs no refill: the commit copies every byte the part does
-  // not write, and the part writes the others again.
+  // not write, and the part writes the others again (see MakeTwin).
   dirty_ = false;
   return PlanSwapCommit(writes, live, who);
 }
@@ -181,8 +181,16 @@ absl::Status ShadowSet::MakeTwin(const std::map<std::string, BufferWrites>& writ
   registry_ = std::move(reg);
   live_generation_ = live.generation();
   bytes_ = twin_->bytes();
-  // Whole, once: the data ops may read a destination they write (a reduce
-  // into it) and must find the live bytes there.
+  // Whole, once, so the twin starts as a copy of live. It does not stay
+  // one: after a swap it holds V-1 (the old live memory), after a rollback
+  // part of the discarded version. Neither reaches live: each sync writes
+  // every byte of its views, and the commit copies every other arena byte
+  // live -> twin (PlanSwapCommit), whatever views the previous sync wrote
+  // (tests: SyncsWritingDifferentViewsKeepEveryByteOfTheLastVersion). A
+  // plan that READ a destination byte before writing it in the same sync
+  // would see the stale bytes; none does (a reduce reads its inputs from
+  // staging or the source and writes the destination once), and such a
+  // plan would need the twin refilled from live first.
   const std::string arena_name = arena_->Describe();
   return RunCopies({exec::CopyItem{Bytes(arena_->base(), arena_->bytes()),
                                    Bytes(twin_->base(), twin_->bytes())}},

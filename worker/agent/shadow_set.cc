@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/agent/shadow_views.h"
 
@@ -49,9 +50,15 @@ absl::Status ShadowSet::Prepare(const std::map<std::string, BufferWrites>& write
   // A failed swap that could not put an arena's memory back: never touch
   // its range again (a copy commit would fault as a swap would).
   RETURN_IF_ERROR(CheckArenasUsable(writes, live, who));
-  if (std::shared_ptr<plane::SwapArena> arena = SwapArenaFor(writes, mode, live)) {
+  std::string why;
+  if (std::shared_ptr<plane::SwapArena> arena = SwapArenaFor(writes, mode, live, &why)) {
+    copy_reason_.clear();
     return PrepareSwap(writes, mode, live, who, std::move(arena));
   }
+  if (why != copy_reason_ && !why.empty()) {
+    spdlog::warn("{}: this staged sync commits by copy, not swap: {}", who, why);
+  }
+  copy_reason_ = why;
   int64_t total = 0;
   for (const auto& [name, w] : writes) total += w.extent;
   if (budget_bytes_ > 0 && total > budget_bytes_) {

@@ -79,6 +79,10 @@ class ShadowSet {
   int64_t commit_bytes() const { return commit_bytes_; }
   // How the next Commit runs: "swap" or "copy" (after Prepare).
   const char* commit_kind() const { return twin_ != nullptr ? "swap" : "copy"; }
+  // Why the last Prepare commits by copy although its destinations lie in
+  // one arena (a view that does not list as byte runs for a swap:
+  // swap_runs.h); "" otherwise. Logged once each time it changes.
+  const std::string& copy_reason() const { return copy_reason_; }
   // After a rollback: the shadows hold part of a version; refilled from the
   // live buffers before their next use.
   void Discard() { dirty_ = true; }
@@ -99,9 +103,11 @@ class ShadowSet {
                                  const exec::BufferRegistry& live, const std::string& who) const;
   // The arena every destination of `writes` lies in when the commit can
   // swap, else null.
+  // `why` says why it is null although the destinations lie in one arena.
   std::shared_ptr<plane::SwapArena> SwapArenaFor(const std::map<std::string, BufferWrites>& writes,
                                                  v1::StagingMode mode,
-                                                 const exec::BufferRegistry& live) const;
+                                                 const exec::BufferRegistry& live,
+                                                 std::string* why) const;
   absl::Status PrepareSwap(const std::map<std::string, BufferWrites>& writes, v1::StagingMode mode,
                            const exec::BufferRegistry& live, const std::string& who,
                            std::shared_ptr<plane::SwapArena> arena);
@@ -130,6 +136,7 @@ class ShadowSet {
   std::unique_ptr<plane::SwapArena> twin_;
   std::map<std::string, int64_t> twin_extents_;
   std::string who_;  // the worker, for the commit's errors (Prepare's `who`)
+  std::string copy_reason_;
   std::unique_ptr<exec::DataOps> ops_;
   std::map<std::string, Shadow> shadows_;
   exec::BufferRegistry registry_;

@@ -6,70 +6,17 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/dtype.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/agent/shadow_set.h"
 #include "worker/agent/shadow_views.h"
+#include "worker/agent/swap_runs.h"
 
 namespace wsync::agent {
 namespace {
 
 using shadow_views::Bytes;
 using shadow_views::ModeName;
-
-// At most this many byte runs over a part's views for a swap commit (each
-// run not written is one copy item of the commit); more: the copy commit.
-constexpr size_t kMaxSwapRuns = size_t{1} << 20;
-
-// Appends to `runs` the byte ranges [begin, end) that `v` covers inside a
-// buffer of `extent` bytes: one per contiguous run of its innermost dense
-// dims (a strided view, e.g. a chunk of stacked experts over part of their
-// rows, has several). False, appending nothing, when `v` has a negative
-// offset, shape or stride, leaves the extent, or would bring `runs` past
-// kMaxSwapRuns (all overflow-safe).
-bool AppendRuns(const v1::TensorView& v, int64_t extent,
-                std::vector<std::pair<int64_t, int64_t>>* runs) {
-  const int64_t size = DTypeSize(v.dtype());
-  if (size <= 0 || v.byte_offset() < 0 || v.strides_size() < v.shape_size()) return false;
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (extent, stride), outermost first
-  for (int d = 0; d < v.shape_size(); ++d) {
-    if (v.shape(d) < 0 || v.strides(d) < 0) return false;
-    if (v.shape(d) == 0) return true;  // covers nothing
-    if (v.shape(d) != 1) dims.emplace_back(v.shape(d), v.strides(d));
-  }
-  int64_t run = 1;  // elements of one run: the innermost dims that are dense
-  while (!dims.empty() && dims.back().second == run) {
-    if (__builtin_mul_overflow(run, dims.back().first, &run)) return false;
-    dims.pop_back();
-  }
-  int64_t count = 1, last = run - 1;  // runs; the last element's offset
-  for (const auto& [n, stride] : dims) {
-    int64_t step = 0;
-    if (__builtin_mul_overflow(count, n, &count) || __builtin_mul_overflow(n - 1, stride, &step) ||
-        __builtin_add_overflow(last, step, &last)) {
-      return false;
-    }
-  }
-  int64_t end = 0, run_bytes = 0;
-  if (__builtin_add_overflow(last, 1, &end) || __builtin_mul_overflow(end, size, &end) ||
-      __builtin_add_overflow(end, v.byte_offset(), &end) || end > extent ||
-      __builtin_mul_overflow(run, size, &run_bytes) ||
-      static_cast<uint64_t>(count) > kMaxSwapRuns - std::min(kMaxSwapRuns, runs->size())) {
-    return false;
-  }
-  std::vector<int64_t> index(dims.size(), 0);
-  for (int64_t k = 0; k < count; ++k) {
-    int64_t offset = 0;  // elements; bounded by `last` above
-    for (size_t d = 0; d < dims.size(); ++d) offset += index[d] * dims[d].second;
-    const int64_t begin = v.byte_offset() + offset * size;
-    runs->emplace_back(begin, begin + run_bytes);
-    for (size_t d = dims.size(); d-- > 0;) {
-      if (++index[d] < dims[d].first) break;
-      index[d] = 0;
-    }
-  }
-  return true;
-}
 
 // Offset of `p` in `arena` (it lies inside).
 int64_t OffsetIn(const plane::SwapArena& arena, const void* p) {
@@ -100,7 +47,7 @@ absl::Status ShadowSet::CheckArenasUsable(const std::map<std::string, BufferWrit
 
 std::shared_ptr<plane::SwapArena> ShadowSet::SwapArenaFor(
     const std::map<std::string, BufferWrites>& writes, v1::StagingMode mode,
-    const exec::BufferRegistry& live) const {
+    const exec::BufferRegistry& live, std::string* why) const {
   if (arenas_ == nullptr || writes.empty()) return nullptr;
   std::shared_ptr<plane::SwapArena> arena;
   for (const auto& [name, w] : writes) {
@@ -113,11 +60,16 @@ std::shared_ptr<plane::SwapArena> ShadowSet::SwapArenaFor(
       return nullptr;
     }
   }
-  // Every view's runs can be listed (within the extents and kMaxSwapRuns).
+  // Every view's runs can be listed (swap_runs.h: within the extents, not
+  // too many, not too small); else the copy commit, saying why.
   std::vector<std::pair<int64_t, int64_t>> runs;
   for (const auto& [name, w] : writes) {
-    for (const v1::TensorView& v : w.views) {
-      if (!AppendRuns(v, w.extent, &runs)) return nullptr;
+    for (size_t i = 0; i < w.views.size(); ++i) {
+      if (absl::Status s = AppendSwapRuns(w.views[i], w.extent, &runs); !s.ok()) {
+        *why = absl::StrCat("view ", i, " of '", name, "' in ", arena->Describe(),
+                            " does not list as byte runs for a swap: ", s.message());
+        return nullptr;
+      }
     }
   }
   // A host arena holds host memory: any shadow mode swaps it; a device
@@ -211,9 +163,9 @@ absl::Status ShadowSet::PlanSwapCommit(const std::map<std::string, BufferWrites>
     const int64_t base = OffsetIn(*arena_, b->data);
     const size_t first = written.size();
     for (const v1::TensorView& v : w.views) {
-      if (!AppendRuns(v, w.extent, &written)) {
-        return absl::InternalError(absl::StrCat(
-            who, ": a view of '", name, "' no longer lists as byte runs within its extent"));
+      if (absl::Status s = AppendSwapRuns(v, w.extent, &written); !s.ok()) {
+        return absl::InternalError(absl::StrCat(who, ": a view of '", name,
+                                                "' no longer lists as byte runs: ", s.message()));
       }
     }
     for (size_t i = first; i < written.size(); ++i) {

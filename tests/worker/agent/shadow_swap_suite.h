@@ -247,6 +247,50 @@ TEST_P(ShadowSwapTest, SyncsWritingDifferentViewsKeepEveryByteOfTheLastVersion) 
   }
 }
 
+// A view of many tiny runs (one byte of every 4, 2048 of them: a column)
+// commits by copy, saying why, instead of listing thousands of runs; the
+// copy commit writes it right. Overlapping views swap, the complement
+// counting each byte once.
+TEST_P(ShadowSwapTest, TinyRunsCommitByCopyAndOverlappingViewsSwap) {
+  v1::TensorView column = Range(0, 0);
+  column.clear_shape();
+  column.clear_strides();
+  for (int64_t d : {int64_t{2048}, int64_t{1}}) column.add_shape(d);
+  for (int64_t d : {int64_t{4}, int64_t{1}}) column.add_strides(d);
+  {
+    ShadowSet set(&f().backend(), 0, arenas_.get());
+    const std::map<std::string, BufferWrites> writes = {
+        {"inference/b", BufferWrites{4 * 2047 + 1, {column}}}};
+    ASSERT_TRUE(set.Prepare(writes, v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
+    EXPECT_STREQ(set.commit_kind(), "copy");
+    for (const char* part : {"view 0 of 'inference/b'", "'weights'", "2048 runs of 1 bytes"}) {
+      EXPECT_NE(set.copy_reason().find(part), std::string::npos) << part << " in "
+                                                                  << set.copy_reason();
+    }
+    auto* shadow = static_cast<uint8_t*>(
+        set.registry().Find(exec::BufferSide::kDestination, "inference/b")->data);
+    for (int64_t i = 0; i < 2048; ++i) Fill(shadow + 4 * i, 1, 7);
+    ASSERT_TRUE(set.Commit().ok());
+    const std::vector<uint8_t> got = f().Download(At(kB), 4 * 2048);
+    for (int64_t i = 0; i < 4 * 2048; ++i) ASSERT_EQ(got[i], i % 4 == 0 ? 7 : 1) << i;
+    Set(kB, 4 * 2048, 1);
+  }
+  ShadowSet set(&f().backend(), 0, arenas_.get());
+  const std::map<std::string, BufferWrites> overlapping = {
+      {"inference/b", BufferWrites{kBBytes, {Range(0, 4096), Range(2048, 4096), Range(1024, 512)}}}};
+  ASSERT_TRUE(set.Prepare(overlapping, v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
+  EXPECT_STREQ(set.commit_kind(), "swap");
+  EXPECT_EQ(set.copy_reason(), "");
+  EXPECT_EQ(set.commit_bytes(), arena_->bytes() - 6144) << "the union of the views is 6144 bytes";
+  WriteShadows(set, overlapping, 8);
+  ASSERT_TRUE(set.Commit().ok());
+  const std::vector<uint8_t> got =
+      f().Download(arena_->base(), static_cast<size_t>(arena_->bytes()));
+  for (int64_t i = 0; i < arena_->bytes(); ++i) {
+    ASSERT_EQ(got[i], i >= kB && i < kB + 6144 ? 8 : 1) << "byte " << i;
+  }
+}
+
 // A strided view (4 rows of 256 bytes, 1024 apart, in b at 16 KiB: a fan-out
 // chunk of stacked experts over part of their rows) swaps; the bytes between
 // its rows come from live.

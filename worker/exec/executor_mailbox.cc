@@ -3,6 +3,7 @@
 // posting and polling ready / done tokens.
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -116,6 +117,7 @@ absl::Status Executor::BeginMailboxSync(const BoundPlan& plan) {
         "any failed sync)"));
   }
   for (int32_t p : DirectPeers(plan)) ++mailbox_seq_[p];
+  mailbox_begun_ = true;
   return absl::OkStatus();
 }
 
@@ -215,13 +217,15 @@ void Executor::PostMailboxFailure(const BoundPlan& plan) {
   if (!mailbox_sync_) return;
   direct_failed_ = true;
   const int64_t me = plan.worker;
+  // This sync's sequence with `p`, whether or not it began here.
+  auto seq = [&](int32_t p) { return mailbox_seq_[p] + (mailbox_begun_ ? 0 : 1); };
   for (int32_t r : plan.direct_write_to) {
     if (mailbox_peers_.count(r) == 0) continue;
-    writer_->Post(r, 3 * me + kDone, kMailboxFailed | mailbox_seq_[r]).IgnoreError();
+    writer_->Post(r, 3 * me + kDone, kMailboxFailed | seq(r)).IgnoreError();
   }
   for (int32_t w : plan.direct_written_by) {
     if (mailbox_peers_.count(w) == 0) continue;
-    writer_->Post(w, 3 * me + kReadySeq, kMailboxFailed | mailbox_seq_[w]).IgnoreError();
+    writer_->Post(w, 3 * me + kReadySeq, kMailboxFailed | seq(w)).IgnoreError();
   }
 }
 

@@ -1,0 +1,101 @@
+// Direct-write mailboxes when a side fails (executor.h, PeerWriter's mailbox
+// contract; host workers as threads of this process, Cluster): a writer
+// that fails before its tokens or during its puts ends its receiver at once
+// (a failure marker, not the round deadline).
+#include <atomic>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "controller/plan/routes.h"
+#include "gtest/gtest.h"
+#include "tests/worker/exec/cluster.h"
+#include "tests/worker/exec/plan_builder.h"
+
+namespace wsync::exec {
+namespace {
+
+using testing::Cluster;
+using testing::Piece;
+using testing::PlanBuilder;
+using testing::View;
+constexpr BufferSide kSrc = BufferSide::kSource;
+constexpr BufferSide kDst = BufferSide::kDestination;
+constexpr int64_t kN = 1024;
+
+// Worker 0's fp32 "s" -> worker 1's "s", written directly.
+v1::Plan OneWay(Cluster& c) {
+  PlanBuilder pb;
+  c.Add(0, kSrc, "s", v1::FP32, kN);
+  c.Add(1, kDst, "s", v1::FP32, kN);
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("s", 0, {kN}, v1::FP32), View("s", 0, {kN}, v1::FP32), v1::FP32)});
+  c.WriteDirectly(0, 1);
+  return pb.Build();
+}
+
+void Fill(Cluster& c, int run) {
+  float* s = c.Data<float>(0, kSrc, "s");
+  for (int64_t i = 0; i < kN; ++i) s[i] = static_cast<float>(run * 10000 + i);
+}
+
+bool Holds(Cluster& c, int run) {
+  const float* d = c.Data<float>(1, kDst, "s");
+  for (int64_t i = 0; i < kN; ++i) {
+    if (d[i] != static_cast<float>(run * 10000 + i)) return false;
+  }
+  return true;
+}
+
+// A writer whose puts fail once armed.
+class FailingPutWriter : public HostPeerWriter {
+ public:
+  absl::Status Put(absl::Span<const CopyItem> items, ItemsHandle handle, bool alone) override {
+    if (armed) return absl::InternalError("injected: the put engine failed");
+    return HostPeerWriter::Put(items, handle, alone);
+  }
+  std::atomic<bool> armed{false};
+};
+
+// The writer fails its second sync before its tokens (its plan was bound
+// against another registration) or during its puts: the receiver learns it
+// through its mailbox at once, not at the 20 s round deadline.
+TEST(DirectWritesMailboxFaultsTest, AWriterThatFailsBeforeOrDuringItsPutsEndsItsReceiverAtOnce) {
+  for (const bool before_tokens : {true, false}) {
+    SCOPED_TRACE(before_tokens ? "before the tokens" : "during the puts");
+    Cluster c(2);
+    const v1::Plan plan = OneWay(c);
+    FailingPutWriter writer;
+    c.UseWriter(0, &writer);
+    ExecutorOptions o;
+    o.round_timeout = absl::Seconds(20);
+    ASSERT_TRUE(c.Connect(o).ok());
+    Fill(c, 1);
+    auto first = c.Run(plan, absl::Seconds(30));
+    ASSERT_TRUE(first[0].ok() && first[1].ok()) << first[0].status() << first[1].status();
+    ASSERT_TRUE(Holds(c, 1));
+    if (before_tokens) {
+      c.SkewGeneration(0);
+    } else {
+      writer.armed = true;
+    }
+    Fill(c, 2);
+    const absl::Time start = absl::Now();
+    auto results = c.Run(plan, absl::Seconds(60));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the receiver waited for its deadline";
+    ASSERT_FALSE(results[0].ok());
+    EXPECT_NE(results[0].status().message().find(before_tokens ? "registry generation"
+                                                               : "injected: the put engine"),
+              std::string::npos)
+        << results[0].status();
+    ASSERT_FALSE(results[1].ok());
+    const absl::Status& s = results[1].status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+    EXPECT_NE(s.message().find("peer 0 failed its part of sync sequence 2"), std::string::npos)
+        << s;
+  }
+}
+
+}  // namespace
+}  // namespace wsync::exec

@@ -99,6 +99,8 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
   // Decided first: a failure before the tokens posts the failure marker too.
   mailbox_sync_ = direct && UseMailbox(plan);
   mailbox_begun_ = false;
+  ready_posted_.clear();
+  done_posted_.clear();
   absl::Status ready = CheckRunnable(plan, registry_generation, direct);
   if (ready.ok()) ready = PrepareStaging(plan);
   if (ready.ok()) ready = ResetHashes(plan);

@@ -47,7 +47,8 @@
 // direct writes after a failed direct-write sync (FAILED_PRECONDITION). A
 // side whose Run fails (its checks, its staging, the tokens, a put, a round,
 // its local work) posts this sync's sequence with kMailboxFailed set to
-// every peer still waiting for a token from it, so those end at once. A
+// every peer still waiting for a token from it, so those end at once; a
+// token it already posted is never overwritten (that peer's part stands). A
 // failure before Run (the caller's binding) posts nothing: its peers end
 // when the controller aborts the sync. A value from another sequence is an
 // error naming it, and polls end at the round's deadline or on Abort (a
@@ -390,6 +391,10 @@ class Executor {
   std::map<int64_t, uint64_t> mailbox_seen_;  // by own slot: the value last consumed
   bool mailbox_sync_ = false;                 // the current sync's tokens use the mailboxes
   bool mailbox_begun_ = false;                // the current sync advanced mailbox_seq_
+  // The peers the current sync posted its ready / done token to (a failure
+  // marker never overwrites one).
+  std::set<int32_t> ready_posted_;
+  std::set<int32_t> done_posted_;
   bool direct_failed_ = false;
 };
 

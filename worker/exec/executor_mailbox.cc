@@ -181,6 +181,7 @@ absl::Status Executor::MailboxReady(const BoundPlan& plan, absl::Time deadline,
   for (int32_t w : plan.direct_written_by) {
     RETURN_IF_ERROR(Wrap(writer_->Post(w, 3 * me + kReadyFingerprint, plan.ready_token), where));
     RETURN_IF_ERROR(Wrap(writer_->Post(w, 3 * me + kReadySeq, mailbox_seq_[w]), where));
+    ready_posted_.insert(w);
   }
   post_once();
   for (int32_t r : plan.direct_write_to) {
@@ -206,6 +207,7 @@ absl::Status Executor::MailboxDone(const BoundPlan& plan, absl::Time deadline, S
   // The puts were fenced: a receiver that reads this may read their bytes.
   for (int32_t r : plan.direct_write_to) {
     RETURN_IF_ERROR(Wrap(writer_->Post(r, 3 * me + kDone, mailbox_seq_[r]), where));
+    done_posted_.insert(r);
   }
   for (int32_t w : plan.direct_written_by) {
     RETURN_IF_ERROR(AwaitSlot(where, w, kDone, mailbox_seq_[w], deadline, stats));
@@ -219,12 +221,16 @@ void Executor::PostMailboxFailure(const BoundPlan& plan) {
   const int64_t me = plan.worker;
   // This sync's sequence with `p`, whether or not it began here.
   auto seq = [&](int32_t p) { return mailbox_seq_[p] + (mailbox_begun_ ? 0 : 1); };
+  // Only where this worker's token never came: a token already posted
+  // stands (a receiver that has its done token has every put byte; a writer
+  // that has its ready token may write), and overwriting it would make a
+  // peer that has not read it yet fail a part that succeeded.
   for (int32_t r : plan.direct_write_to) {
-    if (mailbox_peers_.count(r) == 0) continue;
+    if (mailbox_peers_.count(r) == 0 || done_posted_.count(r) != 0) continue;
     writer_->Post(r, 3 * me + kDone, kMailboxFailed | seq(r)).IgnoreError();
   }
   for (int32_t w : plan.direct_written_by) {
-    if (mailbox_peers_.count(w) == 0) continue;
+    if (mailbox_peers_.count(w) == 0 || ready_posted_.count(w) != 0) continue;
     writer_->Post(w, 3 * me + kReadySeq, kMailboxFailed | seq(w)).IgnoreError();
   }
 }

@@ -1,7 +1,8 @@
 // Direct-write mailboxes when a side fails (executor.h, PeerWriter's mailbox
 // contract; host workers as threads of this process, Cluster): a writer
 // that fails before its tokens or during its puts ends its receiver at once
-// (a failure marker, not the round deadline).
+// (a failure marker, not the round deadline); a failure after a done token
+// was posted does not overwrite it (the receiver's part stands).
 #include <atomic>
 #include <functional>
 #include <string>
@@ -95,6 +96,71 @@ TEST(DirectWritesMailboxFaultsTest, AWriterThatFailsBeforeOrDuringItsPutsEndsIts
     EXPECT_NE(s.message().find("peer 0 failed its part of sync sequence 2"), std::string::npos)
         << s;
   }
+}
+
+// Sets `posted` once it posted a done token (slot 3w + 2).
+class DoneWatchingWriter : public HostPeerWriter {
+ public:
+  absl::Status Post(int32_t peer, int64_t slot, uint64_t value) override {
+    const absl::Status s = HostPeerWriter::Post(peer, slot, value);
+    if (slot % 3 == 2) posted = true;
+    return s;
+  }
+  std::atomic<bool> posted{false};
+};
+
+// Local work that fails once the writer posted its done token.
+class FailsAfterDoneOps : public HostDataOps {
+ public:
+  explicit FailsAfterDoneOps(const std::atomic<bool>* done) : done_(done) {}
+  absl::Status Synchronize() override {
+    if (*done_) return absl::InternalError("injected: the local work failed");
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::atomic<bool>* done_;
+};
+
+// A receiver slow to read its done token (its own work ran long).
+class SlowDoneReader : public HostPeerWriter {
+ public:
+  absl::StatusOr<uint64_t> ReadMailbox(int64_t slot) override {
+    if (slot % 3 == 2 && !slept_) {
+      slept_ = true;
+      absl::SleepFor(absl::Milliseconds(300));
+    }
+    return HostPeerWriter::ReadMailbox(slot);
+  }
+
+ private:
+  bool slept_ = false;
+};
+
+// The writer posts its done token (its puts were fenced: the receiver holds
+// every byte), then its own local work fails. The receiver, reading its
+// mailbox only later, still finds the done token: its part succeeded and
+// the failure marker must not overwrite it.
+TEST(DirectWritesMailboxFaultsTest, AFailureAfterTheDoneTokenLeavesTheReceiversPartStanding) {
+  Cluster c(2);
+  const v1::Plan plan = OneWay(c);
+  DoneWatchingWriter writer;
+  FailsAfterDoneOps ops(&writer.posted);
+  SlowDoneReader reader;
+  c.UseOps(0, &ops);
+  c.UseWriter(0, &writer);
+  c.UseWriter(1, &reader);
+  ExecutorOptions o;
+  o.round_timeout = absl::Seconds(20);
+  ASSERT_TRUE(c.Connect(o).ok());
+  Fill(c, 3);
+  auto results = c.Run(plan, absl::Seconds(30));
+  ASSERT_FALSE(results[0].ok());
+  EXPECT_NE(results[0].status().message().find("injected: the local work failed"),
+            std::string::npos)
+      << results[0].status();
+  ASSERT_TRUE(results[1].ok()) << results[1].status();
+  EXPECT_TRUE(Holds(c, 3));
 }
 
 }  // namespace

@@ -52,7 +52,8 @@
 // failure before Run (the caller's binding) posts nothing: its peers end
 // when the controller aborts the sync. A value from another sequence is an
 // error naming it, and polls end at the round's deadline or on Abort (a
-// killed peer: bounded).
+// killed peer: bounded). Every error of the mailbox steps on an aborted
+// executor is CANCELLED, as a round's is.
 //
 // A failed sync leaves destination buffers partly written: the caller must
 // not publish them (staged commit comes later). Any failure also leaves the
@@ -317,7 +318,10 @@ class Executor {
   // for the local work.
   absl::Status FinishDirectWrites(const BoundPlan& plan, absl::Time deadline, SyncStats& stats);
 
-  // Mailboxes (executor_mailbox.cc). Whether this sync's tokens use them.
+  // Mailboxes (executor_mailbox.cc). `s` (not OK) with `where`; CANCELLED
+  // when the executor was aborted (the step's error comes after).
+  absl::Status MailboxError(const absl::Status& s, const std::string& where);
+  // Whether this sync's tokens use them.
   bool UseMailbox(const BoundPlan& plan) const;
   // Exchanges descriptors with the plan's direct-write peers not met before
   // (one transport round; none if all were met).

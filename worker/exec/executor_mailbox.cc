@@ -31,6 +31,18 @@ std::vector<int32_t> DirectPeers(const BoundPlan& plan) {
 
 }  // namespace
 
+absl::Status Executor::MailboxError(const absl::Status& s, const std::string& where) {
+  if (s.ok()) return s;
+  if (aborted_.load()) {
+    // A mailbox step cut by an abort (e.g. a peer that left its exchange)
+    // ends as a cut round does: CANCELLED, not the step's own error.
+    absl::MutexLock lock(&mu_);
+    return absl::CancelledError(
+        absl::StrCat(where, ": aborted: ", abort_reason_, " (then: ", s.message(), ")"));
+  }
+  return Wrap(s, where);
+}
+
 bool Executor::UseMailbox(const BoundPlan& plan) const {
   (void)plan;
   return options_.mailbox_tokens && writer_ != nullptr && writer_->HasMailbox();
@@ -64,7 +76,7 @@ absl::Status Executor::EnsureMailboxes(const BoundPlan& plan, absl::Time deadlin
   }
   if (!mailbox_created_) {
     auto d = writer_->CreateMailbox(int64_t{3} * size);
-    if (!d.ok()) return Wrap(d.status(), where);
+    if (!d.ok()) return MailboxError(d.status(), where);
     mailbox_descriptor_ = *std::move(d);
     mailbox_created_ = true;
   }
@@ -72,12 +84,12 @@ absl::Status Executor::EnsureMailboxes(const BoundPlan& plan, absl::Time deadlin
   constexpr size_t kWords = kBytes / PeerWriter::kTokenBytes;
   static_assert(kWords * PeerWriter::kTokenBytes == kBytes, "descriptor of whole tokens");
   auto slots = writer_->TokenSlots(kWords * (1 + fresh.size()));
-  if (!slots.ok()) return Wrap(slots.status(), where);
+  if (!slots.ok()) return MailboxError(slots.status(), where);
   uint8_t* base = *slots;
   for (size_t w = 0; w < kWords; ++w) {
     uint64_t v = 0;
     std::memcpy(&v, mailbox_descriptor_.data() + w * 8, 8);
-    RETURN_IF_ERROR(Wrap(writer_->WriteToken(base + w * 8, v), where));
+    RETURN_IF_ERROR(MailboxError(writer_->WriteToken(base + w * 8, v), where));
   }
   send_reqs_.clear();
   recv_reqs_.clear();
@@ -98,10 +110,10 @@ absl::Status Executor::EnsureMailboxes(const BoundPlan& plan, absl::Time deadlin
     std::string d(kBytes, '\0');
     for (size_t w = 0; w < kWords; ++w) {
       auto v = writer_->ReadToken(base + (1 + k) * kBytes + w * 8);
-      if (!v.ok()) return Wrap(v.status(), where);
+      if (!v.ok()) return MailboxError(v.status(), where);
       std::memcpy(d.data() + w * 8, &*v, 8);
     }
-    RETURN_IF_ERROR(Wrap(writer_->OpenPeerMailbox(fresh[k], d), where));
+    RETURN_IF_ERROR(MailboxError(writer_->OpenPeerMailbox(fresh[k], d), where));
     mailbox_peers_.insert(fresh[k]);
   }
   if (stats != nullptr) stats->mailbox_exchanged = true;
@@ -129,7 +141,7 @@ absl::Status Executor::AwaitSlot(const std::string& where, int32_t peer, int64_t
   const uint64_t before = mailbox_seen_[slot];
   for (int64_t n = 0;; ++n) {
     auto read = writer_->ReadMailbox(slot);
-    if (!read.ok()) return Wrap(read.status(), where);
+    if (!read.ok()) return MailboxError(read.status(), where);
     ++stats.mailbox_polls;
     const uint64_t got = *read;
     if (got == want) {
@@ -179,15 +191,16 @@ absl::Status Executor::MailboxReady(const BoundPlan& plan, absl::Time deadline,
   // To every writer of this worker: the fingerprint, then the sequence (a
   // writer that sees the sequence reads this sync's fingerprint).
   for (int32_t w : plan.direct_written_by) {
-    RETURN_IF_ERROR(Wrap(writer_->Post(w, 3 * me + kReadyFingerprint, plan.ready_token), where));
-    RETURN_IF_ERROR(Wrap(writer_->Post(w, 3 * me + kReadySeq, mailbox_seq_[w]), where));
+    RETURN_IF_ERROR(
+        MailboxError(writer_->Post(w, 3 * me + kReadyFingerprint, plan.ready_token), where));
+    RETURN_IF_ERROR(MailboxError(writer_->Post(w, 3 * me + kReadySeq, mailbox_seq_[w]), where));
     ready_posted_.insert(w);
   }
   post_once();
   for (int32_t r : plan.direct_write_to) {
     RETURN_IF_ERROR(AwaitSlot(where, r, kReadySeq, mailbox_seq_[r], deadline, stats));
     auto got = writer_->ReadMailbox(int64_t{3} * r + kReadyFingerprint);
-    if (!got.ok()) return Wrap(got.status(), where);
+    if (!got.ok()) return MailboxError(got.status(), where);
     auto want = plan.expected_ready_tokens.find(r);
     if (want == plan.expected_ready_tokens.end() || want->second != *got) {
       return absl::AbortedError(absl::StrCat(
@@ -206,7 +219,7 @@ absl::Status Executor::MailboxDone(const BoundPlan& plan, absl::Time deadline, S
   const int64_t me = plan.worker;
   // The puts were fenced: a receiver that reads this may read their bytes.
   for (int32_t r : plan.direct_write_to) {
-    RETURN_IF_ERROR(Wrap(writer_->Post(r, 3 * me + kDone, mailbox_seq_[r]), where));
+    RETURN_IF_ERROR(MailboxError(writer_->Post(r, 3 * me + kDone, mailbox_seq_[r]), where));
     done_posted_.insert(r);
   }
   for (int32_t w : plan.direct_written_by) {

@@ -2,7 +2,8 @@
 // contract; host workers as threads of this process, Cluster): a writer
 // that fails before its tokens or during its puts ends its receiver at once
 // (a failure marker, not the round deadline); a failure after a done token
-// was posted does not overwrite it (the receiver's part stands).
+// was posted does not overwrite it (the receiver's part stands); a mailbox
+// error of an aborted warm-up is CANCELLED.
 #include <atomic>
 #include <functional>
 #include <string>
@@ -161,6 +162,57 @@ TEST(DirectWritesMailboxFaultsTest, AFailureAfterTheDoneTokenLeavesTheReceiversP
       << results[0].status();
   ASSERT_TRUE(results[1].ok()) << results[1].status();
   EXPECT_TRUE(Holds(c, 3));
+}
+
+// Aborts its executor, then fails, when it opens a peer's mailbox: an abort
+// landing during the warm-up's descriptor exchange.
+class AbortingOpenWriter : public HostPeerWriter {
+ public:
+  absl::Status OpenPeerMailbox(int32_t peer, const std::string& descriptor) override {
+    (void)peer;
+    (void)descriptor;
+    on_open();
+    return absl::InternalError("injected: the peer's mailbox went away");
+  }
+  std::function<void()> on_open;
+};
+
+TEST(DirectWritesMailboxFaultsTest, AMailboxErrorOfAnAbortedWarmUpIsCancelled) {
+  Cluster c(2);
+  const v1::Plan plan = OneWay(c);
+  AbortingOpenWriter writer;
+  c.UseWriter(0, &writer);
+  ASSERT_TRUE(c.Connect().ok());
+  writer.on_open = [&c] { c.executor(0).Abort("the controller cancelled the warm-up"); };
+  v1::Plan routed = plan;
+  plan::MarkPeerWrites({{0, 1}}, &routed);
+  std::vector<absl::Status> warm(2);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      DirectWrites direct;
+      direct.ready_token = 1000 + w;
+      if (w == 0) {
+        direct.peer_buffers[1] = &c.registry(1);
+        direct.expected_ready_tokens[1] = 1001;
+      }
+      auto bound = BindPlan(routed, w, c.registry(w), MemorySpace::kHost, &direct);
+      if (!bound.ok()) {
+        warm[w] = bound.status();
+        return;
+      }
+      warm[w] = c.executor(w)
+                    .WarmUp(**bound, c.registry(w).generation(), absl::Now() + absl::Seconds(30))
+                    .status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(warm[0].code(), absl::StatusCode::kCancelled) << warm[0];
+  EXPECT_NE(warm[0].message().find("aborted: the controller cancelled the warm-up"),
+            std::string::npos)
+      << warm[0];
+  EXPECT_NE(warm[0].message().find("injected: the peer's mailbox went away"), std::string::npos)
+      << warm[0];
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -83,19 +84,38 @@ absl::Status Executor::EnsureMailboxes(const BoundPlan& plan, absl::Time deadlin
   constexpr size_t kBytes = PeerWriter::kMailboxDescriptorBytes;
   constexpr size_t kWords = kBytes / PeerWriter::kTokenBytes;
   static_assert(kWords * PeerWriter::kTokenBytes == kBytes, "descriptor of whole tokens");
-  auto slots = writer_->TokenSlots(kWords * (1 + fresh.size()));
+  // What each fresh peer is sent: an object of its own where the writer
+  // shares that way (the host's, unlinked once the peer mapped it), else
+  // the one mailbox's descriptor.
+  std::vector<std::string> mine;
+  for (int32_t p : fresh) {
+    auto d = writer_->ShareMailbox(p, int64_t{3} * p, 3);
+    if (d.status().code() == absl::StatusCode::kUnimplemented) break;
+    if (!d.ok()) return MailboxError(d.status(), where);
+    mine.push_back(*std::move(d));
+  }
+  if (mine.size() != fresh.size()) mine.assign(1, mailbox_descriptor_);
+  const size_t sent = mine.size();  // descriptors at the front of the slots
+  auto slots = writer_->TokenSlots(kWords * (sent + fresh.size()));
   if (!slots.ok()) return MailboxError(slots.status(), where);
   uint8_t* base = *slots;
-  for (size_t w = 0; w < kWords; ++w) {
-    uint64_t v = 0;
-    std::memcpy(&v, mailbox_descriptor_.data() + w * 8, 8);
-    RETURN_IF_ERROR(MailboxError(writer_->WriteToken(base + w * 8, v), where));
+  for (size_t k = 0; k < sent; ++k) {
+    if (mine[k].size() != kBytes) {
+      return absl::InternalError(absl::StrCat(where, ": this writer's descriptor has ",
+                                              mine[k].size(), " bytes, not ", kBytes));
+    }
+    for (size_t w = 0; w < kWords; ++w) {
+      uint64_t v = 0;
+      std::memcpy(&v, mine[k].data() + w * 8, 8);
+      RETURN_IF_ERROR(MailboxError(writer_->WriteToken(base + k * kBytes + w * 8, v), where));
+    }
   }
   send_reqs_.clear();
   recv_reqs_.clear();
   for (size_t k = 0; k < fresh.size(); ++k) {
-    send_reqs_.push_back({fresh[k], kMailboxTag, base, kBytes});
-    recv_reqs_.push_back({fresh[k], kMailboxTag, base + (1 + k) * kBytes, kBytes});
+    send_reqs_.push_back(
+        {fresh[k], kMailboxTag, base + (sent == fresh.size() ? k : 0) * kBytes, kBytes});
+    recv_reqs_.push_back({fresh[k], kMailboxTag, base + (sent + k) * kBytes, kBytes});
   }
   const absl::Time round_deadline = std::min(deadline, absl::Now() + options_.round_timeout);
   const absl::Status s = transport_->RunRound(send_reqs_, recv_reqs_, round_deadline, on_posted);
@@ -109,7 +129,7 @@ absl::Status Executor::EnsureMailboxes(const BoundPlan& plan, absl::Time deadlin
   for (size_t k = 0; k < fresh.size(); ++k) {
     std::string d(kBytes, '\0');
     for (size_t w = 0; w < kWords; ++w) {
-      auto v = writer_->ReadToken(base + (1 + k) * kBytes + w * 8);
+      auto v = writer_->ReadToken(base + (sent + k) * kBytes + w * 8);
       if (!v.ok()) return MailboxError(v.status(), where);
       std::memcpy(d.data() + w * 8, &*v, 8);
     }

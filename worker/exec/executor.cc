@@ -206,8 +206,9 @@ absl::StatusOr<const PipelineSchedule*> Executor::ScheduleFor(const BoundPlan& p
     for (const BoundRound& r : plan.rounds) {
       copy_handles_.push_back(r.copies.empty() ? ItemsHandle{} : ops_->Prepare(r.copies));
     }
-    put_handle_ =
-        plan.puts.empty() || writer_ == nullptr ? ItemsHandle{} : writer_->Prepare(plan.puts);
+    // An empty list too: a writer that reserved resources for the last
+    // plan's puts (the CUDA put SMs) gives them back.
+    put_handle_ = writer_ == nullptr ? ItemsHandle{} : writer_->Prepare(plan.puts);
     schedule_instance_ = plan.instance.value();
   }
   return &schedule_;

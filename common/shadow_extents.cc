@@ -44,9 +44,9 @@ absl::StatusOr<int64_t> ViewEnd(const v1::TensorView& v) {
   int64_t end = 0;
   if (__builtin_add_overflow(last, 1, &end) || __builtin_mul_overflow(end, elem, &end) ||
       __builtin_add_overflow(end, v.byte_offset(), &end)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("view extent overflows: ", last + 1, " elements of ", elem,
-                     " bytes at byte offset ", v.byte_offset()));
+    return absl::InvalidArgumentError(absl::StrCat("view extent overflows: ", last + 1,
+                                                   " elements of ", elem, " bytes at byte offset ",
+                                                   v.byte_offset()));
   }
   return end;
 }

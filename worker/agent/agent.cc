@@ -382,11 +382,12 @@ absl::Status WorkerAgent::PublishRead(const v1::SyncEvent& e) {
     if (!q->AwaitRead(number, deadline)) unread.push_back(q->who());
   }
   if (unread.empty()) return absl::OkStatus();
-  return absl::DeadlineExceededError(absl::StrCat(
-      unread.size(), " of ", sent.size(), " owner(s) subscribed to this worker's events did not read ",
-      v1::SyncEvent::Kind_Name(e.kind()), " of sync ", e.sync_id(), " within ",
-      absl::FormatDuration(options_.staged_flush_timeout), " (--staged_flush_timeout): ",
-      absl::StrJoin(unread, "; ")));
+  return absl::DeadlineExceededError(
+      absl::StrCat(unread.size(), " of ", sent.size(),
+                   " owner(s) subscribed to this worker's events did not read ",
+                   v1::SyncEvent::Kind_Name(e.kind()), " of sync ", e.sync_id(), " within ",
+                   absl::FormatDuration(options_.staged_flush_timeout),
+                   " (--staged_flush_timeout): ", absl::StrJoin(unread, "; ")));
 }
 
 absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterTensors(
@@ -459,10 +460,9 @@ void WorkerAgent::PushBuffersLocked(const std::string& lease_id) {
 
 std::shared_ptr<EventQueue> WorkerAgent::Subscribe(const std::string& who) {
   absl::MutexLock lock(&mu_);
-  auto q = std::make_shared<EventQueue>(
-      absl::StrCat("owner #", ++subscriptions_, " (", who, ", subscribed at ",
-                   absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()),
-                   ")"));
+  auto q = std::make_shared<EventQueue>(absl::StrCat(
+      "owner #", ++subscriptions_, " (", who, ", subscribed at ",
+      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()), ")"));
   subscribers_.push_back(q);
   return q;
 }

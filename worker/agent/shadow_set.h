@@ -16,16 +16,14 @@
 // Swap commits (docs/commit-swap.md; shadow_set_swap.cc): when every
 // destination buffer of the part lies in one arena of `arenas` (the owner
 // allocated its weights there through its embedded worker), every view
-// lists as byte runs (dense or strided) and the mode is device_shadow (or host_shadow over a host arena),
-// the shadow is a twin of the whole arena (its full size counts against the
-// budget), each destination points at the twin's base plus its offset, and
-// Commit() copies the arena bytes the part does not write live -> twin, then
-// swaps the two arenas' memory: no written byte is copied, the live
-// addresses stay. Otherwise the commit copies, as above. A swap that fails
-// leaves the live arena on its own memory (V-1, whole: the seam's contract),
-// names the worker and the arena, and drops the twin (the next sync makes a
-// new one); one whose arena could not get its memory back (usable() false)
-// says so, and every later Prepare over that arena is refused.
+// lists as byte runs (dense or strided) and the mode is device_shadow (or host_shadow over a host
+// arena), the shadow is a twin of the whole arena (its full size counts against the budget), each
+// destination points at the twin's base plus its offset, and Commit() copies the arena bytes the
+// part does not write live -> twin, then swaps the two arenas' memory: no written byte is copied,
+// the live addresses stay. Otherwise the commit copies, as above. A swap that fails leaves the live
+// arena on its own memory (V-1, whole: the seam's contract), names the worker and the arena, and
+// drops the twin (the next sync makes a new one); one whose arena could not get its memory back
+// (usable() false) says so, and every later Prepare over that arena is refused.
 //
 // Not thread-safe: the sync runner's thread owns it.
 #ifndef WSYNC_WORKER_AGENT_SHADOW_SET_H_
@@ -102,8 +100,8 @@ class ShadowSet {
   absl::Status CheckArenasUsable(const std::map<std::string, BufferWrites>& writes,
                                  const exec::BufferRegistry& live, const std::string& who) const;
   // The arena every destination of `writes` lies in when the commit can
-  // swap, else null.
-  // `why` says why it is null although the destinations lie in one arena.
+  // swap, else null; `why` says why it is null although the destinations
+  // lie in one arena.
   std::shared_ptr<plane::SwapArena> SwapArenaFor(const std::map<std::string, BufferWrites>& writes,
                                                  v1::StagingMode mode,
                                                  const exec::BufferRegistry& live,

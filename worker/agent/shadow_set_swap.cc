@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/agent/shadow_set.h"
 #include "worker/agent/shadow_views.h"
@@ -198,8 +197,7 @@ absl::Status ShadowSet::CommitSwap() {
   const std::string what = absl::StrCat(who_, ": swap commit of ", arena_->Describe());
   // The data ops' writes into the twin are done before anything moves.
   if (absl::Status s = ops_->Synchronize(); !s.ok()) {
-    return absl::Status(s.code(),
-                        absl::StrCat(what, ": waiting for the data ops: ", s.message()));
+    return absl::Status(s.code(), absl::StrCat(what, ": waiting for the data ops: ", s.message()));
   }
   absl::Status s = RunCopies(commit_items_, commit_names_,
                              "copying the bytes the sync does not write (live -> twin)");

@@ -206,9 +206,11 @@ TEST_P(ShadowSwapTest, SyncsWritingDifferentViewsKeepEveryByteOfTheLastVersion) 
   const auto a_head = [] { return BufferWrites{kA, {Range(0, kA - 1024)}}; };
   const auto a_tail = [] { return BufferWrites{kA, {Range(kA - 1024, 1024)}}; };
   const auto b_tail = [] { return BufferWrites{kBBytes, {Range(kBBytes - 4096, 4096)}}; };
-  const auto b_mid = [] { return BufferWrites{kBBytes, {Range(1024, 4096), Range(kBBytes - 1, 1)}}; };
+  const auto b_mid = [] {
+    return BufferWrites{kBBytes, {Range(1024, 4096), Range(kBBytes - 1, 1)}};
+  };
   const std::vector<std::map<std::string, BufferWrites>> syncs = {
-      Writes(),                                            // V2: every written view
+      Writes(),                                                // V2: every written view
       {{"inference/a", a_tail()}, {"inference/b", b_tail()}},  // V3
       {{"inference/a", a_head()}, {"inference/b", b_mid()}},   // V4, rolled back
       {{"inference/a", a_tail()}, {"inference/b", b_mid()}},   // V5
@@ -264,8 +266,8 @@ TEST_P(ShadowSwapTest, TinyRunsCommitByCopyAndOverlappingViewsSwap) {
     ASSERT_TRUE(set.Prepare(writes, v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
     EXPECT_STREQ(set.commit_kind(), "copy");
     for (const char* part : {"view 0 of 'inference/b'", "'weights'", "2048 runs of 1 bytes"}) {
-      EXPECT_NE(set.copy_reason().find(part), std::string::npos) << part << " in "
-                                                                  << set.copy_reason();
+      EXPECT_NE(set.copy_reason().find(part), std::string::npos)
+          << part << " in " << set.copy_reason();
     }
     auto* shadow = static_cast<uint8_t*>(
         set.registry().Find(exec::BufferSide::kDestination, "inference/b")->data);
@@ -277,7 +279,8 @@ TEST_P(ShadowSwapTest, TinyRunsCommitByCopyAndOverlappingViewsSwap) {
   }
   ShadowSet set(&f().backend(), 0, arenas_.get());
   const std::map<std::string, BufferWrites> overlapping = {
-      {"inference/b", BufferWrites{kBBytes, {Range(0, 4096), Range(2048, 4096), Range(1024, 512)}}}};
+      {"inference/b",
+       BufferWrites{kBBytes, {Range(0, 4096), Range(2048, 4096), Range(1024, 512)}}}};
   ASSERT_TRUE(set.Prepare(overlapping, v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
   EXPECT_STREQ(set.commit_kind(), "swap");
   EXPECT_EQ(set.copy_reason(), "");

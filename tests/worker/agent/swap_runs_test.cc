@@ -43,11 +43,11 @@ TEST(SwapRunsTest, DenseAndStridedViewsListTheirRuns) {
 
 TEST(SwapRunsTest, OverflowingShapesAndStridesAreRefused) {
   const std::vector<v1::TensorView> hostile = {
-      View(0, {int64_t{1} << 33, 2}, {int64_t{1} << 31, 1}),      // (n - 1) * stride wraps
+      View(0, {int64_t{1} << 33, 2}, {int64_t{1} << 31, 1}),  // (n - 1) * stride wraps
       View(0, {int64_t{1} << 62, 4}, {int64_t{1} << 62, 1}),
       View(0, {int64_t{1} << 40, int64_t{1} << 40}, {int64_t{1} << 30, 1}),
-      View(kMax - 8, {16}, {1}),                                  // offset + bytes
-      View(0, {kMax}, {1}, v1::FP32),                             // elements * 4
+      View(kMax - 8, {16}, {1}),       // offset + bytes
+      View(0, {kMax}, {1}, v1::FP32),  // elements * 4
       View(0, {int64_t{1} << 32, int64_t{1} << 32, 2}, {int64_t{1} << 32, 2, 1}),
   };
   for (const v1::TensorView& v : hostile) {
@@ -65,7 +65,7 @@ TEST(SwapRunsTest, NegativeAndZeroStridesAndShapesAreRefused) {
       View(-8, {256}, {1}),          // negative offset
       View(0, {4, 256}, {0, 1}),     // the same bytes written four times
       View(0, {256, 4}, {4, 0}),
-      View(0, {4, 256}, {256}),      // fewer strides than dims
+      View(0, {4, 256}, {256}),  // fewer strides than dims
       View(0, {4}, {1}, static_cast<v1::DType>(9999)),
   };
   for (const v1::TensorView& v : hostile) {

@@ -66,8 +66,9 @@ class HostSwapArena : public plane::SwapArena {
     for (HostSwapArena* a : ranges) {
       if (absl::Status back = a->MapOver(a->base(), a->fd_); !back.ok()) {
         a->MarkUnusable();
-        absl::StrAppend(&lost, "; mapping ", a->Describe(), " back onto its own memory failed too (",
-                        back.message(), "): it is unusable");
+        absl::StrAppend(&lost, "; mapping ", a->Describe(),
+                        " back onto its own memory failed too (", back.message(),
+                        "): it is unusable");
       }
     }
     return absl::Status(s.code(), absl::StrCat(what, ": ", s.message(),

@@ -11,7 +11,8 @@ namespace {
 
 constexpr int64_t kMaxExtent = int64_t{1} << 56;
 
-// One past the last byte `v` reaches (0 for an empty view).
+// One past the last byte `v` reaches (0 for an empty view). Every product
+// and sum is checked: a plan's view crosses a trust boundary.
 absl::StatusOr<int64_t> ViewEnd(const v1::TensorView& v) {
   const int64_t elem = DTypeSize(v.dtype());
   if (elem <= 0) {
@@ -29,10 +30,25 @@ absl::StatusOr<int64_t> ViewEnd(const v1::TensorView& v) {
           absl::StrCat("view with dim ", d, " of size ", n, " and stride ", stride));
     }
     if (n == 0) return 0;
-    last += (n - 1) * stride;
-    if (last > kMaxExtent) return absl::InvalidArgumentError("view extent overflows");
   }
-  return v.byte_offset() + (last + 1) * elem;
+  for (int d = 0; d < v.shape_size(); ++d) {
+    const int64_t stride = d < v.strides_size() ? v.strides(d) : 0;
+    int64_t step = 0;
+    if (__builtin_mul_overflow(v.shape(d) - 1, stride, &step) ||
+        __builtin_add_overflow(last, step, &last) || last > kMaxExtent) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "view extent overflows: dim ", d, " of size ", v.shape(d), " and stride ", stride,
+          " reaches past element ", kMaxExtent, " (byte offset ", v.byte_offset(), ")"));
+    }
+  }
+  int64_t end = 0;
+  if (__builtin_add_overflow(last, 1, &end) || __builtin_mul_overflow(end, elem, &end) ||
+      __builtin_add_overflow(end, v.byte_offset(), &end)) {
+    return absl::InvalidArgumentError(absl::StrCat("view extent overflows: ", last + 1,
+                                                   " elements of ", elem, " bytes at byte offset ",
+                                                   v.byte_offset()));
+  }
+  return end;
 }
 
 using Writes = std::map<std::string, BufferWrites>;

@@ -197,7 +197,8 @@ py::buffer_info ArenaBuffer(WeightArena& a) {
 // One subscriber's sync events.
 class Events {
  public:
-  explicit Events(EmbeddedWorker* w) : worker_(w), queue_(w->Subscribe()) {}
+  explicit Events(EmbeddedWorker* w)
+      : worker_(w), queue_(w->Subscribe("embedded owner, wsync.embedded.Worker.events()")) {}
   ~Events() { Close(); }
   // The next event as a dict, or None when none came within `timeout_s`.
   py::object Next(double timeout_s) {

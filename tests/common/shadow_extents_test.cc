@@ -115,5 +115,36 @@ TEST(ShadowExtentsTest, RefusesBadViewsNamingTheBuffer) {
   EXPECT_NE(s.message().find("inference/w"), std::string::npos) << s;
 }
 
+// Shapes and strides each within the per-value bound whose products are
+// not: (2^33 - 1) * 2^31 wraps int64 to a negative element offset, which the
+// unchecked sum took for a small extent; and sums of several such dims.
+TEST(ShadowExtentsTest, RefusesViewsWhoseShapeTimesStrideOverflows) {
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> hostile = {
+      {{int64_t{1} << 33, 1}, {int64_t{1} << 31, 1}},
+      {{int64_t{1} << 40, int64_t{1} << 40}, {int64_t{1} << 20, 1}},
+      {{3, int64_t{1} << 55}, {int64_t{1} << 55, 1}},
+      {{(int64_t{1} << 56), 2}, {int64_t{1} << 56, 1}},
+  };
+  for (const auto& [shape, strides] : hostile) {
+    v1::Plan plan = TwoReceivers();
+    *plan.mutable_buckets(0)->mutable_pieces(1)->mutable_dst() =
+        View(1, 0, shape, strides, v1::DESTINATION_BUFFER);
+    const absl::Status s = ShadowExtents(plan, 1).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument)
+        << "shape " << shape[0] << "x" << shape[1] << ", strides " << strides[0] << ": " << s;
+    EXPECT_NE(s.message().find("inference/w"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("overflows"), std::string::npos) << s;
+    EXPECT_EQ(ShadowWrites(plan, 1).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(ShadowBytesByWorker(plan).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  // The largest view the bound admits still counts exactly.
+  v1::Plan plan = TwoReceivers();
+  *plan.mutable_buckets(0)->mutable_pieces(1)->mutable_dst() =
+      View(1, 0, {2, int64_t{1} << 20}, {int64_t{1} << 30, 1}, v1::DESTINATION_BUFFER);
+  auto extents = ShadowExtents(plan, 1);
+  ASSERT_TRUE(extents.ok()) << extents.status();
+  EXPECT_EQ(extents->at("inference/w"), ((int64_t{1} << 30) + (int64_t{1} << 20)) * 4);
+}
+
 }  // namespace
 }  // namespace wsync

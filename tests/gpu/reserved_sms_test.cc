@@ -9,6 +9,7 @@
 
 #include "tests/gpu/gpu_test_util.h"
 #include "worker/backends/cuda/cuda_data_ops.h"
+#include "worker/backends/cuda/cuda_peer_writer.h"
 #include "worker/backends/host/host_data_ops.h"
 
 namespace wsync::cuda {
@@ -58,6 +59,38 @@ TEST(ReservedSmsTest, PutReservationStillCopiesEverything) {
     ASSERT_TRUE((*ops)->Synchronize().ok());
     EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1) << rows << " rows";
   }
+}
+
+// The put reservation is undone (results of session 17, open point): a
+// writer whose next plan has no puts, or that goes away, gives the SMs back.
+TEST(ReservedSmsTest, ThePutReservationIsGivenBackWithoutPutsAndWithTheWriter) {
+  WSYNC_REQUIRE_GPUS(1);
+  CudaDataOps::Options options;
+  options.device = 0;
+  options.reserved_sms = 2;
+  options.put_reserved_sms = 8;
+  auto ops = CudaDataOps::Create(options);
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  TwinBuffer src(0, 1 << 20, 1), dst(0, 1 << 20, 2);
+  const std::vector<exec::CopyItem> puts = Items(src.dev(), dst.dev(), 8, 1024);
+  EXPECT_EQ((*ops)->reserved_sms(), 2);
+  {
+    auto writer = CudaPeerWriter::Create(ops->get());
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    (*writer)->Prepare(puts);
+    EXPECT_EQ((*ops)->reserved_sms(), 8) << "puts prepared";
+    (*writer)->Prepare({});
+    EXPECT_EQ((*ops)->reserved_sms(), 2) << "a plan without puts";
+    (*writer)->Prepare(puts);
+    EXPECT_EQ((*ops)->reserved_sms(), 8);
+  }
+  EXPECT_EQ((*ops)->reserved_sms(), 2) << "the writer went away";
+  // The copies still run right after all that.
+  exec::HostDataOps host;
+  ASSERT_TRUE(host.Copy(Items(src.host(), dst.host(), 8, 1024)).ok());
+  ASSERT_TRUE((*ops)->Copy(Items(src.dev(), dst.dev(), 8, 1024)).ok());
+  ASSERT_TRUE((*ops)->Synchronize().ok());
+  EXPECT_EQ(FirstDiff(dst.Download(), dst.host_bytes()), -1);
 }
 
 }  // namespace

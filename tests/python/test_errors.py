@@ -133,6 +133,24 @@ def test_worker_down(cluster, ranks):
     assert (e.value.group, e.value.rank) == ("trainer", 1), str(e.value)
 
 
+def test_killed_workers_leave_no_mailbox_in_dev_shm(cluster, ranks):
+    """Direct writes between host workers exchange token mailboxes (shared
+    memory objects). Each peer unlinks the name of the object it was sent once
+    it mapped it, so workers SIGKILLed after a sync leave no
+    /dev/shm/wsync-mbx-<pid>-* behind (before, every worker's stayed)."""
+    register_all(ranks)
+    client = client_for(cluster)
+    client.define_transfer("t", spec_of())
+    for v in (1, 2):
+        client.sync(v).wait(timeout=30)
+    pids = {w.proc.pid for w in cluster.workers.values()}
+    for w in cluster.workers.values():
+        w.stop(signal.SIGKILL)
+    left = [n for n in os.listdir("/dev/shm")
+            if any(n.startswith(f"wsync-mbx-{pid}-") for pid in pids)]
+    assert left == []
+
+
 def test_stalled_worker_timeout_and_cancel(cluster, ranks):
     register_all(ranks)
     client = client_for(cluster)

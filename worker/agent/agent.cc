@@ -377,13 +377,17 @@ absl::Status WorkerAgent::PublishRead(const v1::SyncEvent& e) {
     for (const auto& q : subscribers_) sent.emplace_back(q, q->Push(stamped));
   }
   const absl::Time deadline = absl::Now() + options_.staged_flush_timeout;
-  int unread = 0;
-  for (const auto& [q, number] : sent) unread += q->AwaitRead(number, deadline) ? 0 : 1;
-  if (unread == 0) return absl::OkStatus();
-  return absl::DeadlineExceededError(absl::StrCat(
-      unread, " of ", sent.size(), " owner(s) subscribed to this worker's events did not read ",
-      v1::SyncEvent::Kind_Name(e.kind()), " of sync ", e.sync_id(), " within ",
-      absl::FormatDuration(options_.staged_flush_timeout), " (--staged_flush_timeout)"));
+  std::vector<std::string> unread;
+  for (const auto& [q, number] : sent) {
+    if (!q->AwaitRead(number, deadline)) unread.push_back(q->who());
+  }
+  if (unread.empty()) return absl::OkStatus();
+  return absl::DeadlineExceededError(
+      absl::StrCat(unread.size(), " of ", sent.size(),
+                   " owner(s) subscribed to this worker's events did not read ",
+                   v1::SyncEvent::Kind_Name(e.kind()), " of sync ", e.sync_id(), " within ",
+                   absl::FormatDuration(options_.staged_flush_timeout),
+                   " (--staged_flush_timeout): ", absl::StrJoin(unread, "; ")));
 }
 
 absl::StatusOr<v1::RegisterTensorsResponse> WorkerAgent::RegisterTensors(
@@ -454,9 +458,11 @@ void WorkerAgent::PushBuffersLocked(const std::string& lease_id) {
   pushed_version_ = std::max(pushed_version_, version);
 }
 
-std::shared_ptr<EventQueue> WorkerAgent::Subscribe() {
-  auto q = std::make_shared<EventQueue>();
+std::shared_ptr<EventQueue> WorkerAgent::Subscribe(const std::string& who) {
   absl::MutexLock lock(&mu_);
+  auto q = std::make_shared<EventQueue>(absl::StrCat(
+      "owner #", ++subscriptions_, " (", who, ", subscribed at ",
+      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()), ")"));
   subscribers_.push_back(q);
   return q;
 }

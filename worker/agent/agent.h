@@ -116,7 +116,9 @@ class WorkerAgent {
   absl::StatusOr<v1::RegisterTensorsResponse> RegisterLocal(const std::string& group,
                                                             std::vector<LocalTensor> tensors,
                                                             bool replace);
-  std::shared_ptr<EventQueue> Subscribe();
+  // `who` describes the subscriber (the stream's peer, "embedded owner"):
+  // a staged sync that an owner did not read STAGED of names it.
+  std::shared_ptr<EventQueue> Subscribe(const std::string& who = "a local subscriber");
   void Unsubscribe(const std::shared_ptr<EventQueue>& q);
   v1::LocalStatusResponse Status();
   // The version the owner serves for a group (serving.h): exported as a
@@ -275,6 +277,7 @@ class WorkerAgent {
   // knows they never write a peer (its AwaitWriters waited for them).
   std::vector<Queued> dropped_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<EventQueue>> subscribers_ ABSL_GUARDED_BY(mu_);
+  int64_t subscriptions_ ABSL_GUARDED_BY(mu_) = 0;  // numbers the subscribers
   int64_t last_version_ ABSL_GUARDED_BY(mu_) = 0;
   // Per transfer, the last version applied here (older ones are refused).
   std::map<std::string, int64_t> applied_ ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <string>
+#include <utility>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -17,6 +19,10 @@ namespace wsync::agent {
 // (AwaitRead), so that a staged report never precedes its owner's STAGED.
 class EventQueue {
  public:
+  // `who` names the subscriber in errors (e.g. "owner #2: SyncEvents stream
+  // from unix:/run/wsync.sock, subscribed at ...").
+  explicit EventQueue(std::string who = "") : who_(std::move(who)) {}
+  const std::string& who() const { return who_; }
   // Returns the event's number.
   uint64_t Push(const v1::SyncEvent& e);
   // Waits up to `wait`; false when nothing arrived. With `read`, the event
@@ -32,6 +38,7 @@ class EventQueue {
   bool AwaitRead(uint64_t number, absl::Time deadline);
 
  private:
+  const std::string who_;
   absl::Mutex mu_;
   std::deque<v1::SyncEvent> events_ ABSL_GUARDED_BY(mu_);
   uint64_t pushed_ ABSL_GUARDED_BY(mu_) = 0;

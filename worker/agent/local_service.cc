@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 
 namespace wsync::agent {
 
@@ -29,7 +32,10 @@ grpc::Status LocalServiceImpl::RegisterTensors(grpc::ServerContext* ctx,
 
 grpc::Status LocalServiceImpl::SyncEvents(grpc::ServerContext* ctx, const v1::SyncEventsRequest*,
                                           grpc::ServerWriter<v1::SyncEvent>* writer) {
-  auto q = agent_->Subscribe();
+  const Registrant caller = Caller(*ctx);
+  auto q = agent_->Subscribe(
+      absl::StrCat("SyncEvents stream from ", ctx->peer(),
+                   caller.pid >= 0 ? absl::StrCat(", pid ", caller.pid) : std::string()));
   writer->SendInitialMetadata();
   v1::SyncEvent e;
   while (!ctx->IsCancelled()) {

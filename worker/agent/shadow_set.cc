@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
 #include "common/dtype.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/agent/shadow_views.h"
 
@@ -51,9 +51,18 @@ absl::Status ShadowSet::Prepare(const std::map<std::string, BufferWrites>& write
   if (absl::Status s = FinishSwap(); !s.ok()) {
     spdlog::warn("{}: {}; a new twin is made", who, std::string(s.message()));
   }
-  if (std::shared_ptr<plane::SwapArena> arena = SwapArenaFor(writes, mode, live)) {
+  // A failed swap that could not put an arena's memory back: never touch
+  // its range again (a copy commit would fault as a swap would).
+  RETURN_IF_ERROR(CheckArenasUsable(writes, live, who));
+  std::string why;
+  if (std::shared_ptr<plane::SwapArena> arena = SwapArenaFor(writes, mode, live, &why)) {
+    copy_reason_.clear();
     return PrepareSwap(writes, mode, live, who, std::move(arena));
   }
+  if (why != copy_reason_ && !why.empty()) {
+    spdlog::warn("{}: this staged sync commits by copy, not swap: {}", who, why);
+  }
+  copy_reason_ = why;
   int64_t total = 0;
   for (const auto& [name, w] : writes) total += w.extent;
   if (budget_bytes_ > 0 && total > budget_bytes_) {

@@ -16,12 +16,14 @@
 // Swap commits (docs/commit-swap.md; shadow_set_swap.cc): when every
 // destination buffer of the part lies in one arena of `arenas` (the owner
 // allocated its weights there through its embedded worker), every view
-// lists as byte runs (dense or strided) and the mode is device_shadow (or host_shadow over a host arena),
-// the shadow is a twin of the whole arena (its full size counts against the
-// budget), each destination points at the twin's base plus its offset, and
-// Commit() copies the arena bytes the part does not write live -> twin, then
-// swaps the two arenas' memory: no written byte is copied, the live
-// addresses stay. Otherwise the commit copies, as above.
+// lists as byte runs (dense or strided) and the mode is device_shadow (or host_shadow over a host
+// arena), the shadow is a twin of the whole arena (its full size counts against the budget), each
+// destination points at the twin's base plus its offset, and Commit() copies the arena bytes the
+// part does not write live -> twin, then swaps the two arenas' memory: no written byte is copied,
+// the live addresses stay. Otherwise the commit copies, as above. A swap that fails leaves the live
+// arena on its own memory (V-1, whole: the seam's contract), names the worker and the arena, and
+// drops the twin (the next sync makes a new one); one whose arena could not get its memory back
+// (usable() false) says so, and every later Prepare over that arena is refused.
 //
 // Not thread-safe: the sync runner's thread owns it.
 #ifndef WSYNC_WORKER_AGENT_SHADOW_SET_H_
@@ -82,6 +84,10 @@ class ShadowSet {
   int64_t commit_bytes() const { return commit_bytes_; }
   // How the next Commit runs: "swap" or "copy" (after Prepare).
   const char* commit_kind() const { return twin_ != nullptr ? "swap" : "copy"; }
+  // Why the last Prepare commits by copy although its destinations lie in
+  // one arena (a view that does not list as byte runs for a swap:
+  // swap_runs.h); "" otherwise. Logged once each time it changes.
+  const std::string& copy_reason() const { return copy_reason_; }
   // After a rollback: the shadows hold part of a version; refilled from the
   // live buffers before their next use.
   void Discard() { dirty_ = true; }
@@ -95,11 +101,18 @@ class ShadowSet {
     int64_t bytes = 0;
   };
   absl::Status EnsureOps();
-  // Swap commits (shadow_set_swap.cc). The arena every destination of
-  // `writes` lies in when the commit can swap, else null.
+  // Swap commits (shadow_set_swap.cc). FAILED_PRECONDITION naming `who` and
+  // the arena when a buffer of `writes` lies in an arena a failed swap left
+  // unusable.
+  absl::Status CheckArenasUsable(const std::map<std::string, BufferWrites>& writes,
+                                 const exec::BufferRegistry& live, const std::string& who) const;
+  // The arena every destination of `writes` lies in when the commit can
+  // swap, else null; `why` says why it is null although the destinations
+  // lie in one arena.
   std::shared_ptr<plane::SwapArena> SwapArenaFor(const std::map<std::string, BufferWrites>& writes,
                                                  v1::StagingMode mode,
-                                                 const exec::BufferRegistry& live) const;
+                                                 const exec::BufferRegistry& live,
+                                                 std::string* why) const;
   absl::Status PrepareSwap(const std::map<std::string, BufferWrites>& writes, v1::StagingMode mode,
                            const exec::BufferRegistry& live, const std::string& who,
                            std::shared_ptr<plane::SwapArena> arena);
@@ -127,6 +140,8 @@ class ShadowSet {
   std::shared_ptr<plane::SwapArena> arena_;
   std::unique_ptr<plane::SwapArena> twin_;
   std::map<std::string, int64_t> twin_extents_;
+  std::string who_;  // the worker, for the commit's errors (Prepare's `who`)
+  std::string copy_reason_;
   std::unique_ptr<exec::DataOps> ops_;
   std::map<std::string, Shadow> shadows_;
   exec::BufferRegistry registry_;

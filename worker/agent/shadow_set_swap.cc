@@ -6,70 +6,17 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/dtype.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/agent/shadow_set.h"
 #include "worker/agent/shadow_views.h"
+#include "worker/agent/swap_runs.h"
 
 namespace wsync::agent {
 namespace {
 
 using shadow_views::Bytes;
 using shadow_views::ModeName;
-
-// At most this many byte runs over a part's views for a swap commit (each
-// run not written is one copy item of the commit); more: the copy commit.
-constexpr size_t kMaxSwapRuns = size_t{1} << 20;
-
-// Appends to `runs` the byte ranges [begin, end) that `v` covers inside a
-// buffer of `extent` bytes: one per contiguous run of its innermost dense
-// dims (a strided view, e.g. a chunk of stacked experts over part of their
-// rows, has several). False, appending nothing, when `v` has a negative
-// offset, shape or stride, leaves the extent, or would bring `runs` past
-// kMaxSwapRuns (all overflow-safe).
-bool AppendRuns(const v1::TensorView& v, int64_t extent,
-                std::vector<std::pair<int64_t, int64_t>>* runs) {
-  const int64_t size = DTypeSize(v.dtype());
-  if (size <= 0 || v.byte_offset() < 0 || v.strides_size() < v.shape_size()) return false;
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (extent, stride), outermost first
-  for (int d = 0; d < v.shape_size(); ++d) {
-    if (v.shape(d) < 0 || v.strides(d) < 0) return false;
-    if (v.shape(d) == 0) return true;  // covers nothing
-    if (v.shape(d) != 1) dims.emplace_back(v.shape(d), v.strides(d));
-  }
-  int64_t run = 1;  // elements of one run: the innermost dims that are dense
-  while (!dims.empty() && dims.back().second == run) {
-    if (__builtin_mul_overflow(run, dims.back().first, &run)) return false;
-    dims.pop_back();
-  }
-  int64_t count = 1, last = run - 1;  // runs; the last element's offset
-  for (const auto& [n, stride] : dims) {
-    int64_t step = 0;
-    if (__builtin_mul_overflow(count, n, &count) || __builtin_mul_overflow(n - 1, stride, &step) ||
-        __builtin_add_overflow(last, step, &last)) {
-      return false;
-    }
-  }
-  int64_t end = 0, run_bytes = 0;
-  if (__builtin_add_overflow(last, 1, &end) || __builtin_mul_overflow(end, size, &end) ||
-      __builtin_add_overflow(end, v.byte_offset(), &end) || end > extent ||
-      __builtin_mul_overflow(run, size, &run_bytes) ||
-      static_cast<uint64_t>(count) > kMaxSwapRuns - std::min(kMaxSwapRuns, runs->size())) {
-    return false;
-  }
-  std::vector<int64_t> index(dims.size(), 0);
-  for (int64_t k = 0; k < count; ++k) {
-    int64_t offset = 0;  // elements; bounded by `last` above
-    for (size_t d = 0; d < dims.size(); ++d) offset += index[d] * dims[d].second;
-    const int64_t begin = v.byte_offset() + offset * size;
-    runs->emplace_back(begin, begin + run_bytes);
-    for (size_t d = dims.size(); d-- > 0;) {
-      if (++index[d] < dims[d].first) break;
-      index[d] = 0;
-    }
-  }
-  return true;
-}
 
 // Offset of `p` in `arena` (it lies inside).
 int64_t OffsetIn(const plane::SwapArena& arena, const void* p) {
@@ -79,9 +26,28 @@ int64_t OffsetIn(const plane::SwapArena& arena, const void* p) {
 
 }  // namespace
 
+absl::Status ShadowSet::CheckArenasUsable(const std::map<std::string, BufferWrites>& writes,
+                                          const exec::BufferRegistry& live,
+                                          const std::string& who) const {
+  if (arenas_ == nullptr) return absl::OkStatus();
+  for (const auto& [name, w] : writes) {
+    const exec::RegisteredBuffer* b = live.Find(exec::BufferSide::kDestination, name);
+    if (b == nullptr) continue;  // Prepare names it
+    std::shared_ptr<plane::SwapArena> arena = arenas_->Find(b->data, 1);
+    if (arena != nullptr && !arena->usable()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          who, ": destination buffer '", name, "' lies in ", arena->Describe(),
+          ", which a failed swap commit left unusable (its memory could not be mapped back); "
+          "nothing is written to it: its owner must serve nothing from it, free it and create "
+          "its weights (and register them) again"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::shared_ptr<plane::SwapArena> ShadowSet::SwapArenaFor(
     const std::map<std::string, BufferWrites>& writes, v1::StagingMode mode,
-    const exec::BufferRegistry& live) const {
+    const exec::BufferRegistry& live, std::string* why) const {
   if (arenas_ == nullptr || writes.empty()) return nullptr;
   std::shared_ptr<plane::SwapArena> arena;
   for (const auto& [name, w] : writes) {
@@ -94,11 +60,16 @@ std::shared_ptr<plane::SwapArena> ShadowSet::SwapArenaFor(
       return nullptr;
     }
   }
-  // Every view's runs can be listed (within the extents and kMaxSwapRuns).
+  // Every view's runs can be listed (swap_runs.h: within the extents, not
+  // too many, not too small); else the copy commit, saying why.
   std::vector<std::pair<int64_t, int64_t>> runs;
   for (const auto& [name, w] : writes) {
-    for (const v1::TensorView& v : w.views) {
-      if (!AppendRuns(v, w.extent, &runs)) return nullptr;
+    for (size_t i = 0; i < w.views.size(); ++i) {
+      if (absl::Status s = AppendSwapRuns(w.views[i], w.extent, &runs); !s.ok()) {
+        *why = absl::StrCat("view ", i, " of '", name, "' in ", arena->Describe(),
+                            " does not list as byte runs for a swap: ", s.message());
+        return nullptr;
+      }
     }
   }
   // A host arena holds host memory: any shadow mode swaps it; a device
@@ -123,6 +94,7 @@ absl::Status ShadowSet::PrepareSwap(const std::map<std::string, BufferWrites>& w
     auto e = twin_extents_.find(it->first);
     same = e != twin_extents_.end() && e->second == it->second.extent;
   }
+  who_ = who;
   if (!same) {
     Clear();
     arena_ = std::move(arena);
@@ -133,7 +105,7 @@ absl::Status ShadowSet::PrepareSwap(const std::map<std::string, BufferWrites>& w
     }
   }
   // A Discard needs no refill: the commit copies every byte the part does
-  // not write, and the part writes the others again.
+  // not write, and the part writes the others again (see MakeTwin).
   dirty_ = false;
   return PlanSwapCommit(writes, live, who);
 }
@@ -161,8 +133,16 @@ absl::Status ShadowSet::MakeTwin(const std::map<std::string, BufferWrites>& writ
   registry_ = std::move(reg);
   live_generation_ = live.generation();
   bytes_ = twin_->bytes();
-  // Whole, once: the data ops may read a destination they write (a reduce
-  // into it) and must find the live bytes there.
+  // Whole, once, so the twin starts as a copy of live. It does not stay
+  // one: after a swap it holds V-1 (the old live memory), after a rollback
+  // part of the discarded version. Neither reaches live: each sync writes
+  // every byte of its views, and the commit copies every other arena byte
+  // live -> twin (PlanSwapCommit), whatever views the previous sync wrote
+  // (tests: SyncsWritingDifferentViewsKeepEveryByteOfTheLastVersion). A
+  // plan that READ a destination byte before writing it in the same sync
+  // would see the stale bytes; none does (a reduce reads its inputs from
+  // staging or the source and writes the destination once), and such a
+  // plan would need the twin refilled from live first.
   const std::string arena_name = arena_->Describe();
   return RunCopies({exec::CopyItem{Bytes(arena_->base(), arena_->bytes()),
                                    Bytes(twin_->base(), twin_->bytes())}},
@@ -183,9 +163,9 @@ absl::Status ShadowSet::PlanSwapCommit(const std::map<std::string, BufferWrites>
     const int64_t base = OffsetIn(*arena_, b->data);
     const size_t first = written.size();
     for (const v1::TensorView& v : w.views) {
-      if (!AppendRuns(v, w.extent, &written)) {
-        return absl::InternalError(absl::StrCat(
-            who, ": a view of '", name, "' no longer lists as byte runs within its extent"));
+      if (absl::Status s = AppendSwapRuns(v, w.extent, &written); !s.ok()) {
+        return absl::InternalError(absl::StrCat(who, ": a view of '", name,
+                                                "' no longer lists as byte runs: ", s.message()));
       }
     }
     for (size_t i = first; i < written.size(); ++i) {
@@ -215,24 +195,35 @@ absl::Status ShadowSet::PlanSwapCommit(const std::map<std::string, BufferWrites>
 
 absl::Status ShadowSet::CommitSwap() {
   RETURN_IF_ERROR(EnsureOps());
+  const std::string what = absl::StrCat(who_, ": swap commit of ", arena_->Describe());
   // The data ops' writes into the twin are done before anything moves.
   if (absl::Status s = ops_->Synchronize(); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("swap commit of ", arena_->Describe(),
-                                               ": waiting for the data ops: ", s.message()));
+    return absl::Status(s.code(), absl::StrCat(what, ": waiting for the data ops: ", s.message()));
   }
   absl::Status s = RunCopies(commit_items_, commit_names_,
-                             "swap commit: copying the bytes the sync does not write (live -> "
-                             "twin)");
+                             "copying the bytes the sync does not write (live -> twin)");
+  const bool copied = s.ok();
   // Only the live range's remap is inside the pause; the twin's range is
   // remapped by FinishSwap, before the twin is written again.
-  if (s.ok()) s = arena_->BeginSwap(*twin_);
-  // A twin a failed commit leaves is never reused: the next staged sync
-  // makes a new one (a failed swap may have left it unmapped).
-  if (!s.ok()) {
-    Clear();
+  if (copied) s = arena_->BeginSwap(*twin_);
+  if (s.ok()) {
+    swap_unfinished_ = true;
     return s;
   }
-  swap_unfinished_ = true;
+  // Before the swap, or a swap that failed and put each range back on its
+  // own memory (the seam's contract): the live arena still holds the
+  // version it served, whole. An arena the swap could not put back is
+  // unusable: later syncs into it are refused (CheckArenasUsable).
+  const bool whole = arena_->usable();
+  s = absl::Status(
+      s.code(),
+      absl::StrCat(what, ": ", copied ? "" : "before the swap: ", s.message(),
+                   whole ? "; the live tensors keep the version they held, whole"
+                         : "; the live arena is unusable now: its owner must serve nothing "
+                           "from it"));
+  // A twin a failed commit leaves is never reused: the next staged sync
+  // makes a new one (a failed swap may have left it unmapped).
+  Clear();
   return s;
 }
 

@@ -233,7 +233,9 @@ absl::StatusOr<std::string> EmbeddedWorker::HoldSyncs(std::string reason) {
   return agent_->HoldSyncs(std::move(reason));
 }
 
-std::shared_ptr<agent::EventQueue> EmbeddedWorker::Subscribe() { return agent_->Subscribe(); }
+std::shared_ptr<agent::EventQueue> EmbeddedWorker::Subscribe(const std::string& who) {
+  return agent_->Subscribe(who);
+}
 
 void EmbeddedWorker::Unsubscribe(const std::shared_ptr<agent::EventQueue>& q) {
   agent_->Unsubscribe(q);

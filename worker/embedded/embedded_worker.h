@@ -132,7 +132,9 @@ class EmbeddedWorker {
   // sync id of a commit in progress it waited for, or DEADLINE_EXCEEDED).
   absl::StatusOr<std::string> HoldSyncs(std::string reason);
   // Sync events from now on (as the local API's SyncEvents stream).
-  std::shared_ptr<agent::EventQueue> Subscribe();
+  // `who` names the subscriber in errors (agent::WorkerAgent::Subscribe).
+  std::shared_ptr<agent::EventQueue> Subscribe(
+      const std::string& who = "embedded owner, in-process events");
   void Unsubscribe(const std::shared_ptr<agent::EventQueue>& q);
 
   std::string backend_name() const { return backend_->Name(); }

@@ -96,11 +96,21 @@ absl::StatusOr<SyncStats> Executor::Run(const BoundPlan& plan, uint64_t registry
                                         absl::Time deadline, const ProgressCallback& progress) {
   const absl::Time start = absl::Now();
   const bool direct = !plan.direct_write_to.empty() || !plan.direct_written_by.empty();
-  RETURN_IF_ERROR(CheckRunnable(plan, registry_generation, direct));
-  RETURN_IF_ERROR(PrepareStaging(plan));
-  RETURN_IF_ERROR(ResetHashes(plan));
+  // Decided first: a failure before the tokens posts the failure marker too.
+  mailbox_sync_ = direct && UseMailbox(plan);
+  mailbox_begun_ = false;
+  ready_posted_.clear();
+  done_posted_.clear();
+  absl::Status ready = CheckRunnable(plan, registry_generation, direct);
+  if (ready.ok()) ready = PrepareStaging(plan);
+  if (ready.ok()) ready = ResetHashes(plan);
+  if (!ready.ok()) {
+    // Its peers would otherwise wait for its tokens until the round's
+    // deadline or the controller's abort.
+    PostMailboxFailure(plan);
+    return ready;
+  }
   unwaited_round_ = -1;
-  mailbox_sync_ = false;
   SyncState sync(plan, deadline, progress);
   // With direct writes the sync waits for its local work once, after the
   // puts and the done tokens: the last round does not drain the device.
@@ -196,8 +206,9 @@ absl::StatusOr<const PipelineSchedule*> Executor::ScheduleFor(const BoundPlan& p
     for (const BoundRound& r : plan.rounds) {
       copy_handles_.push_back(r.copies.empty() ? ItemsHandle{} : ops_->Prepare(r.copies));
     }
-    put_handle_ =
-        plan.puts.empty() || writer_ == nullptr ? ItemsHandle{} : writer_->Prepare(plan.puts);
+    // An empty list too: a writer that reserved resources for the last
+    // plan's puts (the CUDA put SMs) gives them back.
+    put_handle_ = writer_ == nullptr ? ItemsHandle{} : writer_->Prepare(plan.puts);
     schedule_instance_ = plan.instance.value();
   }
   return &schedule_;

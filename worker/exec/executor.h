@@ -45,11 +45,15 @@
 // the transfer builds a new channel (transport, writer and executor) before
 // the next (the failing worker drops its own at once); the executor refuses
 // direct writes after a failed direct-write sync (FAILED_PRECONDITION). A
-// side that fails once its tokens began posts its sequence with
-// kMailboxFailed set, so its peers end at once; one that fails before (its
-// binding or staging) posts nothing, and its peers end when the controller
-// aborts the sync. A value from another sequence is an error naming it, and
-// polls end at the round's deadline or on Abort (a killed peer: bounded).
+// side whose Run fails (its checks, its staging, the tokens, a put, a round,
+// its local work) posts this sync's sequence with kMailboxFailed set to
+// every peer still waiting for a token from it, so those end at once; a
+// token it already posted is never overwritten (that peer's part stands). A
+// failure before Run (the caller's binding) posts nothing: its peers end
+// when the controller aborts the sync. A value from another sequence is an
+// error naming it, and polls end at the round's deadline or on Abort (a
+// killed peer: bounded). Every error of the mailbox steps on an aborted
+// executor is CANCELLED, as a round's is.
 //
 // A failed sync leaves destination buffers partly written: the caller must
 // not publish them (staged commit comes later). Any failure also leaves the
@@ -206,8 +210,8 @@ class Executor {
   // their own parts of the same routed plan (the peer sets are symmetric).
   // With mailbox tokens it then exchanges the mailbox descriptors with the
   // direct-write peers not met before (a second round), so the first sync
-  // posts its tokens at once. Returns how many peers it greeted; errors as Run's (a failure leaves the
-  // transport unusable).
+  // posts its tokens at once. Returns how many peers it greeted; errors as Run's (a failure leaves
+  // the transport unusable).
   absl::StatusOr<int32_t> WarmUp(const BoundPlan& plan, uint64_t registry_generation,
                                  absl::Time deadline);
 
@@ -314,7 +318,10 @@ class Executor {
   // for the local work.
   absl::Status FinishDirectWrites(const BoundPlan& plan, absl::Time deadline, SyncStats& stats);
 
-  // Mailboxes (executor_mailbox.cc). Whether this sync's tokens use them.
+  // Mailboxes (executor_mailbox.cc). `s` (not OK) with `where`; CANCELLED
+  // when the executor was aborted (the step's error comes after).
+  absl::Status MailboxError(const absl::Status& s, const std::string& where);
+  // Whether this sync's tokens use them.
   bool UseMailbox(const BoundPlan& plan) const;
   // Exchanges descriptors with the plan's direct-write peers not met before
   // (one transport round; none if all were met).
@@ -387,6 +394,11 @@ class Executor {
   std::map<int32_t, uint64_t> mailbox_seq_;
   std::map<int64_t, uint64_t> mailbox_seen_;  // by own slot: the value last consumed
   bool mailbox_sync_ = false;                 // the current sync's tokens use the mailboxes
+  bool mailbox_begun_ = false;                // the current sync advanced mailbox_seq_
+  // The peers the current sync posted its ready / done token to (a failure
+  // marker never overwrites one).
+  std::set<int32_t> ready_posted_;
+  std::set<int32_t> done_posted_;
   bool direct_failed_ = false;
 };
 

@@ -3,7 +3,9 @@
 // posting and polling ready / done tokens.
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -29,6 +31,18 @@ std::vector<int32_t> DirectPeers(const BoundPlan& plan) {
 }
 
 }  // namespace
+
+absl::Status Executor::MailboxError(const absl::Status& s, const std::string& where) {
+  if (s.ok()) return s;
+  if (aborted_.load()) {
+    // A mailbox step cut by an abort (e.g. a peer that left its exchange)
+    // ends as a cut round does: CANCELLED, not the step's own error.
+    absl::MutexLock lock(&mu_);
+    return absl::CancelledError(
+        absl::StrCat(where, ": aborted: ", abort_reason_, " (then: ", s.message(), ")"));
+  }
+  return Wrap(s, where);
+}
 
 bool Executor::UseMailbox(const BoundPlan& plan) const {
   (void)plan;
@@ -63,26 +77,45 @@ absl::Status Executor::EnsureMailboxes(const BoundPlan& plan, absl::Time deadlin
   }
   if (!mailbox_created_) {
     auto d = writer_->CreateMailbox(int64_t{3} * size);
-    if (!d.ok()) return Wrap(d.status(), where);
+    if (!d.ok()) return MailboxError(d.status(), where);
     mailbox_descriptor_ = *std::move(d);
     mailbox_created_ = true;
   }
   constexpr size_t kBytes = PeerWriter::kMailboxDescriptorBytes;
   constexpr size_t kWords = kBytes / PeerWriter::kTokenBytes;
   static_assert(kWords * PeerWriter::kTokenBytes == kBytes, "descriptor of whole tokens");
-  auto slots = writer_->TokenSlots(kWords * (1 + fresh.size()));
-  if (!slots.ok()) return Wrap(slots.status(), where);
+  // What each fresh peer is sent: an object of its own where the writer
+  // shares that way (the host's, unlinked once the peer mapped it), else
+  // the one mailbox's descriptor.
+  std::vector<std::string> mine;
+  for (int32_t p : fresh) {
+    auto d = writer_->ShareMailbox(p, int64_t{3} * p, 3);
+    if (d.status().code() == absl::StatusCode::kUnimplemented) break;
+    if (!d.ok()) return MailboxError(d.status(), where);
+    mine.push_back(*std::move(d));
+  }
+  if (mine.size() != fresh.size()) mine.assign(1, mailbox_descriptor_);
+  const size_t sent = mine.size();  // descriptors at the front of the slots
+  auto slots = writer_->TokenSlots(kWords * (sent + fresh.size()));
+  if (!slots.ok()) return MailboxError(slots.status(), where);
   uint8_t* base = *slots;
-  for (size_t w = 0; w < kWords; ++w) {
-    uint64_t v = 0;
-    std::memcpy(&v, mailbox_descriptor_.data() + w * 8, 8);
-    RETURN_IF_ERROR(Wrap(writer_->WriteToken(base + w * 8, v), where));
+  for (size_t k = 0; k < sent; ++k) {
+    if (mine[k].size() != kBytes) {
+      return absl::InternalError(absl::StrCat(where, ": this writer's descriptor has ",
+                                              mine[k].size(), " bytes, not ", kBytes));
+    }
+    for (size_t w = 0; w < kWords; ++w) {
+      uint64_t v = 0;
+      std::memcpy(&v, mine[k].data() + w * 8, 8);
+      RETURN_IF_ERROR(MailboxError(writer_->WriteToken(base + k * kBytes + w * 8, v), where));
+    }
   }
   send_reqs_.clear();
   recv_reqs_.clear();
   for (size_t k = 0; k < fresh.size(); ++k) {
-    send_reqs_.push_back({fresh[k], kMailboxTag, base, kBytes});
-    recv_reqs_.push_back({fresh[k], kMailboxTag, base + (1 + k) * kBytes, kBytes});
+    send_reqs_.push_back(
+        {fresh[k], kMailboxTag, base + (sent == fresh.size() ? k : 0) * kBytes, kBytes});
+    recv_reqs_.push_back({fresh[k], kMailboxTag, base + (sent + k) * kBytes, kBytes});
   }
   const absl::Time round_deadline = std::min(deadline, absl::Now() + options_.round_timeout);
   const absl::Status s = transport_->RunRound(send_reqs_, recv_reqs_, round_deadline, on_posted);
@@ -96,11 +129,11 @@ absl::Status Executor::EnsureMailboxes(const BoundPlan& plan, absl::Time deadlin
   for (size_t k = 0; k < fresh.size(); ++k) {
     std::string d(kBytes, '\0');
     for (size_t w = 0; w < kWords; ++w) {
-      auto v = writer_->ReadToken(base + (1 + k) * kBytes + w * 8);
-      if (!v.ok()) return Wrap(v.status(), where);
+      auto v = writer_->ReadToken(base + (sent + k) * kBytes + w * 8);
+      if (!v.ok()) return MailboxError(v.status(), where);
       std::memcpy(d.data() + w * 8, &*v, 8);
     }
-    RETURN_IF_ERROR(Wrap(writer_->OpenPeerMailbox(fresh[k], d), where));
+    RETURN_IF_ERROR(MailboxError(writer_->OpenPeerMailbox(fresh[k], d), where));
     mailbox_peers_.insert(fresh[k]);
   }
   if (stats != nullptr) stats->mailbox_exchanged = true;
@@ -116,6 +149,7 @@ absl::Status Executor::BeginMailboxSync(const BoundPlan& plan) {
         "any failed sync)"));
   }
   for (int32_t p : DirectPeers(plan)) ++mailbox_seq_[p];
+  mailbox_begun_ = true;
   return absl::OkStatus();
 }
 
@@ -127,7 +161,7 @@ absl::Status Executor::AwaitSlot(const std::string& where, int32_t peer, int64_t
   const uint64_t before = mailbox_seen_[slot];
   for (int64_t n = 0;; ++n) {
     auto read = writer_->ReadMailbox(slot);
-    if (!read.ok()) return Wrap(read.status(), where);
+    if (!read.ok()) return MailboxError(read.status(), where);
     ++stats.mailbox_polls;
     const uint64_t got = *read;
     if (got == want) {
@@ -177,14 +211,16 @@ absl::Status Executor::MailboxReady(const BoundPlan& plan, absl::Time deadline,
   // To every writer of this worker: the fingerprint, then the sequence (a
   // writer that sees the sequence reads this sync's fingerprint).
   for (int32_t w : plan.direct_written_by) {
-    RETURN_IF_ERROR(Wrap(writer_->Post(w, 3 * me + kReadyFingerprint, plan.ready_token), where));
-    RETURN_IF_ERROR(Wrap(writer_->Post(w, 3 * me + kReadySeq, mailbox_seq_[w]), where));
+    RETURN_IF_ERROR(
+        MailboxError(writer_->Post(w, 3 * me + kReadyFingerprint, plan.ready_token), where));
+    RETURN_IF_ERROR(MailboxError(writer_->Post(w, 3 * me + kReadySeq, mailbox_seq_[w]), where));
+    ready_posted_.insert(w);
   }
   post_once();
   for (int32_t r : plan.direct_write_to) {
     RETURN_IF_ERROR(AwaitSlot(where, r, kReadySeq, mailbox_seq_[r], deadline, stats));
     auto got = writer_->ReadMailbox(int64_t{3} * r + kReadyFingerprint);
-    if (!got.ok()) return Wrap(got.status(), where);
+    if (!got.ok()) return MailboxError(got.status(), where);
     auto want = plan.expected_ready_tokens.find(r);
     if (want == plan.expected_ready_tokens.end() || want->second != *got) {
       return absl::AbortedError(absl::StrCat(
@@ -203,7 +239,8 @@ absl::Status Executor::MailboxDone(const BoundPlan& plan, absl::Time deadline, S
   const int64_t me = plan.worker;
   // The puts were fenced: a receiver that reads this may read their bytes.
   for (int32_t r : plan.direct_write_to) {
-    RETURN_IF_ERROR(Wrap(writer_->Post(r, 3 * me + kDone, mailbox_seq_[r]), where));
+    RETURN_IF_ERROR(MailboxError(writer_->Post(r, 3 * me + kDone, mailbox_seq_[r]), where));
+    done_posted_.insert(r);
   }
   for (int32_t w : plan.direct_written_by) {
     RETURN_IF_ERROR(AwaitSlot(where, w, kDone, mailbox_seq_[w], deadline, stats));
@@ -215,13 +252,19 @@ void Executor::PostMailboxFailure(const BoundPlan& plan) {
   if (!mailbox_sync_) return;
   direct_failed_ = true;
   const int64_t me = plan.worker;
+  // This sync's sequence with `p`, whether or not it began here.
+  auto seq = [&](int32_t p) { return mailbox_seq_[p] + (mailbox_begun_ ? 0 : 1); };
+  // Only where this worker's token never came: a token already posted
+  // stands (a receiver that has its done token has every put byte; a writer
+  // that has its ready token may write), and overwriting it would make a
+  // peer that has not read it yet fail a part that succeeded.
   for (int32_t r : plan.direct_write_to) {
-    if (mailbox_peers_.count(r) == 0) continue;
-    writer_->Post(r, 3 * me + kDone, kMailboxFailed | mailbox_seq_[r]).IgnoreError();
+    if (mailbox_peers_.count(r) == 0 || done_posted_.count(r) != 0) continue;
+    writer_->Post(r, 3 * me + kDone, kMailboxFailed | seq(r)).IgnoreError();
   }
   for (int32_t w : plan.direct_written_by) {
-    if (mailbox_peers_.count(w) == 0) continue;
-    writer_->Post(w, 3 * me + kReadySeq, kMailboxFailed | mailbox_seq_[w]).IgnoreError();
+    if (mailbox_peers_.count(w) == 0 || ready_posted_.count(w) != 0) continue;
+    writer_->Post(w, 3 * me + kReadySeq, kMailboxFailed | seq(w)).IgnoreError();
   }
 }
 

@@ -100,7 +100,6 @@ absl::Status Executor::StartDirectWrites(const BoundPlan& plan, absl::Time deadl
   // Before the first write: every receiver this worker writes is ready.
   absl::Status early;
   const absl::Time tt = absl::Now();
-  mailbox_sync_ = UseMailbox(plan);
   auto on_posted = [&] { early = on_ready_posted(); };
   const absl::Status s = mailbox_sync_ ? MailboxReady(plan, deadline, on_posted, stats)
                                        : ExchangeTokens(plan, /*ready=*/true, deadline, on_posted);

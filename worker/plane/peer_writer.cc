@@ -14,6 +14,14 @@ absl::StatusOr<std::string> PeerWriter::CreateMailbox(int64_t slots) {
   return absl::UnimplementedError(absl::StrCat("peer writer ", Name(), " has no mailbox"));
 }
 
+absl::StatusOr<std::string> PeerWriter::ShareMailbox(int32_t peer, int64_t first_slot,
+                                                     int64_t count) {
+  (void)first_slot;
+  (void)count;
+  return absl::UnimplementedError(absl::StrCat(
+      "peer writer ", Name(), " shares one mailbox with every peer (worker ", peer, ")"));
+}
+
 absl::Status PeerWriter::OpenPeerMailbox(int32_t peer, const std::string& descriptor) {
   (void)descriptor;
   return absl::UnimplementedError(

@@ -72,6 +72,13 @@ class PeerWriter {
   // keep it until they close theirs), and returns its descriptor: exactly
   // kMailboxDescriptorBytes, for the transport to carry to the peers.
   virtual absl::StatusOr<std::string> CreateMailbox(int64_t slots);
+  // The descriptor to send to `peer` (after CreateMailbox), which posts only
+  // into slots [first_slot, first_slot + count). UNIMPLEMENTED (the
+  // default): CreateMailbox's descriptor serves every peer. The host
+  // backend gives each peer an object of its own that the peer unlinks as
+  // soon as it mapped it, so no name outlives the exchange (a killed
+  // process leaves nothing in /dev/shm).
+  virtual absl::StatusOr<std::string> ShareMailbox(int32_t peer, int64_t first_slot, int64_t count);
   // Maps worker `peer`'s mailbox from the descriptor it sent (replacing an
   // earlier mapping of that peer's). A descriptor that is malformed, names
   // memory this process cannot map, or declares a size that differs from

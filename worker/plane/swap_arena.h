@@ -14,21 +14,24 @@
 //   address changes, pointers into either stay valid, and views over them
 //   (numpy, torch) see the exchanged data. No one may read or write either
 //   range during the swap. On error both ranges keep (or get back) their
-//   own backing and the status names both arenas.
+//   own backing and the status names both arenas; where putting a range
+//   back failed too (its range may be left unmapped), that arena is marked
+//   unusable (usable() false) and the status says so.
 // - BeginSwap(twin) then FinishSwap(twin): the same exchange in two steps, so
 //   that the live range waits only for the first. After BeginSwap, base()
 //   reads what the twin held (as after SwapWith); the twin's range reads
 //   undefined bytes and must be neither read nor written until FinishSwap,
 //   which must come before the twin is used or either arena swaps again.
-//   A BeginSwap error leaves both on their own backing, as for SwapWith; a
-//   FinishSwap error leaves base() on its new backing and the twin unusable
-//   (discard it); the status names the twin.
+//   A BeginSwap error leaves both on their own backing (or marks one
+//   unusable), as for SwapWith; a FinishSwap error leaves base() on its new
+//   backing and the twin unusable (discard it); the status names the twin.
 // - Destruction unmaps the range and frees the backing. The owner must not
 //   use a pointer into the arena after that.
 // Not thread-safe: one thread swaps at a time (the sync runner's).
 #ifndef WSYNC_WORKER_PLANE_SWAP_ARENA_H_
 #define WSYNC_WORKER_PLANE_SWAP_ARENA_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -56,6 +59,10 @@ class SwapArena {
   std::string Describe() const;
   // Whether [data, data + bytes) lies inside this arena (overflow-safe).
   bool Contains(const void* data, int64_t bytes) const;
+  // False once a failed swap could not give this range its memory back:
+  // the range may be unmapped, so nothing may read or write it again (the
+  // worker refuses every staged sync into it; the owner must free it).
+  bool usable() const { return usable_.load(std::memory_order_acquire); }
 
   // A new arena of the same kind, device and size (its content undefined),
   // named `name`: the twin a staged sync writes into.
@@ -73,11 +80,14 @@ class SwapArena {
       : name_(std::move(name)), base_(base), bytes_(bytes) {}
   virtual const char* kind() const = 0;  // "host", "cuda"
   const std::string& name() const { return name_; }
+  // A failed swap left this range without (or with unknown) memory.
+  void MarkUnusable() { usable_.store(false, std::memory_order_release); }
 
  private:
   const std::string name_;
   void* const base_;
   const int64_t bytes_;
+  std::atomic<bool> usable_{true};
 };
 
 // Rounds `bytes` up to a multiple of `granularity` (a power of two or any

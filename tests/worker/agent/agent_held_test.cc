@@ -244,13 +244,17 @@ TEST_F(AgentHeldTest, AHoldDuringACommitThatBeganWaitsForItAndNamesIt) {
 // commits anywhere.
 TEST_F(AgentHeldTest, AnOwnerThatDoesNotReadStagedFailsTheSyncAndNothingCommits) {
   StartNodes([](int, AgentOptions& o) { o.staged_flush_timeout = absl::Milliseconds(300); });
-  auto deaf = nodes_[1]->agent->Subscribe();  // never read
+  nodes_[1]->Read();  // one owner reads, the other never does
+  auto deaf = nodes_[1]->agent->Subscribe("deaf test owner");
   nodes_[2]->Read();
   const std::string id = Sync(1, 20000);
   const v1::SyncStatus st = Wait(id, absl::Seconds(15));
   EXPECT_EQ(st.phase(), v1::SYNC_FAILED);
   EXPECT_FALSE(st.commit_decided());
   EXPECT_THAT(st.error(), HasSubstr("--staged_flush_timeout"));
+  // The error names the owner that did not read, not only a count.
+  EXPECT_THAT(st.error(), HasSubstr("1 of 2 owner(s)"));
+  EXPECT_THAT(st.error(), HasSubstr("owner #2 (deaf test owner, subscribed at "));
   EXPECT_TRUE(Holds(1, 0.0f));
   EXPECT_TRUE(Holds(2, 0.0f)) << "a replica committed while an owner did not hear STAGED";
   nodes_[1]->agent->Unsubscribe(deaf);

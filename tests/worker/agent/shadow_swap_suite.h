@@ -13,6 +13,7 @@
 #ifndef WSYNC_TESTS_WORKER_AGENT_SHADOW_SWAP_SUITE_H_
 #define WSYNC_TESTS_WORKER_AGENT_SHADOW_SWAP_SUITE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -20,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/worker/plane/plane_test_memory.h"
 #include "worker/agent/shadow_set.h"
@@ -92,8 +94,10 @@ class ShadowSwapTest : public ::testing::TestWithParam<std::shared_ptr<ShadowSwa
     return offset < kA || (r >= 1024 && r < 1024 + 4096) || (r >= 8192 && r < kBBytes);
   }
   // What the sync writes: `value` into every written view of the shadows.
-  void WriteShadows(const ShadowSet& set, uint8_t value) {
-    for (const auto& [name, w] : Writes()) {
+  void WriteShadows(const ShadowSet& set, uint8_t value) { WriteShadows(set, Writes(), value); }
+  void WriteShadows(const ShadowSet& set, const std::map<std::string, BufferWrites>& writes,
+                    uint8_t value) {
+    for (const auto& [name, w] : writes) {
       auto* base =
           static_cast<uint8_t*>(set.registry().Find(exec::BufferSide::kDestination, name)->data);
       for (const v1::TensorView& v : w.views) Fill(base + v.byte_offset(), v.shape(0), value);
@@ -191,6 +195,103 @@ TEST_P(ShadowSwapTest, CopiesWhenTheBuffersAreNotInOneArena) {
   ShadowSet no_arenas(&f().backend(), 0);
   ASSERT_TRUE(no_arenas.Prepare(Writes(), v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
   EXPECT_STREQ(no_arenas.commit_kind(), "copy");
+}
+
+// Two consecutive syncs writing different views of the same buffers (same
+// extents: the twin is kept). After the first swap the twin holds V-1, not
+// V; the second sync writes only its views, and its commit brings every
+// other byte from live (V), so nothing of V-1 comes back. Then a rolled back
+// sync writing yet other views, and a fourth that commits.
+TEST_P(ShadowSwapTest, SyncsWritingDifferentViewsKeepEveryByteOfTheLastVersion) {
+  const auto a_head = [] { return BufferWrites{kA, {Range(0, kA - 1024)}}; };
+  const auto a_tail = [] { return BufferWrites{kA, {Range(kA - 1024, 1024)}}; };
+  const auto b_tail = [] { return BufferWrites{kBBytes, {Range(kBBytes - 4096, 4096)}}; };
+  const auto b_mid = [] {
+    return BufferWrites{kBBytes, {Range(1024, 4096), Range(kBBytes - 1, 1)}};
+  };
+  const std::vector<std::map<std::string, BufferWrites>> syncs = {
+      Writes(),                                                // V2: every written view
+      {{"inference/a", a_tail()}, {"inference/b", b_tail()}},  // V3
+      {{"inference/a", a_head()}, {"inference/b", b_mid()}},   // V4, rolled back
+      {{"inference/a", a_tail()}, {"inference/b", b_mid()}},   // V5
+  };
+  // Expected live bytes, by offset, after each commit.
+  std::vector<uint8_t> want(static_cast<size_t>(arena_->bytes()), 1);
+  auto apply = [&](const std::map<std::string, BufferWrites>& writes, uint8_t value) {
+    for (const auto& [name, w] : writes) {
+      const int64_t base = name == "inference/a" ? 0 : kB;
+      for (const v1::TensorView& v : w.views) {
+        std::fill_n(want.begin() + base + v.byte_offset(), v.shape(0), value);
+      }
+    }
+  };
+  ShadowSet set(&f().backend(), 0, arenas_.get());
+  uint64_t generation = 0;
+  for (size_t i = 0; i < syncs.size(); ++i) {
+    const uint8_t version = static_cast<uint8_t>(2 + i);
+    SCOPED_TRACE(absl::StrCat("version ", version));
+    ASSERT_TRUE(set.Prepare(syncs[i], v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
+    EXPECT_STREQ(set.commit_kind(), "swap");
+    if (i > 0) EXPECT_EQ(set.generation(), generation) << "the twin is kept";
+    generation = set.generation();
+    WriteShadows(set, syncs[i], version);
+    if (i == 2) {
+      set.Discard();
+      continue;
+    }
+    ASSERT_TRUE(set.Commit().ok());
+    apply(syncs[i], version);
+    const std::vector<uint8_t> got =
+        f().Download(arena_->base(), static_cast<size_t>(arena_->bytes()));
+    for (int64_t k = 0; k < arena_->bytes(); ++k) {
+      ASSERT_EQ(got[k], want[k]) << "byte " << k;
+    }
+  }
+}
+
+// A view of many tiny runs (one byte of every 4, 2048 of them: a column)
+// commits by copy, saying why, instead of listing thousands of runs; the
+// copy commit writes it right. Overlapping views swap, the complement
+// counting each byte once.
+TEST_P(ShadowSwapTest, TinyRunsCommitByCopyAndOverlappingViewsSwap) {
+  v1::TensorView column = Range(0, 0);
+  column.clear_shape();
+  column.clear_strides();
+  for (int64_t d : {int64_t{2048}, int64_t{1}}) column.add_shape(d);
+  for (int64_t d : {int64_t{4}, int64_t{1}}) column.add_strides(d);
+  {
+    ShadowSet set(&f().backend(), 0, arenas_.get());
+    const std::map<std::string, BufferWrites> writes = {
+        {"inference/b", BufferWrites{4 * 2047 + 1, {column}}}};
+    ASSERT_TRUE(set.Prepare(writes, v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
+    EXPECT_STREQ(set.commit_kind(), "copy");
+    for (const char* part : {"view 0 of 'inference/b'", "'weights'", "2048 runs of 1 bytes"}) {
+      EXPECT_NE(set.copy_reason().find(part), std::string::npos)
+          << part << " in " << set.copy_reason();
+    }
+    auto* shadow = static_cast<uint8_t*>(
+        set.registry().Find(exec::BufferSide::kDestination, "inference/b")->data);
+    for (int64_t i = 0; i < 2048; ++i) Fill(shadow + 4 * i, 1, 7);
+    ASSERT_TRUE(set.Commit().ok());
+    const std::vector<uint8_t> got = f().Download(At(kB), 4 * 2048);
+    for (int64_t i = 0; i < 4 * 2048; ++i) ASSERT_EQ(got[i], i % 4 == 0 ? 7 : 1) << i;
+    Set(kB, 4 * 2048, 1);
+  }
+  ShadowSet set(&f().backend(), 0, arenas_.get());
+  const std::map<std::string, BufferWrites> overlapping = {
+      {"inference/b",
+       BufferWrites{kBBytes, {Range(0, 4096), Range(2048, 4096), Range(1024, 512)}}}};
+  ASSERT_TRUE(set.Prepare(overlapping, v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
+  EXPECT_STREQ(set.commit_kind(), "swap");
+  EXPECT_EQ(set.copy_reason(), "");
+  EXPECT_EQ(set.commit_bytes(), arena_->bytes() - 6144) << "the union of the views is 6144 bytes";
+  WriteShadows(set, overlapping, 8);
+  ASSERT_TRUE(set.Commit().ok());
+  const std::vector<uint8_t> got =
+      f().Download(arena_->base(), static_cast<size_t>(arena_->bytes()));
+  for (int64_t i = 0; i < arena_->bytes(); ++i) {
+    ASSERT_EQ(got[i], i >= kB && i < kB + 6144 ? 8 : 1) << "byte " << i;
+  }
 }
 
 // A strided view (4 rows of 256 bytes, 1024 apart, in b at 16 KiB: a fan-out

@@ -63,6 +63,10 @@ class BorrowedPeerWriter : public PeerWriter {
   absl::StatusOr<std::string> CreateMailbox(int64_t slots) override {
     return writer_->CreateMailbox(slots);
   }
+  absl::StatusOr<std::string> ShareMailbox(int32_t peer, int64_t first_slot,
+                                           int64_t count) override {
+    return writer_->ShareMailbox(peer, first_slot, count);
+  }
   absl::Status OpenPeerMailbox(int32_t peer, const std::string& descriptor) override {
     return writer_->OpenPeerMailbox(peer, descriptor);
   }

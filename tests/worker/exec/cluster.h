@@ -96,6 +96,10 @@ class Cluster {
   // `to`'s owner registered again after `from` mapped its buffers).
   void StaleMapping(int from, int to) { stale_.insert({from, to}); }
   Executor& executor(int worker) { return *workers_[worker].channel->executor; }
+  // Later runs of `worker` pass its executor a registry generation its
+  // plan was not bound against (as if its owner registered again between
+  // the binding and the run): its Run fails before its tokens.
+  void SkewGeneration(int worker) { skewed_.insert(worker); }
   // `worker` runs its syncs on `ops` (owned by the caller; set before
   // Connect), which also writes its peers if it is a PeerWriter.
   void UseOps(int worker, DataOps* ops) { workers_[worker].backend.ops = ops; }
@@ -160,8 +164,9 @@ class Cluster {
           out[w] = bound.status();
           return;
         }
-        out[w] = workers_[w].channel->executor->Run(**bound, workers_[w].registry.generation(),
-                                                    absl::Now() + timeout, progress);
+        const uint64_t generation = workers_[w].registry.generation() + skewed_.count(w);
+        out[w] = workers_[w].channel->executor->Run(**bound, generation, absl::Now() + timeout,
+                                                    progress);
       });
     }
     for (auto& t : threads) t.join();
@@ -182,6 +187,7 @@ class Cluster {
   std::vector<Worker> workers_;
   std::set<std::pair<int, int>> direct_;
   std::set<std::pair<int, int>> stale_;
+  std::set<int> skewed_;
 };
 
 }  // namespace wsync::exec::testing

@@ -5,12 +5,17 @@
 // re-registered receiver, a silent or aborted peer, a diverged sequence and
 // a failed sync each end in a bounded, named error; mailbox_tokens off keeps
 // the token rounds.
+#include <dirent.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "controller/plan/routes.h"
 #include "gtest/gtest.h"
@@ -318,6 +323,64 @@ TEST(DirectWritesMailboxTest, TheWarmUpExchangesTheDescriptors) {
     EXPECT_FALSE(results[w]->mailbox_exchanged) << "worker " << w;
   }
   ExpectExchanged(c, kN, 3);
+}
+
+// This process's mailbox objects that still have a name in /dev/shm.
+std::vector<std::string> MailboxNames() {
+  std::vector<std::string> out;
+  const std::string prefix = absl::StrCat("wsync-mbx-", getpid(), "-");
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return out;
+  while (const dirent* e = readdir(dir)) {
+    if (absl::StartsWith(e->d_name, prefix)) out.emplace_back(e->d_name);
+  }
+  closedir(dir);
+  return out;
+}
+
+// Each peer gets a mailbox object of its own and unlinks its name once it
+// mapped it: after the exchange (a first sync, or the warm-up) no name is
+// left, so a worker killed from then on leaves nothing in /dev/shm; the
+// tokens keep flowing through the mappings.
+TEST(DirectWritesMailboxTest, NoMailboxNameOutlivesTheExchange) {
+  constexpr int64_t kN = 256;
+  for (const bool warm_up : {false, true}) {
+    SCOPED_TRACE(warm_up ? "exchanged by the warm-up" : "exchanged by the first sync");
+    Cluster c(2);
+    const v1::Plan plan = Exchange(c, kN);
+    ASSERT_TRUE(c.Connect().ok());
+    if (warm_up) {
+      v1::Plan routed = plan;
+      plan::MarkPeerWrites({{0, 1}, {1, 0}}, &routed);
+      std::vector<absl::Status> warm(2);
+      std::vector<std::thread> threads;
+      for (int w = 0; w < 2; ++w) {
+        threads.emplace_back([&, w] {
+          DirectWrites direct;
+          direct.ready_token = 1000 + w;
+          direct.peer_buffers[1 - w] = &c.registry(1 - w);
+          direct.expected_ready_tokens[1 - w] = 1000 + (1 - w);
+          auto bound = BindPlan(routed, w, c.registry(w), MemorySpace::kHost, &direct);
+          warm[w] = bound.ok() ? c.executor(w)
+                                     .WarmUp(**bound, c.registry(w).generation(),
+                                             absl::Now() + absl::Seconds(30))
+                                     .status()
+                               : bound.status();
+        });
+      }
+      for (auto& t : threads) t.join();
+      ASSERT_TRUE(warm[0].ok() && warm[1].ok()) << warm[0] << warm[1];
+      EXPECT_EQ(MailboxNames(), std::vector<std::string>()) << "after the warm-up";
+    }
+    for (int run = 0; run < 3; ++run) {
+      Fill(c, kN, run);
+      auto results = c.Run(plan, absl::Seconds(30));
+      ASSERT_TRUE(results[0].ok()) << results[0].status();
+      ASSERT_TRUE(results[1].ok()) << results[1].status();
+      ExpectExchanged(c, kN, run);
+      EXPECT_EQ(MailboxNames(), std::vector<std::string>()) << "after sync " << run;
+    }
+  }
 }
 
 }  // namespace

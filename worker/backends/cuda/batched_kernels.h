@@ -54,6 +54,7 @@ class BatchedKernels {
   // Blocks that land on SMs [0, n) of later launches leave at once (see
   // LaunchPieceKernel); 0 (the default) uses every SM.
   void set_reserved_sms(int n) { reserved_sms_ = n; }
+  int reserved_sms() const { return reserved_sms_; }
   // Buffers Launch outgrows go here instead of being freed (not owned; may
   // be null: freed at once). See retired_memory.h.
   void set_retired(RetiredMemory* retired) { retired_ = retired; }

@@ -117,6 +117,10 @@ void CudaDataOps::ReserveSmsForPuts() {
   kernels_->set_reserved_sms(std::max(options_.reserved_sms, n));
 }
 
+void CudaDataOps::ReleaseSmsForPuts() { kernels_->set_reserved_sms(options_.reserved_sms); }
+
+int CudaDataOps::reserved_sms() const { return kernels_->reserved_sms(); }
+
 CudaDataOps::~CudaDataOps() {
   // Resident tables and scratch may still be read by queued kernels.
   if (stream_.get() != nullptr) cudaStreamSynchronize(stream_.get());

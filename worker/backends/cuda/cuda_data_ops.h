@@ -122,6 +122,11 @@ class CudaDataOps : public exec::DataOps {
   // A peer writer prepared puts that run beside this channel's local copies:
   // from now on the copy kernels leave Options::put_reserved_sms SMs to them.
   void ReserveSmsForPuts();
+  // Undoes ReserveSmsForPuts: the copy kernels leave Options::reserved_sms
+  // SMs again (the writer prepared a plan without puts, or went away).
+  void ReleaseSmsForPuts();
+  // SMs the copy kernels leave now (tests/gpu/reserved_sms_test.cc).
+  int reserved_sms() const;
   cudaStream_t stream() const { return stream_.get(); }
   // Buffers retired since the last Synchronize() (retired_memory.h).
   size_t retired_buffers() const { return retired_.buffers(); }

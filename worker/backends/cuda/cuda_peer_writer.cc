@@ -49,6 +49,8 @@ absl::StatusOr<std::unique_ptr<CudaPeerWriter>> CudaPeerWriter::Create(CudaDataO
 CudaPeerWriter::~CudaPeerWriter() {
   // Resident tables and scratch may still be read by queued puts.
   if (put_stream_.get() != nullptr) SynchronizePuts().IgnoreError();
+  // The ops outlive the writer: their copies need no SMs left to puts.
+  if (reserved_sms_) ops_->ReleaseSmsForPuts();
 }
 
 std::string CudaPeerWriter::Name() const { return absl::StrCat("cuda-ipc:", device_); }
@@ -245,7 +247,13 @@ absl::Status CudaPeerWriter::RunPut(std::string key) {
 }
 
 exec::ItemsHandle CudaPeerWriter::Prepare(absl::Span<const exec::CopyItem> items) {
-  if (!items.empty()) ops_->ReserveSmsForPuts();
+  if (!items.empty()) {
+    ops_->ReserveSmsForPuts();
+    reserved_sms_ = true;
+  } else if (reserved_sms_) {
+    ops_->ReleaseSmsForPuts();  // a plan without puts: the copies get every SM again
+    reserved_sms_ = false;
+  }
   return PeerWriter::Prepare(items);
 }
 

@@ -49,7 +49,9 @@ class CudaPeerWriter : public exec::PeerWriter {
   std::string Name() const override;
   exec::MemorySpace memory_space() const override { return exec::MemorySpace::kCuda; }
   // Also leaves the ops' copy kernels' put_reserved_sms SMs to the puts
-  // (CudaDataOps::ReserveSmsForPuts) from the first non-empty list on.
+  // (CudaDataOps::ReserveSmsForPuts) while the last list prepared is not
+  // empty: an empty one (a plan without puts) gives them back, and so does
+  // the writer's destruction.
   exec::ItemsHandle Prepare(absl::Span<const exec::CopyItem> items) override;
 
   // On the put streams, in call order. Callers make the peer's memory
@@ -120,6 +122,7 @@ class CudaPeerWriter : public exec::PeerWriter {
   absl::Status SynchronizePuts();
 
   CudaDataOps* const ops_;
+  bool reserved_sms_ = false;  // this writer made ops_ leave SMs to its puts
   const int device_;
   int64_t table_cache_bytes_ = 0;
   RetiredMemory* retired_ = nullptr;  // the ops'

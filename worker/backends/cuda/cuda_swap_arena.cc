@@ -68,12 +68,15 @@ class CudaSwapArena : public plane::SwapArena {
     twin->Unmap();
     std::swap(handle_, twin->handle_);
     const absl::Status back = MapBoth(*twin);
-    return absl::Status(s.code(), absl::StrCat(s.message(), back.ok()
-                                                                ? "; both keep their memory"
-                                                                : absl::StrCat("; undoing it failed "
-                                                                               "too, the arenas are "
-                                                                               "unusable: ",
-                                                                               back.message())));
+    // A range left unmapped faults on any access: nothing may touch it.
+    if (!mapped_) MarkUnusable();
+    if (!twin->mapped_) twin->MarkUnusable();
+    return absl::Status(s.code(),
+                        absl::StrCat(s.message(), back.ok() ? "; both keep their memory"
+                                                            : absl::StrCat("; undoing it failed "
+                                                                           "too, the arenas are "
+                                                                           "unusable: ",
+                                                                           back.message())));
   }
 
   // The live range is unmapped, then mapped on the twin's memory (which the
@@ -117,8 +120,11 @@ class CudaSwapArena : public plane::SwapArena {
         absl::StrCat("finishing the swap of ", Describe(), " with ", twin->Describe());
     twin->Unmap();
     absl::Status s = twin->MapAt(Ptr(twin->base()), twin->handle_);
-    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(what, ": ", s.message(),
-                                                            "; the twin is unusable (unmapped)"));
+    if (!s.ok()) {
+      twin->MarkUnusable();  // unmapped: any access would fault
+      return absl::Status(
+          s.code(), absl::StrCat(what, ": ", s.message(), "; the twin is unusable (unmapped)"));
+    }
     twin->mapped_ = true;
     return absl::OkStatus();
   }
@@ -161,7 +167,11 @@ class CudaSwapArena : public plane::SwapArena {
   // failed: maps its own memory back.
   absl::Status Restore(const std::string& what, const absl::Status& failed) {
     absl::Status back = MapAt(Ptr(base()), handle_);
-    if (back.ok()) mapped_ = true;
+    if (back.ok()) {
+      mapped_ = true;
+    } else {
+      MarkUnusable();  // unmapped: any access would fault
+    }
     return absl::Status(failed.code(),
                         absl::StrCat(what, ": ", failed.message(),
                                      back.ok() ? "; both keep their memory"
@@ -195,10 +205,9 @@ absl::StatusOr<std::unique_ptr<plane::SwapArena>> NewCudaSwapArena(int device, i
       int64_t size,
       plane::RoundArenaBytes(bytes, static_cast<int64_t>(granularity ? granularity : 1), what));
   CUdeviceptr base = 0;
-  RETURN_IF_ERROR(
-      CuStatus(api->cuMemAddressReserve(&base, static_cast<size_t>(size),
-                                        ReserveAlignment(size, granularity), 0, 0),
-               absl::StrCat(what, ": reserving ", size, " bytes of addresses")));
+  RETURN_IF_ERROR(CuStatus(api->cuMemAddressReserve(&base, static_cast<size_t>(size),
+                                                    ReserveAlignment(size, granularity), 0, 0),
+                           absl::StrCat(what, ": reserving ", size, " bytes of addresses")));
   auto arena = std::make_unique<CudaSwapArena>(name, base, size, device, api);
   RETURN_IF_ERROR(arena->Back());
   return std::unique_ptr<plane::SwapArena>(std::move(arena));

@@ -18,6 +18,7 @@ namespace wsync::host {
 namespace {
 
 constexpr char kMagic[8] = {'W', 'S', 'M', 'B', 'X', 'H', '0', '1'};
+constexpr char kOnePeerMagic[8] = {'W', 'S', 'M', 'B', 'X', 'O', '0', '1'};
 constexpr char kPrefix[] = "/wsync-mbx-";
 constexpr size_t kNameOffset = 16;
 constexpr size_t kBytes = exec::PeerWriter::kMailboxDescriptorBytes;
@@ -31,9 +32,9 @@ bool NameOk(const std::string& name) {
   return true;
 }
 
-std::string Describe(const std::string& name, int64_t slots) {
+std::string Describe(const std::string& name, int64_t slots, bool one_peer) {
   std::string d(kBytes, '\0');
-  std::memcpy(d.data(), kMagic, sizeof(kMagic));
+  std::memcpy(d.data(), one_peer ? kOnePeerMagic : kMagic, sizeof(kMagic));
   const uint64_t n = static_cast<uint64_t>(slots);
   for (int b = 0; b < 8; ++b) d[8 + b] = static_cast<char>((n >> (8 * b)) & 0xff);
   std::memcpy(d.data() + kNameOffset, name.data(), name.size());
@@ -42,7 +43,7 @@ std::string Describe(const std::string& name, int64_t slots) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<HostMailbox>> HostMailbox::Create(int64_t slots) {
+absl::StatusOr<std::unique_ptr<HostMailbox>> HostMailbox::Create(int64_t slots, bool one_peer) {
   if (slots < 1 || slots > exec::PeerWriter::kMaxMailboxSlots) {
     return absl::InvalidArgumentError(absl::StrCat("a mailbox of ", slots, " slots (1 to ",
                                                    exec::PeerWriter::kMaxMailboxSlots, ")"));
@@ -69,16 +70,19 @@ absl::StatusOr<std::unique_ptr<HostMailbox>> HostMailbox::Create(int64_t slots) 
     return mapping.status();
   }
   return std::unique_ptr<HostMailbox>(
-      new HostMailbox(*std::move(mapping), slots, Describe(name, slots), /*owner=*/true));
+      new HostMailbox(*std::move(mapping), slots, Describe(name, slots, one_peer), /*owner=*/true));
 }
 
 absl::StatusOr<std::unique_ptr<HostMailbox>> HostMailbox::Open(const std::string& descriptor,
                                                                const std::string& who) {
   const std::string what = absl::StrCat(who, "'s mailbox descriptor");
-  if (descriptor.size() != kBytes || std::memcmp(descriptor.data(), kMagic, sizeof(kMagic)) != 0) {
+  const bool one_peer = descriptor.size() == kBytes &&
+                        std::memcmp(descriptor.data(), kOnePeerMagic, sizeof(kMagic)) == 0;
+  if (descriptor.size() != kBytes ||
+      (!one_peer && std::memcmp(descriptor.data(), kMagic, sizeof(kMagic)) != 0)) {
     return absl::InvalidArgumentError(absl::StrCat(what, " is malformed (", descriptor.size(),
                                                    " bytes, expected ", kBytes,
-                                                   " starting with WSMBXH01)"));
+                                                   " starting with WSMBXH01 or WSMBXO01)"));
   }
   uint64_t n = 0;
   for (int b = 0; b < 8; ++b) n |= uint64_t{static_cast<uint8_t>(descriptor[8 + b])} << (8 * b);
@@ -105,12 +109,18 @@ absl::StatusOr<std::unique_ptr<HostMailbox>> HostMailbox::Open(const std::string
     return absl::InvalidArgumentError(absl::StrCat(what, " declares ", n, " slots but '", name,
                                                    "' has ", (*mapping)->size(), " bytes"));
   }
+  // Made for this process alone: its name has served (the mapping stays).
+  if (one_peer) shm_unlink(name.c_str());
   return std::unique_ptr<HostMailbox>(
       new HostMailbox(*std::move(mapping), static_cast<int64_t>(n), descriptor, /*owner=*/false));
 }
 
-HostMailbox::~HostMailbox() {
-  if (owner_) shm_unlink(mapping_->name().c_str());
+HostMailbox::~HostMailbox() { Unlink(); }
+
+void HostMailbox::Unlink() {
+  // ENOENT when a one-peer object's peer unlinked it already.
+  if (owner_ && !unlinked_) shm_unlink(mapping_->name().c_str());
+  unlinked_ = true;
 }
 
 void HostMailbox::Store(int64_t slot, uint64_t value) {

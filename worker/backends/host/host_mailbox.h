@@ -3,9 +3,11 @@
 // and that peers map by the name its descriptor carries. Slots are read and
 // written with acquire / release atomics.
 //
-// Descriptor (PeerWriter::kMailboxDescriptorBytes): the magic "WSMBXH01",
-// the slot count (8 bytes, little endian), then the object's name
-// ("/wsync-mbx-" and [A-Za-z0-9_-], NUL-terminated, NUL-padded).
+// Descriptor (PeerWriter::kMailboxDescriptorBytes): the magic "WSMBXH01"
+// (an object any number of peers may open; its owner unlinks it) or
+// "WSMBXO01" (an object for one peer, which unlinks the name as soon as it
+// mapped it), the slot count (8 bytes, little endian), then the object's
+// name ("/wsync-mbx-" and [A-Za-z0-9_-], NUL-terminated, NUL-padded).
 #ifndef WSYNC_WORKER_BACKENDS_HOST_HOST_MAILBOX_H_
 #define WSYNC_WORKER_BACKENDS_HOST_HOST_MAILBOX_H_
 
@@ -20,14 +22,19 @@ namespace wsync::host {
 
 class HostMailbox {
  public:
-  // A fresh, zeroed mailbox of `slots` slots under a process-unique name.
-  static absl::StatusOr<std::unique_ptr<HostMailbox>> Create(int64_t slots);
+  // A fresh, zeroed mailbox of `slots` slots under a process-unique name;
+  // `one_peer`: its descriptor tells the one peer that opens it to unlink
+  // the name once mapped.
+  static absl::StatusOr<std::unique_ptr<HostMailbox>> Create(int64_t slots, bool one_peer = false);
   // Maps the mailbox `descriptor` describes; `who` names its owner in
   // errors. Refuses a malformed descriptor, a name outside the mailbox
   // namespace, and an object whose size is not the declared slot count's.
   static absl::StatusOr<std::unique_ptr<HostMailbox>> Open(const std::string& descriptor,
                                                            const std::string& who);
-  ~HostMailbox();  // unlinks the object if this process created it
+  ~HostMailbox();  // unlinks the object's name if this process created it
+  // The owner unlinks the name now (peers that mapped it keep their
+  // mapping; no new peer can open it). Idempotent.
+  void Unlink();
   HostMailbox(const HostMailbox&) = delete;
   HostMailbox& operator=(const HostMailbox&) = delete;
 
@@ -52,6 +59,7 @@ class HostMailbox {
   int64_t slots_;
   std::string descriptor_;
   bool owner_;
+  bool unlinked_ = false;
 };
 
 }  // namespace wsync::host

@@ -32,6 +32,13 @@ class HostPeerWriter : public PeerWriter {
 
   bool HasMailbox() const override { return true; }
   absl::StatusOr<std::string> CreateMailbox(int64_t slots) override;
+  // An object of its own for `peer` (of the mailbox's slot count; its slots
+  // [first_slot, first_slot + count) are read from it), which the peer
+  // unlinks once mapped; the shared object's name is unlinked at the first
+  // call (no peer is sent it any more). Nothing stays in /dev/shm once
+  // every peer mapped its object, whoever is killed later.
+  absl::StatusOr<std::string> ShareMailbox(int32_t peer, int64_t first_slot,
+                                           int64_t count) override;
   absl::Status OpenPeerMailbox(int32_t peer, const std::string& descriptor) override;
   // A release store: puts are complete when Put returns.
   absl::Status Post(int32_t peer, int64_t slot, uint64_t value) override;
@@ -41,6 +48,11 @@ class HostPeerWriter : public PeerWriter {
   HostDataOps copier_;
   std::vector<uint64_t> tokens_;
   std::unique_ptr<host::HostMailbox> mailbox_;
+  struct Shared {
+    int64_t count = 0;
+    std::unique_ptr<host::HostMailbox> box;
+  };
+  std::map<int64_t, Shared> shared_;  // by first slot
   std::map<int32_t, std::unique_ptr<host::HostMailbox>> peers_;
 };
 

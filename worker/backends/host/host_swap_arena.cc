@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <initializer_list>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -38,13 +40,8 @@ class HostSwapArena : public plane::SwapArena {
     // Undo the first step: each range back on its own memory.
     auto* twin = static_cast<HostSwapArena*>(&other);
     std::swap(fd_, twin->fd_);
-    absl::Status back = MapOver(base(), fd_);
-    if (back.ok()) back = MapOver(twin->base(), twin->fd_);
-    return absl::Status(s.code(), absl::StrCat(s.message(), back.ok()
-                                                                ? "; both keep their memory"
-                                                                : absl::StrCat("; undoing it failed "
-                                                                               "too: ",
-                                                                               back.message())));
+    return Failed(absl::StrCat("swapping ", Describe(), " with ", twin->Describe()), s,
+                  {this, twin});
   }
 
   absl::Status BeginSwap(plane::SwapArena& other) override {
@@ -59,17 +56,12 @@ class HostSwapArena : public plane::SwapArena {
           absl::StrCat("cannot swap ", Describe(), " with ", other.Describe(),
                        ": an earlier swap of one of them is not finished (FinishSwap)"));
     }
+    const std::string what = absl::StrCat("swapping ", Describe(), " with ", twin->Describe());
     // MAP_FIXED replaces the old mapping at once: the range is never empty.
     if (absl::Status s = MapOver(base(), twin->fd_); !s.ok()) {
       // A failed MAP_FIXED may already have removed the old mapping: map
       // this range's own memory again.
-      absl::Status back = MapOver(base(), fd_);
-      return absl::Status(
-          s.code(),
-          absl::StrCat("swapping ", Describe(), " with ", twin->Describe(), ": ", s.message(),
-                       back.ok() ? "; both keep their memory"
-                                 : absl::StrCat("; remapping its own memory failed too, ",
-                                                "its range is unusable: ", back.message())));
+      return Failed(what, s, {this});
     }
     std::swap(fd_, twin->fd_);
     twin->finish_pending_ = true;
@@ -84,9 +76,10 @@ class HostSwapArena : public plane::SwapArena {
     }
     twin->finish_pending_ = false;
     if (absl::Status s = MapOver(twin->base(), twin->fd_); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("finishing the swap of ", Describe(), " with ",
-                                                 twin->Describe(), ": ", s.message(),
-                                                 "; the twin is unusable"));
+      twin->MarkUnusable();
+      return absl::Status(
+          s.code(), absl::StrCat("finishing the swap of ", Describe(), " with ", twin->Describe(),
+                                 ": ", s.message(), "; the twin is unusable"));
     }
     return absl::OkStatus();
   }
@@ -95,6 +88,23 @@ class HostSwapArena : public plane::SwapArena {
   const char* kind() const override { return "host"; }
 
  private:
+  // After a failed step of SwapWith: maps each of `ranges` (this arena,
+  // then maybe the twin) over its own memory again; one that cannot be is
+  // marked unusable.
+  absl::Status Failed(const std::string& what, const absl::Status& s,
+                      std::initializer_list<HostSwapArena*> ranges) {
+    std::string lost;
+    for (HostSwapArena* a : ranges) {
+      if (absl::Status back = a->MapOver(a->base(), a->fd_); !back.ok()) {
+        a->MarkUnusable();
+        absl::StrAppend(&lost, "; mapping ", a->Describe(),
+                        " back onto its own memory failed too (", back.message(),
+                        "): it is unusable");
+      }
+    }
+    return absl::Status(s.code(), absl::StrCat(what, ": ", s.message(),
+                                               lost.empty() ? "; both keep their memory" : lost));
+  }
   // Maps the whole of `fd` over [at, at + bytes()), replacing what is there.
   absl::Status MapOver(void* at, int fd) const {
     void* p = mmap(at, static_cast<size_t>(bytes()), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,

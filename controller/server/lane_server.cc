@@ -87,6 +87,7 @@ absl::Status LaneServer::Bind() {
   if (bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
     return Errno("bind", path);
   }
+  bound_ = true;
   // Owner only; SO_PEERCRED checks each peer as well (a connection made
   // before this chmod is still checked).
   if (chmod(path.c_str(), 0600) != 0) return Errno("chmod 0600", path);
@@ -109,7 +110,7 @@ LaneServer::~LaneServer() {
   for (int fd : {listen_fd_, epoll_fd_, wake_fd_}) {
     if (fd >= 0) close(fd);
   }
-  if (listen_fd_ >= 0) unlink(options_.socket_path.c_str());
+  if (bound_) unlink(options_.socket_path.c_str());
 }
 
 void LaneServer::Notify() {

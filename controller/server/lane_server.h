@@ -146,6 +146,7 @@ class LaneServer {
   Controller* const controller_;
   Authenticator* const auth_;
   int listen_fd_ = -1;
+  bool bound_ = false;  // the socket file is ours (removed at the end)
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // eventfd
   BusyPoll busy_;

@@ -32,6 +32,8 @@ void LaneServer::Dispatch(Conn& c, const v1::LaneRequest& req) {
       return SyncCall(c, req);
     case v1::LaneRequest::kWaitSync:
       return WaitSyncCall(c, req);
+    case v1::LaneRequest::kAssignments:
+      return AssignmentsCall(c, req);
     case v1::LaneRequest::CALL_NOT_SET:
       break;
   }
@@ -40,17 +42,21 @@ void LaneServer::Dispatch(Conn& c, const v1::LaneRequest& req) {
                                     "or report; an older controller?)")));
 }
 
-void LaneServer::Hello(Conn& c, const v1::LaneRequest& req) {
-  const std::string& lease = req.hello().lease_id();
+absl::Status LaneServer::CheckLease(const std::string& lease, absl::string_view call) {
   // The lease secret is the worker's credential here (it learnt it by
   // registering over gRPC, with its certificate when TLS is on); the peer is
   // of the controller's own user (SO_PEERCRED, at accept).
-  if (lease.empty() || !controller_->workers().IsAlive(lease)) {
-    Send(c, Answer(req.call_id(),
-                   absl::UnauthenticatedError(absl::StrCat(
-                       "lane: LaneHello: ",
-                       lease.empty() ? "no lease_id; a worker registers first (RegisterWorker)"
-                                     : "not a live lease (register again over gRPC)"))));
+  if (!lease.empty() && controller_->workers().IsAlive(lease)) return absl::OkStatus();
+  return absl::UnauthenticatedError(
+      absl::StrCat("lane: ", call, ": ",
+                   lease.empty() ? "no lease_id; a worker registers first (RegisterWorker)"
+                                 : "not a live lease (register again over gRPC)"));
+}
+
+void LaneServer::Hello(Conn& c, const v1::LaneRequest& req) {
+  const std::string& lease = req.hello().lease_id();
+  if (absl::Status st = CheckLease(lease, "LaneHello"); !st.ok()) {
+    Send(c, Answer(req.call_id(), st));
     return;
   }
   if (c.lease_id != lease) {
@@ -60,6 +66,53 @@ void LaneServer::Hello(Conn& c, const v1::LaneRequest& req) {
   }
   c.lease_id = lease;
   Send(c, Answer(req.call_id(), absl::OkStatus()));
+}
+
+void LaneServer::AssignmentsCall(Conn& c, const v1::LaneRequest& req) {
+  const std::string& lease = req.assignments().lease_id();
+  absl::Status st = CheckLease(lease, "Assignments");
+  if (st.ok() && (c.stream_token != 0 || (!c.lease_id.empty() && c.lease_id != lease))) {
+    st = absl::FailedPreconditionError(
+        "lane: Assignments on a connection that already streams or is bound to another lease");
+  }
+  absl::StatusOr<uint64_t> token = absl::FailedPreconditionError("");
+  if (st.ok()) {
+    std::shared_ptr<std::atomic<LaneServer*>> self = self_;
+    token = controller_->workers().OpenStream(lease, [self] {
+      if (LaneServer* s = self->load()) s->Notify();
+    });
+    st = token.status();
+  }
+  if (!st.ok()) {
+    Send(c, Answer(req.call_id(), st));
+    return;
+  }
+  std::optional<WorkerSnapshot> w = controller_->workers().Find(lease);
+  spdlog::info("[controller] lane: {} receives its assignments over the lane",
+               w.has_value() ? w->description : "a worker");
+  c.lease_id = lease;
+  c.stream_token = *token;
+  c.stream_call = req.call_id();
+  if (Send(c, Answer(req.call_id(), absl::OkStatus()))) PumpStreams();  // pushed before the token
+}
+
+void LaneServer::PumpStreams() {
+  for (auto& [id, conn] : conns_) {
+    Conn& c = *conn;
+    while (c.fd >= 0 && c.stream_token != 0) {
+      absl::StatusOr<std::optional<v1::Assignment>> next =
+          controller_->workers().NextAssignment(c.lease_id, c.stream_token, absl::ZeroDuration());
+      if (next.ok() && !next->has_value()) break;
+      v1::LaneResponse resp = Answer(c.stream_call, next.status());
+      if (!next.ok()) {
+        c.stream_token = 0;  // the registry ended it (the lease died, a newer stream)
+        Send(c, resp);
+        break;
+      }
+      *resp.mutable_assignment() = **std::move(next);
+      if (!Send(c, resp)) break;
+    }
+  }
 }
 
 void LaneServer::Report(Conn& c, const v1::LaneRequest& req) {
@@ -90,6 +143,9 @@ void LaneServer::SyncCall(Conn& c, const v1::LaneRequest& req) {
   std::optional<absl::Time> until;
   absl::StatusOr<v1::SyncResponse> started =
       StartSyncCall(*controller_, req.sync(), *caller, &until);
+  // The sync's assignments go to the workers' lane streams now, from this
+  // thread (and any waits it may have ended hear it).
+  PollIfNotified();
   if (!started.ok()) {
     Send(c, Answer(req.call_id(), started.status()));
     return;
@@ -155,6 +211,7 @@ bool LaneServer::AnswerWait(Wait& w, bool expired) {
 void LaneServer::PollIfNotified() {
   if (!notified_.exchange(false)) return;
   busy_.Touch();
+  PumpStreams();
   PollWaits(/*all_expired=*/false);
 }
 

@@ -107,6 +107,7 @@ absl::Status LaneServer::Bind() {
 
 LaneServer::~LaneServer() {
   Shutdown();
+  self_->store(nullptr);
   for (int fd : {listen_fd_, epoll_fd_, wake_fd_}) {
     if (fd >= 0) close(fd);
   }
@@ -135,10 +136,7 @@ void LaneServer::Run() {
   // Each wait gets an answer (its sync's status as it stands), then every
   // connection closes.
   PollWaits(/*all_expired=*/true);
-  for (auto& [id, c] : conns_) {
-    if (c->fd >= 0) close(c->fd);
-    c->fd = -1;
-  }
+  for (auto& [id, c] : conns_) Close(id);  // open streams end as on gRPC
   conns_.clear();
 }
 
@@ -178,17 +176,19 @@ void LaneServer::Round(bool spin) {
   const bool notified = notified_.load();
   PollIfNotified();
   PollDueWaits();
-  // Connections closed this round go now; their waits with them.
-  waits_.erase(std::remove_if(waits_.begin(), waits_.end(),
-                              [this](const Wait& w) {
-                                auto it = conns_.find(w.conn);
-                                return it == conns_.end() || it->second->fd < 0;
-                              }),
-               waits_.end());
-  for (auto it = conns_.begin(); it != conns_.end();) {
-    auto next = std::next(it);
-    if (it->second->fd < 0) conns_.erase(it);
-    it = next;
+  if (closed_any_) {  // connections closed this round go now, their waits with them
+    closed_any_ = false;
+    waits_.erase(std::remove_if(waits_.begin(), waits_.end(),
+                                [this](const Wait& w) {
+                                  auto it = conns_.find(w.conn);
+                                  return it == conns_.end() || it->second->fd < 0;
+                                }),
+                 waits_.end());
+    for (auto it = conns_.begin(); it != conns_.end();) {
+      auto next = std::next(it);
+      if (it->second->fd < 0) conns_.erase(it);
+      it = next;
+    }
   }
   if (n > 0 || notified) {
     busy_.Touch();
@@ -366,6 +366,13 @@ void LaneServer::Close(uint64_t conn) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
   close(c.fd);
   c.fd = -1;  // erased at the end of the round, with its waits
+  closed_any_ = true;
+  if (c.stream_token != 0) {  // as a gRPC stream that ends: the lease ends
+    const uint64_t token = c.stream_token;
+    c.stream_token = 0;
+    // This thread holds no controller lock here.
+    controller_->workers().CloseStream(c.lease_id, token, "lane connection closed");
+  }
 }
 
 }  // namespace wsync::controller

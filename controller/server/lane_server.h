@@ -5,7 +5,11 @@
 //  - trainer -> controller: Sync (with its wait) and WaitSync, answered on
 //    the same connection;
 //  - worker -> controller: ReportResult, on a connection the worker bound to
-//    its lease first (LaneHello).
+//    its lease first (LaneHello);
+//  - controller -> worker: the assignment stream (a lane connection of its
+//    own, WorkerRegistry::OpenStream as the gRPC stream), written by this
+//    thread as soon as it learns of an assignment; for a Sync that came over
+//    the lane, right after the sync started, on the same thread.
 // Frames and messages: proto/wsync/v1/lane.proto, common/lane_frame.h. The
 // calls run the same bodies as the gRPC handlers (handlers.h) after the same
 // admission (auth.h).
@@ -93,7 +97,9 @@ class LaneServer {
     std::string out;  // unsent, from out_at
     size_t out_at = 0;
     bool want_write = false;
-    std::string lease_id;  // bound by LaneHello; empty: none
+    std::string lease_id;  // bound by LaneHello or the stream; empty: none
+    uint64_t stream_token = 0;  // an open assignment stream (OpenStream); 0: none
+    uint64_t stream_call = 0;   // its call_id
   };
   struct Wait {
     uint64_t conn = 0;
@@ -122,6 +128,11 @@ class LaneServer {
   void Report(Conn& c, const v1::LaneRequest& req);
   void SyncCall(Conn& c, const v1::LaneRequest& req);
   void WaitSyncCall(Conn& c, const v1::LaneRequest& req);
+  void AssignmentsCall(Conn& c, const v1::LaneRequest& req);
+  // Writes what the open assignment streams have to say.
+  void PumpStreams();
+  // UNAUTHENTICATED unless `lease` is a live lease (the lane's credential).
+  absl::Status CheckLease(const std::string& lease, absl::string_view call);
   void AddWait(Conn& c, Wait w);
   // Answers the waits whose sync ended (or, when `all_expired`, every one).
   void PollWaits(bool all_expired);
@@ -156,8 +167,13 @@ class LaneServer {
   // Thread-owned from Start on.
   uint64_t next_conn_ = 2;  // 0: the listener, 1: the eventfd
   absl::flat_hash_map<uint64_t, std::unique_ptr<Conn>> conns_;
+  bool closed_any_ = false;  // a connection closed since the last sweep
   std::vector<Wait> waits_;
   std::thread thread_;
+  // The registry's stream wakes reach the server through this (null once it
+  // is gone).
+  std::shared_ptr<std::atomic<LaneServer*>> self_ =
+      std::make_shared<std::atomic<LaneServer*>>(this);
 };
 
 }  // namespace wsync::controller

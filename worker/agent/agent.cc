@@ -90,6 +90,7 @@ void WorkerAgent::Stop() {
   {
     absl::MutexLock lock(&mu_);
     if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+    lane_stream_cancel_.store(true);
   }
   for (std::thread* t : {&session_, &heartbeat_, &exec_}) {
     if (t->joinable()) t->join();
@@ -201,6 +202,7 @@ void WorkerAgent::HeartbeatLoop() {
         // The controller forgot us (restart or expiry): end the stream, re-register.
         absl::MutexLock lock(&mu_);
         if (lease_id_ == lease_id && stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+        if (lease_id_ == lease_id) lane_stream_cancel_.store(true);
       } else if (s.ok()) {
         RetryBuffersPush(lease_id);  // retries a push that failed (no-op when current)
       }
@@ -251,7 +253,7 @@ void WorkerAgent::Report(v1::ReportResultRequest r, const std::string& lease_id)
   if (std::optional<absl::Status> sent = lane_.Report(r, absl::Now() + absl::Seconds(5))) {
     if (!sent->ok()) {
       spdlog::warn("[worker {}] report of {} not delivered: {}", Roles(options_), r.sync_id(),
-                   sent->message());
+                   std::string(sent->message()));
     }
     return;
   }

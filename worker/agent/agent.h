@@ -158,6 +158,10 @@ class WorkerAgent {
   // completion queue this thread polls without sleeping while busy_ spins.
   grpc::Status ReadAssignments(grpc::ClientContext* ctx, const std::string& lease_id,
                                uint64_t epoch);
+  // The stream over the control lane (agent_lane.cc), when --controller_lane
+  // is set: its end, or nullopt when the lane cannot carry it (absent,
+  // refused: a warning; then gRPC's stream is read).
+  std::optional<grpc::Status> ReadAssignmentsLane(const std::string& lease_id, uint64_t epoch);
   grpc::Status ReadAssignmentsPolled(grpc::ClientContext* ctx, const v1::AssignmentsRequest& req,
                                      uint64_t epoch);
   // The exec thread, busy polling: spins (releasing mu_ between looks)
@@ -256,6 +260,9 @@ class WorkerAgent {
   std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<v1::WorkerService::Stub> stub_;
   LaneReporter lane_;  // options_.controller_lane
+  // The lane's assignment stream: asked to end (Stop, the lease forgotten).
+  std::atomic<bool> lane_stream_cancel_{false};
+  absl::Time lane_stream_retry_ = absl::InfinitePast();  // session thread only
   // Running syncs' progress, delivered off the exec thread (uses stub_).
   ProgressReporter progress_;
 

@@ -32,6 +32,7 @@ class LaneReporter {
   LaneReporter(std::string path, std::string who) : path_(std::move(path)), who_(std::move(who)) {}
 
   bool enabled() const { return !path_.empty(); }
+  const std::string& who() const { return who_; }
   // Sends `r` (its lease_id set) over the lane, bounded by `deadline`: the
   // controller's status of the report, or nullopt when the lane could not
   // carry it (report over gRPC then).

@@ -110,7 +110,9 @@ class LaneServerTest : public controller_testing::CoordinatorFixture {
     auto frame = NextLaneFrame(in, kLaneMaxFrameBytes);
     v1::LaneResponse resp;
     EXPECT_TRUE(frame.ok() && frame->consumed == in.size()) << in.size();
-    if (frame.ok()) EXPECT_TRUE(ParseLanePayload(frame->payload, "LaneResponse", &resp).ok());
+    if (frame.ok()) {
+      EXPECT_TRUE(ParseLanePayload(frame->payload, "LaneResponse", &resp).ok());
+    }
     return resp;
   }
 

@@ -178,6 +178,59 @@ TEST_F(LaneServerTest, ASyncEndedOffTheLaneReachesItsWaiterAndWaitSyncWorks) {
   EXPECT_EQ(waited.code(), static_cast<int>(absl::StatusCode::kNotFound)) << waited.message();
 }
 
+TEST_F(LaneServerTest, AssignmentsStreamOverTheLaneAndItsEndEndsTheLease) {
+  leases_ = {Register("a", "src", 0, 2, 16), Register("b", "src", 1, 2, 16),
+             Register("c", "dst", 0, 1, 32)};
+  DefineSimple();
+  StartLane();
+  std::vector<std::unique_ptr<LaneClient>> streams;
+  std::vector<uint64_t> calls;
+  for (const std::string& l : leases_) {
+    streams.push_back(Connect());
+    ASSERT_NE(streams.back(), nullptr);
+    v1::LaneRequest open;
+    open.mutable_assignments()->set_lease_id(l);
+    v1::LaneResponse opened = Call(*streams.back(), open);
+    ASSERT_EQ(opened.code(), 0) << opened.message();
+    EXPECT_FALSE(opened.has_assignment());
+    calls.push_back(opened.call_id());
+  }
+  auto trainer = Connect();
+  ASSERT_NE(trainer, nullptr);
+  auto id = trainer->Send(SyncWaiting(1), absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(id.ok());
+  std::vector<std::unique_ptr<LaneClient>> reporters;
+  for (size_t i = 0; i < leases_.size(); ++i) {
+    auto got = streams[i]->Receive(calls[i], absl::Now() + absl::Seconds(5), /*spin=*/false);
+    ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
+    ASSERT_EQ((*got)->code(), 0) << (*got)->message();
+    ASSERT_TRUE((*got)->assignment().has_sync());
+    EXPECT_EQ((*got)->assignment().sync().version(), 1);
+    reporters.push_back(Connect());
+    ASSERT_EQ(Call(*reporters.back(), Hello(leases_[i])).code(), 0);
+    EXPECT_EQ(
+        Call(*reporters.back(), Report(leases_[i], (*got)->assignment().sync().sync_id())).code(),
+        0);
+  }
+  auto answer = trainer->Receive(*id, absl::Now() + absl::Seconds(5), false);
+  ASSERT_TRUE(answer.ok() && answer->has_value()) << answer.status();
+  EXPECT_EQ((*answer)->sync().status().phase(), v1::SYNC_SUCCEEDED);
+  // A second stream on a streaming connection is refused.
+  v1::LaneRequest again;
+  again.mutable_assignments()->set_lease_id(leases_[0]);
+  auto twice = streams[0]->Call(again, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  EXPECT_EQ(twice->code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  // A stream that ends (its connection closed) ends the lease, as on gRPC.
+  EXPECT_TRUE(controller_->workers().IsAlive(leases_[2]));
+  streams[2].reset();
+  const absl::Time until = absl::Now() + absl::Seconds(5);
+  while (controller_->workers().IsAlive(leases_[2]) && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_FALSE(controller_->workers().IsAlive(leases_[2]));
+}
+
 TEST_F(LaneServerTest, AWorkerProvesALiveLeaseAndReportsOnlyForIt) {
   ThreeWorkers();
   StartLane();

@@ -84,7 +84,8 @@ TEST(LaneIntegration, SyncsGoOverTheLaneWithTheReportsAndEveryByteIsRight) {
   for (int i = 0; i < run.cluster->num_workers(); ++i) {
     const std::string log = WorkerLog(run, i, o);
     EXPECT_THAT(log, HasSubstr("reports over the control lane")) << log;
-    EXPECT_THAT(log, Not(HasSubstr("reporting over gRPC"))) << log;
+    EXPECT_THAT(log, HasSubstr("receives assignments over the control lane")) << log;
+    EXPECT_THAT(log, Not(HasSubstr("over gRPC"))) << log;
     EXPECT_THAT(log, Not(HasSubstr("not delivered"))) << log;
   }
   // The same errors as over gRPC: an older version is refused.
@@ -196,6 +197,7 @@ TEST(LaneIntegration, WorkersReportOverGrpcWhenTheLaneIsAbsent) {
     const std::string log = WorkerLog(run, i, o);
     EXPECT_THAT(log, HasSubstr("absent.sock")) << log;
     EXPECT_THAT(log, HasSubstr("reporting over gRPC")) << log;
+    EXPECT_THAT(log, HasSubstr("reading them over gRPC")) << log;
     EXPECT_THAT(log, Not(HasSubstr("not delivered"))) << log;
   }
 }

@@ -279,7 +279,7 @@ TEST_F(LaneServerTest, TrainerCallsNeedTheirTokenWhenATokensFileIsSet) {
   nowait.mutable_sync()->set_wait_ms(0);
   r = Call(*c, nowait);
   EXPECT_EQ(r.code(), 0) << r.message();
-  EXPECT_EQ(r.sync().status().phase(), v1::SYNC_RUNNING);
+  EXPECT_FALSE(r.sync().sync_id().empty()) << "started, not waited for";
   unlink(tokens.c_str());
 }
 

@@ -91,9 +91,8 @@ grpc::Status CallSync(wsync::demo::Cluster& cluster, grpc::ClientContext* ctx,
   if (Lane() != nullptr) {
     wsync::v1::LaneRequest lreq;
     *lreq.mutable_sync() = req;
-    absl::StatusOr<wsync::v1::LaneResponse> got =
-        Lane()->Call(std::move(lreq), absl::Now() + absl::Seconds(120),
-                     absl::GetFlag(FLAGS_busy_wait));
+    absl::StatusOr<wsync::v1::LaneResponse> got = Lane()->Call(
+        std::move(lreq), absl::Now() + absl::Seconds(120), absl::GetFlag(FLAGS_busy_wait));
     if (!got.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, got.status().ToString());
     if (got->code() != 0) {
       return grpc::Status(static_cast<grpc::StatusCode>(got->code()), got->message());

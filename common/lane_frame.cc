@@ -47,8 +47,8 @@ absl::Status ParseLanePayload(absl::string_view payload, absl::string_view what,
                               google::protobuf::MessageLite* message) {
   if (payload.size() > static_cast<size_t>(INT32_MAX) ||
       !message->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-    return absl::InvalidArgumentError(absl::StrCat("lane frame: ", payload.size(),
-                                                   " bytes that are not a ", what));
+    return absl::InvalidArgumentError(
+        absl::StrCat("lane frame: ", payload.size(), " bytes that are not a ", what));
   }
   return absl::OkStatus();
 }

@@ -204,8 +204,7 @@ Caller Authenticator::Identify(const grpc::ServerContextBase& ctx) {
 void Authenticator::ApplyToken(absl::string_view token, Caller* c) {
   if (!c->has_token || options_.tokens_file.empty()) return;
   if (absl::Status st = ReloadTokensIfChanged(); !st.ok()) {
-    spdlog::error("[controller] tokens file: {} (keeping the tokens loaded before)",
-                  st.ToString());
+    spdlog::error("[controller] tokens file: {} (keeping the tokens loaded before)", st.ToString());
   }
   absl::ReaderMutexLock lock(&mu_);
   if (const TokenEntry* e = FindTokenLocked(token); e != nullptr) {

@@ -79,7 +79,7 @@ class Controller {
 
  private:
   const ControllerLimits limits_;
-  WaitHub waits_;  // first: outlives the owners that notify it
+  WaitHub waits_;                   // first: outlives the owners that notify it
   std::function<void()> observer_;  // SetChangeObserver; may be empty
   WorkerRegistry workers_;
   Rendezvous rendezvous_;

@@ -26,8 +26,8 @@ absl::StatusOr<v1::SyncResponse> StartSyncCall(Controller& controller, const v1:
   }
   absl::StatusOr<v1::SyncResponse> started = controller.syncs().StartSync(req, AsTrainer(caller));
   if (started.ok() && req.wait_ms() > 0) {
-    *wait_until = absl::Now() + std::min(absl::Milliseconds(req.wait_ms()),
-                                         controller.limits().max_wait);
+    *wait_until =
+        absl::Now() + std::min(absl::Milliseconds(req.wait_ms()), controller.limits().max_wait);
   }
   return started;
 }

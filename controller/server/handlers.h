@@ -40,8 +40,7 @@ absl::Time WaitSyncUntil(const Controller& controller, const v1::WaitSyncRequest
 // wait has not `expired`; otherwise its status (still RUNNING when expired),
 // or the coordinator's error (an unknown sync).
 std::optional<absl::StatusOr<v1::SyncStatus>> PollSyncEnd(Controller& controller,
-                                                          const std::string& sync_id,
-                                                          bool expired);
+                                                          const std::string& sync_id, bool expired);
 
 }  // namespace wsync::controller
 

@@ -37,9 +37,9 @@ void LaneServer::Dispatch(Conn& c, const v1::LaneRequest& req) {
     case v1::LaneRequest::CALL_NOT_SET:
       break;
   }
-  Send(c, Answer(req.call_id(), absl::InvalidArgumentError(
-                                    "lane: a request names no call (hello, sync, wait_sync "
-                                    "or report; an older controller?)")));
+  Send(c, Answer(req.call_id(),
+                 absl::InvalidArgumentError("lane: a request names no call (hello, sync, wait_sync "
+                                            "or report; an older controller?)")));
 }
 
 absl::Status LaneServer::CheckLease(const std::string& lease, absl::string_view call) {
@@ -166,8 +166,7 @@ void LaneServer::SyncCall(Conn& c, const v1::LaneRequest& req) {
 }
 
 void LaneServer::WaitSyncCall(Conn& c, const v1::LaneRequest& req) {
-  absl::StatusOr<Caller> caller =
-      auth_->RequireRoleByToken(req.token(), Role::kReader, "WaitSync");
+  absl::StatusOr<Caller> caller = auth_->RequireRoleByToken(req.token(), Role::kReader, "WaitSync");
   if (!caller.ok()) {
     Send(c, Answer(req.call_id(), caller.status()));
     return;
@@ -217,9 +216,8 @@ void LaneServer::PollIfNotified() {
 
 void LaneServer::PollWaits(bool all_expired) {
   const absl::Time now = absl::Now();
-  AnswerWaits([](const Wait&) { return true; }, [&](const Wait& w) {
-    return all_expired || w.until <= now;
-  });
+  AnswerWaits([](const Wait&) { return true; },
+              [&](const Wait& w) { return all_expired || w.until <= now; });
 }
 
 void LaneServer::PollDueWaits() {

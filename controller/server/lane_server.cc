@@ -220,9 +220,10 @@ void LaneServer::Accept() {
       continue;
     }
     if (static_cast<int>(conns_.size()) >= options_.max_connections) {
-      Refuse(*c, absl::ResourceExhaustedError(absl::StrCat(
-                     "lane: ", conns_.size(), " connections already (the most the controller "
-                     "takes); use gRPC")));
+      Refuse(*c, absl::ResourceExhaustedError(
+                     absl::StrCat("lane: ", conns_.size(),
+                                  " connections already (the most the controller "
+                                  "takes); use gRPC")));
       continue;
     }
     epoll_event ev{};
@@ -293,9 +294,10 @@ bool LaneServer::Send(Conn& c, const v1::LaneResponse& resp) {
     (void)AppendLaneFrame(too_big, options_.max_frame_bytes, &c.out);
   }
   if (c.out.size() - c.out_at > options_.max_pending_bytes) {
-    spdlog::warn("[controller] lane {}: dropping a peer that does not read its answers ({} "
-                 "bytes unsent)",
-                 path(), c.out.size() - c.out_at);
+    spdlog::warn(
+        "[controller] lane {}: dropping a peer that does not read its answers ({} "
+        "bytes unsent)",
+        path(), c.out.size() - c.out_at);
     Close(c.id);
     return false;
   }

@@ -97,7 +97,7 @@ class LaneServer {
     std::string out;  // unsent, from out_at
     size_t out_at = 0;
     bool want_write = false;
-    std::string lease_id;  // bound by LaneHello or the stream; empty: none
+    std::string lease_id;       // bound by LaneHello or the stream; empty: none
     uint64_t stream_token = 0;  // an open assignment stream (OpenStream); 0: none
     uint64_t stream_call = 0;   // its call_id
   };

@@ -162,8 +162,7 @@ grpc::ServerUnaryReactor* TrainerServiceImpl::Sync(grpc::CallbackServerContext* 
   absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kTrainer, "Sync");
   if (!caller.ok()) return Answer(ctx, ToGrpc(caller.status()));
   std::optional<absl::Time> wait_until;
-  grpc::Status started =
-      Fill(StartSyncCall(*controller_, *req, *caller, &wait_until), resp);
+  grpc::Status started = Fill(StartSyncCall(*controller_, *req, *caller, &wait_until), resp);
   if (!started.ok() || !wait_until.has_value()) return Answer(ctx, started);
   return AwaitEnd(resp->sync_id(), *wait_until, resp->mutable_status());
 }

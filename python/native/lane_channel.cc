@@ -71,9 +71,9 @@ std::optional<py::bytes> LaneChannel::Call(const std::string& method, const std:
       py::gil_scoped_release nogil;
       const absl::Time t = absl::Now();
       const bool spin = t < spin_until;
-      got = client_->Receive(*id, std::min({deadline, t + kSignalCheck,
-                                            spin ? spin_until : absl::InfiniteFuture()}),
-                             spin);
+      got = client_->Receive(
+          *id, std::min({deadline, t + kSignalCheck, spin ? spin_until : absl::InfiniteFuture()}),
+          spin);
     }
     if (!got.ok()) ThrowRpcError(kUnavailable, std::string(got.status().message()));
     if (got->has_value()) {

@@ -162,8 +162,7 @@ class TrainerChannel {
  public:
   explicit TrainerChannel(ChannelConfig config)
       : token_(std::move(config.token)),
-        lane_(config.lane.empty() ? nullptr
-                                  : std::make_unique<LaneChannel>(config.lane, token_)),
+        lane_(config.lane.empty() ? nullptr : std::make_unique<LaneChannel>(config.lane, token_)),
         channel_(grpc::CreateCustomChannel(config.address, CredentialsOf(config),
                                            ArgumentsOf(config))) {}
 
@@ -245,8 +244,7 @@ void BindClient(py::module_& m) {
   py::class_<TrainerChannel>(m, "TrainerChannel")
       .def(py::init([](std::string address, bool tls, py::bytes root_pem, py::bytes key_pem,
                        py::bytes cert_pem, std::string token,
-                       std::vector<std::pair<std::string, py::object>> options,
-                       std::string lane) {
+                       std::vector<std::pair<std::string, py::object>> options, std::string lane) {
              return std::make_unique<TrainerChannel>(
                  ChannelConfig{std::move(address), tls, root_pem, key_pem, cert_pem,
                                std::move(token), std::move(lane), std::move(options)});

@@ -131,13 +131,13 @@ TEST(LaneClient, CallsInTurnAndBreaksOnAnAnswerOutOfTurnOrAClose) {
   std::thread server([&] {
     const int fd = l.Accept();
     v1::LaneRequest a = ReadRequest(fd);
-    Answer(fd, a.call_id(), 5);         // NOT_FOUND, in turn
+    Answer(fd, a.call_id(), 5);  // NOT_FOUND, in turn
     v1::LaneRequest b = ReadRequest(fd);
-    Answer(fd, b.call_id() + 100, 0);   // out of turn
+    Answer(fd, b.call_id() + 100, 0);  // out of turn
     close(fd);
     const int fd2 = l.Accept();
     (void)ReadRequest(fd2);
-    close(fd2);                         // no answer at all
+    close(fd2);  // no answer at all
   });
   auto c = LaneClient::Connect(l.path);
   ASSERT_TRUE(c.ok()) << c.status();

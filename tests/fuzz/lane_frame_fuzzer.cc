@@ -47,7 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!wsync::ParseLanePayload(frame->payload, "LaneRequest", &req).ok()) return 0;
       std::string again;
       if (!wsync::AppendLaneFrame(req, wsync::kLaneMaxFrameBytes, &again).ok()) continue;
-      absl::StatusOr<wsync::LaneFrame> back = wsync::NextLaneFrame(again, wsync::kLaneMaxFrameBytes);
+      absl::StatusOr<wsync::LaneFrame> back =
+          wsync::NextLaneFrame(again, wsync::kLaneMaxFrameBytes);
       Check(back.ok() && back->consumed == again.size());
       wsync::v1::LaneRequest reparsed;
       Check(wsync::ParseLanePayload(back->payload, "LaneRequest", &reparsed).ok());

@@ -148,7 +148,7 @@ TEST(LaneIntegration, ATrainerThatLeavesMidSyncAndAWorkerKilledMidSync) {
     auto none = (*c)->Receive(*id, absl::Now() + absl::Milliseconds(200), false);
     ASSERT_TRUE(none.ok());
     ASSERT_FALSE(none->has_value()) << "the sync cannot have ended";
-  }  // gone, mid-sync
+  }                                     // gone, mid-sync
   ASSERT_EQ(kill(frozen, SIGCONT), 0);  // within the lease TTL
   // The sync ends all the same (the controller is not stuck on the gone peer).
   int64_t delivered = 0;

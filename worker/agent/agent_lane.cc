@@ -24,9 +24,10 @@ std::optional<grpc::Status> WorkerAgent::ReadAssignmentsLane(const std::string& 
   if (path.empty() || absl::Now() < lane_stream_retry_) return std::nullopt;
   lane_stream_cancel_.store(false);
   auto fall_back = [&](const absl::Status& why) -> std::optional<grpc::Status> {
-    spdlog::warn("[worker {}] control lane {}: assignments: {}; reading them over gRPC (lane "
-                 "retried in {})",
-                 lane_.who(), path, why.ToString(), absl::FormatDuration(kRetryAfter));
+    spdlog::warn(
+        "[worker {}] control lane {}: assignments: {}; reading them over gRPC (lane "
+        "retried in {})",
+        lane_.who(), path, why.ToString(), absl::FormatDuration(kRetryAfter));
     lane_stream_retry_ = absl::Now() + kRetryAfter;
     return std::nullopt;
   };
@@ -37,7 +38,8 @@ std::optional<grpc::Status> WorkerAgent::ReadAssignmentsLane(const std::string& 
   absl::StatusOr<v1::LaneResponse> opened = (*lane)->Call(open, absl::Now() + absl::Seconds(5));
   if (!opened.ok()) return fall_back(opened.status());
   if (absl::Status st = LaneResponseStatus(*opened); !st.ok()) {
-    return fall_back(absl::Status(st.code(), absl::StrCat("the controller refused: ", st.message())));
+    return fall_back(
+        absl::Status(st.code(), absl::StrCat("the controller refused: ", st.message())));
   }
   spdlog::info("[worker {}] receives assignments over the control lane {}", lane_.who(), path);
   const uint64_t call = opened->call_id();
@@ -50,7 +52,8 @@ std::optional<grpc::Status> WorkerAgent::ReadAssignmentsLane(const std::string& 
     }
     if (!got->has_value()) continue;
     const v1::LaneResponse& resp = **got;
-    if (resp.code() != 0) return grpc::Status(static_cast<grpc::StatusCode>(resp.code()), resp.message());
+    if (resp.code() != 0)
+      return grpc::Status(static_cast<grpc::StatusCode>(resp.code()), resp.message());
     if (!resp.has_assignment()) continue;
     busy_.Touch();
     OnAssignment(resp.assignment(), lease_id, epoch);

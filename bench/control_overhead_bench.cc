@@ -17,6 +17,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/lane_client.h"
 #include "common/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/demo/cluster.h"
@@ -43,7 +44,17 @@ ABSL_FLAG(bool, busy_wait, false,
           "The bench's trainer polls its Sync call's completion queue without sleeping (as the "
           "Python client's busy_wait does).");
 
+ABSL_FLAG(bool, lane, false,
+          "The control fast lane: the controller serves --lane_socket in the cluster's folder, "
+          "the workers report there (--controller_lane) and the bench's trainer calls Sync on "
+          "it (with --busy_wait it spins on the socket).");
+
 namespace {
+
+std::unique_ptr<wsync::LaneClient>& Lane() {
+  static std::unique_ptr<wsync::LaneClient> lane;
+  return lane;
+}
 
 // CPU seconds (user + system) process `pid` used so far; -1 if unreadable.
 double CpuSeconds(pid_t pid) {
@@ -77,6 +88,18 @@ std::vector<double> ClusterCpu(wsync::demo::Cluster& cluster) {
 // queue without sleeping until the answer.
 grpc::Status CallSync(wsync::demo::Cluster& cluster, grpc::ClientContext* ctx,
                       const wsync::v1::SyncRequest& req, wsync::v1::SyncResponse* resp) {
+  if (Lane() != nullptr) {
+    wsync::v1::LaneRequest lreq;
+    *lreq.mutable_sync() = req;
+    absl::StatusOr<wsync::v1::LaneResponse> got = Lane()->Call(
+        std::move(lreq), absl::Now() + absl::Seconds(120), absl::GetFlag(FLAGS_busy_wait));
+    if (!got.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, got.status().ToString());
+    if (got->code() != 0) {
+      return grpc::Status(static_cast<grpc::StatusCode>(got->code()), got->message());
+    }
+    *resp = got->sync();
+    return grpc::Status::OK;
+  }
   if (!absl::GetFlag(FLAGS_busy_wait)) return cluster.trainer().Sync(ctx, req, resp);
   grpc::CompletionQueue cq;
   grpc::Status status;
@@ -122,6 +145,11 @@ absl::StatusOr<std::unique_ptr<wsync::demo::Cluster>> StartCluster(int n) {
     opt.worker_flags.push_back(absl::StrCat("--busy_poll_ms=", busy));
     opt.controller_flags.push_back(absl::StrCat("--busy_poll_ms=", busy));
   }
+  const std::string lane = absl::StrCat(opt.work_dir, "/lane.sock");
+  if (absl::GetFlag(FLAGS_lane)) {
+    opt.worker_flags.push_back(absl::StrCat("--controller_lane=", lane));
+    opt.controller_flags.push_back(absl::StrCat("--lane_socket=", lane));
+  }
   auto cluster = wsync::demo::Cluster::Start(opt);
   if (!cluster.ok()) {
     return absl::Status(cluster.status().code(),
@@ -137,6 +165,11 @@ absl::StatusOr<std::unique_ptr<wsync::demo::Cluster>> StartCluster(int n) {
   }
   absl::Status ready = (*cluster)->WaitForWorkers(n, absl::Seconds(120));
   if (!ready.ok()) return ready;
+  if (absl::GetFlag(FLAGS_lane)) {
+    auto client = wsync::LaneClient::Connect(lane);
+    if (!client.ok()) return client.status();
+    Lane() = *std::move(client);
+  }
   return cluster;
 }
 
@@ -268,6 +301,7 @@ int main(int argc, char** argv) {
     std::printf(" %.2f", (cpu_after[i] - cpu_before[i]) / wall_s);
   }
   std::printf("\n");
+  Lane().reset();
   (*cluster)->StopAll();
   return 0;
 }

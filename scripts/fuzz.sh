@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 build=${WSYNC_SAN_BUILD_DIR:-build-san}
 targets=(layout_json_fuzzer transfer_spec_fuzzer plan_part_fuzzer register_tensors_fuzzer
-  controller_state_fuzzer)
+  controller_state_fuzzer lane_frame_fuzzer)
 bash scripts/sanitize.sh configure
 ninja -C "$build" -j"${JOBS:-$(nproc)}" "${targets[@]}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}

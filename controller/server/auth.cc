@@ -197,18 +197,20 @@ Caller Authenticator::Identify(const grpc::ServerContextBase& ctx) {
     }
   }
   absl::string_view token = BearerToken(ctx, &c.has_token);
-  if (c.has_token && !options_.tokens_file.empty()) {
-    if (absl::Status st = ReloadTokensIfChanged(); !st.ok()) {
-      spdlog::error("[controller] tokens file: {} (keeping the tokens loaded before)",
-                    st.ToString());
-    }
-    absl::ReaderMutexLock lock(&mu_);
-    if (const TokenEntry* e = FindTokenLocked(token); e != nullptr) {
-      c.identity = absl::StrCat("token:", e->name);
-      c.role = e->role;
-    }
-  }
+  ApplyToken(token, &c);
   return c;
+}
+
+void Authenticator::ApplyToken(absl::string_view token, Caller* c) {
+  if (!c->has_token || options_.tokens_file.empty()) return;
+  if (absl::Status st = ReloadTokensIfChanged(); !st.ok()) {
+    spdlog::error("[controller] tokens file: {} (keeping the tokens loaded before)", st.ToString());
+  }
+  absl::ReaderMutexLock lock(&mu_);
+  if (const TokenEntry* e = FindTokenLocked(token); e != nullptr) {
+    c->identity = absl::StrCat("token:", e->name);
+    c->role = e->role;
+  }
 }
 
 absl::Status Authenticator::CheckRevoked(const grpc::ServerContextBase& ctx,
@@ -228,7 +230,19 @@ absl::Status Authenticator::CheckRevoked(const grpc::ServerContextBase& ctx,
 absl::StatusOr<Caller> Authenticator::RequireRole(const grpc::ServerContextBase& ctx, Role needed,
                                                   absl::string_view method) {
   if (absl::Status st = CheckRevoked(ctx, method); !st.ok()) return st;
-  Caller c = Identify(ctx);
+  return CheckRole(Identify(ctx), needed, method);
+}
+
+absl::StatusOr<Caller> Authenticator::RequireRoleByToken(absl::string_view token, Role needed,
+                                                         absl::string_view method) {
+  Caller c;
+  c.has_token = !token.empty();
+  ApplyToken(token, &c);
+  return CheckRole(std::move(c), needed, method);
+}
+
+absl::StatusOr<Caller> Authenticator::CheckRole(Caller c, Role needed,
+                                                absl::string_view method) const {
   if (options_.insecure && options_.tokens_file.empty()) {
     c.role = Role::kAdmin;  // plaintext without tokens: nothing to check
     return c;

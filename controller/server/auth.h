@@ -104,6 +104,11 @@ class Authenticator {
   // PERMISSION_DENIED naming the role needed and the identity seen.
   absl::StatusOr<Caller> RequireRole(const grpc::ServerContextBase& ctx, Role needed,
                                      absl::string_view method);
+  // The same for a caller that presents only a bearer token (`token`; empty:
+  // none), as on the control fast lane (lane_server.h): no certificate, so
+  // with TLS and without --tokens_file it is UNAUTHENTICATED.
+  absl::StatusOr<Caller> RequireRoleByToken(absl::string_view token, Role needed,
+                                            absl::string_view method);
   // Worker API: the calling worker (identity "" when insecure), or
   // UNAUTHENTICATED when a TLS caller has no client certificate.
   // Both refuse a client certificate revoked by --tls_crl_file
@@ -121,6 +126,11 @@ class Authenticator {
   // UNAUTHENTICATED when the caller's client certificate is revoked.
   absl::Status CheckRevoked(const grpc::ServerContextBase& ctx, absl::string_view method) const;
   absl::Status ReloadTokensIfChanged() ABSL_LOCKS_EXCLUDED(mu_);
+  // The role and identity of `token` into *c when it presented one
+  // (c->has_token) and it is in --tokens_file.
+  void ApplyToken(absl::string_view token, Caller* c) ABSL_LOCKS_EXCLUDED(mu_);
+  // RequireRole's decision for an identified caller.
+  absl::StatusOr<Caller> CheckRole(Caller c, Role needed, absl::string_view method) const;
   // The entry of `token` (compared in constant time), or null.
   const TokenEntry* FindTokenLocked(absl::string_view token) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 

@@ -14,8 +14,12 @@ Controller::Controller(const ControllerConfig& config, ControllerMetrics* metric
                   Rendezvous::Quota{config.limits.kv_scope_bytes, config.limits.kv_scope_keys}),
       syncs_(config, metrics, plans, &workers_, &rendezvous_, store),
       serving_(metrics) {
-  rendezvous_.SetChangeListener([this] { waits_.NotifyAll(); });
-  syncs_.SetChangeListener([this] { waits_.NotifyAll(); });
+  auto changed = [this] {
+    waits_.NotifyAll();
+    if (observer_) observer_();
+  };
+  rendezvous_.SetChangeListener(changed);
+  syncs_.SetChangeListener(changed);
   // The board is a leaf: the coordinator asks it under its own lock.
   syncs_.SetReplicaLabeler(
       [this](const std::string& group, int32_t rank, const std::string& lease) {

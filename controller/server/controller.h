@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 
 #include "controller/server/config.h"
 #include "controller/server/metrics.h"
@@ -70,9 +71,16 @@ class Controller {
   // Ends every stream and wait promptly (server shutdown).
   void Shutdown();
 
+  // A second listener of the coordinator's and the rendezvous' changes,
+  // beside the wait hub: the control fast lane's (lane_server.h), which
+  // answers its own waits. Set before the controller serves (no call may run
+  // concurrently) and only then; it must not take an owner's lock.
+  void SetChangeObserver(std::function<void()> observer) { observer_ = std::move(observer); }
+
  private:
   const ControllerLimits limits_;
-  WaitHub waits_;  // first: outlives the owners that notify it
+  WaitHub waits_;                   // first: outlives the owners that notify it
+  std::function<void()> observer_;  // SetChangeObserver; may be empty
   WorkerRegistry workers_;
   Rendezvous rendezvous_;
   SyncCoordinator syncs_;

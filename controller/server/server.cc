@@ -48,6 +48,17 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(Server
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->controller_.get(), s->auth_.get());
   s->trainer_service_ = std::make_unique<TrainerServiceImpl>(s->controller_.get(), s->auth_.get());
 
+  if (!options.lane_socket.empty()) {
+    LaneOptions lane;
+    lane.socket_path = options.lane_socket;
+    lane.busy_poll = options.config.limits.busy_poll;
+    if (options.config.limits.max_waiters > 0) lane.max_waits = options.config.limits.max_waiters;
+    absl::StatusOr<std::unique_ptr<LaneServer>> started =
+        LaneServer::Start(std::move(lane), s->controller_.get(), s->auth_.get());
+    if (!started.ok()) return started.status();
+    s->lane_ = *std::move(started);
+  }
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -87,6 +98,7 @@ void ControllerServer::Shutdown() {
   if (stop_.exchange(true)) return;
   if (server_ != nullptr) server_->GetHealthCheckService()->SetServingStatus(false);
   if (controller_ != nullptr) controller_->Shutdown();  // null when Start failed early
+  if (lane_ != nullptr) lane_->Shutdown();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "controller/server/auth.h"
 #include "controller/server/controller.h"
+#include "controller/server/lane_server.h"
 #include "controller/server/metrics.h"
 #include "controller/server/plan_source.h"
 #include "controller/server/services.h"
@@ -41,6 +42,8 @@ struct ServerOptions {
   // rotated certificates and the CRL reach long-lived workers. Calls and
   // streams under way finish on the old connection. Zero: never.
   absl::Duration max_connection_age = absl::Minutes(30);
+  // The control fast lane's Unix socket (lane_server.h); empty: none.
+  std::string lane_socket;
 };
 
 class ControllerServer {
@@ -63,6 +66,7 @@ class ControllerServer {
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<TrainerServiceImpl> trainer_service_;
+  std::unique_ptr<LaneServer> lane_;  // null without --lane_socket
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::atomic<bool> stop_{false};

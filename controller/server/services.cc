@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/lease_metadata.h"
 #include "controller/server/assignment_stream.h"
+#include "controller/server/handlers.h"
 
 namespace wsync::controller {
 
@@ -18,8 +19,6 @@ grpc::Status Fill(absl::StatusOr<T> result, T* out) {
   *out = *std::move(result);
   return grpc::Status::OK;
 }
-// For the coordinator's ownership checks (docs/security.md, "Transfer owners").
-TrainerCaller AsTrainer(const Caller& c) { return {c.identity, c.role >= Role::kAdmin}; }
 }  // namespace
 
 absl::Status WorkerServiceImpl::Admit(const grpc::ServerContextBase& ctx,
@@ -82,11 +81,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ReportResult(grpc::CallbackServerCo
   if (absl::Status st = Admit(*ctx, req->lease_id(), "ReportResult"); !st.ok()) {
     return Answer(ctx, ToGrpc(st));
   }
-  // Before the report can end the sync: the next assignments resend them.
-  for (const std::string& key : req->dropped_part_keys()) {
-    controller_->workers().ForgetPartSent(req->lease_id(), key);
-  }
-  return Answer(ctx, ToGrpc(controller_->syncs().ReportResult(*req)));
+  return Answer(ctx, ToGrpc(ReportResultCall(*controller_, *req)));
 }
 
 grpc::Status WorkerServiceImpl::KvSet(grpc::ServerContext* ctx, const v1::KvSetRequest* req,
@@ -166,15 +161,10 @@ grpc::ServerUnaryReactor* TrainerServiceImpl::Sync(grpc::CallbackServerContext* 
                                                    v1::SyncResponse* resp) {
   absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kTrainer, "Sync");
   if (!caller.ok()) return Answer(ctx, ToGrpc(caller.status()));
-  if (req->wait_ms() < 0) {
-    return Answer(ctx, ToGrpc(absl::InvalidArgumentError(
-                           absl::StrCat("Sync: negative wait_ms ", req->wait_ms()))));
-  }
-  grpc::Status started = Fill(controller_->syncs().StartSync(*req, AsTrainer(*caller)), resp);
-  if (!started.ok() || req->wait_ms() == 0) return Answer(ctx, started);
-  const absl::Duration wait =
-      std::min(absl::Milliseconds(req->wait_ms()), controller_->limits().max_wait);
-  return AwaitEnd(resp->sync_id(), absl::Now() + wait, resp->mutable_status());
+  std::optional<absl::Time> wait_until;
+  grpc::Status started = Fill(StartSyncCall(*controller_, *req, *caller, &wait_until), resp);
+  if (!started.ok() || !wait_until.has_value()) return Answer(ctx, started);
+  return AwaitEnd(resp->sync_id(), *wait_until, resp->mutable_status());
 }
 
 grpc::ServerUnaryReactor* TrainerServiceImpl::AwaitEnd(const std::string& sync_id, absl::Time until,
@@ -183,12 +173,10 @@ grpc::ServerUnaryReactor* TrainerServiceImpl::AwaitEnd(const std::string& sync_i
   return PolledUnary::Start(
       &controller_->waits(), until,
       [controller, sync_id, out](bool expired) -> std::optional<grpc::Status> {
-        int64_t seen = -1;
-        auto status = controller->syncs().NextSyncUpdate(sync_id, &seen, absl::ZeroDuration());
-        if (!status.ok()) return ToGrpc(status.status());
-        if (status->phase() == v1::SYNC_RUNNING && !expired) return std::nullopt;
-        *out = *std::move(status);
-        return grpc::Status::OK;
+        std::optional<absl::StatusOr<v1::SyncStatus>> end =
+            PollSyncEnd(*controller, sync_id, expired);
+        if (!end.has_value()) return std::nullopt;
+        return Fill(*std::move(end), out);
       });
 }
 
@@ -197,11 +185,7 @@ grpc::ServerUnaryReactor* TrainerServiceImpl::WaitSync(grpc::CallbackServerConte
                                                        v1::SyncStatus* resp) {
   absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kReader, "WaitSync");
   if (!caller.ok()) return Answer(ctx, ToGrpc(caller.status()));
-  // timeout_ms 0: until the sync ends (its deadline bounds that), at most --max_wait.
-  const absl::Duration max_wait = controller_->limits().max_wait;
-  const absl::Duration wait =
-      req->timeout_ms() > 0 ? std::min(absl::Milliseconds(req->timeout_ms()), max_wait) : max_wait;
-  return AwaitEnd(req->sync_id(), absl::Now() + wait, resp);
+  return AwaitEnd(req->sync_id(), WaitSyncUntil(*controller_, *req), resp);
 }
 
 grpc::ServerWriteReactor<v1::SyncStatus>* TrainerServiceImpl::WatchSync(

@@ -129,6 +129,12 @@ ABSL_FLAG(int64_t, busy_poll_ms, 0,
           "reaches the trainer without a thread wake-up. gRPC's own threads, which receive "
           "the requests and reports, still sleep (docs/performance-notes.md). -1: spin "
           "forever; 0: off. Env: WSYNC_BUSY_POLL_MS.");
+ABSL_FLAG(std::string, lane_socket, "",
+          "The control fast lane: a Unix socket (created mode 0600, for the controller's own "
+          "user) beside gRPC, on which a trainer's Sync / WaitSync and the workers' "
+          "ReportResult run with no gRPC thread and no thread hand-off (one thread; it spins "
+          "under --busy_poll_ms). For a trainer and workers on this host "
+          "(docs/performance-notes.md, docs/security.md). Empty: off. Env: WSYNC_LANE_SOCKET.");
 ABSL_FLAG(int32_t, list_workers_page_size, 100,
           "Most workers one ListWorkers page lists (also the default page size). Env: "
           "WSYNC_LIST_WORKERS_PAGE_SIZE.");
@@ -235,6 +241,7 @@ int main(int argc, char** argv) {
        "max_wait",
        "max_waiters",
        "busy_poll_ms",
+       "lane_socket",
        "list_workers_page_size",
        "list_workers_page_buffers",
        "state_file",
@@ -269,6 +276,7 @@ int main(int argc, char** argv) {
   const char* pod_ip = std::getenv("POD_IP");
   const std::string default_host = pod_ip != nullptr && *pod_ip != '\0' ? pod_ip : "127.0.0.1";
   options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.lane_socket = absl::GetFlag(FLAGS_lane_socket);
   if (options.listen_address.empty()) options.listen_address = default_host + ":50051";
   std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
   if (metrics_host.empty()) metrics_host = default_host;

@@ -28,6 +28,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "python/native/lane_channel.h"
 
 namespace py = pybind11;
 
@@ -52,6 +53,7 @@ struct ChannelConfig {
   bool tls = false;
   std::string root_pem, key_pem, cert_pem;
   std::string token;  // bearer token; empty: none
+  std::string lane;   // the controller's control fast lane; empty: none
   std::vector<std::pair<std::string, py::object>> options;
 };
 
@@ -160,6 +162,7 @@ class TrainerChannel {
  public:
   explicit TrainerChannel(ChannelConfig config)
       : token_(std::move(config.token)),
+        lane_(config.lane.empty() ? nullptr : std::make_unique<LaneChannel>(config.lane, token_)),
         channel_(grpc::CreateCustomChannel(config.address, CredentialsOf(config),
                                            ArgumentsOf(config))) {}
 
@@ -174,6 +177,12 @@ class TrainerChannel {
                  double spin_s) {
     CheckSeconds(method, "timeout", timeout_s, /*zero_ok=*/false);
     CheckSeconds(method, "spin", spin_s, /*zero_ok=*/true);
+    if (lane_ != nullptr) {
+      if (std::optional<py::bytes> out = lane_->Call(method, request, timeout_s, spin_s)) {
+        return *std::move(out);
+      }
+      if (PyErr_Occurred() != nullptr) throw py::error_already_set();  // a warning made an error
+    }
     const auto now = std::chrono::system_clock::now();
     const auto deadline = now + After(timeout_s);
     const auto spin_until = now + After(std::min(spin_s, timeout_s));
@@ -217,11 +226,17 @@ class TrainerChannel {
   }
 
   const std::string token_;
+  const std::unique_ptr<LaneChannel> lane_;  // null: no lane
   const std::shared_ptr<grpc::Channel> channel_;
   grpc::GenericStub stub_{channel_};
 };
 
 }  // namespace
+
+void ThrowRpcError(int code, const std::string& details) {
+  PyErr_SetObject(RpcErrorType(), py::make_tuple(code, details).ptr());
+  throw py::error_already_set();
+}
 
 void BindClient(py::module_& m) {
   static py::exception<RpcError> rpc_error(m, "RpcError");
@@ -229,14 +244,14 @@ void BindClient(py::module_& m) {
   py::class_<TrainerChannel>(m, "TrainerChannel")
       .def(py::init([](std::string address, bool tls, py::bytes root_pem, py::bytes key_pem,
                        py::bytes cert_pem, std::string token,
-                       std::vector<std::pair<std::string, py::object>> options) {
+                       std::vector<std::pair<std::string, py::object>> options, std::string lane) {
              return std::make_unique<TrainerChannel>(
                  ChannelConfig{std::move(address), tls, root_pem, key_pem, cert_pem,
-                               std::move(token), std::move(options)});
+                               std::move(token), std::move(lane), std::move(options)});
            }),
            py::arg("address"), py::arg("tls") = false, py::arg("root_pem") = py::bytes(),
            py::arg("key_pem") = py::bytes(), py::arg("cert_pem") = py::bytes(),
-           py::arg("token") = "", py::arg("options") = py::list())
+           py::arg("token") = "", py::arg("options") = py::list(), py::arg("lane") = "")
       .def("call", &TrainerChannel::Call, py::arg("method"), py::arg("request"), py::arg("timeout"),
            py::arg("spin") = 0.0,
            "One unary call; the serialized response. Raises RpcError((code, details)). "

@@ -73,7 +73,8 @@ WorkerPtr Make(const std::string& controller,
                const std::string& metrics_host, double round_timeout_s, int64_t staging_limit_bytes,
                int64_t staging_budget_bytes, const std::string& instance_id,
                const std::string& controller_ca, const std::string& cert, const std::string& key,
-               const std::string& local_socket, int64_t busy_poll_ms) {
+               const std::string& local_socket, int64_t busy_poll_ms,
+               const std::string& controller_lane) {
   EmbeddedOptions o;
   o.controller = controller;
   // TLS when a CA names the controller's issuer; plaintext otherwise.
@@ -99,6 +100,7 @@ WorkerPtr Make(const std::string& controller,
   o.instance_id = instance_id;
   o.local_socket = local_socket;
   o.busy_poll_ms = busy_poll_ms;
+  o.controller_lane = controller_lane;
   absl::StatusOr<std::unique_ptr<EmbeddedWorker>> w;
   {
     py::gil_scoped_release nogil;
@@ -269,7 +271,8 @@ void BindWorker(py::module_& m) {
            py::arg("round_timeout_s") = 60.0, py::arg("staging_limit_bytes") = 0,
            py::arg("staging_budget_bytes") = 0, py::arg("instance_id") = "",
            py::arg("controller_ca") = "", py::arg("cert") = "", py::arg("key") = "",
-           py::arg("local_socket") = "", py::arg("busy_poll_ms") = 0)
+           py::arg("local_socket") = "", py::arg("busy_poll_ms") = 0,
+           py::arg("controller_lane") = "")
       .def("start",
            [](EmbeddedWorker& w) {
              absl::Status s;

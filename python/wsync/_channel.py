@@ -65,11 +65,12 @@ def open_channel(address, tls, token, options, aio=False):
     return channel
 
 
-def open_native(address, tls, token, options):
+def open_native(address, tls, token, options, lane=""):
     """A wsync._native.client.TrainerChannel to `address` (the same TLS,
     token and channel options as open_channel), or None when the extension
     is not built or WSYNC_NATIVE_CLIENT=0 (then every call goes through
-    grpcio)."""
+    grpcio). `lane`: the controller's control fast lane (its --lane_socket):
+    Sync and WaitSync go there ("": gRPC only)."""
     if os.environ.get("WSYNC_NATIVE_CLIENT", "1") == "0":
         return None
     try:
@@ -82,4 +83,4 @@ def open_native(address, tls, token, options):
         pem = {"root_pem": _read(tls.ca) or b"", "key_pem": _read(tls.key) or b"",
                "cert_pem": _read(tls.cert) or b""}
     return native_client.TrainerChannel(address, tls=tls is not None, token=token or "",
-                                        options=list(options), **pem)
+                                        options=list(options), lane=lane or "", **pem)

@@ -10,6 +10,7 @@ a timeout (``timeout`` seconds, default 30) and waits are bounded.
 """
 import os
 import time
+import warnings
 
 import grpc
 
@@ -187,7 +188,7 @@ class Client:
     """Synchronous client of the controller's TrainerService."""
 
     def __init__(self, address, *, timeout=30.0, channel=None, options=(), tls=False,
-                 token=None, busy_wait=None):
+                 token=None, busy_wait=None, lane=None):
         """`tls`: False (plaintext, a --insecure controller), True (TLS with
         the system roots), a CA file path, or wsync.Tls(ca, cert, key) for
         mutual TLS. `token`: a bearer token of the controller's
@@ -198,14 +199,31 @@ class Client:
         a wake-up (a few hundred microseconds on virtual machines after a
         quiet spell; docs/performance-notes.md, "The control path").
         Default: WSYNC_CLIENT_BUSY_WAIT=1 in the environment, else off.
-        Needs the wsync._native extension."""
+        Needs the wsync._native extension.
+        `lane`: the controller's control fast lane, the path of its
+        --lane_socket (a trainer on the controller's host, as the
+        controller's user): sync() and wait() go over that Unix socket, with
+        no gRPC thread on the controller's side (docs/performance-notes.md);
+        the same requests, answers and exceptions. An absent lane warns
+        (RuntimeWarning) and the calls go over gRPC. Default:
+        WSYNC_CONTROLLER_LANE in the environment, else none. Needs the
+        wsync._native extension (ignored, with a warning, without it)."""
         self.address = address
         self.timeout = timeout
         self._channel = channel or _channel.open_channel(address, tls, token, options)
         # Unary calls go through gRPC C++ (wsync._native) unless the caller
         # brought its own channel or the extension is missing; streams
         # (WatchSync) always use the grpcio channel.
-        self._native = None if channel else _channel.open_native(address, tls, token, options)
+        if lane is None:
+            lane = os.environ.get("WSYNC_CONTROLLER_LANE", "")
+        self._native = None if channel else _channel.open_native(address, tls, token, options,
+                                                                 lane)
+        self.lane = lane or None
+        if self.lane and self._native is None:
+            warnings.warn(f"wsync: lane={self.lane!r} needs the wsync._native client (not "
+                          "built, WSYNC_NATIVE_CLIENT=0 or a channel of the caller's): calls go "
+                          "over gRPC", RuntimeWarning, stacklevel=2)
+            self.lane = None
         if busy_wait is None:
             busy_wait = os.environ.get("WSYNC_CLIENT_BUSY_WAIT", "0") == "1"
         self.busy_wait = bool(busy_wait) and self._native is not None

@@ -145,12 +145,17 @@ class Worker:
     worker's threads poll for this many milliseconds instead of sleeping (a
     core each), so a sync after an idle spell pays no thread wake-up; -1
     spins forever, 0 is off; None (default): $WSYNC_BUSY_POLL_MS (which
-    wsync-worker and wsync-controller read too), else 0."""
+    wsync-worker and wsync-controller read too), else 0.
+    `controller_lane`: the controller's control fast lane (its --lane_socket;
+    wsync-worker's --controller_lane): results are reported on that Unix
+    socket, over gRPC when it is absent or refuses; None (default):
+    $WSYNC_CONTROLLER_LANE, else gRPC only."""
 
     def __init__(self, controller, groups, *, device=None, node="", data_address="127.0.0.1",
                  metrics_port=None, metrics_host="127.0.0.1", round_timeout=60.0,
                  staging_limit_bytes=0, staging_budget_bytes=0, instance_id="", controller_ca="",
-                 cert="", key="", local_socket=None, busy_poll_ms=None, start=True):
+                 cert="", key="", local_socket=None, busy_poll_ms=None, controller_lane=None,
+                 start=True):
         self.groups = parse_groups(groups)
         self.device = -1 if device is None else int(device)  # -1: host memory
         if busy_poll_ms is None:
@@ -169,7 +174,9 @@ class Worker:
                         staging_limit_bytes=int(staging_limit_bytes),
                         staging_budget_bytes=int(staging_budget_bytes), instance_id=instance_id,
                         controller_ca=controller_ca, cert=cert, key=key,
-                        local_socket=local_socket or "", busy_poll_ms=int(busy_poll_ms))
+                        local_socket=local_socket or "", busy_poll_ms=int(busy_poll_ms),
+                        controller_lane=controller_lane if controller_lane is not None
+                        else os.environ.get("WSYNC_CONTROLLER_LANE", ""))
         self.local_socket = local_socket or None
         self._lock = threading.Lock()
         self._registered = {}  # (group, name) -> (tensor, data_ptr)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -45,6 +46,7 @@ WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
               RunnerOptions{options_.round_timeout, options_.staging_limit_bytes, options_.backend,
                             options_.parts_cache_bytes, options_.staging_budget_bytes,
                             options_.test_corrupt_after_sync, options_.arenas}),
+      lane_(options_.controller_lane, Roles(options_)),
       progress_([this](const v1::ReportProgressRequest& p) {
         grpc::ClientContext ctx;
         ctx.set_deadline(In(absl::Seconds(2)));
@@ -88,6 +90,7 @@ void WorkerAgent::Stop() {
   {
     absl::MutexLock lock(&mu_);
     if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+    lane_stream_cancel_.store(true);
   }
   for (std::thread* t : {&session_, &heartbeat_, &exec_}) {
     if (t->joinable()) t->join();
@@ -199,6 +202,7 @@ void WorkerAgent::HeartbeatLoop() {
         // The controller forgot us (restart or expiry): end the stream, re-register.
         absl::MutexLock lock(&mu_);
         if (lease_id_ == lease_id && stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+        if (lease_id_ == lease_id) lane_stream_cancel_.store(true);
       } else if (s.ok()) {
         RetryBuffersPush(lease_id);  // retries a push that failed (no-op when current)
       }
@@ -246,6 +250,13 @@ void WorkerAgent::Report(v1::ReportResultRequest r, const std::string& lease_id)
   busy_.Touch();  // the spin window counts from the last sync's end
   r.set_lease_id(lease_id);
   r.set_reported_unix_us(absl::ToUnixMicros(absl::Now()));
+  if (std::optional<absl::Status> sent = lane_.Report(r, absl::Now() + absl::Seconds(5))) {
+    if (!sent->ok()) {
+      spdlog::warn("[worker {}] report of {} not delivered: {}", Roles(options_), r.sync_id(),
+                   std::string(sent->message()));
+    }
+    return;
+  }
   grpc::ClientContext ctx;
   ctx.set_deadline(In(absl::Seconds(5)));
   v1::ReportResultResponse resp;

@@ -21,6 +21,7 @@
 #include "worker/agent/commit_latch.h"
 #include "worker/agent/event_queue.h"
 #include "worker/agent/fd_inbox.h"
+#include "worker/agent/lane_reporter.h"
 #include "worker/agent/progress_reporter.h"
 #include "worker/agent/serving.h"
 #include "worker/agent/staged_gate.h"
@@ -97,6 +98,10 @@ struct AgentOptions {
   // assignment reader and the exec thread spin after the last activity
   // before they sleep. Zero: off (they sleep); InfiniteDuration: always spin.
   absl::Duration busy_poll = absl::ZeroDuration();
+  // The controller's control fast lane (--controller_lane, lane_reporter.h):
+  // results are reported on this Unix socket, over gRPC when it is absent
+  // or refuses. Empty: gRPC only.
+  std::string controller_lane;
 };
 
 class WorkerAgent {
@@ -155,6 +160,10 @@ class WorkerAgent {
   // completion queue this thread polls without sleeping while busy_ spins.
   grpc::Status ReadAssignments(grpc::ClientContext* ctx, const std::string& lease_id,
                                uint64_t epoch);
+  // The stream over the control lane (agent_lane.cc), when --controller_lane
+  // is set: its end, or nullopt when the lane cannot carry it (absent,
+  // refused: a warning; then gRPC's stream is read).
+  std::optional<grpc::Status> ReadAssignmentsLane(const std::string& lease_id, uint64_t epoch);
   grpc::Status ReadAssignmentsPolled(grpc::ClientContext* ctx, const v1::AssignmentsRequest& req,
                                      uint64_t epoch);
   // The exec thread, busy polling: spins (releasing mu_ between looks)
@@ -252,6 +261,10 @@ class WorkerAgent {
   CommitLatch latch_;  // the owner's hold and the commit writing its live tensors
   std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<v1::WorkerService::Stub> stub_;
+  LaneReporter lane_;  // options_.controller_lane
+  // The lane's assignment stream: asked to end (Stop, the lease forgotten).
+  std::atomic<bool> lane_stream_cancel_{false};
+  absl::Time lane_stream_retry_ = absl::InfinitePast();  // session thread only
   // Running syncs' progress, delivered off the exec thread (uses stub_).
   ProgressReporter progress_;
 

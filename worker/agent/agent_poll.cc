@@ -51,6 +51,7 @@ bool Await(grpc::CompletionQueue& cq, const BusyPoll& busy, Op op) {
 
 grpc::Status WorkerAgent::ReadAssignments(grpc::ClientContext* ctx, const std::string& lease_id,
                                           uint64_t epoch) {
+  if (std::optional<grpc::Status> lane = ReadAssignmentsLane(lease_id, epoch)) return *lane;
   v1::AssignmentsRequest req;
   req.set_lease_id(lease_id);
   if (busy_.enabled()) return ReadAssignmentsPolled(ctx, req, epoch);

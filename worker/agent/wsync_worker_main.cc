@@ -111,6 +111,12 @@ ABSL_FLAG(absl::Duration, staged_flush_timeout, absl::Seconds(5),
           "staged; one that does not read it in time fails the sync (the receiver rolls back), "
           "so the pool never commits while an owner did not hear STAGED; > 0. Env: "
           "WSYNC_STAGED_FLUSH_TIMEOUT.");
+ABSL_FLAG(std::string, controller_lane, "",
+          "The controller's control fast lane (its --lane_socket, a Unix socket on this "
+          "host): sync results are reported there, with no gRPC thread on the controller's "
+          "side (docs/performance-notes.md). When it is absent or refuses, the worker reports "
+          "over gRPC (a warning) and tries the lane again 10 s later. Empty: gRPC only. Env: "
+          "WSYNC_CONTROLLER_LANE.");
 ABSL_FLAG(int64_t, busy_poll_ms, 0,
           "Low-latency mode: after the last assignment or report, the assignment stream's "
           "reader and the exec thread poll for this many milliseconds instead of sleeping "
@@ -189,6 +195,7 @@ int main(int argc, char** argv) {
        "hold_commit_wait",
        "staged_flush_timeout",
        "busy_poll_ms",
+       "controller_lane",
        "parts_cache_bytes",
        "instance_id",
        "port_file",
@@ -294,6 +301,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.busy_poll = *busy_poll;
+  options.controller_lane = absl::GetFlag(FLAGS_controller_lane);
   if (options.busy_poll > absl::ZeroDuration()) {
     spdlog::info("wsync-worker: --busy_poll_ms={}: two threads spin {} after each activity",
                  absl::GetFlag(FLAGS_busy_poll_ms),

@@ -134,6 +134,7 @@ EmbeddedWorker::EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::B
   a.staging_limit_bytes = options_.staging_limit_bytes;
   a.staging_budget_bytes = options_.staging_budget_bytes;
   a.busy_poll = *BusyPollWindow(options_.busy_poll_ms, "busy_poll_ms");  // checked in Create
+  a.controller_lane = options_.controller_lane;
   a.backend = backend_.get();
   a.arenas = &arenas_;
   if (local_ != nullptr) a.fd_inbox = local_->fd_inbox();

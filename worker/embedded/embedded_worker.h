@@ -65,6 +65,9 @@ struct EmbeddedOptions {
   // The low-latency mode (wsync-worker's --busy_poll_ms, common/busy_poll.h):
   // -1 spin forever, 0 off, N > 0 spin N ms after each activity.
   int64_t busy_poll_ms = 0;
+  // The controller's control fast lane (wsync-worker's --controller_lane,
+  // agent/lane_reporter.h); empty: gRPC only.
+  std::string controller_lane;
 };
 
 // One tensor of this process, by pointer.

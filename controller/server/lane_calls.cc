@@ -1,0 +1,242 @@
+// LaneServer's calls (lane_server.h): admission, then the bodies the gRPC
+// handlers run (handlers.h); and the waits of Sync / WaitSync, answered from
+// the lane's own thread.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "controller/server/handlers.h"
+#include "controller/server/lane_server.h"
+
+namespace wsync::controller {
+namespace {
+
+v1::LaneResponse Answer(uint64_t call_id, const absl::Status& status) {
+  v1::LaneResponse resp;
+  resp.set_call_id(call_id);
+  resp.set_code(static_cast<int>(status.code()));
+  resp.set_message(std::string(status.message()));
+  return resp;
+}
+
+}  // namespace
+
+void LaneServer::Dispatch(Conn& c, const v1::LaneRequest& req) {
+  switch (req.call_case()) {
+    case v1::LaneRequest::kHello:
+      return Hello(c, req);
+    case v1::LaneRequest::kReport:
+      return Report(c, req);
+    case v1::LaneRequest::kSync:
+      return SyncCall(c, req);
+    case v1::LaneRequest::kWaitSync:
+      return WaitSyncCall(c, req);
+    case v1::LaneRequest::kAssignments:
+      return AssignmentsCall(c, req);
+    case v1::LaneRequest::CALL_NOT_SET:
+      break;
+  }
+  Send(c, Answer(req.call_id(),
+                 absl::InvalidArgumentError("lane: a request names no call (hello, sync, wait_sync "
+                                            "or report; an older controller?)")));
+}
+
+absl::Status LaneServer::CheckLease(const std::string& lease, absl::string_view call) {
+  // The lease secret is the worker's credential here (it learnt it by
+  // registering over gRPC, with its certificate when TLS is on); the peer is
+  // of the controller's own user (SO_PEERCRED, at accept).
+  if (!lease.empty() && controller_->workers().IsAlive(lease)) return absl::OkStatus();
+  return absl::UnauthenticatedError(
+      absl::StrCat("lane: ", call, ": ",
+                   lease.empty() ? "no lease_id; a worker registers first (RegisterWorker)"
+                                 : "not a live lease (register again over gRPC)"));
+}
+
+void LaneServer::Hello(Conn& c, const v1::LaneRequest& req) {
+  const std::string& lease = req.hello().lease_id();
+  if (absl::Status st = CheckLease(lease, "LaneHello"); !st.ok()) {
+    Send(c, Answer(req.call_id(), st));
+    return;
+  }
+  if (c.lease_id != lease) {
+    std::optional<WorkerSnapshot> w = controller_->workers().Find(lease);
+    spdlog::info("[controller] lane: {} reports over the lane",
+                 w.has_value() ? w->description : "a worker");
+  }
+  c.lease_id = lease;
+  Send(c, Answer(req.call_id(), absl::OkStatus()));
+}
+
+void LaneServer::AssignmentsCall(Conn& c, const v1::LaneRequest& req) {
+  const std::string& lease = req.assignments().lease_id();
+  absl::Status st = CheckLease(lease, "Assignments");
+  if (st.ok() && (c.stream_token != 0 || (!c.lease_id.empty() && c.lease_id != lease))) {
+    st = absl::FailedPreconditionError(
+        "lane: Assignments on a connection that already streams or is bound to another lease");
+  }
+  absl::StatusOr<uint64_t> token = absl::FailedPreconditionError("");
+  if (st.ok()) {
+    std::shared_ptr<std::atomic<LaneServer*>> self = self_;
+    token = controller_->workers().OpenStream(lease, [self] {
+      if (LaneServer* s = self->load()) s->Notify();
+    });
+    st = token.status();
+  }
+  if (!st.ok()) {
+    Send(c, Answer(req.call_id(), st));
+    return;
+  }
+  std::optional<WorkerSnapshot> w = controller_->workers().Find(lease);
+  spdlog::info("[controller] lane: {} receives its assignments over the lane",
+               w.has_value() ? w->description : "a worker");
+  c.lease_id = lease;
+  c.stream_token = *token;
+  c.stream_call = req.call_id();
+  if (Send(c, Answer(req.call_id(), absl::OkStatus()))) PumpStreams();  // pushed before the token
+}
+
+void LaneServer::PumpStreams() {
+  for (auto& [id, conn] : conns_) {
+    Conn& c = *conn;
+    while (c.fd >= 0 && c.stream_token != 0) {
+      absl::StatusOr<std::optional<v1::Assignment>> next =
+          controller_->workers().NextAssignment(c.lease_id, c.stream_token, absl::ZeroDuration());
+      if (next.ok() && !next->has_value()) break;
+      v1::LaneResponse resp = Answer(c.stream_call, next.status());
+      if (!next.ok()) {
+        c.stream_token = 0;  // the registry ended it (the lease died, a newer stream)
+        Send(c, resp);
+        break;
+      }
+      *resp.mutable_assignment() = **std::move(next);
+      if (!Send(c, resp)) break;
+    }
+  }
+}
+
+void LaneServer::Report(Conn& c, const v1::LaneRequest& req) {
+  absl::Status st;
+  if (c.lease_id.empty()) {
+    st = absl::FailedPreconditionError(
+        "lane: ReportResult on a connection not bound to a lease: send LaneHello first");
+  } else if (req.report().lease_id() != c.lease_id) {
+    st = absl::PermissionDeniedError(
+        "lane: ReportResult names another lease than the one this connection is bound to");
+  } else {
+    st = ReportResultCall(*controller_, req.report());
+    // The report may have ended a sync: its waiting trainer hears it from
+    // this thread now, before this report's acknowledgement.
+    PollIfNotified();
+  }
+  v1::LaneResponse resp = Answer(req.call_id(), st);
+  if (st.ok()) resp.mutable_report();
+  Send(c, resp);
+}
+
+void LaneServer::SyncCall(Conn& c, const v1::LaneRequest& req) {
+  absl::StatusOr<Caller> caller = auth_->RequireRoleByToken(req.token(), Role::kTrainer, "Sync");
+  if (!caller.ok()) {
+    Send(c, Answer(req.call_id(), caller.status()));
+    return;
+  }
+  std::optional<absl::Time> until;
+  absl::StatusOr<v1::SyncResponse> started =
+      StartSyncCall(*controller_, req.sync(), *caller, &until);
+  // The sync's assignments go to the workers' lane streams now, from this
+  // thread (and any waits it may have ended hear it).
+  PollIfNotified();
+  if (!started.ok()) {
+    Send(c, Answer(req.call_id(), started.status()));
+    return;
+  }
+  if (!until.has_value()) {
+    v1::LaneResponse resp = Answer(req.call_id(), absl::OkStatus());
+    *resp.mutable_sync() = *std::move(started);
+    Send(c, resp);
+    return;
+  }
+  Wait w;
+  w.conn = c.id;
+  w.call_id = req.call_id();
+  w.sync_id = started->sync_id();
+  w.until = *until;
+  w.sync = std::make_unique<v1::SyncResponse>(*std::move(started));
+  AddWait(c, std::move(w));
+}
+
+void LaneServer::WaitSyncCall(Conn& c, const v1::LaneRequest& req) {
+  absl::StatusOr<Caller> caller = auth_->RequireRoleByToken(req.token(), Role::kReader, "WaitSync");
+  if (!caller.ok()) {
+    Send(c, Answer(req.call_id(), caller.status()));
+    return;
+  }
+  Wait w;
+  w.conn = c.id;
+  w.call_id = req.call_id();
+  w.sync_id = req.wait_sync().sync_id();
+  w.until = WaitSyncUntil(*controller_, req.wait_sync());
+  AddWait(c, std::move(w));
+}
+
+void LaneServer::AddWait(Conn& c, Wait w) {
+  if (AnswerWait(w, /*expired=*/false)) return;  // it ended already
+  if (static_cast<int64_t>(waits_.size()) >= options_.max_waits) {
+    Send(c, Answer(w.call_id, absl::ResourceExhaustedError(absl::StrCat(
+                                  "lane: ", waits_.size(),
+                                  " waits already (the most the lane holds); wait again "
+                                  "later or over gRPC"))));
+    return;
+  }
+  waits_.push_back(std::move(w));
+}
+
+bool LaneServer::AnswerWait(Wait& w, bool expired) {
+  std::optional<absl::StatusOr<v1::SyncStatus>> end = PollSyncEnd(*controller_, w.sync_id, expired);
+  if (!end.has_value()) return false;
+  v1::LaneResponse resp = Answer(w.call_id, end->status());
+  if (end->ok()) {
+    if (w.sync != nullptr) {
+      *w.sync->mutable_status() = **std::move(end);
+      resp.mutable_sync()->Swap(w.sync.get());
+    } else {
+      *resp.mutable_wait_sync() = **std::move(end);
+    }
+  }
+  Send(w.conn, resp);
+  return true;
+}
+
+void LaneServer::PollIfNotified() {
+  if (!notified_.exchange(false)) return;
+  busy_.Touch();
+  PumpStreams();
+  PollWaits(/*all_expired=*/false);
+}
+
+void LaneServer::PollWaits(bool all_expired) {
+  const absl::Time now = absl::Now();
+  AnswerWaits([](const Wait&) { return true; },
+              [&](const Wait& w) { return all_expired || w.until <= now; });
+}
+
+void LaneServer::PollDueWaits() {
+  const absl::Time now = absl::Now();
+  auto due = [&](const Wait& w) { return w.until <= now; };
+  AnswerWaits(due, due);
+}
+
+template <typename Which, typename Expired>
+void LaneServer::AnswerWaits(Which which, Expired expired) {
+  // AnswerWait may close a connection (Send) but never touches waits_.
+  size_t kept = 0;
+  for (size_t i = 0; i < waits_.size(); ++i) {
+    Wait& w = waits_[i];
+    if (which(w) && AnswerWait(w, expired(w))) continue;
+    if (kept != i) waits_[kept] = std::move(w);
+    ++kept;
+  }
+  waits_.resize(kept);
+}
+
+}  // namespace wsync::controller

@@ -1,0 +1,369 @@
+// LaneServer (controller/server/lane_server.h) in process, with the real
+// Controller and Authenticator and clients on its real Unix socket: a sync
+// over the lane end to end, the admission rules, malformed frames, a peer
+// that stops reading, the socket file's rules.
+#include "controller/server/lane_server.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/lane_client.h"
+#include "gmock/gmock.h"
+#include "tests/controller/server/coordinator_fixture.h"
+
+namespace wsync::controller {
+namespace {
+
+using ::testing::HasSubstr;
+
+class LaneServerTest : public controller_testing::CoordinatorFixture {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/lane-XXXXXX");
+    ASSERT_NE(mkdtemp(dir_.data()), nullptr);
+    path_ = dir_ + "/lane.sock";
+  }
+  void TearDown() override {
+    lane_.reset();
+    rmdir(dir_.c_str());
+  }
+
+  void StartLane(AuthOptions auth_options = Insecure(), LaneOptions o = LaneOptions()) {
+    auto auth = Authenticator::Create(std::move(auth_options));
+    ASSERT_TRUE(auth.ok()) << auth.status();
+    auth_ = *std::move(auth);
+    o.socket_path = path_;
+    auto lane = LaneServer::Start(o, controller_.get(), auth_.get());
+    ASSERT_TRUE(lane.ok()) << lane.status();
+    lane_ = *std::move(lane);
+  }
+  static AuthOptions Insecure() {
+    AuthOptions a;
+    a.insecure = true;
+    return a;
+  }
+
+  std::unique_ptr<LaneClient> Connect() {
+    auto c = LaneClient::Connect(path_);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *std::move(c) : nullptr;
+  }
+  static v1::LaneResponse Call(LaneClient& c, v1::LaneRequest req) {
+    auto resp = c.Call(std::move(req), absl::Now() + absl::Seconds(10));
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? *resp : v1::LaneResponse();
+  }
+  static v1::LaneRequest Hello(const std::string& lease) {
+    v1::LaneRequest r;
+    r.mutable_hello()->set_lease_id(lease);
+    return r;
+  }
+  static v1::LaneRequest Report(const std::string& lease, const std::string& sync_id) {
+    v1::LaneRequest r;
+    r.mutable_report()->set_lease_id(lease);
+    r.mutable_report()->set_sync_id(sync_id);
+    return r;
+  }
+  static v1::LaneRequest SyncWaiting(int64_t version, const std::string& token = "") {
+    v1::LaneRequest r;
+    r.set_token(token);
+    r.mutable_sync()->set_transfer("t");
+    r.mutable_sync()->set_version(version);
+    r.mutable_sync()->set_wait_ms(10'000);
+    return r;
+  }
+
+  // Three workers with assignment streams, transfer "t" defined.
+  void ThreeWorkers() {
+    leases_ = {Register("a", "src", 0, 2, 16), Register("b", "src", 1, 2, 16),
+               Register("c", "dst", 0, 1, 32)};
+    for (const auto& l : leases_) tokens_[l] = *controller_->workers().OpenStream(l);
+    DefineSimple();
+  }
+
+  // A raw connection (for bytes no LaneClient sends).
+  int RawConnect() {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path_.data(), path_.size());
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    EXPECT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+  }
+  // Reads the error frame the server sends before it closes `fd`, then
+  // checks the end of stream.
+  static v1::LaneResponse ReadRefusal(int fd) {
+    std::string in;
+    char buf[4096];
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) in.append(buf, static_cast<size_t>(n));
+    EXPECT_EQ(n, 0) << "the server closes the connection";
+    auto frame = NextLaneFrame(in, kLaneMaxFrameBytes);
+    v1::LaneResponse resp;
+    EXPECT_TRUE(frame.ok() && frame->consumed == in.size()) << in.size();
+    if (frame.ok()) {
+      EXPECT_TRUE(ParseLanePayload(frame->payload, "LaneResponse", &resp).ok());
+    }
+    return resp;
+  }
+
+  std::string dir_, path_;
+  std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<LaneServer> lane_;
+  std::vector<std::string> leases_;
+  std::map<std::string, uint64_t> tokens_;
+};
+
+TEST_F(LaneServerTest, TheLastReportOverTheLaneAnswersTheWaitingTrainer) {
+  ThreeWorkers();
+  StartLane();
+  auto trainer = Connect();
+  ASSERT_NE(trainer, nullptr);
+  auto id = trainer->Send(SyncWaiting(1), absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto early = trainer->Receive(*id, absl::Now() + absl::Milliseconds(50), false);
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_FALSE(early->has_value()) << "answered before the workers reported";
+  for (const std::string& l : leases_) {
+    auto worker = Connect();
+    ASSERT_NE(worker, nullptr);
+    v1::LaneResponse hello = Call(*worker, Hello(l));
+    ASSERT_EQ(hello.code(), 0) << hello.message();
+    const v1::SyncAssignment a = Next(l, tokens_[l]);
+    v1::LaneResponse ack = Call(*worker, Report(l, a.sync_id()));
+    EXPECT_EQ(ack.code(), 0) << ack.message();
+    EXPECT_TRUE(ack.has_report());
+  }
+  auto answer = trainer->Receive(*id, absl::Now() + absl::Seconds(5), false);
+  ASSERT_TRUE(answer.ok() && answer->has_value()) << answer.status();
+  const v1::LaneResponse& resp = **answer;
+  EXPECT_EQ(resp.code(), 0) << resp.message();
+  EXPECT_FALSE(resp.sync().sync_id().empty());
+  EXPECT_EQ(resp.sync().status().phase(), v1::SYNC_SUCCEEDED) << resp.sync().status().error();
+  EXPECT_EQ(resp.sync().status().version(), 1);
+}
+
+TEST_F(LaneServerTest, ASyncEndedOffTheLaneReachesItsWaiterAndWaitSyncWorks) {
+  ThreeWorkers();
+  StartLane();
+  auto trainer = Connect();
+  ASSERT_NE(trainer, nullptr);
+  auto id = trainer->Send(SyncWaiting(1), absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(id.ok());
+  std::string sync_id;
+  for (const std::string& l : leases_) {  // as over gRPC: not on the lane's thread
+    const v1::SyncAssignment a = Next(l, tokens_[l]);
+    sync_id = a.sync_id();
+    ReportOk(l, a);
+  }
+  auto answer = trainer->Receive(*id, absl::Now() + absl::Seconds(5), false);
+  ASSERT_TRUE(answer.ok() && answer->has_value()) << answer.status();
+  EXPECT_EQ((*answer)->sync().status().phase(), v1::SYNC_SUCCEEDED);
+  v1::LaneRequest wait;
+  wait.mutable_wait_sync()->set_sync_id(sync_id);
+  v1::LaneResponse waited = Call(*trainer, wait);
+  EXPECT_EQ(waited.code(), 0) << waited.message();
+  EXPECT_EQ(waited.wait_sync().phase(), v1::SYNC_SUCCEEDED);
+  wait.mutable_wait_sync()->set_sync_id("no-such-sync");
+  waited = Call(*trainer, wait);
+  EXPECT_EQ(waited.code(), static_cast<int>(absl::StatusCode::kNotFound)) << waited.message();
+}
+
+TEST_F(LaneServerTest, AssignmentsStreamOverTheLaneAndItsEndEndsTheLease) {
+  leases_ = {Register("a", "src", 0, 2, 16), Register("b", "src", 1, 2, 16),
+             Register("c", "dst", 0, 1, 32)};
+  DefineSimple();
+  StartLane();
+  std::vector<std::unique_ptr<LaneClient>> streams;
+  std::vector<uint64_t> calls;
+  for (const std::string& l : leases_) {
+    streams.push_back(Connect());
+    ASSERT_NE(streams.back(), nullptr);
+    v1::LaneRequest open;
+    open.mutable_assignments()->set_lease_id(l);
+    v1::LaneResponse opened = Call(*streams.back(), open);
+    ASSERT_EQ(opened.code(), 0) << opened.message();
+    EXPECT_FALSE(opened.has_assignment());
+    calls.push_back(opened.call_id());
+  }
+  auto trainer = Connect();
+  ASSERT_NE(trainer, nullptr);
+  auto id = trainer->Send(SyncWaiting(1), absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(id.ok());
+  std::vector<std::unique_ptr<LaneClient>> reporters;
+  for (size_t i = 0; i < leases_.size(); ++i) {
+    auto got = streams[i]->Receive(calls[i], absl::Now() + absl::Seconds(5), /*spin=*/false);
+    ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
+    ASSERT_EQ((*got)->code(), 0) << (*got)->message();
+    ASSERT_TRUE((*got)->assignment().has_sync());
+    EXPECT_EQ((*got)->assignment().sync().version(), 1);
+    reporters.push_back(Connect());
+    ASSERT_EQ(Call(*reporters.back(), Hello(leases_[i])).code(), 0);
+    EXPECT_EQ(
+        Call(*reporters.back(), Report(leases_[i], (*got)->assignment().sync().sync_id())).code(),
+        0);
+  }
+  auto answer = trainer->Receive(*id, absl::Now() + absl::Seconds(5), false);
+  ASSERT_TRUE(answer.ok() && answer->has_value()) << answer.status();
+  EXPECT_EQ((*answer)->sync().status().phase(), v1::SYNC_SUCCEEDED);
+  // A second stream on a streaming connection is refused.
+  v1::LaneRequest again;
+  again.mutable_assignments()->set_lease_id(leases_[0]);
+  auto twice = streams[0]->Call(again, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  EXPECT_EQ(twice->code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  // A stream that ends (its connection closed) ends the lease, as on gRPC.
+  EXPECT_TRUE(controller_->workers().IsAlive(leases_[2]));
+  streams[2].reset();
+  const absl::Time until = absl::Now() + absl::Seconds(5);
+  while (controller_->workers().IsAlive(leases_[2]) && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_FALSE(controller_->workers().IsAlive(leases_[2]));
+}
+
+TEST_F(LaneServerTest, AWorkerProvesALiveLeaseAndReportsOnlyForIt) {
+  ThreeWorkers();
+  StartLane();
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  v1::LaneResponse r = Call(*c, Report(leases_[0], "s"));
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(r.message(), HasSubstr("send LaneHello first"));
+  r = Call(*c, Hello("not-a-lease"));
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(r.message(), HasSubstr("not a live lease"));
+  r = Call(*c, Hello(""));
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kUnauthenticated));
+  ASSERT_EQ(Call(*c, Hello(leases_[0])).code(), 0);
+  r = Call(*c, Report(leases_[1], "s"));
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(r.message(), HasSubstr("another lease"));
+  EXPECT_THAT(r.message(), ::testing::Not(HasSubstr(leases_[1]))) << "never echo a secret";
+  r = Call(*c, v1::LaneRequest());  // no call: an error, the connection stays
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(r.message(), HasSubstr("names no call"));
+  EXPECT_FALSE(c->broken());
+  r = Call(*c, Report(leases_[0], "unknown-sync"));  // the coordinator's own answer
+  EXPECT_NE(r.code(), 0);
+}
+
+TEST_F(LaneServerTest, TrainerCallsNeedTheirTokenWhenATokensFileIsSet) {
+  ThreeWorkers();
+  const std::string tokens = dir_ + "/tokens";
+  std::ofstream(tokens) << "trainer-token-0123456789 trainer t\nreader-token-0123456789 reader r\n";
+  AuthOptions a = Insecure();
+  a.tokens_file = tokens;
+  StartLane(a);
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  v1::LaneResponse r = Call(*c, SyncWaiting(1));
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(r.message(), HasSubstr("Sync: no credentials"));
+  r = Call(*c, SyncWaiting(1, "wrong-token-0123456789"));
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(r.message(), HasSubstr("not in --tokens_file"));
+  r = Call(*c, SyncWaiting(1, "reader-token-0123456789"));
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(r.message(), HasSubstr("Sync needs role trainer; identity 'token:r'"));
+  v1::LaneRequest nowait = SyncWaiting(1, "trainer-token-0123456789");
+  nowait.mutable_sync()->set_wait_ms(0);
+  r = Call(*c, nowait);
+  EXPECT_EQ(r.code(), 0) << r.message();
+  EXPECT_FALSE(r.sync().sync_id().empty()) << "started, not waited for";
+  unlink(tokens.c_str());
+}
+
+TEST_F(LaneServerTest, MalformedFramesGetAnErrorAndTheConnectionClosed) {
+  StartLane();
+  int fd = RawConnect();
+  const unsigned char huge[4] = {0xff, 0xff, 0xff, 0x7f};  // ~2 GiB announced
+  ASSERT_EQ(send(fd, huge, 4, MSG_NOSIGNAL), 4);
+  v1::LaneResponse r = ReadRefusal(fd);
+  close(fd);
+  EXPECT_EQ(r.call_id(), 0u);
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(r.message(), HasSubstr("over the limit"));
+
+  fd = RawConnect();
+  const std::string garbage = std::string("\x05\x00\x00\x00", 4) + "\xff\xff\xff\xff\xff";
+  ASSERT_EQ(send(fd, garbage.data(), garbage.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(garbage.size()));
+  r = ReadRefusal(fd);
+  close(fd);
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(r.message(), HasSubstr("not a LaneRequest"));
+
+  auto c = Connect();  // the server goes on
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(Call(*c, Hello("x")).code(), static_cast<int>(absl::StatusCode::kUnauthenticated));
+}
+
+TEST_F(LaneServerTest, APeerThatStopsReadingIsDropped) {
+  LaneOptions o;
+  o.max_pending_bytes = 4096;
+  StartLane(Insecure(), o);
+  const int fd = RawConnect();
+  int small = 4096;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  v1::LaneRequest wait;
+  wait.mutable_wait_sync()->set_sync_id("no-such-sync");  // answered at once
+  std::string batch;
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(AppendLaneFrame(wait, kLaneMaxFrameBytes, &batch).ok());
+  bool dropped = false;
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  while (!dropped && absl::Now() < until) {  // never reads an answer
+    dropped = send(fd, batch.data(), batch.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+              errno != EAGAIN && errno != EWOULDBLOCK;
+    if (!dropped) absl::SleepFor(absl::Microseconds(200));
+  }
+  close(fd);
+  EXPECT_TRUE(dropped) << "the server kept a peer that reads nothing";
+  auto c = Connect();  // and it serves the others
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(Call(*c, Hello("x")).code(), static_cast<int>(absl::StatusCode::kUnauthenticated));
+}
+
+TEST_F(LaneServerTest, TheSocketIsOwnerOnlyAndALiveOneIsNeverReplaced) {
+  StartLane();
+  struct stat st;
+  ASSERT_EQ(stat(path_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  auto auth = Authenticator::Create(Insecure());
+  LaneOptions o;
+  o.socket_path = path_;
+  auto second = LaneServer::Start(o, controller_.get(), auth->get());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists) << second.status();
+  const std::string file = dir_ + "/plain";
+  std::ofstream(file) << "not a socket";
+  o.socket_path = file;
+  second = LaneServer::Start(o, controller_.get(), auth->get());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kInvalidArgument) << second.status();
+  unlink(file.c_str());
+  o.socket_path = dir_ + "/" + std::string(200, 'x');
+  EXPECT_EQ(LaneServer::Start(o, controller_.get(), auth->get()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  lane_.reset();
+  EXPECT_NE(stat(path_.c_str(), &st), 0) << "the socket file is removed at the end";
+  // A dead controller's socket file is replaced.
+  const int dead = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path_.data(), path_.size());
+  ASSERT_EQ(bind(dead, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  close(dead);  // the file stays, nobody listens
+  StartLane();
+  EXPECT_NE(Connect(), nullptr);
+}
+
+}  // namespace
+}  // namespace wsync::controller

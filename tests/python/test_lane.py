@@ -1,0 +1,121 @@
+"""wsync.Client(lane=...) through the native client: sync() and wait() over
+the controller's control fast lane (--lane_socket), the workers reporting on
+it too (--controller_lane); the same answers and exceptions as over gRPC; an
+absent lane falls back to gRPC with a RuntimeWarning. Real controller and
+workers."""
+import os
+import socket
+import tempfile
+import warnings
+
+import pytest
+import torch
+
+import wsync
+import wsync.torch
+from wsync._proto import controller_pb2 as pb
+
+from harness import Cluster
+from test_errors import W, register_all, spec_of
+
+native = pytest.importorskip("wsync._native")
+
+TRAINER = "lane-trainer-token-0123456789"
+READER = "lane-reader-token-0123456789"
+
+
+@pytest.fixture
+def lane_cluster():
+    d = tempfile.mkdtemp(prefix="wsync-lane-")
+    lane = os.path.join(d, "lane.sock")
+    tokens = os.path.join(d, "tokens")
+    with open(tokens, "w") as f:
+        f.write(f"{TRAINER} trainer t\n{READER} reader r\n")
+    c = Cluster(controller_flags=[f"--lane_socket={lane}", f"--tokens_file={tokens}"])
+    socks = {r: c.worker(f"trainer:{r}:2", flags=[f"--controller_lane={lane}"]) for r in range(2)}
+    socks["inference"] = c.worker("inference:0:1", flags=[f"--controller_lane={lane}"])
+    c.lane = lane
+    c.socks = socks
+    yield c
+    c.close()
+
+
+def unreachable_address():
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_sync_and_wait_go_over_the_lane(lane_cluster):
+    grpc_client = wsync.Client(lane_cluster.address, timeout=10, token=TRAINER)
+    grpc_client.wait_for_workers({"trainer": 2, "inference": 1}, timeout=30)
+    dest = {W: torch.zeros(8, 4)}
+    regs = register_all(lane_cluster.socks, dest=dest)  # noqa: F841 (kept registered)
+    grpc_client.define_transfer("t", spec_of())
+    # gRPC cannot reach the controller from this client: only the lane can.
+    lane_client = wsync.Client(unreachable_address(), timeout=10, token=TRAINER,
+                               lane=lane_cluster.lane)
+    assert lane_client.lane == lane_cluster.lane
+    status = lane_client.sync(1, transfer="t", wait=30).wait(timeout=30, show_progress=False)
+    assert status.phase == pb.SYNC_SUCCEEDED, status.error
+    assert torch.equal(dest[W][:4], torch.zeros(4, 4))
+    assert torch.equal(dest[W][4:], torch.ones(4, 4))
+    # wait() of a sync started without waiting: WaitSync over the lane.
+    handle = lane_client.sync(2, transfer="t")
+    assert handle.wait(timeout=30, show_progress=False).phase == pb.SYNC_SUCCEEDED
+    # busy_wait spins on the socket; same answer.
+    spinning = wsync.Client(unreachable_address(), timeout=10, token=TRAINER,
+                            lane=lane_cluster.lane, busy_wait=True)
+    assert spinning.sync(3, transfer="t", wait=30).wait(
+        timeout=30, show_progress=False).phase == pb.SYNC_SUCCEEDED
+    logs = lane_cluster.logs()
+    assert logs.count("reports over the control lane") == 3, logs
+    assert "reporting over gRPC" not in logs, logs
+
+
+def test_the_same_exceptions_as_over_grpc(lane_cluster):
+    grpc_client = wsync.Client(lane_cluster.address, timeout=10, token=TRAINER)
+    grpc_client.wait_for_workers({"trainer": 2, "inference": 1}, timeout=30)
+    regs = register_all(lane_cluster.socks)  # noqa: F841
+    grpc_client.define_transfer("t", spec_of())
+    grpc_client.sync(2, transfer="t", wait=30).wait(timeout=30, show_progress=False)
+    far = unreachable_address()
+    with pytest.raises(wsync.Unauthenticated) as e:
+        wsync.Client(far, timeout=10, lane=lane_cluster.lane).sync(3, transfer="t", wait=10)
+    assert "Sync: no credentials" in e.value.message
+    with pytest.raises(wsync.PermissionDenied) as e:
+        wsync.Client(far, timeout=10, token=READER, lane=lane_cluster.lane).sync(
+            3, transfer="t", wait=10)
+    assert "needs role trainer" in e.value.message
+    lane_client = wsync.Client(far, timeout=10, token=TRAINER, lane=lane_cluster.lane)
+    errs = []
+    for client in (lane_client, grpc_client):
+        with pytest.raises(wsync.FailedPrecondition) as older:
+            client.sync(1, transfer="t", wait=10)
+        errs.append((type(older.value), older.value.message))
+        with pytest.raises(wsync.NotFound) as missing:
+            client.sync(3, transfer="nope", wait=10)
+        assert "nope" in missing.value.message
+    assert errs[0] == errs[1]
+
+
+def test_an_absent_lane_warns_and_calls_go_over_grpc(lane_cluster):
+    client = wsync.Client(lane_cluster.address, timeout=10, token=TRAINER,
+                          lane=lane_cluster.lane + ".absent")
+    client.wait_for_workers({"trainer": 2, "inference": 1}, timeout=30)
+    regs = register_all(lane_cluster.socks)  # noqa: F841
+    client.define_transfer("t", spec_of())
+    with pytest.warns(RuntimeWarning, match="absent.*calls go over gRPC"):
+        status = client.sync(1, transfer="t", wait=30).wait(timeout=30, show_progress=False)
+    assert status.phase == pb.SYNC_SUCCEEDED
+    with warnings.catch_warnings():  # not again within 10 s
+        warnings.simplefilter("error")
+        client.sync(2, transfer="t", wait=30).wait(timeout=30, show_progress=False)
+
+
+def test_the_lane_comes_from_the_environment(lane_cluster, monkeypatch):
+    monkeypatch.setenv("WSYNC_CONTROLLER_LANE", lane_cluster.lane)
+    assert wsync.Client(lane_cluster.address).lane == lane_cluster.lane
+    monkeypatch.setenv("WSYNC_NATIVE_CLIENT", "0")
+    with pytest.warns(RuntimeWarning, match="needs the wsync._native client"):
+        assert wsync.Client(lane_cluster.address).lane is None

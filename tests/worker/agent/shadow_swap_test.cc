@@ -88,7 +88,8 @@ class FaultyBackend : public host::HostBackend {
                                                                  const std::string& name) override {
     auto inner = HostBackend::NewSwapArena(bytes, name);
     if (!inner.ok()) return inner.status();
-    return std::unique_ptr<plane::SwapArena>(new FaultyArena(name, *std::move(inner), &fault));
+    return std::unique_ptr<plane::SwapArena>(
+        std::make_unique<FaultyArena>(name, *std::move(inner), &fault));
   }
   std::atomic<SwapFault> fault{SwapFault::kNone};
 };

@@ -198,6 +198,7 @@ absl::StatusOr<const PipelineSchedule*> Executor::ScheduleFor(const BoundPlan& p
     }
     put_handle_ =
         plan.puts.empty() || writer_ == nullptr ? ItemsHandle{} : writer_->Prepare(plan.puts);
+    PrepareDirectParts(plan);
     schedule_instance_ = plan.instance.value();
   }
   return &schedule_;

@@ -440,6 +440,7 @@ class Executor {
   std::map<int32_t, int32_t> parts_to_;
   std::map<int32_t, int32_t> parts_from_;
   std::vector<std::vector<CopyItem>> step_puts_;
+  std::vector<std::vector<int32_t>> step_put_index_;  // each step item's index in plan.puts
   std::vector<ItemsHandle> step_handles_;
   std::vector<uint64_t> step_marks_;
 };

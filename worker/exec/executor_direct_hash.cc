@@ -60,6 +60,7 @@ void Executor::PrepareDirectParts(const BoundPlan& plan) {
   parts_to_.clear();
   parts_from_.clear();
   step_puts_.clear();
+  step_put_index_.clear();
   step_handles_.clear();
   // Each pair's buckets, in (round, seq) order on both sides.
   std::map<std::pair<bool, int32_t>, std::vector<size_t>> pairs;
@@ -84,8 +85,14 @@ void Executor::PrepareDirectParts(const BoundPlan& plan) {
     direct_hash_handles_.push_back(ops_->PrepareWireHash(b.items));
     if (!b.sent) continue;
     const size_t k = static_cast<size_t>(direct_part_[d]);
-    if (step_puts_.size() <= k) step_puts_.resize(k + 1);
-    for (int32_t i = 0; i < b.num_puts; ++i) step_puts_[k].push_back(plan.puts[b.first_put + i]);
+    if (step_puts_.size() <= k) {
+      step_puts_.resize(k + 1);
+      step_put_index_.resize(k + 1);
+    }
+    for (int32_t i = 0; i < b.num_puts; ++i) {
+      step_puts_[k].push_back(plan.puts[b.first_put + i]);
+      step_put_index_[k].push_back(b.first_put + i);
+    }
   }
   for (const std::vector<CopyItem>& step : step_puts_) {
     step_handles_.push_back(writer_ == nullptr || step.empty() ? ItemsHandle{}

@@ -131,13 +131,16 @@ absl::Status Executor::IssuePuts(const BoundPlan& plan, bool alone, SyncStats& s
     if (!put.ok()) return Wrap(put, PutsWhere(plan, put));
   } else {
     // One part at a time, a mark after each (PumpDirectParts posts them).
-    // An error's item index is the step's: name the put by its bucket.
     for (size_t k = 0; k < step_puts_.size(); ++k) {
       const absl::Status put = writer_->Put(step_puts_[k], step_handles_[k], alone);
       if (!put.ok()) {
-        return Wrap(put, absl::StrCat("worker ", plan.worker, ": direct writes to workers ",
-                                      absl::StrJoin(plan.direct_write_to, ","), " (part ", k,
-                                      " of its puts)"));
+        // The error's item index is the step's: name the put by plan.puts.
+        const int64_t item = ErrorItemIndex(put);
+        const int64_t index = item >= 0 && item < static_cast<int64_t>(step_put_index_[k].size())
+                                  ? step_put_index_[k][static_cast<size_t>(item)]
+                                  : -1;
+        return Wrap(put, absl::StrCat(PutsWhere(plan, index >= 0 ? TagItem(put, index) : put),
+                                      " (part ", k, " of its puts)"));
       }
       auto mark = writer_->Mark();
       if (!mark.ok())

@@ -276,5 +276,42 @@ TEST(DirectWritesChecksumTest, QueuedHashesRunAfterTheirPartsLanded) {
   CheckSwap(c, kRows, kCols);
 }
 
+// A put that fails in a later part names its tensor by the whole put list
+// (the part's item index mapped back), as an unsplit put does.
+class FailingSecondPartWriter : public HostPeerWriter {
+ public:
+  absl::Status Put(absl::Span<const CopyItem> items, ItemsHandle handle, bool alone) override {
+    if (++calls_ == 2) return ItemError(absl::InternalError("copy engine fault"), "put", 0);
+    return HostPeerWriter::Put(items, handle, alone);
+  }
+
+ private:
+  int calls_ = 0;
+};
+
+TEST(DirectWritesChecksumTest, AFailedPutInALaterPartNamesItsTensor) {
+  Cluster c(2);
+  PlanBuilder pb;
+  for (int k = 0; k < 4; ++k) {
+    const std::string name = absl::StrCat("t", k);
+    c.Add(0, kSrc, name, v1::FP32, 64);
+    c.Add(1, kDst, name, v1::FP32, 64);
+    pb.AddBucket(0, 1, 0,
+                 {Piece(View(name, 0, {64}, v1::FP32), View(name, 0, {64}, v1::FP32), v1::FP32)});
+  }
+  FailingSecondPartWriter writer;
+  c.UseWriter(0, &writer);
+  c.WriteDirectly(0, 1);
+  ASSERT_TRUE(c.Connect(SmallParts()).ok());
+  for (int w = 0; w < 2; ++w) c.executor(w).set_checksums(true);
+  auto out = c.Run(pb.Build(), absl::Seconds(10));
+  ASSERT_FALSE(out[0].ok());
+  const std::string msg(out[0].status().message());
+  EXPECT_EQ(out[0].status().code(), absl::StatusCode::kInternal) << msg;
+  EXPECT_NE(msg.find("(tensor 't1')"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("part 1 of its puts"), std::string::npos) << msg;
+  EXPECT_FALSE(out[1].ok()) << "the receiver must not report success";
+}
+
 }  // namespace
 }  // namespace wsync::exec::direct_writes_testing

@@ -310,7 +310,9 @@ TEST_P(DataOpsConformanceTest, WireChecksumOfViewsIsTheHashOfTheBucketImage) {
         uint8_t a[8] = {}, b[8] = {};
         std::memcpy(a, At(host.back(), DTypeSize(sp.src), r, c, sp.row_stride, sp.col_stride),
                     DTypeSize(sp.src));
-        if (mid != sp.src) ASSERT_TRUE(ConvertElements(a, sp.src, b, mid, 1).ok());
+        if (mid != sp.src) {
+          ASSERT_TRUE(ConvertElements(a, sp.src, b, mid, 1).ok());
+        }
         const uint8_t* m = mid != sp.src ? b : a;
         uint8_t w[8] = {};
         if (sp.wire != mid) {

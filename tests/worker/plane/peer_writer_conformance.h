@@ -333,7 +333,9 @@ TEST_P(PeerWriterConformanceTest, PutMarksAreReachedOnceTheirPutsLanded) {
     ASSERT_TRUE(writer().Put({item}, {}, false).ok());
     auto m = writer().Mark();
     ASSERT_TRUE(m.ok()) << m.status();
-    if (!marks.empty()) EXPECT_GT(*m, marks.back());
+    if (!marks.empty()) {
+      EXPECT_GT(*m, marks.back());
+    }
     marks.push_back(*m);
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(30);

@@ -429,9 +429,10 @@ int main(int argc, char** argv) {
   if (int rc = ParseFlags(argc, argv, &f); rc != 0) return rc;
   if (!f.spec_file.empty()) f.model = f.spec_file;  // names the case in the results
   if (!f.dump_shapes.empty()) return DumpShapes(f);
-  if (f.direct && (f.staging != wsync::v1::STAGING_IN_PLACE || f.checksums)) {
-    // As wsync-worker: peers would write the live tensors, unhashed.
-    spdlog::error("--staging / --checksums need --direct 0");
+  if (f.direct && f.staging != wsync::v1::STAGING_IN_PLACE) {
+    // As wsync-worker: peers would write the live tensors. (Checksums go
+    // with direct writes: each side hashes the bucket's views.)
+    spdlog::error("--staging needs --direct 0");
     return 2;
   }
   if (f.commit_swap && f.staging != wsync::v1::STAGING_DEVICE_SHADOW) {

@@ -100,12 +100,7 @@ absl::Status Binder::BindPeerWrite(const v1::Op& op, const v1::Bucket& b, int32_
     return BindPut(b, round, *bound_);
   }
   written_by_.insert(b.sender());
-  for (int i = 0; i < b.pieces_size(); ++i) {
-    RETURN_IF_ERROR(Annotate(CheckDirectWritable(b.pieces(i)),
-                             PieceWhere(Where(round, "RECV (direct write)", b), i, b.pieces(i))));
-  }
-  bound_->bytes_put_into += b.bytes();  // the sender writes it; nothing to run here
-  return absl::OkStatus();
+  return BindDirectRecv(b, round, *bound_);
 }
 
 absl::Status Binder::CollectOps(const v1::Round& round, RoundOps& ops) {
@@ -160,8 +155,8 @@ absl::Status Binder::LayOutStaging(RoundOps& ops, BoundRound& out) {
         ASSIGN_OR_RETURN(offset, CheckedAdd(offset, (align - offset % align) % align,
                                             absl::StrCat("bucket ", t.bucket, " staging")));
         t.staging_offset = offset;
-        ASSIGN_OR_RETURN(offset, CheckedAdd(offset, t.bytes,
-                                            absl::StrCat("bucket ", t.bucket, " staging")));
+        ASSIGN_OR_RETURN(
+            offset, CheckedAdd(offset, t.bytes, absl::StrCat("bucket ", t.bucket, " staging")));
       }
     }
     out.staging_bytes = offset;

@@ -73,6 +73,26 @@ struct DirectWrites {
   std::map<int32_t, uint64_t> expected_ready_tokens;
 };
 
+// A ROUTE_PEER_WRITE bucket this worker sends (its sources) or receives
+// (its destinations, written by the peer), as its checksum reads it
+// (DataOps::QueueWireChecksum): the same wire bytes on both sides.
+struct DirectBucket {
+  int64_t bucket = 0;
+  int32_t peer = 0;  // the receiver of a sent bucket, the sender of a received one
+  int32_t round = 0;
+  int32_t seq = 0;
+  int64_t bytes = 0;
+  bool sent = false;
+  // By bucket offset. A sender reads each piece's source converted to the
+  // destination dtype and then to the wire dtype (what the receiver can
+  // read back from what the put wrote: the put converts src -> dst once),
+  // a receiver its destination converted to the wire dtype.
+  std::vector<WireHashItem> items;
+  // A sent bucket's puts: BoundPlan::puts[first_put, first_put + num_puts).
+  int32_t first_put = 0;
+  int32_t num_puts = 0;
+};
+
 // A process-unique number that every copy renews: a copied plan may be
 // changed, so it never shares a prepared list (ItemsHandle) with its original.
 class PlanInstance {
@@ -114,6 +134,9 @@ struct BoundPlan {
   std::vector<int32_t> direct_written_by;
   uint64_t ready_token = 0;
   std::map<int32_t, uint64_t> expected_ready_tokens;
+  // Every ROUTE_PEER_WRITE bucket it sends or receives, in round order
+  // (bucket checksums of direct writes).
+  std::vector<DirectBucket> direct_buckets;
   int64_t bytes_put = 0;       // wire bytes of the buckets written directly
   int64_t bytes_put_into = 0;  // wire bytes peers write into this worker
 };

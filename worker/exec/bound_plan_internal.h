@@ -108,6 +108,12 @@ class Binder {
   absl::Status LayOutStaging(RoundOps& ops, BoundRound& out);
   absl::Status BindOps(RoundOps& ops, BoundRound& out);
   absl::Status BindPut(const v1::Bucket& b, int32_t round, BoundPlan& out);
+  // A ROUTE_PEER_WRITE bucket it receives: checked, and its destinations
+  // listed for its checksum (BoundPlan::direct_buckets).
+  absl::Status BindDirectRecv(const v1::Bucket& b, int32_t round, BoundPlan& out);
+  DirectBucket NewDirectBucket(const v1::Bucket& b, int32_t round, bool sent) const;
+  // Sorts `d`'s items, checks them (CheckWireHashItems) and adds it.
+  absl::Status AddDirectBucket(DirectBucket d, BoundPlan& out);
   std::string Where(int32_t round, const char* op, const v1::Bucket& b) const {
     return absl::StrCat("worker ", worker_, " round ", round, ": ", op, " bucket ", b.id(),
                         " (worker ", b.sender(), " -> ", b.receiver(), ")");

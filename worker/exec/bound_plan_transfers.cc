@@ -1,5 +1,6 @@
 // Binding of the network buckets: what a SEND packs, what a RECV unpacks or
 // stages for a reduce / quantize, and the puts of direct writes.
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
@@ -8,6 +9,7 @@
 #include "common/cast.h"
 #include "common/status_macros.h"
 #include "worker/exec/bound_plan_internal.h"
+#include "worker/plane/wire_hash.h"
 
 namespace wsync::exec::bind_internal {
 
@@ -70,6 +72,8 @@ absl::Status Binder::BindPut(const v1::Bucket& b, int32_t round, BoundPlan& out)
     return absl::FailedPreconditionError(
         absl::StrCat(where, ": the buffers of worker ", b.receiver(), " are not mapped here"));
   }
+  DirectBucket hashed = NewDirectBucket(b, round, /*sent=*/true);
+  hashed.first_put = static_cast<int32_t>(out.puts.size());
   for (int i = 0; i < b.pieces_size(); ++i) {
     const v1::Piece& p = b.pieces(i);
     const std::string pw = PieceWhere(where, i, p);
@@ -89,12 +93,65 @@ absl::Status Binder::BindPut(const v1::Bucket& b, int32_t round, BoundPlan& out)
           pw, ": direct write ", DTypeName(src->dtype), " -> ", DTypeName(p.wire_dtype()), " -> ",
           DTypeName(dst->dtype), " needs one conversion (the wire dtype must be one of the two)"));
     }
+    // The checksum reads src -> dst -> wire: the put converts src -> dst.
+    WireHashItem h{*src, dst->dtype == p.wire_dtype() ? v1::DTYPE_UNSPECIFIED : dst->dtype,
+                   p.wire_dtype(), p.bucket_offset()};
+    StridedView* one[] = {&h.view};
+    CoalesceViews(one);
+    hashed.items.push_back(h);
     StridedView* both[] = {&*src, &*dst};
     CoalesceViews(both);
     out.puts.push_back(CopyItem{*src, *dst});
     out.put_origins.push_back(pw);
   }
+  hashed.num_puts = static_cast<int32_t>(out.puts.size()) - hashed.first_put;
+  RETURN_IF_ERROR(Annotate(AddDirectBucket(std::move(hashed), out), where));
   out.bytes_put += b.bytes();
+  return absl::OkStatus();
+}
+
+DirectBucket Binder::NewDirectBucket(const v1::Bucket& b, int32_t round, bool sent) const {
+  DirectBucket d;
+  d.bucket = b.id();
+  d.peer = sent ? b.receiver() : b.sender();
+  d.round = round;
+  d.seq = b.seq();
+  d.bytes = b.bytes();
+  d.sent = sent;
+  return d;
+}
+
+absl::Status Binder::AddDirectBucket(DirectBucket d, BoundPlan& out) {
+  std::stable_sort(d.items.begin(), d.items.end(),
+                   [](const WireHashItem& x, const WireHashItem& y) {
+                     return x.bucket_offset < y.bucket_offset;
+                   });
+  RETURN_IF_ERROR(CheckWireHashItems(d.items, d.bytes));
+  out.direct_buckets.push_back(std::move(d));
+  return absl::OkStatus();
+}
+
+absl::Status Binder::BindDirectRecv(const v1::Bucket& b, int32_t round, BoundPlan& out) {
+  const std::string where = Where(round, "RECV (direct write)", b);
+  DirectBucket hashed = NewDirectBucket(b, round, /*sent=*/false);
+  for (int i = 0; i < b.pieces_size(); ++i) {
+    const v1::Piece& p = b.pieces(i);
+    const std::string pw = PieceWhere(where, i, p);
+    RETURN_IF_ERROR(Annotate(CheckDirectWritable(p), pw));
+    auto dst = Resolve(p.dst(), BufferSide::kDestination, "dst");
+    if (!dst.ok()) return Annotate(dst.status(), pw);
+    if (!CanConvert(dst->dtype, p.wire_dtype())) {
+      return absl::UnimplementedError(absl::StrCat(pw, ": its checksum cannot read ",
+                                                   DTypeName(dst->dtype), " back as wire dtype ",
+                                                   DTypeName(p.wire_dtype())));
+    }
+    WireHashItem h{*dst, v1::DTYPE_UNSPECIFIED, p.wire_dtype(), p.bucket_offset()};
+    StridedView* one[] = {&h.view};
+    CoalesceViews(one);
+    hashed.items.push_back(h);
+  }
+  RETURN_IF_ERROR(Annotate(AddDirectBucket(std::move(hashed), out), where));
+  out.bytes_put_into += b.bytes();  // the sender writes it; nothing to run here
   return absl::OkStatus();
 }
 

@@ -209,6 +209,7 @@ absl::StatusOr<const PipelineSchedule*> Executor::ScheduleFor(const BoundPlan& p
     // An empty list too: a writer that reserved resources for the last
     // plan's puts (the CUDA put SMs) gives them back.
     put_handle_ = writer_ == nullptr ? ItemsHandle{} : writer_->Prepare(plan.puts);
+    PrepareDirectParts(plan);
     schedule_instance_ = plan.instance.value();
   }
   return &schedule_;

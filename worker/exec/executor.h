@@ -35,9 +35,10 @@
 // transport rounds (PeerWriter token slots). Mailboxes: the first sync (or
 // warm-up) with a direct-write peer not met before exchanges mailbox
 // descriptors with such peers in one transport round (tag kMailboxTag);
-// from then on each worker's mailbox holds, per peer worker id w, three
-// slots: 3w = the ready sequence w posted, 3w+1 its registration fingerprint
-// (posted first), 3w+2 the done sequence w posted after fencing its puts. A
+// from then on each worker's mailbox holds, per peer worker id w, four
+// slots: 4w = the ready sequence w posted, 4w+1 its registration fingerprint
+// (posted first), 4w+2 the done sequence w posted after fencing its puts,
+// 4w+3 (with checksums) how many parts of w's puts into it landed. A
 // sync's sequence with a peer is a per-peer counter both sides advance on
 // every sync between them, starting at 1 on a fresh executor. Precondition:
 // both sides run every such sync, which holds because any failed sync
@@ -54,6 +55,19 @@
 // error naming it, and polls end at the round's deadline or on Abort (a
 // killed peer: bounded). Every error of the mailbox steps on an aborted
 // executor is CANCELLED, as a round's is.
+//
+// Direct writes with checksums (executor_direct_hash.cc): each side hashes
+// every direct-write bucket from its views in wire order
+// (DataOps::QueueWireChecksum, BoundPlan::direct_buckets): the writer its
+// sources right after issuing the puts (beside them), the receiver its
+// destinations once they landed. With mailbox tokens, the buckets of each
+// (writer, receiver) pair, in (round, seq) order, are cut by running bytes
+// into parts as landing parts are (landing_parts, min_landing_part_bytes);
+// the writer issues its puts one part at a time with a mark after each
+// (PeerWriter::Mark) and, as each mark is reached, posts the part count into
+// slot 4w+3 of its receivers' mailboxes, so a receiver hashes part k while
+// later parts move: only the last part's hash follows the transfer. With
+// token rounds the receiver hashes after the done tokens.
 //
 // A failed sync leaves destination buffers partly written: the caller must
 // not publish them (staged commit comes later). Any failure also leaves the
@@ -99,8 +113,9 @@ struct ExecutorOptions {
   int early_local_rounds = 1;
   // With checksums: the landing parts asked of the transport
   // (transport::RoundHooks), so that a receiver hashes part k while part k+1
-  // moves. Every worker of a transfer must use the same two values (both
-  // sides of a pair must cut alike); 1 part: hashes after each round.
+  // moves, and the parts of direct writes (see above). Every worker of a
+  // transfer must use the same two values (both sides of a pair must cut
+  // alike); 1 part: hashes after each round (after the puts).
   int32_t landing_parts = 16;
   int64_t min_landing_part_bytes = int64_t{64} << 20;
   // Direct-write tokens through peer mailboxes (see above) where the peer
@@ -146,7 +161,8 @@ struct RoundStats {
 // A bucket's wire-byte checksum (common/chunk_hash.h, DataOps::Checksum),
 // taken when checksums are on (Executor::set_checksums): a sent bucket after
 // its pack (beside the transfer), a received one before its unpack. Zero-copy
-// buckets hash the tensor range they go from / into. Receives are hashed as
+// buckets hash the tensor range they go from / into; direct-write buckets
+// the views they are written from / into (see above). Receives are hashed as
 // they land where the transport reports landing parts (RoundHooks::on_landed:
 // NCCL cuts each peer's list into up to ExecutorOptions::landing_parts steps,
 // and the data ops' stream hashes part k behind its event while later parts
@@ -161,10 +177,16 @@ struct BucketChecksum {
 
 struct SyncStats {
   std::vector<RoundStats> rounds;
-  std::vector<BucketChecksum> checksums;  // in round order
+  // In round order (transport buckets), then the direct-write buckets.
+  std::vector<BucketChecksum> checksums;
   // Received buckets hashed as their landing part arrived, before their round
   // ended (RoundHooks::on_landed).
   int32_t recv_hashes_as_landed = 0;
+  // Direct-write buckets received and hashed as their part's count arrived
+  // (each part but the last: the writer's later parts were still moving or
+  // unconfirmed), and the parts of this worker's puts it posted.
+  int32_t direct_hashes_as_landed = 0;
+  int32_t direct_parts_posted = 0;
   double seconds = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
@@ -346,6 +368,27 @@ class Executor {
   void PostMailboxFailure(const BoundPlan& plan);
   std::string TokenWhere(const BoundPlan& plan, bool ready) const;
 
+  // Direct writes with checksums (executor_direct_hash.cc; see above).
+  // Per plan (from ScheduleFor): the parts, the put steps and the prepared
+  // hash lists.
+  void PrepareDirectParts(const BoundPlan& plan);
+  // Whether this sync's puts go in parts (checksums over mailboxes).
+  bool SplitPuts(const BoundPlan& plan) const;
+  // Issues the puts (in parts when SplitPuts), then queues the hashes of the
+  // buckets this worker writes.
+  absl::Status IssuePuts(const BoundPlan& plan, bool alone, SyncStats& stats);
+  // Queues the hash of plan.direct_buckets[d].
+  absl::Status QueueDirectHash(const BoundPlan& plan, size_t d);
+  // Posts each part of this worker's puts as its mark is reached and hashes
+  // each part its writers posted, until both are through.
+  absl::Status PumpDirectParts(const BoundPlan& plan, absl::Time deadline, SyncStats& stats);
+  // With token rounds: every received direct-write bucket, after the done
+  // tokens.
+  absl::Status HashDirectReceived(const BoundPlan& plan);
+  // Hashes the buckets written by `writer` in parts [from, to).
+  absl::Status HashWriterParts(const BoundPlan& plan, int32_t writer, int32_t from, int32_t to,
+                               SyncStats& stats);
+
   // Tags of the token messages: bucket ids are >= 0.
   static constexpr int64_t kReadyTokenTag = -1;
   static constexpr int64_t kDoneTokenTag = -2;
@@ -400,6 +443,18 @@ class Executor {
   std::set<int32_t> ready_posted_;
   std::set<int32_t> done_posted_;
   bool direct_failed_ = false;
+  // Direct writes with checksums: each direct bucket's part in its pair and
+  // prepared hash list; each pair's part count (by receiver, by writer);
+  // the put steps (step k: the puts of its part-k buckets) with their
+  // prepared lists; the marks of this sync's steps.
+  std::vector<int32_t> direct_part_;
+  std::vector<ItemsHandle> direct_hash_handles_;
+  std::map<int32_t, int32_t> parts_to_;
+  std::map<int32_t, int32_t> parts_from_;
+  std::vector<std::vector<CopyItem>> step_puts_;
+  std::vector<std::vector<int32_t>> step_put_index_;  // each step item's index in plan.puts
+  std::vector<ItemsHandle> step_handles_;
+  std::vector<uint64_t> step_marks_;
 };
 
 }  // namespace wsync::exec

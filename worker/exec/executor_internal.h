@@ -13,6 +13,14 @@
 
 namespace wsync::exec::internal {
 
+// Mailbox slots (executor.h): peer worker w owns slots kSlotsPerPeer * w +
+// these offsets of every mailbox it posts into.
+inline constexpr int64_t kReadySeq = 0;
+inline constexpr int64_t kReadyFingerprint = 1;
+inline constexpr int64_t kDone = 2;
+inline constexpr int64_t kParts = 3;  // parts of its puts landed (checksums)
+inline constexpr int64_t kSlotsPerPeer = 4;
+
 // `s` with `where` in front of its message (OK stays OK).
 inline absl::Status Wrap(const absl::Status& s, const std::string& where) {
   if (s.ok()) return s;

@@ -19,10 +19,11 @@ using internal::Wrap;
 
 namespace {
 
-// Slot offsets within a peer's three (executor.h).
-constexpr int64_t kReadySeq = 0;
-constexpr int64_t kReadyFingerprint = 1;
-constexpr int64_t kDone = 2;
+using internal::kDone;
+using internal::kParts;
+using internal::kReadyFingerprint;
+using internal::kReadySeq;
+using internal::kSlotsPerPeer;
 
 std::vector<int32_t> DirectPeers(const BoundPlan& plan) {
   std::set<int32_t> peers(plan.direct_write_to.begin(), plan.direct_write_to.end());
@@ -76,7 +77,7 @@ absl::Status Executor::EnsureMailboxes(const BoundPlan& plan, absl::Time deadlin
     }
   }
   if (!mailbox_created_) {
-    auto d = writer_->CreateMailbox(int64_t{3} * size);
+    auto d = writer_->CreateMailbox(kSlotsPerPeer * size);
     if (!d.ok()) return MailboxError(d.status(), where);
     mailbox_descriptor_ = *std::move(d);
     mailbox_created_ = true;
@@ -89,7 +90,7 @@ absl::Status Executor::EnsureMailboxes(const BoundPlan& plan, absl::Time deadlin
   // the one mailbox's descriptor.
   std::vector<std::string> mine;
   for (int32_t p : fresh) {
-    auto d = writer_->ShareMailbox(p, int64_t{3} * p, 3);
+    auto d = writer_->ShareMailbox(p, kSlotsPerPeer * p, kSlotsPerPeer);
     if (d.status().code() == absl::StatusCode::kUnimplemented) break;
     if (!d.ok()) return MailboxError(d.status(), where);
     mine.push_back(*std::move(d));
@@ -156,7 +157,7 @@ absl::Status Executor::BeginMailboxSync(const BoundPlan& plan) {
 absl::Status Executor::AwaitSlot(const std::string& where, int32_t peer, int64_t offset,
                                  uint64_t want, absl::Time deadline, SyncStats& stats) {
   const char* what = offset == kDone ? "done" : "ready";
-  const int64_t slot = int64_t{3} * peer + offset;
+  const int64_t slot = kSlotsPerPeer * peer + offset;
   const absl::Time round_deadline = std::min(deadline, absl::Now() + options_.round_timeout);
   const uint64_t before = mailbox_seen_[slot];
   for (int64_t n = 0;; ++n) {
@@ -212,14 +213,16 @@ absl::Status Executor::MailboxReady(const BoundPlan& plan, absl::Time deadline,
   // writer that sees the sequence reads this sync's fingerprint).
   for (int32_t w : plan.direct_written_by) {
     RETURN_IF_ERROR(
-        MailboxError(writer_->Post(w, 3 * me + kReadyFingerprint, plan.ready_token), where));
-    RETURN_IF_ERROR(MailboxError(writer_->Post(w, 3 * me + kReadySeq, mailbox_seq_[w]), where));
+        MailboxError(writer_->Post(w, kSlotsPerPeer * me + kReadyFingerprint, plan.ready_token),
+                     where));
+    RETURN_IF_ERROR(
+        MailboxError(writer_->Post(w, kSlotsPerPeer * me + kReadySeq, mailbox_seq_[w]), where));
     ready_posted_.insert(w);
   }
   post_once();
   for (int32_t r : plan.direct_write_to) {
     RETURN_IF_ERROR(AwaitSlot(where, r, kReadySeq, mailbox_seq_[r], deadline, stats));
-    auto got = writer_->ReadMailbox(int64_t{3} * r + kReadyFingerprint);
+    auto got = writer_->ReadMailbox(kSlotsPerPeer * r + kReadyFingerprint);
     if (!got.ok()) return MailboxError(got.status(), where);
     auto want = plan.expected_ready_tokens.find(r);
     if (want == plan.expected_ready_tokens.end() || want->second != *got) {
@@ -239,7 +242,8 @@ absl::Status Executor::MailboxDone(const BoundPlan& plan, absl::Time deadline, S
   const int64_t me = plan.worker;
   // The puts were fenced: a receiver that reads this may read their bytes.
   for (int32_t r : plan.direct_write_to) {
-    RETURN_IF_ERROR(MailboxError(writer_->Post(r, 3 * me + kDone, mailbox_seq_[r]), where));
+    RETURN_IF_ERROR(
+        MailboxError(writer_->Post(r, kSlotsPerPeer * me + kDone, mailbox_seq_[r]), where));
     done_posted_.insert(r);
   }
   for (int32_t w : plan.direct_written_by) {
@@ -260,11 +264,13 @@ void Executor::PostMailboxFailure(const BoundPlan& plan) {
   // peer that has not read it yet fail a part that succeeded.
   for (int32_t r : plan.direct_write_to) {
     if (mailbox_peers_.count(r) == 0 || done_posted_.count(r) != 0) continue;
-    writer_->Post(r, 3 * me + kDone, kMailboxFailed | seq(r)).IgnoreError();
+    writer_->Post(r, kSlotsPerPeer * me + kDone, kMailboxFailed | seq(r)).IgnoreError();
+    // A receiver hashing this worker's parts polls this one.
+    writer_->Post(r, kSlotsPerPeer * me + kParts, kMailboxFailed | seq(r)).IgnoreError();
   }
   for (int32_t w : plan.direct_written_by) {
     if (mailbox_peers_.count(w) == 0 || ready_posted_.count(w) != 0) continue;
-    writer_->Post(w, 3 * me + kReadySeq, kMailboxFailed | seq(w)).IgnoreError();
+    writer_->Post(w, kSlotsPerPeer * me + kReadySeq, kMailboxFailed | seq(w)).IgnoreError();
   }
 }
 

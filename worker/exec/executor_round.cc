@@ -243,6 +243,7 @@ absl::Status Executor::ResetHashes(const BoundPlan& plan) {
   for (const BoundRound& r : plan.rounds) {
     slots += static_cast<int64_t>(r.sends.size() + r.recvs.size());
   }
+  slots += static_cast<int64_t>(plan.direct_buckets.size());
   queued_hashes_.reserve(static_cast<size_t>(slots));
   return Wrap(ops_->ResetChecksums(slots), "bucket checksums");
 }

@@ -108,7 +108,6 @@ absl::Status Executor::StartDirectWrites(const BoundPlan& plan, absl::Time deadl
   RETURN_IF_ERROR(early);
   RETURN_IF_ERROR(s);
   // The puts run beside all rounds; they need no staging.
-  if (plan.puts.empty()) return absl::OkStatus();
   const absl::Time t = absl::Now();
   // Alone: no round has data-op work or transfers (NCCL's kernels need SMs
   // too) to run beside the puts.
@@ -116,16 +115,58 @@ absl::Status Executor::StartDirectWrites(const BoundPlan& plan, absl::Time deadl
   for (const BoundRound& r : plan.rounds) {
     alone = alone && LocalOnly(r) && r.copies.empty() && r.reduces.empty() && r.quantizes.empty();
   }
-  const absl::Status put = writer_->Put(plan.puts, put_handle_, alone);
+  const absl::Status put = IssuePuts(plan, alone, stats);
   stats.put_issue_seconds = Seconds(t);
-  return put.ok() ? put : Wrap(put, PutsWhere(plan, put));
+  return put;
+}
+
+absl::Status Executor::IssuePuts(const BoundPlan& plan, bool alone, SyncStats& stats) {
+  (void)stats;
+  step_marks_.clear();
+  if (plan.puts.empty()) {
+    // Nothing to put (a receiver only).
+  } else if (!SplitPuts(plan)) {
+    const absl::Status put = writer_->Put(plan.puts, put_handle_, alone);
+    if (!put.ok()) return Wrap(put, PutsWhere(plan, put));
+  } else {
+    // One part at a time, a mark after each (PumpDirectParts posts them).
+    for (size_t k = 0; k < step_puts_.size(); ++k) {
+      const absl::Status put = writer_->Put(step_puts_[k], step_handles_[k], alone);
+      if (!put.ok()) {
+        // The error's item index is the step's: name the put by plan.puts.
+        const int64_t item = ErrorItemIndex(put);
+        const int64_t index = item >= 0 && item < static_cast<int64_t>(step_put_index_[k].size())
+                                  ? step_put_index_[k][static_cast<size_t>(item)]
+                                  : -1;
+        return Wrap(put, absl::StrCat(PutsWhere(plan, index >= 0 ? TagItem(put, index) : put),
+                                      " (part ", k, " of its puts)"));
+      }
+      auto mark = writer_->Mark();
+      if (!mark.ok())
+        return Wrap(mark.status(), absl::StrCat("worker ", plan.worker, ": put mark"));
+      step_marks_.push_back(*mark);
+    }
+  }
+  if (!checksums_) return absl::OkStatus();
+  // The sources stay unchanged through the sync: hashed beside the puts.
+  for (size_t d = 0; d < plan.direct_buckets.size(); ++d) {
+    if (plan.direct_buckets[d].sent) RETURN_IF_ERROR(QueueDirectHash(plan, d));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Executor::FinishDirectWrites(const BoundPlan& plan, absl::Time deadline,
                                           SyncStats& stats) {
   const absl::Time t = absl::Now();
-  absl::Status s = writer_->Fence();
-  if (!s.ok()) s = Wrap(s, PutsWhere(plan, s));
+  // With checksums over mailboxes: each part's count goes to its receiver
+  // as it lands, and the parts written into this worker are hashed as theirs
+  // arrive (then the fence below finds every put done).
+  absl::Status s =
+      checksums_ && mailbox_sync_ ? PumpDirectParts(plan, deadline, stats) : absl::OkStatus();
+  // Fenced also after a failure: no put outlives the sync.
+  absl::Status fenced = writer_->Fence();
+  if (!fenced.ok()) fenced = Wrap(fenced, PutsWhere(plan, fenced));
+  if (s.ok()) s = fenced;
   stats.put_wait_seconds = Seconds(t);
   // After the last write: the receivers learn their bytes are in place. The
   // local work may still run; this sync ends once it finished too.
@@ -135,6 +176,7 @@ absl::Status Executor::FinishDirectWrites(const BoundPlan& plan, absl::Time dead
                       : ExchangeTokens(plan, /*ready=*/false, deadline, nullptr);
     stats.token_seconds += Seconds(tt);
   }
+  if (s.ok() && checksums_ && !mailbox_sync_) s = HashDirectReceived(plan);
   const absl::Time tf = absl::Now();
   const absl::Status local = WaitForDataOps(
       plan.rounds.empty()

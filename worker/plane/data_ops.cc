@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/chunk_hash.h"
 #include "common/status_macros.h"
+#include "worker/plane/wire_hash.h"
 
 namespace wsync::exec {
 
@@ -192,6 +193,27 @@ absl::Status DataOps::QueueChecksum(const void* data, int64_t bytes, int64_t slo
   auto h = Checksum(data, bytes);
   if (!h.ok()) return h.status();
   checksum_slots_[static_cast<size_t>(slot)] = *h;
+  return absl::OkStatus();
+}
+
+ItemsHandle DataOps::PrepareWireHash(absl::Span<const WireHashItem> items) {
+  (void)items;
+  return ItemsHandle{++next_handle_};
+}
+
+absl::Status DataOps::QueueWireChecksum(absl::Span<const WireHashItem> items, int64_t bucket_bytes,
+                                        int64_t slot, ItemsHandle handle) {
+  (void)handle;
+  if (slot < 0 || slot >= static_cast<int64_t>(checksum_slots_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checksum slot ", slot, " of ", checksum_slots_.size(), " (ResetChecksums)"));
+  }
+  if (memory_space() != MemorySpace::kHost) {
+    return absl::UnimplementedError(
+        absl::StrCat(Name(), " data ops cannot checksum buckets from their views"));
+  }
+  RETURN_IF_ERROR(Synchronize());
+  ASSIGN_OR_RETURN(checksum_slots_[static_cast<size_t>(slot)], HostWireHash(items, bucket_bytes));
   return absl::OkStatus();
 }
 

@@ -144,6 +144,18 @@ struct QuantizeItem {
   int32_t num_inputs = 0;
 };
 
+// One piece of a bucket hashed from its views instead of a packed copy
+// (DataOps::QueueWireChecksum): the buckets of direct writes, which are
+// never packed. Its elements, read row-major from `view` (this worker's
+// memory), converted view.dtype -> via (where set) -> wire_dtype
+// (common/cast.h), are the bucket's bytes from bucket_offset on.
+struct WireHashItem {
+  StridedView view;
+  DType via = v1::DTYPE_UNSPECIFIED;
+  DType wire_dtype = v1::DTYPE_UNSPECIFIED;
+  int64_t bucket_offset = 0;
+};
+
 // Move-only owner of one staging allocation; frees it on destruction.
 class StagingBuffer {
  public:
@@ -243,6 +255,19 @@ class DataOps {
   virtual absl::Status ResetChecksums(int64_t slots);
   virtual absl::Status QueueChecksum(const void* data, int64_t bytes, int64_t slot);
   virtual absl::StatusOr<std::vector<uint64_t>> CollectChecksums();
+  // A bucket's checksum from its pieces' views, queued like QueueChecksum:
+  // the chunk_hash::Hash of the `bucket_bytes`-byte image that holds every
+  // item's wire bytes (WireHashItem) at its bucket_offset and zero bytes
+  // wherever no item lies. That is the hash of the packed bucket
+  // (QueueChecksum over the staging a pack filled) wherever the pieces tile
+  // it without gaps. Items must be sorted by bucket_offset, disjoint, inside
+  // the bucket and convertible (CheckWireHashItems; INVALID_ARGUMENT naming
+  // the item). The views must stay unchanged until the hash ran. `handle`:
+  // from PrepareWireHash(items) or {}, as for Copy. The default hashes at
+  // once on the CPU (host memory only, HostWireHash).
+  virtual ItemsHandle PrepareWireHash(absl::Span<const WireHashItem> items);
+  virtual absl::Status QueueWireChecksum(absl::Span<const WireHashItem> items, int64_t bucket_bytes,
+                                         int64_t slot, ItemsHandle handle = {});
   // Makes the calls issued after this one wait, on the device, until `mark`
   // (a transport's RoundHooks::on_landed) is reached; the caller does not
   // block. The default takes only the host's null mark (the bytes are in

@@ -9,6 +9,16 @@ ItemsHandle PeerWriter::Prepare(absl::Span<const CopyItem> items) {
   return ItemsHandle{++next_handle_};
 }
 
+absl::StatusOr<uint64_t> PeerWriter::Mark() { return ++next_mark_; }
+
+absl::StatusOr<bool> PeerWriter::PollMark(uint64_t mark) {
+  if (mark == 0 || mark > next_mark_) {
+    return absl::InvalidArgumentError(absl::StrCat("put mark ", mark, " was never made"));
+  }
+  if (absl::Status s = Fence(); !s.ok()) return s;
+  return true;
+}
+
 absl::StatusOr<std::string> PeerWriter::CreateMailbox(int64_t slots) {
   (void)slots;
   return absl::UnimplementedError(absl::StrCat("peer writer ", Name(), " has no mailbox"));

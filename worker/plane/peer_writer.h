@@ -44,6 +44,14 @@ class PeerWriter {
   // known). DataOps::Synchronize does not wait for puts; Fence does not wait
   // for the data ops.
   virtual absl::Status Fence() = 0;
+  // Put marks: Mark() names every Put issued before it; PollMark(mark) says,
+  // without waiting, whether those puts completed and their bytes are
+  // visible to the peers (as after a Fence, and so ordered before a later
+  // Post), reporting their deferred errors. Lets a writer tell its peers
+  // which parts of its puts landed while later ones still move. The
+  // default: PollMark fences, so a mark is reached once polled.
+  virtual absl::StatusOr<uint64_t> Mark();
+  virtual absl::StatusOr<bool> PollMark(uint64_t mark);
 
   // The tokens: `count` slots of kTokenBytes in the transport's memory
   // space, for the transport to send from and receive into. The slots stay
@@ -64,8 +72,8 @@ class PeerWriter {
   // executor keeps its token rounds.
   static constexpr size_t kMailboxDescriptorBytes = 192;
   // Most slots a mailbox may have (a peer's descriptor declaring more is
-  // refused): 3 per worker id of a transport of up to 2^20 ranks.
-  static constexpr int64_t kMaxMailboxSlots = int64_t{3} << 20;
+  // refused): 4 per worker id of a transport of up to 2^20 ranks.
+  static constexpr int64_t kMaxMailboxSlots = int64_t{4} << 20;
   virtual bool HasMailbox() const { return false; }
   // Creates this writer's mailbox of `slots` zeroed slots (1 ..
   // kMaxMailboxSlots), replacing an earlier one (peers that mapped that one
@@ -97,6 +105,7 @@ class PeerWriter {
 
  private:
   uint64_t next_handle_ = 0;
+  uint64_t next_mark_ = 0;
 };
 
 }  // namespace wsync::exec

@@ -4,6 +4,7 @@
 #define WSYNC_TESTS_WORKER_EXEC_BORROWED_PLANE_H_
 
 #include <string>
+#include <vector>
 
 #include "worker/plane/data_ops.h"
 #include "worker/plane/peer_writer.h"
@@ -37,6 +38,26 @@ class BorrowedDataOps : public DataOps {
                         absl::Span<const QuantizeItem> items, const void* staging_base) override {
     return ops_->Quantize(inputs, items, staging_base);
   }
+  absl::StatusOr<uint64_t> Checksum(const void* data, int64_t bytes) override {
+    return ops_->Checksum(data, bytes);
+  }
+  absl::Status ResetChecksums(int64_t slots) override { return ops_->ResetChecksums(slots); }
+  absl::Status QueueChecksum(const void* data, int64_t bytes, int64_t slot) override {
+    return ops_->QueueChecksum(data, bytes, slot);
+  }
+  absl::StatusOr<std::vector<uint64_t>> CollectChecksums() override {
+    return ops_->CollectChecksums();
+  }
+  ItemsHandle PrepareWireHash(absl::Span<const WireHashItem> items) override {
+    return ops_->PrepareWireHash(items);
+  }
+  absl::Status QueueWireChecksum(absl::Span<const WireHashItem> items, int64_t bucket_bytes,
+                                 int64_t slot, ItemsHandle handle = {}) override {
+    return ops_->QueueWireChecksum(items, bucket_bytes, slot, handle);
+  }
+  absl::Status WaitForLanding(const transport::LandingMark& mark) override {
+    return ops_->WaitForLanding(mark);
+  }
 
  private:
   DataOps* const ops_;
@@ -52,6 +73,8 @@ class BorrowedPeerWriter : public PeerWriter {
     return writer_->Put(items, handle, alone);
   }
   absl::Status Fence() override { return writer_->Fence(); }
+  absl::StatusOr<uint64_t> Mark() override { return writer_->Mark(); }
+  absl::StatusOr<bool> PollMark(uint64_t mark) override { return writer_->PollMark(mark); }
   absl::StatusOr<uint8_t*> TokenSlots(size_t count) override { return writer_->TokenSlots(count); }
   absl::Status WriteToken(uint8_t* slot, uint64_t value) override {
     return writer_->WriteToken(slot, value);

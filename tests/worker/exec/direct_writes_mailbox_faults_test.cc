@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "tests/worker/exec/cluster.h"
 #include "tests/worker/exec/plan_builder.h"
+#include "worker/exec/executor_internal.h"
 
 namespace wsync::exec {
 namespace {
@@ -99,12 +100,12 @@ TEST(DirectWritesMailboxFaultsTest, AWriterThatFailsBeforeOrDuringItsPutsEndsIts
   }
 }
 
-// Sets `posted` once it posted a done token (slot 3w + 2).
+// Sets `posted` once it posted a done token (slot kSlotsPerPeer * w + kDone).
 class DoneWatchingWriter : public HostPeerWriter {
  public:
   absl::Status Post(int32_t peer, int64_t slot, uint64_t value) override {
     const absl::Status s = HostPeerWriter::Post(peer, slot, value);
-    if (slot % 3 == 2) posted = true;
+    if (slot % exec::internal::kSlotsPerPeer == exec::internal::kDone) posted = true;
     return s;
   }
   std::atomic<bool> posted{false};
@@ -127,7 +128,7 @@ class FailsAfterDoneOps : public HostDataOps {
 class SlowDoneReader : public HostPeerWriter {
  public:
   absl::StatusOr<uint64_t> ReadMailbox(int64_t slot) override {
-    if (slot % 3 == 2 && !slept_) {
+    if (slot % exec::internal::kSlotsPerPeer == exec::internal::kDone && !slept_) {
       slept_ = true;
       absl::SleepFor(absl::Milliseconds(300));
     }

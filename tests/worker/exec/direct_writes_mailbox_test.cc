@@ -259,7 +259,8 @@ TEST(DirectWritesMailboxTest, ASilentOrAbortedPeerEndsThePollBounded) {
 class SkewedSequenceWriter : public HostPeerWriter {
  public:
   absl::Status Post(int32_t peer, int64_t slot, uint64_t value) override {
-    return HostPeerWriter::Post(peer, slot, slot % 3 == 0 ? value + 5 : value);
+    // Slot 4w (executor.h): the ready sequence.
+    return HostPeerWriter::Post(peer, slot, slot % 4 == 0 ? value + 5 : value);
   }
 };
 

@@ -16,6 +16,7 @@
 #include "common/chunk_hash.h"
 #include "worker/backends/host/host_data_ops.h"
 #include "worker/backends/host/host_peer_writer.h"
+#include "worker/plane/wire_hash.h"
 
 namespace wsync::exec::testing {
 
@@ -67,6 +68,21 @@ class LazyDataOps : public DataOps, public PeerWriter {
     ++checksums_queued_;
     return Enqueue([this, data, bytes, slot] {
       sums_[static_cast<size_t>(slot)] = chunk_hash::Hash(data, bytes);
+      return absl::OkStatus();
+    });
+  }
+  absl::Status QueueWireChecksum(absl::Span<const WireHashItem> items, int64_t bucket_bytes,
+                                 int64_t slot, ItemsHandle handle = {}) override {
+    (void)handle;
+    if (slot < 0 || slot >= static_cast<int64_t>(sums_.size())) {
+      return absl::InvalidArgumentError("checksum slot out of range");
+    }
+    ++checksums_queued_;
+    std::vector<WireHashItem> v(items.begin(), items.end());
+    return Enqueue([this, v = std::move(v), bucket_bytes, slot]() -> absl::Status {
+      auto h = HostWireHash(v, bucket_bytes);
+      if (!h.ok()) return h.status();
+      sums_[static_cast<size_t>(slot)] = *h;
       return absl::OkStatus();
     });
   }

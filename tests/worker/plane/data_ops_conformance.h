@@ -10,7 +10,8 @@
 // Covered: staging allocation, casts bit for bit against common/cast.h
 // (strided on both sides), pack / unpack through staging, reduce semantics
 // against ReduceElements, call order without waits, prepared lists replayed
-// on the current bytes, and errors that name the item.
+// on the current bytes, errors that name the item, and bucket checksums from
+// views (QueueWireChecksum) against the packed bucket's.
 #ifndef WSYNC_TESTS_WORKER_PLANE_DATA_OPS_CONFORMANCE_H_
 #define WSYNC_TESTS_WORKER_PLANE_DATA_OPS_CONFORMANCE_H_
 
@@ -22,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/chunk_hash.h"
 #include "gtest/gtest.h"
 #include "tests/worker/plane/plane_test_memory.h"
 #include "worker/plane/data_ops.h"
@@ -263,6 +265,99 @@ TEST_P(DataOpsConformanceTest, ErrorsNameTheItem) {
   EXPECT_NE(s.message().find("item 1"), std::string::npos) << s;
   // The ops stay usable.
   EXPECT_TRUE(Settle(ops().Copy({good})).ok());
+}
+
+// A direct-write bucket's checksum from its views (QueueWireChecksum) is the
+// chunk_hash of the bucket image: every item's elements converted as on the
+// wire (strided, cast, through an intermediate dtype), at offsets that cut
+// words, with zero bytes in the gaps and a partial last word; and, where the
+// items tile the bucket, the checksum of the bucket packed into staging (what
+// a transport bucket's sender and receiver hash).
+TEST_P(DataOpsConformanceTest, WireChecksumOfViewsIsTheHashOfTheBucketImage) {
+  struct Spec {
+    DType src, via, wire;
+    int64_t rows, cols, row_stride, col_stride, offset;
+  };
+  const std::vector<Spec> specs = {
+      {v1::FP32, v1::DTYPE_UNSPECIFIED, v1::BF16, 3, 5, 7, 1, 0},      // strided, cast: 30 bytes
+      {v1::BF16, v1::DTYPE_UNSPECIFIED, v1::BF16, 1, 13, 13, 1, 30},   // raw, cuts words
+      {v1::FP32, v1::BF16, v1::FP32, 3, 4, 1, 3, 56},                  // transposed, via bf16
+      {v1::FP16, v1::DTYPE_UNSPECIFIED, v1::FP16, 1, 7, 7, 1, 108},    // after a 4-byte gap
+      {v1::FP32, v1::DTYPE_UNSPECIFIED, v1::FP32, 1, 64, 64, 1, 124},  // raw, words off by 4
+      {v1::FP32, v1::DTYPE_UNSPECIFIED, v1::FP32, 1, 32, 32, 1, 392},  // raw, 8-byte aligned
+  };
+  // A gap at 380 holding a whole zero word, 3 zero bytes after the last item.
+  constexpr int64_t kBucket = 523;
+  std::vector<std::vector<uint8_t>> host;
+  std::vector<std::shared_ptr<uint8_t>> mem;
+  std::vector<exec::WireHashItem> items;
+  std::vector<uint8_t> image(kBucket, 0);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const Spec& sp = specs[i];
+    const int64_t n = (sp.rows - 1) * sp.row_stride + (sp.cols - 1) * sp.col_stride + 1;
+    host.push_back(CastFrom(TestFloats(static_cast<size_t>(n), 20 + i), sp.src));
+    mem.push_back(Upload(host.back()));
+    exec::WireHashItem it;
+    it.view = View2D(mem.back().get(), sp.src, sp.rows, sp.cols, sp.row_stride, sp.col_stride);
+    it.via = sp.via;
+    it.wire_dtype = sp.wire;
+    it.bucket_offset = sp.offset;
+    items.push_back(it);
+    const DType mid = sp.via != v1::DTYPE_UNSPECIFIED ? sp.via : sp.src;
+    const int64_t ws = DTypeSize(sp.wire);
+    for (int64_t r = 0, e = 0; r < sp.rows; ++r) {
+      for (int64_t c = 0; c < sp.cols; ++c, ++e) {
+        uint8_t a[8] = {}, b[8] = {};
+        std::memcpy(a, At(host.back(), DTypeSize(sp.src), r, c, sp.row_stride, sp.col_stride),
+                    DTypeSize(sp.src));
+        if (mid != sp.src) {
+          ASSERT_TRUE(ConvertElements(a, sp.src, b, mid, 1).ok());
+        }
+        const uint8_t* m = mid != sp.src ? b : a;
+        uint8_t w[8] = {};
+        if (sp.wire != mid) {
+          ASSERT_TRUE(ConvertElements(m, mid, w, sp.wire, 1).ok());
+          m = w;
+        }
+        std::memcpy(image.data() + sp.offset + e * ws, m, ws);
+      }
+    }
+  }
+  // The first two items tile bytes [0, 56): packed as a transport bucket.
+  auto staging = ops().AllocateStaging(256);
+  ASSERT_TRUE(staging.ok()) << staging.status();
+  exec::PackItem pa, pb;
+  pa.src = items[0].view;
+  pa.staging_offset = 0;
+  pa.wire_dtype = v1::BF16;
+  pb.src = items[1].view;
+  pb.staging_offset = 30;
+  pb.wire_dtype = v1::BF16;
+  ASSERT_TRUE(Settle(ops().Pack({pa, pb}, staging->data())).ok());
+  auto packed = ops().Checksum(staging->data(), 56);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  EXPECT_EQ(*packed, chunk_hash::Hash(image.data(), 56)) << "reference image and pack disagree";
+
+  const std::vector<exec::WireHashItem> prefix(items.begin(), items.begin() + 2);
+  const exec::ItemsHandle h = ops().PrepareWireHash(items);
+  ASSERT_TRUE(ops().ResetChecksums(4).ok());
+  ASSERT_TRUE(ops().QueueWireChecksum(items, kBucket, 0, h).ok());
+  ASSERT_TRUE(ops().QueueWireChecksum(prefix, 56, 1).ok());
+  ASSERT_TRUE(ops().QueueWireChecksum(items, kBucket, 2, h).ok());  // replayed by handle
+  auto got = ops().CollectChecksums();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 4u);
+  EXPECT_EQ((*got)[0], chunk_hash::Hash(image.data(), kBucket));
+  EXPECT_EQ((*got)[1], *packed) << "views and the packed bucket hash alike";
+  EXPECT_EQ((*got)[2], (*got)[0]);
+
+  // Items that overlap are refused, naming the item.
+  std::vector<exec::WireHashItem> bad = prefix;
+  bad[1].bucket_offset = 28;
+  ASSERT_TRUE(ops().ResetChecksums(1).ok());
+  const absl::Status s = Settle(ops().QueueWireChecksum(bad, 56, 0));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("item 1"), std::string::npos) << s;
 }
 
 }  // namespace wsync::plane::conformance

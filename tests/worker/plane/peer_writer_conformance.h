@@ -17,7 +17,8 @@
 // opened are errors, bad descriptors are errors naming the peer (never a
 // crash), and, where the factory can open a mailbox of this process
 // (MailboxLoopback: not CUDA IPC), posts land in the peer's slots in order
-// after fenced puts.
+// after fenced puts; put marks are reached once their puts landed, in
+// order, and unknown marks are errors.
 #ifndef WSYNC_TESTS_WORKER_PLANE_PEER_WRITER_CONFORMANCE_H_
 #define WSYNC_TESTS_WORKER_PLANE_PEER_WRITER_CONFORMANCE_H_
 
@@ -29,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/plane/plane_test_memory.h"
 #include "worker/plane/data_ops.h"
@@ -313,6 +315,42 @@ TEST_P(PeerWriterConformanceTest, PostsLandInThePeersSlotsAfterFencedPuts) {
   EXPECT_EQ(*writer().ReadMailbox(2), 0u) << "posts go to the peer's mailbox, not one's own";
   ASSERT_TRUE(peer.Post(0, 4, 3).ok());
   EXPECT_EQ(*writer().ReadMailbox(4), 3u);
+}
+
+// A mark names the puts issued before it: once PollMark says so, their bytes
+// are visible without a Fence; marks are reached in order; one never made is
+// an error.
+TEST_P(PeerWriterConformanceTest, PutMarksAreReachedOnceTheirPutsLanded) {
+  constexpr int64_t kN = 1 << 16;
+  const std::vector<uint8_t> src_host = CastFrom(TestFloats(kN, 91), v1::FP32);
+  auto src = Upload(src_host);
+  std::vector<std::shared_ptr<uint8_t>> dst;
+  std::vector<uint64_t> marks;
+  for (int k = 0; k < 3; ++k) {
+    dst.push_back(Upload(std::vector<uint8_t>(kN * 4, 0xEE), true));
+    const exec::CopyItem item{View2D(src.get(), v1::FP32, 1, kN, kN, 1),
+                              View2D(dst.back().get(), v1::FP32, 1, kN, kN, 1)};
+    ASSERT_TRUE(writer().Put({item}, {}, false).ok());
+    auto m = writer().Mark();
+    ASSERT_TRUE(m.ok()) << m.status();
+    if (!marks.empty()) {
+      EXPECT_GT(*m, marks.back());
+    }
+    marks.push_back(*m);
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  for (int k = 2; k >= 0; --k) {  // the last first: every earlier one is then reached too
+    for (;;) {
+      auto reached = writer().PollMark(marks[k]);
+      ASSERT_TRUE(reached.ok()) << reached.status();
+      if (*reached) break;
+      ASSERT_LT(absl::Now(), deadline) << "mark " << k << " never reached";
+    }
+    EXPECT_EQ(Download(dst[k].get(), kN * 4), src_host) << "put " << k;
+  }
+  EXPECT_FALSE(writer().PollMark(marks.back() + 1000).ok());
+  EXPECT_FALSE(writer().PollMark(0).ok());
+  EXPECT_TRUE(writer().Fence().ok());
 }
 
 }  // namespace wsync::plane::conformance

@@ -28,6 +28,7 @@
 #include "worker/backends/cuda/cuda_handles.h"
 #include "worker/backends/cuda/piece_table.h"
 #include "worker/backends/cuda/retired_memory.h"
+#include "worker/backends/cuda/wire_hash_kernel.h"
 #include "worker/plane/data_ops.h"
 
 namespace wsync::cuda {
@@ -106,6 +107,11 @@ class CudaDataOps : public exec::DataOps {
   absl::Status ResetChecksums(int64_t slots) override;
   absl::Status QueueChecksum(const void* data, int64_t bytes, int64_t slot) override;
   absl::StatusOr<std::vector<uint64_t>> CollectChecksums() override;
+  // Direct-write buckets hashed from their views (wire_hash_kernel.h): the
+  // table of a prepared list is uploaded on its first call and found by its
+  // handle after that (a list without a handle is uploaded every call).
+  absl::Status QueueWireChecksum(absl::Span<const exec::WireHashItem> items, int64_t bucket_bytes,
+                                 int64_t slot, exec::ItemsHandle handle = {}) override;
   // `mark.handle` is a cudaEvent_t (the NCCL transport's): the stream waits.
   absl::Status WaitForLanding(const transport::LandingMark& mark) override;
   // Mapped, portable pinned host memory (cudaHostAlloc): the kernels reach
@@ -208,7 +214,22 @@ class CudaDataOps : public exec::DataOps {
   DeviceBuffer checksum_slots_;
   int64_t checksum_slot_capacity_ = 0;
   std::vector<int64_t> checksum_slot_bytes_;
+  // Per slot: the terms of a wire checksum's gap words, added at Collect.
+  std::vector<uint64_t> checksum_slot_addend_;
   int checksum_max_blocks_ = 0;  // 4 per SM: the hash shares the SMs
+  // Wire-checksum tables by prepared handle (QueueWireChecksum); retired
+  // and rebuilt once they hold more than kMaxWireTableBytes.
+  struct WireTable {
+    DeviceBuffer buffer;
+    WireHashDeviceTable view;
+    uint64_t zero_sum = 0;
+    int64_t bucket_bytes = 0;
+  };
+  static constexpr int64_t kMaxWireTableBytes = int64_t{64} << 20;
+  absl::StatusOr<WireTable> UploadWireTable(absl::Span<const exec::WireHashItem> items,
+                                            int64_t bucket_bytes);
+  absl::flat_hash_map<uint64_t, WireTable> wire_tables_;
+  int64_t wire_table_bytes_ = 0;
 };
 
 // Splits the dims of two views of equal element count (each enumerated

@@ -364,4 +364,44 @@ absl::Status CudaPeerWriter::Fence() {
                                              s.message()));
 }
 
+absl::StatusOr<uint64_t> CudaPeerWriter::Mark() {
+  DeviceGuard guard(device_);
+  std::vector<Event> events;
+  std::vector<cudaStream_t> streams = {put_stream_.get()};
+  for (const Stream& st : put_copy_streams_) streams.push_back(st.get());
+  for (cudaStream_t st : streams) {
+    Event e;
+    if (!spare_events_.empty()) {
+      e = std::move(spare_events_.back());
+      spare_events_.pop_back();
+    } else {
+      ASSIGN_OR_RETURN(e, Event::Create(device_));
+    }
+    RETURN_IF_ERROR(e.Record(st));
+    events.push_back(std::move(e));
+  }
+  marks_[++last_mark_] = std::move(events);
+  return last_mark_;
+}
+
+absl::StatusOr<bool> CudaPeerWriter::PollMark(uint64_t mark) {
+  if (mark == 0 || mark > last_mark_) {
+    return absl::InvalidArgumentError(absl::StrCat("put mark ", mark, " was never made"));
+  }
+  auto it = marks_.find(mark);
+  if (it == marks_.end()) return true;  // reached and dropped before
+  for (const Event& e : it->second) {
+    auto done = e.Query();
+    if (!done.ok()) {
+      return absl::Status(done.status().code(),
+                          absl::StrCat("puts from device ", device_, " (put mark ", mark,
+                                       "): ", done.status().message()));
+    }
+    if (!*done) return false;
+  }
+  for (Event& e : it->second) spare_events_.push_back(std::move(e));
+  marks_.erase(it);
+  return true;
+}
+
 }  // namespace wsync::cuda

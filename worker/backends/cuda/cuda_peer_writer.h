@@ -61,6 +61,10 @@ class CudaPeerWriter : public exec::PeerWriter {
                    bool alone) override;
   // Waits for every put stream.
   absl::Status Fence() override;
+  // An event recorded on every put stream; PollMark queries them (and drops
+  // the mark once reached). Marks of one writer are reached in order.
+  absl::StatusOr<uint64_t> Mark() override;
+  absl::StatusOr<bool> PollMark(uint64_t mark) override;
   absl::StatusOr<uint8_t*> TokenSlots(size_t count) override;
   absl::Status WriteToken(uint8_t* slot, uint64_t value) override;
   absl::StatusOr<uint64_t> ReadToken(const uint8_t* slot) override;
@@ -152,6 +156,11 @@ class CudaPeerWriter : public exec::PeerWriter {
   int64_t copy_engine_copies_ = 0;
   int64_t copy_engine_bytes_ = 0;
   exec::StagingBuffer tokens_;  // device memory from the ops' staging pool
+  // Put marks not yet reached (one event per put stream each), and events
+  // of reached ones for reuse.
+  absl::flat_hash_map<uint64_t, std::vector<Event>> marks_;
+  std::vector<Event> spare_events_;
+  uint64_t last_mark_ = 0;
   std::unique_ptr<CudaMailboxes> mailboxes_;
 };
 

@@ -43,6 +43,19 @@ absl::StatusOr<std::unique_ptr<LaneClient>> LaneClient::Connect(const std::strin
     return absl::UnavailableError(
         absl::StrCat("lane: cannot connect to ", path, ": ", std::strerror(err)));
   }
+  // Whoever listens there gets this caller's token or lease secret and
+  // sends it assignments: only a process of this user (or root) may.
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+      (cred.uid != geteuid() && cred.uid != 0)) {
+    const int err = errno;
+    close(fd);
+    return absl::PermissionDeniedError(absl::StrCat(
+        "lane: ", path, " is served by ",
+        len == sizeof(cred) ? absl::StrCat("uid ", cred.uid) : std::string(std::strerror(err)),
+        ", not by this user (uid ", geteuid(), ") or root: not trusted"));
+  }
   return std::unique_ptr<LaneClient>(new LaneClient(fd, path));
 }
 
@@ -89,7 +102,7 @@ absl::StatusOr<uint64_t> LaneClient::Send(v1::LaneRequest req, absl::Time deadli
 }
 
 absl::StatusOr<bool> LaneClient::TakeFrame(uint64_t call_id, v1::LaneResponse* out) {
-  absl::StatusOr<LaneFrame> frame = NextLaneFrame(in_, kLaneMaxFrameBytes);
+  absl::StatusOr<LaneFrame> frame = NextLaneFrame(in_, kLaneMaxResponseBytes);
   if (!frame.ok()) return Broken(absl::UnavailableError(frame.status().message()));
   if (frame->consumed == 0) return false;
   absl::Status parsed = ParseLanePayload(frame->payload, "LaneResponse", out);

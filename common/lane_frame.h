@@ -17,9 +17,12 @@
 namespace wsync {
 
 inline constexpr size_t kLaneHeaderBytes = 4;
-// The default largest payload (a report names its dropped parts and verify
-// results: far below this).
+// The default largest request payload (a report names its dropped parts and
+// verify results: far below this).
 inline constexpr uint32_t kLaneMaxFrameBytes = 16u << 20;
+// The largest answer: an assignment carries a worker's op list, as large as
+// gRPC lets the controller send one (its 256 MiB message limit).
+inline constexpr uint32_t kLaneMaxResponseBytes = 256u << 20;
 
 // Appends `message` as one frame to *out. INVALID_ARGUMENT (nothing
 // appended) when it serializes to more than `max_frame` bytes.

@@ -77,10 +77,8 @@ void LaneServer::AssignmentsCall(Conn& c, const v1::LaneRequest& req) {
   }
   absl::StatusOr<uint64_t> token = absl::FailedPreconditionError("");
   if (st.ok()) {
-    std::shared_ptr<std::atomic<LaneServer*>> self = self_;
-    token = controller_->workers().OpenStream(lease, [self] {
-      if (LaneServer* s = self->load()) s->Notify();
-    });
+    std::shared_ptr<LaneWake> self = self_;
+    token = controller_->workers().OpenStream(lease, [self] { self->Notify(); });
     st = token.status();
   }
   if (!st.ok()) {

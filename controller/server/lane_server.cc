@@ -52,7 +52,8 @@ absl::StatusOr<std::unique_ptr<LaneServer>> LaneServer::Start(LaneOptions option
   std::unique_ptr<LaneServer> s(new LaneServer(std::move(options), controller, auth));
   if (absl::Status st = s->Bind(); !st.ok()) return st;
   LaneServer* self = s.get();
-  controller->SetChangeObserver([self] { self->Notify(); });
+  std::shared_ptr<LaneWake> wake = s->self_;
+  controller->SetChangeObserver([wake] { wake->Notify(); });
   s->thread_ = std::thread([self] { self->Run(); });
   spdlog::info("[controller] control fast lane on {} (mode 0600{})", s->path(),
                s->busy_.enabled() ? ", spinning per --busy_poll_ms" : "");
@@ -105,9 +106,19 @@ absl::Status LaneServer::Bind() {
   return absl::OkStatus();
 }
 
+void LaneWake::Notify() {
+  absl::MutexLock lock(&mu_);
+  if (server_ != nullptr) server_->Notify();
+}
+
+void LaneWake::Detach() {
+  absl::MutexLock lock(&mu_);
+  server_ = nullptr;
+}
+
 LaneServer::~LaneServer() {
   Shutdown();
-  self_->store(nullptr);
+  self_->Detach();  // no Notify runs or starts after this: the eventfd may close
   for (int fd : {listen_fd_, epoll_fd_, wake_fd_}) {
     if (fd >= 0) close(fd);
   }
@@ -286,12 +297,12 @@ bool LaneServer::Send(uint64_t conn, const v1::LaneResponse& resp) {
 
 bool LaneServer::Send(Conn& c, const v1::LaneResponse& resp) {
   if (c.fd < 0) return false;
-  if (absl::Status st = AppendLaneFrame(resp, options_.max_frame_bytes, &c.out); !st.ok()) {
+  if (absl::Status st = AppendLaneFrame(resp, options_.max_response_bytes, &c.out); !st.ok()) {
     v1::LaneResponse too_big;
     too_big.set_call_id(resp.call_id());
     too_big.set_code(static_cast<int>(absl::StatusCode::kResourceExhausted));
     too_big.set_message(std::string(st.message()));
-    (void)AppendLaneFrame(too_big, options_.max_frame_bytes, &c.out);
+    (void)AppendLaneFrame(too_big, options_.max_response_bytes, &c.out);
   }
   if (c.out.size() - c.out_at > options_.max_pending_bytes) {
     spdlog::warn(
@@ -349,7 +360,7 @@ void LaneServer::Refuse(Conn& c, const absl::Status& status) {
   resp.set_code(static_cast<int>(status.code()));
   resp.set_message(std::string(status.message()));
   std::string frame;
-  if (AppendLaneFrame(resp, options_.max_frame_bytes, &frame).ok()) {
+  if (AppendLaneFrame(resp, options_.max_response_bytes, &frame).ok()) {
     [[maybe_unused]] ssize_t n =
         send(c.fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);  // best effort
   }

@@ -46,6 +46,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/busy_poll.h"
 #include "common/lane_frame.h"
@@ -57,13 +58,33 @@ namespace wsync::controller {
 
 struct LaneOptions {
   std::string socket_path;  // created here (an existing dead socket is replaced)
-  uint32_t max_frame_bytes = kLaneMaxFrameBytes;
-  // Unsent answers a connection may hold before it is dropped.
-  size_t max_pending_bytes = 2 * static_cast<size_t>(kLaneMaxFrameBytes);
+  uint32_t max_frame_bytes = kLaneMaxFrameBytes;        // of a request
+  uint32_t max_response_bytes = kLaneMaxResponseBytes;  // of an answer (an assignment)
+  // Unsent answers a connection may hold before it is dropped: one answer
+  // of the largest size and a few small ones.
+  size_t max_pending_bytes =
+      static_cast<size_t>(kLaneMaxResponseBytes) + static_cast<size_t>(kLaneMaxFrameBytes);
   int max_connections = 1024;
   // Sync / WaitSync waits held at once (beyond: RESOURCE_EXHAUSTED).
   int64_t max_waits = 4096;
   absl::Duration busy_poll = absl::ZeroDuration();  // --busy_poll_ms
+};
+
+class LaneServer;
+
+// How other threads (the controller's change observer, the registry's
+// stream wakes) reach the lane thread; they may hold it past the server's
+// life. Detach (in the server's destructor, before its descriptors close)
+// waits for a Notify in progress and makes later ones no-ops.
+class LaneWake {
+ public:
+  explicit LaneWake(LaneServer* server) : server_(server) {}
+  void Notify();
+  void Detach();
+
+ private:
+  absl::Mutex mu_;
+  LaneServer* server_ ABSL_GUARDED_BY(mu_);
 };
 
 class LaneServer {
@@ -170,10 +191,9 @@ class LaneServer {
   bool closed_any_ = false;  // a connection closed since the last sweep
   std::vector<Wait> waits_;
   std::thread thread_;
-  // The registry's stream wakes reach the server through this (null once it
-  // is gone).
-  std::shared_ptr<std::atomic<LaneServer*>> self_ =
-      std::make_shared<std::atomic<LaneServer*>>(this);
+  // The controller's change observer and the registry's stream wakes reach
+  // the server through this (detached once it is going).
+  std::shared_ptr<LaneWake> self_ = std::make_shared<LaneWake>(this);
 };
 
 }  // namespace wsync::controller

@@ -158,6 +158,34 @@ TEST(LaneClient, CallsInTurnAndBreaksOnAnAnswerOutOfTurnOrAClose) {
   server.join();
 }
 
+TEST(LaneClient, TakesAnAnswerLargerThanTheRequestLimit) {
+  // An assignment carries a worker's whole op list: answers may be as large
+  // as gRPC's (kLaneMaxResponseBytes), far past the 16 MiB of a request.
+  RawListener l;
+  std::thread server([&] {
+    const int fd = l.Accept();
+    v1::LaneRequest a = ReadRequest(fd);
+    v1::LaneResponse resp;
+    resp.set_call_id(a.call_id());
+    resp.set_message(std::string(kLaneMaxFrameBytes + (1u << 20), 'a'));
+    std::string out;
+    ASSERT_TRUE(AppendLaneFrame(resp, kLaneMaxResponseBytes, &out).ok());
+    size_t sent = 0;
+    while (sent < out.size()) {
+      const ssize_t n = send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) break;
+      sent += static_cast<size_t>(n);
+    }
+    close(fd);
+  });
+  auto c = LaneClient::Connect(l.path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto r = (*c)->Call(Hello("x"), absl::Now() + absl::Seconds(20));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->message().size(), kLaneMaxFrameBytes + (1u << 20));
+  server.join();
+}
+
 TEST(LaneClient, ReceiveReturnsEmptyHandedUntilTheAnswerAndConnectNamesThePath) {
   RawListener l;
   int peer = -1;

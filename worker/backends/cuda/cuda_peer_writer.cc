@@ -129,6 +129,11 @@ absl::Status CudaPeerWriter::Init(const CudaDataOps::Options& options) {
   return absl::OkStatus();
 }
 
+int CudaPeerWriter::PeerOf(const void* dst) const {
+  // Only the interleaving reads the peer: no runtime query without it.
+  return put_interleave_bytes_ > 0 ? DeviceOf(dst) : 0;
+}
+
 absl::Status CudaPeerWriter::AddPutRequest(const StridedView& src, const StridedView& dst,
                                            size_t index) {
   int64_t shape[kMaxRequestDims], ss[kMaxRequestDims], ds[kMaxRequestDims];
@@ -162,7 +167,7 @@ absl::Status CudaPeerWriter::AddPutRequest(const StridedView& src, const Strided
       c.src_pitch = m == 2 ? static_cast<size_t>(css[0] * esize) : c.width;
       c.dst_pitch = m == 2 ? static_cast<size_t>(cds[0] * esize) : c.width;
       c.item = index;
-      put_list_.AddCopy(c, DeviceOf(dst.data));
+      put_list_.AddCopy(c, PeerOf(dst.data));
       return absl::OkStatus();
     }
   }
@@ -176,7 +181,7 @@ absl::Status CudaPeerWriter::AddPutRequest(const StridedView& src, const Strided
   std::copy(ss, ss + n, r.src_strides);
   std::copy(ds, ds + n, r.dst_strides);
   r.item = index;
-  put_list_.AddRequest(r, DeviceOf(dst.data));
+  put_list_.AddRequest(r, PeerOf(dst.data));
   return absl::OkStatus();
 }
 

@@ -103,6 +103,8 @@ class CudaPeerWriter : public exec::PeerWriter {
   absl::Status Init(const CudaDataOps::Options& options);
   // Adds put src -> dst (validated, equal element counts) to `put_list_`:
   // a copy when it qualifies for the copy engines, else a kernel request.
+  // The device `dst` lies on, for PutList (0 when the interleaving is off).
+  int PeerOf(const void* dst) const;
   absl::Status AddPutRequest(const exec::StridedView& src, const exec::StridedView& dst,
                              size_t index);
   // Every non-empty item: those `via_scratch` names (ascending; shapes with

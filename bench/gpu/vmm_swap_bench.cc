@@ -13,16 +13,22 @@
 //          FinishSwap): the live range is remapped onto the shadow's memory
 //          first (the pause ends there), then the shadow's range.
 // --align-mib N reserves every range aligned to N MiB (0: the granularity).
+// --chunks C --threads T (with --arena 1): the live range mapped as C
+// allocations mapped side by side, and the two-step pause's remap done by T
+// threads, each remapping its share of the chunks (is the driver's
+// page-table work parallel?). Prints a second RESULT, "wsync_vmm_swap_chunks".
 // Checks that after a swap the live address reads the shadow's bytes.
 //
 //   wsync_bench_vmm_swap --model llama3-8b [--mode tp1] [--worker 1] [--iters 5] [--arena 0]
-//       [--align-mib 0]
+//       [--align-mib 0] [--chunks 0 --threads 1]
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <atomic>
 #include <map>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -91,8 +97,107 @@ double SwapTwoSteps(const cuda::DriverApi& api, const CUmemAccessDesc& access, M
   return pause;
 }
 
+// The live range as `chunks` allocations mapped side by side; the pause remaps
+// every chunk onto the twin's allocation (same offset) with `threads` threads
+// that wait on a spin barrier (their start-up is not timed). Returns the
+// median pause; the twin's range is then remapped untimed.
+// cuMemMap maps a whole allocation (its offset must be 0), so a chunked
+// range is one allocation per chunk.
+struct ChunkedRange {
+  CUdeviceptr va = 0;
+  std::vector<CUmemGenericAllocationHandle> handles;
+};
+
+int RunChunked(const cuda::DriverApi& api, const CUmemAllocationProp& prop,
+               const CUmemAccessDesc& access, size_t total, size_t gran, size_t align,
+               int chunks, int threads, int iters, const std::string& model,
+               const std::string& mode, int worker) {
+  const size_t per = (total / chunks + gran - 1) / gran * gran;
+  total = per * chunks;
+  ChunkedRange live, twin;
+  for (ChunkedRange* r : {&live, &twin}) {
+    Check(api.cuMemAddressReserve(&r->va, total, align, 0, 0), "cuMemAddressReserve");
+    r->handles.resize(chunks);
+    for (int c = 0; c < chunks; ++c) {
+      Check(api.cuMemCreate(&r->handles[c], per, &prop, 0), "cuMemCreate chunk");
+      Check(api.cuMemMap(r->va + c * per, per, 0, r->handles[c], 0), "cuMemMap chunk");
+    }
+    Check(api.cuMemSetAccess(r->va, total, &access, 1), "cuMemSetAccess");
+  }
+  CudaCheck(cudaMemset(reinterpret_cast<void*>(live.va), 1, total), "cudaMemset");
+  CudaCheck(cudaMemset(reinterpret_cast<void*>(twin.va), 2, total), "cudaMemset");
+  CudaCheck(cudaDeviceSynchronize(), "fill");
+  // Remaps range `at`'s chunks [t, t + threads, ...) onto `handles`.
+  using Handles = std::vector<CUmemGenericAllocationHandle>;
+  auto remap_share = [&](CUdeviceptr at, const Handles* handles, int t) {
+    for (int c = t; c < chunks; c += threads) {
+      const CUdeviceptr p = at + c * per;
+      Check(api.cuMemUnmap(p, per), "cuMemUnmap chunk");
+      Check(api.cuMemMap(p, per, 0, (*handles)[c], 0), "cuMemMap chunk");
+      Check(api.cuMemSetAccess(p, per, &access, 1), "cuMemSetAccess chunk");
+    }
+  };
+  std::atomic<int> generation{0}, done{0};
+  std::atomic<bool> stop{false};
+  CUdeviceptr job_at = 0;
+  const Handles* job_handles = nullptr;
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      cudaSetDevice(0);
+      int seen = 0;
+      while (true) {
+        while (generation.load(std::memory_order_acquire) == seen && !stop.load()) {
+        }
+        if (stop.load()) return;
+        seen = generation.load(std::memory_order_acquire);
+        remap_share(job_at, job_handles, t);
+        done.fetch_add(1, std::memory_order_acq_rel);
+      }
+    });
+  }
+  auto remap_all = [&](CUdeviceptr at, const Handles* handles) {
+    job_at = at;
+    job_handles = handles;
+    done.store(0);
+    generation.fetch_add(1, std::memory_order_acq_rel);
+    remap_share(at, handles, 0);
+    while (done.load(std::memory_order_acquire) < threads - 1) {
+    }
+  };
+  std::vector<double> pause_s;
+  int bad = 0;
+  for (int i = 0; i < iters; ++i) {
+    const double t0 = Now();
+    cudaDeviceSynchronize();
+    remap_all(live.va, &twin.handles);  // the pause: live now reads the twin's memory
+    pause_s.push_back(Now() - t0);
+    remap_all(twin.va, &live.handles);
+    std::swap(live.handles, twin.handles);
+    unsigned char first = 0, last = 0;
+    const unsigned char want = i % 2 == 0 ? 2 : 1;
+    cudaMemcpy(&first, reinterpret_cast<void*>(live.va), 1, cudaMemcpyDeviceToHost);
+    cudaMemcpy(&last, reinterpret_cast<void*>(live.va + total - 1), 1, cudaMemcpyDeviceToHost);
+    if (first != want || last != want) ++bad;
+  }
+  stop.store(true);
+  for (auto& th : pool) th.join();
+  Result(absl::StrFormat(
+      R"({"bench":"wsync_vmm_swap_chunks","model":"%s","mode":"%s","worker":%d,"bytes":%d,"chunks":%d,"threads":%d,"align":%d,"iters":%d,"pause_median_s":%.6f,"pause_min_s":%.6f,"checks_failed":%d})",
+      model, mode, worker, total, chunks, threads, align, iters, Median(pause_s),
+      *std::min_element(pause_s.begin(), pause_s.end()), bad));
+  for (ChunkedRange* r : {&live, &twin}) {
+    for (int c = 0; c < chunks; ++c) {
+      api.cuMemUnmap(r->va + c * per, per);
+      api.cuMemRelease(r->handles[c]);
+    }
+    api.cuMemAddressFree(r->va, total);
+  }
+  return bad == 0 ? 0 : 6;
+}
+
 int Run(const std::string& model, const std::string& mode, int worker, int iters, bool arena,
-        size_t align) {
+        size_t align, int chunks, int threads) {
   CaseParams params;
   params.model = model;
   auto c = MakeCase(params, mode);
@@ -125,6 +230,10 @@ int Run(const std::string& model, const std::string& mode, int worker, int iters
     size_t total = 0;
     for (size_t s : sizes) total += s;
     sizes = {total};
+    if (chunks > 0) {
+      return RunChunked(api, prop, access, total, gran, align, chunks, std::max(1, threads),
+                        iters, model, mode, worker);
+    }
   }
   for (size_t size : sizes) {
     live.push_back(MapNew(api, prop, access, size, align));
@@ -203,6 +312,7 @@ int main(int argc, char** argv) {
   int worker = 1, iters = 5;
   bool arena = false;
   size_t align = 0;
+  int chunks = 0, threads = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--model")
@@ -217,8 +327,12 @@ int main(int argc, char** argv) {
       arena = v != "0";
     else if (k == "--align-mib")
       align = static_cast<size_t>(std::stoull(v)) << 20;
+    else if (k == "--chunks")
+      chunks = std::stoi(v);
+    else if (k == "--threads")
+      threads = std::stoi(v);
     else
       return std::fprintf(stderr, "unknown flag %s\n", k.c_str()), 2;
   }
-  return wsync::bench::Run(model, mode, worker, iters, arena, align);
+  return wsync::bench::Run(model, mode, worker, iters, arena, align, chunks, threads);
 }

@@ -15,11 +15,11 @@ def proof_records(out, stage):
     return [r for r in recs if r["version"] >= 2 and "sync_wait_s" in r]
 
 
-def bench_median(out, stage):
+def bench_median(out, stage, suffix=""):
     """The slowest worker's median sync of the bench (a sync ends with its
     last worker)."""
     medians = []
-    for line in open(os.path.join(out, f"bench_{stage}.log")):
+    for line in open(os.path.join(out, f"bench_{stage}{suffix}.log")):
         i = line.find("{")
         if "RESULT" not in line or i < 0:
             continue
@@ -62,6 +62,14 @@ def main(out, stage):
                 "answer_s": round(statistics.median(r["answer_s"] for r in rs), 6),
                 "request_s": round(statistics.median(r["request_s"] for r in rs), 6)}
             for m in modes for rs in [[r for r in recs if r.get("client_mode") == m]]}
+    # Against the bench idling before each sync as the trainer does
+    # (run_gpu_proof.sh, WSYNC_TIMING_BENCH_PAUSE_MS), when it ran.
+    if os.path.exists(os.path.join(out, f"bench_{stage}_pause.log")):
+        idle = bench_median(out, stage, "_pause")
+        summary["bench_after_idle_median_s"] = round(idle, 6)
+        summary["wait_over_bench_after_idle"] = round(wait / idle, 4)
+        print(f"Python path sync().wait() {wait * 1e3:.2f} ms vs data-plane bench idling "
+              f"before each sync {idle * 1e3:.2f} ms: {wait / idle:.3f}x")
     print("TIMING " + json.dumps(summary))
     ok = wait <= 1.05 * bench
     print(f"Python path sync().wait() {wait * 1e3:.2f} ms vs data-plane bench {bench * 1e3:.2f} ms"

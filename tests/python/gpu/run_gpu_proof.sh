@@ -18,7 +18,9 @@
 #      timing       2 GPUs, a 0.5 B-parameter Llama; then the data-plane
 #                   benchmark (wsync_bench_gpu_sync --spec) on the same spec,
 #                   compared by compare_timing.py
-#      timing_transport  the same with the workers' direct writes off (NCCL)
+#      timing_transport  the same with the workers' direct writes off (NCCL);
+#                   WSYNC_TIMING_BENCH_PAUSE_MS=N also runs the bench with
+#                   N ms of idle before each sync (bench_<stage>_pause.log)
 #      vllm_colocated  issue 17 (vllm_engine_proof.py): FSDP2 trainers on GPUs 0-1,
 #                   vLLM TP=2 ranks (one spawned process each, wsync's vLLM engine
 #                   with the embedded CUDA worker, weights in cuMem memory without a
@@ -130,6 +132,15 @@ bench() {
   timeout 300 "$bundle/bin/wsync_bench_gpu_sync" --spec "$OUT/$name/spec_$tag.json" \
     --mode spec --iters 10 --direct "$direct" 2>&1 | tee "$OUT/bench_$name.log"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  # The same with every worker idle before each sync, as between training
+  # steps (WSYNC_TIMING_BENCH_PAUSE_MS): the executor's own cold start then
+  # counts on both sides of the comparison.
+  if [ -n "${WSYNC_TIMING_BENCH_PAUSE_MS:-}" ]; then
+    timeout 300 "$bundle/bin/wsync_bench_gpu_sync" --spec "$OUT/$name/spec_$tag.json" \
+      --mode spec --iters 10 --direct "$direct" --pause-ms "$WSYNC_TIMING_BENCH_PAUSE_MS" 2>&1 |
+      tee "$OUT/bench_${name}_pause.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  fi
   python3 $gpu/compare_timing.py "$OUT" "$name" 2>&1 | tee -a "$OUT/timing.txt"
 }
 ngpu=$(nvidia-smi -L | wc -l)

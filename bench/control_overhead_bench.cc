@@ -7,10 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <iterator>
 #include <memory>
-#include <sstream>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -21,6 +19,7 @@
 #include "common/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/demo/cluster.h"
+#include "tools/demo/process.h"
 
 ABSL_FLAG(int32_t, workers, 64, "Worker processes (half trainer, half inference).");
 ABSL_FLAG(int32_t, syncs, 200, "Measured syncs.");
@@ -56,31 +55,11 @@ std::unique_ptr<wsync::LaneClient>& Lane() {
   return lane;
 }
 
-// CPU seconds (user + system) process `pid` used so far; -1 if unreadable.
-double CpuSeconds(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  std::getline(in, line);
-  const size_t paren = line.rfind(')');
-  if (paren == std::string::npos) return -1;
-  std::istringstream fields(line.substr(paren + 2));
-  std::string f;
-  long long utime = 0, stime = 0;
-  for (int i = 3; fields >> f; ++i) {  // field 3 is the state
-    if (i == 14) utime = std::stoll(f);
-    if (i == 15) {
-      stime = std::stoll(f);
-      return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-    }
-  }
-  return -1;
-}
-
 // The controller's and the workers' CPU seconds so far (controller first).
 std::vector<double> ClusterCpu(wsync::demo::Cluster& cluster) {
-  std::vector<double> cpu = {CpuSeconds(cluster.controller_pid())};
+  std::vector<double> cpu = {wsync::demo::CpuSecondsOf(cluster.controller_pid())};
   for (int i = 0; i < cluster.num_workers(); ++i)
-    cpu.push_back(CpuSeconds(cluster.worker(i).child.pid()));
+    cpu.push_back(wsync::demo::CpuSecondsOf(cluster.worker(i).child.pid()));
   return cpu;
 }
 

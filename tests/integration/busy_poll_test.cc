@@ -20,32 +20,16 @@
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
 #include "tests/runnable_threads.h"
+#include "tools/demo/process.h"
 
 namespace wsync::integration {
 namespace {
 
-// CPU seconds (user + system) process `pid` used so far; -1 if unreadable.
-double CpuSeconds(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  std::getline(in, line);
-  const size_t paren = line.rfind(')');
-  if (paren == std::string::npos) return -1;
-  std::istringstream fields(line.substr(paren + 2));
-  std::string f;
-  long long utime = 0;
-  for (int i = 3; fields >> f; ++i) {  // field 3 is the state
-    if (i == 14) utime = std::stoll(f);
-    if (i == 15) return static_cast<double>(utime + std::stoll(f)) / sysconf(_SC_CLK_TCK);
-  }
-  return -1;
-}
-
 // CPU seconds `pid` uses over the next `window`.
 double CpuOver(pid_t pid, absl::Duration window) {
-  const double before = CpuSeconds(pid);
+  const double before = wsync::demo::CpuSecondsOf(pid);
   absl::SleepFor(window);
-  return CpuSeconds(pid) - before;
+  return wsync::demo::CpuSecondsOf(pid) - before;
 }
 
 // Runs `command` (its output into a file), bounded by `timeout` (coreutils);

@@ -7,6 +7,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -95,6 +98,24 @@ int Child::Stop(absl::Duration grace) {
   waitpid(pid_, &status_, 0);
   pid_ = -1;
   return status_;
+}
+
+double CpuSecondsOf(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  std::getline(in, line);
+  const size_t paren = line.rfind(')');  // the command name may hold spaces
+  if (paren == std::string::npos || paren + 2 > line.size()) return -1;
+  std::istringstream fields(line.substr(paren + 2));
+  std::string f;
+  long long utime = 0;
+  for (int i = 3; fields >> f; ++i) {  // field 3 is the state
+    if (i == 14) utime = std::stoll(f);
+    if (i == 15) {
+      return static_cast<double>(utime + std::stoll(f)) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    }
+  }
+  return -1;
 }
 
 }  // namespace wsync::demo

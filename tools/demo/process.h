@@ -41,6 +41,10 @@ class Child {
   int status_ = 0;
 };
 
+// CPU seconds (user + system) process `pid` used so far, read from
+// /proc/<pid>/stat; -1 if unreadable.
+double CpuSecondsOf(pid_t pid);
+
 }  // namespace wsync::demo
 
 #endif  // WSYNC_TOOLS_DEMO_PROCESS_H_

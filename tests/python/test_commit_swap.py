@@ -16,12 +16,12 @@ import torch
 
 import wsync
 import wsync.torch
-from wsync import embedded, layouts, vllm
+from wsync import embedded, layouts
 from wsync._proto import controller_pb2 as pb
 
-from harness import expected_destination, full_tensors
-from models import TINY_LLAMA, trainer_tensors
-from test_sync import TP, fsdp_params
+from harness import expected_destination
+from test_sync import TP
+from tiny_pool import TinyLlamaPool
 
 EXTRA = 1 << 16  # elements of the unsynced fp32 tensor packed beside the buffers
 
@@ -64,32 +64,19 @@ def next_kind(events, kind, timeout=30.0):
     raise AssertionError(f"no {kind} event in {timeout} s")
 
 
-class ArenaPool:
+class ArenaPool(TinyLlamaPool):
     """Two trainer ranks, receiver 0 embedded here (its buffers in an arena
     when `arena`), receiver 1 a wsync-worker."""
 
     def __init__(self, cluster, arena=True, short_budget=False):
-        shapes = {n: s for n, s, _ in trainer_tensors("tiny-llama")}
-        self.full = full_tensors(shapes, torch.bfloat16)
-        self.params = {r: fsdp_params(self.full, r) for r in range(2)}
-        src = layouts.source_side(layouts.describe(self.params[0].items(), rank=0))
-        self.spec = layouts.transfer_spec(src, vllm.destination(TINY_LLAMA, tp=TP), name="tiny")
-        self.regs = [wsync.torch.register({n: p.to_local() for n, p in self.params[r].items()},
-                                          group="trainer", rank=r,
-                                          socket=cluster.worker(f"trainer:{r}:2"))
-                     for r in range(2)]
-        bufs1 = {b: torch.zeros(n, dtype=torch.bfloat16)
-                 for b, (_, n) in layouts.local_buffers(self.spec.destination, 1).items()}
-        self.regs.append(wsync.torch.register(bufs1, group="inference", rank=1,
-                                              socket=cluster.worker(f"inference:1:{TP}")))
+        super().__init__(cluster)
         mine = layouts.local_buffers(self.spec.destination, 0)
         # short_budget: over the buffers (the plan's shadow fits), under the
         # arena, which also holds `extra` (its twin does not fit).
         self.budget = sum(n for _, n in mine.values()) * 2 + EXTRA * 2 if short_budget else 0
         self.w = embedded.Worker(cluster.address, f"inference:0:{TP}",
                                  staging_budget_bytes=self.budget)
-        live = {b: torch.zeros(n, dtype=torch.bfloat16)
-                for b, (_, n) in layouts.local_buffers(self.spec.destination, 0).items()}
+        live = self.receiver0_buffers()
         extra = torch.arange(EXTRA, dtype=torch.float32)
         self.arena = None
         if arena:
@@ -101,8 +88,7 @@ class ArenaPool:
             self.extra, self.live = extra, live
         self.w.register(self.live)
         self.w.wait_registered()
-        self.client = wsync.Client(cluster.address, timeout=20)
-        self.client.wait_for_workers({"trainer": 2, "inference": TP}, timeout=30, buffers=True)
+        self.connect(cluster)
 
     def next_version(self):
         for t in self.full.values():

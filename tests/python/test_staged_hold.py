@@ -11,12 +11,12 @@ import torch
 
 import wsync
 import wsync.torch
-from wsync import embedded, layouts, vllm
+from wsync import embedded
 from wsync._proto import controller_pb2 as pb
 
-from harness import expected_destination, full_tensors
-from models import TINY_LLAMA, trainer_tensors
-from test_sync import TP, fsdp_params
+from harness import expected_destination
+from test_sync import TP
+from tiny_pool import TinyLlamaPool
 
 
 def next_kind(events, kind, timeout=30.0):
@@ -37,31 +37,17 @@ def kinds_within(events, seconds):
     return out
 
 
-class HeldPool:
+class HeldPool(TinyLlamaPool):
     """Two trainer ranks and two receivers: receiver 0 an embedded worker in
     this process (its owner holds), receiver 1 a wsync-worker."""
 
     def __init__(self, cluster):
-        shapes = {n: s for n, s, _ in trainer_tensors("tiny-llama")}
-        self.full = full_tensors(shapes, torch.bfloat16)
-        self.params = {r: fsdp_params(self.full, r) for r in range(2)}
-        src = layouts.source_side(layouts.describe(self.params[0].items(), rank=0))
-        self.spec = layouts.transfer_spec(src, vllm.destination(TINY_LLAMA, tp=TP), name="tiny")
-        self.regs = [wsync.torch.register({n: p.to_local() for n, p in self.params[r].items()},
-                                          group="trainer", rank=r,
-                                          socket=cluster.worker(f"trainer:{r}:2"))
-                     for r in range(2)]
-        bufs1 = {b: torch.zeros(n, dtype=torch.bfloat16)
-                 for b, (_, n) in layouts.local_buffers(self.spec.destination, 1).items()}
-        self.regs.append(wsync.torch.register(bufs1, group="inference", rank=1,
-                                              socket=cluster.worker(f"inference:1:{TP}")))
+        super().__init__(cluster)
         self.w = embedded.Worker(cluster.address, f"inference:0:{TP}")
-        self.live = {b: torch.zeros(n, dtype=torch.bfloat16)
-                     for b, (_, n) in layouts.local_buffers(self.spec.destination, 0).items()}
+        self.live = self.receiver0_buffers()
         self.w.register(self.live)
         self.w.wait_registered()
-        self.client = wsync.Client(cluster.address, timeout=20)
-        self.client.wait_for_workers({"trainer": 2, "inference": TP}, timeout=30, buffers=True)
+        self.connect(cluster)
 
     def close(self):
         self.w.stop()

@@ -11,15 +11,19 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/wire_text.h"
 #include "controller/server/wait_hub.h"
 #include "grpcpp/grpcpp.h"
 #include "wsync/v1/controller.pb.h"
 
 namespace wsync::controller {
 
+// `s` for a gRPC client, its message clipped to kMaxWireMessageBytes
+// (common/wire_text.h): a message that echoes a huge request field must not
+// outgrow the client's metadata limit.
 inline grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), ClipForWire(s.message()));
 }
 
 // A unary call answered at once with `status`.

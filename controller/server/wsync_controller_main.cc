@@ -8,8 +8,6 @@
 #include <fstream>
 #include <random>
 
-#include "absl/debugging/failure_signal_handler.h"
-#include "absl/debugging/symbolize.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,6 +15,7 @@
 #include "common/busy_poll.h"
 #include "common/env_flags.h"
 #include "common/logging.h"
+#include "common/service_signals.h"
 #include "controller/plan/huge_page_allocator.h"
 #include "controller/server/server.h"
 
@@ -258,19 +257,8 @@ int main(int argc, char** argv) {
        "tokens_file"});
   wsync::InitLogging("wsync-controller");
 
-  // Signals are taken by sigwait below, never by an asynchronous handler.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  // A peer that dies mid-transfer resets its connections; writing to one must
-  // be an error the transport reports (EPIPE), not SIGPIPE killing the
-  // process.
-  signal(SIGPIPE, SIG_IGN);
-  // A crash leaves its stack trace in the log.
-  absl::InitializeSymbolizer(argv[0]);
-  absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
+  // SIGINT / SIGTERM are taken by sigwait below.
+  sigset_t signals = wsync::PrepareServiceSignals(argv[0]);
 
   wsync::controller::ServerOptions options;
   const char* pod_ip = std::getenv("POD_IP");

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/wire_text.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
 #include "wsync/v1/worker_local.grpc.pb.h"
@@ -249,6 +250,37 @@ TEST(InvalidRequests, DuplicateRanksOldVersionsAndOversizedMessages) {
   EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
   std::string first;
   EXPECT_EQ(run.Verify(3, &first), 0) << first;
+}
+
+// A request field the error message echoes (an unknown transfer's name) may
+// be as large as the controller accepts: the answer still arrives at once,
+// its message clipped under the client's metadata limit (common/wire_text.h),
+// and the controller keeps answering. Before the clip, an 8 KiB name came
+// back as "received initial metadata size exceeds limit" and a 15 MiB one
+// stalled the call past its deadline.
+TEST(InvalidRequests, AHugeUnknownTransferNameIsAnsweredAtOnceWithAClippedMessage) {
+  auto run_or = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), DefaultClusterOptions());
+  ASSERT_TRUE(run_or.ok()) << run_or.status();
+  CaseRun& run = **run_or;
+  for (size_t bytes : {size_t{8} << 10, size_t{15} << 20}) {
+    v1::SyncRequest sync;
+    sync.set_transfer(std::string(bytes, 'n'));
+    sync.set_version(1);
+    v1::SyncResponse resp;
+    const absl::Time start = absl::Now();
+    const grpc::Status s =
+        Call([&](grpc::ClientContext* c) { return run.cluster->trainer().Sync(c, sync, &resp); },
+             absl::Seconds(20));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << bytes << " bytes";
+    EXPECT_CODE_MENTIONS(s, NOT_FOUND, "unknown transfer");
+    EXPECT_LE(s.error_message().size(), kMaxWireMessageBytes) << bytes << " bytes";
+    EXPECT_NE(s.error_message().find("bytes cut]"), std::string::npos) << s.error_message();
+  }
+  v1::GetStatusRequest sr;
+  v1::GetStatusResponse status;
+  EXPECT_TRUE(Call([&](grpc::ClientContext* c) {
+                return run.cluster->trainer().GetStatus(c, sr, &status);
+              }).ok());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/wire_text.h"
 
 namespace wsync::agent {
 
@@ -24,7 +25,7 @@ grpc::Status LocalServiceImpl::RegisterTensors(grpc::ServerContext* ctx,
   auto r = agent_->RegisterTensors(*req, Caller(*ctx));
   if (!r.ok()) {
     return grpc::Status(static_cast<grpc::StatusCode>(r.status().code()),
-                        std::string(r.status().message()));
+                        ClipForWire(r.status().message()));
   }
   *resp = *std::move(r);
   return grpc::Status::OK;
@@ -56,7 +57,7 @@ grpc::Status LocalServiceImpl::Status(grpc::ServerContext*, const v1::LocalStatu
 grpc::Status LocalServiceImpl::SetServing(grpc::ServerContext*, const v1::SetServingRequest* req,
                                           v1::SetServingResponse*) {
   const absl::Status s = agent_->SetServing(*req);
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), ClipForWire(s.message()));
 }
 
 }  // namespace wsync::agent

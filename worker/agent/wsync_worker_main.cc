@@ -13,8 +13,6 @@
 #include <fstream>
 #include <random>
 
-#include "absl/debugging/failure_signal_handler.h"
-#include "absl/debugging/symbolize.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +20,7 @@
 #include "absl/strings/strip.h"
 #include "common/env_flags.h"
 #include "common/logging.h"
+#include "common/service_signals.h"
 #include "common/staging_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/agent/agent.h"
@@ -209,18 +208,8 @@ int main(int argc, char** argv) {
        "local_socket_group",
        "local_allowed_uids",
        "local_admin_uids"});
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  // A peer that dies mid-transfer resets its connections; writing to one must
-  // be an error the transport reports (EPIPE), not SIGPIPE killing the
-  // process.
-  signal(SIGPIPE, SIG_IGN);
-  // A crash leaves its stack trace in the log.
-  absl::InitializeSymbolizer(argv[0]);
-  absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
+  // SIGINT / SIGTERM are taken by sigwait below.
+  sigset_t signals = wsync::PrepareServiceSignals(argv[0]);
 
   wsync::agent::AgentOptions options;
   wsync::agent::LaunchFlags launch;

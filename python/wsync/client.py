@@ -209,7 +209,8 @@ class Client:
         a wake-up (a few hundred microseconds on virtual machines after a
         quiet spell; docs/performance-notes.md, "The control path").
         Default: WSYNC_CLIENT_BUSY_WAIT=1 in the environment, else off.
-        Needs the wsync._native extension.
+        Needs the wsync._native extension, or the pure-Python lane (its lane
+        calls spin; sched_yield between polls).
         `lane`: the controller's control fast lane, the path of its
         --lane_socket (a trainer on the controller's host, as the
         controller's user): sync() and wait() go over that Unix socket, with

@@ -146,11 +146,12 @@ class FakeLane:
     """A listener of this user at `path` answering each connection with
     `answer(request_bytes)` (bytes to write, then it closes)."""
 
-    def __init__(self, path, answer):
+    def __init__(self, path, answer, hold=0.0):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(path)
         self.sock.listen(4)
         self.answer = answer
+        self.hold = hold  # seconds the connection stays open after the answer
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
@@ -163,6 +164,7 @@ class FakeLane:
             with conn:
                 data = conn.recv(1 << 16)
                 conn.sendall(self.answer(data))
+                time.sleep(self.hold)
 
     def close(self):
         self.sock.shutdown(socket.SHUT_RDWR)
@@ -215,6 +217,26 @@ def test_answers_over_the_limit_and_refusals(lane_cluster, tmp_path):
         frames.have += n
     assert resp.call_id == 0 and "over the limit of 16777216" in resp.message
     raw.close()
+
+
+def test_a_silent_lane_times_out_and_a_lost_connection_is_unavailable(tmp_path):
+    silent = FakeLane(str(tmp_path / "silent.sock"), lambda _: b"", hold=5)
+    client = py_client(unreachable_address(), str(tmp_path / "silent.sock"), token=TRAINER)
+    t0 = time.monotonic()
+    with pytest.raises(wsync.DeadlineExceeded):
+        client._rpc("WaitSync", pb.WaitSyncRequest(sync_id="s", timeout_ms=1), timeout=0.3)
+    assert 0.25 < time.monotonic() - t0 < 3
+    assert client._lane._sock is None  # a late answer would come out of turn
+    silent.close()
+    # Closed after the request was written: the call may have run, so no
+    # second try over gRPC: Unavailable.
+    closing = FakeLane(str(tmp_path / "closing.sock"), lambda _: b"")
+    client = py_client(unreachable_address(), str(tmp_path / "closing.sock"), token=TRAINER)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(wsync.Unavailable, match="the controller closed the connection"):
+            client.sync(1, transfer="t", wait=1)
+    closing.close()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to serve a socket as another uid")

@@ -11,7 +11,7 @@ import time
 
 import grpc
 
-from wsync import _channel, _lane_aio, errors, progress as progress_mod, specs
+from wsync import _channel, errors, progress as progress_mod, specs
 from wsync.client import (_NO_DEADLINE_S, _POLL_MS, _RUNNING, _WATCH_SLICE_S, _result,
                           replicas_serving, rollout_policy, sync_request)
 from wsync._proto import controller_pb2 as pb
@@ -111,7 +111,10 @@ class Client:
         if lane is None:
             lane = os.environ.get("WSYNC_CONTROLLER_LANE", "")
         self.lane = lane or None
-        self._lane = _lane_aio.AsyncLaneChannel(lane, token, self._where) if lane else None
+        self._lane = None
+        if self.lane:
+            from wsync import _lane_aio  # its stubs load only for a lane
+            self._lane = _lane_aio.AsyncLaneChannel(lane, token, self._where)
         self.transfer = None
 
     async def close(self):

@@ -13,7 +13,7 @@ import time
 
 import grpc
 
-from wsync import _channel, _lane, errors, progress as progress_mod, specs
+from wsync import _channel, errors, progress as progress_mod, specs
 from wsync._proto import controller_pb2 as pb
 from wsync._proto import controller_pb2_grpc as pb_grpc
 from wsync._proto import layout_pb2 as lpb
@@ -245,6 +245,7 @@ class Client:
                                  "(not built, WSYNC_NATIVE_CLIENT=0 or a channel of the "
                                  "caller's); lane_impl='python' needs none")
             if lane_impl == "python" or self._native is None:
+                from wsync import _lane  # its stubs load only for a lane
                 self._lane = _lane.LaneChannel(self.lane, token, self._where)
                 self.lane_impl = "python"
             else:

@@ -2,7 +2,8 @@
 // one to its end, cancel one (TrainerService.Sync / WatchSync / Cancel;
 // docs/operations.md, "wsyncctl for operators"). Exit 0 when the sync succeeded (or the
 // cancel was accepted), 1 when it failed, was cancelled or the controller
-// refused, 2 on bad usage.
+// refused, 2 on bad usage. `sync --lane` sends its Sync over the
+// controller's control fast lane (common/lane_client.h).
 #include <unistd.h>
 
 #include <chrono>
@@ -11,6 +12,8 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/lane_client.h"
 #include "common/logging.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -36,6 +39,46 @@ bool PrintStatusJson(const v1::SyncStatus& status, double round_trip_ms) {
   }
   (*object.mutable_fields())["round_trip_ms"].set_number_value(round_trip_ms);
   return PrintJson(object, "sync") == kExitOk;
+}
+
+// Sync over the control fast lane at `path`: the call's status (the
+// response in *resp), or nullopt when the lane did not carry it (absent,
+// refused, not trusted, closed before the request was written: warned, the
+// caller uses gRPC). Once the request is written the lane's outcome stands
+// (a lost connection is UNAVAILABLE: the sync may have started).
+std::optional<grpc::Status> LaneSync(const std::string& path, const std::string& token,
+                                     const v1::SyncRequest& req, int64_t timeout_ms,
+                                     v1::SyncResponse* resp) {
+  absl::StatusOr<std::unique_ptr<LaneClient>> lane = LaneClient::Connect(path);
+  if (!lane.ok()) {
+    spdlog::warn("sync: control lane {}: {}; the call goes over gRPC", path,
+                 std::string(lane.status().message()));
+    return std::nullopt;
+  }
+  v1::LaneRequest lane_req;
+  lane_req.set_token(token);
+  *lane_req.mutable_sync() = req;
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
+  absl::StatusOr<uint64_t> id = (*lane)->Send(std::move(lane_req), deadline);
+  if (!id.ok()) {
+    spdlog::warn("sync: control lane {}: {}; the call goes over gRPC", path,
+                 std::string(id.status().message()));
+    return std::nullopt;
+  }
+  absl::StatusOr<std::optional<v1::LaneResponse>> got =
+      (*lane)->Receive(*id, deadline, /*spin=*/false);
+  if (!got.ok()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(got.status().message()));
+  }
+  if (!got->has_value())
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
+  const v1::LaneResponse& answer = **got;
+  if (answer.code() != 0) {
+    const int code = answer.code() > 0 && answer.code() <= 16 ? answer.code() : 2;  // UNKNOWN
+    return grpc::Status(static_cast<grpc::StatusCode>(code), answer.message());
+  }
+  *resp = answer.sync();
+  return grpc::Status::OK;
 }
 
 }  // namespace
@@ -67,6 +110,13 @@ int RunSyncCommand(const std::vector<std::string>& argv) {
       "its deadline and the controller's --max_wait)");
   app.add_flag("--watch", watch, "follow the sync with a progress line until it ends");
   app.add_flag("--json", json, "print the SyncStatus as JSON plus round_trip_ms");
+  std::string lane;
+  app.add_option("--lane", lane,
+                 "the controller's control fast lane (its --lane_socket, on this host, as its "
+                 "user): Sync goes over that Unix socket with the same token and answer; absent "
+                 "or not trusted: a warning, then gRPC (docs/performance-notes.md)")
+      ->envname("WSYNC_CONTROLLER_LANE")
+      ->type_name("PATH");
   if (std::optional<int> exit = ParseCommand(app, argv)) return *exit;
   v1::SyncRequest req;
   req.set_transfer(transfer);
@@ -99,13 +149,20 @@ int RunSyncCommand(const std::vector<std::string>& argv) {
   if (!controller.has_value()) return exit;
   v1::SyncResponse resp;
   const auto start = std::chrono::steady_clock::now();
+  std::optional<grpc::Status> over_lane;
+  if (!lane.empty()) {
+    over_lane = LaneSync(lane, controller->token, req, call_timeout_ms, &resp);
+  }
   const grpc::Status s =
-      controller->CallTrainer(&v1::TrainerService::Stub::Sync, req, &resp, call_timeout_ms);
+      over_lane.has_value()
+          ? *over_lane
+          : controller->CallTrainer(&v1::TrainerService::Stub::Sync, req, &resp, call_timeout_ms);
   const double round_trip_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!s.ok()) {
-    spdlog::error("sync of transfer '{}' to version {} on controller {}: {}", transfer, version,
-                  options.controller, DescribeRpcError(s));
+    spdlog::error("sync of transfer '{}' to version {} on controller {}{}: {}", transfer, version,
+                  options.controller, over_lane.has_value() ? " (over the lane)" : "",
+                  DescribeRpcError(s));
     return kExitFailed;
   }
   if (watch) {

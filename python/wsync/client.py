@@ -10,7 +10,6 @@ a timeout (``timeout`` seconds, default 30) and waits are bounded.
 """
 import os
 import time
-import warnings
 
 import grpc
 
@@ -54,6 +53,17 @@ _METHOD_PREFIX = "/wsync.v1.TrainerService/"
 _WAITING_CALLS = ("Sync", "WaitSync")  # the calls a busy_wait client spins on
 _NO_DEADLINE_S = 365 * 24 * 3600.0
 _RESPONSE_TYPES = {}
+_LANE_IMPLS = ("auto", "native", "python")
+
+
+def _lane_impl(value):
+    """`lane_impl` (or WSYNC_LANE_IMPL) checked: "auto", "native" or "python"."""
+    if value is None:
+        value = os.environ.get("WSYNC_LANE_IMPL", "") or "auto"
+    if value not in _LANE_IMPLS:
+        raise ValueError(f"wsync: lane_impl (or WSYNC_LANE_IMPL) {value!r} is not one of "
+                         f"{list(_LANE_IMPLS)}")
+    return value
 
 
 def _response_type(method):
@@ -188,7 +198,7 @@ class Client:
     """Synchronous client of the controller's TrainerService."""
 
     def __init__(self, address, *, timeout=30.0, channel=None, options=(), tls=False,
-                 token=None, busy_wait=None, lane=None):
+                 token=None, busy_wait=None, lane=None, lane_impl=None):
         """`tls`: False (plaintext, a --insecure controller), True (TLS with
         the system roots), a CA file path, or wsync.Tls(ca, cert, key) for
         mutual TLS. `token`: a bearer token of the controller's
@@ -199,15 +209,20 @@ class Client:
         a wake-up (a few hundred microseconds on virtual machines after a
         quiet spell; docs/performance-notes.md, "The control path").
         Default: WSYNC_CLIENT_BUSY_WAIT=1 in the environment, else off.
-        Needs the wsync._native extension.
+        Needs the wsync._native extension, or the pure-Python lane (its lane
+        calls spin; sched_yield between polls).
         `lane`: the controller's control fast lane, the path of its
         --lane_socket (a trainer on the controller's host, as the
         controller's user): sync() and wait() go over that Unix socket, with
         no gRPC thread on the controller's side (docs/performance-notes.md);
-        the same requests, answers and exceptions. An absent lane warns
+        the same requests, answers and exceptions. An absent lane, or one
+        that refuses or whose listener is not this user's or root's, warns
         (RuntimeWarning) and the calls go over gRPC. Default:
-        WSYNC_CONTROLLER_LANE in the environment, else none. Needs the
-        wsync._native extension (ignored, with a warning, without it)."""
+        WSYNC_CONTROLLER_LANE in the environment, else none.
+        `lane_impl`: who speaks the lane: "native" (wsync._native's C++
+        client; ValueError without it), "python" (wsync._lane, sockets of
+        this process) or "auto" (native when the native client is in use,
+        else python). Default: WSYNC_LANE_IMPL, else "auto"."""
         self.address = address
         self.timeout = timeout
         self._channel = channel or _channel.open_channel(address, tls, token, options)
@@ -216,24 +231,36 @@ class Client:
         # (WatchSync) always use the grpcio channel.
         if lane is None:
             lane = os.environ.get("WSYNC_CONTROLLER_LANE", "")
-        self._native = None if channel else _channel.open_native(address, tls, token, options,
-                                                                 lane)
+        lane_impl = _lane_impl(lane_impl)
+        self._where = f"controller {address}"
+        self._native = None if channel else _channel.open_native(
+            address, tls, token, options, lane if lane_impl != "python" else "")
         self.lane = lane or None
-        if self.lane and self._native is None:
-            warnings.warn(f"wsync: lane={self.lane!r} needs the wsync._native client (not "
-                          "built, WSYNC_NATIVE_CLIENT=0 or a channel of the caller's): calls go "
-                          "over gRPC", RuntimeWarning, stacklevel=2)
-            self.lane = None
+        # Who speaks the lane: "native", "python" or None (no lane).
+        self.lane_impl = None
+        self._lane = None
+        if self.lane:
+            if lane_impl == "native" and self._native is None:
+                raise ValueError("wsync: lane_impl='native' needs the wsync._native client "
+                                 "(not built, WSYNC_NATIVE_CLIENT=0 or a channel of the "
+                                 "caller's); lane_impl='python' needs none")
+            if lane_impl == "python" or self._native is None:
+                from wsync import _lane  # its stubs load only for a lane
+                self._lane = _lane.LaneChannel(self.lane, token, self._where)
+                self.lane_impl = "python"
+            else:
+                self.lane_impl = "native"
         if busy_wait is None:
             busy_wait = os.environ.get("WSYNC_CLIENT_BUSY_WAIT", "0") == "1"
-        self.busy_wait = bool(busy_wait) and self._native is not None
+        self.busy_wait = bool(busy_wait) and (self._native is not None or self._lane is not None)
         self._metadata = _channel.token_metadata(token)
         self._stub = pb_grpc.TrainerServiceStub(self._channel)
-        self._where = f"controller {address}"
         self.transfer = None  # the last transfer defined (default of sync())
 
     def close(self):
         self._native = None
+        if self._lane is not None:
+            self._lane.close()
         self._channel.close()
 
     def __enter__(self):
@@ -243,6 +270,12 @@ class Client:
         self.close()
 
     def _rpc(self, method, request, timeout=None):
+        if self._lane is not None:
+            t = timeout or self.timeout
+            t = _NO_DEADLINE_S if t is None else t
+            resp = self._lane.call(method, request, t, t if self.busy_wait else 0.0)
+            if resp is not None:
+                return resp
         if self._native is not None:
             return self._native_rpc(method, request, timeout or self.timeout)
         try:

@@ -137,12 +137,15 @@ def test_killed_workers_leave_no_mailbox_in_dev_shm(cluster, ranks):
     """Direct writes between host workers exchange token mailboxes (shared
     memory objects). Each peer unlinks the name of the object it was sent once
     it mapped it, so workers SIGKILLed after a sync leave no
-    /dev/shm/wsync-mbx-<pid>-* behind (before, every worker's stayed)."""
+    /dev/shm/wsync-mbx-<pid>-* behind (before, every worker's stayed).
+    The syncs must have written directly (SyncStatus.direct_pairs): without
+    direct writes no mailbox is made and the check below proves nothing."""
     register_all(ranks)
     client = client_for(cluster)
     client.define_transfer("t", spec_of())
     for v in (1, 2):
-        client.sync(v).wait(timeout=30)
+        status = client.sync(v).wait(timeout=30)
+        assert status.direct_pairs > 0, status
     pids = {w.proc.pid for w in cluster.workers.values()}
     for w in cluster.workers.values():
         w.stop(signal.SIGKILL)

@@ -3,9 +3,6 @@ the controller's control fast lane (--lane_socket), the workers reporting on
 it too (--controller_lane); the same answers and exceptions as over gRPC; an
 absent lane falls back to gRPC with a RuntimeWarning. Real controller and
 workers."""
-import os
-import socket
-import tempfile
 import warnings
 
 import pytest
@@ -15,35 +12,10 @@ import wsync
 import wsync.torch
 from wsync._proto import controller_pb2 as pb
 
-from harness import Cluster
+from lane_setup import READER, TRAINER, lane_cluster, unreachable_address  # noqa: F401,F811
 from test_errors import W, register_all, spec_of
 
 native = pytest.importorskip("wsync._native")
-
-TRAINER = "lane-trainer-token-0123456789"
-READER = "lane-reader-token-0123456789"
-
-
-@pytest.fixture
-def lane_cluster():
-    d = tempfile.mkdtemp(prefix="wsync-lane-")
-    lane = os.path.join(d, "lane.sock")
-    tokens = os.path.join(d, "tokens")
-    with open(tokens, "w") as f:
-        f.write(f"{TRAINER} trainer t\n{READER} reader r\n")
-    c = Cluster(controller_flags=[f"--lane_socket={lane}", f"--tokens_file={tokens}"])
-    socks = {r: c.worker(f"trainer:{r}:2", flags=[f"--controller_lane={lane}"]) for r in range(2)}
-    socks["inference"] = c.worker("inference:0:1", flags=[f"--controller_lane={lane}"])
-    c.lane = lane
-    c.socks = socks
-    yield c
-    c.close()
-
-
-def unreachable_address():
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
 
 
 def test_sync_and_wait_go_over_the_lane(lane_cluster):
@@ -115,7 +87,19 @@ def test_an_absent_lane_warns_and_calls_go_over_grpc(lane_cluster):
 
 def test_the_lane_comes_from_the_environment(lane_cluster, monkeypatch):
     monkeypatch.setenv("WSYNC_CONTROLLER_LANE", lane_cluster.lane)
-    assert wsync.Client(lane_cluster.address).lane == lane_cluster.lane
+    client = wsync.Client(lane_cluster.address)
+    assert (client.lane, client.lane_impl) == (lane_cluster.lane, "native")
+    monkeypatch.setenv("WSYNC_LANE_IMPL", "python")  # forced, for A/B
+    assert wsync.Client(lane_cluster.address).lane_impl == "python"
+    monkeypatch.setenv("WSYNC_LANE_IMPL", "carrier-pigeon")
+    with pytest.raises(ValueError, match="carrier-pigeon"):
+        wsync.Client(lane_cluster.address)
+    monkeypatch.delenv("WSYNC_LANE_IMPL")
+    # Without the native client the pure-Python lane speaks (before: the
+    # lane was dropped with a warning); forcing the native one is an error.
     monkeypatch.setenv("WSYNC_NATIVE_CLIENT", "0")
-    with pytest.warns(RuntimeWarning, match="needs the wsync._native client"):
-        assert wsync.Client(lane_cluster.address).lane is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert wsync.Client(lane_cluster.address).lane_impl == "python"
+    with pytest.raises(ValueError, match="needs the wsync._native client"):
+        wsync.Client(lane_cluster.address, lane_impl="native")

@@ -23,7 +23,8 @@ import types
 FDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "wsync_v1.fds")
 MODULES = {"wsync/v1/layout.proto": "layout_pb2", "wsync/v1/plan.proto": "plan_pb2",
            "wsync/v1/controller.proto": "controller_pb2",
-           "wsync/v1/worker_local.proto": "worker_local_pb2"}
+           "wsync/v1/worker_local.proto": "worker_local_pb2",
+           "wsync/v1/lane.proto": "lane_pb2"}
 
 
 def _message_class(pool, desc):

@@ -193,10 +193,11 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   if (!spec.ok()) return Fail(kExitUsage, spec.status());
   // The simulator's link model: the spec's, with the rate flags applied;
   // the planner's too unless --sim-rates-only (then the plan is the one the
-  // spec alone gives, e.g. the controller's, simulated at other rates).
-  v1::TransferSpec sim_spec = *spec;
-  if (absl::Status s = ApplyLinkFlags(*args, &sim_spec); !s.ok()) return Fail(kExitUsage, s);
-  if (!args->Has("sim-rates-only")) *spec = sim_spec;
+  // spec alone gives, e.g. the controller's, simulated at other rates). Only
+  // the options are copied: a catalog spec of 256 ranks is tens of MiB.
+  v1::PlanOptions sim_options = spec->options();
+  if (absl::Status s = ApplyLinkFlags(*args, &sim_options); !s.ok()) return Fail(kExitUsage, s);
+  if (!args->Has("sim-rates-only")) *spec->mutable_options() = sim_options;
 
   // On the plan arena, as the controller's plan cache builds it.
   std::shared_ptr<google::protobuf::Arena> arena = plan::NewPlanArena();
@@ -209,7 +210,7 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   const bool json = args->Has("json");
   std::optional<PlanSimulation> sim;
   if (!json || HasSimulatorFlags(*args)) {
-    auto simulated = SimulatePlanForArgs(*args, *spec, sim_spec, *plan);
+    auto simulated = SimulatePlanForArgs(*args, *spec, sim_options, *plan);
     if (!simulated.ok()) return Fail(kExitFailed, simulated.status());
     sim = std::move(*simulated);
   }

@@ -79,7 +79,7 @@ std::string SecondsText(double s) {
   return absl::StrFormat("%.1f us", s * 1e6);
 }
 
-absl::Status ApplyLinkFlags(const Args& args, v1::TransferSpec* spec) {
+absl::Status ApplyLinkFlags(const Args& args, v1::PlanOptions* options) {
   struct Flag {
     const char* name;
     plan::LinkField field;
@@ -99,7 +99,7 @@ absl::Status ApplyLinkFlags(const Args& args, v1::TransferSpec* spec) {
     }
     given.push_back({f.field, absl::StrCat("--", f.name), v});
   }
-  return plan::ApplyLinkRateFlags(given, spec);
+  return plan::ApplyLinkRateFlags(given, options);
 }
 
 bool HasSimulatorFlags(const Args& args) {
@@ -111,7 +111,7 @@ bool HasSimulatorFlags(const Args& args) {
 }
 
 absl::StatusOr<PlanSimulation> SimulatePlanForArgs(const Args& args, const v1::TransferSpec& spec,
-                                                   const v1::TransferSpec& sim_spec,
+                                                   const v1::PlanOptions& sim_options,
                                                    const v1::Plan& plan) {
   PlanSimulation sim;
   ASSIGN_OR_RETURN(sim.nodes, plan::WorkerNodesFromSpec(spec));
@@ -121,9 +121,8 @@ absl::StatusOr<PlanSimulation> SimulatePlanForArgs(const Args& args, const v1::T
     sim.nvlink_pairs = SameNodeDirectPairs(plan, sim.nodes);
     options.nvlink_pairs = &sim.nvlink_pairs;
   }
-  ASSIGN_OR_RETURN(
-      sim.result,
-      plan::SimulatePlan(plan, sim.nodes, plan::EffectiveLinkModel(sim_spec.options()), options));
+  ASSIGN_OR_RETURN(sim.result, plan::SimulatePlan(plan, sim.nodes,
+                                                  plan::EffectiveLinkModel(sim_options), options));
   return sim;
 }
 

@@ -24,10 +24,10 @@ namespace wsync::tools {
 std::string SecondsText(double s);
 
 // The rate flags given (--nvlink-gbps, --nic-gbps, --copy-gbps,
-// --round-latency-us) into spec.options.link_model
-// (plan::ApplyLinkRateFlags). INVALID_ARGUMENT naming the flag on a value
-// that is no number or out of range.
-absl::Status ApplyLinkFlags(const Args& args, v1::TransferSpec* spec);
+// --round-latency-us) into options.link_model (plan::ApplyLinkRateFlags).
+// INVALID_ARGUMENT naming the flag on a value that is no number or out of
+// range.
+absl::Status ApplyLinkFlags(const Args& args, v1::PlanOptions* options);
 
 // Whether `args` give any flag that feeds or prints the simulator (the rate
 // flags, --sim-rates-only, --nccl-net, --sim-json, --rounds).
@@ -42,11 +42,11 @@ struct PlanSimulation {
   plan::SimulationResult result;
 };
 
-// Simulates `plan` (built from `spec`) at `sim_spec`'s link model (the spec's
-// with the rate flags applied), with --nccl-net as `args` say. Errors: the
-// spec's nodes or the simulation's.
+// Simulates `plan` (built from `spec`) at `sim_options`' link model (the
+// spec's options with the rate flags applied), with --nccl-net as `args` say.
+// Errors: the spec's nodes or the simulation's.
 absl::StatusOr<PlanSimulation> SimulatePlanForArgs(const Args& args, const v1::TransferSpec& spec,
-                                                   const v1::TransferSpec& sim_spec,
+                                                   const v1::PlanOptions& sim_options,
                                                    const v1::Plan& plan);
 
 // The summary's "  simulator ..." line (with its newline).

@@ -5,6 +5,10 @@
 namespace wsync::plan {
 
 absl::Status ApplyLinkRateFlags(absl::Span<const LinkRateFlag> flags, v1::TransferSpec* spec) {
+  return ApplyLinkRateFlags(flags, spec->mutable_options());
+}
+
+absl::Status ApplyLinkRateFlags(absl::Span<const LinkRateFlag> flags, v1::PlanOptions* options) {
   for (const LinkRateFlag& f : flags) {
     const bool latency = f.field == LinkField::kRoundLatency;
     if (!(latency ? f.value >= 0 : f.value > 0) || !(f.value <= kMaxLinkFlagValue)) {
@@ -12,7 +16,7 @@ absl::Status ApplyLinkRateFlags(absl::Span<const LinkRateFlag> flags, v1::Transf
                                                      latency ? ">= 0" : "> 0", " up to 1e12"));
     }
   }
-  v1::LinkModel* lm = spec->mutable_options()->mutable_link_model();
+  v1::LinkModel* lm = options->mutable_link_model();
   for (const LinkRateFlag& f : flags) {
     switch (f.field) {
       case LinkField::kNvlink:

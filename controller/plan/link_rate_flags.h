@@ -35,6 +35,8 @@ struct LinkRateFlag {
 // refused): the error names the flag and its value, and `spec` is left
 // unchanged.
 absl::Status ApplyLinkRateFlags(absl::Span<const LinkRateFlag> flags, v1::TransferSpec* spec);
+// The same on the options alone (a spec's options.link_model).
+absl::Status ApplyLinkRateFlags(absl::Span<const LinkRateFlag> flags, v1::PlanOptions* options);
 
 }  // namespace wsync::plan
 

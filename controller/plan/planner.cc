@@ -138,37 +138,62 @@ v1::LinkModel EffectiveLinkModel(const v1::PlanOptions& options) {
 
 namespace {
 
-std::string DeterministicBytes(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::io::StringOutputStream sos(&out);
-  google::protobuf::io::CodedOutputStream cos(&sos);
-  cos.SetSerializationDeterministic(true);
-  m.SerializeToCodedStream(&cos);
-  cos.Trim();
-  return out;
-}
-
-void Fnv1a(const std::string& bytes, uint64_t* h) {
-  for (unsigned char c : bytes) {
-    *h ^= c;
+void Fnv1a(const char* data, size_t size, uint64_t* h) {
+  for (size_t i = 0; i < size; ++i) {
+    *h ^= static_cast<unsigned char>(data[i]);
     *h *= 1099511628211ull;
   }
 }
+
+// Hashes what is written through it, a buffer at a time: a 256-rank spec's
+// sides serialize to tens of MiB that need never exist as one string.
+class Fnv1aOutputStream : public google::protobuf::io::ZeroCopyOutputStream {
+ public:
+  explicit Fnv1aOutputStream(uint64_t* h) : h_(h) {}
+  ~Fnv1aOutputStream() override { Flush(); }
+
+  bool Next(void** data, int* size) override {
+    Flush();
+    *data = buffer_;
+    *size = sizeof(buffer_);
+    pending_ = sizeof(buffer_);
+    return true;
+  }
+  void BackUp(int count) override { pending_ -= count; }
+  int64_t ByteCount() const override { return hashed_ + pending_; }
+
+ private:
+  void Flush() {
+    Fnv1a(buffer_, pending_, h_);
+    hashed_ += pending_;
+    pending_ = 0;
+  }
+
+  uint64_t* h_;
+  char buffer_[64 << 10];
+  int pending_ = 0;  // bytes of buffer_ handed out and not backed up
+  int64_t hashed_ = 0;
+};
 
 }  // namespace
 
 std::string PlanKey(const v1::TransferSpec& spec) {
   uint64_t h = 14695981039346656037ull;
-  // Each part is length-prefixed so that field boundaries cannot shift.
+  // Each part is its deterministic serialization, length-prefixed so that
+  // field boundaries cannot shift.
   auto part = [&](const google::protobuf::Message& m) {
-    const std::string bytes = DeterministicBytes(m);
-    Fnv1a(absl::StrCat(bytes.size(), ":"), &h);
-    Fnv1a(bytes, &h);
+    const size_t size = m.ByteSizeLong();  // also caches the sizes serializing uses
+    const std::string prefix = absl::StrCat(size, ":");
+    Fnv1a(prefix.data(), prefix.size(), &h);
+    Fnv1aOutputStream hashed(&h);
+    google::protobuf::io::CodedOutputStream cos(&hashed);
+    cos.SetSerializationDeterministic(true);
+    m.SerializeWithCachedSizes(&cos);
   };
   part(spec.source());
   part(spec.destination());
   for (const v1::TensorMapping& m : spec.mappings()) part(m);
-  Fnv1a("|", &h);
+  Fnv1a("|", 1, &h);
   part(spec.options());
   return absl::StrFormat("%016x", h);
 }

@@ -21,15 +21,23 @@ absl::Status AddSide(const v1::Side& side, WorkerNodes* nodes) {
 }
 
 // Dense worker index: per-round accumulators are vectors, not maps, so that
-// a 100k-bucket plan simulates in milliseconds.
+// a 100k-bucket plan simulates in milliseconds. Each worker's node is looked
+// up once, when it gets its index.
 struct WorkerIndex {
+  explicit WorkerIndex(const WorkerNodes& n) : nodes(n) {}
   int32_t Of(int32_t w) {
     auto [it, inserted] = index.emplace(w, static_cast<int32_t>(ids.size()));
-    if (inserted) ids.push_back(w);
+    if (inserted) {
+      ids.push_back(w);
+      auto node = nodes.find(w);
+      node_of.push_back(node == nodes.end() ? nullptr : &node->second);
+    }
     return it->second;
   }
+  const WorkerNodes& nodes;
   absl::flat_hash_map<int32_t, int32_t> index;
-  std::vector<int32_t> ids;  // worker id by index
+  std::vector<int32_t> ids;                 // worker id by index
+  std::vector<const std::string*> node_of;  // node by index; nullptr: not in `nodes`
 };
 
 // Bytes one worker (by index) moves on each link in one round.
@@ -50,19 +58,23 @@ void Add(LinkBytes* to, const LinkBytes& b) {
 // receiver's ingress (NVLink within a named node, else the NIC). Fails on a
 // round outside the plan, negative bytes, a transport contradicting the
 // ends, or a worker of unknown node.
-absl::Status AppendBucketEvents(const v1::Bucket& b, const WorkerNodes& nodes, int32_t num_rounds,
+absl::Status AppendBucketEvents(const v1::Bucket& b, int32_t num_rounds,
                                 const SimulateOptions& options, WorkerIndex* index,
                                 std::vector<Event>* events) {
-  const std::string where = absl::StrCat("bucket ", b.id(), " (", b.sender(), " -> ", b.receiver(),
-                                         ", round ", b.round(), ")");
+  // Formatted only for an error: plans have hundreds of thousands of buckets.
+  auto where = [&b] {
+    return absl::StrCat("bucket ", b.id(), " (", b.sender(), " -> ", b.receiver(), ", round ",
+                        b.round(), ")");
+  };
   if (b.round() < 0 || b.round() >= num_rounds) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": round outside [0, ", num_rounds, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where(), ": round outside [0, ", num_rounds, ")"));
   }
-  if (b.bytes() < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative bytes"));
+  if (b.bytes() < 0) return absl::InvalidArgumentError(absl::StrCat(where(), ": negative bytes"));
   const bool same = b.sender() == b.receiver();
   if (same != (b.transport() == v1::TRANSPORT_LOCAL)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": transport ", v1::BucketTransport_Name(b.transport()),
+        absl::StrCat(where(), ": transport ", v1::BucketTransport_Name(b.transport()),
                      same ? " for a copy within one worker" : " between two workers"));
   }
   if (same) {
@@ -71,20 +83,20 @@ absl::Status AppendBucketEvents(const v1::Bucket& b, const WorkerNodes& nodes, i
     events->push_back(e);
     return absl::OkStatus();
   }
-  auto s = nodes.find(b.sender());
-  auto r = nodes.find(b.receiver());
-  if (s == nodes.end() || r == nodes.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": no node known for worker ",
-                                                   s == nodes.end() ? b.sender() : b.receiver()));
+  Event out{b.round(), index->Of(b.sender()), {}};
+  Event in{b.round(), index->Of(b.receiver()), {}};
+  const std::string* s = index->node_of[out.worker];
+  const std::string* r = index->node_of[in.worker];
+  if (s == nullptr || r == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": no node known for worker ",
+                                                   s == nullptr ? b.sender() : b.receiver()));
   }
   // An unnamed node is an unknown placement: assume the slower NIC.
-  bool nvlink = !s->second.empty() && s->second == r->second;
+  bool nvlink = !s->empty() && *s == *r;
   if (nvlink && options.nvlink_pairs != nullptr) {
     nvlink = std::binary_search(options.nvlink_pairs->begin(), options.nvlink_pairs->end(),
                                 std::make_pair(b.sender(), b.receiver()));
   }
-  Event out{b.round(), index->Of(b.sender()), {}};
-  Event in{b.round(), index->Of(b.receiver()), {}};
   (nvlink ? out.bytes.nvlink_out : out.bytes.nic_out) = b.bytes();
   (nvlink ? in.bytes.nvlink_in : in.bytes.nic_in) = b.bytes();
   events->push_back(out);
@@ -159,12 +171,11 @@ absl::StatusOr<SimulationResult> SimulatePlan(const v1::Plan& plan, const Worker
     return absl::InvalidArgumentError(
         absl::StrCat("plan has ", num_rounds, " rounds for ", plan.buckets_size(), " buckets"));
   }
-  WorkerIndex index;
+  WorkerIndex index(nodes);
   std::vector<Event> events;
   events.reserve(plan.buckets_size() * 2);
   for (const v1::Bucket& b : plan.buckets()) {
-    if (absl::Status s = AppendBucketEvents(b, nodes, num_rounds, options, &index, &events);
-        !s.ok()) {
+    if (absl::Status s = AppendBucketEvents(b, num_rounds, options, &index, &events); !s.ok()) {
       return s;
     }
   }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "common/chunk_hash.h"
 #include "worker/backends/cuda/checksum_kernel.h"
 #include "worker/backends/cuda/wire_hash_kernel.h"
@@ -132,6 +133,10 @@ int Run(int argc, char** argv) {
       return 2;
     }
   }
+  if (mib < 64 || iters < 1) {
+    std::fprintf(stderr, "--mib must be at least 64 and --iters at least 1\n");
+    return 2;
+  }
   const int64_t bytes = mib << 20;
   int sms = 0;
   CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -244,10 +249,10 @@ int Run(int argc, char** argv) {
     }
     std::sort(ms.begin(), ms.end());
     const double med = ms[ms.size() / 2];
-    std::printf(
-        "RESULT {\"bench\":\"wire_hash\",\"case\":\"%s\",\"mib\":%lld,\"blocks_per_sm\":%d,"
-        "\"buckets\":%zu,\"median_ms\":%.4f,\"gbps\":%.1f,\"match\":%s}\n",
-        name, static_cast<long long>(mib), grid_per_sm, b == nullptr ? size_t{1} : b->size(), med,
+    absl::PrintF(
+        "RESULT {\"bench\":\"wire_hash\",\"case\":\"%s\",\"mib\":%d,\"blocks_per_sm\":%d,"
+        "\"buckets\":%d,\"median_ms\":%.4f,\"gbps\":%.1f,\"match\":%s}\n",
+        name, mib, grid_per_sm, b == nullptr ? size_t{1} : b->size(), med,
         static_cast<double>(read_bytes) / (med * 1e6), ok ? "true" : "false");
     std::fflush(stdout);
     return ok;

@@ -42,7 +42,7 @@ fi
 if [ -x "$bin/wsync_bench_wire_hash" ]; then
   timeout 120 "$bin/wsync_bench_wire_hash" --iters 10 >"$OUT/wire_hash.log" 2>&1 ||
     { rc=1; echo "FAILED: wire_hash" >>"$OUT/wire_hash.log"; }
-  grep -E 'RESULT|FAILED' "$OUT/wire_hash.log" | grep -oE '"case":"[a-z_]+"|"blocks_per_sm":[0-9]+|"gbps":[0-9.]+|"match":[a-z]+|FAILED.*' |
+  grep -E 'RESULT|FAILED' "$OUT/wire_hash.log" | grep -oE '"case":"[a-z0-9_]+"|"blocks_per_sm":[0-9]+|"gbps":[0-9.]+|"match":[a-z]+|FAILED.*' |
     paste -d' ' - - - -
 fi
 base4="--direct 1;--direct 1 --checksums 1;--direct 0;--direct 0 --checksums 1"

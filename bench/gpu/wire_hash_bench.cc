@@ -7,7 +7,9 @@
 //   wire_llama: the range cut into 256 MiB buckets of Llama-3-8B-sized
 //               items (4096 x {4096, 1024, 14336} bf16), one launch each;
 //   wire_odd:   items at odd byte offsets and an fp32 -> bf16 item, so the
-//               word-by-word and boundary paths run too (checked, timed).
+//               word-by-word and boundary paths run too (checked, timed);
+//   *_session18: wire_one and wire_llama through session 18's interior
+//               kernel (wire_hash_variants.h), to compare.
 // Each with grids of 1, 2, 4 (CudaDataOps' default), 8 and 16 blocks per SM.
 //   wsync_bench_wire_hash [--mib 1024] [--iters 10]
 #include <cuda_runtime_api.h>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "bench/gpu/wire_hash_variants.h"
 #include "common/chunk_hash.h"
 #include "worker/backends/cuda/checksum_kernel.h"
 #include "worker/backends/cuda/wire_hash_kernel.h"
@@ -263,6 +266,17 @@ int Run(int argc, char** argv) {
         "chunk", g, bytes,
         [&](int blocks) { CHECK_CUDA(LaunchChunkHashSum(dev, bytes, sums, stream, blocks)); },
         nullptr, whole);
+    for (const Case& c : cases) {
+      if (c.name == "wire_odd") continue;  // the session 18 kernel: raw items only
+      all &= time_it((c.name + "_session18").c_str(), g, bytes,
+                     [&](int blocks) {
+                       for (size_t i = 0; i < c.buckets.size(); ++i) {
+                         CHECK_CUDA(bench::LaunchSession18WireHashSum(
+                             c.buckets[i].view, c.buckets[i].bytes, sums + i, stream, blocks));
+                       }
+                     },
+                     &c.buckets, c.want);
+    }
     for (const Case& c : cases) {
       all &= time_it(
           c.name.c_str(), g, bytes,

@@ -14,7 +14,7 @@
 # them, every destination byte is verified).
 # Environment: WSYNC_GPU_SKIP_TESTS=1 / WSYNC_GPU_SKIP_SERVICE=1 / WSYNC_GPU_SKIP_BENCH=1 /
 # WSYNC_GPU_SKIP_PEERS=1,
-# WSYNC_GPU_SKIP_MICRO=1 (skips the p2p / IPC micro-benchmarks),
+# WSYNC_GPU_SKIP_MICRO=1 (skips the p2p / IPC / checksum-kernel micro-benchmarks),
 # WSYNC_SYNC_BASELINE=<path> (a sync-bench binary built from an earlier commit: every
 # sync variant also runs through it, right after the current build's run, and its
 # RESULT lines carry "build":"baseline" — an A/B in one call),
@@ -30,7 +30,7 @@ gpu_bins="wsync_gpu_piece_table_test wsync_gpu_put_list_test wsync_gpu_data_ops_
   wsync_gpu_data_ops_put_test wsync_gpu_plane_conformance_test wsync_gpu_checksum_kernel_test
   wsync_gpu_shadow_set_test wsync_gpu_shadow_swap_test wsync_gpu_reserved_sms_test
   wsync_bench_nccl_ceiling wsync_bench_gpu_sync wsync_bench_ipc_open wsync_bench_p2p_overlap
-  wsync_bench_ipc_put wsync_bench_vmm_swap
+  wsync_bench_ipc_put wsync_bench_vmm_swap wsync_bench_wire_hash
   wsync-controller wsync-worker wsync-demo wsyncctl"
 
 case "$mode" in
@@ -107,6 +107,11 @@ device)
       timeout 120 $bundle/bin/wsync_bench_p2p_overlap --iters "${WSYNC_BENCH_ITERS:-10}" \
         >"$OUT/p2p.log" 2>&1 || rc=1
       grep RESULT "$OUT/p2p.log"
+    fi
+    if [ $micro = 1 ] && [ -x $bundle/bin/wsync_bench_wire_hash ]; then
+      timeout 120 $bundle/bin/wsync_bench_wire_hash --iters "${WSYNC_BENCH_ITERS:-10}" \
+        >"$OUT/wire_hash.log" 2>&1 || rc=1
+      grep RESULT "$OUT/wire_hash.log"
     fi
     if [ $micro = 1 ] && [ -x $bundle/bin/wsync_bench_ipc_put ] && [ "$ngpu" -ge 2 ]; then
       timeout 120 $bundle/bin/wsync_bench_ipc_put --iters "${WSYNC_BENCH_ITERS:-10}" \

@@ -40,6 +40,9 @@
 //       [--staging in_place|host_shadow|device_shadow] [--checksums 1] [--commit copy|swap]
 //                                   (staged syncs, docs/staging.md: receivers
 //                                    fill shadows, then commit; bucket checksums)
+//       [--landing-parts 16] [--min-landing-part-mib 64] [--part-tail-ratio 4]
+//                                   (checksum parts: ExecutorOptions; ratio <= 1: equal parts)
+//       [--hash-blocks-per-sm 4]    (grid of the checksum kernels)
 //       [--spec FILE --mode spec]   (a TransferSpec in JSON whose sides list their
 //                                    workers, instead of a catalog model)
 #include <cuda_runtime_api.h>
@@ -174,12 +177,16 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
                .put_copy_streams = f.put_copy_streams,
                .reserved_sms = f.reserved_sms,
                .put_reserved_sms = f.put_reserved_sms,
-               .put_interleave_mib = f.put_interleave_mib});
+               .put_interleave_mib = f.put_interleave_mib,
+               .hash_blocks_per_sm = f.hash_blocks_per_sm});
   if (!backend.ok()) return Fail("CUDA backend", backend.status());
   exec::ExecutorOptions eo;
   eo.pipeline = f.pipeline;
   eo.early_local_rounds = f.early_local_rounds;
   eo.mailbox_tokens = f.mailbox;
+  eo.landing_parts = f.landing_parts;
+  eo.min_landing_part_bytes = f.min_landing_part_mib << 20;
+  eo.direct_part_tail_ratio = f.part_tail_ratio;
   node::DataPlane data_plane(backend->get(), eo);
   // Time to first sync: communicator (with the channel's data ops), binding,
   // first run (staging, tables).

@@ -81,6 +81,14 @@ int ParseFlags(int argc, char** argv, Flags* f) {
       f->put_copy_engine_row_bytes = std::stoll(v);
     else if (k == "--put-blocks-per-sm")
       f->put_blocks_per_sm = std::stoi(v);
+    else if (k == "--hash-blocks-per-sm")
+      f->hash_blocks_per_sm = std::stoi(v);
+    else if (k == "--landing-parts")
+      f->landing_parts = std::stoi(v);
+    else if (k == "--min-landing-part-mib")
+      f->min_landing_part_mib = std::stoll(v);
+    else if (k == "--part-tail-ratio")
+      f->part_tail_ratio = std::stoi(v);
     else if (k == "--put-copy-streams")
       f->put_copy_streams = std::stoi(v);
     else if (k == "--staging") {

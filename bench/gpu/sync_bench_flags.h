@@ -43,6 +43,12 @@ struct Flags {
   int reserved_sms = 0;                      // CudaDataOps::Options::reserved_sms
   int put_reserved_sms = 48;                 // CudaDataOps::Options::put_reserved_sms
   int64_t put_interleave_mib = 0;            // CudaDataOps::Options::put_interleave_mib
+  int hash_blocks_per_sm = 4;                // CudaDataOps::Options::hash_blocks_per_sm
+  // Checksum parts (ExecutorOptions): landing_parts, min_landing_part_bytes
+  // (MiB), direct_part_tail_ratio; the same on every worker of the run.
+  int landing_parts = exec::ExecutorOptions().landing_parts;
+  int64_t min_landing_part_mib = exec::ExecutorOptions().min_landing_part_bytes >> 20;
+  int part_tail_ratio = exec::ExecutorOptions().direct_part_tail_ratio;
   int early_local_rounds = exec::ExecutorOptions().early_local_rounds;
   bool mailbox = exec::ExecutorOptions().mailbox_tokens;  // --mailbox
   bool timeline = false;                                  // print each timed sync's device timeline

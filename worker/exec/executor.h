@@ -62,7 +62,8 @@
 // sources right after issuing the puts (beside them), the receiver its
 // destinations once they landed. With mailbox tokens, the buckets of each
 // (writer, receiver) pair, in (round, seq) order, are cut by running bytes
-// into parts as landing parts are (landing_parts, min_landing_part_bytes);
+// into up to landing_parts parts of at least min_landing_part_bytes, shrinking
+// toward the end by direct_part_tail_ratio (direct_parts.h);
 // the writer issues its puts one part at a time with a mark after each
 // (PeerWriter::Mark) and, as each mark is reached, posts the part count into
 // slot 4w+3 of its receivers' mailboxes, so a receiver hashes part k while
@@ -118,6 +119,12 @@ struct ExecutorOptions {
   // alike); 1 part: hashes after each round (after the puts).
   int32_t landing_parts = 16;
   int64_t min_landing_part_bytes = int64_t{64} << 20;
+  // The parts of direct writes shrink toward the end of each pair's stream
+  // by this ratio, the last planned at min_landing_part_bytes
+  // (direct_parts.h, DirectPartCut::tail_ratio), so that the receiver's
+  // hash after the last part lands is short; <= 1: equal parts. The same on
+  // every worker, as the two above.
+  int32_t direct_part_tail_ratio = 4;
   // Direct-write tokens through peer mailboxes (see above) where the peer
   // writer has them; off: a transport round each (the A/B baseline). Every
   // worker of a transfer must use the same value.
@@ -187,6 +194,9 @@ struct SyncStats {
   // unconfirmed), and the parts of this worker's puts it posted.
   int32_t direct_hashes_as_landed = 0;
   int32_t direct_parts_posted = 0;
+  // Bytes of the direct-write buckets received and hashed only after the
+  // writer's last part landed: the receiver's hash tail.
+  int64_t direct_tail_hash_bytes = 0;
   double seconds = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;

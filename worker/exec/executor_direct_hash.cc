@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "worker/exec/direct_parts.h"
 #include "worker/exec/executor.h"
 #include "worker/exec/executor_internal.h"
 
@@ -26,29 +27,9 @@ namespace {
 // A part count as posted: the pair's sync sequence, then the count.
 constexpr int kPartBits = 16;
 constexpr uint64_t kPartMask = (uint64_t{1} << kPartBits) - 1;
+static_assert(kMaxDirectParts <= kPartMask, "a part count must fit its bits");
 uint64_t PartsValue(uint64_t seq, int32_t parts) {
   return (seq << kPartBits) | static_cast<uint64_t>(parts);
-}
-
-// The part of each bucket of one pair (`bytes` in (round, seq) order): up to
-// `max_parts` parts of about equal bytes, at least `min_part_bytes` each
-// (the last may be smaller), cut at bucket boundaries.
-std::vector<int32_t> CutParts(const std::vector<int64_t>& bytes, int32_t max_parts,
-                              int64_t min_part_bytes) {
-  int64_t total = 0;
-  for (int64_t b : bytes) total = b > INT64_MAX - total ? INT64_MAX : total + b;
-  int64_t parts = std::max<int64_t>(1, std::min<int64_t>(max_parts, int64_t{kPartMask}));
-  if (min_part_bytes > 0) parts = std::min(parts, std::max<int64_t>(1, total / min_part_bytes));
-  const int64_t step = std::max<int64_t>(1, total / parts);
-  std::vector<int32_t> out;
-  int64_t run = 0;
-  int32_t k = 0;
-  for (int64_t b : bytes) {
-    out.push_back(k);
-    run = b > INT64_MAX - run ? INT64_MAX : run + b;
-    if (k + 1 < parts && run / step >= k + 1) ++k;
-  }
-  return out;
 }
 
 }  // namespace
@@ -76,7 +57,8 @@ void Executor::PrepareDirectParts(const BoundPlan& plan) {
     std::vector<int64_t> bytes;
     for (size_t d : list) bytes.push_back(plan.direct_buckets[d].bytes);
     const std::vector<int32_t> part =
-        CutParts(bytes, options_.landing_parts, options_.min_landing_part_bytes);
+        CutDirectParts(bytes, DirectPartCut{options_.landing_parts, options_.min_landing_part_bytes,
+                                            options_.direct_part_tail_ratio});
     for (size_t i = 0; i < list.size(); ++i) direct_part_[list[i]] = part[i];
     (key.first ? parts_to_ : parts_from_)[key.second] = part.empty() ? 0 : part.back() + 1;
   }
@@ -125,7 +107,11 @@ absl::Status Executor::HashWriterParts(const BoundPlan& plan, int32_t writer, in
     const DirectBucket& b = plan.direct_buckets[d];
     if (b.sent || b.peer != writer || direct_part_[d] < from || direct_part_[d] >= to) continue;
     RETURN_IF_ERROR(QueueDirectHash(plan, d));
-    if (early) ++stats.direct_hashes_as_landed;
+    if (early) {
+      ++stats.direct_hashes_as_landed;
+    } else {
+      stats.direct_tail_hash_bytes += b.bytes;
+    }
   }
   return absl::OkStatus();
 }
@@ -201,8 +187,8 @@ absl::Status Executor::PumpDirectParts(const BoundPlan& plan, absl::Time deadlin
         return absl::InternalError(
             absl::StrCat(where, ": peer ", w, " posted part ", count, " of sequence ", seq,
                          " where this worker expects up to ", parts, " of sequence ", want,
-                         ": the two sides' syncs or part cuts diverged (same landing_parts and "
-                         "min_landing_part_bytes on every worker?)"));
+                         ": the two sides' syncs or part cuts diverged (same landing_parts, "
+                         "min_landing_part_bytes and direct_part_tail_ratio on every worker?)"));
       }
       RETURN_IF_ERROR(HashWriterParts(plan, w, got, static_cast<int32_t>(count), stats));
       got = static_cast<int32_t>(count);

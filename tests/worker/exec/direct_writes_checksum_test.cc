@@ -243,6 +243,38 @@ TEST(DirectWritesChecksumTest, TheReceiverHashesEachPartAsItLands) {
   CheckSwap(c, kRows, kCols);
 }
 
+// Worker 0 writes worker 1 24 buckets of 2560 bytes (and a 1 KiB zero-copy
+// one) in 4 parts of at least 2560 bytes: equal parts leave the receiver a
+// quarter of the bytes to hash after the transfer; parts shrinking 4 times
+// toward the end leave it one bucket.
+TEST(DirectWritesChecksumTest, AShrinkingTailLeavesTheReceiverOneBucketToHashAfterTheTransfer) {
+  constexpr int64_t kTallRows = 960;
+  constexpr int kRounds = 24;
+  constexpr int64_t kBucket = (kTallRows / kRounds) * (kCols / 2) * 2;
+  std::map<int, int64_t> tail;
+  for (int ratio : {0, 4}) {
+    Cluster c(2);
+    SetUpSwap(c, kTallRows, kCols);
+    SlowMarkWriter writer;
+    c.UseWriter(0, &writer);
+    c.WriteDirectly(0, 1);
+    ExecutorOptions o;
+    o.landing_parts = 4;
+    o.min_landing_part_bytes = kBucket;
+    o.direct_part_tail_ratio = ratio;
+    ASSERT_TRUE(c.Connect(o).ok());
+    for (int w = 0; w < 2; ++w) c.executor(w).set_checksums(true);
+    const v1::Plan plan = SwapPlan(kTallRows, kCols, kRounds);
+    auto out = c.Run(plan, absl::Seconds(30));
+    ASSERT_TRUE(CompareAll(plan, out).ok()) << CompareAll(plan, out);
+    EXPECT_EQ(out[0]->direct_parts_posted, 4) << "ratio " << ratio;
+    tail[ratio] = out[1]->direct_tail_hash_bytes;
+    CheckSwap(c, kTallRows, kCols);
+  }
+  EXPECT_GE(tail[0], 5 * kBucket);
+  EXPECT_EQ(tail[4], kBucket);
+}
+
 TEST(DirectWritesChecksumTest, TokenRoundsHashAfterTheDoneTokens) {
   Cluster c(2);
   ExecutorOptions o = SmallParts();

@@ -360,6 +360,47 @@ TEST_P(DataOpsConformanceTest, WireChecksumOfViewsIsTheHashOfTheBucketImage) {
   EXPECT_NE(s.message().find("item 1"), std::string::npos) << s;
 }
 
+// The same for buckets of large raw items, so that a device hashes whole
+// chunks of them (cuda/wire_hash_kernel.cu: 16 KiB a block, 16- and 8-byte
+// loads) beside chunks across items and an item at an odd offset (word by
+// word): bf16 from an aligned allocation, fp32 starting 8 bytes into one,
+// bf16 at an odd bucket offset, zero bytes to the end.
+TEST_P(DataOpsConformanceTest, WireChecksumOfLargeRawItemsIsTheHashOfTheBucketImage) {
+  struct Spec {
+    DType dtype;
+    int64_t elements, skip, offset;  // skip: elements before the view's first
+  };
+  const std::vector<Spec> specs = {
+      {v1::BF16, 40000, 0, 0}, {v1::FP32, 20000, 2, 80000}, {v1::BF16, 30001, 0, 160003}};
+  constexpr int64_t kBucket = 220016;
+  std::vector<std::shared_ptr<uint8_t>> mem;
+  std::vector<exec::WireHashItem> items;
+  std::vector<uint8_t> image(kBucket, 0);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const Spec& sp = specs[i];
+    const int64_t es = DTypeSize(sp.dtype);
+    const std::vector<uint8_t> host =
+        CastFrom(TestFloats(static_cast<size_t>(sp.elements + sp.skip), 40 + i), sp.dtype);
+    mem.push_back(Upload(host));
+    exec::WireHashItem it;
+    it.view = View2D(mem.back().get() + sp.skip * es, sp.dtype, 1, sp.elements, sp.elements, 1);
+    it.wire_dtype = sp.dtype;
+    it.bucket_offset = sp.offset;
+    items.push_back(it);
+    std::memcpy(image.data() + sp.offset, host.data() + sp.skip * es,
+                static_cast<size_t>(sp.elements * es));
+  }
+  const exec::ItemsHandle h = ops().PrepareWireHash(items);
+  ASSERT_TRUE(ops().ResetChecksums(2).ok());
+  ASSERT_TRUE(ops().QueueWireChecksum(items, kBucket, 0, h).ok());
+  ASSERT_TRUE(ops().QueueWireChecksum(items, kBucket, 1).ok());
+  auto got = ops().CollectChecksums();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_EQ((*got)[0], chunk_hash::Hash(image.data(), kBucket));
+  EXPECT_EQ((*got)[1], (*got)[0]);
+}
+
 }  // namespace wsync::plane::conformance
 
 #endif  // WSYNC_TESTS_WORKER_PLANE_DATA_OPS_CONFORMANCE_H_

@@ -78,11 +78,16 @@ class CudaDataOps : public exec::DataOps {
     // A put call writing to several peers is cut into parts of at most this
     // many MiB (whole rows) and issued interleaved by peer, each peer's share
     // advancing at the same rate, writers on distinct devices starting on
-    // distinct peers (worker/plane/put_order.h, cuda/put_list.h): a list grouped by peer would keep every
-    // engine on one peer's link at a time. 0: the plan's order, uncut.
-    // Off until measured on 4 GPUs (no 4-GPU machine was lent in session
-    // 18); the planner already alternates a fan-out's receivers by round.
+    // distinct peers (worker/plane/put_order.h, cuda/put_list.h): a list grouped by peer would keep
+    // every engine on one peer's link at a time. 0: the plan's order, uncut. Off until measured on
+    // 4 GPUs (no 4-GPU machine was lent in session 18); the planner already alternates a fan-out's
+    // receivers by round.
     int64_t put_interleave_mib = 0;
+    // Grid of the checksum kernels (QueueChecksum, QueueWireChecksum): this
+    // many blocks of 256 threads per SM, beside the puts and local copies
+    // (the wire hash kernel fits 4 per SM; bench/gpu/wire_hash_bench.cc
+    // sweeps 1-16). 0: 4.
+    int hash_blocks_per_sm = 4;
   };
   static absl::StatusOr<std::unique_ptr<CudaDataOps>> Create(const Options& options);
   ~CudaDataOps() override;
@@ -216,7 +221,7 @@ class CudaDataOps : public exec::DataOps {
   std::vector<int64_t> checksum_slot_bytes_;
   // Per slot: the terms of a wire checksum's gap words, added at Collect.
   std::vector<uint64_t> checksum_slot_addend_;
-  int checksum_max_blocks_ = 0;  // 4 per SM: the hash shares the SMs
+  int checksum_max_blocks_ = 0;  // Options::hash_blocks_per_sm per SM: the hash shares the SMs
   // Wire-checksum tables by prepared handle (QueueWireChecksum); retired
   // and rebuilt once they hold more than kMaxWireTableBytes.
   struct WireTable {

@@ -55,7 +55,8 @@ int CudaDataOps::MaxHashBlocks() {
         sms <= 0) {
       sms = 32;
     }
-    checksum_max_blocks_ = 4 * sms;
+    checksum_max_blocks_ =
+        (options_.hash_blocks_per_sm > 0 ? options_.hash_blocks_per_sm : 4) * sms;
   }
   return checksum_max_blocks_;
 }

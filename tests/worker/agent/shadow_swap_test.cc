@@ -4,12 +4,14 @@
 #include <sys/mman.h>
 
 #include <atomic>
+#include <cstring>
 #include <initializer_list>
 #include <memory>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "tests/worker/agent/shadow_swap_suite.h"
 #include "worker/backends/host/host_backend.h"
 
@@ -32,16 +34,21 @@ INSTANTIATE_TEST_SUITE_P(Host, ShadowSwapTest, ::testing::Values(std::make_share
 // How the next swap of a FaultyArena fails (then it swaps normally again).
 enum class SwapFault {
   kNone,
-  // The memory was exchanged, then a later step failed and the swap put
-  // each range back on its own memory (the seam's contract on error).
+  // BeginSwap: the memory was exchanged, then a later step failed and the
+  // swap put each range back on its own memory (the seam's contract on
+  // error).
   kMidwayPutBack,
-  // The memory was exchanged, then a later step failed and putting it back
-  // failed too: the live range is left inaccessible (PROT_NONE stands for
-  // the unmapped range a failed MAP_FIXED / cuMemMap leaves).
+  // BeginSwap: the memory was exchanged, then a later step failed and
+  // putting it back failed too: the live range is left inaccessible
+  // (PROT_NONE stands for the unmapped range a failed MAP_FIXED / cuMemMap
+  // leaves).
   kMidwayLost,
+  // FinishSwap: remapping the twin's range fails and leaves it
+  // inaccessible (the live range already serves the new memory).
+  kFinishFails,
 };
 
-// A host arena whose swap fails as `fault` says.
+// A host arena whose swap fails as `fault` says, at the step it says.
 class FaultyArena : public plane::SwapArena {
  public:
   FaultyArena(const std::string& name, std::unique_ptr<plane::SwapArena> inner,
@@ -55,11 +62,20 @@ class FaultyArena : public plane::SwapArena {
     return std::unique_ptr<plane::SwapArena>(
         std::make_unique<FaultyArena>(name, *std::move(twin), fault_));
   }
-  absl::Status SwapWith(plane::SwapArena& other) override {
+
+ protected:
+  const char* kind() const override { return "host"; }
+  absl::Status DoBeginSwap(plane::SwapArena& other) override {
     auto& twin = dynamic_cast<FaultyArena&>(other);
-    const SwapFault fault = fault_->exchange(SwapFault::kNone);
+    SwapFault fault = SwapFault::kMidwayPutBack;
+    if (!fault_->compare_exchange_strong(fault, SwapFault::kNone)) {
+      fault = SwapFault::kMidwayLost;
+      if (!fault_->compare_exchange_strong(fault, SwapFault::kNone)) {
+        return inner_->BeginSwap(*twin.inner_);
+      }
+    }
     const absl::Status s = inner_->SwapWith(*twin.inner_);
-    if (fault == SwapFault::kNone || !s.ok()) return s;
+    if (!s.ok()) return s;
     if (fault == SwapFault::kMidwayPutBack) {
       const absl::Status back = inner_->SwapWith(*twin.inner_);
       return absl::InternalError(absl::StrCat(
@@ -72,9 +88,20 @@ class FaultyArena : public plane::SwapArena {
                                             ": injected failure midway; mapping it back failed "
                                             "too: it is unusable"));
   }
-
- protected:
-  const char* kind() const override { return "host"; }
+  absl::Status DoFinishSwap(plane::SwapArena& other) override {
+    auto& twin = dynamic_cast<FaultyArena&>(other);
+    SwapFault fault = SwapFault::kFinishFails;
+    const bool fail = fault_->compare_exchange_strong(fault, SwapFault::kNone);
+    RETURN_IF_ERROR(inner_->FinishSwap(*twin.inner_));
+    if (!fail) return absl::OkStatus();
+    mprotect(twin.base(), static_cast<size_t>(twin.bytes()), PROT_NONE);
+    return absl::InternalError("injected failure remapping the twin's range");
+  }
+  absl::Status UndoSwap(plane::SwapArena& other) override {
+    auto& twin = dynamic_cast<FaultyArena&>(other);
+    mprotect(twin.base(), static_cast<size_t>(twin.bytes()), PROT_READ | PROT_WRITE);
+    return inner_->SwapWith(*twin.inner_);
+  }
 
  private:
   std::unique_ptr<plane::SwapArena> inner_;
@@ -159,6 +186,25 @@ TEST_P(ShadowSwapFaultTest, AnArenaASwapCouldNotPutBackIsRefusedNotTouched) {
     EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
     ExpectNames(again, {"worker 3", "'weights'", "unusable", "free it"});
   }
+}
+
+// SwapWith whose second step fails undoes the first: both ranges are back
+// on their own memory, and neither is marked unusable.
+TEST_P(ShadowSwapFaultTest, AnUndoneSwapWithLeavesBothArenasUsable) {
+  auto twin = arena_->NewTwin("twin");
+  ASSERT_TRUE(twin.ok()) << twin.status();
+  Set(0, arena_->bytes(), 5);
+  std::memset((*twin)->base(), 6, static_cast<size_t>((*twin)->bytes()));
+  FailNextSwap(SwapFault::kFinishFails);
+  const absl::Status s = arena_->SwapWith(**twin);
+  ASSERT_FALSE(s.ok());
+  ExpectNames(s, {"'weights'", "'twin'", "injected failure", "both keep their memory"});
+  EXPECT_TRUE(arena_->usable());
+  EXPECT_TRUE((*twin)->usable()) << "restored, so usable";
+  ExpectLive(5, 5, "undone");
+  EXPECT_EQ(static_cast<const uint8_t*>((*twin)->base())[0], 6);
+  ASSERT_TRUE(arena_->SwapWith(**twin).ok());
+  ExpectLive(6, 6, "swapped");
 }
 
 INSTANTIATE_TEST_SUITE_P(Host, ShadowSwapFaultTest,

@@ -188,6 +188,44 @@ TEST_P(ShadowSwapFaultTest, AnArenaASwapCouldNotPutBackIsRefusedNotTouched) {
   }
 }
 
+// The second step fails (the twin's range cannot be remapped): the live
+// arena already serves the new version, whole; the twin is dropped as
+// unusable, and the next sync makes a new one and swaps.
+TEST_P(ShadowSwapFaultTest, AFailedFinishSwapKeepsTheNewVersionAndTheNextSyncSwaps) {
+  ShadowSet set(&f().backend(), 0, arenas_.get());
+  ASSERT_TRUE(set.Prepare(Writes(), v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
+  WriteShadows(set, 2);
+  ASSERT_TRUE(set.Commit().ok());
+  FailNextSwap(SwapFault::kFinishFails);
+  const absl::Status s = set.FinishSwap();
+  ASSERT_FALSE(s.ok());
+  ExpectNames(s, {"finishing a swap of host arena 'weights'", "worker 3 twin", "injected failure",
+                  "the twin is unusable"});
+  EXPECT_TRUE(arena_->usable());
+  ExpectLive(2, 1, "after the failed FinishSwap: V whole");
+  EXPECT_TRUE(set.FinishSwap().ok()) << "nothing left to finish";
+  ASSERT_TRUE(set.Prepare(Writes(), v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
+  EXPECT_STREQ(set.commit_kind(), "swap");
+  WriteShadows(set, 3);
+  ASSERT_TRUE(set.Commit().ok());
+  ExpectLive(3, 1, "the next sync");
+}
+
+// The same failure found by the next Prepare (which finishes the swap
+// first): logged, a new twin, the sync goes on.
+TEST_P(ShadowSwapFaultTest, APrepareAfterAFailedFinishMakesANewTwin) {
+  ShadowSet set(&f().backend(), 0, arenas_.get());
+  ASSERT_TRUE(set.Prepare(Writes(), v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
+  WriteShadows(set, 2);
+  ASSERT_TRUE(set.Commit().ok());
+  FailNextSwap(SwapFault::kFinishFails);
+  ASSERT_TRUE(set.Prepare(Writes(), v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
+  ExpectLive(2, 1, "V whole");
+  WriteShadows(set, 3);
+  ASSERT_TRUE(set.Commit().ok());
+  ExpectLive(3, 1, "the next sync");
+}
+
 // SwapWith whose second step fails undoes the first: both ranges are back
 // on their own memory, and neither is marked unusable.
 TEST_P(ShadowSwapFaultTest, AnUndoneSwapWithLeavesBothArenasUsable) {

@@ -11,8 +11,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "tests/worker/agent/shadow_swap_suite.h"
+#include "worker/agent/sync_runner.h"
+#include "worker/agent/tensor_table.h"
 #include "worker/backends/host/host_backend.h"
 
 namespace wsync::agent {
@@ -243,6 +246,57 @@ TEST_P(ShadowSwapFaultTest, AnUndoneSwapWithLeavesBothArenasUsable) {
   EXPECT_EQ(static_cast<const uint8_t*>((*twin)->base())[0], 6);
   ASSERT_TRUE(arena_->SwapWith(**twin).ok());
   ExpectLive(6, 6, "swapped");
+}
+
+// An arena a failed swap left unusable is refused clearly by an in-place
+// sync whose part names a tensor in it, and by the arena set's check that
+// registration runs, not only by staged syncs.
+TEST_P(ShadowSwapFaultTest, AnUnusableArenaIsRefusedInPlaceAndAtRegistration) {
+  TensorTable tensors({"inference"}, &f().backend());
+  LocalTensor t;
+  t.reg.set_name("a");
+  t.reg.set_dtype(v1::UINT8);
+  t.reg.add_shape(kA);
+  t.data = At(0);
+  t.bytes = kA;
+  std::vector<LocalTensor> local;
+  local.push_back(std::move(t));
+  ASSERT_TRUE(tensors.RegisterLocal("inference", std::move(local), false).ok());
+  RunnerOptions options;
+  options.backend = &f().backend();
+  options.arenas = arenas_.get();
+  SyncRunner runner(&tensors, nullptr, options);
+  v1::SyncAssignment a;
+  a.set_sync_id("s1");
+  a.set_transfer("t");
+  a.set_version(1);
+  a.set_plan_key("k");
+  a.set_worker(0);
+  a.set_part_key("k/0");
+  a.set_deadline_unix_ms(absl::ToUnixMillis(absl::Now() + absl::Seconds(10)));
+  a.mutable_plan()->set_key("k");
+  a.mutable_plan()->add_names("inference/a");
+  a.mutable_plan()->add_ranks()->set_worker(0);
+  v1::ReportResultRequest before = runner.Run(a, nullptr, "lease", nullptr);
+  ASSERT_EQ(before.code(), 0) << before.message();
+
+  ShadowSet set(&f().backend(), 0, arenas_.get());
+  ASSERT_TRUE(set.Prepare(Writes(), v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
+  FailNextSwap(SwapFault::kMidwayLost);
+  ASSERT_FALSE(set.Commit().ok());
+  ASSERT_FALSE(arena_->usable());
+
+  a.set_sync_id("s2");
+  a.set_version(2);
+  v1::ReportResultRequest after = runner.Run(a, nullptr, "lease", nullptr);
+  EXPECT_EQ(after.code(), static_cast<int32_t>(absl::StatusCode::kFailedPrecondition))
+      << after.message();
+  ExpectNames(absl::UnknownError(after.message()),
+              {"worker 0", "tensor 'inference/a'", "'weights'", "unusable", "free it"});
+  const absl::Status reg = arenas_->CheckUsable(At(kB), "embedded worker x", "tensor 'b'");
+  EXPECT_EQ(reg.code(), absl::StatusCode::kFailedPrecondition) << reg;
+  ExpectNames(reg, {"embedded worker x", "tensor 'b'", "'weights'", "unusable"});
+  EXPECT_TRUE(arenas_->CheckUsable(&reg, "x", "y").ok()) << "outside every arena";
 }
 
 INSTANTIATE_TEST_SUITE_P(Host, ShadowSwapFaultTest,

@@ -11,9 +11,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "tests/worker/agent/shadow_swap_suite.h"
+#include "tests/worker/agent/test_assignment.h"
 #include "worker/agent/sync_runner.h"
 #include "worker/agent/tensor_table.h"
 #include "worker/backends/host/host_backend.h"
@@ -266,17 +266,8 @@ TEST_P(ShadowSwapFaultTest, AnUnusableArenaIsRefusedInPlaceAndAtRegistration) {
   options.backend = &f().backend();
   options.arenas = arenas_.get();
   SyncRunner runner(&tensors, nullptr, options);
-  v1::SyncAssignment a;
-  a.set_sync_id("s1");
-  a.set_transfer("t");
-  a.set_version(1);
-  a.set_plan_key("k");
-  a.set_worker(0);
-  a.set_part_key("k/0");
-  a.set_deadline_unix_ms(absl::ToUnixMillis(absl::Now() + absl::Seconds(10)));
-  a.mutable_plan()->set_key("k");
+  v1::SyncAssignment a = testing::TestAssignment("s1", /*plan=*/true);
   a.mutable_plan()->add_names("inference/a");
-  a.mutable_plan()->add_ranks()->set_worker(0);
   v1::ReportResultRequest before = runner.Run(a, nullptr, "lease", nullptr);
   ASSERT_EQ(before.code(), 0) << before.message();
 

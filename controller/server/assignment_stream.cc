@@ -8,7 +8,7 @@
 namespace wsync::controller {
 
 AssignmentStream::AssignmentStream(WorkerRegistry* workers, std::string lease_id)
-    : workers_(workers), lease_id_(std::move(lease_id)), link_(std::make_shared<Link>()) {}
+    : feed_(workers, std::move(lease_id)), link_(std::make_shared<Link>()) {}
 
 grpc::ServerWriteReactor<v1::Assignment>* AssignmentStream::Start(WorkerRegistry* workers,
                                                                   const std::string& lease_id) {
@@ -19,19 +19,15 @@ grpc::ServerWriteReactor<v1::Assignment>* AssignmentStream::Start(WorkerRegistry
     stream->link_->stream = stream.get();
   }
   std::shared_ptr<Link> link = stream->link_;
-  absl::StatusOr<uint64_t> token = workers->OpenStream(lease_id, [link] { Enter(link); });
+  absl::Status opened = stream->feed_.Open([link] { Enter(link); });
   AssignmentStream* s = stream.release();
-  if (!token.ok()) {
+  if (!opened.ok()) {
     {
       absl::MutexLock lock(&s->mu_);
       s->finished_ = true;
     }
-    s->Finish(ToGrpc(token.status()));
+    s->Finish(ToGrpc(opened));
     return s;
-  }
-  {
-    absl::MutexLock lock(&s->mu_);
-    s->token_ = *token;
   }
   // Headers now, so that the worker knows the stream is established.
   s->StartSendInitialMetadata();
@@ -64,20 +60,22 @@ void AssignmentStream::Pump() {
   std::optional<grpc::Status> end;
   {
     absl::MutexLock lock(&mu_);
-    if (finished_ || writing_ || token_ == 0) return;
+    if (finished_ || writing_) return;
     if (write_failed_) {
       end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed");
     } else if (cancelled_.load()) {
       end = grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
     } else {
-      auto next = workers_->NextAssignment(lease_id_, token_, absl::ZeroDuration());
-      if (!next.ok()) {
-        end = ToGrpc(next.status());
-      } else if (!next->has_value()) {
-        return;
-      } else {
-        out_ = std::move(**next);
-        writing_ = true;
+      absl::Status ended;
+      switch (feed_.Next(&out_, &ended)) {
+        case AssignmentFeed::Step::kNothing:  // also before the feed opened
+          return;
+        case AssignmentFeed::Step::kEnd:
+          end = ToGrpc(ended);
+          break;
+        case AssignmentFeed::Step::kAssignment:
+          writing_ = true;
+          break;
       }
     }
     if (end.has_value()) finished_ = true;
@@ -89,15 +87,6 @@ void AssignmentStream::Pump() {
   } else {
     StartWrite(&out_);
   }
-}
-
-void AssignmentStream::CloseLease(const char* why) {
-  uint64_t token;
-  {
-    absl::MutexLock lock(&mu_);
-    token = token_;
-  }
-  if (token != 0) workers_->CloseStream(lease_id_, token, why);
 }
 
 void AssignmentStream::OnWriteDone(bool ok) {

@@ -3,7 +3,8 @@
 // an assignment is pushed or the lease ends; it writes one assignment at a
 // time, in order, and ends the stream with the registry's reason. A stream
 // that ends (the worker went away, a write failed) kills its lease, as
-// WorkerRegistry::CloseStream says.
+// WorkerRegistry::CloseStream says. Those rules are AssignmentFeed's
+// (assignment_feed.h), which the control fast lane's stream shares.
 //
 // Lifetime: gRPC owns the reactor and calls OnDone last; the registry holds
 // only a StreamLink (shared), through which a late wake finds no stream.
@@ -20,6 +21,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "controller/server/assignment_feed.h"
 #include "controller/server/worker_registry.h"
 #include "grpcpp/grpcpp.h"
 #include "wsync/v1/controller.pb.h"
@@ -52,14 +54,12 @@ class AssignmentStream final : public grpc::ServerWriteReactor<v1::Assignment> {
   // Runs on any thread, also under the sync coordinator's lock (a wake from
   // Push): it calls nothing that reports a loss.
   void Pump();
-  // Ends the lease (WorkerRegistry::CloseStream); only from gRPC's
-  // reactions, which hold no controller lock.
-  void CloseLease(const char* why);
+  // Ends the lease (AssignmentFeed::Close); only from gRPC's reactions,
+  // which hold no controller lock.
+  void CloseLease(const char* why) { feed_.Close(why); }
 
-  WorkerRegistry* const workers_;
-  const std::string lease_id_;
+  AssignmentFeed feed_;  // opened before the first Pump
   const std::shared_ptr<Link> link_;
-  uint64_t token_ = 0;  // set before the first Pump
   std::atomic<bool> cancelled_{false};
 
   absl::Mutex mu_;

@@ -227,6 +227,24 @@ absl::Status Authenticator::CheckRevoked(const grpc::ServerContextBase& ctx,
       method);
 }
 
+LeaseCertificate Authenticator::PresentedCertificate(const grpc::ServerContextBase& ctx) {
+  LeaseCertificate cert;
+  std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+  if (auth == nullptr) return cert;
+  auto leaf = auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
+  if (leaf.empty()) return cert;
+  cert.leaf_pem.assign(leaf[0].data(), leaf[0].size());
+  auto chain = auth->FindPropertyValues(GRPC_X509_PEM_CERT_CHAIN_PROPERTY_NAME);
+  if (!chain.empty()) cert.chain_pem.assign(chain[0].data(), chain[0].size());
+  return cert;
+}
+
+absl::Status Authenticator::CheckRevokedCertificate(const LeaseCertificate& cert,
+                                                    absl::string_view method) const {
+  if (crl_ == nullptr || cert.leaf_pem.empty()) return absl::OkStatus();
+  return crl_->Check(cert.leaf_pem, cert.chain_pem, method);
+}
+
 absl::StatusOr<Caller> Authenticator::RequireRole(const grpc::ServerContextBase& ctx, Role needed,
                                                   absl::string_view method) {
   if (absl::Status st = CheckRevoked(ctx, method); !st.ok()) return st;

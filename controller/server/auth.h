@@ -42,6 +42,7 @@
 #include "absl/time/time.h"
 #include "controller/server/revocation.h"
 #include "controller/server/watched_file.h"
+#include "controller/server/worker_registry.h"
 #include "grpcpp/grpcpp.h"
 #include "wsync/v1/controller.pb.h"
 
@@ -115,6 +116,15 @@ class Authenticator {
   // (UNAUTHENTICATED naming its serial), a token notwithstanding.
   absl::StatusOr<Caller> RequireWorker(const grpc::ServerContextBase& ctx,
                                        absl::string_view method);
+  // The client certificate `ctx` presented (empty when none), kept with a
+  // worker's lease (WorkerRegistry::RegisterWorker).
+  static LeaseCertificate PresentedCertificate(const grpc::ServerContextBase& ctx);
+  // UNAUTHENTICATED naming `method` and the serial when `cert` (a lease's
+  // certificate) is revoked by --tls_crl_file; OK without a CRL or a
+  // certificate. The control fast lane runs it on each worker call, as
+  // RequireWorker does for the certificate a gRPC call presents.
+  absl::Status CheckRevokedCertificate(const LeaseCertificate& cert,
+                                       absl::string_view method) const;
   // The caller's certificate grants every group `req` registers in (always
   // OK when insecure); PERMISSION_DENIED naming the group and the identity.
   absl::Status CheckGroups(const Caller& caller, const v1::RegisterWorkerRequest& req) const;

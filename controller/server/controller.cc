@@ -33,9 +33,9 @@ Controller::Controller(const ControllerConfig& config, ControllerMetrics* metric
 
 absl::StatusOr<v1::RegisterWorkerResponse> Controller::RegisterWorker(
     const v1::RegisterWorkerRequest& req, const std::string& identity,
-    const std::string& previous_lease) {
+    const std::string& previous_lease, const LeaseCertificate& certificate) {
   absl::StatusOr<v1::RegisterWorkerResponse> resp =
-      workers_.RegisterWorker(req, identity, previous_lease);
+      workers_.RegisterWorker(req, identity, previous_lease, certificate);
   if (resp.ok()) syncs_.Rejoin(resp->lease_id(), req, &*resp);
   return resp;
 }

@@ -51,9 +51,9 @@ class Controller {
   // WorkerRegistry::RegisterWorker, then the staged syncs whose commit is
   // decided and awaits this worker (SyncCoordinator::Rejoin) in the
   // response's decided_commits.
-  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& req,
-                                                            const std::string& identity,
-                                                            const std::string& previous_lease);
+  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
+      const v1::RegisterWorkerRequest& req, const std::string& identity,
+      const std::string& previous_lease, const LeaseCertificate& certificate = {});
 
   // A heartbeat's serving reports: recorded for the lease's groups.
   // NOT_FOUND for a lease that is not alive, INVALID_ARGUMENT (serving_board.h).

@@ -45,16 +45,32 @@ void LaneServer::Dispatch(Conn& c, const v1::LaneRequest& req) {
 absl::Status LaneServer::CheckLease(const std::string& lease, absl::string_view call) {
   // The lease secret is the worker's credential here (it learnt it by
   // registering over gRPC, with its certificate when TLS is on); the peer is
-  // of the controller's own user (SO_PEERCRED, at accept).
-  if (!lease.empty() && controller_->workers().IsAlive(lease)) return absl::OkStatus();
-  return absl::UnauthenticatedError(
-      absl::StrCat("lane: ", call, ": ",
-                   lease.empty() ? "no lease_id; a worker registers first (RegisterWorker)"
-                                 : "not a live lease (register again over gRPC)"));
+  // of the controller's own user (SO_PEERCRED, at accept). Checked on every
+  // call, as gRPC admits each call (services.cc Admit): the lease still
+  // alive, and the certificate it registered with not revoked by the CRL as
+  // it stands now.
+  std::optional<LeaseCertificate> cert;
+  if (!lease.empty()) cert = controller_->workers().LiveCertificate(lease);
+  if (!cert.has_value()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("lane: ", call, ": ",
+                     lease.empty() ? "no lease_id; a worker registers first (RegisterWorker)"
+                                   : "not a live lease (register again over gRPC)"));
+  }
+  return auth_->CheckRevokedCertificate(*cert, absl::StrCat("lane: ", call));
 }
 
 void LaneServer::Hello(Conn& c, const v1::LaneRequest& req) {
   const std::string& lease = req.hello().lease_id();
+  if (c.streaming()) {
+    // Its lease is the stream's until the stream ends (Close ends that
+    // lease): a Hello must not rebind it to another.
+    Send(c, Answer(req.call_id(),
+                   absl::FailedPreconditionError(
+                       "lane: LaneHello on a connection that carries an assignment stream (bound "
+                       "to the stream's lease until it ends); report on a connection of its own")));
+    return;
+  }
   if (absl::Status st = CheckLease(lease, "LaneHello"); !st.ok()) {
     Send(c, Answer(req.call_id(), st));
     return;
@@ -71,15 +87,14 @@ void LaneServer::Hello(Conn& c, const v1::LaneRequest& req) {
 void LaneServer::AssignmentsCall(Conn& c, const v1::LaneRequest& req) {
   const std::string& lease = req.assignments().lease_id();
   absl::Status st = CheckLease(lease, "Assignments");
-  if (st.ok() && (c.stream_token != 0 || (!c.lease_id.empty() && c.lease_id != lease))) {
+  if (st.ok() && (c.streaming() || (!c.lease_id.empty() && c.lease_id != lease))) {
     st = absl::FailedPreconditionError(
         "lane: Assignments on a connection that already streams or is bound to another lease");
   }
-  absl::StatusOr<uint64_t> token = absl::FailedPreconditionError("");
+  auto feed = std::make_unique<AssignmentFeed>(&controller_->workers(), lease);
   if (st.ok()) {
     std::shared_ptr<LaneWake> self = self_;
-    token = controller_->workers().OpenStream(lease, [self] { self->Notify(); });
-    st = token.status();
+    st = feed->Open([self] { self->Notify(); });
   }
   if (!st.ok()) {
     Send(c, Answer(req.call_id(), st));
@@ -89,7 +104,7 @@ void LaneServer::AssignmentsCall(Conn& c, const v1::LaneRequest& req) {
   spdlog::info("[controller] lane: {} receives its assignments over the lane",
                w.has_value() ? w->description : "a worker");
   c.lease_id = lease;
-  c.stream_token = *token;
+  c.feed = std::move(feed);
   c.stream_call = req.call_id();
   if (Send(c, Answer(req.call_id(), absl::OkStatus()))) PumpStreams();  // pushed before the token
 }
@@ -97,18 +112,25 @@ void LaneServer::AssignmentsCall(Conn& c, const v1::LaneRequest& req) {
 void LaneServer::PumpStreams() {
   for (auto& [id, conn] : conns_) {
     Conn& c = *conn;
-    while (c.fd >= 0 && c.stream_token != 0) {
-      absl::StatusOr<std::optional<v1::Assignment>> next =
-          controller_->workers().NextAssignment(c.lease_id, c.stream_token, absl::ZeroDuration());
-      if (next.ok() && !next->has_value()) break;
-      v1::LaneResponse resp = Answer(c.stream_call, next.status());
-      if (!next.ok()) {
-        c.stream_token = 0;  // the registry ended it (the lease died, a newer stream)
-        Send(c, resp);
-        break;
+    bool more = true;
+    while (more && c.fd >= 0 && c.streaming()) {
+      v1::Assignment a;
+      absl::Status end;
+      switch (c.feed->Next(&a, &end)) {
+        case AssignmentFeed::Step::kNothing:
+          more = false;
+          break;
+        case AssignmentFeed::Step::kEnd:  // the lease died, a newer stream
+          Send(c, Answer(c.stream_call, end));
+          more = false;
+          break;
+        case AssignmentFeed::Step::kAssignment: {
+          v1::LaneResponse resp = Answer(c.stream_call, absl::OkStatus());
+          *resp.mutable_assignment() = std::move(a);
+          more = Send(c, resp);
+          break;
+        }
       }
-      *resp.mutable_assignment() = **std::move(next);
-      if (!Send(c, resp)) break;
     }
   }
 }
@@ -121,6 +143,11 @@ void LaneServer::Report(Conn& c, const v1::LaneRequest& req) {
   } else if (req.report().lease_id() != c.lease_id) {
     st = absl::PermissionDeniedError(
         "lane: ReportResult names another lease than the one this connection is bound to");
+  } else if (st = CheckLease(c.lease_id, "ReportResult"); !st.ok()) {
+    // The lease died or its certificate was revoked since the Hello: the
+    // connection is bound no more (a Hello would be refused the same way;
+    // a stream's connection keeps its lease for Close).
+    if (!c.streaming()) c.lease_id.clear();
   } else {
     st = ReportResultCall(*controller_, req.report());
     // The report may have ended a sync: its waiting trainer hears it from

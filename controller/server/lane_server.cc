@@ -3,6 +3,7 @@
 #include "controller/server/lane_server.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -13,9 +14,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/base/const_init.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 
 namespace wsync::controller {
 namespace {
@@ -24,6 +28,10 @@ constexpr uint64_t kListenerId = 0;
 constexpr uint64_t kWakeId = 1;
 constexpr size_t kReadChunk = 64 << 10;
 constexpr int kReadsPerEvent = 16;  // then other connections get their turn
+// A connection's buffer larger than this is shrunk once mostly empty.
+constexpr size_t kKeepBufferBytes = 1 << 20;
+constexpr absl::Duration kMinAcceptBackoff = absl::Milliseconds(50);
+constexpr absl::Duration kMaxAcceptBackoff = absl::Seconds(1);
 
 absl::Status Errno(absl::string_view what, const std::string& path) {
   return absl::UnavailableError(
@@ -55,9 +63,48 @@ absl::StatusOr<std::unique_ptr<LaneServer>> LaneServer::Start(LaneOptions option
   std::shared_ptr<LaneWake> wake = s->self_;
   controller->SetChangeObserver([wake] { wake->Notify(); });
   s->thread_ = std::thread([self] { self->Run(); });
+  pthread_setname_np(s->thread_.native_handle(), "wsync-lane");
   spdlog::info("[controller] control fast lane on {} (mode 0600{})", s->path(),
                s->busy_.enabled() ? ", spinning per --busy_poll_ms" : "");
   return s;
+}
+
+absl::Status LaneServer::RemoveDeadSocket(const std::string& path, const sockaddr_un& addr) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return Errno("lstat", path);
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lane_socket ", path, " exists and is not a socket; not replacing it"));
+  }
+  if (st.st_uid != geteuid()) {
+    return absl::PermissionDeniedError(absl::StrCat("--lane_socket ", path, " is a socket of uid ",
+                                                    st.st_uid, ", not this controller's (uid ",
+                                                    geteuid(), "); not replacing it"));
+  }
+  const int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (probe < 0) return Errno("socket (probing the existing socket)", path);
+  const int rc = connect(probe, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  const int connect_errno = errno;
+  close(probe);
+  if (rc == 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("--lane_socket ", path, ": another process listens there"));
+  }
+  if (connect_errno == ENOENT) return absl::OkStatus();  // gone meanwhile
+  if (connect_errno != ECONNREFUSED) {  // not provably dead: leave it
+    errno = connect_errno;
+    return Errno("probing the existing socket (not replacing it)", path);
+  }
+  // A dead controller's socket; only if it is still the file looked at.
+  struct stat again;
+  if (lstat(path.c_str(), &again) == 0 && again.st_dev == st.st_dev && again.st_ino == st.st_ino &&
+      unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return Errno("unlink (a dead socket)", path);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LaneServer::Bind() {
@@ -67,30 +114,28 @@ absl::Status LaneServer::Bind() {
     return absl::InvalidArgumentError(absl::StrCat("--lane_socket '", path, "' must have 1 to ",
                                                    sizeof(addr.sun_path) - 1, " characters"));
   }
-  struct stat st;
-  if (lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--lane_socket ", path, " exists and is not a socket; not replacing it"));
-    }
-    const int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    const bool live =
-        probe >= 0 && connect(probe, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
-    if (probe >= 0) close(probe);
-    if (live) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("--lane_socket ", path, ": another process listens there"));
-    }
-    unlink(path.c_str());  // a dead controller's socket
-  }
+  RETURN_IF_ERROR(RemoveDeadSocket(path, addr));
   listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) return Errno("socket", path);
-  if (bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return Errno("bind", path);
+  {
+    // Created owner-only: no moment where the file has the umask's mode.
+    // umask is the process's: Start runs before the controller serves, and
+    // umask_mu keeps two lanes (tests) from interleaving.
+    static absl::Mutex umask_mu(absl::kConstInit);
+    absl::MutexLock lock(&umask_mu);
+    const mode_t old_mask = umask(0177);
+    const int rc = bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+    const int bind_errno = errno;
+    umask(old_mask);
+    errno = bind_errno;
+    if (rc != 0) return Errno("bind", path);
   }
-  bound_ = true;
-  // Owner only; SO_PEERCRED checks each peer as well (a connection made
-  // before this chmod is still checked).
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return Errno("lstat after bind", path);
+  bound_ = true;  // the socket file is ours: the destructor removes it, if still ours
+  bound_dev_ = st.st_dev;
+  bound_ino_ = st.st_ino;
+  // Owner only already; SO_PEERCRED checks each peer as well.
   if (chmod(path.c_str(), 0600) != 0) return Errno("chmod 0600", path);
   if (listen(listen_fd_, 128) != 0) return Errno("listen", path);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -122,7 +167,13 @@ LaneServer::~LaneServer() {
   for (int fd : {listen_fd_, epoll_fd_, wake_fd_}) {
     if (fd >= 0) close(fd);
   }
-  if (bound_) unlink(options_.socket_path.c_str());
+  // Only the socket this server created: a file another process put at the
+  // path since (a newer controller's socket) stays.
+  struct stat st;
+  if (bound_ && lstat(options_.socket_path.c_str(), &st) == 0 && st.st_dev == bound_dev_ &&
+      st.st_ino == bound_ino_) {
+    unlink(options_.socket_path.c_str());
+  }
 }
 
 void LaneServer::Notify() {
@@ -155,6 +206,7 @@ int LaneServer::SleepMs() const {
   absl::Duration sleep = absl::Seconds(1);
   const absl::Time now = absl::Now();
   for (const Wait& w : waits_) sleep = std::min(sleep, w.until - now);
+  sleep = std::min(sleep, accept_resume_ - now);
   if (sleep <= absl::ZeroDuration()) return 0;
   return static_cast<int>(absl::ToInt64Milliseconds(sleep)) + 1;  // not before it is due
 }
@@ -184,6 +236,7 @@ void LaneServer::Round(bool spin) {
       }
     }
   }
+  ResumeAcceptsIfDue();
   const bool notified = notified_.load();
   PollIfNotified();
   PollDueWaits();
@@ -212,11 +265,16 @@ void LaneServer::Accept() {
   while (true) {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        spdlog::warn("[controller] lane {}: accept: {}", path(), std::strerror(errno));
-      }
+      const int e = errno;
+      if (e == EINTR) continue;
+      // A connection that went away while queued: the next one may be fine.
+      if (e == ECONNABORTED || e == EPROTO) continue;
+      if (e != EAGAIN && e != EWOULDBLOCK) PauseAccepts(e);
       return;
+    }
+    if (accept_backoff_ > absl::ZeroDuration()) {
+      spdlog::info("[controller] lane {}: accepting connections again", path());
+      accept_backoff_ = absl::ZeroDuration();
     }
     auto c = std::make_unique<Conn>();
     c->fd = fd;
@@ -247,6 +305,35 @@ void LaneServer::Accept() {
     }
     conns_.emplace(c->id, std::move(c));
   }
+}
+
+void LaneServer::PauseAccepts(int e) {
+  // The listener stays readable while the connection waits in the backlog:
+  // out of descriptors (EMFILE, ENFILE) or memory, accepting again at once
+  // would spin. Off epoll until the backoff ends; one warning per episode.
+  if (accept_backoff_ == absl::ZeroDuration()) {
+    spdlog::warn(
+        "[controller] lane {}: accept: {}; not accepting for a while (retried with backoff "
+        "up to {}; connections wait in the backlog)",
+        path(), std::strerror(e), absl::FormatDuration(kMaxAcceptBackoff));
+    accept_backoff_ = kMinAcceptBackoff;
+  } else {
+    accept_backoff_ = std::min(accept_backoff_ * 2, kMaxAcceptBackoff);
+  }
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+  accept_resume_ = absl::Now() + accept_backoff_;
+}
+
+void LaneServer::ResumeAcceptsIfDue() {
+  if (accept_resume_ == absl::InfiniteFuture() || absl::Now() < accept_resume_) return;
+  accept_resume_ = absl::InfiniteFuture();
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenerId;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev) != 0) {
+    spdlog::warn("[controller] lane {}: epoll_ctl (listener): {}", path(), std::strerror(errno));
+  }
+  Accept();
 }
 
 void LaneServer::OnReadable(Conn& c) {
@@ -285,7 +372,21 @@ bool LaneServer::RunFrames(Conn& c) {
   }
   if (c.fd < 0) return false;
   c.in.erase(0, at);
+  Trim(c);
   return true;
+}
+
+void LaneServer::Trim(Conn& c) {
+  // A large frame grew a buffer: give the memory back once it is no longer
+  // needed (what is left is moved to a buffer of its size).
+  for (std::string* b : {&c.in, &c.out}) {
+    if (b->capacity() > kKeepBufferBytes && b->size() <= kKeepBufferBytes / 2) {
+      std::string(*b).swap(*b);
+    }
+  }
+  const size_t held = c.fd >= 0 ? c.in.capacity() + c.out.capacity() : 0;
+  buffer_bytes_.fetch_add(held - c.held);  // modulo 2^64: a decrease too
+  c.held = held;
 }
 
 void LaneServer::OnWritable(Conn& c) { Flush(c); }
@@ -336,6 +437,7 @@ bool LaneServer::Flush(Conn& c) {
         c.out.erase(0, c.out_at);
         c.out_at = 0;
       }
+      Trim(c);
       return true;
     }
     Close(c.id);  // the peer is gone
@@ -344,6 +446,7 @@ bool LaneServer::Flush(Conn& c) {
   if (c.fd < 0) return false;
   c.out.clear();
   c.out_at = 0;
+  Trim(c);
   if (c.want_write) {
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
@@ -380,12 +483,10 @@ void LaneServer::Close(uint64_t conn) {
   close(c.fd);
   c.fd = -1;  // erased at the end of the round, with its waits
   closed_any_ = true;
-  if (c.stream_token != 0) {  // as a gRPC stream that ends: the lease ends
-    const uint64_t token = c.stream_token;
-    c.stream_token = 0;
-    // This thread holds no controller lock here.
-    controller_->workers().CloseStream(c.lease_id, token, "lane connection closed");
-  }
+  Trim(c);  // no longer counted
+  // As a gRPC stream that ends: the lease ends. This thread holds no
+  // controller lock here.
+  if (c.feed != nullptr) c.feed->Close("lane connection closed");
 }
 
 }  // namespace wsync::controller

@@ -7,7 +7,7 @@
 //  - worker -> controller: ReportResult, on a connection the worker bound to
 //    its lease first (LaneHello);
 //  - controller -> worker: the assignment stream (a lane connection of its
-//    own, WorkerRegistry::OpenStream as the gRPC stream), written by this
+//    own; AssignmentFeed, the gRPC stream's own rules), written by this
 //    thread as soon as it learns of an assignment; for a Sync that came over
 //    the lane, right after the sync started, on the same thread.
 // Frames and messages: proto/wsync/v1/lane.proto, common/lane_frame.h. The
@@ -29,12 +29,19 @@
 //
 // It never blocks on a peer: frames are bounded (max_frame_bytes), a
 // connection's unsent answers are bounded (max_pending_bytes: a peer that
-// stops reading is dropped), a malformed frame gets an error frame (call_id
-// 0) and the connection is closed. Connections are accepted only from the
-// controller's own user (or root), checked with SO_PEERCRED; the socket file
-// is created with mode 0600.
+// stops reading is dropped), buffers a large frame grew are shrunk once
+// mostly empty, a malformed frame gets an error frame (call_id 0) and the
+// connection is closed; accept errors such as EMFILE pause accepting with
+// a backoff. Connections are accepted only from the controller's own user
+// (or root), checked with SO_PEERCRED; the socket file is created with mode
+// 0600 (under a 0177 umask), replaces only a dead socket of this user, and
+// is removed at the end only while the path is still that file. Worker
+// calls are admitted one by one as on gRPC (CheckLease).
 #ifndef WSYNC_CONTROLLER_SERVER_LANE_SERVER_H_
 #define WSYNC_CONTROLLER_SERVER_LANE_SERVER_H_
+
+#include <sys/types.h>
+#include <sys/un.h>
 
 #include <atomic>
 #include <cstdint>
@@ -50,6 +57,7 @@
 #include "absl/time/time.h"
 #include "common/busy_poll.h"
 #include "common/lane_frame.h"
+#include "controller/server/assignment_feed.h"
 #include "controller/server/auth.h"
 #include "controller/server/controller.h"
 #include "wsync/v1/lane.pb.h"
@@ -109,6 +117,9 @@ class LaneServer {
   void Shutdown();
 
   const std::string& path() const { return options_.socket_path; }
+  // Bytes the connections' read and write buffers hold now (any thread):
+  // a buffer a large frame grew is shrunk once it is mostly empty again.
+  size_t buffer_bytes() const { return buffer_bytes_.load(); }
 
  private:
   struct Conn {
@@ -118,9 +129,12 @@ class LaneServer {
     std::string out;  // unsent, from out_at
     size_t out_at = 0;
     bool want_write = false;
-    std::string lease_id;       // bound by LaneHello or the stream; empty: none
-    uint64_t stream_token = 0;  // an open assignment stream (OpenStream); 0: none
-    uint64_t stream_call = 0;   // its call_id
+    std::string lease_id;  // bound by LaneHello or the stream; empty: none
+    // Its assignment stream (AssignmentFeed, shared with gRPC's); null: none.
+    std::unique_ptr<AssignmentFeed> feed;
+    bool streaming() const { return feed != nullptr && feed->open(); }
+    uint64_t stream_call = 0;  // its call_id
+    size_t held = 0;           // in's and out's capacity, as counted in buffer_bytes_
   };
   struct Wait {
     uint64_t conn = 0;
@@ -134,11 +148,21 @@ class LaneServer {
 
   LaneServer(LaneOptions options, Controller* controller, Authenticator* auth);
   absl::Status Bind();
+  // An existing socket at `path` is replaced only when it is a socket of
+  // this user that refuses connections (a dead controller's): otherwise
+  // INVALID_ARGUMENT (not a socket), PERMISSION_DENIED (another user's),
+  // ALREADY_EXISTS (live) or UNAVAILABLE (the probe failed otherwise).
+  absl::Status RemoveDeadSocket(const std::string& path, const sockaddr_un& addr);
   void Run();
   // One epoll round: accept, read and run frames, write.
   void Round(bool spin);
   int SleepMs() const;
   void Accept();
+  // After an accept error other than "nothing queued": stops watching the
+  // listener for accept_backoff_ (50 ms, doubling to 1 s), warning once per
+  // episode; ResumeAcceptsIfDue watches it again and accepts.
+  void PauseAccepts(int e);
+  void ResumeAcceptsIfDue();
   void OnReadable(Conn& c);
   void OnWritable(Conn& c);
   // Runs every complete frame in c.in; false when the connection was closed.
@@ -152,7 +176,10 @@ class LaneServer {
   void AssignmentsCall(Conn& c, const v1::LaneRequest& req);
   // Writes what the open assignment streams have to say.
   void PumpStreams();
-  // UNAUTHENTICATED unless `lease` is a live lease (the lane's credential).
+  // The lane's admission of a worker call (each Hello, ReportResult and
+  // Assignments), as gRPC's per call: UNAUTHENTICATED unless `lease` is a
+  // live lease (the lane's credential) whose registration certificate the
+  // CRL does not revoke (as it stands now).
   absl::Status CheckLease(const std::string& lease, absl::string_view call);
   void AddWait(Conn& c, Wait w);
   // Answers the waits whose sync ended (or, when `all_expired`, every one).
@@ -170,6 +197,8 @@ class LaneServer {
   bool Send(Conn& c, const v1::LaneResponse& resp);
   bool Send(uint64_t conn, const v1::LaneResponse& resp);
   bool Flush(Conn& c);
+  // Shrinks c's buffers when large and mostly empty; updates buffer_bytes_.
+  void Trim(Conn& c);
   // Sends an error frame (call_id 0) best-effort, then closes.
   void Refuse(Conn& c, const absl::Status& status);
   void Close(uint64_t conn);
@@ -178,17 +207,22 @@ class LaneServer {
   Controller* const controller_;
   Authenticator* const auth_;
   int listen_fd_ = -1;
-  bool bound_ = false;  // the socket file is ours (removed at the end)
+  bool bound_ = false;   // the socket file is ours (removed at the end)
+  dev_t bound_dev_ = 0;  // its identity: removed only while the path is it
+  ino_t bound_ino_ = 0;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // eventfd
   BusyPoll busy_;
   std::atomic<bool> notified_{false};
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stop_{false};
+  std::atomic<size_t> buffer_bytes_{0};
   // Thread-owned from Start on.
   uint64_t next_conn_ = 2;  // 0: the listener, 1: the eventfd
   absl::flat_hash_map<uint64_t, std::unique_ptr<Conn>> conns_;
   bool closed_any_ = false;  // a connection closed since the last sweep
+  absl::Duration accept_backoff_ = absl::ZeroDuration();  // zero: accepting
+  absl::Time accept_resume_ = absl::InfiniteFuture();
   std::vector<Wait> waits_;
   std::thread thread_;
   // The controller's change observer and the registry's stream wakes reach

@@ -42,7 +42,9 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
   auto previous = md.find(kPreviousLeaseMetadata);
   const std::string previous_lease =
       previous == md.end() ? "" : std::string(previous->second.data(), previous->second.size());
-  return Fill(controller_->RegisterWorker(*req, caller->identity, previous_lease), resp);
+  return Fill(controller_->RegisterWorker(*req, caller->identity, previous_lease,
+                                          Authenticator::PresentedCertificate(*ctx)),
+              resp);
 }
 
 grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
@@ -220,8 +222,8 @@ grpc::Status TrainerServiceImpl::ListWorkers(grpc::ServerContext* ctx,
   absl::StatusOr<Caller> caller = auth_->RequireRole(*ctx, Role::kReader, "ListWorkers");
   if (!caller.ok()) return ToGrpc(caller.status());
   const ControllerLimits& limits = controller_->limits();
-  return ToGrpc(PageWorkers(controller_->ListWorkers(req->group()), *req,
-                            limits.list_page_workers, limits.list_page_buffers, resp));
+  return ToGrpc(PageWorkers(controller_->ListWorkers(req->group()), *req, limits.list_page_workers,
+                            limits.list_page_buffers, resp));
 }
 
 grpc::Status TrainerServiceImpl::Replicas(grpc::ServerContext* ctx, const v1::ReplicasRequest* req,

@@ -188,7 +188,7 @@ absl::Status WorkerRegistry::CheckCaller(const std::string& lease_id, const std:
 
 absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::RegisterWorker(
     const v1::RegisterWorkerRequest& req, const std::string& identity,
-    const std::string& previous_lease) {
+    const std::string& previous_lease, const LeaseCertificate& certificate) {
   if (absl::Status st = CheckRequest(req); !st.ok()) return st;
   absl::StatusOr<std::string> lease_id = NewLeaseSecret();
   if (!lease_id.ok()) return lease_id.status();
@@ -208,6 +208,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::RegisterWorker(
     auto w = std::make_unique<Worker>();
     w->lease_id = *std::move(lease_id);
     w->identity = identity;
+    w->certificate = certificate;
     w->info = std::make_shared<const v1::RegisterWorkerRequest>(req);
     w->unmappable_buffers = HasUnmappableBuffers(*w->info);
     w->registration = next_id_++;
@@ -341,6 +342,13 @@ void WorkerRegistry::MarkDeadLocked(Worker& w, const std::string& reason,
 bool WorkerRegistry::IsAlive(const std::string& lease_id) {
   absl::MutexLock lock(&mu_);
   return FindAliveLocked(lease_id) != nullptr;
+}
+
+std::optional<LeaseCertificate> WorkerRegistry::LiveCertificate(const std::string& lease_id) {
+  absl::MutexLock lock(&mu_);
+  const Worker* w = FindAliveLocked(lease_id);
+  if (w == nullptr) return std::nullopt;
+  return w->certificate;
 }
 
 std::optional<WorkerSnapshot> WorkerRegistry::Find(const std::string& lease_id) {

@@ -60,6 +60,16 @@ struct WorkerLoss {
   std::function<void()> wake_stream;
 };
 
+// The client certificate a lease registered with (PEM; both empty in
+// plaintext or without one). A front end that admits a worker's calls by
+// its lease alone, without a certificate per call (the control fast lane),
+// checks this one against --tls_crl_file on each call, as gRPC checks the
+// certificate each call presents (Authenticator::CheckRevokedCertificate).
+struct LeaseCertificate {
+  std::string leaf_pem;
+  std::string chain_pem;
+};
+
 class WorkerRegistry {
  public:
   // `metrics` may be null.
@@ -76,9 +86,10 @@ class WorkerRegistry {
   // the OS CSPRNG. A live lease of the same instance_id is replaced only when
   // `previous_lease` is its id and `identity` its identity; otherwise
   // ALREADY_EXISTS (an instance id is listed: it is no credential).
-  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& req,
-                                                            const std::string& identity = "",
-                                                            const std::string& previous_lease = "");
+  // `certificate`: the one the caller presented (kept with the lease).
+  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
+      const v1::RegisterWorkerRequest& req, const std::string& identity = "",
+      const std::string& previous_lease = "", const LeaseCertificate& certificate = {});
   // Whether the caller of identity `identity` may act for `lease_id`: OK when
   // the lease is unknown or dead (the call then fails NOT_FOUND where it is
   // used) or is bound to `identity`; PERMISSION_DENIED naming both otherwise.
@@ -104,6 +115,9 @@ class WorkerRegistry {
 
   // ----- Queries (other owners).
   bool IsAlive(const std::string& lease_id);
+  // The certificate a live lease registered with; nullopt when `lease_id` is
+  // not a live lease.
+  std::optional<LeaseCertificate> LiveCertificate(const std::string& lease_id);
   // Changes whenever what a sync binds to may have changed: a registration,
   // a buffer update, a lease's death, a worker losing its direct writes.
   // Equal values mean every snapshot taken in between is still current.
@@ -152,12 +166,13 @@ class WorkerRegistry {
  private:
   struct Worker {
     std::string lease_id;
-    std::string identity;  // authenticated at registration ("" in plaintext)
+    std::string identity;          // authenticated at registration ("" in plaintext)
+    LeaseCertificate certificate;  // presented at registration
     std::shared_ptr<const v1::RegisterWorkerRequest> info;
     absl::Time last_heartbeat;
     bool alive = true;
     absl::Time died_at;
-    uint64_t stream_token = 0;  // 0: no stream open
+    uint64_t stream_token = 0;   // 0: no stream open
     std::function<void()> wake;  // the open stream's (OpenStream)
     std::deque<v1::Assignment> outbox;
     // Its stream handler waits here: a report from one worker must not wake

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
+#include "tests/integration/define_fill_sync.h"
 #include "tests/integration/harness.h"
 #include "wsync/v1/worker_local.grpc.pb.h"
 
@@ -151,20 +152,14 @@ TEST(FailureIntegration, WorkersReRegisterAfterControllerRestart) {
   auto run_or = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), DefaultClusterOptions());
   ASSERT_TRUE(run_or.ok()) << run_or.status();
   CaseRun& run = **run_or;
-  ASSERT_TRUE(run.Define("t").ok());
-  run.Fill(1);
-  v1::SyncStatus st;
-  ASSERT_TRUE(run.SyncAndWait("t", 1, &st).ok());
-  ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  absl::Status synced = DefineFillSync(run, "t", 1);
+  ASSERT_TRUE(synced.ok()) << synced;
   run.cluster->KillController();
   ASSERT_TRUE(run.cluster->StartController().ok());
   // Workers come back by themselves, with the buffers their owners registered.
   ASSERT_TRUE(run.cluster->WaitForWorkers(run.cluster->num_workers(), absl::Seconds(20)).ok());
-  ASSERT_TRUE(run.Define("t").ok());
-  run.Fill(2);
-  grpc::Status s2 = run.SyncAndWait("t", 2, &st);
-  ASSERT_TRUE(s2.ok()) << s2.error_message();
-  ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  synced = DefineFillSync(run, "t", 2);  // the new controller knows no transfer
+  ASSERT_TRUE(synced.ok()) << synced;
   std::string first;
   EXPECT_EQ(run.Verify(2, &first), 0) << first;
 }

@@ -18,6 +18,7 @@
 #include "common/lane_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/define_fill_sync.h"
 #include "tests/integration/harness.h"
 
 namespace wsync::integration {
@@ -186,11 +187,8 @@ TEST(LaneIntegration, WorkersReportOverGrpcWhenTheLaneIsAbsent) {
   auto run_or = CaseRun::Start(Case("fsdp:2", "vllm-tp:2"), o);
   ASSERT_TRUE(run_or.ok()) << run_or.status();
   CaseRun& run = **run_or;
-  ASSERT_TRUE(run.Define("t").ok());
-  run.Fill(1);
-  v1::SyncStatus st;
-  ASSERT_TRUE(run.SyncAndWait("t", 1, &st).ok());
-  ASSERT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  const absl::Status synced = DefineFillSync(run, "t", 1);
+  ASSERT_TRUE(synced.ok()) << synced;
   std::string first;
   EXPECT_EQ(run.Verify(1, &first), 0) << first;
   for (int i = 0; i < run.cluster->num_workers(); ++i) {

@@ -90,7 +90,7 @@ void WorkerAgent::Stop() {
   {
     absl::MutexLock lock(&mu_);
     if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
-    lane_stream_cancel_.store(true);
+    lane_stream_cancel_.CancelAll();
   }
   for (std::thread* t : {&session_, &heartbeat_, &exec_}) {
     if (t->joinable()) t->join();
@@ -202,7 +202,7 @@ void WorkerAgent::HeartbeatLoop() {
         // The controller forgot us (restart or expiry): end the stream, re-register.
         absl::MutexLock lock(&mu_);
         if (lease_id_ == lease_id && stream_ctx_ != nullptr) stream_ctx_->TryCancel();
-        if (lease_id_ == lease_id) lane_stream_cancel_.store(true);
+        if (lease_id_ == lease_id) lane_stream_cancel_.Cancel(lease_epoch_);
       } else if (s.ok()) {
         RetryBuffersPush(lease_id);  // retries a push that failed (no-op when current)
       }

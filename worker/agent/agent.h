@@ -25,6 +25,7 @@
 #include "worker/agent/progress_reporter.h"
 #include "worker/agent/serving.h"
 #include "worker/agent/staged_gate.h"
+#include "worker/agent/stream_cancel.h"
 #include "worker/agent/sync_runner.h"
 #include "worker/agent/tensor_table.h"
 #include "worker/agent/worker_metrics.h"
@@ -262,8 +263,9 @@ class WorkerAgent {
   std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<v1::WorkerService::Stub> stub_;
   LaneReporter lane_;  // options_.controller_lane
-  // The lane's assignment stream: asked to end (Stop, the lease forgotten).
-  std::atomic<bool> lane_stream_cancel_{false};
+  // The lane's assignment stream of a lease epoch: asked to end (Stop, the
+  // lease forgotten), never lost to a reader that starts late.
+  StreamCancel lane_stream_cancel_;
   absl::Time lane_stream_retry_ = absl::InfinitePast();  // session thread only
   // Running syncs' progress, delivered off the exec thread (uses stub_).
   ProgressReporter progress_;

@@ -22,7 +22,6 @@ std::optional<grpc::Status> WorkerAgent::ReadAssignmentsLane(const std::string& 
                                                              uint64_t epoch) {
   const std::string& path = options_.controller_lane;
   if (path.empty() || absl::Now() < lane_stream_retry_) return std::nullopt;
-  lane_stream_cancel_.store(false);
   auto fall_back = [&](const absl::Status& why) -> std::optional<grpc::Status> {
     spdlog::warn(
         "[worker {}] control lane {}: assignments: {}; reading them over gRPC (lane "
@@ -43,7 +42,7 @@ std::optional<grpc::Status> WorkerAgent::ReadAssignmentsLane(const std::string& 
   }
   spdlog::info("[worker {}] receives assignments over the control lane {}", lane_.who(), path);
   const uint64_t call = opened->call_id();
-  while (!stop_.load() && !lane_stream_cancel_.load()) {
+  while (!stop_.load() && !lane_stream_cancel_.Cancelled(epoch)) {
     const bool spin = busy_.Spinning();
     absl::StatusOr<std::optional<v1::LaneResponse>> got =
         (*lane)->Receive(call, absl::Now() + kSlice, spin);

@@ -33,14 +33,8 @@ absl::Status ShadowSet::CheckArenasUsable(const std::map<std::string, BufferWrit
   for (const auto& [name, w] : writes) {
     const exec::RegisteredBuffer* b = live.Find(exec::BufferSide::kDestination, name);
     if (b == nullptr) continue;  // Prepare names it
-    std::shared_ptr<plane::SwapArena> arena = arenas_->Find(b->data, 1);
-    if (arena != nullptr && !arena->usable()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          who, ": destination buffer '", name, "' lies in ", arena->Describe(),
-          ", which a failed swap commit left unusable (its memory could not be mapped back); "
-          "nothing is written to it: its owner must serve nothing from it, free it and create "
-          "its weights (and register them) again"));
-    }
+    RETURN_IF_ERROR(
+        arenas_->CheckUsable(b->data, who, absl::StrCat("destination buffer '", name, "'")));
   }
   return absl::OkStatus();
 }

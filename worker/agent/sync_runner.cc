@@ -39,15 +39,38 @@ SyncRunner::SyncRunner(TensorTable* tensors, WorkerMetrics* metrics, RunnerOptio
       plane_(options_.backend, ExecutorOptionsOf(options_)),
       shadows_(options_.backend, options_.staging_budget_bytes, options_.arenas) {}
 
+std::string SyncRunner::WhoOf(const v1::SyncAssignment& a) {
+  std::string who = absl::StrCat("worker ", a.worker());
+  for (const v1::Membership& m : a.roles()) absl::StrAppend(&who, " ", m.group(), "/", m.rank());
+  return who;
+}
+
+absl::Status SyncRunner::CheckArenasUsable(const v1::Plan& part, const std::string& who) const {
+  if (options_.arenas == nullptr || !options_.arenas->AnyUnusable()) return absl::OkStatus();
+  for (const std::string& name : part.names()) {
+    for (const exec::BufferSide side :
+         {exec::BufferSide::kSource, exec::BufferSide::kDestination}) {
+      const exec::RegisteredBuffer* b = registry_.Find(side, name);
+      if (b == nullptr) continue;  // not this worker's (binding names a missing one)
+      RETURN_IF_ERROR(
+          options_.arenas->CheckUsable(b->data, who, absl::StrCat("tensor '", name, "'")));
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<const exec::BufferRegistry*> SyncRunner::RegistryFor(const v1::SyncAssignment& a,
                                                                     const v1::Plan& part,
                                                                     bool* staged) {
   *staged = false;
   const v1::StagingMode mode = a.staging().mode();
+  const std::string who = WhoOf(a);
+  // In place or staged, a part never touches an arena a failed swap left
+  // unusable (its range may be unmapped: any access would fault).
+  RETURN_IF_ERROR(CheckArenasUsable(part, who));
   // A warm-up beside a pending commit: the shadows belong to that commit.
   if (mode == v1::STAGING_IN_PLACE || commit_pending_) return &registry_;
-  std::string who = absl::StrCat("worker ", a.worker());
-  for (const v1::Membership& m : a.roles()) absl::StrAppend(&who, " ", m.group(), "/", m.rank());
   if (!a.direct_written_by().empty() || !a.direct_write_to().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         who, ": a staged sync with direct writes (peers would write the live tensors)"));

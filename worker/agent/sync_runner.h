@@ -163,6 +163,11 @@ class SyncRunner {
   // otherwise); *staged tells whether this worker writes any.
   absl::StatusOr<const exec::BufferRegistry*> RegistryFor(const v1::SyncAssignment& a,
                                                           const v1::Plan& part, bool* staged);
+  // "worker N group/rank ...", for errors.
+  static std::string WhoOf(const v1::SyncAssignment& a);
+  // FAILED_PRECONDITION naming `who`, the tensor and the arena when a
+  // buffer `part` names lies in a weight arena a failed swap left unusable.
+  absl::Status CheckArenasUsable(const v1::Plan& part, const std::string& who) const;
   absl::StatusOr<node::Channel*> EnsureChannel(const v1::SyncAssignment& a,
                                                std::shared_ptr<v1::WorkerService::Stub> stub,
                                                const std::string& lease_id);

@@ -43,6 +43,25 @@ std::shared_ptr<plane::SwapArena> WeightArenas::Find(const void* data, int64_t b
   return nullptr;
 }
 
+bool WeightArenas::AnyUnusable() const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [handle, arena] : arenas_) {
+    if (!arena->usable()) return true;
+  }
+  return false;
+}
+
+absl::Status WeightArenas::CheckUsable(const void* data, const std::string& who,
+                                       const std::string& what) const {
+  std::shared_ptr<plane::SwapArena> arena = Find(data, 1);
+  if (arena == nullptr || arena->usable()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      who, ": ", what, " lies in ", arena->Describe(),
+      ", which a failed swap commit left unusable (its memory could not be mapped back); "
+      "nothing reads or writes it: its owner must serve nothing from it, free it and create "
+      "its weights (and register them) again"));
+}
+
 int64_t WeightArenas::size() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(arenas_.size());

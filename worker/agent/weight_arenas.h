@@ -43,6 +43,13 @@ class WeightArenas {
   // The arena holding all of [data, data + bytes), or null.
   std::shared_ptr<plane::SwapArena> Find(const void* data, int64_t bytes) const;
   int64_t size() const;
+  // Whether a failed swap left an arena of the set unusable
+  // (plane::SwapArena::usable); cheap (one look per arena).
+  bool AnyUnusable() const;
+  // FAILED_PRECONDITION when `data` lies in an arena a failed swap left
+  // unusable, naming `who`, `what` (the tensor or buffer) and the arena, and
+  // saying what the owner must do; OK otherwise (also outside every arena).
+  absl::Status CheckUsable(const void* data, const std::string& who, const std::string& what) const;
 
  private:
   plane::Backend* const backend_;

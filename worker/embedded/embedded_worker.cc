@@ -206,6 +206,14 @@ absl::StatusOr<v1::RegisterTensorsResponse> EmbeddedWorker::Register(
           absl::StrCat("tensor '", t.name, "' of group '", group, "': its memory is on ",
                        DeviceName(t.device), ", this worker moves ", DeviceName(options_.device)));
     }
+    // A tensor in an arena a failed swap left unusable (its range may be
+    // unmapped) is never registered: a sync would read or write it.
+    if (absl::Status s = arenas_.CheckUsable(
+            reinterpret_cast<const void*>(t.data), absl::StrCat("embedded worker ", Roles()),
+            absl::StrCat("tensor '", t.name, "' of group '", group, "'"));
+        !s.ok()) {
+      return s;
+    }
     agent::LocalTensor l;
     l.reg.set_name(t.name);
     l.reg.set_dtype(t.dtype);

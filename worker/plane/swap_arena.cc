@@ -4,8 +4,70 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 
 namespace wsync::plane {
+
+SwapArena::~SwapArena() {
+  if (partner_ != nullptr) {
+    partner_->partner_ = nullptr;
+    partner_->began_ = false;
+  }
+}
+
+absl::Status SwapArena::BeginSwap(SwapArena& twin) {
+  if (&twin != this) {
+    for (const SwapArena* a :
+         {static_cast<const SwapArena*>(this), static_cast<const SwapArena*>(&twin)}) {
+      if (a->partner_ == nullptr) continue;
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot swap ", Describe(), " with ", twin.Describe(), ": ", a->Describe(),
+                       "'s swap with ", a->partner_->Describe(), " is not finished (FinishSwap)"));
+    }
+  }
+  RETURN_IF_ERROR(DoBeginSwap(twin));
+  partner_ = &twin;
+  twin.partner_ = this;
+  began_ = true;
+  twin.began_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status SwapArena::FinishSwap(SwapArena& twin) {
+  const std::string what =
+      absl::StrCat("finishing a swap of ", Describe(), " with ", twin.Describe());
+  if (partner_ == nullptr || (partner_ == &twin && !began_)) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": none was begun (BeginSwap)"));
+  }
+  if (partner_ != &twin || !began_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": ", Describe(), "'s unfinished swap is with ", partner_->Describe(),
+                     ", not ", twin.Describe()));
+  }
+  partner_ = nullptr;
+  twin.partner_ = nullptr;
+  began_ = false;
+  absl::Status s = DoFinishSwap(twin);
+  if (s.ok()) return s;
+  twin.MarkUnusable();
+  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message(), "; the twin is unusable"));
+}
+
+absl::Status SwapArena::SwapWith(SwapArena& twin) {
+  RETURN_IF_ERROR(BeginSwap(twin));
+  partner_ = nullptr;
+  twin.partner_ = nullptr;
+  began_ = false;
+  const absl::Status s = DoFinishSwap(twin);
+  if (s.ok()) return s;
+  // Undone, each range is back on its own memory: neither is marked
+  // unusable unless UndoSwap could not put it back.
+  const absl::Status back = UndoSwap(twin);
+  return absl::Status(
+      s.code(),
+      absl::StrCat("swapping ", Describe(), " with ", twin.Describe(), ": ", s.message(),
+                   back.ok() ? "; both keep their memory" : absl::StrCat("; ", back.message())));
+}
 
 std::string SwapArena::Describe() const {
   return absl::StrFormat("%s arena '%s' (%d bytes at %p)", kind(), name_, bytes_, base_);

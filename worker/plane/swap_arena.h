@@ -22,9 +22,12 @@
 //   reads what the twin held (as after SwapWith); the twin's range reads
 //   undefined bytes and must be neither read nor written until FinishSwap,
 //   which must come before the twin is used or either arena swaps again.
-//   A BeginSwap error leaves both on their own backing (or marks one
-//   unusable), as for SwapWith; a FinishSwap error leaves base() on its new
-//   backing and the twin unusable (discard it); the status names the twin.
+//   The two are partners until then: a BeginSwap of either (with any twin)
+//   and a FinishSwap on another pair are refused (FAILED_PRECONDITION naming
+//   the unfinished partner). A BeginSwap error leaves both on their own
+//   backing (or marks one unusable), as for SwapWith; a FinishSwap error
+//   leaves base() on its new backing and the twin unusable (discard it); the
+//   status names the twin. Destroying either partner ends the partnership.
 // - Destruction unmaps the range and frees the backing. The owner must not
 //   use a pointer into the arena after that.
 // Not thread-safe: one thread swaps at a time (the sync runner's).
@@ -47,7 +50,8 @@ inline constexpr int64_t kSwapArenaAlignment = 4096;
 
 class SwapArena {
  public:
-  virtual ~SwapArena() = default;
+  // Ends an unfinished swap's partnership (the partner may swap again).
+  virtual ~SwapArena();
   SwapArena(const SwapArena&) = delete;
   SwapArena& operator=(const SwapArena&) = delete;
 
@@ -67,18 +71,34 @@ class SwapArena {
   // A new arena of the same kind, device and size (its content undefined),
   // named `name`: the twin a staged sync writes into.
   virtual absl::StatusOr<std::unique_ptr<SwapArena>> NewTwin(const std::string& name) const = 0;
-  // Exchanges the backing of this arena and `twin` (see the contract above).
+  // Exchanges the backing of this arena and `twin` (see the contract above):
+  // both steps; when the second fails, UndoSwap puts each range back on its
+  // own memory (and only a range that could not be put back is unusable).
   // INVALID_ARGUMENT when the twin is of another kind, device or size.
-  virtual absl::Status SwapWith(SwapArena& twin) = 0;
-  // The two steps of SwapWith (see the contract above). The defaults:
-  // BeginSwap swaps whole, FinishSwap has nothing left to do.
-  virtual absl::Status BeginSwap(SwapArena& twin) { return SwapWith(twin); }
-  virtual absl::Status FinishSwap(SwapArena& twin) { return absl::OkStatus(); }
+  absl::Status SwapWith(SwapArena& twin);
+  // The two steps of SwapWith (see the contract above); the partner checks
+  // are here, the remapping in the implementation's DoBeginSwap /
+  // DoFinishSwap.
+  absl::Status BeginSwap(SwapArena& twin);
+  absl::Status FinishSwap(SwapArena& twin);
+  // The arena this one's unfinished two-step swap is with; null: none.
+  const SwapArena* swap_partner() const { return partner_; }
 
  protected:
   SwapArena(std::string name, void* base, int64_t bytes)
       : name_(std::move(name)), base_(base), bytes_(bytes) {}
   virtual const char* kind() const = 0;  // "host", "cuda"
+  // The implementation's steps (the partner checks are done). DoBeginSwap:
+  // INVALID_ARGUMENT for a twin of another kind, device or size (or this
+  // arena); on any error both ranges are on their own memory, or the one
+  // that could not be put back is marked unusable. DoFinishSwap: on error
+  // the twin's range may be left without memory (the caller marks it
+  // unusable or undoes the swap). UndoSwap, after a DoBeginSwap and a failed
+  // DoFinishSwap: each range back on its own memory; marks unusable each one
+  // that cannot be, and says so in its error.
+  virtual absl::Status DoBeginSwap(SwapArena& twin) = 0;
+  virtual absl::Status DoFinishSwap(SwapArena& twin) = 0;
+  virtual absl::Status UndoSwap(SwapArena& twin) = 0;
   const std::string& name() const { return name_; }
   // A failed swap left this range without (or with unknown) memory.
   void MarkUnusable() { usable_.store(false, std::memory_order_release); }
@@ -88,6 +108,10 @@ class SwapArena {
   void* const base_;
   const int64_t bytes_;
   std::atomic<bool> usable_{true};
+  // Between BeginSwap and FinishSwap: the other arena, on both; began_ on
+  // the one BeginSwap was called on (the live one).
+  SwapArena* partner_ = nullptr;
+  bool began_ = false;
 };
 
 // Rounds `bytes` up to a multiple of `granularity` (a power of two or any

@@ -4,124 +4,29 @@
 // that stops reading, the socket file's rules.
 #include "controller/server/lane_server.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/lane_client.h"
 #include "gmock/gmock.h"
-#include "tests/controller/server/coordinator_fixture.h"
+#include "tests/controller/server/lane_server_fixture.h"
 
 namespace wsync::controller {
 namespace {
 
+using lane_testing::LaneServerTest;
 using ::testing::HasSubstr;
-
-class LaneServerTest : public controller_testing::CoordinatorFixture {
- protected:
-  void SetUp() override {
-    dir_ = absl::StrCat(::testing::TempDir(), "/lane-XXXXXX");
-    ASSERT_NE(mkdtemp(dir_.data()), nullptr);
-    path_ = dir_ + "/lane.sock";
-  }
-  void TearDown() override {
-    lane_.reset();
-    rmdir(dir_.c_str());
-  }
-
-  void StartLane(AuthOptions auth_options = Insecure(), LaneOptions o = LaneOptions()) {
-    auto auth = Authenticator::Create(std::move(auth_options));
-    ASSERT_TRUE(auth.ok()) << auth.status();
-    auth_ = *std::move(auth);
-    o.socket_path = path_;
-    auto lane = LaneServer::Start(o, controller_.get(), auth_.get());
-    ASSERT_TRUE(lane.ok()) << lane.status();
-    lane_ = *std::move(lane);
-  }
-  static AuthOptions Insecure() {
-    AuthOptions a;
-    a.insecure = true;
-    return a;
-  }
-
-  std::unique_ptr<LaneClient> Connect() {
-    auto c = LaneClient::Connect(path_);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? *std::move(c) : nullptr;
-  }
-  static v1::LaneResponse Call(LaneClient& c, v1::LaneRequest req) {
-    auto resp = c.Call(std::move(req), absl::Now() + absl::Seconds(10));
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? *resp : v1::LaneResponse();
-  }
-  static v1::LaneRequest Hello(const std::string& lease) {
-    v1::LaneRequest r;
-    r.mutable_hello()->set_lease_id(lease);
-    return r;
-  }
-  static v1::LaneRequest Report(const std::string& lease, const std::string& sync_id) {
-    v1::LaneRequest r;
-    r.mutable_report()->set_lease_id(lease);
-    r.mutable_report()->set_sync_id(sync_id);
-    return r;
-  }
-  static v1::LaneRequest SyncWaiting(int64_t version, const std::string& token = "") {
-    v1::LaneRequest r;
-    r.set_token(token);
-    r.mutable_sync()->set_transfer("t");
-    r.mutable_sync()->set_version(version);
-    r.mutable_sync()->set_wait_ms(10'000);
-    return r;
-  }
-
-  // Three workers with assignment streams, transfer "t" defined.
-  void ThreeWorkers() {
-    leases_ = {Register("a", "src", 0, 2, 16), Register("b", "src", 1, 2, 16),
-               Register("c", "dst", 0, 1, 32)};
-    for (const auto& l : leases_) tokens_[l] = *controller_->workers().OpenStream(l);
-    DefineSimple();
-  }
-
-  // A raw connection (for bytes no LaneClient sends).
-  int RawConnect() {
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, path_.data(), path_.size());
-    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    EXPECT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
-    timeval tv{10, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    return fd;
-  }
-  // Reads the error frame the server sends before it closes `fd`, then
-  // checks the end of stream.
-  static v1::LaneResponse ReadRefusal(int fd) {
-    std::string in;
-    char buf[4096];
-    ssize_t n;
-    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) in.append(buf, static_cast<size_t>(n));
-    EXPECT_EQ(n, 0) << "the server closes the connection";
-    auto frame = NextLaneFrame(in, kLaneMaxFrameBytes);
-    v1::LaneResponse resp;
-    EXPECT_TRUE(frame.ok() && frame->consumed == in.size()) << in.size();
-    if (frame.ok()) {
-      EXPECT_TRUE(ParseLanePayload(frame->payload, "LaneResponse", &resp).ok());
-    }
-    return resp;
-  }
-
-  std::string dir_, path_;
-  std::unique_ptr<Authenticator> auth_;
-  std::unique_ptr<LaneServer> lane_;
-  std::vector<std::string> leases_;
-  std::map<std::string, uint64_t> tokens_;
-};
 
 TEST_F(LaneServerTest, TheLastReportOverTheLaneAnswersTheWaitingTrainer) {
   ThreeWorkers();
@@ -363,6 +268,143 @@ TEST_F(LaneServerTest, TheSocketIsOwnerOnlyAndALiveOneIsNeverReplaced) {
   close(dead);  // the file stays, nobody listens
   StartLane();
   EXPECT_NE(Connect(), nullptr);
+}
+
+// The socket path's rules: another user's socket is never replaced (nor
+// removed), and a server removes at the end only the socket it created,
+// not one another process put at the path since.
+TEST_F(LaneServerTest, OnlyItsOwnSocketIsReplacedOrRemoved) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give a socket file to another user";
+  const int other = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path_.data(), path_.size());
+  ASSERT_EQ(bind(other, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  close(other);  // dead, but another user's
+  ASSERT_EQ(chown(path_.c_str(), 65534, 65534), 0);
+  auto auth = Authenticator::Create(Insecure());
+  LaneOptions o;
+  o.socket_path = path_;
+  auto refused = LaneServer::Start(o, controller_.get(), auth->get());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("uid 65534"));
+  struct stat st;
+  ASSERT_EQ(lstat(path_.c_str(), &st), 0) << "left in place";
+  ASSERT_EQ(unlink(path_.c_str()), 0);
+
+  StartLane();
+  ASSERT_EQ(lstat(path_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, geteuid());
+  // Someone replaces the path with a socket of their own (a newer
+  // controller's): this server's end leaves it alone.
+  ASSERT_EQ(unlink(path_.c_str()), 0);
+  const int newer = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_EQ(bind(newer, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  struct stat newer_st;
+  ASSERT_EQ(lstat(path_.c_str(), &newer_st), 0);
+  lane_.reset();
+  ASSERT_EQ(lstat(path_.c_str(), &st), 0) << "another process's socket was removed";
+  EXPECT_EQ(st.st_ino, newer_st.st_ino);
+  close(newer);
+  unlink(path_.c_str());
+}
+
+// The socket file never has the umask's mode, whatever the umask.
+TEST_F(LaneServerTest, TheSocketIsCreatedOwnerOnlyUnderAPermissiveUmask) {
+  const mode_t old_mask = umask(0);
+  StartLane();
+  umask(old_mask);
+  struct stat st;
+  ASSERT_EQ(lstat(path_.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+}
+
+// A frame of several MiB grows the connection's buffers; once it is
+// answered they shrink again (the connection stays open).
+TEST_F(LaneServerTest, ALargeFramesBuffersAreGivenBack) {
+  StartLane();
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  v1::LaneRequest big = Hello("x");
+  big.set_token(std::string(8 << 20, 't'));
+  v1::LaneResponse r = Call(*c, big);
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kUnauthenticated)) << r.message();
+  // A second call's answer: the first frame's handling is over.
+  EXPECT_EQ(Call(*c, Hello("x")).code(), static_cast<int>(absl::StatusCode::kUnauthenticated));
+  EXPECT_LT(lane_->buffer_bytes(), size_t{2} << 20) << "the 8 MiB read buffer was kept";
+}
+
+// /proc/self/task/<tid>/stat of this process's thread named `name` ("" if
+// none).
+std::string ThreadStatPath(const std::string& name) {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string n;
+    std::getline(comm, n);
+    if (n == name) return (task.path() / "stat").string();
+  }
+  return "";
+}
+
+// CPU time (user + system) in a thread's stat file, read again from the
+// start (opened once: reading needs no new descriptor).
+absl::Duration ThreadCpu(std::ifstream& stat) {
+  stat.clear();
+  stat.seekg(0);
+  std::string line;
+  std::getline(stat, line);
+  std::istringstream fields(line.substr(line.rfind(')') + 2));
+  std::string f;
+  int64_t ticks = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14 || i == 15) ticks += std::stoll(f);  // utime, stime
+  }
+  return absl::Seconds(static_cast<double>(ticks) / sysconf(_SC_CLK_TCK));
+}
+
+// Out of descriptors, accept fails with EMFILE while the connection waits
+// in the backlog: the lane backs off instead of spinning, and accepts it
+// once descriptors are free again.
+TEST_F(LaneServerTest, AcceptBacksOffWhenOutOfDescriptors) {
+  StartLane();
+  const std::string stat_path = ThreadStatPath("wsync-lane");
+  ASSERT_FALSE(stat_path.empty()) << "no lane thread";
+  std::ifstream stat(stat_path);
+  ASSERT_TRUE(stat.is_open()) << stat_path;
+  rlimit old_limit;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old_limit), 0);
+  const int lowest = dup(0);  // the lowest free descriptor
+  ASSERT_GE(lowest, 0);
+  close(lowest);
+  rlimit low = old_limit;
+  low.rlim_cur = static_cast<rlim_t>(lowest) + 1;  // the client's socket, not the server's
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  const int fd = RawConnect();
+  const absl::Duration before = ThreadCpu(stat);
+  absl::SleepFor(absl::Milliseconds(600));
+  const absl::Duration spent = ThreadCpu(stat) - before;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old_limit), 0);
+  EXPECT_LT(spent, absl::Milliseconds(150)) << "the lane thread spun on EMFILE";
+  v1::LaneRequest hello = Hello("x");
+  std::string frame;
+  ASSERT_TRUE(AppendLaneFrame(hello, kLaneMaxFrameBytes, &frame).ok());
+  ASSERT_EQ(send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+  std::string in;
+  char buf[4096];
+  absl::StatusOr<LaneFrame> got;
+  while (true) {  // answered once accepted (SO_RCVTIMEO bounds the wait)
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    ASSERT_GT(n, 0) << "no answer after descriptors were free again";
+    in.append(buf, static_cast<size_t>(n));
+    got = NextLaneFrame(in, kLaneMaxFrameBytes);
+    ASSERT_TRUE(got.ok()) << got.status();
+    if (got->consumed > 0) break;
+  }
+  v1::LaneResponse r;
+  ASSERT_TRUE(ParseLanePayload(got->payload, "LaneResponse", &r).ok());
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kUnauthenticated)) << r.message();
+  close(fd);
 }
 
 }  // namespace

@@ -33,6 +33,9 @@
 namespace wsync::exec::testing {
 
 constexpr uint8_t kSentinel = 0xEE;
+// The two sides, short, as the executor tests name them.
+inline constexpr BufferSide kSrc = BufferSide::kSource;
+inline constexpr BufferSide kDst = BufferSide::kDestination;
 
 using TransportWrapper =
     std::function<std::unique_ptr<transport::Transport>(std::unique_ptr<transport::Transport>)>;

@@ -16,15 +16,8 @@
 #include "tests/worker/exec/plan_builder.h"
 #include "worker/exec/executor_internal.h"
 
-namespace wsync::exec {
+namespace wsync::exec::testing {
 namespace {
-
-using testing::Cluster;
-using testing::Piece;
-using testing::PlanBuilder;
-using testing::View;
-constexpr BufferSide kSrc = BufferSide::kSource;
-constexpr BufferSide kDst = BufferSide::kDestination;
 constexpr int64_t kN = 1024;
 
 // Worker 0's fp32 "s" -> worker 1's "s", written directly.
@@ -217,4 +210,4 @@ TEST(DirectWritesMailboxFaultsTest, AMailboxErrorOfAnAbortedWarmUpIsCancelled) {
 }
 
 }  // namespace
-}  // namespace wsync::exec
+}  // namespace wsync::exec::testing

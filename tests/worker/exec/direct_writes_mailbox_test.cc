@@ -22,15 +22,8 @@
 #include "tests/worker/exec/cluster.h"
 #include "tests/worker/exec/plan_builder.h"
 
-namespace wsync::exec {
+namespace wsync::exec::testing {
 namespace {
-
-using testing::Cluster;
-using testing::Piece;
-using testing::PlanBuilder;
-using testing::View;
-constexpr BufferSide kSrc = BufferSide::kSource;
-constexpr BufferSide kDst = BufferSide::kDestination;
 
 // Each worker's fp32 source "s" -> the other's destination "s" (n
 // elements), one bucket each way; both write directly.
@@ -287,13 +280,9 @@ TEST(DirectWritesMailboxTest, ASequenceFromAnotherSyncIsAnError) {
   ASSERT_FALSE(results[1].ok()) << "worker 1 must not report success";
 }
 
-// The warm-up exchanges the descriptors: the first sync then runs no
-// transport round either.
-TEST(DirectWritesMailboxTest, TheWarmUpExchangesTheDescriptors) {
-  constexpr int64_t kN = 256;
-  Cluster c(2);
-  const v1::Plan plan = Exchange(c, kN);
-  ASSERT_TRUE(c.Connect().ok());
+// Both workers' warm-ups of `plan` routed with direct writes each way
+// (which exchanges the mailbox descriptors), in parallel; each one's status.
+std::vector<absl::Status> WarmUpBoth(Cluster& c, const v1::Plan& plan) {
   v1::Plan routed = plan;
   plan::MarkPeerWrites({{0, 1}, {1, 0}}, &routed);
   std::vector<absl::Status> warm(2);
@@ -305,16 +294,25 @@ TEST(DirectWritesMailboxTest, TheWarmUpExchangesTheDescriptors) {
       direct.peer_buffers[1 - w] = &c.registry(1 - w);
       direct.expected_ready_tokens[1 - w] = 1000 + (1 - w);
       auto bound = BindPlan(routed, w, c.registry(w), MemorySpace::kHost, &direct);
-      if (!bound.ok()) {
-        warm[w] = bound.status();
-        return;
-      }
-      auto greeted = c.executor(w).WarmUp(**bound, c.registry(w).generation(),
-                                          absl::Now() + absl::Seconds(30));
-      warm[w] = greeted.status();
+      warm[w] = bound.ok() ? c.executor(w)
+                                 .WarmUp(**bound, c.registry(w).generation(),
+                                         absl::Now() + absl::Seconds(30))
+                                 .status()
+                           : bound.status();
     });
   }
   for (auto& t : threads) t.join();
+  return warm;
+}
+
+// The warm-up exchanges the descriptors: the first sync then runs no
+// transport round either.
+TEST(DirectWritesMailboxTest, TheWarmUpExchangesTheDescriptors) {
+  constexpr int64_t kN = 256;
+  Cluster c(2);
+  const v1::Plan plan = Exchange(c, kN);
+  ASSERT_TRUE(c.Connect().ok());
+  const std::vector<absl::Status> warm = WarmUpBoth(c, plan);
   ASSERT_TRUE(warm[0].ok()) << warm[0];
   ASSERT_TRUE(warm[1].ok()) << warm[1];
   Fill(c, kN, 3);
@@ -351,25 +349,7 @@ TEST(DirectWritesMailboxTest, NoMailboxNameOutlivesTheExchange) {
     const v1::Plan plan = Exchange(c, kN);
     ASSERT_TRUE(c.Connect().ok());
     if (warm_up) {
-      v1::Plan routed = plan;
-      plan::MarkPeerWrites({{0, 1}, {1, 0}}, &routed);
-      std::vector<absl::Status> warm(2);
-      std::vector<std::thread> threads;
-      for (int w = 0; w < 2; ++w) {
-        threads.emplace_back([&, w] {
-          DirectWrites direct;
-          direct.ready_token = 1000 + w;
-          direct.peer_buffers[1 - w] = &c.registry(1 - w);
-          direct.expected_ready_tokens[1 - w] = 1000 + (1 - w);
-          auto bound = BindPlan(routed, w, c.registry(w), MemorySpace::kHost, &direct);
-          warm[w] = bound.ok() ? c.executor(w)
-                                     .WarmUp(**bound, c.registry(w).generation(),
-                                             absl::Now() + absl::Seconds(30))
-                                     .status()
-                               : bound.status();
-        });
-      }
-      for (auto& t : threads) t.join();
+      const std::vector<absl::Status> warm = WarmUpBoth(c, plan);
       ASSERT_TRUE(warm[0].ok() && warm[1].ok()) << warm[0] << warm[1];
       EXPECT_EQ(MailboxNames(), std::vector<std::string>()) << "after the warm-up";
     }
@@ -385,4 +365,4 @@ TEST(DirectWritesMailboxTest, NoMailboxNameOutlivesTheExchange) {
 }
 
 }  // namespace
-}  // namespace wsync::exec
+}  // namespace wsync::exec::testing

@@ -8,17 +8,8 @@
 #include "tests/worker/exec/cluster.h"
 #include "tests/worker/exec/plan_builder.h"
 
-namespace wsync::exec {
+namespace wsync::exec::testing {
 namespace {
-
-using testing::Cluster;
-using testing::Dst;
-using testing::kSentinel;
-using testing::Piece;
-using testing::PlanBuilder;
-using testing::View;
-constexpr BufferSide kSrc = BufferSide::kSource;
-constexpr BufferSide kDst = BufferSide::kDestination;
 
 // Registers fp32 tensor "s" of `n` elements as worker 0's source and worker
 // `dst`'s destination; the plan moves it in one bucket (bucket 0).
@@ -326,4 +317,4 @@ TEST(ExecutorTest, RefusesPlanBoundAgainstOldRegistry) {
 }
 
 }  // namespace
-}  // namespace wsync::exec
+}  // namespace wsync::exec::testing

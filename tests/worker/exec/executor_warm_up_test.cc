@@ -9,13 +9,8 @@
 #include "tests/worker/exec/plan_builder.h"
 #include "worker/exec/executor.h"
 
-namespace wsync::exec {
+namespace wsync::exec::testing {
 namespace {
-
-using testing::Cluster;
-using testing::Piece;
-using testing::PlanBuilder;
-using testing::View;
 
 // Three workers; worker 0 sends fp32 "s" to worker 1 (cast to bf16 on the
 // wire: a staged bucket); worker 2 takes no part in it.
@@ -90,4 +85,4 @@ TEST(ExecutorWarmUpTest, APeerThatNeverWarmsUpFailsItNamingThePeer) {
 }
 
 }  // namespace
-}  // namespace wsync::exec
+}  // namespace wsync::exec::testing

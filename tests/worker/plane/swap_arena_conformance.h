@@ -160,6 +160,40 @@ TEST_P(SwapArenaConformanceTest, ATwinLeftUnfinishedIsFreedWithoutHarmingTheLive
   EXPECT_EQ(Read(**again), Pattern(static_cast<size_t>(live->bytes()), 9));
 }
 
+// Between the two steps the pair are partners: a second BeginSwap of
+// either with another twin, and a FinishSwap naming another twin, are
+// refused by name and change nothing; the right FinishSwap then completes.
+TEST_P(SwapArenaConformanceTest, AnUnfinishedSwapRefusesOtherPartnersByName) {
+  auto live = Make(1 << 20, "live5");
+  ASSERT_NE(live, nullptr);
+  auto twin = live->NewTwin("twin5");
+  ASSERT_TRUE(twin.ok()) << twin.status();
+  auto other = live->NewTwin("other5");
+  ASSERT_TRUE(other.ok()) << other.status();
+  const size_t n = static_cast<size_t>(live->bytes());
+  Fill(*live, 1);
+  Fill(**twin, 2);
+  Fill(**other, 3);
+  ASSERT_TRUE(live->BeginSwap(**twin).ok());
+  EXPECT_EQ(live->swap_partner(), twin->get());
+  EXPECT_EQ((*twin)->swap_partner(), live.get());
+  for (const absl::Status& s : {live->BeginSwap(**other), (*other)->BeginSwap(**twin),
+                                (*other)->BeginSwap(*live), live->FinishSwap(**other)}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("'twin5'"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("'live5'"), std::string::npos) << s;
+  }
+  EXPECT_EQ((*twin)->FinishSwap(*live).code(), absl::StatusCode::kFailedPrecondition)
+      << "finished from the side that began it";
+  EXPECT_EQ(Read(*live), Pattern(n, 2));
+  EXPECT_EQ(Read(**other), Pattern(n, 3));
+  ASSERT_TRUE(live->FinishSwap(**twin).ok());
+  EXPECT_EQ(live->swap_partner(), nullptr);
+  EXPECT_EQ(Read(**twin), Pattern(n, 1));
+  ASSERT_TRUE(live->SwapWith(**other).ok());
+  EXPECT_EQ(Read(*live), Pattern(n, 3));
+}
+
 TEST_P(SwapArenaConformanceTest, RefusesTwinsOfAnotherSize) {
   // One byte past a's (rounded) size: another size at any granularity (a
   // CUDA arena rounds to 2 MiB, so 64 KiB and 128 KiB would be alike).

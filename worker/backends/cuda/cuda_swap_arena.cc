@@ -57,11 +57,9 @@ class CudaSwapArena : public plane::SwapArena {
     return absl::OkStatus();
   }
 
-  absl::Status SwapWith(plane::SwapArena& other) override {
-    RETURN_IF_ERROR(BeginSwap(other));
-    const absl::Status s = FinishSwap(other);
-    if (s.ok()) return s;
-    // Undo the first step: each range back on its own memory.
+  // After DoBeginSwap and a failed DoFinishSwap: each range back on its own
+  // memory.
+  absl::Status UndoSwap(plane::SwapArena& other) override {
     auto* twin = static_cast<CudaSwapArena*>(&other);
     DeviceGuard guard(device_);
     Unmap();
@@ -71,28 +69,21 @@ class CudaSwapArena : public plane::SwapArena {
     // A range left unmapped faults on any access: nothing may touch it.
     if (!mapped_) MarkUnusable();
     if (!twin->mapped_) twin->MarkUnusable();
-    return absl::Status(s.code(),
-                        absl::StrCat(s.message(), back.ok() ? "; both keep their memory"
-                                                            : absl::StrCat("; undoing it failed "
-                                                                           "too, the arenas are "
-                                                                           "unusable: ",
-                                                                           back.message())));
+    if (back.ok()) return back;
+    return absl::Status(back.code(),
+                        absl::StrCat("undoing it failed too (", back.message(), "): ",
+                                     !mapped_ ? "both arenas are" : "the twin is", " unusable"));
   }
 
   // The live range is unmapped, then mapped on the twin's memory (which the
-  // twin's range keeps mapping until FinishSwap): only this range's page
+  // twin's range keeps mapping until DoFinishSwap): only this range's page
   // tables change inside the pause, half of the exchange's driver work.
-  absl::Status BeginSwap(plane::SwapArena& other) override {
+  absl::Status DoBeginSwap(plane::SwapArena& other) override {
     auto* twin = dynamic_cast<CudaSwapArena*>(&other);
     if (twin == nullptr || twin == this || twin->bytes() != bytes() || twin->device_ != device_) {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot swap ", Describe(), " with ", other.Describe(),
                        ": a twin must be another CUDA arena of the same device and size"));
-    }
-    if (finish_pending_ || twin->finish_pending_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot swap ", Describe(), " with ", other.Describe(),
-                       ": an earlier swap of one of them is not finished (FinishSwap)"));
     }
     DeviceGuard guard(device_);
     const std::string what = absl::StrCat("swapping ", Describe(), " with ", twin->Describe());
@@ -104,27 +95,15 @@ class CudaSwapArena : public plane::SwapArena {
     if (absl::Status s = MapAt(Ptr(base()), twin->handle_); !s.ok()) return Restore(what, s);
     mapped_ = true;
     std::swap(handle_, twin->handle_);
-    twin->finish_pending_ = true;
     return absl::OkStatus();
   }
 
-  absl::Status FinishSwap(plane::SwapArena& other) override {
-    auto* twin = dynamic_cast<CudaSwapArena*>(&other);
-    if (twin == nullptr || !twin->finish_pending_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "finishing a swap of ", Describe(), " with ", other.Describe(), ": none was begun"));
-    }
-    twin->finish_pending_ = false;
+  // The twin's range onto its new memory; on error it is left unmapped.
+  absl::Status DoFinishSwap(plane::SwapArena& other) override {
+    auto* twin = static_cast<CudaSwapArena*>(&other);
     DeviceGuard guard(device_);
-    const std::string what =
-        absl::StrCat("finishing the swap of ", Describe(), " with ", twin->Describe());
     twin->Unmap();
-    absl::Status s = twin->MapAt(Ptr(twin->base()), twin->handle_);
-    if (!s.ok()) {
-      twin->MarkUnusable();  // unmapped: any access would fault
-      return absl::Status(
-          s.code(), absl::StrCat(what, ": ", s.message(), "; the twin is unusable (unmapped)"));
-    }
+    RETURN_IF_ERROR(twin->MapAt(Ptr(twin->base()), twin->handle_));
     twin->mapped_ = true;
     return absl::OkStatus();
   }
@@ -184,8 +163,6 @@ class CudaSwapArena : public plane::SwapArena {
   const DriverApi* const api_;
   CUmemGenericAllocationHandle handle_ = 0;
   bool mapped_ = false;
-  // A twin between BeginSwap and FinishSwap: its range maps the live memory.
-  bool finish_pending_ = false;
 };
 
 }  // namespace

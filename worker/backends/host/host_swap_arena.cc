@@ -33,77 +33,60 @@ class HostSwapArena : public plane::SwapArena {
     return NewHostSwapArena(bytes(), name);
   }
 
-  absl::Status SwapWith(plane::SwapArena& other) override {
-    RETURN_IF_ERROR(BeginSwap(other));
-    const absl::Status s = FinishSwap(other);
-    if (s.ok()) return s;
-    // Undo the first step: each range back on its own memory.
-    auto* twin = static_cast<HostSwapArena*>(&other);
-    std::swap(fd_, twin->fd_);
-    return Failed(absl::StrCat("swapping ", Describe(), " with ", twin->Describe()), s,
-                  {this, twin});
-  }
-
-  absl::Status BeginSwap(plane::SwapArena& other) override {
+  // MAP_FIXED replaces the old mapping at once: the range is never empty.
+  absl::Status DoBeginSwap(plane::SwapArena& other) override {
     auto* twin = dynamic_cast<HostSwapArena*>(&other);
     if (twin == nullptr || twin->bytes() != bytes() || twin == this) {
       return absl::InvalidArgumentError(absl::StrCat(
           "cannot swap ", Describe(), " with ", other.Describe(),
           twin == this ? ": the same arena" : ": a twin must be a host arena of the same size"));
     }
-    if (finish_pending_ || twin->finish_pending_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot swap ", Describe(), " with ", other.Describe(),
-                       ": an earlier swap of one of them is not finished (FinishSwap)"));
-    }
-    const std::string what = absl::StrCat("swapping ", Describe(), " with ", twin->Describe());
-    // MAP_FIXED replaces the old mapping at once: the range is never empty.
     if (absl::Status s = MapOver(base(), twin->fd_); !s.ok()) {
       // A failed MAP_FIXED may already have removed the old mapping: map
       // this range's own memory again.
-      return Failed(what, s, {this});
+      return Failed(absl::StrCat("swapping ", Describe(), " with ", twin->Describe()), s, {this});
     }
     std::swap(fd_, twin->fd_);
-    twin->finish_pending_ = true;
     return absl::OkStatus();
   }
 
-  absl::Status FinishSwap(plane::SwapArena& other) override {
-    auto* twin = dynamic_cast<HostSwapArena*>(&other);
-    if (twin == nullptr || !twin->finish_pending_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "finishing a swap of ", Describe(), " with ", other.Describe(), ": none was begun"));
-    }
-    twin->finish_pending_ = false;
-    if (absl::Status s = MapOver(twin->base(), twin->fd_); !s.ok()) {
-      twin->MarkUnusable();
-      return absl::Status(
-          s.code(), absl::StrCat("finishing the swap of ", Describe(), " with ", twin->Describe(),
-                                 ": ", s.message(), "; the twin is unusable"));
-    }
-    return absl::OkStatus();
+  // The twin's range, which maps the live memory since DoBeginSwap, onto
+  // its new memory.
+  absl::Status DoFinishSwap(plane::SwapArena& other) override {
+    auto* twin = static_cast<HostSwapArena*>(&other);
+    return MapOver(twin->base(), twin->fd_);
+  }
+
+  absl::Status UndoSwap(plane::SwapArena& other) override {
+    auto* twin = static_cast<HostSwapArena*>(&other);
+    std::swap(fd_, twin->fd_);
+    std::string lost;
+    for (HostSwapArena* a : {this, twin}) AppendMapBack(a, &lost);
+    if (lost.empty()) return absl::OkStatus();
+    return absl::InternalError(lost.substr(2));
   }
 
  protected:
   const char* kind() const override { return "host"; }
 
  private:
-  // After a failed step of SwapWith: maps each of `ranges` (this arena,
-  // then maybe the twin) over its own memory again; one that cannot be is
-  // marked unusable.
+  // After DoBeginSwap's remap failed: maps each of `ranges` over its own
+  // memory again; one that cannot be is marked unusable.
   absl::Status Failed(const std::string& what, const absl::Status& s,
                       std::initializer_list<HostSwapArena*> ranges) {
     std::string lost;
-    for (HostSwapArena* a : ranges) {
-      if (absl::Status back = a->MapOver(a->base(), a->fd_); !back.ok()) {
-        a->MarkUnusable();
-        absl::StrAppend(&lost, "; mapping ", a->Describe(),
-                        " back onto its own memory failed too (", back.message(),
-                        "): it is unusable");
-      }
-    }
+    for (HostSwapArena* a : ranges) AppendMapBack(a, &lost);
     return absl::Status(s.code(), absl::StrCat(what, ": ", s.message(),
                                                lost.empty() ? "; both keep their memory" : lost));
+  }
+  // Maps `a` over its own memory; on failure marks it unusable and says so
+  // in *lost ("; ...").
+  static void AppendMapBack(HostSwapArena* a, std::string* lost) {
+    if (absl::Status back = a->MapOver(a->base(), a->fd_); !back.ok()) {
+      a->MarkUnusable();
+      absl::StrAppend(lost, "; mapping ", a->Describe(), " back onto its own memory failed too (",
+                      back.message(), "): it is unusable");
+    }
   }
   // Maps the whole of `fd` over [at, at + bytes()), replacing what is there.
   absl::Status MapOver(void* at, int fd) const {
@@ -120,8 +103,6 @@ class HostSwapArena : public plane::SwapArena {
   }
 
   int fd_;
-  // A twin between BeginSwap and FinishSwap: its range maps the live memory.
-  bool finish_pending_ = false;
 };
 
 }  // namespace

@@ -229,6 +229,46 @@ int Run(int argc, char** argv) {
     cases.push_back(std::move(c));
   }
 
+  {
+    // The GPU conformance case WireChecksumOfLargeRawItemsIsTheHashOfTheBucketImage's
+    // layout (tests/worker/plane/data_ops_conformance.h), as the data ops
+    // describe views (2-D, [1, n]): bf16 at 0, fp32 from 8 bytes into its
+    // memory at 80000, bf16 at the odd offset 160003, zeros to 220016.
+    Case c{"wire_conf", {}, 0};
+    const int64_t bucket = 220016;
+    struct Part {
+      int32_t dtype, size;
+      int64_t elements, skip, offset;
+    };
+    const Part parts[] = {{kBf16, 2, 40000, 0, 0}, {kFp32, 4, 20000, 2, 80000},
+                          {kBf16, 2, 30001, 0, 160003}};
+    std::vector<WireHashDesc> items;
+    std::vector<unsigned char> image(static_cast<size_t>(bucket), 0);
+    int64_t src_at = 0;
+    for (const Part& pt : parts) {
+      WireHashDesc d;
+      d.data = dev + src_at + pt.skip * pt.size;
+      d.offset = pt.offset;
+      d.bytes = pt.elements * pt.size;
+      d.ndim = 2;
+      d.shape[0] = 1;
+      d.shape[1] = pt.elements;
+      d.strides[0] = pt.elements;
+      d.strides[1] = 1;
+      d.src_dtype = d.via_dtype = d.wire_dtype = pt.dtype;
+      d.src_size = d.wire_size = pt.size;
+      d.raw = 1;
+      items.push_back(d);
+      std::memcpy(image.data() + pt.offset, host.data() + src_at + pt.skip * pt.size,
+                  static_cast<size_t>(d.bytes));
+      src_at += (pt.elements + pt.skip) * pt.size + 256;
+      src_at = (src_at + 255) / 256 * 256;
+    }
+    c.want = chunk_hash::Finish(HostSum(image), bucket);
+    c.buckets.push_back(Upload(std::move(items), bucket));
+    cases.push_back(std::move(c));
+  }
+
   cudaEvent_t start, stop;
   CHECK_CUDA(cudaEventCreate(&start));
   CHECK_CUDA(cudaEventCreate(&stop));

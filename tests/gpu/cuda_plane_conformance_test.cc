@@ -23,8 +23,12 @@ std::shared_ptr<uint8_t> DeviceAllocate(int device, size_t bytes) {
   auto owner = std::make_shared<cuda::DeviceBuffer>(std::move(*b));
   return std::shared_ptr<uint8_t>(owner, static_cast<uint8_t*>(owner->data()));
 }
+// cudaMemcpy from pageable host memory may return before its DMA lands,
+// and the backends' streams are non-blocking (no implicit order with the
+// legacy stream): the write is waited for, so the calls under test read it.
 void DeviceWrite(void* dst, const void* host, size_t bytes) {
   EXPECT_EQ(cudaMemcpy(dst, host, bytes, cudaMemcpyDefault), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 void DeviceRead(void* host, const void* src, size_t bytes) {
   EXPECT_EQ(cudaMemcpy(host, src, bytes, cudaMemcpyDefault), cudaSuccess);

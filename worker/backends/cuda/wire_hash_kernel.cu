@@ -55,6 +55,16 @@ __device__ uint64_t InteriorWord(const WireHashDesc& d, int64_t k) {
     return RawElement(p, 8);
   }
   uint64_t w = 0;
+  if (rel % d.wire_size != 0) {
+    // An item at a bucket offset that is not a multiple of its element size:
+    // the word's bytes straddle elements, so it is put together byte by byte.
+    for (int b = 0; b < 8; ++b) {
+      const int64_t pos = rel + b;
+      const uint64_t code = WireElement(d, pos / d.wire_size);
+      w |= ((code >> (8 * (pos % d.wire_size))) & 0xFF) << (8 * b);
+    }
+    return w;
+  }
   const int per = 8 / d.wire_size;
   const int64_t e0 = rel / d.wire_size;
   for (int j = 0; j < per; ++j) {

@@ -110,7 +110,7 @@ struct ExecutorOptions {
   // With direct writes: how many of the leading rounds that only copy
   // locally are queued while the ready tokens travel (-1: all); the rest
   // follow the puts. One keeps the device busy while the tokens travel and
-  // issues the puts right after them (docs/gpu.md).
+  // issues the puts right after them (docs/direct-writes.md).
   int early_local_rounds = 1;
   // With checksums: the landing parts asked of the transport
   // (transport::RoundHooks), so that a receiver hashes part k while part k+1

@@ -53,7 +53,7 @@ class CudaDataOps : public exec::DataOps {
     // nothing and have at most 2 dims, each with a contiguous innermost dim,
     // go to the copy engines (one cudaMemcpy2DAsync / cudaMemcpyAsync each);
     // smaller ones stay in one piece-kernel launch. 0 keeps every put on the
-    // kernel. docs/gpu.md ("How a put is carried out") has the measurements
+    // kernel. docs/direct-writes.md ("How a put is carried out") has the measurements
     // behind the defaults.
     int64_t put_copy_engine_min_bytes = int64_t{4} << 20;
     // Shortest contiguous row (bytes) of a 2-D put sent to a copy engine.
@@ -79,9 +79,9 @@ class CudaDataOps : public exec::DataOps {
     // many MiB (whole rows) and issued interleaved by peer, each peer's share
     // advancing at the same rate, writers on distinct devices starting on
     // distinct peers (worker/plane/put_order.h, cuda/put_list.h): a list grouped by peer would keep
-    // every engine on one peer's link at a time. 0: the plan's order, uncut. Off until measured on
-    // 4 GPUs (no 4-GPU machine was lent in session 18); the planner already alternates a fan-out's
-    // receivers by round.
+    // every engine on one peer's link at a time. 0: the plan's order, uncut. Off: on 4 x H200
+    // parts of 16, 64 and 256 MiB moved no 4-GPU mode beyond its spread
+    // (bench/results/gpu-2026-11-28-session19.md, run A).
     int64_t put_interleave_mib = 0;
     // Grid of the checksum kernels (QueueChecksum, QueueWireChecksum): this
     // many blocks of 256 threads per SM, beside the puts and local copies

@@ -51,7 +51,7 @@ absl::StatusOr<IpcTensorHandle> ExportTensor(const void* ptr, uint64_t bytes,
 absl::StatusOr<std::vector<std::string>> WritableDeviceUuids(int device);
 
 // True when copy-engine writes into a peer's allocation of this size are
-// slow: its size is not a multiple of 64 KiB (docs/gpu.md, "Peer
+// slow: its size is not a multiple of 64 KiB (docs/direct-writes.md, "Peer
 // allocations should be multiples of 64 KiB").
 inline bool SlowForPeerWrites(uint64_t allocation_bytes) {
   return allocation_bytes % (uint64_t{64} << 10) != 0;

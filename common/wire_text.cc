@@ -6,8 +6,8 @@ namespace wsync {
 
 std::string ClipForWire(absl::string_view text, size_t max) {
   if (text.size() <= max) return std::string(text);
-  // The suffix names the bytes cut; 32 bytes hold it for any size_t.
-  constexpr size_t kSuffixRoom = 32;
+  // The suffix names the bytes cut: " [... " + up to 20 digits + " bytes cut]".
+  constexpr size_t kSuffixRoom = 40;
   size_t keep = max > kSuffixRoom ? max - kSuffixRoom : 0;
   // Back off continuation bytes (10xxxxxx) so no character is split.
   while (keep > 0 && (static_cast<unsigned char>(text[keep]) & 0xC0) == 0x80) --keep;

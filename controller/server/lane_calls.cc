@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/wire_text.h"
 #include "controller/server/handlers.h"
 #include "controller/server/lane_server.h"
 
@@ -16,7 +17,9 @@ v1::LaneResponse Answer(uint64_t call_id, const absl::Status& status) {
   v1::LaneResponse resp;
   resp.set_call_id(call_id);
   resp.set_code(static_cast<int>(status.code()));
-  resp.set_message(std::string(status.message()));
+  // Clipped as gRPC's are (common/wire_text.h): a message may echo a huge
+  // request field.
+  resp.set_message(ClipForWire(status.message()));
   return resp;
 }
 
@@ -165,6 +168,13 @@ void LaneServer::SyncCall(Conn& c, const v1::LaneRequest& req) {
     Send(c, Answer(req.call_id(), caller.status()));
     return;
   }
+  // A Sync that would wait with the lane's waits full is refused before it
+  // starts: answered after starting, the refusal would read as a failed sync
+  // while it runs.
+  if (req.sync().wait_ms() > 0 && WaitsFull()) {
+    Send(c, Answer(req.call_id(), WaitsFullError("the sync was not started")));
+    return;
+  }
   std::optional<absl::Time> until;
   absl::StatusOr<v1::SyncResponse> started =
       StartSyncCall(*controller_, req.sync(), *caller, &until);
@@ -206,14 +216,28 @@ void LaneServer::WaitSyncCall(Conn& c, const v1::LaneRequest& req) {
 
 void LaneServer::AddWait(Conn& c, Wait w) {
   if (AnswerWait(w, /*expired=*/false)) return;  // it ended already
-  if (static_cast<int64_t>(waits_.size()) >= options_.max_waits) {
-    Send(c, Answer(w.call_id, absl::ResourceExhaustedError(absl::StrCat(
-                                  "lane: ", waits_.size(),
-                                  " waits already (the most the lane holds); wait again "
-                                  "later or over gRPC"))));
+  if (WaitsFull()) {
+    // A started Sync's wait (the waits filled since its check): the sync
+    // runs, so it is answered as started, to be waited for again.
+    if (w.sync != nullptr) {
+      v1::LaneResponse resp = Answer(w.call_id, absl::OkStatus());
+      resp.mutable_sync()->Swap(w.sync.get());
+      Send(c, resp);
+      return;
+    }
+    Send(c, Answer(w.call_id, WaitsFullError("wait again later or over gRPC")));
     return;
   }
   waits_.push_back(std::move(w));
+}
+
+bool LaneServer::WaitsFull() const {
+  return static_cast<int64_t>(waits_.size()) >= options_.max_waits;
+}
+
+absl::Status LaneServer::WaitsFullError(absl::string_view what) const {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("lane: ", waits_.size(), " waits already (the most the lane holds); ", what));
 }
 
 bool LaneServer::AnswerWait(Wait& w, bool expired) {

@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/wire_text.h"
 
 namespace wsync::controller {
 namespace {
@@ -94,7 +95,7 @@ absl::Status LaneServer::RemoveDeadSocket(const std::string& path, const sockadd
         absl::StrCat("--lane_socket ", path, ": another process listens there"));
   }
   if (connect_errno == ENOENT) return absl::OkStatus();  // gone meanwhile
-  if (connect_errno != ECONNREFUSED) {  // not provably dead: leave it
+  if (connect_errno != ECONNREFUSED) {                   // not provably dead: leave it
     errno = connect_errno;
     return Errno("probing the existing socket (not replacing it)", path);
   }
@@ -117,25 +118,22 @@ absl::Status LaneServer::Bind() {
   RETURN_IF_ERROR(RemoveDeadSocket(path, addr));
   listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) return Errno("socket", path);
-  {
-    // Created owner-only: no moment where the file has the umask's mode.
-    // umask is the process's: Start runs before the controller serves, and
-    // umask_mu keeps two lanes (tests) from interleaving.
-    static absl::Mutex umask_mu(absl::kConstInit);
-    absl::MutexLock lock(&umask_mu);
-    const mode_t old_mask = umask(0177);
-    const int rc = bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
-    const int bind_errno = errno;
-    umask(old_mask);
-    errno = bind_errno;
-    if (rc != 0) return Errno("bind", path);
+  // The umask is left alone (it is the whole process's, and other threads
+  // may be creating files): the mode is set to 0600 below, before listen(),
+  // and until listen() every connect is refused anyway.
+  if (bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return Errno("bind", path);
   }
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) return Errno("lstat after bind", path);
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("lane socket ", path, ": not a socket right after bind (replaced?)"));
+  }
   bound_ = true;  // the socket file is ours: the destructor removes it, if still ours
   bound_dev_ = st.st_dev;
   bound_ino_ = st.st_ino;
-  // Owner only already; SO_PEERCRED checks each peer as well.
+  // Owner only before anyone can connect; SO_PEERCRED checks each peer too.
   if (chmod(path.c_str(), 0600) != 0) return Errno("chmod 0600", path);
   if (listen(listen_fd_, 128) != 0) return Errno("listen", path);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -458,10 +456,11 @@ bool LaneServer::Flush(Conn& c) {
 }
 
 void LaneServer::Refuse(Conn& c, const absl::Status& status) {
-  spdlog::warn("[controller] lane {}: closing a connection: {}", path(), status.ToString());
+  spdlog::warn("[controller] lane {}: closing a connection: {}", path(),
+               ClipForWire(status.ToString()));
   v1::LaneResponse resp;
   resp.set_code(static_cast<int>(status.code()));
-  resp.set_message(std::string(status.message()));
+  resp.set_message(ClipForWire(status.message()));
   std::string frame;
   if (AppendLaneFrame(resp, options_.max_response_bytes, &frame).ok()) {
     [[maybe_unused]] ssize_t n =

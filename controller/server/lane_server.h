@@ -182,6 +182,9 @@ class LaneServer {
   // CRL does not revoke (as it stands now).
   absl::Status CheckLease(const std::string& lease, absl::string_view call);
   void AddWait(Conn& c, Wait w);
+  // Whether the lane holds --max_waits waits already; the refusal naming it.
+  bool WaitsFull() const;
+  absl::Status WaitsFullError(absl::string_view what) const;
   // Answers the waits whose sync ended (or, when `all_expired`, every one).
   void PollWaits(bool all_expired);
   void PollDueWaits();

@@ -217,8 +217,21 @@ class LaneChannel:
         self._retry_after = 0.0
 
     def close(self):
-        with self._lock:
+        """Closes the connection. A call in progress on another thread holds
+        it: its socket is shut down first, so that call ends at once with
+        Unavailable instead of close() waiting out its deadline."""
+        if not self._lock.acquire(blocking=False):
+            sock = self._sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # already closed by the call itself
+            self._lock.acquire()
+        try:
             self._drop()
+        finally:
+            self._lock.release()
 
     def call(self, method, request, timeout, spin=0.0):
         """The response message of TrainerService `method`, None when the

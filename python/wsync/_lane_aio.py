@@ -28,11 +28,22 @@ class AsyncLaneChannel:
         self._where = where
         self._busy = False
         self._sock = None
+        self._pending = None  # (loop, fd, writable, future) of the wait in progress
         self._frames = _lane.Frames()
         self._next_id = 1
         self._retry_after = 0.0
 
     def close(self):
+        """Closes the connection; a call waiting on it ends at once with
+        Unavailable (its reader or writer is removed first: the descriptor
+        number may be reused once closed)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            loop, fd, writable, fut = pending
+            (loop.remove_writer if writable else loop.remove_reader)(fd)
+            if not fut.done():
+                fut.set_exception(errors.from_status(
+                    _lane._UNAVAILABLE, f"lane {self.path}: the client was closed", self._where))
         if self._sock is not None:
             self._sock.close()
         self._sock = None
@@ -107,12 +118,15 @@ class AsyncLaneChannel:
         fut = loop.create_future()
         fd = self._sock.fileno()
         (loop.add_writer if writable else loop.add_reader)(fd, _wake, fut)
+        self._pending = (loop, fd, writable, fut)
         timer = loop.call_later(left, _wake, fut)
         try:
             await fut
         finally:
             timer.cancel()
-            (loop.remove_writer if writable else loop.remove_reader)(fd)
+            if self._pending is not None and self._pending[3] is fut:  # close() did it otherwise
+                self._pending = None
+                (loop.remove_writer if writable else loop.remove_reader)(fd)
 
     async def _send(self, frame, deadline):
         sent, view = 0, memoryview(frame)

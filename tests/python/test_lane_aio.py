@@ -124,3 +124,35 @@ def test_aio_absent_lane_and_cancelled_wait(lane_cluster, monkeypatch):
         assert asyncio.run(main()).phase == pb.SYNC_SUCCEEDED
     finally:
         os.kill(worker.pid, signal.SIGCONT)
+
+
+def test_aio_closing_the_client_ends_a_wait_in_progress(tmp_path):
+    """close() while a call awaits a silent lane: the call ends at once with
+    Unavailable, not at its deadline (its reader is removed before the
+    socket closes)."""
+    path = str(tmp_path / "silent.sock")
+
+    async def main():
+        conns = []
+
+        async def hold(reader, writer):
+            conns.append(writer)  # reads nothing, answers nothing
+            await asyncio.sleep(30)
+
+        server = await asyncio.start_unix_server(hold, path=path)
+        client = wsync.aio.Client(unreachable_address(), timeout=10, token=TRAINER, lane=path)
+        call = asyncio.ensure_future(client._rpc(
+            "WaitSync", pb.WaitSyncRequest(sync_id="s", timeout_ms=1), timeout=20))
+        await asyncio.sleep(0.3)
+        assert not call.done()
+        t0 = time.monotonic()
+        await client.close()
+        with pytest.raises(wsync.Unavailable, match="closed"):
+            await asyncio.wait_for(call, timeout=5)
+        assert time.monotonic() - t0 < 3
+        for w in conns:
+            w.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())

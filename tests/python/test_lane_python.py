@@ -320,3 +320,29 @@ def test_an_interrupted_wait_drops_the_connection(lane_cluster):
             client.sync(2, transfer="t").wait(timeout=0.3, show_progress=False)
         finally:
             os.kill(worker.pid, signal.SIGCONT)
+
+
+def test_closing_the_client_ends_a_call_in_progress_at_once(tmp_path):
+    """close() from another thread while a call waits on a silent lane: the
+    call ends with Unavailable at once and close() does not wait out the
+    call's deadline (it held the connection's lock)."""
+    silent = FakeLane(str(tmp_path / "silent.sock"), lambda _: b"", hold=30)
+    client = py_client(unreachable_address(), str(tmp_path / "silent.sock"), token=TRAINER)
+    raised = []
+
+    def wait():
+        try:
+            client._rpc("WaitSync", pb.WaitSyncRequest(sync_id="s", timeout_ms=1), timeout=20)
+        except Exception as e:  # noqa: BLE001 - recorded and checked below
+            raised.append(e)
+
+    caller = threading.Thread(target=wait)
+    caller.start()
+    time.sleep(0.3)  # the request is written, the call waits for its answer
+    t0 = time.monotonic()
+    client.close()
+    caller.join(timeout=5)
+    assert not caller.is_alive(), "the call still waits after close()"
+    assert time.monotonic() - t0 < 3
+    assert len(raised) == 1 and isinstance(raised[0], wsync.Unavailable), raised
+    silent.close()

@@ -52,9 +52,9 @@ absl::Status SyncRunner::CheckArenasUsable(const v1::Plan& part, const std::stri
          {exec::BufferSide::kSource, exec::BufferSide::kDestination}) {
       const exec::RegisteredBuffer* b = registry_.Find(side, name);
       if (b == nullptr) continue;  // not this worker's (binding names a missing one)
+      // Both sides: a colocated worker may register a name as each.
       RETURN_IF_ERROR(
           options_.arenas->CheckUsable(b->data, who, absl::StrCat("tensor '", name, "'")));
-      break;
     }
   }
   return absl::OkStatus();

@@ -57,6 +57,44 @@ TEST_F(LaneServerTest, TheLastReportOverTheLaneAnswersTheWaitingTrainer) {
   EXPECT_EQ(resp.sync().status().version(), 1);
 }
 
+// With the lane's waits full, a Sync that would wait is refused before it
+// starts (answered after starting, the refusal would read as a failed sync
+// while it ran); once a wait frees, the same request starts the sync.
+TEST_F(LaneServerTest, ASyncThatWouldWaitIsRefusedUnstartedWhileTheWaitsAreFull) {
+  ThreeWorkers();
+  LaneOptions o;
+  o.max_waits = 1;
+  StartLane(Insecure(), o);
+  auto first = Connect();
+  ASSERT_NE(first, nullptr);
+  auto id = first->Send(SyncWaiting(1), absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto early = first->Receive(*id, absl::Now() + absl::Milliseconds(50), false);
+  ASSERT_TRUE(early.ok() && !early->has_value()) << "the first sync waits";
+  auto second = Connect();
+  ASSERT_NE(second, nullptr);
+  const v1::LaneResponse refused = Call(*second, SyncWaiting(2));
+  EXPECT_EQ(refused.code(), static_cast<int>(absl::StatusCode::kResourceExhausted))
+      << refused.message();
+  EXPECT_THAT(refused.message(), HasSubstr("not started"));
+  for (const std::string& l : leases_) {
+    auto worker = Connect();
+    ASSERT_NE(worker, nullptr);
+    ASSERT_EQ(Call(*worker, Hello(l)).code(), 0);
+    const v1::SyncAssignment a = Next(l, tokens_[l]);
+    EXPECT_EQ(a.version(), 1) << "version 2 never started";
+    EXPECT_EQ(Call(*worker, Report(l, a.sync_id())).code(), 0);
+  }
+  auto answer = first->Receive(*id, absl::Now() + absl::Seconds(5), false);
+  ASSERT_TRUE(answer.ok() && answer->has_value()) << answer.status();
+  EXPECT_EQ((*answer)->sync().status().phase(), v1::SYNC_SUCCEEDED);
+  auto again = second->Send(SyncWaiting(2), absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(again.ok()) << again.status();
+  auto pending = second->Receive(*again, absl::Now() + absl::Milliseconds(100), false);
+  ASSERT_TRUE(pending.ok());
+  EXPECT_FALSE(pending->has_value()) << "version 2 started and waits";
+}
+
 TEST_F(LaneServerTest, ASyncEndedOffTheLaneReachesItsWaiterAndWaitSyncWorks) {
   ThreeWorkers();
   StartLane();
@@ -309,7 +347,9 @@ TEST_F(LaneServerTest, OnlyItsOwnSocketIsReplacedOrRemoved) {
   unlink(path_.c_str());
 }
 
-// The socket file never has the umask's mode, whatever the umask.
+// Under any umask the socket is owner-only once it accepts connections
+// (its mode is set before listen(); the umask, the whole process's, is
+// left alone).
 TEST_F(LaneServerTest, TheSocketIsCreatedOwnerOnlyUnderAPermissiveUmask) {
   const mode_t old_mask = umask(0);
   StartLane();

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <string>
@@ -137,11 +138,29 @@ TEST_P(GlooConnectTest, EveryLiveRankFailsWithinTheDeadlineNamingThePeer) {
   std::vector<absl::Duration> took;
   std::vector<absl::Status> status = ConnectLiveRanks(absl::Now() + budget, nullptr, &took);
   ExpectFaultHit();
+  int naming_the_faulty = 0;
   for (int r = 0; r < kFaulty; ++r) {
-    ExpectFailedNamingThePeer(status[r], r);
     // The deadline, plus the watchdog's poll and a loaded machine's slack;
     // Gloo's own wait was 5x the budget (10 s).
     EXPECT_LT(took[r], budget + absl::Seconds(1)) << "rank " << r << ": " << status[r];
+    const std::string message(status[r].message());
+    if (GetParam() == SIGKILL || message.find("Connection closed by peer") == std::string::npos) {
+      ExpectFailedNamingThePeer(status[r], r);
+    } else {
+      // A stopped peer: a live rank that reached its own deadline first
+      // closes its pairs, and a rank still connecting to it names that rank
+      // (seen once in a fresh-clone CI run on 2 loaded cores). It still
+      // fails in time; the stopped peer is named by the rank that timed out.
+      EXPECT_FALSE(status[r].ok()) << "rank " << r;
+    }
+    if (message.find(absl::StrCat("peer rank ", kFaulty)) != std::string::npos) ++naming_the_faulty;
+  }
+  if (GetParam() == SIGKILL) {
+    EXPECT_EQ(naming_the_faulty, kFaulty);
+  } else if (std::any_of(status.begin(), status.end(),
+                         [](const absl::Status& s) { return !s.ok(); })) {
+    // Whichever rank failed first timed out on the stopped peer.
+    EXPECT_GE(naming_the_faulty, 1) << "no live rank named the stopped peer";
   }
 }
 

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -35,6 +36,7 @@ def free_port():
 
 def run_proof(tmp_path, *flags):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               WSYNC_PROOF_INIT_FILE=str(tmp_path / f"rendezvous-{time.monotonic_ns()}"),
                WORLD_SIZE="2")
     out = tmp_path / "out"
     procs = []

@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "gpu"))
@@ -28,6 +29,7 @@ def free_port():
 
 def run_proof(tmp_path, world, *flags, expect_rc=0):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               WSYNC_PROOF_INIT_FILE=str(tmp_path / f"rendezvous-{time.monotonic_ns()}"),
                WORLD_SIZE=str(world))
     out = tmp_path / "out"
     procs = []

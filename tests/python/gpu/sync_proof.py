@@ -418,6 +418,18 @@ def dist_first(value):
     return next(v for v in values if v is not None)
 
 
+
+def rendezvous():
+    """init_process_group's rendezvous: a file when WSYNC_PROOF_INIT_FILE
+    names one (the CPU tests: a MASTER_PORT picked in advance can be taken by
+    another process while torch imports), else torchrun's environment."""
+    path = os.environ.get("WSYNC_PROOF_INIT_FILE")
+    if not path:
+        return {}
+    return {"init_method": f"file://{path}", "rank": int(os.environ["RANK"]),
+            "world_size": int(os.environ["WORLD_SIZE"])}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="llama,qwen3_moe")
@@ -441,7 +453,7 @@ def main():
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    dist.init_process_group("nccl" if cuda else "gloo")
+    dist.init_process_group("nccl" if cuda else "gloo", **rendezvous())
     HOST.group = dist.new_group(backend="gloo") if cuda else None
     os.makedirs(args.out, exist_ok=True)
     log(f"torch {torch.__version__}, protobuf runtime {PROTOBUF}, device {device}")

@@ -481,7 +481,7 @@ def main():
     else:
         device = torch.device("cpu")
     limit = datetime.timedelta(seconds=4 * args.timeout + 2 * args.kill_timeout)
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=limit)
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=limit, **sync_proof.rendezvous())
     HOST.group = dist.new_group(backend="gloo", timeout=limit) if cuda else None
     os.makedirs(args.out, exist_ok=True)
     roles = sync_proof.Roles(args.placement)

@@ -115,6 +115,16 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(AuthOptions
     return absl::InvalidArgumentError("--tls_crl_file needs TLS: drop it, or --insecure");
   }
   std::unique_ptr<Authenticator> a(new Authenticator(std::move(options)));
+  if (!a->options_.insecure) {
+    TlsFileStage::Options files;
+    files.key = {a->options_.key_file, "--tls_key"};
+    files.cert = {a->options_.cert_file, "--tls_cert"};
+    files.ca = {a->options_.client_ca_file, "--tls_client_ca"};
+    files.interval = a->options_.reload_interval;
+    absl::StatusOr<std::unique_ptr<TlsFileStage>> stage = TlsFileStage::Start(std::move(files));
+    if (!stage.ok()) return stage.status();
+    a->tls_files_ = *std::move(stage);
+  }
   if (!a->options_.crl_file.empty()) {
     absl::StatusOr<std::unique_ptr<RevocationList>> crl = RevocationList::Create(
         a->options_.crl_file, a->options_.client_ca_file, a->options_.reload_interval);
@@ -129,9 +139,10 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(AuthOptions
 
 std::shared_ptr<grpc::ServerCredentials> Authenticator::ServerCredentials() const {
   if (options_.insecure) return grpc::InsecureServerCredentials();
-  const auto seconds = static_cast<unsigned int>(absl::ToInt64Seconds(options_.reload_interval));
+  // The staged copies change only as whole sets, at most once per interval:
+  // looking at them every second costs nothing and adds at most 1 s.
   auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-      options_.key_file, options_.cert_file, options_.client_ca_file, seconds);
+      tls_files_->key_path(), tls_files_->cert_path(), tls_files_->ca_path(), 1);
   grpc::experimental::TlsServerCredentialsOptions tls(provider);
   tls.watch_identity_key_cert_pairs();
   if (options_.client_ca_file.empty()) {

@@ -40,6 +40,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/tls_file_stage.h"
 #include "controller/server/revocation.h"
 #include "controller/server/watched_file.h"
 #include "controller/server/worker_registry.h"
@@ -93,9 +94,9 @@ class Authenticator {
   static absl::StatusOr<std::unique_ptr<Authenticator>> Create(AuthOptions options);
 
   bool insecure() const { return options_.insecure; }
-  // TLS credentials reloading the files every reload_interval (client
-  // certificates optional but verified when --tls_client_ca is set), or
-  // plaintext ones when insecure.
+  // TLS credentials reloading the files every reload_interval, as whole
+  // usable sets (common/tls_file_stage.h; client certificates optional but
+  // verified when --tls_client_ca is set), or plaintext ones when insecure.
   std::shared_ptr<grpc::ServerCredentials> ServerCredentials() const;
 
   Caller Identify(const grpc::ServerContextBase& ctx);
@@ -146,6 +147,9 @@ class Authenticator {
 
   const AuthOptions options_;
   std::unique_ptr<RevocationList> crl_;  // null without --tls_crl_file
+  // --tls_cert, --tls_key and --tls_client_ca as gRPC reads them (null when
+  // insecure).
+  std::unique_ptr<TlsFileStage> tls_files_;
   WatchedFile tokens_file_;              // options_.tokens_file
   absl::Mutex mu_;
   std::vector<TokenEntry> tokens_ ABSL_GUARDED_BY(mu_);

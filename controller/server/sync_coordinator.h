@@ -350,6 +350,8 @@ class SyncCoordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ----- sync_staged.cc (docs/staging.md)
+  // Whether `req` repeats the staged report `p` gave (bytes and checksums).
+  static bool SameStagedReport(const Participant& p, const v1::ReportResultRequest& req);
   // A report of staged sync `sync` that the two phases handle (a staged
   // report, a report after the commit decision, or a protocol error);
   // false: the ordinary path applies.

@@ -20,6 +20,19 @@
 
 namespace wsync::controller {
 
+bool SyncCoordinator::SameStagedReport(const Participant& p, const v1::ReportResultRequest& req) {
+  if (p.bytes_done != req.bytes_done() ||
+      p.checksums.size() != static_cast<size_t>(req.checksums_size())) {
+    return false;
+  }
+  for (size_t i = 0; i < p.checksums.size(); ++i) {
+    const v1::BucketChecksum& a = p.checksums[i];
+    const v1::BucketChecksum& b = req.checksums(static_cast<int>(i));
+    if (a.bucket() != b.bucket() || a.hash() != b.hash() || a.sent() != b.sent()) return false;
+  }
+  return true;
+}
+
 bool SyncCoordinator::StagedReportLocked(SyncRecord& sync, Participant& p,
                                          const v1::ReportResultRequest& req) {
   if (sync.staging.mode() == v1::STAGING_IN_PLACE) return false;
@@ -33,6 +46,12 @@ bool SyncCoordinator::StagedReportLocked(SyncRecord& sync, Participant& p,
                  p.worker, -1, -1, -1);
     return true;
   };
+  if (req.staged() && p.staged) {
+    // The same report again, before or after the decision: a worker retrying
+    // a delivery whose answer it lost. Anything else is a protocol error.
+    if (SameStagedReport(p, req)) return true;
+    return protocol_error("reported staged twice, with other figures");
+  }
   if (s.commit_decided()) {
     if (!p.stages) return protocol_error("reported again after the commit decision");
     if (req.code() == 0 && (req.commit_held() || req.commit_admitted())) {
@@ -61,7 +80,6 @@ bool SyncCoordinator::StagedReportLocked(SyncRecord& sync, Participant& p,
   if (req.staged()) {
     if (req.code() != 0) return protocol_error("reported staged with an error");
     if (!p.stages) return protocol_error("reported staged but its part writes nothing");
-    if (p.staged) return protocol_error("reported staged twice");
     p.staged = true;
     p.bytes_done = req.bytes_done();
     p.checksums.assign(req.checksums().begin(), req.checksums().end());

@@ -246,54 +246,7 @@ void WorkerAgent::OnAssignment(const v1::Assignment& a, const std::string& lease
   if (!dropped) runner_.Abort(id, a.abort().reason());
 }
 
-void WorkerAgent::Report(v1::ReportResultRequest r, const std::string& lease_id) {
-  busy_.Touch();  // the spin window counts from the last sync's end
-  r.set_lease_id(lease_id);
-  r.set_reported_unix_us(absl::ToUnixMicros(absl::Now()));
-  if (std::optional<absl::Status> sent = lane_.Report(r, absl::Now() + absl::Seconds(5))) {
-    if (!sent->ok()) {
-      spdlog::warn("[worker {}] report of {} not delivered: {}", Roles(options_), r.sync_id(),
-                   std::string(sent->message()));
-    }
-    return;
-  }
-  grpc::ClientContext ctx;
-  ctx.set_deadline(In(absl::Seconds(5)));
-  v1::ReportResultResponse resp;
-  grpc::Status s = stub_->ReportResult(&ctx, r, &resp);
-  if (!s.ok()) {
-    spdlog::warn("[worker {}] report of {} not delivered: {}", Roles(options_), r.sync_id(),
-                 s.error_message());
-  }
-}
-
-std::string WorkerAgent::AwaitWriters(const v1::SyncAssignment& a, const std::string& lease_id) {
-  // A writer that neither reports nor heartbeats is declared lost by the
-  // controller within its lease TTL; 10 s past the deadline covers that.
-  const absl::Time until = absl::FromUnixMillis(a.deadline_unix_ms()) + absl::Seconds(10);
-  v1::AwaitWritersResponse resp;
-  for (int32_t w : a.direct_written_by()) resp.add_pending(w);
-  while (!stop_.load() && absl::Now() < until && resp.pending_size() > 0) {
-    v1::AwaitWritersRequest req;
-    req.set_lease_id(lease_id);
-    req.set_sync_id(a.sync_id());
-    *req.mutable_workers() = resp.pending();
-    const absl::Duration slice = std::min(absl::Seconds(1), until - absl::Now());
-    req.set_timeout_ms(absl::ToInt64Milliseconds(slice));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(In(slice + absl::Seconds(5)));
-    v1::AwaitWritersResponse next;
-    const grpc::Status s = stub_->AwaitWriters(&ctx, req, &next);
-    if (!s.ok()) {
-      spdlog::warn("[worker {}] AwaitWriters for {}: {}", Roles(options_), a.sync_id(),
-                   s.error_message());
-      absl::SleepFor(std::min(absl::Milliseconds(200), slice));
-      continue;
-    }
-    resp = std::move(next);
-  }
-  return absl::StrJoin(resp.pending(), ",");
-}
+std::string WorkerAgent::Who() const { return Roles(options_); }
 
 v1::SyncEvent WorkerAgent::EventOf(const v1::SyncAssignment& a, v1::SyncEvent::Kind kind) {
   v1::SyncEvent ev;

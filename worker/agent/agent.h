@@ -17,6 +17,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/busy_poll.h"
+#include "common/tls_file_stage.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/agent/commit_latch.h"
 #include "worker/agent/event_queue.h"
@@ -39,6 +40,9 @@ struct AgentOptions {
   std::string controller;  // host:port
   // How to reach it (controller_channel.h); null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> controller_credentials;
+  // The TLS files those credentials read (ControllerCredentialSet::files),
+  // kept as long as the agent's channel.
+  std::shared_ptr<TlsFileStage> controller_tls_files;
   std::vector<v1::Membership> memberships;
   std::string node;
   std::string device_uuid;
@@ -193,7 +197,14 @@ class WorkerAgent {
   // (SyncRunner::WarmUp) unless syncs are held, and reports it; applies no
   // version and tells the subscribers nothing.
   void RunWarmUp(const Queued& q);
+  // Reports `r` for lease `lease_id` (agent_report.cc): over the control lane
+  // when one is up, else gRPC, tried again while the channel is down or the
+  // answer is lost (UNAVAILABLE, DEADLINE_EXCEEDED) for up to kReportPatience;
+  // the controller takes a report it already has as delivered.
   void Report(v1::ReportResultRequest r, const std::string& lease_id);
+  static constexpr absl::Duration kReportPatience = absl::Seconds(15);
+  // This worker's groups and ranks, for log lines ("trainer/0").
+  std::string Who() const;
   // Staged syncs (agent_staged.cc). A receiver that staged sync `q` (its
   // report `r`) tells its owner STAGED, reports it and leaves the commit
   // pending (pending_): the exec thread steps it (StepStaged) until the

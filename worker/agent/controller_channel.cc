@@ -1,6 +1,6 @@
 #include "worker/agent/controller_channel.h"
 
-#include <fstream>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/security/tls_certificate_provider.h"
@@ -9,14 +9,13 @@
 
 namespace wsync::agent {
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ControllerCredentials(
-    const ControllerTls& tls) {
+absl::StatusOr<ControllerCredentialSet> ControllerCredentials(const ControllerTls& tls) {
   if (tls.insecure) {
     if (!tls.ca_file.empty() || !tls.cert_file.empty() || !tls.key_file.empty()) {
       return absl::InvalidArgumentError(
           "--insecure is plaintext: drop --controller_ca / --cert / --key, or --insecure");
     }
-    return grpc::InsecureChannelCredentials();
+    return ControllerCredentialSet{grpc::InsecureChannelCredentials(), nullptr};
   }
   if (tls.ca_file.empty()) {
     return absl::InvalidArgumentError(
@@ -26,14 +25,19 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ControllerCredentials(
   if (tls.cert_file.empty() != tls.key_file.empty()) {
     return absl::InvalidArgumentError("--cert and --key go together");
   }
-  for (const std::string* f : {&tls.ca_file, &tls.cert_file, &tls.key_file}) {
-    if (!f->empty() && !std::ifstream(*f)) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot read TLS file '", *f, "'"));
-    }
-  }
-  const auto seconds = static_cast<unsigned int>(std::max(1, tls.reload_seconds));
+  TlsFileStage::Options files;
+  files.key = {tls.key_file, "--key"};
+  files.cert = {tls.cert_file, "--cert"};
+  files.ca = {tls.ca_file, "--controller_ca"};
+  files.interval = absl::Seconds(std::max(1, tls.reload_seconds));
+  absl::StatusOr<std::unique_ptr<TlsFileStage>> stage = TlsFileStage::Start(std::move(files));
+  if (!stage.ok()) return stage.status();
+  ControllerCredentialSet set;
+  set.files = *std::move(stage);
+  // The staged copies change only as whole sets, at most once per interval:
+  // looking at them every second costs nothing and adds at most 1 s.
   auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-      tls.key_file, tls.cert_file, tls.ca_file, seconds);
+      set.files->key_path(), set.files->cert_path(), set.files->ca_path(), 1);
   grpc::experimental::TlsChannelCredentialsOptions options;
   options.set_certificate_provider(provider);
   options.watch_root_certs();
@@ -42,7 +46,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ControllerCredentials(
   // The controller's certificate must name the host dialed (SAN DNS / IP).
   options.set_certificate_verifier(
       std::make_shared<grpc::experimental::HostNameCertificateVerifier>());
-  return grpc::experimental::TlsCredentials(options);
+  set.credentials = grpc::experimental::TlsCredentials(options);
+  return set;
 }
 
 }  // namespace wsync::agent

@@ -242,7 +242,8 @@ int main(int argc, char** argv) {
   if (tls.insecure) {
     spdlog::warn("wsync-worker: --insecure: plaintext to the controller at {}", options.controller);
   }
-  options.controller_credentials = *std::move(credentials);
+  options.controller_credentials = credentials->credentials;
+  options.controller_tls_files = credentials->files;
   options.node = absl::GetFlag(FLAGS_node);
   if (options.node.empty()) {
     char host[256] = {};

@@ -74,7 +74,7 @@ absl::StatusOr<std::unique_ptr<EmbeddedWorker>> EmbeddedWorker::Create(EmbeddedO
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
   if (options.node.empty()) options.node = DefaultNode();
   if (options.instance_id.empty()) options.instance_id = RandomInstance();
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+  absl::StatusOr<agent::ControllerCredentialSet> credentials =
       agent::ControllerCredentials(options.tls);
   if (!credentials.ok()) {
     return absl::Status(credentials.status().code(),
@@ -115,7 +115,7 @@ absl::StatusOr<std::unique_ptr<EmbeddedWorker>> EmbeddedWorker::Create(EmbeddedO
 }
 
 EmbeddedWorker::EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::Backend> backend,
-                               std::shared_ptr<grpc::ChannelCredentials> credentials,
+                               agent::ControllerCredentialSet credentials,
                                std::unique_ptr<agent::LocalEndpoint> local)
     : options_(std::move(options)),
       backend_(std::move(backend)),
@@ -123,7 +123,8 @@ EmbeddedWorker::EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::B
       local_(std::move(local)) {
   agent::AgentOptions a;
   a.controller = options_.controller;
-  a.controller_credentials = std::move(credentials);
+  a.controller_credentials = std::move(credentials.credentials);
+  a.controller_tls_files = std::move(credentials.files);
   a.memberships = options_.memberships;
   a.node = options_.node;
   a.device_uuid = backend_->device_uuid();

@@ -146,7 +146,7 @@ class EmbeddedWorker {
 
  private:
   EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::Backend> backend,
-                 std::shared_ptr<grpc::ChannelCredentials> credentials,
+                 agent::ControllerCredentialSet credentials,
                  std::unique_ptr<agent::LocalEndpoint> local);
   std::string Roles() const;
 

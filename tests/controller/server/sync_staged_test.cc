@@ -137,6 +137,40 @@ TEST_F(SyncStagedTest, CommitsOnlyOnceEveryReceiverStagedThenSucceedsOnConfirmat
   EXPECT_TRUE(st.uncommitted().empty());
 }
 
+// A worker tries a report again when its answer is lost (agent_report.cc):
+// the same staged report, before or after the decision, counts once.
+TEST_F(SyncStagedTest, AStagedReportDeliveredTwiceCountsOnceBeforeAndAfterTheDecision) {
+  SetUpStaged();
+  ASSERT_TRUE(DefineStaged().ok());
+  Start(1);
+  Report(s0_, false, false, {{0, 11}}, /*sent=*/true);
+  Report(d0_, /*staged=*/true, false, {{0, 11}, {1, 22}}, /*sent=*/false);
+  Report(d0_, /*staged=*/true, false, {{0, 11}, {1, 22}}, /*sent=*/false);
+  EXPECT_EQ(Status().workers_staged(), 1);
+  EXPECT_FALSE(Status().commit_decided());
+  Report(s1_, false, false, {{1, 22}}, /*sent=*/true);
+  ASSERT_TRUE(Status().commit_decided());
+  Report(d0_, /*staged=*/true, false, {{0, 11}, {1, 22}}, /*sent=*/false);
+  v1::SyncStatus st = Status();
+  EXPECT_EQ(st.phase(), v1::SYNC_RUNNING) << "a repeat is not the commit's report: " << st.error();
+  EXPECT_TRUE(st.uncommitted().empty());
+  Report(d0_, false, /*committed=*/true, {}, false);
+  st = Status();
+  EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+  EXPECT_TRUE(st.uncommitted().empty());
+}
+
+TEST_F(SyncStagedTest, AStagedReportGivenAgainWithOtherChecksumsFailsTheSync) {
+  SetUpStaged();
+  ASSERT_TRUE(DefineStaged().ok());
+  Start(1);
+  Report(d0_, /*staged=*/true, false, {{0, 11}, {1, 22}}, /*sent=*/false);
+  Report(d0_, /*staged=*/true, false, {{0, 11}, {1, 23}}, /*sent=*/false);
+  const v1::SyncStatus st = Status();
+  EXPECT_EQ(st.phase(), v1::SYNC_FAILED);
+  EXPECT_THAT(st.error(), HasSubstr("reported staged twice, with other figures"));
+}
+
 TEST_F(SyncStagedTest, AChecksumMismatchFailsNamingBucketTensorAndBothWorkersAndAbortsTheReceiver) {
   SetUpStaged();
   ASSERT_TRUE(DefineStaged().ok());

@@ -1,0 +1,295 @@
+#include "common/tls_file_stage.h"
+
+#include <fcntl.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+
+namespace wsync {
+namespace {
+
+constexpr char kPrefix[] = "wsync-tls-";
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+
+std::string Named(const TlsFileStage::File& f) { return absl::StrCat(f.flag, " '", f.path, "'"); }
+
+absl::StatusOr<std::string> ReadFile(const TlsFileStage::File& f) {
+  std::ifstream in(f.path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read ", Named(f), ": ", std::strerror(errno)));
+  }
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::unique_ptr<BIO, BioFree> Bio(const std::string& text) {
+  return std::unique_ptr<BIO, BioFree>(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
+}
+
+std::unique_ptr<X509, X509Free> FirstCertificate(const std::string& pem) {
+  auto bio = Bio(pem);
+  if (bio == nullptr) return nullptr;
+  std::unique_ptr<X509, X509Free> x(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  ERR_clear_error();
+  return x;
+}
+
+// OK when the named files of a set can be used together.
+absl::Status CheckSet(const TlsFileStage::Options& o, const std::string& key,
+                      const std::string& cert, const std::string& ca) {
+  if (!o.ca.path.empty() && FirstCertificate(ca) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(Named(o.ca), " holds no PEM certificate"));
+  }
+  if (o.key.path.empty()) return absl::OkStatus();
+  std::unique_ptr<X509, X509Free> leaf = FirstCertificate(cert);
+  if (leaf == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(Named(o.cert), " holds no PEM certificate"));
+  }
+  auto bio = Bio(key);
+  std::unique_ptr<EVP_PKEY, KeyFree> pkey(
+      bio == nullptr ? nullptr : PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+  ERR_clear_error();
+  if (pkey == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Named(o.key), " holds no PEM private key (an encrypted key is not read)"));
+  }
+  const int match = X509_check_private_key(leaf.get(), pkey.get());
+  ERR_clear_error();
+  if (match != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the key in ", Named(o.key), " does not match the first certificate in ",
+                     Named(o.cert), " (replaced one of them but not yet the other?)"));
+  }
+  return absl::OkStatus();
+}
+
+bool WritableDirectory(const std::string& path) {
+  struct stat st {};
+  return !path.empty() && stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+         access(path.c_str(), W_OK | X_OK) == 0;
+}
+
+std::string ParentDirectory(const std::string& asked) {
+  if (!asked.empty()) return asked;
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("WSYNC_TLS_STAGE_DIR"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  candidates.push_back("/dev/shm");
+  if (const char* tmp = std::getenv("TMPDIR"); tmp != nullptr) candidates.push_back(tmp);
+  candidates.push_back("/tmp");
+  for (const std::string& c : candidates) {
+    if (WritableDirectory(c)) return c;
+  }
+  return "/tmp";
+}
+
+// Removes wsync-tls-<pid>-* directories of this user whose process is gone.
+void RemoveStale(const std::string& parent) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(parent, ec)) {
+    std::string name = entry.path().filename().string();
+    absl::string_view rest = name;
+    if (!absl::ConsumePrefix(&rest, kPrefix)) continue;
+    const size_t dash = rest.find('-');
+    int pid = 0;
+    if (dash == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, dash), &pid) ||
+        pid <= 0 || pid == getpid()) {
+      continue;
+    }
+    struct stat st {};
+    if (lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid()) {
+      continue;
+    }
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::filesystem::remove_all(entry.path(), ec);
+  }
+}
+
+absl::Status WriteStamped(const std::string& path, const std::string& text, int64_t stamp) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("cannot create '", path, "': ", std::strerror(errno)));
+  }
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      close(fd);
+      return absl::InternalError(absl::StrCat("cannot write '", path, "': ", std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  const struct timespec times[2] = {{stamp, 0}, {stamp, 0}};
+  const int rc = futimens(fd, times);
+  const int err = errno;
+  close(fd);
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat("cannot stamp '", path, "': ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+std::string Generation(int64_t n) { return absl::StrCat("set-", n); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TlsFileStage>> TlsFileStage::Start(Options options) {
+  if (options.key.path.empty() != options.cert.path.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.key.flag, " and ", options.cert.flag, " go together"));
+  }
+  const std::string parent = ParentDirectory(options.parent_dir);
+  RemoveStale(parent);
+  std::string dir = absl::StrCat(parent, "/", kPrefix, getpid(), "-XXXXXX");
+  if (mkdtemp(dir.data()) == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot make the private TLS directory under '", parent, "' (",
+                     std::strerror(errno), "): set WSYNC_TLS_STAGE_DIR to a writable directory"));
+  }
+  std::unique_ptr<TlsFileStage> stage(new TlsFileStage(std::move(options), std::move(dir)));
+  if (absl::Status st = stage->Refresh(); !st.ok()) return st;
+  if (stage->options_.interval > absl::ZeroDuration()) {
+    stage->thread_ = std::thread([s = stage.get()] { s->Loop(); });
+  }
+  return stage;
+}
+
+TlsFileStage::TlsFileStage(Options options, std::string dir)
+    : options_(std::move(options)), dir_(std::move(dir)) {
+  const std::string current = dir_ + "/current/";
+  if (!options_.key.path.empty()) key_path_ = current + "key.pem";
+  if (!options_.cert.path.empty()) cert_path_ = current + "cert.pem";
+  if (!options_.ca.path.empty()) ca_path_ = current + "ca.pem";
+}
+
+TlsFileStage::~TlsFileStage() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+int64_t TlsFileStage::generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
+absl::Status TlsFileStage::Refresh() {
+  std::string text[3];
+  const File* files[3] = {&options_.key, &options_.cert, &options_.ca};
+  for (int i = 0; i < 3; ++i) {
+    if (files[i]->path.empty()) continue;
+    absl::StatusOr<std::string> read = ReadFile(*files[i]);
+    if (!read.ok()) return read.status();
+    text[i] = *std::move(read);
+  }
+  absl::MutexLock lock(&mu_);
+  if (generation_ > 0 && text[0] == key_ && text[1] == cert_ && text[2] == ca_) {
+    return absl::OkStatus();
+  }
+  if (absl::Status st = CheckSet(options_, text[0], text[1], text[2]); !st.ok()) return st;
+  return Publish(text[0], text[1], text[2]);
+}
+
+absl::Status TlsFileStage::Publish(const std::string& key, const std::string& cert,
+                                   const std::string& ca) {
+  const int64_t next = generation_ + 1;
+  const std::string set = Generation(next);
+  const std::string path = absl::StrCat(dir_, "/", set);
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);  // a half-made one of a failed attempt
+  if (mkdir(path.c_str(), 0700) != 0) {
+    return absl::InternalError(absl::StrCat("cannot make '", path, "': ", std::strerror(errno)));
+  }
+  // Later than every earlier set in whole seconds: the provider compares
+  // second-granular mtimes around its read.
+  const int64_t stamp = std::max(absl::ToUnixSeconds(absl::Now()), stamp_ + 1);
+  const std::pair<const std::string*, const char*> files[] = {
+      {&key_path_, "key.pem"}, {&cert_path_, "cert.pem"}, {&ca_path_, "ca.pem"}};
+  const std::string* texts[] = {&key, &cert, &ca};
+  for (int i = 0; i < 3; ++i) {
+    if (files[i].first->empty()) continue;
+    absl::Status st = WriteStamped(absl::StrCat(path, "/", files[i].second), *texts[i], stamp);
+    if (!st.ok()) return st;
+  }
+  const std::string link = dir_ + "/current.new";
+  unlink(link.c_str());
+  if (symlink(set.c_str(), link.c_str()) != 0 ||
+      rename(link.c_str(), (dir_ + "/current").c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot point '", dir_, "/current' at ", set, ": ", std::strerror(errno)));
+  }
+  // The set before stays (a read under way may still open it by path).
+  if (next > 2) std::filesystem::remove_all(absl::StrCat(dir_, "/", Generation(next - 2)), ec);
+  generation_ = next;
+  stamp_ = stamp;
+  key_ = key;
+  cert_ = cert;
+  ca_ = ca;
+  return absl::OkStatus();
+}
+
+void TlsFileStage::Loop() {
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.interval)) return;
+    }
+    const int64_t before = generation();
+    absl::Status st = Refresh();
+    absl::MutexLock lock(&mu_);
+    if (!st.ok()) {
+      if (st.message() != logged_) {
+        spdlog::warn("TLS files: {}; the files read before stay in use until this is fixed",
+                     std::string(st.message()));
+        logged_ = std::string(st.message());
+      }
+    } else {
+      if (!logged_.empty()) spdlog::info("TLS files: usable again");
+      logged_.clear();
+      if (generation_ != before) {
+        spdlog::info("TLS files: new files in use ({})",
+                     Named(options_.cert.path.empty() ? options_.ca : options_.cert));
+      }
+    }
+  }
+}
+
+}  // namespace wsync

@@ -22,7 +22,7 @@ prometheus::Histogram::BucketBoundaries DurationSecondsBuckets();
 prometheus::Histogram::BucketBoundaries SyncSecondsBuckets();
 
 // What this binary was built from (set at CMake configure time; see
-// docs/api.md "Metrics"): the project version, the git commit ("unknown"
+// docs/flags-and-metrics.md "Metrics"): the project version, the git commit ("unknown"
 // outside a git checkout unless -DWSYNC_GIT_COMMIT=... names it) and the
 // CMake build type.
 struct BuildInfo {

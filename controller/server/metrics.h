@@ -1,6 +1,6 @@
 // The controller's Prometheus metrics (pull exposer on /metrics). Base units,
 // no tensor names or peer pairs as labels. Every metric is listed in
-// docs/api.md ("Metrics").
+// docs/flags-and-metrics.md ("Metrics").
 //
 // Per-transfer series carry a `transfer` label of bounded cardinality: the
 // first `max_transfer_labels` transfer names seen (--metrics_max_transfers)

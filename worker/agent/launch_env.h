@@ -2,7 +2,7 @@
 // starts it: pure functions over a map of environment variables, so a
 // Kubernetes sidecar or a torchrun-launched process needs no per-pod flags.
 //
-// Contract (docs/api.md, "wsync-worker from a launcher's environment"):
+// Contract (docs/flags-and-metrics.md, "wsync-worker from a launcher's environment"):
 //  * Groups: --groups / WSYNC_GROUPS, else WSYNC_GROUP (both set: error).
 //    Each comma-separated item is `group:rank:size` (explicit, nothing read
 //    from the environment), `group:size` or `group` (rank, and size for the

@@ -33,7 +33,8 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 targets=(wsync_common_tests wsync_exec_tests wsync_block_fp8_exec_tests wsync_plane_tests
          wsync_tensor_table_test wsync_peer_buffers_test wsync_fd_inbox_test
          wsync_sync_runner_test wsync_tools_tests wsyncctl wsync_fuzzers
-         wsync-controller wsync-worker sync_test failure_test invalid_request_test)
+         wsync-controller wsync-worker sync_test failure_test invalid_request_test
+         wsync_tls_file_stage_test)
 [ "${WSYNC_SAN_ALL:-0}" = 1 ] && targets=(all)
 ninja -C "$build" -j"${JOBS:-$(nproc)}" "${targets[@]}"
 [ "$mode" = build ] && exit 0

@@ -10,7 +10,10 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <variant>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/lane_client.h"
@@ -41,38 +44,46 @@ bool PrintStatusJson(const v1::SyncStatus& status, double round_trip_ms) {
   return PrintJson(object, "sync") == kExitOk;
 }
 
+// Why the lane did not carry a Sync, when it certainly did not start it
+// (the caller may send it over gRPC then): the lane is absent, refuses
+// connections or is not trusted; the controller refused the connection
+// (over its limit, not its user: an answer of call_id 0, which LaneClient
+// reports as "the controller closed the connection"); the request could not
+// be written; or the controller answered RESOURCE_EXHAUSTED (its waits are
+// full: the sync was not started).
+struct NotCarried {
+  std::string why;
+};
+
 // Sync over the control fast lane at `path`: the call's status (the
-// response in *resp), or nullopt when the lane did not carry it (absent,
-// refused, not trusted, closed before the request was written: warned, the
-// caller uses gRPC). Once the request is written the lane's outcome stands
-// (a lost connection is UNAVAILABLE: the sync may have started).
-std::optional<grpc::Status> LaneSync(const std::string& path, const std::string& token,
-                                     const v1::SyncRequest& req, int64_t timeout_ms,
-                                     v1::SyncResponse* resp) {
+// response in *resp), or NotCarried (see above). Once the request is
+// written, any other outcome stands (a lost connection is UNAVAILABLE: the
+// sync may have started).
+std::variant<grpc::Status, NotCarried> LaneSync(const std::string& path, const std::string& token,
+                                                const v1::SyncRequest& req, int64_t timeout_ms,
+                                                v1::SyncResponse* resp) {
   absl::StatusOr<std::unique_ptr<LaneClient>> lane = LaneClient::Connect(path);
-  if (!lane.ok()) {
-    spdlog::warn("sync: control lane {}: {}; the call goes over gRPC", path,
-                 std::string(lane.status().message()));
-    return std::nullopt;
-  }
+  if (!lane.ok()) return NotCarried{std::string(lane.status().message())};
   v1::LaneRequest lane_req;
   lane_req.set_token(token);
   *lane_req.mutable_sync() = req;
   const absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
   absl::StatusOr<uint64_t> id = (*lane)->Send(std::move(lane_req), deadline);
-  if (!id.ok()) {
-    spdlog::warn("sync: control lane {}: {}; the call goes over gRPC", path,
-                 std::string(id.status().message()));
-    return std::nullopt;
-  }
+  if (!id.ok()) return NotCarried{std::string(id.status().message())};
   absl::StatusOr<std::optional<v1::LaneResponse>> got =
       (*lane)->Receive(*id, deadline, /*spin=*/false);
   if (!got.ok()) {
+    if (absl::StrContains(got.status().message(), ": the controller closed the connection: ")) {
+      return NotCarried{std::string(got.status().message())};
+    }
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(got.status().message()));
   }
   if (!got->has_value())
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
   const v1::LaneResponse& answer = **got;
+  if (answer.code() == static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED)) {
+    return NotCarried{absl::StrCat("lane ", path, ": ", answer.message())};
+  }
   if (answer.code() != 0) {
     const int code = answer.code() > 0 && answer.code() <= 16 ? answer.code() : 2;  // UNKNOWN
     return grpc::Status(static_cast<grpc::StatusCode>(code), answer.message());
@@ -111,12 +122,17 @@ int RunSyncCommand(const std::vector<std::string>& argv) {
   app.add_flag("--watch", watch, "follow the sync with a progress line until it ends");
   app.add_flag("--json", json, "print the SyncStatus as JSON plus round_trip_ms");
   std::string lane;
+  bool lane_required = false;
   app.add_option("--lane", lane,
                  "the controller's control fast lane (its --lane_socket, on this host, as its "
-                 "user): Sync goes over that Unix socket with the same token and answer; absent "
-                 "or not trusted: a warning, then gRPC (docs/performance-notes.md)")
+                 "user): Sync goes over that Unix socket with the same token and answer; absent, "
+                 "refused (over its connection or wait limit) or not trusted: one warning, then "
+                 "gRPC (docs/performance-notes.md)")
       ->envname("WSYNC_CONTROLLER_LANE")
       ->type_name("PATH");
+  app.add_flag("--lane-required", lane_required,
+               "with --lane: fail (exit 1) where the lane does not carry the Sync, instead of "
+               "sending it over gRPC");
   if (std::optional<int> exit = ParseCommand(app, argv)) return *exit;
   v1::SyncRequest req;
   req.set_transfer(transfer);
@@ -129,6 +145,7 @@ int RunSyncCommand(const std::vector<std::string>& argv) {
   }
   const bool waiting = wait_flag->count() > 0;
   if (waiting && watch) return UsageError(app, "--wait and --watch: give one of them");
+  if (lane_required && lane.empty()) return UsageError(app, "--lane-required needs --lane PATH");
   int64_t call_timeout_ms = options.timeout_ms;
   if (waiting) {
     int64_t wait_ms = 0;
@@ -151,7 +168,20 @@ int RunSyncCommand(const std::vector<std::string>& argv) {
   const auto start = std::chrono::steady_clock::now();
   std::optional<grpc::Status> over_lane;
   if (!lane.empty()) {
-    over_lane = LaneSync(lane, controller->token, req, call_timeout_ms, &resp);
+    std::variant<grpc::Status, NotCarried> sent =
+        LaneSync(lane, controller->token, req, call_timeout_ms, &resp);
+    if (const NotCarried* no = std::get_if<NotCarried>(&sent); no != nullptr) {
+      if (lane_required) {
+        spdlog::error(
+            "sync of transfer '{}' to version {}: control lane {}: {} (not started; "
+            "--lane-required)",
+            transfer, version, lane, no->why);
+        return kExitFailed;
+      }
+      spdlog::warn("sync: control lane {}: {}; the call goes over gRPC", lane, no->why);
+    } else {
+      over_lane = std::get<grpc::Status>(std::move(sent));
+    }
   }
   const grpc::Status s =
       over_lane.has_value()

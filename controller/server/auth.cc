@@ -250,10 +250,10 @@ LeaseCertificate Authenticator::PresentedCertificate(const grpc::ServerContextBa
   return cert;
 }
 
-absl::Status Authenticator::CheckRevokedCertificate(const LeaseCertificate& cert,
+absl::Status Authenticator::CheckRevokedCertificate(const CertificateIdentity* cert,
                                                     absl::string_view method) const {
-  if (crl_ == nullptr || cert.leaf_pem.empty()) return absl::OkStatus();
-  return crl_->Check(cert.leaf_pem, cert.chain_pem, method);
+  if (crl_ == nullptr || cert == nullptr) return absl::OkStatus();
+  return crl_->CheckIdentity(*cert, method);
 }
 
 absl::StatusOr<Caller> Authenticator::RequireRole(const grpc::ServerContextBase& ctx, Role needed,

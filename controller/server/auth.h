@@ -121,10 +121,11 @@ class Authenticator {
   // worker's lease (WorkerRegistry::RegisterWorker).
   static LeaseCertificate PresentedCertificate(const grpc::ServerContextBase& ctx);
   // UNAUTHENTICATED naming `method` and the serial when `cert` (a lease's
-  // certificate) is revoked by --tls_crl_file; OK without a CRL or a
-  // certificate. The control fast lane runs it on each worker call, as
-  // RequireWorker does for the certificate a gRPC call presents.
-  absl::Status CheckRevokedCertificate(const LeaseCertificate& cert,
+  // certificate, parsed at registration) is revoked by --tls_crl_file as
+  // loaded now; OK without a CRL or a certificate (null). The control fast
+  // lane runs it on each worker call, as RequireWorker does for the
+  // certificate a gRPC call presents; no parsing, no wait for a CRL reload.
+  absl::Status CheckRevokedCertificate(const CertificateIdentity* cert,
                                        absl::string_view method) const;
   // The caller's certificate grants every group `req` registers in (always
   // OK when insecure); PERMISSION_DENIED naming the group and the identity.

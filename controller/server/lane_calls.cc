@@ -51,8 +51,9 @@ absl::Status LaneServer::CheckLease(const std::string& lease, absl::string_view 
   // of the controller's own user (SO_PEERCRED, at accept). Checked on every
   // call, as gRPC admits each call (services.cc Admit): the lease still
   // alive, and the certificate it registered with not revoked by the CRL as
-  // it stands now.
-  std::optional<LeaseCertificate> cert;
+  // last loaded (by the list's own reloader: nothing here parses or waits;
+  // revocation.h CheckIdentity).
+  std::optional<std::shared_ptr<const CertificateIdentity>> cert;
   if (!lease.empty()) cert = controller_->workers().LiveCertificate(lease);
   if (!cert.has_value()) {
     return absl::UnauthenticatedError(
@@ -60,7 +61,7 @@ absl::Status LaneServer::CheckLease(const std::string& lease, absl::string_view 
                      lease.empty() ? "no lease_id; a worker registers first (RegisterWorker)"
                                    : "not a live lease (register again over gRPC)"));
   }
-  return auth_->CheckRevokedCertificate(*cert, absl::StrCat("lane: ", call));
+  return auth_->CheckRevokedCertificate(cert->get(), absl::StrCat("lane: ", call));
 }
 
 void LaneServer::Hello(Conn& c, const v1::LaneRequest& req) {

@@ -179,7 +179,7 @@ class LaneServer {
   // The lane's admission of a worker call (each Hello, ReportResult and
   // Assignments), as gRPC's per call: UNAUTHENTICATED unless `lease` is a
   // live lease (the lane's credential) whose registration certificate the
-  // CRL does not revoke (as it stands now).
+  // CRL does not revoke (as last loaded; revocation.h CheckIdentity).
   absl::Status CheckLease(const std::string& lease, absl::string_view call);
   void AddWait(Conn& c, Wait w);
   // Whether the lane holds --max_waits waits already; the refusal naming it.

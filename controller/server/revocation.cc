@@ -6,6 +6,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/memory/memory.h"
@@ -67,20 +68,20 @@ std::string SerialText(const ASN1_INTEGER* serial) {
 }
 
 // Whether a CRL of `issuer` outside the CA bundle revokes `cert`: one that a
-// certificate of the presented chain named `issuer` verifies (any of them:
-// an extra certificate of the same name with another key changes nothing).
-bool RevokedByPending(const Revocations& lists, const std::vector<X509Ptr>& chain, X509* cert,
+// certificate of the chain `certs` named `issuer` verifies (any of them: an
+// extra certificate of the same name with another key changes nothing).
+bool RevokedByPending(const Revocations& lists, const CertificateIdentity& certs, X509* cert,
                       const std::string& issuer) {
   auto [first, last] = lists.pending.equal_range(issuer);
   for (auto it = first; it != last; ++it) {
     X509_CRL* crl = it->second.get();
     X509_REVOKED* entry = nullptr;
     if (X509_CRL_get0_by_cert(crl, &entry, cert) != 1) continue;
-    for (const X509Ptr& signer : chain) {
-      if (X509_NAME_cmp(X509_get_subject_name(signer.get()), X509_CRL_get_issuer(crl)) != 0) {
+    for (const CertificateIdentity::Cert& signer : certs.certs) {
+      if (X509_NAME_cmp(X509_get_subject_name(signer.x509.get()), X509_CRL_get_issuer(crl)) != 0) {
         continue;
       }
-      EVP_PKEY* key = X509_get0_pubkey(signer.get());
+      EVP_PKEY* key = X509_get0_pubkey(signer.x509.get());
       if (key != nullptr && X509_CRL_verify(crl, key) == 1) {
         ERR_clear_error();
         return true;
@@ -89,6 +90,16 @@ bool RevokedByPending(const Revocations& lists, const std::vector<X509Ptr>& chai
     ERR_clear_error();
   }
   return false;
+}
+
+// The serials a CRL lists, as (issuer, serial) pairs into `out`.
+void AddRevoked(X509_CRL* crl, const std::string& issuer,
+                absl::flat_hash_set<std::pair<std::string, std::string>>* out) {
+  STACK_OF(X509_REVOKED)* revoked = X509_CRL_get_REVOKED(crl);
+  for (int i = 0; i < sk_X509_REVOKED_num(revoked); ++i) {
+    const X509_REVOKED* r = sk_X509_REVOKED_value(revoked, i);
+    out->emplace(issuer, SerialText(X509_REVOKED_get0_serialNumber(r)));
+  }
 }
 
 }  // namespace
@@ -118,6 +129,7 @@ absl::StatusOr<Revocations> ParseRevocations(absl::string_view crl_pem, absl::st
           "applied to clients whose chain holds that issuer's certificate",
           std::string(file), out.lists, issuer_text);
       ++out.skipped;
+      AddRevoked(crl.get(), issuer_text, &out.pending_revoked);
       out.pending.emplace(issuer_text, std::shared_ptr<X509_CRL>(crl.release(), X509_CRL_free));
       continue;
     }
@@ -133,11 +145,7 @@ absl::StatusOr<Revocations> ParseRevocations(absl::string_view crl_pem, absl::st
           "applying it anyway, publish a fresh one",
           std::string(file), issuer_text);
     }
-    STACK_OF(X509_REVOKED)* revoked = X509_CRL_get_REVOKED(crl.get());
-    for (int i = 0; i < sk_X509_REVOKED_num(revoked); ++i) {
-      const X509_REVOKED* r = sk_X509_REVOKED_value(revoked, i);
-      out.revoked.emplace(issuer_text, SerialText(X509_REVOKED_get0_serialNumber(r)));
-    }
+    AddRevoked(crl.get(), issuer_text, &out.revoked);
   }
   ERR_clear_error();
   if (out.lists == 0) {
@@ -156,7 +164,25 @@ absl::StatusOr<std::unique_ptr<RevocationList>> RevocationList::Create(
   auto list = absl::WrapUnique(
       new RevocationList(std::move(crl_file), std::move(ca_file), reload_interval));
   if (absl::Status st = list->ReloadIfChanged(); !st.ok()) return st;
+  // Ticks finer than the interval: a look is due reload_interval after the
+  // last one (the watchers' gate), whoever looked last.
+  RevocationList* self = list.get();
+  const absl::Duration tick = std::min(self->reload_interval_, absl::Milliseconds(250));
+  list->reloader_ = std::thread([self, tick] {
+    while (!self->stop_.WaitForNotificationWithTimeout(tick)) self->ReloadLogged();
+  });
   return list;
+}
+
+RevocationList::~RevocationList() {
+  stop_.Notify();
+  if (reloader_.joinable()) reloader_.join();
+}
+
+void RevocationList::ReloadLogged() {
+  if (absl::Status st = ReloadIfChanged(); !st.ok()) {
+    spdlog::error("[controller] {} (keeping the revocation lists loaded before)", st.ToString());
+  }
 }
 
 absl::Status RevocationList::ReloadIfChanged() {
@@ -187,39 +213,53 @@ absl::Status RevocationList::Reload(const absl::StatusOr<bool>& crl_changed,
   if (!parsed.ok()) return parsed.status();
   spdlog::info("[controller] --tls_crl_file {}: {} CRL(s), {} revoked certificate(s)", crl_.path(),
                parsed->lists, parsed->revoked.size());
-  auto fresh = std::make_shared<const Revocations>(*std::move(parsed));
-  absl::MutexLock lock(&mu_);
-  current_ = std::move(fresh);
+  std::atomic_store(&current_, std::make_shared<const Revocations>(*std::move(parsed)));
   return absl::OkStatus();
+}
+
+std::shared_ptr<const CertificateIdentity> IdentifyCertificate(absl::string_view leaf_pem,
+                                                               absl::string_view chain_pem) {
+  if (leaf_pem.empty()) return nullptr;
+  auto out = std::make_shared<CertificateIdentity>();
+  std::vector<X509Ptr> certs = ReadCertificates(leaf_pem);
+  if (certs.empty()) return out;  // the leaf did not parse
+  for (X509Ptr& c : ReadCertificates(chain_pem)) certs.push_back(std::move(c));
+  for (X509Ptr& c : certs) {
+    CertificateIdentity::Cert id;
+    id.issuer = NameText(X509_get_issuer_name(c.get()));
+    id.serial = SerialText(X509_get0_serialNumber(c.get()));
+    id.subject = NameText(X509_get_subject_name(c.get()));
+    id.x509 = std::shared_ptr<X509>(c.release(), X509_free);
+    out->certs.push_back(std::move(id));
+  }
+  return out;
 }
 
 absl::Status RevocationList::Check(absl::string_view cert_pem, absl::string_view chain_pem,
                                    absl::string_view method) {
-  if (absl::Status st = ReloadIfChanged(); !st.ok()) {
-    spdlog::error("[controller] {} (keeping the revocation lists loaded before)", st.ToString());
-  }
-  std::shared_ptr<const Revocations> lists;
-  {
-    absl::MutexLock lock(&mu_);
-    lists = current_;
-  }
-  std::vector<X509Ptr> certs = ReadCertificates(cert_pem);
-  if (certs.empty()) {
+  ReloadLogged();
+  std::shared_ptr<const CertificateIdentity> identity = IdentifyCertificate(cert_pem, chain_pem);
+  if (identity == nullptr) identity = std::make_shared<const CertificateIdentity>();
+  return CheckIdentity(*identity, method);
+}
+
+absl::Status RevocationList::CheckIdentity(const CertificateIdentity& identity,
+                                           absl::string_view method) const {
+  if (identity.certs.empty()) {
     return absl::UnauthenticatedError(absl::StrCat(
         method, ": the client certificate could not be read for the revocation check"));
   }
-  for (X509Ptr& c : ReadCertificates(chain_pem)) certs.push_back(std::move(c));
-  for (const X509Ptr& c : certs) {
-    const std::string issuer = NameText(X509_get_issuer_name(c.get()));
-    const std::string serial = SerialText(X509_get0_serialNumber(c.get()));
-    if (lists->revoked.count({issuer, serial}) == 0 &&
-        !RevokedByPending(*lists, certs, c.get(), issuer)) {
+  const std::shared_ptr<const Revocations> lists = std::atomic_load(&current_);
+  for (const CertificateIdentity::Cert& c : identity.certs) {
+    const std::pair<std::string, std::string> key(c.issuer, c.serial);
+    if (lists->revoked.count(key) == 0 &&
+        (lists->pending_revoked.count(key) == 0 ||
+         !RevokedByPending(*lists, identity, c.x509.get(), c.issuer))) {
       continue;
     }
-    return absl::UnauthenticatedError(
-        absl::StrCat(method, ": certificate serial ", serial, " (subject '",
-                     NameText(X509_get_subject_name(c.get())), "', issuer '", issuer,
-                     "') is revoked by --tls_crl_file '", crl_.path(), "'"));
+    return absl::UnauthenticatedError(absl::StrCat(
+        method, ": certificate serial ", c.serial, " (subject '", c.subject, "', issuer '",
+        c.issuer, "') is revoked by --tls_crl_file '", crl_.path(), "'"));
   }
   return absl::OkStatus();
 }

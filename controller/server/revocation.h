@@ -24,7 +24,16 @@
 // per reload interval and both re-read when either's size or mtime changed; a
 // load that fails (the file no longer parses or verifies) keeps the lists
 // loaded before (logged) and is retried at the next look, like the
-// certificates.
+// certificates. A thread of the list's own looks every reload interval; a
+// Check (a gRPC call) looks too. Each load publishes an immutable snapshot
+// (a pointer swap): CheckIdentity reads the current one and never waits for a
+// load.
+//
+// Two ways to check: Check parses the certificate a gRPC call presents;
+// CheckIdentity checks a certificate parsed once before (IdentifyCertificate,
+// at a worker's registration: the control fast lane's calls present none),
+// with hash look-ups of its (issuer, serial) pairs only, whatever the CRL's
+// size, and no X.509 work unless an intermediate's CRL lists one of them.
 //
 // Thread-safe.
 #ifndef WSYNC_CONTROLLER_SERVER_REVOCATION_H_
@@ -34,15 +43,18 @@
 
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "controller/server/watched_file.h"
 
@@ -51,13 +63,31 @@ namespace wsync::controller {
 // What one file revokes: (issuer name, serial) pairs, both as text
 // (issuer in OpenSSL's one-line RFC 2253 form, serial in upper-case hex).
 struct Revocations {
-  std::set<std::pair<std::string, std::string>> revoked;
+  absl::flat_hash_set<std::pair<std::string, std::string>> revoked;
   int lists = 0;    // CRLs in the file
   int skipped = 0;  // of them, of issuers not in --tls_client_ca (in `pending`)
   // The CRLs of issuers outside the bundle, by issuer, verified per call
-  // against the presented chain (see above).
+  // against the presented chain (see above), and the (issuer, serial) pairs
+  // they list (a certificate none of them lists needs no verification).
   std::multimap<std::string, std::shared_ptr<X509_CRL>> pending;
+  absl::flat_hash_set<std::pair<std::string, std::string>> pending_revoked;
 };
+
+// A certificate and its chain, parsed once: what a lease registered with.
+struct CertificateIdentity {
+  struct Cert {
+    std::string issuer;  // as in Revocations
+    std::string serial;
+    std::string subject;
+    std::shared_ptr<X509> x509;  // for the CRLs of intermediates (`pending`)
+  };
+  std::vector<Cert> certs;  // the leaf first, then the chain; empty: no leaf parsed
+};
+
+// Parses `leaf_pem` and `chain_pem` (may be empty); null when `leaf_pem` is
+// empty (no certificate), `certs` empty when it does not parse.
+std::shared_ptr<const CertificateIdentity> IdentifyCertificate(absl::string_view leaf_pem,
+                                                               absl::string_view chain_pem);
 
 // Parses `crl_pem` (one or more PEM CRLs) and verifies each against the
 // certificates of `ca_pem` (see above); INVALID_ARGUMENT naming `file` and
@@ -78,24 +108,41 @@ class RevocationList {
   // not parse is UNAUTHENTICATED too.
   absl::Status Check(absl::string_view cert_pem, absl::string_view chain_pem,
                      absl::string_view method);
+  // The same for a certificate parsed before, against the lists loaded now
+  // (no file looked at, no parsing, no lock held while checking): an
+  // identity without certificates (a leaf that did not parse) is
+  // UNAUTHENTICATED.
+  absl::Status CheckIdentity(const CertificateIdentity& identity, absl::string_view method) const;
 
   const std::string& file() const { return crl_.path(); }
+
+  // Stops the reloading thread.
+  ~RevocationList();
+  RevocationList(const RevocationList&) = delete;
+  RevocationList& operator=(const RevocationList&) = delete;
 
  private:
   RevocationList(std::string crl_file, std::string ca_file, absl::Duration reload_interval)
       : crl_(std::move(crl_file), "--tls_crl_file", reload_interval),
-        ca_(std::move(ca_file), "--tls_client_ca", reload_interval) {}
+        ca_(std::move(ca_file), "--tls_client_ca", reload_interval),
+        reload_interval_(reload_interval) {}
+  // ReloadIfChanged, errors logged.
+  void ReloadLogged() ABSL_LOCKS_EXCLUDED(reload_mu_);
   // Re-reads both files when either changed (at most once per reload
   // interval); errors keep the loaded lists, and the next look retries.
-  absl::Status ReloadIfChanged() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ReloadIfChanged() ABSL_LOCKS_EXCLUDED(reload_mu_);
   absl::Status Reload(const absl::StatusOr<bool>& crl_changed,
-                      const absl::StatusOr<bool>& ca_changed) ABSL_LOCKS_EXCLUDED(mu_);
+                      const absl::StatusOr<bool>& ca_changed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(reload_mu_);
 
-  absl::Mutex reload_mu_;  // held for a whole reload (taken before mu_)
+  absl::Mutex reload_mu_;  // held for a whole reload
   WatchedFile crl_;
   WatchedFile ca_;
-  absl::Mutex mu_;
-  std::shared_ptr<const Revocations> current_ ABSL_GUARDED_BY(mu_);
+  const absl::Duration reload_interval_;
+  // The snapshot: std::atomic_load / std::atomic_store only.
+  std::shared_ptr<const Revocations> current_;
+  absl::Notification stop_;
+  std::thread reloader_;  // looks every reload_interval_ until stop_
 };
 
 }  // namespace wsync::controller

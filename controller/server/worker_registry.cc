@@ -192,6 +192,9 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::RegisterWorker(
   if (absl::Status st = CheckRequest(req); !st.ok()) return st;
   absl::StatusOr<std::string> lease_id = NewLeaseSecret();
   if (!lease_id.ok()) return lease_id.status();
+  // Parsed once, outside the lock: the lane checks it on each call.
+  std::shared_ptr<const CertificateIdentity> parsed =
+      IdentifyCertificate(certificate.leaf_pem, certificate.chain_pem);
   std::vector<WorkerLoss> lost;
   v1::RegisterWorkerResponse resp;
   {
@@ -208,7 +211,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::RegisterWorker(
     auto w = std::make_unique<Worker>();
     w->lease_id = *std::move(lease_id);
     w->identity = identity;
-    w->certificate = certificate;
+    w->certificate = std::move(parsed);
     w->info = std::make_shared<const v1::RegisterWorkerRequest>(req);
     w->unmappable_buffers = HasUnmappableBuffers(*w->info);
     w->registration = next_id_++;
@@ -344,7 +347,8 @@ bool WorkerRegistry::IsAlive(const std::string& lease_id) {
   return FindAliveLocked(lease_id) != nullptr;
 }
 
-std::optional<LeaseCertificate> WorkerRegistry::LiveCertificate(const std::string& lease_id) {
+std::optional<std::shared_ptr<const CertificateIdentity>> WorkerRegistry::LiveCertificate(
+    const std::string& lease_id) {
   absl::MutexLock lock(&mu_);
   const Worker* w = FindAliveLocked(lease_id);
   if (w == nullptr) return std::nullopt;

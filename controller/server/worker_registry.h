@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "controller/server/config.h"
 #include "controller/server/metrics.h"
+#include "controller/server/revocation.h"
 #include "wsync/v1/controller.pb.h"
 
 namespace wsync::controller {
@@ -64,7 +65,8 @@ struct WorkerLoss {
 // plaintext or without one). A front end that admits a worker's calls by
 // its lease alone, without a certificate per call (the control fast lane),
 // checks this one against --tls_crl_file on each call, as gRPC checks the
-// certificate each call presents (Authenticator::CheckRevokedCertificate).
+// certificate each call presents (Authenticator::CheckRevokedCertificate):
+// the registry keeps it parsed (IdentifyCertificate, once, at registration).
 struct LeaseCertificate {
   std::string leaf_pem;
   std::string chain_pem;
@@ -115,9 +117,11 @@ class WorkerRegistry {
 
   // ----- Queries (other owners).
   bool IsAlive(const std::string& lease_id);
-  // The certificate a live lease registered with; nullopt when `lease_id` is
-  // not a live lease.
-  std::optional<LeaseCertificate> LiveCertificate(const std::string& lease_id);
+  // The certificate a live lease registered with, parsed at registration
+  // (null inside: it registered without one); nullopt when `lease_id` is not
+  // a live lease.
+  std::optional<std::shared_ptr<const CertificateIdentity>> LiveCertificate(
+      const std::string& lease_id);
   // Changes whenever what a sync binds to may have changed: a registration,
   // a buffer update, a lease's death, a worker losing its direct writes.
   // Equal values mean every snapshot taken in between is still current.
@@ -166,8 +170,9 @@ class WorkerRegistry {
  private:
   struct Worker {
     std::string lease_id;
-    std::string identity;          // authenticated at registration ("" in plaintext)
-    LeaseCertificate certificate;  // presented at registration
+    std::string identity;  // authenticated at registration ("" in plaintext)
+    // Presented at registration (null: none), parsed then.
+    std::shared_ptr<const CertificateIdentity> certificate;
     std::shared_ptr<const v1::RegisterWorkerRequest> info;
     absl::Time last_heartbeat;
     bool alive = true;

@@ -159,6 +159,21 @@ class Frames:
     def clear(self):
         self.have = 0
 
+    def fill(self, sock):
+        """Reads what the non-blocking `sock` holds: False when nothing came
+        yet (it would block). Raises ValueError when it failed or the
+        controller closed it."""
+        try:
+            n = sock.recv_into(self.free())
+        except BlockingIOError:
+            return False
+        except OSError as e:
+            raise ValueError(f"recv: {e.strerror or e}") from None
+        if n == 0:
+            raise ValueError("the controller closed the connection")
+        self.have += n
+        return True
+
 
 class Refused(Exception):
     """Internal: the call was not run; it goes over gRPC (args: why)."""
@@ -196,25 +211,111 @@ def result_of(resp, field, where):
     return getattr(resp, field)
 
 
-def warn(path, why, what):
-    warnings.warn(f"wsync: control lane {path}: {why}; {what}", RuntimeWarning, stacklevel=4)
+def warn(path, why, what, stacklevel):
+    """A RuntimeWarning; `stacklevel` as warnings.warn counts it from here."""
+    warnings.warn(f"wsync: control lane {path}: {why}; {what}", RuntimeWarning,
+                  stacklevel=stacklevel)
 
 
-class LaneChannel:
-    """Sync and WaitSync over the lane at `path` for wsync.Client (the
-    pure-Python counterpart of wsync._native's lane). Thread-safe: one call
-    at a time holds the connection; a concurrent one answers None."""
+SEND, RECEIVE = "send", "receive"
+
+
+def run_steps(steps, do):
+    """Drives `steps` (a CallSteps._steps generator) with `do(step, arg,
+    deadline)` doing each step's I/O (blocking); its result or exception goes
+    back into the sequence. The sequence's return value."""
+    reply, error = None, None
+    while True:
+        try:
+            step = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as end:
+            return end.value
+        try:
+            reply, error = do(*step), None
+        except BaseException as e:  # the sequence decides; what it does not catch goes on
+            reply, error = None, e
+
+
+class CallSteps:
+    """One lane call's sequence without its I/O, shared by LaneChannel and
+    wsync._lane_aio.AsyncLaneChannel (which differ only in how they wait):
+    the framing, the warning for a request over the limit, the one retry on
+    a connection the controller closed while idle, and a refusal (the call
+    was not run) turned into None with a warning and RETRY_AFTER_S. A
+    subclass supplies _drop() and runs _steps() with its own I/O (run_steps
+    for blocking calls): each step it yields, (SEND, frame, deadline) or
+    (RECEIVE, call_id, deadline), is done by the caller, whose result (the
+    LaneResponse of a RECEIVE) or exception is sent back in."""
+
+    # The warnings' stacklevel: the client's method that called call()
+    # (warn, _steps, run_steps, _call, call, it).
+    _WARN_DEPTH = 6
 
     def __init__(self, path, token, where):
         self.path = path
         self._token = token_field(token)
         self._where = where
-        self._lock = threading.Lock()
         self._sock = None
-        self._poll = None
         self._frames = Frames()
         self._next_id = 1
         self._retry_after = 0.0
+
+    def _steps(self, tag, payload, timeout):
+        """Yields the steps of the call; returns its LaneResponse, None when
+        it was not run."""
+        deadline = time.monotonic() + timeout
+        call_id = self._next_id
+        self._next_id += 1
+        frame = encode_request(call_id, self._token, tag, payload)
+        if frame is None:
+            warn(self.path, f"a request of {len(payload)} bytes is over the lane's limit of "
+                 f"{MAX_REQUEST_BYTES} bytes", "this call goes over gRPC", self._WARN_DEPTH)
+            return None
+        try:
+            for attempt in (0, 1):  # a connection the controller closed while idle: again
+                if not self._connect():
+                    return None
+                try:
+                    yield SEND, frame, deadline
+                    break
+                except (BrokenPipeError, ConnectionResetError) as e:
+                    why = (read_refusal(self._sock, self._frames, self.path)
+                           or f"lane {self.path}: send: {e.strerror}")
+                    self._drop()
+                    if attempt == 1:
+                        raise Refused(why) from None
+            return (yield RECEIVE, call_id, deadline)
+        except Refused as e:
+            self._drop()
+            self._retry_after = time.monotonic() + RETRY_AFTER_S
+            warn(self.path, e.args[0], "calls go over gRPC (the lane is tried again in 10 s)",
+                 self._WARN_DEPTH)
+            return None
+        except ValueError as e:
+            raise errors.from_status(_UNAVAILABLE, f"lane {self.path}: {e}", self._where) from None
+
+    def _connect(self):
+        """True once connected; False while the lane is not to be tried
+        again yet; raises Refused where it cannot connect."""
+        if self._sock is not None:
+            return True
+        if time.monotonic() < self._retry_after:
+            return False
+        self._sock, why = open_socket(self.path)  # non-blocking: never waits
+        if self._sock is None:
+            raise Refused(why)
+        return True
+
+
+class LaneChannel(CallSteps):
+    """Sync and WaitSync over the lane at `path` for wsync.Client (the
+    pure-Python counterpart of wsync._native's lane). Thread-safe: one call
+    at a time holds the connection; a concurrent one answers None."""
+
+    def __init__(self, path, token, where):
+        super().__init__(path, token, where)
+        self._lock = threading.Lock()
+        self._poll = None
 
     def close(self):
         """Closes the connection. A call in progress on another thread holds
@@ -253,49 +354,14 @@ class LaneChannel:
 
     def _call(self, tag, payload, timeout, spin):
         """The LaneResponse of the call, None when it was not run."""
-        now = time.monotonic()
-        deadline = now + timeout
-        spin_until = now + min(spin, timeout)
-        call_id = self._next_id
-        self._next_id += 1
-        frame = encode_request(call_id, self._token, tag, payload)
-        if frame is None:
-            warn(self.path, f"a request of {len(payload)} bytes is over the lane's limit of "
-                 f"{MAX_REQUEST_BYTES} bytes", "this call goes over gRPC")
-            return None
-        try:
-            for attempt in (0, 1):  # a connection the controller closed while idle: again
-                if not self._connect():
-                    return None
-                try:
-                    self._send(frame, deadline)
-                    break
-                except (BrokenPipeError, ConnectionResetError) as e:
-                    why = (read_refusal(self._sock, self._frames, self.path)
-                           or f"lane {self.path}: send: {e.strerror}")
-                    self._drop()
-                    if attempt == 1:
-                        raise Refused(why) from None
-            return self._receive(call_id, deadline, spin_until)
-        except Refused as e:
-            self._drop()
-            self._retry_after = time.monotonic() + RETRY_AFTER_S
-            warn(self.path, e.args[0], "calls go over gRPC (the lane is tried again in 10 s)")
-            return None
-        except ValueError as e:
-            raise errors.from_status(_UNAVAILABLE, f"lane {self.path}: {e}", self._where) from None
+        spin_until = time.monotonic() + min(spin, timeout)
 
-    def _connect(self):
-        if self._sock is not None:
-            return True
-        if time.monotonic() < self._retry_after:
-            return False
-        self._sock, why = open_socket(self.path)
-        if self._sock is None:
-            raise Refused(why)
-        self._poll = select.poll()
-        self._poll.register(self._sock.fileno(), select.POLLIN)
-        return True
+        def do(step, arg, deadline):
+            if step is SEND:
+                return self._send(arg, deadline)
+            return self._receive(arg, deadline, spin_until)
+
+        return run_steps(self._steps(tag, payload, timeout), do)
 
     def _drop(self):
         if self._sock is not None:
@@ -326,24 +392,20 @@ class LaneChannel:
 
     def _receive(self, call_id, deadline, spin_until):
         frames, sock = self._frames, self._sock
+        if self._poll is None:
+            self._poll = select.poll()
+            self._poll.register(sock.fileno(), select.POLLIN)
         while True:
             resp = frames.take()
             if resp is not None:
                 check_answer(resp, call_id, self.path)
                 return resp
-            try:
-                n = sock.recv_into(frames.free())
-            except BlockingIOError:
-                now = time.monotonic()
-                if now >= deadline:
-                    raise errors.from_status(_DEADLINE_EXCEEDED, "Deadline Exceeded") from None
-                if now < spin_until:
-                    os.sched_yield()  # releases the GIL
-                else:
-                    self._poll.poll(min(1000, int((deadline - now) * 1000) + 1))
+            if frames.fill(sock):
                 continue
-            except OSError as e:
-                raise ValueError(f"recv: {e.strerror or e}") from None
-            if n == 0:
-                raise ValueError("the controller closed the connection")
-            frames.have += n
+            now = time.monotonic()
+            if now >= deadline:
+                raise errors.from_status(_DEADLINE_EXCEEDED, "Deadline Exceeded")
+            if now < spin_until:
+                os.sched_yield()  # releases the GIL
+            else:
+                self._poll.poll(min(1000, int((deadline - now) * 1000) + 1))

@@ -1,7 +1,8 @@
 """The control fast lane for asyncio (wsync.aio.Client(lane=)): Sync and
 WaitSync over the controller's --lane_socket without blocking the event loop.
-The frames, limits, listener check, fallbacks and errors are wsync._lane's;
-only the waiting differs: the socket is non-blocking and a call that must
+The frames, limits, listener check, fallbacks and errors are wsync._lane's
+(the call's sequence is _lane.CallSteps, run here with awaits); only the
+waiting differs: the socket is non-blocking and a call that must
 wait for its answer awaits the loop's readiness callback (add_reader), with
 the call's deadline as a timer. One call at a time per connection: a call
 that finds the lane busy (another coroutine's call in flight) answers None
@@ -19,19 +20,15 @@ def _wake(fut):
         fut.set_result(None)
 
 
-class AsyncLaneChannel:
+class AsyncLaneChannel(_lane.CallSteps):
     """As _lane.LaneChannel, with coroutine calls (one event loop)."""
 
+    _WARN_DEPTH = 5  # warn, _steps, _call, call, the client's method
+
     def __init__(self, path, token, where):
-        self.path = path
-        self._token = _lane.token_field(token)
-        self._where = where
+        super().__init__(path, token, where)
         self._busy = False
-        self._sock = None
         self._pending = None  # (loop, fd, writable, future) of the wait in progress
-        self._frames = _lane.Frames()
-        self._next_id = 1
-        self._retry_after = 0.0
 
     def close(self):
         """Closes the connection; a call waiting on it ends at once with
@@ -67,47 +64,25 @@ class AsyncLaneChannel:
         return None if resp is None else _lane.result_of(resp, entry[1], self._where)
 
     async def _call(self, tag, payload, timeout):
-        deadline = time.monotonic() + timeout
-        call_id = self._next_id
-        self._next_id += 1
-        frame = _lane.encode_request(call_id, self._token, tag, payload)
-        if frame is None:
-            _lane.warn(self.path, f"a request of {len(payload)} bytes is over the lane's limit "
-                       f"of {_lane.MAX_REQUEST_BYTES} bytes", "this call goes over gRPC")
-            return None
-        try:
-            for attempt in (0, 1):  # a connection the controller closed while idle: again
-                if not self._connect():
-                    return None
-                try:
-                    await self._send(frame, deadline)
-                    break
-                except (BrokenPipeError, ConnectionResetError) as e:
-                    why = (_lane.read_refusal(self._sock, self._frames, self.path)
-                           or f"lane {self.path}: send: {e.strerror}")
-                    self.close()
-                    if attempt == 1:
-                        raise _lane.Refused(why) from None
-            return await self._receive(call_id, deadline)
-        except _lane.Refused as e:
-            self.close()
-            self._retry_after = time.monotonic() + _lane.RETRY_AFTER_S
-            _lane.warn(self.path, e.args[0],
-                       "calls go over gRPC (the lane is tried again in 10 s)")
-            return None
-        except ValueError as e:
-            raise errors.from_status(_lane._UNAVAILABLE, f"lane {self.path}: {e}",
-                                     self._where) from None
+        """The LaneResponse of the call, None when it was not run (as
+        _lane.run_steps, awaiting each step)."""
+        steps = self._steps(tag, payload, timeout)
+        reply, error = None, None
+        while True:
+            try:
+                step, arg, deadline = steps.send(reply) if error is None else steps.throw(error)
+            except StopIteration as end:
+                return end.value
+            try:
+                if step is _lane.SEND:
+                    reply, error = await self._send(arg, deadline), None
+                else:
+                    reply, error = await self._receive(arg, deadline), None
+            except BaseException as e:  # CancelledError too: the sequence lets it through
+                reply, error = None, e
 
-    def _connect(self):
-        if self._sock is not None:
-            return True
-        if time.monotonic() < self._retry_after:
-            return False
-        self._sock, why = _lane.open_socket(self.path)  # non-blocking: never waits
-        if self._sock is None:
-            raise _lane.Refused(why)
-        return True
+    def _drop(self):
+        self.close()
 
     async def _wait(self, writable, deadline):
         """Until the socket is readable (writable) or `deadline` passed."""
@@ -146,13 +121,5 @@ class AsyncLaneChannel:
             if resp is not None:
                 _lane.check_answer(resp, call_id, self.path)
                 return resp
-            try:
-                n = sock.recv_into(frames.free())
-            except BlockingIOError:
+            if not frames.fill(sock):
                 await self._wait(False, deadline)
-                continue
-            except OSError as e:
-                raise ValueError(f"recv: {e.strerror or e}") from None
-            if n == 0:
-                raise ValueError("the controller closed the connection")
-            frames.have += n

@@ -12,18 +12,17 @@ import wsync
 import wsync.torch
 from wsync._proto import controller_pb2 as pb
 
-from lane_setup import READER, TRAINER, lane_cluster, unreachable_address  # noqa: F401,F811
-from test_errors import W, register_all, spec_of
+from lane_setup import (READER, TRAINER, assert_falls_back_to_grpc_once,  # noqa
+                        assert_workers_reported_over_the_lane, lane_cluster, ready,
+                        unreachable_address)
+from test_errors import W
 
 native = pytest.importorskip("wsync._native")
 
 
 def test_sync_and_wait_go_over_the_lane(lane_cluster):
-    grpc_client = wsync.Client(lane_cluster.address, timeout=10, token=TRAINER)
-    grpc_client.wait_for_workers({"trainer": 2, "inference": 1}, timeout=30)
     dest = {W: torch.zeros(8, 4)}
-    regs = register_all(lane_cluster.socks, dest=dest)  # noqa: F841 (kept registered)
-    grpc_client.define_transfer("t", spec_of())
+    _, regs = ready(lane_cluster, dest)  # noqa: F841 (kept registered)
     # gRPC cannot reach the controller from this client: only the lane can.
     lane_client = wsync.Client(unreachable_address(), timeout=10, token=TRAINER,
                                lane=lane_cluster.lane)
@@ -40,16 +39,11 @@ def test_sync_and_wait_go_over_the_lane(lane_cluster):
                             lane=lane_cluster.lane, busy_wait=True)
     assert spinning.sync(3, transfer="t", wait=30).wait(
         timeout=30, show_progress=False).phase == pb.SYNC_SUCCEEDED
-    logs = lane_cluster.logs()
-    assert logs.count("reports over the control lane") == 3, logs
-    assert "reporting over gRPC" not in logs, logs
+    assert_workers_reported_over_the_lane(lane_cluster)
 
 
 def test_the_same_exceptions_as_over_grpc(lane_cluster):
-    grpc_client = wsync.Client(lane_cluster.address, timeout=10, token=TRAINER)
-    grpc_client.wait_for_workers({"trainer": 2, "inference": 1}, timeout=30)
-    regs = register_all(lane_cluster.socks)  # noqa: F841
-    grpc_client.define_transfer("t", spec_of())
+    grpc_client, regs = ready(lane_cluster)  # noqa: F841
     grpc_client.sync(2, transfer="t", wait=30).wait(timeout=30, show_progress=False)
     far = unreachable_address()
     with pytest.raises(wsync.Unauthenticated) as e:
@@ -72,17 +66,10 @@ def test_the_same_exceptions_as_over_grpc(lane_cluster):
 
 
 def test_an_absent_lane_warns_and_calls_go_over_grpc(lane_cluster):
+    _, regs = ready(lane_cluster)  # noqa: F841
     client = wsync.Client(lane_cluster.address, timeout=10, token=TRAINER,
                           lane=lane_cluster.lane + ".absent")
-    client.wait_for_workers({"trainer": 2, "inference": 1}, timeout=30)
-    regs = register_all(lane_cluster.socks)  # noqa: F841
-    client.define_transfer("t", spec_of())
-    with pytest.warns(RuntimeWarning, match="absent.*calls go over gRPC"):
-        status = client.sync(1, transfer="t", wait=30).wait(timeout=30, show_progress=False)
-    assert status.phase == pb.SYNC_SUCCEEDED
-    with warnings.catch_warnings():  # not again within 10 s
-        warnings.simplefilter("error")
-        client.sync(2, transfer="t", wait=30).wait(timeout=30, show_progress=False)
+    assert_falls_back_to_grpc_once(client, "absent.*calls go over gRPC")
 
 
 def test_the_lane_comes_from_the_environment(lane_cluster, monkeypatch):

@@ -17,16 +17,9 @@ import wsync.torch
 from wsync._proto import controller_pb2 as pb
 
 from harness import freeze
-from lane_setup import READER, TRAINER, lane_cluster, unreachable_address  # noqa: F401,F811
-from test_errors import W, register_all, spec_of
-
-
-def ready(c, dest=None):
-    grpc_client = wsync.Client(c.address, timeout=10, token=TRAINER)
-    grpc_client.wait_for_workers({"trainer": 2, "inference": 1}, timeout=30)
-    regs = register_all(c.socks, dest=dest)
-    grpc_client.define_transfer("t", spec_of())
-    return grpc_client, regs
+from lane_setup import (READER, TRAINER, lane_cluster, ready,  # noqa: F401,F811
+                        unreachable_address)
+from test_errors import W
 
 
 def test_aio_sync_and_wait_over_the_lane_without_blocking_the_loop(lane_cluster):

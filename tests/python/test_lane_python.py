@@ -26,21 +26,14 @@ from wsync._proto import controller_pb2 as pb
 from wsync.v1 import lane_pb2
 
 from harness import freeze
-from lane_setup import READER, TRAINER, lane_cluster, unreachable_address  # noqa: F401,F811
-from test_errors import W, register_all, spec_of
+from lane_setup import (READER, TRAINER, assert_falls_back_to_grpc_once,  # noqa
+                        assert_workers_reported_over_the_lane, lane_cluster, ready,
+                        unreachable_address)
+from test_errors import W
 
 
 def py_client(address, lane, **kw):
     return wsync.Client(address, timeout=10, lane=lane, lane_impl="python", **kw)
-
-
-def ready(c, dest=None):
-    """A gRPC client with the transfer "t" defined; the registrations."""
-    grpc_client = wsync.Client(c.address, timeout=10, token=TRAINER)
-    grpc_client.wait_for_workers({"trainer": 2, "inference": 1}, timeout=30)
-    regs = register_all(c.socks, dest=dest)
-    grpc_client.define_transfer("t", spec_of())
-    return grpc_client, regs
 
 
 def test_request_frames_are_the_lane_request_bytes():
@@ -100,9 +93,7 @@ def test_sync_and_wait_over_the_python_lane(lane_cluster, monkeypatch):
     assert plain.lane_impl == "python"
     assert plain.sync(4, transfer="t", wait=30).wait(
         timeout=30, show_progress=False).phase == pb.SYNC_SUCCEEDED
-    logs = lane_cluster.logs()
-    assert logs.count("reports over the control lane") == 3, logs
-    assert "reporting over gRPC" not in logs, logs
+    assert_workers_reported_over_the_lane(lane_cluster)
 
 
 def test_the_same_exceptions_as_over_grpc(lane_cluster):
@@ -134,12 +125,7 @@ def test_the_same_exceptions_as_over_grpc(lane_cluster):
 def test_an_absent_lane_warns_and_calls_go_over_grpc(lane_cluster):
     _, regs = ready(lane_cluster)  # noqa: F841
     client = py_client(lane_cluster.address, lane_cluster.lane + ".absent", token=TRAINER)
-    with pytest.warns(RuntimeWarning, match="absent: No such file.*calls go over gRPC"):
-        status = client.sync(1, transfer="t", wait=30).wait(timeout=30, show_progress=False)
-    assert status.phase == pb.SYNC_SUCCEEDED
-    with warnings.catch_warnings():  # not again within 10 s
-        warnings.simplefilter("error")
-        client.sync(2, transfer="t", wait=30).wait(timeout=30, show_progress=False)
+    assert_falls_back_to_grpc_once(client, "absent: No such file.*calls go over gRPC")
 
 
 class FakeLane:

@@ -1,14 +1,25 @@
 """`wsyncctl sync --lane` (or WSYNC_CONTROLLER_LANE): the Sync goes over the
 controller's control fast lane, with the same answer, exit code and errors
-as over gRPC; an absent lane warns and the call goes over gRPC. Real
-controller and workers reporting on the lane."""
+as over gRPC; a lane that does not carry it (absent, refusing connections,
+its waits full) warns once and the call goes over gRPC, unless
+--lane-required. Real controller and workers reporting on the lane."""
 import json
 import os
+import signal
+import socket
 import subprocess
+import threading
+import time
 
-from harness import WSYNCCTL_BIN
-from lane_setup import TRAINER, lane_cluster, unreachable_address  # noqa: F401,F811
-from test_lane_python import ready
+import pytest
+
+import wsync
+from wsync import _lane
+from wsync._proto import controller_pb2 as pb
+
+from harness import WSYNCCTL_BIN, freeze
+from lane_setup import (TRAINER, lane_cluster, lane_cluster_with, ready,  # noqa: F401,F811
+                        unreachable_address)
 
 
 def ctl(address, *args, env=None):
@@ -35,3 +46,73 @@ def test_wsyncctl_sync_over_the_lane(lane_cluster):
     assert "absent: No such file" in absent.stderr and "goes over gRPC" in absent.stderr
     logs = lane_cluster.logs()
     assert logs.count("reports over the control lane") == 3, logs
+
+
+def dead_socket(path):
+    """A socket file nothing listens on (connect: ECONNREFUSED)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.close()
+    return path
+
+
+def hold_the_lanes_waits(lane, sync_id, count):
+    """`count` WaitSyncs on the lane (threads) until the lane holds them: its
+    waits (--max_waiters=count) are all taken then. The threads."""
+    def wait():
+        _lane.LaneChannel(lane, TRAINER, "hold").call(
+            "WaitSync", pb.WaitSyncRequest(sync_id=sync_id, timeout_ms=30000), 40)
+
+    waiters = [threading.Thread(target=wait, daemon=True) for _ in range(count)]
+    for w in waiters:
+        w.start()
+    # A Sync that would wait: refused unstarted while the waits are full,
+    # else refused as version 1 is in flight (a probe that takes no wait).
+    probe = _lane.LaneChannel(lane, TRAINER, "probe")
+    for _ in range(100):
+        try:
+            probe.call("Sync", pb.SyncRequest(transfer="t", version=2, wait_ms=1000), 5)
+        except wsync.ResourceExhausted:
+            return waiters
+        except wsync.FailedPrecondition:
+            time.sleep(0.05)
+    pytest.fail("the lane never held the waits")
+
+
+def test_wsyncctl_falls_back_to_grpc_where_the_lane_refuses_unless_required():
+    # The limit bounds the lane's waits and, apart, the gRPC waits (the
+    # workers' rendezvous among them): 4 leaves those room.
+    with lane_cluster_with("--max_waiters=4") as c:
+        grpc_client, regs = ready(c)  # noqa: F841
+        worker = c.workers["trainer:1:2"].proc
+        freeze(worker)  # sync 1 runs until it thaws
+        try:
+            first = grpc_client.sync(1, transfer="t")
+            waiters = hold_the_lanes_waits(c.lane, first.sync_id, 4)
+            # The lane refuses a Sync that would wait (RESOURCE_EXHAUSTED,
+            # not started): gRPC answers, here that version 1 is in flight.
+            fell = ctl(c.address, "t", "2", "--wait=1s", f"--lane={c.lane}")
+            assert fell.returncode == 1, fell.stdout + fell.stderr
+            assert fell.stderr.count("goes over gRPC") == 1, fell.stderr
+            assert "waits already" in fell.stderr and "in flight" in fell.stderr, fell.stderr
+            assert "(over the lane)" not in fell.stderr, fell.stderr
+            # Required: the lane's refusal, and no gRPC call.
+            req = ctl(c.address, "t", "2", "--wait=1s", f"--lane={c.lane}", "--lane-required")
+            assert req.returncode == 1, req.stdout + req.stderr
+            assert "waits already" in req.stderr and "--lane-required" in req.stderr, req.stderr
+            assert "in flight" not in req.stderr and "over gRPC" not in req.stderr, req.stderr
+        finally:
+            os.kill(worker.pid, signal.SIGCONT)
+        assert first.wait(timeout=30, show_progress=False).phase == pb.SYNC_SUCCEEDED
+        for w in waiters:
+            w.join(timeout=30)
+        # A socket that refuses connections: gRPC carries it, or, required, nothing.
+        dead = dead_socket(os.path.join(c.dir, "dead.sock"))
+        req = ctl(c.address, "t", "2", "--wait", f"--lane={dead}", "--lane-required")
+        assert req.returncode == 1 and "Connection refused" in req.stderr, req.stderr
+        assert grpc_client.transfer_status("t").last_success_version == 1
+        fell = ctl(c.address, "t", "2", "--wait", f"--lane={dead}")
+        assert fell.returncode == 0 and "SUCCEEDED" in fell.stdout, fell.stdout + fell.stderr
+        assert fell.stderr.count("goes over gRPC") == 1, fell.stderr
+        # Usage: --lane-required without --lane.
+        assert ctl(c.address, "t", "3", "--lane-required").returncode == 2

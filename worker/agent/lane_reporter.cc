@@ -53,7 +53,15 @@ std::optional<absl::Status> LaneReporter::Report(const v1::ReportResultRequest& 
     GiveUpLocked(resp.status());
     return std::nullopt;
   }
-  return LaneResponseStatus(*resp);
+  absl::Status st = LaneResponseStatus(*resp);
+  if (absl::IsUnauthenticated(st)) {
+    // The lane's admission (the lease died, or the certificate it registered
+    // with was revoked): gRPC admits by the certificate this call presents,
+    // so the report goes there, to be delivered or refused as gRPC decides.
+    GiveUpLocked(absl::Status(st.code(), absl::StrCat("the controller refused: ", st.message())));
+    return std::nullopt;
+  }
+  return st;
 }
 
 }  // namespace wsync::agent

@@ -2,9 +2,12 @@
 // controller/server/lane_server.h): its ReportResult calls go over the
 // controller's Unix socket instead of gRPC. The connection is bound to the
 // worker's lease (LaneHello) and re-bound when the lease changes. When the
-// lane is absent, refuses the worker or breaks, Report says so (nullopt) and
-// the caller reports over gRPC; the lane is tried again kRetryAfter later.
-// Each such fall-back is logged as a warning.
+// lane is absent, refuses the worker (its Hello, or a report answered
+// UNAUTHENTICATED: the lane admits by the lease and the certificate it
+// registered with, gRPC by the certificate each call presents) or breaks,
+// Report says so (nullopt) and the caller reports over gRPC, which delivers
+// it or refuses it as it would without the lane; the lane is tried again
+// kRetryAfter later. Each such fall-back is logged as a warning.
 //
 // Thread-safe (calls are serialized).
 #ifndef WSYNC_WORKER_AGENT_LANE_REPORTER_H_
@@ -35,7 +38,7 @@ class LaneReporter {
   const std::string& who() const { return who_; }
   // Sends `r` (its lease_id set) over the lane, bounded by `deadline`: the
   // controller's status of the report, or nullopt when the lane could not
-  // carry it (report over gRPC then).
+  // carry it or refused the worker (report over gRPC then).
   std::optional<absl::Status> Report(const v1::ReportResultRequest& r, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -68,7 +68,9 @@ TEST_F(LaneAdmissionTest, ARevokedCertificatesLeaseLosesTheLaneOnItsNextCall) {
   EXPECT_NE(r.code(), static_cast<int>(absl::StatusCode::kUnauthenticated)) << r.message();
 
   ASSERT_TRUE(ca_->Revoke("bob").ok());
-  absl::SleepFor(absl::Milliseconds(1100));  // the CRL's reload interval
+  // The CRL's reload interval and a tick of its reloader (no call of the
+  // lane looks at the file).
+  absl::SleepFor(absl::Milliseconds(1500));
   // The bound connection's next report is refused as gRPC refuses the
   // revoked certificate's calls, naming its serial; the binding is gone.
   r = Call(*c, Report(bob, "no-such-sync"));

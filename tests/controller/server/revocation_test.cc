@@ -58,6 +58,32 @@ TEST_F(RevocationTest, ARevokedCertificateIsRefusedNamingItsSerialAfterTheFileCh
   EXPECT_FALSE((*list)->Check(ca_->Read("alice.pem"), "", "Sync").ok());
 }
 
+// The control fast lane's check (CheckIdentity: a certificate parsed once, at
+// a worker's registration): no call looks at the file, the list's own thread
+// loads the change, and the next check refuses naming the serial.
+TEST_F(RevocationTest, ACheckOfAParsedIdentitySeesWhatTheReloaderLoaded) {
+  auto list = RevocationList::Create(ca_->Path("crl.pem"), ca_->Path("ca.pem"), absl::Seconds(1));
+  ASSERT_TRUE(list.ok()) << list.status();
+  std::shared_ptr<const CertificateIdentity> alice =
+      IdentifyCertificate(ca_->Read("alice.pem"), "");
+  ASSERT_NE(alice, nullptr);
+  ASSERT_EQ(alice->certs.size(), 1u);
+  EXPECT_EQ(alice->certs[0].serial, ca_->Serial("alice"));
+  EXPECT_TRUE((*list)->CheckIdentity(*alice, "lane: ReportResult").ok());
+
+  ASSERT_TRUE(ca_->Revoke("alice").ok());
+  absl::SleepFor(absl::Milliseconds(1500));  // the interval and a tick of the reloader
+  absl::Status refused = (*list)->CheckIdentity(*alice, "lane: ReportResult");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnauthenticated) << refused;
+  EXPECT_THAT(refused.message(),
+              HasSubstr("lane: ReportResult: certificate serial " + ca_->Serial("alice")));
+  EXPECT_TRUE((*list)->CheckIdentity(*IdentifyCertificate(ca_->Read("bob.pem"), ""), "x").ok());
+  // No certificate: nothing to check; one that does not parse: refused.
+  EXPECT_EQ(IdentifyCertificate("", ""), nullptr);
+  EXPECT_EQ((*list)->CheckIdentity(*IdentifyCertificate("garbage", ""), "x").code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
 TEST_F(RevocationTest, CrlsAreCheckedAgainstTheClientCaBundle) {
   const std::string crl = ca_->Read("crl.pem");
   // Signed by a CA of the same name with another key: refused.

@@ -5,7 +5,7 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
-#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,14 +14,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 
@@ -29,6 +26,10 @@ namespace wsync {
 namespace {
 
 constexpr char kPrefix[] = "wsync-tls-";
+constexpr char kLock[] = "lock";
+// Larger than any key, certificate chain or CA bundle (a full public bundle
+// is ~200 KiB).
+constexpr size_t kMaxFileBytes = size_t{4} << 20;
 
 struct BioFree {
   void operator()(BIO* b) const { BIO_free(b); }
@@ -43,14 +44,32 @@ struct X509Free {
 std::string Named(const TlsFileStage::File& f) { return absl::StrCat(f.flag, " '", f.path, "'"); }
 
 absl::StatusOr<std::string> ReadFile(const TlsFileStage::File& f) {
-  std::ifstream in(f.path, std::ios::binary);
-  if (!in) {
+  const int fd = open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot read ", Named(f), ": ", std::strerror(errno)));
   }
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  std::string text;
+  char buf[16384];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read ", Named(f), ": ", std::strerror(err)));
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxFileBytes) {
+      close(fd);
+      return absl::InvalidArgumentError(absl::StrCat(Named(f), " is over ", kMaxFileBytes >> 20,
+                                                     " MiB: not a PEM key, chain or CA bundle"));
+    }
+  }
+  close(fd);
+  return text;
 }
 
 std::unique_ptr<BIO, BioFree> Bio(const std::string& text) {
@@ -115,25 +134,22 @@ std::string ParentDirectory(const std::string& asked) {
   return "/tmp";
 }
 
-// Removes wsync-tls-<pid>-* directories of this user whose process is gone.
+// Removes wsync-tls-* directories of this user whose `lock` nobody holds.
+// One without a lock file (being made, or not ours) is left alone.
 void RemoveStale(const std::string& parent) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(parent, ec)) {
-    std::string name = entry.path().filename().string();
-    absl::string_view rest = name;
-    if (!absl::ConsumePrefix(&rest, kPrefix)) continue;
-    const size_t dash = rest.find('-');
-    int pid = 0;
-    if (dash == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, dash), &pid) ||
-        pid <= 0 || pid == getpid()) {
-      continue;
-    }
+    const std::string name = entry.path().filename().string();
+    if (!absl::StartsWith(name, kPrefix)) continue;
     struct stat st {};
     if (lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid()) {
       continue;
     }
-    if (kill(pid, 0) == 0 || errno != ESRCH) continue;
-    std::filesystem::remove_all(entry.path(), ec);
+    const std::string lock = entry.path().string() + "/" + kLock;
+    const int fd = open(lock.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) std::filesystem::remove_all(entry.path(), ec);
+    close(fd);
   }
 }
 
@@ -147,9 +163,9 @@ absl::Status WriteStamped(const std::string& path, const std::string& text, int6
     const ssize_t n = write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const int err = errno;
+      const std::string why = n < 0 ? std::strerror(errno) : "nothing written";
       close(fd);
-      return absl::InternalError(absl::StrCat("cannot write '", path, "': ", std::strerror(err)));
+      return absl::InternalError(absl::StrCat("cannot write '", path, "': ", why));
     }
     done += static_cast<size_t>(n);
   }
@@ -180,7 +196,23 @@ absl::StatusOr<std::unique_ptr<TlsFileStage>> TlsFileStage::Start(Options option
         absl::StrCat("cannot make the private TLS directory under '", parent, "' (",
                      std::strerror(errno), "): set WSYNC_TLS_STAGE_DIR to a writable directory"));
   }
-  std::unique_ptr<TlsFileStage> stage(new TlsFileStage(std::move(options), std::move(dir)));
+  // Locked before it has its name: another stage's RemoveStale never finds
+  // it unlocked.
+  const std::string lock = dir + "/" + kLock;
+  const std::string unnamed = lock + ".new";
+  const int lock_fd = open(unnamed.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0 ||
+      rename(unnamed.c_str(), lock.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    if (lock_fd >= 0) close(lock_fd);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    return absl::FailedPreconditionError(absl::StrCat("cannot lock '", lock, "' (", why,
+                                                      "): set WSYNC_TLS_STAGE_DIR to a local "
+                                                      "writable directory"));
+  }
+  std::unique_ptr<TlsFileStage> stage(
+      new TlsFileStage(std::move(options), std::move(dir), lock_fd));
   if (absl::Status st = stage->Refresh(); !st.ok()) return st;
   if (stage->options_.interval > absl::ZeroDuration()) {
     stage->thread_ = std::thread([s = stage.get()] { s->Loop(); });
@@ -188,8 +220,8 @@ absl::StatusOr<std::unique_ptr<TlsFileStage>> TlsFileStage::Start(Options option
   return stage;
 }
 
-TlsFileStage::TlsFileStage(Options options, std::string dir)
-    : options_(std::move(options)), dir_(std::move(dir)) {
+TlsFileStage::TlsFileStage(Options options, std::string dir, int lock_fd)
+    : options_(std::move(options)), dir_(std::move(dir)), lock_fd_(lock_fd) {
   const std::string current = dir_ + "/current/";
   if (!options_.key.path.empty()) key_path_ = current + "key.pem";
   if (!options_.cert.path.empty()) cert_path_ = current + "cert.pem";
@@ -204,6 +236,7 @@ TlsFileStage::~TlsFileStage() {
   if (thread_.joinable()) thread_.join();
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
+  close(lock_fd_);  // after: a stage starting meanwhile must not take it for stale
 }
 
 int64_t TlsFileStage::generation() const {
@@ -212,6 +245,7 @@ int64_t TlsFileStage::generation() const {
 }
 
 absl::Status TlsFileStage::Refresh() {
+  absl::MutexLock serial(&refresh_mu_);
   std::string text[3];
   const File* files[3] = {&options_.key, &options_.cert, &options_.ca};
   for (int i = 0; i < 3; ++i) {

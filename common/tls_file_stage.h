@@ -23,9 +23,11 @@
 //
 // The private directory (mode 0700) is made under, in order: $WSYNC_TLS_STAGE_DIR,
 // /dev/shm, $TMPDIR, /tmp (the first writable one), named
-// wsync-tls-<pid>-XXXXXX; it is removed when the stage is destroyed, and
-// directories of this name whose process is gone are removed when a stage
-// starts. It holds a copy of the private key, readable by this user only.
+// wsync-tls-<pid>-XXXXXX, and holds a file `lock` the stage keeps locked
+// (flock) for its life; it is removed when the stage is destroyed, and a
+// directory of this user and name whose lock nobody holds (its process was
+// killed; in whatever PID namespace) is removed when a stage starts. It
+// holds a copy of the private key, readable by this user only.
 //
 // Thread-safe.
 #ifndef WSYNC_COMMON_TLS_FILE_STAGE_H_
@@ -80,20 +82,22 @@ class TlsFileStage {
 
   // Re-reads the operator's files once: OK when they are unchanged or the new
   // set was published; the problem (and the previous set kept) when not.
-  absl::Status Refresh() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Refresh() ABSL_LOCKS_EXCLUDED(refresh_mu_, mu_);
   // Sets published so far (1 after Start).
   int64_t generation() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  TlsFileStage(Options options, std::string dir);
+  TlsFileStage(Options options, std::string dir, int lock_fd);
   absl::Status Publish(const std::string& key, const std::string& cert, const std::string& ca)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
 
   const Options options_;
   const std::string dir_;
+  const int lock_fd_;  // `lock`, held (flock) until the directory is gone
   std::string key_path_, cert_path_, ca_path_;
-  mutable absl::Mutex mu_;
+  absl::Mutex refresh_mu_;  // one Refresh at a time: reads publish in order
+  mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(refresh_mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t stamp_ ABSL_GUARDED_BY(mu_) = 0;            // the last set's mtime, seconds
   std::string key_, cert_, ca_ ABSL_GUARDED_BY(mu_);  // the published set

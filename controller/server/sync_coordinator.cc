@@ -32,7 +32,9 @@ absl::Status SyncCoordinator::ReportProgress(const v1::ReportProgressRequest& re
     if (absl::Status st = CheckBytesLocked(p, req.bytes_done(), "ReportProgress"); !st.ok()) {
       return st;
     }
-    if (!sync.finished() && !p.done) {
+    // A staged participant's bytes are final (a late progress report must not
+    // make its staged report's repeat look different).
+    if (!sync.finished() && !p.done && !p.staged) {
       p.bytes_done = req.bytes_done();
       ++sync.changes;
       cv_.SignalAll();
@@ -66,6 +68,9 @@ absl::Status SyncCoordinator::ReportResult(const v1::ReportResultRequest& req) {
     // transfer, or all of them): its next assignments carry every list again.
     if (req.code() != 0) workers_->ForgetPeerLists(p.lease_id);
     if (p.done) return absl::OkStatus();
+    // A staged report given again (a worker retrying a delivery whose answer
+    // it lost): already counted, its verify hashes too.
+    if (req.staged() && p.staged && SameStagedReport(p, req)) return absl::OkStatus();
     if (!sync.finished()) KeepVerifyPass(p, req);  // sync_verify.cc
     if (!sync.finished() && StagedReportLocked(sync, p, req)) {
       cv_.SignalAll();

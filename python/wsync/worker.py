@@ -7,7 +7,7 @@ sidecar or a torchrun job needs no per-rank arguments.
     python -m wsync.worker --group trainer --group inference:2 --device local -- --node=n0
 
 The environment is read by wsync-worker itself (worker/agent/launch_env.h,
-docs/api.md): the rank is $RANK, else $WSYNC_RANK, else
+docs/flags-and-metrics.md): the rank is $RANK, else $WSYNC_RANK, else
 $JOB_COMPLETION_INDEX (Kubernetes Indexed Jobs), else the ordinal ending
 $POD_NAME or $HOSTNAME (StatefulSet pod ``vllm-3``); the size of a group is
 its ``:SIZE`` suffix, else $WSYNC_GROUP_SIZE, else $WORLD_SIZE; the device is

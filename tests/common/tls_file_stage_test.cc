@@ -3,9 +3,10 @@
 // mtimes that change, into a private directory that goes with the stage.
 #include "common/tls_file_stage.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -153,25 +154,38 @@ TEST_F(TlsFileStageTest, ACaAloneIsStagedAndATruncatedOneKeepsTheOldBundle) {
   EXPECT_EQ(ReadAll((*stage)->ca_path()), certs_->Read("ca.pem"));
 }
 
-TEST_F(TlsFileStageTest, TheDirectoryGoesWithTheStageAndStaleOnesOfDeadProcessesAtStart) {
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) _exit(0);
-  ASSERT_EQ(waitpid(child, nullptr, 0), child);
-  const std::string stale = absl::StrCat(dir_, "/stage/wsync-tls-", child, "-abcdef");
-  const std::string alive = absl::StrCat(dir_, "/stage/wsync-tls-", getppid(), "-abcdef");
-  ASSERT_TRUE(std::filesystem::create_directory(stale));
-  ASSERT_TRUE(std::filesystem::create_directory(alive));
+// A directory whose lock nobody holds is a killed process's (in this PID
+// namespace or another sharing the directory): removed. One whose lock is
+// held, or that has no lock file, stays.
+TEST_F(TlsFileStageTest, TheDirectoryGoesWithTheStageAndUnlockedOnesAtStart) {
+  auto make = [&](const std::string& name, bool lock_file) {
+    const std::string d = absl::StrCat(dir_, "/stage/wsync-tls-", name);
+    EXPECT_TRUE(std::filesystem::create_directory(d));
+    if (lock_file) std::ofstream(d + "/lock") << "";
+    return d;
+  };
+  const std::string stale = make("1-killed", true);
+  const std::string held = make("2-alive", true);
+  const std::string making = make("3-making", false);
+  const int fd = open((held + "/lock").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
   std::string dir;
   {
     auto stage = TlsFileStage::Start(Live());
     ASSERT_TRUE(stage.ok()) << stage.status();
     dir = (*stage)->directory();
+    EXPECT_TRUE(std::filesystem::exists(dir + "/lock"));
+    // A second stage beside it leaves it alone: its lock is held.
+    auto second = TlsFileStage::Start(Live());
+    ASSERT_TRUE(second.ok()) << second.status();
     EXPECT_TRUE(std::filesystem::exists(dir));
   }
+  close(fd);
   EXPECT_FALSE(std::filesystem::exists(dir));
-  EXPECT_FALSE(std::filesystem::exists(stale)) << "its process is gone";
-  EXPECT_TRUE(std::filesystem::exists(alive)) << "its process runs";
+  EXPECT_FALSE(std::filesystem::exists(stale)) << "nobody holds its lock";
+  EXPECT_TRUE(std::filesystem::exists(held)) << "its lock is held";
+  EXPECT_TRUE(std::filesystem::exists(making)) << "no lock file yet";
 }
 
 TEST_F(TlsFileStageTest, TheThreadPublishesARotationWithinTheInterval) {

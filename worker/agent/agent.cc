@@ -321,7 +321,7 @@ void WorkerAgent::Refuse(const v1::SyncAssignment& a, const std::string& lease_i
   r.set_round(-1);
   r.set_op(-1);
   r.set_peer(-1);
-  Report(r, lease_id);
+  Report(r, lease_id, /*patience=*/absl::ZeroDuration());  // on the stream's thread
   PublishEnd(a, /*ok=*/false, error, /*untouched=*/true);
 }
 

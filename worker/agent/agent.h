@@ -201,7 +201,10 @@ class WorkerAgent {
   // when one is up, else gRPC, tried again while the channel is down or the
   // answer is lost (UNAVAILABLE, DEADLINE_EXCEEDED) for up to kReportPatience;
   // the controller takes a report it already has as delivered.
-  void Report(v1::ReportResultRequest r, const std::string& lease_id);
+  // `patience` 0: one attempt (callers on the assignment stream's or the
+  // registration's thread, which a retry would hold up).
+  void Report(v1::ReportResultRequest r, const std::string& lease_id,
+              absl::Duration patience = kReportPatience);
   static constexpr absl::Duration kReportPatience = absl::Seconds(15);
   // This worker's groups and ranks, for log lines ("trainer/0").
   std::string Who() const;

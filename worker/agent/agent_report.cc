@@ -25,7 +25,8 @@ bool WorthRetrying(const grpc::Status& s) {
 
 }  // namespace
 
-void WorkerAgent::Report(v1::ReportResultRequest r, const std::string& lease_id) {
+void WorkerAgent::Report(v1::ReportResultRequest r, const std::string& lease_id,
+                         absl::Duration patience) {
   busy_.Touch();  // the spin window counts from the last sync's end
   r.set_lease_id(lease_id);
   r.set_reported_unix_us(absl::ToUnixMicros(absl::Now()));
@@ -36,12 +37,11 @@ void WorkerAgent::Report(v1::ReportResultRequest r, const std::string& lease_id)
     }
     return;
   }
-  const absl::Time give_up = absl::Now() + kReportPatience;
+  const absl::Time give_up = absl::Now() + patience;
   absl::Duration pause = absl::Milliseconds(50);
   for (int attempt = 1;; ++attempt) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(
-        In(std::clamp(give_up - absl::Now(), absl::Milliseconds(100), absl::Seconds(5))));
+    ctx.set_deadline(In(absl::Seconds(5)));
     v1::ReportResultResponse resp;
     const grpc::Status s = stub_->ReportResult(&ctx, r, &resp);
     if (s.ok()) {
@@ -58,7 +58,7 @@ void WorkerAgent::Report(v1::ReportResultRequest r, const std::string& lease_id)
     }
     if (attempt == 1) {
       spdlog::warn("[worker {}] report of {}: {}; trying again for up to {}", Who(), r.sync_id(),
-                   s.error_message(), absl::FormatDuration(kReportPatience));
+                   s.error_message(), absl::FormatDuration(patience));
     }
     absl::SleepFor(pause);
     pause = std::min(pause * 2, absl::Seconds(1));

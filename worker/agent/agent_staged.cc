@@ -81,7 +81,7 @@ void WorkerAgent::RejoinStaged(const v1::RegisterWorkerResponse& resp, uint64_t 
             c.version(), " again"));
         break;
     }
-    Report(std::move(r), resp.lease_id());
+    Report(std::move(r), resp.lease_id(), /*patience=*/absl::ZeroDuration());  // registering
   }
 }
 

@@ -1,4 +1,4 @@
-{{/* wsync-controller's arguments (docs/api.md "Flags"). */}}
+{{/* wsync-controller's arguments (docs/flags-and-metrics.md "Flags"). */}}
 {{- define "wsync.controller.args" -}}
 - --listen=$(POD_IP):{{ .Values.controller.grpcPort }}
 {{- if .Values.tls.enabled }}

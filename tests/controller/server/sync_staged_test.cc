@@ -160,6 +160,53 @@ TEST_F(SyncStagedTest, AStagedReportDeliveredTwiceCountsOnceBeforeAndAfterTheDec
   EXPECT_TRUE(st.uncommitted().empty());
 }
 
+// With a verify pass, a repeated staged report must not add its verify
+// hashes twice (the comparison would find two destination hashes).
+TEST_F(SyncStagedTest, AStagedReportDeliveredTwiceAddsItsVerifyHashesOnce) {
+  SetUpStaged();
+  v1::DefineTransferRequest req = controller_testing::SimpleTransfer();
+  req.mutable_spec()->mutable_staging()->set_mode(v1::STAGING_HOST_SHADOW);
+  req.mutable_spec()->mutable_staging()->set_checksums(true);
+  req.mutable_spec()->mutable_staging()->set_verify(true);
+  ASSERT_TRUE(controller_->syncs().DefineTransfer(req).ok());
+  Start(1);
+  auto report = [&](const std::string& lease, int64_t bucket, uint64_t hash, bool sent, bool staged,
+                    bool committed) {
+    v1::ReportResultRequest r;
+    r.set_lease_id(lease);
+    r.set_sync_id(sync_id_);
+    r.set_staged(staged);
+    r.set_committed(committed);
+    if (sent) {
+      v1::BucketChecksum* c = r.add_checksums();
+      c->set_bucket(bucket);
+      c->set_hash(hash);
+      c->set_sent(true);
+    } else if (staged) {
+      for (const auto& [b, h] : {std::pair<int64_t, uint64_t>{0, 11}, {1, 22}}) {
+        v1::BucketChecksum* c = r.add_checksums();
+        c->set_bucket(b);
+        c->set_hash(h);
+      }
+    }
+    r.set_verify_pass(true);
+    v1::BucketChecksum* v = r.add_verify_checksums();
+    v->set_bucket(bucket);
+    v->set_hash(hash + 1000);
+    v->set_sent(sent);
+    ASSERT_TRUE(controller_->syncs().ReportResult(r).ok());
+  };
+  report(s0_, 0, 11, /*sent=*/true, false, false);
+  report(d0_, 0, 11, /*sent=*/false, /*staged=*/true, false);
+  report(d0_, 0, 11, /*sent=*/false, /*staged=*/true, false);  // the retry
+  report(s1_, 1, 22, /*sent=*/true, false, false);
+  ASSERT_TRUE(Status().commit_decided());
+  report(d0_, 0, 11, /*sent=*/false, /*staged=*/true, false);  // a retry after the decision
+  report(d0_, 1, 22, /*sent=*/false, false, /*committed=*/true);
+  const v1::SyncStatus st = Status();
+  EXPECT_EQ(st.phase(), v1::SYNC_SUCCEEDED) << st.error();
+}
+
 TEST_F(SyncStagedTest, AStagedReportGivenAgainWithOtherChecksumsFailsTheSync) {
   SetUpStaged();
   ASSERT_TRUE(DefineStaged().ok());

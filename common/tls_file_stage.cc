@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/openssl_ptr.h"
 
 namespace wsync {
 namespace {
@@ -30,16 +31,6 @@ constexpr char kLock[] = "lock";
 // Larger than any key, certificate chain or CA bundle (a full public bundle
 // is ~200 KiB).
 constexpr size_t kMaxFileBytes = size_t{4} << 20;
-
-struct BioFree {
-  void operator()(BIO* b) const { BIO_free(b); }
-};
-struct KeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
 
 std::string Named(const TlsFileStage::File& f) { return absl::StrCat(f.flag, " '", f.path, "'"); }
 
@@ -72,14 +63,10 @@ absl::StatusOr<std::string> ReadFile(const TlsFileStage::File& f) {
   return text;
 }
 
-std::unique_ptr<BIO, BioFree> Bio(const std::string& text) {
-  return std::unique_ptr<BIO, BioFree>(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
-}
-
-std::unique_ptr<X509, X509Free> FirstCertificate(const std::string& pem) {
-  auto bio = Bio(pem);
+X509Ptr FirstCertificate(const std::string& pem) {
+  BioPtr bio = MemBio(pem);
   if (bio == nullptr) return nullptr;
-  std::unique_ptr<X509, X509Free> x(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  X509Ptr x(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
   ERR_clear_error();
   return x;
 }
@@ -91,13 +78,13 @@ absl::Status CheckSet(const TlsFileStage::Options& o, const std::string& key,
     return absl::InvalidArgumentError(absl::StrCat(Named(o.ca), " holds no PEM certificate"));
   }
   if (o.key.path.empty()) return absl::OkStatus();
-  std::unique_ptr<X509, X509Free> leaf = FirstCertificate(cert);
+  X509Ptr leaf = FirstCertificate(cert);
   if (leaf == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(Named(o.cert), " holds no PEM certificate"));
   }
-  auto bio = Bio(key);
-  std::unique_ptr<EVP_PKEY, KeyFree> pkey(
-      bio == nullptr ? nullptr : PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+  BioPtr bio = MemBio(key);
+  PkeyPtr pkey(bio == nullptr ? nullptr
+                              : PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
   ERR_clear_error();
   if (pkey == nullptr) {
     return absl::InvalidArgumentError(

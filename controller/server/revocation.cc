@@ -13,26 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/openssl_ptr.h"
 
 namespace wsync::controller {
 namespace {
-
-struct BioFree {
-  void operator()(BIO* b) const { BIO_free(b); }
-};
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct CrlFree {
-  void operator()(X509_CRL* c) const { X509_CRL_free(c); }
-};
-using BioPtr = std::unique_ptr<BIO, BioFree>;
-using X509Ptr = std::unique_ptr<X509, X509Free>;
-using CrlPtr = std::unique_ptr<X509_CRL, CrlFree>;
-
-BioPtr MemBio(absl::string_view bytes) {
-  return BioPtr(BIO_new_mem_buf(bytes.data(), static_cast<int>(bytes.size())));
-}
 
 // Every PEM certificate of `pem`, in order.
 std::vector<X509Ptr> ReadCertificates(absl::string_view pem) {

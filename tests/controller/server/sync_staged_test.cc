@@ -38,10 +38,12 @@ class SyncStagedTest : public controller_testing::CoordinatorFixture {
     return Join(instance, "dst", 0, 1, 32, j).lease_id();
   }
 
-  absl::StatusOr<v1::DefineTransferResponse> DefineStaged(bool checksums = true) {
+  absl::StatusOr<v1::DefineTransferResponse> DefineStaged(bool checksums = true,
+                                                          bool verify = false) {
     v1::DefineTransferRequest req = controller_testing::SimpleTransfer();
     req.mutable_spec()->mutable_staging()->set_mode(v1::STAGING_HOST_SHADOW);
     req.mutable_spec()->mutable_staging()->set_checksums(checksums);
+    req.mutable_spec()->mutable_staging()->set_verify(verify);
     return controller_->syncs().DefineTransfer(req);
   }
 
@@ -164,11 +166,7 @@ TEST_F(SyncStagedTest, AStagedReportDeliveredTwiceCountsOnceBeforeAndAfterTheDec
 // hashes twice (the comparison would find two destination hashes).
 TEST_F(SyncStagedTest, AStagedReportDeliveredTwiceAddsItsVerifyHashesOnce) {
   SetUpStaged();
-  v1::DefineTransferRequest req = controller_testing::SimpleTransfer();
-  req.mutable_spec()->mutable_staging()->set_mode(v1::STAGING_HOST_SHADOW);
-  req.mutable_spec()->mutable_staging()->set_checksums(true);
-  req.mutable_spec()->mutable_staging()->set_verify(true);
-  ASSERT_TRUE(controller_->syncs().DefineTransfer(req).ok());
+  ASSERT_TRUE(DefineStaged(/*checksums=*/true, /*verify=*/true).ok());
   Start(1);
   auto report = [&](const std::string& lease, int64_t bucket, uint64_t hash, bool sent, bool staged,
                     bool committed) {

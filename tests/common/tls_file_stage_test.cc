@@ -140,6 +140,30 @@ TEST_F(TlsFileStageTest, AnUnusableSetIsRefusedAtStartNamingTheFile) {
   EXPECT_THAT(stage.status().message(), HasSubstr("go together"));
 }
 
+// Hostile input: a "certificate" file far larger than any real one (here
+// 5 MiB of PEM-looking lines) is refused naming it, at start and on a
+// rotation, and the pair in use stays.
+TEST_F(TlsFileStageTest, AnOversizedFileIsRefusedNamingItAndTheOldSetStays) {
+  ASSERT_TRUE(certs_
+                  ->Run("yes MIIBkTCB+wIJAKHHIG8g1bW5MA0GCSqGSIb3DQEBCwUAMBExDzANBgNVBAMM | "
+                        "head -c 5242880 > huge.pem")
+                  .ok());
+  TlsFileStage::Options huge = Live();
+  huge.cert.path = certs_->Path("huge.pem");
+  auto refused = TlsFileStage::Start(huge);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(
+      refused.status().message(),
+      AllOf(HasSubstr("--cert '" + certs_->Path("huge.pem") + "'"), HasSubstr("over 4 MiB")));
+
+  auto stage = TlsFileStage::Start(Live());
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  ASSERT_NO_FATAL_FAILURE(Install("huge.pem", "live.pem"));
+  EXPECT_THAT((*stage)->Refresh().message(), HasSubstr("over 4 MiB"));
+  EXPECT_EQ(ReadAll((*stage)->cert_path()), certs_->Read("a.pem"));
+  EXPECT_EQ((*stage)->generation(), 1);
+}
+
 TEST_F(TlsFileStageTest, ACaAloneIsStagedAndATruncatedOneKeepsTheOldBundle) {
   TlsFileStage::Options o = Live();
   o.key.path.clear();

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "bench/gpu/bench_util.h"
 #include "catalog/case.h"
-#include "common/strict_json.h"
 #include "common/status_macros.h"
+#include "common/strict_json.h"
 #include "controller/plan/planner.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -48,6 +48,9 @@ struct CaseLayout {
 constexpr CaseLayout kCases[] = {
     {"tp1", "fsdp:1", "vllm-tp:1", false},
     {"colocated", "fsdp:2", "vllm-tp:2", true},
+    // One GPU: the layout change is a local copy only (a commit's phases
+    // measured where only one GPU is lent).
+    {"colocated1", "fsdp:1", "vllm-tp:1", true},
     {"fanout_tp2", "megatron:tp2", "vllm-tp:1x2", false},
     {"fanout_dp2", "megatron:tp1,dp2", "vllm-tp:1x2", false},
     {"colocated4", "fsdp:4", "vllm-tp:2x2", true},

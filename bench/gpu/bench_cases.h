@@ -1,5 +1,5 @@
 // The cases wsync_bench_gpu_sync runs: a catalog model in one of its modes
-// (tp1, colocated, fanout_tp2, fanout_dp2, colocated4), or a TransferSpec
+// (tp1, colocated, colocated1, fanout_tp2, fanout_dp2, colocated4), or a TransferSpec
 // from a JSON file (mode "spec", e.g. the one tests/python/gpu/sync_proof.py
 // synced), planned with the benchmark's bucket / staging options and link
 // rates. All ranks of a case share one node.

@@ -8,6 +8,7 @@
 //   fanout_dp2   Megatron DP=2 (two full replicas) on GPUs 0-1 -> two vLLM TP=1
 //                replicas on GPUs 2-3 (every trainer replica sends)
 //   colocated4   FSDP2 over GPUs 0-3 -> two vLLM TP=2 replicas on the same GPUs
+//   colocated1   one GPU: the trainer's tensors -> vLLM TP=1 on the same GPU
 // Reports time to first sync (communicator init, binding, first run) apart
 // from the steady state (median of --iters syncs), per-GPU bytes in / out, the
 // planner's simulated time under this run's measured link rates, and checks
@@ -260,11 +261,14 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   if (auto s = probe("nccl_barrier_run"); !s.ok()) return Fail("probe", s);
   // A staged run ends with its commit (shadows -> live): the receiver's pause.
   std::vector<double> commit_times;
+  std::vector<agent::ShadowSet::CommitTimes> commit_phases;
   auto commit = [&]() -> absl::Status {
     if (staged->shadows == nullptr) return absl::OkStatus();
+    if (f.commit_barrier) RETURN_IF_ERROR(barrier());
     const double tc = Now();
     RETURN_IF_ERROR(staged->shadows->Commit());
     commit_times.push_back(Now() - tc);
+    commit_phases.push_back(staged->shadows->last_commit_times());
     // After the pause, before the next sync writes the twin (as the worker
     // does once it reported the commit): a swap commit's other half.
     return staged->shadows->FinishSwap();
@@ -275,6 +279,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   if (!first.ok()) return Fail("first sync", first.status());
   if (auto s = commit(); !s.ok()) return Fail("first commit", s);
   commit_times.clear();
+  commit_phases.clear();
   const double first_run_s = Now() - t0;
   if (auto s = probe("first_sync_done"); !s.ok()) return Fail("probe", s);
   if (f.diagnose_raw_puts) {
@@ -348,7 +353,8 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       last.token_seconds, last.ready_token_seconds, last.local_wait_seconds, finish,
       f.put_copy_engine_kib, f.put_blocks_per_sm, f.put_copy_streams, writer->copy_engine_copies(),
       Median(barrier_times), f.mailbox ? 1 : 0, last.mailbox_polls));
-  if (auto s = ReportStaged(f, c, worker, store, tag, *staged, times, commit_times, last);
+  if (auto s =
+          ReportStaged(f, c, worker, store, tag, *staged, times, commit_times, commit_phases, last);
       !s.ok()) {
     return Fail("staged", s);
   }

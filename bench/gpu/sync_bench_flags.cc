@@ -104,6 +104,8 @@ int ParseFlags(int argc, char** argv, Flags* f) {
         return 2;
       }
       f->commit_swap = v == "swap";
+    } else if (k == "--commit-barrier") {
+      f->commit_barrier = v != "0";
     } else if (k == "--checksums")
       f->checksums = v != "0";
     else {

@@ -68,6 +68,7 @@ absl::Status SetUpDirectWrites(const Case& c, int worker, const Slab& dst,
 absl::Status ReportStaged(const Flags& f, const Case& c, int worker, transport::KvStore& store,
                           const std::string& tag, const StagedPart& staged,
                           const std::vector<double>& runs, const std::vector<double>& commits,
+                          const std::vector<agent::ShadowSet::CommitTimes>& phases,
                           const exec::SyncStats& last) {
   if (f.staging == v1::STAGING_IN_PLACE && !f.checksums) return absl::OkStatus();
   int verified = -1;
@@ -78,8 +79,14 @@ absl::Status ReportStaged(const Flags& f, const Case& c, int worker, transport::
     }
   }
   const agent::ShadowSet* sh = staged.shadows.get();
+  // The commit's phases (ShadowSet::CommitTimes), median of each.
+  auto phase = [&](double agent::ShadowSet::CommitTimes::*field) {
+    std::vector<double> v;
+    for (const auto& p : phases) v.push_back(p.*field);
+    return v.empty() ? 0.0 : Median(v);
+  };
   Result(absl::StrFormat(
-      R"({"bench":"wsync_staged","model":"%s","mode":"%s","worker":%d,"staging":"%s","checksums":%d,"stages":%d,"iters":%d,"run_median_s":%.6f,"commit_median_s":%.6f,"commit_max_s":%.6f,"pause_median_s":%.6f,"shadow_bytes":%d,"commit_bytes":%d,"checksums_taken":%d,"recv_hashes_as_landed":%d,"direct_hashes_as_landed":%d,"direct_parts_posted":%d,"direct_tail_hash_bytes":%d,"landing_parts":%d,"part_tail_ratio":%d,"hash_blocks_per_sm":%d,"buckets_verified":%d,"commit":"%s"})",
+      R"({"bench":"wsync_staged","model":"%s","mode":"%s","worker":%d,"staging":"%s","checksums":%d,"stages":%d,"iters":%d,"run_median_s":%.6f,"commit_median_s":%.6f,"commit_max_s":%.6f,"pause_median_s":%.6f,"shadow_bytes":%d,"commit_bytes":%d,"checksums_taken":%d,"recv_hashes_as_landed":%d,"direct_hashes_as_landed":%d,"direct_parts_posted":%d,"direct_tail_hash_bytes":%d,"landing_parts":%d,"part_tail_ratio":%d,"hash_blocks_per_sm":%d,"buckets_verified":%d,"commit":"%s","commit_barrier":%d,"commit_wait_ops_median_s":%.6f,"commit_copy_median_s":%.6f,"commit_swap_median_s":%.6f})",
       f.model, c.mode, worker, StagingModeName(f.staging), f.checksums ? 1 : 0,
       sh != nullptr ? 1 : 0, f.iters, Median(runs), commits.empty() ? 0.0 : Median(commits),
       commits.empty() ? 0.0 : *std::max_element(commits.begin(), commits.end()),
@@ -87,7 +94,10 @@ absl::Status ReportStaged(const Flags& f, const Case& c, int worker, transport::
       sh != nullptr ? sh->commit_bytes() : 0, last.checksums.size(), last.recv_hashes_as_landed,
       last.direct_hashes_as_landed, last.direct_parts_posted, last.direct_tail_hash_bytes,
       f.landing_parts, f.part_tail_ratio, f.hash_blocks_per_sm, verified,
-      sh != nullptr ? sh->commit_kind() : "none"));
+      sh != nullptr ? sh->commit_kind() : "none", f.commit_barrier ? 1 : 0,
+      phase(&agent::ShadowSet::CommitTimes::wait_ops_s),
+      phase(&agent::ShadowSet::CommitTimes::copy_s),
+      phase(&agent::ShadowSet::CommitTimes::swap_s)));
   return absl::OkStatus();
 }
 

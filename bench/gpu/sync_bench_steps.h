@@ -50,6 +50,7 @@ absl::Status SetUpDirectWrites(const Case& c, int worker, const Slab& dst,
 absl::Status ReportStaged(const Flags& f, const Case& c, int worker, transport::KvStore& store,
                           const std::string& tag, const StagedPart& staged,
                           const std::vector<double>& runs, const std::vector<double>& commits,
+                          const std::vector<agent::ShadowSet::CommitTimes>& phases,
                           const exec::SyncStats& last);
 
 }  // namespace wsync::bench

@@ -203,7 +203,11 @@ absl::Status ShadowSet::RunCopies(const std::vector<exec::CopyItem>& items,
 
 absl::Status ShadowSet::Commit() {
   if (twin_ != nullptr) return CommitSwap();
-  return RunCopies(commit_items_, commit_names_, "commit (shadow -> live)");
+  commit_times_ = CommitTimes{};
+  Lap lap;
+  absl::Status s = RunCopies(commit_items_, commit_names_, "commit (shadow -> live)");
+  commit_times_.copy_s = lap();
+  return s;
 }
 
 }  // namespace wsync::agent

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
 #include "common/shadow_extents.h"
 #include "worker/agent/weight_arenas.h"
 #include "worker/exec/buffer_registry.h"
@@ -88,6 +89,16 @@ class ShadowSet {
   // one arena (a view that does not list as byte runs for a swap:
   // swap_runs.h); "" otherwise. Logged once each time it changes.
   const std::string& copy_reason() const { return copy_reason_; }
+  // Where the last Commit's time went (seconds): waiting for the data ops,
+  // the copies (a swap commit: the bytes the part does not write; a copy
+  // commit: everything), and a swap commit's remap of the live range
+  // (plane::SwapArena::BeginSwap, including its wait for the device).
+  struct CommitTimes {
+    double wait_ops_s = 0;
+    double copy_s = 0;
+    double swap_s = 0;
+  };
+  const CommitTimes& last_commit_times() const { return commit_times_; }
   // After a rollback: the shadows hold part of a version; refilled from the
   // live buffers before their next use.
   void Discard() { dirty_ = true; }
@@ -95,6 +106,19 @@ class ShadowSet {
   void Clear();
 
  private:
+  // Seconds since construction or the previous call.
+  class Lap {
+   public:
+    double operator()() {
+      const absl::Time now = absl::Now();
+      const double s = absl::ToDoubleSeconds(now - last_);
+      last_ = now;
+      return s;
+    }
+
+   private:
+    absl::Time last_ = absl::Now();
+  };
   struct Shadow {
     exec::RegisteredBuffer live;
     exec::StagingBuffer memory;
@@ -155,6 +179,7 @@ class ShadowSet {
   std::vector<exec::CopyItem> commit_items_;
   std::vector<const std::string*> commit_names_;
   int64_t commit_bytes_ = 0;
+  CommitTimes commit_times_;
 };
 
 }  // namespace wsync::agent

@@ -190,16 +190,23 @@ absl::Status ShadowSet::PlanSwapCommit(const std::map<std::string, BufferWrites>
 absl::Status ShadowSet::CommitSwap() {
   RETURN_IF_ERROR(EnsureOps());
   const std::string what = absl::StrCat(who_, ": swap commit of ", arena_->Describe());
+  commit_times_ = CommitTimes{};
+  Lap lap;
   // The data ops' writes into the twin are done before anything moves.
   if (absl::Status s = ops_->Synchronize(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(what, ": waiting for the data ops: ", s.message()));
   }
+  commit_times_.wait_ops_s = lap();
   absl::Status s = RunCopies(commit_items_, commit_names_,
                              "copying the bytes the sync does not write (live -> twin)");
+  commit_times_.copy_s = lap();
   const bool copied = s.ok();
   // Only the live range's remap is inside the pause; the twin's range is
   // remapped by FinishSwap, before the twin is written again.
-  if (copied) s = arena_->BeginSwap(*twin_);
+  if (copied) {
+    s = arena_->BeginSwap(*twin_);
+    commit_times_.swap_s = lap();
+  }
   if (s.ok()) {
     swap_unfinished_ = true;
     return s;

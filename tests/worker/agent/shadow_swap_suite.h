@@ -134,6 +134,9 @@ TEST_P(ShadowSwapTest, CommitsBySwappingAtTheSameAddressesKeepingUnwrittenBytes)
     // the commit keeps them.
     Set(kA, 16, 50 + version);
     ASSERT_TRUE(set.Commit().ok());
+    // Where the pause went: the complement's copy and the remap.
+    EXPECT_GT(set.last_commit_times().copy_s, 0);
+    EXPECT_GT(set.last_commit_times().swap_s, 0);
     EXPECT_EQ(arena_->base(), base);
     EXPECT_EQ(f().Download(At(kA), 16),
               std::vector<uint8_t>(16, static_cast<uint8_t>(50 + version)));
@@ -195,6 +198,9 @@ TEST_P(ShadowSwapTest, CopiesWhenTheBuffersAreNotInOneArena) {
   ShadowSet no_arenas(&f().backend(), 0);
   ASSERT_TRUE(no_arenas.Prepare(Writes(), v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
   EXPECT_STREQ(no_arenas.commit_kind(), "copy");
+  ASSERT_TRUE(no_arenas.Commit().ok());
+  EXPECT_GT(no_arenas.last_commit_times().copy_s, 0);
+  EXPECT_EQ(no_arenas.last_commit_times().swap_s, 0) << "a copy commit remaps nothing";
 }
 
 // Two consecutive syncs writing different views of the same buffers (same

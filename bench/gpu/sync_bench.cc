@@ -271,6 +271,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
     commit_phases.push_back(staged->shadows->last_commit_times());
     // After the pause, before the next sync writes the twin (as the worker
     // does once it reported the commit): a swap commit's other half.
+    if (f.finish_barrier) RETURN_IF_ERROR(barrier());
     return staged->shadows->FinishSwap();
   };
   executor.set_checksums(f.checksums);

@@ -106,6 +106,8 @@ int ParseFlags(int argc, char** argv, Flags* f) {
       f->commit_swap = v == "swap";
     } else if (k == "--commit-barrier") {
       f->commit_barrier = v != "0";
+    } else if (k == "--finish-barrier") {
+      f->finish_barrier = v != "0";
     } else if (k == "--checksums")
       f->checksums = v != "0";
     else {

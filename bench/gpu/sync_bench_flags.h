@@ -64,6 +64,10 @@ struct Flags {
   // commits, as the controller's two phases do (all staged, then commit);
   // 0: each commits right after its own run (sessions 15-19's figures).
   bool commit_barrier = true;
+  // --finish-barrier 1: a swap commit's second half (the twin's remap) waits
+  // until every worker's commit returned (0, default: right after its own,
+  // as the worker does).
+  bool finish_barrier = false;
 };
 
 CaseParams ParamsOf(const Flags& f);

@@ -86,7 +86,7 @@ absl::Status ReportStaged(const Flags& f, const Case& c, int worker, transport::
     return v.empty() ? 0.0 : Median(v);
   };
   Result(absl::StrFormat(
-      R"({"bench":"wsync_staged","model":"%s","mode":"%s","worker":%d,"staging":"%s","checksums":%d,"stages":%d,"iters":%d,"run_median_s":%.6f,"commit_median_s":%.6f,"commit_max_s":%.6f,"pause_median_s":%.6f,"shadow_bytes":%d,"commit_bytes":%d,"checksums_taken":%d,"recv_hashes_as_landed":%d,"direct_hashes_as_landed":%d,"direct_parts_posted":%d,"direct_tail_hash_bytes":%d,"landing_parts":%d,"part_tail_ratio":%d,"hash_blocks_per_sm":%d,"buckets_verified":%d,"commit":"%s","commit_barrier":%d,"commit_wait_ops_median_s":%.6f,"commit_copy_median_s":%.6f,"commit_swap_median_s":%.6f})",
+      R"({"bench":"wsync_staged","model":"%s","mode":"%s","worker":%d,"staging":"%s","checksums":%d,"stages":%d,"iters":%d,"run_median_s":%.6f,"commit_median_s":%.6f,"commit_max_s":%.6f,"pause_median_s":%.6f,"shadow_bytes":%d,"commit_bytes":%d,"checksums_taken":%d,"recv_hashes_as_landed":%d,"direct_hashes_as_landed":%d,"direct_parts_posted":%d,"direct_tail_hash_bytes":%d,"landing_parts":%d,"part_tail_ratio":%d,"hash_blocks_per_sm":%d,"buckets_verified":%d,"commit":"%s","commit_barrier":%d,"finish_barrier":%d,"commit_wait_ops_median_s":%.6f,"commit_copy_median_s":%.6f,"commit_swap_median_s":%.6f})",
       f.model, c.mode, worker, StagingModeName(f.staging), f.checksums ? 1 : 0,
       sh != nullptr ? 1 : 0, f.iters, Median(runs), commits.empty() ? 0.0 : Median(commits),
       commits.empty() ? 0.0 : *std::max_element(commits.begin(), commits.end()),
@@ -95,7 +95,7 @@ absl::Status ReportStaged(const Flags& f, const Case& c, int worker, transport::
       last.direct_hashes_as_landed, last.direct_parts_posted, last.direct_tail_hash_bytes,
       f.landing_parts, f.part_tail_ratio, f.hash_blocks_per_sm, verified,
       sh != nullptr ? sh->commit_kind() : "none", f.commit_barrier ? 1 : 0,
-      phase(&agent::ShadowSet::CommitTimes::wait_ops_s),
+      f.finish_barrier ? 1 : 0, phase(&agent::ShadowSet::CommitTimes::wait_ops_s),
       phase(&agent::ShadowSet::CommitTimes::copy_s),
       phase(&agent::ShadowSet::CommitTimes::swap_s)));
   return absl::OkStatus();

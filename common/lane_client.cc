@@ -111,6 +111,7 @@ absl::StatusOr<bool> LaneClient::TakeFrame(uint64_t call_id, v1::LaneResponse* o
   if (out->call_id() != call_id) {
     // call_id 0: the controller refused the connection or a frame
     // (malformed, too large) and closes it.
+    refused_ = out->call_id() == 0;
     return Broken(absl::UnavailableError(
         out->call_id() == 0
             ? absl::StrCat("lane ", path_,

@@ -48,6 +48,9 @@ class LaneClient {
                                         bool spin = false);
 
   bool broken() const { return fd_ < 0; }
+  // The controller refused this connection or one of its frames (it sent an
+  // answer with call_id 0, then closed): no call on it was started.
+  bool refused() const { return refused_; }
   const std::string& path() const { return path_; }
   void Close();
 
@@ -61,6 +64,7 @@ class LaneClient {
   const std::string path_;
   uint64_t next_call_id_ = 1;
   std::string in_;
+  bool refused_ = false;
 };
 
 // A transport-level status of the lane (as absl::Status) for a response's

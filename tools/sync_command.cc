@@ -12,7 +12,6 @@
 #include <string>
 #include <variant>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -47,8 +46,8 @@ bool PrintStatusJson(const v1::SyncStatus& status, double round_trip_ms) {
 // Why the lane did not carry a Sync, when it certainly did not start it
 // (the caller may send it over gRPC then): the lane is absent, refuses
 // connections or is not trusted; the controller refused the connection
-// (over its limit, not its user: an answer of call_id 0, which LaneClient
-// reports as "the controller closed the connection"); the request could not
+// (over its limit, not its user: an answer of call_id 0,
+// LaneClient::refused()); the request could not
 // be written; or the controller answered RESOURCE_EXHAUSTED (its waits are
 // full: the sync was not started).
 struct NotCarried {
@@ -73,7 +72,7 @@ std::variant<grpc::Status, NotCarried> LaneSync(const std::string& path, const s
   absl::StatusOr<std::optional<v1::LaneResponse>> got =
       (*lane)->Receive(*id, deadline, /*spin=*/false);
   if (!got.ok()) {
-    if (absl::StrContains(got.status().message(), ": the controller closed the connection: ")) {
+    if ((*lane)->refused()) {
       return NotCarried{std::string(got.status().message())};
     }
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(got.status().message()));

@@ -126,7 +126,7 @@ void Answer(int fd, uint64_t call_id, int code) {
   ASSERT_EQ(send(fd, out.data(), out.size(), MSG_NOSIGNAL), static_cast<ssize_t>(out.size()));
 }
 
-TEST(LaneClient, CallsInTurnAndBreaksOnAnAnswerOutOfTurnOrAClose) {
+TEST(LaneClient, CallsInTurnAndBreaksOnAnAnswerOutOfTurnACloseOrARefusal) {
   RawListener l;
   std::thread server([&] {
     const int fd = l.Accept();
@@ -138,6 +138,10 @@ TEST(LaneClient, CallsInTurnAndBreaksOnAnAnswerOutOfTurnOrAClose) {
     const int fd2 = l.Accept();
     (void)ReadRequest(fd2);
     close(fd2);  // no answer at all
+    const int fd3 = l.Accept();
+    (void)ReadRequest(fd3);
+    Answer(fd3, 0, 8);  // call_id 0: the connection refused (over a limit)
+    close(fd3);
   });
   auto c = LaneClient::Connect(l.path);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -148,6 +152,7 @@ TEST(LaneClient, CallsInTurnAndBreaksOnAnAnswerOutOfTurnOrAClose) {
   r = (*c)->Call(Hello("x"), absl::Now() + absl::Seconds(5));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
   EXPECT_TRUE((*c)->broken());
+  EXPECT_FALSE((*c)->refused()) << "an answer out of turn is no refusal";
   EXPECT_EQ((*c)->Call(Hello("x"), absl::Now() + absl::Seconds(5)).status().code(),
             absl::StatusCode::kUnavailable);
   auto c2 = LaneClient::Connect(l.path);
@@ -155,6 +160,12 @@ TEST(LaneClient, CallsInTurnAndBreaksOnAnAnswerOutOfTurnOrAClose) {
   r = (*c2)->Call(Hello("x"), absl::Now() + absl::Seconds(5));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
   EXPECT_NE(r.status().message().find("closed the connection"), std::string::npos) << r.status();
+  EXPECT_FALSE((*c2)->refused()) << "a close without an answer may follow a started call";
+  auto c3 = LaneClient::Connect(l.path);
+  ASSERT_TRUE(c3.ok());
+  r = (*c3)->Call(Hello("x"), absl::Now() + absl::Seconds(5));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_TRUE((*c3)->refused()) << r.status();
   server.join();
 }
 

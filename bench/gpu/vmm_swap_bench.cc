@@ -13,6 +13,8 @@
 //          FinishSwap): the live range is remapped onto the shadow's memory
 //          first (the pause ends there), then the shadow's range.
 // --align-mib N reserves every range aligned to N MiB (0: the granularity).
+// --probe R (with --arena 1): R fresh arenas in turn, each pause timed per
+// driver call, and with the twin's range unmapped first ("wsync_vmm_probe").
 // --chunks C --threads T (with --arena 1): the live range mapped as C
 // allocations mapped side by side, and the two-step pause's remap done by T
 // threads, each remapping its share of the chunks (is the driver's
@@ -20,16 +22,16 @@
 // Checks that after a swap the live address reads the shadow's bytes.
 //
 //   wsync_bench_vmm_swap --model llama3-8b [--mode tp1] [--worker 1] [--iters 5] [--arena 0]
-//       [--align-mib 0] [--chunks 0 --threads 1]
+//       [--align-mib 0] [--chunks 0 --threads 1] [--probe 0]
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <atomic>
+#include <cstdio>
 #include <map>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -97,6 +99,55 @@ double SwapTwoSteps(const cuda::DriverApi& api, const CUmemAccessDesc& access, M
   return pause;
 }
 
+// --probe R: R rounds, each with a fresh live and twin allocation of the
+// arena's size: `iters` two-step pauses timed per driver call (unmap, map,
+// set access), then the same with the twin's range unmapped before the
+// pause (does a second mapping of the memory cost the remap?). One RESULT
+// per round: is the pause a property of the allocation or of the process?
+void RunProbe(const cuda::DriverApi& api, const CUmemAllocationProp& prop,
+              const CUmemAccessDesc& access, size_t total, size_t align, int rounds, int iters) {
+  for (int r = 0; r < rounds; ++r) {
+    Mapping live = MapNew(api, prop, access, total, align);
+    Mapping twin = MapNew(api, prop, access, total, align);
+    CudaCheck(cudaMemset(reinterpret_cast<void*>(live.va), 1, total), "cudaMemset");
+    CudaCheck(cudaDeviceSynchronize(), "fill");
+    std::vector<double> unmap_s, map_s, access_s, pause_s, alone_s;
+    for (int i = 0; i < 2 * iters; ++i) {
+      const bool twin_unmapped = i >= iters;
+      if (twin_unmapped) Check(api.cuMemUnmap(twin.va, total), "cuMemUnmap twin (before)");
+      CudaCheck(cudaDeviceSynchronize(), "sync");
+      const double t0 = Now();
+      Check(api.cuMemUnmap(live.va, total), "cuMemUnmap live");
+      const double t1 = Now();
+      Check(api.cuMemMap(live.va, total, 0, twin.handle, 0), "cuMemMap live");
+      const double t2 = Now();
+      Check(api.cuMemSetAccess(live.va, total, &access, 1), "cuMemSetAccess live");
+      const double t3 = Now();
+      if (twin_unmapped) {
+        alone_s.push_back(t3 - t0);
+      } else {
+        unmap_s.push_back(t1 - t0);
+        map_s.push_back(t2 - t1);
+        access_s.push_back(t3 - t2);
+        pause_s.push_back(t3 - t0);
+        Check(api.cuMemUnmap(twin.va, total), "cuMemUnmap twin");
+      }
+      Check(api.cuMemMap(twin.va, total, 0, live.handle, 0), "cuMemMap twin");
+      Check(api.cuMemSetAccess(twin.va, total, &access, 1), "cuMemSetAccess twin");
+      std::swap(live.handle, twin.handle);
+    }
+    Result(absl::StrFormat(
+        R"({"bench":"wsync_vmm_probe","round":%d,"bytes":%d,"live_va":"%#x","pause_median_s":%.6f,"unmap_median_s":%.6f,"map_median_s":%.6f,"set_access_median_s":%.6f,"twin_unmapped_pause_median_s":%.6f})",
+        r, total, live.va, Median(pause_s), Median(unmap_s), Median(map_s), Median(access_s),
+        Median(alone_s)));
+    for (Mapping* m : {&live, &twin}) {
+      Check(api.cuMemUnmap(m->va, total), "cuMemUnmap");
+      Check(api.cuMemRelease(m->handle), "cuMemRelease");
+      Check(api.cuMemAddressFree(m->va, total), "cuMemAddressFree");
+    }
+  }
+}
+
 // The live range as `chunks` allocations mapped side by side; the pause remaps
 // every chunk onto the twin's allocation (same offset) with `threads` threads
 // that wait on a spin barrier (their start-up is not timed). Returns the
@@ -109,9 +160,9 @@ struct ChunkedRange {
 };
 
 int RunChunked(const cuda::DriverApi& api, const CUmemAllocationProp& prop,
-               const CUmemAccessDesc& access, size_t total, size_t gran, size_t align,
-               int chunks, int threads, int iters, const std::string& model,
-               const std::string& mode, int worker) {
+               const CUmemAccessDesc& access, size_t total, size_t gran, size_t align, int chunks,
+               int threads, int iters, const std::string& model, const std::string& mode,
+               int worker) {
   const size_t per = (total / chunks + gran - 1) / gran * gran;
   total = per * chunks;
   ChunkedRange live, twin;
@@ -197,7 +248,7 @@ int RunChunked(const cuda::DriverApi& api, const CUmemAllocationProp& prop,
 }
 
 int Run(const std::string& model, const std::string& mode, int worker, int iters, bool arena,
-        size_t align, int chunks, int threads) {
+        size_t align, int chunks, int threads, int probe) {
   CaseParams params;
   params.model = model;
   auto c = MakeCase(params, mode);
@@ -230,9 +281,13 @@ int Run(const std::string& model, const std::string& mode, int worker, int iters
     size_t total = 0;
     for (size_t s : sizes) total += s;
     sizes = {total};
+    if (probe > 0) {
+      RunProbe(api, prop, access, total, align, probe, iters);
+      return 0;
+    }
     if (chunks > 0) {
-      return RunChunked(api, prop, access, total, gran, align, chunks, std::max(1, threads),
-                        iters, model, mode, worker);
+      return RunChunked(api, prop, access, total, gran, align, chunks, std::max(1, threads), iters,
+                        model, mode, worker);
     }
   }
   for (size_t size : sizes) {
@@ -312,7 +367,7 @@ int main(int argc, char** argv) {
   int worker = 1, iters = 5;
   bool arena = false;
   size_t align = 0;
-  int chunks = 0, threads = 1;
+  int chunks = 0, threads = 1, probe = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--model")
@@ -331,8 +386,10 @@ int main(int argc, char** argv) {
       chunks = std::stoi(v);
     else if (k == "--threads")
       threads = std::stoi(v);
+    else if (k == "--probe")
+      probe = std::stoi(v);
     else
       return std::fprintf(stderr, "unknown flag %s\n", k.c_str()), 2;
   }
-  return wsync::bench::Run(model, mode, worker, iters, arena, align, chunks, threads);
+  return wsync::bench::Run(model, mode, worker, iters, arena, align, chunks, threads, probe);
 }

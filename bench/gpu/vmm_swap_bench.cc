@@ -44,6 +44,10 @@
 namespace wsync::bench {
 namespace {
 
+// --round-mib N (with --probe): the arena's size rounded up to N MiB (do
+// sizes in whole large pages remap faster?).
+size_t probe_round_bytes = 0;
+
 struct Mapping {
   CUdeviceptr va = 0;
   CUmemGenericAllocationHandle handle = 0;
@@ -282,6 +286,9 @@ int Run(const std::string& model, const std::string& mode, int worker, int iters
     for (size_t s : sizes) total += s;
     sizes = {total};
     if (probe > 0) {
+      if (probe_round_bytes > 0) {
+        total = (total + probe_round_bytes - 1) / probe_round_bytes * probe_round_bytes;
+      }
       RunProbe(api, prop, access, total, align, probe, iters);
       return 0;
     }
@@ -388,6 +395,8 @@ int main(int argc, char** argv) {
       threads = std::stoi(v);
     else if (k == "--probe")
       probe = std::stoi(v);
+    else if (k == "--round-mib")
+      wsync::bench::probe_round_bytes = static_cast<size_t>(std::stoull(v)) << 20;
     else
       return std::fprintf(stderr, "unknown flag %s\n", k.c_str()), 2;
   }

@@ -48,8 +48,8 @@ bool PrintStatusJson(const v1::SyncStatus& status, double round_trip_ms) {
 // connections or is not trusted; the controller refused the connection
 // (over its limit, not its user: an answer of call_id 0,
 // LaneClient::refused()); the request could not
-// be written; or the controller answered RESOURCE_EXHAUSTED (its waits are
-// full: the sync was not started).
+// be written; or the controller answered that it did not start the call
+// (LaneResponse.not_started: its waits are full).
 struct NotCarried {
   std::string why;
 };
@@ -80,7 +80,7 @@ std::variant<grpc::Status, NotCarried> LaneSync(const std::string& path, const s
   if (!got->has_value())
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
   const v1::LaneResponse& answer = **got;
-  if (answer.code() == static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED)) {
+  if (answer.code() != 0 && answer.not_started()) {
     return NotCarried{absl::StrCat("lane ", path, ": ", answer.message())};
   }
   if (answer.code() != 0) {

@@ -173,7 +173,9 @@ void LaneServer::SyncCall(Conn& c, const v1::LaneRequest& req) {
   // starts: answered after starting, the refusal would read as a failed sync
   // while it runs.
   if (req.sync().wait_ms() > 0 && WaitsFull()) {
-    Send(c, Answer(req.call_id(), WaitsFullError("the sync was not started")));
+    v1::LaneResponse refused = Answer(req.call_id(), WaitsFullError("the sync was not started"));
+    refused.set_not_started(true);
+    Send(c, refused);
     return;
   }
   std::optional<absl::Time> until;
@@ -226,7 +228,9 @@ void LaneServer::AddWait(Conn& c, Wait w) {
       Send(c, resp);
       return;
     }
-    Send(c, Answer(w.call_id, WaitsFullError("wait again later or over gRPC")));
+    v1::LaneResponse refused = Answer(w.call_id, WaitsFullError("wait again later or over gRPC"));
+    refused.set_not_started(true);
+    Send(c, refused);
     return;
   }
   waits_.push_back(std::move(w));

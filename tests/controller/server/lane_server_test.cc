@@ -77,6 +77,7 @@ TEST_F(LaneServerTest, ASyncThatWouldWaitIsRefusedUnstartedWhileTheWaitsAreFull)
   EXPECT_EQ(refused.code(), static_cast<int>(absl::StatusCode::kResourceExhausted))
       << refused.message();
   EXPECT_THAT(refused.message(), HasSubstr("not started"));
+  EXPECT_TRUE(refused.not_started()) << "the caller may make it over gRPC";
   for (const std::string& l : leases_) {
     auto worker = Connect();
     ASSERT_NE(worker, nullptr);

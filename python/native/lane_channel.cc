@@ -78,6 +78,12 @@ std::optional<py::bytes> LaneChannel::Call(const std::string& method, const std:
     if (!got.ok()) ThrowRpcError(kUnavailable, std::string(got.status().message()));
     if (got->has_value()) {
       const v1::LaneResponse& resp = **got;
+      if (resp.code() != 0 && resp.not_started()) {
+        // The controller did not start the call (its lane's waits are full).
+        Warn(absl::StrCat("wsync: control lane ", path_, ": ", resp.message(),
+                          "; this call goes over gRPC"));
+        return std::nullopt;
+      }
       if (resp.code() != 0) ThrowRpcError(resp.code(), resp.message());
       return py::bytes(sync ? resp.sync().SerializeAsString()
                             : resp.wait_sync().SerializeAsString());

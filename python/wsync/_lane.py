@@ -205,7 +205,8 @@ def read_refusal(sock, frames, path):
 
 def result_of(resp, field, where):
     """The call's response message, or its server status as the gRPC path's
-    exception."""
+    exception (CallSteps._result first turns a call the controller did not
+    start into None)."""
     if resp.code != 0:
         raise errors.from_status(resp.code, resp.message, where)
     return getattr(resp, field)
@@ -294,6 +295,17 @@ class CallSteps:
         except ValueError as e:
             raise errors.from_status(_UNAVAILABLE, f"lane {self.path}: {e}", self._where) from None
 
+    def _result(self, resp, field):
+        """The call's response message; None, with a warning, when the
+        controller did not start the call (LaneResponse.not_started: the
+        lane's waits are full), which then goes over gRPC; else as
+        result_of."""
+        if resp.code != 0 and resp.not_started:
+            # warn, _result, call, the client's method.
+            warn(self.path, resp.message, "this call goes over gRPC", 4)
+            return None
+        return result_of(resp, field, self._where)
+
     def _connect(self):
         """True once connected; False while the lane is not to be tried
         again yet; raises Refused where it cannot connect."""
@@ -350,7 +362,7 @@ class LaneChannel(CallSteps):
             raise
         finally:
             self._lock.release()
-        return None if resp is None else result_of(resp, entry[1], self._where)
+        return None if resp is None else self._result(resp, entry[1])
 
     def _call(self, tag, payload, timeout, spin):
         """The LaneResponse of the call, None when it was not run."""

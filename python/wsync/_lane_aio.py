@@ -61,7 +61,7 @@ class AsyncLaneChannel(_lane.CallSteps):
             raise
         finally:
             self._busy = False
-        return None if resp is None else _lane.result_of(resp, entry[1], self._where)
+        return None if resp is None else self._result(resp, entry[1])
 
     async def _call(self, tag, payload, timeout):
         """The LaneResponse of the call, None when it was not run (as

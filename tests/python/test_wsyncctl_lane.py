@@ -2,7 +2,8 @@
 controller's control fast lane, with the same answer, exit code and errors
 as over gRPC; a lane that does not carry it (absent, refusing connections,
 its waits full) warns once and the call goes over gRPC, unless
---lane-required. Real controller and workers reporting on the lane."""
+--lane-required. The Python clients fall back on full waits too. Real controller and workers reporting on the lane."""
+import asyncio
 import json
 import os
 import signal
@@ -10,10 +11,12 @@ import socket
 import subprocess
 import threading
 import time
+import warnings
 
 import pytest
 
 import wsync
+import wsync.aio
 from wsync import _lane
 from wsync._proto import controller_pb2 as pb
 
@@ -71,9 +74,11 @@ def hold_the_lanes_waits(lane, sync_id, count):
     probe = _lane.LaneChannel(lane, TRAINER, "probe")
     for _ in range(100):
         try:
-            probe.call("Sync", pb.SyncRequest(transfer="t", version=2, wait_ms=1000), 5)
-        except wsync.ResourceExhausted:
-            return waiters
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                if probe.call("Sync", pb.SyncRequest(transfer="t", version=2, wait_ms=1000),
+                              5) is None:
+                    return waiters  # not started, to go over gRPC
         except wsync.FailedPrecondition:
             time.sleep(0.05)
     pytest.fail("the lane never held the waits")
@@ -101,6 +106,22 @@ def test_wsyncctl_falls_back_to_grpc_where_the_lane_refuses_unless_required():
             assert req.returncode == 1, req.stdout + req.stderr
             assert "waits already" in req.stderr and "--lane-required" in req.stderr, req.stderr
             assert "in flight" not in req.stderr and "over gRPC" not in req.stderr, req.stderr
+            # The Python clients, both lanes and asyncio, fall back the same
+            # way: a warning, then gRPC's answer.
+            for impl in ("python", "native"):
+                client = wsync.Client(c.address, timeout=10, token=TRAINER, lane=c.lane,
+                                      lane_impl=impl)
+                with pytest.warns(RuntimeWarning, match="waits already"):
+                    with pytest.raises(wsync.FailedPrecondition, match="in flight"):
+                        client.sync(2, transfer="t", wait=1)
+
+            async def aio_sync():
+                client = wsync.aio.Client(c.address, timeout=10, token=TRAINER, lane=c.lane)
+                await client.sync(2, transfer="t", wait=1)
+
+            with pytest.warns(RuntimeWarning, match="waits already"):
+                with pytest.raises(wsync.FailedPrecondition, match="in flight"):
+                    asyncio.run(aio_sync())
         finally:
             os.kill(worker.pid, signal.SIGCONT)
         assert first.wait(timeout=30, show_progress=False).phase == pb.SYNC_SUCCEEDED

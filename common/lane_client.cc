@@ -115,7 +115,7 @@ absl::StatusOr<bool> LaneClient::TakeFrame(uint64_t call_id, v1::LaneResponse* o
     return Broken(absl::UnavailableError(
         out->call_id() == 0
             ? absl::StrCat("lane ", path_,
-                           ": the controller closed the connection: ", out->message())
+                           ": the controller refused the connection: ", out->message())
             : absl::StrCat("lane ", path_, ": response to call ", out->call_id(),
                            " while waiting for call ", call_id)));
   }

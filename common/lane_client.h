@@ -49,7 +49,8 @@ class LaneClient {
 
   bool broken() const { return fd_ < 0; }
   // The controller refused this connection or one of its frames (it sent an
-  // answer with call_id 0, then closed): no call on it was started.
+  // answer with call_id 0, then closed): the call in flight was not started
+  // (earlier calls on the connection were answered in turn).
   bool refused() const { return refused_; }
   const std::string& path() const { return path_; }
   void Close();

@@ -45,11 +45,10 @@ bool PrintStatusJson(const v1::SyncStatus& status, double round_trip_ms) {
 
 // Why the lane did not carry a Sync, when it certainly did not start it
 // (the caller may send it over gRPC then): the lane is absent, refuses
-// connections or is not trusted; the controller refused the connection
-// (over its limit, not its user: an answer of call_id 0,
-// LaneClient::refused()); the request could not
-// be written; or the controller answered that it did not start the call
-// (LaneResponse.not_started: its waits are full).
+// connections or is not trusted; the controller refused the connection (over
+// its limit, not its user: an answer of call_id 0, LaneClient::refused()); the
+// request could not be written; or the controller answered that it did not
+// start the call (LaneResponse.not_started: its waits are full).
 struct NotCarried {
   std::string why;
 };

@@ -56,7 +56,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from peers_cases import BUCKET, make_case, tp_slice  # noqa: E402 (beside this script)
+from peers_cases import BUCKET, make_case, tp_slice  # beside this script
 
 GIB = 1 << 30
 OLD_CASES = ("per_tensor_broadcast", "bucketed_broadcast", "allgather_slice")

@@ -38,6 +38,9 @@
 //                        peer mailboxes; 0: a NCCL round each, the A/B baseline)
 //       [--measure-issue-keys 1]   (CPU only: the data ops' cache-key cost per round, exits)
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
+//       [--staging device_shadow|host_shadow] [--commit copy|swap] [--checksums 1]
+//       [--commit-barrier 1]   (staged: every worker's run ends before any commits)
+//       [--finish-barrier 0]   (staged: the twin's remap after every worker's commit)
 //       [--staging in_place|host_shadow|device_shadow] [--checksums 1] [--commit copy|swap]
 //                                   (staged syncs, docs/staging.md: receivers
 //                                    fill shadows, then commit; bucket checksums)
@@ -262,17 +265,21 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   // A staged run ends with its commit (shadows -> live): the receiver's pause.
   std::vector<double> commit_times;
   std::vector<agent::ShadowSet::CommitTimes> commit_phases;
+  // The barriers are met by every worker of a staged run, whether or not it
+  // receives (a sender has no shadows but must meet its receivers).
+  const bool staged_run = f.staging != v1::STAGING_IN_PLACE;
   auto commit = [&]() -> absl::Status {
-    if (staged->shadows == nullptr) return absl::OkStatus();
-    if (f.commit_barrier) RETURN_IF_ERROR(barrier());
-    const double tc = Now();
-    RETURN_IF_ERROR(staged->shadows->Commit());
-    commit_times.push_back(Now() - tc);
-    commit_phases.push_back(staged->shadows->last_commit_times());
+    if (staged_run && f.commit_barrier) RETURN_IF_ERROR(barrier());
+    if (staged->shadows != nullptr) {
+      const double tc = Now();
+      RETURN_IF_ERROR(staged->shadows->Commit());
+      commit_times.push_back(Now() - tc);
+      commit_phases.push_back(staged->shadows->last_commit_times());
+    }
     // After the pause, before the next sync writes the twin (as the worker
     // does once it reported the commit): a swap commit's other half.
-    if (f.finish_barrier) RETURN_IF_ERROR(barrier());
-    return staged->shadows->FinishSwap();
+    if (staged_run && f.finish_barrier) RETURN_IF_ERROR(barrier());
+    return staged->shadows != nullptr ? staged->shadows->FinishSwap() : absl::OkStatus();
   };
   executor.set_checksums(f.checksums);
   t0 = Now();

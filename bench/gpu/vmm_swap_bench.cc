@@ -14,7 +14,9 @@
 //          first (the pause ends there), then the shadow's range.
 // --align-mib N reserves every range aligned to N MiB (0: the granularity).
 // --probe R (with --arena 1): R fresh arenas in turn, each pause timed per
-// driver call, and with the twin's range unmapped first ("wsync_vmm_probe").
+// driver call, and with the twin's range unmapped first ("wsync_vmm_probe");
+// --round-mib N with it: the arena's size rounded up to N MiB (whole large
+// pages: do they remap faster?).
 // --chunks C --threads T (with --arena 1): the live range mapped as C
 // allocations mapped side by side, and the two-step pause's remap done by T
 // threads, each remapping its share of the chunks (is the driver's
@@ -22,7 +24,7 @@
 // Checks that after a swap the live address reads the shadow's bytes.
 //
 //   wsync_bench_vmm_swap --model llama3-8b [--mode tp1] [--worker 1] [--iters 5] [--arena 0]
-//       [--align-mib 0] [--chunks 0 --threads 1] [--probe 0]
+//       [--align-mib 0] [--chunks 0 --threads 1] [--probe 0 [--round-mib 0]]
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -43,10 +45,6 @@
 
 namespace wsync::bench {
 namespace {
-
-// --round-mib N (with --probe): the arena's size rounded up to N MiB (do
-// sizes in whole large pages remap faster?).
-size_t probe_round_bytes = 0;
 
 struct Mapping {
   CUdeviceptr va = 0;
@@ -109,7 +107,8 @@ double SwapTwoSteps(const cuda::DriverApi& api, const CUmemAccessDesc& access, M
 // pause (does a second mapping of the memory cost the remap?). One RESULT
 // per round: is the pause a property of the allocation or of the process?
 void RunProbe(const cuda::DriverApi& api, const CUmemAllocationProp& prop,
-              const CUmemAccessDesc& access, size_t total, size_t align, int rounds, int iters) {
+              const CUmemAccessDesc& access, size_t total, size_t align, int rounds, int iters,
+              const std::string& model, const std::string& mode, int worker) {
   for (int r = 0; r < rounds; ++r) {
     Mapping live = MapNew(api, prop, access, total, align);
     Mapping twin = MapNew(api, prop, access, total, align);
@@ -141,9 +140,9 @@ void RunProbe(const cuda::DriverApi& api, const CUmemAllocationProp& prop,
       std::swap(live.handle, twin.handle);
     }
     Result(absl::StrFormat(
-        R"({"bench":"wsync_vmm_probe","round":%d,"bytes":%d,"live_va":"%#x","pause_median_s":%.6f,"unmap_median_s":%.6f,"map_median_s":%.6f,"set_access_median_s":%.6f,"twin_unmapped_pause_median_s":%.6f})",
-        r, total, live.va, Median(pause_s), Median(unmap_s), Median(map_s), Median(access_s),
-        Median(alone_s)));
+        R"({"bench":"wsync_vmm_probe","model":"%s","mode":"%s","worker":%d,"round":%d,"bytes":%d,"live_va":"%#x","pause_median_s":%.6f,"unmap_median_s":%.6f,"map_median_s":%.6f,"set_access_median_s":%.6f,"twin_unmapped_pause_median_s":%.6f})",
+        model, mode, worker, r, total, live.va, Median(pause_s), Median(unmap_s), Median(map_s),
+        Median(access_s), Median(alone_s)));
     for (Mapping* m : {&live, &twin}) {
       Check(api.cuMemUnmap(m->va, total), "cuMemUnmap");
       Check(api.cuMemRelease(m->handle), "cuMemRelease");
@@ -252,7 +251,7 @@ int RunChunked(const cuda::DriverApi& api, const CUmemAllocationProp& prop,
 }
 
 int Run(const std::string& model, const std::string& mode, int worker, int iters, bool arena,
-        size_t align, int chunks, int threads, int probe) {
+        size_t align, int chunks, int threads, int probe, size_t round_bytes) {
   CaseParams params;
   params.model = model;
   auto c = MakeCase(params, mode);
@@ -286,10 +285,10 @@ int Run(const std::string& model, const std::string& mode, int worker, int iters
     for (size_t s : sizes) total += s;
     sizes = {total};
     if (probe > 0) {
-      if (probe_round_bytes > 0) {
-        total = (total + probe_round_bytes - 1) / probe_round_bytes * probe_round_bytes;
-      }
-      RunProbe(api, prop, access, total, align, probe, iters);
+      // --round-mib: the size rounded up to N MiB, then to the granularity.
+      if (round_bytes > 0) total = (total + round_bytes - 1) / round_bytes * round_bytes;
+      total = (total + gran - 1) / gran * gran;
+      RunProbe(api, prop, access, total, align, probe, iters, model, mode, worker);
       return 0;
     }
     if (chunks > 0) {
@@ -375,6 +374,7 @@ int main(int argc, char** argv) {
   bool arena = false;
   size_t align = 0;
   int chunks = 0, threads = 1, probe = 0;
+  size_t round_bytes = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--model")
@@ -396,9 +396,13 @@ int main(int argc, char** argv) {
     else if (k == "--probe")
       probe = std::stoi(v);
     else if (k == "--round-mib")
-      wsync::bench::probe_round_bytes = static_cast<size_t>(std::stoull(v)) << 20;
+      round_bytes = static_cast<size_t>(std::stoull(v)) << 20;
     else
       return std::fprintf(stderr, "unknown flag %s\n", k.c_str()), 2;
   }
-  return wsync::bench::Run(model, mode, worker, iters, arena, align, chunks, threads, probe);
+  if ((probe > 0 || round_bytes > 0) && (!arena || probe <= 0)) {
+    return std::fprintf(stderr, "--probe needs --arena 1; --round-mib needs --probe\n"), 2;
+  }
+  return wsync::bench::Run(model, mode, worker, iters, arena, align, chunks, threads, probe,
+                           round_bytes);
 }

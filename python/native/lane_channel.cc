@@ -75,6 +75,15 @@ std::optional<py::bytes> LaneChannel::Call(const std::string& method, const std:
           *id, std::min({deadline, t + kSignalCheck, spin ? spin_until : absl::InfiniteFuture()}),
           spin);
     }
+    if (!got.ok() && client_->refused()) {
+      // The controller refused the connection (over its limit): the call
+      // never ran, as the pure-Python lane's refusal.
+      client_.reset();
+      retry_after_ = absl::Now() + kRetryAfter;
+      Warn(absl::StrCat("wsync: control lane ", path_, ": ", got.status().message(),
+                        "; calls go over gRPC (the lane is tried again in 10 s)"));
+      return std::nullopt;
+    }
     if (!got.ok()) ThrowRpcError(kUnavailable, std::string(got.status().message()));
     if (got->has_value()) {
       const v1::LaneResponse& resp = **got;

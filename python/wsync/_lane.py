@@ -15,8 +15,11 @@ certainly not run by the controller: the lane is absent, its listener is not
 trusted, the connection was refused or closed before the request was
 written, the controller refused the connection (an answer with call_id 0),
 or the request is over the lane's limit. Each of those warns
-(RuntimeWarning); the lane is tried again RETRY_AFTER_S later. Once a
-request is written, the call's outcome is the lane's: the server's status
+(RuntimeWarning); the lane is tried again RETRY_AFTER_S later. The
+controller may also answer a call it did not start (LaneResponse.not_started:
+its waits are full): None with a warning too, the connection kept and tried
+at once for the next call. Otherwise, once a request is written, the call's
+outcome is the lane's: the server's status
 becomes the same wsync exception as over gRPC (errors.from_status), and a
 connection lost mid-call raises Unavailable (the call may have run; a Sync
 is never sent twice).

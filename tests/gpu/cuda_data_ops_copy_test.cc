@@ -3,14 +3,11 @@
 // in cuda_data_ops_test.cc).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <random>
 #include <thread>
 
 #include "absl/time/clock.h"
-#include "common/cast.h"
 #include "tests/gpu/cuda_data_ops_fixture.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "worker/backends/cuda/cuda_data_ops.h"
@@ -19,7 +16,6 @@
 namespace wsync::cuda {
 namespace {
 
-using exec::StridedView;
 using testing::FirstDiff;
 using testing::TwinBuffer;
 using testing::View;

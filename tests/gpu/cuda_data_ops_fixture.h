@@ -17,17 +17,16 @@
 
 namespace wsync::cuda::testing_ops {
 
-using exec::StridedView;
-using testing::View;
-
-constexpr DType kFloats[] = {v1::FP32, v1::BF16, v1::FP16, v1::FP8_E4M3, v1::FP8_E5M2};
+inline constexpr DType kFloats[] = {v1::FP32, v1::BF16, v1::FP16, v1::FP8_E4M3, v1::FP8_E5M2};
 
 // A view described by offsets, resolved against the host or device buffer.
 struct ViewSpec {
   int64_t offset = 0;
   DType dtype = v1::BF16;
   std::vector<int64_t> shape, strides;
-  StridedView On(void* base) const { return View(base, offset, dtype, shape, strides); }
+  exec::StridedView On(void* base) const {
+    return testing::View(base, offset, dtype, shape, strides);
+  }
   int64_t Elements() const {
     int64_t n = 1;
     for (int64_t s : shape) n *= s;

@@ -6,12 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <random>
-#include <thread>
 
-#include "absl/time/clock.h"
 #include "common/cast.h"
 #include "tests/gpu/cuda_data_ops_fixture.h"
 #include "tests/gpu/gpu_test_util.h"

@@ -5,6 +5,7 @@ workers reporting on the lane; the same answers and exceptions as over gRPC;
 fallbacks (absent lane, a listener of another user, the controller's
 refusal, a request over the limit) warn and go over gRPC; answers over the
 limit, a trainer that leaves mid-sync, an interrupted wait."""
+import importlib.util
 import os
 import signal
 import socket
@@ -179,6 +180,16 @@ def test_answers_over_the_limit_and_refusals(lane_cluster, tmp_path):
         status = client.sync(1, transfer="t", wait=30).wait(timeout=30, show_progress=False)
     assert status.phase == pb.SYNC_SUCCEEDED
     no.close()
+    # The native lane reads the refusal the same way (LaneClient::refused).
+    if importlib.util.find_spec("wsync._native") is not None:
+        no = FakeLane(str(tmp_path / "no2.sock"), lambda _: frame(refusal))
+        client = wsync.Client(lane_cluster.address, timeout=10, token=TRAINER,
+                              lane=str(tmp_path / "no2.sock"), lane_impl="native")
+        with pytest.warns(RuntimeWarning,
+                          match="refused the connection: only the controller's user"):
+            status = client.sync(2, transfer="t", wait=30).wait(timeout=30, show_progress=False)
+        assert status.phase == pb.SYNC_SUCCEEDED
+        no.close()
     # A request over the lane's 16 MiB: refused before a byte is written,
     # the call goes over gRPC (unreachable here: gRPC's own error).
     seen = []

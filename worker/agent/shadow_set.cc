@@ -202,8 +202,8 @@ absl::Status ShadowSet::RunCopies(const std::vector<exec::CopyItem>& items,
 }
 
 absl::Status ShadowSet::Commit() {
-  if (twin_ != nullptr) return CommitSwap();
   commit_times_ = CommitTimes{};
+  if (twin_ != nullptr) return CommitSwap();
   Lap lap;
   absl::Status s = RunCopies(commit_items_, commit_names_, "commit (shadow -> live)");
   commit_times_.copy_s = lap();

@@ -29,6 +29,7 @@
 #ifndef WSYNC_WORKER_AGENT_SHADOW_SET_H_
 #define WSYNC_WORKER_AGENT_SHADOW_SET_H_
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -36,7 +37,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/time/clock.h"
 #include "common/shadow_extents.h"
 #include "worker/agent/weight_arenas.h"
 #include "worker/exec/buffer_registry.h"
@@ -48,6 +48,22 @@ namespace wsync::agent {
 
 class ShadowSet {
  public:
+  // Where the last Commit's time went, in seconds (all 0 before the first,
+  // and the phases a failed one did not reach):
+  //   wait_ops_s  a swap commit's wait for the set's own copy stream (the
+  //               sync's writes into the twin are waited for by the swap's
+  //               device-wide synchronisation, in swap_s); 0 for a copy
+  //               commit;
+  //   copy_s      the copies: a swap commit's arena bytes the part does not
+  //               write (live -> twin), a copy commit's every written view;
+  //   swap_s      a swap commit's plane::SwapArena::BeginSwap: the wait for
+  //               the whole device, then the live range's remap.
+  struct CommitTimes {
+    double wait_ops_s = 0;
+    double copy_s = 0;
+    double swap_s = 0;
+  };
+
   // `backend` is not owned and outlives the set. `budget_bytes` (the
   // worker's --staging_budget_bytes; 0: no limit) bounds bytes(). `arenas`
   // (not owned, may be null: no swap commits) outlives the set.
@@ -89,15 +105,6 @@ class ShadowSet {
   // one arena (a view that does not list as byte runs for a swap:
   // swap_runs.h); "" otherwise. Logged once each time it changes.
   const std::string& copy_reason() const { return copy_reason_; }
-  // Where the last Commit's time went (seconds): waiting for the data ops,
-  // the copies (a swap commit: the bytes the part does not write; a copy
-  // commit: everything), and a swap commit's remap of the live range
-  // (plane::SwapArena::BeginSwap, including its wait for the device).
-  struct CommitTimes {
-    double wait_ops_s = 0;
-    double copy_s = 0;
-    double swap_s = 0;
-  };
   const CommitTimes& last_commit_times() const { return commit_times_; }
   // After a rollback: the shadows hold part of a version; refilled from the
   // live buffers before their next use.
@@ -106,18 +113,18 @@ class ShadowSet {
   void Clear();
 
  private:
-  // Seconds since construction or the previous call.
+  // Seconds since construction or the previous call (a steady clock).
   class Lap {
    public:
     double operator()() {
-      const absl::Time now = absl::Now();
-      const double s = absl::ToDoubleSeconds(now - last_);
+      const auto now = std::chrono::steady_clock::now();
+      const double s = std::chrono::duration<double>(now - last_).count();
       last_ = now;
       return s;
     }
 
    private:
-    absl::Time last_ = absl::Now();
+    std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
   };
   struct Shadow {
     exec::RegisteredBuffer live;

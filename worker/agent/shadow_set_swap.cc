@@ -190,9 +190,9 @@ absl::Status ShadowSet::PlanSwapCommit(const std::map<std::string, BufferWrites>
 absl::Status ShadowSet::CommitSwap() {
   RETURN_IF_ERROR(EnsureOps());
   const std::string what = absl::StrCat(who_, ": swap commit of ", arena_->Describe());
-  commit_times_ = CommitTimes{};
   Lap lap;
-  // The data ops' writes into the twin are done before anything moves.
+  // The set's own copies (the twin's fill) are done before anything moves;
+  // the sync's writes into the twin end with BeginSwap's wait for the device.
   if (absl::Status s = ops_->Synchronize(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(what, ": waiting for the data ops: ", s.message()));
   }

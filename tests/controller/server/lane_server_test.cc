@@ -78,12 +78,23 @@ TEST_F(LaneServerTest, ASyncThatWouldWaitIsRefusedUnstartedWhileTheWaitsAreFull)
       << refused.message();
   EXPECT_THAT(refused.message(), HasSubstr("not started"));
   EXPECT_TRUE(refused.not_started()) << "the caller may make it over gRPC";
+  bool waited = false;
   for (const std::string& l : leases_) {
     auto worker = Connect();
     ASSERT_NE(worker, nullptr);
     ASSERT_EQ(Call(*worker, Hello(l)).code(), 0);
     const v1::SyncAssignment a = Next(l, tokens_[l]);
     EXPECT_EQ(a.version(), 1) << "version 2 never started";
+    if (!waited) {
+      // Version 1 runs and holds the lane's one wait: a WaitSync of it is
+      // refused unstarted too.
+      waited = true;
+      v1::LaneRequest wait;
+      wait.mutable_wait_sync()->set_sync_id(a.sync_id());
+      const v1::LaneResponse w = Call(*second, wait);
+      EXPECT_EQ(w.code(), static_cast<int>(absl::StatusCode::kResourceExhausted)) << w.message();
+      EXPECT_TRUE(w.not_started());
+    }
     EXPECT_EQ(Call(*worker, Report(l, a.sync_id())).code(), 0);
   }
   auto answer = first->Receive(*id, absl::Now() + absl::Seconds(5), false);

@@ -1,11 +1,7 @@
 // SyncCoordinator when syncs fail: errors, aborts, lost leases and peers,
 // cancels (the real planner, workers simulated by calls).
-#include <atomic>
-#include <iostream>
 #include <map>
-#include <thread>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "controller/server/controller.h"
 #include "gmock/gmock.h"

@@ -240,5 +240,33 @@ TEST(PlanClassesTest, MappingEntriesArePartOfTheClass) {
   ExpectSamePlanEitherWay(spec);
 }
 
+// Block fp8 layers: fsdp:3 rows cut blocks (receiver-side quantization,
+// QuantGroups rooted for relays over 2 replicas) and whole blocks (sender
+// side). Layers l1 and l2 copy l0's cells, QuantGroups and forwarding cells.
+TEST(PlanClassesTest, BlockFp8LayersCopyTheirQuantGroups) {
+  v1::Side src = Side("trainer", Range(0, 3), 4);
+  v1::Side dst = Side("infer", Range(4, 4), 2);
+  for (int l = 0; l < 3; ++l) {
+    const std::string name = "l" + std::to_string(l) + ".w";
+    Mesh(&src, name, {512, 256}, {3}, {Sh(0)}, v1::BF16);
+    v1::TensorLayout* t = Mesh(&dst, name, {512, 256}, {2, 2}, {Rep(), Sh(0)}, v1::FP8_E4M3);
+    t->mutable_block_quantization()->set_scale_tensor(name + "_scale");
+    Mesh(&dst, name + "_scale", {4, 2}, {2, 2}, {Rep(), Sh(0)}, v1::FP32);
+  }
+  v1::TransferSpec spec = Spec(src, dst);
+  spec.mutable_options()->set_bucket_bytes(65536);
+  const Classes c = ClassesOf(spec);
+  EXPECT_EQ(c.Dst("l1.w"), c.Dst("l0.w"));
+  EXPECT_EQ(c.Dst("l2.w"), c.Dst("l0.w"));
+  EXPECT_EQ(c.Dst("l0.w_scale"), -1);  // written by quantization, no cells
+  EXPECT_EQ(c.copied, 2);
+  ExpectSamePlanEitherWay(spec);
+  absl::StatusOr<v1::Plan> plan = BuildPlan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->quantizes_size() % 3, 0);
+  EXPECT_GT(plan->quantizes_size(), 0);
+  EXPECT_GT(plan->summary().num_relay_pieces(), 0);
+}
+
 }  // namespace
 }  // namespace wsync::plan

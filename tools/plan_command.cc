@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/checked_math.h"
@@ -46,6 +47,9 @@ void PlanUsage(FILE* out) {
                "                    at most 2^32): every buffer up to its furthest fragment,\n"
                "                    strides counted\n"
                "  --top N           workers listed in the summary (default 10)\n"
+               "  --stages          print each stage's CPU and wall time and resident memory\n"
+               "                    (building the spec, the planner's stages, the simulator,\n"
+               "                    the JSON) to stderr\n"
                "  --rounds          also list every round's simulated time and critical worker\n"
                "  --max-pieces N    refuse a plan of more pieces (default 4000000, as\n"
                "                    wsync-controller's --max_plan_pieces; 0: no limit). A spec\n"
@@ -152,10 +156,10 @@ void PrintSummary(const v1::TransferSpec& spec, const v1::Plan& plan,
 }  // namespace
 
 int RunPlanCommand(const std::vector<std::string>& argv) {
-  FlagSpec flags{
-      {"top", "verify-max-gib", "max-pieces", "max-buckets", "nvlink-gbps", "nic-gbps", "copy-gbps",
-       "round-latency-us"},
-      {"json", "pretty", "verify", "rounds", "help", "nccl-net", "sim-json", "sim-rates-only"}};
+  FlagSpec flags{{"top", "verify-max-gib", "max-pieces", "max-buckets", "nvlink-gbps", "nic-gbps",
+                  "copy-gbps", "round-latency-us"},
+                 {"json", "pretty", "verify", "rounds", "help", "nccl-net", "sim-json",
+                  "sim-rates-only", "stages"}};
   AddCaseFlags(&flags);
   auto args = ParseArgs(argv, flags);
   if (!args.ok()) {
@@ -182,6 +186,13 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   }
   build.max_pieces = *max_pieces;
   build.max_buckets = *max_buckets;
+  std::vector<plan::StageCost> stages;
+  plan::StageClock clock(args->Has("stages") ? &stages : nullptr);
+  if (args->Has("stages")) build.stages = &stages;
+  // Printed however the command ends: a refused plan shows how far it got.
+  absl::Cleanup print_stages = [&] {
+    if (args->Has("stages")) std::fputs(plan::StageTable(stages).c_str(), stderr);
+  };
   const bool from_case = HasCaseFlags(*args);
   if (from_case == (args->positional().size() == 1) || args->positional().size() > 1) {
     spdlog::error("plan: give exactly one of SPEC.json or --model/--source/--destination");
@@ -198,12 +209,14 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   v1::PlanOptions sim_options = spec->options();
   if (absl::Status s = ApplyLinkFlags(*args, &sim_options); !s.ok()) return Fail(kExitUsage, s);
   if (!args->Has("sim-rates-only")) *spec->mutable_options() = sim_options;
+  clock.Mark(from_case ? "catalog spec" : "read spec");
 
   // On the plan arena, as the controller's plan cache builds it.
   std::shared_ptr<google::protobuf::Arena> arena = plan::NewPlanArena();
   v1::Plan* plan = google::protobuf::Arena::CreateMessage<v1::Plan>(arena.get());
   absl::Status built = plan::BuildPlanInto(*spec, plan, build);
   if (!built.ok()) return Fail(kExitFailed, built);
+  clock.Mark("plan (sum of the above)", /*aggregate=*/true);
 
   // The simulator: always for the text summary; with --json (stdout is the
   // plan) when a flag asks for it, its lines on stderr.
@@ -213,11 +226,13 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
     auto simulated = SimulatePlanForArgs(*args, *spec, sim_options, *plan);
     if (!simulated.ok()) return Fail(kExitFailed, simulated.status());
     sim = std::move(*simulated);
+    clock.Mark("simulate");
   }
   if (json) {
     auto text = ToJson(*plan, args->Has("pretty"));
     if (!text.ok()) return Fail(kExitFailed, text.status());
     std::cout << *text << "\n" << std::flush;
+    clock.Mark("json");
     if (sim.has_value()) {
       std::fputs(SimulatorLine(*plan, sim->result).c_str(), stderr);
       PrintSimulationLines(*args, *plan, *sim, stderr);

@@ -160,6 +160,8 @@ void IndexHolderGroups(const Work& w, int rank, std::vector<int32_t> groups, Sou
   }
 }
 
+}  // namespace
+
 absl::Status BuildHolderGroups(Work* w) {
   w->source_index.resize(w->src->tensors.size());
   for (size_t t = 0; t < w->src->tensors.size(); ++t) {
@@ -195,12 +197,14 @@ void BuildDstGroups(Work* w) {
   }
 }
 
+namespace {
+
 class CellBuilder {
  public:
   explicit CellBuilder(Work* w) : w_(w) {}
 
-  absl::Status Run() {
-    for (size_t gi = 0; gi < w_->dst_groups.size(); ++gi) {
+  absl::Status Run(int32_t begin, int32_t end) {
+    for (int32_t gi = begin; gi < end; ++gi) {
       const DstGroup& g = w_->dst_groups[gi];
       const CompiledTensor& dt = w_->dst->tensors[g.dst_tensor];
       const CompiledFragment& df = dt.fragments[g.frag_begin];
@@ -216,13 +220,13 @@ class CellBuilder {
         Region rd;
         if (!IntersectElemBox(dbox, m.dst_offset.data(), m.dst_length.data(), &rd)) continue;
         Region rs = DstToSrc(m, rd);
-        if (absl::Status st = AddCells(static_cast<int32_t>(gi), mid, rs, &covered); !st.ok()) {
+        if (absl::Status st = AddCells(gi, mid, rs, &covered); !st.ok()) {
           return st;
         }
       }
       if (covered != dbox.Elems()) return Uncovered(g, dbox);
       if (dt.quantized()) {
-        if (absl::Status st = EmitQuantCells(w_, static_cast<int32_t>(gi), &quant_); !st.ok()) {
+        if (absl::Status st = EmitQuantCells(w_, gi, &quant_); !st.ok()) {
           return st;
         }
         quant_.clear();
@@ -466,10 +470,8 @@ class CellBuilder {
 
 }  // namespace
 
-absl::Status BuildCells(Work* w) {
-  if (absl::Status st = BuildHolderGroups(w); !st.ok()) return st;
-  BuildDstGroups(w);
-  return CellBuilder(w).Run();
+absl::Status BuildGroupCells(Work* w, int32_t group_begin, int32_t group_end) {
+  return CellBuilder(w).Run(group_begin, group_end);
 }
 
 void SplitElemBox(const ElemBox& b, int64_t max_elems, std::vector<ElemBox>* out) {

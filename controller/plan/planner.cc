@@ -213,6 +213,7 @@ absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const Compi
   using namespace planner_detail;  // NOLINT
   out->Clear();
   const auto start = std::chrono::steady_clock::now();
+  StageClock clock(build.stages);
   Work w;
   w.spec = &spec;
   w.src = &source;
@@ -250,8 +251,14 @@ absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const Compi
     RETURN_IF_ERROR(CheckPlanLimit("buckets (at least: destination bytes / bucket size)",
                                    total / w.opt.pack_bytes, build.max_buckets, kBucketsFlag));
   }
+  clock.Mark("index workers");
   RETURN_IF_ERROR(ValidateAndMap(&w));
-  RETURN_IF_ERROR(BuildCells(&w));
+  clock.Mark("validate, map");
+  int32_t copied = 0;
+  RETURN_IF_ERROR(BuildCells(&w, build.tensor_classes, &copied));
+  if (build.stages != nullptr) {
+    clock.Mark(absl::StrCat("cells (", copied, " of ", destination.tensors.size(), " copied)"));
+  }
   // Each cell becomes at least one piece.
   RETURN_IF_ERROR(CheckPlanLimit("pieces (at least: cells)", static_cast<int64_t>(w.cells.size()),
                                  build.max_pieces, kPiecesFlag));
@@ -261,15 +268,20 @@ absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const Compi
     w.routing_bound_term = bound.term;
     SplitCellsForRouting(&w, bound.data_seconds, bound.one_round_seconds);
   }
+  clock.Mark("bound, fan-out split");
   RETURN_IF_ERROR(ChooseSources(&w));
+  clock.Mark("sources");
   RETURN_IF_ERROR(PackBuckets(&w));
+  clock.Mark("buckets");
   RETURN_IF_ERROR(CheckPlanLimit("buckets", static_cast<int64_t>(w.buckets.size()),
                                  build.max_buckets, kBucketsFlag));
   RETURN_IF_ERROR(CheckPlanLimit("pieces", static_cast<int64_t>(w.xfers.size()), build.max_pieces,
                                  kPiecesFlag));
   RETURN_IF_ERROR(AssignRounds(&w));
+  clock.Mark("rounds");
   out->set_key(PlanKey(spec));
   RETURN_IF_ERROR(Emit(w, build.summary_only, out));
+  clock.Mark("emit");
   if (build.record_plan_seconds) {
     out->mutable_summary()->set_plan_seconds(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -285,6 +297,7 @@ absl::StatusOr<v1::Plan> BuildPlan(const v1::TransferSpec& spec, const BuildOpti
 
 absl::Status BuildPlanInto(const v1::TransferSpec& spec, v1::Plan* out, const BuildOptions& build) {
   const auto start = std::chrono::steady_clock::now();
+  StageClock clock(build.stages);
   // Before compiling: a spec of millions of source shards is refused here, in
   // milliseconds, not after gigabytes of fragments and cells.
   if (build.max_pieces > 0) {
@@ -294,9 +307,12 @@ absl::Status BuildPlanInto(const v1::TransferSpec& spec, v1::Plan* out, const Bu
         "every source shard a mapping reads is a piece of its own: fewer, larger shards "
         "(e.g. stacked experts) or a higher limit"));
   }
+  clock.Mark("estimate pieces");
   ASSIGN_OR_RETURN(CompiledSide source, CompileSide(spec.source(), SideRole::kSource));
+  clock.Mark("compile source");
   ASSIGN_OR_RETURN(CompiledSide destination,
                    CompileSide(spec.destination(), SideRole::kDestination));
+  clock.Mark("compile destination");
   RETURN_IF_ERROR(BuildPlanFromCompiledInto(spec, source, destination, out, build));
   if (build.record_plan_seconds) {
     out->mutable_summary()->set_plan_seconds(

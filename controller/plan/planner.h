@@ -4,16 +4,19 @@
 // input, except summary.plan_seconds, the wall time).
 //
 // Stages: plan_validate.cc (spec checks), plan_mapping.cc (regions -> cells;
-// block fp8 in plan_quant.cc), plan_sources.cc (replicas, relays, reduces),
+// block fp8 in plan_quant.cc; once per tensor class, plan_classes.h and
+// plan_class_cells.cc), plan_sources.cc (replicas, relays, reduces),
 // plan_buckets.cc, plan_rounds.cc (+ plan_units.cc), plan_emit.cc (+ plan_summary.cc).
 #ifndef WSYNC_CONTROLLER_PLAN_PLANNER_H_
 #define WSYNC_CONTROLLER_PLAN_PLANNER_H_
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "controller/plan/compiled_layout.h"
+#include "controller/plan/plan_stages.h"
 #include "wsync/v1/layout.pb.h"
 #include "wsync/v1/plan.pb.h"
 
@@ -41,6 +44,13 @@ struct BuildOptions {
   // (wsync-controller's --max_plan_buckets / --max_plan_pieces).
   int64_t max_buckets = 0;
   int64_t max_pieces = 0;
+  // When set, one StageCost per planner stage is appended (measurement only;
+  // the plan does not depend on it).
+  std::vector<StageCost>* stages = nullptr;
+  // Map tensors into cells once per tensor class (identically laid-out
+  // tensors, plan_classes.h) and copy the result to the class's other
+  // members. The plan is the same either way; off: every tensor computed.
+  bool tensor_classes = true;
 };
 
 absl::StatusOr<v1::Plan> BuildPlan(const v1::TransferSpec& spec,

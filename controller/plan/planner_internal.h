@@ -75,6 +75,13 @@ class BoxArena {
     for (int d = 0; d < rank(id); ++d) n *= length(id)[d];
     return n;
   }
+  // The arena's end: the id the next Add returns.
+  int32_t end() const { return static_cast<int32_t>(data_.size()); }
+  // Appends a copy of the boxes [begin, end) (ids of boxes added
+  // consecutively); box id i of them is i + (the old end() - begin) after.
+  void AppendCopy(int32_t begin, int32_t end) {
+    for (int32_t i = begin; i < end; ++i) data_.push_back(data_[i]);
+  }
   BoxNd ToBox(int32_t id) const {
     BoxNd b;
     b.offset.assign(offset(id), offset(id) + rank(id));
@@ -284,7 +291,17 @@ struct Work {
 absl::Status ResolveOptions(const v1::PlanOptions& in, Options* out);
 absl::Status IndexWorkers(Work* w);
 absl::Status ValidateAndMap(Work* w);  // plan_validate.cc: casts, mappings
-absl::Status BuildCells(Work* w);      // plan_mapping.cc
+// plan_class_cells.cc: holder groups, DstGroups, then the cells of every
+// DstGroup, one tensor of each class (plan_classes.h) computed and the
+// others' copied from it with their ids translated (`classes` false: all
+// computed). `*copied` (optional): the destination tensors whose cells were
+// copied.
+absl::Status BuildCells(Work* w, bool classes = true, int32_t* copied = nullptr);
+// plan_mapping.cc, the parts of BuildCells: every source tensor's holder
+// groups and SourceIndex; the DstGroups; the cells of DstGroups [begin, end).
+absl::Status BuildHolderGroups(Work* w);
+void BuildDstGroups(Work* w);
+absl::Status BuildGroupCells(Work* w, int32_t group_begin, int32_t group_end);
 // plan_fanout.cc: cells cut into shares / pipelined chunks, relays off when
 // one round is the better bound (the data_seconds / one_round_seconds of the
 // routing-independent bound, plan_bound.h).

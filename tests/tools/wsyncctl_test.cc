@@ -183,6 +183,27 @@ TEST(WsyncctlTest, PlanLimitsRefuseBeforePlanning) {
   EXPECT_EQ(r.code, 0) << r.out;
 }
 
+// --stages: one line per stage on stderr (stdout keeps the plan), the
+// mapping stage saying how many tensors it copied from their class; a plan
+// refused over a limit shows the stages it reached.
+TEST(WsyncctlTest, StagesPrintEachStageAlsoWhenRefused) {
+  Result r = CtlStderr(absl::StrCat("plan ", kTinyCase, " --json --stages"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* stage : {"catalog spec", "compile source", "compile destination", "sources",
+                            "buckets", "rounds", "emit", "json", "total"}) {
+    EXPECT_NE(r.out.find(absl::StrCat("  ", stage, " ")), std::string::npos) << stage << r.out;
+  }
+  // tiny-llama's two layers are alike: the second layer's tensors are copies.
+  EXPECT_NE(r.out.find("cells ("), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("cells (0 of"), std::string::npos) << r.out;
+  r = CtlStderr(absl::StrCat("plan ", kTinyCase, " --stages --max-buckets 1"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("  compile destination "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("  emit "), std::string::npos) << r.out;
+  r = CtlStdout(absl::StrCat("plan ", kTinyCase, " --stages"));
+  EXPECT_EQ(r.out.find("  emit "), std::string::npos) << "stages went to stdout: " << r.out;
+}
+
 TEST(WsyncctlTest, VerifyRefusesHugeModels) {
   Result r =
       Ctl("plan --model llama3-70b --source fsdp:8 --destination vllm-tp:8 --verify "

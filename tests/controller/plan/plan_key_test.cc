@@ -9,8 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "controller/plan/planner.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "gtest/gtest.h"
 #include "tests/controller/plan/planner_test_util.h"
 
@@ -29,13 +27,7 @@ std::string KeyByDefinition(const v1::TransferSpec& spec) {
     }
   };
   auto part = [&](const google::protobuf::Message& m) {
-    std::string bytes;
-    {
-      google::protobuf::io::StringOutputStream sos(&bytes);
-      google::protobuf::io::CodedOutputStream cos(&sos);
-      cos.SetSerializationDeterministic(true);
-      m.SerializeToCodedStream(&cos);
-    }
+    const std::string bytes = DeterministicBytes(m);
     fnv(absl::StrCat(bytes.size(), ":"));
     fnv(bytes);
   };

@@ -11,6 +11,9 @@
 #include "controller/plan/plan_estimate.h"
 #include "controller/plan/planner.h"
 #include "controller/verify/replay.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/message.h"
 #include "gtest/gtest.h"
 #include "wsync/v1/layout.pb.h"
 #include "wsync/v1/plan.pb.h"
@@ -23,6 +26,17 @@ struct Gen {
   int Int(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
   bool Coin(double p = 0.5) { return std::bernoulli_distribution(p)(rng); }
 };
+
+// `m` serialized deterministically (map fields in key order): equal
+// messages give equal bytes.
+inline std::string DeterministicBytes(const google::protobuf::Message& m) {
+  std::string s;
+  google::protobuf::io::StringOutputStream out(&s);
+  google::protobuf::io::CodedOutputStream cos(&out);
+  cos.SetSerializationDeterministic(true);
+  m.SerializeToCodedStream(&cos);
+  return s;
+}
 
 inline v1::Placement Sh(int dim) {
   v1::Placement p;

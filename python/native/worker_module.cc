@@ -74,7 +74,7 @@ WorkerPtr Make(const std::string& controller,
                int64_t staging_budget_bytes, const std::string& instance_id,
                const std::string& controller_ca, const std::string& cert, const std::string& key,
                const std::string& local_socket, int64_t busy_poll_ms,
-               const std::string& controller_lane) {
+               const std::string& controller_lane, double flip_ack_wait_s) {
   EmbeddedOptions o;
   o.controller = controller;
   // TLS when a CA names the controller's issuer; plaintext otherwise.
@@ -101,6 +101,7 @@ WorkerPtr Make(const std::string& controller,
   o.local_socket = local_socket;
   o.busy_poll_ms = busy_poll_ms;
   o.controller_lane = controller_lane;
+  o.flip_ack_wait = absl::Seconds(flip_ack_wait_s);
   absl::StatusOr<std::unique_ptr<EmbeddedWorker>> w;
   {
     py::gil_scoped_release nogil;
@@ -183,6 +184,16 @@ WeightArena CreateArena(EmbeddedWorker& w, int64_t bytes, int device, const std:
   return *std::move(a);
 }
 
+py::tuple CreateFlipArenas(EmbeddedWorker& w, int64_t bytes, int device, const std::string& name) {
+  absl::StatusOr<std::pair<WeightArena, WeightArena>> p;
+  {
+    py::gil_scoped_release nogil;
+    p = w.CreateFlipArenas(device, bytes, name);
+  }
+  if (!p.ok()) Raise(p.status());
+  return py::make_tuple(std::move(p->first), std::move(p->second));
+}
+
 // A host arena's bytes as a writable uint8 buffer (numpy.frombuffer,
 // torch.frombuffer); views over it keep the arena alive.
 py::buffer_info ArenaBuffer(WeightArena& a) {
@@ -225,9 +236,11 @@ class Events {
     d["error"] = e.error();
     d["untouched"] = e.untouched();
     d["serving_version"] = e.serving_version();
-    // "committed" only: "swap" or "copy" (docs/commit-swap.md), the pause.
+    // "committed" only: "swap", "flip" or "copy" (docs/commit-swap.md,
+    // docs/commit-flip.md), the pause; a flip: the arena now serving.
     d["commit_kind"] = e.commit_kind();
     d["commit_seconds"] = e.commit_seconds();
+    d["flipped_onto"] = e.flipped_onto();
     return d;
   }
   void Close() {
@@ -272,7 +285,7 @@ void BindWorker(py::module_& m) {
            py::arg("staging_budget_bytes") = 0, py::arg("instance_id") = "",
            py::arg("controller_ca") = "", py::arg("cert") = "", py::arg("key") = "",
            py::arg("local_socket") = "", py::arg("busy_poll_ms") = 0,
-           py::arg("controller_lane") = "")
+           py::arg("controller_lane") = "", py::arg("flip_ack_wait_s") = 30.0)
       .def("start",
            [](EmbeddedWorker& w) {
              absl::Status s;
@@ -287,6 +300,19 @@ void BindWorker(py::module_& m) {
       .def("status", &Status)
       .def("create_weight_arena", &CreateArena, py::arg("bytes"), py::arg("device") = -1,
            py::arg("name") = "")
+      .def("create_flip_arenas", &CreateFlipArenas, py::arg("bytes"), py::arg("device") = -1,
+           py::arg("name") = "")
+      .def(
+          "ack_flip",
+          [](EmbeddedWorker& w, int64_t handle) {
+            absl::Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = w.AckFlip(handle);
+            }
+            Check(s);
+          },
+          py::arg("handle"))
       .def(
           "free_weight_arena",
           [](EmbeddedWorker& w, int64_t handle) {

@@ -149,13 +149,16 @@ class Worker:
     `controller_lane`: the controller's control fast lane (its --lane_socket;
     wsync-worker's --controller_lane): results are reported on that Unix
     socket, over gRPC when it is absent or refuses; None (default):
-    $WSYNC_CONTROLLER_LANE, else gRPC only."""
+    $WSYNC_CONTROLLER_LANE, else gRPC only.
+    `flip_ack_wait`: seconds a staged sync into a flip pair of arenas
+    (wsync.torch.pack_into_flip_arenas, docs/commit-flip.md) waits for the
+    owner's acknowledgement of the pair's last flip before it fails."""
 
     def __init__(self, controller, groups, *, device=None, node="", data_address="127.0.0.1",
                  metrics_port=None, metrics_host="127.0.0.1", round_timeout=60.0,
                  staging_limit_bytes=0, staging_budget_bytes=0, instance_id="", controller_ca="",
                  cert="", key="", local_socket=None, busy_poll_ms=None, controller_lane=None,
-                 start=True):
+                 flip_ack_wait=30.0, start=True):
         self.groups = parse_groups(groups)
         self.device = -1 if device is None else int(device)  # -1: host memory
         if busy_poll_ms is None:
@@ -176,7 +179,8 @@ class Worker:
                         controller_ca=controller_ca, cert=cert, key=key,
                         local_socket=local_socket or "", busy_poll_ms=int(busy_poll_ms),
                         controller_lane=controller_lane if controller_lane is not None
-                        else os.environ.get("WSYNC_CONTROLLER_LANE", ""))
+                        else os.environ.get("WSYNC_CONTROLLER_LANE", ""),
+                        flip_ack_wait_s=float(flip_ack_wait))
         self.local_socket = local_socket or None
         self._lock = threading.Lock()
         self._registered = {}  # (group, name) -> (tensor, data_ptr)
@@ -256,6 +260,18 @@ class Worker:
                     or dtypes.value(now.dtype) != p.dtype):
                 moved.setdefault(group, []).append(name)
         return moved
+
+    def _follow(self, tensors):
+        """After a flip commit moved the registered memory of `tensors`
+        ({name: tensor}, rebound by the owner): records their new memory, as
+        the worker already holds it (FlipArenas.flip), so stale() and
+        refresh() do not register them again."""
+        ids = {id(t) for t in tensors.values()}
+        with self._lock:
+            for key, p in list(self._registered.items()):
+                t = _owner(p.keep)
+                if id(t) in ids:
+                    self._registered[key] = pointer_of(key[1], t)
 
     def stale(self):
         """Names of registered tensors whose storage moved since (e.g. after

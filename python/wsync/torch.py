@@ -486,4 +486,5 @@ def local_status(socket, timeout=5.0):
 
 
 # Weight arenas for swap commits (docs/commit-swap.md); at the end: it imports this module.
-from wsync.torch_arena import WeightArena, pack_into_arena  # noqa: E402,F401
+from wsync.torch_arena import (  # noqa: E402,F401
+    FlipArenas, WeightArena, pack_into_arena, pack_into_flip_arenas)

@@ -51,11 +51,12 @@ class WeightArena:
     wsync.embedded.Worker) on `device` (default: the worker's), named `name`
     in errors. ``view`` places tensors in it."""
 
-    def __init__(self, worker, nbytes, device=None, name=""):
+    def __init__(self, worker, nbytes, device=None, name="", _native=None):
         from wsync.embedded import _call  # wsync.embedded imports this module's parent
         index = worker.device if device is None else _device_index(device)
         self._worker = worker
-        self._native = _call(worker._w.create_weight_arena, int(nbytes), device=index, name=name)
+        self._native = _native if _native is not None else _call(
+            worker._w.create_weight_arena, int(nbytes), device=index, name=name)
         self.name = name or f"arena-{self._native.handle}"
         self.device = torch.device("cpu") if index < 0 else torch.device("cuda", index)
         if index < 0:
@@ -103,6 +104,16 @@ def _layout(named):
     return offsets, max(at, 1)
 
 
+def _check_one_device(named, device, what):
+    first = named[0][1].device if device is None else torch.device(device)
+    for n, t in named:
+        if _device_index(t.device) != _device_index(first):
+            raise errors.InvalidArgument(
+                f"{what}: tensor {n!r} is on {t.device}, the arena on {first}: "
+                "one arena holds the tensors of one device")
+    return first
+
+
 def pack_into_arena(worker, tensors, device=None, name=""):
     """Moves `tensors` (a module's parameters, {name: tensor} or (name,
     tensor) pairs, all on one device) into one new WeightArena of `worker`:
@@ -113,12 +124,7 @@ def pack_into_arena(worker, tensors, device=None, name=""):
     named = _named(tensors)
     if not named:
         raise errors.InvalidArgument("pack_into_arena: no tensors given")
-    first = named[0][1].device if device is None else torch.device(device)
-    for n, t in named:
-        if _device_index(t.device) != _device_index(first):
-            raise errors.InvalidArgument(
-                f"pack_into_arena: tensor {n!r} is on {t.device}, the arena on {first}: "
-                "one arena holds the tensors of one device")
+    first = _check_one_device(named, device, "pack_into_arena")
     offsets, total = _layout(named)
     arena = WeightArena(worker, total, device=first, name=name)
     views = {}
@@ -129,3 +135,72 @@ def pack_into_arena(worker, tensors, device=None, name=""):
             t.data = v
             views[n] = v
     return arena, views
+
+
+class FlipArenas:
+    """An owner's weights in a flip pair of arenas (docs/commit-flip.md),
+    made by ``pack_into_flip_arenas``: ``arenas`` (two WeightArenas, the same
+    layout in each), ``views`` (one {name: view} per arena), ``serving`` (0
+    or 1: the arena the owner's tensors lie in now). A staged sync writes
+    the other arena; on its COMMITTED event (``commit_kind == "flip"``) the
+    owner calls ``flip(event)`` between two steps: every tensor is rebound
+    to the arena the event names (``p.data = view``, no byte copied) and the
+    worker is told (``ack_flip``), so the next staged sync may write the
+    arena left."""
+
+    def __init__(self, worker, arenas, views, targets):
+        self._worker, self.arenas, self.views = worker, arenas, views
+        self._targets = targets  # {name: tensor rebound on each flip}
+        self.serving = 0
+
+    def flip(self, event):
+        """Follows a COMMITTED event of this pair's worker: a flip onto the
+        other arena rebinds every tensor there and acknowledges it; any other
+        event changes nothing. Returns whether it flipped."""
+        if event.get("kind") != "committed" or event.get("commit_kind") != "flip":
+            return False
+        onto = event.get("flipped_onto")
+        handles = [a.handle for a in self.arenas]
+        if onto not in handles:
+            raise errors.InvalidArgument(
+                f"FlipArenas.flip: the event names arena {onto}, not one of this pair "
+                f"({self.arenas[0].handle}, {self.arenas[1].handle})")
+        index = handles.index(onto)
+        views = self.views[index]
+        for name, t in self._targets.items():
+            t.data = views[name]
+        self.serving = index
+        from wsync.embedded import _call
+        _call(self._worker._w.ack_flip, onto)
+        self._worker._follow(self._targets)
+        return True
+
+
+def pack_into_flip_arenas(worker, tensors, device=None, name=""):
+    """Moves `tensors` (as ``pack_into_arena``) into the first arena of a new
+    flip pair of `worker` and lays the same tensors out in the second (at
+    the same offsets, filled with the same values): each tensor with
+    ``.data`` is rebound to its view in the first. Returns a FlipArenas;
+    register ``flips.views[0]`` (or the module) with `worker`, and call
+    ``flips.flip(event)`` on each COMMITTED event."""
+    from wsync.embedded import _call
+    from wsync.torch import _named
+    named = _named(tensors)
+    if not named:
+        raise errors.InvalidArgument("pack_into_flip_arenas: no tensors given")
+    first = _check_one_device(named, device, "pack_into_flip_arenas")
+    offsets, total = _layout(named)
+    pair = _call(worker._w.create_flip_arenas, int(total), device=_device_index(first), name=name)
+    arenas = tuple(WeightArena(worker, total, device=first, name=f"{name or 'pair'}.{i}",
+                               _native=native) for i, native in enumerate(pair))
+    views = ({}, {})
+    targets = {}
+    with torch.no_grad():
+        for n, t in named:
+            for i in (0, 1):
+                v = arenas[i].view(offsets[n], t.dtype, t.shape)
+                v.copy_(t.detach())
+                views[i][n] = v
+            t.data = views[0][n]
+            targets[n] = t
+    return FlipArenas(worker, arenas, views, targets)

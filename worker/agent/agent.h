@@ -91,7 +91,7 @@ struct AgentOptions {
   // Not owned (outlives the agent), may be null: the owner's weight arenas
   // (an embedded worker's); staged syncs into one commit by swapping
   // (docs/commit-swap.md).
-  const WeightArenas* arenas = nullptr;
+  WeightArenas* arenas = nullptr;
   // Direct writes (see peer_buffers.h): the memory domain this worker
   // advertises (empty: it takes no part) and, on a GPU, the GPUs it can write.
   std::string direct_write_domain;

@@ -247,7 +247,7 @@ void WorkerAgent::CommitPending() {
   absl::SleepFor(options_.test_commit_delay);  // test only (0 unless the failpoint is set)
   const absl::Time t = absl::Now();
   const std::string kind = runner_.commit_kind();
-  const absl::Status s = runner_.CommitStaged();
+  const absl::Status s = runner_.CommitStaged(a.sync_id());
   done.set_commit_seconds(absl::ToDoubleSeconds(absl::Now() - t));
   done.set_commit_kind(kind);
   if (!s.ok()) {
@@ -256,11 +256,15 @@ void WorkerAgent::CommitPending() {
     spdlog::error("[worker {}] sync {}: commit failed: {}", a.transfer(), a.sync_id(),
                   std::string(s.message()));
     done.set_code(static_cast<int32_t>(s.code()));
-    done.set_message(
-        absl::StrCat("commit failed, the live tensors are partly written: ", s.message()));
+    // A copy commit stops midway; a swap or flip commit that fails leaves
+    // the live tensors on the version they held (its message says so).
+    const bool copy = kind == std::string("copy");
+    done.set_message(absl::StrCat(
+        copy ? "commit failed, the live tensors are partly written: " : "commit failed: ",
+        s.message()));
     ReportOnLease(std::move(done), p.q.lease_id);
     PublishEnd(a, /*ok=*/false, absl::StrCat("commit failed: ", s.message()),
-               /*untouched=*/false);
+               /*untouched=*/!copy && kind != std::string("swap"));
     latch_.End();  // after FINISHED: a hold that waited sees the outcome published
     return;
   }
@@ -286,6 +290,7 @@ void WorkerAgent::CommitPending() {
   committed.set_serving_version(a.version());
   committed.set_commit_kind(kind);
   committed.set_commit_seconds(done.commit_seconds());
+  committed.set_flipped_onto(runner_.flipped_onto());
   Publish(committed);
   done.set_committed(true);
   ReportOnLease(std::move(done), p.q.lease_id);

@@ -16,7 +16,7 @@ using shadow_views::Dense;
 using shadow_views::ModeName;
 using shadow_views::NumElements;
 
-ShadowSet::ShadowSet(plane::Backend* backend, int64_t budget_bytes, const WeightArenas* arenas)
+ShadowSet::ShadowSet(plane::Backend* backend, int64_t budget_bytes, WeightArenas* arenas)
     : backend_(backend), budget_bytes_(budget_bytes), arenas_(arenas) {}
 
 absl::Status ShadowSet::EnsureOps() {
@@ -31,6 +31,7 @@ void ShadowSet::Clear() {
   swap_unfinished_ = false;
   shadows_.clear();
   twin_.reset();
+  flip_to_.reset();
   arena_.reset();
   twin_extents_.clear();
   registry_ = exec::BufferRegistry();
@@ -55,8 +56,12 @@ absl::Status ShadowSet::Prepare(const std::map<std::string, BufferWrites>& write
   // its range again (a copy commit would fault as a swap would).
   RETURN_IF_ERROR(CheckArenasUsable(writes, live, who));
   std::string why;
+  flipped_ = Flip{};
   if (std::shared_ptr<plane::SwapArena> arena = SwapArenaFor(writes, mode, live, &why)) {
     copy_reason_.clear();
+    if (std::shared_ptr<plane::SwapArena> partner = arenas_->PartnerOf(arena.get())) {
+      return PrepareFlip(writes, mode, live, who, std::move(arena), std::move(partner));
+    }
     return PrepareSwap(writes, mode, live, who, std::move(arena));
   }
   if (why != copy_reason_ && !why.empty()) {
@@ -70,7 +75,7 @@ absl::Status ShadowSet::Prepare(const std::map<std::string, BufferWrites>& write
         who, ": a staged sync (", ModeName(mode), ") needs ", total,
         " bytes of shadow memory, over this worker's --staging_budget_bytes=", budget_bytes_));
   }
-  bool same = twin_ == nullptr && mode == mode_ && live.generation() == live_generation_ &&
+  bool same = twin_ == nullptr && flip_to_ == nullptr && mode == mode_ && live.generation() == live_generation_ &&
               shadows_.size() == writes.size();
   for (auto it = writes.begin(); same && it != writes.end(); ++it) {
     auto s = shadows_.find(it->first);
@@ -204,6 +209,7 @@ absl::Status ShadowSet::RunCopies(const std::vector<exec::CopyItem>& items,
 absl::Status ShadowSet::Commit() {
   commit_times_ = CommitTimes{};
   if (twin_ != nullptr) return CommitSwap();
+  if (flip_to_ != nullptr) return CommitFlip();
   Lap lap;
   absl::Status s = RunCopies(commit_items_, commit_names_, "commit (shadow -> live)");
   commit_times_.copy_s = lap();

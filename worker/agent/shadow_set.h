@@ -25,6 +25,19 @@
 // drops the twin (the next sync makes a new one); one whose arena could not get its memory back
 // (usable() false) says so, and every later Prepare over that arena is refused.
 //
+//
+// Flip commits (docs/commit-flip.md; shadow_set_flip.cc): when the arena
+// every destination lies in has a flip partner (WeightArenas::CreatePair),
+// the shadow is the partner itself (no memory allocated, no fill): each
+// destination points at the partner's base plus its offset. Prepare first
+// waits for the owner's acknowledgement of the pair's last flip
+// (WeightArenas::AwaitAck) and, after one, for the device's queued work.
+// Commit() copies the arena bytes the part does not write live -> partner
+// and copies nothing else; the caller then moves the live tensors onto the
+// partner (flipped(): TensorTable::Rebase, WeightArenas::Flipped) and the
+// owner switches its pointers. A flip commit that fails has moved nothing:
+// the live arena keeps the version it served, whole.
+//
 // Not thread-safe: the sync runner's thread owns it.
 #ifndef WSYNC_WORKER_AGENT_SHADOW_SET_H_
 #define WSYNC_WORKER_AGENT_SHADOW_SET_H_
@@ -67,7 +80,7 @@ class ShadowSet {
   // `backend` is not owned and outlives the set. `budget_bytes` (the
   // worker's --staging_budget_bytes; 0: no limit) bounds bytes(). `arenas`
   // (not owned, may be null: no swap commits) outlives the set.
-  ShadowSet(plane::Backend* backend, int64_t budget_bytes, const WeightArenas* arenas = nullptr);
+  ShadowSet(plane::Backend* backend, int64_t budget_bytes, WeightArenas* arenas = nullptr);
 
   // Shadows for `writes` (plan buffer name -> extent and written views,
   // ShadowWrites) in `mode` (a shadow mode) over `live` (destination side);
@@ -99,8 +112,18 @@ class ShadowSet {
   // Bytes the next Commit copies (overlapping views counted once per view;
   // a swap commit: the arena bytes the part does not write).
   int64_t commit_bytes() const { return commit_bytes_; }
-  // How the next Commit runs: "swap" or "copy" (after Prepare).
-  const char* commit_kind() const { return twin_ != nullptr ? "swap" : "copy"; }
+  // How the next Commit runs: "swap", "flip" or "copy" (after Prepare).
+  const char* commit_kind() const {
+    return twin_ != nullptr ? "swap" : flip_to_ != nullptr ? "flip" : "copy";
+  }
+  // After a flip Commit: the arena the live tensors lay in and the one the
+  // commit moves them onto (the caller rebases the tensors); both null
+  // otherwise. Cleared by the next Prepare.
+  struct Flip {
+    std::shared_ptr<plane::SwapArena> from;
+    std::shared_ptr<plane::SwapArena> to;
+  };
+  const Flip& flipped() const { return flipped_; }
   // Why the last Prepare commits by copy although its destinations lie in
   // one arena (a view that does not list as byte runs for a swap:
   // swap_runs.h); "" otherwise. Logged once each time it changes.
@@ -147,10 +170,21 @@ class ShadowSet {
   absl::Status PrepareSwap(const std::map<std::string, BufferWrites>& writes, v1::StagingMode mode,
                            const exec::BufferRegistry& live, const std::string& who,
                            std::shared_ptr<plane::SwapArena> arena);
+  // Flip commits (shadow_set_flip.cc): `partner` is `arena`'s flip partner.
+  absl::Status PrepareFlip(const std::map<std::string, BufferWrites>& writes, v1::StagingMode mode,
+                           const exec::BufferRegistry& live, const std::string& who,
+                           std::shared_ptr<plane::SwapArena> arena,
+                           std::shared_ptr<plane::SwapArena> partner);
+  absl::Status CommitFlip();
+  // `live` with every destination of `writes` at `base` plus its offset in
+  // arena_ (a twin's or a flip partner's), into registry_.
+  absl::Status PointDestinationsAt(const std::map<std::string, BufferWrites>& writes,
+                                   const exec::BufferRegistry& live, void* base);
   // Allocates the twin, points the destinations at it and fills it.
   absl::Status MakeTwin(const std::map<std::string, BufferWrites>& writes,
                         const exec::BufferRegistry& live, const std::string& who);
-  // The commit's live -> twin copies of the arena bytes `writes` leaves.
+  // The commit's live -> twin (or flip partner) copies of the arena bytes
+  // `writes` leaves.
   absl::Status PlanSwapCommit(const std::map<std::string, BufferWrites>& writes,
                               const exec::BufferRegistry& live, const std::string& who);
   absl::Status CommitSwap();
@@ -165,12 +199,15 @@ class ShadowSet {
 
   plane::Backend* const backend_;
   const int64_t budget_bytes_;
-  const WeightArenas* const arenas_;
+  WeightArenas* const arenas_;
   // A swap commit's live arena and its twin (both null otherwise); the
   // extents of the buffers the twin stands in for.
   std::shared_ptr<plane::SwapArena> arena_;
   std::unique_ptr<plane::SwapArena> twin_;
   std::map<std::string, int64_t> twin_extents_;
+  // A flip commit's partner of arena_ (null otherwise), and the last flip.
+  std::shared_ptr<plane::SwapArena> flip_to_;
+  Flip flipped_;
   std::string who_;  // the worker, for the commit's errors (Prepare's `who`)
   std::string copy_reason_;
   std::unique_ptr<exec::DataOps> ops_;

@@ -114,18 +114,7 @@ absl::Status ShadowSet::MakeTwin(const std::map<std::string, BufferWrites>& writ
                                      " for a swap commit: ", twin.status().message()));
   }
   twin_ = std::move(*twin);
-  exec::BufferRegistry reg = live;
-  auto* twin_base = static_cast<uint8_t*>(twin_->base());
-  for (const auto& [name, w] : writes) {
-    exec::RegisteredBuffer shadow = *live.Find(exec::BufferSide::kDestination, name);
-    shadow.data = twin_base + OffsetIn(*arena_, shadow.data);
-    shadow.bytes = w.extent;
-    RETURN_IF_ERROR(reg.Unregister(exec::BufferSide::kDestination, name));
-    RETURN_IF_ERROR(reg.Register(exec::BufferSide::kDestination, name, shadow));
-    twin_extents_[name] = w.extent;
-  }
-  registry_ = std::move(reg);
-  live_generation_ = live.generation();
+  RETURN_IF_ERROR(PointDestinationsAt(writes, live, twin_->base()));
   bytes_ = twin_->bytes();
   // Whole, once, so the twin starts as a copy of live. It does not stay
   // one: after a swap it holds V-1 (the old live memory), after a rollback
@@ -141,6 +130,23 @@ absl::Status ShadowSet::MakeTwin(const std::map<std::string, BufferWrites>& writ
   return RunCopies({exec::CopyItem{Bytes(arena_->base(), arena_->bytes()),
                                    Bytes(twin_->base(), twin_->bytes())}},
                    {&arena_name}, "filling a swap commit's twin (live -> twin)");
+}
+
+absl::Status ShadowSet::PointDestinationsAt(const std::map<std::string, BufferWrites>& writes,
+                                           const exec::BufferRegistry& live, void* base) {
+  exec::BufferRegistry reg = live;
+  twin_extents_.clear();
+  for (const auto& [name, w] : writes) {
+    exec::RegisteredBuffer shadow = *live.Find(exec::BufferSide::kDestination, name);
+    shadow.data = static_cast<uint8_t*>(base) + OffsetIn(*arena_, shadow.data);
+    shadow.bytes = w.extent;
+    RETURN_IF_ERROR(reg.Unregister(exec::BufferSide::kDestination, name));
+    RETURN_IF_ERROR(reg.Register(exec::BufferSide::kDestination, name, shadow));
+    twin_extents_[name] = w.extent;
+  }
+  registry_ = std::move(reg);
+  live_generation_ = live.generation();
+  return absl::OkStatus();
 }
 
 absl::Status ShadowSet::PlanSwapCommit(const std::map<std::string, BufferWrites>& writes,
@@ -170,7 +176,7 @@ absl::Status ShadowSet::PlanSwapCommit(const std::map<std::string, BufferWrites>
   std::sort(written.begin(), written.end());
   // The complement in [0, arena bytes): what survives from live.
   auto* live_base = static_cast<uint8_t*>(arena_->base());
-  auto* twin_base = static_cast<uint8_t*>(twin_->base());
+  auto* twin_base = static_cast<uint8_t*>(twin_ != nullptr ? twin_->base() : flip_to_->base());
   int64_t at = 0;
   auto keep = [&](int64_t begin, int64_t end) {
     if (end <= begin) return;

@@ -89,6 +89,22 @@ absl::StatusOr<const exec::BufferRegistry*> SyncRunner::RegistryFor(const v1::Sy
   return &shadows_.registry();
 }
 
+absl::Status SyncRunner::CommitStaged(const std::string& sync_id) {
+  commit_pending_ = false;
+  flipped_onto_ = 0;
+  RETURN_IF_ERROR(shadows_.Commit());
+  const ShadowSet::Flip& flip = shadows_.flipped();
+  if (flip.to == nullptr) return absl::OkStatus();
+  // From here the owner's tensors are the partner's: the next sync's live
+  // registry, the verify pass and the owner (told by the COMMITTED event)
+  // all see them there. The hold keeps both arenas of the pair.
+  auto pair = std::make_shared<ShadowSet::Flip>(flip);
+  tensors_->Rebase(flip.from->base(), flip.from->bytes(), flip.to->base(), pair);
+  options_.arenas->Flipped(flip.to.get(), sync_id);
+  flipped_onto_ = options_.arenas->HandleOf(flip.to.get());
+  return absl::OkStatus();
+}
+
 absl::Status SyncRunner::RefreshRegistry() {
   const uint64_t version = tensors_->version();
   if (have_snapshot_ && snapshot_.version == version) return absl::OkStatus();

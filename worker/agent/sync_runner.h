@@ -45,7 +45,7 @@ struct RunnerOptions {
   // Not owned, may be null: the owner's weight arenas (an embedded worker's,
   // weight_arenas.h); a staged part whose destinations lie in one commits by
   // swapping (docs/commit-swap.md).
-  const WeightArenas* arenas = nullptr;
+  WeightArenas* arenas = nullptr;
 };
 
 // The part key of an assignment (plan key, worker, routes); older
@@ -94,15 +94,19 @@ class SyncRunner {
   // Staged syncs (docs/staging.md). A staged assignment's Run writes the
   // shadows and, on success, reports `staged` (a receiver) with its bucket
   // checksums; the caller then commits or discards. Call from Run's thread.
-  // Copies the shadows into the live tensors (the receiver's pause).
-  absl::Status CommitStaged() {
-    commit_pending_ = false;
-    return shadows_.Commit();
-  }
+  // Copies the shadows into the live tensors (the receiver's pause); a flip
+  // commit (ShadowSet::flipped) moves the live tensors onto the flip
+  // partner instead and records the flip of `sync_id` for the owner's
+  // acknowledgement (WeightArenas::Flipped).
+  absl::Status CommitStaged(const std::string& sync_id);
+  // The arena handle the owner serves from after the last commit, if it
+  // was a flip; 0 otherwise.
+  int64_t flipped_onto() const { return flipped_onto_; }
   // After a swap commit, once the pause is over: the twin's half of the
   // swap (ShadowSet::FinishSwap). Call from Run's thread.
   absl::Status FinishStagedSwap() { return shadows_.FinishSwap(); }
-  // How the pending commit runs ("swap" or "copy"; ShadowSet::commit_kind).
+  // How the pending commit runs ("swap", "flip" or "copy";
+  // ShadowSet::commit_kind).
   const char* commit_kind() const { return shadows_.commit_kind(); }
   // The shadows hold part of a version: refilled before their next use.
   void DiscardStaged() {
@@ -190,6 +194,7 @@ class SyncRunner {
   std::map<std::string, std::pair<std::string, std::shared_ptr<const exec::BoundPlan>>> bound_;
   node::DataPlane plane_;        // the transfers' channels
   ShadowSet shadows_;            // staged syncs
+  int64_t flipped_onto_ = 0;     // CommitStaged's flip, or 0
   bool commit_pending_ = false;  // commit_pending()
 
   absl::Mutex mu_;

@@ -193,6 +193,26 @@ size_t TensorTable::mapping_count() const {
   return mappings_.size();
 }
 
+int64_t TensorTable::Rebase(const void* from, int64_t bytes, void* to,
+                            const std::shared_ptr<void>& hold) {
+  const auto begin = reinterpret_cast<uintptr_t>(from);
+  if (bytes <= 0 || begin > UINTPTR_MAX - static_cast<uint64_t>(bytes)) return 0;
+  const uintptr_t end = begin + static_cast<uint64_t>(bytes);
+  absl::MutexLock lock(&mu_);
+  int64_t moved = 0;
+  for (auto& [key, e] : tensors_) {
+    const auto at = reinterpret_cast<uintptr_t>(e.data);
+    if (at < begin || at >= end || e.bytes < 0 || static_cast<uint64_t>(e.bytes) > end - at) {
+      continue;
+    }
+    e.data = static_cast<uint8_t*>(to) + (at - begin);
+    e.hold = hold;
+    ++moved;
+  }
+  if (moved > 0) ++version_;
+  return moved;
+}
+
 TensorSnapshot TensorTable::Snapshot() const {
   absl::MutexLock lock(&mu_);
   TensorSnapshot s;

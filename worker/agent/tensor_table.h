@@ -87,6 +87,13 @@ class TensorTable {
   absl::StatusOr<v1::RegisterTensorsResponse> RegisterLocal(const std::string& group,
                                                             std::vector<LocalTensor> tensors,
                                                             bool replace);
+  // Moves every entry lying wholly in [from, from + bytes) to the same
+  // offset from `to` (whose memory `hold` keeps alive from now on): a flip
+  // commit handing the owner's weights over to the other arena of its pair
+  // (docs/commit-flip.md). Returns how many moved; the version changes when
+  // any did. Overflow-safe; entries partly inside stay (none lies across an
+  // arena's end: the arena is one allocation).
+  int64_t Rebase(const void* from, int64_t bytes, void* to, const std::shared_ptr<void>& hold);
   TensorSnapshot Snapshot() const;
   std::vector<v1::BufferInfo> BufferInfos() const;
   // What BufferInfos() reports for one entry.

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 
 namespace wsync::agent {
 
@@ -26,12 +27,106 @@ absl::StatusOr<WeightArenas::Entry> WeightArenas::Create(int64_t bytes, const st
   return e;
 }
 
+absl::StatusOr<std::pair<WeightArenas::Entry, WeightArenas::Entry>> WeightArenas::CreatePair(
+    int64_t bytes, const std::string& name, const std::string& who) {
+  std::string label = name;
+  if (label.empty()) {
+    absl::MutexLock lock(&mu_);
+    label = absl::StrCat("pair-", next_handle_);
+  }
+  absl::StatusOr<Entry> a = Create(bytes, absl::StrCat(label, ".0"), who);
+  if (!a.ok()) return a.status();
+  absl::StatusOr<Entry> b = Create(bytes, absl::StrCat(label, ".1"), who);
+  if (!b.ok()) {
+    Free(a->handle).IgnoreError();  // made by this call: known
+    return b.status();
+  }
+  absl::MutexLock lock(&mu_);
+  partner_[a->arena.get()] = b->arena;
+  partner_[b->arena.get()] = a->arena;
+  auto flip = std::make_shared<Flip>();
+  flips_[a->arena.get()] = flip;
+  flips_[b->arena.get()] = flip;
+  return std::make_pair(*std::move(a), *std::move(b));
+}
+
 absl::Status WeightArenas::Free(int64_t handle) {
   absl::MutexLock lock(&mu_);
-  if (arenas_.erase(handle) == 0) {
+  auto it = arenas_.find(handle);
+  if (it == arenas_.end()) {
     return absl::NotFoundError(absl::StrCat("no weight arena with handle ", handle,
                                             " (never created here, or freed already)"));
   }
+  const plane::SwapArena* arena = it->second.get();
+  if (auto p = partner_.find(arena); p != partner_.end()) {
+    partner_.erase(p->second.get());
+    flips_.erase(p->second.get());
+    partner_.erase(p);
+  }
+  flips_.erase(arena);
+  arenas_.erase(it);
+  return absl::OkStatus();
+}
+
+std::shared_ptr<plane::SwapArena> WeightArenas::PartnerOf(const plane::SwapArena* arena) const {
+  absl::MutexLock lock(&mu_);
+  auto it = partner_.find(arena);
+  return it == partner_.end() ? nullptr : it->second;
+}
+
+int64_t WeightArenas::HandleOf(const plane::SwapArena* arena) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [handle, a] : arenas_) {
+    if (a.get() == arena) return handle;
+  }
+  return 0;
+}
+
+void WeightArenas::Flipped(const plane::SwapArena* to, const std::string& sync_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = flips_.find(to);
+  if (it == flips_.end()) return;  // freed meanwhile: nobody to wait for
+  it->second->awaiting = to;
+  it->second->sync_id = sync_id;
+  it->second->onto = to->Describe();
+}
+
+absl::Status WeightArenas::Ack(int64_t handle) {
+  absl::MutexLock lock(&mu_);
+  auto a = arenas_.find(handle);
+  if (a == arenas_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("acknowledging a flip onto weight arena ", handle,
+                     ": no arena with that handle (never created here, or freed already)"));
+  }
+  auto f = flips_.find(a->second.get());
+  if (f == flips_.end() || f->second->awaiting != a->second.get()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "acknowledging a flip onto ", a->second->Describe(), ": no flip onto it awaits one (",
+        f == flips_.end() ? "it is not one of a flip pair"
+                          : "acknowledged already, or the last flip left it",
+        ")"));
+  }
+  f->second->awaiting = nullptr;
+  f->second->acked = true;
+  return absl::OkStatus();
+}
+
+absl::Status WeightArenas::AwaitAck(const plane::SwapArena* arena, absl::Duration wait,
+                                    const std::string& who, bool* acked) {
+  absl::MutexLock lock(&mu_);
+  auto f = flips_.find(arena);
+  if (f == flips_.end()) return absl::OkStatus();
+  std::shared_ptr<Flip> flip = f->second;
+  auto done = [&flip]() { return flip->awaiting == nullptr; };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&done), wait)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        who, ": the owner has not acknowledged the flip of sync ", flip->sync_id, " onto ",
+        flip->onto, " after ", absl::FormatDuration(wait),
+        " (AckFlip): its partner may still be read, so nothing is written into it"));
+  }
+  if (acked != nullptr) *acked = flip->acked;
+  flip->acked = false;
   return absl::OkStatus();
 }
 

@@ -6,6 +6,14 @@
 // holder share each arena: freed from the set, an arena's memory lives
 // until the owner's last view and any twin pairing drop it.
 //
+// Flip pairs (docs/commit-flip.md): two arenas of one size the owner keeps
+// its weights in turn by turn. The owner serves from one; a staged sync
+// whose destinations all lie in it writes the other at the same offsets,
+// and the commit hands the owner the other one (the owner switches its
+// pointers between two steps and acknowledges, AckFlip). The set records
+// the pairing and the handshake: after a flip, the arena the owner left may
+// be written again only once the owner has acknowledged it (AwaitAck).
+//
 // Thread-safe: the owner creates and frees while the sync thread looks up.
 #ifndef WSYNC_WORKER_AGENT_WEIGHT_ARENAS_H_
 #define WSYNC_WORKER_AGENT_WEIGHT_ARENAS_H_
@@ -14,11 +22,13 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "worker/plane/backend.h"
 #include "worker/plane/swap_arena.h"
 
@@ -27,7 +37,11 @@ namespace wsync::agent {
 class WeightArenas {
  public:
   // `backend` (not owned, outlives the set) makes the arenas.
-  explicit WeightArenas(plane::Backend* backend) : backend_(backend) {}
+  // `flip_ack_wait`: how long a staged sync into a flip pair waits for the
+  // owner's acknowledgement of the pair's last flip (AwaitAck).
+  explicit WeightArenas(plane::Backend* backend, absl::Duration flip_ack_wait = absl::Seconds(30))
+      : backend_(backend), flip_ack_wait_(flip_ack_wait) {}
+  absl::Duration flip_ack_wait() const { return flip_ack_wait_; }
 
   struct Entry {
     int64_t handle = 0;  // unique in this set, > 0
@@ -37,9 +51,35 @@ class WeightArenas {
   // "<name>" (or "arena-<handle>" when empty). The backend's errors, naming
   // the arena and `who`.
   absl::StatusOr<Entry> Create(int64_t bytes, const std::string& name, const std::string& who);
-  // Drops `handle` from the set (NOT_FOUND naming it when unknown). Its
+  // Two arenas of `bytes` bytes, "<name>.0" and "<name>.1" (name empty:
+  // "pair-<handle>"), recorded as each other's flip partner. The backend's
+  // errors as Create's; neither is kept when the second cannot be made.
+  absl::StatusOr<std::pair<Entry, Entry>> CreatePair(int64_t bytes, const std::string& name,
+                                                     const std::string& who);
+  // Drops `handle` from the set (NOT_FOUND naming it when unknown), and its
+  // pairing: its partner stays an arena of the set, without a partner. Its
   // memory lives while a holder keeps the arena.
   absl::Status Free(int64_t handle);
+  // The flip partner of `arena` (null: none, or not of this set).
+  std::shared_ptr<plane::SwapArena> PartnerOf(const plane::SwapArena* arena) const;
+  // The handle of `arena` in the set (0: not of it).
+  int64_t HandleOf(const plane::SwapArena* arena) const;
+  // The sync runner flipped the owner's weights of sync `sync_id` onto
+  // `to`: until the owner acknowledges (Ack), AwaitAck over the pair waits.
+  void Flipped(const plane::SwapArena* to, const std::string& sync_id);
+  // The owner serves from arena `handle` now: no work it queues from now
+  // on reads its partner (work queued before is waited for by the sync
+  // runner before it writes the partner). NOT_FOUND for an unknown handle;
+  // FAILED_PRECONDITION naming the arena when no flip onto it awaits an
+  // acknowledgement (acknowledged already, or the flip went the other way).
+  absl::Status Ack(int64_t handle);
+  // Waits up to `wait` until no flip of `arena`'s pair awaits the owner's
+  // acknowledgement; DEADLINE_EXCEEDED naming `who`, the sync and the arena
+  // otherwise. `*acked` (if not null) tells whether an acknowledgement came
+  // since the last call that reported one (the caller then waits for the
+  // owner's queued work before writing the partner).
+  absl::Status AwaitAck(const plane::SwapArena* arena, absl::Duration wait, const std::string& who,
+                        bool* acked = nullptr);
   // The arena holding all of [data, data + bytes), or null.
   std::shared_ptr<plane::SwapArena> Find(const void* data, int64_t bytes) const;
   int64_t size() const;
@@ -53,9 +93,20 @@ class WeightArenas {
 
  private:
   plane::Backend* const backend_;
+  const absl::Duration flip_ack_wait_;
   mutable absl::Mutex mu_;
   int64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<int64_t, std::shared_ptr<plane::SwapArena>> arenas_ ABSL_GUARDED_BY(mu_);
+  // A flip pair's handshake (both arenas map to one).
+  struct Flip {
+    const plane::SwapArena* awaiting = nullptr;  // flipped onto, not acknowledged
+    std::string sync_id;                         // of that flip
+    std::string onto;                            // `awaiting` described
+    bool acked = false;                          // since AwaitAck last reported one
+  };
+  std::map<const plane::SwapArena*, std::shared_ptr<plane::SwapArena>> partner_
+      ABSL_GUARDED_BY(mu_);
+  std::map<const plane::SwapArena*, std::shared_ptr<Flip>> flips_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace wsync::agent

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/busy_poll.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "worker/node/backend_registry.h"
 
 namespace wsync::embedded {
@@ -119,7 +120,7 @@ EmbeddedWorker::EmbeddedWorker(EmbeddedOptions options, std::unique_ptr<plane::B
                                std::unique_ptr<agent::LocalEndpoint> local)
     : options_(std::move(options)),
       backend_(std::move(backend)),
-      arenas_(backend_.get()),
+      arenas_(backend_.get(), options_.flip_ack_wait),
       local_(std::move(local)) {
   agent::AgentOptions a;
   a.controller = options_.controller;
@@ -259,9 +260,21 @@ int EmbeddedWorker::metrics_port() const {
 
 namespace wsync::embedded {
 
-absl::StatusOr<WeightArena> EmbeddedWorker::CreateWeightArena(int device, int64_t bytes,
-                                                              const std::string& name) {
-  const std::string who = absl::StrCat("embedded worker ", options_.instance_id);
+namespace {
+
+WeightArena ArenaOf(const agent::WeightArenas::Entry& e) {
+  WeightArena out;
+  out.handle = e.handle;
+  out.base = reinterpret_cast<uintptr_t>(e.arena->base());
+  out.bytes = e.arena->bytes();
+  out.device = e.arena->device();
+  out.hold = e.arena;
+  return out;
+}
+
+}  // namespace
+
+absl::Status EmbeddedWorker::CheckArenaDevice(int device, const std::string& who) const {
   if (stopped()) {
     return absl::FailedPreconditionError(absl::StrCat(who, ": stopped, no weight arena"));
   }
@@ -270,15 +283,34 @@ absl::StatusOr<WeightArena> EmbeddedWorker::CreateWeightArena(int device, int64_
         absl::StrCat(who, ": a weight arena on ", DeviceName(device), " but this worker moves ",
                      DeviceName(options_.device), " (its `device` option)"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WeightArena> EmbeddedWorker::CreateWeightArena(int device, int64_t bytes,
+                                                              const std::string& name) {
+  const std::string who = absl::StrCat("embedded worker ", options_.instance_id);
+  RETURN_IF_ERROR(CheckArenaDevice(device, who));
   absl::StatusOr<agent::WeightArenas::Entry> e = arenas_.Create(bytes, name, who);
   if (!e.ok()) return e.status();
-  WeightArena out;
-  out.handle = e->handle;
-  out.base = reinterpret_cast<uintptr_t>(e->arena->base());
-  out.bytes = e->arena->bytes();
-  out.device = e->arena->device();
-  out.hold = e->arena;
-  return out;
+  return ArenaOf(*e);
+}
+
+absl::StatusOr<std::pair<WeightArena, WeightArena>> EmbeddedWorker::CreateFlipArenas(
+    int device, int64_t bytes, const std::string& name) {
+  const std::string who = absl::StrCat("embedded worker ", options_.instance_id);
+  RETURN_IF_ERROR(CheckArenaDevice(device, who));
+  auto pair = arenas_.CreatePair(bytes, name, who);
+  if (!pair.ok()) return pair.status();
+  return std::make_pair(ArenaOf(pair->first), ArenaOf(pair->second));
+}
+
+absl::Status EmbeddedWorker::AckFlip(int64_t handle) {
+  absl::Status s = arenas_.Ack(handle);
+  if (!s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("embedded worker ", options_.instance_id, ": ", s.message()));
+  }
+  return s;
 }
 
 absl::Status EmbeddedWorker::FreeWeightArena(int64_t handle) {

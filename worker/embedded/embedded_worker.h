@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -68,6 +69,10 @@ struct EmbeddedOptions {
   // The controller's control fast lane (wsync-worker's --controller_lane,
   // agent/lane_reporter.h); empty: gRPC only.
   std::string controller_lane;
+  // Flip commits (docs/commit-flip.md): how long a staged sync into a flip
+  // pair waits for the owner's AckFlip of the pair's last flip before it
+  // fails (naming the flip and the arena).
+  absl::Duration flip_ack_wait = absl::Seconds(30);
 };
 
 // One tensor of this process, by pointer.
@@ -125,6 +130,24 @@ class EmbeddedWorker {
   // Forgets `handle` (NOT_FOUND when unknown): later syncs copy into its
   // tensors. Its memory lives while the owner holds WeightArena::hold.
   absl::Status FreeWeightArena(int64_t handle);
+  // Two weight arenas of at least `bytes` bytes each, "<name>.0" and
+  // "<name>.1", that the owner keeps its weights in turn by turn
+  // (docs/commit-flip.md): it places them in the first (the same offsets
+  // stand for the same tensors in both), registers them and serves from
+  // there; a staged sync whose destinations all lie in one arena of the
+  // pair writes the other, and its commit moves the registered tensors onto
+  // it and says so in the COMMITTED event (commit_kind "flip", flipped_onto:
+  // the handle). The owner then switches its own pointers before its next
+  // step and calls AckFlip; the next staged sync into the pair waits for it
+  // (EmbeddedOptions::flip_ack_wait). Errors as CreateWeightArena's.
+  absl::StatusOr<std::pair<WeightArena, WeightArena>> CreateFlipArenas(int device, int64_t bytes,
+                                                                       const std::string& name = "");
+  // The owner serves from arena `handle` now (after a flip onto it): no work
+  // it queues from now on reads the arena it left; work queued before is
+  // waited for by the worker before it writes that arena. NOT_FOUND for an
+  // unknown handle; FAILED_PRECONDITION naming the arena when no flip onto
+  // it awaits an acknowledgement.
+  absl::Status AckFlip(int64_t handle);
   v1::LocalStatusResponse Status();
   // The version the owner serves for `req.group()` (worker/agent/serving.h):
   // reported to the controller with the next heartbeat and on /metrics.
@@ -149,6 +172,7 @@ class EmbeddedWorker {
                  agent::ControllerCredentialSet credentials,
                  std::unique_ptr<agent::LocalEndpoint> local);
   std::string Roles() const;
+  absl::Status CheckArenaDevice(int device, const std::string& who) const;
 
   const EmbeddedOptions options_;
   const std::unique_ptr<plane::Backend> backend_;

@@ -68,6 +68,10 @@ class SwapArena {
   // worker refuses every staged sync into it; the owner must free it).
   bool usable() const { return usable_.load(std::memory_order_acquire); }
 
+  // Waits for the work queued on the arena's device by any stream of this
+  // process (a flip commit's partner is written only after the owner's
+  // reads of it ended); host arenas return at once.
+  virtual absl::Status WaitForDevice() { return absl::OkStatus(); }
   // A new arena of the same kind, device and size (its content undefined),
   // named `name`: the twin a staged sync writes into.
   virtual absl::StatusOr<std::unique_ptr<SwapArena>> NewTwin(const std::string& name) const = 0;

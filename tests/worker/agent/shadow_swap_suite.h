@@ -30,6 +30,17 @@
 
 namespace wsync::agent {
 
+// `bytes` bytes of a destination buffer from `offset`, as a uint8 view.
+inline v1::TensorView ShadowRange(int64_t offset, int64_t bytes) {
+  v1::TensorView v;
+  v.set_byte_offset(offset);
+  v.add_shape(bytes);
+  v.add_strides(1);
+  v.set_dtype(v1::UINT8);
+  v.set_side(v1::DESTINATION_BUFFER);
+  return v;
+}
+
 class ShadowSwapFactory : public plane::conformance::TestMemory {
  public:
   virtual std::string Name() const = 0;
@@ -75,15 +86,7 @@ class ShadowSwapTest : public ::testing::TestWithParam<std::shared_ptr<ShadowSwa
       ASSERT_TRUE(reg.Register(exec::BufferSide::kDestination, name, b).ok());
     }
   }
-  static v1::TensorView Range(int64_t offset, int64_t bytes) {
-    v1::TensorView v;
-    v.set_byte_offset(offset);
-    v.add_shape(bytes);
-    v.add_strides(1);
-    v.set_dtype(v1::UINT8);
-    v.set_side(v1::DESTINATION_BUFFER);
-    return v;
-  }
+  static v1::TensorView Range(int64_t offset, int64_t bytes) { return ShadowRange(offset, bytes); }
   // a whole; b's bytes [1024, 1024 + 4096) and [8192, kBBytes).
   std::map<std::string, BufferWrites> Writes() const {
     return {

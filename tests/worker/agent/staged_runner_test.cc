@@ -76,7 +76,7 @@ TEST_F(StagedRunnerTest, ACommitKeepsWhatAnInPlaceSyncOfAnotherTransferWroteInBe
   v1::ReportResultRequest r = Run("a1", staged, /*staged=*/true);
   ASSERT_EQ(r.code(), 0) << r.message();
   ASSERT_TRUE(r.staged());
-  ASSERT_TRUE(runner_.CommitStaged().ok());
+  ASSERT_TRUE(runner_.CommitStaged("s").ok());
   EXPECT_EQ(dst_[0], 1);
   EXPECT_EQ(dst_[6], 0);
 
@@ -89,7 +89,7 @@ TEST_F(StagedRunnerTest, ACommitKeepsWhatAnInPlaceSyncOfAnotherTransferWroteInBe
   ASSERT_EQ(r.code(), 0) << r.message();
   ASSERT_TRUE(r.staged());
   EXPECT_EQ(dst_[0], 1) << "staged: the live tensor still serves the old version";
-  ASSERT_TRUE(runner_.CommitStaged().ok());
+  ASSERT_TRUE(runner_.CommitStaged("s").ok());
   for (int i = 0; i < 16; ++i) {
     EXPECT_EQ(dst_[i], i < 4 || i >= 12 ? 3 : 2) << "element " << i;
   }

@@ -43,6 +43,12 @@ class CudaSwapArena : public plane::SwapArena {
 
   int device() const override { return device_; }
 
+  absl::Status WaitForDevice() override {
+    DeviceGuard guard(device_);
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(),
+                               Describe() + ": waiting for the device's queued work");
+    return absl::OkStatus();
+  }
   absl::StatusOr<std::unique_ptr<plane::SwapArena>> NewTwin(
       const std::string& name) const override {
     return NewCudaSwapArena(device_, bytes(), name);

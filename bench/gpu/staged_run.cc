@@ -34,7 +34,7 @@ const char* StagingModeName(v1::StagingMode mode) {
 absl::StatusOr<StagedPart> PrepareStaging(v1::StagingMode mode, const v1::Plan& rank_plan,
                                           int worker, plane::Backend* backend,
                                           const exec::BufferRegistry& live,
-                                          const agent::WeightArenas* arenas) {
+                                          agent::WeightArenas* arenas) {
   StagedPart part;
   part.registry = &live;
   if (mode == v1::STAGING_IN_PLACE) return part;
@@ -60,6 +60,40 @@ absl::Status MakeArenaSlab(const std::map<std::string, BufferNeed>& need, plane:
   slab.base = e.arena->base();
   slab.buffers = CarveSlab(need, slab.base);
   return absl::OkStatus();
+}
+
+absl::Status MakeFlipSlab(const std::map<std::string, BufferNeed>& need, plane::Backend& backend,
+                          agent::WeightArenas& arenas, Slab& slab) {
+  int64_t total = 0;
+  for (const auto& [name, n] : need) total += (n.bytes + 255) / 256 * 256;
+  slab.bytes = total;
+  if (total == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(auto pair, arenas.CreatePair(total, "bench destination pair", backend.Name()));
+  slab.arena = pair.first.arena;
+  slab.base = slab.arena->base();
+  slab.buffers = CarveSlab(need, slab.base);
+  return absl::OkStatus();
+}
+
+absl::Status FollowFlip(const agent::ShadowSet& set, agent::WeightArenas& arenas, const Slab& slab,
+                        exec::BufferRegistry& live) {
+  const agent::ShadowSet::Flip& flip = set.flipped();
+  if (flip.to == nullptr) return absl::InternalError("--commit flip: the commit did not flip");
+  auto* to = static_cast<uint8_t*>(flip.to->base());
+  for (const auto& [name, carved] : slab.buffers) {
+    exec::RegisteredBuffer b = carved;
+    b.data = to + (static_cast<uint8_t*>(carved.data) - static_cast<uint8_t*>(slab.base));
+    RETURN_IF_ERROR(live.Unregister(exec::BufferSide::kDestination, name));
+    RETURN_IF_ERROR(live.Register(exec::BufferSide::kDestination, name, b));
+  }
+  arenas.Flipped(flip.to.get(), "bench");
+  return arenas.Ack(arenas.HandleOf(flip.to.get()));
+}
+
+absl::Status Restage(agent::ShadowSet& set, v1::StagingMode mode, const v1::Plan& rank_plan,
+                     int worker, const exec::BufferRegistry& live) {
+  ASSIGN_OR_RETURN(auto writes, ShadowWrites(rank_plan, worker));
+  return set.Prepare(writes, mode, live, absl::StrCat("bench worker ", worker));
 }
 
 absl::Status PublishChecksums(transport::KvStore& store, const std::string& tag, int worker,

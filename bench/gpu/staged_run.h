@@ -50,12 +50,30 @@ struct StagedPart {
 absl::StatusOr<StagedPart> PrepareStaging(v1::StagingMode mode, const v1::Plan& rank_plan,
                                           int worker, plane::Backend* backend,
                                           const exec::BufferRegistry& live,
-                                          const agent::WeightArenas* arenas = nullptr);
+                                          agent::WeightArenas* arenas = nullptr);
 
 // --commit swap: `slab` for `need` carved from one new weight arena of
 // `backend` (the slab holds it), added to `arenas`.
 absl::Status MakeArenaSlab(const std::map<std::string, BufferNeed>& need, plane::Backend& backend,
                            agent::WeightArenas& arenas, Slab& slab);
+
+// --commit flip (docs/commit-flip.md): `slab` carved from the first arena of
+// a new flip pair of `backend` (the slab holds it), added to `arenas`.
+absl::Status MakeFlipSlab(const std::map<std::string, BufferNeed>& need, plane::Backend& backend,
+                          agent::WeightArenas& arenas, Slab& slab);
+
+// --commit flip, after `set` committed: what the worker and the owner then
+// do, in the bench. The destination buffers of `slab` move in `live` onto
+// the arena flipped onto (the tensor table's rebase, and the owner's pointer
+// switch: the owner's side of the pause), the flip is recorded and
+// acknowledged (WeightArenas::Flipped, Ack). INTERNAL when `set` did not flip.
+absl::Status FollowFlip(const agent::ShadowSet& set, agent::WeightArenas& arenas, const Slab& slab,
+                        exec::BufferRegistry& live);
+
+// --commit flip: stages the next sync of `worker` (ShadowSet::Prepare over
+// `live`, which the last flip moved); the caller binds the part again.
+absl::Status Restage(agent::ShadowSet& set, v1::StagingMode mode, const v1::Plan& rank_plan,
+                     int worker, const exec::BufferRegistry& live);
 
 // Publishes `checksums` of `worker` under `tag`.
 absl::Status PublishChecksums(transport::KvStore& store, const std::string& tag, int worker,

@@ -38,10 +38,10 @@
 //                        peer mailboxes; 0: a NCCL round each, the A/B baseline)
 //       [--measure-issue-keys 1]   (CPU only: the data ops' cache-key cost per round, exits)
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
-//       [--staging device_shadow|host_shadow] [--commit copy|swap] [--checksums 1]
+//       [--staging device_shadow|host_shadow] [--commit copy|swap|flip] [--checksums 1]
 //       [--commit-barrier 1]   (staged: every worker's run ends before any commits)
 //       [--finish-barrier 0]   (staged: the twin's remap after every worker's commit)
-//       [--staging in_place|host_shadow|device_shadow] [--checksums 1] [--commit copy|swap]
+//       [--staging in_place|host_shadow|device_shadow] [--checksums 1] [--commit copy|swap|flip]
 //                                   (staged syncs, docs/staging.md: receivers
 //                                    fill shadows, then commit; bucket checksums)
 //       [--landing-parts 16] [--min-landing-part-mib 64] [--part-tail-ratio 4]
@@ -139,12 +139,14 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   // that makes it is the worker's, below).
   std::unique_ptr<cuda::CudaBackend> arena_backend;
   std::unique_ptr<agent::WeightArenas> arenas;
-  if (f.commit_swap) {
+  if (f.commit_swap || f.commit_flip) {
     auto b = cuda::CudaBackend::Create(worker, {});
     if (!b.ok()) return Fail("CUDA backend (arenas)", b.status());
     arena_backend = std::move(*b);
     arenas = std::make_unique<agent::WeightArenas>(arena_backend.get());
-    if (auto s = MakeArenaSlab(*dst_need, *arena_backend, *arenas, dst); !s.ok()) {
+    if (auto s = f.commit_flip ? MakeFlipSlab(*dst_need, *arena_backend, *arenas, dst)
+                               : MakeArenaSlab(*dst_need, *arena_backend, *arenas, dst);
+        !s.ok()) {
       return Fail("destination arena", s);
     }
   } else if (auto s = MakeSlab(*dst_need, f.slab_round_kib << 10, dst); !s.ok()) {
@@ -273,8 +275,15 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
     if (staged->shadows != nullptr) {
       const double tc = Now();
       RETURN_IF_ERROR(staged->shadows->Commit());
+      // A flip's pause ends once the owner's pointers moved (FollowFlip).
+      if (f.commit_flip) RETURN_IF_ERROR(FollowFlip(*staged->shadows, *arenas, dst, registry));
       commit_times.push_back(Now() - tc);
       commit_phases.push_back(staged->shadows->last_commit_times());
+      if (f.commit_flip) {
+        RETURN_IF_ERROR(Restage(*staged->shadows, f.staging, *rank_plan, worker, registry));
+        bound = exec::BindPlan(*rank_plan, worker, bind_to, transport::MemorySpace::kCuda, nullptr);
+        RETURN_IF_ERROR(bound.status());
+      }
     }
     // After the pause, before the next sync writes the twin (as the worker
     // does once it reported the commit): a swap commit's other half.
@@ -456,8 +465,8 @@ int main(int argc, char** argv) {
     spdlog::error("--staging needs --direct 0");
     return 2;
   }
-  if (f.commit_swap && f.staging != wsync::v1::STAGING_DEVICE_SHADOW) {
-    spdlog::error("--commit swap needs --staging device_shadow");
+  if ((f.commit_swap || f.commit_flip) && f.staging != wsync::v1::STAGING_DEVICE_SHADOW) {
+    spdlog::error("--commit swap and flip need --staging device_shadow");
     return 2;
   }
   int rc = 0;

@@ -99,11 +99,12 @@ int ParseFlags(int argc, char** argv, Flags* f) {
       }
       f->staging = *mode;
     } else if (k == "--commit") {
-      if (v != "copy" && v != "swap") {
-        spdlog::error("--commit '{}': expected copy or swap", v);
+      if (v != "copy" && v != "swap" && v != "flip") {
+        spdlog::error("--commit '{}': expected copy, swap or flip", v);
         return 2;
       }
       f->commit_swap = v == "swap";
+      f->commit_flip = v == "flip";
     } else if (k == "--commit-barrier") {
       f->commit_barrier = v != "0";
     } else if (k == "--finish-barrier") {

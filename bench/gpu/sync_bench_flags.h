@@ -60,6 +60,7 @@ struct Flags {
   // one CUDA weight arena, so a device_shadow commit swaps it with a twin
   // instead of copying ("copy": a cudaMalloc slab, the copy commit).
   bool commit_swap = false;
+  bool commit_flip = false;  // --commit flip (docs/commit-flip.md)
   // --commit-barrier 1 (default): every worker finishes its run before any
   // commits, as the controller's two phases do (all staged, then commit);
   // 0: each commits right after its own run (sessions 15-19's figures).

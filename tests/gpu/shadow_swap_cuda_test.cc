@@ -1,9 +1,11 @@
 // Remappable CUDA arenas (worker/backends/cuda/cuda_swap_arena.h) through the
 // SwapArena suite, and swap commits through ShadowSet over them
-// (docs/commit-swap.md). Run with scripts/gpu_run.sh.
+// (docs/commit-swap.md), and flip commits (docs/commit-flip.md). Run with
+// scripts/gpu_run.sh.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "tests/worker/agent/shadow_flip_suite.h"
 #include "tests/worker/agent/shadow_swap_suite.h"
 #include "tests/worker/plane/swap_arena_conformance.h"
 #include "worker/backends/cuda/cuda_backend.h"
@@ -80,6 +82,8 @@ INSTANTIATE_TEST_SUITE_P(Cuda, SwapArenaConformanceTest,
 namespace agent {
 INSTANTIATE_TEST_SUITE_P(Cuda, ShadowSwapTest, ::testing::Values(std::make_shared<CudaSwap>()),
                          ShadowSwapTest::ParamName);
+INSTANTIATE_TEST_SUITE_P(Cuda, ShadowFlipTest, ::testing::Values(std::make_shared<CudaSwap>()),
+                         ShadowFlipTest::ParamName);
 }  // namespace agent
 
 }  // namespace wsync

@@ -75,8 +75,8 @@ absl::Status ShadowSet::Prepare(const std::map<std::string, BufferWrites>& write
         who, ": a staged sync (", ModeName(mode), ") needs ", total,
         " bytes of shadow memory, over this worker's --staging_budget_bytes=", budget_bytes_));
   }
-  bool same = twin_ == nullptr && flip_to_ == nullptr && mode == mode_ && live.generation() == live_generation_ &&
-              shadows_.size() == writes.size();
+  bool same = twin_ == nullptr && flip_to_ == nullptr && mode == mode_ &&
+              live.generation() == live_generation_ && shadows_.size() == writes.size();
   for (auto it = writes.begin(); same && it != writes.end(); ++it) {
     auto s = shadows_.find(it->first);
     same = s != shadows_.end() && s->second.bytes == it->second.extent;

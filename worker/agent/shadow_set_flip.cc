@@ -12,8 +12,7 @@ namespace wsync::agent {
 
 absl::Status ShadowSet::PrepareFlip(const std::map<std::string, BufferWrites>& writes,
                                     v1::StagingMode mode, const exec::BufferRegistry& live,
-                                    const std::string& who,
-                                    std::shared_ptr<plane::SwapArena> arena,
+                                    const std::string& who, std::shared_ptr<plane::SwapArena> arena,
                                     std::shared_ptr<plane::SwapArena> partner) {
   // The partner is what the owner served before the pair's last flip: it
   // is written only once the owner has left it, and its queued reads ended.
@@ -21,9 +20,9 @@ absl::Status ShadowSet::PrepareFlip(const std::map<std::string, BufferWrites>& w
   RETURN_IF_ERROR(arenas_->AwaitAck(arena.get(), arenas_->flip_ack_wait(), who, &acked));
   if (acked) {
     if (absl::Status s = partner->WaitForDevice(); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(who, ": before writing ", partner->Describe(),
-                                                 ", the flip partner of ", arena->Describe(),
-                                                 ": ", s.message()));
+      return absl::Status(
+          s.code(), absl::StrCat(who, ": before writing ", partner->Describe(),
+                                 ", the flip partner of ", arena->Describe(), ": ", s.message()));
     }
   }
   Clear();

@@ -133,7 +133,7 @@ absl::Status ShadowSet::MakeTwin(const std::map<std::string, BufferWrites>& writ
 }
 
 absl::Status ShadowSet::PointDestinationsAt(const std::map<std::string, BufferWrites>& writes,
-                                           const exec::BufferRegistry& live, void* base) {
+                                            const exec::BufferRegistry& live, void* base) {
   exec::BufferRegistry reg = live;
   twin_extents_.clear();
   for (const auto& [name, w] : writes) {

@@ -120,10 +120,10 @@ absl::Status WeightArenas::AwaitAck(const plane::SwapArena* arena, absl::Duratio
   std::shared_ptr<Flip> flip = f->second;
   auto done = [&flip]() { return flip->awaiting == nullptr; };
   if (!mu_.AwaitWithTimeout(absl::Condition(&done), wait)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        who, ": the owner has not acknowledged the flip of sync ", flip->sync_id, " onto ",
-        flip->onto, " after ", absl::FormatDuration(wait),
-        " (AckFlip): its partner may still be read, so nothing is written into it"));
+    return absl::DeadlineExceededError(
+        absl::StrCat(who, ": the owner has not acknowledged the flip of sync ", flip->sync_id,
+                     " onto ", flip->onto, " after ", absl::FormatDuration(wait),
+                     " (AckFlip): its partner may still be read, so nothing is written into it"));
   }
   if (acked != nullptr) *acked = flip->acked;
   flip->acked = false;

@@ -140,8 +140,8 @@ class EmbeddedWorker {
   // the handle). The owner then switches its own pointers before its next
   // step and calls AckFlip; the next staged sync into the pair waits for it
   // (EmbeddedOptions::flip_ack_wait). Errors as CreateWeightArena's.
-  absl::StatusOr<std::pair<WeightArena, WeightArena>> CreateFlipArenas(int device, int64_t bytes,
-                                                                       const std::string& name = "");
+  absl::StatusOr<std::pair<WeightArena, WeightArena>> CreateFlipArenas(
+      int device, int64_t bytes, const std::string& name = "");
   // The owner serves from arena `handle` now (after a flip onto it): no work
   // it queues from now on reads the arena it left; work queued before is
   // waited for by the worker before it writes that arena. NOT_FOUND for an

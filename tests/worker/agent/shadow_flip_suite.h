@@ -77,9 +77,8 @@ class ShadowFlipTest : public ::testing::TestWithParam<std::shared_ptr<ShadowSwa
   }
   std::map<std::string, BufferWrites> Writes() const {
     return {{"inference/a", BufferWrites{kA, {ShadowRange(0, kA)}}},
-            {"inference/b", BufferWrites{kBBytes,
-                                         {ShadowRange(8192, kBBytes - 8192),
-                                          ShadowRange(1024, 4096)}}}};
+            {"inference/b",
+             BufferWrites{kBBytes, {ShadowRange(8192, kBBytes - 8192), ShadowRange(1024, 4096)}}}};
   }
   static bool Written(int64_t offset) {
     const int64_t r = offset - kB;

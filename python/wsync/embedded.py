@@ -184,6 +184,7 @@ class Worker:
         self.local_socket = local_socket or None
         self._lock = threading.Lock()
         self._registered = {}  # (group, name) -> (tensor, data_ptr)
+        self._following = []  # tensors flip commits moved ({name: tensor} each); _apply_follows
         _LIVE.add(self)
         if start:
             self.start()
@@ -241,6 +242,7 @@ class Worker:
         args = [(p.name, int(p.dtype), [int(d) for d in p.shape], int(p.data_ptr),
                  int(p.nbytes), int(p.device), p.keep) for p in pointers]
         with self._lock:
+            self._apply_follows()
             result = _call(self._w.register, group, args, replace=replace)
             if replace:
                 self._registered = {k: v for k, v in self._registered.items() if k[0] != group}
@@ -249,7 +251,9 @@ class Worker:
         return result
 
     def _moved(self):
-        """{group: [name]} of tensors whose storage moved since registration."""
+        """{group: [name]} of tensors whose storage moved since registration
+        (under _lock)."""
+        self._apply_follows()
         moved = {}
         for (group, name), p in self._registered.items():
             t = _owner(p.keep)
@@ -263,15 +267,24 @@ class Worker:
 
     def _follow(self, tensors):
         """After a flip commit moved the registered memory of `tensors`
-        ({name: tensor}, rebound by the owner): records their new memory, as
-        the worker already holds it (FlipArenas.flip), so stale() and
-        refresh() do not register them again."""
-        ids = {id(t) for t in tensors.values()}
+        ({name: tensor}, rebound by the owner; FlipArenas.flip): their
+        records are brought up to date before the next look at them
+        (_moved, register), as the worker already holds the new memory, so
+        stale() and refresh() do not register them again. Cheap: the flip
+        is inside the owner's pause."""
         with self._lock:
-            for key, p in list(self._registered.items()):
-                t = _owner(p.keep)
-                if id(t) in ids:
-                    self._registered[key] = pointer_of(key[1], t)
+            self._following.append(tensors)
+
+    def _apply_follows(self):
+        """Records the memory of every tensor a flip moved (under _lock)."""
+        if not self._following:
+            return
+        ids = {id(t) for tensors in self._following for t in tensors.values()}
+        self._following = []
+        for key, p in list(self._registered.items()):
+            t = _owner(p.keep)
+            if id(t) in ids:
+                self._registered[key] = pointer_of(key[1], t)
 
     def stale(self):
         """Names of registered tensors whose storage moved since (e.g. after

@@ -35,6 +35,7 @@ void ShadowSet::Clear() {
   arena_.reset();
   twin_extents_.clear();
   registry_ = exec::BufferRegistry();
+  retired_ = exec::BufferRegistry();
   bytes_ = 0;
   live_generation_ = 0;
   dirty_ = false;

@@ -213,6 +213,7 @@ class ShadowSet {
   std::unique_ptr<exec::DataOps> ops_;
   std::map<std::string, Shadow> shadows_;
   exec::BufferRegistry registry_;
+  exec::BufferRegistry retired_;  // a flip commit's registry, freed by Clear
   v1::StagingMode mode_ = v1::STAGING_IN_PLACE;
   uint64_t live_generation_ = 0;
   int64_t bytes_ = 0;

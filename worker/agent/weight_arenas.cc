@@ -118,8 +118,16 @@ absl::Status WeightArenas::AwaitAck(const plane::SwapArena* arena, absl::Duratio
   auto f = flips_.find(arena);
   if (f == flips_.end()) return absl::OkStatus();
   std::shared_ptr<Flip> flip = f->second;
-  auto done = [&flip]() { return flip->awaiting == nullptr; };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&done), wait)) {
+  auto done = [this, &flip]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return flip->awaiting == nullptr || closed_;
+  };
+  const bool answered = mu_.AwaitWithTimeout(absl::Condition(&done), wait);
+  if (closed_) {
+    return absl::CancelledError(absl::StrCat(who, ": stopping while awaiting the owner's "
+                                             "acknowledgement of the flip of sync ",
+                                             flip->sync_id, " onto ", flip->onto));
+  }
+  if (!answered) {
     return absl::DeadlineExceededError(
         absl::StrCat(who, ": the owner has not acknowledged the flip of sync ", flip->sync_id,
                      " onto ", flip->onto, " after ", absl::FormatDuration(wait),
@@ -155,6 +163,11 @@ absl::Status WeightArenas::CheckUsable(const void* data, const std::string& who,
       ", which a failed swap commit left unusable (its memory could not be mapped back); "
       "nothing reads or writes it: its owner must serve nothing from it, free it and create "
       "its weights (and register them) again"));
+}
+
+void WeightArenas::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
 }
 
 int64_t WeightArenas::size() const {

@@ -78,8 +78,11 @@ class WeightArenas {
   // otherwise. `*acked` (if not null) tells whether an acknowledgement came
   // since the last call that reported one (the caller then waits for the
   // owner's queued work before writing the partner).
+  // CANCELLED once Close was called (the worker stops).
   absl::Status AwaitAck(const plane::SwapArena* arena, absl::Duration wait, const std::string& who,
                         bool* acked = nullptr);
+  // The worker stops: every AwaitAck, now or later, returns CANCELLED.
+  void Close();
   // The arena holding all of [data, data + bytes), or null.
   std::shared_ptr<plane::SwapArena> Find(const void* data, int64_t bytes) const;
   int64_t size() const;
@@ -107,6 +110,7 @@ class WeightArenas {
   std::map<const plane::SwapArena*, std::shared_ptr<plane::SwapArena>> partner_
       ABSL_GUARDED_BY(mu_);
   std::map<const plane::SwapArena*, std::shared_ptr<Flip>> flips_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace wsync::agent

@@ -176,6 +176,7 @@ void EmbeddedWorker::Stop() {
   if (stopped_) return;
   stopped_ = true;
   if (local_ != nullptr) local_->StopServing();  // no registration reaches a stopped agent
+  arenas_.Close();  // a sync awaiting the owner's AckFlip ends now, not after flip_ack_wait
   agent_->Stop();
   local_.reset();
   spdlog::info("embedded worker {} stopped", Roles());

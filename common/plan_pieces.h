@@ -1,0 +1,47 @@
+// A bucket's pieces in order (docs/plan-compact.md): its plain `pieces`, then
+// every PieceRun's members. Member k of a run is the run's `first` with its
+// names, byte offsets and bucket offset advanced by k steps. Readers of a
+// plan go through ForEachPiece instead of Bucket.pieces, so that a plan
+// with runs and the same plan with its runs written out as pieces read the
+// same.
+#ifndef WSYNC_COMMON_PLAN_PIECES_H_
+#define WSYNC_COMMON_PLAN_PIECES_H_
+
+#include <cstdint>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "wsync/v1/plan.pb.h"
+
+namespace wsync {
+
+// Checks every run of `bucket` (a plan of `num_names` names), naming the
+// bucket and the run (INVALID_ARGUMENT):
+//   - count >= 2;
+//   - first carries no reduce_id, quantize_id, scales_of or quant_block;
+//   - every stepped value is computed without int64 / int32 overflow at
+//     the last member, and names (tensor, src and dst buffers) lie in
+//     [0, num_names) at both ends (values are linear in k, so the ends
+//     bound every member), byte offsets >= 0 at both ends;
+//   - the members' packed bytes (dst shape x wire dtype) do not overlap:
+//     bucket_step >= one member's wire bytes, and the last member ends
+//     within `bucket.bytes`.
+// Views' extents against their buffers are the binder's checks, made on
+// each member as on any piece.
+absl::Status CheckPieceRuns(const v1::Bucket& bucket, int32_t num_names);
+
+// Plain pieces plus every run's count (INVALID_ARGUMENT on overflow or a
+// negative count).
+absl::StatusOr<int64_t> PieceCount(const v1::Bucket& bucket);
+
+// Calls fn(index, piece) for each piece of `bucket` in order (index counts
+// plain pieces and members alike); stops at, and returns, the first error fn
+// returns. A member is written into one reused Piece, valid only during its
+// call. Precondition: CheckPieceRuns(bucket, ...) is OK.
+absl::Status ForEachPiece(const v1::Bucket& bucket,
+                          absl::FunctionRef<absl::Status(int64_t, const v1::Piece&)> fn);
+
+}  // namespace wsync
+
+#endif  // WSYNC_COMMON_PLAN_PIECES_H_

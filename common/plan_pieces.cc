@@ -131,4 +131,15 @@ absl::Status ForEachPiece(const v1::Bucket& bucket,
   return absl::OkStatus();
 }
 
+v1::Bucket ExpandRuns(const v1::Bucket& bucket) {
+  v1::Bucket out = bucket;
+  out.clear_runs();
+  out.clear_pieces();
+  (void)ForEachPiece(bucket, [&](int64_t, const v1::Piece& p) {
+    *out.add_pieces() = p;
+    return absl::OkStatus();
+  });
+  return out;
+}
+
 }  // namespace wsync

@@ -42,6 +42,10 @@ absl::StatusOr<int64_t> PieceCount(const v1::Bucket& bucket);
 absl::Status ForEachPiece(const v1::Bucket& bucket,
                           absl::FunctionRef<absl::Status(int64_t, const v1::Piece&)> fn);
 
+// `bucket` with its runs written out as plain pieces after its own (and no
+// runs): for readers that index pieces. Precondition: CheckPieceRuns OK.
+v1::Bucket ExpandRuns(const v1::Bucket& bucket);
+
 }  // namespace wsync
 
 #endif  // WSYNC_COMMON_PLAN_PIECES_H_

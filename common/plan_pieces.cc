@@ -1,10 +1,12 @@
 #include "common/plan_pieces.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/checked_math.h"
 #include "common/dtype.h"
+#include "common/plan_names.h"
 #include "common/status_macros.h"
 
 namespace wsync {
@@ -92,6 +94,22 @@ absl::Status CheckPieceRuns(const v1::Bucket& bucket, int32_t num_names) {
   return absl::OkStatus();
 }
 
+absl::Status CheckPlanRuns(const v1::Plan& plan, int64_t max_members) {
+  int64_t members = 0;
+  for (const v1::Bucket& b : plan.buckets()) {
+    for (int i = 0; i < b.runs_size(); ++i) {
+      members += std::max<int64_t>(b.runs(i).count(), 0);  // <= 2^31 per run: no overflow
+      if (members > max_members) {
+        return absl::InvalidArgumentError(absl::StrCat("bucket ", b.id(), " run ", i,
+                                                       ": the plan's runs stand for more than ",
+                                                       max_members, " pieces"));
+      }
+    }
+    RETURN_IF_ERROR(CheckPieceRuns(b, plan.names_size()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> PieceCount(const v1::Bucket& bucket) {
   int64_t n = bucket.pieces_size();
   for (const v1::PieceRun& run : bucket.runs()) {
@@ -140,6 +158,36 @@ v1::Bucket ExpandRuns(const v1::Bucket& bucket) {
     return absl::OkStatus();
   });
   return out;
+}
+
+bool HasPieceRuns(const v1::Plan& plan) {
+  for (const v1::Bucket& b : plan.buckets()) {
+    if (b.runs_size() > 0) return true;
+  }
+  return false;
+}
+
+v1::Plan ExpandPlanRuns(const v1::Plan& plan) {
+  v1::Plan out = plan;
+  for (v1::Bucket& b : *out.mutable_buckets()) {
+    if (b.runs_size() > 0) b = ExpandRuns(b);
+  }
+  return out;
+}
+
+std::string BucketPieceNames(const v1::Plan& plan, const v1::Bucket& bucket) {
+  const v1::Piece* first = nullptr;
+  if (bucket.pieces_size() > 0) {
+    first = &bucket.pieces(0);
+  } else if (bucket.runs_size() > 0) {
+    first = &bucket.runs(0).first();
+  }
+  if (first == nullptr) return "?";
+  std::string names = PlanNameOrIndex(plan, first->tensor_name());
+  absl::StatusOr<int64_t> n = PieceCount(bucket);
+  if (!n.ok()) return absl::StrCat(names, " (", n.status().message(), ")");
+  if (*n > 1) absl::StrAppend(&names, " and ", *n - 1, " more pieces");
+  return names;
 }
 
 }  // namespace wsync

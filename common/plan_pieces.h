@@ -8,6 +8,7 @@
 #define WSYNC_COMMON_PLAN_PIECES_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -31,6 +32,19 @@ namespace wsync {
 // each member as on any piece.
 absl::Status CheckPieceRuns(const v1::Bucket& bucket, int32_t num_names);
 
+// The most members all runs of one plan (or plan part) may stand for, in
+// all. A run is ~60 bytes on the wire whatever its count, so a reader that
+// expands or walks runs bounds its work by this, not by the message size
+// (plain pieces: ~0.5 M in a whole Kimi-K2 plan today, far fewer per
+// worker part).
+inline constexpr int64_t kMaxRunMembers = int64_t{1} << 22;
+
+// CheckPieceRuns on every bucket of `plan` (against its names), and the
+// runs' members together at most `max_members` (INVALID_ARGUMENT naming the
+// bucket and run where the budget runs out). Readers of a whole plan call
+// this once, before ForEachPiece or ExpandRuns on its buckets.
+absl::Status CheckPlanRuns(const v1::Plan& plan, int64_t max_members = kMaxRunMembers);
+
 // Plain pieces plus every run's count (INVALID_ARGUMENT on overflow or a
 // negative count).
 absl::StatusOr<int64_t> PieceCount(const v1::Bucket& bucket);
@@ -45,6 +59,18 @@ absl::Status ForEachPiece(const v1::Bucket& bucket,
 // `bucket` with its runs written out as plain pieces after its own (and no
 // runs): for readers that index pieces. Precondition: CheckPieceRuns OK.
 v1::Bucket ExpandRuns(const v1::Bucket& bucket);
+
+// Does any bucket of `plan` have runs?
+bool HasPieceRuns(const v1::Plan& plan);
+
+// `plan` with every bucket's runs written out (ExpandRuns). Precondition:
+// CheckPlanRuns(plan) OK.
+v1::Plan ExpandPlanRuns(const v1::Plan& plan);
+
+// A bucket's tensors for messages: the first piece's tensor name (plain or
+// the first run's first member) and "and N more pieces" counting members;
+// "?" for a bucket without pieces.
+std::string BucketPieceNames(const v1::Plan& plan, const v1::Bucket& bucket);
 
 }  // namespace wsync
 

@@ -58,11 +58,11 @@ BufferNeeds NeedsOf(const v1::Plan& part, int32_t worker) {
     end = std::max(end, ViewEnd(v));
     needs.dtypes.emplace(**name, v.dtype());
   };
+  if (absl::Status s = CheckPlanRuns(part); !s.ok()) {  // every run, members bounded in all
+    needs.bad_name.Update(s);
+    return needs;
+  }
   for (const v1::Bucket& b : part.buckets()) {
-    if (absl::Status s = CheckPieceRuns(b, part.names_size()); !s.ok()) {
-      needs.bad_name.Update(s);
-      continue;
-    }
     (void)ForEachPiece(b, [&](int64_t, const v1::Piece& p) {
       // A block-fp8 scale piece (scales_of) has no src: its quantized piece's pack writes it.
       if (b.sender() == worker && p.scales_of() == 0) use(p.src());

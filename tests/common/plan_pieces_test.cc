@@ -139,5 +139,74 @@ TEST(PlanPiecesTest, PieceCountRefusesANegativeRun) {
   EXPECT_EQ(PieceCount(b).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A plan of 40 names ("n0".."n39") holding ExpertBucket and a copy of it.
+v1::Plan TwoBucketPlan() {
+  v1::Plan plan;
+  for (int i = 0; i < 40; ++i) plan.add_names("n" + std::to_string(i));
+  *plan.add_buckets() = ExpertBucket();
+  *plan.add_buckets() = ExpertBucket();
+  plan.mutable_buckets(1)->set_id(8);
+  return plan;
+}
+
+// The plan-wide budget: a run is a few bytes whatever its count, so the
+// members of all runs together are bounded before anyone walks them.
+TEST(PlanPiecesTest, CheckPlanRunsBoundsTheMembersOfAllRuns) {
+  v1::Plan plan = TwoBucketPlan();
+  EXPECT_TRUE(CheckPlanRuns(plan).ok()) << CheckPlanRuns(plan);
+  EXPECT_TRUE(CheckPlanRuns(plan, 6).ok());
+  absl::Status s = CheckPlanRuns(plan, 5);  // 3 + 3 members
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("bucket 8 run 0"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("more than 5 pieces"));
+  // A count of 2^31 - 1 that every per-run check would let through (steps
+  // of 0, members of 0 bytes) is refused by the default budget.
+  v1::PieceRun* r = plan.mutable_buckets(0)->mutable_runs(0);
+  r->set_count(std::numeric_limits<int32_t>::max());
+  r->set_tensor_name_step(0);
+  r->set_src_buffer_step(0);
+  r->set_dst_byte_step(0);
+  r->set_bucket_step(0);
+  r->mutable_first()->mutable_dst()->set_shape(0, 0);
+  r->mutable_first()->mutable_src()->set_shape(0, 0);
+  EXPECT_TRUE(CheckPieceRuns(plan.buckets(0), 40).ok());
+  s = CheckPlanRuns(plan);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("bucket 7 run 0")) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("more than 4194304 pieces")) << s;
+  // And a run refused on its own is refused through the plan too.
+  plan = TwoBucketPlan();
+  plan.mutable_buckets(1)->mutable_runs(0)->set_count(1);
+  EXPECT_THAT(std::string(CheckPlanRuns(plan).message()), HasSubstr("bucket 8 run 0: count 1"));
+}
+
+TEST(PlanPiecesTest, ExpandPlanRunsWritesOutEveryBucket) {
+  const v1::Plan plan = TwoBucketPlan();
+  EXPECT_TRUE(HasPieceRuns(plan));
+  const v1::Plan out = ExpandPlanRuns(plan);
+  EXPECT_FALSE(HasPieceRuns(out));
+  ASSERT_EQ(out.buckets_size(), 2);
+  for (const v1::Bucket& b : out.buckets()) {
+    EXPECT_EQ(b.runs_size(), 0);
+    const std::vector<v1::Piece> want = Expand(ExpertBucket());
+    ASSERT_EQ(b.pieces_size(), static_cast<int>(want.size()));
+    for (int i = 0; i < b.pieces_size(); ++i) {
+      EXPECT_EQ(b.pieces(i).SerializeAsString(), want[i].SerializeAsString()) << i;
+    }
+  }
+}
+
+// The names sync_verify and sync_staged give a bucket in their messages.
+TEST(PlanPiecesTest, BucketPieceNamesCountsMembers) {
+  v1::Plan plan = TwoBucketPlan();
+  EXPECT_EQ(BucketPieceNames(plan, plan.buckets(0)), "n1 and 4 more pieces");
+  v1::Bucket runs_only = ExpertBucket();
+  runs_only.clear_pieces();
+  EXPECT_EQ(BucketPieceNames(plan, runs_only), "n10 and 2 more pieces");
+  EXPECT_EQ(BucketPieceNames(plan, v1::Bucket()), "?");
+  v1::Bucket one;
+  *one.add_pieces() = Plain(3, 2, 0, 3, 0, 0);
+  EXPECT_EQ(BucketPieceNames(plan, one), "n3");
+}
+
 }  // namespace
 }  // namespace wsync

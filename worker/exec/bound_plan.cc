@@ -214,10 +214,13 @@ absl::Status Binder::BindRound(const v1::Round& round, BoundRound& out) {
 }
 
 absl::StatusOr<std::shared_ptr<const BoundPlan>> Binder::Bind() {
+  RETURN_IF_ERROR(CheckPlanRuns(plan_));  // every run, and their members together bounded
   for (const v1::Bucket& b : plan_.buckets()) {
     const v1::Bucket* use = &b;
-    if (b.runs_size() > 0) {  // every member is bound as a piece of its own
-      RETURN_IF_ERROR(CheckPieceRuns(b, plan_.names_size()));
+    // Every member of this worker's buckets is bound as a piece of its own
+    // (others' buckets are never bound: reduce and quantize inputs index
+    // plain pieces, which come first either way).
+    if (b.runs_size() > 0 && (b.sender() == worker_ || b.receiver() == worker_)) {
       use = &expanded_.emplace_back(ExpandRuns(b));
     }
     if (!buckets_.emplace(b.id(), use).second) {

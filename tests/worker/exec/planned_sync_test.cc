@@ -8,9 +8,9 @@
 #include "common/cast.h"
 #include "controller/plan/planner.h"
 #include "gtest/gtest.h"
+#include "tests/common/plan_runs_util.h"
 #include "tests/controller/plan/planner_test_util.h"
 #include "tests/worker/exec/cluster.h"
-#include "tests/worker/exec/plan_runs_util.h"
 #include "tests/worker/exec/spec_helpers.h"
 
 namespace wsync::exec {
@@ -102,7 +102,9 @@ void CheckDestination(Cluster& c, const v1::Side& side, const v1::TensorLayout& 
 void RunCase(const v1::TransferSpec& spec, int workers, bool compact = false) {
   auto plan = plan::BuildPlan(spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  if (compact) ASSERT_GT(testing::CompactRuns(&*plan), 0) << "no bucket has a run";
+  if (compact) {
+    ASSERT_GT(wsync::testing::CompactRuns(&*plan), 0) << "no bucket has a run";
+  }
   Cluster c(workers);
   for (const v1::TensorLayout& t : spec.source().tensors()) {
     Register(c, spec.source(), BufferSide::kSource, t);

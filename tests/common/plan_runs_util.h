@@ -3,15 +3,15 @@
 // way a compact planner would emit them. Only buckets with no reduce or
 // quantize input, scales piece or sender-side quantization are rewritten
 // (those index pieces by position).
-#ifndef WSYNC_TESTS_WORKER_EXEC_PLAN_RUNS_UTIL_H_
-#define WSYNC_TESTS_WORKER_EXEC_PLAN_RUNS_UTIL_H_
+#ifndef WSYNC_TESTS_COMMON_PLAN_RUNS_UTIL_H_
+#define WSYNC_TESTS_COMMON_PLAN_RUNS_UTIL_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "wsync/v1/plan.pb.h"
 
-namespace wsync::exec::testing {
+namespace wsync::testing {
 
 // Piece `b` as piece `a` advanced one step: the same but for the stepped
 // fields (names, byte offsets, bucket offset).
@@ -95,6 +95,6 @@ inline int CompactRuns(v1::Plan* plan) {
   return made;
 }
 
-}  // namespace wsync::exec::testing
+}  // namespace wsync::testing
 
-#endif  // WSYNC_TESTS_WORKER_EXEC_PLAN_RUNS_UTIL_H_
+#endif  // WSYNC_TESTS_COMMON_PLAN_RUNS_UTIL_H_

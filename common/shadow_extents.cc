@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/plan_names.h"
+#include "common/plan_pieces.h"
 
 namespace wsync {
 namespace {
@@ -74,12 +75,14 @@ absl::Status Add(const v1::Plan& plan, const v1::TensorView& v, bool views, Writ
 absl::StatusOr<std::map<int32_t, Writes>> Collect(const v1::Plan& plan, int32_t only, bool views) {
   std::map<int32_t, Writes> out;
   auto wanted = [only](int32_t w) { return only < 0 || w == only; };
+  if (absl::Status s = CheckPlanRuns(plan); !s.ok()) return s;  // members bounded in all
   for (const v1::Bucket& b : plan.buckets()) {
     if (!wanted(b.receiver())) continue;
-    for (const v1::Piece& p : b.pieces()) {
-      if (p.reduce_id() != 0 || p.quantize_id() != 0 || !p.has_dst()) continue;
-      if (absl::Status s = Add(plan, p.dst(), views, out[b.receiver()]); !s.ok()) return s;
-    }
+    absl::Status s = ForEachPiece(b, [&](int64_t, const v1::Piece& p) {
+      if (p.reduce_id() != 0 || p.quantize_id() != 0 || !p.has_dst()) return absl::OkStatus();
+      return Add(plan, p.dst(), views, out[b.receiver()]);
+    });
+    if (!s.ok()) return s;
   }
   for (const v1::Reduce& r : plan.reduces()) {
     if (!wanted(r.worker())) continue;

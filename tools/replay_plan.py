@@ -11,7 +11,8 @@ Supports the layouts the catalog produces: mesh form with Shard/Replicate and
 explicit row-major or strided fragments; dtypes fp32, bf16, fp16, int32, int64,
 fp8_e4m3 (block-quantized destinations: sender-side quantized pieces, their
 scale pieces and receiver-side Quantize ops, checked against a reference
-quantization written here from docs/layout-spec.md).
+quantization written here from docs/layout-spec.md). A bucket's piece runs are
+written out as the pieces they stand for (expand_runs).
 """
 import json
 import struct
@@ -205,6 +206,46 @@ class Memory:
             yield base + es * sum(a * b for a, b in zip(i, strides))
 
 
+MAX_RUN_MEMBERS = 1 << 22  # common/plan_pieces.h kMaxRunMembers: all runs of a plan together
+
+
+def expand_runs(bucket, num_names, budget):
+    """The bucket's pieces in order (docs/plan-format.md, "Piece runs"): its plain
+    `pieces`, then member k of each run: `first` with its tensor name, buffer
+    names, byte offsets and bucket offset advanced by k steps. Raises ValueError
+    for a run this replayer cannot trust; budget[0] counts the members left to
+    expand in the whole plan."""
+    pieces = list(bucket.get("pieces", []))
+    for i, run in enumerate(bucket.get("runs", [])):
+        first, count = run.get("first", {}), int(run.get("count", 0))
+        where = "bucket %s run %d" % (bucket.get("id", 0), i)
+        if count < 2:
+            raise ValueError("%s: count %d (a run has at least 2 members)" % (where, count))
+        budget[0] -= count
+        if budget[0] < 0:
+            raise ValueError("%s: the plan's runs stand for more than %d pieces"
+                             % (where, MAX_RUN_MEMBERS))
+        if any(int(first.get(f, 0)) for f in ("reduceId", "quantizeId", "scalesOf")) or \
+                first.get("quantBlock"):
+            raise ValueError("%s: a run's piece may not be a reduce, quantize or scales piece"
+                             % where)
+        for k in range(count):
+            p = json.loads(json.dumps(first))
+            p["tensorName"] = int(first.get("tensorName", 0)) + k * int(run.get("tensorNameStep", 0))
+            p["bucketOffset"] = int(first.get("bucketOffset", 0)) + k * int(run.get("bucketStep", 0))
+            for side in ("src", "dst"):
+                view = p.setdefault(side, {})
+                view["bufferName"] = int(view.get("bufferName", 0)) + \
+                    k * int(run.get(side + "BufferStep", 0))
+                view["byteOffset"] = int(view.get("byteOffset", 0)) + \
+                    k * int(run.get(side + "ByteStep", 0))
+                if not 0 <= view["bufferName"] < num_names or view["byteOffset"] < 0:
+                    raise ValueError("%s: member %d's %s names no buffer" % (where, k, side))
+            pieces.append(p)
+    bucket["pieces"] = pieces
+    bucket.pop("runs", None)
+
+
 def main(spec_path, plan_path):
     spec = json.load(open(spec_path))
     plan = json.load(open(plan_path))
@@ -235,6 +276,13 @@ def main(spec_path, plan_path):
         return names[int(view.get("bufferName", 0))]
 
     buckets = plan.get("buckets", [])
+    budget = [MAX_RUN_MEMBERS]
+    try:
+        for b in buckets:
+            expand_runs(b, len(names), budget)
+    except ValueError as e:
+        print("replay: FAILED: %s" % e)
+        return 1
     reduces = plan.get("reduces", [])
     for r in range(int(plan.get("numRounds", 0))):
         wire = {}

@@ -30,6 +30,10 @@ std::vector<WorkerPair> PeerWriteEligiblePairs(const v1::Plan& plan) {
       all_plain = all_plain && IsPlainPiece(p);
       relays = relays || p.relay();
     }
+    for (const v1::PieceRun& r : b.runs()) {  // members differ in names and offsets only
+      all_plain = all_plain && IsPlainPiece(r.first());
+      relays = relays || r.first().relay();
+    }
     // Relays are counted in every bucket, local ones included: any relay
     // reads the sender's destinations.
     if (relays) relayers.insert(b.sender());

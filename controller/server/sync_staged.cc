@@ -15,7 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
-#include "common/plan_names.h"
+#include "common/plan_pieces.h"
 #include "controller/server/sync_coordinator.h"
 
 namespace wsync::controller {
@@ -120,12 +120,7 @@ absl::Status SyncCoordinator::VerifyChecksumsLocked(SyncRecord& sync, int32_t* c
     }
     return absl::StrCat("worker ", w);
   };
-  auto bucket_name = [&](const v1::Bucket& b) {
-    if (b.pieces().empty()) return std::string("?");
-    std::string names = PlanNameOrIndex(*plan, b.pieces(0).tensor_name());
-    if (b.pieces_size() > 1) absl::StrAppend(&names, " and ", b.pieces_size() - 1, " more pieces");
-    return names;
-  };
+  auto bucket_name = [&](const v1::Bucket& b) { return BucketPieceNames(*plan, b); };
   for (const Participant& p : sync.parts) {
     for (const v1::BucketChecksum& c : p.checksums) {
       auto it = by_id.find(c.bucket());

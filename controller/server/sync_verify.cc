@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "common/plan_names.h"
+#include "common/plan_pieces.h"
 #include "controller/server/sync_coordinator.h"
 
 namespace wsync::controller {
@@ -64,11 +64,7 @@ absl::Status SyncCoordinator::CompareVerifyLocked(SyncRecord& sync, int32_t* rec
   };
   auto tensor = [&](int64_t id) {
     auto it = buckets.find(id);
-    if (it == buckets.end() || it->second->pieces().empty()) return std::string("?");
-    const v1::Bucket& b = *it->second;
-    std::string names = PlanNameOrIndex(*plan, b.pieces(0).tensor_name());
-    if (b.pieces_size() > 1) absl::StrAppend(&names, " and ", b.pieces_size() - 1, " more pieces");
-    return names;
+    return it == buckets.end() ? std::string("?") : BucketPieceNames(*plan, *it->second);
   };
   int32_t verified = 0, not_verifiable = 0;
   int64_t bytes = 0;

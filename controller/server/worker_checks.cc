@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "common/dtype.h"
 #include "common/plan_names.h"
+#include "common/plan_pieces.h"
 #include "common/shadow_extents.h"
 #include "controller/plan/planner.h"
 
@@ -57,12 +58,17 @@ BufferNeeds NeedsOf(const v1::Plan& part, int32_t worker) {
     end = std::max(end, ViewEnd(v));
     needs.dtypes.emplace(**name, v.dtype());
   };
+  if (absl::Status s = CheckPlanRuns(part); !s.ok()) {  // every run, members bounded in all
+    needs.bad_name.Update(s);
+    return needs;
+  }
   for (const v1::Bucket& b : part.buckets()) {
-    for (const v1::Piece& p : b.pieces()) {
+    (void)ForEachPiece(b, [&](int64_t, const v1::Piece& p) {
       // A block-fp8 scale piece (scales_of) has no src: its quantized piece's pack writes it.
       if (b.sender() == worker && p.scales_of() == 0) use(p.src());
       if (b.receiver() == worker && p.reduce_id() == 0 && p.quantize_id() == 0) use(p.dst());
-    }
+      return absl::OkStatus();
+    });
   }
   for (const v1::Reduce& red : part.reduces()) {
     if (red.worker() == worker) use(red.dst());

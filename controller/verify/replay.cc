@@ -14,6 +14,7 @@
 #include "common/cast.h"
 #include "common/checked_math.h"
 #include "common/plan_names.h"
+#include "common/plan_pieces.h"
 #include "common/status_macros.h"
 #include "controller/verify/replay_internal.h"
 
@@ -313,7 +314,14 @@ class Replayer {
 
 }  // namespace
 
-absl::Status ReplayPlan(const v1::Plan& plan, HostMemory* mem) { return Replayer(plan, mem).Run(); }
+absl::Status ReplayPlan(const v1::Plan& plan, HostMemory* mem) {
+  if (!HasPieceRuns(plan)) return Replayer(plan, mem).Run();
+  // Runs replay as the pieces they stand for: checked (naming bucket and
+  // run), then written out, so every later check sees each member.
+  RETURN_IF_ERROR(CheckPlanRuns(plan));
+  const v1::Plan expanded = ExpandPlanRuns(plan);
+  return Replayer(expanded, mem).Run();
+}
 
 absl::StatusOr<std::map<HostMemory::Key, int64_t>> ReplayBufferBytes(
     const CompiledSide& source, const CompiledSide& destination) {
@@ -343,9 +351,10 @@ absl::Status AllocateBuffers(const CompiledSide& source, const CompiledSide& des
     try {
       mem->Ensure(worker, static_cast<v1::BufferSide>(side), buffer, bytes);
     } catch (const std::bad_alloc&) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "replay: cannot allocate ", bytes, " host bytes for ",
-          SideName(static_cast<v1::BufferSide>(side)), " buffer '", buffer, "' of worker ", worker));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("replay: cannot allocate ", bytes, " host bytes for ",
+                       SideName(static_cast<v1::BufferSide>(side)), " buffer '", buffer,
+                       "' of worker ", worker));
     } catch (const std::length_error&) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "replay: ", bytes, " bytes for ", SideName(static_cast<v1::BufferSide>(side)),

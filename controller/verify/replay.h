@@ -54,6 +54,9 @@ absl::StatusOr<std::map<HostMemory::Key, int64_t>> ReplayBufferBytes(
 absl::Status AllocateBuffers(const CompiledSide& source, const CompiledSide& destination,
                              HostMemory* mem);
 
+// Piece runs (common/plan_pieces.h) replay as the pieces they stand for:
+// CheckPlanRuns first (hostile runs are INVALID_ARGUMENT naming bucket and
+// run), then the plan with its runs written out is replayed.
 absl::Status ReplayPlan(const v1::Plan& plan, HostMemory* mem);
 
 // Element-id test data: an integer value of (tensor, linear index) in

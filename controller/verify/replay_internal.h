@@ -26,7 +26,8 @@ absl::StatusOr<BlockGrid> GridOf(const google::protobuf::RepeatedField<int64_t>&
 // one RECV (or one COPY) on the right workers in its round, seq matches,
 // pieces fit their bucket without overlap, zero-copy claims hold, reduce and
 // quantize inputs share their op's round and worker, staging_bytes is right,
-// every reduce and quantize has exactly one op.
+// every reduce and quantize has exactly one op. The plan has no piece runs
+// (ReplayPlan writes them out first): a bucket with runs is refused.
 absl::Status CheckPlanStructure(const v1::Plan& plan);
 
 }  // namespace wsync::plan::replay_detail

@@ -104,6 +104,35 @@ TEST(ShadowExtentsTest, WritesListTheNonEmptyViewsOfEachBuffer) {
   EXPECT_EQ(two->at("inference/w").views[0].byte_offset(), 8);
 }
 
+// Piece runs (common/plan_pieces.h) count member by member: worker 1's
+// "inference/b" gets 3 more members of 5 floats at a stride of 1000 bytes
+// (the last ends at 2020), packed after the bucket's 4 plain pieces.
+TEST(ShadowExtentsTest, EveryMemberOfARunCounts) {
+  v1::Plan plan = TwoReceivers();
+  v1::Bucket* b = plan.mutable_buckets(0);
+  b->set_bytes(4096);
+  v1::PieceRun* run = b->add_runs();
+  v1::Piece* f = run->mutable_first();
+  *f->mutable_src() = View(0, 0, {5}, {1}, v1::SOURCE_BUFFER);
+  *f->mutable_dst() = View(2, 0, {5}, {1}, v1::DESTINATION_BUFFER);
+  f->set_wire_dtype(v1::FP32);
+  f->set_bucket_offset(1024);
+  run->set_count(3);
+  run->set_dst_byte_step(1000);
+  run->set_bucket_step(20);
+  auto one = ShadowExtents(plan, 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(*one, (std::map<std::string, int64_t>{{"inference/w", 80}, {"inference/b", 2020}}));
+  auto writes = ShadowWrites(plan, 1);
+  ASSERT_TRUE(writes.ok()) << writes.status();
+  EXPECT_EQ(writes->at("inference/b").views.size(), 4u);
+  EXPECT_EQ(*ShadowBytesByWorker(plan), (std::map<int32_t, int64_t>{{1, 2100}, {2, 28}}));
+  run->set_dst_buffer_step(5);  // the last member names no buffer
+  const absl::Status s = ShadowExtents(plan, 1).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("run 0"), std::string::npos) << s;
+}
+
 TEST(ShadowExtentsTest, RefusesBadViewsNamingTheBuffer) {
   v1::Plan plan = TwoReceivers();
   plan.mutable_buckets(0)->mutable_pieces(0)->mutable_dst()->set_buffer_name(9);

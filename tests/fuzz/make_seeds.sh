@@ -33,6 +33,10 @@ for f in "$tmp"/*.json; do
   "$ctl" plan "$f" --json > "$tmp/$name.plan"
   "$tool" Plan "$tmp/$name.plan" "$out/plan_part_fuzzer/$name.bin"
 done
+# Hand-written plan parts with piece runs (valid ones, huge counts and steps).
+for f in tests/fuzz/seeds/plan_*.json; do
+  "$tool" Plan "$f" "$out/plan_part_fuzzer/$(basename "$f" .json).bin"
+done
 for f in tests/fuzz/seeds/register_*.json; do
   "$tool" RegisterTensorsRequest "$f" "$out/register_tensors_fuzzer/$(basename "$f" .json).bin"
 done

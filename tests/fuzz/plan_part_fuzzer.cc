@@ -3,7 +3,10 @@
 // (worker/exec BindPlan) and, when it binds, executed round by round on the
 // host data ops against a staging area of the size the binding computed:
 // anything BindPlan accepts must stay inside the buffers it was checked
-// against (AddressSanitizer reports any byte outside).
+// against (AddressSanitizer reports any byte outside). Piece runs: a part
+// whose runs stand for more than kMaxRunMembers pieces must be refused (a
+// trap otherwise); one that stands for more than kMaxFuzzMembers is skipped
+// (binding it is legitimate but costly).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +16,7 @@
 #include "common/checked_math.h"
 #include "common/dtype.h"
 #include "common/plan_names.h"
+#include "common/plan_pieces.h"
 #include "google/protobuf/message.h"
 #include "tests/fuzz/quiet_protobuf.h"
 #include "worker/backends/host/host_data_ops.h"
@@ -28,6 +32,16 @@ using wsync::exec::BufferSide;
 constexpr int64_t kMaxElements = int64_t{1} << 18;
 constexpr int64_t kMaxStaging = int64_t{4} << 20;
 constexpr int64_t kMaxBufferBytes = int64_t{1} << 20;
+constexpr int64_t kMaxFuzzMembers = int64_t{1} << 14;
+
+// The members of all of the plan's runs (counts below 0 count 0).
+int64_t RunMembers(const wsync::v1::Plan& plan) {
+  int64_t n = 0;
+  for (const wsync::v1::Bucket& b : plan.buckets()) {
+    for (const wsync::v1::PieceRun& r : b.runs()) n += std::max(r.count(), 0);
+  }
+  return n;
+}
 
 int64_t Elements(const wsync::exec::StridedView& v) {
   int64_t n = 1;
@@ -106,6 +120,15 @@ struct Buffers {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   wsync::v1::Plan plan;
   if (!plan.ParseFromArray(data, static_cast<int>(size))) return 0;
+  const int64_t members = RunMembers(plan);
+  if (members > wsync::kMaxRunMembers) {
+    wsync::exec::BufferRegistry none;
+    if (wsync::exec::BindPlan(plan, 0, none, wsync::exec::MemorySpace::kHost).ok()) {
+      __builtin_trap();  // runs over the budget were bound
+    }
+    return 0;
+  }
+  if (members > kMaxFuzzMembers) return 0;
   Buffers buffers(plan);
   std::vector<int32_t> workers = {0};
   for (int i = 0; i < plan.ranks_size() && i < 4; ++i) workers.push_back(plan.ranks(i).worker());

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "tests/common/plan_runs_util.h"
 #include "tools/spec_io.h"
 #include "wsync/v1/plan.pb.h"
 
@@ -123,6 +124,67 @@ TEST(ReplayScriptTest, OutsideReplayerQuantizesBlockFp8) {
     ASSERT_TRUE(json.ok());
     const std::string bad = absl::StrCat(dir, "/replay_fp8_bad", mutation, ".json");
     std::ofstream(bad) << *json;
+    out.clear();
+    EXPECT_EQ(Shell(absl::StrCat("python3 ", script, " ", spec, " ", bad), &out), 1) << out;
+    EXPECT_NE(out.find("replay: FAILED"), std::string::npos) << out;
+  }
+}
+
+// Piece runs (a compact planner's buckets, here rewritten by the test
+// compactor): they reach the JSON as the proto's JSON mapping writes them
+// (`wsyncctl plan --json` prints through the same ToJson) and read back
+// equal; the script writes them out and replays OK. The same plan with its
+// runs dropped fails: the members' bytes are checked, not assumed.
+TEST(ReplayScriptTest, OutsideReplayerExpandsPieceRuns) {
+  std::string ignored;
+  if (Shell("python3 --version", &ignored) != 0) GTEST_SKIP() << "python3 not installed";
+  const std::string dir = ::testing::TempDir();
+  const std::string spec = dir + "/replay_runs_spec.json", plan = dir + "/replay_runs_plan.json";
+  const std::string script = std::string(WSYNC_SOURCE_DIR) + "/tools/replay_plan.py";
+  std::string out;
+  ASSERT_EQ(Shell(absl::StrCat(WSYNCCTL_PATH,
+                               " catalog --model tiny-qwen3-moe --source fsdp:2"
+                               " --destination vllm-tp:2x1,ep --out ",
+                               spec),
+                  &out),
+            0)
+      << out;
+  ASSERT_EQ(Shell(absl::StrCat(WSYNCCTL_PATH, " plan ", spec, " --json > ", plan), &out), 0) << out;
+  std::ifstream in(plan);
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::Plan p;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(text.str(), &p).ok());
+  ASSERT_GT(wsync::testing::CompactRuns(&p), 0) << "no bucket has a run";
+  auto json = ToJson(p, false);
+  ASSERT_TRUE(json.ok());
+  for (const char* key : {"\"runs\":", "\"first\":", "\"count\":", "\"bucketStep\":"}) {
+    EXPECT_NE(json->find(key), std::string::npos) << key;
+  }
+  v1::Plan back;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(*json, &back).ok());
+  EXPECT_EQ(back.SerializeAsString(), p.SerializeAsString());
+  const std::string runs = dir + "/replay_runs_compact.json";
+  std::ofstream(runs) << *json;
+  out.clear();
+  EXPECT_EQ(Shell(absl::StrCat("python3 ", script, " ", spec, " ", runs), &out), 0) << out;
+  EXPECT_NE(out.find("replay: OK"), std::string::npos) << out;
+
+  for (int mutation = 0; mutation < 2; ++mutation) {
+    v1::Plan bad_plan = p;
+    for (v1::Bucket& b : *bad_plan.mutable_buckets()) {
+      if (b.runs_size() == 0) continue;
+      if (mutation == 0) {
+        b.clear_runs();  // what a reader ignoring runs would replay
+      } else {
+        b.mutable_runs(0)->set_dst_buffer_step(-1000);  // the last member names no buffer
+      }
+      break;
+    }
+    auto bad_json = ToJson(bad_plan, false);
+    ASSERT_TRUE(bad_json.ok());
+    const std::string bad = absl::StrCat(dir, "/replay_runs_bad", mutation, ".json");
+    std::ofstream(bad) << *bad_json;
     out.clear();
     EXPECT_EQ(Shell(absl::StrCat("python3 ", script, " ", spec, " ", bad), &out), 1) << out;
     EXPECT_NE(out.find("replay: FAILED"), std::string::npos) << out;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checked_math.h"
+#include "common/plan_pieces.h"
 #include "common/status_macros.h"
 #include "worker/exec/bound_plan_internal.h"
 
@@ -213,8 +214,16 @@ absl::Status Binder::BindRound(const v1::Round& round, BoundRound& out) {
 }
 
 absl::StatusOr<std::shared_ptr<const BoundPlan>> Binder::Bind() {
+  RETURN_IF_ERROR(CheckPlanRuns(plan_));  // every run, and their members together bounded
   for (const v1::Bucket& b : plan_.buckets()) {
-    if (!buckets_.emplace(b.id(), &b).second) {
+    const v1::Bucket* use = &b;
+    // Every member of this worker's buckets is bound as a piece of its own
+    // (others' buckets are never bound: reduce and quantize inputs index
+    // plain pieces, which come first either way).
+    if (b.runs_size() > 0 && (b.sender() == worker_ || b.receiver() == worker_)) {
+      use = &expanded_.emplace_back(ExpandRuns(b));
+    }
+    if (!buckets_.emplace(b.id(), use).second) {
       return absl::InvalidArgumentError(absl::StrCat("plan lists bucket ", b.id(), " twice"));
     }
   }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -148,6 +149,9 @@ class Binder {
   const DirectWrites* const direct_;
   BoundPlan* bound_ = nullptr;  // the plan being bound (puts go there)
   std::unordered_map<int64_t, const v1::Bucket*> buckets_;
+  // Buckets with piece runs, written out (common/plan_pieces.h); buckets_
+  // points at these for them.
+  std::deque<v1::Bucket> expanded_;
   std::unordered_map<int64_t, const v1::Reduce*> reduces_;
   std::set<int64_t> seen_buckets_;
   std::set<int64_t> seen_reduces_;

@@ -88,6 +88,29 @@ TEST(RoutesTest, ARelayInALocalBucketAlsoCounts) {
   EXPECT_THAT(PeerWriteEligiblePairs(plan), IsEmpty());
 }
 
+// A run stands for pieces that differ from its first in names and offsets
+// only: a relayed run makes its sender a relayer, a run cast twice on the
+// way makes its pair ineligible, like the pieces it stands for.
+TEST(RoutesTest, PieceRunsCountLikeTheirPieces) {
+  v1::Plan plan;
+  AddBucket(&plan, 0, 1);
+  AddBucket(&plan, 2, 3);
+  AddBucket(&plan, 4, 5);
+  v1::Bucket* relayed = plan.add_buckets();  // 1 forwards to 6 through a run only
+  relayed->set_sender(1);
+  relayed->set_receiver(6);
+  v1::PieceRun* r = relayed->add_runs();
+  r->mutable_first()->set_relay(true);
+  r->set_count(4);
+  v1::PieceRun* cast = plan.mutable_buckets(1)->add_runs();  // fp32 -> bf16 -> fp16
+  cast->mutable_first()->mutable_src()->set_dtype(v1::FP32);
+  cast->mutable_first()->set_wire_dtype(v1::BF16);
+  cast->mutable_first()->mutable_dst()->set_dtype(v1::FP16);
+  cast->set_count(2);
+  plan.mutable_buckets(2)->add_runs()->set_count(2);  // plain: (4, 5) stays eligible
+  EXPECT_THAT(PeerWriteEligiblePairs(plan), ElementsAre(WorkerPair(4, 5)));
+}
+
 TEST(RoutesTest, PlannedFanOutWithAndWithoutRelays) {
   using namespace planner_testing;  // NOLINT
   // The planner's relay fan-out (FanOutSpec).

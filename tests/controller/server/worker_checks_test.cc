@@ -138,5 +138,39 @@ TEST(WorkerChecksTest, BuffersMustBeRegisteredLargeEnoughAndOfTheLayoutsDtype) {
   EXPECT_TRUE(CheckBuffers(part, 0, w, false).ok()) << "group h has no buffers yet";
 }
 
+// A run's members are checked one by one: the buffer (64 bytes) holds the
+// first two members of 4 floats at a stride of 24 bytes, not the third
+// (bytes 48..64 fit; a step of 28 puts it at 56..72).
+TEST(WorkerChecksTest, EveryMemberOfAPieceRunMustFitItsBuffer) {
+  v1::Plan part;
+  part.add_names("g/w");
+  v1::Bucket* b = part.add_buckets();
+  b->set_id(3);
+  b->set_sender(1);
+  b->set_receiver(0);
+  b->set_bytes(48);
+  v1::PieceRun* run = b->add_runs();
+  v1::Piece* f = run->mutable_first();
+  f->set_wire_dtype(v1::FP32);
+  for (v1::TensorView* v : {f->mutable_src(), f->mutable_dst()}) {
+    v->set_dtype(v1::FP32);
+    v->add_shape(4);
+    v->add_strides(1);
+  }
+  run->set_count(3);
+  run->set_dst_byte_step(24);
+  run->set_bucket_step(16);
+  const WorkerSnapshot w = Worker("a", {});
+  EXPECT_TRUE(CheckBuffers(part, 0, w, /*require_all=*/true).ok());
+  run->set_dst_byte_step(28);
+  absl::Status st = CheckBuffers(part, 0, w, true);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_THAT(st.message(), HasSubstr("has 64 bytes but the plan accesses up to byte 72"));
+  run->set_count(1);  // a hostile run: refused naming bucket and run
+  st = CheckBuffers(part, 0, w, true);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_THAT(st.message(), HasSubstr("bucket 3 run 0"));
+}
+
 }  // namespace
 }  // namespace wsync::controller

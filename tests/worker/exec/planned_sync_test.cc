@@ -8,6 +8,7 @@
 #include "common/cast.h"
 #include "controller/plan/planner.h"
 #include "gtest/gtest.h"
+#include "tests/common/plan_runs_util.h"
 #include "tests/controller/plan/planner_test_util.h"
 #include "tests/worker/exec/cluster.h"
 #include "tests/worker/exec/spec_helpers.h"
@@ -96,9 +97,14 @@ void CheckDestination(Cluster& c, const v1::Side& side, const v1::TensorLayout& 
   }
 }
 
-void RunCase(const v1::TransferSpec& spec, int workers) {
+// `compact`: the plan's buckets rewritten into piece runs first
+// (plan_runs_util.h), at least one run made.
+void RunCase(const v1::TransferSpec& spec, int workers, bool compact = false) {
   auto plan = plan::BuildPlan(spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
+  if (compact) {
+    ASSERT_GT(wsync::testing::CompactRuns(&*plan), 0) << "no bucket has a run";
+  }
   Cluster c(workers);
   for (const v1::TensorLayout& t : spec.source().tensors()) {
     Register(c, spec.source(), BufferSide::kSource, t);
@@ -155,6 +161,21 @@ TEST(PlannedSyncTest, PartialSourcesAreReduced) {
   AddTensor(spec.mutable_source(), "p", {6, 6}, v1::FP32, Part());
   AddTensor(spec.mutable_destination(), "p", {6, 6}, v1::FP32, Sh(0));
   RunCase(spec, 5);
+}
+
+// Same-shaped tensors (as a layer's experts) cross in buckets of several
+// pieces each; written as runs, every member is bound and moved as its own
+// piece would be.
+TEST(PlannedSyncTest, PieceRunsSyncEveryMemberLikeItsPiece) {
+  v1::TransferSpec spec;
+  *spec.mutable_source() = MakeSide("trainer", {0, 1});
+  *spec.mutable_destination() = MakeSide("inference", {2, 3});
+  for (int e = 0; e < 6; ++e) {
+    const std::string name = "expert." + std::to_string(e);
+    AddTensor(spec.mutable_source(), name, {8, 16}, v1::FP32, Sh(0));
+    AddTensor(spec.mutable_destination(), name, {8, 16}, v1::FP32, Sh(1));
+  }
+  RunCase(spec, 4, /*compact=*/true);
 }
 
 }  // namespace

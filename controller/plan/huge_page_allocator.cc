@@ -42,7 +42,8 @@ size_t SizeClass(size_t size) {
 // for larger ones, and the next plan's arrays reuse this one's; memory
 // touched before costs no page faults, and in a VM the first touch of fresh
 // memory (a fault plus zeroing the page) was the largest single cost of
-// building a Kimi-K2 plan. (The plan arena takes heap blocks: plan_arena.cc.)
+// building a Kimi-K2 plan. The plan arena's blocks (plan_arena.cc) come from
+// here too.
 class BlockCache {
  public:
   static constexpr size_t kCachedBytes = size_t{512} << 20;

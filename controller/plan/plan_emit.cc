@@ -262,6 +262,7 @@ class Emitter {
     if (x.reduce != 0) p->set_reduce_id(reduce_id_[x.reduce - 1]);
     if (x.quantize != 0) p->set_quantize_id(quant_id_[x.quantize - 1]);
     if (c.quant == kQuantSender && !x.relay) {
+      p->mutable_quant_block()->Reserve(2);  // one array, not two
       p->add_quant_block(dt.quant_block[0]);
       p->add_quant_block(dt.quant_block[1]);
     }
@@ -412,6 +413,7 @@ class Emitter {
       out->set_id(quant_id_[q]);
       out->set_worker(w_.worker_ids[qr.receiver]);
       out->set_round(qr.round);
+      out->mutable_block()->Reserve(2);
       out->add_block(dt.quant_block[0]);
       out->add_block(dt.quant_block[1]);
       FillView(Fields(true, dt, qr.dst_frag, goff, glen, rank), out->mutable_dst());

@@ -6,8 +6,6 @@
 #include "absl/types/span.h"
 
 namespace wsync::plan::planner_detail {
-namespace {
-
 ViewFields FieldsOf(const v1::TensorView& v) {
   ViewFields f;
   f.buffer_name = v.buffer_name();
@@ -19,6 +17,8 @@ ViewFields FieldsOf(const v1::TensorView& v) {
   f.side = v.side();
   return f;
 }
+
+namespace {
 
 bool Equal(const ViewFields& a, const ViewFields& b) {
   return a.buffer_name == b.buffer_name && a.byte_offset == b.byte_offset && a.rank == b.rank &&

@@ -30,6 +30,9 @@ struct ViewFields {
   v1::BufferSide side = v1::SOURCE_BUFFER;
 };
 
+// The fields of `v` (pointing into it); rank = its shape's size.
+ViewFields FieldsOf(const v1::TensorView& v);
+
 // Writes `f` into `v` (shape and strides reserved exactly: on an arena every
 // growth step of a repeated field is a new array).
 void FillView(const ViewFields& f, v1::TensorView* v);

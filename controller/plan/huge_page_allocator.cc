@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -42,7 +43,8 @@ size_t SizeClass(size_t size) {
 // for larger ones, and the next plan's arrays reuse this one's; memory
 // touched before costs no page faults, and in a VM the first touch of fresh
 // memory (a fault plus zeroing the page) was the largest single cost of
-// building a Kimi-K2 plan. (The plan arena takes heap blocks: plan_arena.cc.)
+// building a Kimi-K2 plan. The plan arena's blocks (plan_arena.cc) come from
+// here too.
 class BlockCache {
  public:
   static constexpr size_t kCachedBytes = size_t{512} << 20;
@@ -88,10 +90,37 @@ void* AllocateBlock(size_t size) {
   return AllocateHugePageBlock(size_class);
 }
 
+namespace {
+
+// Grows the main heap by one large allocation, advises the grown range for
+// huge pages and frees it again (it stays: the heap is trimmed only past
+// 1 GiB free), so that the next ~256 MiB the main thread allocates lands on
+// huge pages when first touched -- what glibc's glibc.malloc.hugetlb=1
+// tunable does, which must be set before the process starts. Only virtual
+// memory until touched.
+void AdviseMainHeapForHugePages() {
+  constexpr size_t kProbeBytes = size_t{192} << 20;  // below M_MMAP_THRESHOLD: from brk
+  void* probe = std::malloc(kProbeBytes);
+  if (probe == nullptr) return;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(probe);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(sbrk(0));  // includes M_TOP_PAD
+  // Only when the block lies in the brk heap (glibc falls back to mmap when
+  // brk cannot grow, and frees such a block by unmapping it).
+  if (end >= begin + kProbeBytes) {
+    const uintptr_t lo = (begin + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
+    const uintptr_t hi = end & ~(kHugePageBytes - 1);
+    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);  // advice only
+  }
+  std::free(probe);
+}
+
+}  // namespace
+
 void KeepFreedMemoryForPlanning() {
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 64 << 20);
+  AdviseMainHeapForHugePages();
 }
 
 void FreeBlock(void* block, size_t size) {

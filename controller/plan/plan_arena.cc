@@ -1,17 +1,21 @@
 #include "controller/plan/plan_arena.h"
 
-#include <cstdlib>
+#include "controller/plan/huge_page_allocator.h"
 
 namespace wsync::plan {
 namespace {
 
-// The plan is written once, in allocation order, so huge pages buy its
-// writer no TLB reach; their first touch, though, cost 3-5 x what ordinary
-// pages cost on the shared build VM (Kimi-K2 Megatron fp8: 0.8-1.2 s of
-// system time against 0.2 s). Heap blocks also reuse what the process freed
-// before (KeepFreedMemoryForPlanning keeps it).
-void* HeapBlock(size_t bytes) { return std::malloc(bytes); }
-void FreeHeapBlock(void* block, size_t /*bytes*/) { std::free(block); }
+// Blocks of 2 MiB and more are huge-page mmaps (AllocateBlock): the plan is
+// hundreds of MiB written once, and on the build VM (a paravirtualized
+// guest) each first touch of a 4 KiB page is a trap costing ~16-20 us, so
+// 4 KiB pages made page faults the largest single cost of emitting a
+// Kimi-K2 plan (56 k faults, 0.9-1.2 s for 220 MiB; as huge pages: 110
+// faults, 0.02 s when the memory is warm, up to 0.76 s when the host must
+// back it first). Freed blocks go back to AllocateBlock's cache, where the
+// next plan (or the planner's arrays) takes them warm. Measurements:
+// bench/results/plan-emit-2026-11-28.md.
+void* PlanBlock(size_t bytes) { return AllocateBlock(bytes); }
+void FreePlanBlock(void* block, size_t bytes) { FreeBlock(block, bytes); }
 
 }  // namespace
 
@@ -19,8 +23,8 @@ std::shared_ptr<google::protobuf::Arena> NewPlanArena() {
   google::protobuf::ArenaOptions options;
   options.start_block_size = 64 << 10;
   options.max_block_size = 32 << 20;
-  options.block_alloc = &HeapBlock;
-  options.block_dealloc = &FreeHeapBlock;
+  options.block_alloc = &PlanBlock;
+  options.block_dealloc = &FreePlanBlock;
   return std::make_shared<google::protobuf::Arena>(options);
 }
 

@@ -1,5 +1,6 @@
-// The arena a whole v1::Plan is built on: blocks from 64 KiB up to 32 MiB,
-// from the heap on ordinary pages (why not huge pages: docs/performance-notes.md).
+// The arena a whole v1::Plan is built on: blocks from 64 KiB up to 32 MiB;
+// those of 2 MiB and more on transparent huge pages, from and back to the
+// planner's block cache (huge_page_allocator.h; why: docs/performance-notes.md).
 #ifndef WSYNC_CONTROLLER_PLAN_PLAN_ARENA_H_
 #define WSYNC_CONTROLLER_PLAN_PLAN_ARENA_H_
 

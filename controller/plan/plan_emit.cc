@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "controller/plan/plan_views.h"
 #include "controller/plan/planner_internal.h"
 
 namespace wsync::plan::planner_detail {
@@ -88,7 +89,7 @@ int32_t PieceCount(const Work& w, const BucketRec& bk, const MergedPiece& mp) {
 
 class Emitter {
  public:
-  Emitter(const Work& w, v1::Plan* plan) : w_(w), plan_(plan) {}
+  Emitter(const Work& w, v1::Plan* plan) : w_(w), plan_(plan), views_(plan->GetArena()) {}
 
   absl::Status Run(bool summary_only) {
     Order();
@@ -164,22 +165,35 @@ class Emitter {
     for (int32_t i = 0; i < nq; ++i) quant_id_[quant_order_[i]] = i + 1;
   }
 
-  void FillView(bool dst_side, const CompiledTensor& t, int32_t frag, const int64_t* off,
-                const int64_t* len, int rank, v1::TensorView* v) const {
+  // The fields of the view of box (off, len) in fragment `frag` of `t`;
+  // they point into `len` and the fragment's strides.
+  ViewFields Fields(bool dst_side, const CompiledTensor& t, int32_t frag, const int64_t* off,
+                    const int64_t* len, int rank) const {
     const CompiledFragment& f = t.fragments[frag];
-    v->set_buffer_name((dst_side ? dst_buffer_base_ : src_buffer_base_) + f.buffer);
-    v->set_byte_offset(ViewByteOffset(f, off, DTypeSize(t.dtype)));
-    // Reserved exactly: on the plan's arena every growth step is a new array.
-    v->mutable_shape()->Reserve(rank);
-    v->mutable_strides()->Reserve(rank);
-    for (int d = 0; d < rank; ++d) v->add_shape(len[d]);
-    for (int d = 0; d < rank; ++d) v->add_strides(f.strides[d]);
-    v->set_dtype(t.dtype);
-    v->set_side(dst_side ? v1::DESTINATION_BUFFER : v1::SOURCE_BUFFER);
+    ViewFields v;
+    v.buffer_name = (dst_side ? dst_buffer_base_ : src_buffer_base_) + f.buffer;
+    v.byte_offset = ViewByteOffset(f, off, DTypeSize(t.dtype));
+    v.rank = rank;
+    v.shape = len;
+    v.strides = f.strides.data();
+    v.dtype = t.dtype;
+    v.side = dst_side ? v1::DESTINATION_BUFFER : v1::SOURCE_BUFFER;
+    return v;
+  }
+
+  // A piece's source or destination view: the shared one on an arena
+  // (plan_views.h), else its own.
+  void SetSrc(const ViewFields& f, v1::Piece* p) {
+    if (!views_.interning()) return FillView(f, p->mutable_src());
+    p->unsafe_arena_set_allocated_src(views_.Get(f));
+  }
+  void SetDst(const ViewFields& f, v1::Piece* p) {
+    if (!views_.interning()) return FillView(f, p->mutable_dst());
+    p->unsafe_arena_set_allocated_dst(views_.Get(f));
   }
 
   // The scale piece of sender-quantized delivery `x`, packed by piece `index`.
-  void FillScalePiece(const Xfer& x, int32_t index, v1::Piece* p) const {
+  void FillScalePiece(const Xfer& x, int32_t index, v1::Piece* p) {
     const Cell& c = w_.cells[x.cell];
     const MapEntry& m = w_.maps[c.map];
     const CompiledTensor& dt = w_.dst->tensors[m.dst_tensor];
@@ -189,12 +203,12 @@ class Emitter {
     BlockBoxOf(dt, m.dst_rank, doff, dlen, boff, blen);
     p->set_tensor_name(dst_tensor_base_ + dt.scale_tensor);
     if (x.relay) {
-      FillView(true, sc, dt.scale_fragment[x.src_frag], boff, blen, m.dst_rank, p->mutable_src());
+      SetSrc(Fields(true, sc, dt.scale_fragment[x.src_frag], boff, blen, m.dst_rank), p);
       p->set_relay(true);
     } else {
       p->set_scales_of(index + 1);
     }
-    FillView(true, sc, dt.scale_fragment[x.dst_frag], boff, blen, m.dst_rank, p->mutable_dst());
+    SetDst(Fields(true, sc, dt.scale_fragment[x.dst_frag], boff, blen, m.dst_rank), p);
     p->set_bucket_offset(x.bucket_offset + QuantScaleOffset(c.elems));
     p->set_wire_dtype(v1::FP32);
   }
@@ -211,21 +225,21 @@ class Emitter {
 
   // A quantized region forwarded by a member that quantized it: fp8 piece
   // (its scale piece follows).
-  void FillGroupPiece(const Xfer& x, v1::Piece* p) const {
+  void FillGroupPiece(const Xfer& x, v1::Piece* p) {
     const Cell& c = w_.cells[x.cell];
     const CompiledTensor& dt = w_.dst->tensors[w_.maps[c.map].dst_tensor];
     const int rank = w_.boxes.rank(c.box);
     int64_t doff[kMaxDims], dlen[kMaxDims];
     DstBox(c, doff, dlen);
     p->set_tensor_name(dst_tensor_base_ + w_.maps[c.map].dst_tensor);
-    FillView(true, dt, x.src_frag, doff, dlen, rank, p->mutable_src());
+    SetSrc(Fields(true, dt, x.src_frag, doff, dlen, rank), p);
     p->set_relay(true);
-    FillView(true, dt, x.dst_frag, doff, dlen, rank, p->mutable_dst());
+    SetDst(Fields(true, dt, x.dst_frag, doff, dlen, rank), p);
     p->set_bucket_offset(x.bucket_offset);
     p->set_wire_dtype(x.wire);
   }
 
-  void FillPiece(const Xfer& x, const MergedPiece& mp, v1::Piece* p) const {
+  void FillPiece(const Xfer& x, const MergedPiece& mp, v1::Piece* p) {
     const Cell& c = w_.cells[x.cell];
     if (c.quant == kQuantGroup) return FillGroupPiece(x, p);
     const MapEntry& m = w_.maps[c.map];
@@ -237,17 +251,18 @@ class Emitter {
     SrcToDst(m, so, sl, doff, dlen);
     p->set_tensor_name(m.src_tensor);
     if (x.relay) {
-      FillView(true, dt, x.src_frag, doff, dlen, m.dst_rank, p->mutable_src());
+      SetSrc(Fields(true, dt, x.src_frag, doff, dlen, m.dst_rank), p);
       p->set_relay(true);
     } else {
-      FillView(false, st, x.src_frag, so, sl, m.src_rank, p->mutable_src());
+      SetSrc(Fields(false, st, x.src_frag, so, sl, m.src_rank), p);
     }
-    FillView(true, dt, x.dst_frag, doff, dlen, m.dst_rank, p->mutable_dst());
+    SetDst(Fields(true, dt, x.dst_frag, doff, dlen, m.dst_rank), p);
     p->set_bucket_offset(x.bucket_offset);
     p->set_wire_dtype(x.wire);
     if (x.reduce != 0) p->set_reduce_id(reduce_id_[x.reduce - 1]);
     if (x.quantize != 0) p->set_quantize_id(quant_id_[x.quantize - 1]);
     if (c.quant == kQuantSender && !x.relay) {
+      p->mutable_quant_block()->Reserve(2);  // one array, not two
       p->add_quant_block(dt.quant_block[0]);
       p->add_quant_block(dt.quant_block[1]);
     }
@@ -307,35 +322,45 @@ class Emitter {
 
   // A software pipeline over the buckets in emission order: for bucket
   // i + 4k it fetches level 5 - k of what emitting it reads (the bucket, its
-  // transfer list, its first transfer, that transfer's cell, the fragments
-  // it reads and writes), each level's address coming from the level
-  // fetched 4 buckets earlier. Emission was bound by these cache misses.
+  // transfer list, its transfers, their cells, then their boxes and the
+  // fragments they read and write), each level's addresses coming from the
+  // level fetched 4 buckets earlier. Every transfer of the bucket (up to
+  // kPrefetchXfers), not only its first: merging and emitting read them all,
+  // and emission was bound by these cache misses.
   void Prefetch(size_t i) const {
     const size_t n = bucket_order_.size();
     auto bucket = [&](size_t k) -> const BucketRec& { return w_.buckets[bucket_order_[k]]; };
-    auto first = [&](const BucketRec& bk) -> const Xfer& {
-      return w_.xfers[w_.bucket_xfers[bk.xfer_begin]];
+    auto xfers = [&](const BucketRec& bk, auto&& fn) {
+      const int32_t count = std::min(bk.xfer_count, kPrefetchXfers);
+      for (int32_t j = 0; j < count; ++j) fn(w_.xfers[w_.bucket_xfers[bk.xfer_begin + j]]);
     };
     if (i + 20 < n) __builtin_prefetch(&w_.buckets[bucket_order_[i + 20]]);
     if (i + 16 < n) {
       const int32_t b = bucket_order_[i + 16];
-      __builtin_prefetch(&w_.bucket_xfers[w_.buckets[b].xfer_begin]);
+      const BucketRec& bk = w_.buckets[b];
+      const int32_t count = std::min(bk.xfer_count, kPrefetchXfers);
+      for (int32_t j = 0; j < count; j += 16)
+        __builtin_prefetch(&w_.bucket_xfers[bk.xfer_begin + j]);
       __builtin_prefetch(&bucket_id_[b]);
       __builtin_prefetch(&seq_[b]);
     }
-    if (i + 12 < n && bucket(i + 12).xfer_count > 0) __builtin_prefetch(&first(bucket(i + 12)));
-    if (i + 8 < n && bucket(i + 8).xfer_count > 0) {
-      __builtin_prefetch(&w_.cells[first(bucket(i + 8)).cell]);
-    }
-    if (i + 4 < n && bucket(i + 4).xfer_count > 0) {
-      const Xfer& x = first(bucket(i + 4));
-      const MapEntry& m = w_.maps[w_.cells[x.cell].map];
-      const CompiledTensor& dt = w_.dst->tensors[m.dst_tensor];
-      const CompiledTensor& st = x.relay ? dt : w_.src->tensors[m.src_tensor];
-      PrefetchObject(&dt.fragments[x.dst_frag]);
-      PrefetchObject(&st.fragments[x.src_frag]);
+    if (i + 12 < n) xfers(bucket(i + 12), [](const Xfer& x) { PrefetchObject(&x); });
+    if (i + 8 < n)
+      xfers(bucket(i + 8), [&](const Xfer& x) { __builtin_prefetch(&w_.cells[x.cell]); });
+    if (i + 4 < n) {
+      xfers(bucket(i + 4), [&](const Xfer& x) {
+        const Cell& c = w_.cells[x.cell];
+        __builtin_prefetch(w_.boxes.offset(c.box) - 1);
+        const MapEntry& m = w_.maps[c.map];
+        const CompiledTensor& dt = w_.dst->tensors[m.dst_tensor];
+        const CompiledTensor& st = x.relay ? dt : w_.src->tensors[m.src_tensor];
+        PrefetchObject(&dt.fragments[x.dst_frag]);
+        PrefetchObject(&st.fragments[x.src_frag]);
+      });
     }
   }
+
+  static constexpr int32_t kPrefetchXfers = 32;
 
   template <typename T>
   static void PrefetchObject(const T* p) {
@@ -360,7 +385,7 @@ class Emitter {
       out->set_round(rr.round);
       out->set_op(rr.op);
       out->set_accumulate_dtype(st.dtype);
-      FillView(true, dt, rr.dst_frag, doff, dlen, m.dst_rank, out->mutable_dst());
+      FillView(Fields(true, dt, rr.dst_frag, doff, dlen, m.dst_rank), out->mutable_dst());
       std::vector<std::pair<int64_t, int32_t>>& inputs = reduce_inputs_[r];
       std::sort(inputs.begin(), inputs.end());
       for (auto [bucket, piece] : inputs) {
@@ -388,10 +413,11 @@ class Emitter {
       out->set_id(quant_id_[q]);
       out->set_worker(w_.worker_ids[qr.receiver]);
       out->set_round(qr.round);
+      out->mutable_block()->Reserve(2);
       out->add_block(dt.quant_block[0]);
       out->add_block(dt.quant_block[1]);
-      FillView(true, dt, qr.dst_frag, goff, glen, rank, out->mutable_dst());
-      FillView(true, sc, dt.scale_fragment[qr.dst_frag], boff, blen, rank,
+      FillView(Fields(true, dt, qr.dst_frag, goff, glen, rank), out->mutable_dst());
+      FillView(Fields(true, sc, dt.scale_fragment[qr.dst_frag], boff, blen, rank),
                out->mutable_scale_dst());
       std::vector<QInput>& in = qinputs_[q];
       std::sort(in.begin(), in.end(), [](const QInput& a, const QInput& b) {
@@ -427,6 +453,7 @@ class Emitter {
 
   const Work& w_;
   v1::Plan* plan_;
+  ViewTable views_;
   int32_t dst_tensor_base_ = 0, src_buffer_base_ = 0, dst_buffer_base_ = 0;  // in Plan.names
   std::vector<int32_t> bucket_order_, bucket_id_, seq_, reduce_order_, reduce_id_;
   std::vector<int32_t> quant_order_, quant_id_;

@@ -118,20 +118,42 @@ void TallyReducesAndQuantizes(const Work& w, const EmittedIds& ids, Tally* t,
 }
 
 // One RankPlan per worker with ops, rounds in order, from `recs` (sorted here).
+// Every array is reserved to its final size (counted ahead in the sorted
+// records): on the plan's arena each growth step would leave the old array
+// behind.
 void EmitRankPlans(const Work& w, Tally& t, std::vector<OpRec>* recs, v1::Plan* plan) {
   std::sort(recs->begin(), recs->end());
+  const size_t n = recs->size();
+  auto run_end = [&](size_t i, bool same_round) {
+    const OpRec& o = (*recs)[i];
+    size_t j = i + 1;
+    while (j < n && (*recs)[j].worker == o.worker && (!same_round || (*recs)[j].round == o.round)) {
+      ++j;
+    }
+    return j;
+  };
+  {
+    int workers = 0;
+    for (size_t i = 0; i < n; i = run_end(i, false)) ++workers;
+    plan->mutable_ranks()->Reserve(workers);
+  }
   v1::RankPlan* rp = nullptr;
   v1::Round* round = nullptr;
-  for (const OpRec& o : *recs) {
+  for (size_t i = 0; i < n; ++i) {
+    const OpRec& o = (*recs)[i];
     if (rp == nullptr || rp->worker() != w.worker_ids[o.worker]) {
       rp = plan->add_ranks();
       rp->set_worker(w.worker_ids[o.worker]);
       round = nullptr;
+      int rounds = 0;
+      for (size_t j = i, end = run_end(i, false); j < end; j = run_end(j, true)) ++rounds;
+      rp->mutable_rounds()->Reserve(rounds);
     }
     if (round == nullptr || round->index() != o.round) {
       round = rp->add_rounds();
       round->set_index(o.round);
       round->set_staging_bytes(t.Staged(o.round, o.worker));
+      round->mutable_ops()->Reserve(static_cast<int>(run_end(i, true) - i));
     }
     v1::Op* op = round->add_ops();
     op->set_kind(static_cast<v1::Op::Kind>(o.kind));
@@ -167,6 +189,7 @@ void FillSummary(const Work& w, const Tally& t, const std::vector<int64_t>& peak
   s->set_lower_bound_seconds(rep.lower_bound_seconds);
   s->set_routing_bound_seconds(w.routing_bound_seconds);
   s->set_routing_bound_term(w.routing_bound_term);
+  s->mutable_ranks()->Reserve(t.nw);
   for (int32_t k = 0; k < t.nw; ++k) {
     v1::RankSummary* rs = s->add_ranks();
     rs->set_worker(w.worker_ids[k]);
@@ -202,6 +225,7 @@ void EmitRanksAndSummary(const Work& w, const EmittedIds& ids, int64_t pieces, i
   if (!summary_only) EmitRankPlans(w, t, &recs, plan);
   const CostReport rep = cost.Report();
   plan->set_num_rounds(w.num_rounds);
+  plan->mutable_workers()->Reserve(nw);
   for (int32_t k = 0; k < nw; ++k) {
     v1::WorkerInfo* wi = plan->add_workers();
     wi->set_worker(w.worker_ids[k]);

@@ -58,7 +58,9 @@ absl::StatusOr<v1::Plan> BuildPlan(const v1::TransferSpec& spec,
 
 // Same, into *out (cleared first). With *out on a google::protobuf::Arena
 // every bucket, piece and view of the plan is allocated there (the way to
-// plan large transfers: docs/performance-notes.md).
+// plan large transfers: docs/performance-notes.md), and pieces whose views
+// are equal share one TensorView message (plan_views.h): such a plan is
+// read-only; copy it (a deep copy) to change it.
 absl::Status BuildPlanInto(const v1::TransferSpec& spec, v1::Plan* out,
                            const BuildOptions& build = BuildOptions());
 

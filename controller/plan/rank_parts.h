@@ -18,7 +18,8 @@ struct RankPart {
 };
 
 // One part per worker that has a RankPlan, in plan.ranks() order; each equal
-// to ExtractRankPlan(plan, worker).
+// to ExtractRankPlan(plan, worker). Within a part, pieces with equal views
+// share one TensorView (plan_views.h): parts are read-only (RoutePart copies).
 std::vector<RankPart> SplitRankPlans(const v1::Plan& plan);
 
 }  // namespace wsync::plan

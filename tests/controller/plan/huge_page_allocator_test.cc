@@ -1,7 +1,11 @@
 #include "controller/plan/huge_page_allocator.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -45,6 +49,36 @@ TEST(HugePageAllocatorTest, SmallBlocksComeFromMalloc) {
   ASSERT_NE(p, nullptr);
   std::memset(p, 1, 100);
   FreeBlock(p, 100);
+}
+
+// The VmFlags of the mapping holding `p` (/proc/self/smaps); "" if none.
+std::string VmFlagsOf(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = lo <= a && a < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+// After KeepFreedMemoryForPlanning the main thread's next heap allocations
+// lie in memory advised for huge pages ("hg" in the mapping's VmFlags).
+TEST(HugePageAllocatorTest, PlanningProcessesHeapIsAdvisedForHugePages) {
+  KeepFreedMemoryForPlanning();
+  void* p = std::malloc(size_t{8} << 20);  // from the main heap (brk)
+  ASSERT_NE(p, nullptr);
+  const std::string flags = VmFlagsOf(static_cast<char*>(p) + (size_t{4} << 20));
+  std::free(p);
+  ASSERT_FALSE(flags.empty()) << "no mapping found";
+  EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
 }
 
 }  // namespace

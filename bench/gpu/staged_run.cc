@@ -1,12 +1,15 @@
 #include "bench/gpu/staged_run.h"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/gpu/bench_util.h"
 #include "common/shadow_extents.h"
 #include "common/status_macros.h"
 
@@ -76,10 +79,12 @@ absl::Status MakeFlipSlab(const std::map<std::string, BufferNeed>& need, plane::
 }
 
 absl::Status FollowFlip(const agent::ShadowSet& set, agent::WeightArenas& arenas, const Slab& slab,
-                        exec::BufferRegistry& live) {
+                        exec::BufferRegistry& live, std::vector<void*>& owner,
+                        double* owner_switch_s) {
   const agent::ShadowSet::Flip& flip = set.flipped();
   if (flip.to == nullptr) return absl::InternalError("--commit flip: the commit did not flip");
   auto* to = static_cast<uint8_t*>(flip.to->base());
+  auto* from = static_cast<uint8_t*>(flip.from->base());
   for (const auto& [name, carved] : slab.buffers) {
     exec::RegisteredBuffer b = carved;
     b.data = to + (static_cast<uint8_t*>(carved.data) - static_cast<uint8_t*>(slab.base));
@@ -87,7 +92,23 @@ absl::Status FollowFlip(const agent::ShadowSet& set, agent::WeightArenas& arenas
     RETURN_IF_ERROR(live.Register(exec::BufferSide::kDestination, name, b));
   }
   arenas.Flipped(flip.to.get(), "bench");
-  return arenas.Ack(arenas.HandleOf(flip.to.get()));
+  const int64_t handle = arenas.HandleOf(flip.to.get());
+  const absl::Time t0 = absl::Now();
+  for (void*& p : owner) p = to + (static_cast<uint8_t*>(p) - from);
+  absl::Status acked = arenas.Ack(handle);
+  *owner_switch_s = absl::ToDoubleSeconds(absl::Now() - t0);
+  return acked;
+}
+
+void ReportFlip(const std::string& model, const std::string& mode, int worker,
+                const std::vector<double>& owner_switch_s, const std::vector<double>& commit_s,
+                size_t pointers) {
+  if (owner_switch_s.empty()) return;
+  Result(absl::StrFormat(
+      R"({"bench":"wsync_flip","model":"%s","mode":"%s","worker":%d,"owner_pointers":%d,"owner_switch_median_s":%.7f,"owner_switch_max_s":%.7f,"worker_commit_median_s":%.6f})",
+      model, mode, worker, pointers, Median(owner_switch_s),
+      *std::max_element(owner_switch_s.begin(), owner_switch_s.end()),
+      commit_s.empty() ? 0.0 : Median(commit_s)));
 }
 
 absl::Status Restage(agent::ShadowSet& set, v1::StagingMode mode, const v1::Plan& rank_plan,

@@ -63,12 +63,23 @@ absl::Status MakeFlipSlab(const std::map<std::string, BufferNeed>& need, plane::
                           agent::WeightArenas& arenas, Slab& slab);
 
 // --commit flip, after `set` committed: what the worker and the owner then
-// do, in the bench. The destination buffers of `slab` move in `live` onto
-// the arena flipped onto (the tensor table's rebase, and the owner's pointer
-// switch: the owner's side of the pause), the flip is recorded and
-// acknowledged (WeightArenas::Flipped, Ack). INTERNAL when `set` did not flip.
+// do, in the bench. The worker's part (untimed, as the tensor table's rebase
+// and the COMMITTED event are not a pause of the owner, which serves V-1
+// meanwhile): the destination buffers of `slab` move in `live` onto the arena
+// flipped onto, and the flip is recorded. The owner's part, the only pause
+// of a flip commit: every pointer of `owner` (one per destination buffer,
+// as an engine holds them) moves onto that arena, and it acknowledges
+// (WeightArenas::Ack); its seconds go to `owner_switch_s`. INTERNAL when
+// `set` did not flip.
 absl::Status FollowFlip(const agent::ShadowSet& set, agent::WeightArenas& arenas, const Slab& slab,
-                        exec::BufferRegistry& live);
+                        exec::BufferRegistry& live, std::vector<void*>& owner,
+                        double* owner_switch_s);
+
+// --commit flip: one RESULT line of `worker`'s flips: the owner's switch
+// (median and max seconds, pointers moved) beside the worker's commit.
+void ReportFlip(const std::string& model, const std::string& mode, int worker,
+                const std::vector<double>& owner_switch_s, const std::vector<double>& commit_s,
+                size_t pointers);
 
 // --commit flip: stages the next sync of `worker` (ShadowSet::Prepare over
 // `live`, which the last flip moved); the caller binds the part again.

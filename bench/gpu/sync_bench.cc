@@ -267,6 +267,10 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   // A staged run ends with its commit (shadows -> live): the receiver's pause.
   std::vector<double> commit_times;
   std::vector<agent::ShadowSet::CommitTimes> commit_phases;
+  // --commit flip: the owner's pointers (one per destination buffer) and its switches.
+  std::vector<void*> owner;
+  for (const auto& [name, b] : dst.buffers) owner.push_back(b.data);
+  std::vector<double> owner_switch;
   // The barriers are met by every worker of a staged run, whether or not it
   // receives (a sender has no shadows but must meet its receivers).
   const bool staged_run = f.staging != v1::STAGING_IN_PLACE;
@@ -275,11 +279,13 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
     if (staged->shadows != nullptr) {
       const double tc = Now();
       RETURN_IF_ERROR(staged->shadows->Commit());
-      // A flip's pause ends once the owner's pointers moved (FollowFlip).
-      if (f.commit_flip) RETURN_IF_ERROR(FollowFlip(*staged->shadows, *arenas, dst, registry));
       commit_times.push_back(Now() - tc);
       commit_phases.push_back(staged->shadows->last_commit_times());
       if (f.commit_flip) {
+        // The owner serves V-1 through the commit; its pause is its switch.
+        double s = 0;
+        RETURN_IF_ERROR(FollowFlip(*staged->shadows, *arenas, dst, registry, owner, &s));
+        owner_switch.push_back(s);
         RETURN_IF_ERROR(Restage(*staged->shadows, f.staging, *rank_plan, worker, registry));
         bound = exec::BindPlan(*rank_plan, worker, bind_to, transport::MemorySpace::kCuda, nullptr);
         RETURN_IF_ERROR(bound.status());
@@ -297,6 +303,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   if (auto s = commit(); !s.ok()) return Fail("first commit", s);
   commit_times.clear();
   commit_phases.clear();
+  owner_switch.clear();
   const double first_run_s = Now() - t0;
   if (auto s = probe("first_sync_done"); !s.ok()) return Fail("probe", s);
   if (f.diagnose_raw_puts) {
@@ -370,6 +377,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       last.token_seconds, last.ready_token_seconds, last.local_wait_seconds, finish,
       f.put_copy_engine_kib, f.put_blocks_per_sm, f.put_copy_streams, writer->copy_engine_copies(),
       Median(barrier_times), f.mailbox ? 1 : 0, last.mailbox_polls));
+  ReportFlip(f.model, c.mode, worker, owner_switch, commit_times, owner.size());
   if (auto s =
           ReportStaged(f, c, worker, store, tag, *staged, times, commit_times, commit_phases, last);
       !s.ok()) {

@@ -178,6 +178,19 @@ TEST_P(ShadowFlipTest, ThePartnerIsWrittenOnlyAfterTheOwnerAcknowledgedTheLastFl
             pair_[0]->base());
 }
 
+TEST_P(ShadowFlipTest, AStoppingWorkerEndsTheWaitForTheOwner) {
+  ShadowSet set(&f().backend(), 0, arenas_.get());
+  SyncAndFlip(set, 2);
+  std::thread stop([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    arenas_->Close();
+  });
+  absl::Status s = set.Prepare(Writes(), v1::STAGING_DEVICE_SHADOW, live_, "worker 3");
+  stop.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "sync-2")) << s;
+}
+
 TEST_P(ShadowFlipTest, ARolledBackSyncLeavesTheServedArenaAndTheNextOneFlipsWhole) {
   ShadowSet set(&f().backend(), 0, arenas_.get());
   ASSERT_TRUE(set.Prepare(Writes(), v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());

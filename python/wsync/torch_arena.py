@@ -181,8 +181,9 @@ def pack_into_flip_arenas(worker, tensors, device=None, name=""):
     flip pair of `worker` and lays the same tensors out in the second (at
     the same offsets, filled with the same values): each tensor with
     ``.data`` is rebound to its view in the first. Returns a FlipArenas;
-    register ``flips.views[0]`` (or the module) with `worker`, and call
-    ``flips.flip(event)`` on each COMMITTED event."""
+    register the tensors given (or the module) with `worker`, never the views
+    themselves (a view of the arena a flip left is refused at registration),
+    and call ``flips.flip(event)`` on each COMMITTED event."""
     from wsync.embedded import _call
     from wsync.torch import _named
     named = _named(tensors)
@@ -203,4 +204,7 @@ def pack_into_flip_arenas(worker, tensors, device=None, name=""):
                 views[i][n] = v
             t.data = views[0][n]
             targets[n] = t
+    if first.type == "cuda":
+        # The copies into both arenas land before any sync may write the second.
+        torch.cuda.synchronize(first)
     return FlipArenas(worker, arenas, views, targets)

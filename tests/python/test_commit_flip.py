@@ -92,6 +92,12 @@ def test_flip_commits_hand_over_the_other_arena_and_the_owner_serves_whole_versi
             pool.expect_live(pool.want(), version)
             assert torch.equal(pool.extra, extra_before), "unsynced arena bytes changed"
             assert pool.w.stale() == [], "the flip left the registrations behind"
+            # Views of the arena the flip left are never registered again: a sync
+            # would take it for live and write the arena the owner serves.
+            left = pool.flips.views[1 - pool.flips.serving]
+            name = next(iter(pool.live))
+            with pytest.raises(wsync.errors.FailedPrecondition, match=rf"{name}.*flip of sync"):
+                pool.w.register({name: left[name]}, replace=True)
             served = {b: t.clone() for b, t in pool.live.items()}
         events.close()
     finally:

@@ -209,6 +209,7 @@ absl::Status ShadowSet::RunCopies(const std::vector<exec::CopyItem>& items,
 
 absl::Status ShadowSet::Commit() {
   commit_times_ = CommitTimes{};
+  flipped_ = Flip{};
   if (twin_ != nullptr) return CommitSwap();
   if (flip_to_ != nullptr) return CommitFlip();
   Lap lap;

@@ -18,12 +18,16 @@ absl::Status ShadowSet::PrepareFlip(const std::map<std::string, BufferWrites>& w
   // is written only once the owner has left it, and its queued reads ended.
   bool acked = false;
   RETURN_IF_ERROR(arenas_->AwaitAck(arena.get(), arenas_->flip_ack_wait(), who, &acked));
+  // Live must be the arena the owner serves: a registration pointing back
+  // at the arena the last flip left would make the partner the one served.
+  RETURN_IF_ERROR(arenas_->CheckServed(arena.get(), who, "the staged sync's destinations"));
   if (acked) {
     if (absl::Status s = partner->WaitForDevice(); !s.ok()) {
       return absl::Status(
           s.code(), absl::StrCat(who, ": before writing ", partner->Describe(),
                                  ", the flip partner of ", arena->Describe(), ": ", s.message()));
     }
+    arenas_->DeviceWaited(arena.get());
   }
   Clear();
   RETURN_IF_ERROR(EnsureOps());
@@ -44,6 +48,17 @@ absl::Status ShadowSet::PrepareFlip(const std::map<std::string, BufferWrites>& w
 }
 
 absl::Status ShadowSet::CommitFlip() {
+  // The sync's own writes into the partner are complete: the executor's run
+  // waited for every stream that wrote it (its data ops, the transport's
+  // rounds) before the staged report, as the copy commit assumes too.
+  if (arenas_->PartnerOf(arena_.get()) != flip_to_) {
+    absl::Status s = absl::FailedPreconditionError(
+        absl::StrCat(who_, ": flip commit of ", arena_->Describe(), ": ", flip_to_->Describe(),
+                     " is no longer its flip partner (freed); nothing moved: the live tensors "
+                     "keep the version they held, whole"));
+    Clear();
+    return s;
+  }
   Lap lap;
   absl::Status s = RunCopies(commit_items_, commit_names_,
                              "copying the bytes the sync does not write (live -> flip partner)");

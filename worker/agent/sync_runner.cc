@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/logging.h"
 #include "common/shadow_extents.h"
 #include "common/status_macros.h"
 #include "worker/agent/controller_kv_store.h"
@@ -98,10 +99,19 @@ absl::Status SyncRunner::CommitStaged(const std::string& sync_id) {
   // From here the owner's tensors are the partner's: the next sync's live
   // registry, the verify pass and the owner (told by the COMMITTED event)
   // all see them there. The hold keeps both arenas of the pair.
+  const int64_t onto = options_.arenas->HandleOf(flip.to.get());
+  if (onto == 0 || !options_.arenas->Flipped(flip.to.get(), sync_id)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("flip commit onto ", flip.to->Describe(),
+                     ": the owner freed it during the commit; nothing moved: the live tensors "
+                     "keep the version they held, whole"));
+  }
   auto pair = std::make_shared<ShadowSet::Flip>(flip);
-  tensors_->Rebase(flip.from->base(), flip.from->bytes(), flip.to->base(), pair);
-  options_.arenas->Flipped(flip.to.get(), sync_id);
-  flipped_onto_ = options_.arenas->HandleOf(flip.to.get());
+  if (tensors_->Rebase(flip.from->base(), flip.from->bytes(), flip.to->base(), pair) == 0) {
+    spdlog::warn("flip commit of sync {} onto {}: no registered tensor lay in {}", sync_id,
+                 flip.to->Describe(), flip.from->Describe());
+  }
+  flipped_onto_ = onto;
   return absl::OkStatus();
 }
 

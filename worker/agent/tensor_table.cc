@@ -206,7 +206,7 @@ int64_t TensorTable::Rebase(const void* from, int64_t bytes, void* to,
       continue;
     }
     e.data = static_cast<uint8_t*>(to) + (at - begin);
-    e.hold = hold;
+    e.arena_hold = hold;
     ++moved;
   }
   if (moved > 0) ++version_;

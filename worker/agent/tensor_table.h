@@ -42,7 +42,11 @@ struct TensorEntry {
   int64_t owner_pid = 0;  // the Registrant's pid
   v1::TensorRegistration reg;
   std::shared_ptr<void> hold;  // keeps its mapping open
-  std::string identity;        // of the object mapped ("" for device memory)
+  // After a flip commit (Rebase): keeps the arena pair `data` lies in now
+  // (`hold` stays as registered, so no owner reference is dropped on the
+  // sync thread).
+  std::shared_ptr<void> arena_hold;
+  std::string identity;  // of the object mapped ("" for device memory)
   void* data = nullptr;
   int64_t bytes = 0;
 };
@@ -88,7 +92,8 @@ class TensorTable {
                                                             std::vector<LocalTensor> tensors,
                                                             bool replace);
   // Moves every entry lying wholly in [from, from + bytes) to the same
-  // offset from `to` (whose memory `hold` keeps alive from now on): a flip
+  // offset from `to` (whose memory `hold` keeps alive, as each entry's
+  // arena_hold, from now on): a flip
   // commit handing the owner's weights over to the other arena of its pair
   // (docs/commit-flip.md). Returns how many moved; the version changes when
   // any did. Overflow-safe; entries partly inside stay (none lies across an

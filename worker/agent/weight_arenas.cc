@@ -32,7 +32,7 @@ absl::StatusOr<std::pair<WeightArenas::Entry, WeightArenas::Entry>> WeightArenas
   std::string label = name;
   if (label.empty()) {
     absl::MutexLock lock(&mu_);
-    label = absl::StrCat("pair-", next_handle_);
+    label = absl::StrCat("pair-", next_pair_++);
   }
   absl::StatusOr<Entry> a = Create(bytes, absl::StrCat(label, ".0"), who);
   if (!a.ok()) return a.status();
@@ -58,6 +58,9 @@ absl::Status WeightArenas::Free(int64_t handle) {
                                             " (never created here, or freed already)"));
   }
   const plane::SwapArena* arena = it->second.get();
+  if (auto f = flips_.find(arena); f != flips_.end()) {
+    f->second->awaiting = nullptr;  // wakes a sync awaiting it: AwaitAck then refuses
+  }
   if (auto p = partner_.find(arena); p != partner_.end()) {
     partner_.erase(p->second.get());
     flips_.erase(p->second.get());
@@ -82,13 +85,40 @@ int64_t WeightArenas::HandleOf(const plane::SwapArena* arena) const {
   return 0;
 }
 
-void WeightArenas::Flipped(const plane::SwapArena* to, const std::string& sync_id) {
+bool WeightArenas::Flipped(const plane::SwapArena* to, const std::string& sync_id) {
   absl::MutexLock lock(&mu_);
   auto it = flips_.find(to);
-  if (it == flips_.end()) return;  // freed meanwhile: nobody to wait for
+  if (it == flips_.end()) return false;  // freed meanwhile
   it->second->awaiting = to;
+  it->second->serving = to;
   it->second->sync_id = sync_id;
   it->second->onto = to->Describe();
+  return true;
+}
+
+absl::Status WeightArenas::CheckServed(const plane::SwapArena* arena, const std::string& who,
+                                       const std::string& what) const {
+  absl::MutexLock lock(&mu_);
+  auto f = flips_.find(arena);
+  if (f == flips_.end() || f->second->serving == nullptr || f->second->serving == arena) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      who, ": ", what, " lies in ", arena->Describe(), ", which the flip of sync ",
+      f->second->sync_id, " left: the owner serves ", f->second->onto,
+      " since, so nothing may treat the arena left as live. Register the tensors the owner "
+      "serves (those FlipArenas.flip rebinds), not views of the arena it left"));
+}
+
+absl::Status WeightArenas::CheckNotLeft(const void* data, const std::string& who,
+                                        const std::string& what) const {
+  std::shared_ptr<plane::SwapArena> arena = Find(data, 1);
+  return arena == nullptr ? absl::OkStatus() : CheckServed(arena.get(), who, what);
+}
+
+void WeightArenas::DeviceWaited(const plane::SwapArena* arena) {
+  absl::MutexLock lock(&mu_);
+  if (auto f = flips_.find(arena); f != flips_.end()) f->second->acked = false;
 }
 
 absl::Status WeightArenas::Ack(int64_t handle) {
@@ -116,14 +146,20 @@ absl::Status WeightArenas::AwaitAck(const plane::SwapArena* arena, absl::Duratio
                                     const std::string& who, bool* acked) {
   absl::MutexLock lock(&mu_);
   auto f = flips_.find(arena);
-  if (f == flips_.end()) return absl::OkStatus();
+  if (f == flips_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(who, ": ", arena->Describe(),
+                     " is no longer of a flip pair (its owner freed it or its partner): "
+                     "nothing is written into its former partner"));
+  }
   std::shared_ptr<Flip> flip = f->second;
   auto done = [this, &flip]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return flip->awaiting == nullptr || closed_;
   };
   const bool answered = mu_.AwaitWithTimeout(absl::Condition(&done), wait);
   if (closed_) {
-    return absl::CancelledError(absl::StrCat(who, ": stopping while awaiting the owner's "
+    return absl::CancelledError(absl::StrCat(who,
+                                             ": stopping while awaiting the owner's "
                                              "acknowledgement of the flip of sync ",
                                              flip->sync_id, " onto ", flip->onto));
   }
@@ -133,8 +169,14 @@ absl::Status WeightArenas::AwaitAck(const plane::SwapArena* arena, absl::Duratio
                      " onto ", flip->onto, " after ", absl::FormatDuration(wait),
                      " (AckFlip): its partner may still be read, so nothing is written into it"));
   }
+  if (flips_.find(arena) == flips_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(who, ": ", arena->Describe(),
+                     " stopped being of a flip pair (freed) while a sync "
+                     "awaited the owner's acknowledgement of the flip of sync ",
+                     flip->sync_id));
+  }
   if (acked != nullptr) *acked = flip->acked;
-  flip->acked = false;
   return absl::OkStatus();
 }
 

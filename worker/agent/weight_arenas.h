@@ -65,8 +65,18 @@ class WeightArenas {
   // The handle of `arena` in the set (0: not of it).
   int64_t HandleOf(const plane::SwapArena* arena) const;
   // The sync runner flipped the owner's weights of sync `sync_id` onto
-  // `to`: until the owner acknowledges (Ack), AwaitAck over the pair waits.
-  void Flipped(const plane::SwapArena* to, const std::string& sync_id);
+  // `to`: until the owner acknowledges (Ack), AwaitAck over the pair waits,
+  // and from now on the pair serves from `to` (CheckServed). False (nothing
+  // recorded) when `to` is no longer of a pair (the owner freed it).
+  bool Flipped(const plane::SwapArena* to, const std::string& sync_id);
+  // FAILED_PRECONDITION naming `who`, `what`, the arena and the flip when
+  // `arena` (or the arena holding `data`) is the one a pair's last flip
+  // left: the owner serves the other, so a sync must neither read it as live
+  // nor write its partner (the arena served). OK otherwise.
+  absl::Status CheckServed(const plane::SwapArena* arena, const std::string& who,
+                           const std::string& what) const;
+  absl::Status CheckNotLeft(const void* data, const std::string& who,
+                            const std::string& what) const;
   // The owner serves from arena `handle` now: no work it queues from now
   // on reads its partner (work queued before is waited for by the sync
   // runner before it writes the partner). NOT_FOUND for an unknown handle;
@@ -78,9 +88,14 @@ class WeightArenas {
   // otherwise. `*acked` (if not null) tells whether an acknowledgement came
   // since the last call that reported one (the caller then waits for the
   // owner's queued work before writing the partner).
-  // CANCELLED once Close was called (the worker stops).
+  // CANCELLED once Close was called (the worker stops); FAILED_PRECONDITION
+  // when `arena` is no longer of a pair (freed meanwhile). `*acked` stays
+  // set until DeviceWaited(arena).
   absl::Status AwaitAck(const plane::SwapArena* arena, absl::Duration wait, const std::string& who,
                         bool* acked = nullptr);
+  // The caller waited for the device after an acknowledgement AwaitAck
+  // reported: the next AwaitAck reports none until the next Ack.
+  void DeviceWaited(const plane::SwapArena* arena);
   // The worker stops: every AwaitAck, now or later, returns CANCELLED.
   void Close();
   // The arena holding all of [data, data + bytes), or null.
@@ -99,13 +114,15 @@ class WeightArenas {
   const absl::Duration flip_ack_wait_;
   mutable absl::Mutex mu_;
   int64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t next_pair_ ABSL_GUARDED_BY(mu_) = 1;  // names unnamed pairs
   std::map<int64_t, std::shared_ptr<plane::SwapArena>> arenas_ ABSL_GUARDED_BY(mu_);
   // A flip pair's handshake (both arenas map to one).
   struct Flip {
     const plane::SwapArena* awaiting = nullptr;  // flipped onto, not acknowledged
     std::string sync_id;                         // of that flip
     std::string onto;                            // `awaiting` described
-    bool acked = false;                          // since AwaitAck last reported one
+    bool acked = false;                          // since DeviceWaited
+    const plane::SwapArena* serving = nullptr;   // the last flip's `to`
   };
   std::map<const plane::SwapArena*, std::shared_ptr<plane::SwapArena>> partner_
       ABSL_GUARDED_BY(mu_);

@@ -40,6 +40,11 @@ absl::Status CheckOptions(const EmbeddedOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "embedded worker: staging_limit_bytes must be >= 0, got ", o.staging_limit_bytes));
   }
+  if (o.flip_ack_wait <= absl::ZeroDuration() || o.flip_ack_wait == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedded worker: flip_ack_wait must be a positive, finite time, got ",
+                     absl::FormatDuration(o.flip_ack_wait)));
+  }
   if (o.staging_budget_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "embedded worker: staging_budget_bytes (wsync-worker's --staging_budget_bytes) must be "
@@ -217,6 +222,13 @@ absl::StatusOr<v1::RegisterTensorsResponse> EmbeddedWorker::Register(
         !s.ok()) {
       return s;
     }
+    // Nor one in the arena of a flip pair its owner left (commit-flip.md).
+    if (absl::Status s = arenas_.CheckNotLeft(
+            reinterpret_cast<const void*>(t.data), absl::StrCat("embedded worker ", Roles()),
+            absl::StrCat("tensor '", t.name, "' of group '", group, "'"));
+        !s.ok()) {
+      return s;
+    }
     agent::LocalTensor l;
     l.reg.set_name(t.name);
     l.reg.set_dtype(t.dtype);
@@ -308,8 +320,7 @@ absl::StatusOr<std::pair<WeightArena, WeightArena>> EmbeddedWorker::CreateFlipAr
 absl::Status EmbeddedWorker::AckFlip(int64_t handle) {
   absl::Status s = arenas_.Ack(handle);
   if (!s.ok()) {
-    return absl::Status(s.code(),
-                        absl::StrCat("embedded worker ", options_.instance_id, ": ", s.message()));
+    return absl::Status(s.code(), absl::StrCat("embedded worker ", Roles(), ": ", s.message()));
   }
   return s;
 }

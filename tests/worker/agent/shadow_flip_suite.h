@@ -178,6 +178,56 @@ TEST_P(ShadowFlipTest, ThePartnerIsWrittenOnlyAfterTheOwnerAcknowledgedTheLastFl
             pair_[0]->base());
 }
 
+TEST_P(ShadowFlipTest, ALiveRegistryInTheArenaLeftIsRefusedNotWrittenOver) {
+  ShadowSet set(&f().backend(), 0, arenas_.get());
+  SyncAndFlip(set, 2);
+  ASSERT_TRUE(arenas_->Ack(handles_[1]).ok());
+  // The owner serves arena 1; a registration pointing back at arena 0 would
+  // make the next sync write arena 1 under the owner.
+  Serve(0);
+  absl::Status s = set.Prepare(Writes(), v1::STAGING_DEVICE_SHADOW, live_, "worker 3");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "weights.0")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "sync-2")) << s;
+  ExpectArena(1, 2, 1, 52, "the arena the owner serves");
+  EXPECT_FALSE(arenas_->CheckNotLeft(At(*pair_[0], 8), "w", "tensor 'x'").ok());
+  EXPECT_TRUE(arenas_->CheckNotLeft(At(*pair_[1], 8), "w", "tensor 'x'").ok());
+}
+
+TEST_P(ShadowFlipTest, AFreedPartnerStopsTheSyncAndMovesNothing) {
+  ShadowSet set(&f().backend(), 0, arenas_.get());
+  // Freed between Prepare and Commit: the commit refuses, live untouched.
+  ASSERT_TRUE(set.Prepare(Writes(), v1::STAGING_DEVICE_SHADOW, live_, "worker 3").ok());
+  WriteShadows(set, 2);
+  ASSERT_TRUE(arenas_->Free(handles_[1]).ok());
+  absl::Status s = set.Commit();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "nothing moved")) << s;
+  EXPECT_EQ(set.flipped().to, nullptr);
+  ExpectArena(0, 1, 1, -1, "live after a refused flip commit");
+}
+
+TEST_P(ShadowFlipTest, FreeingTheArenaAwaitedEndsTheWait) {
+  ShadowSet set(&f().backend(), 0, arenas_.get());
+  SyncAndFlip(set, 2);
+  WeightArenas* arenas = arenas_.get();
+  const int64_t left = handles_[0];
+  std::thread owner([arenas, left] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_TRUE(arenas->Free(left).ok());
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = set.Prepare(Writes(), v1::STAGING_DEVICE_SHADOW, live_, "worker 3");
+  owner.join();
+  // Arena 1 has no partner now: the sync commits by swap, never into the freed arena.
+  if (s.ok()) {
+    EXPECT_STREQ(set.commit_kind(), "swap");
+  } else {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(150));
+  }
+}
+
 TEST_P(ShadowFlipTest, AStoppingWorkerEndsTheWaitForTheOwner) {
   ShadowSet set(&f().backend(), 0, arenas_.get());
   SyncAndFlip(set, 2);

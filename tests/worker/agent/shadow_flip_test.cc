@@ -55,7 +55,7 @@ TEST(TensorTableRebaseTest, MovesTheEntriesInsideTheRangeOnly) {
   for (const TensorEntry& e : table.Snapshot().tensors) got[e.reg.name()] = e;
   EXPECT_EQ(got["a"].data, to.data());
   EXPECT_EQ(got["b"].data, to.data() + 2048);
-  EXPECT_EQ(got["b"].hold, hold);
+  EXPECT_EQ(got["b"].arena_hold, hold);
   EXPECT_EQ(got["c"].data, elsewhere.data());
   // A range that holds part of b only moves nothing; nothing moved: same version.
   const uint64_t after = table.version();

@@ -39,6 +39,8 @@ void CopyBucket(const v1::Bucket& b, ViewTable* views, v1::Plan* part) {
   out->set_zero_copy(b.zero_copy());
   out->set_seq(b.seq());
   out->set_route(b.route());
+  // Piece runs (docs/plan-compact.md): whole, as the planner wrote them.
+  if (b.runs_size() > 0) *out->mutable_runs() = b.runs();
   out->mutable_pieces()->Reserve(b.pieces_size());
   for (const v1::Piece& x : b.pieces()) {
     v1::Piece* y = out->add_pieces();

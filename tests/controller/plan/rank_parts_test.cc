@@ -25,7 +25,7 @@ std::vector<std::string> FieldNames(const google::protobuf::Descriptor* d) {
 TEST(RankPartsTest, CopiesEveryFieldOfBucketAndPiece) {
   EXPECT_EQ(FieldNames(v1::Bucket::descriptor()),
             std::vector<std::string>({"id", "sender", "receiver", "round", "bytes", "transport",
-                                      "zero_copy", "pieces", "seq", "route"}))
+                                      "zero_copy", "pieces", "seq", "route", "runs"}))
       << "a Bucket field changed: copy it in CopyBucket (rank_parts.cc)";
   EXPECT_EQ(
       FieldNames(v1::Piece::descriptor()),
@@ -50,6 +50,11 @@ TEST(RankPartsTest, PartsEqualExtractRankPlanAndShareViews) {
       p.add_quant_block(5);
     }
   }
+  // A bucket's piece runs go with it (the split copies them whole).
+  v1::PieceRun* run = plan.mutable_buckets(0)->add_runs();
+  *run->mutable_first() = plan.buckets(0).pieces(0);
+  run->set_count(2);
+  run->set_dst_byte_step(64);
   // A view with fewer strides than dims is copied as it is, not shared.
   plan.mutable_buckets(0)->mutable_pieces(0)->mutable_dst()->clear_strides();
   const std::vector<RankPart> parts = SplitRankPlans(plan);

@@ -161,6 +161,9 @@ def test_a_rolled_back_flip_sync_leaves_the_served_arena_and_the_next_one_flips(
 
 
 def test_flip_arenas_are_checked(cluster):
+    for bad in (0, -1.0, float("inf")):
+        with pytest.raises(wsync.errors.InvalidArgument, match="flip_ack_wait"):
+            embedded.Worker(cluster.address, "inference:0:1", flip_ack_wait=bad, start=False)
     w = embedded.Worker(cluster.address, "inference:0:1", start=False)
     try:
         model = torch.nn.Linear(7, 3).to(torch.float16)

@@ -54,18 +54,19 @@ void ForEachRun(const StridedView& v, int64_t begin, int64_t count, Fn fn) {
   }
 }
 
+// Element by element through memcpy: a view's byte offset need not be a
+// multiple of its element size (a plan may place one anywhere), and a typed
+// load there would be undefined (found by plan_part_fuzzer under UBSan).
 template <typename T>
 void StridedGather(const uint8_t* src, int64_t len, int64_t stride, uint8_t* out) {
-  const T* s = reinterpret_cast<const T*>(src);
-  T* o = reinterpret_cast<T*>(out);
-  for (int64_t i = 0; i < len; ++i) o[i] = s[i * stride];
+  const int64_t step = stride * static_cast<int64_t>(sizeof(T));
+  for (int64_t i = 0; i < len; ++i) std::memcpy(out + i * sizeof(T), src + i * step, sizeof(T));
 }
 
 template <typename T>
 void StridedScatter(const uint8_t* in, int64_t len, int64_t stride, uint8_t* dst) {
-  const T* s = reinterpret_cast<const T*>(in);
-  T* d = reinterpret_cast<T*>(dst);
-  for (int64_t i = 0; i < len; ++i) d[i * stride] = s[i];
+  const int64_t step = stride * static_cast<int64_t>(sizeof(T));
+  for (int64_t i = 0; i < len; ++i) std::memcpy(dst + i * step, in + i * sizeof(T), sizeof(T));
 }
 
 // Elements [begin, begin + count) of v -> out (contiguous).

@@ -79,6 +79,7 @@
 #include "common/status_macros.h"
 #include "controller/plan/compiled_layout.h"
 #include "controller/plan/planner.h"
+#include "controller/plan/put_phases.h"
 #include "controller/plan/routes.h"
 #include "google/protobuf/util/json_util.h"
 #include "worker/backends/cuda/cuda_backend.h"
@@ -219,7 +220,10 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
     if (auto s = SetUpDirectWrites(c, worker, dst, store, tag, **backend, direct); !s.ok()) {
       return Fail("direct writes", s);
     }
-    plan::MarkPeerWrites(direct.pairs, &*rank_plan);
+    const plan::PutPhases phases =
+        f.put_phases ? plan::PlanPutPhases(c.plan, direct.pairs) : plan::PutPhases{};
+    if (worker == 0) fprintf(stderr, "put phases: %d\n", phases.num_phases);
+    plan::MarkPeerWrites(direct.pairs, &*rank_plan, phases.phase_of_bucket);
   }
   if (auto s = probe("peer_slab_opened"); !s.ok()) return Fail("probe", s);
   auto staged =

@@ -53,6 +53,8 @@ int ParseFlags(int argc, char** argv, Flags* f) {
       f->blocks_per_sm = std::stoi(v);
     else if (k == "--direct")
       f->direct = v != "0";
+    else if (k == "--put-phases")
+      f->put_phases = v != "0";
     else if (k == "--diagnose-drop")
       f->diagnose_drop = v;
     else if (k == "--diagnose-raw-puts")

@@ -27,6 +27,8 @@ struct Flags {
   // Direct writes for every eligible pair (controller/plan/routes.h):
   // each worker maps its peers' destination slabs by CUDA IPC.
   bool direct = false;
+  // --put-phases: direct writes in put phases (controller/plan/put_phases.h).
+  bool put_phases = true;
   // Diagnosis only (checksums then fail): "local" drops every local copy,
   // "puts" every direct write, to time the other part alone.
   std::string diagnose_drop;

@@ -94,24 +94,28 @@ WorkerRoutes RoutesOf(const std::vector<WorkerPair>& pairs, int32_t worker) {
   return r;
 }
 
-void MarkPeerWrites(const std::vector<WorkerPair>& pairs, v1::Plan* plan) {
+void MarkPeerWrites(const std::vector<WorkerPair>& pairs, v1::Plan* plan,
+                    absl::Span<const int32_t> phase_of_bucket) {
   for (v1::Bucket& b : *plan->mutable_buckets()) {
     const bool peer_write =
         b.transport() == v1::TRANSPORT_NETWORK &&
         std::binary_search(pairs.begin(), pairs.end(), WorkerPair(b.sender(), b.receiver()));
     b.set_route(peer_write ? v1::ROUTE_PEER_WRITE : v1::ROUTE_TRANSPORT);
+    const bool known = b.id() >= 0 && static_cast<size_t>(b.id()) < phase_of_bucket.size();
+    b.set_put_phase(peer_write && known ? phase_of_bucket[static_cast<size_t>(b.id())] : 0);
   }
 }
 
 std::shared_ptr<const v1::Plan> RoutePart(const std::shared_ptr<const v1::Plan>& part,
-                                          int32_t worker, const WorkerRoutes& routes) {
+                                          int32_t worker, const WorkerRoutes& routes,
+                                          absl::Span<const int32_t> phase_of_bucket) {
   if (routes.empty()) return part;
   std::vector<WorkerPair> pairs;
   for (int32_t peer : routes.write_to) pairs.emplace_back(worker, peer);
   for (int32_t peer : routes.written_by) pairs.emplace_back(peer, worker);
   std::sort(pairs.begin(), pairs.end());
   auto routed = std::make_shared<v1::Plan>(*part);
-  MarkPeerWrites(pairs, routed.get());
+  MarkPeerWrites(pairs, routed.get(), phase_of_bucket);
   return routed;
 }
 

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "wsync/v1/controller.pb.h"
 #include "wsync/v1/plan.pb.h"
 
@@ -84,13 +85,17 @@ struct WorkerRoutes {
 WorkerRoutes RoutesOf(const std::vector<WorkerPair>& pairs, int32_t worker);
 
 // Marks ROUTE_PEER_WRITE every network bucket of `plan` whose (sender,
-// receiver) is in `pairs` (sorted) and ROUTE_TRANSPORT every other one.
-void MarkPeerWrites(const std::vector<WorkerPair>& pairs, v1::Plan* plan);
+// receiver) is in `pairs` (sorted) and ROUTE_TRANSPORT every other one. A
+// peer-write bucket gets its put phase from `phase_of_bucket` (indexed by
+// bucket id, put_phases.h; 0 where it is empty or short), any other 0.
+void MarkPeerWrites(const std::vector<WorkerPair>& pairs, v1::Plan* plan,
+                    absl::Span<const int32_t> phase_of_bucket = {});
 
-// `part` (worker `worker`'s part of a plan) with its routes marked: `part`
-// itself when `routes` is empty, else a marked copy.
+// `part` (worker `worker`'s part of a plan) with its routes and put phases
+// marked: `part` itself when `routes` is empty, else a marked copy.
 std::shared_ptr<const v1::Plan> RoutePart(const std::shared_ptr<const v1::Plan>& part,
-                                          int32_t worker, const WorkerRoutes& routes);
+                                          int32_t worker, const WorkerRoutes& routes,
+                                          absl::Span<const int32_t> phase_of_bucket = {});
 
 }  // namespace wsync::plan
 

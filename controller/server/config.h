@@ -58,6 +58,10 @@ struct ControllerConfig {
   // (buckets routed ROUTE_PEER_WRITE); off: every bucket goes through the
   // transport.
   bool direct_writes = true;
+  // Order each writer's direct writes in put phases, matchings of the sync's
+  // peer-write byte matrix (controller/plan/put_phases.h); off: every writer
+  // issues its puts in round order, all peers at once.
+  bool put_phases = true;
   // Warm-ups (docs/warm-up.md): prepare every worker of a transfer (op
   // lists, bindings, peer mappings, transport, staging) when it is defined
   // and whenever its workers change, so that its first sync runs as fast as

@@ -43,6 +43,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "controller/plan/routes.h"
 #include "controller/server/config.h"
 #include "controller/server/metrics.h"
@@ -237,11 +238,12 @@ class SyncCoordinator {
                                                               const Resolved& resolved,
                                                               const PlanForSync& plan)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // `part` as routed by `routes`, cached; *part_key identifies it.
-  std::shared_ptr<const v1::Plan> RoutedPart(const v1::Plan& plan, int32_t worker,
-                                             const std::shared_ptr<const v1::Plan>& part,
-                                             const plan::WorkerRoutes& routes,
-                                             std::string* part_key);
+  // `part` routed by `routes`, put phases from `phases()` (on a cache miss;
+  // `phases_key` names the pair set), cached; *part_key identifies it.
+  std::shared_ptr<const v1::Plan> RoutedPart(
+      const v1::Plan& plan, int32_t worker, const std::shared_ptr<const v1::Plan>& part,
+      const plan::WorkerRoutes& routes, const std::string& phases_key,
+      const std::function<absl::Span<const int32_t>()>& phases, std::string* part_key);
 
   // ----- sync_dispatch.cc
   // A fresh Prepared for `t` (binding, planning, routing), run unlocked.

@@ -4,8 +4,10 @@
 #include <optional>
 #include <utility>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "controller/plan/put_phases.h"
 #include "controller/server/sync_coordinator.h"
 
 namespace wsync::controller {
@@ -82,11 +84,23 @@ SyncCoordinator::Dispatch SyncCoordinator::Decide(const std::string& transfer,
 
 std::vector<SyncCoordinator::RoutedPartRef> SyncCoordinator::Route(const PlanForSync& plan,
                                                                    const Dispatch& dispatch) {
+  // Put phases (controller/plan/put_phases.h) depend on every pair of the
+  // sync: planned once per sync at most, when a routed part is not cached.
+  const bool phased = config_.put_phases && !dispatch.peer_writes.empty();
+  const std::string phases_key =
+      phased ? absl::StrCat("/ph", absl::Hex(absl::HashOf(dispatch.peer_writes))) : "";
+  std::optional<plan::PutPhases> phases;
+  auto phases_of = [&]() -> absl::Span<const int32_t> {
+    if (!phased) return {};
+    if (!phases) phases = plan::PlanPutPhases(*plan.plan, dispatch.peer_writes);
+    return phases->phase_of_bucket;
+  };
   std::vector<RoutedPartRef> out;
   for (int32_t w = 0; w < static_cast<int32_t>(plan.parts.size()); ++w) {
     RoutedPartRef ref;
     ref.routes = plan::RoutesOf(dispatch.peer_writes, w);
-    ref.part = RoutedPart(*plan.plan, w, plan.parts[w], ref.routes, &ref.key);
+    ref.part =
+        RoutedPart(*plan.plan, w, plan.parts[w], ref.routes, phases_key, phases_of, &ref.key);
     out.push_back(std::move(ref));
   }
   return out;

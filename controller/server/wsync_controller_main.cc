@@ -83,6 +83,10 @@ ABSL_FLAG(int64_t, max_message_bytes, 256ll << 20,
 ABSL_FLAG(std::string, port_file, "",
           "When set, write 'grpc_port=N' and 'metrics_port=M' lines to this file once serving "
           "(written to a temporary name, then renamed). Env: WSYNC_PORT_FILE.");
+ABSL_FLAG(bool, put_phases, true,
+          "Issue each writer's direct writes in put phases, matchings of the sync's peer-write "
+          "byte matrix, so that each GPU writes about one peer at a time (docs/direct-writes.md); "
+          "false: all peers at once, in round order. Env: WSYNC_PUT_PHASES.");
 ABSL_FLAG(bool, direct_writes, true,
           "Let a sender write a receiver's destination buffers directly (same shm / CUDA IPC "
           "peer access) when both registered the same direct_write_domain and the plan's "
@@ -229,6 +233,7 @@ int main(int argc, char** argv) {
        "max_message_bytes",
        "port_file",
        "direct_writes",
+       "put_phases",
        "min_bucket_bytes",
        "max_plan_buckets",
        "max_plan_pieces",
@@ -284,6 +289,7 @@ int main(int argc, char** argv) {
   options.config.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
   options.config.sync_deadline = absl::GetFlag(FLAGS_sync_deadline);
   options.config.direct_writes = absl::GetFlag(FLAGS_direct_writes);
+  options.config.put_phases = absl::GetFlag(FLAGS_put_phases);
   options.config.warm_up_on_define = absl::GetFlag(FLAGS_warm_up_on_define);
   options.config.warm_up_deadline = absl::GetFlag(FLAGS_warm_up_deadline);
   options.auth.insecure = absl::GetFlag(FLAGS_insecure);

@@ -83,6 +83,8 @@ struct DirectBucket {
   int32_t seq = 0;
   int64_t bytes = 0;
   bool sent = false;
+  // Bucket.put_phase: a writer issues its puts phase by phase.
+  int32_t put_phase = 0;
   // By bucket offset. A sender reads each piece's source converted to the
   // destination dtype and then to the wire dtype (what the receiver can
   // read back from what the put wrote: the put converts src -> dst once),
@@ -122,8 +124,8 @@ struct BoundPlan {
   int64_t max_staging_bytes = 0;
   int64_t total_bytes = 0;  // sent + received + local + put, over all rounds
   // Direct writes: every piece of every bucket it sends routed
-  // ROUTE_PEER_WRITE, in round order; issued at once after the ready tokens
-  // (they need no staging).
+  // ROUTE_PEER_WRITE, by put phase, then in round order; issued at once
+  // after the ready tokens (they need no staging).
   std::vector<CopyItem> puts;
   // Where each put came from (worker, round, bucket, piece, tensor), for
   // errors the data ops report about one put item.

@@ -118,6 +118,7 @@ DirectBucket Binder::NewDirectBucket(const v1::Bucket& b, int32_t round, bool se
   d.seq = b.seq();
   d.bytes = b.bytes();
   d.sent = sent;
+  d.put_phase = b.put_phase();
   return d;
 }
 
@@ -203,6 +204,31 @@ absl::Status Binder::BindRecv(const v1::Bucket& b, BoundTransfer& t, BoundRound&
     out.unpack.push_back(UnpackItem{t.staging_offset + p.bucket_offset(), p.wire_dtype(), *dst});
   }
   return absl::OkStatus();
+}
+
+void OrderPutsByPhase(BoundPlan& out) {
+  std::vector<DirectBucket*> sent;
+  for (DirectBucket& d : out.direct_buckets) {
+    if (d.sent) sent.push_back(&d);
+  }
+  auto by_phase = [](const DirectBucket* x, const DirectBucket* y) {
+    return x->put_phase < y->put_phase;
+  };
+  if (std::is_sorted(sent.begin(), sent.end(), by_phase)) return;
+  std::stable_sort(sent.begin(), sent.end(), by_phase);
+  std::vector<CopyItem> puts;
+  std::vector<std::string> origins;
+  puts.reserve(out.puts.size());
+  origins.reserve(out.put_origins.size());
+  for (DirectBucket* d : sent) {
+    const size_t first = static_cast<size_t>(d->first_put);
+    const size_t end = first + static_cast<size_t>(d->num_puts);
+    d->first_put = static_cast<int32_t>(puts.size());
+    puts.insert(puts.end(), out.puts.begin() + first, out.puts.begin() + end);
+    origins.insert(origins.end(), out.put_origins.begin() + first, out.put_origins.begin() + end);
+  }
+  out.puts = std::move(puts);
+  out.put_origins = std::move(origins);
 }
 
 }  // namespace wsync::exec::bind_internal

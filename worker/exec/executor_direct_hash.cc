@@ -62,10 +62,18 @@ void Executor::PrepareDirectParts(const BoundPlan& plan) {
     for (size_t i = 0; i < list.size(); ++i) direct_part_[list[i]] = part[i];
     (key.first ? parts_to_ : parts_from_)[key.second] = part.empty() ? 0 : part.back() + 1;
   }
+  // Each part's puts by put phase (as plan.puts), then in round order.
+  std::vector<size_t> sent;
   for (size_t d = 0; d < n; ++d) {
     const DirectBucket& b = plan.direct_buckets[d];
     direct_hash_handles_.push_back(ops_->PrepareWireHash(b.items));
-    if (!b.sent) continue;
+    if (b.sent) sent.push_back(d);
+  }
+  std::stable_sort(sent.begin(), sent.end(), [&](size_t x, size_t y) {
+    return plan.direct_buckets[x].put_phase < plan.direct_buckets[y].put_phase;
+  });
+  for (size_t d : sent) {
+    const DirectBucket& b = plan.direct_buckets[d];
     const size_t k = static_cast<size_t>(direct_part_[d]);
     if (step_puts_.size() <= k) {
       step_puts_.resize(k + 1);

@@ -15,12 +15,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "controller/plan/put_phases.h"
 #include "controller/plan/routes.h"
 #include "tests/worker/exec/borrowed_plane.h"
 #include "tests/worker/exec/lazy_data_ops.h"
@@ -95,6 +97,8 @@ class Cluster {
   // Later runs write the buckets `from` sends to `to` straight into `to`'s
   // buffers (direct writes; all workers share this process's memory).
   void WriteDirectly(int from, int to) { direct_.insert({from, to}); }
+  // The put phases of Run's plans, by bucket id, instead of PlanPutPhases'.
+  void SetPutPhases(std::vector<int32_t> phases) { put_phases_ = std::move(phases); }
   // `from` expects another ready token from `to` than `to` sends (as if
   // `to`'s owner registered again after `from` mapped its buffers).
   void StaleMapping(int from, int to) { stale_.insert({from, to}); }
@@ -148,9 +152,13 @@ class Cluster {
                                              const std::set<int>& silent = {},
                                              const ProgressCallback& progress = nullptr) {
     std::vector<absl::StatusOr<SyncStats>> out(n_, absl::UnknownError("not run"));
-    // The WriteDirectly pairs, routed as the controller's route stage does.
+    // The WriteDirectly pairs, routed and put in phases as the controller's
+    // route stage does (or in the phases SetPutPhases gave).
     v1::Plan routed = plan;
-    plan::MarkPeerWrites(std::vector<plan::WorkerPair>(direct_.begin(), direct_.end()), &routed);
+    const std::vector<plan::WorkerPair> pairs(direct_.begin(), direct_.end());
+    const std::vector<int32_t> phases =
+        put_phases_ ? *put_phases_ : plan::PlanPutPhases(plan, pairs).phase_of_bucket;
+    plan::MarkPeerWrites(pairs, &routed, phases);
     std::vector<std::thread> threads;
     for (int w = 0; w < n_; ++w) {
       if (silent.count(w)) continue;
@@ -189,6 +197,7 @@ class Cluster {
   transport::InMemoryKvStore store_;
   std::vector<Worker> workers_;
   std::set<std::pair<int, int>> direct_;
+  std::optional<std::vector<int32_t>> put_phases_;
   std::set<std::pair<int, int>> stale_;
   std::set<int> skewed_;
 };

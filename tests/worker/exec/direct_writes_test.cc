@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -173,6 +174,57 @@ TEST(DirectWritesTest, AReplayedPlanKeepsItsHandles) {
     }
   }
   CheckSwap(c, kRows, kCols);
+}
+
+// Put phases (controller/plan/put_phases.h): a writer's puts follow its
+// buckets' phases, each bucket's puts stay together and unchanged, and the
+// sync writes the same bytes in any order.
+TEST(DirectWritesTest, PutsFollowTheirBucketsPutPhases) {
+  constexpr int64_t kRows = 96, kCols = 64;
+  Cluster c(2);
+  ASSERT_TRUE(ConnectDirectSwap(c, kRows, kCols).ok());
+  DirectWrites direct;
+  direct.ready_token = 1000;
+  direct.peer_buffers[1] = &c.registry(1);
+  direct.expected_ready_tokens[1] = 1001;
+  const std::vector<plan::WorkerPair> pairs = {{0, 1}, {1, 0}};
+  v1::Plan plain = SwapPlan(kRows, kCols, 3);
+  plan::MarkPeerWrites(pairs, &plain);
+  // Phases against round order: the last round's bucket first.
+  std::vector<int32_t> phase(static_cast<size_t>(plain.buckets_size()), 0);
+  for (const v1::Bucket& b : plain.buckets()) phase[b.id()] = 10 - b.round();
+  v1::Plan phased = plain;
+  plan::MarkPeerWrites(pairs, &phased, phase);
+  auto b0 = BindPlan(plain, 0, c.registry(0), MemorySpace::kHost, &direct);
+  auto p0 = BindPlan(phased, 0, c.registry(0), MemorySpace::kHost, &direct);
+  ASSERT_TRUE(b0.ok()) << b0.status();
+  ASSERT_TRUE(p0.ok()) << p0.status();
+  ASSERT_EQ((*p0)->puts.size(), (*b0)->puts.size());
+  std::map<int64_t, std::vector<void*>> before, after;  // bucket -> its puts' destinations
+  std::vector<std::pair<int32_t, int32_t>> issue;       // (first put, phase) of sent buckets
+  for (const auto& [bound, out] : {std::make_pair(*b0, &before), std::make_pair(*p0, &after)}) {
+    for (const DirectBucket& d : bound->direct_buckets) {
+      if (!d.sent) continue;
+      for (int32_t i = 0; i < d.num_puts; ++i) {
+        (*out)[d.bucket].push_back(bound->puts[d.first_put + i].dst.data);
+      }
+      if (bound == *p0) issue.push_back({d.first_put, d.put_phase});
+    }
+  }
+  EXPECT_EQ(before, after);
+  std::sort(issue.begin(), issue.end());
+  ASSERT_GE(issue.size(), 3u);
+  for (size_t k = 1; k < issue.size(); ++k) {
+    EXPECT_LE(issue[k - 1].second, issue[k].second) << "put " << issue[k].first;
+  }
+  EXPECT_NE((*p0)->puts.front().dst.data, (*b0)->puts.front().dst.data)
+      << "the phases reverse round order, so the first put changes";
+  c.SetPutPhases(phase);
+  for (int run = 0; run < 2; ++run) {
+    auto results = c.Run(plain, absl::Seconds(30));
+    for (int w = 0; w < 2; ++w) ASSERT_TRUE(results[w].ok()) << results[w].status();
+    CheckSwap(c, kRows, kCols);
+  }
 }
 
 // Local copies queued while the ready tokens travel: a silent receiver makes

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/gpu/bench_cases.h"
+#include "worker/backends/cuda/cuda_data_ops.h"
 #include "worker/exec/executor.h"
 #include "wsync/v1/layout.pb.h"
 
@@ -41,11 +42,11 @@ struct Flags {
   int64_t put_copy_engine_kib = 4096;        // CudaDataOps::Options::put_copy_engine_min_bytes
   int64_t put_copy_engine_row_bytes = 8192;  // ...::put_copy_engine_min_row_bytes
   int put_blocks_per_sm = 1;                 // CudaDataOps::Options::put_blocks_per_sm
-  int put_copy_streams = 4;                  // CudaDataOps::Options::put_copy_streams
-  int reserved_sms = 0;                      // CudaDataOps::Options::reserved_sms
-  int put_reserved_sms = 48;                 // CudaDataOps::Options::put_reserved_sms
-  int64_t put_interleave_mib = 0;            // CudaDataOps::Options::put_interleave_mib
-  int hash_blocks_per_sm = 4;                // CudaDataOps::Options::hash_blocks_per_sm
+  int put_copy_streams = cuda::CudaDataOps::Options().put_copy_streams;  // --put-copy-streams
+  int reserved_sms = 0;            // CudaDataOps::Options::reserved_sms
+  int put_reserved_sms = 48;       // CudaDataOps::Options::put_reserved_sms
+  int64_t put_interleave_mib = 0;  // CudaDataOps::Options::put_interleave_mib
+  int hash_blocks_per_sm = 4;      // CudaDataOps::Options::hash_blocks_per_sm
   // Checksum parts (ExecutorOptions): landing_parts, min_landing_part_bytes
   // (MiB), direct_part_tail_ratio; the same on every worker of the run.
   int landing_parts = exec::ExecutorOptions().landing_parts;

@@ -167,7 +167,9 @@ TEST(PutPhasesTest, AGroupLargerThanTheLimitKeepsPhaseZero) {
   std::set<int32_t> small;
   for (const v1::Bucket& b : plan.buckets()) {
     const int32_t p = phases.phase_of_bucket[static_cast<size_t>(b.id())];
-    if (b.sender() < n) EXPECT_EQ(p, 0) << "bucket " << b.id();
+    if (b.sender() < n) {
+      EXPECT_EQ(p, 0) << "bucket " << b.id();
+    }
     if (b.sender() == 100) small.insert(p);
   }
   EXPECT_EQ(small, (std::set<int32_t>{0, 1}));
@@ -201,8 +203,11 @@ TEST(PutPhasesTest, MarkPeerWritesSetsPhasesOnPeerWriteBucketsOnly) {
     const bool direct = b.route() == v1::ROUTE_PEER_WRITE;
     EXPECT_EQ(direct,
               std::binary_search(pairs.begin(), pairs.end(), WorkerPair(b.sender(), b.receiver())));
-    if (!direct) EXPECT_EQ(b.put_phase(), 0) << "bucket " << b.id();
-    if (direct) seen.insert(b.put_phase());
+    if (direct) {
+      seen.insert(b.put_phase());
+    } else {
+      EXPECT_EQ(b.put_phase(), 0) << "bucket " << b.id();
+    }
   }
   EXPECT_EQ(seen, (std::set<int32_t>{0, 1}));
   // Without phases every bucket is back at 0.

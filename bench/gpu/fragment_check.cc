@@ -102,12 +102,12 @@ absl::Status ForEachFragment(
           "tensor ", t.name, ": the benchmark check handles 16- and 32-bit dtypes only, not ",
           DTypeName(t.dtype)));
     }
-    for (size_t i = 0; i < t.fragments.size(); ++i) {
-      const plan::CompiledFragment& f = t.fragments[i];
+    for (size_t i = 0; i < t.num_fragments(); ++i) {
+      const plan::CompiledFragment& f = t.fragment(i);
       if (f.rank != rank || f.box.Empty()) continue;
       // Sorted by (box, rank): the first of equal boxes is the lowest rank.
-      if (distinct && i > 0 && t.fragments[i - 1].box == f.box) continue;
-      const std::string& name = compiled->buffer_names[f.buffer];
+      if (distinct && i > 0 && t.fragment(i - 1).box == f.box) continue;
+      const std::string& name = compiled->buffer_names[t.buffer(f)];
       const exec::RegisteredBuffer* b = registry.Find(bside, name);
       if (b == nullptr) {
         return absl::NotFoundError(absl::StrCat("worker ", worker, ": buffer ", name, " of tensor ",

@@ -20,11 +20,11 @@ absl::StatusOr<std::map<std::string, BufferNeed>> BuffersOf(const v1::Side& side
   if (!compiled.ok()) return compiled.status();
   for (const auto& t : compiled->tensors) {
     const int64_t es = DTypeSize(t.dtype);
-    for (const auto& f : t.fragments) {
+    for (const auto& f : t.fragments()) {
       if (f.rank != rank || f.box.Empty()) continue;
       int64_t last = 0;
       for (size_t d = 0; d < f.strides.size(); ++d) last += (f.box.length[d] - 1) * f.strides[d];
-      BufferNeed& need = out[compiled->buffer_names[f.buffer]];
+      BufferNeed& need = out[compiled->buffer_names[t.buffer(f)]];
       need.bytes = std::max(need.bytes, f.byte_offset + (last + 1) * es);
       if (need.dtype == v1::DTYPE_UNSPECIFIED) need.dtype = t.dtype;
     }

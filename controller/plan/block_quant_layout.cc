@@ -123,20 +123,20 @@ absl::Status MatchScaleFragments(const std::string& side_name, const std::string
                                  CompiledTensor& w, const CompiledTensor& s) {
   std::map<int32_t, std::vector<int32_t>> scale_frags;  // rank -> fragments
   std::map<int32_t, int64_t> scale_elems, block_elems;
-  for (size_t i = 0; i < s.fragments.size(); ++i) {
-    if (s.fragments[i].box.Empty()) continue;
-    scale_frags[s.fragments[i].rank].push_back(static_cast<int32_t>(i));
-    scale_elems[s.fragments[i].rank] += s.fragments[i].box.NumElements();
+  for (size_t i = 0; i < s.num_fragments(); ++i) {
+    if (s.fragment(i).box.Empty()) continue;
+    scale_frags[s.fragment(i).rank].push_back(static_cast<int32_t>(i));
+    scale_elems[s.fragment(i).rank] += s.fragment(i).box.NumElements();
   }
-  w.scale_fragment.assign(w.fragments.size(), -1);
-  for (size_t i = 0; i < w.fragments.size(); ++i) {
-    const CompiledFragment& f = w.fragments[i];
+  w.scale_fragment.assign(w.num_fragments(), -1);
+  for (size_t i = 0; i < w.num_fragments(); ++i) {
+    const CompiledFragment& f = w.fragment(i);
     if (f.box.Empty()) continue;
     if (absl::Status st = CheckWholeBlocks(where, w, f); !st.ok()) return st;
     const BoxNd bb = BlockBox(w, f.box);
     block_elems[f.rank] += bb.NumElements();
     for (int32_t j : scale_frags[f.rank]) {
-      if (Contains(s.fragments[j].box, bb)) {
+      if (Contains(s.fragment(j).box, bb)) {
         w.scale_fragment[i] = j;
         break;
       }

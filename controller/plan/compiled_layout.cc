@@ -4,7 +4,10 @@
 #include "controller/plan/compiled_layout.h"
 
 #include <algorithm>
+#include <memory>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -195,7 +198,7 @@ absl::Status CompileExplicit(const std::string& where, const v1::TensorLayout& t
     if (absl::Status s = ReadFragment(t, in, num_ranks, &f); !s.ok()) return err(s);
     if (f.box.Empty()) continue;  // holds nothing; the planner never needs it
     if (absl::Status s = CheckBytes(in, elem_size, &f); !s.ok()) return err(s);
-    f.buffer = buffers->Intern(in.buffer().empty() ? t.name() : in.buffer());
+    f.own_buffer = buffers->Intern(in.buffer().empty() ? t.name() : in.buffer());
     if (absl::Status s = ReadPartial(in, role, *out, &groups, &f); !s.ok()) return err(s);
     out->push_back(std::move(f));
   }
@@ -212,11 +215,15 @@ bool FragmentLess(const CompiledFragment& a, const CompiledFragment& b) {
   for (size_t d = 0; d < n; ++d) {
     if (a.box.length[d] != b.box.length[d]) return a.box.length[d] < b.box.length[d];
   }
-  return std::tie(a.rank, a.buffer, a.byte_offset) < std::tie(b.rank, b.buffer, b.byte_offset);
+  return std::tie(a.rank, a.own_buffer, a.byte_offset) <
+         std::tie(b.rank, b.own_buffer, b.byte_offset);
 }
 
-// Sorts through an index permutation: each fragment moves once.
+// Sorts through an index permutation: each fragment moves once. Meshes
+// often yield fragments already in order (row-major coordinates of plain
+// Shard placements); checking first skips most of the sorting.
 void SortFragments(std::vector<CompiledFragment>* frags) {
+  if (std::is_sorted(frags->begin(), frags->end(), FragmentLess)) return;
   std::vector<uint32_t> order(frags->size());
   for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(),
@@ -226,6 +233,74 @@ void SortFragments(std::vector<CompiledFragment>* frags) {
   for (uint32_t i : order) sorted.push_back(std::move((*frags)[i]));
   frags->swap(sorted);
 }
+
+template <typename T>
+void AppendRaw(const T& v, std::string* key) {
+  key->append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+// Everything a mesh tensor's fragments depend on besides its name and
+// buffer: dtype (byte offsets), shape, mesh shape, ranks and placements.
+std::string MeshSignature(const v1::TensorLayout& t) {
+  const v1::MeshLayout& m = t.mesh();
+  std::string key;
+  key.reserve(64 + 8 * (t.shape_size() + m.mesh_shape_size()) + 4 * m.ranks_size() +
+              16 * m.placements_size());
+  AppendRaw(static_cast<int32_t>(t.dtype()), &key);
+  AppendRaw(static_cast<int32_t>(t.shape_size()), &key);
+  for (int64_t d : t.shape()) AppendRaw(d, &key);
+  AppendRaw(static_cast<int32_t>(m.mesh_shape_size()), &key);
+  for (int64_t d : m.mesh_shape()) AppendRaw(d, &key);
+  AppendRaw(static_cast<int32_t>(m.ranks_size()), &key);
+  key.append(reinterpret_cast<const char*>(m.ranks().data()),
+             sizeof(int32_t) * static_cast<size_t>(m.ranks_size()));
+  AppendRaw(static_cast<int32_t>(m.placements_size()), &key);
+  for (const v1::Placement& p : m.placements()) {
+    AppendRaw(static_cast<int32_t>(p.kind_case()), &key);
+    switch (p.kind_case()) {
+      case v1::Placement::kShard:
+        AppendRaw(p.shard().dim(), &key);
+        break;
+      case v1::Placement::kStridedShard:
+        AppendRaw(p.strided_shard().dim(), &key);
+        AppendRaw(p.strided_shard().split_factor(), &key);
+        break;
+      case v1::Placement::kPartial:
+        AppendRaw(static_cast<int32_t>(p.partial().op()), &key);
+        break;
+      default:
+        break;
+    }
+  }
+  return key;
+}
+
+using SharedFragments = std::shared_ptr<const std::vector<CompiledFragment>>;
+
+// The fragments of each mesh signature of one side, built, validated and
+// sorted once and shared by every tensor of that signature. Sound because
+// AppendMeshFragments reads nothing of the tensor but the signature (its
+// buffer is left to CompiledTensor) and its checks depend on the signature
+// and the side's rank count only.
+class MeshFragmentCache {
+ public:
+  absl::StatusOr<SharedFragments> Get(const std::string& where, const v1::TensorLayout& t,
+                                      int32_t num_ranks, SideRole role) {
+    std::string key = MeshSignature(t);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    std::vector<CompiledFragment> frags;
+    RETURN_IF_ERROR(
+        internal::AppendMeshFragments(where, t, num_ranks, role, kTensorBuffer, &frags));
+    SortFragments(&frags);
+    auto shared = std::make_shared<const std::vector<CompiledFragment>>(std::move(frags));
+    cache_.emplace(std::move(key), shared);
+    return shared;
+  }
+
+ private:
+  absl::flat_hash_map<std::string, SharedFragments> cache_;
+};
 
 absl::Status CheckTensorHeader(const std::string& where, const v1::TensorLayout& t) {
   if (t.name().empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": empty name"));
@@ -288,6 +363,7 @@ absl::StatusOr<CompiledSide> CompileSide(const v1::Side& side, SideRole role) {
   }
 
   BufferInterner buffers(&out.buffer_names);
+  MeshFragmentCache meshes;
   std::vector<bool> from_mesh;
   out.tensors.reserve(side.tensors_size());
   out.tensor_index.reserve(side.tensors_size());
@@ -303,15 +379,14 @@ absl::StatusOr<CompiledSide> CompileSide(const v1::Side& side, SideRole role) {
     ct.shape.assign(t.shape().begin(), t.shape().end());
     if (t.has_mesh()) {
       const int32_t buf = buffers.Intern(t.mesh().buffer().empty() ? t.name() : t.mesh().buffer());
-      RETURN_IF_ERROR(
-          internal::AppendMeshFragments(where, t, side.ranks_size(), role, buf, &ct.fragments));
+      ASSIGN_OR_RETURN(SharedFragments frags, meshes.Get(where, t, side.ranks_size(), role));
+      ct.SetFragments(std::move(frags), buf);
     } else {
-      RETURN_IF_ERROR(CompileExplicit(where, t, side.ranks_size(), role, &buffers, &ct.fragments));
-    }
-    // Meshes often yield fragments already in order (row-major coordinates of
-    // plain Shard placements); checking first skips most of the sorting.
-    if (!std::is_sorted(ct.fragments.begin(), ct.fragments.end(), FragmentLess)) {
-      SortFragments(&ct.fragments);
+      std::vector<CompiledFragment> frags;
+      RETURN_IF_ERROR(CompileExplicit(where, t, side.ranks_size(), role, &buffers, &frags));
+      SortFragments(&frags);
+      ct.SetFragments(std::make_shared<const std::vector<CompiledFragment>>(std::move(frags)),
+                      kTensorBuffer);
     }
     from_mesh.push_back(t.has_mesh());
     out.tensors.push_back(std::move(ct));

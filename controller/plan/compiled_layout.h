@@ -6,6 +6,7 @@
 #define WSYNC_CONTROLLER_PLAN_COMPILED_LAYOUT_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,18 +21,56 @@ namespace wsync::plan {
 struct CompiledFragment {
   int32_t rank = 0;  // side-local rank index
   BoxNd box;         // global coordinates of the tensor
-  int32_t buffer = 0;  // index into CompiledSide::buffer_names
-  int64_t byte_offset = 0;  // of box.offset inside the buffer
-  DimVector strides;  // element strides in the buffer, per dim
-  int32_t partial_group = 0;     // 0: full values; else reduce the group
+  // Explicit fragments: index into CompiledSide::buffer_names. Mesh
+  // fragments: kTensorBuffer (they lie in their tensor's one buffer, which
+  // differs per tensor while the fragments are shared). Read it through
+  // CompiledTensor::buffer(), never directly.
+  int32_t own_buffer = 0;
+  int64_t byte_offset = 0;    // of box.offset inside the buffer
+  DimVector strides;          // element strides in the buffer, per dim
+  int32_t partial_group = 0;  // 0: full values; else reduce the group
   v1::ReduceOp partial_op = v1::REDUCE_SUM;
 };
 
+inline constexpr int32_t kTensorBuffer = -1;
+
+// A tensor's fragments live in a vector shared by every tensor of one mesh
+// signature (see CompileSide): what differs between those tensors (name,
+// buffer) is kept here, per tensor, and every field of a shared fragment
+// (rank, box, byte offset within the tensor's buffer, strides, partial
+// group) is a function of the signature alone. Explicit-fragment tensors own
+// their vector (their buffers and byte offsets are per tensor).
 struct CompiledTensor {
   std::string name;
   DType dtype = v1::DTYPE_UNSPECIFIED;
   std::vector<int64_t> shape;
-  std::vector<CompiledFragment> fragments;  // sorted by (box, rank)
+
+  // Sorted by (box, rank).
+  const std::vector<CompiledFragment>& fragments() const { return *fragments_; }
+  const CompiledFragment& fragment(size_t i) const { return (*fragments_)[i]; }
+  size_t num_fragments() const { return fragments_->size(); }
+  // The buffer (index into CompiledSide::buffer_names) fragment f of this
+  // tensor lies in.
+  int32_t buffer(const CompiledFragment& f) const {
+    return mesh_buffer_ >= 0 ? mesh_buffer_ : f.own_buffer;
+  }
+  // The tensor's one buffer when every fragment lies in it (mesh layouts),
+  // else kTensorBuffer (explicit fragments name their own).
+  int32_t mesh_buffer() const { return mesh_buffer_; }
+  // Whether this tensor and `other` share one fragment vector (tests,
+  // measurement).
+  bool SharesFragmentsWith(const CompiledTensor& other) const {
+    return fragments_ == other.fragments_;
+  }
+  // Mesh layouts: `fragments` (shared, every own_buffer kTensorBuffer) all in
+  // buffer `buffer` >= 0. Explicit layouts: buffer kTensorBuffer, each
+  // fragment's own_buffer names its buffer.
+  void SetFragments(std::shared_ptr<const std::vector<CompiledFragment>> fragments,
+                    int32_t buffer) {
+    fragments_ = std::move(fragments);
+    mesh_buffer_ = buffer;
+  }
+
   // Destination only, block fp8 quantization (TensorLayout.block_quantization):
   // on the quantized tensor, its scale tensor's index, the block over the
   // last two dims, and per fragment the scale tensor's fragment (same rank)
@@ -42,6 +81,11 @@ struct CompiledTensor {
   std::vector<int32_t> scale_fragment;
   int32_t scales_for = -1;
   bool quantized() const { return scale_tensor >= 0; }
+
+ private:
+  std::shared_ptr<const std::vector<CompiledFragment>> fragments_ =
+      std::make_shared<const std::vector<CompiledFragment>>();
+  int32_t mesh_buffer_ = kTensorBuffer;
 };
 
 struct CompiledSide {
@@ -60,7 +104,10 @@ struct CompiledSide {
 
 enum class SideRole { kSource, kDestination };
 
-// Compiles and validates one side. Errors name the side, tensor, rank and box:
+// Compiles and validates one side. Mesh tensors of one signature (dtype,
+// shape, mesh shape, ranks, placements) share one fragment vector, built and
+// checked once; each keeps its own name and buffer. Errors name the side,
+// tensor, rank and box:
 // empty side, duplicate worker or tensor names, unknown ranks, bad shapes or
 // dtypes, placements that do not fit the mesh, boxes out of range, strided
 // views that overflow nothing they claim, and (destination only) overlapping

@@ -18,7 +18,11 @@ namespace wsync::plan::internal {
 std::string Where(const std::string& side, const std::string& tensor);
 
 // Appends the fragments that mesh layout `t.mesh()` puts on each rank (all in
-// buffer `buffer_id`). Validates the mesh against `num_ranks` and `role`.
+// buffer `buffer_id`; CompileSide passes kTensorBuffer and keeps the buffer
+// per tensor). Validates the mesh against `num_ranks` and `role`. Reads
+// nothing of `t` but its mesh signature (dtype, shape, mesh shape, ranks,
+// placements; `where` only for messages): CompileSide builds it once per
+// signature and shares the result.
 absl::Status AppendMeshFragments(const std::string& where, const v1::TensorLayout& t,
                                  int32_t num_ranks, SideRole role, int32_t buffer_id,
                                  std::vector<CompiledFragment>* out);
@@ -28,6 +32,13 @@ absl::Status AppendMeshFragments(const std::string& where, const v1::TensorLayou
 // one rank are disjoint by construction and need no pairwise check. On a
 // source, exact aliases (same bytes, same view shape) are allowed: reading
 // the same memory twice is harmless (tied weights).
+// Cost: a mesh tensor alone in its buffer costs O(1) (its buffer is
+// CompiledTensor::mesh_buffer; its fragments, maybe shared with other
+// tensors, are not walked): its shards tile the buffer from byte 0 and its
+// extent fits int64 (CheckTensorHeader), so nothing in it can overlap. So a
+// signature's fragments are checked once, when built, not once per tensor;
+// tensors sharing one buffer (explicit, or meshes naming one buffer) are
+// swept fragment by fragment, whatever they share.
 absl::Status CheckByteOverlaps(const CompiledSide& side, const std::vector<bool>& from_mesh,
                                SideRole role);
 

@@ -300,7 +300,7 @@ void AppendRankFragments(RankIntervals& ri, int32_t rank, int32_t buffer_id, int
     f.rank = rank;
     f.box.offset.assign(ri.offset.begin(), ri.offset.end());
     f.box.length.assign(ri.length.begin(), ri.length.end());
-    f.buffer = buffer_id;
+    f.own_buffer = buffer_id;
     f.byte_offset = elem_offset * elem_size;
     f.strides.assign(ri.strides.begin(), ri.strides.end());
     f.partial_group = group;

@@ -63,13 +63,12 @@ class BoundBuilder {
     for (int32_t i = 0; i < c.hg_count; ++i) {
       const HolderGroup& hg = w_.holder_groups[w_.cell_holders[c.hg_begin + i]];
       for (int32_t k = 0; k < hg.full_count; ++k) {
-        full_.push_back(w_.src_rank_worker[st.fragments[w_.holder_frags[hg.full_begin + k]].rank]);
+        full_.push_back(w_.src_rank_worker[st.fragment(w_.holder_frags[hg.full_begin + k]).rank]);
       }
       for (int32_t k = 0; k < hg.part_count; ++k) {
         const PartialGroup& pg = w_.partial_groups[w_.holder_parts[hg.part_begin + k]];
         for (int32_t m = 0; m < pg.frag_count; ++m) {
-          part_.push_back(
-              w_.src_rank_worker[st.fragments[w_.holder_frags[pg.frag_begin + m]].rank]);
+          part_.push_back(w_.src_rank_worker[st.fragment(w_.holder_frags[pg.frag_begin + m]).rank]);
         }
         part_end_.push_back(static_cast<int32_t>(part_.size()));
       }
@@ -140,7 +139,7 @@ class BoundBuilder {
     // Members per node (to tell whether a node-mate needs the cell too).
     members_.clear();
     for (int32_t m = 0; m < g.frag_count; ++m) {
-      members_.push_back(w_.dst_rank_worker[dt.fragments[g.frag_begin + m].rank]);
+      members_.push_back(w_.dst_rank_worker[dt.fragment(g.frag_begin + m).rank]);
     }
     for (int32_t wd : members_) ++node_members_[w_.worker_node[wd]];
     const bool by_holders = count_out && !full_.empty();

@@ -22,10 +22,10 @@ bool ZeroCopyEligible(const Work& w, const Xfer& x) {
   if (st.dtype != dt.dtype || x.wire != dt.dtype) return false;
   int64_t doff[kMaxDims], dlen[kMaxDims];
   SrcToDst(m, w.boxes.offset(c.box), w.boxes.length(c.box), doff, dlen);
-  const CompiledFragment& df = dt.fragments[x.dst_frag];
+  const CompiledFragment& df = dt.fragment(x.dst_frag);
   if (!Contiguous(m.dst_rank, dlen, df.strides.data())) return false;
-  if (x.relay) return Contiguous(m.dst_rank, dlen, dt.fragments[x.src_frag].strides.data());
-  return Contiguous(m.src_rank, w.boxes.length(c.box), st.fragments[x.src_frag].strides.data());
+  if (x.relay) return Contiguous(m.dst_rank, dlen, dt.fragment(x.src_frag).strides.data());
+  return Contiguous(m.src_rank, w.boxes.length(c.box), st.fragment(x.src_frag).strides.data());
 }
 
 // Transfer ids in (sender, receiver) runs, each run in creation order:

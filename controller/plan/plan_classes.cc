@@ -92,7 +92,7 @@ void DestinationClasses(const Work& w, TensorClasses* out) {
     key.push_back(out->group_count[t]);
     for (int32_t g = 0; g < out->group_count[t]; ++g) {
       const DstGroup& dg = w.dst_groups[out->group_begin[t] + g];
-      const BoxNd& box = ct.fragments[dg.frag_begin].box;
+      const BoxNd& box = ct.fragment(dg.frag_begin).box;
       key.push_back(box.rank());
       key.insert(key.end(), box.offset.begin(), box.offset.end());
       key.insert(key.end(), box.length.begin(), box.length.end());

@@ -169,9 +169,9 @@ class Emitter {
   // they point into `len` and the fragment's strides.
   ViewFields Fields(bool dst_side, const CompiledTensor& t, int32_t frag, const int64_t* off,
                     const int64_t* len, int rank) const {
-    const CompiledFragment& f = t.fragments[frag];
+    const CompiledFragment& f = t.fragment(frag);
     ViewFields v;
-    v.buffer_name = (dst_side ? dst_buffer_base_ : src_buffer_base_) + f.buffer;
+    v.buffer_name = (dst_side ? dst_buffer_base_ : src_buffer_base_) + t.buffer(f);
     v.byte_offset = ViewByteOffset(f, off, DTypeSize(t.dtype));
     v.rank = rank;
     v.shape = len;
@@ -354,8 +354,8 @@ class Emitter {
         const MapEntry& m = w_.maps[c.map];
         const CompiledTensor& dt = w_.dst->tensors[m.dst_tensor];
         const CompiledTensor& st = x.relay ? dt : w_.src->tensors[m.src_tensor];
-        PrefetchObject(&dt.fragments[x.dst_frag]);
-        PrefetchObject(&st.fragments[x.src_frag]);
+        PrefetchObject(&dt.fragment(x.dst_frag));
+        PrefetchObject(&st.fragment(x.src_frag));
       });
     }
   }

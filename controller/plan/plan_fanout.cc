@@ -89,7 +89,7 @@ class Splitter {
       const HolderGroup& hg = w_->holder_groups[w_->cell_holders[c.hg_begin + i]];
       for (int32_t k = 0; k < hg.full_count; ++k) {
         holders_.push_back(
-            w_->src_rank_worker[st.fragments[w_->holder_frags[hg.full_begin + k]].rank]);
+            w_->src_rank_worker[st.fragment(w_->holder_frags[hg.full_begin + k]).rank]);
       }
     }
     if (holders_.empty()) return 1;
@@ -99,7 +99,7 @@ class Splitter {
     int32_t remote = 0;
     bool nic = false;
     for (int32_t m = 0; m < g.frag_count; ++m) {
-      const int32_t wd = w_->dst_rank_worker[dt.fragments[g.frag_begin + m].rank];
+      const int32_t wd = w_->dst_rank_worker[dt.fragment(g.frag_begin + m).rank];
       if (std::binary_search(holders_.begin(), holders_.end(), wd)) continue;
       ++remote;
       bool near = false;

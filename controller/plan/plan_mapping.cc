@@ -45,8 +45,8 @@ class TensorHolders {
   // adjacent. Partial fragments are collected by partial_group.
   void AddFullHolders(std::map<int32_t, std::vector<int32_t>>* partial) {
     int32_t last = -1;
-    for (size_t f = 0; f < ct_.fragments.size(); ++f) {
-      const CompiledFragment& fr = ct_.fragments[f];
+    for (size_t f = 0; f < ct_.num_fragments(); ++f) {
+      const CompiledFragment& fr = ct_.fragment(f);
       if (fr.box.Empty() && rank_ > 0) continue;
       if (fr.partial_group != 0) {
         (*partial)[fr.partial_group].push_back(static_cast<int32_t>(f));
@@ -60,9 +60,9 @@ class TensorHolders {
   // Partial group pg (its fragments): one box and one op; joins the holder
   // group of that box.
   absl::Status AddPartialGroup(int32_t pg, const std::vector<int32_t>& frags) {
-    const CompiledFragment& first = ct_.fragments[frags[0]];
+    const CompiledFragment& first = ct_.fragment(frags[0]);
     for (int32_t f : frags) {
-      const CompiledFragment& fr = ct_.fragments[f];
+      const CompiledFragment& fr = ct_.fragment(f);
       if (fr.box != first.box || fr.partial_op != first.partial_op) {
         return absl::InvalidArgumentError(
             absl::StrCat("source tensor '", ct_.name, "': partial_group ", pg,
@@ -182,10 +182,10 @@ void BuildDstGroups(Work* w) {
     const CompiledTensor& ct = w->dst->tensors[t];
     if (ct.scales_for >= 0) continue;  // written by quantization, fed by no mapping
     const bool scalar = ct.shape.empty();
-    for (size_t f = 0; f < ct.fragments.size();) {
+    for (size_t f = 0; f < ct.num_fragments();) {
       size_t e = f + 1;
-      while (e < ct.fragments.size() && ct.fragments[e].box == ct.fragments[f].box) ++e;
-      if (scalar || !ct.fragments[f].box.Empty()) {
+      while (e < ct.num_fragments() && ct.fragment(e).box == ct.fragment(f).box) ++e;
+      if (scalar || !ct.fragment(f).box.Empty()) {
         DstGroup g;
         g.dst_tensor = static_cast<int32_t>(t);
         g.frag_begin = static_cast<int32_t>(f);
@@ -207,7 +207,7 @@ class CellBuilder {
     for (int32_t gi = begin; gi < end; ++gi) {
       const DstGroup& g = w_->dst_groups[gi];
       const CompiledTensor& dt = w_->dst->tensors[g.dst_tensor];
-      const CompiledFragment& df = dt.fragments[g.frag_begin];
+      const CompiledFragment& df = dt.fragment(g.frag_begin);
       Region dbox;
       dbox.rank = df.box.rank();
       for (int d = 0; d < dbox.rank; ++d) {
@@ -413,7 +413,7 @@ class CellBuilder {
   // Error path: name the first uncovered destination box.
   absl::Status Uncovered(const DstGroup& g, const Region& dbox) {
     const CompiledTensor& dt = w_->dst->tensors[g.dst_tensor];
-    const CompiledFragment& df = dt.fragments[g.frag_begin];
+    const CompiledFragment& df = dt.fragment(g.frag_begin);
     const std::string who =
         absl::StrCat("destination tensor '", dt.name, "' (rank ", df.rank, ", worker ",
                      w_->dst->workers[df.rank], ", fragment ", ToBox(dbox).ToString(), ")");

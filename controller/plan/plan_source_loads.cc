@@ -37,10 +37,10 @@ double SourceLoads::IngressTarget() {
     const DstGroup& g = w_->dst_groups[c.dst_group];
     const bool rooted = c.quant == kQuantReceiver && w_->qgroups[c.qgroup].rooted;
     for (int32_t m = 0; m < (rooted ? 1 : g.frag_count); ++m) {
-      const int32_t wd = w_->dst_rank_worker[dt.fragments[g.frag_begin + m].rank];
+      const int32_t wd = w_->dst_rank_worker[dt.fragment(g.frag_begin + m).rank];
       LinkClass best = LinkClass::kNic;
       for (int32_t f : full_) {
-        const LinkClass l = w_->Link(w_->src_rank_worker[st.fragments[f].rank], wd);
+        const LinkClass l = w_->Link(w_->src_rank_worker[st.fragment(f).rank], wd);
         if (l == LinkClass::kLocal) best = l;
         if (l == LinkClass::kNvlink && best == LinkClass::kNic) best = l;
       }
@@ -65,10 +65,10 @@ void SourceLoads::Reserve(const Cell& c, int sign) {
   const CompiledTensor& st = w_->src->tensors[w_->SrcTensorOf(c)];
   const CompiledTensor& dt = w_->dst->tensors[w_->DstTensorOf(c)];
   const DstGroup& g = w_->dst_groups[c.dst_group];
-  const int32_t wd = w_->dst_rank_worker[dt.fragments[g.frag_begin].rank];
+  const int32_t wd = w_->dst_rank_worker[dt.fragment(g.frag_begin).rank];
   const int64_t bytes = CellWireBytes(*w_, c, CellWire(c, st, dt));
   for (int32_t f : full_) {
-    const int32_t hw = w_->src_rank_worker[st.fragments[f].rank];
+    const int32_t hw = w_->src_rank_worker[st.fragment(f).rank];
     const LinkClass l = w_->Link(hw, wd);
     if (l == LinkClass::kLocal) continue;
     reserve_[static_cast<size_t>(hw) * kNumLinkDirs + OutDir(l)] +=

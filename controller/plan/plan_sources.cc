@@ -189,7 +189,7 @@ class Chooser : private SourceLoads {
     auto direct = [&](int32_t df) {
       const int32_t wd = Member(v, df);
       const Pick p = BestDirect(v, wd);
-      const int32_t x = AddXfer(v.c, v.ci, df, p.id, w_->src_rank_worker[v.st.fragments[p.id].rank],
+      const int32_t x = AddXfer(v.c, v.ci, df, p.id, w_->src_rank_worker[v.st.fragment(p.id).rank],
                                 wd, v.wire, 0);
       served_.push_back({wd, df, x, 0});
       return static_cast<int32_t>(served_.size()) - 1;
@@ -213,13 +213,13 @@ class Chooser : private SourceLoads {
   }
 
   int32_t Member(const CellView& v, int32_t df) const {
-    return w_->dst_rank_worker[v.dt.fragments[df].rank];
+    return w_->dst_rank_worker[v.dt.fragment(df).rank];
   }
 
   // Whether a full holder of the cell shares wd's node.
   bool HolderNear(const CellView& v, int32_t wd) const {
     for (int32_t f : full_) {
-      if (w_->Link(w_->src_rank_worker[v.st.fragments[f].rank], wd) != LinkClass::kNic) return true;
+      if (w_->Link(w_->src_rank_worker[v.st.fragment(f).rank], wd) != LinkClass::kNic) return true;
     }
     return false;
   }
@@ -233,9 +233,9 @@ class Chooser : private SourceLoads {
     if (q.root >= 0) return q.root;
     double least = INFINITY;
     for (int32_t m = 0; m < v.g.frag_count; ++m) {
-      const int32_t wd = w_->dst_rank_worker[v.dt.fragments[v.g.frag_begin + m].rank];
+      const int32_t wd = w_->dst_rank_worker[v.dt.fragment(v.g.frag_begin + m).rank];
       bool local = false;
-      for (int32_t f : full_) local = local || w_->src_rank_worker[v.st.fragments[f].rank] == wd;
+      for (int32_t f : full_) local = local || w_->src_rank_worker[v.st.fragment(f).rank] == wd;
       const double in = local ? -1.0 : L(wd, kNicIn) + L(wd, kNvlIn);
       if (in < least) {
         least = in;
@@ -251,10 +251,10 @@ class Chooser : private SourceLoads {
     for (int32_t m = 0; m < v.g.frag_count; ++m) {
       if (only >= 0 && m != only) continue;
       const int32_t df = v.g.frag_begin + m;
-      const int32_t wd = w_->dst_rank_worker[v.dt.fragments[df].rank];
+      const int32_t wd = w_->dst_rank_worker[v.dt.fragment(df).rank];
       int32_t local = -1;
       for (int32_t f : full_) {
-        if (w_->src_rank_worker[v.st.fragments[f].rank] == wd) {
+        if (w_->src_rank_worker[v.st.fragment(f).rank] == wd) {
           local = f;
           break;
         }
@@ -277,7 +277,7 @@ class Chooser : private SourceLoads {
     if (pending_.size() <= 1) return;
     order_key_.clear();
     for (int32_t df : pending_) {
-      const int32_t wd = w_->dst_rank_worker[v.dt.fragments[df].rank];
+      const int32_t wd = w_->dst_rank_worker[v.dt.fragment(df).rank];
       order_key_.push_back({L(wd, kNicIn), L(wd, kNvlIn), df});
     }
     std::stable_sort(order_key_.begin(), order_key_.end(),
@@ -290,7 +290,7 @@ class Chooser : private SourceLoads {
   // Member df (worker wd) without a local holder: from the best full
   // holder, a relay, or (no full holder) a partial group reduced at wd.
   void ServeRemotely(const CellView& v, int32_t df, double target) {
-    const int32_t wd = w_->dst_rank_worker[v.dt.fragments[df].rank];
+    const int32_t wd = w_->dst_rank_worker[v.dt.fragment(df).rank];
     Pick direct = BestDirect(v, wd);
     // Best partial group (only when no full holder exists).
     int32_t best_p = -1;
@@ -304,7 +304,7 @@ class Chooser : private SourceLoads {
       AddRelay(v.c, v.ci, df, wd, served_[relay.id], v.dt.dtype);
     } else if (!partial) {
       const int32_t x = AddXfer(v.c, v.ci, df, direct.id,
-                                w_->src_rank_worker[v.st.fragments[direct.id].rank], wd, v.wire, 0);
+                                w_->src_rank_worker[v.st.fragment(direct.id).rank], wd, v.wire, 0);
       served_.push_back({wd, df, x, 0});
     } else {
       ReduceAt(v, df, wd, best_p);
@@ -318,7 +318,7 @@ class Chooser : private SourceLoads {
   Pick BestDirect(const CellView& v, int32_t wd) {
     Pick best;
     for (int32_t f : full_) {
-      const Pick p = Offer(f, w_->src_rank_worker[v.st.fragments[f].rank], wd, v.direct_bytes);
+      const Pick p = Offer(f, w_->src_rank_worker[v.st.fragment(f).rank], wd, v.direct_bytes);
       if (Better(p.cost, p.out, best.cost, best.out)) best = p;
     }
     return best;
@@ -335,7 +335,7 @@ class Chooser : private SourceLoads {
       double cost = 0;
       for (int32_t k = 0; k < pg.frag_count; ++k) {
         const int32_t mw =
-            w_->src_rank_worker[v.st.fragments[w_->holder_frags[pg.frag_begin + k]].rank];
+            w_->src_rank_worker[v.st.fragment(w_->holder_frags[pg.frag_begin + k]).rank];
         const LinkClass l = w_->Link(mw, wd);
         const double t = Seconds(l, pbytes);
         cost = std::max(cost, L(mw, OutDir(l)) + t);
@@ -433,8 +433,8 @@ class Chooser : private SourceLoads {
     int32_t first = -1;
     for (int32_t k = 0; k < pg.frag_count; ++k) {
       const int32_t f = w_->holder_frags[pg.frag_begin + k];
-      const int32_t x = AddXfer(v.c, v.ci, df, f, w_->src_rank_worker[v.st.fragments[f].rank], wd,
-                                v.st.dtype, id);
+      const int32_t x =
+          AddXfer(v.c, v.ci, df, f, w_->src_rank_worker[v.st.fragment(f).rank], wd, v.st.dtype, id);
       if (first < 0) first = x;
     }
     served_.push_back({wd, df, first, 0});
@@ -449,13 +449,13 @@ class Chooser : private SourceLoads {
     const CompiledTensor& dt = w_->dst->tensors[w_->DstTensorOf(c)];
     const int32_t rec = w_->qgroup_recs[q.rec_begin + q.root];
     served_.clear();
-    served_.push_back({w_->dst_rank_worker[dt.fragments[g.frag_begin + q.root].rank],
+    served_.push_back({w_->dst_rank_worker[dt.fragment(g.frag_begin + q.root).rank],
                        g.frag_begin + q.root, w_->quants[rec - 1].first_xfer, 0});
     const int64_t bytes = CellWireBytes(*w_, c, dt.dtype);
     for (int32_t m = 0; m < g.frag_count; ++m) {
       if (m == q.root) continue;
       const int32_t df = g.frag_begin + m;
-      const int32_t wd = w_->dst_rank_worker[dt.fragments[df].rank];
+      const int32_t wd = w_->dst_rank_worker[dt.fragment(df).rank];
       Pick best;
       for (size_t s = 0; s < served_.size(); ++s) {
         if (served_[s].gen >= kMaxRelayGen) continue;

@@ -235,7 +235,7 @@ absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const Compi
     std::vector<int64_t> need(w.worker_ids.size(), 0);
     int64_t total = 0;
     for (const CompiledTensor& t : destination.tensors) {
-      for (const CompiledFragment& f : t.fragments) {
+      for (const CompiledFragment& f : t.fragments()) {
         const int64_t bytes = f.box.NumElements() * DTypeSize(t.dtype);
         need[w.dst_rank_worker[f.rank]] += bytes;
         total += bytes;

@@ -124,28 +124,37 @@ constexpr int32_t kUnused = -1, kShared = -2;
 // a global sort.
 std::vector<int32_t> BufferOwners(const CompiledSide& side, const std::vector<bool>& from_mesh) {
   std::vector<int32_t> owner(side.buffer_names.size(), kUnused);
-  for (size_t ti = 0; ti < side.tensors.size(); ++ti) {
-    for (const CompiledFragment& f : side.tensors[ti].fragments) {
-      int32_t& o = owner[f.buffer];
-      if (o == kUnused) {
-        o = from_mesh[ti] ? static_cast<int32_t>(ti) : kShared;
-      } else if (o != static_cast<int32_t>(ti)) {
-        o = kShared;
-      }
+  auto own = [&](int32_t buffer, size_t ti) {
+    int32_t& o = owner[buffer];
+    if (o == kUnused) {
+      o = from_mesh[ti] ? static_cast<int32_t>(ti) : kShared;
+    } else if (o != static_cast<int32_t>(ti)) {
+      o = kShared;
     }
+  };
+  for (size_t ti = 0; ti < side.tensors.size(); ++ti) {
+    const CompiledTensor& t = side.tensors[ti];
+    if (t.mesh_buffer() >= 0) {  // one buffer for all its fragments: O(1)
+      if (t.num_fragments() > 0) own(t.mesh_buffer(), ti);
+      continue;
+    }
+    for (const CompiledFragment& f : t.fragments()) own(t.buffer(f), ti);
   }
   return owner;
 }
 
 // The byte ranges of every non-empty fragment in a shared buffer, in tensor
-// order.
+// order. A mesh tensor alone in its buffer costs O(1): its (possibly
+// shared) fragments are never walked.
 absl::Status SharedRanges(const CompiledSide& side, const std::vector<int32_t>& owner,
                           const std::vector<int64_t>& elem_size, std::vector<ByteRange>* ranges) {
   for (size_t ti = 0; ti < side.tensors.size(); ++ti) {
     const CompiledTensor& t = side.tensors[ti];
-    for (size_t fi = 0; fi < t.fragments.size(); ++fi) {
-      if (owner[t.fragments[fi].buffer] != kShared) continue;
-      const CompiledFragment& f = t.fragments[fi];
+    if (t.mesh_buffer() >= 0 && owner[t.mesh_buffer()] != kShared) continue;
+    for (size_t fi = 0; fi < t.num_fragments(); ++fi) {
+      const CompiledFragment& f = t.fragment(fi);
+      const int32_t buffer = t.buffer(f);
+      if (owner[buffer] != kShared) continue;
       int64_t extent = 0;
       absl::Status s = ByteExtent(f, elem_size[ti], &extent);
       if (!s.ok()) {
@@ -153,7 +162,7 @@ absl::Status SharedRanges(const CompiledSide& side, const std::vector<int32_t>& 
             absl::StrCat(Where(side.name, t.name), ": ", s.message()));
       }
       if (extent == 0) continue;
-      ranges->push_back({f.rank, f.buffer, f.byte_offset, f.byte_offset + extent,
+      ranges->push_back({f.rank, buffer, f.byte_offset, f.byte_offset + extent,
                          static_cast<int32_t>(ti), static_cast<int32_t>(fi)});
     }
   }
@@ -190,8 +199,8 @@ bool OverlapAllowed(const CompiledSide& side, const std::vector<bool>& from_mesh
                     const std::vector<int64_t>& elem_size, SideRole role, const ByteRange& a,
                     const ByteRange& e) {
   if (a.tensor == e.tensor && from_mesh[e.tensor]) return true;
-  const CompiledFragment& fa = side.tensors[a.tensor].fragments[a.frag];
-  const CompiledFragment& fe = side.tensors[e.tensor].fragments[e.frag];
+  const CompiledFragment& fa = side.tensors[a.tensor].fragment(a.frag);
+  const CompiledFragment& fe = side.tensors[e.tensor].fragment(e.frag);
   const int64_t esa = elem_size[a.tensor], ese = elem_size[e.tensor];
   if (role == SideRole::kSource && ExactAlias(fa, fe, esa, ese)) return true;
   const bool both_dense = IsDense(fa, esa, a.end - a.begin) && IsDense(fe, ese, e.end - e.begin);
@@ -227,8 +236,8 @@ absl::Status CheckByteOverlaps(const CompiledSide& side, const std::vector<bool>
       return absl::InvalidArgumentError(absl::StrCat(
           "side \"", side.name, "\" rank ", e.rank, " buffer \"", side.buffer_names[e.buffer],
           "\": bytes [", a->begin, ", ", a->end, ") of tensor \"", ta.name, "\" box ",
-          ta.fragments[a->frag].box.ToString(), " overlap bytes [", e.begin, ", ", e.end,
-          ") of tensor \"", te.name, "\" box ", te.fragments[e.frag].box.ToString()));
+          ta.fragment(a->frag).box.ToString(), " overlap bytes [", e.begin, ", ", e.end,
+          ") of tensor \"", te.name, "\" box ", te.fragment(e.frag).box.ToString()));
     }
     active.push_back(&e);
   }
@@ -242,7 +251,7 @@ absl::Status CheckDestinationBoxOverlaps(const CompiledSide& side,
     if (from_mesh[ti]) continue;  // a mesh gives each rank one disjoint shard
     const CompiledTensor& t = side.tensors[ti];
     order.clear();
-    for (const CompiledFragment& f : t.fragments) order.push_back(&f);
+    for (const CompiledFragment& f : t.fragments()) order.push_back(&f);
     const bool scalar = t.shape.empty();
     auto lo = [&](const CompiledFragment* f) { return scalar ? 0 : f->box.offset[0]; };
     auto hi = [&](const CompiledFragment* f) {

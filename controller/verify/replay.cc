@@ -329,13 +329,14 @@ absl::StatusOr<std::map<HostMemory::Key, int64_t>> ReplayBufferBytes(
   for (const CompiledSide* side : {&source, &destination}) {
     const v1::BufferSide bs = side == &source ? v1::SOURCE_BUFFER : v1::DESTINATION_BUFFER;
     for (const CompiledTensor& t : side->tensors) {
-      for (const CompiledFragment& f : t.fragments) {
+      for (const CompiledFragment& f : t.fragments()) {
         const std::string what = absl::StrCat(SideName(bs), " tensor '", t.name, "' on rank ",
                                               f.rank, " box ", f.box.ToString());
         ASSIGN_OR_RETURN(const int64_t extent,
                          StridedExtent(f.box.length, f.strides, DTypeSize(t.dtype), what));
         ASSIGN_OR_RETURN(const int64_t end, CheckedAdd(f.byte_offset, extent, what));
-        int64_t& e = ends[HostMemory::Key(side->workers[f.rank], bs, side->buffer_names[f.buffer])];
+        int64_t& e =
+            ends[HostMemory::Key(side->workers[f.rank], bs, side->buffer_names[t.buffer(f)])];
         e = std::max(e, end);
       }
     }

@@ -121,12 +121,12 @@ absl::Status FillSource(const CompiledSide& source, int64_t range, HostMemory* m
   for (const CompiledTensor& t : source.tensors) {
     const bool unsigned_t = t.dtype == v1::UINT8 || t.dtype == v1::BOOL;
     std::map<int32_t, std::vector<const CompiledFragment*>> groups;
-    for (const CompiledFragment& f : t.fragments) {
+    for (const CompiledFragment& f : t.fragments()) {
       if (f.partial_group != 0) groups[f.partial_group].push_back(&f);
     }
-    for (const CompiledFragment& f : t.fragments) {
+    for (const CompiledFragment& f : t.fragments()) {
       std::vector<uint8_t>* buf =
-          mem->Find(source.workers[f.rank], v1::SOURCE_BUFFER, source.buffer_names[f.buffer]);
+          mem->Find(source.workers[f.rank], v1::SOURCE_BUFFER, source.buffer_names[t.buffer(f)]);
       if (buf == nullptr) return absl::InternalError("source buffer not allocated");
       int member = 0, members = 1;
       if (f.partial_group != 0) {
@@ -324,13 +324,13 @@ absl::Status CheckScales(const CompiledTensor& sc, const CompiledFragment& sf, i
 absl::Status CheckQuantized(const CompiledTensor& t, const CompiledSide& destination,
                             const HostMemory& mem, const WantOf& want_of) {
   const CompiledTensor& sc = destination.tensors[t.scale_tensor];
-  for (size_t fi = 0; fi < t.fragments.size(); ++fi) {
-    const CompiledFragment& f = t.fragments[fi];
+  for (size_t fi = 0; fi < t.num_fragments(); ++fi) {
+    const CompiledFragment& f = t.fragment(fi);
     if (f.box.Empty()) continue;
     const int32_t worker = destination.workers[f.rank];
-    const CompiledFragment& sf = sc.fragments[t.scale_fragment[fi]];
-    const std::vector<uint8_t>* buf = DestinationBuffer(destination, mem, worker, f.buffer);
-    const std::vector<uint8_t>* sbuf = DestinationBuffer(destination, mem, worker, sf.buffer);
+    const CompiledFragment& sf = sc.fragment(t.scale_fragment[fi]);
+    const std::vector<uint8_t>* buf = DestinationBuffer(destination, mem, worker, t.buffer(f));
+    const std::vector<uint8_t>* sbuf = DestinationBuffer(destination, mem, worker, sc.buffer(sf));
     if (buf == nullptr || sbuf == nullptr) {
       return absl::InternalError("destination buffer not allocated");
     }
@@ -378,9 +378,9 @@ absl::Status CheckDestination(const v1::TransferSpec& spec, const CompiledSide& 
       RETURN_IF_ERROR(CheckQuantized(t, destination, mem, want_of));
       continue;
     }
-    for (const CompiledFragment& f : t.fragments) {
+    for (const CompiledFragment& f : t.fragments()) {
       const int32_t worker = destination.workers[f.rank];
-      const std::vector<uint8_t>* buf = DestinationBuffer(destination, mem, worker, f.buffer);
+      const std::vector<uint8_t>* buf = DestinationBuffer(destination, mem, worker, t.buffer(f));
       if (buf == nullptr) return absl::InternalError("destination buffer not allocated");
       RETURN_IF_ERROR(CheckFragment(t, f, worker, *buf, want_of));
     }

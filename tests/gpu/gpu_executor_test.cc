@@ -46,12 +46,12 @@ std::vector<BufferSpec> Buffers(const v1::TransferSpec& spec) {
     EXPECT_TRUE(compiled.ok()) << compiled.status();
     if (!compiled.ok()) return {};
     for (const auto& t : compiled->tensors) {
-      for (const auto& f : t.fragments) {
+      for (const auto& f : t.fragments()) {
         if (f.box.Empty()) continue;
         int64_t last = 0;
         for (size_t d = 0; d < f.strides.size(); ++d) last += (f.box.length[d] - 1) * f.strides[d];
         const int32_t worker = side->ranks(f.rank).worker();
-        const std::string& name = compiled->buffer_names[f.buffer];
+        const std::string& name = compiled->buffer_names[t.buffer(f)];
         BufferSpec& b = out[{worker, static_cast<int>(bside), name}];
         b = {worker, bside, name, b.bytes ? b.dtype : t.dtype,
              std::max(b.bytes, f.byte_offset + (last + 1) * DTypeSize(t.dtype))};

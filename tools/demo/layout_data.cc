@@ -109,14 +109,14 @@ std::vector<std::vector<BufferSpec>> BuffersPerRank(const plan::CompiledSide& si
   std::vector<std::map<std::string, BufferSpec>> per(side.workers.size());
   for (const plan::CompiledTensor& t : side.tensors) {
     const int64_t es = DTypeSize(t.dtype);
-    for (const plan::CompiledFragment& f : t.fragments) {
+    for (const plan::CompiledFragment& f : t.fragments()) {
       int64_t last = 0;
       bool empty = false;
       for (int d = 0; d < f.box.rank(); ++d) {
         if (f.box.length[d] <= 0) empty = true;
         last += (f.box.length[d] - 1) * f.strides[d];
       }
-      const std::string& name = side.buffer_names[f.buffer];
+      const std::string& name = side.buffer_names[t.buffer(f)];
       BufferSpec& b = per[f.rank][name];
       b.name = name;
       b.dtype = t.dtype;
@@ -134,16 +134,16 @@ absl::Status FillSource(const plan::CompiledSide& side, int32_t rank, int64_t ve
                         const BufferMap& buffers) {
   for (const plan::CompiledTensor& t : side.tensors) {
     const int64_t es = DTypeSize(t.dtype);
-    for (const plan::CompiledFragment& f : t.fragments) {
+    for (const plan::CompiledFragment& f : t.fragments()) {
       if (f.rank != rank) continue;
       if (f.partial_group != 0) {
         return absl::UnimplementedError(
             absl::StrCat("tensor '", t.name, "': partial fragments are not filled by the demo"));
       }
-      auto it = buffers.find(side.buffer_names[f.buffer]);
+      auto it = buffers.find(side.buffer_names[t.buffer(f)]);
       if (it == buffers.end()) {
-        return absl::NotFoundError(absl::StrCat("no memory for buffer '",
-                                                side.buffer_names[f.buffer], "' of rank ", rank));
+        return absl::NotFoundError(absl::StrCat(
+            "no memory for buffer '", side.buffer_names[t.buffer(f)], "' of rank ", rank));
       }
       uint8_t* base = it->second;
       ForEachElement(f, es, [&](const std::vector<int64_t>& g, int64_t off) {
@@ -266,12 +266,12 @@ absl::Status VerifyQuantized(const plan::CompiledTensor& t,
                              const plan::CompiledSide& source, int32_t rank, int64_t version,
                              const BufferMap& buffers, VerifyResult* r) {
   const plan::CompiledTensor& sc = destination.tensors[t.scale_tensor];
-  for (size_t fi = 0; fi < t.fragments.size(); ++fi) {
-    const plan::CompiledFragment& f = t.fragments[fi];
+  for (size_t fi = 0; fi < t.num_fragments(); ++fi) {
+    const plan::CompiledFragment& f = t.fragment(fi);
     if (f.rank != rank || f.box.Empty()) continue;
-    const plan::CompiledFragment& sf = sc.fragments[t.scale_fragment[fi]];
-    auto wit = buffers.find(destination.buffer_names[f.buffer]);
-    auto sit = buffers.find(destination.buffer_names[sf.buffer]);
+    const plan::CompiledFragment& sf = sc.fragment(t.scale_fragment[fi]);
+    auto wit = buffers.find(destination.buffer_names[t.buffer(f)]);
+    auto sit = buffers.find(destination.buffer_names[sc.buffer(sf)]);
     if (wit == buffers.end() || sit == buffers.end()) {
       return absl::NotFoundError(absl::StrCat("no memory for the buffers of '", t.name, "'"));
     }
@@ -313,12 +313,12 @@ absl::StatusOr<VerifyResult> VerifyDestination(const v1::TransferSpec& spec,
                                       source, rank, version, buffers, &r));
       continue;
     }
-    for (const plan::CompiledFragment& f : t.fragments) {
+    for (const plan::CompiledFragment& f : t.fragments()) {
       if (f.rank != rank) continue;
-      auto it = buffers.find(destination.buffer_names[f.buffer]);
+      auto it = buffers.find(destination.buffer_names[t.buffer(f)]);
       if (it == buffers.end()) {
         return absl::NotFoundError(
-            absl::StrCat("no memory for buffer '", destination.buffer_names[f.buffer], "'"));
+            absl::StrCat("no memory for buffer '", destination.buffer_names[t.buffer(f)], "'"));
       }
       const uint8_t* base = it->second;
       std::vector<int64_t> src_idx;

@@ -24,16 +24,16 @@ TEST(CompileSideTest, ShardUnevenFiveRowsOverFourRanks) {
   auto c = CompileSide(side, SideRole::kSource);
   ASSERT_TRUE(c.ok()) << c.status();
   const CompiledTensor& t = c->tensors[0];
-  ASSERT_EQ(t.fragments.size(), 3u);  // rank 3's shard is empty: no fragment
+  ASSERT_EQ(t.num_fragments(), 3u);  // rank 3's shard is empty: no fragment
   EXPECT_THAT(Boxes(OnRank(t, 0)), ElementsAre(B({0, 0}, {2, 3})));
   EXPECT_THAT(Boxes(OnRank(t, 1)), ElementsAre(B({2, 0}, {2, 3})));
   EXPECT_THAT(Boxes(OnRank(t, 2)), ElementsAre(B({4, 0}, {1, 3})));
   EXPECT_TRUE(OnRank(t, 3).empty());
-  for (const auto& f : t.fragments) {
+  for (const auto& f : t.fragments()) {
     EXPECT_EQ(f.byte_offset, 0);
     EXPECT_EQ(f.strides, (DimVector{3, 1}));
     EXPECT_EQ(f.partial_group, 0);
-    EXPECT_EQ(c->buffer_names[f.buffer], "w");
+    EXPECT_EQ(c->buffer_names[t.buffer(f)], "w");
   }
   EXPECT_EQ(c->workers, (std::vector<int32_t>{100, 101, 102, 103}));
   EXPECT_EQ(c->nodes[3], "node0");
@@ -57,8 +57,8 @@ TEST(CompileSideTest, TwoDimMeshShard0Shard1) {
     }
   }
   // Sorted by (box, rank).
-  EXPECT_THAT(Boxes(t.fragments), ElementsAre(B({0, 0}, {2, 3}), B({0, 3}, {2, 3}),
-                                              B({2, 0}, {2, 3}), B({2, 3}, {2, 3})));
+  EXPECT_THAT(Boxes(t.fragments()), ElementsAre(B({0, 0}, {2, 3}), B({0, 3}, {2, 3}),
+                                                B({2, 0}, {2, 3}), B({2, 3}, {2, 3})));
 }
 
 TEST(CompileSideTest, Shard0OnBothMeshDimsNestsChunks) {
@@ -80,11 +80,11 @@ TEST(CompileSideTest, ReplicateGivesEveryRankTheWholeTensor) {
   auto c = CompileSide(side, SideRole::kDestination);
   ASSERT_TRUE(c.ok()) << c.status();
   const CompiledTensor& t = c->tensors[0];
-  ASSERT_EQ(t.fragments.size(), 3u);
+  ASSERT_EQ(t.num_fragments(), 3u);
   for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(t.fragments[r].rank, r);  // same box: sorted by rank
-    EXPECT_EQ(t.fragments[r].box, B({0, 0}, {3, 4}));
-    EXPECT_EQ(t.fragments[r].partial_group, 0);
+    EXPECT_EQ(t.fragment(r).rank, r);  // same box: sorted by rank
+    EXPECT_EQ(t.fragment(r).box, B({0, 0}, {3, 4}));
+    EXPECT_EQ(t.fragment(r).partial_group, 0);
   }
 }
 
@@ -95,9 +95,9 @@ TEST(CompileSideTest, PartialGroupsOnReplicatePartialMesh) {
   auto c = CompileSide(side, SideRole::kSource);
   ASSERT_TRUE(c.ok()) << c.status();
   const CompiledTensor& t = c->tensors[0];
-  ASSERT_EQ(t.fragments.size(), 4u);
+  ASSERT_EQ(t.num_fragments(), 4u);
   std::vector<int32_t> group(4);
-  for (const auto& f : t.fragments) {
+  for (const auto& f : t.fragments()) {
     EXPECT_EQ(f.box, B({0, 0}, {2, 2}));
     EXPECT_EQ(f.partial_op, v1::REDUCE_AVG);
     group[f.rank] = f.partial_group;
@@ -113,7 +113,7 @@ TEST(CompileSideTest, PartialWithShardGroupsByShardCoordinate) {
   ASSERT_TRUE(c.ok()) << c.status();
   const CompiledTensor& t = c->tensors[0];
   // Ranks 0 and 2 hold rows [0,2) partially (group 1); ranks 1 and 3 rows [2,4) (group 2).
-  for (const auto& f : t.fragments) {
+  for (const auto& f : t.fragments()) {
     const int j = f.rank % 2;
     EXPECT_EQ(f.box, B({2 * j}, {2}));
     EXPECT_EQ(f.partial_group, j + 1);
@@ -197,17 +197,17 @@ TEST(CompileSideTest, ExplicitFragmentsWithStrides) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->buffer_names, (std::vector<std::string>{"flat", "qkv"}));
   const CompiledTensor& ct = c->tensors[0];
-  ASSERT_EQ(ct.fragments.size(), 3u);
-  EXPECT_EQ(ct.fragments[0].box, B({0, 0}, {2, 6}));
-  EXPECT_EQ(ct.fragments[0].rank, 1);
-  EXPECT_EQ(ct.fragments[0].strides, (DimVector{6, 1}));
-  EXPECT_EQ(ct.fragments[0].buffer, 1);
-  EXPECT_EQ(ct.fragments[1].box, B({0, 0}, {4, 3}));
-  EXPECT_EQ(ct.fragments[1].byte_offset, 0);
-  EXPECT_EQ(ct.fragments[2].box, B({0, 3}, {4, 3}));
-  EXPECT_EQ(ct.fragments[2].byte_offset, 6);
-  EXPECT_EQ(ct.fragments[2].buffer, 0);
-  EXPECT_EQ(ct.fragments[2].strides, (DimVector{6, 1}));
+  ASSERT_EQ(ct.num_fragments(), 3u);
+  EXPECT_EQ(ct.fragment(0).box, B({0, 0}, {2, 6}));
+  EXPECT_EQ(ct.fragment(0).rank, 1);
+  EXPECT_EQ(ct.fragment(0).strides, (DimVector{6, 1}));
+  EXPECT_EQ(ct.buffer(ct.fragment(0)), 1);
+  EXPECT_EQ(ct.fragment(1).box, B({0, 0}, {4, 3}));
+  EXPECT_EQ(ct.fragment(1).byte_offset, 0);
+  EXPECT_EQ(ct.fragment(2).box, B({0, 3}, {4, 3}));
+  EXPECT_EQ(ct.fragment(2).byte_offset, 6);
+  EXPECT_EQ(ct.buffer(ct.fragment(2)), 0);
+  EXPECT_EQ(ct.fragment(2).strides, (DimVector{6, 1}));
 }
 
 TEST(CompileSideTest, ExplicitPartialGroupsAreCopied) {
@@ -220,7 +220,7 @@ TEST(CompileSideTest, ExplicitPartialGroupsAreCopied) {
   }
   auto c = CompileSide(side, SideRole::kSource);
   ASSERT_TRUE(c.ok()) << c.status();
-  for (const auto& f : c->tensors[0].fragments) {
+  for (const auto& f : c->tensors[0].fragments()) {
     EXPECT_EQ(f.partial_group, 7);
     EXPECT_EQ(f.partial_op, v1::REDUCE_AVG);
   }
@@ -252,8 +252,8 @@ TEST(CompileSideTest, ScalarTensor) {
   AddMesh(&side, "step", {}, {2}, {R()}, {}, v1::INT64);
   auto c = CompileSide(side, SideRole::kDestination);
   ASSERT_TRUE(c.ok()) << c.status();
-  ASSERT_EQ(c->tensors[0].fragments.size(), 2u);
-  EXPECT_TRUE(c->tensors[0].fragments[0].box.offset.empty());
+  ASSERT_EQ(c->tensors[0].num_fragments(), 2u);
+  EXPECT_TRUE(c->tensors[0].fragment(0).box.offset.empty());
 }
 
 }  // namespace

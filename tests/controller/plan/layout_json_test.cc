@@ -51,16 +51,16 @@ TEST(LayoutJsonTest, DocExamplesParseAndCompile) {
   EXPECT_EQ(c->buffer_names, (std::vector<std::string>{"w", "rows", "grad_like", "flat", "qkv"}));
 
   const CompiledTensor& rows = *c->Find("rows");
-  ASSERT_EQ(rows.fragments.size(), 4u);
+  ASSERT_EQ(rows.num_fragments(), 4u);
   EXPECT_EQ(OnRank(rows, 0)[1].box, B({4, 0}, {2, 3}));
   EXPECT_EQ(OnRank(rows, 0)[1].byte_offset, 24);
 
   const CompiledTensor& g = *c->Find("grad_like");
-  for (const auto& f : g.fragments) EXPECT_EQ(f.partial_group, f.rank < 2 ? 1 : 2);
+  for (const auto& f : g.fragments()) EXPECT_EQ(f.partial_group, f.rank < 2 ? 1 : 2);
 
   const CompiledTensor& qkv = *c->Find("qkv");
-  ASSERT_EQ(qkv.fragments.size(), 3u);
-  EXPECT_EQ(qkv.fragments[0].strides, (DimVector{6, 1}));
+  ASSERT_EQ(qkv.num_fragments(), 3u);
+  EXPECT_EQ(qkv.fragment(0).strides, (DimVector{6, 1}));
   EXPECT_EQ(c->nodes[2], "n1");
 }
 

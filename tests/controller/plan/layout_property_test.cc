@@ -209,15 +209,15 @@ TEST(LayoutPropertyTest, PartialKeepsBoxesAndGroupsByOtherDims) {
     ASSERT_TRUE(c.ok()) << c.status();
     const CompiledTensor& r = *c->Find("r");
     const CompiledTensor& p = *c->Find("p");
-    ASSERT_EQ(r.fragments.size(), p.fragments.size());
+    ASSERT_EQ(r.num_fragments(), p.num_fragments());
     const bool any_partial = std::count(is_partial.begin(), is_partial.end(), true) > 0;
-    for (size_t k = 0; k < r.fragments.size(); ++k) {
-      EXPECT_EQ(r.fragments[k].box, p.fragments[k].box);
-      EXPECT_EQ(r.fragments[k].rank, p.fragments[k].rank);
-      EXPECT_EQ(r.fragments[k].byte_offset, p.fragments[k].byte_offset);
-      EXPECT_EQ(p.fragments[k].partial_group != 0, any_partial);
+    for (size_t k = 0; k < r.num_fragments(); ++k) {
+      EXPECT_EQ(r.fragment(k).box, p.fragment(k).box);
+      EXPECT_EQ(r.fragment(k).rank, p.fragment(k).rank);
+      EXPECT_EQ(r.fragment(k).byte_offset, p.fragment(k).byte_offset);
+      EXPECT_EQ(p.fragment(k).partial_group != 0, any_partial);
       if (any_partial) {
-        EXPECT_EQ(p.fragments[k].partial_op, v1::REDUCE_AVG);
+        EXPECT_EQ(p.fragment(k).partial_op, v1::REDUCE_AVG);
       }
     }
     if (!any_partial) continue;
@@ -234,7 +234,7 @@ TEST(LayoutPropertyTest, PartialKeepsBoxesAndGroupsByOtherDims) {
       coord_of[cs.ranks[pos]] = coord;
     }
     std::vector<int32_t> group(cs.ranks.size(), -1);
-    for (const auto& f : p.fragments) group[f.rank] = f.partial_group;
+    for (const auto& f : p.fragments()) group[f.rank] = f.partial_group;
     int32_t max_group = 0;
     for (size_t a = 0; a < group.size(); ++a) {
       if (group[a] < 0) continue;
@@ -285,7 +285,7 @@ TEST(LayoutPropertyTest, KimiScaleCompilesFast) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     ASSERT_TRUE(c.ok()) << c.status();
     size_t frags = 0;
-    for (const auto& t : c->tensors) frags += t.fragments.size();
+    for (const auto& t : c->tensors) frags += t.num_fragments();
     EXPECT_EQ(frags, 1000u * 256u);
     spdlog::info(
         "CompileSide run {}: 1000 tensors x 256 ranks, {} fragments: {:.1f} ms CPU, "

@@ -95,7 +95,7 @@ inline v1::Fragment* AddFragment(v1::TensorLayout* t, int32_t rank, const BoxNd&
 // Fragments of `t` on `rank`, in the compiled (box, rank) order.
 inline std::vector<CompiledFragment> OnRank(const CompiledTensor& t, int32_t rank) {
   std::vector<CompiledFragment> out;
-  for (const auto& f : t.fragments) {
+  for (const auto& f : t.fragments()) {
     if (f.rank == rank) out.push_back(f);
   }
   return out;

@@ -6,25 +6,15 @@
 #   bench/plan_cli_check.sh build/tools/wsyncctl > after.txt && diff before.txt after.txt
 # KIMI=0 skips the Kimi-K2 Megatron case (0.3 GB of JSON). The empty `runs`
 # list --json prints in every bucket (Bucket.runs, docs/plan-compact.md) is
-# removed, so builds from before that field compare equal.
+# removed, so builds from before that field compare equal. PLAN_FLAGS is
+# added to every case: PLAN_FLAGS=--no-piece-runs gives the plan as builds
+# before piece runs emitted it (bench/plan_runs_check.sh compares the plan
+# with runs to that one).
 set -euo pipefail
 bin="$1"
-cases=(
-  "--model llama3-8b --source fsdp:8 --destination vllm-tp:2x4"
-  "--model tiny-llama --source fsdp:4 --destination vllm-tp:2x2 --colocated"
-  "--model tiny-llama --source hsdp:2x4 --destination vllm-tp:2x2"
-  "--model tiny-qwen3-moe --source fsdp:4 --destination vllm-tp:2x2,ep"
-  "--model tiny-qwen3-moe --source megatron:tp2,pp2,dp2,ep2 --destination vllm-tp:4x1,ep"
-  "--model tiny-mla --source fsdp:3 --destination vllm-tp:2x1 --fp8-block"
-  "--model tiny-mla --source megatron:tp2,pp1,dp2,ep2 --destination vllm-tp:2x2,ep --fp8-block"
-  "--model tiny-mla --source hsdp:2x2 --destination vllm-tp:2x2 --fp8-block --colocated"
-  "--model qwen3-30b-a3b --source megatron:tp2,pp2,dp2,ep2 --destination vllm-tp:2x2,ep"
-)
-if [ "${KIMI:-1}" != 0 ]; then
-  cases+=("--model kimi-k2 --source megatron:tp8,pp4,dp8,ep8 --destination vllm-tp:16x8,ep --fp8-block")
-fi
+. "$(dirname "$0")/plan_cases.sh"
 for c in "${cases[@]}"; do
   # shellcheck disable=SC2086
-  sum=$("$bin" plan $c --json | sed -E 's/"planSeconds": ?[0-9.e+-]+,? ?//; s/,? ?"runs": ?\[\]//g' | md5sum | cut -d' ' -f1)
+  sum=$("$bin" plan $c ${PLAN_FLAGS:-} --json | sed -E 's/"planSeconds": ?[0-9.e+-]+,? ?//; s/,? ?"runs": ?\[\]//g' | md5sum | cut -d' ' -f1)
   echo "$sum  $c"
 done

@@ -55,6 +55,8 @@ void PlanUsage(FILE* out) {
                "                    wsync-controller's --max_plan_pieces; 0: no limit). A spec\n"
                "                    over it by its source shards alone is refused before planning\n"
                "  --max-buckets N   refuse a plan of more buckets (default 2000000; 0: no limit)\n"
+               "  --no-piece-runs   write every piece out (no PieceRun): the plan as planners\n"
+               "                    before piece runs emitted it\n"
                "  --nvlink-gbps X   link model (GB/s = 1e9 B/s, > 0), replacing the spec's\n"
                "  --nic-gbps X      options.link_model field before planning: NVLink within a\n"
                "  --copy-gbps X     node, NIC across nodes, local HBM copy; and the fixed cost\n"
@@ -113,6 +115,16 @@ void PrintSummary(const v1::TransferSpec& spec, const v1::Plan& plan,
       static_cast<long long>(s.num_ops()), s.num_rounds(), static_cast<long long>(s.num_buckets()),
       static_cast<long long>(s.num_pieces()), static_cast<long long>(s.num_relay_pieces()),
       plan.reduces_size());
+  int64_t plain = 0, runs = 0;
+  for (const v1::Bucket& b : plan.buckets()) {
+    plain += b.pieces_size();
+    runs += b.runs_size();
+  }
+  if (runs > 0) {
+    std::printf("  piece runs       %lld runs for %lld pieces, %lld plain pieces (%lld records)\n",
+                static_cast<long long>(runs), static_cast<long long>(s.num_pieces() - plain),
+                static_cast<long long>(plain), static_cast<long long>(plain + runs));
+  }
   if (s.num_quantizes() > 0) {
     std::printf(
         "  block fp8        %lld receiver-side quantizations (blocks cut by source shards)\n",
@@ -159,7 +171,7 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   FlagSpec flags{{"top", "verify-max-gib", "max-pieces", "max-buckets", "nvlink-gbps", "nic-gbps",
                   "copy-gbps", "round-latency-us"},
                  {"json", "pretty", "verify", "rounds", "help", "nccl-net", "sim-json",
-                  "sim-rates-only", "stages"}};
+                  "sim-rates-only", "stages", "no-piece-runs"}};
   AddCaseFlags(&flags);
   auto args = ParseArgs(argv, flags);
   if (!args.ok()) {
@@ -186,6 +198,7 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   }
   build.max_pieces = *max_pieces;
   build.max_buckets = *max_buckets;
+  build.emit_piece_runs = !args->Has("no-piece-runs");
   std::vector<plan::StageCost> stages;
   plan::StageClock clock(args->Has("stages") ? &stages : nullptr);
   if (args->Has("stages")) build.stages = &stages;

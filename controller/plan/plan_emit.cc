@@ -2,84 +2,22 @@
 // packing order); seq counts buckets of one (sender, receiver, round) by id;
 // reduce ids are dense from 1 in (round, worker) order. Back-to-back
 // transfers of a bucket that join into one box become one piece (MergePieces).
+// With piece runs on, a bucket's plain pieces that step regularly become
+// PieceRuns (RunGrouper, plan_emit_pieces.h): the bucket's `pieces` are then
+// the others in packing order, its `runs` follow in order of first member.
 // The ranks' ops and the summary: plan_summary.cc.
 #include <algorithm>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/plan_pieces.h"
+#include "controller/plan/plan_emit_pieces.h"
 #include "controller/plan/plan_views.h"
 #include "controller/plan/planner_internal.h"
 
 namespace wsync::plan::planner_detail {
 namespace {
-
-// One emitted piece: a run of transfers of one bucket merged into one box.
-// Consecutive transfers merge when they read the same fragment, write the
-// same fragment, lie back to back in the bucket and their boxes join along
-// one dim with every dim before it of length 1 (so the union, packed row
-// major, is the first box's bytes followed by the second's). Replicated
-// destinations fed from many row blocks otherwise cost one piece per block
-// per relay hop, which dominated plan time and memory for FSDP sources.
-struct MergedPiece {
-  int32_t first = 0;  // index into the bucket's transfers
-  int32_t count = 0;
-  int rank = 0;
-  int64_t off[kMaxDims];
-  int64_t len[kMaxDims];
-};
-
-bool MergeInto(const Work& w, const Xfer& a, int64_t a_end, MergedPiece* cur, const Xfer& b) {
-  if (a.reduce != 0 || b.reduce != 0 || a.quantize != 0 || b.quantize != 0 ||
-      w.cells[a.cell].quant != 0 || w.cells[b.cell].quant != 0 || a.relay != b.relay ||
-      a.wire != b.wire || a.src_frag != b.src_frag || a.dst_frag != b.dst_frag ||
-      b.bucket_offset != a_end) {
-    return false;
-  }
-  const Cell& ca = w.cells[a.cell];
-  const Cell& cb = w.cells[b.cell];
-  if (ca.map != cb.map || w.boxes.rank(cb.box) != cur->rank) return false;
-  const int64_t* bo = w.boxes.offset(cb.box);
-  const int64_t* bl = w.boxes.length(cb.box);
-  int d = -1;
-  for (int k = 0; k < cur->rank; ++k) {
-    if (bo[k] == cur->off[k] && bl[k] == cur->len[k]) continue;
-    if (d >= 0 || bo[k] != cur->off[k] + cur->len[k]) return false;
-    d = k;
-  }
-  if (d < 0) return false;
-  for (int k = 0; k < d; ++k) {
-    if (cur->len[k] != 1) return false;
-  }
-  cur->len[d] += bl[d];
-  return true;
-}
-
-// Pieces of bucket `bk` (appended to `out`, which is cleared first).
-void MergePieces(const Work& w, const BucketRec& bk, std::vector<MergedPiece>* out) {
-  out->clear();
-  int64_t end = 0;
-  for (int32_t i = 0; i < bk.xfer_count; ++i) {
-    const Xfer& x = w.xfers[w.bucket_xfers[bk.xfer_begin + i]];
-    if (!out->empty()) {
-      MergedPiece& cur = out->back();
-      const Xfer& prev = w.xfers[w.bucket_xfers[bk.xfer_begin + i - 1]];
-      if (MergeInto(w, prev, end, &cur, x)) {
-        ++cur.count;
-        end = x.bucket_offset + x.bytes;
-        continue;
-      }
-    }
-    MergedPiece p;
-    p.first = i;
-    p.count = 1;
-    const int32_t box = w.cells[x.cell].box;
-    p.rank = w.boxes.rank(box);
-    std::copy(w.boxes.offset(box), w.boxes.offset(box) + p.rank, p.off);
-    std::copy(w.boxes.length(box), w.boxes.length(box) + p.rank, p.len);
-    out->push_back(p);
-    end = x.bucket_offset + x.bytes;
-  }
-}
 
 // Pieces a merged piece becomes: a sender-quantized delivery is its fp8
 // piece followed by its scale piece.
@@ -89,7 +27,8 @@ int32_t PieceCount(const Work& w, const BucketRec& bk, const MergedPiece& mp) {
 
 class Emitter {
  public:
-  Emitter(const Work& w, v1::Plan* plan) : w_(w), plan_(plan), views_(plan->GetArena()) {}
+  Emitter(const Work& w, bool piece_runs, v1::Plan* plan)
+      : w_(w), plan_(plan), views_(plan->GetArena()), piece_runs_(piece_runs) {}
 
   absl::Status Run(bool summary_only) {
     Order();
@@ -305,8 +244,11 @@ class Emitter {
       out->set_zero_copy(bk.zero_copy);
       out->set_seq(seq_[b]);
       MergePieces(w_, bk, &merged_);
+      const bool runs = piece_runs_ && !bk.zero_copy && GroupRuns(bk);
       out->mutable_pieces()->Reserve(static_cast<int>(merged_.size()));
-      for (const MergedPiece& mp : merged_) {
+      for (size_t k = 0; k < merged_.size(); ++k) {
+        if (runs && grouper_.run_of(static_cast<int32_t>(k)) >= 0) continue;
+        const MergedPiece& mp = merged_[k];
         const Xfer& x = w_.xfers[w_.bucket_xfers[bk.xfer_begin + mp.first]];
         const int32_t index = out->pieces_size();
         if (x.reduce != 0) reduce_inputs_[x.reduce - 1].emplace_back(bucket_id_[b], index);
@@ -317,7 +259,79 @@ class Emitter {
         *pieces += n;
         if (x.relay) *relays += n;
       }
+      if (runs) EmitRuns(out, pieces, relays);
     }
+  }
+
+  // Groups the bucket's merged_ pieces into runs (grouper_, fields_): false
+  // when none formed. Runs past the plan's budget of members
+  // (kMaxRunMembers, what readers accept) stay plain pieces.
+  bool GroupRuns(const BucketRec& bk) {
+    const int32_t n = static_cast<int32_t>(merged_.size());
+    if (n < 2) return false;
+    fields_.resize(n);
+    grouper_.Reset(n);
+    for (int32_t k = 0; k < n; ++k) {
+      const MergedPiece& mp = merged_[k];
+      const Xfer& x = w_.xfers[w_.bucket_xfers[bk.xfer_begin + mp.first]];
+      const Cell& c = w_.cells[x.cell];
+      if (x.reduce != 0 || x.quantize != 0 || c.quant != 0) continue;
+      PlainFields(x, mp, &fields_[k]);
+      grouper_.Add(k, roles_.Of(x, mp), &fields_[k]);
+    }
+    grouper_.Finish();
+    return grouper_.Budget(&run_members_, kMaxRunMembers);
+  }
+
+  // The bucket's runs (GroupRuns), after its plain pieces.
+  void EmitRuns(v1::Bucket* out, int64_t* pieces, int64_t* relays) {
+    out->mutable_runs()->Reserve(static_cast<int>(grouper_.runs().size()));
+    for (const RunGrouper::Run& r : grouper_.runs()) {
+      if (r.count == 0) continue;  // dissolved
+      const PieceFields& f = fields_[r.first];
+      v1::PieceRun* run = out->add_runs();
+      v1::Piece* p = run->mutable_first();
+      p->set_tensor_name(f.tensor_name);
+      SetSrc(f.Src(), p);
+      if (f.relay) p->set_relay(true);
+      SetDst(f.Dst(), p);
+      p->set_bucket_offset(f.bucket_offset);
+      p->set_wire_dtype(f.wire);
+      SetCountAndSteps(r, run);
+      *pieces += r.count;
+      if (f.relay) *relays += r.count;
+    }
+  }
+
+  // The fields FillPiece writes for a plain piece (no reduce, quantize or
+  // block fp8).
+  void PlainFields(const Xfer& x, const MergedPiece& mp, PieceFields* f) const {
+    const MapEntry& m = w_.maps[w_.cells[x.cell].map];
+    const CompiledTensor& st = w_.src->tensors[m.src_tensor];
+    const CompiledTensor& dt = w_.dst->tensors[m.dst_tensor];
+    int64_t doff[kMaxDims];
+    SrcToDst(m, mp.off, mp.len, doff, f->dst_shape);
+    const ViewFields s = x.relay ? Fields(true, dt, x.src_frag, doff, f->dst_shape, m.dst_rank)
+                                 : Fields(false, st, x.src_frag, mp.off, mp.len, m.src_rank);
+    const ViewFields d = Fields(true, dt, x.dst_frag, doff, f->dst_shape, m.dst_rank);
+    f->tensor_name = m.src_tensor;
+    f->src_buffer = s.buffer_name;
+    f->dst_buffer = d.buffer_name;
+    f->src_byte = s.byte_offset;
+    f->dst_byte = d.byte_offset;
+    f->bucket_offset = x.bucket_offset;
+    f->rank_src = s.rank;
+    f->rank_dst = d.rank;
+    std::copy(s.shape, s.shape + s.rank, f->src_shape);
+    f->src_strides = s.strides;
+    f->dst_strides = d.strides;
+    f->src_dtype = s.dtype;
+    f->dst_dtype = d.dtype;
+    f->wire = x.wire;
+    f->relay = x.relay;
+    int64_t elems = 1;
+    for (int k = 0; k < d.rank; ++k) elems *= f->dst_shape[k];
+    f->wire_bytes = elems * DTypeSize(x.wire);
   }
 
   // A software pipeline over the buckets in emission order: for bucket
@@ -466,12 +480,17 @@ class Emitter {
   // Per reduce: its inputs (bucket id, piece index), filled by EmitBuckets.
   std::vector<std::vector<std::pair<int64_t, int32_t>>> reduce_inputs_;
   mutable std::vector<MergedPiece> merged_;
+  const bool piece_runs_;
+  RunGrouper grouper_;
+  std::vector<PieceFields> fields_;  // per merged piece of the bucket
+  PieceRoles roles_{w_};
+  int64_t run_members_ = 0;  // in the plan's runs so far
 };
 
 }  // namespace
 
-absl::Status Emit(const Work& w, bool summary_only, v1::Plan* plan) {
-  return Emitter(w, plan).Run(summary_only);
+absl::Status Emit(const Work& w, bool summary_only, bool piece_runs, v1::Plan* plan) {
+  return Emitter(w, piece_runs, plan).Run(summary_only);
 }
 
 }  // namespace wsync::plan::planner_detail

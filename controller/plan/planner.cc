@@ -280,7 +280,7 @@ absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const Compi
   RETURN_IF_ERROR(AssignRounds(&w));
   clock.Mark("rounds");
   out->set_key(PlanKey(spec));
-  RETURN_IF_ERROR(Emit(w, build.summary_only, out));
+  RETURN_IF_ERROR(Emit(w, build.summary_only, build.emit_piece_runs, out));
   clock.Mark("emit");
   if (build.record_plan_seconds) {
     out->mutable_summary()->set_plan_seconds(

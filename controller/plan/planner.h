@@ -51,6 +51,12 @@ struct BuildOptions {
   // tensors, plan_classes.h) and copy the result to the class's other
   // members. The plan is the same either way; off: every tensor computed.
   bool tensor_classes = true;
+  // Write a bucket's plain pieces that step regularly (same shapes, strides,
+  // dtypes, wire dtype and relay; names, byte offsets and bucket offsets
+  // advancing by constants) as one PieceRun each (docs/plan-compact.md).
+  // Expanded (ExpandPlanRuns), the plan has the pieces it has with this off,
+  // each bucket's run members moved after its other pieces.
+  bool emit_piece_runs = true;
 };
 
 absl::StatusOr<v1::Plan> BuildPlan(const v1::TransferSpec& spec,

@@ -318,10 +318,12 @@ struct FanRoute {
 };
 void PlanFanRoute(const std::vector<int32_t>& frags, const std::vector<int32_t>& frag_node,
                   int32_t turn, FanRoute* out);
-absl::Status ChooseSources(Work* w);                                  // plan_sources.cc
-absl::Status PackBuckets(Work* w);                                    // plan_buckets.cc
-absl::Status AssignRounds(Work* w);                                   // plan_rounds.cc
-absl::Status Emit(const Work& w, bool summary_only, v1::Plan* plan);  // plan_emit.cc
+absl::Status ChooseSources(Work* w);  // plan_sources.cc
+absl::Status PackBuckets(Work* w);    // plan_buckets.cc
+absl::Status AssignRounds(Work* w);   // plan_rounds.cc
+// plan_emit.cc; `piece_runs`: write regularly stepping plain pieces of a
+// bucket as PieceRuns (BuildOptions::emit_piece_runs).
+absl::Status Emit(const Work& w, bool summary_only, bool piece_runs, v1::Plan* plan);
 // The ids the emitted plan gives buckets (and their seq), reduces and
 // quantizes, by index in Work.
 struct EmittedIds {

@@ -6,9 +6,12 @@
 #ifndef WSYNC_TESTS_COMMON_PLAN_RUNS_UTIL_H_
 #define WSYNC_TESTS_COMMON_PLAN_RUNS_UTIL_H_
 
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "wsync/v1/plan.pb.h"
 
 namespace wsync::testing {
@@ -93,6 +96,47 @@ inline int CompactRuns(v1::Plan* plan) {
     made += static_cast<int>(runs.size());
   }
   return made;
+}
+
+// Puts every bucket's pieces of `plan` (runs written out first: a plan with
+// runs must be ExpandPlanRuns'd) in bucket-offset order (stable), renumbering
+// what indexes them (Piece.scales_of, ReduceInput.piece, QuantizeInput.piece).
+// The planner packs a bucket's pieces at increasing offsets, so a plan
+// without runs is unchanged, and a plan whose runs hold the same pieces
+// (members after the bucket's other pieces) becomes equal to it.
+inline void CanonicalPieceOrder(v1::Plan* plan) {
+  absl::flat_hash_map<int64_t, std::vector<int32_t>> new_index;  // bucket id -> old -> new
+  for (v1::Bucket& b : *plan->mutable_buckets()) {
+    const int n = b.pieces_size();
+    std::vector<int32_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
+      return b.pieces(x).bucket_offset() < b.pieces(y).bucket_offset();
+    });
+    std::vector<int32_t>& to = new_index[b.id()];
+    to.assign(n, 0);
+    for (int i = 0; i < n; ++i) to[order[i]] = i;
+    std::vector<v1::Piece> sorted(n);
+    for (int i = 0; i < n; ++i) sorted[i] = b.pieces(order[i]);
+    for (v1::Piece& p : sorted) {
+      if (p.scales_of() > 0 && p.scales_of() <= n) p.set_scales_of(to[p.scales_of() - 1] + 1);
+    }
+    b.clear_pieces();
+    for (v1::Piece& p : sorted) *b.add_pieces() = std::move(p);
+  }
+  auto remap = [&](int64_t bucket, int32_t piece) {
+    auto it = new_index.find(bucket);
+    if (it == new_index.end() || piece < 0 || piece >= static_cast<int32_t>(it->second.size())) {
+      return piece;
+    }
+    return it->second[piece];
+  };
+  for (v1::Reduce& r : *plan->mutable_reduces()) {
+    for (v1::ReduceInput& in : *r.mutable_inputs()) in.set_piece(remap(in.bucket(), in.piece()));
+  }
+  for (v1::Quantize& q : *plan->mutable_quantizes()) {
+    for (v1::QuantizeInput& in : *q.mutable_inputs()) in.set_piece(remap(in.bucket(), in.piece()));
+  }
 }
 
 }  // namespace wsync::testing

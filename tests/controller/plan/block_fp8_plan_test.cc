@@ -15,6 +15,7 @@ namespace {
 
 using planner_testing::BuildAndVerify;
 using planner_testing::Explicit;
+using planner_testing::ForEachPlanPiece;
 using planner_testing::Frag;
 using planner_testing::Map;
 using planner_testing::Mesh;
@@ -49,19 +50,17 @@ struct Counts {
 };
 Counts Count(const v1::Plan& plan) {
   Counts c;
-  for (const v1::Bucket& b : plan.buckets()) {
-    for (const v1::Piece& p : b.pieces()) {
-      if (p.quant_block_size() > 0) {
-        ++c.quant_pieces;
-      } else if (p.scales_of() != 0 || (p.relay() && p.wire_dtype() == v1::FP32)) {
-        ++c.scale_pieces;
-      } else if (p.quantize_id() != 0) {
-        ++c.quantize_inputs;
-      } else {
-        ++c.other;
-      }
+  ForEachPlanPiece(plan, [&](const v1::Bucket&, const v1::Piece& p) {  // run members too
+    if (p.quant_block_size() > 0) {
+      ++c.quant_pieces;
+    } else if (p.scales_of() != 0 || (p.relay() && p.wire_dtype() == v1::FP32)) {
+      ++c.scale_pieces;
+    } else if (p.quantize_id() != 0) {
+      ++c.quantize_inputs;
+    } else {
+      ++c.other;
     }
-  }
+  });
   return c;
 }
 
@@ -158,11 +157,9 @@ TEST(BlockFp8PlanTest, ColumnShardsThroughBlocksReplicasAndRelays) {
   EXPECT_EQ(2 * plan.quantizes_size(), direct.quantizes_size());
   EXPECT_LT(plan.summary().network_bytes(), direct.summary().network_bytes());
   int64_t forwarded = 0;
-  for (const v1::Bucket& b : plan.buckets()) {
-    for (const v1::Piece& p : b.pieces()) {
-      if (p.relay() && p.wire_dtype() == v1::FP8_E4M3 && p.quant_block_size() == 0) ++forwarded;
-    }
-  }
+  ForEachPlanPiece(plan, [&](const v1::Bucket&, const v1::Piece& p) {
+    if (p.relay() && p.wire_dtype() == v1::FP8_E4M3 && p.quant_block_size() == 0) ++forwarded;
+  });
   EXPECT_GT(forwarded, 0);
 }
 
@@ -175,11 +172,9 @@ TEST(BlockFp8PlanTest, SenderSideRelaysForwardScales) {
   QuantMesh(&dst, "w", {256, 256}, {4}, {Rep()});
   v1::Plan plan = BuildAndVerify(v1::TransferSpec(Spec(src, dst)));
   int64_t relayed_scales = 0;
-  for (const v1::Bucket& b : plan.buckets()) {
-    for (const v1::Piece& p : b.pieces()) {
-      if (p.relay() && p.wire_dtype() == v1::FP32) ++relayed_scales;
-    }
-  }
+  ForEachPlanPiece(plan, [&](const v1::Bucket&, const v1::Piece& p) {
+    if (p.relay() && p.wire_dtype() == v1::FP32) ++relayed_scales;
+  });
   EXPECT_GT(plan.summary().num_relay_pieces(), 0);
   EXPECT_GT(relayed_scales, 0);
   EXPECT_EQ(plan.quantizes_size(), 0);

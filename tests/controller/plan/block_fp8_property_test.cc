@@ -87,12 +87,10 @@ TEST(BlockFp8PropertyTest, RandomLayoutsReplayToTheReferenceQuantization) {
     EXPECT_TRUE(st.ok()) << st;
     ExpectInvariants(spec, *plan);
     receiver_side += plan->quantizes_size() > 0;
-    for (const v1::Bucket& b : plan->buckets()) {
-      for (const v1::Piece& p : b.pieces()) {
-        sender_side += p.quant_block_size() > 0;
-        relays += p.relay();
-      }
-    }
+    ForEachPlanPiece(*plan, [&](const v1::Bucket&, const v1::Piece& p) {
+      sender_side += p.quant_block_size() > 0;
+      relays += p.relay();
+    });
   }
   EXPECT_GT(planned, 60);
   EXPECT_LT(refused, 40);

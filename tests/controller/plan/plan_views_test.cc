@@ -124,7 +124,11 @@ TEST(PlanViewsTest, ArenaPlansShareViewsAndEqualHeapPlansByteForByte) {
     int64_t views = 0;
     absl::flat_hash_set<const v1::TensorView*> distinct;
     for (const v1::Bucket& bk : on_arena->buckets()) {
-      for (const v1::Piece& p : bk.pieces()) {
+      std::vector<const v1::Piece*> stored;  // plain pieces and each run's first
+      for (const v1::Piece& p : bk.pieces()) stored.push_back(&p);
+      for (const v1::PieceRun& r : bk.runs()) stored.push_back(&r.first());
+      for (const v1::Piece* piece : stored) {
+        const v1::Piece& p = *piece;
         for (const v1::TensorView* v : {&p.src(), &p.dst()}) {
           if (v == &v1::TensorView::default_instance()) continue;  // a scale piece's src
           ++views;

@@ -29,11 +29,9 @@ TEST(PlannerRelayTest, FanOutRelaysKeepEgressAtTheBalancedShare) {
   EXPECT_LE(plan.summary().predicted_seconds(), 2.5 * plan.summary().lower_bound_seconds());
   // Relays come strictly after the round that delivered their data: the
   // replay checks the values; here check no relay reads a buffer in round 0.
-  for (const v1::Bucket& b : plan.buckets()) {
-    for (const v1::Piece& p : b.pieces()) {
-      if (p.relay()) EXPECT_GT(b.round(), 0);
-    }
-  }
+  ForEachPlanPiece(plan, [](const v1::Bucket& b, const v1::Piece& p) {
+    if (p.relay()) EXPECT_GT(b.round(), 0);
+  });
 }
 
 TEST(PlannerRelayTest, DisableRelaySendsEverythingFromTheSource) {
@@ -54,11 +52,9 @@ TEST(PlannerRelayTest, RelaysStayWithinOneDtype) {
   AllowCast(&spec, v1::FP32, v1::BF16);
   v1::Plan plan = BuildAndVerify(spec);
   EXPECT_GT(plan.summary().num_relay_pieces(), 0);
-  for (const v1::Bucket& b : plan.buckets()) {
-    for (const v1::Piece& p : b.pieces()) {
-      if (p.relay()) EXPECT_EQ(p.src().dtype(), p.dst().dtype());
-    }
-  }
+  ForEachPlanPiece(plan, [](const v1::Bucket&, const v1::Piece& p) {
+    if (p.relay()) EXPECT_EQ(p.src().dtype(), p.dst().dtype());
+  });
 }
 
 TEST(PlannerPartialTest, ReducesAtTheReceiverInSourceDtype) {

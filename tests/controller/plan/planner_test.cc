@@ -68,14 +68,12 @@ TEST(PlannerTest, CastsHappenOnTheNarrowSide) {
   AllowCast(&spec, v1::FP16, v1::BF16);
   AllowCast(&spec, v1::BF16, v1::FP16);
   v1::Plan plan = BuildAndVerify(spec);
-  for (const v1::Bucket& b : plan.buckets()) {
-    for (const v1::Piece& p : b.pieces()) {
-      const std::string& tensor = plan.names(p.tensor_name());
-      if (tensor == "down" || tensor == "up") EXPECT_EQ(p.wire_dtype(), v1::BF16);
-      if (tensor == "h2b") EXPECT_EQ(p.wire_dtype(), v1::BF16);
-      if (tensor == "b2h") EXPECT_EQ(p.wire_dtype(), v1::FP16);
-    }
-  }
+  ForEachPlanPiece(plan, [&](const v1::Bucket&, const v1::Piece& p) {
+    const std::string& tensor = plan.names(p.tensor_name());
+    if (tensor == "down" || tensor == "up") EXPECT_EQ(p.wire_dtype(), v1::BF16);
+    if (tensor == "h2b") EXPECT_EQ(p.wire_dtype(), v1::BF16);
+    if (tensor == "b2h") EXPECT_EQ(p.wire_dtype(), v1::FP16);
+  });
 }
 
 TEST(PlannerTest, DeterministicAndKeyed) {

@@ -3,11 +3,13 @@
 #define WSYNC_TESTS_CONTROLLER_PLAN_PLANNER_TEST_UTIL_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/plan_pieces.h"
 #include "controller/plan/plan_estimate.h"
 #include "controller/plan/planner.h"
 #include "controller/verify/replay.h"
@@ -147,6 +149,21 @@ inline v1::TransferSpec Spec(v1::Side src, v1::Side dst) {
   return s;
 }
 
+// Calls fn(bucket, piece) for every piece of `plan`, piece runs' members
+// included (the runs checked first).
+inline void ForEachPlanPiece(const v1::Plan& plan,
+                             const std::function<void(const v1::Bucket&, const v1::Piece&)>& fn) {
+  absl::Status runs = CheckPlanRuns(plan);
+  EXPECT_TRUE(runs.ok()) << runs;
+  if (!runs.ok()) return;
+  for (const v1::Bucket& b : plan.buckets()) {
+    (void)ForEachPiece(b, [&](int64_t, const v1::Piece& p) {
+      fn(b, p);
+      return absl::OkStatus();
+    });
+  }
+}
+
 // Structural invariants every plan must satisfy, beyond what replay checks.
 inline void ExpectInvariants(const v1::TransferSpec& spec, const v1::Plan& plan) {
   const int64_t cap = spec.options().staging_cap_bytes() > 0 ? spec.options().staging_cap_bytes()
@@ -157,8 +174,11 @@ inline void ExpectInvariants(const v1::TransferSpec& spec, const v1::Plan& plan)
   int64_t relays = 0, network = 0, local = 0;
   for (const v1::Bucket& b : plan.buckets()) {
     EXPECT_LE(b.bytes(), bucket) << "bucket " << b.id();
-    EXPECT_GT(b.pieces_size(), 0);
-    for (const v1::Piece& p : b.pieces()) {
+    EXPECT_GT(b.pieces_size() + b.runs_size(), 0);
+    absl::Status runs = CheckPieceRuns(b, plan.names_size());
+    EXPECT_TRUE(runs.ok()) << runs;
+    if (!runs.ok()) continue;
+    (void)ForEachPiece(b, [&](int64_t, const v1::Piece& p) {  // run members too
       if (p.relay()) {
         ++relays;
         EXPECT_EQ(p.wire_dtype(), p.dst().dtype());
@@ -167,7 +187,8 @@ inline void ExpectInvariants(const v1::TransferSpec& spec, const v1::Plan& plan)
       if (p.reduce_id() != 0) {
         EXPECT_EQ(p.wire_dtype(), p.src().dtype());
       }
-    }
+      return absl::OkStatus();
+    });
     if (b.transport() == v1::TRANSPORT_LOCAL) {
       local += b.bytes();
       continue;

@@ -68,7 +68,11 @@ TEST(RankPartsTest, PartsEqualExtractRankPlanAndShareViews) {
     int64_t views = 0;
     absl::flat_hash_set<const v1::TensorView*> distinct;
     for (const v1::Bucket& b : part.plan->buckets()) {
-      for (const v1::Piece& p : b.pieces()) {
+      std::vector<const v1::Piece*> stored;  // plain pieces and each run's first
+      for (const v1::Piece& p : b.pieces()) stored.push_back(&p);
+      for (const v1::PieceRun& r : b.runs()) stored.push_back(&r.first());
+      for (const v1::Piece* piece : stored) {
+        const v1::Piece& p = *piece;
         views += 2;
         distinct.insert(&p.src());
         distinct.insert(&p.dst());

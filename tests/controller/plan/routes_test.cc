@@ -130,19 +130,15 @@ TEST(RoutesTest, PlannedFanOutWithAndWithoutRelays) {
   ASSERT_GT(relayed.summary().num_relay_pieces(), 0);
   std::set<int32_t> relayers;
   std::set<WorkerPair> pairs, spoiled;
-  for (const v1::Bucket& b : relayed.buckets()) {
-    for (const v1::Piece& p : b.pieces()) {
-      if (p.relay()) relayers.insert(b.sender());
-    }
-    if (b.transport() != v1::TRANSPORT_NETWORK) continue;
+  ForEachPlanPiece(relayed, [&](const v1::Bucket& b, const v1::Piece& p) {  // members too
+    if (p.relay()) relayers.insert(b.sender());
+    if (b.transport() != v1::TRANSPORT_NETWORK) return;
     pairs.insert({b.sender(), b.receiver()});
-    for (const v1::Piece& p : b.pieces()) {
-      if (p.relay() || p.reduce_id() != 0 || p.quantize_id() != 0 || p.scales_of() != 0 ||
-          p.quant_block_size() != 0) {
-        spoiled.insert({b.sender(), b.receiver()});
-      }
+    if (p.relay() || p.reduce_id() != 0 || p.quantize_id() != 0 || p.scales_of() != 0 ||
+        p.quant_block_size() != 0) {
+      spoiled.insert({b.sender(), b.receiver()});
     }
-  }
+  });
   std::set<WorkerPair> expected;
   for (const WorkerPair& pair : pairs) {
     if (spoiled.count(pair) == 0 && relayers.count(pair.second) == 0) expected.insert(pair);

@@ -38,7 +38,9 @@ Compacted CompactedSpec() {
     Mesh(&dst, name, {8, 16}, {2}, {Sh(1)});
   }
   Compacted c{planner_testing::Spec(src, dst), {}};
-  absl::StatusOr<v1::Plan> plan = BuildPlan(c.spec);
+  BuildOptions build;
+  build.emit_piece_runs = false;  // the compactor's runs, not the planner's
+  absl::StatusOr<v1::Plan> plan = BuildPlan(c.spec, build);
   EXPECT_TRUE(plan.ok()) << plan.status();
   if (plan.ok()) c.plan = *plan;
   EXPECT_GT(wsync::testing::CompactRuns(&c.plan), 0) << "no bucket has a run";

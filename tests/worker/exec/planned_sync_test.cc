@@ -6,9 +6,9 @@
 #include <map>
 
 #include "common/cast.h"
+#include "common/plan_pieces.h"
 #include "controller/plan/planner.h"
 #include "gtest/gtest.h"
-#include "tests/common/plan_runs_util.h"
 #include "tests/controller/plan/planner_test_util.h"
 #include "tests/worker/exec/cluster.h"
 #include "tests/worker/exec/spec_helpers.h"
@@ -97,13 +97,13 @@ void CheckDestination(Cluster& c, const v1::Side& side, const v1::TensorLayout& 
   }
 }
 
-// `compact`: the plan's buckets rewritten into piece runs first
-// (plan_runs_util.h), at least one run made.
-void RunCase(const v1::TransferSpec& spec, int workers, bool compact = false) {
+// `with_runs`: the planner must have written piece runs (BuildOptions::
+// emit_piece_runs, on by default), which the workers bind and run.
+void RunCase(const v1::TransferSpec& spec, int workers, bool with_runs = false) {
   auto plan = plan::BuildPlan(spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  if (compact) {
-    ASSERT_GT(wsync::testing::CompactRuns(&*plan), 0) << "no bucket has a run";
+  if (with_runs) {
+    ASSERT_TRUE(HasPieceRuns(*plan)) << "the planner wrote no piece run";
   }
   Cluster c(workers);
   for (const v1::TensorLayout& t : spec.source().tensors()) {
@@ -164,8 +164,8 @@ TEST(PlannedSyncTest, PartialSourcesAreReduced) {
 }
 
 // Same-shaped tensors (as a layer's experts) cross in buckets of several
-// pieces each; written as runs, every member is bound and moved as its own
-// piece would be.
+// pieces each; the planner writes them as runs, and every member is bound
+// and moved as its own piece would be.
 TEST(PlannedSyncTest, PieceRunsSyncEveryMemberLikeItsPiece) {
   v1::TransferSpec spec;
   *spec.mutable_source() = MakeSide("trainer", {0, 1});
@@ -175,7 +175,7 @@ TEST(PlannedSyncTest, PieceRunsSyncEveryMemberLikeItsPiece) {
     AddTensor(spec.mutable_source(), name, {8, 16}, v1::FP32, Sh(0));
     AddTensor(spec.mutable_destination(), name, {8, 16}, v1::FP32, Sh(1));
   }
-  RunCase(spec, 4, /*compact=*/true);
+  RunCase(spec, 4, /*with_runs=*/true);
 }
 
 }  // namespace

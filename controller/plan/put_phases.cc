@@ -2,13 +2,21 @@
 
 #include <algorithm>
 #include <map>
-#include <numeric>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace wsync::plan {
 namespace {
 
 using Matrix = std::vector<std::vector<int64_t>>;
+
+// Byte sums saturate: a hostile plan's sizes near INT64_MAX give poor
+// phases, never overflow.
+int64_t AddBytes(int64_t a, int64_t b) {
+  const int64_t add = std::max<int64_t>(b, 0);
+  return a > INT64_MAX - add ? INT64_MAX : a + add;
+}
 
 // One pair's buckets in the writer's (round, seq) order, and the byte
 // intervals of the pair's stream that each phase carries.
@@ -90,8 +98,8 @@ Matrix Pad(const Matrix& real) {
   std::vector<int64_t> row(n, 0), col(n, 0);
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = 0; j < n; ++j) {
-      row[i] += real[i][j];
-      col[j] += real[i][j];
+      row[i] = AddBytes(row[i], real[i][j]);
+      col[j] = AddBytes(col[j], real[i][j]);
     }
   }
   const int64_t busiest = std::max(*std::max_element(row.begin(), row.end()),
@@ -151,13 +159,13 @@ void AssignBuckets(const PairStream& s, std::vector<int32_t>& phase_of_bucket) {
   int64_t start = 0;
   size_t k = 0;
   for (const v1::Bucket* b : s.buckets) {
-    const int64_t middle = start + b->bytes() / 2;
+    const int64_t middle = AddBytes(start, b->bytes() / 2);
     while (k + 1 < s.phase_ends.size() && s.phase_ends[k].first <= middle) ++k;
     const int32_t phase = s.phase_ends.empty() ? 0 : s.phase_ends[k].second;
     if (b->id() >= 0 && static_cast<size_t>(b->id()) < phase_of_bucket.size()) {
       phase_of_bucket[static_cast<size_t>(b->id())] = phase;
     }
-    start += std::max<int64_t>(b->bytes(), 0);
+    start = AddBytes(start, b->bytes());
   }
 }
 
@@ -193,7 +201,7 @@ PutPhases PlanPutPhases(const v1::Plan& plan, const std::vector<WorkerPair>& pai
     if (!std::binary_search(pairs.begin(), pairs.end(), pair)) continue;
     PairStream& s = streams[pair];
     s.buckets.push_back(&b);
-    s.bytes += std::max<int64_t>(b.bytes(), 0);
+    s.bytes = AddBytes(s.bytes, b.bytes());
   }
   for (auto& [pair, s] : streams) {
     std::stable_sort(
@@ -207,6 +215,20 @@ PutPhases PlanPutPhases(const v1::Plan& plan, const std::vector<WorkerPair>& pai
   }
   for (const auto& [pair, s] : streams) AssignBuckets(s, out.phase_of_bucket);
   return out;
+}
+
+std::string PutPhasesKey(const std::vector<WorkerPair>& pairs) {
+  if (pairs.empty()) return "";
+  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
+  for (const WorkerPair& p : pairs) {
+    for (int32_t v : {p.first, p.second}) {
+      for (int k = 0; k < 4; ++k) {
+        h ^= static_cast<uint8_t>(static_cast<uint32_t>(v) >> (8 * k));
+        h *= 1099511628211ull;
+      }
+    }
+  }
+  return absl::StrCat("/ph", absl::Hex(h, absl::kZeroPad16));
 }
 
 }  // namespace wsync::plan

@@ -18,6 +18,7 @@
 #define WSYNC_CONTROLLER_PLAN_PUT_PHASES_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "controller/plan/routes.h"
@@ -26,8 +27,9 @@
 namespace wsync::plan {
 
 // The most workers one connected group of peer-write pairs may have for
-// phases to be planned (the decomposition's cost grows with its fourth
-// power); a larger group's buckets all stay in phase 0, issued as before.
+// phases to be planned (up to n^2 phases, each a bottleneck matching found
+// by a binary search over Kuhn's O(n^3) search: O(n^5 log n), ~9 M steps at
+// 16); a larger group's buckets all stay in phase 0, issued as before.
 inline constexpr int32_t kMaxPutPhaseWorkers = 16;
 
 struct PutPhases {
@@ -43,6 +45,10 @@ struct PutPhases {
 // dense from 0 (the planner's); a bucket whose id is out of range is left
 // out. Deterministic: the same plan and pairs give the same phases.
 PutPhases PlanPutPhases(const v1::Plan& plan, const std::vector<WorkerPair>& pairs);
+
+// A name for the phases of one pair set, the same in every process and run
+// (FNV-1a over the pairs): "/ph<16 hex digits>", "" when `pairs` is empty.
+std::string PutPhasesKey(const std::vector<WorkerPair>& pairs);
 
 }  // namespace wsync::plan
 

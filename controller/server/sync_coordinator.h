@@ -238,8 +238,7 @@ class SyncCoordinator {
                                                               const Resolved& resolved,
                                                               const PlanForSync& plan)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // `part` routed by `routes`, put phases from `phases()` (on a cache miss;
-  // `phases_key` names the pair set), cached; *part_key identifies it.
+  // `part` routed, put phases from phases() on a miss, cached by *part_key.
   std::shared_ptr<const v1::Plan> RoutedPart(
       const v1::Plan& plan, int32_t worker, const std::shared_ptr<const v1::Plan>& part,
       const plan::WorkerRoutes& routes, const std::string& phases_key,

@@ -4,7 +4,6 @@
 #include <optional>
 #include <utility>
 
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "controller/plan/put_phases.h"
@@ -87,8 +86,7 @@ std::vector<SyncCoordinator::RoutedPartRef> SyncCoordinator::Route(const PlanFor
   // Put phases (controller/plan/put_phases.h) depend on every pair of the
   // sync: planned once per sync at most, when a routed part is not cached.
   const bool phased = config_.put_phases && !dispatch.peer_writes.empty();
-  const std::string phases_key =
-      phased ? absl::StrCat("/ph", absl::Hex(absl::HashOf(dispatch.peer_writes))) : "";
+  const std::string phases_key = phased ? plan::PutPhasesKey(dispatch.peer_writes) : "";
   std::optional<plan::PutPhases> phases;
   auto phases_of = [&]() -> absl::Span<const int32_t> {
     if (!phased) return {};

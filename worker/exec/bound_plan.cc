@@ -272,7 +272,8 @@ absl::StatusOr<std::shared_ptr<const BoundPlan>> Binder::Bind() {
     }
   }
   bound->total_bytes += bound->bytes_put + bound->bytes_put_into;
-  OrderPutsByPhase(*bound);
+  RETURN_IF_ERROR(
+      Annotate(OrderPutsByPhase(*bound), absl::StrCat("worker ", worker_, ": put phases")));
   // The peers of its ROUTE_PEER_WRITE buckets (sorted): the ready and done
   // tokens go to them.
   bound->direct_write_to.assign(write_to_.begin(), write_to_.end());

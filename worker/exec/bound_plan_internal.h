@@ -25,8 +25,9 @@ namespace wsync::exec::bind_internal {
 
 // Reorders `out.puts` (and put_origins) by the put phase of the sent bucket
 // each came from, stably (a phase keeps round order), and points each sent
-// DirectBucket's first_put at its puts' new place.
-void OrderPutsByPhase(BoundPlan& out);
+// DirectBucket's first_put at its puts' new place. INTERNAL if the sent
+// buckets' ranges do not cover every put exactly once (nothing is moved).
+absl::Status OrderPutsByPhase(BoundPlan& out);
 
 absl::Status Annotate(const absl::Status& s, const std::string& where);
 

@@ -206,7 +206,7 @@ absl::Status Binder::BindRecv(const v1::Bucket& b, BoundTransfer& t, BoundRound&
   return absl::OkStatus();
 }
 
-void OrderPutsByPhase(BoundPlan& out) {
+absl::Status OrderPutsByPhase(BoundPlan& out) {
   std::vector<DirectBucket*> sent;
   for (DirectBucket& d : out.direct_buckets) {
     if (d.sent) sent.push_back(&d);
@@ -214,21 +214,33 @@ void OrderPutsByPhase(BoundPlan& out) {
   auto by_phase = [](const DirectBucket* x, const DirectBucket* y) {
     return x->put_phase < y->put_phase;
   };
-  if (std::is_sorted(sent.begin(), sent.end(), by_phase)) return;
+  if (std::is_sorted(sent.begin(), sent.end(), by_phase)) return absl::OkStatus();
   std::stable_sort(sent.begin(), sent.end(), by_phase);
   std::vector<CopyItem> puts;
   std::vector<std::string> origins;
+  std::vector<int32_t> first_puts;
   puts.reserve(out.puts.size());
   origins.reserve(out.put_origins.size());
-  for (DirectBucket* d : sent) {
+  for (const DirectBucket* d : sent) {
     const size_t first = static_cast<size_t>(d->first_put);
     const size_t end = first + static_cast<size_t>(d->num_puts);
-    d->first_put = static_cast<int32_t>(puts.size());
+    if (d->first_put < 0 || d->num_puts < 0 || end > out.puts.size() ||
+        end > out.put_origins.size()) {
+      return absl::InternalError(absl::StrCat("bucket ", d->bucket, ": puts [", first, ", ", end,
+                                              ") outside the ", out.puts.size(), " bound"));
+    }
+    first_puts.push_back(static_cast<int32_t>(puts.size()));
     puts.insert(puts.end(), out.puts.begin() + first, out.puts.begin() + end);
     origins.insert(origins.end(), out.put_origins.begin() + first, out.put_origins.begin() + end);
   }
+  if (puts.size() != out.puts.size() || origins.size() != out.put_origins.size()) {
+    return absl::InternalError(
+        absl::StrCat("the sent buckets hold ", puts.size(), " of ", out.puts.size(), " puts"));
+  }
+  for (size_t k = 0; k < sent.size(); ++k) sent[k]->first_put = first_puts[k];
   out.puts = std::move(puts);
   out.put_origins = std::move(origins);
+  return absl::OkStatus();
 }
 
 }  // namespace wsync::exec::bind_internal

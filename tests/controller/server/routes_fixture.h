@@ -86,8 +86,9 @@ class SyncRoutesTest : public ::testing::Test {
  protected:
   SyncRoutesTest() { Restart(/*direct_writes=*/true); }
 
-  void Restart(bool direct_writes) {
+  void Restart(bool direct_writes, bool put_phases = true) {
     ControllerConfig config;
+    config.put_phases = put_phases;
     config.lease_ttl = absl::Seconds(30);
     config.sync_deadline = absl::Seconds(30);
     config.instance = "test";

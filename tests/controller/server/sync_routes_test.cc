@@ -2,6 +2,7 @@
 // their parts are marked and what their assignments say (routes_fixture.h).
 #include <atomic>
 #include <iostream>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -9,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "controller/plan/put_phases.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/controller/server/routes_fixture.h"
@@ -53,8 +55,28 @@ TEST_F(SyncRoutesTest, HostWorkersOfOneDomainWriteDirectlyWithShmLocations) {
   EXPECT_THAT(Routes(as[0]), ElementsAre("0->2:P"));
   EXPECT_THAT(Routes(as[1]), ElementsAre("1->2:P"));
   EXPECT_THAT(Routes(as[2]), ElementsAre("0->2:P", "1->2:P"));
-  EXPECT_EQ(as[0].part_key(), absl::StrCat(as[0].plan_key(), "/0/pw:to=2;by="));
+  // Put phases: 0 and 1 both write 2, so they take turns; the key names the
+  // sync's pair set.
+  const std::string phases = plan::PutPhasesKey({{0, 2}, {1, 2}});
+  EXPECT_EQ(phases.size(), 19u);
+  EXPECT_EQ(as[0].part_key(), absl::StrCat(as[0].plan_key(), "/0/pw:to=2;by=", phases));
+  EXPECT_EQ(as[2].part_key(), absl::StrCat(as[2].plan_key(), "/2/pw:to=;by=0,1", phases));
+  std::set<int32_t> phase_of_writer[2];
+  for (const v1::Bucket& b : as[2].plan().buckets()) {
+    if (b.route() == v1::ROUTE_PEER_WRITE) phase_of_writer[b.sender()].insert(b.put_phase());
+  }
+  EXPECT_EQ(phase_of_writer[0].size(), 1u);
+  EXPECT_EQ(phase_of_writer[1].size(), 1u);
+  EXPECT_NE(*phase_of_writer[0].begin(), *phase_of_writer[1].begin());
+}
+
+TEST_F(SyncRoutesTest, WithoutPutPhasesPartsCarryNoPhaseAndKeysNoSuffix) {
+  Restart(/*direct_writes=*/true, /*put_phases=*/false);
+  const auto [leases, as, pairs] = SyncHosts("host-a", "host-a", "host-a");
+  ASSERT_EQ(as.size(), 3u);
+  EXPECT_EQ(pairs, 2);
   EXPECT_EQ(as[2].part_key(), absl::StrCat(as[2].plan_key(), "/2/pw:to=;by=0,1"));
+  for (const v1::Bucket& b : as[2].plan().buckets()) EXPECT_EQ(b.put_phase(), 0);
 }
 
 // CUDA virtual memory registered from the owner's descriptors reports no

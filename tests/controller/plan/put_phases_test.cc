@@ -186,10 +186,19 @@ TEST(PutPhasesTest, BucketIdsOutOfRangeAndNegativeSizesAreSkippedNotACrash) {
   EXPECT_GE(phases.num_phases, 1);
 }
 
-TEST(PutPhasesTest, TheSamePlanAndPairsGiveTheSamePhases) {
+// The phases depend on the buckets, not on where the plan lists them.
+TEST(PutPhasesTest, ThePhasesDoNotDependOnTheBucketsListOrder) {
   const v1::Plan plan = Colocated4();
+  v1::Plan reversed = plan;
+  std::reverse(reversed.mutable_buckets()->begin(), reversed.mutable_buckets()->end());
   const std::vector<WorkerPair> pairs = PairsOf(plan);
-  EXPECT_EQ(PlanPutPhases(plan, pairs).phase_of_bucket, PlanPutPhases(plan, pairs).phase_of_bucket);
+  const PutPhases a = PlanPutPhases(plan, pairs);
+  const PutPhases b = PlanPutPhases(reversed, pairs);
+  EXPECT_EQ(a.phase_of_bucket, b.phase_of_bucket);
+  EXPECT_EQ(a.num_phases, b.num_phases);
+  EXPECT_EQ(PutPhasesKey(pairs), PutPhasesKey(pairs));
+  EXPECT_NE(PutPhasesKey(pairs), PutPhasesKey({{0, 1}}));
+  EXPECT_EQ(PutPhasesKey({}), "");
 }
 
 TEST(PutPhasesTest, MarkPeerWritesSetsPhasesOnPeerWriteBucketsOnly) {

@@ -217,18 +217,24 @@ PutPhases PlanPutPhases(const v1::Plan& plan, const std::vector<WorkerPair>& pai
   return out;
 }
 
-std::string PutPhasesKey(const std::vector<WorkerPair>& pairs) {
-  if (pairs.empty()) return "";
+std::string PutPhasesKey(const v1::Plan& part, const std::vector<int32_t>& phase_of_bucket) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
-  for (const WorkerPair& p : pairs) {
-    for (int32_t v : {p.first, p.second}) {
-      for (int k = 0; k < 4; ++k) {
-        h ^= static_cast<uint8_t>(static_cast<uint32_t>(v) >> (8 * k));
-        h *= 1099511628211ull;
-      }
+  auto mix = [&h](uint64_t v) {
+    for (int k = 0; k < 8; ++k) {
+      h ^= static_cast<uint8_t>(v >> (8 * k));
+      h *= 1099511628211ull;
     }
+  };
+  bool any = false;
+  for (const v1::Bucket& b : part.buckets()) {
+    if (b.id() < 0 || static_cast<size_t>(b.id()) >= phase_of_bucket.size()) continue;
+    const int32_t phase = phase_of_bucket[static_cast<size_t>(b.id())];
+    if (phase == 0) continue;
+    any = true;
+    mix(static_cast<uint64_t>(b.id()));
+    mix(static_cast<uint64_t>(static_cast<uint32_t>(phase)));
   }
-  return absl::StrCat("/ph", absl::Hex(h, absl::kZeroPad16));
+  return any ? absl::StrCat("/ph", absl::Hex(h, absl::kZeroPad16)) : "";
 }
 
 }  // namespace wsync::plan

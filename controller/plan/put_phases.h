@@ -46,9 +46,11 @@ struct PutPhases {
 // out. Deterministic: the same plan and pairs give the same phases.
 PutPhases PlanPutPhases(const v1::Plan& plan, const std::vector<WorkerPair>& pairs);
 
-// A name for the phases of one pair set, the same in every process and run
-// (FNV-1a over the pairs): "/ph<16 hex digits>", "" when `pairs` is empty.
-std::string PutPhasesKey(const std::vector<WorkerPair>& pairs);
+// A name for the put phases of one worker part, the same in every process
+// and run: "/ph<16 hex digits>" (FNV-1a over the (bucket id, phase) of its
+// buckets in a phase other than 0), "" when all are in phase 0. A part whose
+// phases did not change keeps its name, so it is not sent again.
+std::string PutPhasesKey(const v1::Plan& part, const std::vector<int32_t>& phase_of_bucket);
 
 }  // namespace wsync::plan
 

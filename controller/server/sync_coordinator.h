@@ -238,11 +238,13 @@ class SyncCoordinator {
                                                               const Resolved& resolved,
                                                               const PlanForSync& plan)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // `part` routed, put phases from phases() on a miss, cached by *part_key.
-  std::shared_ptr<const v1::Plan> RoutedPart(
-      const v1::Plan& plan, int32_t worker, const std::shared_ptr<const v1::Plan>& part,
-      const plan::WorkerRoutes& routes, const std::string& phases_key,
-      const std::function<absl::Span<const int32_t>()>& phases, std::string* part_key);
+  // `part` routed, with put phases (by bucket id), cached by *part_key.
+  std::shared_ptr<const v1::Plan> RoutedPart(const v1::Plan& plan, int32_t worker,
+                                             const std::shared_ptr<const v1::Plan>& part,
+                                             const plan::WorkerRoutes& routes,
+                                             const std::string& phases_key,
+                                             absl::Span<const int32_t> phases,
+                                             std::string* part_key);
 
   // ----- sync_dispatch.cc
   // A fresh Prepared for `t` (binding, planning, routing), run unlocked.

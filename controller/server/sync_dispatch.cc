@@ -1,7 +1,6 @@
 // SyncCoordinator: starting a sync (checks, transport and routes, the
 // generation's rendezvous scope, one assignment per worker).
 #include <algorithm>
-#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -84,21 +83,19 @@ SyncCoordinator::Dispatch SyncCoordinator::Decide(const std::string& transfer,
 std::vector<SyncCoordinator::RoutedPartRef> SyncCoordinator::Route(const PlanForSync& plan,
                                                                    const Dispatch& dispatch) {
   // Put phases (controller/plan/put_phases.h) depend on every pair of the
-  // sync: planned once per sync at most, when a routed part is not cached.
-  const bool phased = config_.put_phases && !dispatch.peer_writes.empty();
-  const std::string phases_key = phased ? plan::PutPhasesKey(dispatch.peer_writes) : "";
-  std::optional<plan::PutPhases> phases;
-  auto phases_of = [&]() -> absl::Span<const int32_t> {
-    if (!phased) return {};
-    if (!phases) phases = plan::PlanPutPhases(*plan.plan, dispatch.peer_writes);
-    return phases->phase_of_bucket;
-  };
+  // sync; each part's key names its own buckets' phases, so a part whose
+  // phases stay is not sent again.
+  std::vector<int32_t> phases;
+  if (config_.put_phases && !dispatch.peer_writes.empty()) {
+    phases = plan::PlanPutPhases(*plan.plan, dispatch.peer_writes).phase_of_bucket;
+  }
   std::vector<RoutedPartRef> out;
   for (int32_t w = 0; w < static_cast<int32_t>(plan.parts.size()); ++w) {
     RoutedPartRef ref;
     ref.routes = plan::RoutesOf(dispatch.peer_writes, w);
-    ref.part =
-        RoutedPart(*plan.plan, w, plan.parts[w], ref.routes, phases_key, phases_of, &ref.key);
+    const std::string phases_key =
+        ref.routes.empty() ? "" : plan::PutPhasesKey(*plan.parts[w], phases);
+    ref.part = RoutedPart(*plan.plan, w, plan.parts[w], ref.routes, phases_key, phases, &ref.key);
     out.push_back(std::move(ref));
   }
   return out;

@@ -180,7 +180,7 @@ absl::StatusOr<std::shared_ptr<const v1::Plan>> SyncCoordinator::WorkerPart(cons
 std::shared_ptr<const v1::Plan> SyncCoordinator::RoutedPart(
     const v1::Plan& plan, int32_t worker, const std::shared_ptr<const v1::Plan>& part,
     const plan::WorkerRoutes& routes, const std::string& phases_key,
-    const std::function<absl::Span<const int32_t>()>& phases, std::string* part_key) {
+    absl::Span<const int32_t> phases, std::string* part_key) {
   *part_key = absl::StrCat(plan.key(), "/", worker);
   if (routes.empty()) return part;
   absl::StrAppend(part_key, "/", routes.Signature(), phases_key);
@@ -190,7 +190,7 @@ std::shared_ptr<const v1::Plan> SyncCoordinator::RoutedPart(
     if (it != parts_.end()) return it->second;
   }
   // Marked once per (plan, worker, routes): later syncs find it here.
-  std::shared_ptr<const v1::Plan> routed = plan::RoutePart(part, worker, routes, phases());
+  std::shared_ptr<const v1::Plan> routed = plan::RoutePart(part, worker, routes, phases);
   absl::MutexLock lock(&parts_mu_);
   if (parts_.size() + 1 > 4096) parts_.clear();
   return parts_.try_emplace(*part_key, std::move(routed)).first->second;

@@ -196,9 +196,13 @@ TEST(PutPhasesTest, ThePhasesDoNotDependOnTheBucketsListOrder) {
   const PutPhases b = PlanPutPhases(reversed, pairs);
   EXPECT_EQ(a.phase_of_bucket, b.phase_of_bucket);
   EXPECT_EQ(a.num_phases, b.num_phases);
-  EXPECT_EQ(PutPhasesKey(pairs), PutPhasesKey(pairs));
-  EXPECT_NE(PutPhasesKey(pairs), PutPhasesKey({{0, 1}}));
-  EXPECT_EQ(PutPhasesKey({}), "");
+  // A part's key names its buckets' phases: the same phases, the same key.
+  EXPECT_EQ(PutPhasesKey(plan, a.phase_of_bucket), PutPhasesKey(plan, b.phase_of_bucket));
+  EXPECT_EQ(PutPhasesKey(plan, a.phase_of_bucket).size(), 19u);
+  EXPECT_EQ(PutPhasesKey(plan, std::vector<int32_t>(a.phase_of_bucket.size(), 0)), "");
+  std::vector<int32_t> other = a.phase_of_bucket;
+  for (int32_t& p : other) p = p == 0 ? 1 : 0;
+  EXPECT_NE(PutPhasesKey(plan, other), PutPhasesKey(plan, a.phase_of_bucket));
 }
 
 TEST(PutPhasesTest, MarkPeerWritesSetsPhasesOnPeerWriteBucketsOnly) {

@@ -25,7 +25,7 @@ std::vector<std::string> FieldNames(const google::protobuf::Descriptor* d) {
 TEST(RankPartsTest, CopiesEveryFieldOfBucketAndPiece) {
   EXPECT_EQ(FieldNames(v1::Bucket::descriptor()),
             std::vector<std::string>({"id", "sender", "receiver", "round", "bytes", "transport",
-                                      "zero_copy", "pieces", "seq", "route", "runs"}))
+                                      "zero_copy", "pieces", "seq", "route", "runs", "put_phase"}))
       << "a Bucket field changed: copy it in CopyBucket (rank_parts.cc)";
   EXPECT_EQ(
       FieldNames(v1::Piece::descriptor()),

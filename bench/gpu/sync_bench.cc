@@ -36,6 +36,8 @@
 //       [--early-local-rounds 1]   (ExecutorOptions::early_local_rounds; -1: all)
 //       [--mailbox 1]   (ExecutorOptions::mailbox_tokens: direct-write tokens through
 //                        peer mailboxes; 0: a NCCL round each, the A/B baseline)
+//       [--put-phases 1] [--put-gates 1] [--put-gate-timeout-ms 100]
+//                       (put phases and the gates between them, phase_gates.h)
 //       [--measure-issue-keys 1]   (CPU only: the data ops' cache-key cost per round, exits)
 //       [--dump-shapes FILE]   (writes the source tensors for bench/gpu/peers.py, exits)
 //       [--staging device_shadow|host_shadow] [--commit copy|swap|flip] [--checksums 1]
@@ -187,14 +189,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
                .put_interleave_mib = f.put_interleave_mib,
                .hash_blocks_per_sm = f.hash_blocks_per_sm});
   if (!backend.ok()) return Fail("CUDA backend", backend.status());
-  exec::ExecutorOptions eo;
-  eo.pipeline = f.pipeline;
-  eo.early_local_rounds = f.early_local_rounds;
-  eo.mailbox_tokens = f.mailbox;
-  eo.landing_parts = f.landing_parts;
-  eo.min_landing_part_bytes = f.min_landing_part_mib << 20;
-  eo.direct_part_tail_ratio = f.part_tail_ratio;
-  node::DataPlane data_plane(backend->get(), eo);
+  node::DataPlane data_plane(backend->get(), ExecutorOptionsOf(f));
   // Time to first sync: communicator (with the channel's data ops), binding,
   // first run (staging, tables).
   double t0 = Now();
@@ -366,7 +361,7 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
   (void)store.Set(absl::StrCat(tag, "sums/", worker), absl::StrCat(*src_sum, " ", *dst_sum));
   const auto& rs = c.plan.summary();
   Result(absl::StrFormat(
-      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"token_s":%.6f,"ready_token_s":%.6f,"local_wait_s":%.6f,"finish_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_streams":%d,"put_copy_engine_copies":%d,"barrier_s":%.6f,"mailbox":%d,"mailbox_polls":%d})",
+      R"({"bench":"wsync_sync","model":"%s","mode":"%s","bucket_mib":%d,"staging_mib":%d,"zero_copy_mib":%d,"pipeline":%d,"blocks_per_sm":%d,"copy_engine_copies":%d,"copy_engine_bytes":%d,"peak_staging_bytes":%d,"worker":%d,"iters":%d,"median_s":%.6f,"min_s":%.6f,"first_sync_total_s":%.4f,"comm_init_s":%.4f,"bind_s":%.4f,"first_run_s":%.4f,"plan_s":%.3f,"bytes_sent":%d,"bytes_received":%d,"bytes_local":%d,"rounds":%d,"pack_s":%.6f,"transfer_s":%.6f,"unpack_s":%.6f,"copy_s":%.6f,"kernel_launches":%d,"table_cache_hits":%d,"plan_buckets":%d,"plan_pieces":%d,"plan_destination_bytes":%d,"rounds_packed_ahead":%d,"rounds_local_early":%d,"rounds_finished_async":%d,"direct":%d,"direct_write_to":[%s],"bytes_put":%d,"bytes_put_into":%d,"put_issue_s":%.6f,"put_wait_s":%.6f,"token_s":%.6f,"ready_token_s":%.6f,"local_wait_s":%.6f,"finish_s":%.6f,"put_copy_engine_kib":%d,"put_blocks_per_sm":%d,"put_copy_streams":%d,"put_copy_engine_copies":%d,"barrier_s":%.6f,"mailbox":%d,"mailbox_polls":%d,"put_gates":%d,"put_gates_timed_out":%d})",
       f.model, c.mode, f.bucket_mib, f.staging_mib, f.zero_copy_mib, f.pipeline ? 1 : 0,
       f.blocks_per_sm, writer->copy_engine_copies(), writer->copy_engine_bytes(),
       last.peak_staging_bytes, worker, f.iters, Median(times),
@@ -380,7 +375,8 @@ int RankMain(const Flags& f, const Case& c, int worker, const std::string& dir) 
       last.bytes_put, last.bytes_put_into, last.put_issue_seconds, last.put_wait_seconds,
       last.token_seconds, last.ready_token_seconds, last.local_wait_seconds, finish,
       f.put_copy_engine_kib, f.put_blocks_per_sm, f.put_copy_streams, writer->copy_engine_copies(),
-      Median(barrier_times), f.mailbox ? 1 : 0, last.mailbox_polls));
+      Median(barrier_times), f.mailbox ? 1 : 0, last.mailbox_polls, last.put_gates,
+      last.put_gates_timed_out));
   ReportFlip(f.model, c.mode, worker, owner_switch, commit_times, owner.size());
   if (auto s =
           ReportStaged(f, c, worker, store, tag, *staged, times, commit_times, commit_phases, last);

@@ -55,6 +55,10 @@ int ParseFlags(int argc, char** argv, Flags* f) {
       f->direct = v != "0";
     else if (k == "--put-phases")
       f->put_phases = v != "0";
+    else if (k == "--put-gates")
+      f->put_gates = v != "0";
+    else if (k == "--put-gate-timeout-ms")
+      f->put_gate_timeout_ms = std::stoll(v);
     else if (k == "--diagnose-drop")
       f->diagnose_drop = v;
     else if (k == "--diagnose-raw-puts")
@@ -119,6 +123,19 @@ int ParseFlags(int argc, char** argv, Flags* f) {
     }
   }
   return 0;
+}
+
+exec::ExecutorOptions ExecutorOptionsOf(const Flags& f) {
+  exec::ExecutorOptions eo;
+  eo.pipeline = f.pipeline;
+  eo.early_local_rounds = f.early_local_rounds;
+  eo.mailbox_tokens = f.mailbox;
+  eo.landing_parts = f.landing_parts;
+  eo.min_landing_part_bytes = f.min_landing_part_mib << 20;
+  eo.direct_part_tail_ratio = f.part_tail_ratio;
+  eo.put_phase_gates = f.put_gates;
+  eo.put_gate_timeout = absl::Milliseconds(f.put_gate_timeout_ms);
+  return eo;
 }
 
 }  // namespace wsync::bench

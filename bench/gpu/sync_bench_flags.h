@@ -30,6 +30,10 @@ struct Flags {
   bool direct = false;
   // --put-phases: direct writes in put phases (controller/plan/put_phases.h).
   bool put_phases = true;
+  // --put-gates: phase gates between them (worker/exec/phase_gates.h) and
+  // --put-gate-timeout-ms.
+  bool put_gates = exec::ExecutorOptions().put_phase_gates;
+  int64_t put_gate_timeout_ms = absl::ToInt64Milliseconds(exec::ExecutorOptions().put_gate_timeout);
   // Diagnosis only (checksums then fail): "local" drops every local copy,
   // "puts" every direct write, to time the other part alone.
   std::string diagnose_drop;
@@ -75,6 +79,8 @@ struct Flags {
 };
 
 CaseParams ParamsOf(const Flags& f);
+// The executor's options the flags set.
+exec::ExecutorOptions ExecutorOptionsOf(const Flags& f);
 
 // Parses "--flag value" pairs into *f: 0, or 2 after logging the bad flag.
 int ParseFlags(int argc, char** argv, Flags* f);

@@ -210,6 +210,7 @@ absl::StatusOr<const PipelineSchedule*> Executor::ScheduleFor(const BoundPlan& p
     // plan's puts (the CUDA put SMs) gives them back.
     put_handle_ = writer_ == nullptr ? ItemsHandle{} : writer_->Prepare(plan.puts);
     PrepareDirectParts(plan);
+    phase_gates_.Prepare(plan, writer_);
     schedule_instance_ = plan.instance.value();
   }
   return &schedule_;

@@ -35,10 +35,11 @@
 // transport rounds (PeerWriter token slots). Mailboxes: the first sync (or
 // warm-up) with a direct-write peer not met before exchanges mailbox
 // descriptors with such peers in one transport round (tag kMailboxTag);
-// from then on each worker's mailbox holds, per peer worker id w, four
-// slots: 4w = the ready sequence w posted, 4w+1 its registration fingerprint
-// (posted first), 4w+2 the done sequence w posted after fencing its puts,
-// 4w+3 (with checksums) how many parts of w's puts into it landed. A
+// from then on each worker's mailbox holds, per peer worker id w, five
+// slots: 5w = the ready sequence w posted, 5w+1 its registration fingerprint
+// (posted first), 5w+2 the done sequence w posted after fencing its puts,
+// 5w+3 (with checksums) how many parts of w's puts into it landed, 5w+4
+// the first put phase w has not finished (phase gates, phase_gates.h). A
 // sync's sequence with a peer is a per-peer counter both sides advance on
 // every sync between them, starting at 1 on a fresh executor. Precondition:
 // both sides run every such sync, which holds because any failed sync
@@ -66,7 +67,7 @@
 // toward the end by direct_part_tail_ratio (direct_parts.h);
 // the writer issues its puts one part at a time with a mark after each
 // (PeerWriter::Mark) and, as each mark is reached, posts the part count into
-// slot 4w+3 of its receivers' mailboxes, so a receiver hashes part k while
+// slot 5w+3 of its receivers' mailboxes, so a receiver hashes part k while
 // later parts move: only the last part's hash follows the transfer. With
 // token rounds the receiver hashes after the done tokens.
 //
@@ -89,6 +90,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/exec/bound_plan.h"
+#include "worker/exec/phase_gates.h"
 #include "worker/exec/pipeline_schedule.h"
 #include "worker/plane/data_ops.h"
 #include "worker/plane/peer_writer.h"
@@ -129,6 +131,11 @@ struct ExecutorOptions {
   // writer has them; off: a transport round each (the A/B baseline). Every
   // worker of a transfer must use the same value.
   bool mailbox_tokens = true;
+  // Phase gates between the put phases (phase_gates.h) where the tokens go
+  // through mailboxes and the puts are not cut into checksum parts; a gate
+  // whose peers stay silent opens after put_gate_timeout (> 0).
+  bool put_phase_gates = true;
+  absl::Duration put_gate_timeout = absl::Milliseconds(100);
 };
 
 struct Progress {
@@ -217,6 +224,9 @@ struct SyncStats {
   // rounds), and whether this sync exchanged mailbox descriptors.
   int64_t mailbox_polls = 0;
   bool mailbox_exchanged = false;
+  // Phase gates this sync issued, and those that opened by their timeout.
+  int32_t put_gates = 0;
+  int64_t put_gates_timed_out = 0;
 };
 
 class Executor {
@@ -384,8 +394,10 @@ class Executor {
   void PrepareDirectParts(const BoundPlan& plan);
   // Whether this sync's puts go in parts (checksums over mailboxes).
   bool SplitPuts(const BoundPlan& plan) const;
-  // Issues the puts (in parts when SplitPuts), then queues the hashes of the
-  // buckets this worker writes.
+  // Whether this sync's puts go through phase gates (ExecutorOptions).
+  bool UseGates(const BoundPlan& plan) const;
+  // Issues the puts (through phase gates when UseGates, in parts when
+  // SplitPuts), then queues the hashes of the buckets this worker writes.
   absl::Status IssuePuts(const BoundPlan& plan, bool alone, SyncStats& stats);
   // Queues the hash of plan.direct_buckets[d].
   absl::Status QueueDirectHash(const BoundPlan& plan, size_t d);
@@ -465,6 +477,8 @@ class Executor {
   std::vector<std::vector<int32_t>> step_put_index_;  // each step item's index in plan.puts
   std::vector<ItemsHandle> step_handles_;
   std::vector<uint64_t> step_marks_;
+  PhaseGates phase_gates_;  // of the plan schedule_ was built for
+  int64_t gates_timed_out_before_ = 0;
 };
 
 }  // namespace wsync::exec

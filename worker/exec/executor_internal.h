@@ -3,7 +3,9 @@
 #ifndef WSYNC_WORKER_EXEC_EXECUTOR_INTERNAL_H_
 #define WSYNC_WORKER_EXEC_EXECUTOR_INTERNAL_H_
 
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -19,7 +21,8 @@ inline constexpr int64_t kReadySeq = 0;
 inline constexpr int64_t kReadyFingerprint = 1;
 inline constexpr int64_t kDone = 2;
 inline constexpr int64_t kParts = 3;  // parts of its puts landed (checksums)
-inline constexpr int64_t kSlotsPerPeer = 4;
+inline constexpr int64_t kPhase = 4;  // the first put phase it has not finished (phase_gates.h)
+inline constexpr int64_t kSlotsPerPeer = 5;
 
 // `s` with `where` in front of its message (OK stays OK).
 inline absl::Status Wrap(const absl::Status& s, const std::string& where) {
@@ -33,6 +36,14 @@ inline std::string RoundWhere(const BoundPlan& plan, const BoundRound& round) {
 }
 
 inline double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+// The direct-write peers of `plan`'s worker (whom it writes or who write
+// it), ascending.
+inline std::vector<int32_t> DirectPeers(const BoundPlan& plan) {
+  std::set<int32_t> peers(plan.direct_write_to.begin(), plan.direct_write_to.end());
+  peers.insert(plan.direct_written_by.begin(), plan.direct_written_by.end());
+  return {peers.begin(), peers.end()};
+}
 
 // A round that neither stages nor transfers: it waits for no peer.
 inline bool LocalOnly(const BoundRound& r) {

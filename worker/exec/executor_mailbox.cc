@@ -19,17 +19,13 @@ using internal::Wrap;
 
 namespace {
 
+using internal::DirectPeers;
 using internal::kDone;
 using internal::kParts;
+using internal::kPhase;
 using internal::kReadyFingerprint;
 using internal::kReadySeq;
 using internal::kSlotsPerPeer;
-
-std::vector<int32_t> DirectPeers(const BoundPlan& plan) {
-  std::set<int32_t> peers(plan.direct_write_to.begin(), plan.direct_write_to.end());
-  peers.insert(plan.direct_written_by.begin(), plan.direct_written_by.end());
-  return {peers.begin(), peers.end()};
-}
 
 }  // namespace
 
@@ -212,9 +208,8 @@ absl::Status Executor::MailboxReady(const BoundPlan& plan, absl::Time deadline,
   // To every writer of this worker: the fingerprint, then the sequence (a
   // writer that sees the sequence reads this sync's fingerprint).
   for (int32_t w : plan.direct_written_by) {
-    RETURN_IF_ERROR(
-        MailboxError(writer_->Post(w, kSlotsPerPeer * me + kReadyFingerprint, plan.ready_token),
-                     where));
+    RETURN_IF_ERROR(MailboxError(
+        writer_->Post(w, kSlotsPerPeer * me + kReadyFingerprint, plan.ready_token), where));
     RETURN_IF_ERROR(
         MailboxError(writer_->Post(w, kSlotsPerPeer * me + kReadySeq, mailbox_seq_[w]), where));
     ready_posted_.insert(w);
@@ -271,6 +266,12 @@ void Executor::PostMailboxFailure(const BoundPlan& plan) {
   for (int32_t w : plan.direct_written_by) {
     if (mailbox_peers_.count(w) == 0 || ready_posted_.count(w) != 0) continue;
     writer_->Post(w, kSlotsPerPeer * me + kReadySeq, kMailboxFailed | seq(w)).IgnoreError();
+  }
+  // Every phase gate waiting for this worker opens (its high bit exceeds
+  // any phase value).
+  for (int32_t p : DirectPeers(plan)) {
+    if (mailbox_peers_.count(p) == 0) continue;
+    writer_->Post(p, kSlotsPerPeer * me + kPhase, kMailboxFailed | seq(p)).IgnoreError();
   }
 }
 

@@ -26,6 +26,7 @@ std::string PutsWhere(const BoundPlan& plan, const absl::Status& s) {
 
 }  // namespace
 
+using internal::DirectPeers;
 using internal::LocalOnly;
 using internal::Seconds;
 using internal::Wrap;
@@ -120,11 +121,27 @@ absl::Status Executor::StartDirectWrites(const BoundPlan& plan, absl::Time deadl
   return put;
 }
 
+bool Executor::UseGates(const BoundPlan& plan) const {
+  return mailbox_sync_ && options_.put_phase_gates && writer_->HasPutGates() && !SplitPuts(plan);
+}
+
 absl::Status Executor::IssuePuts(const BoundPlan& plan, bool alone, SyncStats& stats) {
-  (void)stats;
   step_marks_.clear();
-  if (plan.puts.empty()) {
-    // Nothing to put (a receiver only).
+  const std::vector<int32_t> peers = DirectPeers(plan);
+  if (UseGates(plan)) {
+    auto before = writer_->GatesTimedOut();
+    if (!before.ok()) return Wrap(before.status(), PutsWhere(plan, before.status()));
+    gates_timed_out_before_ = *before;
+    const absl::Status put = phase_gates_.Issue(plan, *writer_, mailbox_seq_, peers, alone,
+                                                options_.put_gate_timeout, &stats.put_gates);
+    if (!put.ok()) return Wrap(put, PutsWhere(plan, put));
+  } else if (mailbox_sync_) {
+    // No gates here: no peer waits for this worker's phases.
+    const absl::Status s = PhaseGates::PostAllPhases(*writer_, plan.worker, mailbox_seq_, peers);
+    if (!s.ok()) return MailboxError(s, TokenWhere(plan, /*ready=*/false));
+  }
+  if (plan.puts.empty() || UseGates(plan)) {
+    // Nothing to put (a receiver only), or put above.
   } else if (!SplitPuts(plan)) {
     const absl::Status put = writer_->Put(plan.puts, put_handle_, alone);
     if (!put.ok()) return Wrap(put, PutsWhere(plan, put));
@@ -167,6 +184,11 @@ absl::Status Executor::FinishDirectWrites(const BoundPlan& plan, absl::Time dead
   absl::Status fenced = writer_->Fence();
   if (!fenced.ok()) fenced = Wrap(fenced, PutsWhere(plan, fenced));
   if (s.ok()) s = fenced;
+  if (s.ok() && stats.put_gates > 0) {
+    auto timed_out = writer_->GatesTimedOut();
+    if (!timed_out.ok()) s = Wrap(timed_out.status(), PutsWhere(plan, timed_out.status()));
+    if (timed_out.ok()) stats.put_gates_timed_out = *timed_out - gates_timed_out_before_;
+  }
   stats.put_wait_seconds = Seconds(t);
   // After the last write: the receivers learn their bytes are in place. The
   // local work may still run; this sync ends once it finished too.

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "worker/plane/data_ops.h"
 
@@ -72,8 +73,8 @@ class PeerWriter {
   // executor keeps its token rounds.
   static constexpr size_t kMailboxDescriptorBytes = 192;
   // Most slots a mailbox may have (a peer's descriptor declaring more is
-  // refused): 4 per worker id of a transport of up to 2^20 ranks.
-  static constexpr int64_t kMaxMailboxSlots = int64_t{4} << 20;
+  // refused): 8 per worker id of a transport of up to 2^20 ranks.
+  static constexpr int64_t kMaxMailboxSlots = int64_t{8} << 20;
   virtual bool HasMailbox() const { return false; }
   // Creates this writer's mailbox of `slots` zeroed slots (1 ..
   // kMaxMailboxSlots), replacing an earlier one (peers that mapped that one
@@ -103,9 +104,40 @@ class PeerWriter {
   // stream of its own on a GPU).
   virtual absl::StatusOr<uint64_t> ReadMailbox(int64_t slot);
 
+  // Put gates: points in this writer's stream of puts that its peers' puts
+  // reach too, so that the writers of a group move through the phases of
+  // their puts together (docs/direct-writes.md, "Phase gates"). Only a
+  // matter of speed: puts are correct in any order, so a gate opens by
+  // itself once `timeout` passed. The default (every writer with a mailbox)
+  // fences and waits on the host; a device gates on its own streams.
+  struct GatePost {  // `value` into slot `slot` of `peer`'s mailbox
+    int32_t peer = 0;
+    int64_t slot = 0;
+    uint64_t value = 0;
+  };
+  struct GateWait {  // slot `slot` of this writer's own mailbox >= `at_least`
+    int64_t slot = 0;
+    uint64_t at_least = 0;
+  };
+  virtual bool HasPutGates() const { return HasMailbox(); }
+  // Once every Put issued before this call completed and its bytes are
+  // visible (as after a Fence), writes each post (asynchronously on a
+  // device). A peer whose mailbox is not open or a slot outside it is an
+  // error naming them (a device checks every post before it posts any).
+  virtual absl::Status SignalAfterPuts(absl::Span<const GatePost> posts);
+  // Puts issued after this call start once every wait holds (unsigned
+  // compare; a value that only grows), or once `timeout` (> 0) passed since
+  // the puts before it completed, whichever is first; returns without
+  // waiting on a device. A slot outside this writer's mailbox is an error.
+  virtual absl::Status GatePuts(absl::Span<const GateWait> waits, absl::Duration timeout);
+  // Gates that opened by their timeout so far (read after a Fence on a
+  // device: gates still queued are not counted yet).
+  virtual absl::StatusOr<int64_t> GatesTimedOut() { return gates_timed_out_; }
+
  private:
   uint64_t next_handle_ = 0;
   uint64_t next_mark_ = 0;
+  int64_t gates_timed_out_ = 0;
 };
 
 }  // namespace wsync::exec

@@ -97,6 +97,14 @@ class BorrowedPeerWriter : public PeerWriter {
     return writer_->Post(peer, slot, value);
   }
   absl::StatusOr<uint64_t> ReadMailbox(int64_t slot) override { return writer_->ReadMailbox(slot); }
+  bool HasPutGates() const override { return writer_->HasPutGates(); }
+  absl::Status SignalAfterPuts(absl::Span<const GatePost> posts) override {
+    return writer_->SignalAfterPuts(posts);
+  }
+  absl::Status GatePuts(absl::Span<const GateWait> waits, absl::Duration timeout) override {
+    return writer_->GatePuts(waits, timeout);
+  }
+  absl::StatusOr<int64_t> GatesTimedOut() override { return writer_->GatesTimedOut(); }
 
  private:
   PeerWriter* const writer_;

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "tests/worker/exec/cluster.h"
 #include "tests/worker/exec/plan_builder.h"
+#include "worker/exec/executor_internal.h"
 
 namespace wsync::exec::testing {
 namespace {
@@ -252,8 +253,9 @@ TEST(DirectWritesMailboxTest, ASilentOrAbortedPeerEndsThePollBounded) {
 class SkewedSequenceWriter : public HostPeerWriter {
  public:
   absl::Status Post(int32_t peer, int64_t slot, uint64_t value) override {
-    // Slot 4w (executor.h): the ready sequence.
-    return HostPeerWriter::Post(peer, slot, slot % 4 == 0 ? value + 5 : value);
+    // Slot 5w (executor.h): the ready sequence.
+    const bool ready = slot % internal::kSlotsPerPeer == internal::kReadySeq;
+    return HostPeerWriter::Post(peer, slot, ready ? value + 5 : value);
   }
 };
 

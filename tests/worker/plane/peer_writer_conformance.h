@@ -18,13 +18,18 @@
 // crash), and, where the factory can open a mailbox of this process
 // (MailboxLoopback: not CUDA IPC), posts land in the peer's slots in order
 // after fenced puts; put marks are reached once their puts landed, in
-// order, and unknown marks are errors.
+// order, and unknown marks are errors; put gates (where the factory can
+// open a mailbox of this process): puts after a gate wait for the peer's
+// signal, a signal lands after the puts before it, a silent peer's gate
+// opens by its timeout (counted), and bad gate arguments are errors.
 #ifndef WSYNC_TESTS_WORKER_PLANE_PEER_WRITER_CONFORMANCE_H_
 #define WSYNC_TESTS_WORKER_PLANE_PEER_WRITER_CONFORMANCE_H_
 
 #include <cstdint>
 #include <memory>
+#include <atomic>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -352,6 +357,119 @@ TEST_P(PeerWriterConformanceTest, PutMarksAreReachedOnceTheirPutsLanded) {
   EXPECT_FALSE(writer().PollMark(0).ok());
   EXPECT_TRUE(writer().Fence().ok());
 }
+
+// Two writers of this process whose mailboxes (8 slots) are open to each
+// other: the writer under test is worker 0, `peer` worker 1.
+#define WSYNC_GATE_PAIR_OR_SKIP(peer)                                                         \
+  if (!writer().HasPutGates()) GTEST_SKIP() << writer().Name() << " has no put gates";       \
+  if (!factory().MailboxLoopback()) GTEST_SKIP() << "the factory opens no mailbox of its process"; \
+  auto other_ = factory().Create();                                                          \
+  ASSERT_TRUE(other_.ok()) << other_.status();                                               \
+  exec::PeerWriter& peer = *other_->writer;                                                  \
+  {                                                                                          \
+    auto mine = writer().CreateMailbox(8);                                                   \
+    auto theirs = peer.CreateMailbox(8);                                                     \
+    ASSERT_TRUE(mine.ok() && theirs.ok());                                                   \
+    ASSERT_TRUE(writer().OpenPeerMailbox(1, *theirs).ok());                                  \
+    ASSERT_TRUE(peer.OpenPeerMailbox(0, *mine).ok());                                        \
+  }
+
+// Puts issued after a gate land only once the peer signalled; the gate did
+// not time out.
+TEST_P(PeerWriterConformanceTest, PutsAfterAGateWaitForThePeersSignal) {
+  WSYNC_GATE_PAIR_OR_SKIP(peer);
+  constexpr int64_t kN = 1 << 14;
+  const std::vector<uint8_t> src_host = CastFrom(TestFloats(kN, 5), v1::FP32);
+  auto src = Upload(src_host);
+  auto dst = Upload(std::vector<uint8_t>(kN * 4, 0xEE), true);
+  const exec::CopyItem item{View2D(src.get(), v1::FP32, 1, kN, kN, 1),
+                            View2D(dst.get(), v1::FP32, 1, kN, kN, 1)};
+  auto before = writer().GatesTimedOut();
+  ASSERT_TRUE(before.ok()) << before.status();
+  std::atomic<bool> signalled{false};
+  std::thread signaller([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    signalled = true;
+    EXPECT_TRUE(peer.SignalAfterPuts({{0, 3, 42}}).ok());
+  });
+  const std::vector<exec::PeerWriter::GateWait> waits = {{3, 42}};
+  ASSERT_TRUE(writer().GatePuts(waits, absl::Seconds(30)).ok());
+  ASSERT_TRUE(writer().Put({item}, {}, false).ok());
+  if (!signalled) {  // a device gates on its stream: the put is queued behind it
+    absl::SleepFor(absl::Milliseconds(100));
+    const bool early = signalled;
+    const std::vector<uint8_t> got = Download(dst.get(), kN * 4);
+    if (!early) EXPECT_EQ(got, std::vector<uint8_t>(kN * 4, 0xEE)) << "the put passed its gate";
+  }
+  ASSERT_TRUE(writer().Fence().ok());
+  signaller.join();
+  EXPECT_EQ(Download(dst.get(), kN * 4), src_host);
+  EXPECT_EQ(*writer().GatesTimedOut(), *before) << "the gate opened by the signal";
+}
+
+// A signal lands only after the puts issued before it: a peer that reads it
+// reads their bytes.
+TEST_P(PeerWriterConformanceTest, ASignalLandsAfterThePutsBeforeIt) {
+  WSYNC_GATE_PAIR_OR_SKIP(peer);
+  constexpr int64_t kN = 1 << 20;
+  const std::vector<uint8_t> src_host = CastFrom(TestFloats(kN, 6), v1::FP32);
+  auto src = Upload(src_host);
+  auto dst = Upload(std::vector<uint8_t>(kN * 4, 0xEE), true);
+  const exec::CopyItem item{View2D(src.get(), v1::FP32, 1, kN, kN, 1),
+                            View2D(dst.get(), v1::FP32, 1, kN, kN, 1)};
+  ASSERT_TRUE(writer().Put({item}, {}, false).ok());
+  ASSERT_TRUE(writer().SignalAfterPuts({{1, 2, 9}}).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  for (;;) {
+    auto v = peer.ReadMailbox(2);
+    ASSERT_TRUE(v.ok()) << v.status();
+    if (*v == 9) break;
+    ASSERT_EQ(*v, 0u);
+    ASSERT_LT(absl::Now(), deadline) << "the signal never landed";
+  }
+  EXPECT_EQ(Download(dst.get(), kN * 4), src_host) << "the signal came before the put's bytes";
+  EXPECT_TRUE(writer().Fence().ok());
+}
+
+// A gate whose peer stays silent opens by its timeout, counted; later puts
+// then run as usual.
+TEST_P(PeerWriterConformanceTest, ASilentPeersGateOpensByItsTimeout) {
+  WSYNC_GATE_PAIR_OR_SKIP(peer);
+  constexpr int64_t kN = 4096;
+  const std::vector<uint8_t> src_host = CastFrom(TestFloats(kN, 7), v1::FP32);
+  auto src = Upload(src_host);
+  auto dst = Upload(std::vector<uint8_t>(kN * 4, 0xEE), true);
+  const exec::CopyItem item{View2D(src.get(), v1::FP32, 1, kN, kN, 1),
+                            View2D(dst.get(), v1::FP32, 1, kN, kN, 1)};
+  auto before = writer().GatesTimedOut();
+  ASSERT_TRUE(before.ok()) << before.status();
+  const absl::Time start = absl::Now();
+  const std::vector<exec::PeerWriter::GateWait> waits = {{5, 1}, {6, 0}};
+  ASSERT_TRUE(writer().GatePuts(waits, absl::Milliseconds(200)).ok());
+  ASSERT_TRUE(writer().Put({item}, {}, false).ok());
+  ASSERT_TRUE(writer().Fence().ok());
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, absl::Milliseconds(190));
+  EXPECT_LT(took, absl::Seconds(20));
+  EXPECT_EQ(Download(dst.get(), kN * 4), src_host);
+  EXPECT_EQ(*writer().GatesTimedOut(), *before + 1);
+}
+
+// Bad gate arguments are errors.
+TEST_P(PeerWriterConformanceTest, BadGateArgumentsAreErrors) {
+  WSYNC_GATE_PAIR_OR_SKIP(peer);
+  const std::vector<exec::PeerWriter::GateWait> outside = {{8, 1}};
+  EXPECT_FALSE(writer().GatePuts(outside, absl::Seconds(1)).ok()) << "slot 8 of 8";
+  const std::vector<exec::PeerWriter::GateWait> fine = {{1, 0}};
+  EXPECT_FALSE(writer().GatePuts(fine, absl::ZeroDuration()).ok()) << "a zero timeout";
+  EXPECT_FALSE(writer().GatePuts(fine, -absl::Seconds(1)).ok()) << "a negative timeout";
+  EXPECT_FALSE(writer().SignalAfterPuts({{1, 1, 5}, {1, 8, 5}}).ok()) << "slot 8 of 8";
+  EXPECT_FALSE(writer().SignalAfterPuts({{1, 1, 5}, {7, 1, 5}}).ok()) << "worker 7 not opened";
+  EXPECT_TRUE(writer().Fence().ok());
+  EXPECT_EQ(*peer.ReadMailbox(2), 0u) << "nothing named slot 2";
+}
+
+#undef WSYNC_GATE_PAIR_OR_SKIP
 
 }  // namespace wsync::plane::conformance
 

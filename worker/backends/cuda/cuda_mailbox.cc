@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,7 @@
 #include "common/status_macros.h"
 #include "worker/backends/cuda/cuda_status.h"
 #include "worker/backends/cuda/driver_api.h"
+#include "worker/backends/cuda/gate_kernels.h"
 #include "worker/plane/peer_writer.h"
 
 namespace wsync::cuda {
@@ -44,7 +46,13 @@ uint64_t ProcessNonce() {
 absl::StatusOr<std::unique_ptr<CudaMailboxes>> CudaMailboxes::Create(int device) {
   std::unique_ptr<CudaMailboxes> m(new CudaMailboxes(device));
   ASSIGN_OR_RETURN(m->stream_, Stream::Create(device));
-  ASSIGN_OR_RETURN(m->pinned_, PinnedBuffer::Allocate(16));
+  ASSIGN_OR_RETURN(m->pinned_, PinnedBuffer::Allocate(24));
+  uint64_t* words = static_cast<uint64_t*>(m->pinned_.data());
+  words[2] = 0;
+  void* mapped = nullptr;
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&mapped, words + 2, 0),
+                             absl::StrCat("mapping the gate counter for device ", device));
+  m->timed_out_device_ = static_cast<unsigned long long*>(mapped);
   return m;
 }
 
@@ -190,6 +198,71 @@ absl::StatusOr<uint64_t> CudaMailboxes::Read(int64_t slot) {
                              absl::StrCat("reading the mailbox on device ", device_));
   RETURN_IF_ERROR(stream_.Synchronize());
   return *dst;
+}
+
+absl::Status CudaMailboxes::SignalOn(cudaStream_t stream,
+                                     absl::Span<const exec::PeerWriter::GatePost> posts) {
+  std::vector<GateSignalArgs> launches;
+  for (size_t i = 0; i < posts.size(); ++i) {
+    const exec::PeerWriter::GatePost& p = posts[i];
+    auto it = peers_.find(p.peer);
+    if (it == peers_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("a put gate's signal to worker ", p.peer, ": its mailbox was not opened"));
+    }
+    if (p.slot < 0 || p.slot >= it->second.slots) {
+      return absl::OutOfRangeError(absl::StrCat("a put gate's signal to worker ", p.peer, ": slot ",
+                                                p.slot, " outside its mailbox of ",
+                                                it->second.slots));
+    }
+    if (i % kMaxGateSlots == 0) launches.emplace_back();
+    GateSignalArgs& a = launches.back();
+    a.slot[a.count] = static_cast<unsigned long long*>(it->second.base) + p.slot;
+    a.value[a.count] = p.value;
+    ++a.count;
+  }
+  DeviceGuard guard(device_);
+  for (const GateSignalArgs& a : launches) {
+    WSYNC_CUDA_RETURN_IF_ERROR(LaunchGateSignal(a, stream),
+                               absl::StrCat("a put gate's signal from device ", device_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaMailboxes::WaitOn(cudaStream_t stream,
+                                   absl::Span<const exec::PeerWriter::GateWait> waits,
+                                   absl::Duration timeout) {
+  if (timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a put gate's timeout must be positive, not ", absl::FormatDuration(timeout)));
+  }
+  std::vector<GateWaitArgs> launches;
+  for (size_t i = 0; i < waits.size(); ++i) {
+    const exec::PeerWriter::GateWait& w = waits[i];
+    if (w.slot < 0 || w.slot >= own_slots_) {
+      return absl::OutOfRangeError(absl::StrCat("a put gate on slot ", w.slot,
+                                                " outside this writer's mailbox of ", own_slots_));
+    }
+    if (i % kMaxGateSlots == 0) {
+      launches.emplace_back();
+      launches.back().timeout_ns = absl::ToInt64Nanoseconds(timeout);
+      launches.back().timed_out = timed_out_device_;
+    }
+    GateWaitArgs& a = launches.back();
+    a.slot[a.count] = static_cast<const unsigned long long*>(own_.data()) + w.slot;
+    a.at_least[a.count] = w.at_least;
+    ++a.count;
+  }
+  DeviceGuard guard(device_);
+  for (const GateWaitArgs& a : launches) {
+    WSYNC_CUDA_RETURN_IF_ERROR(LaunchGateWait(a, stream),
+                               absl::StrCat("a put gate on device ", device_));
+  }
+  return absl::OkStatus();
+}
+
+int64_t CudaMailboxes::gates_timed_out() const {
+  return static_cast<int64_t>(reinterpret_cast<const volatile uint64_t*>(pinned_.data())[2]);
 }
 
 }  // namespace wsync::cuda

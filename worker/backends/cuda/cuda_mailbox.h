@@ -4,7 +4,10 @@
 // access enabled lazily, as IpcRegistry does). Posts are 8-byte host-to-device
 // copies into the peer's memory, reads 8-byte device-to-host copies, both on
 // a stream of their own through pinned memory and synchronous (the caller
-// fenced its puts before posting). Not thread-safe.
+// fenced its puts before posting). Put gates (PeerWriter::GatePuts /
+// SignalAfterPuts) are kernels on the caller's stream (gate_kernels.h) that
+// store into the peers' mapped slots and poll this mailbox's. Not
+// thread-safe.
 //
 // Descriptor (PeerWriter::kMailboxDescriptorBytes): the magic "WSMBXC01",
 // the slot count (8 bytes, little endian), the owner's GPU UUID
@@ -21,7 +24,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "worker/backends/cuda/cuda_handles.h"
+#include "worker/plane/peer_writer.h"
 
 namespace wsync::cuda {
 
@@ -37,6 +43,14 @@ class CudaMailboxes {
   absl::Status OpenPeer(int32_t peer, const std::string& descriptor);
   absl::Status Post(int32_t peer, int64_t slot, uint64_t value);
   absl::StatusOr<uint64_t> Read(int64_t slot);
+  // Gate kernels on `stream` (after what it holds): every post is checked
+  // (an opened peer, a slot inside its mailbox) before any is launched, and
+  // so is every wait (a slot of this mailbox).
+  absl::Status SignalOn(cudaStream_t stream, absl::Span<const exec::PeerWriter::GatePost> posts);
+  absl::Status WaitOn(cudaStream_t stream, absl::Span<const exec::PeerWriter::GateWait> waits,
+                      absl::Duration timeout);
+  // Waits that opened by their timeout so far (those already run).
+  int64_t gates_timed_out() const;
 
  private:
   struct PeerBox {
@@ -49,7 +63,8 @@ class CudaMailboxes {
 
   const int device_;
   Stream stream_;
-  PinnedBuffer pinned_;  // 16 bytes: [0] posts go from, [1] reads land in
+  PinnedBuffer pinned_;  // 24 bytes: [0] posts go from, [1] reads land in, [2] timed-out gates
+  unsigned long long* timed_out_device_ = nullptr;  // [2] as the GPU addresses it
   DeviceBuffer own_;
   int64_t own_slots_ = 0;
   std::map<int32_t, PeerBox> peers_;

@@ -360,6 +360,49 @@ absl::Status CudaPeerWriter::SynchronizePuts() {
   return first;
 }
 
+absl::Status CudaPeerWriter::EnsureGateEvents() {
+  while (gate_events_.size() < put_copy_streams_.size() + 1) {
+    ASSIGN_OR_RETURN(Event e, Event::Create(device_));
+    gate_events_.push_back(std::move(e));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaPeerWriter::JoinPutStreams() {
+  RETURN_IF_ERROR(EnsureGateEvents());
+  DeviceGuard guard(device_);
+  for (size_t i = 0; i < put_copy_streams_.size(); ++i) {
+    RETURN_IF_ERROR(gate_events_[i].Record(put_copy_streams_[i].get()));
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(put_stream_.get(), gate_events_[i].get(), 0),
+                               absl::StrCat("joining the put streams on device ", device_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaPeerWriter::ForkPutStreams() {
+  if (put_copy_streams_.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(EnsureGateEvents());
+  DeviceGuard guard(device_);
+  const Event& e = gate_events_[put_copy_streams_.size()];
+  RETURN_IF_ERROR(e.Record(put_stream_.get()));
+  for (const Stream& st : put_copy_streams_) {
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(st.get(), e.get(), 0),
+                               absl::StrCat("forking the put streams on device ", device_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaPeerWriter::SignalAfterPuts(absl::Span<const GatePost> posts) {
+  RETURN_IF_ERROR(JoinPutStreams());
+  return mailboxes_->SignalOn(put_stream_.get(), posts);
+}
+
+absl::Status CudaPeerWriter::GatePuts(absl::Span<const GateWait> waits, absl::Duration timeout) {
+  RETURN_IF_ERROR(JoinPutStreams());
+  RETURN_IF_ERROR(mailboxes_->WaitOn(put_stream_.get(), waits, timeout));
+  return ForkPutStreams();
+}
+
 absl::Status CudaPeerWriter::Fence() {
   absl::Status s = SynchronizePuts();
   if (s.ok()) return s;

@@ -80,6 +80,11 @@ class CudaPeerWriter : public exec::PeerWriter {
     return mailboxes_->Post(peer, slot, value);
   }
   absl::StatusOr<uint64_t> ReadMailbox(int64_t slot) override { return mailboxes_->Read(slot); }
+  // Put gates on the put streams (cuda_mailbox.h's kernels): a signal after
+  // every put stream's work so far, a wait that every later put follows.
+  absl::Status SignalAfterPuts(absl::Span<const GatePost> posts) override;
+  absl::Status GatePuts(absl::Span<const GateWait> waits, absl::Duration timeout) override;
+  absl::StatusOr<int64_t> GatesTimedOut() override { return mailboxes_->gates_timed_out(); }
 
   cudaStream_t put_stream() const { return put_stream_.get(); }
   // Kernel launches, resident-table hits, and copies and bytes sent to the
@@ -126,6 +131,11 @@ class CudaPeerWriter : public exec::PeerWriter {
   absl::Status PutKeyed(absl::Span<const exec::CopyItem> items, bool alone, std::string key,
                         CachedPut* known = nullptr);
   absl::Status SynchronizePuts();
+  // The put stream waits for every copy stream's work so far (join), or
+  // every copy stream for the put stream's (fork).
+  absl::Status JoinPutStreams();
+  absl::Status EnsureGateEvents();
+  absl::Status ForkPutStreams();
 
   CudaDataOps* const ops_;
   bool reserved_sms_ = false;  // this writer made ops_ leave SMs to its puts
@@ -164,6 +174,7 @@ class CudaPeerWriter : public exec::PeerWriter {
   std::vector<Event> spare_events_;
   uint64_t last_mark_ = 0;
   std::unique_ptr<CudaMailboxes> mailboxes_;
+  std::vector<Event> gate_events_;  // one per copy stream, then the put stream's
 };
 
 }  // namespace wsync::cuda

@@ -64,8 +64,8 @@ TEST(MetricsIntegration, ControllerAndWorkerMetricsPassPromtool) {
         "wsync_sync_bytes{transfer=\"t\"} ", "wsync_sync_bytes_total{transfer=\"t\"} ",
         "wsync_sync_last_success_timestamp_seconds{transfer=\"t\"} ",
         "wsync_syncs_in_flight{transfer=\"t\"} 0", "wsync_worker_registrations_total 4",
-        "wsync_worker_leases_lost_total 0", "wsync_build_info{build_type=",
-        "wsync_workers_registered 4", "wsync_workers_alive 4",
+        "wsync_worker_leases_lost_total 0",
+        "wsync_build_info{build_type=", "wsync_workers_registered 4", "wsync_workers_alive 4",
         "wsync_plan_duration_seconds_count 1", "wsync_plan_cache_hits_total",
         "wsync_plan_cache_misses_total 1", "wsync_weight_version{transfer=\"t\"} 2",
         "wsync_replica_serving_version{group=\"inference\",replica=\"r0\"} 2",
@@ -91,7 +91,9 @@ TEST(MetricsIntegration, ControllerAndWorkerMetricsPassPromtool) {
         "wsync_worker_round_duration_seconds_bucket", "wsync_worker_sync_duration_seconds_count 2",
         "wsync_worker_staging_bytes", "wsync_worker_errors_total", "component=\"worker\"",
         "wsync_worker_slow_peer_mappings 0",
-        "wsync_worker_direct_write_bytes_total{direction=\"in\"} 0"}) {
+        "wsync_worker_direct_write_bytes_total{direction=\"in\"} 0",
+        "wsync_worker_put_gates_total{outcome=\"issued\"}",
+        "wsync_worker_put_gates_total{outcome=\"timed_out\"} 0"}) {
     EXPECT_NE(worker.find(needle), std::string::npos) << needle << "\n" << worker;
   }
   // Trainer and inference workers share this host's /dev/shm: the trainer

@@ -414,6 +414,9 @@ v1::ReportResultRequest SyncRunner::Run(const v1::SyncAssignment& a,
     return finish(stats.status());
   }
   r.set_bytes_sent(stats->bytes_sent);
+  if (metrics_ != nullptr && stats->put_gates > 0) {
+    metrics_->PutGates(stats->put_gates, static_cast<double>(stats->put_gates_timed_out));
+  }
   if (a.staging().verify()) {
     // A staged receiver verifies what it received after the commit
     // (VerifyCommitted); its sources, and everything in place, now.

@@ -32,6 +32,15 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                      .Register(*registry_);
   direct_out_ = &direct.Add({{"direction", "out"}});
   direct_in_ = &direct.Add({{"direction", "in"}});
+  auto& gates = prometheus::BuildCounter()
+                    .Name("wsync_worker_put_gates_total")
+                    .Help(
+                        "Phase gates between this worker's direct-write put phases: all issued "
+                        "(outcome=\"issued\") and those that opened by their timeout because a "
+                        "peer signalled too late (\"timed_out\").")
+                    .Register(*registry_);
+  put_gates_ = &gates.Add({{"outcome", "issued"}});
+  put_gates_timed_out_ = &gates.Add({{"outcome", "timed_out"}});
   round_duration_ = &prometheus::BuildHistogram()
                          .Name("wsync_worker_round_duration_seconds")
                          .Help("Wall time of one plan round on this worker.")

@@ -33,6 +33,12 @@ class WorkerMetrics {
     direct_out_->Increment(out);
     direct_in_->Increment(in);
   }
+  // Phase gates of a sync's puts (worker/exec/phase_gates.h): issued, and
+  // of them those that opened by their timeout (a stalled or dead peer).
+  void PutGates(double issued, double timed_out) {
+    put_gates_->Increment(issued);
+    put_gates_timed_out_->Increment(timed_out);
+  }
   void Round(double seconds) { round_duration_->Observe(seconds); }
   void Sync(double seconds) { sync_duration_->Observe(seconds); }
   void Staging(double bytes) { staging_bytes_->Set(bytes); }
@@ -62,6 +68,8 @@ class WorkerMetrics {
   prometheus::Counter* bytes_received_;
   prometheus::Counter* direct_out_;
   prometheus::Counter* direct_in_;
+  prometheus::Counter* put_gates_;
+  prometheus::Counter* put_gates_timed_out_;
   prometheus::Histogram* round_duration_;
   prometheus::Histogram* sync_duration_;
   prometheus::Gauge* staging_bytes_;

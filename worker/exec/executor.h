@@ -25,8 +25,9 @@
 // Direct writes (BoundPlan.puts, bound_plan.h DirectWrites): before round 0
 // the worker exchanges ready tokens (receivers -> the senders that write
 // them), queuing the leading rounds that only copy locally once the tokens
-// are posted; it then issues every put at once (PeerWriter::Put: beside the
-// rounds, no staging), runs the other rounds, fences the puts, sends done
+// are posted; it then issues the puts (PeerWriter::Put: beside the rounds,
+// no staging; phase by phase through phase gates, phase_gates.h, where the
+// tokens use mailboxes), runs the other rounds, fences the puts, sends done
 // tokens and waits for its local work. A receiver's sync ends only after its
 // done tokens arrived.
 //

@@ -110,7 +110,9 @@ absl::StatusOr<Case> MakeCase(const CaseParams& f, const std::string& mode) {
   opt->set_staging_cap_bytes(f.staging_mib << 20);
   opt->set_zero_copy_min_bytes(f.zero_copy_mib << 20);
   const double t0 = Now();
-  auto plan = plan::BuildPlan(c.spec);
+  plan::BuildOptions build;
+  build.emit_piece_runs = f.piece_runs;
+  auto plan = plan::BuildPlan(c.spec, build);
   if (!plan.ok()) return plan.status();
   c.plan_seconds = Now() - t0;
   c.plan = std::move(*plan);

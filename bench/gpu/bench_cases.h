@@ -20,6 +20,7 @@ struct CaseParams {
   std::string spec_file;            // mode "spec": its sides must list their workers
   int64_t bucket_mib = 256, staging_mib = 2048, zero_copy_mib = 32;
   double nvlink_gbps = 368, copy_gbps = 2071;  // the simulator's rates
+  bool piece_runs = true;  // plan::BuildOptions::emit_piece_runs
 };
 
 struct Case {

@@ -36,6 +36,7 @@
 //       [--early-local-rounds 1]   (ExecutorOptions::early_local_rounds; -1: all)
 //       [--mailbox 1]   (ExecutorOptions::mailbox_tokens: direct-write tokens through
 //                        peer mailboxes; 0: a NCCL round each, the A/B baseline)
+//       [--piece-runs 1]   (the planner writes piece runs; 0: every piece plain)
 //       [--put-phases 1] [--put-gates 1] [--put-gate-timeout-ms 100]
 //                       (put phases and the gates between them, phase_gates.h)
 //       [--measure-issue-keys 1]   (CPU only: the data ops' cache-key cost per round, exits)

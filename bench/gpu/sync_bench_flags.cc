@@ -15,6 +15,7 @@ CaseParams ParamsOf(const Flags& f) {
   p.zero_copy_mib = f.zero_copy_mib;
   p.nvlink_gbps = f.nvlink_gbps;
   p.copy_gbps = f.copy_gbps;
+  p.piece_runs = f.piece_runs;
   return p;
 }
 
@@ -55,6 +56,8 @@ int ParseFlags(int argc, char** argv, Flags* f) {
       f->direct = v != "0";
     else if (k == "--put-phases")
       f->put_phases = v != "0";
+    else if (k == "--piece-runs")
+      f->piece_runs = v != "0";
     else if (k == "--put-gates")
       f->put_gates = v != "0";
     else if (k == "--put-gate-timeout-ms")

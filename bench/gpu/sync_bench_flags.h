@@ -30,6 +30,7 @@ struct Flags {
   bool direct = false;
   // --put-phases: direct writes in put phases (controller/plan/put_phases.h).
   bool put_phases = true;
+  bool piece_runs = true;  // --piece-runs: the planner writes PieceRuns
   // --put-gates: phase gates between them (worker/exec/phase_gates.h) and
   // --put-gate-timeout-ms.
   bool put_gates = exec::ExecutorOptions().put_phase_gates;

@@ -53,6 +53,9 @@ absl::StatusOr<std::unique_ptr<CudaMailboxes>> CudaMailboxes::Create(int device)
   WSYNC_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&mapped, words + 2, 0),
                              absl::StrCat("mapping the gate counter for device ", device));
   m->timed_out_device_ = static_cast<unsigned long long*>(mapped);
+  DeviceGuard guard(device);
+  WSYNC_CUDA_RETURN_IF_ERROR(LoadGateKernels(),
+                             absl::StrCat("loading the put gate kernels on device ", device));
   return m;
 }
 

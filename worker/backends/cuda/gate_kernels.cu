@@ -37,6 +37,13 @@ __global__ void GateWaitKernel(GateWaitArgs a) {
 
 }  // namespace
 
+cudaError_t LoadGateKernels() {
+  cudaFuncAttributes attributes;
+  const cudaError_t err = cudaFuncGetAttributes(&attributes, GateSignalKernel);
+  if (err != cudaSuccess) return err;
+  return cudaFuncGetAttributes(&attributes, GateWaitKernel);
+}
+
 cudaError_t LaunchGateSignal(const GateSignalArgs& args, cudaStream_t stream) {
   if (args.count <= 0) return cudaSuccess;
   GateSignalKernel<<<1, 1, 0, stream>>>(args);

@@ -6,6 +6,13 @@
 // least its value, or until `timeout_ns` of the GPU's global timer passed
 // since it started, then adds one to *timed_out (mapped pinned host memory,
 // written by these kernels only, one at a time on one stream).
+//
+// LoadGateKernels loads both before any is launched: under CUDA's lazy
+// module loading (the default since CUDA 12) a kernel's first launch waits
+// for the kernels running on its device, so a signal launched for the
+// first time while a wait of the same process spins on that device ran
+// only once the wait timed out (seen on H200: the gate conformance case
+// with two writers on one GPU took its full 30 s timeout).
 #ifndef WSYNC_WORKER_BACKENDS_CUDA_GATE_KERNELS_H_
 #define WSYNC_WORKER_BACKENDS_CUDA_GATE_KERNELS_H_
 
@@ -31,6 +38,7 @@ struct GateWaitArgs {
   unsigned long long* timed_out = nullptr;
 };
 
+cudaError_t LoadGateKernels();
 cudaError_t LaunchGateSignal(const GateSignalArgs& args, cudaStream_t stream);
 cudaError_t LaunchGateWait(const GateWaitArgs& args, cudaStream_t stream);
 

@@ -399,7 +399,9 @@ TEST_P(PeerWriterConformanceTest, PutsAfterAGateWaitForThePeersSignal) {
     absl::SleepFor(absl::Milliseconds(100));
     const bool early = signalled;
     const std::vector<uint8_t> got = Download(dst.get(), kN * 4);
-    if (!early) EXPECT_EQ(got, std::vector<uint8_t>(kN * 4, 0xEE)) << "the put passed its gate";
+    if (!early) {
+      EXPECT_EQ(got, std::vector<uint8_t>(kN * 4, 0xEE)) << "the put passed its gate";
+    }
   }
   ASSERT_TRUE(writer().Fence().ok());
   signaller.join();

@@ -1,6 +1,7 @@
 // Direct writes (executor.h): ready tokens from the receivers to the senders
 // that write them before the first put, the puts, and done tokens back after
 // the last; and the warm-up's one message per peer.
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -122,7 +123,11 @@ absl::Status Executor::StartDirectWrites(const BoundPlan& plan, absl::Time deadl
 }
 
 bool Executor::UseGates(const BoundPlan& plan) const {
-  return mailbox_sync_ && options_.put_phase_gates && writer_->HasPutGates() && !SplitPuts(plan);
+  // A plan whose puts form no phase ranges (PhaseGates::Prepare: phases
+  // outside [0, kAllPhases) or not one range each) puts everything at once.
+  return mailbox_sync_ && options_.put_phase_gates &&
+         options_.put_gate_timeout > absl::ZeroDuration() && writer_->HasPutGates() &&
+         !SplitPuts(plan) && (plan.puts.empty() || phase_gates_.num_ranges() > 0);
 }
 
 absl::Status Executor::IssuePuts(const BoundPlan& plan, bool alone, SyncStats& stats) {
@@ -132,13 +137,19 @@ absl::Status Executor::IssuePuts(const BoundPlan& plan, bool alone, SyncStats& s
     auto before = writer_->GatesTimedOut();
     if (!before.ok()) return Wrap(before.status(), PutsWhere(plan, before.status()));
     gates_timed_out_before_ = *before;
-    const absl::Status put = phase_gates_.Issue(plan, *writer_, mailbox_seq_, peers, alone,
-                                                options_.put_gate_timeout, &stats.put_gates);
+    // A gate never outwaits the round's own limit.
+    const absl::Duration timeout = std::min(options_.put_gate_timeout, options_.round_timeout);
+    const absl::Status put =
+        phase_gates_.Issue(plan, *writer_, mailbox_seq_, peers, alone, timeout, &stats.put_gates);
     if (!put.ok()) return Wrap(put, PutsWhere(plan, put));
   } else if (mailbox_sync_) {
     // No gates here: no peer waits for this worker's phases.
     const absl::Status s = PhaseGates::PostAllPhases(*writer_, plan.worker, mailbox_seq_, peers);
-    if (!s.ok()) return MailboxError(s, TokenWhere(plan, /*ready=*/false));
+    if (!s.ok()) {
+      return MailboxError(s, absl::StrCat("worker ", plan.worker,
+                                          ": posting 'no phase gates' to its direct-write peers ",
+                                          absl::StrJoin(peers, ",")));
+    }
   }
   if (plan.puts.empty() || UseGates(plan)) {
     // Nothing to put (a receiver only), or put above.
@@ -185,8 +196,8 @@ absl::Status Executor::FinishDirectWrites(const BoundPlan& plan, absl::Time dead
   if (!fenced.ok()) fenced = Wrap(fenced, PutsWhere(plan, fenced));
   if (s.ok()) s = fenced;
   if (s.ok() && stats.put_gates > 0) {
+    // A count for metrics only: an unreadable one fails nothing.
     auto timed_out = writer_->GatesTimedOut();
-    if (!timed_out.ok()) s = Wrap(timed_out.status(), PutsWhere(plan, timed_out.status()));
     if (timed_out.ok()) stats.put_gates_timed_out = *timed_out - gates_timed_out_before_;
   }
   stats.put_wait_seconds = Seconds(t);

@@ -81,7 +81,14 @@ absl::Status PhaseGates::Issue(const BoundPlan& plan, PeerWriter& writer,
                                int32_t* gates) const {
   const int32_t me = plan.worker;
   *gates = 0;
-  if (ranges_.empty()) return PostAllPhases(writer, me, seq, peers);
+  if (ranges_.empty()) {
+    if (!plan.puts.empty()) {
+      return absl::InternalError(absl::StrCat("worker ", me, ": ", plan.puts.size(),
+                                              " puts that form no phase ranges, issued through "
+                                              "phase gates (the caller checks num_ranges)"));
+    }
+    return PostAllPhases(writer, me, seq, peers);
+  }
   if (ranges_.front().phase > 0) {
     RETURN_IF_ERROR(writer.SignalAfterPuts(Posts(me, seq, peers, ranges_.front().phase)));
   }

@@ -8,7 +8,9 @@
 // each of its direct-write peers (whom it writes or who write it) has
 // finished its puts of every phase below q, and after each phase it tells
 // them so (PeerWriter::GatePuts / SignalAfterPuts, through the mailbox slot
-// kPhase of executor_internal.h).
+// kPhase of executor_internal.h). Only direct peers line up: writers that
+// share receivers but do not write each other (a fan-out's trainers) are
+// not held to one phase, since their receivers post kAllPhases.
 //
 // The value a worker posts to a peer is (the pair's mailbox sequence << 16)
 // | the first phase it has not finished (kAllPhases once it has none left),
@@ -45,7 +47,7 @@ class PhaseGates {
 
   // Each phase's range of plan.puts, which OrderPutsByPhase put in phase
   // order, with a prepared list per range (`writer` may be null: none).
-  // The plan gets no gates (ranges() empty) when a sent bucket's puts fall
+  // The plan gets no gates (num_ranges() 0) when a sent bucket's puts fall
   // outside plan.puts, a phase is negative or >= kAllPhases, or the phases'
   // puts are not one contiguous range each in ascending phase order.
   void Prepare(const BoundPlan& plan, PeerWriter* writer);
@@ -56,8 +58,9 @@ class PhaseGates {
   // >= Value(seq[peer], q)), after each range a signal to every peer of the
   // next phase this worker has puts in (kAllPhases after the last); a
   // first phase q0 > 0 is signalled before anything. `gates`: how many
-  // gates were issued. A put error names the range's first item index in
-  // plan.puts through `put_error`'s item (ErrorItemIndex, TagItem).
+  // gates were issued. A put error's item index (ErrorItemIndex) is the
+  // failing item's in plan.puts. INTERNAL for puts without ranges (the
+  // caller issues those without gates); with no puts, PostAllPhases.
   absl::Status Issue(const BoundPlan& plan, PeerWriter& writer,
                      const std::map<int32_t, uint64_t>& seq, absl::Span<const int32_t> peers,
                      bool alone, absl::Duration timeout, int32_t* gates) const;

@@ -199,5 +199,28 @@ TEST(PhaseGatesTest, GatesOffIssueEveryPutAtOnceAndTellThePeers) {
   CheckSwap(c, kRows, kCols);
 }
 
+// Phases the gates cannot follow (here one outside [0, kAllPhases)): every
+// put still goes, at once, without gates.
+TEST(PhaseGatesTest, PhasesTheGatesCannotFollowPutEverythingWithoutGates) {
+  for (int32_t odd : {-1, static_cast<int32_t>(PhaseGates::kAllPhases)}) {
+    Cluster c(2);
+    LoggingWriter writers[2];
+    for (int w = 0; w < 2; ++w) c.UseWriter(w, &writers[w]);
+    ASSERT_TRUE(ConnectDirectSwap(c, kRows, kCols).ok());
+    const v1::Plan plan = SwapPlan(kRows, kCols, 3);
+    std::vector<int32_t> phases = ReversedPhases(plan);
+    phases[0] = odd;
+    c.SetPutPhases(phases);
+    auto results = c.Run(plan, absl::Seconds(60));
+    for (int w = 0; w < 2; ++w) ASSERT_TRUE(results[w].ok()) << results[w].status();
+    EXPECT_EQ(results[0]->put_gates, 0) << "phase " << odd;
+    EXPECT_EQ(writers[0].log(), std::vector<std::string>{"P4"}) << "phase " << odd;
+    // Worker 1 gates on worker 0, who posted "all phases" at once.
+    EXPECT_EQ(results[1]->put_gates, 3) << "phase " << odd;
+    EXPECT_EQ(results[1]->put_gates_timed_out, 0) << "phase " << odd;
+    CheckSwap(c, kRows, kCols);
+  }
+}
+
 }  // namespace
 }  // namespace wsync::exec

@@ -25,9 +25,9 @@
 #ifndef WSYNC_TESTS_WORKER_PLANE_PEER_WRITER_CONFORMANCE_H_
 #define WSYNC_TESTS_WORKER_PLANE_PEER_WRITER_CONFORMANCE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
-#include <atomic>
 #include <string>
 #include <thread>
 #include <utility>
@@ -360,18 +360,18 @@ TEST_P(PeerWriterConformanceTest, PutMarksAreReachedOnceTheirPutsLanded) {
 
 // Two writers of this process whose mailboxes (8 slots) are open to each
 // other: the writer under test is worker 0, `peer` worker 1.
-#define WSYNC_GATE_PAIR_OR_SKIP(peer)                                                         \
-  if (!writer().HasPutGates()) GTEST_SKIP() << writer().Name() << " has no put gates";       \
+#define WSYNC_GATE_PAIR_OR_SKIP(peer)                                                              \
+  if (!writer().HasPutGates()) GTEST_SKIP() << writer().Name() << " has no put gates";             \
   if (!factory().MailboxLoopback()) GTEST_SKIP() << "the factory opens no mailbox of its process"; \
-  auto other_ = factory().Create();                                                          \
-  ASSERT_TRUE(other_.ok()) << other_.status();                                               \
-  exec::PeerWriter& peer = *other_->writer;                                                  \
-  {                                                                                          \
-    auto mine = writer().CreateMailbox(8);                                                   \
-    auto theirs = peer.CreateMailbox(8);                                                     \
-    ASSERT_TRUE(mine.ok() && theirs.ok());                                                   \
-    ASSERT_TRUE(writer().OpenPeerMailbox(1, *theirs).ok());                                  \
-    ASSERT_TRUE(peer.OpenPeerMailbox(0, *mine).ok());                                        \
+  auto other = factory().Create();                                                                 \
+  ASSERT_TRUE(other.ok()) << other.status();                                                       \
+  exec::PeerWriter& peer = *other->writer;                                                         \
+  {                                                                                                \
+    auto mine = writer().CreateMailbox(8);                                                         \
+    auto theirs = peer.CreateMailbox(8);                                                           \
+    ASSERT_TRUE(mine.ok() && theirs.ok());                                                         \
+    ASSERT_TRUE(writer().OpenPeerMailbox(1, *theirs).ok());                                        \
+    ASSERT_TRUE(peer.OpenPeerMailbox(0, *mine).ok());                                              \
   }
 
 // Puts issued after a gate land only once the peer signalled; the gate did
@@ -465,10 +465,12 @@ TEST_P(PeerWriterConformanceTest, BadGateArgumentsAreErrors) {
   const std::vector<exec::PeerWriter::GateWait> fine = {{1, 0}};
   EXPECT_FALSE(writer().GatePuts(fine, absl::ZeroDuration()).ok()) << "a zero timeout";
   EXPECT_FALSE(writer().GatePuts(fine, -absl::Seconds(1)).ok()) << "a negative timeout";
-  EXPECT_FALSE(writer().SignalAfterPuts({{1, 1, 5}, {1, 8, 5}}).ok()) << "slot 8 of 8";
-  EXPECT_FALSE(writer().SignalAfterPuts({{1, 1, 5}, {7, 1, 5}}).ok()) << "worker 7 not opened";
+  // The bad post first: no writer posts the good one after it.
+  EXPECT_FALSE(writer().SignalAfterPuts({{1, 8, 5}, {1, 1, 5}}).ok()) << "slot 8 of 8";
+  EXPECT_FALSE(writer().SignalAfterPuts({{7, 1, 5}, {1, 2, 5}}).ok()) << "worker 7 not opened";
   EXPECT_TRUE(writer().Fence().ok());
-  EXPECT_EQ(*peer.ReadMailbox(2), 0u) << "nothing named slot 2";
+  EXPECT_EQ(*peer.ReadMailbox(1), 0u) << "a refused signal posted";
+  EXPECT_EQ(*peer.ReadMailbox(2), 0u) << "a refused signal posted";
 }
 
 #undef WSYNC_GATE_PAIR_OR_SKIP

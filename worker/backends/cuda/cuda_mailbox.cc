@@ -21,7 +21,7 @@
 namespace wsync::cuda {
 namespace {
 
-constexpr char kMagic[8] = {'W', 'S', 'M', 'B', 'X', 'C', '0', '1'};
+constexpr char kMagic[8] = {'W', 'S', 'M', 'B', 'X', 'C', '0', '2'};
 constexpr size_t kUuidOffset = 16;
 constexpr size_t kUuidBytes = 64;
 constexpr size_t kHandleOffset = kUuidOffset + kUuidBytes;
@@ -42,6 +42,25 @@ uint64_t ProcessNonce() {
 }
 
 }  // namespace
+
+absl::Status CudaMailboxes::EnablePeerAccessTo(const void* p, const std::string& what) {
+  cudaPointerAttributes a{};
+  if (const cudaError_t err = cudaPointerGetAttributes(&a, p); err != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it
+    return absl::InvalidArgumentError(absl::StrCat(what,
+                                                   " names memory of this process that CUDA "
+                                                   "does not know: ",
+                                                   cudaGetErrorString(err)));
+  }
+  if (a.type != cudaMemoryTypeDevice || a.device == device_) return absl::OkStatus();
+  const cudaError_t err = cudaDeviceEnablePeerAccess(a.device, 0);
+  if (err == cudaErrorPeerAccessAlreadyEnabled) {
+    (void)cudaGetLastError();  // not sticky: clear it
+    return absl::OkStatus();
+  }
+  return CudaStatus(err, absl::StrCat("peer access from device ", device_, " to device ", a.device,
+                                      " (", what, "'s mailbox)"));
+}
 
 absl::StatusOr<std::unique_ptr<CudaMailboxes>> CudaMailboxes::Create(int device) {
   std::unique_ptr<CudaMailboxes> m(new CudaMailboxes(device));
@@ -108,9 +127,9 @@ absl::StatusOr<std::string> CudaMailboxes::CreateMailbox(int64_t slots) {
 absl::Status CudaMailboxes::OpenPeer(int32_t peer, const std::string& descriptor) {
   const std::string what = absl::StrCat("worker ", peer, "'s mailbox descriptor");
   if (descriptor.size() != kBytes || std::memcmp(descriptor.data(), kMagic, sizeof(kMagic)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " is malformed (", descriptor.size(),
-                                                   " bytes, expected ", kBytes,
-                                                   " starting with WSMBXC01)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " is malformed (", descriptor.size(), " bytes, expected ", kBytes,
+        " starting with WSMBXC02; 01 is the layout of four slots per peer before session 24)"));
   }
   uint64_t n = 0;
   for (int b = 0; b < 8; ++b) n |= uint64_t{static_cast<uint8_t>(descriptor[8 + b])} << (8 * b);
@@ -131,9 +150,11 @@ absl::Status CudaMailboxes::OpenPeer(int32_t peer, const std::string& descriptor
   PeerBox box{nullptr, static_cast<int64_t>(n), true};
   if (nonce == ProcessNonce()) {
     // A peer of this process (workers as threads): its memory is reachable
-    // as is (posts copy with cudaMemcpyDefault).
+    // as is (posts copy with cudaMemcpyDefault); the gate kernels store
+    // into it, which on another GPU needs peer access.
     box.base = reinterpret_cast<void*>(ptr);
     box.ipc = false;
+    RETURN_IF_ERROR(EnablePeerAccessTo(box.base, what));
   } else {
     cudaIpcMemHandle_t handle;
     std::memcpy(&handle, descriptor.data() + kHandleOffset, sizeof(handle));

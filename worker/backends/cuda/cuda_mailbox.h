@@ -9,12 +9,11 @@
 // store into the peers' mapped slots and poll this mailbox's. Not
 // thread-safe.
 //
-// Descriptor (PeerWriter::kMailboxDescriptorBytes): the magic "WSMBXC01",
-// the slot count (8 bytes, little endian), the owner's GPU UUID
-// (NUL-terminated in 64 bytes), the cudaIpcMemHandle_t (64 bytes), a random
-// number of the owner's process and the mailbox's device pointer (8 bytes
-// each), zeros. A peer in the same process (workers as threads: CUDA IPC
-// refuses one's own handles) uses the pointer directly.
+// Descriptor (PeerWriter::kMailboxDescriptorBytes): the magic "WSMBXC02" (02: five slots per peer,
+// executor.h), the slot count (8 bytes, little endian), the owner's GPU UUID (NUL-terminated in 64
+// bytes), the cudaIpcMemHandle_t (64 bytes), a random number of the owner's process and the
+// mailbox's device pointer (8 bytes each), zeros. A peer in the same process (workers as threads:
+// CUDA IPC refuses one's own handles) uses the pointer directly.
 #ifndef WSYNC_WORKER_BACKENDS_CUDA_CUDA_MAILBOX_H_
 #define WSYNC_WORKER_BACKENDS_CUDA_CUDA_MAILBOX_H_
 
@@ -60,6 +59,9 @@ class CudaMailboxes {
   };
   explicit CudaMailboxes(int device) : device_(device) {}
   void ClosePeer(PeerBox& box);
+  // Peer access from this device to the device `p` lies on, if another
+  // (`what` names the peer in errors).
+  absl::Status EnablePeerAccessTo(const void* p, const std::string& what);
 
   const int device_;
   Stream stream_;

@@ -17,8 +17,8 @@
 namespace wsync::host {
 namespace {
 
-constexpr char kMagic[8] = {'W', 'S', 'M', 'B', 'X', 'H', '0', '1'};
-constexpr char kOnePeerMagic[8] = {'W', 'S', 'M', 'B', 'X', 'O', '0', '1'};
+constexpr char kMagic[8] = {'W', 'S', 'M', 'B', 'X', 'H', '0', '2'};
+constexpr char kOnePeerMagic[8] = {'W', 'S', 'M', 'B', 'X', 'O', '0', '2'};
 constexpr char kPrefix[] = "/wsync-mbx-";
 constexpr size_t kNameOffset = 16;
 constexpr size_t kBytes = exec::PeerWriter::kMailboxDescriptorBytes;
@@ -80,9 +80,10 @@ absl::StatusOr<std::unique_ptr<HostMailbox>> HostMailbox::Open(const std::string
                         std::memcmp(descriptor.data(), kOnePeerMagic, sizeof(kMagic)) == 0;
   if (descriptor.size() != kBytes ||
       (!one_peer && std::memcmp(descriptor.data(), kMagic, sizeof(kMagic)) != 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " is malformed (", descriptor.size(),
-                                                   " bytes, expected ", kBytes,
-                                                   " starting with WSMBXH01 or WSMBXO01)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is malformed (", descriptor.size(), " bytes, expected ", kBytes,
+                     " starting with WSMBXH02 or WSMBXO02; 01 is the layout of four slots per peer "
+                     "before session 24)"));
   }
   uint64_t n = 0;
   for (int b = 0; b < 8; ++b) n |= uint64_t{static_cast<uint8_t>(descriptor[8 + b])} << (8 * b);

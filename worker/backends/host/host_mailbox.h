@@ -3,11 +3,11 @@
 // and that peers map by the name its descriptor carries. Slots are read and
 // written with acquire / release atomics.
 //
-// Descriptor (PeerWriter::kMailboxDescriptorBytes): the magic "WSMBXH01"
-// (an object any number of peers may open; its owner unlinks it) or
-// "WSMBXO01" (an object for one peer, which unlinks the name as soon as it
-// mapped it), the slot count (8 bytes, little endian), then the object's
-// name ("/wsync-mbx-" and [A-Za-z0-9_-], NUL-terminated, NUL-padded).
+// Descriptor (PeerWriter::kMailboxDescriptorBytes): the magic "WSMBXH02" (02: five slots per peer,
+// executor.h) (an object any number of peers may open; its owner unlinks it) or "WSMBXO02" (an
+// object for one peer, which unlinks the name as soon as it mapped it), the slot count (8 bytes,
+// little endian), then the object's name ("/wsync-mbx-" and [A-Za-z0-9_-], NUL-terminated,
+// NUL-padded).
 #ifndef WSYNC_WORKER_BACKENDS_HOST_HOST_MAILBOX_H_
 #define WSYNC_WORKER_BACKENDS_HOST_HOST_MAILBOX_H_
 

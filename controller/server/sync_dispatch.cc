@@ -95,7 +95,8 @@ std::vector<SyncCoordinator::RoutedPartRef> SyncCoordinator::Route(const PlanFor
     ref.routes = plan::RoutesOf(dispatch.peer_writes, w);
     const std::string phases_key =
         ref.routes.empty() ? "" : plan::PutPhasesKey(*plan.parts[w], phases);
-    ref.part = RoutedPart(*plan.plan, w, plan.parts[w], ref.routes, phases_key, phases, &ref.key);
+    ref.part =
+        parts_.RoutedPart(*plan.plan, w, plan.parts[w], ref.routes, phases_key, phases, &ref.key);
     out.push_back(std::move(ref));
   }
   return out;

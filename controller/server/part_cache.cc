@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "controller/plan/put_phases.h"
 #include "controller/plan/rank_parts.h"
 
 namespace wsync::controller {
@@ -61,6 +62,40 @@ std::shared_ptr<const v1::Plan> PartCache::RoutedPart(const v1::Plan& plan, int3
   absl::MutexLock lock(&mu_);
   if (parts_.size() + 1 > kMaxParts) parts_.clear();
   return parts_.try_emplace(*part_key, std::move(routed)).first->second;
+}
+
+std::shared_ptr<const PartCache::Phases> PartCache::PutPhases(
+    const v1::Plan& plan, absl::Span<const std::shared_ptr<const v1::Plan>> parts,
+    const std::vector<plan::WorkerPair>& pairs) {
+  PhasesKey key(plan.key(), pairs);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = phases_.find(key);
+    if (it != phases_.end()) return it->second;
+  }
+  // Planned unlocked: other plans' syncs do not wait on this one. Two
+  // concurrent first syncs of one key may both plan; the first result stays.
+  auto phases = std::make_shared<Phases>();
+  phases->phase_of_bucket = plan::PlanPutPhases(plan, pairs).phase_of_bucket;
+  phases->part_keys.resize(parts.size());
+  std::vector<bool> keyed(parts.size(), false);
+  for (const plan::WorkerPair& p : pairs) {
+    for (const int32_t w : {p.first, p.second}) {
+      const size_t at = static_cast<size_t>(w);
+      if (w < 0 || at >= parts.size() || parts[at] == nullptr || keyed[at]) continue;
+      keyed[at] = true;
+      phases->part_keys[at] = plan::PutPhasesKey(*parts[at], phases->phase_of_bucket);
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  ++put_phase_plans_;
+  if (phases_.size() >= kMaxPhaseSets) phases_.clear();
+  return phases_.try_emplace(std::move(key), std::move(phases)).first->second;
+}
+
+int64_t PartCache::put_phase_plans() const {
+  absl::MutexLock lock(&mu_);
+  return put_phase_plans_;
 }
 
 }  // namespace wsync::controller

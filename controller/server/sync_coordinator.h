@@ -43,7 +43,6 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "absl/types/span.h"
 #include "controller/plan/routes.h"
 #include "controller/server/config.h"
 #include "controller/server/metrics.h"
@@ -139,6 +138,8 @@ class SyncCoordinator {
   // destination rank it holds, per transfer, the version this worker
   // committed last (sync_rollout.cc).
   void AddServingVersions(v1::ListWorkersResponse* resp);
+  // How many times put phases were planned (tests): once per plan and pair set.
+  int64_t put_phase_plans() const { return parts_.put_phase_plans(); }
 
  private:
   // A transfer's and a sync's planning records (sync_records.h).

@@ -89,13 +89,13 @@ std::vector<SyncCoordinator::RoutedPartRef> SyncCoordinator::Route(const PlanFor
   if (config_.put_phases && !dispatch.peer_writes.empty()) {
     phases = parts_.PutPhases(*plan.plan, plan.parts, dispatch.peer_writes);
   }
-  static const std::string kNoKey;
+  const std::string no_key;
   std::vector<RoutedPartRef> out;
   for (int32_t w = 0; w < static_cast<int32_t>(plan.parts.size()); ++w) {
     RoutedPartRef ref;
     ref.routes = plan::RoutesOf(dispatch.peer_writes, w);
     const std::string& phases_key =
-        phases != nullptr && !ref.routes.empty() ? phases->part_keys[w] : kNoKey;
+        phases != nullptr && !ref.routes.empty() ? phases->part_keys[w] : no_key;
     ref.part = parts_.RoutedPart(*plan.plan, w, plan.parts[w], ref.routes, phases_key,
                                  phases != nullptr ? absl::MakeConstSpan(phases->phase_of_bucket)
                                                    : absl::Span<const int32_t>(),

@@ -3,7 +3,9 @@
 # leaves out Kimi-K2): for each, plan_runs_check plans it with and without
 # piece runs and checks the plan with runs, written out, equals the other
 # (bench/plan_runs_check.cc); then, given main's wsyncctl, the plan without
-# runs is checked byte-identical (md5 of --json) to main's plan:
+# runs is checked byte-identical (md5 of --json) to main's plan without runs
+# (MAIN_PLAN_FLAGS, default --no-piece-runs; set it empty for a main from
+# before piece runs, which has no such flag):
 #   bench/plan_runs_check.sh build [/tmp/wsyncctl-main]
 set -euo pipefail
 build="$1"
@@ -18,7 +20,7 @@ done
 if [ -n "$main_bin" ]; then
   here=$(mktemp) there=$(mktemp)
   PLAN_FLAGS=--no-piece-runs bash "$(dirname "$0")/plan_cli_check.sh" "$build/tools/wsyncctl" > "$here"
-  bash "$(dirname "$0")/plan_cli_check.sh" "$main_bin" > "$there"
+  PLAN_FLAGS="${MAIN_PLAN_FLAGS---no-piece-runs}" bash "$(dirname "$0")/plan_cli_check.sh" "$main_bin" > "$there"
   if diff "$there" "$here"; then
     echo "without runs: byte-identical to $main_bin on ${#cases[@]} cases"
   else

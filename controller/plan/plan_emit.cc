@@ -292,14 +292,14 @@ class Emitter {
       v1::PieceRun* run = out->add_runs();
       v1::Piece* p = run->mutable_first();
       p->set_tensor_name(f.tensor_name);
-      SetSrc(f.Src(), p);
-      if (f.relay) p->set_relay(true);
-      SetDst(f.Dst(), p);
+      SetSrc(f.src.fields(), p);
+      if (f.relay()) p->set_relay(true);
+      SetDst(f.dst.fields(), p);
       p->set_bucket_offset(f.bucket_offset);
       p->set_wire_dtype(f.wire);
       SetCountAndSteps(r, run);
       *pieces += r.count;
-      if (f.relay) *relays += r.count;
+      if (f.relay()) *relays += r.count;
     }
   }
 
@@ -309,28 +309,16 @@ class Emitter {
     const MapEntry& m = w_.maps[w_.cells[x.cell].map];
     const CompiledTensor& st = w_.src->tensors[m.src_tensor];
     const CompiledTensor& dt = w_.dst->tensors[m.dst_tensor];
-    int64_t doff[kMaxDims];
-    SrcToDst(m, mp.off, mp.len, doff, f->dst_shape);
-    const ViewFields s = x.relay ? Fields(true, dt, x.src_frag, doff, f->dst_shape, m.dst_rank)
-                                 : Fields(false, st, x.src_frag, mp.off, mp.len, m.src_rank);
-    const ViewFields d = Fields(true, dt, x.dst_frag, doff, f->dst_shape, m.dst_rank);
+    int64_t doff[kMaxDims], dlen[kMaxDims];
+    SrcToDst(m, mp.off, mp.len, doff, dlen);
+    f->src.Set(x.relay ? Fields(true, dt, x.src_frag, doff, dlen, m.dst_rank)
+                       : Fields(false, st, x.src_frag, mp.off, mp.len, m.src_rank));
+    f->dst.Set(Fields(true, dt, x.dst_frag, doff, dlen, m.dst_rank));
     f->tensor_name = m.src_tensor;
-    f->src_buffer = s.buffer_name;
-    f->dst_buffer = d.buffer_name;
-    f->src_byte = s.byte_offset;
-    f->dst_byte = d.byte_offset;
     f->bucket_offset = x.bucket_offset;
-    f->rank_src = s.rank;
-    f->rank_dst = d.rank;
-    std::copy(s.shape, s.shape + s.rank, f->src_shape);
-    f->src_strides = s.strides;
-    f->dst_strides = d.strides;
-    f->src_dtype = s.dtype;
-    f->dst_dtype = d.dtype;
     f->wire = x.wire;
-    f->relay = x.relay;
     int64_t elems = 1;
-    for (int k = 0; k < d.rank; ++k) elems *= f->dst_shape[k];
+    for (int k = 0; k < m.dst_rank; ++k) elems *= dlen[k];
     f->wire_bytes = elems * DTypeSize(x.wire);
   }
 

@@ -37,21 +37,24 @@ bool MergeInto(const Work& w, const Xfer& a, int64_t a_end, MergedPiece* cur, co
 // The stepped fields of a piece, in PieceRun's step order.
 void Stepped(const PieceFields& p, int64_t* v) {
   v[0] = p.tensor_name;
-  v[1] = p.src_buffer;
-  v[2] = p.dst_buffer;
-  v[3] = p.src_byte;
-  v[4] = p.dst_byte;
+  v[1] = p.src.fields().buffer_name;
+  v[2] = p.dst.fields().buffer_name;
+  v[3] = p.src.fields().byte_offset;
+  v[4] = p.dst.fields().byte_offset;
   v[5] = p.bucket_offset;
+}
+
+// Every field of two views but the stepped ones (buffer name, byte offset) equal.
+bool AlikeViews(const ViewFields& a, const ViewFields& b) {
+  return a.rank == b.rank && a.dtype == b.dtype && a.side == b.side &&
+         std::equal(a.shape, a.shape + a.rank, b.shape) &&
+         std::equal(a.strides, a.strides + a.rank, b.strides);
 }
 
 // Every field but the stepped ones equal.
 bool Alike(const PieceFields& a, const PieceFields& b) {
-  return a.rank_src == b.rank_src && a.rank_dst == b.rank_dst && a.src_dtype == b.src_dtype &&
-         a.dst_dtype == b.dst_dtype && a.wire == b.wire && a.relay == b.relay &&
-         std::equal(a.src_shape, a.src_shape + a.rank_src, b.src_shape) &&
-         std::equal(a.dst_shape, a.dst_shape + a.rank_dst, b.dst_shape) &&
-         std::equal(a.src_strides, a.src_strides + a.rank_src, b.src_strides) &&
-         std::equal(a.dst_strides, a.dst_strides + a.rank_dst, b.dst_strides);
+  return a.wire == b.wire && AlikeViews(a.src.fields(), b.src.fields()) &&
+         AlikeViews(a.dst.fields(), b.dst.fields());
 }
 
 }  // namespace
@@ -82,28 +85,10 @@ void MergePieces(const Work& w, const BucketRec& bk, std::vector<MergedPiece>* o
   }
 }
 
-ViewFields PieceFields::Src() const {
-  ViewFields v;
-  v.buffer_name = src_buffer;
-  v.byte_offset = src_byte;
-  v.rank = rank_src;
-  v.shape = src_shape;
-  v.strides = src_strides;
-  v.dtype = src_dtype;
-  v.side = relay ? v1::DESTINATION_BUFFER : v1::SOURCE_BUFFER;
-  return v;
-}
-
-ViewFields PieceFields::Dst() const {
-  ViewFields v;
-  v.buffer_name = dst_buffer;
-  v.byte_offset = dst_byte;
-  v.rank = rank_dst;
-  v.shape = dst_shape;
-  v.strides = dst_strides;
-  v.dtype = dst_dtype;
-  v.side = v1::DESTINATION_BUFFER;
-  return v;
+void OwnedViewFields::Set(const ViewFields& f) {
+  fields_ = f;
+  std::copy(f.shape, f.shape + f.rank, shape_);
+  fields_.shape = shape_;
 }
 
 void RunGrouper::Reset(int32_t pieces) {

@@ -30,25 +30,37 @@ struct MergedPiece {
 // Pieces of bucket `bk` (appended to `out`, which is cleared first).
 void MergePieces(const Work& w, const BucketRec& bk, std::vector<MergedPiece>* out);
 
+// One side's view of a piece, owning its shape: `fields().shape` points at
+// this object's own copy (a copy or assignment points at its own), the
+// strides into compiled fragments.
+class OwnedViewFields {
+ public:
+  OwnedViewFields() = default;
+  OwnedViewFields(const OwnedViewFields& other) { Set(other.fields_); }
+  OwnedViewFields& operator=(const OwnedViewFields& other) {
+    Set(other.fields_);
+    return *this;
+  }
+  // `f`, its shape copied here (f.rank <= kMaxDims).
+  void Set(const ViewFields& f);
+  const ViewFields& fields() const { return fields_; }
+
+ private:
+  ViewFields fields_;
+  int64_t shape_[kMaxDims] = {};
+};
+
 // A plain piece's fields as the emitter writes them (no reduce, quantize or
-// scales: those pieces never join a run). Views' shapes are held here;
-// strides point into compiled fragments.
+// scales: those pieces never join a run).
 struct PieceFields {
   int32_t tensor_name = 0;
-  int32_t src_buffer = 0, dst_buffer = 0;
-  int64_t src_byte = 0, dst_byte = 0;
   int64_t bucket_offset = 0;
-  int rank_src = 0, rank_dst = 0;
-  int64_t src_shape[kMaxDims], dst_shape[kMaxDims];
-  const int64_t* src_strides = nullptr;
-  const int64_t* dst_strides = nullptr;
-  v1::DType src_dtype = v1::DTYPE_UNSPECIFIED, dst_dtype = v1::DTYPE_UNSPECIFIED;
+  // The source view is on the destination side for a relay (src.side).
+  OwnedViewFields src, dst;
   v1::DType wire = v1::DTYPE_UNSPECIFIED;
-  bool relay = false;  // the source view is on the destination side
   int64_t wire_bytes = 0;
 
-  ViewFields Src() const;
-  ViewFields Dst() const;
+  bool relay() const { return src.fields().side == v1::DESTINATION_BUFFER; }
 };
 
 // Groups the plain pieces of one bucket into runs. Pieces come in the

@@ -43,10 +43,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "absl/types/span.h"
 #include "controller/plan/routes.h"
 #include "controller/server/config.h"
 #include "controller/server/metrics.h"
+#include "controller/server/part_cache.h"
 #include "controller/server/plan_source.h"
 #include "controller/server/rendezvous.h"
 #include "controller/server/rollout.h"
@@ -138,6 +138,8 @@ class SyncCoordinator {
   // destination rank it holds, per transfer, the version this worker
   // committed last (sync_rollout.cc).
   void AddServingVersions(v1::ListWorkersResponse* resp);
+  // How many times put phases were planned (tests): once per plan and pair set.
+  int64_t put_phase_plans() const { return parts_.put_phase_plans(); }
 
  private:
   // A transfer's and a sync's planning records (sync_records.h).
@@ -231,20 +233,12 @@ class SyncCoordinator {
   // The plan of `resolved` (staging limits checked) and, `with_parts`, each
   // worker's part.
   absl::StatusOr<PlanForSync> GetPlan(const Resolved& resolved, bool with_parts);
-  absl::StatusOr<std::shared_ptr<const v1::Plan>> WorkerPart(const v1::Plan& plan, int32_t worker);
   // DefineTransfer's checks and record, under the lock (`plan` with parts).
   absl::StatusOr<v1::DefineTransferResponse> RecordDefinition(const v1::DefineTransferRequest& req,
                                                               const TrainerCaller& caller,
                                                               const Resolved& resolved,
                                                               const PlanForSync& plan)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // `part` routed, with put phases (by bucket id), cached by *part_key.
-  std::shared_ptr<const v1::Plan> RoutedPart(const v1::Plan& plan, int32_t worker,
-                                             const std::shared_ptr<const v1::Plan>& part,
-                                             const plan::WorkerRoutes& routes,
-                                             const std::string& phases_key,
-                                             absl::Span<const int32_t> phases,
-                                             std::string* part_key);
 
   // ----- sync_dispatch.cc
   // A fresh Prepared for `t` (binding, planning, routing), run unlocked.
@@ -491,11 +485,7 @@ class SyncCoordinator {
   std::deque<std::string> sync_order_ ABSL_GUARDED_BY(mu_);  // for pruning
   // Ids of the latest warm-ups replaced by newer ones (their late reports).
   std::deque<std::string> earlier_warm_ups_ ABSL_GUARDED_BY(mu_);
-  // Worker parts of plans, unrouted "<plan key>/<worker>" and routed
-  // "<plan key>/<worker>/<routes>" (built outside mu_).
-  absl::Mutex parts_mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<const v1::Plan>> parts_
-      ABSL_GUARDED_BY(parts_mu_);
+  PartCache parts_;  // worker parts of plans, unrouted and routed (built outside mu_)
 };
 
 }  // namespace wsync::controller

@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "controller/plan/put_phases.h"
 #include "controller/server/sync_coordinator.h"
 
 namespace wsync::controller {
@@ -83,19 +82,24 @@ SyncCoordinator::Dispatch SyncCoordinator::Decide(const std::string& transfer,
 std::vector<SyncCoordinator::RoutedPartRef> SyncCoordinator::Route(const PlanForSync& plan,
                                                                    const Dispatch& dispatch) {
   // Put phases (controller/plan/put_phases.h) depend on every pair of the
-  // sync; each part's key names its own buckets' phases, so a part whose
-  // phases stay is not sent again.
-  std::vector<int32_t> phases;
+  // sync, planned once per plan and pair set (PartCache::PutPhases); each
+  // part's key names its own buckets' phases, so a part whose phases stay is
+  // not sent again.
+  std::shared_ptr<const PartCache::Phases> phases;
   if (config_.put_phases && !dispatch.peer_writes.empty()) {
-    phases = plan::PlanPutPhases(*plan.plan, dispatch.peer_writes).phase_of_bucket;
+    phases = parts_.PutPhases(*plan.plan, plan.parts, dispatch.peer_writes);
   }
+  const std::string no_key;
   std::vector<RoutedPartRef> out;
   for (int32_t w = 0; w < static_cast<int32_t>(plan.parts.size()); ++w) {
     RoutedPartRef ref;
     ref.routes = plan::RoutesOf(dispatch.peer_writes, w);
-    const std::string phases_key =
-        ref.routes.empty() ? "" : plan::PutPhasesKey(*plan.parts[w], phases);
-    ref.part = RoutedPart(*plan.plan, w, plan.parts[w], ref.routes, phases_key, phases, &ref.key);
+    const std::string& phases_key =
+        phases != nullptr && !ref.routes.empty() ? phases->part_keys[w] : no_key;
+    ref.part = parts_.RoutedPart(*plan.plan, w, plan.parts[w], ref.routes, phases_key,
+                                 phases != nullptr ? absl::MakeConstSpan(phases->phase_of_bucket)
+                                                   : absl::Span<const int32_t>(),
+                                 &ref.key);
     out.push_back(std::move(ref));
   }
   return out;

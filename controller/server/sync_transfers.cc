@@ -1,11 +1,10 @@
 // SyncCoordinator: transfers (definition, binding to registered workers,
-// plans, their worker parts and routed parts).
+// plans and their worker parts).
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "controller/plan/rank_parts.h"
 #include "controller/server/sync_coordinator.h"
 
 namespace wsync::controller {
@@ -135,65 +134,11 @@ absl::StatusOr<SyncCoordinator::PlanForSync> SyncCoordinator::GetPlan(const Reso
   out.shadow = *std::move(shadow);
   if (!with_parts) return out;
   for (int32_t w = 0; w < static_cast<int32_t>(resolved.workers.size()); ++w) {
-    auto part = WorkerPart(*out.plan, w);
+    auto part = parts_.WorkerPart(*out.plan, w);
     if (!part.ok()) return part.status();
     out.parts.push_back(*std::move(part));
   }
   return out;
-}
-
-absl::StatusOr<std::shared_ptr<const v1::Plan>> SyncCoordinator::WorkerPart(const v1::Plan& plan,
-                                                                            int32_t worker) {
-  const std::string key = absl::StrCat(plan.key(), "/", worker);
-  {
-    absl::MutexLock lock(&parts_mu_);
-    auto it = parts_.find(key);
-    if (it != parts_.end()) return it->second;
-  }
-  bool has_part = false;
-  for (const v1::RankPlan& rp : plan.ranks()) has_part = has_part || rp.worker() == worker;
-  std::shared_ptr<const v1::Plan> found;
-  std::vector<plan::RankPart> parts;
-  if (has_part) {
-    // Every worker of the plan asks next: split it for all of them in one
-    // pass over its buckets (one scan per worker cost as much as planning).
-    parts = plan::SplitRankPlans(plan);
-    for (const plan::RankPart& p : parts) {
-      if (p.worker == worker) found = p.plan;
-    }
-  } else {
-    // A worker with nothing to do still confirms every sync.
-    auto part = std::make_shared<v1::Plan>();
-    part->set_key(plan.key());
-    part->set_num_rounds(plan.num_rounds());
-    part->add_ranks()->set_worker(worker);
-    found = std::move(part);
-  }
-  absl::MutexLock lock(&parts_mu_);
-  if (parts_.size() + parts.size() + 1 > 4096) parts_.clear();
-  for (plan::RankPart& p : parts) {
-    parts_.try_emplace(absl::StrCat(plan.key(), "/", p.worker), std::move(p.plan));
-  }
-  return parts_.try_emplace(key, found).first->second;
-}
-
-std::shared_ptr<const v1::Plan> SyncCoordinator::RoutedPart(
-    const v1::Plan& plan, int32_t worker, const std::shared_ptr<const v1::Plan>& part,
-    const plan::WorkerRoutes& routes, const std::string& phases_key,
-    absl::Span<const int32_t> phases, std::string* part_key) {
-  *part_key = absl::StrCat(plan.key(), "/", worker);
-  if (routes.empty()) return part;
-  absl::StrAppend(part_key, "/", routes.Signature(), phases_key);
-  {
-    absl::MutexLock lock(&parts_mu_);
-    auto it = parts_.find(*part_key);
-    if (it != parts_.end()) return it->second;
-  }
-  // Marked once per (plan, worker, routes): later syncs find it here.
-  std::shared_ptr<const v1::Plan> routed = plan::RoutePart(part, worker, routes, phases);
-  absl::MutexLock lock(&parts_mu_);
-  if (parts_.size() + 1 > 4096) parts_.clear();
-  return parts_.try_emplace(*part_key, std::move(routed)).first->second;
 }
 
 absl::Status SyncCoordinator::CheckOwner(absl::string_view method, const std::string& name,

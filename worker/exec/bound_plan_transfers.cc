@@ -216,30 +216,53 @@ absl::Status OrderPutsByPhase(BoundPlan& out) {
   };
   if (std::is_sorted(sent.begin(), sent.end(), by_phase)) return absl::OkStatus();
   std::stable_sort(sent.begin(), sent.end(), by_phase);
-  std::vector<CopyItem> puts;
-  std::vector<std::string> origins;
+  const size_t n = out.puts.size();
+  if (out.put_origins.size() != n) {
+    return absl::InternalError(
+        absl::StrCat(n, " puts but ", out.put_origins.size(), " put origins"));
+  }
+  // order[k]: the put that goes to index k. Checked to be a permutation
+  // (every put in exactly one sent bucket) before anything moves.
+  std::vector<size_t> order;
+  order.reserve(n);
   std::vector<int32_t> first_puts;
-  puts.reserve(out.puts.size());
-  origins.reserve(out.put_origins.size());
+  first_puts.reserve(sent.size());
+  std::vector<bool> taken(n, false);
   for (const DirectBucket* d : sent) {
     const size_t first = static_cast<size_t>(d->first_put);
     const size_t end = first + static_cast<size_t>(d->num_puts);
-    if (d->first_put < 0 || d->num_puts < 0 || end > out.puts.size() ||
-        end > out.put_origins.size()) {
+    if (d->first_put < 0 || d->num_puts < 0 || end > n) {
       return absl::InternalError(absl::StrCat("bucket ", d->bucket, ": puts [", first, ", ", end,
-                                              ") outside the ", out.puts.size(), " bound"));
+                                              ") outside the ", n, " bound"));
     }
-    first_puts.push_back(static_cast<int32_t>(puts.size()));
-    puts.insert(puts.end(), out.puts.begin() + first, out.puts.begin() + end);
-    origins.insert(origins.end(), out.put_origins.begin() + first, out.put_origins.begin() + end);
+    first_puts.push_back(static_cast<int32_t>(order.size()));
+    for (size_t i = first; i < end; ++i) {
+      if (taken[i]) {
+        return absl::InternalError(
+            absl::StrCat("bucket ", d->bucket, ": put ", i, " belongs to another bucket too"));
+      }
+      taken[i] = true;
+      order.push_back(i);
+    }
   }
-  if (puts.size() != out.puts.size() || origins.size() != out.put_origins.size()) {
+  if (order.size() != n) {
     return absl::InternalError(
-        absl::StrCat("the sent buckets hold ", puts.size(), " of ", out.puts.size(), " puts"));
+        absl::StrCat("the sent buckets hold ", order.size(), " of ", n, " puts"));
+  }
+  // Applied in place, cycle by cycle: each put and origin moves by swaps,
+  // none is copied (this runs once per bind, on up to ~10^5 puts).
+  for (size_t start = 0; start < n; ++start) {
+    size_t k = start;
+    while (order[k] != start) {
+      const size_t next = order[k];
+      std::swap(out.puts[k], out.puts[next]);
+      std::swap(out.put_origins[k], out.put_origins[next]);
+      order[k] = k;
+      k = next;
+    }
+    order[k] = k;
   }
   for (size_t k = 0; k < sent.size(); ++k) sent[k]->first_put = first_puts[k];
-  out.puts = std::move(puts);
-  out.put_origins = std::move(origins);
   return absl::OkStatus();
 }
 

@@ -2,6 +2,7 @@
 // their parts are marked and what their assignments say (routes_fixture.h).
 #include <atomic>
 #include <iostream>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -126,6 +127,62 @@ TEST_F(SyncRoutesTest, PeerBuffersAreTheReceiversCurrentRegistrationAndThePlanIs
   ASSERT_EQ(as[0].peer_buffers(0).buffers_size(), 1);
   EXPECT_EQ(as[0].peer_buffers(0).buffers(0).shm().name(), "/wsync-dst0-moved");
   EXPECT_EQ(plans_.peer_write_scans(), 1) << "eligibility is cached per plan key";
+}
+
+// Bucket id -> put phase of the peer-write buckets of `a`'s part.
+std::map<int32_t, int32_t> PhasesOf(const v1::SyncAssignment& a) {
+  std::map<int32_t, int32_t> out;
+  for (const v1::Bucket& b : a.plan().buckets()) {
+    if (b.route() == v1::ROUTE_PEER_WRITE) out[b.id()] = b.put_phase();
+  }
+  return out;
+}
+
+// Put phases are planned once per plan and pair set (PartCache::PutPhases),
+// not at every sync that routes its parts again.
+TEST_F(SyncRoutesTest, PutPhasesArePlannedOncePerPlanAndPairSet) {
+  std::vector<std::string> leases = RegisterHosts("host-a", "host-a", "host-a");
+  Define();
+  int32_t pairs = -1;
+  const auto first = Sync(leases, 1, &pairs);
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_EQ(pairs, 2);
+  EXPECT_EQ(controller_->syncs().put_phase_plans(), 1);
+  const std::map<int32_t, int32_t> phases = PhasesOf(first[2]);
+  ASSERT_EQ(phases.size(), 2u);
+  // A registry change prepares the next sync anew (binding, routes): the
+  // plan and the pairs are the same, so are the phases, planned no more.
+  v1::UpdateBuffersRequest update;
+  update.set_lease_id(leases[2]);
+  *update.add_buffers() = ShmBuffer("dst", "/wsync-dst0-moved", 32);
+  ASSERT_TRUE(controller_->workers().UpdateBuffers(update).ok());
+  const auto second = Sync(leases, 2, &pairs);
+  ASSERT_EQ(second.size(), 3u);
+  EXPECT_EQ(pairs, 2);
+  EXPECT_EQ(controller_->syncs().put_phase_plans(), 1) << "the same plan and pairs";
+  for (int w = 0; w < 3; ++w) {
+    EXPECT_EQ(second[w].part_key(), first[w].part_key()) << "worker " << w;
+    EXPECT_FALSE(second[w].has_plan()) << "worker " << w << " holds this part";
+  }
+  // src/0 moves to another host: another pair set, its phases planned.
+  leases[0] = Register(Host("src", 0, 2, 16, "host-b"));
+  const auto third = Sync(leases, 3, &pairs);
+  ASSERT_EQ(third.size(), 3u);
+  EXPECT_EQ(pairs, 1);
+  EXPECT_EQ(controller_->syncs().put_phase_plans(), 2);
+  EXPECT_EQ(third[2].part_key(), absl::StrCat(third[2].plan_key(), "/2/pw:to=;by=1"))
+      << "one writer: everything in phase 0";
+  // Back on host-a: the first pair set's phases, still cached, reach the
+  // parts unchanged.
+  leases[0] = Register(Host("src", 0, 2, 16, "host-a"));
+  const auto fourth = Sync(leases, 4, &pairs);
+  ASSERT_EQ(fourth.size(), 3u);
+  EXPECT_EQ(pairs, 2);
+  EXPECT_EQ(controller_->syncs().put_phase_plans(), 2) << "this pair set was planned before";
+  for (int w = 0; w < 3; ++w) EXPECT_EQ(fourth[w].part_key(), first[w].part_key());
+  ASSERT_TRUE(fourth[0].has_plan()) << "src/0's new lease holds no part";
+  EXPECT_EQ(PhasesOf(fourth[0]), PhasesOf(first[0]));
+  EXPECT_EQ(PhasesOf(fourth[0]).size(), 1u);
 }
 
 TEST_F(SyncRoutesTest, OnlyPairsOfOneNonEmptyDomainWriteDirectly) {

@@ -1,9 +1,13 @@
 #include "worker/exec/bound_plan.h"
 
+#include <cstdint>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/worker/exec/plan_builder.h"
+#include "worker/exec/bound_plan_internal.h"
 
 namespace wsync::exec {
 namespace {
@@ -104,9 +108,9 @@ TEST_F(BindTest, StridedExtentCountsLastElementOnly) {
 TEST_F(BindTest, AViewWhosePackedSizeOverflowsIsRefused) {
   const int64_t k62 = int64_t{1} << 62;
   PlanBuilder pb;
-  pb.AddBucket(0, 1, 0,
-               {Piece(View("w", 0, {4}, v1::FP32, {0}), View("w", 0, {4}, v1::BF16, {0}),
-                      v1::FP32)});
+  pb.AddBucket(
+      0, 1, 0,
+      {Piece(View("w", 0, {4}, v1::FP32, {0}), View("w", 0, {4}, v1::BF16, {0}), v1::FP32)});
   v1::Plan plan = pb.Build();
   plan.mutable_buckets(0)->mutable_pieces(0)->mutable_src()->set_shape(0, k62);
   plan.mutable_buckets(0)->mutable_pieces(0)->mutable_dst()->set_shape(0, k62);
@@ -228,6 +232,81 @@ TEST_F(BindTest, WritingIntoASourceBufferIsRefused) {
   plan.mutable_buckets(0)->mutable_pieces(0)->mutable_dst()->set_side(v1::SOURCE_BUFFER);
   ExpectError(Bind(plan, 1), absl::StatusCode::kInvalidArgument,
               {"RECV bucket 0", "must name a destination buffer"});
+}
+
+// The sent buckets (bucket, put phase, puts) of PhasedPuts, in bind order,
+// and a received one (no puts) between them.
+struct PutsOf {
+  int64_t bucket;
+  int32_t phase;
+  int32_t count;
+};
+constexpr PutsOf kPhasedPuts[] = {{7, 2, 2}, {8, 0, 1}, {9, 1, 3}};
+
+// Put k of bucket b writes address 1000 b + k, and its origin names both.
+BoundPlan PhasedPuts() {
+  BoundPlan plan;
+  for (const PutsOf& p : kPhasedPuts) {
+    DirectBucket d;
+    d.bucket = p.bucket;
+    d.sent = true;
+    d.put_phase = p.phase;
+    d.first_put = static_cast<int32_t>(plan.puts.size());
+    d.num_puts = p.count;
+    plan.direct_buckets.push_back(d);
+    for (int32_t k = 0; k < p.count; ++k) {
+      CopyItem put;
+      put.dst.data = reinterpret_cast<void*>(static_cast<uintptr_t>(1000 * p.bucket + k));
+      plan.puts.push_back(put);
+      plan.put_origins.push_back(absl::StrCat("bucket ", p.bucket, " put ", k));
+    }
+    if (p.bucket == 8) {
+      DirectBucket received;
+      received.bucket = 20;
+      received.put_phase = 5;
+      plan.direct_buckets.push_back(received);
+    }
+  }
+  return plan;
+}
+
+TEST(OrderPutsByPhaseTest, PutsAndTheirOriginsFollowTheirBucketsPhases) {
+  BoundPlan plan = PhasedPuts();
+  ASSERT_TRUE(bind_internal::OrderPutsByPhase(plan).ok());
+  std::vector<std::string> origins;
+  for (const DirectBucket& d : plan.direct_buckets) {
+    if (!d.sent) continue;
+    for (int32_t k = 0; k < d.num_puts; ++k) {
+      const size_t at = static_cast<size_t>(d.first_put + k);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(plan.puts[at].dst.data),
+                static_cast<uintptr_t>(1000 * d.bucket + k));
+      EXPECT_EQ(plan.put_origins[at], absl::StrCat("bucket ", d.bucket, " put ", k));
+    }
+  }
+  // By phase: bucket 8 (phase 0), 9 (phase 1), then 7 (phase 2).
+  EXPECT_EQ(plan.direct_buckets[1].first_put, 0);
+  EXPECT_EQ(plan.direct_buckets[3].first_put, 1);
+  EXPECT_EQ(plan.direct_buckets[0].first_put, 4);
+  EXPECT_EQ(plan.put_origins.front(), "bucket 8 put 0");
+  EXPECT_EQ(plan.put_origins.back(), "bucket 7 put 1");
+}
+
+// Put ranges that do not cover every put exactly once are an error and
+// move nothing, also when their lengths add up to the number of puts.
+TEST(OrderPutsByPhaseTest, OverlappingPutRangesAreAnErrorAndNothingMoves) {
+  BoundPlan plan = PhasedPuts();
+  plan.direct_buckets[1].first_put = 0;  // bucket 8's put over bucket 7's first
+  const std::vector<std::string> before = plan.put_origins;
+  ExpectError(bind_internal::OrderPutsByPhase(plan), absl::StatusCode::kInternal,
+              {"bucket 7", "another bucket"});
+  EXPECT_EQ(plan.put_origins, before);
+  plan = PhasedPuts();
+  plan.direct_buckets[3].num_puts = 4;  // past the end
+  ExpectError(bind_internal::OrderPutsByPhase(plan), absl::StatusCode::kInternal,
+              {"bucket 9", "outside"});
+  plan = PhasedPuts();
+  plan.direct_buckets[3].num_puts = 2;  // one put in no bucket
+  ExpectError(bind_internal::OrderPutsByPhase(plan), absl::StatusCode::kInternal, {"5 of 6"});
 }
 
 TEST(CoalesceTest, MergesOnlyWhereAllViewsAllow) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "controller/plan/planner_internal.h"
 
@@ -32,14 +33,19 @@ BoxNd ToBox(const Region& r) {
 
 // The holder groups of one source tensor while they are built: appended to
 // w->holder_groups contiguously from `base`, with their full holders and
-// partial groups collected here until Flush.
+// partial groups collected here until Flush. `shared_boxes`: the box ids of
+// the groups of an earlier tensor with the same fragment list (compiled
+// fragments shared by mesh signature), by group index; a group whose box
+// equals the one at its index there names that box instead of adding a
+// copy, and a tensor that is first with its list fills it.
 class TensorHolders {
  public:
-  TensorHolders(Work* w, const CompiledTensor& ct)
+  TensorHolders(Work* w, const CompiledTensor& ct, std::vector<int32_t>* shared_boxes)
       : w_(w),
         ct_(ct),
         rank_(static_cast<int>(ct.shape.size())),
-        base_(static_cast<int32_t>(w->holder_groups.size())) {}
+        base_(static_cast<int32_t>(w->holder_groups.size())),
+        shared_boxes_(shared_boxes) {}
 
   // Full replicas: fragments come sorted by box, so those of one box are
   // adjacent. Partial fragments are collected by partial_group.
@@ -85,9 +91,12 @@ class TensorHolders {
     return absl::OkStatus();
   }
 
-  // Writes every group's full holders and partial groups into w; returns
-  // the tensor's HolderGroup ids.
-  std::vector<int32_t> Flush() {
+  // The tensor's HolderGroup ids: [base(), base() + size()).
+  int32_t base() const { return base_; }
+  int32_t size() const { return static_cast<int32_t>(groups_.size()); }
+
+  // Writes every group's full holders and partial groups into w.
+  void Flush() {
     for (size_t i = 0; i < groups_.size(); ++i) {
       HolderGroup& hg = w_->holder_groups[groups_[i]];
       hg.full_begin = static_cast<int32_t>(w_->holder_frags.size());
@@ -97,13 +106,18 @@ class TensorHolders {
       hg.part_count = static_cast<int32_t>(parts_of_[i].size());
       w_->holder_parts.insert(w_->holder_parts.end(), parts_of_[i].begin(), parts_of_[i].end());
     }
-    return std::move(groups_);
   }
 
  private:
   int32_t NewGroup(const BoxNd& b) {
     HolderGroup hg;
-    hg.box = w_->boxes.Add(rank_, b.offset.data(), b.length.data());
+    const size_t local = groups_.size();
+    if (local < shared_boxes_->size() && BoxIs((*shared_boxes_)[local], b)) {
+      hg.box = (*shared_boxes_)[local];
+    } else {
+      hg.box = w_->boxes.Add(rank_, b.offset.data(), b.length.data());
+      if (local == shared_boxes_->size()) shared_boxes_->push_back(hg.box);
+    }
     w_->holder_groups.push_back(hg);
     groups_.push_back(static_cast<int32_t>(w_->holder_groups.size()) - 1);
     full_of_.emplace_back();
@@ -112,8 +126,13 @@ class TensorHolders {
   }
 
   bool SameBox(int32_t local, const BoxNd& b) const {
-    const int32_t id = w_->holder_groups[base_ + local].box;
-    return std::equal(b.offset.begin(), b.offset.end(), w_->boxes.offset(id)) &&
+    return BoxIs(w_->holder_groups[base_ + local].box, b);
+  }
+
+  // Whether arena box `id` is b.
+  bool BoxIs(int32_t id, const BoxNd& b) const {
+    return w_->boxes.rank(id) == rank_ &&
+           std::equal(b.offset.begin(), b.offset.end(), w_->boxes.offset(id)) &&
            std::equal(b.length.begin(), b.length.end(), w_->boxes.length(id));
   }
 
@@ -121,6 +140,7 @@ class TensorHolders {
   const CompiledTensor& ct_;
   const int rank_;
   const int32_t base_;
+  std::vector<int32_t>* shared_boxes_;
   std::vector<int32_t> groups_;  // HolderGroup ids, by local index
   std::vector<std::vector<int32_t>> full_of_, parts_of_;
 };
@@ -163,18 +183,39 @@ void IndexHolderGroups(const Work& w, int rank, std::vector<int32_t> groups, Sou
 }  // namespace
 
 absl::Status BuildHolderGroups(Work* w) {
-  w->source_index.resize(w->src->tensors.size());
+  const size_t n = w->src->tensors.size();
+  w->source_index.assign(n, SourceIndex());
+  w->src_hg_begin.assign(n, 0);
+  w->src_hg_count.assign(n, 0);
+  // Per fragment list: its holder groups' boxes (TensorHolders).
+  absl::flat_hash_map<const std::vector<CompiledFragment>*, std::vector<int32_t>> boxes_of;
   for (size_t t = 0; t < w->src->tensors.size(); ++t) {
     const CompiledTensor& ct = w->src->tensors[t];
-    TensorHolders holders(w, ct);
+    TensorHolders holders(w, ct, &boxes_of[&ct.fragments()]);
     std::map<int32_t, std::vector<int32_t>> partial;  // partial_group -> fragments
     holders.AddFullHolders(&partial);
     for (auto& [pg, frags] : partial) {
       if (absl::Status s = holders.AddPartialGroup(pg, frags); !s.ok()) return s;
     }
-    IndexHolderGroups(*w, static_cast<int>(ct.shape.size()), holders.Flush(), &w->source_index[t]);
+    holders.Flush();
+    w->src_hg_begin[t] = holders.base();
+    w->src_hg_count[t] = holders.size();
   }
   return absl::OkStatus();
+}
+
+const SourceIndex& SourceIndexOf(Work* w, int32_t t) {
+  SourceIndex& si = w->source_index[t];
+  if (!si.built) {
+    std::vector<int32_t> groups(w->src_hg_count[t]);
+    for (size_t i = 0; i < groups.size(); ++i) {
+      groups[i] = w->src_hg_begin[t] + static_cast<int32_t>(i);
+    }
+    IndexHolderGroups(*w, static_cast<int>(w->src->tensors[t].shape.size()), std::move(groups),
+                      &si);
+    si.built = true;
+  }
+  return si;
 }
 
 void BuildDstGroups(Work* w) {
@@ -256,7 +297,7 @@ class CellBuilder {
   void Query(int32_t tensor, const Region& rs) {
     hits_.clear();
     hit_groups_.clear();
-    const SourceIndex& si = w_->source_index[tensor];
+    const SourceIndex& si = SourceIndexOf(w_, tensor);
     size_t lo = 0, hi = si.groups.size();
     if (rs.rank > 0) {
       const int k = si.key_dim;
@@ -392,7 +433,7 @@ class CellBuilder {
   absl::Status AddCells(int32_t group, int32_t map, const Region& rs, int64_t* covered) {
     const MapEntry& m = w_->maps[map];
     Query(m.src_tensor, rs);
-    if (Disjoint(w_->source_index[m.src_tensor].key_dim)) {
+    if (Disjoint(SourceIndexOf(w_, m.src_tensor).key_dim)) {
       for (size_t h = 0; h < hits_.size(); ++h) {
         one_[0] = hit_groups_[h];
         Emit(group, map, hits_[h], one_);

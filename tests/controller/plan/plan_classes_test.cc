@@ -18,6 +18,7 @@ using planner_detail::TensorClasses;
 struct Classes {
   TensorClasses k;
   int32_t copied = 0;
+  int32_t box_words = 0;  // the box arena's size after the cells
   std::vector<std::string> src_names, dst_names;
   int32_t Src(const std::string& name) const { return k.src_class[Index(src_names, name)]; }
   int32_t Dst(const std::string& name) const { return k.dst_class[Index(dst_names, name)]; }
@@ -49,6 +50,7 @@ Classes ClassesOf(const v1::TransferSpec& spec) {
   absl::Status cells = BuildCells(&w, true, &out.copied);
   EXPECT_TRUE(cells.ok()) << cells;
   out.k = FindTensorClasses(w);
+  out.box_words = w.boxes.end();
   for (const CompiledTensor& t : src->tensors) out.src_names.push_back(t.name);
   for (const CompiledTensor& t : dst->tensors) out.dst_names.push_back(t.name);
   return out;
@@ -98,6 +100,17 @@ TEST(PlanClassesTest, AlikeTensorsShareAClassAndTheirCellsAreCopied) {
   EXPECT_EQ(c.k.num_dst_classes, 2);
   EXPECT_EQ(c.copied, 5);
   ExpectSamePlanEitherWay(spec);
+}
+
+// Class members name their template's cell boxes, and tensors sharing a
+// fragment list their first's holder-group boxes: six experts hold as many
+// boxes as one (plans the same either way: ExpectSamePlanEitherWay).
+TEST(PlanClassesTest, ClassMembersShareBoxes) {
+  const Classes one = ClassesOf(Experts(1));
+  const Classes six = ClassesOf(Experts(6));
+  EXPECT_GT(one.box_words, 0);
+  EXPECT_EQ(six.box_words, one.box_words);
+  ExpectSamePlanEitherWay(Experts(6));
 }
 
 TEST(PlanClassesTest, AnExpertOfAnotherShapeIsNotInTheClass) {

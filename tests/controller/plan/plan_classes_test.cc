@@ -19,6 +19,7 @@ struct Classes {
   TensorClasses k;
   int32_t copied = 0;
   int32_t box_words = 0;  // the box arena's size after the cells
+  int32_t indexed = 0;    // source tensors whose SourceIndex was built
   std::vector<std::string> src_names, dst_names;
   int32_t Src(const std::string& name) const { return k.src_class[Index(src_names, name)]; }
   int32_t Dst(const std::string& name) const { return k.dst_class[Index(dst_names, name)]; }
@@ -51,6 +52,7 @@ Classes ClassesOf(const v1::TransferSpec& spec) {
   EXPECT_TRUE(cells.ok()) << cells;
   out.k = FindTensorClasses(w);
   out.box_words = w.boxes.end();
+  for (const SourceIndex& si : w.source_index) out.indexed += si.built ? 1 : 0;
   for (const CompiledTensor& t : src->tensors) out.src_names.push_back(t.name);
   for (const CompiledTensor& t : dst->tensors) out.dst_names.push_back(t.name);
   return out;
@@ -104,12 +106,14 @@ TEST(PlanClassesTest, AlikeTensorsShareAClassAndTheirCellsAreCopied) {
 
 // Class members name their template's cell boxes, and tensors sharing a
 // fragment list their first's holder-group boxes: six experts hold as many
-// boxes as one (plans the same either way: ExpectSamePlanEitherWay).
-TEST(PlanClassesTest, ClassMembersShareBoxes) {
+// boxes as one; only the sources the computed members read are indexed (e0
+// and the norm). Plans the same either way: ExpectSamePlanEitherWay.
+TEST(PlanClassesTest, ClassMembersShareBoxesAndOnlyReadSourcesAreIndexed) {
   const Classes one = ClassesOf(Experts(1));
   const Classes six = ClassesOf(Experts(6));
   EXPECT_GT(one.box_words, 0);
   EXPECT_EQ(six.box_words, one.box_words);
+  EXPECT_EQ(six.indexed, 2);
   ExpectSamePlanEitherWay(Experts(6));
 }
 

@@ -264,6 +264,10 @@ absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const Compi
   // Each cell becomes at least one piece.
   RETURN_IF_ERROR(CheckPlanLimit("pieces (at least: cells)", static_cast<int64_t>(w.cells.size()),
                                  build.max_pieces, kPiecesFlag));
+  if (build.stop_after_cells) {
+    return absl::CancelledError(absl::StrCat("stopped after the cells stage (", w.cells.size(),
+                                             " cells; BuildOptions::stop_after_cells)"));
+  }
   {
     const RoutingBound bound = ComputeRoutingBound(w);
     w.routing_bound_seconds = bound.seconds;

@@ -117,6 +117,21 @@ TEST(PlanClassesTest, ClassMembersShareBoxesAndOnlyReadSourcesAreIndexed) {
   ExpectSamePlanEitherWay(Experts(6));
 }
 
+// BuildOptions::stop_after_cells (measurement): CANCELLED once the cells
+// are built, the stages measured up to there and none after.
+TEST(PlanClassesTest, StopAfterCellsEndsPlanningAfterTheCells) {
+  std::vector<StageCost> stages;
+  BuildOptions build;
+  build.stages = &stages;
+  build.stop_after_cells = true;
+  absl::StatusOr<v1::Plan> plan = BuildPlan(Experts(6), build);
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kCancelled) << plan.status();
+  EXPECT_NE(std::string(plan.status().message()).find("stopped after the cells stage"),
+            std::string::npos);
+  ASSERT_FALSE(stages.empty());
+  EXPECT_EQ(stages.back().name.rfind("cells", 0), 0u) << stages.back().name;
+}
+
 TEST(PlanClassesTest, AnExpertOfAnotherShapeIsNotInTheClass) {
   v1::TransferSpec spec = Experts(4);
   for (v1::Side* side : {spec.mutable_source(), spec.mutable_destination()}) {

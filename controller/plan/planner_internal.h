@@ -298,10 +298,11 @@ absl::Status ValidateAndMap(Work* w);  // plan_validate.cc: casts, mappings
 // computed). `*copied` (optional): the destination tensors whose cells were
 // copied.
 absl::Status BuildCells(Work* w, bool classes = true, int32_t* copied = nullptr);
-// plan_mapping.cc, the parts of BuildCells: every source tensor's holder
-// groups; the DstGroups; the cells of DstGroups [begin, end).
+// The parts of BuildCells: every source tensor's holder groups
+// (plan_holders.cc); the DstGroups; the cells of DstGroups [begin, end)
+// (plan_mapping.cc).
 absl::Status BuildHolderGroups(Work* w);
-// Source tensor `t`'s SourceIndex, built now if it was not (plan_mapping.cc).
+// Source tensor `t`'s SourceIndex, built now if it was not (plan_holders.cc).
 const SourceIndex& SourceIndexOf(Work* w, int32_t t);
 void BuildDstGroups(Work* w);
 absl::Status BuildGroupCells(Work* w, int32_t group_begin, int32_t group_end);

@@ -57,6 +57,9 @@ void PlanUsage(FILE* out) {
                "  --max-buckets N   refuse a plan of more buckets (default 2000000; 0: no limit)\n"
                "  --no-piece-runs   write every piece out (no PieceRun): the plan as planners\n"
                "                    before piece runs emitted it\n"
+               "  --stop-after-cells  measurement: stop (exit status of a refused plan) once the\n"
+               "                    cells are built, so that with --stages the stages up to\n"
+               "                    there can be measured on specs too large to plan whole\n"
                "  --nvlink-gbps X   link model (GB/s = 1e9 B/s, > 0), replacing the spec's\n"
                "  --nic-gbps X      options.link_model field before planning: NVLink within a\n"
                "  --copy-gbps X     node, NIC across nodes, local HBM copy; and the fixed cost\n"
@@ -171,7 +174,7 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   FlagSpec flags{{"top", "verify-max-gib", "max-pieces", "max-buckets", "nvlink-gbps", "nic-gbps",
                   "copy-gbps", "round-latency-us"},
                  {"json", "pretty", "verify", "rounds", "help", "nccl-net", "sim-json",
-                  "sim-rates-only", "stages", "no-piece-runs"}};
+                  "sim-rates-only", "stages", "no-piece-runs", "stop-after-cells"}};
   AddCaseFlags(&flags);
   auto args = ParseArgs(argv, flags);
   if (!args.ok()) {
@@ -199,6 +202,7 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   build.max_pieces = *max_pieces;
   build.max_buckets = *max_buckets;
   build.emit_piece_runs = !args->Has("no-piece-runs");
+  build.stop_after_cells = args->Has("stop-after-cells");
   std::vector<plan::StageCost> stages;
   plan::StageClock clock(args->Has("stages") ? &stages : nullptr);
   if (args->Has("stages")) build.stages = &stages;

@@ -43,15 +43,13 @@ void SourceClasses(const Work& w, TensorClasses* out) {
   std::vector<int64_t> key;
   for (size_t t = 0; t < n; ++t) {
     const CompiledTensor& ct = w.src->tensors[t];
-    const std::vector<int32_t>& groups = w.source_index[t].groups;
-    // BuildHolderGroups appends a tensor's groups contiguously; the index
-    // holds them sorted by offset, so the first is the least id.
-    const int32_t begin = groups.empty() ? 0 : *std::min_element(groups.begin(), groups.end());
+    const int32_t count = w.src_hg_count[t];
+    const int32_t begin = count == 0 ? 0 : w.src_hg_begin[t];
     out->hg_begin[t] = begin;
-    out->hg_count[t] = static_cast<int32_t>(groups.size());
+    out->hg_count[t] = count;
     PutHeader(ct.dtype, ct.shape, &key);
-    key.push_back(static_cast<int64_t>(groups.size()));
-    for (size_t i = 0; i < groups.size(); ++i) {
+    key.push_back(count);
+    for (int32_t i = 0; i < count; ++i) {
       const HolderGroup& hg = w.holder_groups[begin + i];
       PutBox(w.boxes, hg.box, &key);
       key.push_back(hg.full_count > 0 ? 1 : 0);

@@ -257,11 +257,17 @@ absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const Compi
   int32_t copied = 0;
   RETURN_IF_ERROR(BuildCells(&w, build.tensor_classes, &copied));
   if (build.stages != nullptr) {
-    clock.Mark(absl::StrCat("cells (", copied, " of ", destination.tensors.size(), " copied)"));
+    clock.Mark(absl::StrCat("cells (", copied, " of ", destination.tensors.size(), " copied; ",
+                            w.cells.size(), " cells, ", w.holder_groups.size(), " holder groups, ",
+                            w.boxes.end(), " box words)"));
   }
   // Each cell becomes at least one piece.
   RETURN_IF_ERROR(CheckPlanLimit("pieces (at least: cells)", static_cast<int64_t>(w.cells.size()),
                                  build.max_pieces, kPiecesFlag));
+  if (build.stop_after_cells) {
+    return absl::CancelledError(absl::StrCat("stopped after the cells stage (", w.cells.size(),
+                                             " cells; BuildOptions::stop_after_cells)"));
+  }
   {
     const RoutingBound bound = ComputeRoutingBound(w);
     w.routing_bound_seconds = bound.seconds;
@@ -270,9 +276,14 @@ absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const Compi
   }
   clock.Mark("bound, fan-out split");
   RETURN_IF_ERROR(ChooseSources(&w));
-  clock.Mark("sources");
+  if (build.stages != nullptr) {
+    int64_t relays = 0;
+    for (const Xfer& x : w.xfers) relays += x.relay ? 1 : 0;
+    clock.Mark(absl::StrCat("sources (", w.cells.size(), " cells, ", w.xfers.size(), " transfers, ",
+                            relays, " relays)"));
+  }
   RETURN_IF_ERROR(PackBuckets(&w));
-  clock.Mark("buckets");
+  if (build.stages != nullptr) clock.Mark(absl::StrCat("buckets (", w.buckets.size(), ")"));
   RETURN_IF_ERROR(CheckPlanLimit("buckets", static_cast<int64_t>(w.buckets.size()),
                                  build.max_buckets, kBucketsFlag));
   RETURN_IF_ERROR(CheckPlanLimit("pieces", static_cast<int64_t>(w.xfers.size()), build.max_pieces,

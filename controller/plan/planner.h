@@ -57,6 +57,10 @@ struct BuildOptions {
   // Expanded (ExpandPlanRuns), the plan has the pieces it has with this off,
   // each bucket's run members moved after its other pieces.
   bool emit_piece_runs = true;
+  // Measurement only: return CANCELLED once the cells are built (after their
+  // limit check), so that the stages up to there can be measured (`stages`)
+  // on specs whose later stages would not fit in memory.
+  bool stop_after_cells = false;
 };
 
 absl::StatusOr<v1::Plan> BuildPlan(const v1::TransferSpec& spec,

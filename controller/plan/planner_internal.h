@@ -77,11 +77,6 @@ class BoxArena {
   }
   // The arena's end: the id the next Add returns.
   int32_t end() const { return static_cast<int32_t>(data_.size()); }
-  // Appends a copy of the boxes [begin, end) (ids of boxes added
-  // consecutively); box id i of them is i + (the old end() - begin) after.
-  void AppendCopy(int32_t begin, int32_t end) {
-    for (int32_t i = begin; i < end; ++i) data_.push_back(data_[i]);
-  }
   BoxNd ToBox(int32_t id) const {
     BoxNd b;
     b.offset.assign(offset(id), offset(id) + rank(id));
@@ -122,8 +117,11 @@ struct PartialGroup {
 };
 
 // Per source tensor: holder groups sorted by offset along `key_dim`, with the
-// running max of their end along it for binary search.
+// running max of their end along it for binary search. Built on first use
+// (SourceIndexOf): with tensor classes only the tensors a class's first
+// member reads are searched.
 struct SourceIndex {
+  bool built = false;
   int key_dim = 0;
   std::vector<int32_t> groups;   // HolderGroup ids
   std::vector<int64_t> begin;    // offset along key_dim
@@ -262,7 +260,10 @@ struct Work {
   BigVector<int32_t> holder_frags;    // source fragment ids (within the tensor)
   std::vector<int32_t> holder_parts;  // PartialGroup ids
   std::vector<PartialGroup> partial_groups;
-  std::vector<SourceIndex> source_index;  // per source tensor
+  // Per source tensor: its holder groups, [src_hg_begin, + src_hg_count) of
+  // holder_groups, and their index (SourceIndexOf).
+  std::vector<int32_t> src_hg_begin, src_hg_count;
+  std::vector<SourceIndex> source_index;
   std::vector<DstGroup> dst_groups;
   BigVector<Cell> cells;
   BigVector<int32_t> cell_holders;
@@ -297,9 +298,12 @@ absl::Status ValidateAndMap(Work* w);  // plan_validate.cc: casts, mappings
 // computed). `*copied` (optional): the destination tensors whose cells were
 // copied.
 absl::Status BuildCells(Work* w, bool classes = true, int32_t* copied = nullptr);
-// plan_mapping.cc, the parts of BuildCells: every source tensor's holder
-// groups and SourceIndex; the DstGroups; the cells of DstGroups [begin, end).
+// The parts of BuildCells: every source tensor's holder groups
+// (plan_holders.cc); the DstGroups; the cells of DstGroups [begin, end)
+// (plan_mapping.cc).
 absl::Status BuildHolderGroups(Work* w);
+// Source tensor `t`'s SourceIndex, built now if it was not (plan_holders.cc).
+const SourceIndex& SourceIndexOf(Work* w, int32_t t);
 void BuildDstGroups(Work* w);
 absl::Status BuildGroupCells(Work* w, int32_t group_begin, int32_t group_end);
 // plan_fanout.cc: cells cut into shares / pipelined chunks, relays off when

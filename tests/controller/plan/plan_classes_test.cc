@@ -18,6 +18,8 @@ using planner_detail::TensorClasses;
 struct Classes {
   TensorClasses k;
   int32_t copied = 0;
+  int32_t box_words = 0;  // the box arena's size after the cells
+  int32_t indexed = 0;    // source tensors whose SourceIndex was built
   std::vector<std::string> src_names, dst_names;
   int32_t Src(const std::string& name) const { return k.src_class[Index(src_names, name)]; }
   int32_t Dst(const std::string& name) const { return k.dst_class[Index(dst_names, name)]; }
@@ -49,6 +51,8 @@ Classes ClassesOf(const v1::TransferSpec& spec) {
   absl::Status cells = BuildCells(&w, true, &out.copied);
   EXPECT_TRUE(cells.ok()) << cells;
   out.k = FindTensorClasses(w);
+  out.box_words = w.boxes.end();
+  for (const SourceIndex& si : w.source_index) out.indexed += si.built ? 1 : 0;
   for (const CompiledTensor& t : src->tensors) out.src_names.push_back(t.name);
   for (const CompiledTensor& t : dst->tensors) out.dst_names.push_back(t.name);
   return out;
@@ -98,6 +102,34 @@ TEST(PlanClassesTest, AlikeTensorsShareAClassAndTheirCellsAreCopied) {
   EXPECT_EQ(c.k.num_dst_classes, 2);
   EXPECT_EQ(c.copied, 5);
   ExpectSamePlanEitherWay(spec);
+}
+
+// Class members name their template's cell boxes, and tensors sharing a
+// fragment list their first's holder-group boxes: six experts hold as many
+// boxes as one; only the sources the computed members read are indexed (e0
+// and the norm). Plans the same either way: ExpectSamePlanEitherWay.
+TEST(PlanClassesTest, ClassMembersShareBoxesAndOnlyReadSourcesAreIndexed) {
+  const Classes one = ClassesOf(Experts(1));
+  const Classes six = ClassesOf(Experts(6));
+  EXPECT_GT(one.box_words, 0);
+  EXPECT_EQ(six.box_words, one.box_words);
+  EXPECT_EQ(six.indexed, 2);
+  ExpectSamePlanEitherWay(Experts(6));
+}
+
+// BuildOptions::stop_after_cells (measurement): CANCELLED once the cells
+// are built, the stages measured up to there and none after.
+TEST(PlanClassesTest, StopAfterCellsEndsPlanningAfterTheCells) {
+  std::vector<StageCost> stages;
+  BuildOptions build;
+  build.stages = &stages;
+  build.stop_after_cells = true;
+  absl::StatusOr<v1::Plan> plan = BuildPlan(Experts(6), build);
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kCancelled) << plan.status();
+  EXPECT_NE(std::string(plan.status().message()).find("stopped after the cells stage"),
+            std::string::npos);
+  ASSERT_FALSE(stages.empty());
+  EXPECT_EQ(stages.back().name.rfind("cells", 0), 0u) << stages.back().name;
 }
 
 TEST(PlanClassesTest, AnExpertOfAnotherShapeIsNotInTheClass) {

@@ -108,6 +108,22 @@ class PeerWriterConformanceTest
     }
   }
 
+  // n seeded fp32 values, a peer buffer of as many bytes filled with 0xEE,
+  // and the item putting the one into the other.
+  struct OnePut {
+    std::vector<uint8_t> src_host;
+    std::shared_ptr<uint8_t> src, dst;
+    exec::CopyItem item;
+  };
+  OnePut MakeOnePut(int64_t n, uint32_t seed) {
+    OnePut p;
+    p.src_host = CastFrom(TestFloats(n, seed), v1::FP32);
+    p.src = Upload(p.src_host);
+    p.dst = Upload(std::vector<uint8_t>(n * 4, 0xEE), /*peer=*/true);
+    p.item = {View2D(p.src.get(), v1::FP32, 1, n, n, 1), View2D(p.dst.get(), v1::FP32, 1, n, n, 1)};
+    return p;
+  }
+
   WriterUnderTest w_;
 };
 
@@ -379,11 +395,10 @@ TEST_P(PeerWriterConformanceTest, PutMarksAreReachedOnceTheirPutsLanded) {
 TEST_P(PeerWriterConformanceTest, PutsAfterAGateWaitForThePeersSignal) {
   WSYNC_GATE_PAIR_OR_SKIP(peer);
   constexpr int64_t kN = 1 << 14;
-  const std::vector<uint8_t> src_host = CastFrom(TestFloats(kN, 5), v1::FP32);
-  auto src = Upload(src_host);
-  auto dst = Upload(std::vector<uint8_t>(kN * 4, 0xEE), true);
-  const exec::CopyItem item{View2D(src.get(), v1::FP32, 1, kN, kN, 1),
-                            View2D(dst.get(), v1::FP32, 1, kN, kN, 1)};
+  const OnePut one = MakeOnePut(kN, 5);
+  const exec::CopyItem& item = one.item;
+  const std::vector<uint8_t>& src_host = one.src_host;
+  const void* dst = one.dst.get();
   auto before = writer().GatesTimedOut();
   ASSERT_TRUE(before.ok()) << before.status();
   std::atomic<bool> signalled{false};
@@ -398,14 +413,14 @@ TEST_P(PeerWriterConformanceTest, PutsAfterAGateWaitForThePeersSignal) {
   if (!signalled) {  // a device gates on its stream: the put is queued behind it
     absl::SleepFor(absl::Milliseconds(100));
     const bool early = signalled;
-    const std::vector<uint8_t> got = Download(dst.get(), kN * 4);
+    const std::vector<uint8_t> got = Download(dst, kN * 4);
     if (!early) {
       EXPECT_EQ(got, std::vector<uint8_t>(kN * 4, 0xEE)) << "the put passed its gate";
     }
   }
   ASSERT_TRUE(writer().Fence().ok());
   signaller.join();
-  EXPECT_EQ(Download(dst.get(), kN * 4), src_host);
+  EXPECT_EQ(Download(dst, kN * 4), src_host);
   EXPECT_EQ(*writer().GatesTimedOut(), *before) << "the gate opened by the signal";
 }
 
@@ -414,11 +429,10 @@ TEST_P(PeerWriterConformanceTest, PutsAfterAGateWaitForThePeersSignal) {
 TEST_P(PeerWriterConformanceTest, ASignalLandsAfterThePutsBeforeIt) {
   WSYNC_GATE_PAIR_OR_SKIP(peer);
   constexpr int64_t kN = 1 << 20;
-  const std::vector<uint8_t> src_host = CastFrom(TestFloats(kN, 6), v1::FP32);
-  auto src = Upload(src_host);
-  auto dst = Upload(std::vector<uint8_t>(kN * 4, 0xEE), true);
-  const exec::CopyItem item{View2D(src.get(), v1::FP32, 1, kN, kN, 1),
-                            View2D(dst.get(), v1::FP32, 1, kN, kN, 1)};
+  const OnePut one = MakeOnePut(kN, 6);
+  const exec::CopyItem& item = one.item;
+  const std::vector<uint8_t>& src_host = one.src_host;
+  const void* dst = one.dst.get();
   ASSERT_TRUE(writer().Put({item}, {}, false).ok());
   ASSERT_TRUE(writer().SignalAfterPuts({{1, 2, 9}}).ok());
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
@@ -429,7 +443,7 @@ TEST_P(PeerWriterConformanceTest, ASignalLandsAfterThePutsBeforeIt) {
     ASSERT_EQ(*v, 0u);
     ASSERT_LT(absl::Now(), deadline) << "the signal never landed";
   }
-  EXPECT_EQ(Download(dst.get(), kN * 4), src_host) << "the signal came before the put's bytes";
+  EXPECT_EQ(Download(dst, kN * 4), src_host) << "the signal came before the put's bytes";
   EXPECT_TRUE(writer().Fence().ok());
 }
 
@@ -438,11 +452,10 @@ TEST_P(PeerWriterConformanceTest, ASignalLandsAfterThePutsBeforeIt) {
 TEST_P(PeerWriterConformanceTest, ASilentPeersGateOpensByItsTimeout) {
   WSYNC_GATE_PAIR_OR_SKIP(peer);
   constexpr int64_t kN = 4096;
-  const std::vector<uint8_t> src_host = CastFrom(TestFloats(kN, 7), v1::FP32);
-  auto src = Upload(src_host);
-  auto dst = Upload(std::vector<uint8_t>(kN * 4, 0xEE), true);
-  const exec::CopyItem item{View2D(src.get(), v1::FP32, 1, kN, kN, 1),
-                            View2D(dst.get(), v1::FP32, 1, kN, kN, 1)};
+  const OnePut one = MakeOnePut(kN, 7);
+  const exec::CopyItem& item = one.item;
+  const std::vector<uint8_t>& src_host = one.src_host;
+  const void* dst = one.dst.get();
   auto before = writer().GatesTimedOut();
   ASSERT_TRUE(before.ok()) << before.status();
   const absl::Time start = absl::Now();
@@ -453,7 +466,7 @@ TEST_P(PeerWriterConformanceTest, ASilentPeersGateOpensByItsTimeout) {
   const absl::Duration took = absl::Now() - start;
   EXPECT_GE(took, absl::Milliseconds(190));
   EXPECT_LT(took, absl::Seconds(20));
-  EXPECT_EQ(Download(dst.get(), kN * 4), src_host);
+  EXPECT_EQ(Download(dst, kN * 4), src_host);
   EXPECT_EQ(*writer().GatesTimedOut(), *before + 1);
 }
 

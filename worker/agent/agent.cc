@@ -45,7 +45,8 @@ WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics)
       runner_(&tensors_, metrics,
               RunnerOptions{options_.round_timeout, options_.staging_limit_bytes, options_.backend,
                             options_.parts_cache_bytes, options_.staging_budget_bytes,
-                            options_.test_corrupt_after_sync, options_.arenas}),
+                            options_.test_corrupt_after_sync, options_.arenas,
+                            options_.put_gate_timeout}),
       lane_(options_.controller_lane, Roles(options_)),
       progress_([this](const v1::ReportProgressRequest& p) {
         grpc::ClientContext ctx;

@@ -51,6 +51,8 @@ struct AgentOptions {
   std::vector<std::string> capabilities;
   std::string instance_id;
   absl::Duration round_timeout = absl::Seconds(60);
+  // Phase gates between direct-write put phases (--put_gate_timeout; 0: off).
+  absl::Duration put_gate_timeout = absl::Milliseconds(100);
   // 0: up to two plan rounds' staging. Sent at registration: the controller
   // plans within it.
   int64_t staging_limit_bytes = 0;

@@ -21,6 +21,8 @@ exec::ExecutorOptions ExecutorOptionsOf(const RunnerOptions& o) {
   exec::ExecutorOptions eo;
   eo.round_timeout = o.round_timeout;
   eo.staging_limit_bytes = o.staging_limit_bytes;
+  eo.put_gate_timeout = o.put_gate_timeout;
+  eo.put_phase_gates = o.put_gate_timeout > absl::ZeroDuration();
   return eo;
 }
 }  // namespace

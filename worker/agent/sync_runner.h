@@ -46,6 +46,9 @@ struct RunnerOptions {
   // weight_arenas.h); a staged part whose destinations lie in one commits by
   // swapping (docs/commit-swap.md).
   WeightArenas* arenas = nullptr;
+  // ExecutorOptions::put_gate_timeout (--put_gate_timeout; 0: no phase
+  // gates).
+  absl::Duration put_gate_timeout = absl::Milliseconds(100);
 };
 
 // The part key of an assignment (plan key, worker, routes); older

@@ -86,6 +86,10 @@ ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
           "WSYNC_METRICS_HOST.");
 ABSL_FLAG(absl::Duration, round_timeout, absl::Seconds(60),
           "Longest one plan round may take on the data plane. Env: WSYNC_ROUND_TIMEOUT.");
+ABSL_FLAG(absl::Duration, put_gate_timeout, absl::Milliseconds(100),
+          "Longest a phase gate between this worker's direct-write put phases waits for its "
+          "peers (docs/direct-writes.md, \"Phase gates\"); a gate that times out costs time, "
+          "never bytes. 0: no phase gates. Env: WSYNC_PUT_GATE_TIMEOUT.");
 ABSL_FLAG(int64_t, staging_limit_bytes, 0,
           "Most staging memory a sync may hold (the executor overlaps neighbouring rounds only "
           "where both fit); 0: up to two plan rounds' worth. Sent at registration: the "
@@ -188,6 +192,7 @@ int main(int argc, char** argv) {
        "metrics_port",
        "metrics_host",
        "round_timeout",
+       "put_gate_timeout",
        "staging_limit_bytes",
        "staging_budget_bytes",
        "decision_slack",
@@ -253,6 +258,12 @@ int main(int argc, char** argv) {
   options.device_uuid = absl::GetFlag(FLAGS_device_uuid);
   options.data_address = absl::GetFlag(FLAGS_data_address);
   options.round_timeout = absl::GetFlag(FLAGS_round_timeout);
+  options.put_gate_timeout = absl::GetFlag(FLAGS_put_gate_timeout);
+  if (options.put_gate_timeout < absl::ZeroDuration()) {
+    spdlog::error("wsync-worker: --put_gate_timeout must be >= 0, got {}",
+                  absl::FormatDuration(options.put_gate_timeout));
+    return 2;
+  }
   options.staging_limit_bytes = absl::GetFlag(FLAGS_staging_limit_bytes);
   if (options.staging_limit_bytes < 0) {
     spdlog::error("wsync-worker: --staging_limit_bytes must be >= 0, got {}",

@@ -57,6 +57,11 @@ void PlanUsage(FILE* out) {
                "  --max-buckets N   refuse a plan of more buckets (default 2000000; 0: no limit)\n"
                "  --no-piece-runs   write every piece out (no PieceRun): the plan as planners\n"
                "                    before piece runs emitted it\n"
+               "  --stacking M      off, on or auto (default): plan each group of alike tensors\n"
+               "                    as one stacked tensor and write its pieces back as runs\n"
+               "                    (docs/plan-compact.md section 6); auto stacks only a spec\n"
+               "                    the piece limit refuses unstacked, and then the limit\n"
+               "                    counts pieces and runs\n"
                "  --stop-after-cells  measurement: stop (exit status of a refused plan) once the\n"
                "                    cells are built, so that with --stages the stages up to\n"
                "                    there can be measured on specs too large to plan whole\n"
@@ -172,7 +177,7 @@ void PrintSummary(const v1::TransferSpec& spec, const v1::Plan& plan,
 
 int RunPlanCommand(const std::vector<std::string>& argv) {
   FlagSpec flags{{"top", "verify-max-gib", "max-pieces", "max-buckets", "nvlink-gbps", "nic-gbps",
-                  "copy-gbps", "round-latency-us"},
+                  "copy-gbps", "round-latency-us", "stacking"},
                  {"json", "pretty", "verify", "rounds", "help", "nccl-net", "sim-json",
                   "sim-rates-only", "stages", "no-piece-runs", "stop-after-cells"}};
   AddCaseFlags(&flags);
@@ -203,6 +208,17 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   build.max_buckets = *max_buckets;
   build.emit_piece_runs = !args->Has("no-piece-runs");
   build.stop_after_cells = args->Has("stop-after-cells");
+  if (args->Has("stacking")) {
+    const std::string mode = args->Value("stacking");
+    if (mode == "off") {
+      build.stacking = plan::BuildOptions::Stacking::kOff;
+    } else if (mode == "on") {
+      build.stacking = plan::BuildOptions::Stacking::kOn;
+    } else if (mode != "auto") {
+      return Fail(kExitUsage, absl::InvalidArgumentError(absl::StrCat(
+                                  "--stacking must be off, on or auto, not '", mode, "'")));
+    }
+  }
   std::vector<plan::StageCost> stages;
   plan::StageClock clock(args->Has("stages") ? &stages : nullptr);
   if (args->Has("stages")) build.stages = &stages;

@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "controller/plan/plan_bound.h"
 #include "controller/plan/plan_estimate.h"
+#include "controller/plan/plan_stacking.h"
 #include "controller/plan/planner_internal.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -306,17 +307,43 @@ absl::StatusOr<v1::Plan> BuildPlan(const v1::TransferSpec& spec, const BuildOpti
   return plan;
 }
 
+namespace {
+
+// The planner on stacked sides (plan_stacking.h), written back.
+absl::Status BuildStackedPlanInto(const v1::TransferSpec& spec, const StackedSides& stacked,
+                                  const CompiledSide& source, const CompiledSide& destination,
+                                  v1::Plan* out, const BuildOptions& build,
+                                  StageClock* clock) {
+  RETURN_IF_ERROR(BuildPlanFromCompiledInto(stacked.spec, stacked.src, stacked.dst, out, build));
+  clock->Skip();  // the stages above marked their own
+  RETURN_IF_ERROR(UnstackPlan(stacked, source, destination, out));
+  out->set_key(PlanKey(spec));
+  int64_t records = 0;
+  for (const v1::Bucket& b : out->buckets()) records += b.pieces_size() + b.runs_size();
+  clock->Mark(absl::StrCat("unstack (", stacked.groups, " groups of ", stacked.members,
+                           " tensors; ", records, " pieces and runs)"));
+  return planner_detail::CheckPlanLimit("pieces and runs", records, build.max_pieces,
+                                        planner_detail::kPiecesFlag);
+}
+
+}  // namespace
+
 absl::Status BuildPlanInto(const v1::TransferSpec& spec, v1::Plan* out, const BuildOptions& build) {
   const auto start = std::chrono::steady_clock::now();
   StageClock clock(build.stages);
   // Before compiling: a spec of millions of source shards is refused here, in
-  // milliseconds, not after gigabytes of fragments and cells.
-  if (build.max_pieces > 0) {
-    RETURN_IF_ERROR(planner_detail::CheckPlanLimit(
+  // milliseconds, not after gigabytes of fragments and cells, unless
+  // stacking may plan it in fewer records.
+  bool stack = build.stacking == BuildOptions::Stacking::kOn;
+  absl::Status limit;
+  if (build.max_pieces > 0 && build.stacking != BuildOptions::Stacking::kOn) {
+    limit = planner_detail::CheckPlanLimit(
         "pieces (at least: source shards read, counted from the spec)", MinPiecesFromSpec(spec),
         build.max_pieces, planner_detail::kPiecesFlag,
         "every source shard a mapping reads is a piece of its own: fewer, larger shards "
-        "(e.g. stacked experts) or a higher limit"));
+        "(e.g. stacked experts) or a higher limit");
+    if (!limit.ok() && build.stacking == BuildOptions::Stacking::kOff) return limit;
+    stack = !limit.ok();
   }
   clock.Mark("estimate pieces");
   ASSIGN_OR_RETURN(CompiledSide source, CompileSide(spec.source(), SideRole::kSource));
@@ -324,7 +351,20 @@ absl::Status BuildPlanInto(const v1::TransferSpec& spec, v1::Plan* out, const Bu
   ASSIGN_OR_RETURN(CompiledSide destination,
                    CompileSide(spec.destination(), SideRole::kDestination));
   clock.Mark("compile destination");
-  RETURN_IF_ERROR(BuildPlanFromCompiledInto(spec, source, destination, out, build));
+  if (stack) {
+    ASSIGN_OR_RETURN(StackedSides stacked, StackSides(spec, source, destination));
+    clock.Mark(absl::StrCat("stack (", stacked.groups, " groups of ", stacked.members,
+                            " tensors)"));
+    if (stacked.groups == 0) RETURN_IF_ERROR(limit);  // nothing alike: refused as unstacked
+    if (stacked.groups > 0) {
+      RETURN_IF_ERROR(
+          BuildStackedPlanInto(spec, stacked, source, destination, out, build, &clock));
+    } else {
+      RETURN_IF_ERROR(BuildPlanFromCompiledInto(spec, source, destination, out, build));
+    }
+  } else {
+    RETURN_IF_ERROR(BuildPlanFromCompiledInto(spec, source, destination, out, build));
+  }
   if (build.record_plan_seconds) {
     out->mutable_summary()->set_plan_seconds(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

@@ -61,6 +61,14 @@ struct BuildOptions {
   // limit check), so that the stages up to there can be measured (`stages`)
   // on specs whose later stages would not fit in memory.
   bool stop_after_cells = false;
+  // Tensor stacking (plan_stacking.h): plan each group of alike destination
+  // tensors as one stacked tensor, then write its pieces back as the
+  // members' runs. kAuto stacks only a spec whose unstacked plan the piece
+  // limit refuses (more source shards read than max_pieces), so every plan
+  // within the limit is what it was; stacked, max_pieces bounds the plan's
+  // records (plain pieces and runs), not its expanded pieces.
+  enum class Stacking { kOff, kAuto, kOn };
+  Stacking stacking = Stacking::kAuto;
 };
 
 absl::StatusOr<v1::Plan> BuildPlan(const v1::TransferSpec& spec,

@@ -139,6 +139,7 @@ TEST(PlanEstimateTest, PlannerRefusesBeforeCompiling) {
   const v1::TransferSpec spec = Fsdp(1024, 4096, 4096, 1);  // 4 M shards
   BuildOptions build;
   build.max_pieces = 1'000'000;
+  build.stacking = BuildOptions::Stacking::kOff;
   const auto start = std::chrono::steady_clock::now();
   v1::Plan plan;
   const absl::Status st = BuildPlanInto(spec, &plan, build);
@@ -153,6 +154,33 @@ TEST(PlanEstimateTest, PlannerRefusesBeforeCompiling) {
   // Without a limit the estimate is not computed and the same spec plans
   // (scaled down here to keep the test small).
   EXPECT_TRUE(BuildPlan(Fsdp(2, 64, 64, 1)).ok());
+}
+
+// With stacking (the default, kAuto), the same spec's 1024 alike tensors are
+// planned as one stacked tensor, within the limit in records; a spec over
+// the limit whose tensors are all different is refused as unstacked.
+TEST(PlanEstimateTest, StackingPlansAlikeTensorsTheLimitRefusesUnstacked) {
+  BuildOptions build;
+  build.max_pieces = 1'000'000;
+  build.record_plan_seconds = false;
+  absl::StatusOr<v1::Plan> plan = BuildPlan(Fsdp(1024, 4096, 4096, 1), build);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->summary().num_pieces(), 4096 * 1024);
+  int64_t records = 0;
+  for (const v1::Bucket& b : plan->buckets()) records += b.pieces_size() + b.runs_size();
+  EXPECT_LE(records, build.max_pieces);
+
+  v1::Side src = Side("train", Range(0, 64));
+  v1::Side dst = Side("infer", {64});
+  for (int i = 0; i < 8; ++i) {  // 8 tensors of different shapes: nothing stacks
+    const std::string name = "w" + std::to_string(i);
+    Mesh(&src, name, {64 + i, 2}, {64}, {Sh(0)});
+    Mesh(&dst, name, {64 + i, 2}, {1}, {Rep()});
+  }
+  build.max_pieces = 100;
+  const absl::Status st = BuildPlan(Spec(std::move(src), std::move(dst)), build).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("counted from the spec"));
 }
 
 }  // namespace

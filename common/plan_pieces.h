@@ -17,17 +17,27 @@
 
 namespace wsync {
 
+// A run's rows (1 without outer_count) and members (count x rows, <= 2^62
+// for counts within int32; negative counts count 0).
+inline int64_t RunRows(const v1::PieceRun& run) {
+  return run.outer_count() <= 0 ? 1 : run.outer_count();
+}
+inline int64_t RunMembers(const v1::PieceRun& run) {
+  return run.count() <= 0 ? 0 : int64_t{run.count()} * RunRows(run);
+}
+
 // Checks every run of `bucket` (a plan of `num_names` names), naming the
 // bucket and the run (INVALID_ARGUMENT):
-//   - count >= 2;
+//   - count >= 2, outer_count 0 or >= 2;
 //   - first carries no reduce_id, quantize_id, scales_of or quant_block;
 //   - every stepped value is computed without int64 / int32 overflow at
-//     the last member, and names (tensor, src and dst buffers) lie in
-//     [0, num_names) at both ends (values are linear in k, so the ends
-//     bound every member), byte offsets >= 0 at both ends;
+//     the run's corners (first and last row, first and last member), and
+//     names (tensor, src and dst buffers) lie in [0, num_names) there
+//     (values are linear in row and member, so the corners bound every
+//     member), byte offsets >= 0 there;
 //   - the members' packed bytes (dst shape x wire dtype) do not overlap:
-//     bucket_step >= one member's wire bytes, and the last member ends
-//     within `bucket.bytes`.
+//     bucket_step >= one member's wire bytes, outer_bucket_step >= one
+//     row's bytes, and the last member ends within `bucket.bytes`.
 // Views' extents against their buffers are the binder's checks, made on
 // each member as on any piece.
 absl::Status CheckPieceRuns(const v1::Bucket& bucket, int32_t num_names);
@@ -45,7 +55,7 @@ inline constexpr int64_t kMaxRunMembers = int64_t{1} << 22;
 // this once, before ForEachPiece or ExpandRuns on its buckets.
 absl::Status CheckPlanRuns(const v1::Plan& plan, int64_t max_members = kMaxRunMembers);
 
-// Plain pieces plus every run's count (INVALID_ARGUMENT on overflow or a
+// Plain pieces plus every run's members (INVALID_ARGUMENT on overflow or a
 // negative count).
 absl::StatusOr<int64_t> PieceCount(const v1::Bucket& bucket);
 

@@ -211,17 +211,22 @@ MAX_RUN_MEMBERS = 1 << 22  # common/plan_pieces.h kMaxRunMembers: all runs of a 
 
 def expand_runs(bucket, num_names, budget):
     """The bucket's pieces in order (docs/plan-format.md, "Piece runs"): its plain
-    `pieces`, then member k of each run: `first` with its tensor name, buffer
-    names, byte offsets and bucket offset advanced by k steps. Raises ValueError
+    `pieces`, then member (j, k) of each run, rows j in order (outerCount rows,
+    one without it): `first` with its tensor name, buffer names, byte offsets
+    and bucket offset advanced by j outer steps and k steps. Raises ValueError
     for a run this replayer cannot trust; budget[0] counts the members left to
     expand in the whole plan."""
     pieces = list(bucket.get("pieces", []))
     for i, run in enumerate(bucket.get("runs", [])):
         first, count = run.get("first", {}), int(run.get("count", 0))
+        outer = int(run.get("outerCount", 0))
         where = "bucket %s run %d" % (bucket.get("id", 0), i)
         if count < 2:
             raise ValueError("%s: count %d (a run has at least 2 members)" % (where, count))
-        budget[0] -= count
+        if outer < 0 or outer == 1:
+            raise ValueError("%s: outer_count %d (0: one row; else >= 2)" % (where, outer))
+        rows = max(outer, 1)
+        budget[0] -= count * rows
         if budget[0] < 0:
             raise ValueError("%s: the plan's runs stand for more than %d pieces"
                              % (where, MAX_RUN_MEMBERS))
@@ -229,19 +234,27 @@ def expand_runs(bucket, num_names, budget):
                 first.get("quantBlock"):
             raise ValueError("%s: a run's piece may not be a reduce, quantize or scales piece"
                              % where)
-        for k in range(count):
-            p = json.loads(json.dumps(first))
-            p["tensorName"] = int(first.get("tensorName", 0)) + k * int(run.get("tensorNameStep", 0))
-            p["bucketOffset"] = int(first.get("bucketOffset", 0)) + k * int(run.get("bucketStep", 0))
-            for side in ("src", "dst"):
-                view = p.setdefault(side, {})
-                view["bufferName"] = int(view.get("bufferName", 0)) + \
-                    k * int(run.get(side + "BufferStep", 0))
-                view["byteOffset"] = int(view.get("byteOffset", 0)) + \
-                    k * int(run.get(side + "ByteStep", 0))
-                if not 0 <= view["bufferName"] < num_names or view["byteOffset"] < 0:
-                    raise ValueError("%s: member %d's %s names no buffer" % (where, k, side))
-            pieces.append(p)
+
+        def stepped(value, field, j, k):
+            field = field[0].upper() + field[1:]
+            return int(value) + j * int(run.get("outer" + field, 0)) + \
+                k * int(run.get(field[0].lower() + field[1:], 0))
+
+        for j in range(rows):
+            for k in range(count):
+                p = json.loads(json.dumps(first))
+                p["tensorName"] = stepped(first.get("tensorName", 0), "tensorNameStep", j, k)
+                p["bucketOffset"] = stepped(first.get("bucketOffset", 0), "bucketStep", j, k)
+                for side in ("src", "dst"):
+                    view = p.setdefault(side, {})
+                    view["bufferName"] = stepped(view.get("bufferName", 0),
+                                                 side + "BufferStep", j, k)
+                    view["byteOffset"] = stepped(view.get("byteOffset", 0),
+                                                 side + "ByteStep", j, k)
+                    if not 0 <= view["bufferName"] < num_names or view["byteOffset"] < 0:
+                        raise ValueError("%s: member (%d, %d)'s %s names no buffer"
+                                         % (where, j, k, side))
+                pieces.append(p)
     bucket["pieces"] = pieces
     bucket.pop("runs", None)
 

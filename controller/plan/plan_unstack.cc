@@ -19,6 +19,42 @@ using planner_detail::FillView;
 using planner_detail::ViewFields;
 using planner_detail::ViewTable;
 
+// A row of members written back: members [m, m + n) of the stacked tensor,
+// at bucket position k of the piece, their byte offsets stepping regularly.
+struct MemberRow {
+  int64_t m = 0, k = 0, n = 0;
+  int64_t src_offset = 0, dst_offset = 0;  // of member m
+  int64_t src_step = 0, dst_step = 0;      // between members (0 when n == 1)
+};
+
+// Rows of equal shape whose starts step regularly, written as one PieceRun
+// (rows x members), a one-row run or a plain piece.
+struct RowBlock {
+  MemberRow first;
+  int64_t rows = 1;
+  int64_t m_step = 0, k_step = 0, src_step = 0, dst_step = 0;  // between rows
+
+  bool Extends(const MemberRow& r) const {
+    if (r.n != first.n || r.src_step != first.src_step || r.dst_step != first.dst_step) {
+      return false;
+    }
+    const int64_t dm = r.m - first.m, dk = r.k - first.k;
+    const int64_t ds = r.src_offset - first.src_offset, dd = r.dst_offset - first.dst_offset;
+    if (rows == 1) return true;
+    return dm == rows * m_step && dk == rows * k_step && ds == rows * src_step &&
+           dd == rows * dst_step;
+  }
+  void Add(const MemberRow& r) {
+    if (rows == 1) {
+      m_step = r.m - first.m;
+      k_step = r.k - first.k;
+      src_step = r.src_offset - first.src_offset;
+      dst_step = r.dst_offset - first.dst_offset;
+    }
+    ++rows;
+  }
+};
+
 // One side of a piece over a stacked tensor.
 struct StackedView {
   const VirtualBuffer* buffer = nullptr;
@@ -42,7 +78,13 @@ class Unstacker {
   bool IsStacked(const v1::Piece& p) const {
     return Virtual(p.src()) != nullptr || Virtual(p.dst()) != nullptr;
   }
+  // Plan.names indices of a stacked piece's member 0: tensor, buffers.
+  struct Names {
+    int32_t tensor = 0, src = 0, dst = 0;
+  };
   absl::Status Expand(const v1::Piece& p, v1::Bucket* b);
+  void Emit(const v1::Piece& p, const StackedView& src, const StackedView& dst,
+            const Names& names, int64_t wire, const RowBlock& block, v1::Bucket* b);
   void SetView(const v1::TensorView& v, const StackedView& sv, int64_t member, int32_t name,
                v1::TensorView* (v1::Piece::*mutable_view)(), v1::Piece* out);
   absl::Status RewriteBucket(v1::Bucket* b);
@@ -118,7 +160,7 @@ void Unstacker::SetView(const v1::TensorView& v, const StackedView& sv, int64_t 
 }
 
 // Appends piece p's members to b: runs where names and offsets step
-// regularly, plain pieces elsewhere.
+// regularly (rows of runs where the rows do too), plain pieces elsewhere.
 absl::Status Unstacker::Expand(const v1::Piece& p, v1::Bucket* b) {
   ASSIGN_OR_RETURN(const StackedView src, Locate(p.src(), "source"));
   ASSIGN_OR_RETURN(const StackedView dst, Locate(p.dst(), "destination"));
@@ -133,47 +175,76 @@ absl::Status Unstacker::Expand(const v1::Piece& p, v1::Bucket* b) {
   int64_t inner_elems = 1;
   for (int d = 1; d < p.dst().shape_size(); ++d) inner_elems *= p.dst().shape(d);
   const int64_t wire = inner_elems * DTypeSize(p.wire_dtype());
-  const int32_t tensor_base = block_base_[tb->second];
-  const int32_t src_base = block_base_[src.buffer->names];
-  const int32_t dst_base = block_base_[dst.buffer->names];
-  auto offsets = [&](int64_t m) {
-    return std::pair(src.buffer->MemberOffset(m), dst.buffer->MemberOffset(m));
-  };
+  const Names names{block_base_[tb->second], block_base_[src.buffer->names],
+                    block_base_[dst.buffer->names]};
+  RowBlock block;
+  bool open = false;
   for (int64_t k = 0; k < count;) {
-    const int64_t m = src.first + k;
-    int64_t n = 1;  // members in this run
+    MemberRow row;
+    row.m = src.first + k;
+    row.k = k;
+    row.src_offset = src.buffer->MemberOffset(row.m);
+    row.dst_offset = dst.buffer->MemberOffset(row.m);
+    row.n = 1;
     if (k + 1 < count) {
-      const auto [s0, d0] = offsets(m);
-      const auto [s1, d1] = offsets(m + 1);
-      while (k + n < count) {
-        const auto [sn, dn] = offsets(m + n);
-        if (sn - s0 != n * (s1 - s0) || dn - d0 != n * (d1 - d0)) break;
-        ++n;
+      row.src_step = src.buffer->MemberOffset(row.m + 1) - row.src_offset;
+      row.dst_step = dst.buffer->MemberOffset(row.m + 1) - row.dst_offset;
+      while (k + row.n < count &&
+             src.buffer->MemberOffset(row.m + row.n) - row.src_offset == row.n * row.src_step &&
+             dst.buffer->MemberOffset(row.m + row.n) - row.dst_offset == row.n * row.dst_step) {
+        ++row.n;
       }
+      if (row.n == 1) row.src_step = row.dst_step = 0;
     }
-    v1::Piece* out;
-    if (n == 1) {
-      out = b->add_pieces();
-    } else {
-      v1::PieceRun* run = b->add_runs();
-      run->set_count(static_cast<int32_t>(n));
-      run->set_tensor_name_step(1);
-      run->set_src_buffer_step(1);
-      run->set_dst_buffer_step(1);
-      run->set_src_byte_step(offsets(m + 1).first - offsets(m).first);
-      run->set_dst_byte_step(offsets(m + 1).second - offsets(m).second);
-      run->set_bucket_step(wire);
-      out = run->mutable_first();
+    k += row.n;
+    if (open && block.Extends(row)) {
+      block.Add(row);
+      continue;
     }
-    out->set_tensor_name(tensor_base + static_cast<int32_t>(m));
-    SetView(p.src(), src, m, src_base + static_cast<int32_t>(m), &v1::Piece::mutable_src, out);
-    SetView(p.dst(), dst, m, dst_base + static_cast<int32_t>(m), &v1::Piece::mutable_dst, out);
-    out->set_bucket_offset(p.bucket_offset() + k * wire);
-    out->set_wire_dtype(p.wire_dtype());
-    out->set_relay(p.relay());
-    k += n;
+    if (open) Emit(p, src, dst, names, wire, block, b);
+    block = RowBlock{row};
+    open = true;
   }
+  if (open) Emit(p, src, dst, names, wire, block, b);
   return absl::OkStatus();
+}
+
+void Unstacker::Emit(const v1::Piece& p, const StackedView& src, const StackedView& dst,
+                     const Names& names, int64_t wire, const RowBlock& block, v1::Bucket* b) {
+  const MemberRow& r = block.first;
+  v1::Piece* out;
+  if (r.n == 1 && block.rows == 1) {
+    out = b->add_pieces();
+  } else {
+    v1::PieceRun* run = b->add_runs();
+    // Rows of one member are one run along the rows.
+    const bool single = r.n == 1;
+    run->set_count(static_cast<int32_t>(single ? block.rows : r.n));
+    const int32_t m_step = static_cast<int32_t>(single ? block.m_step : 1);
+    run->set_tensor_name_step(m_step);
+    run->set_src_buffer_step(m_step);
+    run->set_dst_buffer_step(m_step);
+    run->set_src_byte_step(single ? block.src_step : r.src_step);
+    run->set_dst_byte_step(single ? block.dst_step : r.dst_step);
+    run->set_bucket_step(single ? block.k_step * wire : wire);
+    if (!single && block.rows > 1) {
+      const int32_t outer = static_cast<int32_t>(block.m_step);
+      run->set_outer_count(static_cast<int32_t>(block.rows));
+      run->set_outer_tensor_name_step(outer);
+      run->set_outer_src_buffer_step(outer);
+      run->set_outer_dst_buffer_step(outer);
+      run->set_outer_src_byte_step(block.src_step);
+      run->set_outer_dst_byte_step(block.dst_step);
+      run->set_outer_bucket_step(block.k_step * wire);
+    }
+    out = run->mutable_first();
+  }
+  out->set_tensor_name(names.tensor + static_cast<int32_t>(r.m));
+  SetView(p.src(), src, r.m, names.src + static_cast<int32_t>(r.m), &v1::Piece::mutable_src, out);
+  SetView(p.dst(), dst, r.m, names.dst + static_cast<int32_t>(r.m), &v1::Piece::mutable_dst, out);
+  out->set_bucket_offset(p.bucket_offset() + r.k * wire);
+  out->set_wire_dtype(p.wire_dtype());
+  out->set_relay(p.relay());
 }
 
 absl::Status Unstacker::RewriteBucket(v1::Bucket* b) {
@@ -249,8 +320,8 @@ void Unstacker::Recount() {
     for (const v1::Piece& p : b.pieces()) relays += p.relay() ? 1 : 0;
     pieces += b.pieces_size();
     for (const v1::PieceRun& r : b.runs()) {
-      pieces += r.count();
-      relays += r.first().relay() ? r.count() : 0;
+      pieces += RunMembers(r);
+      relays += r.first().relay() ? RunMembers(r) : 0;
     }
   }
   plan_->mutable_summary()->set_num_pieces(pieces);

@@ -179,6 +179,120 @@ TEST(PlanPiecesTest, CheckPlanRunsBoundsTheMembersOfAllRuns) {
   EXPECT_THAT(std::string(CheckPlanRuns(plan).message()), HasSubstr("bucket 8 run 0: count 1"));
 }
 
+// Rows of runs (outer_count): 2 layers x 3 experts. Row j is layer j's
+// stacked buffer (names 30 and 31); member k of a row the expert slot k.
+v1::Bucket RowsBucket() {
+  v1::Bucket b;
+  b.set_id(9);
+  b.set_bytes(6 * kMember);
+  v1::PieceRun* run = b.add_runs();
+  *run->mutable_first() = Plain(10, 20, 0, 30, 0, 0);
+  run->set_count(3);
+  run->set_tensor_name_step(1);
+  run->set_src_buffer_step(1);
+  run->set_dst_byte_step(4096);
+  run->set_bucket_step(kMember);
+  run->set_outer_count(2);
+  run->set_outer_tensor_name_step(3);
+  run->set_outer_src_buffer_step(3);
+  run->set_outer_dst_buffer_step(1);
+  run->set_outer_bucket_step(3 * kMember);
+  return b;
+}
+
+TEST(PlanPiecesTest, RowsOfARunExpandRowByRow) {
+  const v1::Bucket b = RowsBucket();
+  ASSERT_TRUE(CheckPieceRuns(b, 40).ok()) << CheckPieceRuns(b, 40);
+  EXPECT_EQ(*PieceCount(b), 6);
+  const std::vector<v1::Piece> got = Expand(b);
+  ASSERT_EQ(got.size(), 6u);
+  for (int j = 0; j < 2; ++j) {
+    for (int k = 0; k < 3; ++k) {
+      const v1::Piece want = Plain(10 + 3 * j + k, 20 + 3 * j + k, 0, 30 + j, 4096 * k,
+                                   (3 * j + k) * kMember);
+      EXPECT_EQ(got[3 * j + k].SerializeAsString(), want.SerializeAsString())
+          << "row " << j << " member " << k;
+    }
+  }
+  v1::Plan plan;
+  for (int i = 0; i < 40; ++i) plan.add_names("n" + std::to_string(i));
+  *plan.add_buckets() = b;
+  EXPECT_TRUE(CheckPlanRuns(plan, 6).ok());
+  EXPECT_THAT(std::string(CheckPlanRuns(plan, 5).message()), HasSubstr("more than 5 pieces"));
+}
+
+TEST(PlanPiecesTest, HostileRowsAreRefusedNamingBucketAndRun) {
+  struct Case {
+    const char* what;
+    void (*edit)(v1::PieceRun*);
+    const char* message;
+  };
+  const Case cases[] = {
+      {"one row", [](v1::PieceRun* r) { r->set_outer_count(1); }, "outer_count 1"},
+      {"negative rows", [](v1::PieceRun* r) { r->set_outer_count(-3); }, "outer_count -3"},
+      {"last row's names past the names",
+       [](v1::PieceRun* r) { r->set_outer_tensor_name_step(30); }, "tensor_name of a member is"},
+      {"a row's buffer below 0", [](v1::PieceRun* r) { r->set_outer_dst_buffer_step(-31); },
+       "dst.buffer_name of a member is -1"},
+      {"a row's byte offset overflows",
+       [](v1::PieceRun* r) {
+         r->set_outer_src_byte_step(std::numeric_limits<int64_t>::max() / 2 + 1);
+         r->set_outer_count(3);
+       },
+       "src.byte_offset"},
+      {"negative offset in the last row, first member",
+       [](v1::PieceRun* r) {
+         r->set_outer_dst_byte_step(-8192);
+         r->set_dst_byte_step(8192);
+       },
+       "dst.byte_offset of a member is -8192"},
+      {"overlapping rows", [](v1::PieceRun* r) { r->set_outer_bucket_step(2 * kMember); },
+       "rows would overlap"},
+      {"rows past the bucket", [](v1::PieceRun* r) { r->set_outer_count(3); },
+       "the last member's bytes"},
+      {"huge rows",
+       [](v1::PieceRun* r) { r->set_outer_count(std::numeric_limits<int32_t>::max()); },
+       "tensor_name of a member"},
+  };
+  for (const Case& c : cases) {
+    v1::Bucket b = RowsBucket();
+    c.edit(b.mutable_runs(0));
+    const absl::Status s = CheckPieceRuns(b, 40);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.what << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("bucket 9 run 0")) << c.what;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.what << ": " << s;
+  }
+  // Rows of 2^31 - 1 runs of 2^31 - 1 members (every step 0, members of 0
+  // bytes) are ~2^62 members each: refused by the plan-wide budget, and three
+  // of them (over 2^63) refused even by a budget of 2^63 - 1, not overflowed.
+  v1::Plan plan;
+  plan.add_names("n");
+  v1::Bucket& b = *plan.add_buckets();
+  b = RowsBucket();
+  v1::PieceRun* r = b.mutable_runs(0);
+  *r->mutable_first() = Plain(0, 0, 0, 0, 0, 0);
+  r->mutable_first()->mutable_dst()->set_shape(0, 0);
+  for (int i = 0; i < 3; ++i) {
+    v1::PieceRun* run = i == 0 ? r : b.add_runs();
+    if (i > 0) *run = *r;
+    run->set_count(std::numeric_limits<int32_t>::max());
+    run->set_outer_count(std::numeric_limits<int32_t>::max());
+    run->set_tensor_name_step(0);
+    run->set_src_buffer_step(0);
+    run->set_dst_byte_step(0);
+    run->set_bucket_step(0);
+    run->set_outer_tensor_name_step(0);
+    run->set_outer_src_buffer_step(0);
+    run->set_outer_dst_buffer_step(0);
+    run->set_outer_bucket_step(0);
+  }
+  EXPECT_TRUE(CheckPieceRuns(b, 1).ok()) << CheckPieceRuns(b, 1);
+  EXPECT_THAT(std::string(CheckPlanRuns(plan).message()), HasSubstr("more than 4194304 pieces"));
+  EXPECT_THAT(std::string(CheckPlanRuns(plan, std::numeric_limits<int64_t>::max()).message()),
+              HasSubstr("bucket 9 run 2"));
+  EXPECT_EQ(PieceCount(b).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(PlanPiecesTest, ExpandPlanRunsWritesOutEveryBucket) {
   const v1::Plan plan = TwoBucketPlan();
   EXPECT_TRUE(HasPieceRuns(plan));

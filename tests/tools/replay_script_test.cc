@@ -191,5 +191,52 @@ TEST(ReplayScriptTest, OutsideReplayerExpandsPieceRuns) {
   }
 }
 
+// A stacked plan (`wsyncctl plan --stacking on`): rows of runs (outerCount)
+// written back from stacked experts, replayed by the script from the docs;
+// a row step that moves the last row off its buffers fails.
+TEST(ReplayScriptTest, OutsideReplayerExpandsRowsOfRuns) {
+  std::string ignored;
+  if (Shell("python3 --version", &ignored) != 0) GTEST_SKIP() << "python3 not installed";
+  const std::string dir = ::testing::TempDir();
+  const std::string spec = dir + "/replay_rows_spec.json", plan = dir + "/replay_rows_plan.json";
+  const std::string script = std::string(WSYNC_SOURCE_DIR) + "/tools/replay_plan.py";
+  std::string out;
+  ASSERT_EQ(Shell(absl::StrCat(WSYNCCTL_PATH,
+                               " catalog --model tiny-qwen3-moe --source fsdp:2"
+                               " --destination vllm-tp:2x1,ep --out ",
+                               spec),
+                  &out),
+            0)
+      << out;
+  ASSERT_EQ(Shell(absl::StrCat(WSYNCCTL_PATH, " plan ", spec, " --stacking on --json > ", plan),
+                  &out),
+            0)
+      << out;
+  out.clear();
+  EXPECT_EQ(Shell(absl::StrCat("python3 ", script, " ", spec, " ", plan), &out), 0) << out;
+  EXPECT_NE(out.find("replay: OK"), std::string::npos) << out;
+
+  std::ifstream in(plan);
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::Plan p;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(text.str(), &p).ok());
+  v1::PieceRun* rows = nullptr;
+  for (v1::Bucket& b : *p.mutable_buckets()) {
+    for (v1::PieceRun& r : *b.mutable_runs()) {
+      if (r.outer_count() >= 2 && rows == nullptr) rows = &r;
+    }
+  }
+  ASSERT_NE(rows, nullptr) << "the stacked plan has no rows of runs";
+  rows->set_outer_dst_byte_step(rows->outer_dst_byte_step() + 2);  // later rows one element off
+  auto json = ToJson(p, false);
+  ASSERT_TRUE(json.ok());
+  const std::string bad = dir + "/replay_rows_bad.json";
+  std::ofstream(bad) << *json;
+  out.clear();
+  EXPECT_EQ(Shell(absl::StrCat("python3 ", script, " ", spec, " ", bad), &out), 1) << out;
+  EXPECT_NE(out.find("replay: FAILED"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace wsync::tools

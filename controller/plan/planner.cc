@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -314,7 +315,13 @@ absl::Status BuildStackedPlanInto(const v1::TransferSpec& spec, const StackedSid
                                   const CompiledSide& source, const CompiledSide& destination,
                                   v1::Plan* out, const BuildOptions& build,
                                   StageClock* clock) {
-  RETURN_IF_ERROR(BuildPlanFromCompiledInto(stacked.spec, stacked.src, stacked.dst, out, build));
+  // The stacked planner's working records (transfers before they merge into
+  // pieces) may reach 4 x the limit; the plan written back, the limit.
+  BuildOptions inner = build;
+  inner.max_pieces = build.max_pieces > std::numeric_limits<int64_t>::max() / 4
+                         ? 0
+                         : 4 * build.max_pieces;
+  RETURN_IF_ERROR(BuildPlanFromCompiledInto(stacked.spec, stacked.src, stacked.dst, out, inner));
   clock->Skip();  // the stages above marked their own
   RETURN_IF_ERROR(UnstackPlan(stacked, source, destination, out));
   out->set_key(PlanKey(spec));

@@ -191,5 +191,21 @@ TEST(SyncIntegration, BlockFp8ServingToTwoReplicas) {
   EXPECT_GT(summary.num_relay_pieces(), 0);
 }
 
+// A spec the controller's piece limit refuses unstacked (138 source shards
+// over --max_plan_pieces=100) is planned stacked (the experts of each EP
+// rank as one tensor, written back as runs: plan_stacking.h) and synced by
+// the real workers, every destination byte checked.
+TEST(SyncIntegration, StackedExpertsOverThePieceLimitSync) {
+  catalog::CaseOptions co = Case("fsdp:2", "vllm-tp:2x2,ep");
+  co.model = "tiny-qwen3-moe";
+  demo::ClusterOptions o = DefaultClusterOptions();
+  o.controller_flags.push_back("--max_plan_pieces=100");
+  auto run = CaseRun::Start(co, o);
+  ASSERT_TRUE(run.ok()) << run.status();
+  v1::PlanSummary summary;
+  RunVersions(**run, 2, &summary);
+  EXPECT_GT(summary.num_pieces(), 100);  // expanded; the plan holds at most 100 records
+}
+
 }  // namespace
 }  // namespace wsync::integration

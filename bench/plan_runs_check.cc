@@ -35,7 +35,7 @@ Counts CountOf(const v1::Plan& plan) {
   for (const v1::Bucket& b : plan.buckets()) {
     c.pieces += b.pieces_size();
     c.runs += b.runs_size();
-    for (const v1::PieceRun& r : b.runs()) c.members += r.count();
+    for (const v1::PieceRun& r : b.runs()) c.members += RunMembers(r);
   }
   c.bytes = static_cast<int64_t>(plan.ByteSizeLong());
   return c;

@@ -229,6 +229,15 @@ bool HasPieceRuns(const v1::Plan& plan) {
   return false;
 }
 
+bool HasPieceRunRows(const v1::Plan& plan) {
+  for (const v1::Bucket& b : plan.buckets()) {
+    for (const v1::PieceRun& r : b.runs()) {
+      if (r.outer_count() != 0) return true;
+    }
+  }
+  return false;
+}
+
 v1::Plan ExpandPlanRuns(const v1::Plan& plan) {
   v1::Plan out = plan;
   for (v1::Bucket& b : *out.mutable_buckets()) {

@@ -17,6 +17,15 @@
 
 namespace wsync {
 
+// Workers that read PieceRun rows (outer_count) register this capability.
+// An older worker would read each run's first row only and leave the other
+// rows' bytes unwritten, so the controller refuses to hand it a part with
+// rows (controller/server/worker_checks.h CheckBuffers).
+inline constexpr char kPieceRunRowsCapability[] = "piece_run_rows";
+
+// Does any run of `plan`'s buckets have rows (outer_count >= 2)?
+bool HasPieceRunRows(const v1::Plan& plan);
+
 // A run's rows (1 without outer_count) and members (count x rows, <= 2^62
 // for counts within int32; negative counts count 0).
 inline int64_t RunRows(const v1::PieceRun& run) {

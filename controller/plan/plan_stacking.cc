@@ -137,6 +137,7 @@ bool Stacker::SameAsFirst(const std::vector<int32_t>& group, int32_t t) const {
   if (!SameGeometry(dst_.tensors[first], dst_.tensors[t])) return false;
   const std::vector<int32_t>& a = w_.maps_of_dst[first];
   const std::vector<int32_t>& b = w_.maps_of_dst[t];
+  if (a.size() != b.size()) return false;
   for (size_t j = 0; j < a.size(); ++j) {
     const MapEntry& x = w_.maps[a[j]];
     const MapEntry& y = w_.maps[b[j]];

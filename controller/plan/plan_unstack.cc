@@ -76,8 +76,12 @@ class Unstacker {
   const VirtualBuffer* Virtual(const v1::TensorView& v) const;
   absl::StatusOr<StackedView> Locate(const v1::TensorView& v, const char* what) const;
   bool IsStacked(const v1::Piece& p) const {
-    return Virtual(p.src()) != nullptr || Virtual(p.dst()) != nullptr;
+    return (p.has_src() && Virtual(p.src()) != nullptr) ||
+           (p.has_dst() && Virtual(p.dst()) != nullptr);
   }
+  // A run is stacked if its first member is; its last must agree (names
+  // step linearly, so the ends bound the rest).
+  absl::StatusOr<bool> IsStackedRun(const v1::PieceRun& r, int64_t bucket) const;
   // Plan.names indices of a stacked piece's member 0: tensor, buffers.
   struct Names {
     int32_t tensor = 0, src = 0, dst = 0;
@@ -247,12 +251,39 @@ void Unstacker::Emit(const v1::Piece& p, const StackedView& src, const StackedVi
   out->set_relay(p.relay());
 }
 
+absl::StatusOr<bool> Unstacker::IsStackedRun(const v1::PieceRun& r, int64_t bucket) const {
+  v1::Bucket last;
+  v1::PieceRun& copy = *last.add_runs();
+  copy = r;
+  copy.set_count(1);
+  copy.set_outer_count(0);
+  const int64_t k = r.count() - 1, j = RunRows(r) - 1;
+  v1::Piece& f = *copy.mutable_first();
+  f.set_tensor_name(static_cast<int32_t>(f.tensor_name() + k * r.tensor_name_step() +
+                                         j * r.outer_tensor_name_step()));
+  f.mutable_src()->set_buffer_name(static_cast<int32_t>(
+      f.src().buffer_name() + k * r.src_buffer_step() + j * r.outer_src_buffer_step()));
+  f.mutable_dst()->set_buffer_name(static_cast<int32_t>(
+      f.dst().buffer_name() + k * r.dst_buffer_step() + j * r.outer_dst_buffer_step()));
+  const bool first = IsStacked(r.first());
+  if (first != IsStacked(f)) {
+    return absl::InternalError(absl::StrCat("unstack: bucket ", bucket,
+                                            " has a run from a stacked tensor into another"));
+  }
+  return first;
+}
+
 absl::Status Unstacker::RewriteBucket(v1::Bucket* b) {
   auto* pieces = b->mutable_pieces();
   auto* runs = b->mutable_runs();
   bool any = false;
   for (const v1::Piece& p : *pieces) any = any || IsStacked(p);
-  for (const v1::PieceRun& r : *runs) any = any || IsStacked(r.first());
+  std::vector<bool> stacked_run(runs->size());
+  for (int i = 0; i < runs->size(); ++i) {
+    ASSIGN_OR_RETURN(const bool stacked, IsStackedRun(runs->Get(i), b->id()));
+    stacked_run[i] = stacked;
+    any = any || stacked;
+  }
   if (!any) return absl::OkStatus();
   // Unstacked plain pieces first, in order; then the stacked ones' members.
   const int plain = pieces->size(), old_runs = runs->size();
@@ -265,8 +296,12 @@ absl::Status Unstacker::RewriteBucket(v1::Bucket* b) {
   }
   int kept_runs = 0;
   for (int i = 0; i < old_runs; ++i) {
-    if (IsStacked(runs->Get(i).first())) continue;
-    if (kept_runs != i) runs->SwapElements(i, kept_runs);
+    if (stacked_run[i]) continue;
+    if (kept_runs != i) {
+      runs->SwapElements(i, kept_runs);
+      stacked_run[kept_runs] = false;  // [kept_runs, i) were all stacked
+      stacked_run[i] = true;
+    }
     ++kept_runs;
   }
   for (int i = kept; i < plain; ++i) RETURN_IF_ERROR(Expand(pieces->Get(i), b));
@@ -278,7 +313,12 @@ absl::Status Unstacker::RewriteBucket(v1::Bucket* b) {
   }
   pieces->DeleteSubrange(kept, plain - kept);
   runs->DeleteSubrange(kept_runs, old_runs - kept_runs);
-  if (b->runs_size() > 0 || b->pieces_size() > 1) b->set_zero_copy(false);
+  if (b->zero_copy() && (b->runs_size() > 0 || b->pieces_size() != 1)) {
+    // A zero-copy piece is one contiguous member: a stacked view over two
+    // members is never contiguous (plan_stacking.h).
+    return absl::InternalError(absl::StrCat("unstack: zero-copy bucket ", b->id(),
+                                            " wrote back to more than one piece"));
+  }
   bool shifted = false;
   for (int i = 0; i < plain; ++i) shifted = shifted || (moved[i] >= 0 && moved[i] != i);
   if (shifted) {

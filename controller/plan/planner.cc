@@ -2,15 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "controller/plan/plan_bound.h"
 #include "controller/plan/plan_estimate.h"
-#include "controller/plan/plan_stacking.h"
 #include "controller/plan/planner_internal.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -107,12 +106,23 @@ int64_t ViewByteOffset(const CompiledFragment& f, const int64_t* box_offset, int
   return f.byte_offset + e * elem_size;
 }
 
+namespace {
+constexpr char kPieceLimitPayload[] = "wsync.plan/piece-limit";
+}  // namespace
+
 absl::Status CheckPlanLimit(const char* what, int64_t count, int64_t limit, const char* flag,
                             const char* remedy) {
   if (limit <= 0 || count <= limit) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat("the plan would have ", count, " ", what,
-                                                   ", over the limit of ", limit, " (", flag, "); ",
-                                                   remedy));
+  absl::Status s = absl::ResourceExhaustedError(absl::StrCat("the plan would have ", count, " ",
+                                                             what, ", over the limit of ", limit,
+                                                             " (", flag, "); ", remedy));
+  if (flag == kPiecesFlag) s.SetPayload(kPieceLimitPayload, absl::Cord("1"));
+  return s;
+}
+
+bool IsPieceLimitRefusal(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kResourceExhausted &&
+         s.GetPayload(kPieceLimitPayload).has_value();
 }
 
 bool Contiguous(int rank, const int64_t* shape, const int64_t* strides) {
@@ -263,8 +273,13 @@ absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const Compi
                             w.cells.size(), " cells, ", w.holder_groups.size(), " holder groups, ",
                             w.boxes.end(), " box words)"));
   }
-  // Each cell becomes at least one piece.
+  // Each cell becomes at least one piece, one transfer per destination of
+  // its group (direct or relayed) at least: checked before any is made.
   RETURN_IF_ERROR(CheckPlanLimit("pieces (at least: cells)", static_cast<int64_t>(w.cells.size()),
+                                 build.max_pieces, kPiecesFlag));
+  int64_t deliveries = 0;
+  for (const Cell& c : w.cells) deliveries += w.dst_groups[c.dst_group].frag_count;
+  RETURN_IF_ERROR(CheckPlanLimit("pieces (at least: cells x their destinations)", deliveries,
                                  build.max_pieces, kPiecesFlag));
   if (build.stop_after_cells) {
     return absl::CancelledError(absl::StrCat("stopped after the cells stage (", w.cells.size(),
@@ -306,77 +321,6 @@ absl::StatusOr<v1::Plan> BuildPlan(const v1::TransferSpec& spec, const BuildOpti
   v1::Plan plan;
   RETURN_IF_ERROR(BuildPlanInto(spec, &plan, build));
   return plan;
-}
-
-namespace {
-
-// The planner on stacked sides (plan_stacking.h), written back.
-absl::Status BuildStackedPlanInto(const v1::TransferSpec& spec, const StackedSides& stacked,
-                                  const CompiledSide& source, const CompiledSide& destination,
-                                  v1::Plan* out, const BuildOptions& build,
-                                  StageClock* clock) {
-  // The stacked planner's working records (transfers before they merge into
-  // pieces) may reach 4 x the limit; the plan written back, the limit.
-  BuildOptions inner = build;
-  inner.max_pieces = build.max_pieces > std::numeric_limits<int64_t>::max() / 4
-                         ? 0
-                         : 4 * build.max_pieces;
-  RETURN_IF_ERROR(BuildPlanFromCompiledInto(stacked.spec, stacked.src, stacked.dst, out, inner));
-  clock->Skip();  // the stages above marked their own
-  RETURN_IF_ERROR(UnstackPlan(stacked, source, destination, out));
-  out->set_key(PlanKey(spec));
-  int64_t records = 0;
-  for (const v1::Bucket& b : out->buckets()) records += b.pieces_size() + b.runs_size();
-  clock->Mark(absl::StrCat("unstack (", stacked.groups, " groups of ", stacked.members,
-                           " tensors; ", records, " pieces and runs)"));
-  return planner_detail::CheckPlanLimit("pieces and runs", records, build.max_pieces,
-                                        planner_detail::kPiecesFlag);
-}
-
-}  // namespace
-
-absl::Status BuildPlanInto(const v1::TransferSpec& spec, v1::Plan* out, const BuildOptions& build) {
-  const auto start = std::chrono::steady_clock::now();
-  StageClock clock(build.stages);
-  // Before compiling: a spec of millions of source shards is refused here, in
-  // milliseconds, not after gigabytes of fragments and cells, unless
-  // stacking may plan it in fewer records.
-  bool stack = build.stacking == BuildOptions::Stacking::kOn;
-  absl::Status limit;
-  if (build.max_pieces > 0 && build.stacking != BuildOptions::Stacking::kOn) {
-    limit = planner_detail::CheckPlanLimit(
-        "pieces (at least: source shards read, counted from the spec)", MinPiecesFromSpec(spec),
-        build.max_pieces, planner_detail::kPiecesFlag,
-        "every source shard a mapping reads is a piece of its own: fewer, larger shards "
-        "(e.g. stacked experts) or a higher limit");
-    if (!limit.ok() && build.stacking == BuildOptions::Stacking::kOff) return limit;
-    stack = !limit.ok();
-  }
-  clock.Mark("estimate pieces");
-  ASSIGN_OR_RETURN(CompiledSide source, CompileSide(spec.source(), SideRole::kSource));
-  clock.Mark("compile source");
-  ASSIGN_OR_RETURN(CompiledSide destination,
-                   CompileSide(spec.destination(), SideRole::kDestination));
-  clock.Mark("compile destination");
-  if (stack) {
-    ASSIGN_OR_RETURN(StackedSides stacked, StackSides(spec, source, destination));
-    clock.Mark(absl::StrCat("stack (", stacked.groups, " groups of ", stacked.members,
-                            " tensors)"));
-    if (stacked.groups == 0) RETURN_IF_ERROR(limit);  // nothing alike: refused as unstacked
-    if (stacked.groups > 0) {
-      RETURN_IF_ERROR(
-          BuildStackedPlanInto(spec, stacked, source, destination, out, build, &clock));
-    } else {
-      RETURN_IF_ERROR(BuildPlanFromCompiledInto(spec, source, destination, out, build));
-    }
-  } else {
-    RETURN_IF_ERROR(BuildPlanFromCompiledInto(spec, source, destination, out, build));
-  }
-  if (build.record_plan_seconds) {
-    out->mutable_summary()->set_plan_seconds(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Plan> ExtractRankPlan(const v1::Plan& plan, int32_t worker) {

@@ -63,10 +63,13 @@ struct BuildOptions {
   bool stop_after_cells = false;
   // Tensor stacking (plan_stacking.h): plan each group of alike destination
   // tensors as one stacked tensor, then write its pieces back as the
-  // members' runs. kAuto stacks only a spec whose unstacked plan the piece
-  // limit refuses (more source shards read than max_pieces), so every plan
-  // within the limit is what it was; stacked, max_pieces bounds the plan's
-  // records (plain pieces and runs), not its expanded pieces.
+  // members' runs (with rows). kAuto stacks only a spec whose unstacked
+  // plan the piece limit refuses (more source shards read than max_pieces,
+  // or, planned, more transfers), so every plan within the limit is what it
+  // was; such a spec with nothing alike, or over the limit stacked too, is
+  // refused as before. Stacked, max_pieces bounds the plan's records (plain
+  // pieces and runs), and the stacked planner's working records 4 x that.
+  // With summary_only, a stacked plan's summary counts its stacked pieces.
   enum class Stacking { kOff, kAuto, kOn };
   Stacking stacking = Stacking::kAuto;
 };

@@ -383,6 +383,8 @@ inline constexpr char kBucketsFlag[] =
     "wsync-controller --max_plan_buckets, wsyncctl plan --max-buckets";
 absl::Status CheckPlanLimit(const char* what, int64_t count, int64_t limit, const char* flag,
                             const char* remedy = "raise bucket_bytes or the limit");
+// Whether `s` is CheckPlanLimit's refusal over the piece limit (kPiecesFlag).
+bool IsPieceLimitRefusal(const absl::Status& s);
 
 }  // namespace wsync::plan::planner_detail
 

@@ -96,6 +96,14 @@ std::string TransportName(v1::TransportKind kind) {
 
 absl::Status CheckBuffers(const v1::Plan& part, int32_t worker, const WorkerSnapshot& w,
                           bool require_all) {
+  if (HasPieceRunRows(part) &&
+      !absl::c_linear_search(w.info->capabilities(), kPieceRunRowsCapability)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        w.description, " [worker ", worker, "] receives a part of plan '", part.key(),
+        "' with rows of piece runs (a stacked plan) but did not register the capability '",
+        kPieceRunRowsCapability,
+        "' (an older worker would read each run's first row only); upgrade it"));
+  }
   const BufferNeeds needs = NeedsOf(part, worker);
   if (!needs.bad_name.ok()) return needs.bad_name;
   for (const auto& [buffer, end] : needs.end) {

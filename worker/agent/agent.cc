@@ -12,6 +12,7 @@
 #include "common/lease_metadata.h"
 #include "common/logging.h"
 #include "common/peer_lists.h"
+#include "common/plan_pieces.h"
 #include "common/serving_state.h"
 #include "common/shadow_extents.h"
 
@@ -115,6 +116,7 @@ void WorkerAgent::SessionLoop() {
     for (const auto& c : options_.capabilities) req.add_capabilities(c);
     req.add_capabilities(kPeerListsOnceCapability);
     req.add_capabilities(kStagedSyncsCapability);
+    req.add_capabilities(kPieceRunRowsCapability);
     req.set_staging_limit_bytes(options_.staging_limit_bytes);
     req.set_staging_budget_bytes(options_.staging_budget_bytes);
     req.set_decision_slack_ms(absl::ToInt64Milliseconds(options_.decision_slack));

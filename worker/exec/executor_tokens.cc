@@ -133,7 +133,8 @@ bool Executor::UseGates(const BoundPlan& plan) const {
 absl::Status Executor::IssuePuts(const BoundPlan& plan, bool alone, SyncStats& stats) {
   step_marks_.clear();
   const std::vector<int32_t> peers = DirectPeers(plan);
-  if (UseGates(plan)) {
+  const bool gated = UseGates(plan);
+  if (gated) {
     auto before = writer_->GatesTimedOut();
     if (!before.ok()) return Wrap(before.status(), PutsWhere(plan, before.status()));
     gates_timed_out_before_ = *before;
@@ -151,7 +152,7 @@ absl::Status Executor::IssuePuts(const BoundPlan& plan, bool alone, SyncStats& s
                                           absl::StrJoin(peers, ",")));
     }
   }
-  if (plan.puts.empty() || UseGates(plan)) {
+  if (plan.puts.empty() || gated) {
     // Nothing to put (a receiver only), or put above.
   } else if (!SplitPuts(plan)) {
     const absl::Status put = writer_->Put(plan.puts, put_handle_, alone);

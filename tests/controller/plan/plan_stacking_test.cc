@@ -9,10 +9,12 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "catalog/case.h"
 #include "common/plan_pieces.h"
 #include "controller/plan/plan_estimate.h"
+#include "controller/plan/plan_stages.h"
 #include "gtest/gtest.h"
 #include "planner_test_util.h"
 
@@ -73,6 +75,7 @@ StackedSides Stack(const v1::TransferSpec& spec) {
 // records stacked than the emitter's own runs: stacking pays where tensors
 // are many, and kAuto uses it only there.)
 v1::Plan ExpectStackedPlanReplays(const v1::TransferSpec& spec) {
+  EXPECT_GT(Stack(spec).groups, 0) << spec.name() << ": nothing stacks, the test checks nothing";
   absl::StatusOr<v1::Plan> on = BuildPlan(spec, Options(BuildOptions::Stacking::kOn));
   absl::StatusOr<v1::Plan> off = BuildPlan(spec, Options(BuildOptions::Stacking::kOff));
   EXPECT_TRUE(on.ok()) << on.status();
@@ -140,9 +143,10 @@ TEST(PlanStackingTest, AutoStacksOnlyWhatTheLimitRefuses) {
   const v1::TransferSpec spec = CatalogCase("tiny-qwen3-moe", "fsdp:8", "vllm-tp:8,ep");
   const int64_t shards = MinPiecesFromSpec(spec);
   absl::StatusOr<v1::Plan> off = BuildPlan(spec, Options(BuildOptions::Stacking::kOff));
+  ASSERT_TRUE(off.ok()) << off.status();
   absl::StatusOr<v1::Plan> within =
       BuildPlan(spec, Options(BuildOptions::Stacking::kAuto, 10 * off->summary().num_pieces()));
-  ASSERT_TRUE(off.ok() && within.ok()) << off.status() << within.status();
+  ASSERT_TRUE(within.ok()) << within.status();
   EXPECT_EQ(DeterministicBytes(*off), DeterministicBytes(*within));
 
   const int64_t limit = shards - 1;
@@ -157,10 +161,66 @@ TEST(PlanStackingTest, AutoStacksOnlyWhatTheLimitRefuses) {
   absl::Status verified = VerifyPlan(spec, *stacked);
   EXPECT_TRUE(verified.ok()) << verified;
 
-  // Too few records even stacked: refused, naming pieces and runs.
+  // Too few records even stacked: refused as unstacked, saying what
+  // stacking reached.
   absl::StatusOr<v1::Plan> tiny = BuildPlan(spec, Options(BuildOptions::Stacking::kAuto, 3));
   EXPECT_EQ(tiny.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(std::string(tiny.status().message()).find("pieces"), std::string::npos);
+  EXPECT_NE(std::string(tiny.status().message()).find("counted from the spec"), std::string::npos)
+      << tiny.status();
+  EXPECT_NE(std::string(tiny.status().message()).find("planned stacked"), std::string::npos)
+      << tiny.status();
+}
+
+// kAuto when the estimate lets a spec through but the exact counts refuse
+// it (more transfers than source shards: every shard goes to 8 ranks): the
+// unstacked planner stops right after its cells, and the spec is planned
+// stacked.
+TEST(PlanStackingTest, AutoStacksWhatTheExactCountsRefuse) {
+  const v1::TransferSpec spec = CatalogCase("tiny-qwen3-moe", "fsdp:8", "vllm-tp:2x4,ep");
+  const int64_t shards = MinPiecesFromSpec(spec);
+  absl::StatusOr<v1::Plan> off = BuildPlan(spec, Options(BuildOptions::Stacking::kOff));
+  ASSERT_TRUE(off.ok()) << off.status();
+  const int64_t limit = shards + 1;  // over the estimate, under the transfers
+  ASSERT_GT(off->summary().num_pieces(), limit);
+  std::vector<StageCost> stages;
+  BuildOptions refused_options = Options(BuildOptions::Stacking::kOff, limit);
+  refused_options.stages = &stages;
+  absl::StatusOr<v1::Plan> refused = BuildPlan(spec, refused_options);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(std::string(refused.status().message()).find("(at least: cells"), std::string::npos)
+      << refused.status();
+  bool sources = false;
+  for (const StageCost& c : stages) sources = sources || c.name.rfind("sources", 0) == 0;
+  EXPECT_FALSE(sources) << "refused only after choosing sources";
+  absl::StatusOr<v1::Plan> stacked =
+      BuildPlan(spec, Options(BuildOptions::Stacking::kAuto, 2 * limit));
+  ASSERT_TRUE(stacked.ok()) << stacked.status();
+  EXPECT_LE(Records(*stacked), 2 * limit);
+  absl::Status verified = VerifyPlan(spec, *stacked);
+  EXPECT_TRUE(verified.ok()) << verified;
+}
+
+// Without piece runs, a stacked plan's runs are written out (if its pieces
+// fit the limit); with summary_only its summary is the stacked plan's.
+TEST(PlanStackingTest, NoPieceRunsWritesTheStackedPlanOut) {
+  const v1::TransferSpec spec = CatalogCase("tiny-qwen3-moe", "fsdp:4", "vllm-tp:2x2,ep");
+  BuildOptions o = Options(BuildOptions::Stacking::kOn);
+  o.emit_piece_runs = false;
+  absl::StatusOr<v1::Plan> plan = BuildPlan(spec, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(HasPieceRuns(*plan));
+  EXPECT_EQ(Records(*plan), plan->summary().num_pieces());
+  absl::Status verified = VerifyPlan(spec, *plan);
+  EXPECT_TRUE(verified.ok()) << verified;
+  o.max_pieces = plan->summary().num_pieces() - 1;
+  EXPECT_EQ(BuildPlan(spec, o).status().code(), absl::StatusCode::kResourceExhausted);
+  o = Options(BuildOptions::Stacking::kOn);
+  o.summary_only = true;
+  absl::StatusOr<v1::Plan> summary = BuildPlan(spec, o);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->buckets_size(), 0);
+  EXPECT_GT(summary->summary().num_pieces(), 0);
+  EXPECT_EQ(summary->key(), plan->key());
 }
 
 // A spec naming a tensor or buffer with the stacking prefix is planned

@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "common/plan_pieces.h"
 #include "controller/plan/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -170,6 +171,44 @@ TEST(WorkerChecksTest, EveryMemberOfAPieceRunMustFitItsBuffer) {
   st = CheckBuffers(part, 0, w, true);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_THAT(st.message(), HasSubstr("bucket 3 run 0"));
+}
+
+// Rows of piece runs (stacked plans) go only to workers that read them: an
+// older worker would write each run's first row and leave the others.
+TEST(WorkerChecksTest, RowsOfPieceRunsNeedTheCapability) {
+  v1::Plan part;
+  part.set_key("k");
+  part.add_names("g/w");
+  v1::Bucket* b = part.add_buckets();
+  b->set_id(3);
+  b->set_sender(1);
+  b->set_receiver(0);
+  b->set_bytes(64);
+  v1::PieceRun* run = b->add_runs();
+  v1::Piece* f = run->mutable_first();
+  f->set_wire_dtype(v1::FP32);
+  for (v1::TensorView* v : {f->mutable_src(), f->mutable_dst()}) {
+    v->set_dtype(v1::FP32);
+    v->add_shape(2);
+    v->add_strides(1);
+  }
+  run->set_count(2);
+  run->set_dst_byte_step(8);
+  run->set_bucket_step(8);
+  run->set_outer_count(2);
+  run->set_outer_dst_byte_step(16);
+  run->set_outer_bucket_step(16);
+  WorkerSnapshot w = Worker("old", {});
+  absl::Status st = CheckBuffers(part, 0, w, /*require_all=*/true);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(), HasSubstr("worker old [worker 0]"));
+  EXPECT_THAT(st.message(), HasSubstr(kPieceRunRowsCapability));
+  auto info = std::make_shared<v1::RegisterWorkerRequest>(*w.info);
+  info->add_capabilities(kPieceRunRowsCapability);
+  w.info = info;
+  EXPECT_TRUE(CheckBuffers(part, 0, w, true).ok()) << CheckBuffers(part, 0, w, true);
+  run->set_outer_count(0);  // one row: any worker reads it
+  EXPECT_TRUE(CheckBuffers(part, 0, Worker("old", {}), true).ok());
 }
 
 }  // namespace

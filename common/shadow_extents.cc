@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/plan_names.h"
@@ -70,19 +71,88 @@ absl::Status Add(const v1::Plan& plan, const v1::TensorView& v, bool views, Writ
   return absl::OkStatus();
 }
 
+// Per receiver: the runs of the buckets it receives checked, and their
+// members bounded by kMaxRunMembers per receiver (what that worker binds of
+// its part), not per plan: a stacked plan's runs stand for ~100 M pieces in
+// all, ~1-2 M per worker.
+absl::Status CheckReceivedRuns(const v1::Plan& plan, const v1::Bucket& b,
+                               absl::flat_hash_map<int32_t, int64_t>& members) {
+  if (b.runs_size() == 0) return absl::OkStatus();
+  if (absl::Status s = CheckPieceRuns(b, plan.names_size()); !s.ok()) return s;
+  int64_t& m = members[b.receiver()];
+  for (int i = 0; i < b.runs_size(); ++i) {
+    const int64_t n = RunMembers(b.runs(i));
+    if (n > kMaxRunMembers - m) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bucket ", b.id(), " run ", i, ": the runs worker ", b.receiver(),
+          " receives stand for more than ", kMaxRunMembers, " pieces"));
+    }
+    m += n;
+  }
+  return absl::OkStatus();
+}
+
+// Extents by Plan.names index, resolved to names once (ExtentsByName).
+using ExtentsByName = absl::flat_hash_map<int32_t, int64_t>;
+
+// The destination extents of run `r`'s members (no views kept): members
+// differ in names and offsets only, so one view extent serves them all.
+absl::Status AddRunExtents(const v1::PieceRun& r, ExtentsByName& out) {
+  const v1::TensorView& d = r.first().dst();
+  if (d.side() != v1::DESTINATION_BUFFER) return absl::OkStatus();
+  auto end = ViewEnd(d);
+  if (!end.ok()) return end.status();
+  const int64_t span = *end == 0 ? -1 : *end - d.byte_offset();  // -1: empty, extent 0
+  for (int64_t j = 0; j < RunRows(r); ++j) {
+    for (int64_t k = 0; k < r.count(); ++k) {  // in range: CheckPieceRuns
+      const int32_t name = static_cast<int32_t>(d.buffer_name() + j * r.outer_dst_buffer_step() +
+                                                k * r.dst_buffer_step());
+      const int64_t offset =
+          d.byte_offset() + j * r.outer_dst_byte_step() + k * r.dst_byte_step();
+      if (offset > kMaxExtent) {
+        return absl::InvalidArgumentError(absl::StrCat("view at byte offset ", offset));
+      }
+      int64_t& e = out[name];
+      e = std::max(e, span < 0 ? 0 : offset + span);
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Writes by worker for every worker (`only` < 0) or worker `only`; the views
 // themselves only with `views`.
 absl::StatusOr<std::map<int32_t, Writes>> Collect(const v1::Plan& plan, int32_t only, bool views) {
   std::map<int32_t, Writes> out;
+  std::map<int32_t, ExtentsByName> run_extents;  // !views: runs' extents by name index
+  absl::flat_hash_map<int32_t, int64_t> members;
   auto wanted = [only](int32_t w) { return only < 0 || w == only; };
-  if (absl::Status s = CheckPlanRuns(plan); !s.ok()) return s;  // members bounded in all
   for (const v1::Bucket& b : plan.buckets()) {
     if (!wanted(b.receiver())) continue;
-    absl::Status s = ForEachPiece(b, [&](int64_t, const v1::Piece& p) {
-      if (p.reduce_id() != 0 || p.quantize_id() != 0 || !p.has_dst()) return absl::OkStatus();
-      return Add(plan, p.dst(), views, out[b.receiver()]);
-    });
-    if (!s.ok()) return s;
+    if (absl::Status s = CheckReceivedRuns(plan, b, members); !s.ok()) return s;
+    Writes& writes = out[b.receiver()];
+    for (const v1::Piece& p : b.pieces()) {
+      if (p.reduce_id() != 0 || p.quantize_id() != 0 || !p.has_dst()) continue;
+      if (absl::Status s = Add(plan, p.dst(), views, writes); !s.ok()) return s;
+    }
+    for (const v1::PieceRun& r : b.runs()) {  // no reduce or quantize inputs
+      if (!views) {
+        if (absl::Status s = AddRunExtents(r, run_extents[b.receiver()]); !s.ok()) return s;
+        continue;
+      }
+      v1::Bucket one;
+      *one.add_runs() = r;
+      absl::Status s = ForEachPiece(
+          one, [&](int64_t, const v1::Piece& p) { return Add(plan, p.dst(), views, writes); });
+      if (!s.ok()) return s;
+    }
+  }
+  for (const auto& [worker, extents] : run_extents) {
+    for (const auto& [index, end] : extents) {
+      auto name = PlanName(plan, index, "destination view buffer");
+      if (!name.ok()) return name.status();
+      BufferWrites& w = out[worker][**name];
+      w.extent = std::max(w.extent, end);
+    }
   }
   for (const v1::Reduce& r : plan.reduces()) {
     if (!wanted(r.worker())) continue;

@@ -133,6 +133,66 @@ TEST(ShadowExtentsTest, EveryMemberOfARunCounts) {
   EXPECT_NE(s.message().find("run 0"), std::string::npos) << s;
 }
 
+// Rows of a run count member by member, with and without the views, and
+// an empty run view names its buffers with extent 0.
+TEST(ShadowExtentsTest, EveryRowOfARunCounts) {
+  v1::Plan plan = TwoReceivers();
+  plan.add_names("inference/c");  // 3
+  v1::Bucket* b = plan.mutable_buckets(0);
+  b->set_bytes(4096);
+  v1::PieceRun* run = b->add_runs();
+  v1::Piece* f = run->mutable_first();
+  *f->mutable_src() = View(0, 0, {5}, {1}, v1::SOURCE_BUFFER);
+  *f->mutable_dst() = View(2, 0, {5}, {1}, v1::DESTINATION_BUFFER);
+  f->set_wire_dtype(v1::FP32);
+  f->set_bucket_offset(1024);
+  run->set_count(2);
+  run->set_dst_byte_step(100);
+  run->set_bucket_step(20);
+  run->set_outer_count(2);
+  run->set_outer_dst_buffer_step(1);  // row 1 writes inference/c
+  run->set_outer_dst_byte_step(1000);
+  run->set_outer_bucket_step(40);
+  const std::map<std::string, int64_t> want = {
+      {"inference/w", 80}, {"inference/b", 120}, {"inference/c", 1120}};
+  EXPECT_EQ(*ShadowExtents(plan, 1), want);
+  auto writes = ShadowWrites(plan, 1);
+  ASSERT_TRUE(writes.ok()) << writes.status();
+  EXPECT_EQ(writes->at("inference/c").views.size(), 2u);
+  EXPECT_EQ(writes->at("inference/c").extent, 1120);
+  EXPECT_EQ(*ShadowBytesByWorker(plan), (std::map<int32_t, int64_t>{{1, 1320}, {2, 28}}));
+  f->mutable_dst()->set_shape(0, 0);
+  f->mutable_src()->set_shape(0, 0);
+  EXPECT_EQ(ShadowExtents(plan, 1)->at("inference/c"), 0);
+}
+
+// Run members are bounded per receiving worker (what it binds), not per
+// plan: two receivers of 3 M members each pass, one receiver of 6 M fails.
+TEST(ShadowExtentsTest, RunMembersAreBoundedPerReceiver) {
+  v1::Plan plan;
+  plan.add_names("inference/w");
+  for (int32_t receiver : {1, 2}) {
+    v1::Bucket* b = plan.add_buckets();
+    b->set_id(receiver);
+    b->set_sender(0);
+    b->set_receiver(receiver);
+    v1::PieceRun* run = b->add_runs();
+    v1::Piece* f = run->mutable_first();
+    *f->mutable_src() = View(0, 0, {0}, {1}, v1::SOURCE_BUFFER);
+    *f->mutable_dst() = View(0, 0, {0}, {1}, v1::DESTINATION_BUFFER);
+    f->set_wire_dtype(v1::FP32);
+    run->set_count(1500);
+    run->set_outer_count(2000);  // 3 M members of 0 bytes
+  }
+  auto by_worker = ShadowBytesByWorker(plan);
+  ASSERT_TRUE(by_worker.ok()) << by_worker.status();
+  EXPECT_TRUE(by_worker->empty());  // nothing written: nobody stages
+  plan.mutable_buckets(1)->set_receiver(1);
+  const absl::Status s = ShadowBytesByWorker(plan).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("worker 1 receives"), std::string::npos) << s;
+}
+
 TEST(ShadowExtentsTest, RefusesBadViewsNamingTheBuffer) {
   v1::Plan plan = TwoReceivers();
   plan.mutable_buckets(0)->mutable_pieces(0)->mutable_dst()->set_buffer_name(9);

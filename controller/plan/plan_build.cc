@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/plan_pieces.h"
 #include "common/status_macros.h"
@@ -36,6 +37,28 @@ absl::Status WriteRunsOut(const BuildOptions& build, v1::Plan* out) {
   return absl::OkStatus();
 }
 
+// A worker binds its part's runs written out: each worker's part (the
+// buckets it sends or receives) stands for at most kMaxRunMembers pieces in
+// runs, what its binder and the controller's part checks accept.
+absl::Status CheckPartMembers(const v1::Plan& plan) {
+  absl::flat_hash_map<int32_t, int64_t> members;
+  for (const v1::Bucket& b : plan.buckets()) {
+    int64_t n = 0;
+    for (const v1::PieceRun& r : b.runs()) n += RunMembers(r);  // the planner's: no overflow
+    for (int side = 0; side < (b.sender() == b.receiver() ? 1 : 2); ++side) {
+      const int32_t worker = side == 0 ? b.sender() : b.receiver();
+      int64_t& m = members[worker];
+      if (n > kMaxRunMembers - m) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "stacked, worker ", worker, "'s part would stand for more than ", kMaxRunMembers,
+            " pieces in runs (what a worker binds); spread the destination over more workers"));
+      }
+      m += n;
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The planner on stacked sides, written back. The stacked planner's working
 // records (transfers before they merge into pieces) may reach 4 x the
 // limit; the plan written back, the limit.
@@ -64,32 +87,37 @@ absl::Status BuildStacked(const v1::TransferSpec& spec, const StackedSides& stac
   const int64_t records = Records(*out);
   clock->Mark(absl::StrCat("unstack (", stacked.groups, " groups of ", stacked.members,
                            " tensors; ", records, " pieces and runs)"));
-  return CheckPlanLimit("pieces and runs", records, build.max_pieces, kPiecesFlag);
+  RETURN_IF_ERROR(CheckPlanLimit("pieces and runs", records, build.max_pieces, kPiecesFlag));
+  return CheckPartMembers(*out);
 }
 
 // Plans stacked. `refusal`: why the spec is not planned unstacked (OK under
-// kOn); when nothing stacks, or the stacked plan is over the piece limit too,
-// that refusal is the answer (with what stacking reached).
+// kOn); when nothing stacks, or the stacked plan fails too, that refusal is
+// the answer (with what stacking reached).
 absl::Status PlanStacked(const v1::TransferSpec& spec, const CompiledSide& source,
                          const CompiledSide& destination, const BuildOptions& build,
                          const absl::Status& refusal, StageClock* clock, v1::Plan* out) {
-  ASSIGN_OR_RETURN(StackedSides stacked, StackSides(spec, source, destination));
-  clock->Mark(absl::StrCat("stack (", stacked.groups, " groups of ", stacked.members,
+  absl::StatusOr<StackedSides> stacked = StackSides(spec, source, destination);
+  if (!stacked.ok()) {
+    if (refusal.ok()) return stacked.status();
+    return absl::ResourceExhaustedError(absl::StrCat(refusal.message(), "; stacking failed: ",
+                                                     stacked.status().message()));
+  }
+  clock->Mark(absl::StrCat("stack (", stacked->groups, " groups of ", stacked->members,
                            " tensors)"));
-  if (stacked.groups == 0) {
+  if (stacked->groups == 0) {
     if (!refusal.ok()) return refusal;  // nothing alike: refused as unstacked
     return BuildPlanFromCompiledInto(spec, source, destination, out, build);
   }
-  const absl::Status s = BuildStacked(spec, stacked, source, destination, build, clock, out);
-  if (refusal.ok() || !IsPieceLimitRefusal(s)) return s;
+  const absl::Status s = BuildStacked(spec, *stacked, source, destination, build, clock, out);
+  if (refusal.ok() || s.ok()) return s;
   return absl::ResourceExhaustedError(
-      absl::StrCat(refusal.message(), "; planned stacked (", stacked.groups, " groups of ",
-                   stacked.members, " alike tensors as one each), ", s.message()));
+      absl::StrCat(refusal.message(), "; planned stacked (", stacked->groups, " groups of ",
+                   stacked->members, " alike tensors as one each), ", s.message()));
 }
 
-}  // namespace
-
-absl::Status BuildPlanInto(const v1::TransferSpec& spec, v1::Plan* out, const BuildOptions& build) {
+absl::Status BuildPlanIntoImpl(const v1::TransferSpec& spec, v1::Plan* out,
+                               const BuildOptions& build) {
   const auto start = std::chrono::steady_clock::now();
   StageClock clock(build.stages);
   using Stacking = BuildOptions::Stacking;
@@ -128,6 +156,15 @@ absl::Status BuildPlanInto(const v1::TransferSpec& spec, v1::Plan* out, const Bu
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status BuildPlanInto(const v1::TransferSpec& spec, v1::Plan* out, const BuildOptions& build) {
+  out->Clear();
+  absl::Status s = BuildPlanIntoImpl(spec, out, build);
+  if (!s.ok()) out->Clear();  // never a half-written plan
+  return s;
 }
 
 }  // namespace wsync::plan

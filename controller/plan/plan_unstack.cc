@@ -79,8 +79,7 @@ class Unstacker {
     return (p.has_src() && Virtual(p.src()) != nullptr) ||
            (p.has_dst() && Virtual(p.dst()) != nullptr);
   }
-  // A run is stacked if its first member is; its last must agree (names
-  // step linearly, so the ends bound the rest).
+  // A run is stacked if its members are (INTERNAL if only some are).
   absl::StatusOr<bool> IsStackedRun(const v1::PieceRun& r, int64_t bucket) const;
   // Plan.names indices of a stacked piece's member 0: tensor, buffers.
   struct Names {
@@ -252,25 +251,25 @@ void Unstacker::Emit(const v1::Piece& p, const StackedView& src, const StackedVi
 }
 
 absl::StatusOr<bool> Unstacker::IsStackedRun(const v1::PieceRun& r, int64_t bucket) const {
-  v1::Bucket last;
-  v1::PieceRun& copy = *last.add_runs();
-  copy = r;
-  copy.set_count(1);
-  copy.set_outer_count(0);
-  const int64_t k = r.count() - 1, j = RunRows(r) - 1;
-  v1::Piece& f = *copy.mutable_first();
-  f.set_tensor_name(static_cast<int32_t>(f.tensor_name() + k * r.tensor_name_step() +
-                                         j * r.outer_tensor_name_step()));
-  f.mutable_src()->set_buffer_name(static_cast<int32_t>(
-      f.src().buffer_name() + k * r.src_buffer_step() + j * r.outer_src_buffer_step()));
-  f.mutable_dst()->set_buffer_name(static_cast<int32_t>(
-      f.dst().buffer_name() + k * r.dst_buffer_step() + j * r.outer_dst_buffer_step()));
-  const bool first = IsStacked(r.first());
-  if (first != IsStacked(f)) {
-    return absl::InternalError(absl::StrCat("unstack: bucket ", bucket,
-                                            " has a run from a stacked tensor into another"));
+  const v1::Piece& f = r.first();
+  const auto& src_table = f.src().side() == v1::SOURCE_BUFFER ? src_virtual_ : dst_virtual_;
+  const auto& dst_table = f.dst().side() == v1::SOURCE_BUFFER ? src_virtual_ : dst_virtual_;
+  int64_t stacked = 0;
+  for (int64_t j = 0; j < RunRows(r); ++j) {  // names in range: CheckPieceRuns
+    for (int64_t k = 0; k < r.count(); ++k) {
+      const int64_t src = f.src().buffer_name() + j * r.outer_src_buffer_step() +
+                          k * r.src_buffer_step();
+      const int64_t dst = f.dst().buffer_name() + j * r.outer_dst_buffer_step() +
+                          k * r.dst_buffer_step();
+      stacked += (f.has_src() && src_table.contains(static_cast<int32_t>(src))) ||
+                 (f.has_dst() && dst_table.contains(static_cast<int32_t>(dst)));
+    }
   }
-  return first;
+  if (stacked != 0 && stacked != RunMembers(r)) {
+    return absl::InternalError(absl::StrCat("unstack: bucket ", bucket,
+                                            " has a run of stacked and other pieces"));
+  }
+  return stacked != 0;
 }
 
 absl::Status Unstacker::RewriteBucket(v1::Bucket* b) {

@@ -116,7 +116,7 @@ absl::Status CheckPlanLimit(const char* what, int64_t count, int64_t limit, cons
   absl::Status s = absl::ResourceExhaustedError(absl::StrCat("the plan would have ", count, " ",
                                                              what, ", over the limit of ", limit,
                                                              " (", flag, "); ", remedy));
-  if (flag == kPiecesFlag) s.SetPayload(kPieceLimitPayload, absl::Cord("1"));
+  if (absl::string_view(flag) == kPiecesFlag) s.SetPayload(kPieceLimitPayload, absl::Cord("1"));
   return s;
 }
 
@@ -273,12 +273,17 @@ absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const Compi
                             w.cells.size(), " cells, ", w.holder_groups.size(), " holder groups, ",
                             w.boxes.end(), " box words)"));
   }
-  // Each cell becomes at least one piece, one transfer per destination of
-  // its group (direct or relayed) at least: checked before any is made.
+  // Each cell becomes at least one piece, and a plain cell one transfer per
+  // destination of its group (direct, relayed or local) at least: checked
+  // before any is made. Block fp8 cells count none (a rooted group's parts
+  // go to its root only).
   RETURN_IF_ERROR(CheckPlanLimit("pieces (at least: cells)", static_cast<int64_t>(w.cells.size()),
                                  build.max_pieces, kPiecesFlag));
   int64_t deliveries = 0;
-  for (const Cell& c : w.cells) deliveries += w.dst_groups[c.dst_group].frag_count;
+  for (const Cell& c : w.cells) {
+    if (c.quant == 0) deliveries += w.dst_groups[c.dst_group].frag_count;
+  }
+
   RETURN_IF_ERROR(CheckPlanLimit("pieces (at least: cells x their destinations)", deliveries,
                                  build.max_pieces, kPiecesFlag));
   if (build.stop_after_cells) {

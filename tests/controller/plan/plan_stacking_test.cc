@@ -6,6 +6,7 @@
 // byte-identical.
 #include "controller/plan/plan_stacking.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <utility>
@@ -175,27 +176,46 @@ TEST(PlanStackingTest, AutoStacksOnlyWhatTheLimitRefuses) {
 // it (more transfers than source shards: every shard goes to 8 ranks): the
 // unstacked planner stops right after its cells, and the spec is planned
 // stacked.
+// The count the stage named `prefix` reports before `what`, e.g. the
+// transfers of "sources (212 cells, 522 transfers, 328 relays)"; -1 if none.
+int64_t StageCount(const std::vector<StageCost>& stages, const std::string& prefix,
+                   const std::string& what) {
+  for (const StageCost& c : stages) {
+    if (c.name.rfind(prefix, 0) != 0) continue;
+    const size_t end = c.name.find(" " + what);
+    if (end == std::string::npos) continue;
+    const size_t begin = c.name.find_last_of("(, ", end - 1) + 1;
+    return std::stoll(c.name.substr(begin, end - begin));
+  }
+  return -1;
+}
+
 TEST(PlanStackingTest, AutoStacksWhatTheExactCountsRefuse) {
   const v1::TransferSpec spec = CatalogCase("tiny-qwen3-moe", "fsdp:8", "vllm-tp:2x4,ep");
-  const int64_t shards = MinPiecesFromSpec(spec);
-  absl::StatusOr<v1::Plan> off = BuildPlan(spec, Options(BuildOptions::Stacking::kOff));
-  ASSERT_TRUE(off.ok()) << off.status();
-  const int64_t limit = shards + 1;  // over the estimate, under the transfers
-  ASSERT_GT(off->summary().num_pieces(), limit);
   std::vector<StageCost> stages;
-  BuildOptions refused_options = Options(BuildOptions::Stacking::kOff, limit);
-  refused_options.stages = &stages;
-  absl::StatusOr<v1::Plan> refused = BuildPlan(spec, refused_options);
+  BuildOptions o = Options(BuildOptions::Stacking::kOff);
+  o.stages = &stages;
+  absl::StatusOr<v1::Plan> off = BuildPlan(spec, o);
+  ASSERT_TRUE(off.ok()) << off.status();
+  const int64_t cells = StageCount(stages, "cells (", "cells");
+  const int64_t transfers = StageCount(stages, "sources (", "transfers");
+  // Over the estimate and the cells, under the cells' deliveries.
+  const int64_t limit = std::max(MinPiecesFromSpec(spec), cells) + 1;
+  ASSERT_GT(transfers, 2 * limit) << cells << " cells";
+  stages.clear();
+  o.max_pieces = limit;
+  absl::StatusOr<v1::Plan> refused = BuildPlan(spec, o);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
-  EXPECT_NE(std::string(refused.status().message()).find("(at least: cells"), std::string::npos)
+  EXPECT_NE(std::string(refused.status().message()).find("cells x their destinations"),
+            std::string::npos)
       << refused.status();
-  bool sources = false;
-  for (const StageCost& c : stages) sources = sources || c.name.rfind("sources", 0) == 0;
-  EXPECT_FALSE(sources) << "refused only after choosing sources";
+  EXPECT_EQ(StageCount(stages, "sources (", "transfers"), -1)
+      << "refused only after choosing sources";
   absl::StatusOr<v1::Plan> stacked =
       BuildPlan(spec, Options(BuildOptions::Stacking::kAuto, 2 * limit));
   ASSERT_TRUE(stacked.ok()) << stacked.status();
   EXPECT_LE(Records(*stacked), 2 * limit);
+  EXPECT_TRUE(HasPieceRunRows(*stacked)) << "planned unstacked";
   absl::Status verified = VerifyPlan(spec, *stacked);
   EXPECT_TRUE(verified.ok()) << verified;
 }
@@ -204,6 +224,7 @@ TEST(PlanStackingTest, AutoStacksWhatTheExactCountsRefuse) {
 // fit the limit); with summary_only its summary is the stacked plan's.
 TEST(PlanStackingTest, NoPieceRunsWritesTheStackedPlanOut) {
   const v1::TransferSpec spec = CatalogCase("tiny-qwen3-moe", "fsdp:4", "vllm-tp:2x2,ep");
+  ASSERT_GT(Stack(spec).groups, 0);
   BuildOptions o = Options(BuildOptions::Stacking::kOn);
   o.emit_piece_runs = false;
   absl::StatusOr<v1::Plan> plan = BuildPlan(spec, o);
@@ -220,7 +241,34 @@ TEST(PlanStackingTest, NoPieceRunsWritesTheStackedPlanOut) {
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->buckets_size(), 0);
   EXPECT_GT(summary->summary().num_pieces(), 0);
+  // The stacked plan's pieces: fewer than the members they stand for.
+  EXPECT_LT(summary->summary().num_pieces(), plan->summary().num_pieces());
   EXPECT_EQ(summary->key(), plan->key());
+}
+
+// The cells stage's early check (cells x their destinations) never refuses
+// a plan the exact transfer count lets through: block fp8 destinations on
+// replicas send a rooted group's parts to its root only, so they count
+// none. Each case is planned with the limit at exactly its transfers.
+TEST(PlanStackingTest, TheEarlyTransferCheckIsALowerBound) {
+  for (const v1::TransferSpec& spec :
+       {CatalogCase("tiny-mla", "fsdp:2", "vllm-tp:1x3", true),
+        CatalogCase("tiny-mla", "fsdp:3", "vllm-tp:2x2", true),
+        CatalogCase("small-llama", "fsdp:3", "vllm-tp:1x4", true),
+        CatalogCase("tiny-qwen3-moe", "fsdp:8", "vllm-tp:2x4,ep")}) {
+    SCOPED_TRACE(spec.name());
+    std::vector<StageCost> stages;
+    BuildOptions o = Options(BuildOptions::Stacking::kOff);
+    o.stages = &stages;
+    ASSERT_TRUE(BuildPlan(spec, o).ok());
+    const int64_t transfers = StageCount(stages, "sources (", "transfers");
+    ASSERT_GT(transfers, 0);
+    o = Options(BuildOptions::Stacking::kOff, transfers);
+    absl::StatusOr<v1::Plan> at_limit = BuildPlan(spec, o);
+    EXPECT_TRUE(at_limit.ok()) << at_limit.status();
+    o.max_pieces = transfers - 1;
+    EXPECT_EQ(BuildPlan(spec, o).status().code(), absl::StatusCode::kResourceExhausted);
+  }
 }
 
 // A spec naming a tensor or buffer with the stacking prefix is planned

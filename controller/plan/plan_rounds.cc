@@ -1,22 +1,39 @@
 // Stage 8: buckets -> rounds. Every round ends at a barrier, so the cost of a
-// plan is the sum over rounds of the busiest worker link in that round. The
-// assignment is a greedy best fit over "units" (buckets bound together by a
-// reduce, which must share a round), largest first: each unit goes to the
-// round where it raises that round's maximum least, subject to the per-worker
-// staging cap and to relay order (a relay bucket comes after every bucket
-// that brought its data). If a unit fits nowhere, a round is appended; if the
-// order constraints forbid that, the whole assignment restarts with more
-// rounds.
+// plan is the sum over rounds of the busiest worker link in that round. Units
+// (buckets bound together by a reduce, which must share a round) are
+// assigned to rounds subject to the per-worker staging cap and to relay
+// order (a relay bucket comes after every bucket that brought its data), in
+// several ways (Mode below) and for a few round counts; the cheapest
+// assignment is kept. The greedy fits go unit by unit, largest first; if a
+// unit fits nowhere, a round is appended, and if the order constraints
+// forbid that, that try is dropped.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "controller/plan/plan_round_list.h"
 #include "controller/plan/plan_units.h"
 #include "controller/plan/planner_internal.h"
 
 namespace wsync::plan::planner_detail {
 namespace {
+
+// Ways to assign units to rounds; every one is tried and the cheapest kept.
+//  * kBestFit: unit by unit, the round whose maximum grows least, then the
+//    least loaded;
+//  * kWorstFit: the round where the unit's busiest link ends lowest, which
+//    spreads every worker evenly over the rounds;
+//  * kFirstFit: the earliest round whose maximum does not grow, else best
+//    fit, which keeps relay chains close behind the data they forward;
+//  * kTimeOrder: rounds filled one after the other (plan_round_list.h), which
+//    overlaps sources' sends with the relays behind them.
+enum Mode { kBestFit, kWorstFit, kFirstFit, kTimeOrder };
+
+// Plans of more units try one round count, without best fit (its cost grows
+// with units x rounds), first fit (never the cheapest there, on the catalog)
+// and the local search.
+constexpr int32_t kLargePlanUnits = 50000;
 
 class RoundAssigner {
  public:
@@ -41,12 +58,13 @@ class RoundAssigner {
     std::vector<int32_t> best_round_of;
     int32_t best_rounds = 0;
     for (int32_t rounds : candidates) {
-      for (int mode = units_.num_units > 50000 ? 1 : 0; mode < 3; ++mode) {
+      for (Mode mode : Modes()) {
         // Parents before children (largest first within a generation) always
         // succeeds: a child can append rounds.
-        const bool placed = Place(rounds, units_.topo_order, mode);
+        const bool placed =
+            mode == kTimeOrder ? PlaceInTimeOrder(rounds) : Place(rounds, units_.topo_order, mode);
         if (!placed) continue;
-        if (units_.num_units <= 50000) Refine();
+        if (units_.num_units <= kLargePlanUnits) Refine();
         double cost = 0;
         for (int32_t r = 0; r < rounds_; ++r) {
           if (max_[r] > 0) cost += max_[r] + w_->opt.link.round_latency_seconds();
@@ -66,6 +84,11 @@ class RoundAssigner {
     return Finish();
   }
 
+  std::vector<Mode> Modes() const {
+    if (units_.num_units > kLargePlanUnits) return {kWorstFit, kTimeOrder};
+    return {kBestFit, kWorstFit, kFirstFit, kTimeOrder};
+  }
+
   // Round counts to try, ascending: the staging-derived one, twice it, and
   // for relay chains multiples of their depth; small plans also counts
   // around the staging-derived one (relay-bound plans trade round latency
@@ -79,16 +102,16 @@ class RoundAssigner {
     if (depth > 0) {
       for (int k : {2, 4, 8}) candidates.push_back(std::max(base, k * (depth + 1)));
       // Small relay-bound plans (fanned-out chunks): finer steps.
-      if (units_.num_units <= 50000) {
+      if (units_.num_units <= kLargePlanUnits) {
         for (int k : {3, 6, 12}) candidates.push_back(std::max(base, k * (depth + 1)));
       }
     }
-    if (units_.num_units <= 50000) {
+    if (units_.num_units <= kLargePlanUnits) {
       for (int32_t num : {1, 3, 5, 6, 7}) {
         candidates.push_back(std::max({int32_t{1}, depth + 1, base * num / 4}));
       }
     }
-    if (units_.num_units > 50000) candidates.resize(1);
+    if (units_.num_units > kLargePlanUnits) candidates.resize(1);
     std::sort(candidates.begin(), candidates.end());
     candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
     return candidates;
@@ -112,12 +135,7 @@ class RoundAssigner {
     max_.push_back(0.0);
   }
 
-  // mode 0: best fit (the round whose maximum grows least, then the least
-  // loaded); mode 1: worst fit (the round where the unit's busiest link ends
-  // lowest), which spreads every worker evenly over the rounds; mode 2: first
-  // fit (the earliest round whose maximum does not grow, else best fit), which
-  // keeps relay chains close behind the data they forward.
-  bool Place(int32_t rounds, const std::vector<int32_t>& order, int mode) {
+  void Reset(int32_t rounds) {
     rounds_ = 0;
     load_.clear();
     staged_.clear();
@@ -126,6 +144,12 @@ class RoundAssigner {
     round_of_.assign(units_.num_units, -1);
     lo_ = units_.depth;
     hi_fix_.assign(units_.num_units, INT32_MAX);
+  }
+
+  // Greedy fits, unit by unit in `order` (mode: kBestFit, kWorstFit or
+  // kFirstFit).
+  bool Place(int32_t rounds, const std::vector<int32_t>& order, Mode mode) {
+    Reset(rounds);
     const int64_t cap = w_->opt.staging_cap;
     for (int32_t u : order) {
       const int32_t lo = lo_[u];
@@ -135,7 +159,7 @@ class RoundAssigner {
       // Best and worst fit look at every round: their fits and maxima are
       // computed entry by entry over all rounds at once (independent chains
       // instead of one chain per round; the same values).
-      const bool all_rounds = mode != 2 && hi >= lo;
+      const bool all_rounds = mode != kFirstFit && hi >= lo;
       if (all_rounds) RoundMaxima(u, lo, hi, cap);
       for (int32_t r = lo; r <= hi; ++r) {
         double m = 0;
@@ -154,8 +178,8 @@ class RoundAssigner {
             m = std::max(m, LoadAt(r, e.worker, e.dir) + e.seconds);
           }
         }
-        const double inc = mode != 1 ? std::max(0.0, m - max_[r]) : 0.0;
-        if (mode == 2 && inc <= 1e-15) {
+        const double inc = mode != kWorstFit ? std::max(0.0, m - max_[r]) : 0.0;
+        if (mode == kFirstFit && inc <= 1e-15) {
           best = r;
           break;
         }
@@ -172,6 +196,19 @@ class RoundAssigner {
         if (best < lo) return false;
       }
       Commit(u, best);
+    }
+    return true;
+  }
+
+  // kTimeOrder: list scheduling (plan_round_list.h), rounds as long as
+  // `rounds` equal rounds of the busiest link would be.
+  bool PlaceInTimeOrder(int32_t rounds) {
+    const double tau = BusiestLinkTotal(units_, nw_) / rounds;
+    const std::vector<int32_t> round_of = ListScheduleRounds(units_, nw_, w_->opt.staging_cap, tau);
+    Reset(0);
+    for (int32_t u = 0; u < units_.num_units; ++u) {
+      while (round_of[u] >= rounds_) AddRound();
+      AddLoads(u, round_of[u]);
     }
     return true;
   }
@@ -300,6 +337,11 @@ class RoundAssigner {
   }
 
   void Commit(int32_t u, int32_t r) {
+    AddLoads(u, r);
+    PropagateOrder(u, r);
+  }
+
+  void AddLoads(int32_t u, int32_t r) {
     round_of_[u] = r;
     for (int32_t i = units_.load_begin[u]; i < units_.load_begin[u + 1]; ++i) {
       const LoadEntry& e = units_.load_entries[i];
@@ -311,7 +353,10 @@ class RoundAssigner {
       staged_[static_cast<size_t>(r) * nw_ + units_.stage_entries[i].worker] +=
           units_.stage_entries[i].bytes;
     }
-    // Propagate order constraints to unplaced relatives.
+  }
+
+  // Propagates order constraints to unplaced relatives of u, placed in r.
+  void PropagateOrder(int32_t u, int32_t r) {
     std::vector<std::pair<int32_t, int32_t>> stack;
     for (int32_t c : units_.children.of(u)) stack.emplace_back(c, r + 1);
     while (!stack.empty()) {

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "absl/container/flat_hash_map.h"
+
 namespace wsync::plan::planner_detail {
 namespace {
 
@@ -40,6 +42,7 @@ class UnitBuilder {
       for (int32_t b = 0; b < nb; ++b) by_unit[next[u_.unit_of[b]]++] = b;
     }
     AggregateUnitLoads(unit_start, by_unit);
+    NumberPairs(unit_start, by_unit);
     BuildRelayGraph();
     OrderUnits();
   }
@@ -132,6 +135,17 @@ class UnitBuilder {
     if (!bk.zero_copy) {
       add_stage(bk.sender, bk.bytes);
       add_stage(bk.receiver, bk.bytes);
+    }
+  }
+
+  // Per unit: its rank among the units whose first bucket links the same
+  // (sender, receiver) pair.
+  void NumberPairs(const std::vector<int32_t>& unit_start, const std::vector<int32_t>& by_unit) {
+    absl::flat_hash_map<int64_t, int32_t> seen;
+    u_.pair_ordinal.assign(u_.num_units, 0);
+    for (int32_t u = 0; u < u_.num_units; ++u) {
+      const BucketRec& b = w_->buckets[by_unit[unit_start[u]]];
+      u_.pair_ordinal[u] = seen[static_cast<int64_t>(b.sender) * nw_ + b.receiver]++;
     }
   }
 

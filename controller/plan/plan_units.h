@@ -61,6 +61,9 @@ struct RoundUnits {
   UnitLists children, parents;       // relay dependencies
   // Per unit: the longest relay chain above it and below it.
   std::vector<int32_t> depth, height;
+  // Per unit: how many units before it (in unit order) have a first bucket
+  // with the same sender and receiver as its own.
+  std::vector<int32_t> pair_ordinal;
   // Units by weight (heaviest first), and by depth, then weight.
   std::vector<int32_t> order, topo_order;
 };

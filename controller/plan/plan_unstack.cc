@@ -188,7 +188,7 @@ absl::Status Unstacker::Expand(const v1::Piece& p, v1::Bucket* b) {
     row.k = k;
     row.src_offset = src.buffer->MemberOffset(row.m);
     row.dst_offset = dst.buffer->MemberOffset(row.m);
-    row.n = 1;
+    row.n = 1;  // a row of one member only at the piece's end
     if (k + 1 < count) {
       row.src_step = src.buffer->MemberOffset(row.m + 1) - row.src_offset;
       row.dst_step = dst.buffer->MemberOffset(row.m + 1) - row.dst_offset;
@@ -197,7 +197,6 @@ absl::Status Unstacker::Expand(const v1::Piece& p, v1::Bucket* b) {
              dst.buffer->MemberOffset(row.m + row.n) - row.dst_offset == row.n * row.dst_step) {
         ++row.n;
       }
-      if (row.n == 1) row.src_step = row.dst_step = 0;
     }
     k += row.n;
     if (open && block.Extends(row)) {
@@ -216,21 +215,18 @@ void Unstacker::Emit(const v1::Piece& p, const StackedView& src, const StackedVi
                      const Names& names, int64_t wire, const RowBlock& block, v1::Bucket* b) {
   const MemberRow& r = block.first;
   v1::Piece* out;
-  if (r.n == 1 && block.rows == 1) {
+  if (r.n == 1) {  // the piece's last member alone (a block of such rows has one)
     out = b->add_pieces();
   } else {
     v1::PieceRun* run = b->add_runs();
-    // Rows of one member are one run along the rows.
-    const bool single = r.n == 1;
-    run->set_count(static_cast<int32_t>(single ? block.rows : r.n));
-    const int32_t m_step = static_cast<int32_t>(single ? block.m_step : 1);
-    run->set_tensor_name_step(m_step);
-    run->set_src_buffer_step(m_step);
-    run->set_dst_buffer_step(m_step);
-    run->set_src_byte_step(single ? block.src_step : r.src_step);
-    run->set_dst_byte_step(single ? block.dst_step : r.dst_step);
-    run->set_bucket_step(single ? block.k_step * wire : wire);
-    if (!single && block.rows > 1) {
+    run->set_count(static_cast<int32_t>(r.n));
+    run->set_tensor_name_step(1);
+    run->set_src_buffer_step(1);
+    run->set_dst_buffer_step(1);
+    run->set_src_byte_step(r.src_step);
+    run->set_dst_byte_step(r.dst_step);
+    run->set_bucket_step(wire);
+    if (block.rows > 1) {
       const int32_t outer = static_cast<int32_t>(block.m_step);
       run->set_outer_count(static_cast<int32_t>(block.rows));
       run->set_outer_tensor_name_step(outer);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <numeric>
 
 #include "controller/plan/plan_cost.h"
 
@@ -23,34 +24,63 @@ class ListScheduler {
         waiting_(units.num_units, 0) {}
 
   std::vector<int32_t> Run() {
-    std::vector<int32_t> ready;
+    RankByPriority();
     for (int32_t v = 0; v < u_.num_units; ++v) {
       for (int32_t c : u_.children.of(v)) ++waiting_[c];
     }
-    for (int32_t v = 0; v < u_.num_units; ++v) {
-      if (waiting_[v] == 0) ready.push_back(v);
+    // Ready units as their priority ranks: ordering is then by value.
+    std::vector<int32_t> ready, kept, next;
+    for (int32_t k = 0; k < u_.num_units; ++k) {
+      if (waiting_[order_[k]] == 0) ready.push_back(k);
     }
-    SortByPriority(ready);
-    std::vector<int32_t> placed, kept, next;
+    std::vector<int32_t> placed;
     for (int32_t r = 0; !ready.empty(); ++r) {
       FillRound(r, ready, &placed, &kept);
       next.clear();
       for (int32_t v : placed) {
         for (int32_t c : u_.children.of(v)) {
-          if (--waiting_[c] == 0) next.push_back(c);
+          if (--waiting_[c] == 0) next.push_back(rank_of_[c]);
         }
       }
-      SortByPriority(next);
+      std::sort(next.begin(), next.end());
       ready.clear();
-      std::merge(kept.begin(), kept.end(), next.begin(), next.end(), std::back_inserter(ready),
-                 [this](int32_t a, int32_t b) { return Before(a, b); });
+      std::merge(kept.begin(), kept.end(), next.begin(), next.end(), std::back_inserter(ready));
     }
     return std::move(round_of_);
   }
 
  private:
-  // Places the ready units that fit into round r (placed), in order; the
-  // others stay ready (kept), in order.
+  // order_: units by priority (the longest relay chain below first, then
+  // the lower pair ordinal, the heavier, the lower id); rank_of_ its
+  // inverse; per rank, the unit's first link and its seconds there (read
+  // in rank order by a round's scan, which skips most units on them).
+  void RankByPriority() {
+    order_.resize(u_.num_units);
+    std::iota(order_.begin(), order_.end(), 0);
+    std::sort(order_.begin(), order_.end(), [this](int32_t a, int32_t b) {
+      if (u_.height[a] != u_.height[b]) return u_.height[a] > u_.height[b];
+      if (u_.pair_ordinal[a] != u_.pair_ordinal[b]) {
+        return u_.pair_ordinal[a] < u_.pair_ordinal[b];
+      }
+      if (u_.weight[a] != u_.weight[b]) return u_.weight[a] > u_.weight[b];
+      return a < b;
+    });
+    rank_of_.resize(u_.num_units);
+    first_link_.assign(u_.num_units, -1);
+    first_seconds_.assign(u_.num_units, 0.0);
+    for (int32_t k = 0; k < u_.num_units; ++k) {
+      const int32_t v = order_[k];
+      rank_of_[v] = k;
+      if (u_.load_begin[v] < u_.load_begin[v + 1]) {
+        const LoadEntry& e = u_.load_entries[u_.load_begin[v]];
+        first_link_[k] = static_cast<int32_t>(Link(e));
+        first_seconds_[k] = e.seconds;
+      }
+    }
+  }
+
+  // Places the ready units (ranks, ascending) that fit into round r (placed:
+  // units); the others stay ready (kept: ranks, ascending).
   void FillRound(int32_t r, const std::vector<int32_t>& ready, std::vector<int32_t>* placed,
                  std::vector<int32_t>* kept) {
     std::fill(load_.begin(), load_.end(), 0.0);
@@ -58,9 +88,12 @@ class ListScheduler {
     std::fill(staged_.begin(), staged_.end(), 0);
     placed->clear();
     kept->clear();
-    for (int32_t v : ready) {
-      if (FirstLinkRefuses(v) || !Fits(v)) {
-        kept->push_back(v);
+    for (int32_t k : ready) {
+      const int32_t v = order_[k];
+      // The first ready unit always goes: progress even where no unit fits
+      // alone (only a non-finite load could make that so).
+      if (!placed->empty() && (FirstLinkRefuses(k) || !Fits(v))) {
+        kept->push_back(k);
         continue;
       }
       Take(v);
@@ -69,31 +102,20 @@ class ListScheduler {
     }
   }
 
-  bool Before(int32_t a, int32_t b) const {
-    if (u_.height[a] != u_.height[b]) return u_.height[a] > u_.height[b];
-    if (u_.pair_ordinal[a] != u_.pair_ordinal[b]) return u_.pair_ordinal[a] < u_.pair_ordinal[b];
-    if (u_.weight[a] != u_.weight[b]) return u_.weight[a] > u_.weight[b];
-    return a < b;
-  }
-
-  void SortByPriority(std::vector<int32_t>& v) const {
-    std::sort(v.begin(), v.end(), [this](int32_t a, int32_t b) { return Before(a, b); });
-  }
-
   static size_t Link(const LoadEntry& e) {
     return static_cast<size_t>(e.worker) * kNumLinkDirs + e.dir;
   }
 
-  // A shortcut for Fits: whether v's first link refused a unit no heavier
-  // than v's load on it in this round (loads only grow within a round), or
-  // refuses v now (then remembered).
-  bool FirstLinkRefuses(int32_t v) {
-    if (u_.load_begin[v] == u_.load_begin[v + 1]) return false;
-    const LoadEntry& e = u_.load_entries[u_.load_begin[v]];
-    const size_t link = Link(e);
-    if (e.seconds >= refused_[link]) return true;
-    if (load_[link] > 0 && load_[link] + e.seconds > tau_) {
-      refused_[link] = e.seconds;
+  // A shortcut for Fits: whether the first link of the unit ranked k refused
+  // a unit no heavier than its load there in this round (loads only grow
+  // within a round), or refuses it now (then remembered).
+  bool FirstLinkRefuses(int32_t k) {
+    if (first_link_[k] < 0) return false;
+    const size_t link = static_cast<size_t>(first_link_[k]);
+    const double seconds = first_seconds_[k];
+    if (load_[link] > 0 && seconds >= refused_[link]) return true;
+    if (Over(load_[link], seconds)) {
+      refused_[link] = seconds;
       return true;
     }
     return false;
@@ -105,10 +127,16 @@ class ListScheduler {
       if (staged_[e.worker] + e.bytes > cap_) return false;
     }
     for (int32_t i = u_.load_begin[v]; i < u_.load_begin[v + 1]; ++i) {
-      const double l = load_[Link(u_.load_entries[i])];
-      if (l > 0 && l + u_.load_entries[i].seconds > tau_) return false;
+      if (Over(load_[Link(u_.load_entries[i])], u_.load_entries[i].seconds)) return false;
     }
     return true;
+  }
+
+  // Whether `seconds` more on a link carrying `load` goes past the round's
+  // length (a link with nothing on it yet takes anything; nothing adds
+  // nothing).
+  bool Over(double load, double seconds) const {
+    return load > 0 && seconds > 0 && load + seconds > tau_;
   }
 
   void Take(int32_t v) {
@@ -129,6 +157,8 @@ class ListScheduler {
   std::vector<int64_t> staged_;
   std::vector<int32_t> round_of_;
   std::vector<int32_t> waiting_;  // per unit: parents not yet in a closed round
+  std::vector<int32_t> order_, rank_of_, first_link_;
+  std::vector<double> first_seconds_;
 };
 
 }  // namespace

@@ -4,8 +4,8 @@
 // The greedy fits place units in relay generations, parents first, each in
 // whichever round suits it; where trainers' sends and the relays behind them
 // load the same links (FSDP shards fanned out to many replicas), children
-// pile up in the last rounds. Filling rounds in time order keeps every
-// relay one round behind the data it forwards, so sends and relays overlap.
+// pile up in the last rounds. Filled in time order, a relay tends to follow
+// the data it forwards by one round, so sends and relays overlap.
 #ifndef WSYNC_CONTROLLER_PLAN_PLAN_ROUND_LIST_H_
 #define WSYNC_CONTROLLER_PLAN_PLAN_ROUND_LIST_H_
 
@@ -24,8 +24,11 @@ namespace wsync::plan::planner_detail {
 // (a link with nothing on it yet takes any unit) and each worker's staged
 // bytes within `staging_cap`; what does not fit waits for the next round.
 // Returns each unit's round. Parents always come in earlier rounds than
-// their children, and every round holds at least one unit. Preconditions:
-// every staging entry is <= staging_cap; the relay graph is acyclic.
+// their children, and every round holds at least one unit (the first ready
+// one goes in any case). Preconditions (BuildRoundUnits' units meet them):
+// each unit has one load entry per (worker, direction) and one staging
+// entry per worker, every staging entry <= staging_cap, every load finite
+// and >= 0; the relay graph is acyclic.
 std::vector<int32_t> ListScheduleRounds(const RoundUnits& units, int32_t num_workers,
                                         int64_t staging_cap, double round_seconds);
 

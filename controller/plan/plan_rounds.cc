@@ -19,7 +19,8 @@
 namespace wsync::plan::planner_detail {
 namespace {
 
-// Ways to assign units to rounds; every one is tried and the cheapest kept.
+// Ways to assign units to rounds; each one Modes() lists is tried and the
+// cheapest assignment kept.
 //  * kBestFit: unit by unit, the round whose maximum grows least, then the
 //    least loaded;
 //  * kWorstFit: the round where the unit's busiest link ends lowest, which
@@ -32,7 +33,8 @@ enum Mode { kBestFit, kWorstFit, kFirstFit, kTimeOrder };
 
 // Plans of more units try one round count, without best fit (its cost grows
 // with units x rounds), first fit (never the cheapest there, on the catalog)
-// and the local search.
+// and the local search; they stop at the first assignment within 1 % of the
+// floor (Run), trying time order first where most units are relays.
 constexpr int32_t kLargePlanUnits = 50000;
 
 class RoundAssigner {
@@ -54,11 +56,20 @@ class RoundAssigner {
     // Relay chains need more rounds than their depth to pipeline; try a few
     // round counts and keep the cheapest (sum of round maxima + latency).
     const std::vector<int32_t> candidates = RoundCandidates();
+    // Large plans stop at an assignment within 1 % of what no assignment
+    // beats (the busiest link's total plus a latency per round the staging
+    // cap and the relay depth force): the others could gain at most that.
+    const double good_enough = units_.num_units > kLargePlanUnits
+                                   ? 1.01 * (BusiestLinkTotal(units_, nw_) +
+                                             MinRounds() * w_->opt.link.round_latency_seconds())
+                                   : 0.0;
     double best_cost = INFINITY;
     std::vector<int32_t> best_round_of;
     int32_t best_rounds = 0;
     for (int32_t rounds : candidates) {
+      if (best_cost <= good_enough) break;
       for (Mode mode : Modes()) {
+        if (best_cost <= good_enough) break;
         // Parents before children (largest first within a generation) always
         // succeeds: a child can append rounds.
         const bool placed =
@@ -85,7 +96,14 @@ class RoundAssigner {
   }
 
   std::vector<Mode> Modes() const {
-    if (units_.num_units > kLargePlanUnits) return {kWorstFit, kTimeOrder};
+    if (units_.num_units > kLargePlanUnits) {
+      // Mostly relays (FSDP2 shards fanned out to replicas): time order
+      // first, as it tends to win there; else worst fit first.
+      int64_t relays = 0;
+      for (int32_t d : units_.depth) relays += d > 0;
+      if (2 * relays > units_.num_units) return {kTimeOrder, kWorstFit};
+      return {kWorstFit, kTimeOrder};
+    }
     return {kBestFit, kWorstFit, kFirstFit, kTimeOrder};
   }
 
@@ -118,13 +136,25 @@ class RoundAssigner {
   }
 
  private:
+  // The rounds no assignment does without: the busiest worker's staged
+  // bytes over the staging cap, and the longest relay chain.
+  int64_t MinRounds() const {
+    int64_t peak = 0;
+    for (int64_t s : units_.stage_total) peak = std::max(peak, s);
+    int32_t depth = 0;
+    for (int32_t d : units_.depth) depth = std::max(depth, d);
+    const int64_t cap = w_->opt.staging_cap;
+    return std::max<int64_t>({1, peak / cap + (peak % cap != 0), depth + 1});
+  }
+
   int32_t InitialRounds() const {
     int64_t peak = 0;
     for (int64_t s : units_.stage_total) peak = std::max(peak, s);
     int32_t depth = 0;
     for (int32_t d : units_.depth) depth = std::max(depth, d);
-    int64_t r = (peak + w_->opt.staging_cap - 1) / w_->opt.staging_cap;
-    if (r > 1) r = r + (r + 9) / 10;  // slack for packing
+    const int64_t cap = w_->opt.staging_cap;
+    int64_t r = peak / cap + (peak % cap != 0);  // no overflow near INT64_MAX
+    if (r > 1) r = r + (r + 9) / 10;             // slack for packing
     return static_cast<int32_t>(std::max<int64_t>({1, r, depth + 1}));
   }
 

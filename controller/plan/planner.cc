@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/cord.h"
@@ -38,6 +39,19 @@ absl::Status ResolveOptions(const v1::PlanOptions& in, Options* out) {
   if (lm.nvlink_bytes_per_second() < 0 || lm.nic_bytes_per_second() < 0 ||
       lm.local_copy_bytes_per_second() < 0 || lm.round_latency_seconds() < 0) {
     return absl::InvalidArgumentError("options.link_model: negative bandwidth or latency");
+  }
+  // Each link's seconds (bytes / rate) and their sums must stay finite.
+  for (double rate : {lm.nvlink_bytes_per_second(), lm.nic_bytes_per_second(),
+                      lm.local_copy_bytes_per_second()}) {
+    if (!std::isfinite(rate) || !(rate >= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options.link_model: a bandwidth must be finite and at least 1 byte/s (0 takes the "
+          "default), not ",
+          rate));
+    }
+  }
+  if (!std::isfinite(lm.round_latency_seconds())) {
+    return absl::InvalidArgumentError("options.link_model: round_latency_seconds must be finite");
   }
   return absl::OkStatus();
 }

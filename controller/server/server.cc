@@ -23,6 +23,7 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(Server
   plan::BuildOptions build;
   build.max_buckets = limits.max_plan_buckets;
   build.max_pieces = limits.max_plan_pieces;
+  build.stacking = limits.plan_stacking;
   s->plans_ = std::make_unique<PlanSource>(64, limits.plan_cache_bytes, build);
   v1::ControllerState saved;
   if (!options.state_file.empty()) {

@@ -102,6 +102,11 @@ ABSL_FLAG(int64_t, max_plan_buckets, 2'000'000,
 ABSL_FLAG(int64_t, max_plan_pieces, 4'000'000,
           "Most pieces one plan may have (a Kimi-K2 plan has ~0.63 M): RESOURCE_EXHAUSTED. Env: "
           "WSYNC_MAX_PLAN_PIECES.");
+ABSL_FLAG(std::string, plan_stacking, "auto",
+          "Tensor stacking: auto plans a spec over --max_plan_pieces with each group of alike "
+          "destination tensors stacked (docs/plan-compact.md section 6) and every other spec as "
+          "it is; on stacks every spec; off refuses a spec over the limit "
+          "(RESOURCE_EXHAUSTED). Env: WSYNC_PLAN_STACKING.");
 ABSL_FLAG(int64_t, plan_cache_bytes, 4ll << 30,
           "Bytes the plan cache keeps (the plans' arenas; a Kimi-K2 plan takes ~0.5 GB); the "
           "oldest plans go first, the newest is always kept. Env: WSYNC_PLAN_CACHE_BYTES.");
@@ -153,6 +158,18 @@ bool ReadLimits(wsync::controller::ControllerLimits* l) {
   l->max_plan_buckets = absl::GetFlag(FLAGS_max_plan_buckets);
   l->max_plan_pieces = absl::GetFlag(FLAGS_max_plan_pieces);
   l->plan_cache_bytes = absl::GetFlag(FLAGS_plan_cache_bytes);
+  const std::string stacking = absl::GetFlag(FLAGS_plan_stacking);
+  using Stacking = wsync::plan::BuildOptions::Stacking;
+  if (stacking == "auto") {
+    l->plan_stacking = Stacking::kAuto;
+  } else if (stacking == "on") {
+    l->plan_stacking = Stacking::kOn;
+  } else if (stacking == "off") {
+    l->plan_stacking = Stacking::kOff;
+  } else {
+    spdlog::error("wsync-controller: --plan_stacking must be auto, on or off, not '{}'", stacking);
+    return false;
+  }
   l->max_sync_deadline = absl::GetFlag(FLAGS_max_sync_deadline);
   l->max_version_jump = absl::GetFlag(FLAGS_max_version_jump);
   l->kv_scope_bytes = absl::GetFlag(FLAGS_kv_scope_bytes);
@@ -237,6 +254,7 @@ int main(int argc, char** argv) {
        "min_bucket_bytes",
        "max_plan_buckets",
        "max_plan_pieces",
+       "plan_stacking",
        "plan_cache_bytes",
        "max_sync_deadline",
        "max_version_jump",

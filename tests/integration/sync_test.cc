@@ -207,5 +207,20 @@ TEST(SyncIntegration, StackedExpertsOverThePieceLimitSync) {
   EXPECT_GT(summary.num_pieces(), 100);  // expanded; the plan holds at most 100 records
 }
 
+// With --plan_stacking=off the same spec is refused when it is defined,
+// naming the limit.
+TEST(SyncIntegration, PlanStackingOffRefusesASpecOverThePieceLimit) {
+  catalog::CaseOptions co = Case("fsdp:2", "vllm-tp:2x2,ep");
+  co.model = "tiny-qwen3-moe";
+  demo::ClusterOptions o = DefaultClusterOptions();
+  o.controller_flags.push_back("--max_plan_pieces=100");
+  o.controller_flags.push_back("--plan_stacking=off");
+  auto run = CaseRun::Start(co, o);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const grpc::Status s = (*run)->Define("t");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("max_plan_pieces"), std::string::npos) << s.error_message();
+}
+
 }  // namespace
 }  // namespace wsync::integration

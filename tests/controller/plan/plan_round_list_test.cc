@@ -130,6 +130,25 @@ TEST(ListScheduleRoundsTest, RandomGraphsKeepOrderCapsAndNoEmptyRound) {
       if (l.second > 1) EXPECT_LE(l.first, tau * (1 + 1e-12)) << "trial " << trial;
     }
     for (const auto& [key, bytes] : staged) EXPECT_LE(bytes, cap) << "trial " << trial;
+    // No unit waited needlessly: in every round it was ready for before its
+    // own, it did not fit even the round's final loads (loads only grow
+    // while a round fills).
+    for (int32_t v = 0; v < n; ++v) {
+      int32_t ready = 0;
+      for (int32_t p : in[v].parents) ready = std::max(ready, round_of[p] + 1);
+      for (int32_t r = ready; r < round_of[v]; ++r) {
+        bool fits = true;
+        for (const StageEntry& e : in[v].stages) {
+          fits = fits && staged[{r, e.worker}] + e.bytes <= cap;
+        }
+        for (const LoadEntry& e : in[v].loads) {
+          const double l = link[{r, static_cast<size_t>(e.worker) * kNumLinkDirs + e.dir}].first;
+          fits = fits && (l == 0 || l + e.seconds <= tau);
+        }
+        EXPECT_FALSE(fits) << "trial " << trial << ": unit " << v << " fit round " << r
+                           << " but went to round " << round_of[v];
+      }
+    }
   }
 }
 

@@ -1,5 +1,7 @@
 // Every planner validation error: the code, and that the message names the
 // tensor (and rank / box where there is one). Never a crash, never a plan.
+#include <limits>
+
 #include "controller/plan/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -25,7 +27,8 @@ void ExpectError(const v1::TransferSpec& spec, absl::StatusCode code,
   absl::StatusOr<v1::Plan> plan = BuildPlan(spec);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), code) << plan.status();
-  for (const std::string& p : parts) EXPECT_THAT(std::string(plan.status().message()), HasSubstr(p));
+  for (const std::string& p : parts)
+    EXPECT_THAT(std::string(plan.status().message()), HasSubstr(p));
 }
 
 TEST(PlannerValidationTest, BaseIsValid) { EXPECT_TRUE(BuildPlan(Base()).ok()); }
@@ -55,7 +58,8 @@ TEST(PlannerValidationTest, IntegerFloatNeverCast) {
 TEST(PlannerValidationTest, IdentityShapeMismatch) {
   v1::TransferSpec spec = Base();
   spec.mutable_destination()->mutable_tensors(0)->set_shape(1, 6);
-  ExpectError(spec, absl::StatusCode::kInvalidArgument, {"shape mismatch", "'w'", "[4, 4]", "[4, 6]"});
+  ExpectError(spec, absl::StatusCode::kInvalidArgument,
+              {"shape mismatch", "'w'", "[4, 4]", "[4, 6]"});
 }
 
 TEST(PlannerValidationTest, UnknownTensors) {
@@ -73,7 +77,8 @@ TEST(PlannerValidationTest, UnknownTensors) {
 TEST(PlannerValidationTest, MappingBoxesOutOfRange) {
   v1::TransferSpec spec = Base();
   Map(&spec, "w", {0, 0}, "w", {2, 0}, {4, 4});
-  ExpectError(spec, absl::StatusCode::kInvalidArgument, {"mapping 0", "'w'", "[2:6, 0:4]", "out of range"});
+  ExpectError(spec, absl::StatusCode::kInvalidArgument,
+              {"mapping 0", "'w'", "[2:6, 0:4]", "out of range"});
   spec = Base();
   Map(&spec, "w", {1, 0}, "w", {0, 0}, {4, 4});
   ExpectError(spec, absl::StatusCode::kInvalidArgument, {"'w'", "[1:5, 0:4]", "out of range"});
@@ -86,7 +91,8 @@ TEST(PlannerValidationTest, OverlappingMappings) {
   v1::TransferSpec spec = Base();
   Map(&spec, "w", {0, 0}, "w", {0, 0}, {3, 4});
   Map(&spec, "w", {2, 0}, "w", {0, 0}, {2, 4});
-  ExpectError(spec, absl::StatusCode::kInvalidArgument, {"'w'", "[0:3, 0:4]", "[2:4, 0:4]", "overlap"});
+  ExpectError(spec, absl::StatusCode::kInvalidArgument,
+              {"'w'", "[0:3, 0:4]", "[2:4, 0:4]", "overlap"});
 }
 
 TEST(PlannerValidationTest, DestinationElementsNotMapped) {
@@ -123,7 +129,32 @@ TEST(PlannerValidationTest, BucketLargerThanStagingCap) {
   v1::TransferSpec spec = Base();
   spec.mutable_options()->set_bucket_bytes(4096);
   spec.mutable_options()->set_staging_cap_bytes(1024);
-  ExpectError(spec, absl::StatusCode::kInvalidArgument, {"bucket_bytes (4096)", "staging_cap_bytes (1024)"});
+  ExpectError(spec, absl::StatusCode::kInvalidArgument,
+              {"bucket_bytes (4096)", "staging_cap_bytes (1024)"});
+}
+
+// A rate so low (or not finite) that a link's seconds overflow would leave
+// round assignment with infinite loads: refused, naming the field.
+TEST(PlannerValidationTest, LinkRatesAndLatencyMustBeFinite) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (double rate : {1e-300, 0.5, inf, nan}) {
+    v1::TransferSpec spec = Base();
+    spec.mutable_options()->mutable_link_model()->set_nic_bytes_per_second(rate);
+    ExpectError(spec, absl::StatusCode::kInvalidArgument,
+                {"options.link_model", "at least 1 byte/s"});
+    spec = Base();
+    spec.mutable_options()->mutable_link_model()->set_nvlink_bytes_per_second(rate);
+    ExpectError(spec, absl::StatusCode::kInvalidArgument, {"options.link_model"});
+  }
+  for (double latency : {inf, nan}) {
+    v1::TransferSpec spec = Base();
+    spec.mutable_options()->mutable_link_model()->set_round_latency_seconds(latency);
+    ExpectError(spec, absl::StatusCode::kInvalidArgument, {"round_latency_seconds"});
+  }
+  v1::TransferSpec spec = Base();
+  spec.mutable_options()->mutable_link_model()->set_nic_bytes_per_second(1);  // slow, finite
+  EXPECT_TRUE(BuildPlan(spec).ok());
 }
 
 TEST(PlannerValidationTest, WorkerOnTwoNodes) {

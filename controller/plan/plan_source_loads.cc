@@ -1,6 +1,8 @@
 // Source choice's link bookkeeping (plan_source_loads.h).
 #include "controller/plan/plan_source_loads.h"
 
+#include <algorithm>
+
 namespace wsync::plan::planner_detail {
 
 // Cells by size, largest first; counting sort on log2 size keeps it O(n).
@@ -36,7 +38,9 @@ double SourceLoads::IngressTarget() {
     const int64_t bytes = CellWireBytes(*w_, c, CellWire(c, st, dt));
     const DstGroup& g = w_->dst_groups[c.dst_group];
     const bool rooted = c.quant == kQuantReceiver && w_->qgroups[c.qgroup].rooted;
-    for (int32_t m = 0; m < (rooted ? 1 : g.frag_count); ++m) {
+    const int32_t members = rooted ? 1 : g.frag_count;
+    far_.clear();
+    for (int32_t m = 0; m < members; ++m) {
       const int32_t wd = w_->dst_rank_worker[dt.fragment(g.frag_begin + m).rank];
       LinkClass best = LinkClass::kNic;
       for (int32_t f : full_) {
@@ -44,10 +48,29 @@ double SourceLoads::IngressTarget() {
         if (l == LinkClass::kLocal) best = l;
         if (l == LinkClass::kNvlink && best == LinkClass::kNic) best = l;
       }
-      if (best != LinkClass::kLocal) {
+      if (best == LinkClass::kNic) {
+        far_.push_back({w_->worker_node[wd], wd});
+      } else if (best != LinkClass::kLocal) {
         in[wd] += Seconds(best, bytes);
         in_bytes[wd] += bytes;
       }
+    }
+    // Members with no holder on their node: the cell needs to enter each
+    // such node only once, so each of its k members there takes 1/k of it
+    // over its NIC (the rest comes from node-mates over NVLink). Counted as
+    // a full copy per member, the target let holders send a copy into every
+    // node (Llama-3-8B to 16 TP1 replicas on two nodes: the attention
+    // weights left the trainers twice, 1.17 x their egress bound).
+    std::sort(far_.begin(), far_.end());
+    for (size_t i = 0; i < far_.size();) {
+      size_t e = i;
+      while (e < far_.size() && far_[e].first == far_[i].first) ++e;
+      const double k = static_cast<double>(e - i);
+      for (size_t j = i; j < e; ++j) {
+        in[far_[j].second] += Seconds(LinkClass::kNic, bytes) / k;
+        in_bytes[far_[j].second] += bytes;
+      }
+      i = e;
     }
     Reserve(c, +1);
   }

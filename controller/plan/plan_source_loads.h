@@ -74,9 +74,12 @@ class SourceLoads {
     }
   }
 
-  // The ingress each destination worker cannot avoid (best link per cell),
-  // as the budget beyond which a holder should hand fan-out to relays.
+  // The ingress each destination worker cannot avoid (best link per cell;
+  // over the NIC, a cell some of its node-mates need too counts 1/k for
+  // each of those k members), as the budget beyond which a holder should
+  // hand fan-out to relays.
   double IngressTarget();
+  std::vector<std::pair<int32_t, int32_t>> far_;  // IngressTarget's (node, worker) scratch
 
   // Every cell must leave its holders at least once (split over its full
   // replicas): that egress is reserved up front so that early cells do not

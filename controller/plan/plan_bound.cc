@@ -26,6 +26,9 @@ struct WorkerBytes {
   double in = 0, in_nic = 0, in1_nic = 0, local = 0;
 };
 
+// Seconds to move `bytes` at `rate` (none to move: 0, whatever the rate).
+double Over(double bytes, double rate) { return bytes > 0 ? bytes / rate : 0.0; }
+
 // The largest term so far and what it is.
 struct Max {
   double seconds = 0;
@@ -187,11 +190,16 @@ class BoundBuilder {
     const double nic = lm.nic_bytes_per_second(), nvl = lm.nvlink_bytes_per_second();
     const double hbm = lm.local_copy_bytes_per_second();
     auto nvl_of = [&](int32_t worker) { return node_size_[w_.worker_node[worker]] > 1 ? nvl : 0; };
+    // A NIC carries bytes to and from other nodes only: with every worker
+    // on one node, a worker's bytes move over NVLink alone.
+    auto nic_of = [&](int32_t worker) {
+      return node_size_[w_.worker_node[worker]] < nw_ ? nic : 0;
+    };
     Max d2, d1;
     for (int32_t k = 0; k < nw_; ++k) {
       const WorkerBytes& wb = workers_[k];
       const std::string id = absl::StrCat(w_.worker_ids[k]);
-      const double in_all = wb.in / (nic + nvl_of(k));
+      const double in_all = Over(wb.in, nic_of(k) + nvl_of(k));
       d2.Offer(std::max(in_all, wb.in_nic / nic), absl::StrCat("ingress of worker ", id));
       d1.Offer(std::max(in_all, wb.in1_nic / nic), absl::StrCat("ingress of worker ", id));
       const double copy = wb.local / hbm;
@@ -201,14 +209,14 @@ class BoundBuilder {
     for (size_t s = 0; s < sets_.size(); ++s) {
       const std::vector<int32_t>& h = set_workers_[s];
       double cap = 0;
-      for (int32_t k : h) cap += nic + nvl_of(k);
+      for (int32_t k : h) cap += nic_of(k) + nvl_of(k);
       const double nic_cap = nic * static_cast<double>(h.size());
       std::vector<int32_t> ids;
       for (int32_t k : h) ids.push_back(w_.worker_ids[k]);
       const std::string what =
           absl::StrCat("egress of the holders {", absl::StrJoin(ids, ","), "}");
-      d2.Offer(std::max(sets_[s].out / cap, sets_[s].out_nic / nic_cap), what);
-      d1.Offer(std::max(sets_[s].out1 / cap, sets_[s].out1_nic / nic_cap), what);
+      d2.Offer(std::max(Over(sets_[s].out, cap), sets_[s].out_nic / nic_cap), what);
+      d1.Offer(std::max(Over(sets_[s].out1, cap), sets_[s].out1_nic / nic_cap), what);
     }
     for (size_t n = 0; n < node_size_.size(); ++n) {
       const double cap = nic * node_size_[n];

@@ -25,8 +25,6 @@ std::vector<int32_t> SourceLoads::LptOrder() const {
   return order;
 }
 
-// The ingress each destination worker cannot avoid (best link per cell),
-// as the budget beyond which a holder should hand fan-out to relays.
 double SourceLoads::IngressTarget() {
   std::vector<double> in(w_->worker_ids.size(), 0.0);
   std::vector<int64_t> in_bytes(w_->worker_ids.size(), 0);
@@ -39,6 +37,8 @@ double SourceLoads::IngressTarget() {
     const DstGroup& g = w_->dst_groups[c.dst_group];
     const bool rooted = c.quant == kQuantReceiver && w_->qgroups[c.qgroup].rooted;
     const int32_t members = rooted ? 1 : g.frag_count;
+    // Receiver-quantized parts are never relayed: each member takes them.
+    const bool shared = w_->opt.relay && c.quant != kQuantReceiver;
     far_.clear();
     for (int32_t m = 0; m < members; ++m) {
       const int32_t wd = w_->dst_rank_worker[dt.fragment(g.frag_begin + m).rank];
@@ -48,19 +48,18 @@ double SourceLoads::IngressTarget() {
         if (l == LinkClass::kLocal) best = l;
         if (l == LinkClass::kNvlink && best == LinkClass::kNic) best = l;
       }
-      if (best == LinkClass::kNic) {
+      if (best == LinkClass::kLocal) continue;
+      if (best == LinkClass::kNic && shared) {
         far_.push_back({w_->worker_node[wd], wd});
-      } else if (best != LinkClass::kLocal) {
+      } else {
         in[wd] += Seconds(best, bytes);
         in_bytes[wd] += bytes;
       }
     }
     // Members with no holder on their node: the cell needs to enter each
     // such node only once, so each of its k members there takes 1/k of it
-    // over its NIC (the rest comes from node-mates over NVLink). Counted as
-    // a full copy per member, the target let holders send a copy into every
-    // node (Llama-3-8B to 16 TP1 replicas on two nodes: the attention
-    // weights left the trainers twice, 1.17 x their egress bound).
+    // over its NIC. What node-mates then forward over NVLink is not counted:
+    // the target is compared with a holder's NIC egress.
     std::sort(far_.begin(), far_.end());
     for (size_t i = 0; i < far_.size();) {
       size_t e = i;

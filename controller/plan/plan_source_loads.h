@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "controller/plan/planner_internal.h"
@@ -74,12 +75,12 @@ class SourceLoads {
     }
   }
 
-  // The ingress each destination worker cannot avoid (best link per cell;
-  // over the NIC, a cell some of its node-mates need too counts 1/k for
-  // each of those k members), as the budget beyond which a holder should
-  // hand fan-out to relays.
+  // The ingress a destination worker takes at balance (each cell over its
+  // best link; a cell that must cross the NIC into a node where k members
+  // need it and could relay it counts 1/k for each, as it needs to enter
+  // the node only once), the largest over workers: the budget beyond which
+  // a holder should hand fan-out to relays.
   double IngressTarget();
-  std::vector<std::pair<int32_t, int32_t>> far_;  // IngressTarget's (node, worker) scratch
 
   // Every cell must leave its holders at least once (split over its full
   // replicas): that egress is reserved up front so that early cells do not
@@ -93,8 +94,9 @@ class SourceLoads {
   Work* w_;
   std::vector<double> load_;
   std::vector<double> reserve_;
-  std::vector<int32_t> full_, parts_;  // the cell's full holders, partial groups
-  int64_t max_in_bytes_ = 0;           // the most bytes a worker needs (IngressTarget)
+  std::vector<int32_t> full_, parts_;             // the cell's full holders, partial groups
+  int64_t max_in_bytes_ = 0;                      // the most bytes a worker needs (IngressTarget)
+  std::vector<std::pair<int32_t, int32_t>> far_;  // IngressTarget's (node, worker) scratch
 };
 
 }  // namespace wsync::plan::planner_detail

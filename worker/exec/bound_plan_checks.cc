@@ -1,6 +1,4 @@
 // View resolution and the piece checks the Bind* methods share.
-#include "worker/exec/bound_plan_internal.h"
-
 #include <string>
 #include <vector>
 
@@ -8,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "common/checked_math.h"
 #include "common/status_macros.h"
+#include "worker/exec/bound_plan_internal.h"
 
 namespace wsync::exec::bind_internal {
 
@@ -88,8 +87,8 @@ absl::Status CheckPacked(const v1::Bucket& b, const v1::Piece& p, int64_t numel)
   ASSIGN_OR_RETURN(const int64_t bytes, CheckedMul(numel, wsize, "packed piece"));
   absl::Status in = RangeWithin(p.bucket_offset(), bytes, b.bytes(), "packed bytes");
   if (!in.ok()) {
-    return absl::OutOfRangeError(absl::StrCat(in.message(), " (the bucket's ", b.bytes(),
-                                              " bytes)"));
+    return absl::OutOfRangeError(
+        absl::StrCat(in.message(), " (the bucket's ", b.bytes(), " bytes)"));
   }
   return absl::OkStatus();
 }
@@ -123,9 +122,10 @@ absl::Status CheckSameCount(const v1::Piece& p) {
 absl::Status CheckZeroCopy(const v1::Bucket& b, StridedView v) {
   StridedView* one[] = {&v};
   CoalesceViews(one);
-  if (b.pieces_size() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("zero-copy bucket has ", b.pieces_size(), " pieces, needs exactly 1"));
+  if (b.pieces_size() != 1 || b.runs_size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("zero-copy bucket has ", b.pieces_size(),
+                                                   " pieces and ", b.runs_size(),
+                                                   " runs, needs exactly 1 piece"));
   }
   const v1::Piece& p = b.pieces(0);
   if (!v.contiguous() || v.dtype != p.wire_dtype() ||

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -157,7 +156,6 @@ class Binder {
   std::unordered_map<int64_t, const v1::Bucket*> buckets_;
   // Buckets with piece runs, written out (common/plan_pieces.h); buckets_
   // points at these for them.
-  std::deque<v1::Bucket> expanded_;
   std::unordered_map<int64_t, const v1::Reduce*> reduces_;
   std::set<int64_t> seen_buckets_;
   std::set<int64_t> seen_reduces_;

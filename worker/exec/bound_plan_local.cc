@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cast.h"
 #include "common/checked_math.h"
+#include "common/plan_pieces.h"
 #include "common/status_macros.h"
 #include "worker/exec/bound_plan_internal.h"
 
@@ -18,13 +19,13 @@ absl::Status Binder::BindCopy(const v1::Bucket& b, int32_t round, BoundRound& ou
   const std::string where = Where(round, "COPY", b);
   const size_t copies_before = out.copies.size();
   bool transformed = false;  // a piece quantized or reduced (verify_pass.h)
-  for (int i = 0; i < b.pieces_size(); ++i) {
-    const v1::Piece& p = b.pieces(i);
+  RETURN_IF_ERROR(ForEachPiece(b, [&](int64_t index, const v1::Piece& p) -> absl::Status {
+    const int i = static_cast<int>(index);
     const std::string pw = PieceWhere(where, i, p);
     if (p.scales_of() != 0) {
       // Written by the local quantization of its quantized piece.
       RETURN_IF_ERROR(Annotate(CheckScalePiece(b, i), pw));
-      continue;
+      return absl::OkStatus();
     }
     auto src = Resolve(p.src(), BufferSide::kSource, "src");
     if (!src.ok()) return Annotate(src.status(), pw);
@@ -38,7 +39,7 @@ absl::Status Binder::BindCopy(const v1::Bucket& b, int32_t round, BoundRound& ou
       RETURN_IF_ERROR(Annotate(SetPartBox(p, part.input), pw));
       part.where = pw;
       qparts_[{b.id(), i}] = part;
-      continue;
+      return absl::OkStatus();
     }
     if (p.quant_block_size() != 0) {
       // A local delivery of whole blocks: quantize src straight into dst.
@@ -62,7 +63,7 @@ absl::Status Binder::BindCopy(const v1::Bucket& b, int32_t round, BoundRound& ou
       out.quantize_inputs.push_back(in);
       out.quantizes.push_back(item);
       out.quantize_ids.push_back(-b.id() - 1);
-      continue;
+      return absl::OkStatus();
     }
     if (p.reduce_id() != 0) {
       // A local partial is read straight from the source by the reduce; its
@@ -76,7 +77,7 @@ absl::Status Binder::BindCopy(const v1::Bucket& b, int32_t round, BoundRound& ou
       part.input.view = *src;
       part.where = pw;
       partials[{b.id(), i}] = part;
-      continue;
+      return absl::OkStatus();
     }
     auto dst = Resolve(p.dst(), BufferSide::kDestination, "dst");
     if (!dst.ok()) return Annotate(dst.status(), pw);
@@ -99,7 +100,8 @@ absl::Status Binder::BindCopy(const v1::Bucket& b, int32_t round, BoundRound& ou
     StridedView* both[] = {&*src, &*dst};
     CoalesceViews(both);
     out.copies.push_back(CopyItem{*src, *dst});
-  }
+    return absl::OkStatus();
+  }));
   out.copy_buckets.push_back(b.id());
   out.copy_counts.push_back(static_cast<int32_t>(out.copies.size() - copies_before));
   out.copy_transformed.push_back(transformed);

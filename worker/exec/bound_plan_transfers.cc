@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cast.h"
+#include "common/plan_pieces.h"
 #include "common/status_macros.h"
 #include "worker/exec/bound_plan_internal.h"
 #include "worker/plane/wire_hash.h"
@@ -15,13 +16,13 @@ namespace wsync::exec::bind_internal {
 
 absl::Status Binder::BindSend(const v1::Bucket& b, BoundTransfer& t, BoundRound& out) {
   const std::string where = Where(out.index, "SEND", b);
-  for (int i = 0; i < b.pieces_size(); ++i) {
-    const v1::Piece& p = b.pieces(i);
+  RETURN_IF_ERROR(ForEachPiece(b, [&](int64_t index, const v1::Piece& p) -> absl::Status {
+    const int i = static_cast<int>(index);
     const std::string pw = PieceWhere(where, i, p);
     if (p.scales_of() != 0) {
       // Written by the pack of its quantized piece.
       RETURN_IF_ERROR(Annotate(CheckScalePiece(b, i), pw));
-      continue;
+      return absl::OkStatus();
     }
     RETURN_IF_ERROR(Annotate(CheckSameCount(p), pw));
     auto src = Resolve(p.src(), BufferSide::kSource, "src");
@@ -44,12 +45,12 @@ absl::Status Binder::BindSend(const v1::Bucket& b, BoundTransfer& t, BoundRound&
       StridedView* one[] = {&item.src};
       CoalesceViews(one);
       out.pack.push_back(item);
-      continue;
+      return absl::OkStatus();
     }
     if (b.zero_copy()) {
       RETURN_IF_ERROR(Annotate(CheckZeroCopy(b, *src), pw));
       t.direct = src->data;
-      continue;
+      return absl::OkStatus();
     }
     RETURN_IF_ERROR(Annotate(CheckPacked(b, p, src->num_elements()), pw));
     if (!CanConvert(src->dtype, p.wire_dtype())) {
@@ -60,7 +61,8 @@ absl::Status Binder::BindSend(const v1::Bucket& b, BoundTransfer& t, BoundRound&
     StridedView* one[] = {&*src};
     CoalesceViews(one);
     out.pack.push_back(PackItem{*src, t.staging_offset + p.bucket_offset(), p.wire_dtype()});
-  }
+    return absl::OkStatus();
+  }));
   return absl::OkStatus();
 }
 
@@ -74,8 +76,8 @@ absl::Status Binder::BindPut(const v1::Bucket& b, int32_t round, BoundPlan& out)
   }
   DirectBucket hashed = NewDirectBucket(b, round, /*sent=*/true);
   hashed.first_put = static_cast<int32_t>(out.puts.size());
-  for (int i = 0; i < b.pieces_size(); ++i) {
-    const v1::Piece& p = b.pieces(i);
+  RETURN_IF_ERROR(ForEachPiece(b, [&](int64_t index, const v1::Piece& p) -> absl::Status {
+    const int i = static_cast<int>(index);
     const std::string pw = PieceWhere(where, i, p);
     RETURN_IF_ERROR(Annotate(CheckDirectWritable(p), pw));
     auto src = Resolve(p.src(), BufferSide::kSource, "src");
@@ -103,7 +105,8 @@ absl::Status Binder::BindPut(const v1::Bucket& b, int32_t round, BoundPlan& out)
     CoalesceViews(both);
     out.puts.push_back(CopyItem{*src, *dst});
     out.put_origins.push_back(pw);
-  }
+    return absl::OkStatus();
+  }));
   hashed.num_puts = static_cast<int32_t>(out.puts.size()) - hashed.first_put;
   RETURN_IF_ERROR(Annotate(AddDirectBucket(std::move(hashed), out), where));
   out.bytes_put += b.bytes();
@@ -135,8 +138,8 @@ absl::Status Binder::AddDirectBucket(DirectBucket d, BoundPlan& out) {
 absl::Status Binder::BindDirectRecv(const v1::Bucket& b, int32_t round, BoundPlan& out) {
   const std::string where = Where(round, "RECV (direct write)", b);
   DirectBucket hashed = NewDirectBucket(b, round, /*sent=*/false);
-  for (int i = 0; i < b.pieces_size(); ++i) {
-    const v1::Piece& p = b.pieces(i);
+  RETURN_IF_ERROR(ForEachPiece(b, [&](int64_t index, const v1::Piece& p) -> absl::Status {
+    const int i = static_cast<int>(index);
     const std::string pw = PieceWhere(where, i, p);
     RETURN_IF_ERROR(Annotate(CheckDirectWritable(p), pw));
     auto dst = Resolve(p.dst(), BufferSide::kDestination, "dst");
@@ -150,7 +153,8 @@ absl::Status Binder::BindDirectRecv(const v1::Bucket& b, int32_t round, BoundPla
     StridedView* one[] = {&h.view};
     CoalesceViews(one);
     hashed.items.push_back(h);
-  }
+    return absl::OkStatus();
+  }));
   RETURN_IF_ERROR(Annotate(AddDirectBucket(std::move(hashed), out), where));
   out.bytes_put_into += b.bytes();  // the sender writes it; nothing to run here
   return absl::OkStatus();
@@ -159,8 +163,8 @@ absl::Status Binder::BindDirectRecv(const v1::Bucket& b, int32_t round, BoundPla
 absl::Status Binder::BindRecv(const v1::Bucket& b, BoundTransfer& t, BoundRound& out,
                               std::map<std::pair<int64_t, int32_t>, Partial>& partials) {
   const std::string where = Where(out.index, "RECV", b);
-  for (int i = 0; i < b.pieces_size(); ++i) {
-    const v1::Piece& p = b.pieces(i);
+  RETURN_IF_ERROR(ForEachPiece(b, [&](int64_t index, const v1::Piece& p) -> absl::Status {
+    const int i = static_cast<int>(index);
     const std::string pw = PieceWhere(where, i, p);
     if (p.scales_of() != 0) {
       RETURN_IF_ERROR(Annotate(CheckScalePiece(b, i), pw));
@@ -175,7 +179,7 @@ absl::Status Binder::BindRecv(const v1::Bucket& b, BoundTransfer& t, BoundRound&
       RETURN_IF_ERROR(Annotate(SetPartBox(p, part.input), pw));
       part.where = pw;
       qparts_[{b.id(), i}] = part;
-      continue;
+      return absl::OkStatus();
     }
     if (p.reduce_id() != 0) {
       Partial part;
@@ -184,14 +188,14 @@ absl::Status Binder::BindRecv(const v1::Bucket& b, BoundTransfer& t, BoundRound&
                                pw));
       part.where = pw;
       partials[{b.id(), i}] = part;
-      continue;
+      return absl::OkStatus();
     }
     auto dst = Resolve(p.dst(), BufferSide::kDestination, "dst");
     if (!dst.ok()) return Annotate(dst.status(), pw);
     if (b.zero_copy()) {
       RETURN_IF_ERROR(Annotate(CheckZeroCopy(b, *dst), pw));
       t.direct = dst->data;
-      continue;
+      return absl::OkStatus();
     }
     RETURN_IF_ERROR(Annotate(CheckPacked(b, p, dst->num_elements()), pw));
     if (!CanConvert(p.wire_dtype(), dst->dtype)) {
@@ -202,7 +206,8 @@ absl::Status Binder::BindRecv(const v1::Bucket& b, BoundTransfer& t, BoundRound&
     StridedView* one[] = {&*dst};
     CoalesceViews(one);
     out.unpack.push_back(UnpackItem{t.staging_offset + p.bucket_offset(), p.wire_dtype(), *dst});
-  }
+    return absl::OkStatus();
+  }));
   return absl::OkStatus();
 }
 

@@ -207,6 +207,74 @@ TEST_F(BindTest, ZeroCopyAcceptsRowBlocksRefusesColumnBlocks) {
   ExpectError(Bind(cols.Build(), 0), absl::StatusCode::kInvalidArgument, {"zero-copy", "strided"});
 }
 
+// The plan's single bucket with its pieces [first, first + count) written
+// as one run (members stepping by the first two pieces' differences).
+v1::Plan WithRun(v1::Plan plan, int first, int count) {
+  v1::Bucket* b = plan.mutable_buckets(0);
+  const v1::Piece a = b->pieces(first), next = b->pieces(first + 1);
+  v1::PieceRun* run = b->add_runs();
+  *run->mutable_first() = a;
+  run->set_count(count);
+  run->set_src_byte_step(next.src().byte_offset() - a.src().byte_offset());
+  run->set_dst_byte_step(next.dst().byte_offset() - a.dst().byte_offset());
+  run->set_bucket_step(next.bucket_offset() - a.bucket_offset());
+  b->mutable_pieces()->DeleteSubrange(first, count);
+  return plan;
+}
+
+// Six 4-element pieces of one bucket, members 1..4 of them as a run: bound
+// in place (ForEachPiece), the run's members give the same pack and unpack
+// items as the pieces, in the same order (plain pieces, then members).
+TEST_F(BindTest, RunMembersBindLikeTheirPieces) {
+  PlanBuilder pb;
+  std::vector<v1::Piece> pieces;
+  for (int k = 0; k < 6; ++k) {
+    pieces.push_back(
+        Piece(View("w", 16 * k, {4}, v1::FP32), View("w", 8 * k, {4}, v1::BF16), v1::BF16));
+  }
+  pb.AddBucket(0, 1, 0, pieces);
+  const v1::Plan plain = pb.Build();
+  v1::Plan with_run = WithRun(plain, 1, 4);
+  ASSERT_EQ(with_run.buckets(0).pieces_size(), 2);
+  // Bound order: pieces 0 and 5, then the members 1..4.
+  const std::vector<int> order = {0, 5, 1, 2, 3, 4};
+  for (int32_t worker : {0, 1}) {
+    auto a = BindPlan(plain, worker, registry_, MemorySpace::kHost);
+    auto b = BindPlan(with_run, worker, registry_, MemorySpace::kHost);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    const BoundRound& ra = (*a)->rounds.at(0);
+    const BoundRound& rb = (*b)->rounds.at(0);
+    ASSERT_EQ(ra.pack.size(), rb.pack.size()) << "worker " << worker;
+    ASSERT_EQ(ra.unpack.size(), rb.unpack.size()) << "worker " << worker;
+    for (size_t i = 0; i < rb.pack.size(); ++i) {
+      EXPECT_EQ(rb.pack[i].src.data, ra.pack[order[i]].src.data) << "pack " << i;
+      EXPECT_EQ(rb.pack[i].staging_offset, ra.pack[order[i]].staging_offset) << "pack " << i;
+    }
+    for (size_t i = 0; i < rb.unpack.size(); ++i) {
+      EXPECT_EQ(rb.unpack[i].dst.data, ra.unpack[order[i]].dst.data) << "unpack " << i;
+      EXPECT_EQ(rb.unpack[i].staging_offset, ra.unpack[order[i]].staging_offset) << "unpack " << i;
+    }
+  }
+}
+
+// A zero-copy bucket is one piece: a run beside it would be bound over the
+// same bytes (regression: read in place, a run was no longer counted).
+TEST_F(BindTest, ZeroCopyBucketWithARunIsRefused) {
+  std::vector<uint8_t> z;
+  Reg(BufferSide::kDestination, "z", z, v1::FP32);
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0,
+               {Piece(View("w", 0, {4}, v1::FP32), View("z", 0, {4}, v1::FP32), v1::FP32),
+                Piece(View("w", 16, {4}, v1::FP32), View("z", 16, {4}, v1::FP32), v1::FP32),
+                Piece(View("w", 32, {4}, v1::FP32), View("z", 32, {4}, v1::FP32), v1::FP32)},
+               /*zero_copy=*/true);
+  const v1::Plan plan = WithRun(pb.Build(), 1, 2);
+  for (int32_t worker : {0, 1}) {
+    ExpectError(Bind(plan, worker), absl::StatusCode::kInvalidArgument, {"zero-copy", "1 runs"});
+  }
+}
+
 TEST_F(BindTest, PartialWithoutReduceIsRefused) {
   PlanBuilder pb;
   pb.AddBucket(0, 1, 0,

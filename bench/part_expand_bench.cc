@@ -4,9 +4,11 @@
 // records, the pieces they stand for, and:
 //  * written out: the time and heap of its piece runs written out as
 //    v1::Piece messages (ExpandRuns; what binders did before session 26);
-//  * bound: BindPlan's time and the heap its BoundPlan holds, members read
-//    in place (ForEachPiece), against the worker's destination buffers
-//    registered at addresses that are reserved, never touched.
+//  * bound: BindPlan's time, the heap its BoundPlan holds and the resident
+//    memory it adds (VmRSS, VmHWM), against the worker's destination
+//    buffers registered at addresses that are reserved, never touched.
+//    PART_BENCH_BIND_ONLY=1 binds without writing the runs out first (so
+//    that no freed memory of that step is reused by the bind).
 //
 //   part_expand_bench --model M --source S --destination D [case flags] [--worker W]
 #include <malloc.h>
@@ -14,6 +16,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <memory>
 #include <string>
@@ -34,6 +37,20 @@ namespace wsync::bench {
 namespace {
 
 size_t HeapInUse() { return mallinfo2().uordblks + mallinfo2().hblkhd; }
+
+// The process's resident and peak resident memory (VmRSS, VmHWM), bytes.
+std::pair<int64_t, int64_t> Resident() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  int64_t rss = 0, hwm = 0;
+  char line[256];
+  while (f != nullptr && std::fgets(line, sizeof line, f) != nullptr) {
+    long long kb = 0;
+    if (std::sscanf(line, "VmRSS: %lld kB", &kb) == 1) rss = kb << 10;
+    if (std::sscanf(line, "VmHWM: %lld kB", &kb) == 1) hwm = kb << 10;
+  }
+  if (f != nullptr) std::fclose(f);
+  return {rss, hwm};
+}
 
 // Binds `part` for `worker` (a destination worker) against its destination
 // buffers, reserved address space only (bind reads no tensor memory).
@@ -71,6 +88,7 @@ int BindInPlace(const v1::TransferSpec& spec, const v1::Plan& part, int32_t work
     }
   }
   const size_t before = HeapInUse();
+  const auto [rss_before, hwm_before] = Resident();
   const auto start = std::chrono::steady_clock::now();
   auto bound = exec::BindPlan(part, worker, registry, transport::MemorySpace::kHost);
   const double seconds =
@@ -79,8 +97,12 @@ int BindInPlace(const v1::TransferSpec& spec, const v1::Plan& part, int32_t work
     std::fprintf(stderr, "bind: %s\n", std::string(bound.status().message()).c_str());
     return 1;
   }
-  std::printf("bound in place: %.3f s, the BoundPlan holds %.1f MB of heap\n", seconds,
-              (HeapInUse() - before) / 1e6);
+  const auto [rss_after, hwm_after] = Resident();
+  std::printf(
+      "bound: %.3f s, the BoundPlan holds %.1f MB of heap; resident %+.1f MB, peak resident "
+      "%.1f -> %.1f MB\n",
+      seconds, (HeapInUse() - before) / 1e6, (rss_after - rss_before) / 1e6, hwm_before / 1e6,
+      hwm_after / 1e6);
   return 0;
 }
 
@@ -122,6 +144,8 @@ int Main(int argc, char** argv) {
   }
   int64_t records = 0;
   for (const v1::Bucket& b : part->buckets()) records += b.pieces_size() + b.runs_size();
+  full->Clear();  // the whole plan is no longer needed: its memory is not the bind's
+  if (std::getenv("PART_BENCH_BIND_ONLY") != nullptr) return BindInPlace(*spec, *part, worker);
   const size_t before = HeapInUse();
   const auto start = std::chrono::steady_clock::now();
   std::deque<v1::Bucket> expanded;

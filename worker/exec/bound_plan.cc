@@ -171,16 +171,20 @@ absl::Status Binder::LayOutStaging(RoundOps& ops, BoundRound& out) {
   return absl::OkStatus();
 }
 
+constexpr size_t kMaxReserve = size_t{1} << 20;
+
 absl::Status Binder::BindOps(RoundOps& ops, BoundRound& out) {
   std::map<std::pair<int64_t, int32_t>, Partial> partials;
   // At most one pack item per piece sent and one unpack item per piece
   // received: reserved, the items take their size rather than up to twice
   // it (a Kimi-K2 fsdp:256 worker binds 2.3 M of them).
+  // At most 2^20 reserved, so that a hostile run's count costs nothing
+  // before its first member is checked.
   size_t packs = 0, unpacks = 0;
   for (const auto& [t, b] : ops.sends) packs += PieceCount(*b).value_or(0);
   for (const auto& [t, b] : ops.recvs) unpacks += PieceCount(*b).value_or(0);
-  out.pack.reserve(packs);
-  out.unpack.reserve(unpacks);
+  out.pack.reserve(std::min(packs, kMaxReserve));
+  out.unpack.reserve(std::min(unpacks, kMaxReserve));
   for (auto& [t, b] : ops.sends) {
     RETURN_IF_ERROR(BindSend(*b, t, out));
     out.bytes_sent += t.bytes;

@@ -119,14 +119,19 @@ absl::Status CheckSameCount(const v1::Piece& p) {
   return absl::OkStatus();
 }
 
-absl::Status CheckZeroCopy(const v1::Bucket& b, StridedView v) {
-  StridedView* one[] = {&v};
-  CoalesceViews(one);
+absl::Status CheckZeroCopyShape(const v1::Bucket& b) {
   if (b.pieces_size() != 1 || b.runs_size() != 0) {
     return absl::InvalidArgumentError(absl::StrCat("zero-copy bucket has ", b.pieces_size(),
                                                    " pieces and ", b.runs_size(),
                                                    " runs, needs exactly 1 piece"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckZeroCopy(const v1::Bucket& b, StridedView v) {
+  StridedView* one[] = {&v};
+  CoalesceViews(one);
+  RETURN_IF_ERROR(CheckZeroCopyShape(b));
   const v1::Piece& p = b.pieces(0);
   if (!v.contiguous() || v.dtype != p.wire_dtype() ||
       v.num_elements() * DTypeSize(v.dtype) != b.bytes() || p.bucket_offset() != 0) {

@@ -43,6 +43,11 @@ absl::Status StagedInput(const v1::Bucket& b, const v1::Piece& p, int64_t transf
 
 absl::Status CheckSameCount(const v1::Piece& p);
 
+// A zero-copy bucket is exactly one piece (no runs): checked before its
+// pieces are bound, so that one without pieces never moves its bytes from
+// a null address.
+absl::Status CheckZeroCopyShape(const v1::Bucket& b);
+
 // A row block of a row-major tensor arrives as an N-d view; it is contiguous
 // once its dims are merged, so coalesce before judging.
 absl::Status CheckZeroCopy(const v1::Bucket& b, StridedView v);
@@ -154,8 +159,6 @@ class Binder {
   const DirectWrites* const direct_;
   BoundPlan* bound_ = nullptr;  // the plan being bound (puts go there)
   std::unordered_map<int64_t, const v1::Bucket*> buckets_;
-  // Buckets with piece runs, written out (common/plan_pieces.h); buckets_
-  // points at these for them.
   std::unordered_map<int64_t, const v1::Reduce*> reduces_;
   std::set<int64_t> seen_buckets_;
   std::set<int64_t> seen_reduces_;

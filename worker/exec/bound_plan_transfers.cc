@@ -16,6 +16,7 @@ namespace wsync::exec::bind_internal {
 
 absl::Status Binder::BindSend(const v1::Bucket& b, BoundTransfer& t, BoundRound& out) {
   const std::string where = Where(out.index, "SEND", b);
+  if (b.zero_copy()) RETURN_IF_ERROR(Annotate(CheckZeroCopyShape(b), where));
   RETURN_IF_ERROR(ForEachPiece(b, [&](int64_t index, const v1::Piece& p) -> absl::Status {
     const int i = static_cast<int>(index);
     const std::string pw = PieceWhere(where, i, p);
@@ -163,6 +164,7 @@ absl::Status Binder::BindDirectRecv(const v1::Bucket& b, int32_t round, BoundPla
 absl::Status Binder::BindRecv(const v1::Bucket& b, BoundTransfer& t, BoundRound& out,
                               std::map<std::pair<int64_t, int32_t>, Partial>& partials) {
   const std::string where = Where(out.index, "RECV", b);
+  if (b.zero_copy()) RETURN_IF_ERROR(Annotate(CheckZeroCopyShape(b), where));
   RETURN_IF_ERROR(ForEachPiece(b, [&](int64_t index, const v1::Piece& p) -> absl::Status {
     const int i = static_cast<int>(index);
     const std::string pw = PieceWhere(where, i, p);

@@ -275,6 +275,23 @@ TEST_F(BindTest, ZeroCopyBucketWithARunIsRefused) {
   }
 }
 
+// A zero-copy bucket without pieces still has bytes to move: refused, on
+// both sides, before anything would send or receive them from a null
+// address (regression: it bound, with no address).
+TEST_F(BindTest, ZeroCopyBucketWithoutPiecesIsRefused) {
+  std::vector<uint8_t> z;
+  Reg(BufferSide::kDestination, "z", z, v1::FP32);
+  PlanBuilder pb;
+  pb.AddBucket(0, 1, 0, {Piece(View("w", 0, {4}, v1::FP32), View("z", 0, {4}, v1::FP32), v1::FP32)},
+               /*zero_copy=*/true);
+  v1::Plan plan = pb.Build();
+  plan.mutable_buckets(0)->clear_pieces();
+  ASSERT_GT(plan.buckets(0).bytes(), 0);
+  for (int32_t worker : {0, 1}) {
+    ExpectError(Bind(plan, worker), absl::StatusCode::kInvalidArgument, {"zero-copy", "0 pieces"});
+  }
+}
+
 TEST_F(BindTest, PartialWithoutReduceIsRefused) {
   PlanBuilder pb;
   pb.AddBucket(0, 1, 0,

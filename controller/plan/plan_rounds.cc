@@ -136,26 +136,29 @@ class RoundAssigner {
   }
 
  private:
-  // The rounds no assignment does without: the busiest worker's staged
-  // bytes over the staging cap, and the longest relay chain.
-  int64_t MinRounds() const {
+  // Rounds the busiest worker's staged bytes need under the staging cap.
+  int64_t StagingRounds() const {
     int64_t peak = 0;
     for (int64_t s : units_.stage_total) peak = std::max(peak, s);
-    int32_t depth = 0;
-    for (int32_t d : units_.depth) depth = std::max(depth, d);
     const int64_t cap = w_->opt.staging_cap;
-    return std::max<int64_t>({1, peak / cap + (peak % cap != 0), depth + 1});
+    return peak / cap + (peak % cap != 0);  // no overflow near INT64_MAX
   }
 
-  int32_t InitialRounds() const {
-    int64_t peak = 0;
-    for (int64_t s : units_.stage_total) peak = std::max(peak, s);
+  int32_t MaxDepth() const {
     int32_t depth = 0;
     for (int32_t d : units_.depth) depth = std::max(depth, d);
-    const int64_t cap = w_->opt.staging_cap;
-    int64_t r = peak / cap + (peak % cap != 0);  // no overflow near INT64_MAX
-    if (r > 1) r = r + (r + 9) / 10;             // slack for packing
-    return static_cast<int32_t>(std::max<int64_t>({1, r, depth + 1}));
+    return depth;
+  }
+
+  // The rounds no assignment does without: the staging rounds, and the
+  // longest relay chain.
+  int64_t MinRounds() const { return std::max<int64_t>({1, StagingRounds(), MaxDepth() + 1}); }
+
+  // The staging rounds with 10 % slack for packing, at least the depth's.
+  int32_t InitialRounds() const {
+    int64_t r = StagingRounds();
+    if (r > 1) r = r + (r + 9) / 10;
+    return static_cast<int32_t>(std::max<int64_t>({1, r, MaxDepth() + 1}));
   }
 
   void AddRound() {

@@ -109,7 +109,8 @@ absl::StatusOr<int64_t> ReplayBytes(const v1::TransferSpec& spec) {
 }
 
 void PrintSummary(const v1::TransferSpec& spec, const v1::Plan& plan,
-                  const plan::SimulationResult* sim, const plan::WorkerNodes& nodes, int64_t top) {
+                  const plan::SimulationResult* sim, const plan::WorkerNodes& nodes, int64_t top,
+                  bool nccl_net) {
   const v1::PlanSummary& s = plan.summary();
   std::printf("plan %s  '%s'\n", plan.key().c_str(), spec.name().c_str());
   std::printf("  ranks            %d source, %d destination\n", spec.source().ranks_size(),
@@ -149,7 +150,7 @@ void PrintSummary(const v1::TransferSpec& spec, const v1::Plan& plan,
       "  routing bound    %s (ratio %.3f): %s\n", SecondsText(s.routing_bound_seconds()).c_str(),
       s.routing_bound_seconds() > 0 ? s.predicted_seconds() / s.routing_bound_seconds() : 0.0,
       s.routing_bound_term().c_str());
-  if (sim != nullptr) std::fputs(SimulatorLine(plan, *sim).c_str(), stdout);
+  if (sim != nullptr) std::fputs(SimulatorLine(plan, *sim, nccl_net).c_str(), stdout);
   std::printf("  plan time        %s\n", SecondsText(s.plan_seconds()).c_str());
   std::vector<v1::RankSummary> ranks(s.ranks().begin(), s.ranks().end());
   std::sort(ranks.begin(), ranks.end(), [](const v1::RankSummary& a, const v1::RankSummary& b) {
@@ -267,11 +268,11 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
     std::cout << *text << "\n" << std::flush;
     clock.Mark("json");
     if (sim.has_value()) {
-      std::fputs(SimulatorLine(*plan, sim->result).c_str(), stderr);
+      std::fputs(SimulatorLine(*plan, sim->result, sim->nccl_net).c_str(), stderr);
       PrintSimulationLines(*args, *plan, *sim, stderr);
     }
   } else {
-    PrintSummary(*spec, *plan, &sim->result, sim->nodes, *top);
+    PrintSummary(*spec, *plan, &sim->result, sim->nodes, *top, sim->nccl_net);
     PrintSimulationLines(*args, *plan, *sim, stdout);
   }
   if (args->Has("verify")) {

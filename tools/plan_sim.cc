@@ -126,15 +126,19 @@ absl::StatusOr<PlanSimulation> SimulatePlanForArgs(const Args& args, const v1::T
   return sim;
 }
 
-std::string SimulatorLine(const v1::Plan& plan, const plan::SimulationResult& sim) {
+std::string SimulatorLine(const v1::Plan& plan, const plan::SimulationResult& sim, bool nccl_net) {
   const v1::PlanSummary& s = plan.summary();
+  const std::string routing =
+      nccl_net ? "no routing bound under --nccl-net (it assumes NVLink within a node)"
+               : absl::StrFormat("%.3f x the routing bound",
+                                 s.routing_bound_seconds() > 0
+                                     ? sim.makespan_seconds / s.routing_bound_seconds()
+                                     : 0.0);
   return absl::StrFormat(
-      "  simulator        makespan %s, bound %s (worker %d %s), %.3f x the plan's bound, %.3f x "
-      "the routing bound\n",
+      "  simulator        makespan %s, bound %s (worker %d %s), %.3f x the plan's bound, %s\n",
       SecondsText(sim.makespan_seconds), SecondsText(sim.lower_bound_seconds), sim.bound_worker,
       sim.bound_link,
-      sim.lower_bound_seconds > 0 ? sim.makespan_seconds / sim.lower_bound_seconds : 0.0,
-      s.routing_bound_seconds() > 0 ? sim.makespan_seconds / s.routing_bound_seconds() : 0.0);
+      sim.lower_bound_seconds > 0 ? sim.makespan_seconds / sim.lower_bound_seconds : 0.0, routing);
 }
 
 void PrintSimulationLines(const Args& args, const v1::Plan& plan, const PlanSimulation& sim,

@@ -49,8 +49,11 @@ absl::StatusOr<PlanSimulation> SimulatePlanForArgs(const Args& args, const v1::T
                                                    const v1::PlanOptions& sim_options,
                                                    const v1::Plan& plan);
 
-// The summary's "  simulator ..." line (with its newline).
-std::string SimulatorLine(const v1::Plan& plan, const plan::SimulationResult& sim);
+// The summary's "  simulator ..." line (with its newline). With `nccl_net`
+// (--nccl-net) the makespan is not compared with the routing bound, which
+// assumes that two workers of one node move bytes over NVLink only.
+std::string SimulatorLine(const v1::Plan& plan, const plan::SimulationResult& sim,
+                          bool nccl_net = false);
 
 // To `out`: the SIM line (--sim-json), then every round's simulated time
 // (--rounds).

@@ -12,8 +12,10 @@
 // Data terms, per worker / holder set / node, each bytes over the most
 // bandwidth that could carry them:
 //  * ingress of worker w: the wire bytes it needs and holds no copy of, over
-//    NIC + NVLink (NVLink only if a node-mate holds or needs them), and those
-//    no node-mate holds or needs over its NIC alone;
+//    NIC + NVLink (NVLink only if w has node-mates, the NIC only if some
+//    worker is on another node: the simulator's default model, where two
+//    workers of one node move bytes over NVLink), and those no node-mate
+//    holds or needs over its NIC alone;
 //  * local copies of worker w: bytes it holds itself, over HBM;
 //  * egress of a holder set H (the workers holding the same bytes): the bytes
 //    some worker outside H needs leave H at least once, shared among H's links;

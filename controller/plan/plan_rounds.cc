@@ -114,8 +114,7 @@ class RoundAssigner {
   // candidate (the search is for small, relay-bound ones).
   std::vector<int32_t> RoundCandidates() const {
     const int32_t base = InitialRounds();
-    int32_t depth = 0;
-    for (int32_t d : units_.depth) depth = std::max(depth, d);
+    const int32_t depth = MaxDepth();
     std::vector<int32_t> candidates = {base, 2 * base};
     if (depth > 0) {
       for (int k : {2, 4, 8}) candidates.push_back(std::max(base, k * (depth + 1)));

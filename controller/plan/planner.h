@@ -6,7 +6,8 @@
 // Stages: plan_validate.cc (spec checks), plan_mapping.cc (regions -> cells;
 // block fp8 in plan_quant.cc; once per tensor class, plan_classes.h and
 // plan_class_cells.cc), plan_sources.cc (replicas, relays, reduces),
-// plan_buckets.cc, plan_rounds.cc (+ plan_units.cc), plan_emit.cc (+ plan_summary.cc).
+// plan_buckets.cc, plan_rounds.cc (+ plan_units.cc, plan_round_list.cc), plan_emit.cc
+// (+ plan_summary.cc).
 #ifndef WSYNC_CONTROLLER_PLAN_PLANNER_H_
 #define WSYNC_CONTROLLER_PLAN_PLANNER_H_
 

@@ -261,6 +261,9 @@ TEST(WsyncctlTest, LinkRateFlagsAndForcedNetworkSimulation) {
   Result forced = CtlStdout(one_node + " --nccl-net");
   ASSERT_EQ(forced.code, 0) << forced.out;
   EXPECT_NE(forced.out.find("\"nccl_net\":true"), std::string::npos) << forced.out;
+  // The routing bound assumes NVLink within a node: not compared under --nccl-net.
+  EXPECT_NE(forced.out.find("no routing bound under --nccl-net"), std::string::npos) << forced.out;
+  EXPECT_EQ(forced.out.find("x the routing bound"), std::string::npos) << forced.out;
   EXPECT_GE(SimField(forced.out, "makespan_s"), SimField(nvlink.out, "makespan_s"));
   const std::string pairs = SimPairs(forced.out);
   EXPECT_NE(pairs, "?") << forced.out;

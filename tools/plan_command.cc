@@ -210,15 +210,10 @@ int RunPlanCommand(const std::vector<std::string>& argv) {
   build.emit_piece_runs = !args->Has("no-piece-runs");
   build.stop_after_cells = args->Has("stop-after-cells");
   if (args->Has("stacking")) {
-    const std::string mode = args->Value("stacking");
-    if (mode == "off") {
-      build.stacking = plan::BuildOptions::Stacking::kOff;
-    } else if (mode == "on") {
-      build.stacking = plan::BuildOptions::Stacking::kOn;
-    } else if (mode != "auto") {
-      return Fail(kExitUsage, absl::InvalidArgumentError(absl::StrCat(
-                                  "--stacking must be off, on or auto, not '", mode, "'")));
-    }
+    absl::StatusOr<plan::StackingMode> mode =
+        plan::ParseStackingMode(args->Value("stacking"), "--stacking");
+    if (!mode.ok()) return Fail(kExitUsage, mode.status());
+    build.stacking = *mode;
   }
   std::vector<plan::StageCost> stages;
   plan::StageClock clock(args->Has("stages") ? &stages : nullptr);

@@ -35,11 +35,13 @@ absl::Status ResolveOptions(const v1::PlanOptions& in, Options* out) {
         absl::StrCat("options: bucket_bytes (", out->bucket_bytes, ") exceeds staging_cap_bytes (",
                      out->staging_cap, "): a full bucket could never be staged"));
   }
-  const v1::LinkModel& lm = out->link;
-  if (lm.nvlink_bytes_per_second() < 0 || lm.nic_bytes_per_second() < 0 ||
-      lm.local_copy_bytes_per_second() < 0 || lm.round_latency_seconds() < 0) {
+  // The spec's own rates: a negative one is refused, not taken as 0.
+  const v1::LinkModel& given = in.link_model();
+  if (given.nvlink_bytes_per_second() < 0 || given.nic_bytes_per_second() < 0 ||
+      given.local_copy_bytes_per_second() < 0 || given.round_latency_seconds() < 0) {
     return absl::InvalidArgumentError("options.link_model: negative bandwidth or latency");
   }
+  const v1::LinkModel& lm = out->link;
   // Each link's seconds (bytes / rate) and their sums must stay finite.
   for (double rate : {lm.nvlink_bytes_per_second(), lm.nic_bytes_per_second(),
                       lm.local_copy_bytes_per_second()}) {

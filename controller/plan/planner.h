@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "controller/plan/compiled_layout.h"
 #include "controller/plan/plan_stages.h"
+#include "controller/plan/stacking_mode.h"
 #include "wsync/v1/layout.pb.h"
 #include "wsync/v1/plan.pb.h"
 
@@ -71,7 +72,7 @@ struct BuildOptions {
   // refused as before. Stacked, max_pieces bounds the plan's records (plain
   // pieces and runs), and the stacked planner's working records 4 x that.
   // With summary_only, a stacked plan's summary counts its stacked pieces.
-  enum class Stacking { kOff, kAuto, kOn };
+  using Stacking = StackingMode;
   Stacking stacking = Stacking::kAuto;
 };
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "controller/plan/planner.h"
+#include "controller/plan/stacking_mode.h"
 
 namespace wsync::controller {
 
@@ -24,7 +24,7 @@ struct ControllerLimits {
   int64_t max_plan_pieces = 4'000'000;   // --max_plan_pieces
   // Tensor stacking for specs over max_plan_pieces (planner.h
   // BuildOptions::stacking; --plan_stacking auto, on or off).
-  plan::BuildOptions::Stacking plan_stacking = plan::BuildOptions::Stacking::kAuto;
+  plan::StackingMode plan_stacking = plan::StackingMode::kAuto;
   // Bytes the plan cache may keep (plan_cache.h: the plans' arenas; a
   // Kimi-K2 plan takes ~0.5 GB).
   int64_t plan_cache_bytes = 4ll << 30;  // --plan_cache_bytes

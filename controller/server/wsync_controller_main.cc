@@ -158,18 +158,13 @@ bool ReadLimits(wsync::controller::ControllerLimits* l) {
   l->max_plan_buckets = absl::GetFlag(FLAGS_max_plan_buckets);
   l->max_plan_pieces = absl::GetFlag(FLAGS_max_plan_pieces);
   l->plan_cache_bytes = absl::GetFlag(FLAGS_plan_cache_bytes);
-  const std::string stacking = absl::GetFlag(FLAGS_plan_stacking);
-  using Stacking = wsync::plan::BuildOptions::Stacking;
-  if (stacking == "auto") {
-    l->plan_stacking = Stacking::kAuto;
-  } else if (stacking == "on") {
-    l->plan_stacking = Stacking::kOn;
-  } else if (stacking == "off") {
-    l->plan_stacking = Stacking::kOff;
-  } else {
-    spdlog::error("wsync-controller: --plan_stacking must be auto, on or off, not '{}'", stacking);
+  absl::StatusOr<wsync::plan::StackingMode> stacking =
+      wsync::plan::ParseStackingMode(absl::GetFlag(FLAGS_plan_stacking), "--plan_stacking");
+  if (!stacking.ok()) {
+    spdlog::error("wsync-controller: {}", std::string(stacking.status().message()));
     return false;
   }
+  l->plan_stacking = *stacking;
   l->max_sync_deadline = absl::GetFlag(FLAGS_max_sync_deadline);
   l->max_version_jump = absl::GetFlag(FLAGS_max_version_jump);
   l->kv_scope_bytes = absl::GetFlag(FLAGS_kv_scope_bytes);

@@ -138,11 +138,11 @@ TEST(PlannerValidationTest, BucketLargerThanStagingCap) {
 TEST(PlannerValidationTest, LinkRatesAndLatencyMustBeFinite) {
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (double rate : {1e-300, 0.5, inf, nan}) {
+  for (double rate : {-1.0, 1e-300, 0.5, inf, nan}) {
     v1::TransferSpec spec = Base();
     spec.mutable_options()->mutable_link_model()->set_nic_bytes_per_second(rate);
     ExpectError(spec, absl::StatusCode::kInvalidArgument,
-                {"options.link_model", "at least 1 byte/s"});
+                {"options.link_model", rate < 0 ? "negative" : "at least 1 byte/s"});
     spec = Base();
     spec.mutable_options()->mutable_link_model()->set_nvlink_bytes_per_second(rate);
     ExpectError(spec, absl::StatusCode::kInvalidArgument, {"options.link_model"});

@@ -6,8 +6,12 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <sstream>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace wsync::plan {
@@ -92,26 +96,36 @@ void* AllocateBlock(size_t size) {
 
 namespace {
 
-// Grows the main heap by one large allocation, advises the grown range for
-// huge pages and frees it again (it stays: the heap is trimmed only past
-// 1 GiB free), so that the next ~256 MiB the main thread allocates lands on
-// huge pages when first touched -- what glibc's glibc.malloc.hugetlb=1
-// tunable does, which must be set before the process starts. Only virtual
-// memory until touched.
+// The main (brk) heap's range, from /proc/self/maps' "[heap]" line; {0, 0}
+// when it has none.
+std::pair<uintptr_t, uintptr_t> MainHeapRange() {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.size() < 6 || line.compare(line.size() - 6, 6, "[heap]") != 0) continue;
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && hi > lo) return {lo, hi};
+  }
+  return {0, 0};
+}
+
+// Grows the main heap by one large allocation and frees it again (it stays:
+// the heap is trimmed only past 1 GiB free), then advises the whole heap for
+// huge pages, so that what the main thread allocates next -- from the grown
+// top or from a hole an earlier phase freed -- lands on huge pages when first
+// touched: what glibc's glibc.malloc.hugetlb=1 tunable does, which must be
+// set before the process starts. Only virtual memory until touched; pages
+// already touched are left to khugepaged.
 void AdviseMainHeapForHugePages() {
   constexpr size_t kProbeBytes = size_t{192} << 20;  // below M_MMAP_THRESHOLD: from brk
   void* probe = std::malloc(kProbeBytes);
   if (probe == nullptr) return;
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(probe);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(sbrk(0));  // includes M_TOP_PAD
-  // Only when the block lies in the brk heap (glibc falls back to mmap when
-  // brk cannot grow, and frees such a block by unmapping it).
-  if (end >= begin + kProbeBytes) {
-    const uintptr_t lo = (begin + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
-    const uintptr_t hi = end & ~(kHugePageBytes - 1);
-    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);  // advice only
-  }
   std::free(probe);
+  const auto [begin, end] = MainHeapRange();
+  const uintptr_t lo = (begin + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
+  const uintptr_t hi = end & ~(kHugePageBytes - 1);
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);  // advice only
 }
 
 }  // namespace

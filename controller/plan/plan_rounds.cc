@@ -36,11 +36,16 @@ enum Mode { kBestFit, kWorstFit, kFirstFit, kTimeOrder };
 // and the local search; they stop at the first assignment within 1 % of the
 // floor (Run), trying time order first where most units are relays.
 constexpr int32_t kLargePlanUnits = 50000;
+// Round counts tried for pipelining (each costs rounds x workers loads).
+constexpr double kMaxPipelineRounds = 512;
 
 class RoundAssigner {
  public:
   explicit RoundAssigner(Work* w)
-      : w_(w), nw_(static_cast<int32_t>(w->worker_ids.size())), units_(BuildRoundUnits(*w)) {}
+      : w_(w),
+        nw_(static_cast<int32_t>(w->worker_ids.size())),
+        units_(BuildRoundUnits(*w)),
+        busiest_link_total_(BusiestLinkTotal(units_, nw_)) {}
 
   absl::Status Run() {
     for (const StageEntry& e : units_.stage_entries) {
@@ -59,10 +64,10 @@ class RoundAssigner {
     // Large plans stop at an assignment within 1 % of what no assignment
     // beats (the busiest link's total plus a latency per round the staging
     // cap and the relay depth force): the others could gain at most that.
-    const double good_enough = units_.num_units > kLargePlanUnits
-                                   ? 1.01 * (BusiestLinkTotal(units_, nw_) +
-                                             MinRounds() * w_->opt.link.round_latency_seconds())
-                                   : 0.0;
+    const double good_enough =
+        units_.num_units > kLargePlanUnits
+            ? 1.01 * (busiest_link_total_ + MinRounds() * w_->opt.link.round_latency_seconds())
+            : 0.0;
     double best_cost = INFINITY;
     std::vector<int32_t> best_round_of;
     int32_t best_rounds = 0;
@@ -109,8 +114,9 @@ class RoundAssigner {
 
   // Round counts to try, ascending: the staging-derived one, twice it, and
   // for relay chains multiples of their depth; small plans also counts
-  // around the staging-derived one (relay-bound plans trade round latency
-  // against the tail of relays behind the last round). Large plans: one
+  // around the staging-derived one and around the pipeline's optimum
+  // (PipelineRounds): relay-bound plans trade round latency against the tail
+  // of relays behind the last round. Large plans: one
   // candidate (the search is for small, relay-bound ones).
   std::vector<int32_t> RoundCandidates() const {
     const int32_t base = InitialRounds();
@@ -127,6 +133,10 @@ class RoundAssigner {
       for (int32_t num : {1, 3, 5, 6, 7}) {
         candidates.push_back(std::max({int32_t{1}, depth + 1, base * num / 4}));
       }
+      for (double f : {0.7, 1.0, 1.4}) {
+        const int32_t r = PipelineRounds(f);
+        if (r > 0) candidates.push_back(std::max(base, r));
+      }
     }
     if (units_.num_units > kLargePlanUnits) candidates.resize(1);
     std::sort(candidates.begin(), candidates.end());
@@ -135,6 +145,19 @@ class RoundAssigner {
   }
 
  private:
+  // A relay chain of depth d behind rounds of c seconds each finishes its
+  // last hops d rounds after the holders' last, so a plan of chunks costs
+  // about T + d c + (T / c + d) latency (T: the busiest link's total); least
+  // at T / c = sqrt(d T / latency). That round count times f; 0 without
+  // relays or latency, or past kMaxPipelineRounds.
+  int32_t PipelineRounds(double f) const {
+    const int32_t depth = MaxDepth();
+    const double latency = w_->opt.link.round_latency_seconds();
+    if (depth == 0 || !(latency > 0)) return 0;
+    const double r = f * std::sqrt(depth * busiest_link_total_ / latency) + depth;
+    return r <= kMaxPipelineRounds ? static_cast<int32_t>(std::lround(r)) : 0;
+  }
+
   // Rounds the busiest worker's staged bytes need under the staging cap.
   int64_t StagingRounds() const {
     int64_t peak = 0;
@@ -235,7 +258,7 @@ class RoundAssigner {
   // kTimeOrder: list scheduling (plan_round_list.h), rounds as long as
   // `rounds` equal rounds of the busiest link would be.
   bool PlaceInTimeOrder(int32_t rounds) {
-    const double tau = BusiestLinkTotal(units_, nw_) / rounds;
+    const double tau = busiest_link_total_ / rounds;
     const std::vector<int32_t> round_of = ListScheduleRounds(units_, nw_, w_->opt.staging_cap, tau);
     Reset(0);
     for (int32_t u = 0; u < units_.num_units; ++u) {
@@ -430,6 +453,7 @@ class RoundAssigner {
   Work* w_;
   int32_t nw_;
   const RoundUnits units_;
+  const double busiest_link_total_;  // seconds: no assignment's rounds carry less
   // Assignment state.
   int32_t rounds_ = 0;
   std::vector<double> load_;

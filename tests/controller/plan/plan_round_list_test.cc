@@ -127,7 +127,9 @@ TEST(ListScheduleRoundsTest, RandomGraphsKeepOrderCapsAndNoEmptyRound) {
     for (int32_t r = 0; r < rounds; ++r)
       EXPECT_GT(count[r], 0) << "trial " << trial << " round " << r;
     for (const auto& [key, l] : link) {
-      if (l.second > 1) EXPECT_LE(l.first, tau * (1 + 1e-12)) << "trial " << trial;
+      if (l.second > 1) {
+        EXPECT_LE(l.first, tau * (1 + 1e-12)) << "trial " << trial;
+      }
     }
     for (const auto& [key, bytes] : staged) EXPECT_LE(bytes, cap) << "trial " << trial;
     // No unit waited needlessly: in every round it was ready for before its

@@ -176,16 +176,18 @@ class Chooser : private SourceLoads {
 
   // A chunk of a fanned-out cell (Cell::fan), no member holding it: one
   // entry member per node, rotating with the group's chunks; the root (the
-  // entry of the node whose turn it is) gets the chunk from the least-loaded
-  // holder, every other entry from a holder on its node or else from the
-  // root, and each entry relays it to its node-mates. Over the chunks every
-  // member is root and entry as often, so ingress and egress balance, and no
-  // chunk is more than two relays deep: the rounds pipeline.
+  // entry with the least NIC egress so far) gets the chunk from the
+  // least-loaded holder, every other entry from a holder on its node or else
+  // from the root, and each entry relays it to its node-mates. Over the
+  // chunks every member is entry as often and the roots' egress balances, so
+  // ingress and egress balance, and no chunk is more than two relays deep:
+  // the rounds pipeline.
   void FanOut(const CellView& v) {
     if (fan_turn_.empty()) fan_turn_.assign(w_->dst_groups.size(), 0);
     fan_node_of_.clear();
     for (int32_t df : pending_) fan_node_of_.push_back(w_->worker_node[Member(v, df)]);
     PlanFanRoute(pending_, fan_node_of_, fan_turn_[v.c.dst_group]++, &fan_);
+    fan_.root = LeastEgressRoot(v, fan_.root);
     auto direct = [&](int32_t df) {
       const int32_t wd = Member(v, df);
       const Pick p = BestDirect(v, wd);
@@ -210,6 +212,29 @@ class Chooser : private SourceLoads {
         if (m != df) AddRelay(v.c, v.ci, m, Member(v, m), served_[entry], v.dt.dtype);
       }
     }
+  }
+
+  // The root sends the chunk on to every other node's entry: the entry with
+  // the least NIC egress so far (reserved egress included) roots it, the
+  // turn's root where several tie. Rotating roots by chunk count ignored
+  // their sizes: where a group's chunks alternate large and small, the large
+  // ones all had the same roots (DeepSeek-V3 stacked from FSDP2 over 256
+  // ranks: half the replicas sent 1.7 x what the other half did).
+  int32_t LeastEgressRoot(const CellView& v, int32_t turn_root) {
+    auto egress = [&](int32_t n) {
+      const int32_t wd = Member(v, fan_.entry[n]);
+      return L(wd, kNicOut) + Reserved(wd, kNicOut);
+    };
+    int32_t best = turn_root;
+    double best_out = egress(turn_root);
+    for (int32_t n = 0; n < static_cast<int32_t>(fan_.entry.size()); ++n) {
+      const double out = egress(n);
+      if (out < best_out * (1 - 1e-12)) {
+        best = n;
+        best_out = out;
+      }
+    }
+    return best;
   }
 
   int32_t Member(const CellView& v, int32_t df) const {

@@ -1,17 +1,23 @@
 // Stage 7: pack transfers per (sender, receiver) into buckets of at most
-// bucket_bytes. Transfers of one relay generation and partial contributions
-// get buckets of their own so that round constraints stay local. A transfer
-// that is contiguous on both sides, uncast and at least zero_copy_min_bytes
-// becomes a zero-copy bucket of its own (no staging). Local transfers
-// (sender == receiver) are buckets like any other, with TRANSPORT_LOCAL: a
-// self-copy is never dropped. A chunk of a fanned-out cell (Cell::fan) has a
+// the working bucket size (pack_bytes, at most bucket_bytes; smaller in
+// relay-bound plans, Packer::PlainLimit). Transfers of one relay generation and partial
+// contributions get buckets of their own so that round constraints stay local. A transfer that is
+// contiguous on both sides, uncast and at least zero_copy_min_bytes becomes a zero-copy bucket of
+// its own (no staging). Local transfers (sender == receiver) are buckets like any other, with
+// TRANSPORT_LOCAL: a self-copy is never dropped. A chunk of a fanned-out cell (Cell::fan) has a
 // bucket of its own, so that its relays pipeline behind it.
 #include <algorithm>
+#include <cmath>
 
+#include "controller/plan/plan_cost.h"
 #include "controller/plan/planner_internal.h"
 
 namespace wsync::plan::planner_detail {
 namespace {
+
+// A relay-bound plan's buckets take at most this share of a round's NIC time
+// (Packer::PlainLimit).
+constexpr double kBucketsPerRound = 3;
 
 bool ZeroCopyEligible(const Work& w, const Xfer& x) {
   if (x.reduce != 0 || x.bytes < w.opt.zero_copy_min) return false;
@@ -64,7 +70,33 @@ void SortByClass(const Work& w, std::vector<int32_t>* run) {
 
 class Packer {
  public:
-  explicit Packer(Work* w) : w_(w) {}
+  explicit Packer(Work* w) : w_(w), limit_(PlainLimit(*w)) {}
+
+  // pack_bytes, or less in a relay-bound plan: there the holders' sends and
+  // the relays behind them pipeline round by round, best over about
+  // PipelineRoundCount rounds of the routing bound (the round search tries
+  // that count), and a bucket longer than a third of such a round on the
+  // NIC (NVLink where no transfer crosses nodes) leaves the rounds uneven.
+  // Never below 4 MiB. (Limits per link class, NVLink buckets at a third of
+  // the round on NVLink, did worse on bench/plan_rounds_quality.sh:
+  // Llama-3-8B to 32 replicas 1.273 -> 1.317.)
+  static int64_t PlainLimit(const Work& w) {
+    const int64_t pack = w.opt.pack_bytes;
+    int32_t depth = 0;
+    LinkClass link = LinkClass::kNvlink;
+    for (const Xfer& x : w.xfers) {
+      depth = std::max<int32_t>(depth, x.gen);
+      if (w.Link(x.sender, x.receiver) == LinkClass::kNic) link = LinkClass::kNic;
+    }
+    const double t = w.routing_bound_seconds;
+    const double rounds = PipelineRoundCount(depth, t, w.opt.link.round_latency_seconds());
+    if (!(rounds > 0)) return pack;
+    constexpr int64_t kGiB = int64_t{1} << 30;
+    const double bytes = t / rounds / kBucketsPerRound / LinkSeconds(w.opt.link, link, kGiB) *
+                         static_cast<double>(kGiB);
+    if (!(bytes < static_cast<double>(pack))) return pack;
+    return std::max<int64_t>(int64_t{4} << 20, static_cast<int64_t>(bytes));
+  }
 
   // Packs one (sender, receiver) run, sorted by class, into buckets.
   void PackRun(const std::vector<int32_t>& run) {
@@ -117,10 +149,9 @@ class Packer {
   // The most bytes a bucket opened by x may hold: a reduce's contributions
   // leave room for all its members' within the staging cap.
   int64_t BucketLimit(const Xfer& x) const {
-    if (x.reduce == 0) return w_->opt.pack_bytes;
+    if (x.reduce == 0) return limit_;
     return std::min(
-        w_->opt.pack_bytes,
-        std::max(x.bytes, w_->opt.staging_cap / (w_->reduces[x.reduce - 1].members + 1)));
+        limit_, std::max(x.bytes, w_->opt.staging_cap / (w_->reduces[x.reduce - 1].members + 1)));
   }
 
   void OpenBucket(const Xfer& x) {
@@ -143,6 +174,7 @@ class Packer {
   }
 
   Work* w_;
+  const int64_t limit_;  // PlainLimit
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "controller/plan/plan_cost.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -10,11 +11,19 @@ namespace wsync::plan {
 double LinkSeconds(const v1::LinkModel& lm, LinkClass c, int64_t bytes) {
   const double b = static_cast<double>(bytes);
   switch (c) {
-    case LinkClass::kLocal: return b / lm.local_copy_bytes_per_second();
-    case LinkClass::kNvlink: return b / lm.nvlink_bytes_per_second();
-    case LinkClass::kNic: return b / lm.nic_bytes_per_second();
+    case LinkClass::kLocal:
+      return b / lm.local_copy_bytes_per_second();
+    case LinkClass::kNvlink:
+      return b / lm.nvlink_bytes_per_second();
+    case LinkClass::kNic:
+      return b / lm.nic_bytes_per_second();
   }
   return 0;
+}
+
+double PipelineRoundCount(int32_t depth, double seconds, double latency) {
+  if (depth <= 0 || !(latency > 0) || !(seconds > 0)) return 0;
+  return depth + std::sqrt(depth * seconds / latency);
 }
 
 CostModel::CostModel(const v1::LinkModel& lm, int32_t num_workers, int32_t num_rounds)
@@ -24,17 +33,24 @@ CostModel::CostModel(const v1::LinkModel& lm, int32_t num_workers, int32_t num_r
       load_(static_cast<size_t>(num_rounds) * num_workers * kNumLinkDirs, 0.0),
       total_(static_cast<size_t>(num_workers) * kNumLinkDirs, 0.0) {}
 
-void CostModel::Add(int32_t round, int32_t sender, int32_t receiver, LinkClass c,
-                    int64_t bytes) {
+void CostModel::Add(int32_t round, int32_t sender, int32_t receiver, LinkClass c, int64_t bytes) {
   const double t = LinkSeconds(lm_, c, bytes);
   auto add = [&](int32_t worker, int dir) {
     load_[(static_cast<size_t>(round) * num_workers_ + worker) * kNumLinkDirs + dir] += t;
     total_[static_cast<size_t>(worker) * kNumLinkDirs + dir] += t;
   };
   switch (c) {
-    case LinkClass::kLocal: add(sender, kLocalCopy); break;
-    case LinkClass::kNvlink: add(sender, kNvlOut); add(receiver, kNvlIn); break;
-    case LinkClass::kNic: add(sender, kNicOut); add(receiver, kNicIn); break;
+    case LinkClass::kLocal:
+      add(sender, kLocalCopy);
+      break;
+    case LinkClass::kNvlink:
+      add(sender, kNvlOut);
+      add(receiver, kNvlIn);
+      break;
+    case LinkClass::kNic:
+      add(sender, kNicOut);
+      add(receiver, kNicIn);
+      break;
   }
 }
 
@@ -50,7 +66,8 @@ CostReport CostModel::Report() const {
   }
   for (int32_t round = 0; round < num_rounds_; ++round) {
     const double* base = &load_[static_cast<size_t>(round) * num_workers_ * kNumLinkDirs];
-    const double m = *std::max_element(base, base + static_cast<size_t>(num_workers_) * kNumLinkDirs);
+    const double m =
+        *std::max_element(base, base + static_cast<size_t>(num_workers_) * kNumLinkDirs);
     r.predicted_seconds += m + lm_.round_latency_seconds();
   }
   return r;
@@ -73,8 +90,8 @@ absl::StatusOr<CostReport> EvaluatePlanCost(const v1::Plan& plan, const v1::Link
                                                      " missing from plan.workers"));
     }
     if (b.round() < 0 || b.round() >= plan.num_rounds()) {
-      return absl::InvalidArgumentError(absl::StrCat("bucket ", b.id(), ": round ", b.round(),
-                                                     " out of range"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("bucket ", b.id(), ": round ", b.round(), " out of range"));
     }
     LinkClass c = LinkClass::kNic;
     if (b.sender() == b.receiver()) {

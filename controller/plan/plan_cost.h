@@ -23,6 +23,13 @@ enum LinkDir : int { kNvlOut = 0, kNvlIn, kNicOut, kNicIn, kLocalCopy, kNumLinkD
 
 double LinkSeconds(const v1::LinkModel& lm, LinkClass c, int64_t bytes);
 
+// A pipeline of relays `depth` hops deep behind `seconds` of a busiest link,
+// in rounds of c seconds each, ends its last hops `depth` rounds after the
+// holders' last: about seconds + depth c + (seconds / c + depth) latency,
+// least at depth + sqrt(depth x seconds / latency) rounds, returned (0
+// without relays, latency or seconds).
+double PipelineRoundCount(int32_t depth, double seconds, double latency);
+
 struct CostReport {
   double lower_bound_seconds = 0;
   double predicted_seconds = 0;

@@ -145,17 +145,12 @@ class RoundAssigner {
   }
 
  private:
-  // A relay chain of depth d behind rounds of c seconds each finishes its
-  // last hops d rounds after the holders' last, so a plan of chunks costs
-  // about T + d c + (T / c + d) latency (T: the busiest link's total); least
-  // at T / c = sqrt(d T / latency). That round count times f; 0 without
-  // relays or latency, or past kMaxPipelineRounds.
+  // PipelineRoundCount (plan_cost.h) for the busiest link's total, times f;
+  // 0 without relays or latency, or past kMaxPipelineRounds.
   int32_t PipelineRounds(double f) const {
-    const int32_t depth = MaxDepth();
-    const double latency = w_->opt.link.round_latency_seconds();
-    if (depth == 0 || !(latency > 0)) return 0;
-    const double r = f * std::sqrt(depth * busiest_link_total_ / latency) + depth;
-    return r <= kMaxPipelineRounds ? static_cast<int32_t>(std::lround(r)) : 0;
+    const double r = f * PipelineRoundCount(MaxDepth(), busiest_link_total_,
+                                            w_->opt.link.round_latency_seconds());
+    return r > 0 && r <= kMaxPipelineRounds ? static_cast<int32_t>(std::lround(r)) : 0;
   }
 
   // Rounds the busiest worker's staged bytes need under the staging cap.

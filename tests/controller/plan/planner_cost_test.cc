@@ -1,5 +1,6 @@
 // The planner's summary costs agree with the simulator (same link model),
 // and the plan-level cost helper agrees with both.
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -13,6 +14,23 @@ namespace wsync::plan {
 namespace {
 
 using namespace planner_testing;  // NOLINT
+
+// The pipeline's round count minimizes T + d T / R' + (R' + d) L over
+// R' = R - d rounds of data: d + sqrt(d T / L); nothing to pipeline without
+// relays, latency or data.
+TEST(PlannerCostTest, PipelineRoundCountMinimizesTheRelaysTailPlusLatency) {
+  EXPECT_DOUBLE_EQ(PipelineRoundCount(2, 40e-3, 50e-6), 42.0);
+  EXPECT_DOUBLE_EQ(PipelineRoundCount(1, 0.25, 1e-3), 1 + std::sqrt(250.0));
+  const double t = 40e-3, l = 50e-6;
+  auto cost = [&](double r) { return t + 2 * t / (r - 2) + r * l; };
+  const double best = PipelineRoundCount(2, t, l);
+  EXPECT_LT(cost(best), cost(best - 5));
+  EXPECT_LT(cost(best), cost(best + 5));
+  EXPECT_EQ(PipelineRoundCount(0, t, l), 0);
+  EXPECT_EQ(PipelineRoundCount(2, t, 0), 0);
+  EXPECT_EQ(PipelineRoundCount(2, 0, l), 0);
+  EXPECT_EQ(PipelineRoundCount(2, t, std::nan("")), 0);
+}
 
 TEST(PlannerCostTest, SummaryMatchesSimulator) {
   v1::Side src = Side("trainer", Range(0, 8), 4);

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -96,35 +97,57 @@ void* AllocateBlock(size_t size) {
 
 namespace {
 
-// The main (brk) heap's range, from /proc/self/maps' "[heap]" line; {0, 0}
-// when it has none.
+// The main (brk) heap's range: the lowest start and the highest end of the
+// "[heap]" lines of /proc/self/maps (madvise splits the heap into several
+// mappings); {0, 0} when there is none or the file cannot be read.
 std::pair<uintptr_t, uintptr_t> MainHeapRange() {
   std::ifstream maps("/proc/self/maps");
+  uintptr_t first = UINTPTR_MAX, last = 0;
   for (std::string line; std::getline(maps, line);) {
     if (line.size() < 6 || line.compare(line.size() - 6, 6, "[heap]") != 0) continue;
     uintptr_t lo = 0, hi = 0;
     char dash = 0;
     std::istringstream head(line);
-    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && hi > lo) return {lo, hi};
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && hi > lo) {
+      first = std::min(first, lo);
+      last = std::max(last, hi);
+    }
   }
-  return {0, 0};
+  if (last == 0) return {0, 0};
+  return {first, last};
 }
 
+// Where the probe's address goes, so that the compiler keeps the probe's
+// malloc and free (a pair whose pointer does not escape may be removed).
+void* volatile probe_sink = nullptr;
+
 // Grows the main heap by one large allocation and frees it again (it stays:
-// the heap is trimmed only past 1 GiB free), then advises the whole heap for
+// the heap is trimmed only past 1 GiB free), then advises the whole heap
+// (/proc/self/maps' [heap], from the probe up if that cannot be read) for
 // huge pages, so that what the main thread allocates next -- from the grown
-// top or from a hole an earlier phase freed -- lands on huge pages when first
-// touched: what glibc's glibc.malloc.hugetlb=1 tunable does, which must be
-// set before the process starts. Only virtual memory until touched; pages
-// already touched are left to khugepaged.
+// top, up to the probe's 192 MiB plus M_TOP_PAD, or from a hole an earlier
+// phase freed -- lands on huge pages when first touched: what glibc's
+// glibc.malloc.hugetlb=1 tunable does, which must be set before the process
+// starts. Only virtual memory until touched; pages touched before the call
+// may be collapsed by khugepaged (resident in 2 MiB steps).
 void AdviseMainHeapForHugePages() {
   constexpr size_t kProbeBytes = size_t{192} << 20;  // below M_MMAP_THRESHOLD: from brk
   void* probe = std::malloc(kProbeBytes);
   if (probe == nullptr) return;
+  probe_sink = probe;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(probe);
+  const uintptr_t top = reinterpret_cast<uintptr_t>(sbrk(0));  // includes M_TOP_PAD
+  auto [lo, hi] = MainHeapRange();
   std::free(probe);
-  const auto [begin, end] = MainHeapRange();
-  const uintptr_t lo = (begin + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
-  const uintptr_t hi = end & ~(kHugePageBytes - 1);
+  // Only when the block lay in the brk heap (glibc falls back to mmap when
+  // brk cannot grow, and frees such a block by unmapping it).
+  if (top < begin + kProbeBytes) return;
+  if (hi == 0) {
+    lo = begin;
+    hi = top;
+  }
+  lo = (lo + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
+  hi = hi & ~(kHugePageBytes - 1);
   if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);  // advice only
 }
 

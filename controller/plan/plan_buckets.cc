@@ -7,7 +7,6 @@
 // TRANSPORT_LOCAL: a self-copy is never dropped. A chunk of a fanned-out cell (Cell::fan) has a
 // bucket of its own, so that its relays pipeline behind it.
 #include <algorithm>
-#include <cmath>
 
 #include "controller/plan/plan_cost.h"
 #include "controller/plan/planner_internal.h"
@@ -15,9 +14,9 @@
 namespace wsync::plan::planner_detail {
 namespace {
 
-// A relay-bound plan's buckets take at most this share of a round's NIC time
-// (Packer::PlainLimit).
-constexpr double kBucketsPerRound = 3;
+// A relay-bound plan's buckets take at most 1 / kRoundShares of a pipeline
+// round's link time (Packer::PlainLimit).
+constexpr double kRoundShares = 3;
 
 bool ZeroCopyEligible(const Work& w, const Xfer& x) {
   if (x.reduce != 0 || x.bytes < w.opt.zero_copy_min) return false;
@@ -74,28 +73,30 @@ class Packer {
 
   // pack_bytes, or less in a relay-bound plan: there the holders' sends and
   // the relays behind them pipeline round by round, best over about
-  // PipelineRoundCount rounds of the routing bound (the round search tries
-  // that count), and a bucket longer than a third of such a round on the
-  // NIC (NVLink where no transfer crosses nodes) leaves the rounds uneven.
-  // Never below 4 MiB. (Limits per link class, NVLink buckets at a third of
+  // PipelineRoundCount rounds of the routing bound (plan_rounds.cc tries
+  // counts near it for plans of up to 50,000 units), and a bucket
+  // longer than 1 / kRoundShares of such a round on the NIC (NVLink where no
+  // transfer crosses nodes) leaves the rounds uneven. Never below
+  // min(pack_bytes, 4 MiB). (Limits per link class, NVLink buckets a third of
   // the round on NVLink, did worse on bench/plan_rounds_quality.sh:
   // Llama-3-8B to 32 replicas 1.273 -> 1.317.)
   static int64_t PlainLimit(const Work& w) {
     const int64_t pack = w.opt.pack_bytes;
     int32_t depth = 0;
-    LinkClass link = LinkClass::kNvlink;
+    bool nic = false;
     for (const Xfer& x : w.xfers) {
       depth = std::max<int32_t>(depth, x.gen);
-      if (w.Link(x.sender, x.receiver) == LinkClass::kNic) link = LinkClass::kNic;
+      nic = nic || w.Link(x.sender, x.receiver) == LinkClass::kNic;
     }
     const double t = w.routing_bound_seconds;
     const double rounds = PipelineRoundCount(depth, t, w.opt.link.round_latency_seconds());
     if (!(rounds > 0)) return pack;
-    constexpr int64_t kGiB = int64_t{1} << 30;
-    const double bytes = t / rounds / kBucketsPerRound / LinkSeconds(w.opt.link, link, kGiB) *
-                         static_cast<double>(kGiB);
+    const double rate =
+        nic ? w.opt.link.nic_bytes_per_second() : w.opt.link.nvlink_bytes_per_second();
+    const double bytes = t / rounds / kRoundShares * rate;
+    const int64_t floor = std::min<int64_t>(pack, int64_t{4} << 20);
     if (!(bytes < static_cast<double>(pack))) return pack;
-    return std::max<int64_t>(int64_t{4} << 20, static_cast<int64_t>(bytes));
+    return std::max<int64_t>(floor, static_cast<int64_t>(bytes));
   }
 
   // Packs one (sender, receiver) run, sorted by class, into buckets.

@@ -7,7 +7,7 @@
 //    holders (least loaded first);
 //  * a tensor fanned out to N destinations moved as whole-cell relay hops,
 //    one round each: the cell is cut into chunks (Cell::fan), each fed to a
-//    root (the least-loaded entry) and relayed from there in a bucket of
+//    root (the entry with the least NIC egress) and relayed from there in a bucket of
 //    its own, so that the rounds pipeline: kFanChunksPerMember x N chunks
 //    per tensor.
 // The scale is the routing-independent data bound D2 (plan_bound.h): a cell

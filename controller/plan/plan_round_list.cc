@@ -114,7 +114,7 @@ class ListScheduler {
     const size_t link = static_cast<size_t>(first_link_[k]);
     const double seconds = first_seconds_[k];
     if (load_[link] > 0 && seconds >= refused_[link]) return true;
-    if (Over(load_[link], seconds)) {
+    if (FillsPast(load_[link], seconds)) {
       refused_[link] = seconds;
       return true;
     }
@@ -127,7 +127,7 @@ class ListScheduler {
       if (staged_[e.worker] + e.bytes > cap_) return false;
     }
     for (int32_t i = u_.load_begin[v]; i < u_.load_begin[v + 1]; ++i) {
-      if (Over(load_[Link(u_.load_entries[i])], u_.load_entries[i].seconds)) return false;
+      if (FillsPast(load_[Link(u_.load_entries[i])], u_.load_entries[i].seconds)) return false;
     }
     return true;
   }
@@ -135,7 +135,7 @@ class ListScheduler {
   // Whether `seconds` more on a link carrying `load` goes past the round's
   // length (a link with nothing on it yet takes anything; nothing adds
   // nothing).
-  bool Over(double load, double seconds) const {
+  bool FillsPast(double load, double seconds) const {
     return load > 0 && seconds > 0 && load + seconds > tau_;
   }
 

@@ -12,6 +12,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "controller/plan/plan_cost.h"
 #include "controller/plan/plan_round_list.h"
 #include "controller/plan/plan_units.h"
 #include "controller/plan/planner_internal.h"
@@ -36,8 +37,9 @@ enum Mode { kBestFit, kWorstFit, kFirstFit, kTimeOrder };
 // and the local search; they stop at the first assignment within 1 % of the
 // floor (Run), trying time order first where most units are relays.
 constexpr int32_t kLargePlanUnits = 50000;
-// Round counts tried for pipelining (each costs rounds x workers loads).
-constexpr double kMaxPipelineRounds = 512;
+// The most rounds a pipeline candidate has (a candidate's assignment keeps
+// rounds x workers loads).
+constexpr int32_t kMaxPipelineRounds = 512;
 
 class RoundAssigner {
  public:
@@ -116,8 +118,8 @@ class RoundAssigner {
   // for relay chains multiples of their depth; small plans also counts
   // around the staging-derived one and around the pipeline's optimum
   // (PipelineRounds): relay-bound plans trade round latency against the tail
-  // of relays behind the last round. Large plans: one
-  // candidate (the search is for small, relay-bound ones).
+  // of relays behind the last round. Large plans try the staging-derived
+  // one only (the search is for small, relay-bound ones).
   std::vector<int32_t> RoundCandidates() const {
     const int32_t base = InitialRounds();
     const int32_t depth = MaxDepth();
@@ -145,12 +147,13 @@ class RoundAssigner {
   }
 
  private:
-  // PipelineRoundCount (plan_cost.h) for the busiest link's total, times f;
-  // 0 without relays or latency, or past kMaxPipelineRounds.
+  // PipelineRoundCount (plan_cost.h) for the busiest link's total, times f,
+  // at most kMaxPipelineRounds; 0 without relays or latency.
   int32_t PipelineRounds(double f) const {
     const double r = f * PipelineRoundCount(MaxDepth(), busiest_link_total_,
                                             w_->opt.link.round_latency_seconds());
-    return r > 0 && r <= kMaxPipelineRounds ? static_cast<int32_t>(std::lround(r)) : 0;
+    if (!(r > 0)) return 0;
+    return r >= kMaxPipelineRounds ? kMaxPipelineRounds : static_cast<int32_t>(std::lround(r));
   }
 
   // Rounds the busiest worker's staged bytes need under the staging cap.

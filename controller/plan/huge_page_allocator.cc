@@ -2,7 +2,6 @@
 
 #include <malloc.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -121,31 +120,27 @@ std::pair<uintptr_t, uintptr_t> MainHeapRange() {
 // malloc and free (a pair whose pointer does not escape may be removed).
 void* volatile probe_sink = nullptr;
 
-// Grows the main heap by one large allocation and frees it again (it stays:
-// the heap is trimmed only past 1 GiB free), then advises the whole heap
-// (/proc/self/maps' [heap], from the probe up if that cannot be read) for
-// huge pages, so that what the main thread allocates next -- from the grown
-// top, up to the probe's 192 MiB plus M_TOP_PAD, or from a hole an earlier
-// phase freed -- lands on huge pages when first touched: what glibc's
-// glibc.malloc.hugetlb=1 tunable does, which must be set before the process
-// starts. Only virtual memory until touched; pages touched before the call
-// may be collapsed by khugepaged (resident in 2 MiB steps).
+// Allocates a 192 MiB probe and frees it again, so that the main heap has
+// that much free (grown at its top when no hole was large enough; it stays:
+// the heap is trimmed only past 1 GiB free), then advises the heap's
+// 2 MiB-aligned interior (/proc/self/maps' [heap] mappings) for huge pages:
+// what the main thread allocates next, from the top or from a hole an
+// earlier phase freed, lands on huge pages when first touched -- what
+// glibc's glibc.malloc.hugetlb=1 tunable does, which must be set before the
+// process starts. Nothing is advised when /proc cannot be read or the probe
+// lay outside the heap. Only virtual memory until touched; pages touched
+// before the call may be collapsed by khugepaged (resident in 2 MiB steps).
 void AdviseMainHeapForHugePages() {
   constexpr size_t kProbeBytes = size_t{192} << 20;  // below M_MMAP_THRESHOLD: from brk
   void* probe = std::malloc(kProbeBytes);
   if (probe == nullptr) return;
   probe_sink = probe;
   const uintptr_t begin = reinterpret_cast<uintptr_t>(probe);
-  const uintptr_t top = reinterpret_cast<uintptr_t>(sbrk(0));  // includes M_TOP_PAD
   auto [lo, hi] = MainHeapRange();
   std::free(probe);
-  // Only when the block lay in the brk heap (glibc falls back to mmap when
-  // brk cannot grow, and frees such a block by unmapping it).
-  if (top < begin + kProbeBytes) return;
-  if (hi == 0) {
-    lo = begin;
-    hi = top;
-  }
+  // When brk cannot grow, glibc serves the block from an mmap'd region
+  // outside [heap]: then there is nothing to advise.
+  if (hi == 0 || begin < lo || begin + kProbeBytes > hi) return;
   lo = (lo + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
   hi = hi & ~(kHugePageBytes - 1);
   if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);  // advice only

@@ -23,13 +23,12 @@ void FreeBlock(void* block, size_t bytes);
 // at start: glibc keeps freed heap memory for the next allocation instead of
 // handing it back to the kernel (arrays up to 256 MiB come from the heap, the
 // heap is trimmed only past 1 GiB free, and grows 64 MiB at a time), and the
-// main heap, first grown by 192 MiB, is advised for transparent huge pages
-// whole: its next allocations, from earlier holes or the next ~256 MiB at the
-// top, land on huge pages (compiled
-// layouts and the planner's smaller arrays: on the build VM a first touch of
-// a 4 KiB page costs ~16-20 us). The price: a process keeps up to its peak
-// heap, resident in 2 MiB steps. Threads other than the main one allocate
-// from glibc's other arenas, which this leaves alone.
+// main heap, given at least 192 MiB free, is advised for transparent huge
+// pages (its 2 MiB-aligned interior): its next allocations land on huge pages
+// (compiled layouts and the planner's smaller arrays: on the build VM a first
+// touch of a 4 KiB page costs ~16-20 us). The price: a process keeps up to its
+// peak heap, resident in 2 MiB steps. Threads other than the main one
+// allocate from glibc's other arenas, which this leaves alone.
 void KeepFreedMemoryForPlanning();
 
 template <typename T>

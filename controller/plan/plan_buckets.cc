@@ -74,7 +74,8 @@ class Packer {
   // pack_bytes, or less in a relay-bound plan: there the holders' sends and
   // the relays behind them pipeline round by round, best over about
   // PipelineRoundCount rounds of the routing bound (plan_rounds.cc tries
-  // counts near it for plans of up to 50,000 units), and a bucket
+  // counts near it for plans of up to 50,000 units, which the smaller
+  // buckets may push past: Llama-3-8B to 32 replicas), and a bucket
   // longer than 1 / kRoundShares of such a round on the NIC (NVLink where no
   // transfer crosses nodes) leaves the rounds uneven. Never below
   // min(pack_bytes, 4 MiB). (Limits per link class, NVLink buckets a third of
@@ -94,9 +95,9 @@ class Packer {
     const double rate =
         nic ? w.opt.link.nic_bytes_per_second() : w.opt.link.nvlink_bytes_per_second();
     const double bytes = t / rounds / kRoundShares * rate;
-    const int64_t floor = std::min<int64_t>(pack, int64_t{4} << 20);
+    const int64_t min_limit = std::min<int64_t>(pack, int64_t{4} << 20);
     if (!(bytes < static_cast<double>(pack))) return pack;
-    return std::max<int64_t>(floor, static_cast<int64_t>(bytes));
+    return std::max<int64_t>(min_limit, static_cast<int64_t>(bytes));
   }
 
   // Packs one (sender, receiver) run, sorted by class, into buckets.

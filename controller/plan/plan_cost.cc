@@ -23,7 +23,7 @@ double LinkSeconds(const v1::LinkModel& lm, LinkClass c, int64_t bytes) {
 
 double PipelineRoundCount(int32_t depth, double seconds, double latency) {
   if (depth <= 0 || !(latency > 0) || !(seconds > 0)) return 0;
-  return depth + std::sqrt(depth * seconds / latency);
+  return std::min<double>(kMaxPipelineRounds, depth + std::sqrt(depth * seconds / latency));
 }
 
 CostModel::CostModel(const v1::LinkModel& lm, int32_t num_workers, int32_t num_rounds)

@@ -26,8 +26,11 @@ double LinkSeconds(const v1::LinkModel& lm, LinkClass c, int64_t bytes);
 // A pipeline of relays `depth` hops deep behind `seconds` of a busiest link,
 // in rounds of c seconds each, ends its last hops `depth` rounds after the
 // holders' last: about seconds + depth c + (seconds / c + depth) latency,
-// least at depth + sqrt(depth x seconds / latency) rounds, returned (0
-// without relays, latency or seconds).
+// least at depth + sqrt(depth x seconds / latency) rounds, returned at most
+// kMaxPipelineRounds (0 without relays, latency or seconds). The planner's
+// round search tries counts near it, and its bucket limit sizes buckets to
+// its rounds.
+constexpr int32_t kMaxPipelineRounds = 512;
 double PipelineRoundCount(int32_t depth, double seconds, double latency);
 
 struct CostReport {

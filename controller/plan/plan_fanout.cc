@@ -7,9 +7,9 @@
 //    holders (least loaded first);
 //  * a tensor fanned out to N destinations moved as whole-cell relay hops,
 //    one round each: the cell is cut into chunks (Cell::fan), each fed to a
-//    root (the entry with the least NIC egress) and relayed from there in a bucket of
-//    its own, so that the rounds pipeline: kFanChunksPerMember x N chunks
-//    per tensor.
+//    root (the entry with the least NIC egress) and relayed from there in a
+//    bucket of its own, so that the rounds pipeline: kFanChunksPerMember x N
+//    chunks per tensor.
 // The scale is the routing-independent data bound D2 (plan_bound.h): a cell
 // is cut into pieces of at most D2 / kPiecesPerBound of link time, so that
 // greedy source choice balances; cells below it (every cell of a plan whose

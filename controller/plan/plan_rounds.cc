@@ -37,9 +37,6 @@ enum Mode { kBestFit, kWorstFit, kFirstFit, kTimeOrder };
 // and the local search; they stop at the first assignment within 1 % of the
 // floor (Run), trying time order first where most units are relays.
 constexpr int32_t kLargePlanUnits = 50000;
-// The most rounds a pipeline candidate has (a candidate's assignment keeps
-// rounds x workers loads).
-constexpr int32_t kMaxPipelineRounds = 512;
 
 class RoundAssigner {
  public:
@@ -148,7 +145,8 @@ class RoundAssigner {
 
  private:
   // PipelineRoundCount (plan_cost.h) for the busiest link's total, times f,
-  // at most kMaxPipelineRounds; 0 without relays or latency.
+  // at most kMaxPipelineRounds (an assignment keeps rounds x workers loads);
+  // 0 without relays or latency.
   int32_t PipelineRounds(double f) const {
     const double r = f * PipelineRoundCount(MaxDepth(), busiest_link_total_,
                                             w_->opt.link.round_latency_seconds());

@@ -216,10 +216,11 @@ class Chooser : private SourceLoads {
 
   // The root sends the chunk on to every other node's entry: the entry with
   // the least NIC egress so far (reserved egress included) roots it; among
-  // entries that tie, the turn's root if it is one of them, else the first. Rotating roots by chunk
-  // count ignored their sizes: where a group's chunks alternate large and small, the large ones all
-  // had the same roots (DeepSeek-V3 stacked from FSDP2 over 256 ranks: half the replicas sent 1.7 x
-  // what the other half did).
+  // entries that tie, the turn's root if it is one of them, else the first.
+  // Rotating roots by chunk count ignored their sizes: where a group's
+  // chunks alternate large and small, the large ones all had the same roots
+  // (DeepSeek-V3 stacked from FSDP2 over 256 ranks: half the replicas sent
+  // 1.7 x what the other half did).
   int32_t LeastEgressRoot(const CellView& v, int32_t turn_root) {
     auto egress = [&](int32_t n) {
       const int32_t wd = Member(v, fan_.entry[n]);

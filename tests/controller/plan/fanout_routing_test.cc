@@ -187,7 +187,7 @@ TEST(FanOutRootsTest, UnequalChunksSpreadTheirRootsByLoad) {
 // bucket_bytes, even below its 4 MiB floor: 32 tensors of 256 KiB from one
 // trainer to 4 replicas, 1 MiB buckets, a 2 MiB staging cap, a 1 ns round
 // latency (a pipeline of many rounds, so the limit's own value is tiny).
-TEST(RoundsTest, BucketLimitStaysWithinSmallBuckets) {
+TEST(BucketsTest, RelayBoundLimitStaysWithinSmallBuckets) {
   constexpr int kTensors = 32, kReplicas = 4;
   v1::Side src = Side("trainer", Range(0, 1));
   v1::Side dst = Side("infer", Range(100, kReplicas));

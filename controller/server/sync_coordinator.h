@@ -291,6 +291,10 @@ class SyncCoordinator {
   // workers can be prepared (else records why: PENDING); returns its id, ""
   // when none started.
   std::string StartWarmUp(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  // The id of the warm-up launched for transfer `name`'s current definition
+  // by whichever caller launched it (DefineTransfer or the tick), "" if none
+  // was.
+  std::string WarmUpLaunchedFor(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   bool WarmUpDueLocked(const Transfer& t, uint64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pushes the warm-up assignments of `prepared` (its checks done).
   std::string LaunchWarmUpLocked(Transfer& t, const Prepared& prepared, std::string signature)

@@ -195,7 +195,13 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
   if (!plan.ok()) return plan.status();
   absl::StatusOr<v1::DefineTransferResponse> resp = RecordDefinition(req, caller, *resolved, *plan);
   // Its workers are prepared now, not at its first sync (docs/warm-up.md).
-  if (resp.ok()) resp->set_warm_up_id(StartWarmUp(req.name()));
+  if (resp.ok()) {
+    std::string warm_up = StartWarmUp(req.name());
+    // The warm-up tick may have launched it between the definition and this
+    // call: the answer names that one.
+    if (warm_up.empty()) warm_up = WarmUpLaunchedFor(req.name());
+    resp->set_warm_up_id(warm_up);
+  }
   return resp;
 }
 

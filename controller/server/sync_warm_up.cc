@@ -120,6 +120,14 @@ std::string SyncCoordinator::StartWarmUp(const std::string& name) {
   return LaunchWarmUpLocked(t, *fresh, std::move(signature));
 }
 
+std::string SyncCoordinator::WarmUpLaunchedFor(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  auto it = transfers_.find(name);
+  if (it == transfers_.end()) return "";
+  const WarmUpRecord& w = it->second.warm;
+  return !w.id.empty() && w.launched_for == it->second.definition ? w.id : "";
+}
+
 std::string SyncCoordinator::WarmSignatureLocked(const Transfer& t, const Prepared& prepared) {
   std::string sig = absl::StrCat("g", t.generation);
   for (size_t w = 0; w < prepared.resolved.workers.size(); ++w) {
@@ -140,6 +148,7 @@ std::string SyncCoordinator::LaunchWarmUpLocked(Transfer& t, const Prepared& pre
   }
   w.state = v1::WARM_UP_RUNNING;
   w.id = absl::StrCat(t.name, "@warm#", next_id_++);
+  w.launched_for = t.definition;
   w.reason.clear();
   w.generation = t.generation;
   w.signature = std::move(signature);

@@ -20,7 +20,8 @@ struct WarmUpRecord {
   // registry epoch. A warm-up is due again once either changed.
   uint64_t definition = 0;
   uint64_t epoch = 0;
-  int64_t generation = 0;  // the transport generation it prepared
+  uint64_t launched_for = 0;  // the transfer definition `id` was launched for
+  int64_t generation = 0;     // the transport generation it prepared
   // Identifies what it prepared: the generation and, per worker, its lease,
   // buffer registration and routed part. A WARM record with the signature
   // the transfer would get now needs no new warm-up.

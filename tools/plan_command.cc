@@ -69,6 +69,8 @@ void PlanUsage(FILE* out) {
                "  --nic-gbps X      options.link_model field before planning: NVLink within a\n"
                "  --copy-gbps X     node, NIC across nodes, local HBM copy; and the fixed cost\n"
                "  --round-latency-us X  of each round barrier (>= 0)\n"
+               "  --step-latency-us X   of one more step inside a round (>= 0; 0, the\n"
+               "                    default, makes no steps: docs/plan-format.md \"Steps\")\n"
                "  --sim-rates-only  the rate flags reach the simulator only: the plan is built\n"
                "                    with the spec's link model (the controller's plan)\n"
                "  --nccl-net        simulate NCCL forced onto its network transport inside a\n"
@@ -178,7 +180,7 @@ void PrintSummary(const v1::TransferSpec& spec, const v1::Plan& plan,
 
 int RunPlanCommand(const std::vector<std::string>& argv) {
   FlagSpec flags{{"top", "verify-max-gib", "max-pieces", "max-buckets", "nvlink-gbps", "nic-gbps",
-                  "copy-gbps", "round-latency-us", "stacking"},
+                  "copy-gbps", "round-latency-us", "step-latency-us", "stacking"},
                  {"json", "pretty", "verify", "rounds", "help", "nccl-net", "sim-json",
                   "sim-rates-only", "stages", "no-piece-runs", "stop-after-cells"}};
   AddCaseFlags(&flags);

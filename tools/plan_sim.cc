@@ -87,15 +87,19 @@ absl::Status ApplyLinkFlags(const Args& args, v1::PlanOptions* options) {
   const Flag known[] = {{"nvlink-gbps", plan::LinkField::kNvlink},
                         {"nic-gbps", plan::LinkField::kNic},
                         {"copy-gbps", plan::LinkField::kCopy},
-                        {"round-latency-us", plan::LinkField::kRoundLatency}};
+                        {"round-latency-us", plan::LinkField::kRoundLatency},
+                        {"step-latency-us", plan::LinkField::kStepLatency}};
   std::vector<plan::LinkRateFlag> given;
   for (const Flag& f : known) {
     if (!args.Has(f.name)) continue;
     double v = 0;
     if (!absl::SimpleAtod(args.Value(f.name), &v)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", f.name, " '", args.Value(f.name), "': want a number ",
-                       f.field == plan::LinkField::kRoundLatency ? ">= 0" : "> 0", " up to 1e12"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", f.name, " '", args.Value(f.name), "': want a number ",
+          f.field == plan::LinkField::kRoundLatency || f.field == plan::LinkField::kStepLatency
+              ? ">= 0"
+              : "> 0",
+          " up to 1e12"));
     }
     given.push_back({f.field, absl::StrCat("--", f.name), v});
   }
@@ -104,7 +108,7 @@ absl::Status ApplyLinkFlags(const Args& args, v1::PlanOptions* options) {
 
 bool HasSimulatorFlags(const Args& args) {
   for (const char* flag : {"nvlink-gbps", "nic-gbps", "copy-gbps", "round-latency-us",
-                           "sim-rates-only", "nccl-net", "sim-json", "rounds"}) {
+                           "step-latency-us", "sim-rates-only", "nccl-net", "sim-json", "rounds"}) {
     if (args.Has(flag)) return true;
   }
   return false;

@@ -10,7 +10,7 @@ absl::Status ApplyLinkRateFlags(absl::Span<const LinkRateFlag> flags, v1::Transf
 
 absl::Status ApplyLinkRateFlags(absl::Span<const LinkRateFlag> flags, v1::PlanOptions* options) {
   for (const LinkRateFlag& f : flags) {
-    const bool latency = f.field == LinkField::kRoundLatency;
+    const bool latency = f.field == LinkField::kRoundLatency || f.field == LinkField::kStepLatency;
     if (!(latency ? f.value >= 0 : f.value > 0) || !(f.value <= kMaxLinkFlagValue)) {
       return absl::InvalidArgumentError(absl::StrCat(f.flag, " ", f.value, ": want a number ",
                                                      latency ? ">= 0" : "> 0", " up to 1e12"));
@@ -30,6 +30,9 @@ absl::Status ApplyLinkRateFlags(absl::Span<const LinkRateFlag> flags, v1::PlanOp
         break;
       case LinkField::kRoundLatency:
         lm->set_round_latency_seconds(f.value * 1e-6);
+        break;
+      case LinkField::kStepLatency:
+        lm->set_step_latency_seconds(f.value * 1e-6);
         break;
     }
   }

@@ -7,8 +7,11 @@
 //
 // With D2 the largest of the data terms below and D1 the largest of their
 // one-round variants (no relays: only holders send), the bound is
-//   min(latency + D1, 2 * latency + D2)
-// since a plan has at least one round, and a plan of one round cannot relay.
+//   min(latency + D1, latency + hop + D2)
+// since a plan has at least one round, and a relay moves at least one hop
+// behind the data it forwards: hop = the round latency, or, where the link
+// model makes steps pay (plan_cost.h StepsPay), the step latency (a relay
+// in a later step of the same round).
 // Data terms, per worker / holder set / node, each bytes over the most
 // bandwidth that could carry them:
 //  * ingress of worker w: the wire bytes it needs and holds no copy of, over
@@ -37,7 +40,7 @@
 namespace wsync::plan::planner_detail {
 
 struct RoutingBound {
-  double seconds = 0;            // min(latency + one_round, 2 * latency + data)
+  double seconds = 0;            // min(latency + one_round, latency + hop + data)
   double data_seconds = 0;       // D2: the largest data term
   double one_round_seconds = 0;  // D1: the largest one-round data term
   std::string term;              // which term binds, e.g. "ingress of worker 17 (NIC)"

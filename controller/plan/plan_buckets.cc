@@ -18,8 +18,12 @@ namespace {
 // round's link time (Packer::PlainLimit).
 constexpr double kRoundShares = 3;
 
+// Fanned-out chunks qualify at any size where rounds may become steps
+// (StepsPay): a relay forwards within a round only from a zero-copy receive.
 bool ZeroCopyEligible(const Work& w, const Xfer& x) {
-  if (x.reduce != 0 || x.bytes < w.opt.zero_copy_min) return false;
+  if (x.reduce != 0 || x.quantize != 0) return false;
+  const bool fan_chunk = w.cells[x.cell].fan && StepsPay(w.opt.link);
+  if (x.bytes < w.opt.zero_copy_min && !fan_chunk) return false;
   const Cell& c = w.cells[x.cell];
   const MapEntry& m = w.maps[c.map];
   const CompiledTensor& st = w.src->tensors[m.src_tensor];
@@ -90,7 +94,7 @@ class Packer {
       nic = nic || w.Link(x.sender, x.receiver) == LinkClass::kNic;
     }
     const double t = w.routing_bound_seconds;
-    const double rounds = PipelineRoundCount(depth, t, w.opt.link.round_latency_seconds());
+    const double rounds = PipelineRoundCount(depth, t, HopLatency(w.opt.link));
     if (!(rounds > 0)) return pack;
     const double rate =
         nic ? w.opt.link.nic_bytes_per_second() : w.opt.link.nvlink_bytes_per_second();

@@ -54,7 +54,7 @@ void CostModel::Add(int32_t round, int32_t sender, int32_t receiver, LinkClass c
   }
 }
 
-CostReport CostModel::Report() const {
+CostReport CostModel::Report(absl::Span<const int32_t> round_first_slot) const {
   CostReport r;
   r.worker_busy_seconds.assign(num_workers_, 0.0);
   for (int32_t w = 0; w < num_workers_; ++w) {
@@ -68,7 +68,11 @@ CostReport CostModel::Report() const {
     const double* base = &load_[static_cast<size_t>(round) * num_workers_ * kNumLinkDirs];
     const double m =
         *std::max_element(base, base + static_cast<size_t>(num_workers_) * kNumLinkDirs);
-    r.predicted_seconds += m + lm_.round_latency_seconds();
+    const bool starts_round =
+        round_first_slot.empty() ||
+        std::binary_search(round_first_slot.begin(), round_first_slot.end(), round);
+    r.predicted_seconds +=
+        m + (starts_round ? lm_.round_latency_seconds() : lm_.step_latency_seconds());
   }
   return r;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "wsync/v1/layout.pb.h"
 #include "wsync/v1/plan.pb.h"
 
@@ -33,6 +34,20 @@ double LinkSeconds(const v1::LinkModel& lm, LinkClass c, int64_t bytes);
 constexpr int32_t kMaxPipelineRounds = 512;
 double PipelineRoundCount(int32_t depth, double seconds, double latency);
 
+// Whether rounds may become the steps of one round (Bucket.step,
+// AssignSteps): a step costs less than a round barrier, and more than 0 (an
+// unknown step latency makes no steps).
+inline bool StepsPay(const v1::LinkModel& lm) {
+  const double step = lm.step_latency_seconds();
+  return step > 0 && step < lm.round_latency_seconds();
+}
+
+// What a relay's hop behind the data it forwards costs beyond the data: a
+// step where steps pay, else a round.
+inline double HopLatency(const v1::LinkModel& lm) {
+  return StepsPay(lm) ? lm.step_latency_seconds() : lm.round_latency_seconds();
+}
+
 struct CostReport {
   double lower_bound_seconds = 0;
   double predicted_seconds = 0;
@@ -40,11 +55,15 @@ struct CostReport {
 };
 
 // Accumulates transfers per (round, worker, link) and evaluates both costs.
+// The "rounds" it counts may be the slots of a plan with steps: then
+// Report's `round_first_slot` (Work::round_first_slot) groups them, and a
+// round costs the round latency, its slots' maxima and a step latency for
+// each slot but its first.
 class CostModel {
  public:
   CostModel(const v1::LinkModel& lm, int32_t num_workers, int32_t num_rounds);
   void Add(int32_t round, int32_t sender, int32_t receiver, LinkClass c, int64_t bytes);
-  CostReport Report() const;
+  CostReport Report(absl::Span<const int32_t> round_first_slot = {}) const;
 
  private:
   v1::LinkModel lm_;

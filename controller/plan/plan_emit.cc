@@ -242,6 +242,7 @@ class Emitter {
       out->set_bytes(bk.bytes);
       out->set_transport(bk.local ? v1::TRANSPORT_LOCAL : v1::TRANSPORT_NETWORK);
       out->set_zero_copy(bk.zero_copy);
+      out->set_step(bk.step);
       out->set_seq(seq_[b]);
       MergePieces(w_, bk, &merged_);
       const bool runs = piece_runs_ && !bk.zero_copy && GroupRuns(bk);

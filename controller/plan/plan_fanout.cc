@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "controller/plan/plan_cost.h"
 #include "controller/plan/plan_source_loads.h"
 #include "controller/plan/planner_internal.h"
 
@@ -182,11 +183,12 @@ void PlanFanRoute(const std::vector<int32_t>& frags, const std::vector<int32_t>&
 void SplitCellsForRouting(Work* w, double data_seconds, double one_round_seconds) {
   const double lat = w->opt.link.round_latency_seconds();
   // Latency-bound: one round of direct sends is the better bound; relays
-  // would only add rounds.
+  // would only add rounds (or steps).
   // (Receiver-quantized regions rooted for relays keep them.)
   bool rooted = false;
   for (const QuantGroup& q : w->qgroups) rooted = rooted || q.rooted;
-  if (w->opt.relay && !rooted && lat + one_round_seconds <= 2 * lat + data_seconds) {
+  if (w->opt.relay && !rooted &&
+      lat + one_round_seconds <= lat + HopLatency(w->opt.link) + data_seconds) {
     w->opt.relay = false;
   }
   Splitter(w).Run(data_seconds);

@@ -58,14 +58,15 @@ class RoundAssigner {
       }
     }
     // Relay chains need more rounds than their depth to pipeline; try a few
-    // round counts and keep the cheapest (sum of round maxima + latency).
+    // round counts and keep the cheapest (sum of round maxima + latency; a
+    // step's where rounds become steps, AssignSteps).
     const std::vector<int32_t> candidates = RoundCandidates();
     // Large plans stop at an assignment within 1 % of what no assignment
     // beats (the busiest link's total plus a latency per round the staging
     // cap and the relay depth force): the others could gain at most that.
     const double good_enough =
         units_.num_units > kLargePlanUnits
-            ? 1.01 * (busiest_link_total_ + MinRounds() * w_->opt.link.round_latency_seconds())
+            ? 1.01 * (busiest_link_total_ + MinRounds() * HopLatency(w_->opt.link))
             : 0.0;
     double best_cost = INFINITY;
     std::vector<int32_t> best_round_of;
@@ -82,7 +83,7 @@ class RoundAssigner {
         if (units_.num_units <= kLargePlanUnits) Refine();
         double cost = 0;
         for (int32_t r = 0; r < rounds_; ++r) {
-          if (max_[r] > 0) cost += max_[r] + w_->opt.link.round_latency_seconds();
+          if (max_[r] > 0) cost += max_[r] + HopLatency(w_->opt.link);
         }
         if (cost < best_cost * (1 - 1e-9)) {
           best_cost = cost;
@@ -148,8 +149,8 @@ class RoundAssigner {
   // at most kMaxPipelineRounds (an assignment keeps rounds x workers loads);
   // 0 without relays or latency.
   int32_t PipelineRounds(double f) const {
-    const double r = f * PipelineRoundCount(MaxDepth(), busiest_link_total_,
-                                            w_->opt.link.round_latency_seconds());
+    const double r =
+        f * PipelineRoundCount(MaxDepth(), busiest_link_total_, HopLatency(w_->opt.link));
     if (!(r > 0)) return 0;
     return r >= kMaxPipelineRounds ? kMaxPipelineRounds : static_cast<int32_t>(std::lround(r));
   }

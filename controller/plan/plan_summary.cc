@@ -51,7 +51,7 @@ void TallyBuckets(const Work& w, const EmittedIds& ids, Tally* t, CostModel* cos
                   std::vector<OpRec>* recs) {
   for (size_t b = 0; b < w.buckets.size(); ++b) {
     const BucketRec& bk = w.buckets[b];
-    cost->Add(bk.round, bk.sender, bk.receiver, w.Link(bk.sender, bk.receiver), bk.bytes);
+    cost->Add(w.SlotOf(bk), bk.sender, bk.receiver, w.Link(bk.sender, bk.receiver), bk.bytes);
     if (bk.local) {
       t->local += bk.bytes;
       t->local_b[bk.sender] += bk.bytes;
@@ -209,7 +209,7 @@ void EmitRanksAndSummary(const Work& w, const EmittedIds& ids, int64_t pieces, i
   const int32_t nw = static_cast<int32_t>(w.worker_ids.size());
   const int32_t nr = std::max(1, w.num_rounds);
   Tally t(nw, nr);
-  CostModel cost(w.opt.link, nw, nr);
+  CostModel cost(w.opt.link, nw, std::max(1, w.NumSlots()));
   std::vector<OpRec> recs;
   if (!summary_only) recs.reserve(w.buckets.size() * 2 + w.reduces.size());
   TallyBuckets(w, ids, &t, &cost, summary_only ? nullptr : &recs);
@@ -223,7 +223,7 @@ void EmitRanksAndSummary(const Work& w, const EmittedIds& ids, int64_t pieces, i
     }
   }
   if (!summary_only) EmitRankPlans(w, t, &recs, plan);
-  const CostReport rep = cost.Report();
+  const CostReport rep = cost.Report(w.round_first_slot);
   plan->set_num_rounds(w.num_rounds);
   plan->mutable_workers()->Reserve(nw);
   for (int32_t k = 0; k < nw; ++k) {

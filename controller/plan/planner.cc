@@ -38,7 +38,8 @@ absl::Status ResolveOptions(const v1::PlanOptions& in, Options* out) {
   // The spec's own rates: a negative one is refused, not taken as 0.
   const v1::LinkModel& given = in.link_model();
   if (given.nvlink_bytes_per_second() < 0 || given.nic_bytes_per_second() < 0 ||
-      given.local_copy_bytes_per_second() < 0 || given.round_latency_seconds() < 0) {
+      given.local_copy_bytes_per_second() < 0 || given.round_latency_seconds() < 0 ||
+      given.step_latency_seconds() < 0) {
     return absl::InvalidArgumentError("options.link_model: negative bandwidth or latency");
   }
   const v1::LinkModel& lm = out->link;
@@ -52,8 +53,9 @@ absl::Status ResolveOptions(const v1::PlanOptions& in, Options* out) {
           rate));
     }
   }
-  if (!std::isfinite(lm.round_latency_seconds())) {
-    return absl::InvalidArgumentError("options.link_model: round_latency_seconds must be finite");
+  if (!std::isfinite(lm.round_latency_seconds()) || !std::isfinite(lm.step_latency_seconds())) {
+    return absl::InvalidArgumentError(
+        "options.link_model: round_latency_seconds and step_latency_seconds must be finite");
   }
   return absl::OkStatus();
 }
@@ -328,6 +330,8 @@ absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const Compi
                                  kPiecesFlag));
   RETURN_IF_ERROR(AssignRounds(&w));
   clock.Mark("rounds");
+  RETURN_IF_ERROR(AssignSteps(&w));
+  if (!w.round_first_slot.empty()) clock.Mark(absl::StrCat("steps (", w.num_rounds, " rounds)"));
   out->set_key(PlanKey(spec));
   RETURN_IF_ERROR(Emit(w, build.summary_only, build.emit_piece_runs, out));
   clock.Mark("emit");

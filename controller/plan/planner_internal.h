@@ -224,6 +224,7 @@ struct BucketRec {
   int32_t xfer_count = 0;
   int64_t bytes = 0;
   int32_t round = 0;
+  int32_t step = 0;  // within its round (AssignSteps); 0 for a local bucket
   bool local = false;
   bool zero_copy = false;
 };
@@ -276,12 +277,23 @@ struct Work {
   BigVector<BucketRec> buckets;
   BigVector<int32_t> bucket_xfers;
   int32_t num_rounds = 0;
+  // After AssignSteps merged rounds into steps: round r's steps are the
+  // rounds [round_first_slot[r], round_first_slot[r + 1]) of the search
+  // (its "slots"; bucket of round r, step s: slot round_first_slot[r] + s).
+  // Empty: one step per round.
+  std::vector<int32_t> round_first_slot;
   // The routing-independent bound (plan_bound.h), computed from the cells.
   double routing_bound_seconds = 0;
   std::string routing_bound_term;
 
   int32_t SrcTensorOf(const Cell& c) const { return maps[c.map].src_tensor; }
   int32_t DstTensorOf(const Cell& c) const { return maps[c.map].dst_tensor; }
+  int32_t SlotOf(const BucketRec& b) const {
+    return round_first_slot.empty() ? b.round : round_first_slot[b.round] + b.step;
+  }
+  int32_t NumSlots() const {
+    return round_first_slot.empty() ? num_rounds : round_first_slot.back();
+  }
   LinkClass Link(int32_t sender, int32_t receiver) const {
     if (sender == receiver) return LinkClass::kLocal;
     return worker_node[sender] == worker_node[receiver] ? LinkClass::kNvlink : LinkClass::kNic;
@@ -325,6 +337,9 @@ void PlanFanRoute(const std::vector<int32_t>& frags, const std::vector<int32_t>&
 absl::Status ChooseSources(Work* w);  // plan_sources.cc
 absl::Status PackBuckets(Work* w);    // plan_buckets.cc
 absl::Status AssignRounds(Work* w);   // plan_rounds.cc
+// plan_steps.cc: consecutive rounds merged into the steps of one round where
+// the link model makes that pay (StepsPay) and no barrier is needed.
+absl::Status AssignSteps(Work* w);
 // plan_emit.cc; `piece_runs`: write regularly stepping plain pieces of a
 // bucket as PieceRuns (BuildOptions::emit_piece_runs).
 absl::Status Emit(const Work& w, bool summary_only, bool piece_runs, v1::Plan* plan);

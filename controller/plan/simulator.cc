@@ -1,9 +1,11 @@
 #include "controller/plan/simulator.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/plan_steps.h"
 
 namespace wsync::plan {
 namespace {
@@ -40,9 +42,9 @@ struct WorkerIndex {
   std::vector<const std::string*> node_of;  // node by index; nullptr: not in `nodes`
 };
 
-// Bytes one worker (by index) moves on each link in one round.
+// Bytes one worker (by index) moves on each link in one step of a round.
 struct Event {
-  int32_t round, worker;
+  int32_t round, step, worker;
   LinkBytes bytes;
 };
 
@@ -72,19 +74,24 @@ absl::Status AppendBucketEvents(const v1::Bucket& b, int32_t num_rounds,
   }
   if (b.bytes() < 0) return absl::InvalidArgumentError(absl::StrCat(where(), ": negative bytes"));
   const bool same = b.sender() == b.receiver();
+  const int32_t max_step = same ? 0 : kMaxBucketSteps - 1;
+  if (b.step() < 0 || b.step() > max_step) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where(), ": step ", b.step(), " outside [0, ", max_step, "]"));
+  }
   if (same != (b.transport() == v1::TRANSPORT_LOCAL)) {
     return absl::InvalidArgumentError(
         absl::StrCat(where(), ": transport ", v1::BucketTransport_Name(b.transport()),
                      same ? " for a copy within one worker" : " between two workers"));
   }
   if (same) {
-    Event e{b.round(), index->Of(b.sender()), {}};
+    Event e{b.round(), 0, index->Of(b.sender()), {}};
     e.bytes.local = b.bytes();
     events->push_back(e);
     return absl::OkStatus();
   }
-  Event out{b.round(), index->Of(b.sender()), {}};
-  Event in{b.round(), index->Of(b.receiver()), {}};
+  Event out{b.round(), b.step(), index->Of(b.sender()), {}};
+  Event in{b.round(), b.step(), index->Of(b.receiver()), {}};
   const std::string* s = index->node_of[out.worker];
   const std::string* r = index->node_of[in.worker];
   if (s == nullptr || r == nullptr) {
@@ -104,29 +111,44 @@ absl::Status AppendBucketEvents(const v1::Bucket& b, int32_t num_rounds,
   return absl::OkStatus();
 }
 
-// Per (round, worker) group of `events` (sorted by round, worker): the
-// worker's busiest link time adds to its load, and the round lasts as long
-// as its slowest worker plus the round latency.
+// Per (round, step, worker) group of `events` (sorted so): the worker's
+// busiest link time adds to its load; a step lasts as long as its slowest
+// worker, a round as its steps one after the other plus a step latency for
+// each but the first (its seconds start at the round latency).
 void TimeRounds(const std::vector<Event>& events, const LinkRates& rates,
                 std::vector<WorkerLoad>* loads, SimulationResult* result) {
+  std::vector<double> longest_step(result->rounds.size(), 0.0);
   for (size_t i = 0; i < events.size();) {
-    LinkBytes sum;
+    const int32_t round_index = events[i].round, step = events[i].step;
+    double step_seconds = 0;
+    int32_t step_critical = -1;
     size_t j = i;
-    for (; j < events.size() && events[j].round == events[i].round &&
-           events[j].worker == events[i].worker;
-         ++j) {
-      Add(&sum, events[j].bytes);
+    while (j < events.size() && events[j].round == round_index && events[j].step == step) {
+      LinkBytes sum;
+      size_t k = j;
+      for (; k < events.size() && events[k].round == round_index && events[k].step == step &&
+             events[k].worker == events[j].worker;
+           ++k) {
+        Add(&sum, events[k].bytes);
+      }
+      WorkerLoad& load = (*loads)[events[j].worker];
+      Add(&load.bytes, sum);
+      const double t = BusiestLinkSeconds(sum, rates);
+      load.busy_seconds += t;
+      if (step_critical < 0 || t > step_seconds) {
+        step_seconds = t;
+        step_critical = load.worker;
+      }
+      j = k;
     }
-    WorkerLoad& load = (*loads)[events[i].worker];
-    Add(&load.bytes, sum);
-    const double t = BusiestLinkSeconds(sum, rates);
-    load.busy_seconds += t;
-    RoundTiming& round = result->rounds[events[i].round];
-    const double with_latency = t + rates.round_latency;
-    if (round.critical_worker < 0 || with_latency > round.seconds) {
-      round.seconds = std::max(round.seconds, with_latency);
-      round.critical_worker = load.worker;
+    RoundTiming& round = result->rounds[round_index];
+    if (round.steps > 0) round.seconds += rates.step_latency;
+    round.seconds += step_seconds;
+    if (round.critical_worker < 0 || step_seconds > longest_step[round_index]) {
+      longest_step[round_index] = step_seconds;
+      round.critical_worker = step_critical;
     }
+    ++round.steps;
     i = j;
   }
 }
@@ -139,6 +161,7 @@ LinkRates EffectiveRates(const v1::LinkModel& model) {
   r.nic = model.nic_bytes_per_second() > 0 ? model.nic_bytes_per_second() : 50e9;
   r.local = model.local_copy_bytes_per_second() > 0 ? model.local_copy_bytes_per_second() : 2e12;
   r.round_latency = std::max(0.0, model.round_latency_seconds());
+  r.step_latency = std::max(0.0, model.step_latency_seconds());
   return r;
 }
 
@@ -180,7 +203,7 @@ absl::StatusOr<SimulationResult> SimulatePlan(const v1::Plan& plan, const Worker
     }
   }
   std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
-    return a.round != b.round ? a.round < b.round : a.worker < b.worker;
+    return std::tie(a.round, a.step, a.worker) < std::tie(b.round, b.step, b.worker);
   });
   SimulationResult result;
   std::vector<WorkerLoad> loads(index.ids.size());

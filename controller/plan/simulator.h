@@ -6,10 +6,15 @@
 //    used for peers on the same non-empty node name) and one NIC (nic_bytes_per_second, peers
 //    on other nodes); the two run in parallel. Local buckets (sender ==
 //    receiver) are HBM copies at local_copy_bytes_per_second.
-//  * A round ends at a barrier. Worker w's time in round r is
+//  * A round ends at a barrier. Worker w's time in step s of round r is
 //      max(nvlink_out/nvlink, nic_out/nic, nvlink_in/nvlink, nic_in/nic, local/hbm)
-//    over the bucket bytes it sends, receives and copies in r. The round takes
-//    the max over workers plus round_latency_seconds; makespan = sum of rounds.
+//    over the bucket bytes it sends, receives and copies in that step
+//    (Bucket.step; local copies count in step 0). A step takes the max over
+//    workers; a round takes its steps with traffic one after the other, plus
+//    step_latency_seconds for each but the first, plus round_latency_seconds;
+//    makespan = sum of rounds. (Steps run without barriers, so this charges
+//    a step's slowest worker to all: an upper estimate for plans whose steps
+//    pipeline.)
 //  * Reduces, packing and unpacking are not charged (they overlap transfers).
 //
 // Lower bound: for every worker and each of its five links (NVLink out/in,
@@ -50,6 +55,7 @@ struct LinkRates {
   double nic = 0;
   double local = 0;
   double round_latency = 0;
+  double step_latency = 0;
 };
 
 struct WorkerLoad {
@@ -61,8 +67,9 @@ struct WorkerLoad {
 
 struct RoundTiming {
   int32_t round = 0;
-  double seconds = 0;            // including round latency
-  int32_t critical_worker = -1;  // -1 for a round without traffic
+  double seconds = 0;            // including round and step latencies
+  int32_t critical_worker = -1;  // of its longest step; -1 for a round without traffic
+  int32_t steps = 0;             // steps with traffic
 };
 
 struct SimulationResult {
@@ -75,7 +82,7 @@ struct SimulationResult {
 };
 
 // Zero or negative fields take the defaults: NVLink 370e9 B/s, NIC 50e9 B/s,
-// HBM copy 2e12 B/s, round latency 0.
+// HBM copy 2e12 B/s, round and step latency 0.
 LinkRates EffectiveRates(const v1::LinkModel& model);
 
 // Seconds a worker needs to move `bytes` over its links (the max over links).
@@ -93,8 +100,9 @@ struct SimulateOptions {
 };
 
 // Errors: a bucket whose sender or receiver has no node, a round outside
-// [0, num_rounds), negative bytes, or a transport that contradicts
-// sender/receiver (LOCAL with two workers, NETWORK with one).
+// [0, num_rounds), a step outside [0, kMaxBucketSteps) (0 for a local
+// bucket), negative bytes, or a transport that contradicts sender/receiver
+// (LOCAL with two workers, NETWORK with one).
 absl::StatusOr<SimulationResult> SimulatePlan(const v1::Plan& plan, const WorkerNodes& nodes,
                                               const v1::LinkModel& model,
                                               const SimulateOptions& options = {});

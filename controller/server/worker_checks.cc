@@ -12,6 +12,7 @@
 #include "common/dtype.h"
 #include "common/plan_names.h"
 #include "common/plan_pieces.h"
+#include "common/plan_steps.h"
 #include "common/shadow_extents.h"
 #include "controller/plan/planner.h"
 
@@ -103,6 +104,14 @@ absl::Status CheckBuffers(const v1::Plan& part, int32_t worker, const WorkerSnap
         "' with rows of piece runs (a stacked plan) but did not register the capability '",
         kPieceRunRowsCapability,
         "' (an older worker would read each run's first row only); upgrade it"));
+  }
+  if (HasBucketSteps(part) &&
+      !absl::c_linear_search(w.info->capabilities(), kBucketStepsCapability)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        w.description, " [worker ", worker, "] receives a part of plan '", part.key(),
+        "' with steps inside rounds but did not register the capability '", kBucketStepsCapability,
+        "' (an older worker would move a round's steps at once, relaying bytes before they "
+        "arrive); upgrade it"));
   }
   const BufferNeeds needs = NeedsOf(part, worker);
   if (!needs.bad_name.ok()) return needs.bad_name;

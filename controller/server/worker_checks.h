@@ -22,7 +22,9 @@ std::string TransportName(v1::TransportKind kind);
 // Every buffer `part` (worker `worker`'s part of a plan) reads or writes on
 // the worker is registered by it, large enough and of the layout's dtype;
 // a part with rows of piece runs goes only to a worker that registered
-// kPieceRunRowsCapability (FAILED_PRECONDITION naming it otherwise).
+// kPieceRunRowsCapability, and one with steps (Bucket.step) only to a worker
+// that registered kBucketStepsCapability (FAILED_PRECONDITION naming it
+// otherwise).
 // Without `require_all`, buffers of a group the worker registered none of
 // yet are let pass (DefineTransfer before the owners registered).
 absl::Status CheckBuffers(const v1::Plan& part, int32_t worker, const WorkerSnapshot& w,

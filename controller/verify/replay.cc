@@ -160,16 +160,30 @@ class Replayer {
     return absl::OkStatus();
   }
 
-  // All buckets of round r are packed first, then unpacked; then the
-  // round's reduces and quantizes run.
+  // Round r as a worker runs it: the staged buckets (and local copies) are
+  // packed first; then step by step, the zero-copy buckets of the step are
+  // all read, then all written (so a zero-copy relay sees what earlier steps
+  // of the round brought, never its own step's); then the staged buckets
+  // are unpacked, and the round's reduces and quantizes run.
   absl::Status RunRound(int32_t r) {
-    std::vector<int> in_round;
+    std::vector<int> staged;
+    std::map<int32_t, std::vector<int>> zero_copy_steps;
     for (int i = 0; i < plan_.buckets_size(); ++i) {
-      if (plan_.buckets(i).round() == r) in_round.push_back(i);
+      const v1::Bucket& b = plan_.buckets(i);
+      if (b.round() != r) continue;
+      if (b.zero_copy() && b.transport() == v1::TRANSPORT_NETWORK) {
+        zero_copy_steps[b.step()].push_back(i);
+      } else {
+        staged.push_back(i);
+      }
     }
     std::map<int, std::vector<uint8_t>> wire;
-    for (int i : in_round) RETURN_IF_ERROR(Pack(i, &wire[i]));
-    for (int i : in_round) RETURN_IF_ERROR(Unpack(i, wire[i]));
+    for (int i : staged) RETURN_IF_ERROR(Pack(i, &wire[i]));
+    for (const auto& [step, in_step] : zero_copy_steps) {
+      for (int i : in_step) RETURN_IF_ERROR(Pack(i, &wire[i]));
+      for (int i : in_step) RETURN_IF_ERROR(Unpack(i, wire[i]));
+    }
+    for (int i : staged) RETURN_IF_ERROR(Unpack(i, wire[i]));
     for (const v1::Reduce& red : plan_.reduces()) {
       if (red.round() == r) RETURN_IF_ERROR(RunReduce(red, wire));
     }

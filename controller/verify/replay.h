@@ -1,11 +1,14 @@
 // Executes a whole plan on host byte arrays (every buffer of every worker,
 // both sides): the planner's test oracle and `wsyncctl plan --verify`.
-// Semantics per round: all buckets of the round are packed first (sender
-// views, cast to the wire dtype), then unpacked (cast to the destination
-// dtype) and finally the round's reduces run (inputs in accumulate dtype,
-// result cast into the destination view). Packing everything before
-// unpacking anything means a relay placed in the same round as the bucket
-// that brings its data reads stale bytes, exactly like the real engine.
+// Semantics per round: the staged buckets of the round are packed first
+// (sender views, cast to the wire dtype); then, step by step (Bucket.step),
+// the zero-copy network buckets of the step are read and then written; then
+// the staged buckets are unpacked (cast to the destination dtype) and
+// finally the round's reduces run (inputs in accumulate dtype, result cast
+// into the destination view). So a relay reads fresh bytes only when a
+// zero-copy bucket of an earlier step of its round, or an earlier round,
+// brought them; placed in the same step, or staged, it reads stale bytes,
+// exactly like the real engine.
 // Before executing, the plan's structure is checked: every bucket has one
 // SEND and one RECV (or one COPY) on the right workers in its round, seq
 // matches, pieces fit their bucket without overlap, zero-copy claims hold,

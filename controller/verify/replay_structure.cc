@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/plan_names.h"
+#include "common/plan_steps.h"
 #include "common/status_macros.h"
 #include "controller/verify/replay_internal.h"
 
@@ -55,6 +56,11 @@ absl::Status CheckBucketOrder(const v1::Plan& plan, int i, const std::string& wh
   if ((b.transport() == v1::TRANSPORT_LOCAL) != (b.sender() == b.receiver())) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": transport contradicts sender/receiver"));
+  }
+  const int32_t max_step = b.transport() == v1::TRANSPORT_LOCAL ? 0 : kMaxBucketSteps - 1;
+  if (b.step() < 0 || b.step() > max_step) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": step ", b.step(), " outside [0, ", max_step, "]"));
   }
   if (i == 0) {
     if (b.seq() != 0) {

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "tests/worker/plane/transport_conformance.h"
+#include "tests/worker/plane/transport_steps_conformance.h"
 #include "worker/backends/cuda/cuda_handles.h"
 #include "worker/backends/cuda/nccl_transport.h"
 #include "worker/plane/kv_store.h"

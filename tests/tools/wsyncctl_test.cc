@@ -286,7 +286,8 @@ TEST(WsyncctlTest, LinkRateFlagsAndForcedNetworkSimulation) {
   EXPECT_GT(SimField(sim_only.out, "makespan_s"), 3 * SimField(spec_rates.out, "makespan_s"));
   EXPECT_NE(key(CtlStdout(relays + " --nic-gbps 1").out), key(spec_rates.out));
 
-  for (const char* bad : {"--copy-gbps 0", "--copy-gbps x", "--round-latency-us -1"}) {
+  for (const char* bad : {"--copy-gbps 0", "--copy-gbps x", "--round-latency-us -1",
+                          "--step-latency-us -1", "--step-latency-us x"}) {
     Result r = Ctl(absl::StrCat(one_node, " ", bad));
     EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
     EXPECT_NE(r.out.find(std::string(bad).substr(0, std::string(bad).find(' '))), std::string::npos)

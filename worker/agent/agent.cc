@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "common/peer_lists.h"
 #include "common/plan_pieces.h"
+#include "common/plan_steps.h"
 #include "common/serving_state.h"
 #include "common/shadow_extents.h"
 
@@ -117,6 +118,7 @@ void WorkerAgent::SessionLoop() {
     req.add_capabilities(kPeerListsOnceCapability);
     req.add_capabilities(kStagedSyncsCapability);
     req.add_capabilities(kPieceRunRowsCapability);
+    req.add_capabilities(kBucketStepsCapability);
     req.set_staging_limit_bytes(options_.staging_limit_bytes);
     req.set_staging_budget_bytes(options_.staging_budget_bytes);
     req.set_decision_slack_ms(absl::ToInt64Milliseconds(options_.decision_slack));

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/checked_math.h"
 #include "common/plan_pieces.h"
+#include "common/plan_steps.h"
 #include "common/status_macros.h"
 #include "worker/exec/bound_plan_internal.h"
 
@@ -92,6 +93,11 @@ absl::StatusOr<const v1::Bucket*> Binder::TakeBucket(const v1::Op& op, int32_t r
         absl::StrCat(where, ": local bucket ", b.id(), " is routed PEER_WRITE"));
   }
   if (b.bytes() < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative size"));
+  const int32_t max_step = local ? 0 : kMaxBucketSteps - 1;
+  if (b.step() < 0 || b.step() > max_step) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": bucket ", b.id(), " has step ",
+                                                   b.step(), ", outside [0, ", max_step, "]"));
+  }
   return &b;
 }
 
@@ -134,6 +140,7 @@ absl::Status Binder::CollectOps(const v1::Round& round, RoundOps& ops) {
     t.seq = b->seq();
     t.bytes = b->bytes();
     t.zero_copy = b->zero_copy();
+    t.step = b->step();
     (op.kind() == v1::Op::SEND ? ops.sends : ops.recvs).push_back({t, b});
   }
   auto by_peer_seq = [](const auto& a, const auto& b) {

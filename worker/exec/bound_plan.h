@@ -26,6 +26,7 @@ struct BoundTransfer {
   int32_t seq = 0;
   int64_t bytes = 0;
   bool zero_copy = false;
+  int32_t step = 0;  // Bucket.step
   int64_t staging_offset = 0;
   void* direct = nullptr;
 };

@@ -312,11 +312,14 @@ class Executor {
   // Transport::RunRound.
   absl::Status Transfer(const BoundPlan& plan, size_t i, uint8_t* staging, absl::Time deadline,
                         const std::function<void()>& on_posted, RoundStats& rs);
-  // With checksums_: queues the hash of every bucket `round` sends on the
-  // data ops (DataOps::QueueChecksum), one slot each (received buckets are
-  // hashed by HashLanded / HashReceivedNotLanded); CollectHashes fills
+  // With checksums_: queues the hash of buckets `round` sends on the data
+  // ops (DataOps::QueueChecksum), one slot each: those whose bytes are final
+  // once the round is posted, or (`relayed_in_round`) the zero-copy ones of
+  // later steps, final once its transfer ended (received buckets are hashed
+  // by HashLanded / HashReceivedNotLanded); CollectHashes fills
   // sync.checksums once the run's work is done.
-  absl::Status HashSentBuckets(const BoundPlan& plan, const BoundRound& round, uint8_t* staging);
+  absl::Status HashSentBuckets(const BoundPlan& plan, const BoundRound& round, uint8_t* staging,
+                               bool relayed_in_round);
   absl::Status HashBucket(const BoundPlan& plan, const BoundRound& round, const BoundTransfer& t,
                           uint8_t* staging, bool sent);
   // The transport's on_landed for round j: the data ops wait for `mark`,

@@ -58,7 +58,7 @@ absl::Status AppendMessages(const std::vector<BoundTransfer>& list, uint8_t* sta
     const BoundTransfer& first = list[k];
     if (first.zero_copy) {
       out.push_back({first.peer, first.bucket, static_cast<Data>(first.direct),
-                     static_cast<size_t>(first.bytes)});
+                     static_cast<size_t>(first.bytes), first.step});
       if (spans != nullptr) spans->emplace_back(k, k + 1);
       ++k;
       continue;
@@ -68,7 +68,10 @@ absl::Status AppendMessages(const std::vector<BoundTransfer>& list, uint8_t* sta
     for (; e < list.size(); ++e) {
       const BoundTransfer& prev = list[e - 1];
       const BoundTransfer& x = list[e];
-      if (x.peer != first.peer || x.zero_copy || prev.bytes % kJoinableMultiple != 0) break;
+      if (x.peer != first.peer || x.step != first.step || x.zero_copy ||
+          prev.bytes % kJoinableMultiple != 0) {
+        break;
+      }
       if (x.staging_offset != prev.staging_offset + prev.bytes) {
         return absl::InternalError(
             absl::StrCat("buckets ", prev.bucket, " and ", x.bucket, " with peer ", x.peer,
@@ -78,7 +81,7 @@ absl::Status AppendMessages(const std::vector<BoundTransfer>& list, uint8_t* sta
       bytes += x.bytes;
     }
     out.push_back({first.peer, first.bucket, static_cast<Data>(staging + first.staging_offset),
-                   static_cast<size_t>(bytes)});
+                   static_cast<size_t>(bytes), first.step});
     if (spans != nullptr) spans->emplace_back(k, e);
     k = e;
   }
@@ -93,6 +96,11 @@ absl::Status AppendMessages(const std::vector<BoundTransfer>& list, uint8_t* sta
                             std::vector<std::pair<size_t, size_t>>& spans) {
   return AppendMessages<transport::RecvRequest, void*>(list, staging, out, &spans);
 }
+
+// A zero-copy send of a later step reads the tensor when its step runs, and
+// may carry what earlier steps of its round received (plan.proto
+// Bucket.step): its bytes are known only once the round's transfer ended.
+bool ReadsDuringRound(const BoundTransfer& t) { return t.zero_copy && t.step > 0; }
 
 // The round's identity and sizes in its stats.
 void DescribeRound(const BoundRound& round, RoundStats& rs) {
@@ -190,9 +198,10 @@ absl::Status Executor::HashBucket(const BoundPlan& plan, const BoundRound& round
 }
 
 absl::Status Executor::HashSentBuckets(const BoundPlan& plan, const BoundRound& round,
-                                       uint8_t* staging) {
+                                       uint8_t* staging, bool relayed_in_round) {
   if (!checksums_) return absl::OkStatus();
   for (const BoundTransfer& t : round.sends) {
+    if (ReadsDuringRound(t) != relayed_in_round) continue;
     RETURN_IF_ERROR(HashBucket(plan, round, t, staging, /*sent=*/true));
   }
   return absl::OkStatus();
@@ -302,7 +311,9 @@ absl::Status Executor::Transfer(const BoundPlan& plan, size_t i, uint8_t* stagin
   }
   rs.bytes_sent = round.bytes_sent;
   rs.bytes_received = round.bytes_received;
-  return absl::OkStatus();
+  // Zero-copy sends of later steps may carry what this round brought: their
+  // bytes are final only now.
+  return HashSentBuckets(plan, round, staging, /*relayed_in_round=*/true);
 }
 
 absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, absl::Time deadline, Carry& carry,
@@ -363,7 +374,7 @@ absl::Status Executor::RunRound(const BoundPlan& plan, size_t i, absl::Time dead
       // What goes on the wire sits in staging (packed and waited for) and
       // stays there until the next pack into this set, queued after this:
       // the hash reads it beside the transport.
-      RETURN_IF_ERROR(HashSentBuckets(plan, round, staging));
+      RETURN_IF_ERROR(HashSentBuckets(plan, round, staging, /*relayed_in_round=*/false));
       if (prev_deferred) RETURN_IF_ERROR(IssueAfterTransfer(plan, i - 1, StagingOf(i - 1), rs));
       if (local_early) {
         RETURN_IF_ERROR(CheckAborted(plan, round, "copy"));

@@ -6,6 +6,7 @@
 
 #include "absl/numeric/int128.h"
 #include "absl/strings/str_cat.h"
+#include "common/plan_steps.h"
 
 namespace wsync::transport {
 namespace {
@@ -29,6 +30,11 @@ absl::Status CheckSide(int32_t rank, int32_t size, absl::Span<const Request> req
     if (r.data == nullptr && r.bytes > 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " ", i, " (peer ", r.peer, ", tag ", r.tag, "): null data"));
+    }
+    if (r.step < 0 || r.step >= kMaxBucketSteps) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " ", i, " (peer ", r.peer, ", tag ",
+                                                     r.tag, "): step ", r.step, " outside [0, ",
+                                                     kMaxBucketSteps, ")"));
     }
     keys.emplace_back(r.peer, r.tag);
   }

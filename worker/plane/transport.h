@@ -23,6 +23,7 @@ struct SendRequest {
   int64_t tag = 0;   // the bucket id; identical on both sides
   const void* data = nullptr;
   size_t bytes = 0;
+  int32_t step = 0;  // the bucket's step in its round (RunRound); identical on both sides
 };
 
 struct RecvRequest {
@@ -30,6 +31,7 @@ struct RecvRequest {
   int64_t tag = 0;
   void* data = nullptr;
   size_t bytes = 0;
+  int32_t step = 0;
 };
 
 // Where some receives of a round became readable on the device, for work
@@ -47,7 +49,8 @@ using LandedCallback =
 // What a caller hooks into one RunRound.
 struct RoundHooks {
   // Runs exactly once on the calling thread once the round's operations are
-  // posted (for NCCL: its kernels are enqueued) and before RunRound waits for
+  // posted (for NCCL: its kernels are enqueued; with steps, on a transport
+  // that waits between them, the first step's) and before RunRound waits for
   // them; at once when there is nothing to post. It does not run when the
   // round fails before all of it is posted (with landing parts, a failure
   // posting a later part after earlier ones went). The executor issues work there that should
@@ -55,7 +58,9 @@ struct RoundHooks {
   // resident beside it instead of holding back its launch until they drain.
   std::function<void()> on_posted;
   // Optional, for work that reads received bytes as they land (bucket
-  // checksums). A transport may complete a round in landing parts: each
+  // checksums). In a round with steps (some request's step > 0) the steps
+  // are its parts, and the settings below are not used. Else a transport
+  // may complete a round in landing parts: each
   // (peer, direction) list of requests, in (peer, tag) order, is cut by its
   // running byte count into LandingPartCount(its bytes, ...) parts, and part k
   // of every list moves as the round's k-th step. Both sides of a pair cut
@@ -92,6 +97,15 @@ class Transport {
   // Posts every send and receive of one round together (one NCCL group, or
   // one per landing part: RoundHooks) and returns once all completed. Between one pair of ranks,
   // requests are matched by tag; callers list them in the same (peer, tag) order on both sides.
+  //
+  // Steps: requests run step by step, in increasing `step`. A step's
+  // sends and receives are issued once every request of this rank's earlier
+  // steps completed (NCCL: in stream order, one group per step, with no
+  // host wait between them; Gloo: after waiting for them). So a send of
+  // step s may read what a receive of an earlier step wrote, and a receive
+  // of step s may overwrite what a send of an earlier step read. Both sides
+  // of a request give it the same step (a precondition: a pair that
+  // disagrees waits until the deadline).
   // Past `deadline` the transport aborts (the communicator is unusable afterwards) and returns
   // DEADLINE_EXCEEDED naming the pending peers.
   //
@@ -101,8 +115,9 @@ class Transport {
   //    the size from the plan, so both skip it); data may then be null.
   //  * peer == rank() is INVALID_ARGUMENT: local bytes move through the data
   //    ops (COPY), never through the transport. So are peers outside
-  //    [0, size()), null data with bytes > 0, and a (peer, tag) listed twice
-  //    in the same direction within one round.
+  //    [0, size()), null data with bytes > 0, a step outside
+  //    [0, kMaxBucketSteps), and a (peer, tag) listed twice in the same
+  //    direction within one round.
   //  * A lost peer connection may end the round before the deadline with
   //    UNAVAILABLE naming the peer; Abort() ends it with CANCELLED.
   //  * A silent peer stalls the ranks that wait on it; it may also stall a

@@ -151,6 +151,14 @@ TEST(PlannerValidationTest, LinkRatesAndLatencyMustBeFinite) {
     v1::TransferSpec spec = Base();
     spec.mutable_options()->mutable_link_model()->set_round_latency_seconds(latency);
     ExpectError(spec, absl::StatusCode::kInvalidArgument, {"round_latency_seconds"});
+    spec = Base();
+    spec.mutable_options()->mutable_link_model()->set_step_latency_seconds(latency);
+    ExpectError(spec, absl::StatusCode::kInvalidArgument, {"step_latency_seconds"});
+  }
+  {
+    v1::TransferSpec spec = Base();
+    spec.mutable_options()->mutable_link_model()->set_step_latency_seconds(-1e-6);
+    ExpectError(spec, absl::StatusCode::kInvalidArgument, {"options.link_model", "negative"});
   }
   v1::TransferSpec spec = Base();
   spec.mutable_options()->mutable_link_model()->set_nic_bytes_per_second(1);  // slow, finite

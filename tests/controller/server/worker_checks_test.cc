@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "common/plan_pieces.h"
+#include "common/plan_steps.h"
 #include "controller/plan/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -208,6 +209,29 @@ TEST(WorkerChecksTest, RowsOfPieceRunsNeedTheCapability) {
   w.info = info;
   EXPECT_TRUE(CheckBuffers(part, 0, w, true).ok()) << CheckBuffers(part, 0, w, true);
   run->set_outer_count(0);  // one row: any worker reads it
+  EXPECT_TRUE(CheckBuffers(part, 0, Worker("old", {}), true).ok());
+}
+
+// A part with steps inside rounds goes only to a worker that runs them in
+// order (an older one would relay bytes before they arrived).
+TEST(WorkerChecksTest, StepsInsideRoundsNeedTheCapability) {
+  v1::Plan part;
+  part.set_key("k");
+  v1::Bucket* b = part.add_buckets();
+  b->set_id(0);
+  b->set_sender(1);
+  b->set_receiver(0);
+  b->set_step(2);
+  WorkerSnapshot w = Worker("old", {});
+  absl::Status st = CheckBuffers(part, 0, w, /*require_all=*/true);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(), HasSubstr("worker old [worker 0]"));
+  EXPECT_THAT(st.message(), HasSubstr(kBucketStepsCapability));
+  auto info = std::make_shared<v1::RegisterWorkerRequest>(*w.info);
+  info->add_capabilities(kBucketStepsCapability);
+  w.info = info;
+  EXPECT_TRUE(CheckBuffers(part, 0, w, true).ok()) << CheckBuffers(part, 0, w, true);
+  b->set_step(0);  // no steps: any worker runs it
   EXPECT_TRUE(CheckBuffers(part, 0, Worker("old", {}), true).ok());
 }
 

@@ -135,6 +135,21 @@ TEST_F(BindTest, NegativeBucketBytesAreRefused) {
   for (int32_t worker : {0, 1}) EXPECT_FALSE(Bind(plan, worker).ok()) << "worker " << worker;
 }
 
+// A step outside [0, kMaxBucketSteps), or a local bucket's step other than
+// 0, is refused on both sides, naming the bucket and its step.
+TEST_F(BindTest, StepsOutOfRangeAreRefused) {
+  // (receiver, step): 0 makes a local bucket on worker 0.
+  for (const auto& [receiver, step] : {std::pair{1, -1}, std::pair{1, 64}, std::pair{0, 1}}) {
+    PlanBuilder pb;
+    pb.AddBucket(0, receiver, 0,
+                 {Piece(View("w", 0, {4}, v1::FP32), View("w", 0, {4}, v1::BF16), v1::BF16)});
+    v1::Plan plan = pb.Build();
+    plan.mutable_buckets(0)->set_step(step);
+    ExpectError(Bind(plan, 0), absl::StatusCode::kInvalidArgument,
+                {"bucket 0 has step", "outside"});
+  }
+}
+
 TEST_F(BindTest, DtypeMismatchIsAnError) {
   PlanBuilder pb;
   pb.AddBucket(0, 1, 0,

@@ -5,8 +5,10 @@
 #include <functional>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "common/cast.h"
 #include "common/plan_pieces.h"
+#include "common/plan_steps.h"
 #include "controller/plan/planner.h"
 #include "gtest/gtest.h"
 #include "tests/controller/plan/planner_test_util.h"
@@ -97,13 +99,32 @@ void CheckDestination(Cluster& c, const v1::Side& side, const v1::TensorLayout& 
   }
 }
 
+// Each network bucket's sent and received checksums agree.
+void ExpectChecksumsAgree(const std::vector<absl::StatusOr<SyncStats>>& results) {
+  std::map<int64_t, std::map<bool, uint64_t>> hashes;  // bucket -> sent? -> hash
+  for (const auto& r : results) {
+    if (!r.ok()) continue;
+    for (const BucketChecksum& c : r->checksums) hashes[c.bucket][c.sent] = c.hash;
+  }
+  EXPECT_FALSE(hashes.empty());
+  for (const auto& [bucket, sides] : hashes) {
+    ASSERT_EQ(sides.size(), 2u) << "bucket " << bucket;
+    EXPECT_EQ(sides.at(true), sides.at(false)) << "bucket " << bucket;
+  }
+}
+
 // `with_runs`: the planner must have written piece runs (BuildOptions::
 // emit_piece_runs, on by default), which the workers bind and run.
-void RunCase(const v1::TransferSpec& spec, int workers, bool with_runs = false) {
+// `with_steps`: it must have made steps (Bucket.step), checked by checksums.
+void RunCase(const v1::TransferSpec& spec, int workers, bool with_runs = false,
+             bool with_steps = false) {
   auto plan = plan::BuildPlan(spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
   if (with_runs) {
     ASSERT_TRUE(HasPieceRuns(*plan)) << "the planner wrote no piece run";
+  }
+  if (with_steps) {
+    ASSERT_TRUE(HasBucketSteps(*plan)) << "the planner made no step";
   }
   Cluster c(workers);
   for (const v1::TensorLayout& t : spec.source().tensors()) {
@@ -113,6 +134,7 @@ void RunCase(const v1::TransferSpec& spec, int workers, bool with_runs = false) 
     Register(c, spec.destination(), BufferSide::kDestination, t);
   }
   ASSERT_TRUE(c.Connect().ok());
+  for (int w = 0; w < workers; ++w) c.executor(w).set_checksums(with_steps);
   auto results = c.Run(*plan, absl::Seconds(60));
   bool all_ok = true;
   for (int w = 0; w < workers; ++w) {
@@ -120,6 +142,7 @@ void RunCase(const v1::TransferSpec& spec, int workers, bool with_runs = false) 
     all_ok = all_ok && results[w].ok();
   }
   ASSERT_TRUE(all_ok);
+  if (with_steps) ExpectChecksumsAgree(results);
   for (const v1::TensorLayout& t : spec.destination().tensors()) {
     CheckDestination(c, spec.destination(), t);
   }
@@ -176,6 +199,26 @@ TEST(PlannedSyncTest, PieceRunsSyncEveryMemberLikeItsPiece) {
     AddTensor(spec.mutable_destination(), name, {8, 16}, v1::FP32, Sh(1));
   }
   RunCase(spec, 4, /*with_runs=*/true);
+}
+
+// One tensor fanned out from one trainer to four replicas, every worker on
+// a node of its own, with a round latency five times a step's: the planner
+// relays the chunks within one round (steps), and each replica forwards a
+// chunk straight from its tensor right behind the step that brought it.
+TEST(PlannedSyncTest, FanOutRelaysWithinOneRound) {
+  v1::TransferSpec spec;
+  *spec.mutable_source() = MakeSide("trainer", {0});
+  *spec.mutable_destination() = MakeSide("inference", {1, 2, 3, 4});
+  for (v1::Side* side : {spec.mutable_source(), spec.mutable_destination()}) {
+    for (v1::RankInfo& r : *side->mutable_ranks()) r.set_node(absl::StrCat("n", r.worker()));
+  }
+  AddTensor(spec.mutable_source(), "w", {256, 512}, v1::FP32, Rep());
+  AddTensor(spec.mutable_destination(), "w", {256, 512}, v1::FP32, Rep());
+  v1::LinkModel* lm = spec.mutable_options()->mutable_link_model();
+  lm->set_nic_bytes_per_second(1e9);
+  lm->set_round_latency_seconds(50e-6);
+  lm->set_step_latency_seconds(10e-6);
+  RunCase(spec, 5, /*with_runs=*/false, /*with_steps=*/true);
 }
 
 }  // namespace

@@ -315,6 +315,25 @@ void CutIntoSteps(const std::vector<const Req*>& reqs, const RoundHooks& hooks,
   }
 }
 
+// A round with steps (some request's step > 0) moves its requests step by
+// step (transport.h); steps[k] holds step k's, in (peer, tag) order.
+template <typename Req>
+bool HasSteps(const std::vector<const Req*>& reqs) {
+  for (const Req* r : reqs) {
+    if (r->step > 0) return true;
+  }
+  return false;
+}
+
+template <typename Req>
+void SplitBySteps(const std::vector<const Req*>& reqs, std::vector<Step>& steps,
+                  std::vector<const Req*> Step::*side) {
+  for (const Req* r : reqs) {
+    if (steps.size() <= static_cast<size_t>(r->step)) steps.resize(r->step + 1);
+    (steps[r->step].*side).push_back(r);
+  }
+}
+
 }  // namespace
 
 absl::Status NcclTransport::PostGroup(const std::vector<const SendRequest*>& s,
@@ -373,8 +392,13 @@ absl::Status NcclTransport::RunRound(absl::Span<const SendRequest> sends,
   SortByPeerTag(s);
   SortByPeerTag(r);
   std::vector<Step> steps;
-  CutIntoSteps(s, hooks, steps, &Step::sends);
-  CutIntoSteps(r, hooks, steps, &Step::recvs);
+  if (HasSteps(s) || HasSteps(r)) {
+    SplitBySteps(s, steps, &Step::sends);
+    SplitBySteps(r, steps, &Step::recvs);
+  } else {
+    CutIntoSteps(s, hooks, steps, &Step::sends);
+    CutIntoSteps(r, hooks, steps, &Step::recvs);
+  }
 
   cuda::DeviceGuard guard(device_);
   const std::string what =

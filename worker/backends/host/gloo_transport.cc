@@ -34,12 +34,13 @@ struct Pending {
   int64_t tag;
   size_t bytes;
   size_t index = 0;  // in the round's sends or recvs
+  int32_t step = 0;
   bool done = false;
 };
 
 std::string Describe(const Pending& p) {
   return absl::StrCat(p.is_send ? "send to" : "recv from", " peer ", p.peer, " (tag ", p.tag, ", ",
-                      p.bytes, " B)");
+                      p.bytes, " B", p.step > 0 ? absl::StrCat(", step ", p.step) : "", ")");
 }
 
 std::string PendingSummary(const std::vector<Pending>& ops) {
@@ -52,6 +53,46 @@ std::string PendingSummary(const std::vector<Pending>& ops) {
   }
   return absl::StrCat("pending peers [", absl::StrJoin(peers, ","),
                       "]: ", absl::StrJoin(first, "; "), first.size() < 8 ? "" : "; ...");
+}
+
+// Posts and waits for `ops` (built and in flight) step by step: a step's
+// operations are posted once every earlier one completed. on_posted runs once
+// the first step is posted. Receives are waited for first within a step, in
+// request order, each but the round's last reported landed (in host memory
+// already: a null mark) once it and those before it completed. False when a
+// wait was aborted; throws what Gloo throws.
+bool PostAndWaitSteps(std::vector<Pending>& ops, absl::Time deadline, const RoundHooks& hooks) {
+  size_t last_recv = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!ops[i].is_send) last_recv = i;
+  }
+  for (size_t b = 0; b < ops.size();) {
+    size_t e = b;
+    while (e < ops.size() && ops[e].step == ops[b].step) ++e;
+    for (size_t i = b; i < e; ++i) {
+      Pending& p = ops[i];
+      const uint64_t slot = static_cast<uint64_t>(p.tag);
+      if (p.is_send) {
+        p.buffer->send(p.peer, slot, 0, p.bytes);
+      } else {
+        p.buffer->recv(p.peer, slot, 0, p.bytes);
+      }
+    }
+    if (b == 0 && hooks.on_posted) hooks.on_posted();
+    for (size_t i = b; i < e; ++i) {
+      Pending& p = ops[i];
+      const bool ok = p.is_send ? p.buffer->waitSend(Remaining(deadline))
+                                : p.buffer->waitRecv(Remaining(deadline));
+      if (!ok) return false;
+      p.done = true;
+      if (!p.is_send && i != last_recv && hooks.on_landed) {
+        const size_t index[] = {p.index};
+        hooks.on_landed(index, LandingMark{});
+      }
+    }
+    b = e;
+  }
+  return true;
 }
 
 }  // namespace
@@ -101,12 +142,15 @@ absl::Status GlooTransport::RunRound(absl::Span<const SendRequest> sends,
   ops.reserve(sends.size() + recvs.size());
   for (size_t i = 0; i < recvs.size(); ++i) {
     const RecvRequest& r = recvs[i];
-    if (r.bytes > 0) ops.push_back(Pending{nullptr, false, r.peer, r.tag, r.bytes, i});
+    if (r.bytes > 0) ops.push_back(Pending{nullptr, false, r.peer, r.tag, r.bytes, i, r.step});
   }
   for (size_t i = 0; i < sends.size(); ++i) {
     const SendRequest& r = sends[i];
-    if (r.bytes > 0) ops.push_back(Pending{nullptr, true, r.peer, r.tag, r.bytes, i});
+    if (r.bytes > 0) ops.push_back(Pending{nullptr, true, r.peer, r.tag, r.bytes, i, r.step});
   }
+  // Step by step; within a step receives first, each side in request order.
+  std::stable_sort(ops.begin(), ops.end(),
+                   [](const Pending& a, const Pending& b) { return a.step < b.step; });
   {
     absl::MutexLock lock(&mu_);
     if (aborted_) {
@@ -140,39 +184,10 @@ absl::Status GlooTransport::RunRound(absl::Span<const SendRequest> sends,
         for (const Pending& p : ops) inflight_.push_back(p.buffer.get());
       }
     }
-    if (status.ok()) {
-      for (Pending& p : ops) {
-        const uint64_t slot = static_cast<uint64_t>(p.tag);
-        if (p.is_send) {
-          p.buffer->send(p.peer, slot, 0, p.bytes);
-        } else {
-          p.buffer->recv(p.peer, slot, 0, p.bytes);
-        }
-      }
-      if (hooks.on_posted) hooks.on_posted();
-      // Receives are waited for first, in request order, each but the last
-      // reported landed (in host memory already: a null mark) once it and
-      // those before it completed.
-      size_t last_recv = 0;
-      for (size_t i = 0; i < ops.size(); ++i) {
-        if (!ops[i].is_send) last_recv = i;
-      }
-      for (size_t i = 0; i < ops.size(); ++i) {
-        Pending& p = ops[i];
-        const bool ok = p.is_send ? p.buffer->waitSend(Remaining(deadline))
-                                  : p.buffer->waitRecv(Remaining(deadline));
-        if (!ok) {
-          absl::MutexLock lock(&mu_);
-          status = absl::CancelledError(absl::StrCat("gloo transport rank ", rank_, " aborted (",
-                                                     broken_reason_, "); ", PendingSummary(ops)));
-          break;
-        }
-        p.done = true;
-        if (!p.is_send && i != last_recv && hooks.on_landed) {
-          const size_t index[] = {p.index};
-          hooks.on_landed(index, LandingMark{});
-        }
-      }
+    if (status.ok() && !PostAndWaitSteps(ops, deadline, hooks)) {
+      absl::MutexLock lock(&mu_);
+      status = absl::CancelledError(absl::StrCat("gloo transport rank ", rank_, " aborted (",
+                                                 broken_reason_, "); ", PendingSummary(ops)));
     }
   } catch (const std::exception& e) {
     const Pending* failed = nullptr;

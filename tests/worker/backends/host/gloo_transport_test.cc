@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/worker/plane/transport_conformance.h"
+#include "tests/worker/plane/transport_steps_conformance.h"
 #include "worker/plane/kv_store.h"
 
 namespace wsync::transport {

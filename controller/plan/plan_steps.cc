@@ -1,0 +1,92 @@
+// Stage 8b: rounds -> steps. Where the link model prices one more step
+// inside a round (step_latency_seconds) below a round barrier, consecutive
+// rounds become the steps of one round when nothing in a later one needs
+// the barrier: every relay whose data an earlier round of the group brought
+// must travel zero-copy from a zero-copy network receive (the worker
+// forwards it straight from the tensor, stream-ordered behind the step that
+// wrote it, plan.proto Bucket.step); the group's staging stays under the
+// cap, and a round has at most kMaxBucketSteps steps.
+#include "common/plan_steps.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "controller/plan/plan_cost.h"
+#include "controller/plan/planner_internal.h"
+
+namespace wsync::plan::planner_detail {
+namespace {
+
+// Whether round r's buckets may follow rounds [group_begin, r) within one
+// round: each relay that reads what the group brought is a zero-copy network
+// bucket fed by a zero-copy network bucket (a reduce, quantize or unpack
+// would write it only after the round).
+bool CanFollowInGroup(const Work& w, const std::vector<int32_t>& round_buckets,
+                      int32_t group_begin) {
+  for (int32_t b : round_buckets) {
+    const BucketRec& bk = w.buckets[b];
+    for (int32_t k = 0; k < bk.xfer_count; ++k) {
+      const Xfer& x = w.xfers[w.bucket_xfers[bk.xfer_begin + k]];
+      if (!x.relay) continue;
+      if (x.parent < 0) return false;  // its data's origin is unknown here
+      const Xfer& p = w.xfers[x.parent];
+      const BucketRec& pb = w.buckets[p.bucket];
+      if (pb.round < group_begin) continue;  // behind a barrier already
+      if (bk.local || !bk.zero_copy || pb.local || !pb.zero_copy || p.reduce != 0 ||
+          p.quantize != 0) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status AssignSteps(Work* w) {
+  w->round_first_slot.clear();
+  if (!StepsPay(w->opt.link) || w->num_rounds < 2) return absl::OkStatus();
+  const int32_t rounds = w->num_rounds;
+  const size_t nw = w->worker_ids.size();
+  std::vector<std::vector<int32_t>> by_round(rounds);
+  std::vector<int64_t> staged(static_cast<size_t>(rounds) * nw, 0);
+  for (size_t b = 0; b < w->buckets.size(); ++b) {
+    const BucketRec& bk = w->buckets[b];
+    by_round[bk.round].push_back(static_cast<int32_t>(b));
+    if (bk.local || bk.zero_copy) continue;
+    staged[bk.round * nw + bk.sender] += bk.bytes;
+    staged[bk.round * nw + bk.receiver] += bk.bytes;
+  }
+  // Groups of consecutive rounds, greedily as long as each may follow.
+  std::vector<int32_t> group_of(rounds, 0), step_of(rounds, 0);
+  std::vector<int64_t> group_staged(staged.begin(), staged.begin() + nw);
+  int32_t group_begin = 0, groups = 1;
+  for (int32_t r = 1; r < rounds; ++r) {
+    bool join = r - group_begin < kMaxBucketSteps && CanFollowInGroup(*w, by_round[r], group_begin);
+    for (size_t k = 0; join && k < nw; ++k) {
+      join = group_staged[k] + staged[r * nw + k] <= w->opt.staging_cap;
+    }
+    if (!join) {
+      group_begin = r;
+      ++groups;
+      std::fill(group_staged.begin(), group_staged.end(), 0);
+    }
+    for (size_t k = 0; k < nw; ++k) group_staged[k] += staged[r * nw + k];
+    group_of[r] = groups - 1;
+    step_of[r] = r - group_begin;
+  }
+  if (groups == rounds) return absl::OkStatus();
+  for (size_t b = 0; b < w->buckets.size(); ++b) {
+    BucketRec& bk = w->buckets[b];
+    if (!bk.local) bk.step = step_of[bk.round];
+    bk.round = group_of[bk.round];
+  }
+  for (ReduceRec& r : w->reduces) r.round = group_of[r.round];
+  for (QuantRec& q : w->quants) q.round = group_of[q.round];
+  w->round_first_slot.assign(groups + 1, rounds);
+  for (int32_t r = rounds - 1; r >= 0; --r) w->round_first_slot[group_of[r]] = r;
+  w->num_rounds = groups;
+  return absl::OkStatus();
+}
+
+}  // namespace wsync::plan::planner_detail

@@ -1,0 +1,155 @@
+// Steps inside a round (plan_steps.cc, plan.proto Bucket.step): where the
+// link model prices a step below a round barrier, the rounds of a fan-out
+// pipeline become the steps of one round, the replay oracle runs them as a
+// worker does, and the simulator and the routing bound price them.
+#include "common/plan_steps.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "controller/plan/planner.h"
+#include "controller/plan/simulator.h"
+#include "controller/verify/replay.h"
+#include "gtest/gtest.h"
+#include "tests/controller/plan/planner_test_util.h"
+
+namespace wsync::plan {
+namespace {
+
+using namespace planner_testing;  // NOLINT
+
+constexpr double kNic = 50e9;
+
+// One bf16 tensor [rows, cols] on trainer 0, replicated on n inference
+// ranks (100..), every worker on a node of its own.
+v1::TransferSpec FanSpec(int n, int64_t rows, int64_t cols, double round_latency,
+                         double step_latency) {
+  v1::Side src = Side("trainer", Range(0, 1));
+  v1::Side dst = Side("infer", Range(100, n));
+  Mesh(&src, "w", {rows, cols}, {1}, {Rep()}, v1::BF16);
+  Mesh(&dst, "w", {rows, cols}, {n}, {Rep()}, v1::BF16);
+  v1::TransferSpec spec = Spec(src, dst);
+  v1::LinkModel* lm = spec.mutable_options()->mutable_link_model();
+  lm->set_nic_bytes_per_second(kNic);
+  lm->set_round_latency_seconds(round_latency);
+  lm->set_step_latency_seconds(step_latency);
+  return spec;
+}
+
+absl::StatusOr<SimulationResult> Simulate(const v1::TransferSpec& spec, const v1::Plan& plan) {
+  absl::StatusOr<WorkerNodes> nodes = WorkerNodesFromSpec(spec);
+  if (!nodes.ok()) return nodes.status();
+  return SimulatePlan(plan, *nodes, spec.options().link_model());
+}
+
+int32_t MaxStep(const v1::Plan& plan) {
+  int32_t s = 0;
+  for (const v1::Bucket& b : plan.buckets()) s = std::max(s, b.step());
+  return s;
+}
+
+// 32 MiB to 16 replicas at 50 GB/s (T = 671 us) with a round latency of
+// 50 us and a step latency of 10 us, scaled down 4 x (8 MiB, 12.5 / 2.5 us):
+// with barriers the pipeline's floor is 1.41 x the bound 2 L + T
+// (RoundsTest.MidSizeFanOutNearTheBarrierPipelineFloor); with steps the
+// chunks move as the steps of one round, and the plan lands below that
+// floor, within 1.25 x the bound with steps, L + l + T.
+TEST(StepsTest, MidSizeFanOutRelaysWithinOneRound) {
+  constexpr double kRound = 12.5e-6, kStep = 2.5e-6;
+  const v1::TransferSpec spec = FanSpec(16, 1024, 4096, kRound, kStep);
+  const v1::Plan plan = BuildAndVerify(spec);
+  EXPECT_TRUE(HasBucketSteps(plan));
+  const double t = 8.0 * (1 << 20) / kNic;
+  EXPECT_NEAR(plan.summary().routing_bound_seconds(), kRound + kStep + t, 1e-9)
+      << plan.summary().routing_bound_term();
+  absl::StatusOr<SimulationResult> sim = Simulate(spec, plan);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_NEAR(sim->makespan_seconds, plan.summary().predicted_seconds(), 1e-12);
+  double barrier_floor = INFINITY;
+  for (int r = 2; r < 64; ++r)
+    barrier_floor = std::min(barrier_floor, r * kRound + t * r / (r - 1));
+  EXPECT_LT(sim->makespan_seconds, 0.9 * barrier_floor);
+  EXPECT_LE(sim->makespan_seconds, 1.25 * plan.summary().routing_bound_seconds())
+      << plan.summary().num_rounds() << " rounds, up to " << MaxStep(plan) + 1 << " steps";
+}
+
+// Without a step latency (unknown) or with one no cheaper than a round, the
+// planner makes no steps, and the bound keeps two rounds.
+TEST(StepsTest, NoStepsWithoutACheaperStep) {
+  for (double step : {0.0, 12.5e-6, 20e-6}) {
+    const v1::TransferSpec spec = FanSpec(16, 1024, 4096, 12.5e-6, step);
+    const v1::Plan plan = BuildAndVerify(spec);
+    EXPECT_FALSE(HasBucketSteps(plan)) << "step latency " << step;
+    EXPECT_NEAR(plan.summary().routing_bound_seconds(), 25e-6 + 8.0 * (1 << 20) / kNic, 1e-9);
+  }
+}
+
+// The oracle runs a round's steps in order: the same plan with every relay
+// moved into the step of the bucket that brings its data reads stale bytes,
+// and verification names a destination element.
+TEST(StepsTest, ReplayFindsARelayInItsParentsStep) {
+  const v1::TransferSpec spec = FanSpec(4, 256, 1024, 12.5e-6, 2.5e-6);
+  v1::TransferSpec slow = spec;
+  slow.mutable_options()->mutable_link_model()->set_nic_bytes_per_second(1e9);
+  v1::Plan plan = BuildAndVerify(slow);
+  ASSERT_TRUE(HasBucketSteps(plan));
+  int moved = 0;
+  for (v1::Bucket& b : *plan.mutable_buckets()) {
+    if (b.step() > 0) {
+      b.set_step(b.step() - 1);
+      ++moved;
+    }
+  }
+  ASSERT_GT(moved, 0);
+  const absl::Status st = VerifyPlan(slow, plan);
+  EXPECT_FALSE(st.ok()) << "a relay read bytes its own step brings";
+}
+
+// A step outside [0, kMaxBucketSteps), or a local bucket's step other than
+// 0, is refused by the simulator and the oracle, naming the bucket.
+TEST(StepsTest, StepsOutOfRangeAreRefused) {
+  const v1::TransferSpec spec = FanSpec(4, 256, 1024, 12.5e-6, 2.5e-6);
+  v1::TransferSpec slow = spec;
+  slow.mutable_options()->mutable_link_model()->set_nic_bytes_per_second(1e9);
+  const v1::Plan plan = BuildAndVerify(slow);
+  for (int32_t step : {-1, kMaxBucketSteps}) {
+    v1::Plan bad = plan;
+    bad.mutable_buckets(0)->set_step(step);
+    absl::StatusOr<SimulationResult> sim = Simulate(slow, bad);
+    EXPECT_EQ(sim.status().code(), absl::StatusCode::kInvalidArgument) << step;
+    EXPECT_NE(sim.status().message().find("step"), std::string::npos) << sim.status();
+    const absl::Status st = VerifyPlan(slow, bad);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("bucket 0"), std::string::npos) << st;
+  }
+}
+
+// The simulator charges a round its steps one after the other: the round
+// latency once, a step latency for each step after the first.
+TEST(StepsTest, SimulatorAddsStepsOfARound) {
+  v1::Plan plan;
+  plan.set_num_rounds(1);
+  auto add = [&](int32_t sender, int32_t receiver, int64_t bytes, int32_t step) {
+    v1::Bucket* b = plan.add_buckets();
+    b->set_id(plan.buckets_size() - 1);
+    b->set_sender(sender);
+    b->set_receiver(receiver);
+    b->set_bytes(bytes);
+    b->set_step(step);
+  };
+  add(0, 1, 1000, 0);
+  add(1, 2, 1000, 1);
+  add(0, 1, 500, 1);
+  WorkerNodes nodes = {{0, "a"}, {1, "b"}, {2, "c"}};
+  v1::LinkModel lm;
+  lm.set_nic_bytes_per_second(1e6);
+  lm.set_round_latency_seconds(1e-3);
+  lm.set_step_latency_seconds(1e-4);
+  absl::StatusOr<SimulationResult> sim = SimulatePlan(plan, nodes, lm);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_NEAR(sim->makespan_seconds, 1e-3 + 1e-3 + 1e-4 + 1e-3, 1e-12);
+  EXPECT_EQ(sim->rounds[0].steps, 2);
+}
+
+}  // namespace
+}  // namespace wsync::plan

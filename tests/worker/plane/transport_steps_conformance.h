@@ -1,0 +1,93 @@
+// The transport conformance suite's tests of steps inside a round
+// (transport.h, RunRound "Steps"). Included beside transport_conformance.h
+// by every backend's test binary, so each instantiation runs them too.
+#ifndef WSYNC_TESTS_WORKER_PLANE_TRANSPORT_STEPS_CONFORMANCE_H_
+#define WSYNC_TESTS_WORKER_PLANE_TRANSPORT_STEPS_CONFORMANCE_H_
+
+#include <memory>
+#include <vector>
+
+#include "tests/worker/plane/transport_conformance.h"
+
+namespace wsync::transport::conformance {
+
+// A chain 0 -> 1 -> 2 within one round: rank 0 sends chunk k in step k,
+// rank 1 receives it in step k and forwards the same memory in step k + 1,
+// rank 2 receives it then. Rank 1's memory starts with other bytes, so a
+// transport that ran a forward before its chunk arrived delivers those.
+TEST_P(TransportConformanceTest, StepsRelayWithinOneRound) {
+  if (factory().max_group_size() < 3) GTEST_SKIP() << "needs 3 ranks";
+  constexpr int kChunks = 4;
+  constexpr size_t kBytes = size_t{1} << 20;
+  auto group = Group(3);
+  ASSERT_EQ(group.size(), 3u);
+  std::vector<std::shared_ptr<uint8_t>> src, mid, dst;
+  for (int k = 0; k < kChunks; ++k) {
+    src.push_back(Filled(0, 500 + k, kBytes));
+    mid.push_back(Filled(1, 900 + k, kBytes));  // stale bytes, overwritten in step k
+    dst.push_back(factory().Allocate(2, kBytes));
+  }
+  auto st = OnRanks(3, [&](int r) {
+    std::vector<SendRequest> sends;
+    std::vector<RecvRequest> recvs;
+    for (int k = 0; k < kChunks; ++k) {
+      if (r == 0) sends.push_back({1, k, src[k].get(), kBytes, k});
+      if (r == 1) {
+        recvs.push_back({0, k, mid[k].get(), kBytes, k});
+        sends.push_back({2, 100 + k, mid[k].get(), kBytes, k + 1});
+      }
+      if (r == 2) recvs.push_back({1, 100 + k, dst[k].get(), kBytes, k + 1});
+    }
+    return group[r]->RunRound(sends, recvs, In(absl::Seconds(60)));
+  });
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+  for (int k = 0; k < kChunks; ++k) {
+    EXPECT_TRUE(Holds(1, mid[k].get(), 500 + k, kBytes)) << "chunk " << k << " on rank 1";
+    EXPECT_TRUE(Holds(2, dst[k].get(), 500 + k, kBytes)) << "chunk " << k << " on rank 2";
+  }
+}
+
+// A receive of a later step may overwrite what a send of an earlier step
+// read: rank 0 sends its buffer in step 0 and receives new bytes into it in
+// step 1; rank 1 gets the old bytes.
+TEST_P(TransportConformanceTest, StepsReuseMemoryAfterAnEarlierStepSentIt) {
+  constexpr size_t kBytes = size_t{1} << 20;
+  auto group = Group(2);
+  ASSERT_EQ(group.size(), 2u);
+  auto shared = Filled(0, 31, kBytes);
+  auto fresh = Filled(1, 32, kBytes);
+  auto got = factory().Allocate(1, kBytes);
+  auto st = OnRanks(2, [&](int r) {
+    if (r == 0) {
+      SendRequest s{1, 1, shared.get(), kBytes, 0};
+      RecvRequest q{1, 2, shared.get(), kBytes, 1};
+      return group[0]->RunRound({&s, 1}, {&q, 1}, In(absl::Seconds(60)));
+    }
+    SendRequest s{0, 2, fresh.get(), kBytes, 1};
+    RecvRequest q{0, 1, got.get(), kBytes, 0};
+    return group[1]->RunRound({&s, 1}, {&q, 1}, In(absl::Seconds(60)));
+  });
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+  EXPECT_TRUE(Holds(1, got.get(), 31, kBytes)) << "rank 1 got the bytes of a later step";
+  EXPECT_TRUE(Holds(0, shared.get(), 32, kBytes));
+}
+
+// Steps outside [0, kMaxBucketSteps) are refused before any communication.
+TEST_P(TransportConformanceTest, RejectsStepsOutOfRange) {
+  auto group = Group(2);
+  ASSERT_EQ(group.size(), 2u);
+  auto buf = factory().Allocate(0, 8);
+  const absl::Time deadline = In(absl::Seconds(10));
+  for (int32_t step : {-1, 64}) {
+    SendRequest s{1, 1, buf.get(), 8, step};
+    const absl::Status sent = group[0]->RunRound({&s, 1}, {}, deadline);
+    EXPECT_EQ(sent.code(), absl::StatusCode::kInvalidArgument) << sent;
+    EXPECT_NE(sent.message().find("step"), std::string::npos) << sent;
+    RecvRequest q{1, 1, buf.get(), 8, step};
+    EXPECT_EQ(group[0]->RunRound({}, {&q, 1}, deadline).code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+}  // namespace wsync::transport::conformance
+
+#endif  // WSYNC_TESTS_WORKER_PLANE_TRANSPORT_STEPS_CONFORMANCE_H_

@@ -34,6 +34,9 @@ import hashlib, json, sys
 d = json.load(sys.stdin)
 s = d.pop('summary')
 d.pop('planSeconds', None)
+for b in d.get('buckets', []):
+    if b.get('step') == 0:
+        del b['step']  # printed by builds with Bucket.step only
 print(hashlib.md5(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12],
       'rounds', s.get('numRounds'), 'predicted %.4f ms' % (s.get('predictedSeconds', 0) * 1e3))")
     echo "$m $mode: $sum"

@@ -30,7 +30,7 @@ gpu_bins="wsync_gpu_piece_table_test wsync_gpu_put_list_test wsync_gpu_data_ops_
   wsync_gpu_data_ops_put_test wsync_gpu_plane_conformance_test wsync_gpu_checksum_kernel_test
   wsync_gpu_shadow_set_test wsync_gpu_shadow_swap_test wsync_gpu_reserved_sms_test
   wsync_bench_nccl_ceiling wsync_bench_gpu_sync wsync_bench_ipc_open wsync_bench_p2p_overlap
-  wsync_bench_ipc_put wsync_bench_vmm_swap wsync_bench_wire_hash
+  wsync_bench_ipc_put wsync_bench_vmm_swap wsync_bench_wire_hash wsync_bench_step_latency
   wsync-controller wsync-worker wsync-demo wsyncctl"
 
 case "$mode" in
@@ -112,6 +112,11 @@ device)
       timeout 120 $bundle/bin/wsync_bench_wire_hash --iters "${WSYNC_BENCH_ITERS:-10}" \
         >"$OUT/wire_hash.log" 2>&1 || rc=1
       grep RESULT "$OUT/wire_hash.log"
+    fi
+    if [ $micro = 1 ] && [ -x $bundle/bin/wsync_bench_step_latency ]; then
+      timeout 120 $bundle/bin/wsync_bench_step_latency --iters "${WSYNC_BENCH_ITERS:-10}" \
+        >"$OUT/step_latency.log" 2>&1 || rc=1
+      grep RESULT "$OUT/step_latency.log"
     fi
     if [ $micro = 1 ] && [ -x $bundle/bin/wsync_bench_ipc_put ] && [ "$ngpu" -ge 2 ]; then
       timeout 120 $bundle/bin/wsync_bench_ipc_put --iters "${WSYNC_BENCH_ITERS:-10}" \

@@ -18,11 +18,12 @@ namespace {
 // round's link time (Packer::PlainLimit).
 constexpr double kRoundShares = 3;
 
-// Fanned-out chunks qualify at any size where rounds may become steps
-// (StepsPay): a relay forwards within a round only from a zero-copy receive.
-bool ZeroCopyEligible(const Work& w, const Xfer& x) {
+// With `any_size_fan_chunks` (a schedule searched for steps), fanned-out
+// chunks qualify at any size: a relay forwards within a round only from a
+// zero-copy receive.
+bool ZeroCopyEligible(const Work& w, const Xfer& x, bool any_size_fan_chunks) {
   if (x.reduce != 0 || x.quantize != 0) return false;
-  const bool fan_chunk = w.cells[x.cell].fan && StepsPay(w.opt.link);
+  const bool fan_chunk = any_size_fan_chunks && w.cells[x.cell].fan;
   if (x.bytes < w.opt.zero_copy_min && !fan_chunk) return false;
   const Cell& c = w.cells[x.cell];
   const MapEntry& m = w.maps[c.map];
@@ -36,6 +37,22 @@ bool ZeroCopyEligible(const Work& w, const Xfer& x) {
   if (x.relay) return Contiguous(m.dst_rank, dlen, dt.fragment(x.src_frag).strides.data());
   return Contiguous(m.src_rank, w.boxes.length(c.box), st.fragment(x.src_frag).strides.data());
 }
+
+}  // namespace
+
+double RelayHopLatency(const Work& w) {
+  const v1::LinkModel& lm = w.opt.link;
+  if (!StepsPay(lm)) return lm.round_latency_seconds();
+  for (const Xfer& x : w.xfers) {
+    if (x.relay && x.parent >= 0 && ZeroCopyEligible(w, x, true) &&
+        ZeroCopyEligible(w, w.xfers[x.parent], true)) {
+      return lm.step_latency_seconds();
+    }
+  }
+  return lm.round_latency_seconds();
+}
+
+namespace {
 
 // Transfer ids in (sender, receiver) runs, each run in creation order:
 // stable counting sorts by receiver, then by sender, O(n).
@@ -73,7 +90,10 @@ void SortByClass(const Work& w, std::vector<int32_t>* run) {
 
 class Packer {
  public:
-  explicit Packer(Work* w) : w_(w), limit_(PlainLimit(*w)) {}
+  explicit Packer(Work* w)
+      : w_(w),
+        limit_(PlainLimit(*w)),
+        stepping_(w->hop_latency < w->opt.link.round_latency_seconds()) {}
 
   // pack_bytes, or less in a relay-bound plan: there the holders' sends and
   // the relays behind them pipeline round by round, best over about
@@ -94,7 +114,7 @@ class Packer {
       nic = nic || w.Link(x.sender, x.receiver) == LinkClass::kNic;
     }
     const double t = w.routing_bound_seconds;
-    const double rounds = PipelineRoundCount(depth, t, HopLatency(w.opt.link));
+    const double rounds = PipelineRoundCount(depth, t, w.hop_latency);
     if (!(rounds > 0)) return pack;
     const double rate =
         nic ? w.opt.link.nic_bytes_per_second() : w.opt.link.nvlink_bytes_per_second();
@@ -112,7 +132,7 @@ class Packer {
     int64_t limit = 0;
     for (int32_t xi : run) {
       const Xfer& x = w_->xfers[xi];
-      if (ZeroCopyEligible(*w_, x)) {
+      if (ZeroCopyEligible(*w_, x, stepping_)) {
         OpenBucket(x);
         Add(xi, 0);
         w_->buckets.back().zero_copy = true;
@@ -181,11 +201,14 @@ class Packer {
 
   Work* w_;
   const int64_t limit_;  // PlainLimit
+  const bool stepping_;  // a schedule for steps: fanned-out chunks zero-copy at any size
 };
 
 }  // namespace
 
 absl::Status PackBuckets(Work* w) {
+  w->buckets.clear();
+  w->bucket_xfers.clear();
   const size_t nx = w->xfers.size();
   const std::vector<int32_t> order = PairOrder(*w);
   w->bucket_xfers.reserve(nx);

@@ -64,10 +64,9 @@ class RoundAssigner {
     // Large plans stop at an assignment within 1 % of what no assignment
     // beats (the busiest link's total plus a latency per round the staging
     // cap and the relay depth force): the others could gain at most that.
-    const double good_enough =
-        units_.num_units > kLargePlanUnits
-            ? 1.01 * (busiest_link_total_ + MinRounds() * HopLatency(w_->opt.link))
-            : 0.0;
+    const double good_enough = units_.num_units > kLargePlanUnits
+                                   ? 1.01 * (busiest_link_total_ + MinRounds() * w_->hop_latency)
+                                   : 0.0;
     double best_cost = INFINITY;
     std::vector<int32_t> best_round_of;
     int32_t best_rounds = 0;
@@ -83,7 +82,7 @@ class RoundAssigner {
         if (units_.num_units <= kLargePlanUnits) Refine();
         double cost = 0;
         for (int32_t r = 0; r < rounds_; ++r) {
-          if (max_[r] > 0) cost += max_[r] + HopLatency(w_->opt.link);
+          if (max_[r] > 0) cost += max_[r] + w_->hop_latency;
         }
         if (cost < best_cost * (1 - 1e-9)) {
           best_cost = cost;
@@ -149,8 +148,7 @@ class RoundAssigner {
   // at most kMaxPipelineRounds (an assignment keeps rounds x workers loads);
   // 0 without relays or latency.
   int32_t PipelineRounds(double f) const {
-    const double r =
-        f * PipelineRoundCount(MaxDepth(), busiest_link_total_, HopLatency(w_->opt.link));
+    const double r = f * PipelineRoundCount(MaxDepth(), busiest_link_total_, w_->hop_latency);
     if (!(r > 0)) return 0;
     return r >= kMaxPipelineRounds ? kMaxPipelineRounds : static_cast<int32_t>(std::lround(r));
   }

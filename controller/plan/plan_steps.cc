@@ -9,8 +9,11 @@
 #include "common/plan_steps.h"
 
 #include <algorithm>
+#include <functional>
+#include <utility>
 #include <vector>
 
+#include "common/status_macros.h"
 #include "controller/plan/plan_cost.h"
 #include "controller/plan/planner_internal.h"
 
@@ -86,6 +89,81 @@ absl::Status AssignSteps(Work* w) {
   w->round_first_slot.assign(groups + 1, rounds);
   for (int32_t r = rounds - 1; r >= 0; --r) w->round_first_slot[group_of[r]] = r;
   w->num_rounds = groups;
+  return absl::OkStatus();
+}
+
+namespace {
+
+// What ScheduleBuckets keeps of one schedule while it tries another.
+struct Schedule {
+  BigVector<BucketRec> buckets;
+  BigVector<int32_t> bucket_xfers;
+  std::vector<std::pair<int32_t, int64_t>> xfer_slots;  // (bucket, bucket_offset) per transfer
+  std::vector<int32_t> reduce_rounds, quant_rounds;
+  int32_t num_rounds = 0;
+  std::vector<int32_t> round_first_slot;
+  double hop_latency = 0;
+};
+
+Schedule Take(Work* w) {
+  Schedule s;
+  s.buckets.swap(w->buckets);
+  s.bucket_xfers.swap(w->bucket_xfers);
+  s.xfer_slots.reserve(w->xfers.size());
+  for (const Xfer& x : w->xfers) s.xfer_slots.emplace_back(x.bucket, x.bucket_offset);
+  for (const ReduceRec& r : w->reduces) s.reduce_rounds.push_back(r.round);
+  for (const QuantRec& q : w->quants) s.quant_rounds.push_back(q.round);
+  s.num_rounds = w->num_rounds;
+  s.round_first_slot.swap(w->round_first_slot);
+  s.hop_latency = w->hop_latency;
+  return s;
+}
+
+void Restore(Schedule& s, Work* w) {
+  w->buckets.swap(s.buckets);
+  w->bucket_xfers.swap(s.bucket_xfers);
+  for (size_t i = 0; i < w->xfers.size(); ++i) {
+    w->xfers[i].bucket = s.xfer_slots[i].first;
+    w->xfers[i].bucket_offset = s.xfer_slots[i].second;
+  }
+  for (size_t i = 0; i < w->reduces.size(); ++i) w->reduces[i].round = s.reduce_rounds[i];
+  for (size_t i = 0; i < w->quants.size(); ++i) w->quants[i].round = s.quant_rounds[i];
+  w->num_rounds = s.num_rounds;
+  w->round_first_slot.swap(s.round_first_slot);
+  w->hop_latency = s.hop_latency;
+}
+
+absl::Status Search(Work* w, double hop_latency,
+                    const std::function<absl::Status(const Work&)>& check) {
+  w->hop_latency = hop_latency;
+  RETURN_IF_ERROR(PackBuckets(w));
+  RETURN_IF_ERROR(check(*w));
+  RETURN_IF_ERROR(AssignRounds(w));
+  return AssignSteps(w);
+}
+
+}  // namespace
+
+double ModeledSeconds(const Work& w) {
+  CostModel cost(w.opt.link, static_cast<int32_t>(w.worker_ids.size()), std::max(1, w.NumSlots()));
+  for (const BucketRec& bk : w.buckets) {
+    cost.Add(w.SlotOf(bk), bk.sender, bk.receiver, w.Link(bk.sender, bk.receiver), bk.bytes);
+  }
+  return w.num_rounds == 0 ? 0 : cost.Report(w.round_first_slot).predicted_seconds;
+}
+
+absl::Status ScheduleBuckets(Work* w, const std::function<absl::Status(const Work&)>& check) {
+  const double round = w->opt.link.round_latency_seconds();
+  const double hop = RelayHopLatency(*w);
+  RETURN_IF_ERROR(Search(w, round, check));
+  if (!(hop < round)) return absl::OkStatus();
+  // A search for many short rounds can place worse than one for barriers
+  // (on large plans it tries fewer ways): keep whichever the model prices
+  // lower.
+  const double barrier_seconds = ModeledSeconds(*w);
+  Schedule barrier = Take(w);
+  RETURN_IF_ERROR(Search(w, hop, check));
+  if (ModeledSeconds(*w) > barrier_seconds) Restore(barrier, w);
   return absl::OkStatus();
 }
 

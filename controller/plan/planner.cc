@@ -322,16 +322,21 @@ absl::Status BuildPlanFromCompiledInto(const v1::TransferSpec& spec, const Compi
     clock.Mark(absl::StrCat("sources (", w.cells.size(), " cells, ", w.xfers.size(), " transfers, ",
                             relays, " relays)"));
   }
-  RETURN_IF_ERROR(PackBuckets(&w));
-  if (build.stages != nullptr) clock.Mark(absl::StrCat("buckets (", w.buckets.size(), ")"));
-  RETURN_IF_ERROR(CheckPlanLimit("buckets", static_cast<int64_t>(w.buckets.size()),
-                                 build.max_buckets, kBucketsFlag));
-  RETURN_IF_ERROR(CheckPlanLimit("pieces", static_cast<int64_t>(w.xfers.size()), build.max_pieces,
-                                 kPiecesFlag));
-  RETURN_IF_ERROR(AssignRounds(&w));
-  clock.Mark("rounds");
-  RETURN_IF_ERROR(AssignSteps(&w));
-  if (!w.round_first_slot.empty()) clock.Mark(absl::StrCat("steps (", w.num_rounds, " rounds)"));
+  // Buckets, then rounds (and steps); the clock splits the first packing off.
+  bool packed = false;
+  RETURN_IF_ERROR(ScheduleBuckets(&w, [&](const Work& packing) -> absl::Status {
+    if (!packed && build.stages != nullptr) {
+      clock.Mark(absl::StrCat("buckets (", packing.buckets.size(), ")"));
+    }
+    packed = true;
+    RETURN_IF_ERROR(CheckPlanLimit("buckets", static_cast<int64_t>(packing.buckets.size()),
+                                   build.max_buckets, kBucketsFlag));
+    return CheckPlanLimit("pieces", static_cast<int64_t>(packing.xfers.size()), build.max_pieces,
+                          kPiecesFlag);
+  }));
+  clock.Mark(w.round_first_slot.empty()
+                 ? std::string("rounds")
+                 : absl::StrCat("rounds, steps (", w.num_rounds, " rounds)"));
   out->set_key(PlanKey(spec));
   RETURN_IF_ERROR(Emit(w, build.summary_only, build.emit_piece_runs, out));
   clock.Mark("emit");

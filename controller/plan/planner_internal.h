@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -282,6 +283,11 @@ struct Work {
   // (its "slots"; bucket of round r, step s: slot round_first_slot[r] + s).
   // Empty: one step per round.
   std::vector<int32_t> round_first_slot;
+  // What the round search and the bucket limit charge a relay hop (set by
+  // ScheduleBuckets before PackBuckets): the round latency, or, for a
+  // schedule searched for steps, the step latency (fanned-out chunks then go
+  // zero-copy at any size).
+  double hop_latency = 0;
   // The routing-independent bound (plan_bound.h), computed from the cells.
   double routing_bound_seconds = 0;
   std::string routing_bound_term;
@@ -335,11 +341,26 @@ struct FanRoute {
 void PlanFanRoute(const std::vector<int32_t>& frags, const std::vector<int32_t>& frag_node,
                   int32_t turn, FanRoute* out);
 absl::Status ChooseSources(Work* w);  // plan_sources.cc
-absl::Status PackBuckets(Work* w);    // plan_buckets.cc
+// plan_buckets.cc: w->buckets anew, for w->hop_latency.
+absl::Status PackBuckets(Work* w);
+// What a relay hop behind its data may cost in w's plan: a step where steps
+// pay and some relay and the transfer feeding it can go zero-copy (a
+// fanned-out chunk: AssignSteps can merge the rounds of its pipeline into
+// steps), else a round.
+double RelayHopLatency(const Work& w);
 absl::Status AssignRounds(Work* w);   // plan_rounds.cc
 // plan_steps.cc: consecutive rounds merged into the steps of one round where
 // the link model makes that pay (StepsPay) and no barrier is needed.
 absl::Status AssignSteps(Work* w);
+// plan_steps.cc: buckets, rounds and steps (PackBuckets, AssignRounds,
+// AssignSteps). The search charges a relay hop a round; where the relays
+// could step (RelayHopLatency below the round latency) it is run again
+// charging a step, and the schedule the link model prices lower is kept.
+// `check` runs on each packing before its rounds are searched (the plan's
+// limits); its error ends the stage.
+absl::Status ScheduleBuckets(Work* w, const std::function<absl::Status(const Work&)>& check);
+// The link model's makespan of w's schedule (the summary's predicted time).
+double ModeledSeconds(const Work& w);
 // plan_emit.cc; `piece_runs`: write regularly stepping plain pieces of a
 // bucket as PieceRuns (BuildOptions::emit_piece_runs).
 absl::Status Emit(const Work& w, bool summary_only, bool piece_runs, v1::Plan* plan);

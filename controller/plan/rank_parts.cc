@@ -40,6 +40,7 @@ void CopyBucket(const v1::Bucket& b, ViewTable* views, v1::Plan* part) {
   out->set_seq(b.seq());
   out->set_route(b.route());
   out->set_put_phase(b.put_phase());
+  out->set_step(b.step());
   // Piece runs (docs/plan-compact.md): whole, as the planner wrote them.
   if (b.runs_size() > 0) *out->mutable_runs() = b.runs();
   out->mutable_pieces()->Reserve(b.pieces_size());

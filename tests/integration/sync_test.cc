@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/plan_steps.h"
+#include "controller/plan/planner.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
 
@@ -168,6 +170,32 @@ TEST(SyncIntegration, FanOutToTwoInferenceReplicas) {
   auto run = CaseRun::Start(Case("fsdp:2", "vllm-tp:2x2"), DefaultClusterOptions());
   ASSERT_TRUE(run.ok()) << run.status();
   RunVersions(**run, 2, nullptr);
+}
+
+// Steps inside rounds through the real controller and workers: slow links
+// (the workers share one node, NVLink priced at 100 MB/s) and a step priced
+// at a fifth of a round, so the planner relays the replicas' chunks within
+// one round (Bucket.step); the workers register the capability, the
+// controller hands them their parts with steps, and every destination byte
+// is checked.
+TEST(SyncIntegration, FanOutRelaysWithinOneRound) {
+  auto run = CaseRun::Start(Case("fsdp:1", "vllm-tp:1x4"), DefaultClusterOptions());
+  ASSERT_TRUE(run.ok()) << run.status();
+  v1::LinkModel* lm = (*run)->spec.mutable_options()->mutable_link_model();
+  lm->set_nvlink_bytes_per_second(1e8);
+  lm->set_step_latency_seconds(10e-6);
+  // The controller's spec: every rank on the workers' node (--node=local).
+  v1::TransferSpec as_bound = (*run)->spec;
+  for (v1::Side* side : {as_bound.mutable_source(), as_bound.mutable_destination()}) {
+    for (v1::RankInfo& r : *side->mutable_ranks()) r.set_node("local");
+  }
+  absl::StatusOr<v1::Plan> plan = plan::BuildPlan(as_bound);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(HasBucketSteps(*plan)) << "the planner made no step";
+  v1::PlanSummary summary;
+  RunVersions(**run, 2, &summary);
+  EXPECT_GT(summary.num_relay_pieces(), 0);
+  EXPECT_EQ(summary.num_rounds(), plan->num_rounds());
 }
 
 TEST(SyncIntegration, MegatronToSingleRank) {

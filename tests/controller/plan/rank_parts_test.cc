@@ -25,7 +25,8 @@ std::vector<std::string> FieldNames(const google::protobuf::Descriptor* d) {
 TEST(RankPartsTest, CopiesEveryFieldOfBucketAndPiece) {
   EXPECT_EQ(FieldNames(v1::Bucket::descriptor()),
             std::vector<std::string>({"id", "sender", "receiver", "round", "bytes", "transport",
-                                      "zero_copy", "pieces", "seq", "route", "runs", "put_phase"}))
+                                      "zero_copy", "pieces", "seq", "route", "runs", "put_phase",
+                                      "step"}))
       << "a Bucket field changed: copy it in CopyBucket (rank_parts.cc)";
   EXPECT_EQ(
       FieldNames(v1::Piece::descriptor()),
@@ -42,6 +43,7 @@ TEST(RankPartsTest, PartsEqualExtractRankPlanAndShareViews) {
   for (v1::Bucket& b : *plan.mutable_buckets()) {
     b.set_route(v1::ROUTE_PEER_WRITE);
     b.set_zero_copy(!b.zero_copy());
+    b.set_step(b.step() + 7);
     for (v1::Piece& p : *b.mutable_pieces()) {
       p.set_reduce_id(p.reduce_id() + 1);
       p.set_quantize_id(p.quantize_id() + 2);

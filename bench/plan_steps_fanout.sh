@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Steps inside a round on the fan-out specs (bench/results/plan-steps-2026-11-29.md):
+# one bf16 tensor [4096, 4096] (32 MiB) on trainer 0, replicated on N
+# inference ranks (100..), every worker on a node of its own ("own") or the
+# receivers 8 to a node ("8/node"); NIC 50e9 B/s, round latency 50 us. Per
+# case and step latency (us; 0 = no steps): rounds, the simulated makespan
+# and its ratio to the routing-independent bound.
+#   bench/plan_steps_fanout.sh [build/tools/wsyncctl] [step latencies, default "0 5 10 20"]
+set -euo pipefail
+bin=${1:-build/tools/wsyncctl}
+steps=${2:-0 5 10 20}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+for n in 2 4 8 16; do
+  for per_node in 0 8; do
+    spec="$dir/f${n}_${per_node}.json"
+    python3 - "$n" "$per_node" "$spec" <<'PY'
+import json, sys
+n, per_node, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+def tensor(ranks):
+    return {"name": "w", "dtype": "BF16", "shape": ["4096", "4096"],
+            "mesh": {"meshShape": [str(ranks)], "ranks": list(range(ranks)),
+                     "placements": [{"replicate": {}}]}}
+dst = [{"worker": 100 + i, "node": f"n{100 + i}" if per_node == 0 else f"n{12 + i // per_node}"}
+       for i in range(n)]
+json.dump({"source": {"name": "trainer", "ranks": [{"worker": 0, "node": "n0"}],
+                      "tensors": [tensor(1)]},
+           "destination": {"name": "infer", "ranks": dst, "tensors": [tensor(n)]},
+           "options": {"linkModel": {"roundLatencySeconds": 50e-6}}}, open(out, "w"))
+PY
+    for l in $steps; do
+      out=$("$bin" plan "$spec" --step-latency-us "$l" --top 0 2>&1)
+      rounds=$(grep -oE '[0-9]+ rounds' <<<"$out")
+      sim=$(grep -E "^  simulator" <<<"$out" |
+        sed -E "s/.*makespan ([0-9.]+ [a-z]+),.*, ([0-9.]+) x the routing.*/\1 | \2/")
+      bound=$(grep -E "^  routing bound" <<<"$out" | sed -E 's/ +routing bound +([0-9.]+ [a-z]+).*/\1/')
+      echo "1 -> $n ${per_node:+per_node=$per_node} | l=$l us | $rounds | $sim | bound $bound"
+    done
+  done
+done

@@ -34,7 +34,8 @@ PY
       sim=$(grep -E "^  simulator" <<<"$out" |
         sed -E "s/.*makespan ([0-9.]+ [a-z]+),.*, ([0-9.]+) x the routing.*/\1 | \2/")
       bound=$(grep -E "^  routing bound" <<<"$out" | sed -E 's/ +routing bound +([0-9.]+ [a-z]+).*/\1/')
-      echo "1 -> $n ${per_node:+per_node=$per_node} | l=$l us | $rounds | $sim | bound $bound"
+      placement=$([ "$per_node" = 0 ] && echo "own node each" || echo "$per_node per node")
+      echo "1 -> $n, $placement | l=$l us | $rounds | $sim | bound $bound"
     done
   done
 done

@@ -149,10 +149,12 @@ void PrintSimulationLines(const Args& args, const v1::Plan& plan, const PlanSimu
                           FILE* out) {
   if (args.Has("sim-json")) PrintSimJson(plan, sim, out);
   if (!args.Has("rounds")) return;
-  std::fprintf(out, "  rounds (simulated, including round latency):\n");
+  std::fprintf(out, "  rounds (simulated, including round and step latencies):\n");
   for (const plan::RoundTiming& r : sim.result.rounds) {
-    std::fprintf(out, "    round %4d  %10s  critical worker %d\n", r.round,
+    std::fprintf(out, "    round %4d  %10s  critical worker %d", r.round,
                  SecondsText(r.seconds).c_str(), r.critical_worker);
+    if (r.steps > 1) std::fprintf(out, "  (%d steps)", r.steps);
+    std::fprintf(out, "\n");
   }
 }
 

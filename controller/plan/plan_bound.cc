@@ -10,7 +10,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "controller/plan/plan_cost.h"
 #include "controller/plan/plan_source_loads.h"
 
 namespace wsync::plan::planner_detail {
@@ -230,14 +229,14 @@ class BoundBuilder {
     r.data_seconds = d2.seconds;
     r.one_round_seconds = d1.seconds;
     const double lat = lm.round_latency_seconds();
-    const double hop = HopLatency(lm);  // a relay's hop: a round, or a step where steps pay
+    const double hop = BoundHopLatency(w_);  // a relay's hop: a round, or a step
     if (w_.cells.empty()) return r;
     if (lat + d1.seconds <= lat + hop + d2.seconds) {
       r.seconds = lat + d1.seconds;
       r.term = absl::StrCat(d1.what, ", one round");
     } else {
       r.seconds = lat + hop + d2.seconds;
-      r.term = absl::StrCat(d2.what, StepsPay(lm) ? ", two steps or more" : ", two rounds or more");
+      r.term = absl::StrCat(d2.what, hop < lat ? ", two steps or more" : ", two rounds or more");
     }
     return r;
   }

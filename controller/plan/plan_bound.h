@@ -10,8 +10,9 @@
 //   min(latency + D1, latency + hop + D2)
 // since a plan has at least one round, and a relay moves at least one hop
 // behind the data it forwards: hop = the round latency, or, where the link
-// model makes steps pay (plan_cost.h StepsPay), the step latency (a relay
-// in a later step of the same round).
+// model makes steps pay and some bytes could relay zero-copy
+// (BoundHopLatency), the step latency (a relay in a later step of the same
+// round).
 // Data terms, per worker / holder set / node, each bytes over the most
 // bandwidth that could carry them:
 //  * ingress of worker w: the wire bytes it needs and holds no copy of, over

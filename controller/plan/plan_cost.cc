@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/bucket_steps.h"
 
 namespace wsync::plan {
 
@@ -71,6 +72,9 @@ CostReport CostModel::Report(absl::Span<const int32_t> round_first_slot) const {
     const bool starts_round =
         round_first_slot.empty() ||
         std::binary_search(round_first_slot.begin(), round_first_slot.end(), round);
+    // A later step without traffic (its local copies moved to the round's
+    // first) costs nothing: the simulator counts steps with traffic.
+    if (!starts_round && m == 0) continue;
     r.predicted_seconds +=
         m + (starts_round ? lm_.round_latency_seconds() : lm_.step_latency_seconds());
   }
@@ -84,7 +88,19 @@ absl::StatusOr<CostReport> EvaluatePlanCost(const v1::Plan& plan, const v1::Link
     dense.emplace(wi.worker(), static_cast<int32_t>(nodes.size()));
     nodes.push_back(wi.node());
   }
-  CostModel model(lm, static_cast<int32_t>(nodes.size()), std::max(1, plan.num_rounds()));
+  // Steps: slots [first_slot[r], first_slot[r + 1]) are round r's.
+  std::vector<int32_t> steps(std::max(1, plan.num_rounds()), 1);
+  for (const v1::Bucket& b : plan.buckets()) {
+    if (b.round() < 0 || b.round() >= plan.num_rounds() || b.step() < 0 ||
+        b.step() >= kMaxBucketSteps) {
+      return absl::InvalidArgumentError(absl::StrCat("bucket ", b.id(), ": round ", b.round(),
+                                                     " or step ", b.step(), " out of range"));
+    }
+    steps[b.round()] = std::max(steps[b.round()], b.step() + 1);
+  }
+  std::vector<int32_t> first_slot(steps.size() + 1, 0);
+  for (size_t r = 0; r < steps.size(); ++r) first_slot[r + 1] = first_slot[r] + steps[r];
+  CostModel model(lm, static_cast<int32_t>(nodes.size()), first_slot.back());
   for (const v1::Bucket& b : plan.buckets()) {
     auto s = dense.find(b.sender());
     auto r = dense.find(b.receiver());
@@ -93,19 +109,15 @@ absl::StatusOr<CostReport> EvaluatePlanCost(const v1::Plan& plan, const v1::Link
                                                      " or ", b.receiver(),
                                                      " missing from plan.workers"));
     }
-    if (b.round() < 0 || b.round() >= plan.num_rounds()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bucket ", b.id(), ": round ", b.round(), " out of range"));
-    }
     LinkClass c = LinkClass::kNic;
     if (b.sender() == b.receiver()) {
       c = LinkClass::kLocal;
     } else if (!nodes[s->second].empty() && nodes[s->second] == nodes[r->second]) {
       c = LinkClass::kNvlink;
     }
-    model.Add(b.round(), s->second, r->second, c, b.bytes());
+    model.Add(first_slot[b.round()] + b.step(), s->second, r->second, c, b.bytes());
   }
-  return model.Report();
+  return model.Report(first_slot);
 }
 
 }  // namespace wsync::plan

@@ -42,12 +42,6 @@ inline bool StepsPay(const v1::LinkModel& lm) {
   return step > 0 && step < lm.round_latency_seconds();
 }
 
-// What a relay's hop behind the data it forwards costs beyond the data: a
-// step where steps pay, else a round.
-inline double HopLatency(const v1::LinkModel& lm) {
-  return StepsPay(lm) ? lm.step_latency_seconds() : lm.round_latency_seconds();
-}
-
 struct CostReport {
   double lower_bound_seconds = 0;
   double predicted_seconds = 0;
@@ -73,8 +67,9 @@ class CostModel {
   std::vector<double> total_;  // [worker][dir]
 };
 
-// Cost of a full plan, with links from plan.workers (same node = NVLink).
-// Error when a bucket names a worker missing from plan.workers.
+// Cost of a full plan, with links from plan.workers (same node = NVLink),
+// steps included. Error when a bucket names a worker missing from
+// plan.workers, or a round or step out of range.
 absl::StatusOr<CostReport> EvaluatePlanCost(const v1::Plan& plan, const v1::LinkModel& lm);
 
 }  // namespace wsync::plan

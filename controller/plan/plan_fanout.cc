@@ -14,13 +14,12 @@
 // is cut into pieces of at most D2 / kPiecesPerBound of link time, so that
 // greedy source choice balances; cells below it (every cell of a plan whose
 // time is spread over many tensors, e.g. Kimi-K2) stay whole. When one round
-// is the cheaper bound (latency-bound transfers: latency + D1 <= 2 latency +
-// D2), relays are switched off instead: every destination is fed by a holder
-// in one round.
+// is the cheaper bound (latency-bound transfers: latency + D1 <= latency +
+// hop + D2, the hop a round or a step: BoundHopLatency), relays are switched
+// off instead: every destination is fed by a holder in one round.
 #include <algorithm>
 #include <cmath>
 
-#include "controller/plan/plan_cost.h"
 #include "controller/plan/plan_source_loads.h"
 #include "controller/plan/planner_internal.h"
 
@@ -188,7 +187,7 @@ void SplitCellsForRouting(Work* w, double data_seconds, double one_round_seconds
   bool rooted = false;
   for (const QuantGroup& q : w->qgroups) rooted = rooted || q.rooted;
   if (w->opt.relay && !rooted &&
-      lat + one_round_seconds <= lat + HopLatency(w->opt.link) + data_seconds) {
+      lat + one_round_seconds <= lat + BoundHopLatency(*w) + data_seconds) {
     w->opt.relay = false;
   }
   Splitter(w).Run(data_seconds);

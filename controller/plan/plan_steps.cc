@@ -6,13 +6,12 @@
 // forwards it straight from the tensor, stream-ordered behind the step that
 // wrote it, plan.proto Bucket.step); the group's staging stays under the
 // cap, and a round has at most kMaxBucketSteps steps.
-#include "common/plan_steps.h"
-
 #include <algorithm>
 #include <functional>
 #include <utility>
 #include <vector>
 
+#include "common/bucket_steps.h"
 #include "common/status_macros.h"
 #include "controller/plan/plan_cost.h"
 #include "controller/plan/planner_internal.h"
@@ -67,7 +66,7 @@ absl::Status AssignSteps(Work* w) {
   for (int32_t r = 1; r < rounds; ++r) {
     bool join = r - group_begin < kMaxBucketSteps && CanFollowInGroup(*w, by_round[r], group_begin);
     for (size_t k = 0; join && k < nw; ++k) {
-      join = group_staged[k] + staged[r * nw + k] <= w->opt.staging_cap;
+      join = staged[r * nw + k] <= w->opt.staging_cap - group_staged[k];
     }
     if (!join) {
       group_begin = r;
@@ -119,18 +118,19 @@ Schedule Take(Work* w) {
   return s;
 }
 
-void Restore(Schedule& s, Work* w) {
-  w->buckets.swap(s.buckets);
-  w->bucket_xfers.swap(s.bucket_xfers);
+// Puts `s` (taken by Take) back into w; `s` is left empty.
+void Restore(Schedule* s, Work* w) {
+  w->buckets.swap(s->buckets);
+  w->bucket_xfers.swap(s->bucket_xfers);
   for (size_t i = 0; i < w->xfers.size(); ++i) {
-    w->xfers[i].bucket = s.xfer_slots[i].first;
-    w->xfers[i].bucket_offset = s.xfer_slots[i].second;
+    w->xfers[i].bucket = s->xfer_slots[i].first;
+    w->xfers[i].bucket_offset = s->xfer_slots[i].second;
   }
-  for (size_t i = 0; i < w->reduces.size(); ++i) w->reduces[i].round = s.reduce_rounds[i];
-  for (size_t i = 0; i < w->quants.size(); ++i) w->quants[i].round = s.quant_rounds[i];
-  w->num_rounds = s.num_rounds;
-  w->round_first_slot.swap(s.round_first_slot);
-  w->hop_latency = s.hop_latency;
+  for (size_t i = 0; i < w->reduces.size(); ++i) w->reduces[i].round = s->reduce_rounds[i];
+  for (size_t i = 0; i < w->quants.size(); ++i) w->quants[i].round = s->quant_rounds[i];
+  w->num_rounds = s->num_rounds;
+  w->round_first_slot.swap(s->round_first_slot);
+  w->hop_latency = s->hop_latency;
 }
 
 absl::Status Search(Work* w, double hop_latency,
@@ -143,6 +143,19 @@ absl::Status Search(Work* w, double hop_latency,
 }
 
 }  // namespace
+
+double BoundHopLatency(const Work& w) {
+  const v1::LinkModel& lm = w.opt.link;
+  if (StepsPay(lm)) {
+    for (const MapEntry& m : w.maps) {
+      const CompiledTensor& d = w.dst->tensors[m.dst_tensor];
+      if (!d.quantized() && w.src->tensors[m.src_tensor].dtype == d.dtype) {
+        return lm.step_latency_seconds();
+      }
+    }
+  }
+  return lm.round_latency_seconds();
+}
 
 double ModeledSeconds(const Work& w) {
   CostModel cost(w.opt.link, static_cast<int32_t>(w.worker_ids.size()), std::max(1, w.NumSlots()));
@@ -160,10 +173,11 @@ absl::Status ScheduleBuckets(Work* w, const std::function<absl::Status(const Wor
   // A search for many short rounds can place worse than one for barriers
   // (on large plans it tries fewer ways): keep whichever the model prices
   // lower.
+  // A search for steps that fails (its smaller buckets over the plan's
+  // bucket limit) leaves the barrier schedule.
   const double barrier_seconds = ModeledSeconds(*w);
   Schedule barrier = Take(w);
-  RETURN_IF_ERROR(Search(w, hop, check));
-  if (ModeledSeconds(*w) > barrier_seconds) Restore(barrier, w);
+  if (!Search(w, hop, check).ok() || ModeledSeconds(*w) > barrier_seconds) Restore(&barrier, w);
   return absl::OkStatus();
 }
 

@@ -361,6 +361,11 @@ absl::Status AssignSteps(Work* w);
 absl::Status ScheduleBuckets(Work* w, const std::function<absl::Status(const Work&)>& check);
 // The link model's makespan of w's schedule (the summary's predicted time).
 double ModeledSeconds(const Work& w);
+// What the routing bound and the relays-off decision charge a relay hop
+// (plan_steps.cc): the step latency where steps pay and some mapping moves
+// its bytes uncast (only those can relay zero-copy, hence within a round),
+// else the round latency.
+double BoundHopLatency(const Work& w);
 // plan_emit.cc; `piece_runs`: write regularly stepping plain pieces of a
 // bucket as PieceRuns (BuildOptions::emit_piece_runs).
 absl::Status Emit(const Work& w, bool summary_only, bool piece_runs, v1::Plan* plan);

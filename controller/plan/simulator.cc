@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/plan_steps.h"
+#include "common/bucket_steps.h"
 
 namespace wsync::plan {
 namespace {

@@ -9,10 +9,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/bucket_steps.h"
 #include "common/dtype.h"
 #include "common/plan_names.h"
 #include "common/plan_pieces.h"
-#include "common/plan_steps.h"
 #include "common/shadow_extents.h"
 #include "controller/plan/planner.h"
 

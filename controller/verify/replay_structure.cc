@@ -8,9 +8,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/bucket_steps.h"
 #include "common/dtype.h"
 #include "common/plan_names.h"
-#include "common/plan_steps.h"
 #include "common/status_macros.h"
 #include "controller/verify/replay_internal.h"
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/plan_steps.h"
+#include "common/bucket_steps.h"
 #include "controller/plan/planner.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"

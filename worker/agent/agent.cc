@@ -9,11 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/bucket_steps.h"
 #include "common/lease_metadata.h"
 #include "common/logging.h"
 #include "common/peer_lists.h"
 #include "common/plan_pieces.h"
-#include "common/plan_steps.h"
 #include "common/serving_state.h"
 #include "common/shadow_extents.h"
 

@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/bucket_steps.h"
 #include "common/checked_math.h"
 #include "common/plan_pieces.h"
-#include "common/plan_steps.h"
 #include "common/status_macros.h"
 #include "worker/exec/bound_plan_internal.h"
 

@@ -6,7 +6,7 @@
 
 #include "absl/numeric/int128.h"
 #include "absl/strings/str_cat.h"
-#include "common/plan_steps.h"
+#include "common/bucket_steps.h"
 
 namespace wsync::transport {
 namespace {

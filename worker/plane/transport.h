@@ -58,12 +58,12 @@ struct RoundHooks {
   // resident beside it instead of holding back its launch until they drain.
   std::function<void()> on_posted;
   // Optional, for work that reads received bytes as they land (bucket
-  // checksums). In a round with steps (some request's step > 0) the steps
-  // are its parts, and the settings below are not used. Else a transport
-  // may complete a round in landing parts: each
+  // checksums). A transport may complete a round in landing parts: within
+  // each step (RunRound "Steps"; one step without them), each
   // (peer, direction) list of requests, in (peer, tag) order, is cut by its
-  // running byte count into LandingPartCount(its bytes, ...) parts, and part k
-  // of every list moves as the round's k-th step. Both sides of a pair cut
+  // running byte count into LandingPartCount(its bytes, ...) parts, and the
+  // parts move in (step, part) order, part k of every list of a step
+  // together. Both sides of a pair cut
   // alike only if every rank passes the same max_landing_parts and
   // min_landing_part_bytes (a precondition: ranks that cut differently may
   // wait on each other until the deadline). It then calls on_landed on the

@@ -37,6 +37,16 @@ v1::TransferSpec FanSpec(int k, int n, int64_t rows, int64_t cols, double latenc
   return spec;
 }
 
+// `spec` with small buckets and staging on the test's NIC, a round costing
+// next to nothing (1 ns).
+void SetSmallBucketsOverTheNic(v1::TransferSpec* spec, int64_t bucket_bytes, int64_t staging_cap) {
+  spec->mutable_options()->set_bucket_bytes(bucket_bytes);
+  spec->mutable_options()->set_staging_cap_bytes(staging_cap);
+  v1::LinkModel* lm = spec->mutable_options()->mutable_link_model();
+  lm->set_nic_bytes_per_second(kNic);
+  lm->set_round_latency_seconds(1e-9);
+}
+
 // The simulator's makespan of a verified plan of `spec`.
 double Simulated(const v1::TransferSpec& spec, const v1::Plan& plan) {
   absl::StatusOr<WorkerNodes> nodes = WorkerNodesFromSpec(spec);
@@ -197,11 +207,7 @@ TEST(BucketsTest, RelayBoundLimitStaysWithinSmallBuckets) {
     Mesh(&dst, name, {32, 4096}, {kReplicas}, {Rep()}, v1::BF16);
   }
   v1::TransferSpec spec = Spec(src, dst);
-  spec.mutable_options()->set_bucket_bytes(1 << 20);
-  spec.mutable_options()->set_staging_cap_bytes(2 << 20);
-  v1::LinkModel* lm = spec.mutable_options()->mutable_link_model();
-  lm->set_nic_bytes_per_second(kNic);
-  lm->set_round_latency_seconds(1e-9);
+  SetSmallBucketsOverTheNic(&spec, 1 << 20, 2 << 20);
   const v1::Plan plan = BuildAndVerify(spec);
   EXPECT_GT(plan.summary().num_relay_pieces(), 0);
   for (const v1::Bucket& b : plan.buckets()) {
@@ -276,11 +282,7 @@ TEST(RoundsTest, RelaysOverlapTheTrainersSends) {
     Mesh(&dst, name, {64, 1024}, {kReplicas}, {Rep()}, v1::BF16, ranks);
   }
   v1::TransferSpec spec = Spec(src, dst);
-  spec.mutable_options()->set_staging_cap_bytes(128 << 10);
-  spec.mutable_options()->set_bucket_bytes(32 << 10);
-  v1::LinkModel* lm = spec.mutable_options()->mutable_link_model();
-  lm->set_nic_bytes_per_second(kNic);
-  lm->set_round_latency_seconds(1e-9);
+  SetSmallBucketsOverTheNic(&spec, 32 << 10, 128 << 10);
   const v1::Plan plan = BuildAndVerify(spec);
   EXPECT_GT(plan.summary().num_rounds(), 32);  // the staging cap makes it many rounds
   EXPECT_LE(Simulated(spec, plan), 1.1 * plan.summary().lower_bound_seconds());

@@ -2,13 +2,12 @@
 // link model prices a step below a round barrier, the rounds of a fan-out
 // pipeline become the steps of one round, the replay oracle runs them as a
 // worker does, and the simulator and the routing bound price them.
-#include "common/plan_steps.h"
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "catalog/case.h"
+#include "common/bucket_steps.h"
 #include "controller/plan/planner.h"
 #include "controller/plan/simulator.h"
 #include "controller/verify/replay.h"

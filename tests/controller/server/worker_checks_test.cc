@@ -4,8 +4,8 @@
 
 #include <memory>
 
+#include "common/bucket_steps.h"
 #include "common/plan_pieces.h"
-#include "common/plan_steps.h"
 #include "controller/plan/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -6,9 +6,9 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/bucket_steps.h"
 #include "common/cast.h"
 #include "common/plan_pieces.h"
-#include "common/plan_steps.h"
 #include "controller/plan/planner.h"
 #include "gtest/gtest.h"
 #include "tests/controller/plan/planner_test_util.h"

@@ -72,6 +72,54 @@ TEST_P(TransportConformanceTest, StepsReuseMemoryAfterAnEarlierStepSentIt) {
   EXPECT_TRUE(Holds(0, shared.get(), 32, kBytes));
 }
 
+// Landing parts within steps: rank 2 has only step-0 requests (lists of
+// four buckets each way with rank 0, cut into parts), rank 0 forwards what
+// rank 2 sent to rank 1 in step 1. Every rank passes the same landing-part
+// settings, so each pair cuts its lists alike whatever steps the ranks
+// have; a transport that cut a stepped rank's lists differently could
+// stall until the deadline.
+TEST_P(TransportConformanceTest, LandingPartsWithinStepsMatchARankWithoutSteps) {
+  if (factory().max_group_size() < 3) GTEST_SKIP() << "needs 3 ranks";
+  constexpr int kBuckets = 4;
+  constexpr size_t kBytes = size_t{256} << 10;
+  auto group = Group(3);
+  ASSERT_EQ(group.size(), 3u);
+  std::vector<std::shared_ptr<uint8_t>> to2, from0, from2, to1;
+  for (int b = 0; b < kBuckets; ++b) {
+    to2.push_back(Filled(0, 600 + b, kBytes));
+    from0.push_back(factory().Allocate(2, kBytes));
+    from2.push_back(Filled(2, 700 + b, kBytes));
+    to1.push_back(factory().Allocate(1, kBytes));
+  }
+  std::vector<std::shared_ptr<uint8_t>> at0;
+  for (int b = 0; b < kBuckets; ++b) at0.push_back(factory().Allocate(0, kBytes));
+  RoundHooks hooks;
+  hooks.max_landing_parts = 4;
+  hooks.min_landing_part_bytes = 64 << 10;
+  auto st = OnRanks(3, [&](int r) {
+    std::vector<SendRequest> sends;
+    std::vector<RecvRequest> recvs;
+    for (int b = 0; b < kBuckets; ++b) {
+      if (r == 0) {
+        sends.push_back({2, b, to2[b].get(), kBytes, 0});
+        recvs.push_back({2, 10 + b, at0[b].get(), kBytes, 0});
+        sends.push_back({1, 20 + b, at0[b].get(), kBytes, 1});
+      }
+      if (r == 1) recvs.push_back({0, 20 + b, to1[b].get(), kBytes, 1});
+      if (r == 2) {
+        recvs.push_back({0, b, from0[b].get(), kBytes, 0});
+        sends.push_back({0, 10 + b, from2[b].get(), kBytes, 0});
+      }
+    }
+    return group[r]->RunRound(sends, recvs, In(absl::Seconds(60)), hooks);
+  });
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+  for (int b = 0; b < kBuckets; ++b) {
+    EXPECT_TRUE(Holds(2, from0[b].get(), 600 + b, kBytes)) << "bucket " << b << " on rank 2";
+    EXPECT_TRUE(Holds(1, to1[b].get(), 700 + b, kBytes)) << "bucket " << b << " on rank 1";
+  }
+}
+
 // Steps outside [0, kMaxBucketSteps) are refused before any communication.
 TEST_P(TransportConformanceTest, RejectsStepsOutOfRange) {
   auto group = Group(2);

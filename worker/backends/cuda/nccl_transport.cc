@@ -315,23 +315,35 @@ void CutIntoSteps(const std::vector<const Req*>& reqs, const RoundHooks& hooks,
   }
 }
 
-// A round with steps (some request's step > 0) moves its requests step by
-// step (transport.h); steps[k] holds step k's, in (peer, tag) order.
-template <typename Req>
-bool HasSteps(const std::vector<const Req*>& reqs) {
-  for (const Req* r : reqs) {
-    if (r->step > 0) return true;
+// The round's requests by plan step (transport.h "Steps"): by_step[s] holds
+// step s's, each side in (peer, tag) order.
+void SplitBySteps(const std::vector<const SendRequest*>& s,
+                  const std::vector<const RecvRequest*>& r, std::vector<Step>& by_step) {
+  for (const SendRequest* x : s) {
+    if (by_step.size() <= static_cast<size_t>(x->step)) by_step.resize(x->step + 1);
+    by_step[x->step].sends.push_back(x);
   }
-  return false;
+  for (const RecvRequest* x : r) {
+    if (by_step.size() <= static_cast<size_t>(x->step)) by_step.resize(x->step + 1);
+    by_step[x->step].recvs.push_back(x);
+  }
 }
 
-template <typename Req>
-void SplitBySteps(const std::vector<const Req*>& reqs, std::vector<Step>& steps,
-                  std::vector<const Req*> Step::*side) {
-  for (const Req* r : reqs) {
-    if (steps.size() <= static_cast<size_t>(r->step)) steps.resize(r->step + 1);
-    (steps[r->step].*side).push_back(r);
+// The groups of a round, in (step, landing part) order: each plan step's
+// (peer, direction) lists cut into their landing parts. A pair's lists in a
+// step hold the same buckets on both sides, so both cut them alike, and a
+// rank without steps (all in step 0) cuts as it always did.
+std::vector<Step> RoundGroups(const std::vector<const SendRequest*>& s,
+                              const std::vector<const RecvRequest*>& r, const RoundHooks& hooks) {
+  std::vector<Step> by_step, groups;
+  SplitBySteps(s, r, by_step);
+  for (const Step& step : by_step) {
+    std::vector<Step> parts;
+    CutIntoSteps(step.sends, hooks, parts, &Step::sends);
+    CutIntoSteps(step.recvs, hooks, parts, &Step::recvs);
+    for (Step& part : parts) groups.push_back(std::move(part));
   }
+  return groups;
 }
 
 }  // namespace
@@ -391,14 +403,7 @@ absl::Status NcclTransport::RunRound(absl::Span<const SendRequest> sends,
   }
   SortByPeerTag(s);
   SortByPeerTag(r);
-  std::vector<Step> steps;
-  if (HasSteps(s) || HasSteps(r)) {
-    SplitBySteps(s, steps, &Step::sends);
-    SplitBySteps(r, steps, &Step::recvs);
-  } else {
-    CutIntoSteps(s, hooks, steps, &Step::sends);
-    CutIntoSteps(r, hooks, steps, &Step::recvs);
-  }
+  const std::vector<Step> steps = RoundGroups(s, r, hooks);
 
   cuda::DeviceGuard guard(device_);
   const std::string what =

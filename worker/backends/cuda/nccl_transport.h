@@ -5,9 +5,12 @@
 // and the communicator is aborted (rebuild the transport afterwards).
 // Each RunRound is one ncclGroupStart/End of ncclSend/ncclRecv, posted in
 // (peer, tag) order on both sides so that NCCL's in-order matching per pair
-// pairs equal tags; with RoundHooks::max_landing_parts > 1, one group per
-// landing part (transport.h), issued back to back on the transport's stream,
-// each followed by an event that on_landed hands out as the part's mark.
+// pairs equal tags; with steps (a request's step > 0) or
+// RoundHooks::max_landing_parts > 1, one group per (step, landing part)
+// (transport.h), issued back to back on the transport's stream with no host
+// wait for completion, each followed by an event that on_landed hands out
+// as the part's mark. Stream order makes a step's receives land before the
+// next step's sends read them.
 #ifndef WSYNC_WORKER_BACKENDS_CUDA_NCCL_TRANSPORT_H_
 #define WSYNC_WORKER_BACKENDS_CUDA_NCCL_TRANSPORT_H_
 

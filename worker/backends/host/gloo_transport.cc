@@ -35,6 +35,7 @@ struct Pending {
   size_t bytes;
   size_t index = 0;  // in the round's sends or recvs
   int32_t step = 0;
+  bool posted = false;  // a later step's are posted once the earlier ones completed
   bool done = false;
 };
 
@@ -47,7 +48,7 @@ std::string PendingSummary(const std::vector<Pending>& ops) {
   std::set<int32_t> peers;
   std::vector<std::string> first;
   for (const Pending& p : ops) {
-    if (p.done) continue;
+    if (p.done || !p.posted) continue;
     peers.insert(p.peer);
     if (first.size() < 8) first.push_back(Describe(p));
   }
@@ -77,6 +78,7 @@ bool PostAndWaitSteps(std::vector<Pending>& ops, absl::Time deadline, const Roun
       } else {
         p.buffer->recv(p.peer, slot, 0, p.bytes);
       }
+      p.posted = true;
     }
     if (b == 0 && hooks.on_posted) hooks.on_posted();
     for (size_t i = b; i < e; ++i) {

@@ -1,6 +1,6 @@
 // Steps inside a round (v1::Bucket.step): the bound every reader checks.
-#ifndef WSYNC_COMMON_PLAN_STEPS_H_
-#define WSYNC_COMMON_PLAN_STEPS_H_
+#ifndef WSYNC_COMMON_BUCKET_STEPS_H_
+#define WSYNC_COMMON_BUCKET_STEPS_H_
 
 #include <cstdint>
 
@@ -27,4 +27,4 @@ inline bool HasBucketSteps(const v1::Plan& plan) {
 
 }  // namespace wsync
 
-#endif  // WSYNC_COMMON_PLAN_STEPS_H_
+#endif  // WSYNC_COMMON_BUCKET_STEPS_H_

@@ -32,9 +32,11 @@ CostModel::CostModel(const v1::LinkModel& lm, int32_t num_workers, int32_t num_r
       num_workers_(num_workers),
       num_rounds_(num_rounds),
       load_(static_cast<size_t>(num_rounds) * num_workers * kNumLinkDirs, 0.0),
-      total_(static_cast<size_t>(num_workers) * kNumLinkDirs, 0.0) {}
+      total_(static_cast<size_t>(num_workers) * kNumLinkDirs, 0.0),
+      occupied_(num_rounds, 0) {}
 
 void CostModel::Add(int32_t round, int32_t sender, int32_t receiver, LinkClass c, int64_t bytes) {
+  occupied_[round] = 1;
   const double t = LinkSeconds(lm_, c, bytes);
   auto add = [&](int32_t worker, int dir) {
     load_[(static_cast<size_t>(round) * num_workers_ + worker) * kNumLinkDirs + dir] += t;
@@ -65,18 +67,21 @@ CostReport CostModel::Report(absl::Span<const int32_t> round_first_slot) const {
     }
     r.lower_bound_seconds = std::max(r.lower_bound_seconds, r.worker_busy_seconds[w]);
   }
+  // A round costs its latency, each step with a bucket its busiest link, and
+  // a step latency for each such step after the first (the simulator's rule).
+  bool stepped = false;  // the round has had a step with a bucket
   for (int32_t round = 0; round < num_rounds_; ++round) {
+    if (round_first_slot.empty() ||
+        std::binary_search(round_first_slot.begin(), round_first_slot.end(), round)) {
+      r.predicted_seconds += lm_.round_latency_seconds();
+      stepped = false;
+    }
+    if (!occupied_[round]) continue;
     const double* base = &load_[static_cast<size_t>(round) * num_workers_ * kNumLinkDirs];
-    const double m =
-        *std::max_element(base, base + static_cast<size_t>(num_workers_) * kNumLinkDirs);
-    const bool starts_round =
-        round_first_slot.empty() ||
-        std::binary_search(round_first_slot.begin(), round_first_slot.end(), round);
-    // A later step without traffic (its local copies moved to the round's
-    // first) costs nothing: the simulator counts steps with traffic.
-    if (!starts_round && m == 0) continue;
     r.predicted_seconds +=
-        m + (starts_round ? lm_.round_latency_seconds() : lm_.step_latency_seconds());
+        *std::max_element(base, base + static_cast<size_t>(num_workers_) * kNumLinkDirs) +
+        (stepped ? lm_.step_latency_seconds() : 0.0);
+    stepped = true;
   }
   return r;
 }

@@ -51,8 +51,8 @@ struct CostReport {
 // Accumulates transfers per (round, worker, link) and evaluates both costs.
 // The "rounds" it counts may be the slots of a plan with steps: then
 // Report's `round_first_slot` (Work::round_first_slot) groups them, and a
-// round costs the round latency, its slots' maxima and a step latency for
-// each slot but its first.
+// round costs the round latency, the maxima of its slots with a bucket and
+// a step latency for each such slot after the first.
 class CostModel {
  public:
   CostModel(const v1::LinkModel& lm, int32_t num_workers, int32_t num_rounds);
@@ -65,6 +65,7 @@ class CostModel {
   int32_t num_rounds_;
   std::vector<double> load_;   // [round][worker][dir]
   std::vector<double> total_;  // [worker][dir]
+  std::vector<uint8_t> occupied_;  // [round]: some bucket was added
 };
 
 // Cost of a full plan, with links from plan.workers (same node = NVLink),

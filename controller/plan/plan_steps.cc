@@ -133,11 +133,15 @@ void Restore(Schedule* s, Work* w) {
   w->hop_latency = s->hop_latency;
 }
 
+// `*checked` (optional): false when `check` refused the packing.
 absl::Status Search(Work* w, double hop_latency,
-                    const std::function<absl::Status(const Work&)>& check) {
+                    const std::function<absl::Status(const Work&)>& check,
+                    bool* checked = nullptr) {
   w->hop_latency = hop_latency;
   RETURN_IF_ERROR(PackBuckets(w));
-  RETURN_IF_ERROR(check(*w));
+  const absl::Status st = check(*w);
+  if (checked != nullptr) *checked = st.ok();
+  RETURN_IF_ERROR(st);
   RETURN_IF_ERROR(AssignRounds(w));
   return AssignSteps(w);
 }
@@ -173,11 +177,14 @@ absl::Status ScheduleBuckets(Work* w, const std::function<absl::Status(const Wor
   // A search for many short rounds can place worse than one for barriers
   // (on large plans it tries fewer ways): keep whichever the model prices
   // lower.
-  // A search for steps that fails (its smaller buckets over the plan's
-  // bucket limit) leaves the barrier schedule.
+  // A packing for steps over the plan's limits (its buckets are smaller)
+  // leaves the barrier schedule; any other error is the plan's.
   const double barrier_seconds = ModeledSeconds(*w);
   Schedule barrier = Take(w);
-  if (!Search(w, hop, check).ok() || ModeledSeconds(*w) > barrier_seconds) Restore(&barrier, w);
+  bool checked = true;
+  const absl::Status st = Search(w, hop, check, &checked);
+  if (!st.ok() && checked) return st;
+  if (!st.ok() || ModeledSeconds(*w) > barrier_seconds) Restore(&barrier, w);
   return absl::OkStatus();
 }
 

@@ -100,8 +100,9 @@ class Transport {
   //
   // Steps: requests run step by step, in increasing `step`. A step's
   // sends and receives are issued once every request of this rank's earlier
-  // steps completed (NCCL: in stream order, one group per step, with no
-  // host wait between them; Gloo: after waiting for them). So a send of
+  // steps completed (NCCL: in stream order, one group per (step, landing
+  // part), round_groups.h, with no host wait between them; Gloo: after
+  // waiting for them). So a send of
   // step s may read what a receive of an earlier step wrote, and a receive
   // of step s may overwrite what a send of an earlier step read. Both sides
   // of a request give it the same step (a precondition: a pair that

@@ -4,10 +4,13 @@
 // worker does, and the simulator and the routing bound price them.
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "catalog/case.h"
 #include "common/bucket_steps.h"
+#include "controller/plan/plan_cost.h"
 #include "controller/plan/planner.h"
 #include "controller/plan/simulator.h"
 #include "controller/verify/replay.h"
@@ -83,6 +86,20 @@ TEST(StepsTest, NoStepsWithoutACheaperStep) {
     EXPECT_FALSE(HasBucketSteps(plan)) << "step latency " << step;
     EXPECT_NEAR(plan.summary().routing_bound_seconds(), 25e-6 + 8.0 * (1 << 20) / kNic, 1e-9);
   }
+}
+
+// Cast bytes never relay zero-copy, so never within a round: a fan-out
+// that casts keeps round barriers, and its bound two rounds.
+TEST(StepsTest, ACastFanOutKeepsRoundBarriers) {
+  v1::TransferSpec spec = FanSpec(8, 1024, 4096, 12.5e-6, 2.5e-6);
+  spec.mutable_destination()->mutable_tensors(0)->set_dtype(v1::FP32);
+  v1::Cast* cast = spec.mutable_options()->add_allowed_casts();
+  cast->set_from(v1::BF16);
+  cast->set_to(v1::FP32);
+  const v1::Plan plan = BuildAndVerify(spec);
+  EXPECT_FALSE(HasBucketSteps(plan));
+  EXPECT_NE(plan.summary().routing_bound_term().find("two rounds or more"), std::string::npos)
+      << plan.summary().routing_bound_term();
 }
 
 // The oracle runs a round's steps in order: the same plan with every relay
@@ -178,6 +195,15 @@ TEST(StepsTest, SimulatorAddsStepsOfARound) {
   ASSERT_TRUE(sim.ok()) << sim.status();
   EXPECT_NEAR(sim->makespan_seconds, 1e-3 + 1e-3 + 1e-4 + 1e-3, 1e-12);
   EXPECT_EQ(sim->rounds[0].steps, 2);
+  // The plan's cost alike (plan_cost.h EvaluatePlanCost).
+  for (const auto& [worker, node] : std::map<int32_t, std::string>(nodes.begin(), nodes.end())) {
+    v1::WorkerInfo* info = plan.add_workers();
+    info->set_worker(worker);
+    info->set_node(node);
+  }
+  absl::StatusOr<CostReport> cost = EvaluatePlanCost(plan, lm);
+  ASSERT_TRUE(cost.ok()) << cost.status();
+  EXPECT_NEAR(cost->predicted_seconds, sim->makespan_seconds, 1e-12);
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "common/bucket_steps.h"
+#include "controller/plan/plan_cost.h"
 #include "controller/plan/planner.h"
+#include "controller/plan/simulator.h"
 #include "gtest/gtest.h"
 #include "tests/controller/plan/planner_test_util.h"
 
@@ -104,7 +106,18 @@ TEST(PlannerPropertyTest, RandomLayoutsReplayExactly) {
     lm->set_nvlink_bytes_per_second(4e6);
     lm->set_round_latency_seconds(50e-6);
     lm->set_step_latency_seconds(10e-6);
-    stepped += HasBucketSteps(BuildAndVerify(spec)) ? 1 : 0;
+    const v1::Plan plan = BuildAndVerify(spec);
+    stepped += HasBucketSteps(plan) ? 1 : 0;
+    // The planner's summary, the plan's cost and the simulator price steps
+    // alike.
+    absl::StatusOr<WorkerNodes> nodes = WorkerNodesFromSpec(spec);
+    ASSERT_TRUE(nodes.ok()) << nodes.status();
+    absl::StatusOr<SimulationResult> sim = SimulatePlan(plan, *nodes, spec.options().link_model());
+    absl::StatusOr<CostReport> cost = EvaluatePlanCost(plan, EffectiveLinkModel(spec.options()));
+    ASSERT_TRUE(sim.ok() && cost.ok());
+    const double predicted = plan.summary().predicted_seconds();
+    EXPECT_NEAR(sim->makespan_seconds, predicted, 1e-9 * predicted);
+    EXPECT_NEAR(cost->predicted_seconds, predicted, 1e-9 * predicted);
     if (HasFailure()) break;
   }
   EXPECT_GT(planned, 200) << "skipped " << skipped;

@@ -72,12 +72,12 @@ TEST_P(TransportConformanceTest, StepsReuseMemoryAfterAnEarlierStepSentIt) {
   EXPECT_TRUE(Holds(0, shared.get(), 32, kBytes));
 }
 
-// Landing parts within steps: rank 2 has only step-0 requests (lists of
-// four buckets each way with rank 0, cut into parts), rank 0 forwards what
-// rank 2 sent to rank 1 in step 1. Every rank passes the same landing-part
-// settings, so each pair cuts its lists alike whatever steps the ranks
-// have; a transport that cut a stepped rank's lists differently could
-// stall until the deadline.
+// Landing parts within steps, every byte checked: rank 2 has only step-0
+// requests (lists of four buckets each way with rank 0, cut into parts),
+// rank 0 forwards what rank 2 sent to rank 1 in step 1. (That both sides of
+// a pair cut alike, whatever steps the ranks have, is
+// RoundGroupsTest's: this round is too small to stall on a cut that
+// differs.)
 TEST_P(TransportConformanceTest, LandingPartsWithinStepsMatchARankWithoutSteps) {
   if (factory().max_group_size() < 3) GTEST_SKIP() << "needs 3 ranks";
   constexpr int kBuckets = 4;

@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "worker/backends/cuda/cuda_status.h"
 #include "worker/backends/cuda/stream_marks.h"
+#include "worker/plane/round_groups.h"
 
 namespace wsync::transport {
 namespace {
@@ -284,70 +285,6 @@ absl::Status NcclTransport::Wait(absl::Time deadline, const cuda::Event* event,
   }
 }
 
-namespace {
-
-// One step of a round: one NCCL group.
-struct Step {
-  std::vector<const SendRequest*> sends;
-  std::vector<const RecvRequest*> recvs;
-};
-
-// Cuts each (peer, direction) list of `reqs` (in (peer, tag) order) into its
-// landing parts (transport.h RoundHooks) and appends part k to steps[k].
-template <typename Req>
-void CutIntoSteps(const std::vector<const Req*>& reqs, const RoundHooks& hooks,
-                  std::vector<Step>& steps, std::vector<const Req*> Step::*side) {
-  for (size_t b = 0; b < reqs.size();) {
-    size_t e = b;
-    int64_t total = 0;
-    for (; e < reqs.size() && reqs[e]->peer == reqs[b]->peer; ++e) {
-      total += static_cast<int64_t>(reqs[e]->bytes);
-    }
-    const int32_t parts =
-        LandingPartCount(total, hooks.max_landing_parts, hooks.min_landing_part_bytes);
-    if (steps.size() < static_cast<size_t>(parts)) steps.resize(parts);
-    int64_t offset = 0;
-    for (size_t i = b; i < e; ++i) {
-      (steps[LandingPartOf(offset, total, parts)].*side).push_back(reqs[i]);
-      offset += static_cast<int64_t>(reqs[i]->bytes);
-    }
-    b = e;
-  }
-}
-
-// The round's requests by plan step (transport.h "Steps"): by_step[s] holds
-// step s's, each side in (peer, tag) order.
-void SplitBySteps(const std::vector<const SendRequest*>& s,
-                  const std::vector<const RecvRequest*>& r, std::vector<Step>& by_step) {
-  for (const SendRequest* x : s) {
-    if (by_step.size() <= static_cast<size_t>(x->step)) by_step.resize(x->step + 1);
-    by_step[x->step].sends.push_back(x);
-  }
-  for (const RecvRequest* x : r) {
-    if (by_step.size() <= static_cast<size_t>(x->step)) by_step.resize(x->step + 1);
-    by_step[x->step].recvs.push_back(x);
-  }
-}
-
-// The groups of a round, in (step, landing part) order: each plan step's
-// (peer, direction) lists cut into their landing parts. A pair's lists in a
-// step hold the same buckets on both sides, so both cut them alike, and a
-// rank without steps (all in step 0) cuts as it always did.
-std::vector<Step> RoundGroups(const std::vector<const SendRequest*>& s,
-                              const std::vector<const RecvRequest*>& r, const RoundHooks& hooks) {
-  std::vector<Step> by_step, groups;
-  SplitBySteps(s, r, by_step);
-  for (const Step& step : by_step) {
-    std::vector<Step> parts;
-    CutIntoSteps(step.sends, hooks, parts, &Step::sends);
-    CutIntoSteps(step.recvs, hooks, parts, &Step::recvs);
-    for (Step& part : parts) groups.push_back(std::move(part));
-  }
-  return groups;
-}
-
-}  // namespace
-
 absl::Status NcclTransport::PostGroup(const std::vector<const SendRequest*>& s,
                                       const std::vector<const RecvRequest*>& r,
                                       const std::string& what) {
@@ -403,7 +340,7 @@ absl::Status NcclTransport::RunRound(absl::Span<const SendRequest> sends,
   }
   SortByPeerTag(s);
   SortByPeerTag(r);
-  const std::vector<Step> steps = RoundGroups(s, r, hooks);
+  const std::vector<RoundGroup> steps = CutRoundIntoGroups(s, r, hooks);
 
   cuda::DeviceGuard guard(device_);
   const std::string what =

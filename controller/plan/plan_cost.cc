@@ -68,21 +68,26 @@ CostReport CostModel::Report(absl::Span<const int32_t> round_first_slot) const {
     r.lower_bound_seconds = std::max(r.lower_bound_seconds, r.worker_busy_seconds[w]);
   }
   // A round costs its latency, each step with a bucket its busiest link, and
-  // a step latency for each such step after the first (the simulator's rule).
+  // a step latency for each such step after the first (the simulator's
+  // rule). Summed per round, then added: a plan without steps adds
+  // latency + max per round, as it always did.
+  double round_seconds = 0;
   bool stepped = false;  // the round has had a step with a bucket
-  for (int32_t round = 0; round < num_rounds_; ++round) {
+  for (int32_t slot = 0; slot < num_rounds_; ++slot) {
     if (round_first_slot.empty() ||
-        std::binary_search(round_first_slot.begin(), round_first_slot.end(), round)) {
-      r.predicted_seconds += lm_.round_latency_seconds();
+        std::binary_search(round_first_slot.begin(), round_first_slot.end(), slot)) {
+      if (slot > 0) r.predicted_seconds += round_seconds;
+      round_seconds = lm_.round_latency_seconds();
       stepped = false;
     }
-    if (!occupied_[round]) continue;
-    const double* base = &load_[static_cast<size_t>(round) * num_workers_ * kNumLinkDirs];
-    r.predicted_seconds +=
-        *std::max_element(base, base + static_cast<size_t>(num_workers_) * kNumLinkDirs) +
-        (stepped ? lm_.step_latency_seconds() : 0.0);
+    if (!occupied_[slot]) continue;
+    const double* base = &load_[static_cast<size_t>(slot) * num_workers_ * kNumLinkDirs];
+    if (stepped) round_seconds += lm_.step_latency_seconds();
+    round_seconds +=
+        *std::max_element(base, base + static_cast<size_t>(num_workers_) * kNumLinkDirs);
     stepped = true;
   }
+  if (num_rounds_ > 0) r.predicted_seconds += round_seconds;
   return r;
 }
 

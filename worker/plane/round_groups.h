@@ -1,10 +1,10 @@
 // How a transport that issues a round as several groups (NCCL) cuts it:
 // the round's requests by step (Transport::RunRound "Steps"), each step's
 // (peer, direction) lists cut into landing parts (RoundHooks), the groups in
-// (step, part) order. Both sides of a pair put each request in the same
-// group ordinal of their own sequence relative to that pair's requests: a
-// pair's list in a step holds the same requests on both sides, so both cut
-// it alike, and a rank without steps cuts as it always did.
+// (step, part) order. Both sides of a pair give each request the same
+// (step, landing-part index) (the absolute group index differs from rank to
+// rank): a pair's list in a step holds the same requests on both sides, so
+// both cut it alike, and a rank without steps cuts as it always did.
 #ifndef WSYNC_WORKER_PLANE_ROUND_GROUPS_H_
 #define WSYNC_WORKER_PLANE_ROUND_GROUPS_H_
 

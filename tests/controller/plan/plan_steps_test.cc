@@ -204,6 +204,15 @@ TEST(StepsTest, SimulatorAddsStepsOfARound) {
   absl::StatusOr<CostReport> cost = EvaluatePlanCost(plan, lm);
   ASSERT_TRUE(cost.ok()) << cost.status();
   EXPECT_NEAR(cost->predicted_seconds, sim->makespan_seconds, 1e-12);
+  // A round whose first bucket moves in step 1 pays no step latency for the
+  // empty step 0, in the simulator and the plan's cost alike.
+  for (v1::Bucket& b : *plan.mutable_buckets()) b.set_step(b.step() + 1);
+  sim = SimulatePlan(plan, nodes, lm);
+  cost = EvaluatePlanCost(plan, lm);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  ASSERT_TRUE(cost.ok()) << cost.status();
+  EXPECT_NEAR(sim->makespan_seconds, 1e-3 + 1e-3 + 1e-4 + 1e-3, 1e-12);
+  EXPECT_NEAR(cost->predicted_seconds, sim->makespan_seconds, 1e-12);
 }
 
 }  // namespace

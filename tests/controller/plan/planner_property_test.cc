@@ -114,7 +114,8 @@ TEST(PlannerPropertyTest, RandomLayoutsReplayExactly) {
     ASSERT_TRUE(nodes.ok()) << nodes.status();
     absl::StatusOr<SimulationResult> sim = SimulatePlan(plan, *nodes, spec.options().link_model());
     absl::StatusOr<CostReport> cost = EvaluatePlanCost(plan, EffectiveLinkModel(spec.options()));
-    ASSERT_TRUE(sim.ok() && cost.ok());
+    ASSERT_TRUE(sim.ok()) << sim.status();
+    ASSERT_TRUE(cost.ok()) << cost.status();
     const double predicted = plan.summary().predicted_seconds();
     EXPECT_NEAR(sim->makespan_seconds, predicted, 1e-9 * predicted);
     EXPECT_NEAR(cost->predicted_seconds, predicted, 1e-9 * predicted);

@@ -39,6 +39,14 @@ std::map<std::pair<bool, int64_t>, std::pair<int32_t, int32_t>> Labels(
       ++part;
       continue;
     }
+    // NCCL matches a pair's operations in issue order: each side of a group
+    // keeps (peer, tag) order.
+    auto in_order = [](const auto& list) {
+      return std::is_sorted(list.begin(), list.end(), [](const auto* x, const auto* y) {
+        return std::make_pair(x->peer, x->tag) < std::make_pair(y->peer, y->tag);
+      });
+    };
+    EXPECT_TRUE(in_order(g.sends) && in_order(g.recvs)) << "a group out of (peer, tag) order";
     const int32_t step = steps.front();
     EXPECT_TRUE(std::all_of(steps.begin(), steps.end(), [&](int32_t s) { return s == step; }));
     EXPECT_GE(step, last_step) << "groups out of step order";

@@ -2,6 +2,7 @@
 # Installs the Debian 12 packages wsync builds and tests with (idempotent).
 set -euo pipefail
 pkgs=(cmake ninja-build g++ ccache pkg-config
+      lld  # links the test binaries about 3 x faster than ld.bfd (CMakeLists.txt)
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
       libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
       libgloo-dev libspdlog-dev libcli11-dev prometheus python3 zlib1g-dev

@@ -18,14 +18,9 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
+#include "exit_on_error.h"  // beside this file: nvcc builds it alone
+
+#define CK(x) WSYNC_EXIT_ON_ERROR(x, cudaSuccess, cudaGetErrorString)
 
 struct Flow {
   int src, dst;

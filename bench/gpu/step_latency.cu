@@ -12,7 +12,10 @@
 // Per-step cost fitted from the runs: (t(S) - t(1) - data) / (steps(S) -
 // steps(1)), with data = what the longer pipeline fill costs at the rate of
 // the S = 1 run. Prints one RESULT line (JSON) per S.
-//   wsync_bench_step_latency [--mib 32] [--iters 20] [--gpus n]
+// --barrier 1: the host waits for every GPU after each step, so the steps
+// are rounds and the per-step figure a round's latency (the planner's L
+// against its step latency l).
+//   wsync_bench_step_latency [--mib 32] [--iters 20] [--gpus n] [--barrier 0|1]
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -22,22 +25,10 @@
 #include <cstring>
 #include <vector>
 
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
-#define NK(x)                                                                            \
-  do {                                                                                   \
-    ncclResult_t r_ = (x);                                                               \
-    if (r_ != ncclSuccess) {                                                             \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, ncclGetErrorString(r_)); \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
+#include "exit_on_error.h"  // beside this file: nvcc builds it alone
+
+#define CK(x) WSYNC_EXIT_ON_ERROR(x, cudaSuccess, cudaGetErrorString)
+#define NK(x) WSYNC_EXIT_ON_ERROR(x, ncclSuccess, ncclGetErrorString)
 
 namespace {
 
@@ -50,7 +41,9 @@ struct Gpu {
 
 // One run of `chunks` chunks of `chunk` bytes; returns milliseconds on GPU 0's
 // stream from before the first step to after the last GPU's last step.
-float Run(std::vector<Gpu>& g, int chunks, size_t chunk) {
+// With `barrier`, the host waits for every GPU's stream after each step, as
+// between two rounds: the per-step figure is then a round's latency.
+float Run(std::vector<Gpu>& g, int chunks, size_t chunk, bool barrier) {
   const int n = static_cast<int>(g.size());
   const int steps = n == 1 ? chunks : chunks + n - 2;
   cudaEvent_t begin, end;
@@ -77,6 +70,10 @@ float Run(std::vector<Gpu>& g, int chunks, size_t chunk) {
       NK(ncclRecv(g[r + 1].buf + k * chunk, chunk, ncclUint8, r, g[r + 1].comm, g[r + 1].stream));
     }
     NK(ncclGroupEnd());
+    for (int r = 0; barrier && r < n; ++r) {
+      CK(cudaSetDevice(r));
+      CK(cudaStreamSynchronize(g[r].stream));
+    }
   }
   // GPU 0's end waits for every GPU's last step.
   for (int r = 1; r < n; ++r) {
@@ -103,10 +100,12 @@ float Run(std::vector<Gpu>& g, int chunks, size_t chunk) {
 int main(int argc, char** argv) {
   size_t mib = 32;
   int iters = 20, gpus = 0;
+  bool barrier = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--mib")) mib = strtoull(argv[i + 1], nullptr, 10);
     if (!strcmp(argv[i], "--iters")) iters = atoi(argv[i + 1]);
     if (!strcmp(argv[i], "--gpus")) gpus = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--barrier")) barrier = atoi(argv[i + 1]) != 0;
   }
   int visible = 0;
   CK(cudaGetDeviceCount(&visible));
@@ -132,9 +131,9 @@ int main(int argc, char** argv) {
   int base_steps = 0;
   for (int chunks = 1; chunks <= 64; chunks *= 2) {
     const size_t chunk = bytes / chunks;
-    Run(g, chunks, chunk);  // warm-up
+    Run(g, chunks, chunk, barrier);  // warm-up
     std::vector<float> t;
-    for (int i = 0; i < iters; ++i) t.push_back(Run(g, chunks, chunk));
+    for (int i = 0; i < iters; ++i) t.push_back(Run(g, chunks, chunk, barrier));
     std::sort(t.begin(), t.end());
     const float med = t[t.size() / 2];
     const int steps = n == 1 ? chunks : chunks + n - 2;
@@ -149,9 +148,9 @@ int main(int argc, char** argv) {
       per_step_us = 1e3 * (med - data_ms) / (steps - base_steps);
     }
     printf(
-        "RESULT {\"mode\":\"%s\",\"gpus\":%d,\"mib\":%zu,\"chunks\":%d,\"steps\":%d,"
+        "RESULT {\"mode\":\"%s\",\"barrier\":%d,\"gpus\":%d,\"mib\":%zu,\"chunks\":%d,\"steps\":%d,"
         "\"median_ms\":%.4f,\"min_ms\":%.4f,\"per_step_us\":%.2f,\"nccl\":%d}\n",
-        mode, n, mib, chunks, steps, med, t.front(), per_step_us, version);
+        mode, barrier ? 1 : 0, n, mib, chunks, steps, med, t.front(), per_step_us, version);
   }
   for (int r = 0; r < n; ++r) NK(ncclCommDestroy(g[r].comm));
   return 0;

@@ -66,6 +66,7 @@ struct Resolved {
   std::vector<WorkerSnapshot> workers;             // worker id -> worker
   std::vector<std::vector<v1::Membership>> roles;  // worker id -> roles
   StagingLimit staging;                            // the workers' tightest limit
+  int32_t steps_cleared_by = -1;  // a worker without steps, had the spec a step latency
   std::string destination_group;
 };
 struct PlanForSync {

@@ -82,6 +82,35 @@ BufferNeeds NeedsOf(const v1::Plan& part, int32_t worker) {
   return needs;
 }
 
+// What a part may need of a worker beyond buffers: a plan feature an older
+// worker would misread, the capability that says it reads it, and what the
+// older worker would do.
+struct CapabilityNeed {
+  bool (*uses)(const v1::Plan&);
+  const char* capability;
+  const char* feature;
+  const char* older_worker_would;
+};
+
+absl::Status CheckCapabilities(const v1::Plan& part, int32_t worker, const WorkerSnapshot& w) {
+  static constexpr CapabilityNeed kNeeds[] = {
+      {HasPieceRunRows, kPieceRunRowsCapability, "rows of piece runs (a stacked plan)",
+       "read each run's first row only"},
+      {HasBucketSteps, kBucketStepsCapability, "steps inside rounds",
+       "move a round's steps at once, relaying bytes before they arrive"},
+  };
+  for (const CapabilityNeed& need : kNeeds) {
+    if (!need.uses(part) || absl::c_linear_search(w.info->capabilities(), need.capability)) {
+      continue;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        w.description, " [worker ", worker, "] receives a part of plan '", part.key(), "' with ",
+        need.feature, " but did not register the capability '", need.capability,
+        "' (an older worker would ", need.older_worker_would, "); upgrade it"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string TransportName(v1::TransportKind kind) {
@@ -97,22 +126,7 @@ std::string TransportName(v1::TransportKind kind) {
 
 absl::Status CheckBuffers(const v1::Plan& part, int32_t worker, const WorkerSnapshot& w,
                           bool require_all) {
-  if (HasPieceRunRows(part) &&
-      !absl::c_linear_search(w.info->capabilities(), kPieceRunRowsCapability)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        w.description, " [worker ", worker, "] receives a part of plan '", part.key(),
-        "' with rows of piece runs (a stacked plan) but did not register the capability '",
-        kPieceRunRowsCapability,
-        "' (an older worker would read each run's first row only); upgrade it"));
-  }
-  if (HasBucketSteps(part) &&
-      !absl::c_linear_search(w.info->capabilities(), kBucketStepsCapability)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        w.description, " [worker ", worker, "] receives a part of plan '", part.key(),
-        "' with steps inside rounds but did not register the capability '", kBucketStepsCapability,
-        "' (an older worker would move a round's steps at once, relaying bytes before they "
-        "arrive); upgrade it"));
-  }
+  if (absl::Status st = CheckCapabilities(part, worker, w); !st.ok()) return st;
   const BufferNeeds needs = NeedsOf(part, worker);
   if (!needs.bad_name.ok()) return needs.bad_name;
   for (const auto& [buffer, end] : needs.end) {
@@ -181,6 +195,19 @@ absl::Status CheckOneNcclVersion(const std::string& transfer,
 }
 
 }  // namespace
+
+int32_t ClearStepsUnlessEveryWorkerRunsThem(const std::vector<WorkerSnapshot>& workers,
+                                            v1::TransferSpec* spec) {
+  v1::LinkModel* link = spec->mutable_options()->mutable_link_model();
+  if (!(link->step_latency_seconds() > 0)) return -1;
+  for (size_t w = 0; w < workers.size(); ++w) {
+    if (!absl::c_linear_search(workers[w].info->capabilities(), kBucketStepsCapability)) {
+      link->clear_step_latency_seconds();
+      return static_cast<int32_t>(w);
+    }
+  }
+  return -1;
+}
 
 absl::StatusOr<v1::TransportKind> CommonTransport(const std::string& transfer,
                                                   const std::vector<WorkerSnapshot>& workers) {

@@ -49,6 +49,14 @@ StagingLimit TightestStagingLimit(const std::vector<WorkerSnapshot>& workers);
 // where it is tighter; returns whether it did.
 bool ApplyStagingLimit(const StagingLimit& limit, v1::TransferSpec* spec);
 
+// Steps inside rounds (LinkModel.step_latency_seconds > 0) are planned only
+// for transfers whose every worker registered kBucketStepsCapability: where
+// one did not (an older build), the step latency is cleared from `spec`, so
+// the plan keeps round barriers, which every worker runs. Returns that
+// worker's id, or -1 when `spec` is unchanged.
+int32_t ClearStepsUnlessEveryWorkerRunsThem(const std::vector<WorkerSnapshot>& workers,
+                                            v1::TransferSpec* spec);
+
 // Every worker with a staging limit stages at most its cap in each round of
 // `plan`; INVALID_ARGUMENT naming the first one over it.
 absl::Status CheckStagingLimits(const v1::Plan& plan, const std::vector<WorkerSnapshot>& workers);

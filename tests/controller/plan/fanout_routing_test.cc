@@ -25,11 +25,7 @@ constexpr double kNic = 50e9, kNvl = 370e9;
 // n inference ranks (100..); per_node 0: every worker on its own node.
 v1::TransferSpec FanSpec(int k, int n, int64_t rows, int64_t cols, double latency,
                          int per_node = 0) {
-  v1::Side src = Side("trainer", Range(0, k), per_node);
-  v1::Side dst = Side("infer", Range(100, n), per_node);
-  Mesh(&src, "w", {rows, cols}, {k}, {Rep()}, v1::BF16);
-  Mesh(&dst, "w", {rows, cols}, {n}, {Rep()}, v1::BF16);
-  v1::TransferSpec spec = Spec(src, dst);
+  v1::TransferSpec spec = ReplicatedTensorSpec(k, n, rows, cols, per_node);
   v1::LinkModel* lm = spec.mutable_options()->mutable_link_model();
   lm->set_nic_bytes_per_second(kNic);
   lm->set_nvlink_bytes_per_second(kNvl);

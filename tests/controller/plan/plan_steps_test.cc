@@ -28,11 +28,7 @@ constexpr double kNic = 50e9;
 // ranks (100..), every worker on a node of its own.
 v1::TransferSpec FanSpec(int n, int64_t rows, int64_t cols, double round_latency,
                          double step_latency) {
-  v1::Side src = Side("trainer", Range(0, 1));
-  v1::Side dst = Side("infer", Range(100, n));
-  Mesh(&src, "w", {rows, cols}, {1}, {Rep()}, v1::BF16);
-  Mesh(&dst, "w", {rows, cols}, {n}, {Rep()}, v1::BF16);
-  v1::TransferSpec spec = Spec(src, dst);
+  v1::TransferSpec spec = ReplicatedTensorSpec(1, n, rows, cols);
   v1::LinkModel* lm = spec.mutable_options()->mutable_link_model();
   lm->set_nic_bytes_per_second(kNic);
   lm->set_round_latency_seconds(round_latency);

@@ -223,6 +223,18 @@ inline void ExpectInvariants(const v1::TransferSpec& spec, const v1::Plan& plan)
   }
 }
 
+// One bf16 tensor [rows, cols], replicated on `holders` trainer ranks
+// (workers 0..) and on `receivers` inference ranks (workers 100..), nodes as
+// Side's; the link model is the caller's.
+inline v1::TransferSpec ReplicatedTensorSpec(int holders, int receivers, int64_t rows, int64_t cols,
+                                             int per_node = 0) {
+  v1::Side src = Side("trainer", Range(0, holders), per_node);
+  v1::Side dst = Side("infer", Range(100, receivers), per_node);
+  Mesh(&src, "w", {rows, cols}, {holders}, {Rep()}, v1::BF16);
+  Mesh(&dst, "w", {rows, cols}, {receivers}, {Rep()}, v1::BF16);
+  return Spec(src, dst);
+}
+
 // One trainer copy on 2 ranks -> 8 inference replicas of TP=2 (16 ranks):
 // the fan-out where the planner relays (unless disable_relay).
 inline v1::TransferSpec FanOutSpec(bool disable_relay) {

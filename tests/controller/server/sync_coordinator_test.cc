@@ -7,6 +7,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/bucket_steps.h"
 #include "controller/server/controller.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -229,6 +230,47 @@ TEST_F(SyncCoordinatorTest, StagingLimitsCapThePlanAndAnImpossibleOneIsRefusedAt
   EXPECT_NE(msg.find("src/1"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[worker 1]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--staging_limit_bytes 100"), std::string::npos) << msg;
+}
+
+// A step latency plans steps inside rounds only when every worker of the
+// transfer runs them: with one older worker (no kBucketStepsCapability) the
+// transfer is planned with round barriers, not refused.
+TEST_F(SyncCoordinatorTest, StepsArePlannedOnlyWhenEveryWorkerRunsThem) {
+  constexpr int kReceivers = 16;
+  constexpr int64_t kElems = int64_t{2} << 20;  // 8 MiB of fp32, fanned out
+  v1::DefineTransferRequest req;
+  req.set_name("t");
+  req.set_source_group("src");
+  req.set_destination_group("dst");
+  *req.mutable_spec()->mutable_source()->add_tensors() =
+      controller_testing::Tensor(1, false, kElems);
+  *req.mutable_spec()->mutable_destination()->add_tensors() =
+      controller_testing::Tensor(kReceivers, false, kElems);
+  // plan_steps_test's scaled fan-out: NIC 50 GB/s, L = 12.5 us, l = 2.5 us.
+  v1::LinkModel* link = req.mutable_spec()->mutable_options()->mutable_link_model();
+  link->set_nic_bytes_per_second(50e9);
+  link->set_round_latency_seconds(12.5e-6);
+  link->set_step_latency_seconds(2.5e-6);
+  for (const bool older_receiver : {false, true}) {
+    SCOPED_TRACE(older_receiver ? "dst/3 without steps" : "every worker with steps");
+    Restart();
+    controller_testing::Joining steps;
+    steps.capabilities = {kBucketStepsCapability};
+    Join("a", "src", 0, 1, kElems * 4, steps);
+    for (int r = 0; r < kReceivers; ++r) {
+      const bool older = older_receiver && r == 3;
+      Join("d" + std::to_string(r), "dst", r, kReceivers, kElems * 4,
+           older ? controller_testing::Joining() : steps);
+    }
+    auto defined = controller_->syncs().DefineTransfer(req);
+    ASSERT_TRUE(defined.ok()) << defined.status();
+    v1::PlanRequest plan_req;
+    plan_req.set_transfer("t");
+    plan_req.set_full(true);
+    auto plan = controller_->syncs().PlanTransfer(plan_req);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(HasBucketSteps(plan->plan()), !older_receiver);
+  }
 }
 
 // A worker that registers again with a tighter limit is held to it at the

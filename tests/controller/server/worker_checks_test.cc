@@ -96,6 +96,27 @@ TEST(WorkerChecksTest, TheTightestLimitLowersTheSpecsCapAndDefaultBucket) {
   EXPECT_FALSE(ApplyStagingLimit(StagingLimit(), &spec));
 }
 
+TEST(WorkerChecksTest, AStepLatencyIsClearedUnlessEveryWorkerRunsSteps) {
+  auto with_steps = [](const std::string& name) {
+    WorkerSnapshot w = Worker(name, {});
+    auto info = std::make_shared<v1::RegisterWorkerRequest>(*w.info);
+    info->add_capabilities(kBucketStepsCapability);
+    w.info = info;
+    return w;
+  };
+  v1::TransferSpec spec;
+  spec.mutable_options()->mutable_link_model()->set_step_latency_seconds(10e-6);
+  v1::TransferSpec kept = spec;
+  EXPECT_EQ(ClearStepsUnlessEveryWorkerRunsThem({with_steps("a"), with_steps("b")}, &kept), -1);
+  EXPECT_EQ(kept.options().link_model().step_latency_seconds(), 10e-6);
+  v1::TransferSpec cleared = spec;
+  EXPECT_EQ(ClearStepsUnlessEveryWorkerRunsThem({with_steps("a"), Worker("old", {})}, &cleared), 1);
+  EXPECT_EQ(cleared.options().link_model().step_latency_seconds(), 0);
+  // No step latency: nothing to clear, whoever the workers are.
+  v1::TransferSpec none;
+  EXPECT_EQ(ClearStepsUnlessEveryWorkerRunsThem({Worker("old", {})}, &none), -1);
+}
+
 TEST(WorkerChecksTest, ARoundOverAWorkersLimitIsRefusedNamingIt) {
   v1::Plan plan;
   plan.set_key("k");
@@ -174,6 +195,21 @@ TEST(WorkerChecksTest, EveryMemberOfAPieceRunMustFitItsBuffer) {
   EXPECT_THAT(st.message(), HasSubstr("bucket 3 run 0"));
 }
 
+// `part` (which needs no buffer) is refused to a worker without `capability`,
+// naming the worker and the capability, and accepted once it registers it.
+void ExpectOnlyWorkersWithTheCapabilityGetIt(const v1::Plan& part, const char* capability) {
+  WorkerSnapshot w = Worker("old", {});
+  absl::Status st = CheckBuffers(part, 0, w, /*require_all=*/true);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(), HasSubstr("worker old [worker 0]"));
+  EXPECT_THAT(st.message(), HasSubstr(capability));
+  auto info = std::make_shared<v1::RegisterWorkerRequest>(*w.info);
+  info->add_capabilities(capability);
+  w.info = info;
+  st = CheckBuffers(part, 0, w, /*require_all=*/true);
+  EXPECT_TRUE(st.ok()) << st;
+}
+
 // Rows of piece runs (stacked plans) go only to workers that read them: an
 // older worker would write each run's first row and leave the others.
 TEST(WorkerChecksTest, RowsOfPieceRunsNeedTheCapability) {
@@ -199,15 +235,7 @@ TEST(WorkerChecksTest, RowsOfPieceRunsNeedTheCapability) {
   run->set_outer_count(2);
   run->set_outer_dst_byte_step(16);
   run->set_outer_bucket_step(16);
-  WorkerSnapshot w = Worker("old", {});
-  absl::Status st = CheckBuffers(part, 0, w, /*require_all=*/true);
-  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
-  EXPECT_THAT(st.message(), HasSubstr("worker old [worker 0]"));
-  EXPECT_THAT(st.message(), HasSubstr(kPieceRunRowsCapability));
-  auto info = std::make_shared<v1::RegisterWorkerRequest>(*w.info);
-  info->add_capabilities(kPieceRunRowsCapability);
-  w.info = info;
-  EXPECT_TRUE(CheckBuffers(part, 0, w, true).ok()) << CheckBuffers(part, 0, w, true);
+  ExpectOnlyWorkersWithTheCapabilityGetIt(part, kPieceRunRowsCapability);
   run->set_outer_count(0);  // one row: any worker reads it
   EXPECT_TRUE(CheckBuffers(part, 0, Worker("old", {}), true).ok());
 }
@@ -222,15 +250,7 @@ TEST(WorkerChecksTest, StepsInsideRoundsNeedTheCapability) {
   b->set_sender(1);
   b->set_receiver(0);
   b->set_step(2);
-  WorkerSnapshot w = Worker("old", {});
-  absl::Status st = CheckBuffers(part, 0, w, /*require_all=*/true);
-  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
-  EXPECT_THAT(st.message(), HasSubstr("worker old [worker 0]"));
-  EXPECT_THAT(st.message(), HasSubstr(kBucketStepsCapability));
-  auto info = std::make_shared<v1::RegisterWorkerRequest>(*w.info);
-  info->add_capabilities(kBucketStepsCapability);
-  w.info = info;
-  EXPECT_TRUE(CheckBuffers(part, 0, w, true).ok()) << CheckBuffers(part, 0, w, true);
+  ExpectOnlyWorkersWithTheCapabilityGetIt(part, kBucketStepsCapability);
   b->set_step(0);  // no steps: any worker runs it
   EXPECT_TRUE(CheckBuffers(part, 0, Worker("old", {}), true).ok());
 }

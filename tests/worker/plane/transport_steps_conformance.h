@@ -47,6 +47,56 @@ TEST_P(TransportConformanceTest, StepsRelayWithinOneRound) {
   }
 }
 
+// The same relay on two ranks, both ways at once: rank 0 sends chunk k to
+// rank 1 in step 2k, rank 1 sends it back from the memory it landed in, in
+// step 2k + 1; rank 1 sends its own chunk k to rank 0 in step 2k as well,
+// and rank 0 returns it likewise. Runs where only two ranks (GPUs) exist,
+// without landing parts and with each step's lists cut into parts.
+TEST_P(TransportConformanceTest, StepsRelayBackWithinOneRound) {
+  constexpr int kChunks = 4;
+  constexpr size_t kBytes = size_t{1} << 20;
+  auto group = Group(2);
+  ASSERT_EQ(group.size(), 2u);
+  RoundHooks parts;
+  parts.max_landing_parts = 4;
+  parts.min_landing_part_bytes = 64 << 10;
+  for (const RoundHooks& hooks : {RoundHooks{}, parts}) {
+    SCOPED_TRACE(hooks.max_landing_parts > 1 ? "landing parts" : "one part");
+    // own[r][k]: rank r's chunk k; landed[r][k]: where the peer's chunk k
+    // lands on rank r (stale bytes first); back[r][k]: own[r][k] returned.
+    std::vector<std::shared_ptr<uint8_t>> own[2], landed[2], back[2];
+    for (int r = 0; r < 2; ++r) {
+      for (int k = 0; k < kChunks; ++k) {
+        own[r].push_back(Filled(r, 300 + 10 * r + k, kBytes));
+        landed[r].push_back(Filled(r, 800 + 10 * r + k, kBytes));
+        back[r].push_back(factory().Allocate(r, kBytes));
+      }
+    }
+    auto st = OnRanks(2, [&](int r) {
+      const int peer = 1 - r;
+      std::vector<SendRequest> sends;
+      std::vector<RecvRequest> recvs;
+      for (int k = 0; k < kChunks; ++k) {
+        // Tags: 100 * sender + k for the first hop, 1000 + that for the return.
+        sends.push_back({peer, 100 * r + k, own[r][k].get(), kBytes, 2 * k});
+        recvs.push_back({peer, 100 * peer + k, landed[r][k].get(), kBytes, 2 * k});
+        sends.push_back({peer, 1000 + 100 * peer + k, landed[r][k].get(), kBytes, 2 * k + 1});
+        recvs.push_back({peer, 1000 + 100 * r + k, back[r][k].get(), kBytes, 2 * k + 1});
+      }
+      return group[r]->RunRound(sends, recvs, In(absl::Seconds(60)), hooks);
+    });
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+    for (int r = 0; r < 2; ++r) {
+      for (int k = 0; k < kChunks; ++k) {
+        EXPECT_TRUE(Holds(r, landed[r][k].get(), 300 + 10 * (1 - r) + k, kBytes))
+            << "rank " << r << " chunk " << k << " landed";
+        EXPECT_TRUE(Holds(r, back[r][k].get(), 300 + 10 * r + k, kBytes))
+            << "rank " << r << " chunk " << k << " returned";
+      }
+    }
+  }
+}
+
 // A receive of a later step may overwrite what a send of an earlier step
 // read: rank 0 sends its buffer in step 0 and receives new bytes into it in
 // step 1; rank 1 gets the old bytes.

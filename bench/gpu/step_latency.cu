@@ -9,9 +9,11 @@
 //  * n >= 2 GPUs ("chain"): a relay chain 0 -> 1 -> ... -> n-1 within one
 //    round; in step s GPU r forwards chunk s - r to GPU r + 1 (received in
 //    step s - 1), so S chunks take S + n - 2 steps.
-// Per-step cost fitted from the runs: (t(S) - t(1) - data) / (steps(S) -
-// steps(1)), with data = what the longer pipeline fill costs at the rate of
-// the S = 1 run. Prints one RESULT line (JSON) per S.
+// Per-step cost l fitted from two runs, each step costing its chunk's time
+// at the S = 1 rate plus l: with h = n - 1 hops (h = 1 on one GPU) and
+// k = S + h - 1 steps, t(1) = h (T + l) and t(S) = k (T / S + l), so
+// l = (S h t(S) - k t(1)) / (h k (S - 1)); for h = 1, (t(S) - t(1)) / (S - 1).
+// Prints one RESULT line (JSON) per S.
 // --barrier 1: the host waits for every GPU after each step, so the steps
 // are rounds and the per-step figure a round's latency (the planner's L
 // against its step latency l).
@@ -128,7 +130,6 @@ int main(int argc, char** argv) {
   NK(ncclGetVersion(&version));
   const char* mode = n == 1 ? "self" : "chain";
   float base_ms = 0;
-  int base_steps = 0;
   for (int chunks = 1; chunks <= 64; chunks *= 2) {
     const size_t chunk = bytes / chunks;
     Run(g, chunks, chunk, barrier);  // warm-up
@@ -140,12 +141,10 @@ int main(int argc, char** argv) {
     double per_step_us = 0;
     if (chunks == 1) {
       base_ms = med;
-      base_steps = steps;
     } else {
-      // A chain's fill: steps x chunk time at the single-chunk rate, against
-      // (n - 1) hops of the whole tensor for S = 1.
-      const double data_ms = n == 1 ? base_ms : base_ms * steps / (chunks * (n - 1.0));
-      per_step_us = 1e3 * (med - data_ms) / (steps - base_steps);
+      const double h = n == 1 ? 1.0 : n - 1.0;
+      per_step_us =
+          1e3 * (chunks * h * med - steps * base_ms) / (h * steps * (chunks - 1.0));
     }
     printf(
         "RESULT {\"mode\":\"%s\",\"barrier\":%d,\"gpus\":%d,\"mib\":%zu,\"chunks\":%d,\"steps\":%d,"

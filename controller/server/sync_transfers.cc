@@ -102,6 +102,14 @@ absl::StatusOr<SyncCoordinator::Resolved> SyncCoordinator::Resolve(
   r.staging = TightestStagingLimit(r.workers);
   if (!ApplyStagingLimit(r.staging, &r.spec)) r.staging = StagingLimit();
   r.steps_cleared_by = ClearStepsUnlessEveryWorkerRunsThem(r.workers, &r.spec);
+  if (r.steps_cleared_by >= 0) {
+    // Once per definition, plan request and registry change (Prepare).
+    spdlog::warn(
+        "[controller] transfer '{}': planned without steps inside rounds: {} [worker {}] did not "
+        "register '{}' (an older build); upgrade it to use step_latency_seconds",
+        name, r.workers[r.steps_cleared_by].description, r.steps_cleared_by,
+        kBucketStepsCapability);
+  }
   return r;
 }
 
@@ -193,13 +201,6 @@ absl::StatusOr<v1::DefineTransferResponse> SyncCoordinator::DefineTransfer(
   }
   auto resolved = Resolve(req.name(), req.source_group(), req.destination_group(), req.spec());
   if (!resolved.ok()) return resolved.status();
-  if (resolved->steps_cleared_by >= 0) {
-    spdlog::warn(
-        "[controller] transfer '{}': planned without steps inside rounds: {} [worker {}] did not "
-        "register '{}' (an older build); upgrade it to use step_latency_seconds",
-        req.name(), resolved->workers[resolved->steps_cleared_by].description,
-        resolved->steps_cleared_by, kBucketStepsCapability);
-  }
   absl::StatusOr<PlanForSync> plan = GetPlan(*resolved, /*with_parts=*/true);
   if (!plan.ok()) return plan.status();
   absl::StatusOr<v1::DefineTransferResponse> resp = RecordDefinition(req, caller, *resolved, *plan);

@@ -1,6 +1,7 @@
 #include "controller/server/worker_checks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <utility>
 
@@ -198,11 +199,13 @@ absl::Status CheckOneNcclVersion(const std::string& transfer,
 
 int32_t ClearStepsUnlessEveryWorkerRunsThem(const std::vector<WorkerSnapshot>& workers,
                                             v1::TransferSpec* spec) {
-  v1::LinkModel* link = spec->mutable_options()->mutable_link_model();
-  if (!(link->step_latency_seconds() > 0)) return -1;
+  // An invalid latency (NaN, negative, infinite) is the planner's to refuse,
+  // whoever the workers are.
+  const double latency = spec->options().link_model().step_latency_seconds();
+  if (!(latency > 0) || !std::isfinite(latency)) return -1;
   for (size_t w = 0; w < workers.size(); ++w) {
     if (!absl::c_linear_search(workers[w].info->capabilities(), kBucketStepsCapability)) {
-      link->clear_step_latency_seconds();
+      spec->mutable_options()->mutable_link_model()->clear_step_latency_seconds();
       return static_cast<int32_t>(w);
     }
   }

@@ -234,7 +234,8 @@ TEST_F(SyncCoordinatorTest, StagingLimitsCapThePlanAndAnImpossibleOneIsRefusedAt
 
 // A step latency plans steps inside rounds only when every worker of the
 // transfer runs them: with one older worker (no kBucketStepsCapability) the
-// transfer is planned with round barriers, not refused.
+// transfer is planned with round barriers, not refused, and with steps once
+// that worker registers again, upgraded.
 TEST_F(SyncCoordinatorTest, StepsArePlannedOnlyWhenEveryWorkerRunsThem) {
   constexpr int kReceivers = 16;
   constexpr int64_t kElems = int64_t{2} << 20;  // 8 MiB of fp32, fanned out
@@ -257,10 +258,13 @@ TEST_F(SyncCoordinatorTest, StepsArePlannedOnlyWhenEveryWorkerRunsThem) {
     controller_testing::Joining steps;
     steps.capabilities = {kBucketStepsCapability};
     Join("a", "src", 0, 1, kElems * 4, steps);
+    std::string d3_lease;
     for (int r = 0; r < kReceivers; ++r) {
       const bool older = older_receiver && r == 3;
-      Join("d" + std::to_string(r), "dst", r, kReceivers, kElems * 4,
-           older ? controller_testing::Joining() : steps);
+      v1::RegisterWorkerResponse joined =
+          Join("d" + std::to_string(r), "dst", r, kReceivers, kElems * 4,
+               older ? controller_testing::Joining() : steps);
+      if (r == 3) d3_lease = joined.lease_id();
     }
     auto defined = controller_->syncs().DefineTransfer(req);
     ASSERT_TRUE(defined.ok()) << defined.status();
@@ -270,6 +274,13 @@ TEST_F(SyncCoordinatorTest, StepsArePlannedOnlyWhenEveryWorkerRunsThem) {
     auto plan = controller_->syncs().PlanTransfer(plan_req);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(HasBucketSteps(plan->plan()), !older_receiver);
+    if (!older_receiver) continue;
+    auto upgraded = controller_->RegisterWorker(
+        Registration("d3", "dst", 3, kReceivers, kElems * 4, steps), "", d3_lease);
+    ASSERT_TRUE(upgraded.ok()) << upgraded.status();
+    plan = controller_->syncs().PlanTransfer(plan_req);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_TRUE(HasBucketSteps(plan->plan())) << "dst/3 registered again with steps";
   }
 }
 

@@ -2,7 +2,10 @@
 // hand-made worker snapshots and plans.
 #include "controller/server/worker_checks.h"
 
+#include <cmath>
+#include <limits>
 #include <memory>
+#include <string>
 
 #include "common/bucket_steps.h"
 #include "common/plan_pieces.h"
@@ -112,9 +115,19 @@ TEST(WorkerChecksTest, AStepLatencyIsClearedUnlessEveryWorkerRunsSteps) {
   v1::TransferSpec cleared = spec;
   EXPECT_EQ(ClearStepsUnlessEveryWorkerRunsThem({with_steps("a"), Worker("old", {})}, &cleared), 1);
   EXPECT_EQ(cleared.options().link_model().step_latency_seconds(), 0);
-  // No step latency: nothing to clear, whoever the workers are.
+  // No step latency: nothing to clear, whoever the workers are, and the
+  // spec stays as it was (no empty link model added).
   v1::TransferSpec none;
   EXPECT_EQ(ClearStepsUnlessEveryWorkerRunsThem({Worker("old", {})}, &none), -1);
+  EXPECT_FALSE(none.options().has_link_model());
+  // An invalid latency stays for the planner to refuse, whoever the workers are.
+  for (const double bad : {std::nan(""), -1e-6, std::numeric_limits<double>::infinity()}) {
+    v1::TransferSpec invalid = spec;
+    invalid.mutable_options()->mutable_link_model()->set_step_latency_seconds(bad);
+    const std::string before = invalid.SerializeAsString();
+    EXPECT_EQ(ClearStepsUnlessEveryWorkerRunsThem({Worker("old", {})}, &invalid), -1) << bad;
+    EXPECT_EQ(invalid.SerializeAsString(), before) << bad;
+  }
 }
 
 TEST(WorkerChecksTest, ARoundOverAWorkersLimitIsRefusedNamingIt) {

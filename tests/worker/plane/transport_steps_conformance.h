@@ -72,16 +72,23 @@ TEST_P(TransportConformanceTest, StepsRelayBackWithinOneRound) {
         back[r].push_back(factory().Allocate(r, kBytes));
       }
     }
+    // Each chunk moves as kQuarters buckets, so that landing parts cut a
+    // step's lists; tag = 1000 * hop + 100 * the chunk's owner + 10 * k + q.
+    constexpr int kQuarters = 4;
+    constexpr size_t kQuarter = kBytes / kQuarters;
     auto st = OnRanks(2, [&](int r) {
       const int peer = 1 - r;
       std::vector<SendRequest> sends;
       std::vector<RecvRequest> recvs;
       for (int k = 0; k < kChunks; ++k) {
-        // Tags: 100 * sender + k for the first hop, 1000 + that for the return.
-        sends.push_back({peer, 100 * r + k, own[r][k].get(), kBytes, 2 * k});
-        recvs.push_back({peer, 100 * peer + k, landed[r][k].get(), kBytes, 2 * k});
-        sends.push_back({peer, 1000 + 100 * peer + k, landed[r][k].get(), kBytes, 2 * k + 1});
-        recvs.push_back({peer, 1000 + 100 * r + k, back[r][k].get(), kBytes, 2 * k + 1});
+        for (int q = 0; q < kQuarters; ++q) {
+          const size_t at = q * kQuarter;
+          const int mine = 100 * r + 10 * k + q, theirs = 100 * peer + 10 * k + q;
+          sends.push_back({peer, mine, own[r][k].get() + at, kQuarter, 2 * k});
+          recvs.push_back({peer, theirs, landed[r][k].get() + at, kQuarter, 2 * k});
+          sends.push_back({peer, 1000 + theirs, landed[r][k].get() + at, kQuarter, 2 * k + 1});
+          recvs.push_back({peer, 1000 + mine, back[r][k].get() + at, kQuarter, 2 * k + 1});
+        }
       }
       return group[r]->RunRound(sends, recvs, In(absl::Seconds(60)), hooks);
     });

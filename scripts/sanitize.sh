@@ -4,7 +4,7 @@
 # for libFuzzer as well so scripts/fuzz.sh shares it, then the unit and
 # integration tests under it (controller and worker processes the
 # integration tests start are sanitized too). Line tables only: reports name
-# file and line; full DWARF would cost a fifth more compile time.
+# file and line; full DWARF would cost a quarter more compile time.
 #   scripts/sanitize.sh           configure, build, run the tests
 #   scripts/sanitize.sh build     configure and build only
 #   scripts/sanitize.sh configure configure only

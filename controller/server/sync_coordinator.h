@@ -51,6 +51,7 @@
 #include "controller/server/rendezvous.h"
 #include "controller/server/rollout.h"
 #include "controller/server/state_store.h"
+#include "controller/server/steps_fallback_log.h"
 #include "controller/server/sync_records.h"
 #include "controller/server/wait_hub.h"
 #include "controller/server/warm_up.h"
@@ -475,6 +476,7 @@ class SyncCoordinator {
   StateStore* const store_;
   ReplicaLabeler labeler_;  // set before sharing (SetReplicaLabeler)
 
+  StepsFallbackLog steps_fallback_log_;  // Resolve's: steps cleared for an older worker
   absl::Mutex mu_;
   ChangeSignal cv_;  // sync changes
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/bucket_steps.h"
 #include "common/logging.h"
 #include "controller/server/sync_coordinator.h"
 
@@ -103,12 +102,7 @@ absl::StatusOr<SyncCoordinator::Resolved> SyncCoordinator::Resolve(
   if (!ApplyStagingLimit(r.staging, &r.spec)) r.staging = StagingLimit();
   r.steps_cleared_by = ClearStepsUnlessEveryWorkerRunsThem(r.workers, &r.spec);
   if (r.steps_cleared_by >= 0) {
-    // Once per definition, plan request and registry change (Prepare).
-    spdlog::warn(
-        "[controller] transfer '{}': planned without steps inside rounds: {} [worker {}] did not "
-        "register '{}' (an older build); upgrade it to use step_latency_seconds",
-        name, r.workers[r.steps_cleared_by].description, r.steps_cleared_by,
-        kBucketStepsCapability);
+    steps_fallback_log_.Note(name, r.workers[r.steps_cleared_by], r.steps_cleared_by);
   }
   return r;
 }

@@ -53,7 +53,9 @@ bool ApplyStagingLimit(const StagingLimit& limit, v1::TransferSpec* spec);
 // for transfers whose every worker registered kBucketStepsCapability: where
 // one did not (an older build), the step latency is cleared from `spec`, so
 // the plan keeps round barriers, which every worker runs. Returns that
-// worker's id, or -1 when `spec` is unchanged.
+// worker's id, or -1 when `spec` is unchanged: no step latency, or one that
+// is not positive and finite (NaN, negative, infinite), left for the
+// planner to refuse.
 int32_t ClearStepsUnlessEveryWorkerRunsThem(const std::vector<WorkerSnapshot>& workers,
                                             v1::TransferSpec* spec);
 

@@ -278,6 +278,7 @@ TEST_F(SyncCoordinatorTest, StepsArePlannedOnlyWhenEveryWorkerRunsThem) {
     auto upgraded = controller_->RegisterWorker(
         Registration("d3", "dst", 3, kReceivers, kElems * 4, steps), "", d3_lease);
     ASSERT_TRUE(upgraded.ok()) << upgraded.status();
+    EXPECT_FALSE(controller_->workers().IsAlive(d3_lease)) << "replaced by the upgraded one";
     plan = controller_->syncs().PlanTransfer(plan_req);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_TRUE(HasBucketSteps(plan->plan())) << "dst/3 registered again with steps";

@@ -118,6 +118,14 @@ class CoordinatorFixture : public ::testing::Test {
     EXPECT_EQ(resp->num_workers(), 3);
   }
 
+  // Transfer "t"'s whole plan, as PlanTransfer answers it.
+  absl::StatusOr<v1::PlanResponse> FullPlan() {
+    v1::PlanRequest req;
+    req.set_transfer("t");
+    req.set_full(true);
+    return controller_->syncs().PlanTransfer(req);
+  }
+
   absl::StatusOr<v1::SyncResponse> StartSync(int64_t version) {
     v1::SyncRequest req;
     req.set_transfer("t");

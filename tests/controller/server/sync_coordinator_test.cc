@@ -204,10 +204,7 @@ TEST_F(SyncCoordinatorTest, StagingLimitsCapThePlanAndAnImpossibleOneIsRefusedAt
   const std::string d0 = Register("c", "dst", 0, 1, kElems * 4, {}, 4096);
   auto defined = controller_->syncs().DefineTransfer(controller_testing::SimpleTransfer(kElems));
   ASSERT_TRUE(defined.ok()) << defined.status();
-  v1::PlanRequest plan_req;
-  plan_req.set_transfer("t");
-  plan_req.set_full(true);
-  auto plan = controller_->syncs().PlanTransfer(plan_req);
+  auto plan = FullPlan();
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_GT(plan->summary().num_rounds(), 1) << "32 KiB over a 4 KiB cap takes rounds";
   for (const v1::RankPlan& rp : plan->plan().ranks()) {
@@ -268,10 +265,7 @@ TEST_F(SyncCoordinatorTest, StepsArePlannedOnlyWhenEveryWorkerRunsThem) {
     }
     auto defined = controller_->syncs().DefineTransfer(req);
     ASSERT_TRUE(defined.ok()) << defined.status();
-    v1::PlanRequest plan_req;
-    plan_req.set_transfer("t");
-    plan_req.set_full(true);
-    auto plan = controller_->syncs().PlanTransfer(plan_req);
+    auto plan = FullPlan();
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(HasBucketSteps(plan->plan()), !older_receiver);
     if (!older_receiver) continue;
@@ -279,7 +273,7 @@ TEST_F(SyncCoordinatorTest, StepsArePlannedOnlyWhenEveryWorkerRunsThem) {
         Registration("d3", "dst", 3, kReceivers, kElems * 4, steps), "", d3_lease);
     ASSERT_TRUE(upgraded.ok()) << upgraded.status();
     EXPECT_FALSE(controller_->workers().IsAlive(d3_lease)) << "replaced by the upgraded one";
-    plan = controller_->syncs().PlanTransfer(plan_req);
+    plan = FullPlan();
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_TRUE(HasBucketSteps(plan->plan())) << "dst/3 registered again with steps";
   }
